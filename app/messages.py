@@ -1,0 +1,87 @@
+"""The one internal message format: Anthropic-style content blocks.
+
+Providers convert to and from their wire formats at the edge; everything
+else (engine, transcript, widgets) sees only these models.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+
+class TextBlock(BaseModel):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ThinkingBlock(BaseModel):
+    type: Literal["thinking"] = "thinking"
+    thinking: str
+    # Anthropic signs thinking blocks; it must be sent back unchanged.
+    signature: str | None = None
+
+
+class ToolUseBlock(BaseModel):
+    type: Literal["tool_use"] = "tool_use"
+    id: str
+    name: str
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolResultBlock(BaseModel):
+    type: Literal["tool_result"] = "tool_result"
+    tool_use_id: str
+    content: str
+    is_error: bool = False
+    # Path of the full output on disk when the content was truncated or cleared.
+    full_output_path: str | None = None
+
+
+ContentBlock = Annotated[
+    Union[TextBlock, ThinkingBlock, ToolUseBlock, ToolResultBlock],
+    Field(discriminator="type"),
+]
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(validate_assignment=False)
+
+    role: Literal["user", "assistant"]
+    content: list[ContentBlock]
+    # Token estimate cache: counted once per message, never re-counted.
+    _token_estimate: int | None = PrivateAttr(default=None)
+
+    @classmethod
+    def user(cls, text: str) -> "Message":
+        return cls(role="user", content=[TextBlock(text=text)])
+
+    @classmethod
+    def assistant_text(cls, text: str) -> "Message":
+        return cls(role="assistant", content=[TextBlock(text=text)])
+
+    @property
+    def text(self) -> str:
+        """All text blocks joined (no thinking, no tool blocks)."""
+        return "".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+    @property
+    def tool_uses(self) -> list[ToolUseBlock]:
+        return [b for b in self.content if isinstance(b, ToolUseBlock)]
+
+    @property
+    def tool_results(self) -> list[ToolResultBlock]:
+        return [b for b in self.content if isinstance(b, ToolResultBlock)]
+
+    def copy_with(self, content: list[Any]) -> "Message":
+        """A new message with other content (the token estimate is not carried over)."""
+        return Message(role=self.role, content=content)
+
+
+class ToolSpec(BaseModel):
+    """A tool definition as the model sees it (JSON schema for the input)."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]

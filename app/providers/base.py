@@ -1,0 +1,143 @@
+"""What every provider speaks: a request in, a stream of typed events out.
+
+A provider streams exactly one model call. It yields ``StreamEvent``s and
+finishes with one ``Completed`` carrying the assembled assistant message,
+or raises a ``ProviderError``. It never touches the agent's history.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Literal, Protocol, Union
+
+from app.messages import Message, ToolSpec
+from app.usage import Usage
+
+ToolChoice = Literal["auto", "none"]
+
+
+@dataclass
+class ModelRequest:
+    system: str
+    messages: list[Message]
+    tools: list[ToolSpec]
+    max_tokens: int = 16_000
+    tool_choice: ToolChoice = "auto"
+
+
+# ---- stream events (plain dataclasses: internal) ----
+
+@dataclass
+class TextDelta:
+    text: str
+
+
+@dataclass
+class ThinkingDelta:
+    text: str
+
+
+@dataclass
+class ToolCallStart:
+    index: int
+    id: str
+    name: str
+
+
+@dataclass
+class ToolCallDelta:
+    index: int
+    partial_json: str
+
+
+@dataclass
+class UsageUpdate:
+    usage: Usage
+
+
+@dataclass
+class Completed:
+    """The call finished: the assembled message, usage and the stop reason.
+
+    ``stop_reason`` is normalised: end_turn | tool_use | max_tokens | other
+    provider-specific values passed through (refusal, content_filter, ...).
+    """
+
+    message: Message
+    usage: Usage
+    stop_reason: str
+
+
+StreamEvent = Union[TextDelta, ThinkingDelta, ToolCallStart, ToolCallDelta, UsageUpdate, Completed]
+
+
+# ---- errors ----
+
+class ProviderError(Exception):
+    """A model call failed. ``message`` is the server's own text where there was one."""
+
+    retryable: bool = False
+
+    def __init__(self, message: str, *, status: int | None = None, error_type: str | None = None,
+                 retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.error_type = error_type
+        self.retry_after = retry_after
+
+    def __str__(self) -> str:
+        prefix = f"HTTP {self.status}: " if self.status else ""
+        kind = f"[{self.error_type}] " if self.error_type else ""
+        return f"{prefix}{kind}{self.message}"
+
+
+class APIError(ProviderError):
+    """A non-2xx answer or an error event inside the stream."""
+
+    def __init__(self, message: str, *, status: int | None = None, error_type: str | None = None,
+                 retry_after: float | None = None) -> None:
+        super().__init__(message, status=status, error_type=error_type, retry_after=retry_after)
+        transient_status = status in (408, 409, 429, 500, 502, 503, 504, 529)
+        transient_type = error_type in ("overloaded_error", "rate_limit_error", "api_error")
+        self.retryable = bool(transient_status or transient_type)
+
+
+class ContextTooLongError(APIError):
+    """The request was rejected for its length. Counts are parsed when the message gives them."""
+
+    def __init__(self, message: str, *, status: int | None = None, error_type: str | None = None,
+                 actual_tokens: int | None = None, limit_tokens: int | None = None) -> None:
+        super().__init__(message, status=status, error_type=error_type)
+        self.retryable = False
+        self.actual_tokens = actual_tokens
+        self.limit_tokens = limit_tokens
+
+    @property
+    def gap_tokens(self) -> int | None:
+        if self.actual_tokens is None or self.limit_tokens is None:
+            return None
+        return max(0, self.actual_tokens - self.limit_tokens)
+
+
+class StreamCutError(ProviderError):
+    """The stream ended without a stop reason / [DONE], or stalled past the read timeout."""
+
+    retryable = True
+
+
+class ConnectError(ProviderError):
+    """Could not reach the server (connect error or connect timeout)."""
+
+    retryable = True
+
+
+class Provider(Protocol):
+    """One wire protocol. ``stream`` performs exactly one HTTP request."""
+
+    name: str
+    model: str
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]: ...
+
+    async def aclose(self) -> None: ...
