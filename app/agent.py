@@ -1,0 +1,363 @@
+"""The agent loop: model call, tool calls, repeat; every step through the context engine."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Awaitable, Callable, Literal
+
+from app.context.engine import ContextEngine
+from app.context.prices import Price
+from app.events import (
+    AssistantMessageEvent,
+    CompactionEvent,
+    ContextEvent,
+    ErrorEvent,
+    Event,
+    NoticeEvent,
+    ResultEvent,
+    RetryEvent,
+    StateEvent,
+    TextDeltaEvent,
+    ThinkingDeltaEvent,
+    ToolResultEvent,
+    ToolStartEvent,
+    UserMessageEvent,
+)
+from app.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from app.providers.base import (
+    Completed,
+    ContextTooLongError,
+    ModelRequest,
+    Provider,
+    ProviderError,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallStart,
+)
+from app.tools.base import ToolContext
+from app.tools.registry import ToolRegistry
+from app.usage import Usage
+
+Approval = Literal["yes", "always", "no"]
+Approver = Callable[[ToolUseBlock], Awaitable[Approval]]
+
+INTERRUPTED_RESULT = "Interrupted by the user before this tool finished. Ask the user before running it again."
+
+
+def retry_delay(attempt: int, retry_after: float | None, base: float, cap: float = 30.0,
+                rng: random.Random | None = None) -> float:
+    """Exponential backoff with full jitter; the server's Retry-After wins when given."""
+    if retry_after is not None:
+        return min(max(0.0, retry_after), 120.0)
+    if base <= 0:
+        return 0.0
+    ceiling = min(cap, base * (2 ** (attempt - 1)))
+    return (rng or random).uniform(ceiling / 2, ceiling)
+
+
+def summarize_args(name: str, args: dict) -> str:
+    """One short line for the UI: the argument that says most."""
+    for key in ("command", "path", "pattern"):
+        if key in args and isinstance(args[key], str):
+            value = args[key].replace("\n", " ")
+            return value if len(value) <= 80 else value[:77] + "…"
+    text = json.dumps(args, ensure_ascii=False)
+    return text if len(text) <= 80 else text[:77] + "…"
+
+
+@dataclass
+class AgentOptions:
+    max_steps: int = 50
+    max_tokens: int = 16_000
+    auto_approve: bool = False  # --yes
+    max_retries: int = 4
+    retry_base_delay: float = 1.0
+
+
+@dataclass
+class Agent:
+    provider: Provider
+    registry: ToolRegistry
+    engine: ContextEngine
+    tool_context: ToolContext
+    options: AgentOptions = field(default_factory=AgentOptions)
+    price: Price | None = None
+    session_id: str = ""
+    provider_label: str = ""
+    transcript: object | None = None
+    emit_host: Callable[[Event], None] = lambda _e: None
+    approver: Approver | None = None
+    restored: list[Event] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.engine.emit = self._emit
+        self.tool_context.result_in_context = self.engine.result_in_context
+        self._always_allowed: set[str] = set()
+        self.step = 0
+
+    # ---- host-facing surface ----
+
+    @property
+    def emit(self) -> Callable[[Event], None]:
+        return self.emit_host
+
+    @emit.setter
+    def emit(self, fn: Callable[[Event], None]) -> None:
+        self.emit_host = fn
+
+    @property
+    def model(self) -> str:
+        return self.provider.model
+
+    @property
+    def workspace(self) -> Path:
+        return self.tool_context.workspace
+
+    @property
+    def max_steps(self) -> int:
+        return self.options.max_steps
+
+    @property
+    def is_demo(self) -> bool:
+        return self.provider.name == "demo"
+
+    @property
+    def history(self) -> list[Message]:
+        return self.engine.history
+
+    def context_event(self) -> ContextEvent:
+        return self.engine.context_event()
+
+    def restored_events(self) -> list[Event]:
+        return list(self.restored)
+
+    def _emit(self, event: Event) -> None:
+        if self.transcript is not None and not isinstance(event, (TextDeltaEvent, ThinkingDeltaEvent)):
+            self.transcript.append_event(event)  # type: ignore[attr-defined]
+        self.emit_host(event)
+
+    def _state(self, state: str, detail: str = "") -> None:
+        self._emit(StateEvent(state=state, step=self.step, max_steps=self.options.max_steps, detail=detail))  # type: ignore[arg-type]
+
+    # ---- engine operations bound to keys ----
+
+    async def compact(self, focus: str | None = None) -> CompactionEvent:
+        self._state("compacting")
+        try:
+            return await self.engine.compact(self._summarize, "manual", focus)
+        finally:
+            self._end_turn()
+            self._state("idle")
+
+    def reset(self) -> None:
+        self.engine.reset()
+        self.step = 0
+        self._end_turn()
+
+    # ---- the loop ----
+
+    async def run_turn(self, user_text: str) -> ResultEvent:
+        self.engine.append_user_text(user_text)
+        self._emit(UserMessageEvent(text=user_text))
+        self.engine.emit_context()
+        self.step = 0
+        overflow_retries = 0
+        final_text = ""
+        try:
+            while True:
+                if self.step >= self.options.max_steps:
+                    return self._finish("max_steps", final_text or
+                                        f"step limit reached ({self.options.max_steps} steps): stopped before finishing")
+                self.step += 1
+                await self.engine.before_request(self._summarize)
+                request = self.engine.build_request(self.options.max_tokens)
+                self._state("streaming")
+                try:
+                    completed = await self._call_model(request, stream_to_ui=True)
+                except ContextTooLongError as err:
+                    overflow_retries += 1
+                    if overflow_retries > 3 or not self.engine.recover_overflow(err):
+                        return self._error(f"prompt too long and recovery failed after {overflow_retries - 1} "
+                                           f"attempts: {err.message}")
+                    self.step -= 1  # the rejected request did no work
+                    continue
+                except ProviderError as err:
+                    return self._error(str(err))
+                overflow_retries = 0
+                message = completed.message
+                if not message.content:
+                    message = Message.assistant_text("")
+                self.engine.append(message)
+                self.engine.record_usage("main", completed.usage, self.price)
+                self.engine.note_model_call()
+                uses = message.tool_uses
+                self._emit(AssistantMessageEvent(text=message.text, tool_calls=len(uses)))
+                final_text = message.text or final_text
+                self.engine.emit_context()
+                if not uses:
+                    if completed.stop_reason == "max_tokens":
+                        self._emit(NoticeEvent(level="warning", text="the model hit its output limit (max_tokens)"))
+                    return self._finish("end_turn", message.text)
+                await self._run_tools(uses)
+        except asyncio.CancelledError:
+            self._repair_after_interrupt()
+            self._finish("interrupted", final_text)
+            raise
+
+    async def _run_tools(self, uses: list[ToolUseBlock]) -> None:
+        results: list[ToolResultBlock] = []
+        self._pending_uses = uses
+        self._pending_results = results
+        for index, use in enumerate(uses, start=1):
+            self._state("tool", f"{use.name} ({index}/{len(uses)})")
+            self._emit(ToolStartEvent(id=use.id, name=use.name, input=use.input,
+                                      summary=summarize_args(use.name, use.input)))
+            started = time.perf_counter()
+            refusal = await self._approval_refusal(use)
+            if refusal is not None:
+                block = ToolResultBlock(tool_use_id=use.id, content=refusal, is_error=True)
+                original = kept = len(refusal)
+                truncated = False
+            else:
+                self.tool_context.call_id = use.id
+                run = await self.registry.run(use.name, use.input, self.tool_context)
+                block = ToolResultBlock(tool_use_id=use.id, content=run.content, is_error=run.is_error,
+                                        full_output_path=run.full_output_path)
+                pending = [Message(role="user", content=list(results))] if results else []
+                block = self.engine.fit_tool_result(block, use.name, pending)
+                original, truncated = run.original_chars, run.truncated or len(block.content) < len(run.content)
+                kept = len(block.content)
+            results.append(block)
+            self._emit(ToolResultEvent(
+                id=use.id, name=use.name, is_error=block.is_error, truncated=truncated,
+                original_chars=original, kept_chars=kept, full_output_path=block.full_output_path,
+                duration_ms=(time.perf_counter() - started) * 1000, content=block.content))
+        self.engine.append(Message(role="user", content=list(results)))
+        self._pending_uses = []
+        self._pending_results = []
+        self.engine.emit_context()
+
+    async def _approval_refusal(self, use: ToolUseBlock) -> str | None:
+        if not self.registry.is_mutating(use.name) or self.options.auto_approve or use.name in self._always_allowed:
+            return None
+        if self.approver is None:
+            return (f"{use.name} was refused: this session does not allow tools that change things. "
+                    "Use read_file and list_files to investigate, or tell the user to restart tidegauge with --yes.")
+        self._state("waiting_approval", use.name)
+        answer = await self.approver(use)
+        if answer == "always":
+            self._always_allowed.add(use.name)
+            return None
+        if answer == "yes":
+            return None
+        return f"The user declined this {use.name} call. Ask the user how to proceed or try another way."
+
+    def _repair_after_interrupt(self) -> None:
+        """Every tool call left without a result gets a synthetic one, so the next request is valid."""
+        uses = getattr(self, "_pending_uses", [])
+        results = getattr(self, "_pending_results", [])
+        if uses:
+            answered = {r.tool_use_id for r in results}
+            blocks = list(results) + [ToolResultBlock(tool_use_id=u.id, content=INTERRUPTED_RESULT, is_error=True)
+                                      for u in uses if u.id not in answered]
+            self.engine.append(Message(role="user", content=blocks))
+            self._pending_uses = []
+            self._pending_results = []
+        partial = getattr(self, "_partial_text", "")
+        if partial and self.engine.history and self.engine.history[-1].role == "user":
+            # Complete text without tool calls: keep it, marked, so the model knows it was cut.
+            self.engine.append(Message.assistant_text(partial + "\n\n[interrupted by the user]"))
+        self._partial_text = ""
+        self._emit(NoticeEvent(level="warning", text="interrupted by the user"))
+
+    def _finish(self, stop_reason: str, text: str) -> ResultEvent:
+        event = ResultEvent(stop_reason=stop_reason, text=text, steps=self.step)  # type: ignore[arg-type]
+        self._emit(event)
+        self._end_turn()
+        self._state("idle")
+        return event
+
+    def _error(self, message: str) -> ResultEvent:
+        self._emit(ErrorEvent(message=message))
+        return self._finish("error", message)
+
+    def _end_turn(self) -> None:
+        if self.transcript is not None:
+            self.transcript.end_turn()  # type: ignore[attr-defined]
+
+    # ---- model calls ----
+
+    async def _summarize(self, request: ModelRequest) -> tuple[Message, Usage]:
+        self._state("compacting")
+        completed = await self._call_model(request, stream_to_ui=False)
+        return completed.message, completed.usage
+
+    async def _call_model(self, request: ModelRequest, *, stream_to_ui: bool) -> Completed:
+        """One model call with retries for transient failures. Partial output never enters history."""
+        attempt = 0
+        while True:
+            attempt += 1
+            self._partial_text = ""
+            tool_started = False
+            try:
+                async for item in self.provider.stream(request):
+                    if isinstance(item, TextDelta):
+                        if stream_to_ui:
+                            if not tool_started:
+                                self._partial_text += item.text
+                            self._emit(TextDeltaEvent(text=item.text))
+                    elif isinstance(item, ThinkingDelta):
+                        if stream_to_ui:
+                            self._emit(ThinkingDeltaEvent(text=item.text))
+                    elif isinstance(item, ToolCallStart):
+                        # Text with a half-made tool call is not complete text: never keep it.
+                        tool_started = True
+                        self._partial_text = ""
+                    elif isinstance(item, Completed):
+                        self._partial_text = ""
+                        return item
+                raise ProviderError("the stream ended without a final message")
+            except ProviderError as err:
+                if tool_started:
+                    self._partial_text = ""
+                if self._partial_text:
+                    self._emit(NoticeEvent(level="warning", text="the partial reply above was discarded (the stream failed)"))
+                    self._partial_text = ""
+                if not err.retryable or attempt > self.options.max_retries:
+                    raise
+                delay = retry_delay(attempt, err.retry_after, self.options.retry_base_delay)
+                self._emit(RetryEvent(attempt=attempt, max_attempts=self.options.max_retries, delay_s=delay,
+                                      reason=str(err)))
+                self._state("retrying", f"attempt {attempt + 1} in {delay:.1f}s")
+                await asyncio.sleep(delay)
+
+    # ---- reports for /usage and /context ----
+
+    def usage_report(self) -> str:
+        ev = self.engine.context_event()
+        main = self.engine.ledger.totals("main")
+        comp = self.engine.ledger.totals("compact")
+        return (f"{len(self.history)} messages, context ~{ev.projected_tokens:,} tokens "
+                f"(auto-compact at {ev.thresholds.auto_compact_line:,}, window {ev.thresholds.window:,}); "
+                f"cumulative input {main.input + comp.input:,} (cached {main.cached + comp.cached:,}), "
+                f"output {main.output + comp.output:,}, ~${ev.cost_usd:.4f} "
+                f"(compaction ${ev.compact_cost_usd:.4f})")
+
+    def context_report(self) -> str:
+        ev = self.engine.context_event()
+        t = ev.thresholds
+        parts = ", ".join(f"{k} {v:,}" for k, v in ev.breakdown.items())
+        exact = f"{ev.exact_tokens:,}" if ev.exact_tokens is not None else "none yet"
+        return (f"context ~{ev.projected_tokens:,} tokens (exact {exact} + ~{ev.estimated_tokens:,} since); "
+                f"warning {t.warning_line:,}, auto-compact {t.auto_compact_line:,}, blocking {t.blocking_line:,}, "
+                f"window {t.window:,}; by part: {parts}")
+
+    async def aclose(self) -> None:
+        await self.provider.aclose()
+        if self.transcript is not None:
+            self.transcript.close()  # type: ignore[attr-defined]
