@@ -1,0 +1,490 @@
+"""Settings: CLI flags > environment (``TIDEGAUGE_*``) > ``config.toml`` > defaults.
+
+``load_settings`` is the one entry point for the CLI: any bad value, from
+whichever source, becomes a single ``ConfigError`` line naming the setting,
+what was wrong and where the value came from, never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import platformdirs
+from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+    TomlConfigSettingsSource,
+)
+
+from app.redact import PROVIDER_KEY_ENV_VARS, redact, register_env_var, register_secret
+
+APP_NAME = "tidegauge"
+ENV_PREFIX = "TIDEGAUGE_"
+CONFIG_DIR_ENV = "TIDEGAUGE_CONFIG_DIR"
+CONFIG_FILE_NAME = "config.toml"
+
+ProviderName = Literal["openai", "deepseek", "anthropic", "demo"]
+# Order of the automatic choice when no provider is configured.
+AUTO_PROVIDER_ORDER: tuple[str, ...] = ("anthropic", "openai", "deepseek")
+PROVIDER_KEY_ENV: dict[str, str] = {
+    "openai": "OPENAI_API_KEY",
+    "deepseek": "DEEPSEEK_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY",
+}
+PRICE_FIELDS = frozenset({"input", "cached_input", "cache_write", "output"})
+
+
+class ConfigError(Exception):
+    """A bad setting; ``str(err)`` is one line meant for the user."""
+
+
+def config_dir_path() -> Path:
+    """The user's config dir (``TIDEGAUGE_CONFIG_DIR`` overrides the platform default)."""
+    override = os.environ.get(CONFIG_DIR_ENV)
+    if override:
+        return Path(override).expanduser()
+    return Path(platformdirs.user_config_dir(APP_NAME))
+
+
+def config_file_path() -> Path:
+    return config_dir_path() / CONFIG_FILE_NAME
+
+
+def default_data_dir() -> Path:
+    return Path(platformdirs.user_data_dir(APP_NAME))
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        case_sensitive=False,
+        extra="forbid",
+        env_ignore_empty=True,
+    )
+
+    # None = automatic: see resolve_provider.
+    provider: ProviderName | None = None
+    model: str | None = None
+    base_url: str | None = None
+    # Name of the environment variable that holds the API key.
+    api_key_env: str | None = None
+    max_output: int = Field(40_000, ge=0)  # 0 disables truncation
+    max_steps: int = Field(50, ge=1)
+    budget: int = Field(150_000, ge=0)  # 0 = no budget cap
+    window: int | None = Field(None, ge=1000)
+    compact_max_output: int = Field(8_000, ge=1)
+    max_tokens: int = Field(16_000, ge=1)
+    yes: bool = False
+    allow_outside: bool = False
+    demo_speed: float = Field(40.0, ge=0)  # tokens per second, 0 = no delay
+    timeout_connect: float = Field(10, gt=0)
+    timeout_read: float = Field(120, gt=0)
+    max_retries: int = Field(4, ge=0)
+    # model-prefix -> {input, cached_input, cache_write, output} in USD per million tokens
+    prices: dict[str, dict[str, float]] = Field(default_factory=dict)
+    data_dir: Path = Field(default_factory=default_data_dir)
+    # Keys saved by save_api_key ([api_keys] in config.toml); environment variables win.
+    api_keys: dict[str, SecretStr] = Field(default_factory=dict)
+
+    _config_dir: Path = PrivateAttr(default_factory=config_dir_path)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml_settings = TomlConfigSettingsSource(settings_cls, toml_file=config_file_path())
+        return (init_settings, env_settings, toml_settings)
+
+    @field_validator("data_dir", mode="before")
+    @classmethod
+    def _data_dir_default(cls, value: Any) -> Any:
+        if value is None or value == "":
+            return default_data_dir()
+        if isinstance(value, (str, Path)):
+            return Path(value).expanduser()
+        return value
+
+    @field_validator("prices")
+    @classmethod
+    def _known_price_fields(cls, value: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+        for prefix, table in value.items():
+            unknown = sorted(set(table) - PRICE_FIELDS)
+            if unknown:
+                raise ValueError(
+                    f"{prefix}: unknown price {unknown[0]!r} (expected {', '.join(sorted(PRICE_FIELDS))})"
+                )
+            for name, price in table.items():
+                if price < 0:
+                    raise ValueError(f"{prefix}.{name}: must be >= 0 (got {price})")
+        return value
+
+    @field_validator("api_keys")
+    @classmethod
+    def _known_key_providers(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        for provider, key in value.items():
+            register_secret(key.get_secret_value())
+            if provider not in PROVIDER_KEY_ENV:
+                raise ValueError(f"unknown provider {provider!r} (expected {', '.join(PROVIDER_KEY_ENV)})")
+        return value
+
+    @property
+    def config_dir(self) -> Path:
+        """The directory whose config.toml was read (and where save_api_key writes)."""
+        return self._config_dir
+
+    @property
+    def config_file(self) -> Path:
+        return self._config_dir / CONFIG_FILE_NAME
+
+
+# ---------------------------------------------------------------- loading
+
+def load_settings(overrides: dict[str, Any] | None = None) -> Settings:
+    """Settings from CLI overrides (None values dropped), env, config.toml, defaults.
+
+    Raises ConfigError with one line, e.g.
+    ``config: max_steps: must be >= 1 (got 0) [from --max-steps]``.
+    """
+    cli = {k: v for k, v in (overrides or {}).items() if v is not None}
+    path = config_file_path()
+    toml_data = _read_toml(path)
+    try:
+        return Settings(**cli)
+    except ValidationError as err:
+        raise ConfigError(_describe_validation_error(err, cli, toml_data, path)) from None
+    except tomllib.TOMLDecodeError as err:  # the file changed between our read and theirs
+        raise ConfigError(_describe_toml_error(path, err)) from None
+    except SettingsError as err:
+        raise ConfigError(redact(f"config: {_describe_settings_error(err)}")) from None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return {}
+    except OSError as err:
+        raise ConfigError(f"config: {path}: cannot read ({err.strerror or err})") from None
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"config: {path}: invalid TOML (not UTF-8 text)") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(_describe_toml_error(path, err)) from None
+
+
+def _describe_toml_error(path: Path, err: tomllib.TOMLDecodeError) -> str:
+    message = str(err)
+    match = re.search(r"\(at line (\d+), column \d+\)", message)
+    reason = re.sub(r"\s*\(at (line \d+, column \d+|end of document)\)", "", message).strip()
+    if match:
+        where = f" at line {match.group(1)}"
+    elif "end of document" in message:
+        where = " at the end of the file"
+    else:
+        where = ""
+    detail = f" ({reason[0].lower()}{reason[1:]})" if reason else ""
+    return redact(f"config: {path}: invalid TOML{where}{detail}")
+
+
+def _describe_settings_error(err: SettingsError) -> str:
+    # e.g. 'error parsing value for field "prices" from source "EnvSettingsSource"'
+    match = re.search(r'field "([^"]+)" from source "(\w+)"', str(err))
+    if match and match.group(2) == "EnvSettingsSource":
+        name = match.group(1)
+        return f"{name}: not valid JSON [from {ENV_PREFIX}{name.upper()}]"
+    return str(err).splitlines()[0] if str(err) else "invalid settings"
+
+
+def _describe_validation_error(
+    err: ValidationError, cli: dict[str, Any], toml_data: dict[str, Any], path: Path
+) -> str:
+    parts: list[str] = []
+    for error in err.errors():
+        loc = [str(p) for p in error.get("loc", ())]
+        field = loc[0] if loc else "?"
+        name = ".".join(loc) if loc else "?"
+        if field == "api_keys":  # never echo a key back, even a malformed one
+            got = ""
+        else:
+            got = _got(error)
+        problem = _problem(error)
+        source = _source_of(field, cli, toml_data, path)
+        parts.append(f"{name}: {problem}{got} [from {source}]")
+    return redact("config: " + "; ".join(parts))
+
+
+def _problem(error: Any) -> str:
+    kind = error.get("type", "")
+    ctx = error.get("ctx") or {}
+    if kind == "greater_than_equal":
+        return f"must be >= {ctx.get('ge')}"
+    if kind == "greater_than":
+        return f"must be > {ctx.get('gt')}"
+    if kind == "less_than_equal":
+        return f"must be <= {ctx.get('le')}"
+    if kind == "less_than":
+        return f"must be < {ctx.get('lt')}"
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected')}"
+    if kind in ("int_parsing", "int_type", "int_from_float"):
+        return "must be a whole number"
+    if kind in ("float_parsing", "float_type"):
+        return "must be a number"
+    if kind in ("bool_parsing", "bool_type"):
+        return "must be true or false"
+    if kind == "string_type":
+        return "must be a string"
+    if kind in ("dict_type", "model_type"):
+        return "must be a table"
+    if kind == "extra_forbidden":
+        return "unknown setting"
+    if kind == "value_error":
+        message = str(error.get("msg", ""))
+        return message.removeprefix("Value error, ")
+    message = str(error.get("msg", "invalid value"))
+    return message[:1].lower() + message[1:]
+
+
+def _got(error: Any) -> str:
+    if error.get("type") in ("extra_forbidden", "value_error", "missing"):
+        return ""
+    value = error.get("input")
+    if isinstance(value, (dict, list)):
+        return ""
+    shown = repr(value)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    return f" (got {shown})"
+
+
+def _source_of(field: str, cli: dict[str, Any], toml_data: dict[str, Any], path: Path) -> str:
+    if field in cli:
+        return "--" + field.replace("_", "-")
+    env_name = ENV_PREFIX + field.upper()
+    if any(k.upper() == env_name and v for k, v in os.environ.items()):
+        return env_name
+    if field in toml_data:
+        return str(path)
+    return "default"
+
+
+# ---------------------------------------------------------------- providers and keys
+
+def resolve_provider(settings: Settings) -> str:
+    """The configured provider, else the first of anthropic/openai/deepseek with a key, else demo.
+
+    Keys in the environment are looked at first, then keys saved in config.toml.
+    """
+    if settings.provider is not None:
+        return settings.provider
+    for provider in AUTO_PROVIDER_ORDER:
+        if os.environ.get(PROVIDER_KEY_ENV[provider]):
+            return provider
+    for provider in AUTO_PROVIDER_ORDER:
+        saved = settings.api_keys.get(provider)
+        if saved is not None and saved.get_secret_value():
+            return provider
+    return "demo"
+
+
+def key_env_name(settings: Settings, provider: str) -> str | None:
+    """The environment variable the key for ``provider`` is read from (None for demo)."""
+    if provider == "demo":
+        return None
+    if settings.api_key_env:
+        return settings.api_key_env
+    return PROVIDER_KEY_ENV.get(provider)
+
+
+def api_key_for(settings: Settings, provider: str) -> str | None:
+    """The API key for ``provider``: ``api_key_env``'s variable, else the standard one, else config.toml.
+
+    The key found is registered for redaction. None for demo or when there is no key.
+    """
+    if provider == "demo":
+        return None
+    if settings.api_key_env:
+        register_env_var(settings.api_key_env)
+        key = os.environ.get(settings.api_key_env) or None
+    else:
+        env_name = PROVIDER_KEY_ENV.get(provider)
+        key = os.environ.get(env_name) if env_name else None
+        if not key:
+            saved = settings.api_keys.get(provider)
+            key = saved.get_secret_value() if saved is not None else None
+    key = key.strip() if key else None
+    if key:
+        register_secret(key)
+    return key or None
+
+
+def provider_key_env_names(settings: Settings | None = None) -> set[str]:
+    """Environment variables that hold provider keys: stripped from run_bash's environment."""
+    names = set(PROVIDER_KEY_ENV.values())
+    if settings is not None and settings.api_key_env:
+        names.add(settings.api_key_env)
+    return names
+
+
+def save_api_key(settings: Settings, provider: str, key: str) -> Path:
+    """Store ``key`` under ``[api_keys]`` in config.toml (file 0600, dir 0700); returns the path.
+
+    Other content of the file is kept (comments too, in the usual case).
+    """
+    if provider not in PROVIDER_KEY_ENV:
+        raise ConfigError(f"config: cannot save a key for provider {provider!r}")
+    key = key.strip()
+    if not key:
+        raise ConfigError("config: refusing to save an empty API key")
+    register_secret(key)
+    directory = settings.config_dir
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(directory, 0o700)
+    path = directory / CONFIG_FILE_NAME
+    try:
+        old_text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        old_text = ""
+    new_text = _with_table_key(old_text, "api_keys", provider, key)
+    if not _has_value(new_text, "api_keys", provider, key):
+        try:
+            data = tomllib.loads(old_text)
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(_describe_toml_error(path, err)) from None
+        table = data.setdefault("api_keys", {})
+        if not isinstance(table, dict):
+            raise ConfigError(f"config: {path}: api_keys must be a table")
+        table[provider] = key
+        new_text = dump_toml(data)
+    _write_private(path, new_text)
+    return path
+
+
+def _has_value(text: str, table: str, key: str, value: str) -> bool:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return False
+    section = data.get(table)
+    return isinstance(section, dict) and section.get(key) == value
+
+
+def _with_table_key(text: str, table: str, key: str, value: str) -> str:
+    """Set ``key = value`` in ``[table]`` by editing lines, so comments survive."""
+    lines = text.splitlines(keepends=True)
+    new_line = f"{key} = {toml_string(value)}\n"
+    header = re.compile(rf"^\s*\[\s*{re.escape(table)}\s*\]\s*(#.*)?$")
+    key_line = re.compile(rf"""^\s*(?:{re.escape(key)}|"{re.escape(key)}"|'{re.escape(key)}')\s*=""")
+    for i, line in enumerate(lines):
+        if not header.match(line.rstrip("\r\n")):
+            continue
+        j = i + 1
+        while j < len(lines) and not lines[j].lstrip().startswith("["):
+            if key_line.match(lines[j]):
+                lines[j] = new_line
+                return "".join(lines)
+            j += 1
+        lines.insert(i + 1, new_line)
+        return "".join(lines)
+    if text and not text.endswith("\n"):
+        text += "\n"
+    separator = "\n" if text else ""
+    return f"{text}{separator}[{table}]\n{new_line}"
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Atomically replace ``path`` with a file only the user can read."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.unlink()
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        data = text.encode("utf-8")
+        while data:
+            written = os.write(fd, data)
+            data = data[written:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------- a small TOML writer
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def toml_string(value: str) -> str:
+    out = ['"']
+    for ch in value:
+        if ch == '"':
+            out.append('\\"')
+        elif ch == "\\":
+            out.append("\\\\")
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def _toml_key(key: str) -> str:
+    return key if _BARE_KEY.match(key) else toml_string(key)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return toml_string(value)
+    if isinstance(value, Path):
+        return toml_string(str(value))
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + "}"
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return toml_string(str(value))
+
+
+def dump_toml(data: dict[str, Any]) -> str:
+    """Serialise the plain data tomllib produces (comments are not kept)."""
+    lines: list[str] = []
+    _dump_table(data, (), lines)
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def _dump_table(data: dict[str, Any], prefix: tuple[str, ...], lines: list[str]) -> None:
+    scalars = {k: v for k, v in data.items() if not isinstance(v, dict)}
+    tables = {k: v for k, v in data.items() if isinstance(v, dict)}
+    if prefix and (scalars or not tables):
+        lines.append("")
+        lines.append("[" + ".".join(_toml_key(p) for p in prefix) + "]")
+    for key, value in scalars.items():
+        lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
+    for key, value in tables.items():
+        _dump_table(value, prefix + (key,), lines)

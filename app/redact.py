@@ -1,0 +1,124 @@
+"""Secret redaction: API keys never reach disk, logs or the screen.
+
+One process-wide registry of secret strings. The values of the provider
+key environment variables are registered automatically (checked on every
+call, so a key exported after import is still caught); anything else
+(a key from the config file, a ``--api-key-env`` variable) is registered
+by whoever reads it, see ``app.config.api_key_for``.
+
+``redact`` uses one compiled alternation, rebuilt only when the set
+changes, and returns its input untouched when no secret is registered.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from typing import Any
+
+REDACTED = "[REDACTED]"
+# Shorter values are not treated as secrets: redacting "abc" everywhere
+# would mangle ordinary text and a real API key is never that short.
+MIN_SECRET_LENGTH = 8
+# Kept here (not imported from app.config) so redaction has no dependencies.
+PROVIDER_KEY_ENV_VARS: tuple[str, ...] = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "DEEPSEEK_API_KEY")
+
+_lock = threading.Lock()
+_secrets: set[str] = set()
+_pattern: re.Pattern[str] | None = None
+_env_snapshot: tuple[str | None, ...] | None = None
+_extra_env_vars: set[str] = set()
+
+
+def _rebuild() -> None:
+    global _pattern
+    if not _secrets:
+        _pattern = None
+        return
+    # Longest first so a secret that contains another is replaced whole.
+    ordered = sorted(_secrets, key=lambda s: (-len(s), s))
+    _pattern = re.compile("|".join(re.escape(s) for s in ordered))
+
+
+def register_secret(value: str | None) -> bool:
+    """Add a secret; returns True when it was new. Short or empty values are ignored."""
+    if not value:
+        return False
+    value = value.strip()
+    if len(value) < MIN_SECRET_LENGTH:
+        return False
+    with _lock:
+        if value in _secrets:
+            return False
+        _secrets.add(value)
+        _rebuild()
+    return True
+
+
+def register_env_var(name: str) -> None:
+    """Watch one more environment variable (e.g. the one named by ``--api-key-env``)."""
+    global _env_snapshot
+    with _lock:
+        _extra_env_vars.add(name)
+        _env_snapshot = None  # force a re-read
+    _refresh_from_env()
+
+
+def clear_secrets() -> None:
+    """Forget every secret (tests). Environment keys come back on the next call."""
+    global _env_snapshot
+    with _lock:
+        _secrets.clear()
+        _env_snapshot = None
+        _rebuild()
+
+
+def secret_count() -> int:
+    _refresh_from_env()
+    return len(_secrets)
+
+
+def _refresh_from_env() -> None:
+    """Register the key env vars' values if they changed since the last look (cheap)."""
+    global _env_snapshot
+    names = PROVIDER_KEY_ENV_VARS + tuple(sorted(_extra_env_vars))
+    snapshot = tuple(os.environ.get(n) for n in names)
+    if snapshot == _env_snapshot:
+        return
+    for value in snapshot:
+        register_secret(value)
+    _env_snapshot = snapshot
+
+
+def redact(text: str) -> str:
+    """``text`` with every registered secret replaced by ``[REDACTED]``."""
+    _refresh_from_env()
+    pattern = _pattern
+    if pattern is None or not text:
+        return text
+    return pattern.sub(REDACTED, text)
+
+
+def redact_obj(obj: Any) -> Any:
+    """Redact every string inside dicts, lists and tuples (keys too); other values pass through."""
+    _refresh_from_env()
+    pattern = _pattern
+    if pattern is None:
+        return obj
+    return _redact_obj(obj, pattern)
+
+
+def _redact_obj(obj: Any, pattern: re.Pattern[str]) -> Any:
+    if isinstance(obj, str):
+        return pattern.sub(REDACTED, obj) if obj else obj
+    if isinstance(obj, dict):
+        return {_redact_obj(k, pattern): _redact_obj(v, pattern) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_redact_obj(v, pattern) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_redact_obj(v, pattern) for v in obj)
+    return obj
+
+
+_refresh_from_env()
