@@ -1,0 +1,121 @@
+"""The context lines: one function computes them, the engine triggers on them
+and the gauge draws exactly the same figures.
+
+For a 200,000-token window and a 20,000-token compaction output this gives
+warning 147,000, auto-compact 167,000, blocking 177,000 (seed 001).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from app.events import ThresholdsModel
+
+Level = Literal["ok", "warning", "compact", "blocking"]
+
+MAX_SUMMARY_RESERVE = 20_000  # output room kept for the compaction call
+AUTO_COMPACT_BUFFER = 13_000
+WARNING_BUFFER = 20_000
+BLOCKING_BUFFER = 3_000
+DEFAULT_WINDOW = 128_000
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    window: int
+    reserve: int
+    effective_window: int
+    auto_compact_line: int
+    warning_line: int
+    blocking_line: int
+
+    def to_model(self) -> ThresholdsModel:
+        return ThresholdsModel(
+            window=self.window,
+            reserve=self.reserve,
+            effective_window=self.effective_window,
+            auto_compact_line=self.auto_compact_line,
+            warning_line=self.warning_line,
+            blocking_line=self.blocking_line,
+        )
+
+
+def compute_thresholds(window: int, budget: int, compact_max_output: int) -> Thresholds:
+    """The lines for a context ``window``.
+
+    ``budget`` > 0 caps the auto-compact line (0 turns budget-based compaction
+    off, leaving only the window-based line). The fixed buffers (13K, 3K) are
+    scaled down for very small windows (below ~52K effective) so the lines
+    stay positive and ordered: warning <= auto-compact <= blocking <= effective.
+    """
+    window = max(1, int(window))
+    reserve = max(0, min(int(compact_max_output), MAX_SUMMARY_RESERVE, window // 2))
+    effective = window - reserve
+    auto = effective - min(AUTO_COMPACT_BUFFER, effective // 4)
+    if budget > 0:
+        auto = min(int(budget), auto)
+    auto = max(1, auto)
+    warning = max(1, auto - min(WARNING_BUFFER, auto // 4))
+    blocking = effective - min(BLOCKING_BUFFER, effective // 10)
+    return Thresholds(
+        window=window,
+        reserve=reserve,
+        effective_window=effective,
+        auto_compact_line=auto,
+        warning_line=warning,
+        blocking_line=blocking,
+    )
+
+
+def level(projected: int, t: Thresholds) -> Level:
+    """Which line the projected request has reached.
+
+    Reaching the warning or auto-compact line counts; blocking means strictly
+    above the blocking line (such a request is never sent).
+    """
+    if projected > t.blocking_line:
+        return "blocking"
+    if projected >= t.auto_compact_line:
+        return "compact"
+    if projected >= t.warning_line:
+        return "warning"
+    return "ok"
+
+
+# Context windows by model-name prefix (the longest matching prefix wins).
+# Overridable per run with --window; unknown models get DEFAULT_WINDOW.
+MODEL_WINDOWS: dict[str, int] = {
+    # Anthropic
+    "claude-": 200_000,
+    # OpenAI
+    "gpt-5": 400_000,
+    "gpt-4.1": 1_047_576,
+    "gpt-4o": 128_000,
+    "gpt-4-turbo": 128_000,
+    "gpt-4": 8_192,
+    "gpt-3.5-turbo": 16_385,
+    "o1-mini": 128_000,
+    "o1": 200_000,
+    "o3": 200_000,
+    "o4-mini": 200_000,
+    # DeepSeek (the classic API names; newer models may be larger: use --window)
+    "deepseek-chat": 128_000,
+    "deepseek-reasoner": 128_000,
+    "deepseek-": 128_000,
+    # Google
+    "gemini-1.5-pro": 2_097_152,
+    "gemini-1.5-flash": 1_048_576,
+    "gemini-2": 1_048_576,
+}
+
+
+def context_window_for(model: str, table: dict[str, int] | None = None) -> int:
+    """Window of ``model`` by longest prefix; a router prefix ("openai/...") is ignored."""
+    table = MODEL_WINDOWS if table is None else table
+    name = model.strip().lower().rsplit("/", 1)[-1]
+    best = ""
+    for prefix in table:
+        if name.startswith(prefix) and len(prefix) > len(best):
+            best = prefix
+    return table[best] if best else DEFAULT_WINDOW

