@@ -1,0 +1,264 @@
+"""How big is the context now, and how big will the next request be.
+
+The exact figure is the last call's usage (total input incl. cache + output);
+the projection adds a tiktoken estimate of what was appended since. Each
+message is estimated once (cached on the message) and sums are kept
+incrementally, so every call costs O(new messages), not O(history).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from app.messages import Message, ToolResultBlock, ToolSpec
+from app.usage import Usage
+
+from app.context import tokens as _tokens
+
+BREAKDOWN_KEYS = ("system", "memory", "tools", "user", "assistant", "tool_results")
+
+
+@dataclass(frozen=True)
+class Projection:
+    exact_tokens: int | None  # last figure from usage; None when there is none
+    estimated_tokens: int  # estimate of what the exact figure does not cover
+    projected_tokens: int  # what the next request will weigh: this decides
+
+
+class _RunningSums:
+    """Sums over a growing history, extended by the messages appended since.
+
+    It recognises "the same history, grown" by the identity of the list and of
+    its first and last summed messages; anything else (a new list from
+    compaction, pruning or a drop) is re-summed. ``invalidate`` forces it.
+    """
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.length = 0
+        self.source: Sequence[Message] | None = None
+        self.first: Message | None = None
+        self.last: Message | None = None
+        self.total = 0
+        self.by_part = {"user": 0, "assistant": 0, "tool_results": 0}
+
+    def _matches(self, history: Sequence[Message]) -> bool:
+        if self.length == 0:
+            return True
+        return (history is self.source and len(history) >= self.length
+                and history[0] is self.first and history[self.length - 1] is self.last)
+
+    def update(self, history: Sequence[Message]) -> None:
+        if not self._matches(history):
+            self.clear()
+        for msg in history[self.length:]:
+            est = _tokens.estimate_message(msg)
+            self.total += est
+            if msg.role == "assistant":
+                self.by_part["assistant"] += est
+            elif not any(isinstance(b, ToolResultBlock) for b in msg.content):
+                self.by_part["user"] += est
+            else:
+                # Tool results plus maybe some text: count only the (short) text again.
+                text = sum(_tokens.estimate_block(b) for b in msg.content
+                           if not isinstance(b, ToolResultBlock))
+                text = min(text, est)
+                self.by_part["user"] += text
+                self.by_part["tool_results"] += est - text
+        self.length = len(history)
+        self.source = history
+        self.first = history[0] if history else None
+        self.last = history[-1] if history else None
+
+
+class _TextCount:
+    """One-entry memo for the system prompt / memory text."""
+
+    def __init__(self) -> None:
+        self.text: str | None = None
+        self.tokens = 0
+
+    def __call__(self, text: str) -> int:
+        if text is not self.text and text != self.text:
+            self.text = text
+            self.tokens = _tokens.count_tokens(text)
+        return self.tokens
+
+
+class ContextAccounting:
+    """The exact figure, the projection, the breakdown and the growth history."""
+
+    GROWTH_WINDOW = 5  # model calls averaged for "auto-compact in ~N turns"
+
+    def __init__(self) -> None:
+        self.exact_tokens: int | None = None
+        self.exact_history_len = 0
+        self.points: list[int] = []  # context size after each model call (the gauge's chart)
+        self._sums = _RunningSums()
+        self._system = _TextCount()
+        self._memory = _TextCount()
+
+    # ---- exact figure ----
+
+    def record_usage(self, usage: Usage, history_len: int) -> None:
+        """Record a call's usage; ``history_len`` is the history length the figure
+        covers (including the assistant message that call produced)."""
+        exact = usage.context_tokens
+        if exact is None:
+            self.exact_tokens = None
+            self.exact_history_len = 0
+        else:
+            self.exact_tokens = exact
+            self.exact_history_len = history_len
+
+    def invalidate(self) -> None:
+        """The history was replaced (compaction, pruning, drop): estimate afresh."""
+        self.exact_tokens = None
+        self.exact_history_len = 0
+        self._sums.clear()
+
+    def reset(self) -> None:
+        """A conversation reset: forget everything, growth history included."""
+        self.invalidate()
+        self.points.clear()
+
+    # ---- projection ----
+
+    def project(self, system: str, tools: Sequence[ToolSpec], history: Sequence[Message],
+                memory_text: str = "") -> Projection:
+        """The size of the next request.
+
+        ``memory_text`` is counted only when there is no exact figure; pass ""
+        when ``system`` already contains it.
+        """
+        if self.exact_tokens is not None and self.exact_history_len <= len(history):
+            since = _tokens.estimate_messages(history[self.exact_history_len:])
+            return Projection(self.exact_tokens, since, self.exact_tokens + since)
+        self._sums.update(history)
+        whole = (self._system(system) + self._memory(memory_text)
+                 + _tokens.estimate_tools(tools) + self._sums.total)
+        return Projection(None, whole, whole)
+
+    def breakdown(self, system: str, memory_text: str, tools: Sequence[ToolSpec],
+                  history: Sequence[Message]) -> dict[str, int]:
+        """Estimated tokens by part, for the dashboard (never sent to the model)."""
+        self._sums.update(history)
+        return {
+            "system": self._system(system),
+            "memory": self._memory(memory_text),
+            "tools": _tokens.estimate_tools(tools),
+            **self._sums.by_part,
+        }
+
+    # ---- growth ----
+
+    def record_point(self, projected: int) -> None:
+        """The context size after a model call (one point of the gauge's chart)."""
+        self.points.append(int(projected))
+
+    def growth_per_call(self) -> float | None:
+        """Average growth per model call since the last drop, over recent calls."""
+        pts = self.points
+        start = len(pts) - 1
+        # Walk back over the run of non-decreasing points (a drop is a compaction/prune).
+        while start > 0 and pts[start - 1] <= pts[start] and len(pts) - start <= self.GROWTH_WINDOW:
+            start -= 1
+        run = pts[start:]
+        if len(run) < 2:
+            return None
+        avg = (run[-1] - run[0]) / (len(run) - 1)
+        return avg if avg > 0 else None
+
+    def turns_to(self, line: int, projected: int) -> int | None:
+        """Model calls until ``projected`` reaches ``line`` at the recent growth rate."""
+        if projected >= line:
+            return 0
+        growth = self.growth_per_call()
+        if growth is None:
+            return None
+        return math.ceil((line - projected) / growth)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"exact_tokens": self.exact_tokens, "exact_history_len": self.exact_history_len,
+                "points": list(self.points)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ContextAccounting":
+        acc = cls()
+        acc.exact_tokens = data.get("exact_tokens")
+        acc.exact_history_len = int(data.get("exact_history_len") or 0)
+        acc.points = [int(p) for p in data.get("points", [])]
+        return acc
+
+
+# ---- the ledger: cumulative tokens and cost per agent ----
+
+@dataclass
+class AgentTotals:
+    calls: int = 0
+    input_tokens: int = 0  # all input, cache reads and writes included
+    cached_tokens: int = 0  # cache reads
+    cache_write_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    cost_known: bool = True  # False once any call had no price or no usage
+
+    def add(self, other: "AgentTotals") -> "AgentTotals":
+        return AgentTotals(
+            calls=self.calls + other.calls,
+            input_tokens=self.input_tokens + other.input_tokens,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cost_usd=self.cost_usd + other.cost_usd,
+            cost_known=self.cost_known and other.cost_known,
+        )
+
+
+@dataclass
+class Ledger:
+    """Cumulative usage by agent ("main", "compact"), kept across resets."""
+
+    agents: dict[str, AgentTotals] = field(default_factory=dict)
+
+    def add(self, agent: str, usage: Usage, cost: float | None) -> AgentTotals:
+        t = self.agents.setdefault(agent, AgentTotals())
+        t.calls += 1
+        if usage.known:
+            t.input_tokens += usage.total_input or 0
+            t.cached_tokens += usage.cache_read_tokens or 0
+            t.cache_write_tokens += usage.cache_write_tokens or 0
+            t.output_tokens += usage.output_tokens or 0
+        if cost is None:
+            t.cost_known = False
+        else:
+            t.cost_usd += cost
+        return t
+
+    def get(self, agent: str) -> AgentTotals:
+        return self.agents.get(agent, AgentTotals())
+
+    def total(self) -> AgentTotals:
+        out = AgentTotals()
+        for t in self.agents.values():
+            out = out.add(t)
+        return out
+
+    @property
+    def cost_usd(self) -> float:
+        return self.total().cost_usd
+
+    @property
+    def compact_cost_usd(self) -> float:
+        return self.get("compact").cost_usd
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: vars(t).copy() for name, t in self.agents.items()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Ledger":
+        return cls({name: AgentTotals(**vals) for name, vals in data.items()})
