@@ -1,0 +1,142 @@
+"""Micro-compaction: clear old tool results, keep every call/result pair.
+
+Lighter than a summary: the model still sees every decision and every tool
+call; only the bulky old outputs become a one-line stub naming the call and
+the file holding the full output. Nothing is mutated: changed messages are
+new objects, the others are shared with the input.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from app.messages import Message, ToolResultBlock, ToolUseBlock
+
+from app.context import tokens as _tokens
+
+CLEARED_PREFIX = "[Old tool result cleared to save context:"
+STUB_TEMPLATE = (CLEARED_PREFIX + " {call}. Full output: {path}. "
+                 "Call the tool again if you need it.]")
+
+
+@dataclass
+class PruneResult:
+    history: list[Message]
+    results_cleared: int
+    tokens_freed: int
+
+    @property
+    def changed(self) -> bool:
+        return self.results_cleared > 0
+
+
+def short_args(args: dict[str, Any], max_chars: int = 80) -> str:
+    """``path='a.py', offset=10``: a call's arguments on one short line."""
+    parts: list[str] = []
+    for key, value in args.items():
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False,
+                                                               default=str)
+        text = " ".join(str(text).split())
+        if len(text) > 40:
+            text = text[:37] + "..."
+        parts.append(f"{key}={text!r}" if isinstance(value, str) else f"{key}={text}")
+    line = ", ".join(parts)
+    return line if len(line) <= max_chars else line[: max_chars - 3] + "..."
+
+
+def is_cleared(block: ToolResultBlock) -> bool:
+    return block.content.startswith(CLEARED_PREFIX)
+
+
+def stub_for(block: ToolResultBlock, use: ToolUseBlock | None) -> str:
+    call = f"{use.name}({short_args(use.input)})" if use is not None else "unknown tool()"
+    return STUB_TEMPLATE.format(call=call, path=block.full_output_path or "not saved")
+
+
+def _uses_by_id(history: Sequence[Message]) -> dict[str, ToolUseBlock]:
+    return {u.id: u for m in history if m.role == "assistant" for u in m.tool_uses}
+
+
+def _result_positions(history: Sequence[Message]) -> list[tuple[int, int]]:
+    """(message index, block index) of every tool result, oldest first."""
+    return [(i, j) for i, m in enumerate(history) if m.role == "user"
+            for j, b in enumerate(m.content) if isinstance(b, ToolResultBlock)]
+
+
+def _block_tokens(block: ToolResultBlock) -> int:
+    return _tokens.count_tokens_cached(block.content)
+
+
+def _clear(history: Sequence[Message], positions: Sequence[tuple[int, int]]) -> PruneResult:
+    """Replace the results at ``positions`` (already-cleared ones are skipped)."""
+    uses = _uses_by_id(history)
+    by_message: dict[int, dict[int, ToolResultBlock]] = {}
+    freed = 0
+    cleared = 0
+    for i, j in positions:
+        block = history[i].content[j]
+        assert isinstance(block, ToolResultBlock)
+        if is_cleared(block):
+            continue
+        stub = stub_for(block, uses.get(block.tool_use_id))
+        saved = _block_tokens(block) - _tokens.count_tokens(stub)
+        if saved <= 0:  # a tiny result: the stub would not save anything
+            continue
+        by_message.setdefault(i, {})[j] = ToolResultBlock(
+            tool_use_id=block.tool_use_id, content=stub, is_error=block.is_error,
+            full_output_path=block.full_output_path)
+        freed += saved
+        cleared += 1
+    out = list(history)
+    for i, replacements in by_message.items():
+        msg = history[i]
+        out[i] = msg.copy_with([replacements.get(j, b) for j, b in enumerate(msg.content)])
+    return PruneResult(out, cleared, freed)
+
+
+def _noop(history: Sequence[Message]) -> PruneResult:
+    return PruneResult(list(history), 0, 0)
+
+
+def prune_by_time(history: Sequence[Message], minutes_since_last_assistant: float,
+                  threshold_min: float = 60, keep_latest: int = 5) -> PruneResult:
+    """After a long pause the provider's cache has expired anyway: clear all
+    tool results but the latest ``keep_latest``."""
+    if minutes_since_last_assistant <= threshold_min:
+        return _noop(history)
+    positions = _result_positions(history)
+    old = positions[: max(0, len(positions) - keep_latest)]
+    return _clear(history, old) if old else _noop(history)
+
+
+def prune_by_size(history: Sequence[Message], keep_tokens: int = 40_000,
+                  min_free: int = 20_000) -> PruneResult:
+    """Keep the newest ``keep_tokens`` of tool results, clear the older ones,
+    but only when that frees at least ``min_free`` tokens. The latest turn (the
+    last user message holding results) is never touched; its results count
+    toward what is kept."""
+    positions = _result_positions(history)
+    if not positions:
+        return _noop(history)
+    latest_turn = positions[-1][0]
+    kept = 0
+    to_clear: list[tuple[int, int]] = []
+    for i, j in reversed(positions):
+        block = history[i].content[j]
+        assert isinstance(block, ToolResultBlock)
+        tokens = _block_tokens(block)
+        if i == latest_turn:
+            kept += tokens
+            continue
+        if to_clear or kept + tokens > keep_tokens:
+            to_clear.append((i, j))  # everything older than the boundary goes
+        else:
+            kept += tokens
+    if not to_clear:
+        return _noop(history)
+    result = _clear(history, sorted(to_clear))
+    if result.tokens_freed < min_free:
+        return _noop(history)
+    return result
