@@ -1,0 +1,385 @@
+"""Anthropic Messages API over httpx, streaming (also DeepSeek's Anthropic-compatible endpoint).
+
+Same shape as the OpenAI provider: ``to_anthropic_messages`` for the wire
+format, ``AnthropicStreamAssembler`` (pure) for the events, and a thin
+``AnthropicProvider`` over httpx.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Iterable
+
+import httpx
+
+from app.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from app.providers.base import (
+    Completed,
+    ModelRequest,
+    ProviderError,
+    StreamCutError,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    ToolCallStart,
+    UsageUpdate,
+)
+from app.providers.openai import parse_tool_arguments
+from app.providers.sse import SSEEvent, decode_sse, error_from_payload, stream_sse_request
+from app.usage import Usage
+
+ANTHROPIC_VERSION = "2023-06-01"
+
+
+# ---- history -> wire ----
+
+def to_anthropic_messages(messages: list[Message], *, send_unsigned_thinking: bool = False) -> list[dict[str, Any]]:
+    """Messages API content: roles alternate (neighbours with one role are merged), tool
+    results open their user message, thinking goes back with its signature (unsigned
+    thinking is dropped unless the server wants it: Anthropic rejects it), empty text is dropped."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        blocks: list[dict[str, Any]] = []
+        for block in message.content:
+            if isinstance(block, TextBlock):
+                if block.text:
+                    blocks.append({"type": "text", "text": block.text})
+            elif isinstance(block, ThinkingBlock):
+                if message.role != "assistant" or not (block.signature or send_unsigned_thinking):
+                    continue
+                thinking: dict[str, Any] = {"type": "thinking", "thinking": block.thinking}
+                if block.signature:
+                    thinking["signature"] = block.signature
+                blocks.append(thinking)
+            elif isinstance(block, ToolUseBlock):
+                if message.role == "assistant":
+                    blocks.append({"type": "tool_use", "id": block.id, "name": block.name, "input": block.input})
+            elif isinstance(block, ToolResultBlock):
+                if message.role == "user":
+                    result: dict[str, Any] = {"type": "tool_result", "tool_use_id": block.tool_use_id,
+                                              "content": block.content}
+                    if block.is_error:
+                        result["is_error"] = True
+                    blocks.append(result)
+        if not blocks:
+            continue
+        if out and out[-1]["role"] == message.role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": message.role, "content": blocks})
+    for wire in out:
+        if wire["role"] == "user":
+            # tool_result blocks must come first (stable: results keep their order)
+            wire["content"].sort(key=lambda b: b["type"] != "tool_result")
+    return out
+
+
+# ---- wire -> events ----
+
+@dataclass
+class _Block:
+    kind: str  # text | thinking | tool_use | other
+    parts: list[str] = field(default_factory=list)
+    signature: str = ""
+    id: str = ""
+    name: str = ""
+    initial_input: dict[str, Any] = field(default_factory=dict)
+
+
+_USAGE_FIELDS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens")
+
+
+class AnthropicStreamAssembler:
+    """Decoded SSE events in, stream events out; ``finish()`` gives the Completed or raises.
+
+    Complete means ``message_stop`` arrived; anything less is a StreamCutError.
+    Usage in ``message_delta`` is cumulative: the last value of each field wins.
+    """
+
+    def __init__(self, *, secret: str | None = None) -> None:
+        self._secret = secret
+        self._blocks: dict[int, _Block] = {}
+        self._usage: dict[str, int] = {}
+        self._stop_reason: str | None = None
+        self._stopped = False
+        self._events_seen = 0
+
+    def feed(self, sse: SSEEvent) -> list[StreamEvent]:
+        self._events_seen += 1
+        if self._stopped:
+            return []
+        try:
+            payload = json.loads(sse.data)
+        except ValueError:
+            raise ProviderError(f"malformed stream event (not JSON): {sse.data[:200]!r}", error_type="bad_response")
+        if not isinstance(payload, dict):
+            raise ProviderError(f"malformed stream event: {sse.data[:200]!r}", error_type="bad_response")
+        kind = payload.get("type") if isinstance(payload.get("type"), str) else sse.event
+        if kind == "error" or sse.event == "error":
+            raise error_from_payload(payload, status=None, fallback="error inside the stream", secret=self._secret)
+        out: list[StreamEvent] = []
+        if kind == "message_start":
+            message = payload.get("message")
+            if isinstance(message, dict) and self._merge_usage(message.get("usage")):
+                out.append(UsageUpdate(self._current_usage()))
+        elif kind == "content_block_start":
+            self._block_start(payload, out)
+        elif kind == "content_block_delta":
+            self._block_delta(payload, out)
+        elif kind == "message_delta":
+            delta = payload.get("delta")
+            if isinstance(delta, dict) and isinstance(delta.get("stop_reason"), str):
+                self._stop_reason = delta["stop_reason"]
+            if self._merge_usage(payload.get("usage")):
+                out.append(UsageUpdate(self._current_usage()))
+        elif kind == "message_stop":
+            self._stopped = True
+        # ping, content_block_stop and unknown types change nothing
+        return out
+
+    def _index(self, payload: dict[str, Any]) -> int:
+        index = payload.get("index")
+        if not isinstance(index, int):
+            raise ProviderError(f"stream event without a block index: {payload.get('type')}", error_type="bad_response")
+        return index
+
+    def _block_start(self, payload: dict[str, Any], out: list[StreamEvent]) -> None:
+        index = self._index(payload)
+        if index in self._blocks:
+            raise ProviderError(f"content block {index} started twice", error_type="bad_response")
+        start = payload.get("content_block")
+        start = start if isinstance(start, dict) else {}
+        kind = start.get("type")
+        if kind == "text":
+            block = _Block("text")
+            text = start.get("text")
+            if isinstance(text, str) and text:
+                block.parts.append(text)
+                out.append(TextDelta(text))
+        elif kind == "thinking":
+            block = _Block("thinking")
+            thinking = start.get("thinking")
+            if isinstance(thinking, str) and thinking:
+                block.parts.append(thinking)
+                out.append(ThinkingDelta(thinking))
+            if isinstance(start.get("signature"), str):
+                block.signature = start["signature"]
+        elif kind == "tool_use":
+            call_id, name = start.get("id"), start.get("name")
+            if not (isinstance(call_id, str) and call_id and isinstance(name, str) and name):
+                raise ProviderError(f"tool_use block {index} without id or name", error_type="bad_response")
+            initial = start.get("input")
+            block = _Block("tool_use", id=call_id, name=name,
+                           initial_input=initial if isinstance(initial, dict) else {})
+            out.append(ToolCallStart(index=index, id=call_id, name=name))
+        else:
+            block = _Block("other")  # redacted_thinking, server tools: nothing we can send back
+        self._blocks[index] = block
+
+    def _block_delta(self, payload: dict[str, Any], out: list[StreamEvent]) -> None:
+        index = self._index(payload)
+        delta = payload.get("delta")
+        if not isinstance(delta, dict):
+            return
+        kind = delta.get("type")
+        block = self._blocks.get(index)
+        if block is None and kind in ("text_delta", "thinking_delta"):
+            # tolerate a server that skips content_block_start for plain text
+            block = self._blocks[index] = _Block("text" if kind == "text_delta" else "thinking")
+        if block is None:
+            if kind in ("input_json_delta", "signature_delta"):
+                raise ProviderError(f"{kind} for block {index}, which never started", error_type="bad_response")
+            return
+        expected = {"text_delta": "text", "thinking_delta": "thinking",
+                    "signature_delta": "thinking", "input_json_delta": "tool_use"}.get(kind)
+        if expected is None:
+            return  # citations_delta and future delta types
+        if block.kind != expected:
+            raise ProviderError(f"{kind} for a {block.kind} block ({index})", error_type="bad_response")
+        if kind == "text_delta":
+            text = delta.get("text")
+            if isinstance(text, str) and text:
+                block.parts.append(text)
+                out.append(TextDelta(text))
+        elif kind == "thinking_delta":
+            text = delta.get("thinking")
+            if isinstance(text, str) and text:
+                block.parts.append(text)
+                out.append(ThinkingDelta(text))
+        elif kind == "signature_delta":
+            if isinstance(delta.get("signature"), str):
+                block.signature += delta["signature"]
+        else:
+            partial = delta.get("partial_json")
+            if isinstance(partial, str) and partial:
+                block.parts.append(partial)
+                out.append(ToolCallDelta(index=index, partial_json=partial))
+
+    def _merge_usage(self, raw: Any) -> bool:
+        if not isinstance(raw, dict):
+            return False
+        changed = False
+        for name in _USAGE_FIELDS:
+            value = raw.get(name)
+            if isinstance(value, int):
+                self._usage[name] = value
+                changed = True
+        return changed
+
+    def _current_usage(self) -> Usage:
+        if "input_tokens" not in self._usage and "output_tokens" not in self._usage:
+            return Usage()
+        has_input = "input_tokens" in self._usage
+        return Usage(
+            input_tokens=self._usage.get("input_tokens"),
+            cache_read_tokens=self._usage.get("cache_read_input_tokens", 0) if has_input else None,
+            cache_write_tokens=self._usage.get("cache_creation_input_tokens", 0) if has_input else None,
+            output_tokens=self._usage.get("output_tokens"),
+        )
+
+    def finish(self) -> Completed:
+        if not self._stopped:
+            if self._events_seen == 0:
+                raise StreamCutError("empty response: the server sent no events")
+            raise StreamCutError("stream cut: it ended without message_stop")
+        content: list[Any] = []
+        for index in sorted(self._blocks):
+            block = self._blocks[index]
+            joined = "".join(block.parts)
+            if block.kind == "text" and joined:
+                content.append(TextBlock(text=joined))
+            elif block.kind == "thinking" and (joined or block.signature):
+                content.append(ThinkingBlock(thinking=joined, signature=block.signature or None))
+            elif block.kind == "tool_use":
+                tool_input = parse_tool_arguments(joined) if block.parts else block.initial_input
+                content.append(ToolUseBlock(id=block.id, name=block.name, input=tool_input))
+        has_tools = any(isinstance(b, ToolUseBlock) for b in content)
+        stop_reason = self._stop_reason or ("tool_use" if has_tools else "end_turn")
+        return Completed(
+            message=Message(role="assistant", content=content),
+            usage=self._current_usage(),
+            stop_reason=stop_reason,
+        )
+
+
+def assemble_anthropic_stream(chunks: Iterable[bytes | str], *, secret: str | None = None) -> list[StreamEvent]:
+    """Decode and assemble a whole stream (tests, fuzzing); the last event is the Completed."""
+    assembler = AnthropicStreamAssembler(secret=secret)
+    events: list[StreamEvent] = []
+    for sse in decode_sse(chunks):
+        events.extend(assembler.feed(sse))
+    events.append(assembler.finish())
+    return events
+
+
+def non_stream_to_events(raw: bytes) -> list[SSEEvent]:
+    """A server that ignored ``stream: true`` answered with one message: replay it as events."""
+    try:
+        payload = json.loads(raw.decode("utf-8", errors="replace"))
+    except ValueError:
+        return []
+    if not isinstance(payload, dict) or payload.get("type") != "message":
+        return []
+
+    def event(data: dict[str, Any]) -> SSEEvent:
+        return SSEEvent(data["type"], json.dumps(data))
+
+    usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
+    events = [event({"type": "message_start", "message": {**payload, "content": [], "usage": usage}})]
+    for index, block in enumerate(payload.get("content") or []):
+        if isinstance(block, dict):
+            events.append(event({"type": "content_block_start", "index": index, "content_block": block}))
+            events.append(event({"type": "content_block_stop", "index": index}))
+    events.append(event({"type": "message_delta", "delta": {"stop_reason": payload.get("stop_reason")},
+                         "usage": {"output_tokens": usage.get("output_tokens")}}))
+    events.append(event({"type": "message_stop"}))
+    return events
+
+
+# ---- the HTTP layer ----
+
+class AnthropicProvider:
+    """One streaming Messages call per ``stream``; one httpx client reused."""
+
+    name = "anthropic"
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str,
+        api_key: str | None,
+        *,
+        timeout_connect: float = 10.0,
+        timeout_read: float = 120.0,
+        max_tokens: int | None = None,
+        extra_headers: dict[str, str] | None = None,
+        extra_body: dict[str, Any] | None = None,
+        send_unsigned_thinking: bool | None = None,
+    ) -> None:
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.timeout_connect = timeout_connect
+        self.timeout_read = timeout_read
+        self.max_tokens = max_tokens
+        self.extra_headers = dict(extra_headers or {})
+        self.extra_body = dict(extra_body or {})
+        # Anthropic rejects thinking without its signature; DeepSeek's endpoint sends none and wants it back
+        self.send_unsigned_thinking = ("deepseek" in self.base_url) if send_unsigned_thinking is None \
+            else send_unsigned_thinking
+        self._client: httpx.AsyncClient | None = None
+
+    @property
+    def url(self) -> str:
+        # accept both "https://api.anthropic.com" and ".../v1"
+        if self.base_url.endswith("/v1"):
+            return f"{self.base_url}/messages"
+        return f"{self.base_url}/v1/messages"
+
+    def build_body(self, request: ModelRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": self.max_tokens or request.max_tokens,
+            "messages": to_anthropic_messages(request.messages, send_unsigned_thinking=self.send_unsigned_thinking),
+            "stream": True,
+        }
+        if request.system:
+            body["system"] = request.system
+        if request.tools:
+            body["tools"] = [{"name": t.name, "description": t.description, "input_schema": t.input_schema}
+                             for t in request.tools]
+            body["tool_choice"] = {"type": request.tool_choice}
+        body.update(self.extra_body)
+        return body
+
+    def headers(self) -> dict[str, str]:
+        headers = {"content-type": "application/json", "accept": "text/event-stream",
+                   "anthropic-version": ANTHROPIC_VERSION, "user-agent": "tidegauge/0.1"}
+        if self.api_key:
+            headers["x-api-key"] = self.api_key
+        headers.update(self.extra_headers)
+        return headers
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=httpx.Timeout(
+                connect=self.timeout_connect, read=self.timeout_read,
+                write=self.timeout_read, pool=self.timeout_connect))
+        return self._client
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        assembler = AnthropicStreamAssembler(secret=self.api_key)
+        async for event in stream_sse_request(
+            self._http(), self.url, headers=self.headers(), body=self.build_body(request),
+            secret=self.api_key, read_timeout=self.timeout_read,
+            on_event=assembler.feed, non_sse_body=non_stream_to_events,
+        ):
+            yield event
+        yield assembler.finish()
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None

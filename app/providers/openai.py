@@ -1,0 +1,401 @@
+"""OpenAI-compatible Chat Completions over httpx, streaming.
+
+Three parts: ``to_openai_messages`` converts our Anthropic-style history to
+the wire format, ``OpenAIStreamAssembler`` turns decoded SSE events into
+stream events and the final message (pure: no I/O, easy to fuzz), and
+``OpenAIProvider`` is the thin HTTP layer between them.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Iterable
+
+import httpx
+
+from app.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from app.providers.base import (
+    Completed,
+    ModelRequest,
+    ProviderError,
+    StreamCutError,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    ToolCallStart,
+    UsageUpdate,
+)
+from app.providers.sse import SSEEvent, decode_sse, error_from_payload, stream_sse_request
+from app.usage import Usage
+
+RAW_ARGUMENTS_KEY = "_raw_arguments"
+
+_STOP_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use", "length": "max_tokens"}
+
+
+# ---- history -> wire ----
+
+def to_openai_messages(system: str, messages: list[Message], *, deepseek_reasoning: bool = False) -> list[dict[str, Any]]:
+    """Chat Completions messages: system first; each tool result becomes a ``tool`` message
+    right after the assistant message that called it; user text after the results follows
+    as a user message. With ``deepseek_reasoning`` an assistant turn that made tool calls
+    carries its ``reasoning_content`` (DeepSeek rejects the request otherwise)."""
+    out: list[dict[str, Any]] = []
+    if system:
+        out.append({"role": "system", "content": system})
+    for message in messages:
+        if message.role == "assistant":
+            converted = _assistant_message(message, deepseek_reasoning)
+            if converted is not None:
+                out.append(converted)
+            continue
+        texts: list[str] = []
+        for block in message.content:
+            if isinstance(block, ToolResultBlock):
+                out.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": _result_text(block)})
+            elif isinstance(block, TextBlock) and block.text:
+                texts.append(block.text)
+        if texts:
+            out.append({"role": "user", "content": "\n\n".join(texts)})
+    return out
+
+
+def _assistant_message(message: Message, deepseek_reasoning: bool) -> dict[str, Any] | None:
+    texts = [b.text for b in message.content if isinstance(b, TextBlock) and b.text]
+    thinking = "".join(b.thinking for b in message.content if isinstance(b, ThinkingBlock))
+    calls = [
+        {"id": b.id, "type": "function",
+         "function": {"name": b.name, "arguments": json.dumps(b.input, ensure_ascii=False)}}
+        for b in message.content if isinstance(b, ToolUseBlock)
+    ]
+    if not texts and not calls:
+        return None  # an empty assistant turn is rejected by several servers
+    converted: dict[str, Any] = {"role": "assistant", "content": "\n\n".join(texts) if texts else None}
+    if calls:
+        converted["tool_calls"] = calls
+        if deepseek_reasoning:
+            converted["reasoning_content"] = thinking
+    return converted
+
+
+def _result_text(block: ToolResultBlock) -> str:
+    # Chat Completions has no is_error flag: say it in the text, once.
+    if block.is_error and not block.content.lower().startswith("error"):
+        return f"Error: {block.content}"
+    return block.content
+
+
+# ---- wire -> events ----
+
+@dataclass
+class _ToolCallState:
+    index: int
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+    started: bool = False
+
+
+def parse_openai_usage(raw: dict[str, Any]) -> Usage:
+    """``prompt_tokens`` includes cached tokens; DeepSeek's hit/miss split wins when present."""
+    prompt = raw.get("prompt_tokens")
+    completion = raw.get("completion_tokens")
+    hit = raw.get("prompt_cache_hit_tokens")
+    miss = raw.get("prompt_cache_miss_tokens")
+    details = raw.get("prompt_tokens_details") or {}
+    if isinstance(hit, int):
+        cached = hit
+        uncached = miss if isinstance(miss, int) else (prompt - hit if isinstance(prompt, int) else None)
+    else:
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        cached = cached if isinstance(cached, int) else 0
+        uncached = prompt - cached if isinstance(prompt, int) else None
+    if uncached is None and not isinstance(completion, int):
+        return Usage()
+    return Usage(
+        input_tokens=max(0, uncached) if uncached is not None else None,
+        cache_read_tokens=cached if uncached is not None else None,
+        cache_write_tokens=0 if uncached is not None else None,
+        output_tokens=completion if isinstance(completion, int) else None,
+    )
+
+
+def parse_tool_arguments(raw: str) -> dict[str, Any]:
+    """Arguments JSON -> input. Anything but a JSON object keeps the raw text under
+    ``_raw_arguments`` so the registry can tell the model its arguments were bad."""
+    if raw.strip() == "":
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {RAW_ARGUMENTS_KEY: raw}
+    if not isinstance(value, dict):
+        return {RAW_ARGUMENTS_KEY: raw}
+    return value
+
+
+class OpenAIStreamAssembler:
+    """Decoded SSE events in, stream events out; ``finish()`` gives the Completed or raises.
+
+    A message is complete only when a ``finish_reason`` arrived; anything less
+    (cut stream, bare ``[DONE]``, empty body) is a StreamCutError, so no
+    half-written message can come out of here.
+    """
+
+    def __init__(self, *, secret: str | None = None) -> None:
+        self._secret = secret
+        self._text: list[str] = []
+        self._thinking: list[str] = []
+        self._calls: dict[int, _ToolCallState] = {}
+        self._last_call_index: int | None = None
+        self._finish_reason: str | None = None
+        self._done = False
+        self._usage: Usage | None = None
+        self._events_seen = 0
+
+    def feed(self, sse: SSEEvent) -> list[StreamEvent]:
+        self._events_seen += 1
+        data = sse.data.strip()
+        if data == "[DONE]":
+            self._done = True
+            return []
+        if not data:
+            return []
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            raise ProviderError(f"malformed stream chunk (not JSON): {data[:200]!r}", error_type="bad_response")
+        if not isinstance(chunk, dict):
+            raise ProviderError(f"malformed stream chunk: {data[:200]!r}", error_type="bad_response")
+        if chunk.get("error") or sse.event == "error":
+            raise error_from_payload(chunk, status=None, fallback="error inside the stream", secret=self._secret)
+        out: list[StreamEvent] = []
+        choices = chunk.get("choices")
+        if isinstance(choices, list):
+            for choice in choices:
+                if isinstance(choice, dict) and choice.get("index", 0) == 0:
+                    self._choice(choice, out)
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self._usage = parse_openai_usage(usage)
+            out.append(UsageUpdate(self._usage))
+        return out
+
+    def _choice(self, choice: dict[str, Any], out: list[StreamEvent]) -> None:
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            for key in ("reasoning_content", "reasoning"):
+                thinking = delta.get(key)
+                if isinstance(thinking, str) and thinking:
+                    self._thinking.append(thinking)
+                    out.append(ThinkingDelta(thinking))
+                    break
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                self._text.append(content)
+                out.append(TextDelta(content))
+            tool_calls = delta.get("tool_calls")
+            if isinstance(tool_calls, list):
+                for call in tool_calls:
+                    if isinstance(call, dict):
+                        self._tool_call(call, out)
+        reason = choice.get("finish_reason")
+        if isinstance(reason, str) and reason:
+            self._finish_reason = reason
+
+    def _tool_call(self, call: dict[str, Any], out: list[StreamEvent]) -> None:
+        index = call.get("index")
+        call_id = call.get("id") if isinstance(call.get("id"), str) else ""
+        if not isinstance(index, int):
+            # servers without `index`: a new id opens a call, otherwise it continues the last one
+            known = next((s.index for s in self._calls.values() if call_id and s.id == call_id), None)
+            if known is not None:
+                index = known
+            elif call_id or self._last_call_index is None:
+                index = len(self._calls)
+            else:
+                index = self._last_call_index
+        state = self._calls.get(index)
+        if state is None:
+            state = self._calls[index] = _ToolCallState(index)
+        self._last_call_index = index
+        # id and name are SET, never appended: some servers repeat them in every delta
+        if call_id:
+            state.id = call_id
+        function = call.get("function") if isinstance(call.get("function"), dict) else {}
+        name = function.get("name")
+        if isinstance(name, str) and name:
+            state.name = name
+        arguments = function.get("arguments")
+        fragment = ""
+        if isinstance(arguments, str):
+            fragment = arguments
+        elif isinstance(arguments, dict):  # a few servers send the object itself
+            fragment = json.dumps(arguments, ensure_ascii=False)
+            state.arguments.clear()
+        if fragment:
+            state.arguments.append(fragment)
+        if not state.started and state.name:
+            state.started = True
+            out.append(ToolCallStart(index=index, id=state.id, name=state.name))
+            buffered = "".join(state.arguments)
+            if buffered:
+                out.append(ToolCallDelta(index=index, partial_json=buffered))
+        elif state.started and fragment:
+            out.append(ToolCallDelta(index=index, partial_json=fragment))
+
+    def finish(self) -> Completed:
+        if self._finish_reason is None:
+            if self._events_seen == 0:
+                raise StreamCutError("empty response: the server sent no events")
+            if self._done:
+                raise StreamCutError("stream ended with [DONE] but no finish_reason")
+            raise StreamCutError("stream cut: it ended without a finish_reason or [DONE]")
+        content: list[Any] = []
+        thinking = "".join(self._thinking)
+        if thinking:
+            content.append(ThinkingBlock(thinking=thinking))
+        text = "".join(self._text)
+        if text:
+            content.append(TextBlock(text=text))
+        for index in sorted(self._calls):
+            state = self._calls[index]
+            if not state.name:
+                raise ProviderError(f"tool call #{index} arrived without a name", error_type="bad_response")
+            content.append(ToolUseBlock(
+                id=state.id or f"call_{uuid.uuid4().hex[:24]}",
+                name=state.name,
+                input=parse_tool_arguments("".join(state.arguments)),
+            ))
+        stop_reason = _STOP_REASONS.get(self._finish_reason, self._finish_reason)
+        if self._calls and stop_reason == "end_turn":
+            stop_reason = "tool_use"  # some servers say "stop" after tool calls
+        return Completed(
+            message=Message(role="assistant", content=content),
+            usage=self._usage or Usage(),
+            stop_reason=stop_reason,
+        )
+
+
+def assemble_openai_stream(chunks: Iterable[bytes | str], *, secret: str | None = None) -> list[StreamEvent]:
+    """Decode and assemble a whole stream (tests, fuzzing); the last event is the Completed."""
+    assembler = OpenAIStreamAssembler(secret=secret)
+    events: list[StreamEvent] = []
+    for sse in decode_sse(chunks):
+        events.extend(assembler.feed(sse))
+    events.append(assembler.finish())
+    return events
+
+
+def non_stream_to_events(raw: bytes) -> list[SSEEvent]:
+    """A server that ignored ``stream: true`` answered with one chat.completion: replay it as chunks."""
+    try:
+        payload = json.loads(raw.decode("utf-8", errors="replace"))
+    except ValueError:
+        return []
+    if not isinstance(payload, dict) or not isinstance(payload.get("choices"), list):
+        return []
+    chunk: dict[str, Any] = {"choices": []}
+    for choice in payload["choices"]:
+        if not isinstance(choice, dict):
+            continue
+        message = dict(choice.get("message") or {})
+        calls = message.get("tool_calls")
+        if isinstance(calls, list):
+            message["tool_calls"] = [dict(c, index=i) for i, c in enumerate(calls) if isinstance(c, dict)]
+        chunk["choices"].append({"index": choice.get("index", 0), "delta": message,
+                                 "finish_reason": choice.get("finish_reason")})
+    if isinstance(payload.get("usage"), dict):
+        chunk["usage"] = payload["usage"]
+    return [SSEEvent("message", json.dumps(chunk)), SSEEvent("message", "[DONE]")]
+
+
+# ---- the HTTP layer ----
+
+class OpenAIProvider:
+    """One streaming Chat Completions call per ``stream``; one httpx client reused."""
+
+    name = "openai"
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str,
+        api_key: str | None,
+        *,
+        timeout_connect: float = 10.0,
+        timeout_read: float = 120.0,
+        max_tokens: int | None = None,
+        deepseek_reasoning: bool = False,
+        extra_headers: dict[str, str] | None = None,
+        extra_body: dict[str, Any] | None = None,
+        max_tokens_param: str = "max_tokens",
+    ) -> None:
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.timeout_connect = timeout_connect
+        self.timeout_read = timeout_read
+        self.max_tokens = max_tokens  # None: the request decides
+        self.deepseek_reasoning = deepseek_reasoning
+        self.extra_headers = dict(extra_headers or {})
+        self.extra_body = dict(extra_body or {})
+        # newer OpenAI models take "max_completion_tokens"; local servers only know "max_tokens"
+        self.max_tokens_param = max_tokens_param
+        self._client: httpx.AsyncClient | None = None
+
+    @property
+    def url(self) -> str:
+        return f"{self.base_url}/chat/completions"
+
+    def build_body(self, request: ModelRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": to_openai_messages(request.system, request.messages,
+                                           deepseek_reasoning=self.deepseek_reasoning),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            self.max_tokens_param: self.max_tokens or request.max_tokens,
+        }
+        if request.tools:
+            body["tools"] = [
+                {"type": "function",
+                 "function": {"name": t.name, "description": t.description, "parameters": t.input_schema}}
+                for t in request.tools
+            ]
+            body["tool_choice"] = request.tool_choice
+        body.update(self.extra_body)
+        return body
+
+    def headers(self) -> dict[str, str]:
+        headers = {"content-type": "application/json", "accept": "text/event-stream",
+                   "user-agent": "tidegauge/0.1"}
+        if self.api_key:
+            headers["authorization"] = f"Bearer {self.api_key}"
+        headers.update(self.extra_headers)
+        return headers
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=httpx.Timeout(
+                connect=self.timeout_connect, read=self.timeout_read,
+                write=self.timeout_read, pool=self.timeout_connect))
+        return self._client
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        assembler = OpenAIStreamAssembler(secret=self.api_key)
+        async for event in stream_sse_request(
+            self._http(), self.url, headers=self.headers(), body=self.build_body(request),
+            secret=self.api_key, read_timeout=self.timeout_read,
+            on_event=assembler.feed, non_sse_body=non_stream_to_events,
+        ):
+            yield event
+        yield assembler.finish()
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None

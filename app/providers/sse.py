@@ -1,0 +1,321 @@
+"""Server-sent events: an incremental decoder, and the thin httpx transport under both providers.
+
+The decoder follows the WHATWG event-stream rules: lines end in ``\\n``,
+``\\r\\n`` or ``\\r``; ``data:`` lines accumulate (joined by ``\\n``); a blank
+line dispatches; lines starting with ``:`` are comments (``: keep-alive``).
+Chunks may be split anywhere, including inside a CRLF pair or a UTF-8
+multibyte character.
+
+One leniency: at end of stream, an event whose lines were complete but which
+lacked the final blank line is still dispatched (some servers end with
+``data: [DONE]\\n``). A partial last line is dropped. Whether the stream
+*ended properly* is for the protocol assemblers to judge, not the decoder.
+"""
+
+from __future__ import annotations
+
+import codecs
+import email.utils
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable, Iterable, Mapping
+
+import httpx
+
+from app.providers.base import APIError, ConnectError, ContextTooLongError, ProviderError, StreamCutError
+from app.providers.too_long import parse_too_long
+
+
+@dataclass(frozen=True)
+class SSEEvent:
+    event: str  # "message" when the server sent no ``event:`` line
+    data: str
+    id: str | None = None
+
+    def json(self) -> Any:
+        return json.loads(self.data)
+
+
+class SSEDecoder:
+    """Feed it chunks (bytes or str) as they arrive; it returns the events completed so far."""
+
+    def __init__(self) -> None:
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._partial_line = ""
+        self._pending_cr = False  # last chunk ended in "\r": a following "\n" belongs to it
+        self._started = False
+        self._event = ""
+        self._data: list[str] = []
+        self._has_data = False
+        self._id: str | None = None
+
+    def feed(self, chunk: bytes | str) -> list[SSEEvent]:
+        text = self._utf8.decode(chunk) if isinstance(chunk, (bytes, bytearray)) else chunk
+        if not text:
+            return []
+        if not self._started:
+            self._started = True
+            if text.startswith("\ufeff"):
+                text = text[1:]
+        if self._pending_cr:
+            self._pending_cr = False
+            if text.startswith("\n"):
+                text = text[1:]
+        events: list[SSEEvent] = []
+        buf = self._partial_line + text
+        n = len(buf)
+        start = 0
+        # find() over the buffer, keeping each terminator's next position: linear in the chunk
+        lf = buf.find("\n")
+        cr = buf.find("\r")
+        while lf >= 0 or cr >= 0:
+            if cr < 0 or (0 <= lf < cr):
+                end, nxt = lf, lf + 1
+            elif cr + 1 < n:
+                end, nxt = cr, (cr + 2 if buf[cr + 1] == "\n" else cr + 1)
+            else:
+                end, nxt = cr, cr + 1
+                self._pending_cr = True
+            self._line(buf[start:end], events)
+            start = nxt
+            if 0 <= lf < start:
+                lf = buf.find("\n", start)
+            if 0 <= cr < start:
+                cr = buf.find("\r", start)
+        self._partial_line = buf[start:]
+        return events
+
+    def flush(self) -> list[SSEEvent]:
+        """End of stream: dispatch an event built from complete lines, drop a partial line."""
+        # a partial last line (or a multibyte char cut at the end) never becomes data
+        self._utf8.reset()
+        self._partial_line = ""
+        self._pending_cr = False
+        events: list[SSEEvent] = []
+        self._dispatch(events)
+        return events
+
+    def _line(self, line: str, events: list[SSEEvent]) -> None:
+        if line == "":
+            self._dispatch(events)
+            return
+        if line.startswith(":"):
+            return  # comment / keep-alive
+        field, sep, value = line.partition(":")
+        if sep and value.startswith(" "):
+            value = value[1:]
+        if field == "data":
+            self._data.append(value)
+            self._has_data = True
+        elif field == "event":
+            self._event = value
+        elif field == "id":
+            if "\0" not in value:
+                self._id = value
+        # "retry" and unknown fields are ignored
+
+    def _dispatch(self, events: list[SSEEvent]) -> None:
+        if self._has_data:
+            events.append(SSEEvent(event=self._event or "message", data="\n".join(self._data), id=self._id))
+        self._event = ""
+        self._data = []
+        self._has_data = False
+
+
+def decode_sse(chunks: Iterable[bytes | str]) -> list[SSEEvent]:
+    """Decode a whole stream given as chunks (tests and fuzzing)."""
+    decoder = SSEDecoder()
+    events: list[SSEEvent] = []
+    for chunk in chunks:
+        events.extend(decoder.feed(chunk))
+    events.extend(decoder.flush())
+    return events
+
+
+async def aiter_sse(response: httpx.Response) -> AsyncIterator[SSEEvent]:
+    """Events of an httpx streaming response, as the bytes arrive."""
+    decoder = SSEDecoder()
+    async for chunk in response.aiter_bytes():
+        for event in decoder.feed(chunk):
+            yield event
+    for event in decoder.flush():
+        yield event
+
+
+# ---- errors: server answers -> typed ProviderErrors ----
+
+def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date)."""
+    raw_ms = headers.get("retry-after-ms")
+    if raw_ms:
+        try:
+            return max(0.0, float(raw_ms) / 1000.0)
+        except ValueError:
+            pass
+    raw = headers.get("retry-after")
+    if not raw:
+        return None
+    raw = raw.strip()
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    current = time.time() if now is None else now
+    return max(0.0, when.timestamp() - current)
+
+
+def scrub(text: str, secret: str | None) -> str:
+    """Never let the API key leak into an error message."""
+    if secret and len(secret) >= 4 and secret in text:
+        text = text.replace(secret, "***")
+    return text
+
+
+def error_from_payload(payload: Any, *, status: int | None, fallback: str,
+                       retry_after: float | None = None, secret: str | None = None) -> APIError:
+    """Build the typed error from an error JSON of either protocol.
+
+    OpenAI: ``{"error": {"message", "type", "code"}}``; Anthropic:
+    ``{"type": "error", "error": {"type", "message"}}``; some servers put a
+    plain string in ``error`` or use ``{"message": ...}`` at the top level.
+    """
+    message: str | None = None
+    error_type: str | None = None
+    code: str | None = None
+    if isinstance(payload, dict):
+        err = payload.get("error", payload)
+        if isinstance(err, dict):
+            if isinstance(err.get("message"), str):
+                message = err["message"]
+            if isinstance(err.get("type"), str):
+                error_type = err["type"]
+            if err.get("code") is not None:
+                code = str(err["code"])
+            if status is None and isinstance(err.get("status"), int):
+                status = err["status"]
+        elif isinstance(err, str):
+            message = err
+    message = scrub(message or fallback, secret)
+    if error_type is None and code is not None and not code.isdigit():
+        error_type = code
+    too_long = parse_too_long(message)
+    if too_long is None and code == "context_length_exceeded":
+        too_long = (None, None)
+    if too_long is not None:
+        actual, limit = too_long
+        return ContextTooLongError(message, status=status, error_type=error_type or code,
+                                   actual_tokens=actual, limit_tokens=limit)
+    return APIError(message, status=status, error_type=error_type, retry_after=retry_after)
+
+
+def error_from_response(status: int, body: bytes, headers: Mapping[str, str], reason: str,
+                        *, secret: str | None = None) -> APIError:
+    text = body.decode("utf-8", errors="replace")
+    try:
+        payload: Any = json.loads(text)
+    except ValueError:
+        payload = None
+    snippet = " ".join(text.split())[:500]
+    fallback = snippet or reason or "no message"
+    return error_from_payload(payload, status=status, fallback=fallback,
+                              retry_after=parse_retry_after(headers), secret=secret)
+
+
+MAX_ERROR_BODY = 64 * 1024
+
+
+async def stream_sse_request(
+    client: httpx.AsyncClient,
+    url: str,
+    *,
+    headers: Mapping[str, str],
+    body: dict[str, Any],
+    secret: str | None,
+    read_timeout: float,
+    on_event: Callable[[SSEEvent], Iterable[Any]],
+    non_sse_body: Callable[[bytes], Iterable[SSEEvent]] | None = None,
+) -> AsyncIterator[Any]:
+    """POST ``body`` and yield whatever ``on_event`` makes of each SSE event.
+
+    Transport failures become typed errors: connect problems -> ConnectError,
+    a read timeout or a dropped connection mid-stream -> StreamCutError,
+    non-2xx -> APIError (ContextTooLongError when the message says so).
+    ``non_sse_body`` turns a 200 answer that was not an event stream (some
+    servers ignore ``stream: true``) into events.
+    """
+    try:
+        async with client.stream("POST", url, json=body, headers=dict(headers)) as response:
+            if response.status_code >= 300:
+                raw = await _read_capped(response)
+                raise error_from_response(response.status_code, raw, response.headers,
+                                          response.reason_phrase, secret=secret)
+            content_type = response.headers.get("content-type", "")
+            if "json" in content_type and non_sse_body is not None:
+                raw = await _read_capped(response, cap=None)
+                _raise_if_error_body(raw, response.status_code, secret)
+                for sse in non_sse_body(raw):
+                    for item in on_event(sse):
+                        yield item
+                return
+            decoder = SSEDecoder()
+            sniff = bytearray()
+            saw_event = False
+            async for chunk in response.aiter_bytes():
+                if not saw_event and len(sniff) < MAX_ERROR_BODY:
+                    sniff.extend(chunk[: MAX_ERROR_BODY - len(sniff)])
+                for sse in decoder.feed(chunk):
+                    saw_event = True
+                    for item in on_event(sse):
+                        yield item
+            for sse in decoder.flush():
+                saw_event = True
+                for item in on_event(sse):
+                    yield item
+            if not saw_event and sniff.strip():
+                # a 200 whose body is a JSON error rather than events
+                _raise_if_error_body(bytes(sniff), response.status_code, secret)
+    except httpx.ConnectTimeout as exc:
+        raise ConnectError(f"connect timeout: {_where(url)}") from exc
+    except httpx.ConnectError as exc:
+        raise ConnectError(scrub(f"cannot connect to {_where(url)}: {exc}", secret)) from exc
+    except httpx.PoolTimeout as exc:
+        raise ConnectError(f"no free connection to {_where(url)}") from exc
+    except httpx.ReadTimeout as exc:
+        raise StreamCutError(f"stalled: no data from {_where(url)} for {read_timeout:g} s") from exc
+    except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+        raise StreamCutError(scrub(f"stream cut: connection to {_where(url)} dropped ({exc})", secret)) from exc
+    except (httpx.WriteError, httpx.WriteTimeout) as exc:
+        raise ConnectError(scrub(f"could not send the request to {_where(url)}: {exc}", secret)) from exc
+    except httpx.HTTPError as exc:
+        raise ProviderError(scrub(f"HTTP failure talking to {_where(url)}: {exc}", secret)) from exc
+
+
+def _raise_if_error_body(raw: bytes, status: int, secret: str | None) -> None:
+    try:
+        payload = json.loads(raw.decode("utf-8", errors="replace"))
+    except ValueError:
+        return
+    if isinstance(payload, dict) and (payload.get("error") or payload.get("type") == "error"):
+        raise error_from_payload(payload, status=None, fallback="error in a 200 response", secret=secret)
+
+
+async def _read_capped(response: httpx.Response, cap: int | None = MAX_ERROR_BODY) -> bytes:
+    data = bytearray()
+    async for chunk in response.aiter_bytes():
+        data.extend(chunk)
+        if cap is not None and len(data) >= cap:
+            break
+    return bytes(data)
+
+
+def _where(url: str) -> str:
+    """The URL without query string or credentials, for messages."""
+    parsed = httpx.URL(url)
+    return str(parsed.copy_with(query=None, userinfo=b""))
