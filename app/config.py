@@ -148,6 +148,11 @@ class Settings(BaseSettings):
     def config_file(self) -> Path:
         return self._config_dir / CONFIG_FILE_NAME
 
+    @property
+    def data_dir_path(self) -> Path:
+        """``data_dir`` (always set after validation; kept for callers that use this name)."""
+        return self.data_dir
+
 
 # ---------------------------------------------------------------- loading
 

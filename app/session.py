@@ -1,0 +1,191 @@
+"""Sessions on disk: ``<data_dir>/sessions/<id>/`` with the transcript, tool outputs and meta.
+
+    transcript.jsonl   append-only, see app.transcript
+    tool-results/      full outputs of truncated tool results
+    meta.json          id, cwd (resolved), created, provider, model
+
+Ids sort by creation time: ``20261129-211944-3fa2`` (UTC time + random).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from app.transcript import RestoredState, TranscriptWriter, restore
+
+__all__ = [
+    "Session", "SessionError", "SessionMeta", "SessionNotFound", "SessionStore",
+    "RestoredState", "restore", "new_session_id",
+]
+
+TRANSCRIPT_NAME = "transcript.jsonl"
+TOOL_RESULTS_NAME = "tool-results"
+META_NAME = "meta.json"
+_ID_PATTERN = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{4,}$")
+
+
+class SessionError(Exception):
+    """A session that cannot be used; the message is one line for the user."""
+
+
+class SessionNotFound(SessionError):
+    pass
+
+
+class SessionMeta(BaseModel):
+    id: str
+    cwd: str
+    created: float  # epoch seconds
+    provider: str = ""
+    model: str = ""
+
+    def __getitem__(self, key: str) -> Any:  # meta["cwd"] works as well as meta.cwd
+        return getattr(self, key)
+
+
+@dataclass
+class Session:
+    id: str
+    dir: Path
+    cwd: Path
+    transcript_path: Path
+    tool_results_dir: Path
+    meta: SessionMeta
+
+    def writer(self) -> TranscriptWriter:
+        """A writer appending to this session's transcript."""
+        return TranscriptWriter(self.transcript_path)
+
+    def restore(self) -> RestoredState:
+        return restore(self)
+
+    @property
+    def last_activity(self) -> float:
+        """When the transcript was last written (or the creation time)."""
+        try:
+            return max(self.meta.created, self.transcript_path.stat().st_mtime)
+        except OSError:
+            return self.meta.created
+
+
+def new_session_id(now: float | None = None) -> str:
+    stamp = datetime.fromtimestamp(time.time() if now is None else now, tz=timezone.utc)
+    return f"{stamp:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+class SessionStore:
+    """All sessions under ``<data_dir>/sessions``."""
+
+    def __init__(self, data_dir: Path | str) -> None:
+        self.data_dir = Path(data_dir).expanduser()
+        self.sessions_dir = self.data_dir / "sessions"
+
+    def create(self, cwd: Path | str, provider: str, model: str | None) -> Session:
+        """A new, empty session for ``cwd``: its folder, tool-results/ and meta.json."""
+        self.sessions_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        resolved = Path(cwd).expanduser().resolve()
+        for _ in range(100):
+            created = time.time()
+            session_id = new_session_id(created)
+            directory = self.sessions_dir / session_id
+            try:
+                # Transcripts hold the user's code and conversation: user-only.
+                directory.mkdir(mode=0o700)
+            except FileExistsError:
+                continue
+            break
+        else:  # pragma: no cover - 100 collisions of 16 random bits in one second
+            raise SessionError(f"cannot create a session folder in {self.sessions_dir}")
+        (directory / TOOL_RESULTS_NAME).mkdir(mode=0o700)
+        meta = SessionMeta(id=session_id, cwd=str(resolved), created=created,
+                           provider=provider or "", model=model or "")
+        _write_json_atomic(directory / META_NAME, meta.model_dump(mode="json"))
+        return self._session(directory, meta)
+
+    def open(self, session_id: str) -> Session:
+        """The session with this id (or an unambiguous prefix of one)."""
+        session_id = session_id.strip()
+        if not session_id or "/" in session_id or "\\" in session_id or session_id.startswith("."):
+            raise SessionNotFound(f"no session {session_id!r} in {self.sessions_dir}")
+        directory = self.sessions_dir / session_id
+        if not (directory / META_NAME).is_file():
+            matches = [d for d in self._dirs() if d.name.startswith(session_id)]
+            if len(matches) != 1:
+                raise SessionNotFound(f"no session {session_id!r} in {self.sessions_dir}")
+            directory = matches[0]
+        try:
+            meta = _read_meta(directory)
+        except (OSError, ValueError) as err:
+            raise SessionError(f"session {directory.name}: unreadable {META_NAME} ({err})") from None
+        return self._session(directory, meta)
+
+    def list_all(self) -> list[Session]:
+        """Every readable session, most recently active first."""
+        sessions = []
+        for directory in self._dirs():
+            try:
+                sessions.append(self._session(directory, _read_meta(directory)))
+            except (OSError, ValueError):
+                continue  # a half-created or damaged folder is not a session to offer
+        sessions.sort(key=lambda s: (s.last_activity, s.meta.created, s.id), reverse=True)
+        return sessions
+
+    def list_for(self, cwd: Path | str) -> list[Session]:
+        """Sessions started in ``cwd`` (resolved), most recently active first."""
+        resolved = str(Path(cwd).expanduser().resolve())
+        return [s for s in self.list_all() if s.meta.cwd == resolved]
+
+    def latest_for(self, cwd: Path | str) -> Session | None:
+        """The most recently active session of ``cwd``, or None."""
+        sessions = self.list_for(cwd)
+        return sessions[0] if sessions else None
+
+    # -- internals
+
+    def _dirs(self) -> list[Path]:
+        try:
+            return [d for d in self.sessions_dir.iterdir() if d.is_dir() and _ID_PATTERN.match(d.name)]
+        except OSError:
+            return []
+
+    def _session(self, directory: Path, meta: SessionMeta) -> Session:
+        return Session(
+            id=directory.name,
+            dir=directory,
+            cwd=Path(meta.cwd),
+            transcript_path=directory / TRANSCRIPT_NAME,
+            tool_results_dir=directory / TOOL_RESULTS_NAME,
+            meta=meta,
+        )
+
+
+def _read_meta(directory: Path) -> SessionMeta:
+    raw = (directory / META_NAME).read_text(encoding="utf-8")
+    try:
+        return SessionMeta.model_validate(json.loads(raw))
+    except (json.JSONDecodeError, ValidationError) as err:
+        raise ValueError(str(err).splitlines()[0]) from None
+
+
+def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        payload = (json.dumps(data, ensure_ascii=False, indent=2) + "\n").encode("utf-8")
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
