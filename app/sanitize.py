@@ -1,0 +1,76 @@
+"""Make hostile text safe: for the model (plain text) and for the terminal (nothing executes).
+
+Tool output and model text may carry ANSI/OSC/DCS escape sequences (colours,
+title changes, OSC 52 clipboard writes, cursor moves), other control
+characters, NUL bytes and invalid UTF-8. Escape sequences are stripped (they
+only style or move things); every other control character becomes a visible
+escape like ``\\x07`` so nothing silently changes meaning. Everything here is a
+handful of compiled regexes with fast paths, so a 15 MB output costs little.
+"""
+
+from __future__ import annotations
+
+import re
+
+# One alternation, every branch starting with ESC (7-bit) so the regex engine
+# scans for a literal prefix. Unterminated OSC/DCS strings end at a newline:
+# a terminal would swallow text up to the terminator, we keep the rest visible.
+_ESCAPE_SEQUENCE = re.compile(
+    r"\x1b(?:"
+    r"\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves, erase, modes
+    r"|\][^\x07\x1b\n]*(?:\x07|\x1b\\)?"  # OSC: titles, hyperlinks, OSC 52 clipboard
+    r"|[PX^_][^\x07\x1b\n]*(?:\x1b\\|\x07)?"  # DCS, SOS, PM, APC strings
+    r"|[ -/]*[0-~]"  # two-byte escapes: ESC 7/8 save cursor, ESC c reset, ESC ( B
+    r")"
+)
+
+# C0 controls except \t and \n (\r is handled before), DEL, and the C1 range
+# (U+0080-U+009F: 8-bit CSI/OSC/DCS for terminals that honour them).
+_CONTROL_RUN = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]+")
+_CONTROL_ESCAPES = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x20), *range(0x7F, 0xA0)]}
+
+# Bidirectional overrides can make displayed text read differently from what it
+# is ("Trojan Source"); shown as escapes on the terminal only.
+_BIDI_CONTROL = re.compile(r"[\u202a-\u202e\u2066-\u2069]")
+
+
+def decode_bytes(data: bytes) -> str:
+    """UTF-8 with invalid bytes replaced by U+FFFD; never raises."""
+    return data.decode("utf-8", errors="replace")
+
+
+def _collapse_carriage_returns(text: str) -> str:
+    """CRLF -> LF; a line redrawn with lone CRs (progress bars) keeps its last drawing."""
+    text = text.replace("\r\n", "\n")
+    if "\r" not in text:
+        return text
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if "\r" in line:
+            # What a terminal ends up showing is (roughly) the last non-empty redraw.
+            segments = [s for s in line.split("\r") if s]
+            lines[i] = segments[-1] if segments else ""
+    return "\n".join(lines)
+
+
+def _escape_controls(match: re.Match[str]) -> str:
+    return match.group().translate(_CONTROL_ESCAPES)
+
+
+def sanitize_for_model(text: str) -> str:
+    """Strip escape sequences, normalise CRs, and make other control characters visible."""
+    if "\x1b" in text:
+        text = _ESCAPE_SEQUENCE.sub("", text)
+    if "\r" in text:
+        text = _collapse_carriage_returns(text)
+    return _CONTROL_RUN.sub(_escape_controls, text)
+
+
+def sanitize_for_display(text: str) -> str:
+    """Like :func:`sanitize_for_model`, and also defuse bidi overrides.
+
+    The result is meant for plain ``rich.text.Text`` (never markup parsing), so
+    ``[bold]`` or ``[link=...]`` stay literal characters.
+    """
+    text = sanitize_for_model(text)
+    return _BIDI_CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
