@@ -1,0 +1,224 @@
+"""The tool registry: owns the tool definitions, runs every tool, truncates every result once.
+
+Truncating here and never in the tools means nothing slips through: built-in
+tools, tools added later, anything. A result longer than ``max_output``
+characters keeps its first 40% and last 40% (errors, test summaries and exit
+codes live at the end) with one notice between them, and the full output is
+written to the session's ``tool-results/`` folder so the model can narrow in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.messages import ToolSpec
+from app.sanitize import sanitize_for_model
+from app.tools.base import Tool, ToolContext, ToolInputError, ToolOutput
+from app.tools.workspace import output_limit
+
+DEFAULT_MAX_OUTPUT = 40_000
+
+_NOTICE_START = "\n\n… [output truncated: "
+_NOTICE_END = "] …\n\n"
+
+
+def truncation_notice(total_chars: int, left_out: int, full_output_path: str | None) -> str:
+    """The one line put where the middle of a truncated output was."""
+    saved = f" Full output saved to {full_output_path}." if full_output_path else ""
+    return (
+        f"{_NOTICE_START}{total_chars:,} characters in total, {left_out:,} left out in the "
+        f"middle.{saved} Narrow it down: grep for what you need, use head/tail, or read_file "
+        f"with offset and limit on the saved file.{_NOTICE_END}"
+    )
+
+
+def join_head_tail(head: str, tail: str, total_chars: int, full_output_path: str | None) -> str:
+    """``head`` + notice + ``tail``, for a caller that already holds only the two ends."""
+    left_out = total_chars - len(head) - len(tail)
+    return head + truncation_notice(total_chars, left_out, full_output_path) + tail
+
+
+def _cut(
+    text: str, max_chars: int, full_output_path: str | None, original_chars: int | None
+) -> tuple[str, int]:
+    """The truncated text and how many characters of the output it kept."""
+    if max_chars <= 0 or len(text) <= max_chars:
+        return text, len(text)
+    keep = max_chars * 2 // 5
+    total = max(original_chars or 0, len(text))
+    head, tail = text[:keep], text[len(text) - keep :]
+    return join_head_tail(head, tail, total, full_output_path), 2 * keep
+
+
+def truncate_head_tail(
+    text: str,
+    max_chars: int,
+    full_output_path: str | None = None,
+    original_chars: int | None = None,
+) -> str:
+    """Keep the first and last 40% of the characters of ``text`` with a notice between.
+
+    Unchanged when ``text`` fits or ``max_chars`` <= 0. ``original_chars`` is the
+    real size when ``text`` is already a cut-down copy (run_bash spilled to disk).
+    """
+    return _cut(text, max_chars, full_output_path, original_chars)[0]
+
+
+def _notice_length(text: str) -> int:
+    start = text.find(_NOTICE_START)
+    if start < 0:
+        return 0
+    end = text.find(_NOTICE_END, start)
+    return 0 if end < 0 else end + len(_NOTICE_END) - start
+
+
+def safe_file_stem(call_id: str) -> str:
+    """A file name stem from a tool call id (ids come from the model's server)."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", call_id).strip(".")[:120]
+    return stem or f"call-{uuid.uuid4().hex[:12]}"
+
+
+@dataclass
+class ToolRun:
+    """One finished tool call, as the engine records it."""
+
+    content: str  # exactly what the model sees
+    is_error: bool
+    truncated: bool
+    original_chars: int
+    kept_chars: int
+    full_output_path: str | None
+    duration_ms: float
+
+
+class ToolRegistry:
+    def __init__(self, max_output: int = DEFAULT_MAX_OUTPUT) -> None:
+        self.max_output = max_output
+        self._tools: dict[str, Tool] = {}
+        self._skip_truncation_once = False
+
+    def register(self, tool: Tool) -> None:
+        self._tools[tool.spec.name] = tool
+
+    def specs(self) -> list[ToolSpec]:
+        return [tool.spec for tool in self._tools.values()]
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def is_mutating(self, name: str) -> bool:
+        tool = self._tools.get(name)
+        return bool(tool and tool.mutating)
+
+    def suspend_truncation_once(self) -> None:
+        """The next call's result is not truncated (the demo's "flood" experiment)."""
+        self._skip_truncation_once = True
+
+    async def run(self, name: str, args: Any, ctx: ToolContext) -> ToolRun:
+        """Run one tool call. Never raises except for cancellation."""
+        started = time.perf_counter()
+        limit = 0 if self._skip_truncation_once else self.max_output
+        self._skip_truncation_once = False
+        token = output_limit.set(limit)
+        try:
+            output = await self._run_tool(name, args, ctx)
+        finally:
+            output_limit.reset(token)
+        run = self._finish(output, ctx, limit)
+        run.duration_ms = (time.perf_counter() - started) * 1000
+        return run
+
+    async def _run_tool(self, name: str, args: Any, ctx: ToolContext) -> ToolOutput:
+        tool = self._tools.get(name)
+        if tool is None:
+            known = ", ".join(sorted(self._tools)) or "none"
+            return ToolOutput(f"Unknown tool {name!r}. Available tools: {known}.", is_error=True)
+        if not isinstance(args, dict):
+            return ToolOutput(
+                f"The arguments of {name} must be a JSON object, got {type(args).__name__}. "
+                f"Call {name} again with an object matching its schema.",
+                is_error=True,
+            )
+        if "_raw_arguments" in args:
+            raw = str(args["_raw_arguments"])
+            shown = raw if len(raw) <= 300 else raw[:300] + "…"
+            return ToolOutput(
+                f"The arguments of your {name} call were not valid JSON: {shown!r}. "
+                f"Call {name} again with a single valid JSON object matching its schema.",
+                is_error=True,
+            )
+        missing = [key for key in tool.spec.input_schema.get("required", []) if key not in args]
+        if missing:
+            schema = json.dumps(tool.spec.input_schema.get("properties", {}))
+            return ToolOutput(
+                f"{name} is missing required argument(s): {', '.join(missing)}. "
+                f"Call it again with them. Arguments: {schema}",
+                is_error=True,
+            )
+        try:
+            output = await tool.run(args, ctx)
+        except asyncio.CancelledError:
+            raise
+        except ToolInputError as exc:
+            return ToolOutput(str(exc), is_error=True)
+        except Exception as exc:  # a tool bug must not kill the agent
+            return ToolOutput(
+                f"{name} failed unexpectedly: {type(exc).__name__}: {exc}. "
+                "Try different arguments or another tool.",
+                is_error=True,
+            )
+        if not isinstance(output, ToolOutput):
+            return ToolOutput(f"{name} returned no output (internal error).", is_error=True)
+        return output
+
+    def _finish(self, output: ToolOutput, ctx: ToolContext, limit: int) -> ToolRun:
+        text = sanitize_for_model(output.text)
+        total = max(output.original_chars or 0, len(text))
+        path = str(output.full_output_path) if output.full_output_path else None
+        # A tool that spilled to disk already holds only the ends of its output.
+        truncated = total > len(text)
+        kept = len(text) - _notice_length(text) if truncated else len(text)
+        if limit > 0 and len(text) > limit:
+            if path is None:
+                path = self._save_full_output(output.text, ctx)
+            text, kept = _cut(text, limit, path, total)
+            truncated = True
+        return ToolRun(
+            content=text,
+            is_error=output.is_error,
+            truncated=truncated,
+            original_chars=total,
+            kept_chars=kept,
+            full_output_path=path if truncated else None,
+            duration_ms=0.0,
+        )
+
+    @staticmethod
+    def _save_full_output(raw: str, ctx: ToolContext) -> str | None:
+        """Write the untruncated output; on a disk error the notice just has no path."""
+        target = Path(ctx.tool_results_dir) / f"{safe_file_stem(ctx.call_id)}.txt"
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(target, "w", encoding="utf-8", errors="replace", newline="") as f:
+                f.write(raw)
+        except OSError:
+            return None
+        return str(target)
+
+
+def default_registry(max_output: int = DEFAULT_MAX_OUTPUT) -> ToolRegistry:
+    """The five built-in tools."""
+    from app.tools.bash import RunBashTool
+    from app.tools.files import EditFileTool, ListFilesTool, ReadFileTool, WriteFileTool
+
+    registry = ToolRegistry(max_output)
+    for tool in (ReadFileTool(), ListFilesTool(), RunBashTool(), WriteFileTool(), EditFileTool()):
+        registry.register(tool)
+    return registry
