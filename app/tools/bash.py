@@ -1,0 +1,279 @@
+"""run_bash: a shell command in the workspace, bounded in time and in memory.
+
+The command runs in its own process group so a timeout or an interrupt can
+kill everything it started. Output is taken from the pipe as it arrives: up
+to twice ``keep`` bytes stay in memory; past that the whole output streams to
+the tool-results file and only a head and a tail of ``keep`` bytes each are
+held, so ``yes | head -c 200000000`` costs disk, not memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import IO, Any
+
+from app.messages import ToolSpec
+from app.tools.base import ToolContext, ToolInputError, ToolOutput
+from app.tools.registry import join_head_tail, safe_file_stem
+from app.tools.workspace import int_arg, output_limit, str_arg
+
+DEFAULT_TIMEOUT_S = 120
+MAX_TIMEOUT_S = 600
+MIN_KEEP_BYTES = 64 * 1024
+# With truncation off the model asked for everything: keep far more, still bounded.
+UNTRUNCATED_KEEP_BYTES = 16 * 1024 * 1024
+KILL_GRACE_S = 2.0
+# After bash exits, how long a background process holding the pipe open may delay us.
+EOF_GRACE_S = 1.0
+
+# Provider keys are removed by the caller; this is the second guard.
+_SECRET_SUFFIXES = ("_API_KEY", "_AUTH_TOKEN", "_API_TOKEN")
+_QUIET_TERMINAL = {
+    "TERM": "dumb",
+    "NO_COLOR": "1",
+    "PAGER": "cat",
+    "GIT_PAGER": "cat",
+    "GIT_TERMINAL_PROMPT": "0",
+}
+
+
+def keep_bytes_for(limit_chars: int) -> int:
+    """Bytes of head (and of tail) to hold: enough for what the registry will keep."""
+    if limit_chars <= 0:
+        return UNTRUNCATED_KEEP_BYTES
+    return max(MIN_KEEP_BYTES, (limit_chars * 2 // 5 + 1) * 4)
+
+
+def child_env(env: dict[str, str]) -> dict[str, str]:
+    base = dict(env) if env else dict(os.environ)
+    clean = {k: v for k, v in base.items() if not k.upper().endswith(_SECRET_SUFFIXES)}
+    clean.update(_QUIET_TERMINAL)
+    return clean
+
+
+def _append(output: str, suffix: str) -> str:
+    """The exit line goes on a line of its own, without a blank line before it."""
+    if output.endswith("\n") and suffix.startswith("\n"):
+        suffix = suffix[1:]
+    return output + suffix
+
+
+class _OutputCollector:
+    """Holds the output in memory while small, then spills all of it to disk."""
+
+    def __init__(self, keep: int, spill_path: Path) -> None:
+        self.keep = keep
+        self.spill_path = spill_path
+        self.buffer = bytearray()  # everything, until it outgrows 2 * keep
+        self.head = b""
+        self.tail = bytearray()
+        self.spill: IO[bytes] | None = None
+        self.spilled = False
+        self.total_chars = 0
+        self._counter = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed(self, chunk: bytes) -> None:
+        # Counting characters as they pass lets the notice name the real size.
+        self.total_chars += len(self._counter.decode(chunk))
+        if not self.spilled:
+            self.buffer += chunk
+            if len(self.buffer) > 2 * self.keep:
+                self._start_spilling()
+            return
+        if self.spill is not None:
+            self.spill.write(chunk)
+        self.tail += chunk
+        if len(self.tail) > 2 * self.keep:
+            del self.tail[: len(self.tail) - self.keep]
+
+    def _start_spilling(self) -> None:
+        self.spilled = True
+        try:
+            self.spill_path.parent.mkdir(parents=True, exist_ok=True)
+            self.spill = open(self.spill_path, "wb")
+            self.spill.write(self.buffer)
+        except OSError:
+            self.spill = None  # the notice will say nothing was saved
+        self.head = bytes(self.buffer[: self.keep])
+        self.tail = bytearray(self.buffer[-self.keep :])
+        self.buffer = bytearray()
+
+    def close(self) -> None:
+        self.total_chars += len(self._counter.decode(b"", final=True))
+        if self.spill is not None:
+            self.spill.close()
+
+    def output(self, suffix: str) -> ToolOutput:
+        """The text for the model; ``suffix`` (the exit line) goes after the output."""
+        if not self.spilled:
+            return ToolOutput(_append(self.buffer.decode("utf-8", errors="replace"), suffix))
+        # An incomplete character at either cut becomes nothing rather than U+FFFD.
+        head = codecs.getincrementaldecoder("utf-8")(errors="replace").decode(self.head)
+        tail_bytes = bytes(self.tail[-self.keep :])
+        cut = 0
+        while cut < 3 and cut < len(tail_bytes) and 0x80 <= tail_bytes[cut] <= 0xBF:
+            cut += 1
+        tail = _append(tail_bytes[cut:].decode("utf-8", errors="replace"), suffix)
+        path = str(self.spill_path) if self.spill is not None else None
+        total = self.total_chars + len(suffix)
+        return ToolOutput(
+            join_head_tail(head, tail, total, path),
+            full_output_path=Path(path) if path else None,
+            original_chars=total,
+        )
+
+
+class _BashProtocol(asyncio.SubprocessProtocol):
+    """Feeds the pipe straight into the collector; tells apart exit and end of output.
+
+    (``Process.wait()`` also waits for the pipe to close, which a background
+    process started by the command can hold open for ever.)
+    """
+
+    def __init__(self, collector: _OutputCollector, loop: asyncio.AbstractEventLoop) -> None:
+        self.collector = collector
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.output_closed: asyncio.Future[None] = loop.create_future()
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        self.collector.feed(data)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        if not self.output_closed.done():
+            self.output_closed.set_result(None)
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass  # already gone
+
+
+async def _kill_group(pgid: int, exited: asyncio.Future[None]) -> None:
+    """SIGTERM the whole group, give bash a moment, then SIGKILL whatever is left."""
+    _signal_group(pgid, signal.SIGTERM)
+    try:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(exited), KILL_GRACE_S)
+    finally:
+        # Children may survive bash or ignore SIGTERM; the group goes regardless.
+        _signal_group(pgid, signal.SIGKILL)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(exited), KILL_GRACE_S)
+
+
+def _exit_line(returncode: int | None) -> str:
+    if returncode is None:
+        return "[exit code: unknown]"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"[exit code: {returncode} (killed by {name})]"
+    return f"[exit code: {returncode}]"
+
+
+class RunBashTool:
+    mutating = True
+    spec = ToolSpec(
+        name="run_bash",
+        description=(
+            "Run a bash command in the workspace and return its combined stdout and stderr "
+            f"followed by the exit code. Default timeout {DEFAULT_TIMEOUT_S} s (timeout "
+            f"argument, at most {MAX_TIMEOUT_S}); on timeout the command and everything it "
+            "started are killed. stdin is empty: nothing interactive. Do NOT use it to read "
+            "files (no cat/head/less on source files): use read_file, which pages and numbers "
+            "lines. Long outputs are cut to their head and tail with the full output saved to "
+            "a file, so narrow them at the source: grep -n PATTERN, head, tail, wc -l. For a "
+            "long-running server, run it in the background with its output redirected to a "
+            "file: nohup CMD > server.log 2>&1 &"
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "description": "The bash command to run."},
+                "timeout": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": MAX_TIMEOUT_S,
+                    "description": f"Seconds before the command is killed (default {DEFAULT_TIMEOUT_S}).",
+                },
+            },
+            "required": ["command"],
+        },
+    )
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        command = str_arg(args, "command")
+        if not command.strip():
+            raise ToolInputError("command is empty; give a bash command to run.")
+        timeout = min(int_arg(args, "timeout", DEFAULT_TIMEOUT_S), MAX_TIMEOUT_S)
+        spill_path = Path(ctx.tool_results_dir) / f"{safe_file_stem(ctx.call_id)}.txt"
+        collector = _OutputCollector(keep_bytes_for(output_limit.get()), spill_path)
+        loop = asyncio.get_running_loop()
+        try:
+            transport, protocol = await loop.subprocess_exec(
+                lambda: _BashProtocol(collector, loop),
+                "bash",
+                "-c",
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=ctx.workspace,
+                env=child_env(ctx.env),
+                start_new_session=True,  # its own process group: pgid == pid
+            )
+        except OSError as exc:
+            collector.close()
+            raise ToolInputError(f"Could not start bash: {exc}.") from exc
+        pgid = transport.get_pid()
+        timed_out = held_open = False
+        try:
+            try:
+                await asyncio.wait_for(asyncio.shield(protocol.exited), timeout)
+            except TimeoutError:
+                timed_out = True
+                await _kill_group(pgid, protocol.exited)
+            try:
+                await asyncio.wait_for(asyncio.shield(protocol.output_closed), EOF_GRACE_S)
+            except TimeoutError:
+                held_open = True
+        except asyncio.CancelledError:
+            await _kill_group(pgid, protocol.exited)
+            raise
+        finally:
+            transport.close()
+            collector.close()
+        returncode = transport.get_returncode()
+        if timed_out:
+            suffix = (
+                f"\n[timed out after {timeout} s: the command and its whole process group were "
+                "killed. Narrow it (grep/head/tail, smaller inputs), raise timeout (max "
+                f"{MAX_TIMEOUT_S}), or run it in the background with output to a file: "
+                "nohup CMD > out.log 2>&1 &]"
+            )
+        else:
+            suffix = "\n" + _exit_line(returncode)
+            if held_open:
+                suffix += (
+                    "\n[a background process still holds the output open; its further output "
+                    "is not captured. Redirect background output to a file.]"
+                )
+        if collector.total_chars == 0:
+            suffix = "(no output)" + suffix
+        output = collector.output(suffix)
+        output.is_error = timed_out
+        return output
