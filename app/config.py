@@ -231,9 +231,13 @@ def _describe_validation_error(
     return redact("config: " + "; ".join(parts))
 
 
+def _number(value: Any) -> Any:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def _problem(error: Any) -> str:
     kind = error.get("type", "")
-    ctx = error.get("ctx") or {}
+    ctx = {k: _number(v) for k, v in (error.get("ctx") or {}).items()}
     if kind == "greater_than_equal":
         return f"must be >= {ctx.get('ge')}"
     if kind == "greater_than":

@@ -1,0 +1,77 @@
+"""Secret redaction: registered keys and provider env keys never come out."""
+
+from __future__ import annotations
+
+import pytest
+
+from app import redact as redact_mod
+from app.redact import REDACTED, clear_secrets, redact, redact_obj, register_secret
+
+KEY_VARS = ("OPENAI_API_KEY", "DEEPSEEK_API_KEY", "ANTHROPIC_API_KEY")
+
+
+@pytest.fixture(autouse=True)
+def clean_registry(monkeypatch: pytest.MonkeyPatch):
+    for name in KEY_VARS:
+        monkeypatch.delenv(name, raising=False)
+    clear_secrets()
+    yield
+    clear_secrets()
+
+
+def test_registered_secret_is_replaced_everywhere() -> None:
+    register_secret("sk-live-abcdef123456")
+    text = "key sk-live-abcdef123456 and again:sk-live-abcdef123456!"
+    assert redact(text) == f"key {REDACTED} and again:{REDACTED}!"
+
+
+def test_short_values_are_not_secrets() -> None:
+    assert register_secret("abc1234") is False  # 7 characters
+    assert redact("abc1234 stays") == "abc1234 stays"
+
+
+def test_nothing_registered_returns_the_same_object() -> None:
+    text = "nothing secret here " * 100
+    assert redact(text) is text
+    data = {"a": [text]}
+    assert redact_obj(data) is data
+
+
+def test_provider_env_keys_are_picked_up_even_when_set_late(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert redact("sk-ant-late-key-000111") == "sk-ant-late-key-000111"
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-late-key-000111")
+    assert redact("auth: sk-ant-late-key-000111") == f"auth: {REDACTED}"
+
+
+def test_regex_characters_in_a_secret_are_literal() -> None:
+    register_secret("a.b*c+d?e(f)")
+    assert redact("a.b*c+d?e(f)") == REDACTED
+    assert redact("aXbbbcdde(f)") == "aXbbbcdde(f)"
+
+
+def test_longer_secret_containing_a_shorter_one_is_removed_whole() -> None:
+    register_secret("secret-part-0001")
+    register_secret("prefix-secret-part-0001-suffix")
+    assert redact("x prefix-secret-part-0001-suffix y") == f"x {REDACTED} y"
+
+
+def test_redact_obj_walks_nested_data_and_keeps_other_values() -> None:
+    register_secret("tok-9876543210")
+    data = {
+        "headers": {"authorization": "Bearer tok-9876543210"},
+        "list": ["tok-9876543210", 3, None, True, ("tok-9876543210",)],
+        "tok-9876543210": 1.5,
+    }
+    assert redact_obj(data) == {
+        "headers": {"authorization": f"Bearer {REDACTED}"},
+        "list": [REDACTED, 3, None, True, (REDACTED,)],
+        REDACTED: 1.5,
+    }
+    # the input is not modified
+    assert data["headers"]["authorization"] == "Bearer tok-9876543210"
+
+
+def test_registering_twice_changes_nothing() -> None:
+    assert register_secret("dup-secret-0001") is True
+    assert register_secret("dup-secret-0001") is False
+    assert redact_mod.secret_count() == 1
