@@ -1,0 +1,1 @@
+"""Benchmarks for tidegauge: `python benchmarks/run.py` (see run.py)."""
