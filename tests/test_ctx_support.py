@@ -13,9 +13,14 @@ from app.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, Too
 _ids = itertools.count()
 
 
+_WORDS = ("the quick brown fox jumps over lazy dog while error log line value test file "
+          "code read write data user time system main index error result").split()
+
+
 def filler(n_words: int, tag: str = "") -> str:
-    """About ``n_words`` tokens of distinct-ish text."""
-    return " ".join(f"{tag}w{i % 997}" for i in range(n_words))
+    """About ``n_words`` tokens of text (one token per common word), tagged to be unique."""
+    words = " ".join(_WORDS[i % len(_WORDS)] for i in range(n_words))
+    return f"{tag}: {words}" if tag else words
 
 
 def tool_round(n_calls: int = 1, result_words: int = 50, *, text: str | None = None,
