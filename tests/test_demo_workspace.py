@@ -1,0 +1,48 @@
+"""The demo workspace: the seed's log and a project that actually works."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from app.demo_workspace import LOG_ERROR_LINE, create_demo_workspace, project_files
+
+
+def test_app_log_has_300001_lines_with_the_error_last(tmp_path: Path) -> None:
+    root = create_demo_workspace(tmp_path / "ws")
+    log = root / "app.log"
+    data = log.read_bytes()
+    lines = data.decode("ascii").splitlines()
+    assert len(lines) == 300_001
+    assert lines[0] == "2026-10-18 12:00:00 INFO request handled id=1"
+    assert lines[299_999] == "2026-10-18 12:00:00 INFO request handled id=300000"
+    assert lines[-1] == LOG_ERROR_LINE == "2026-10-18 12:00:01 ERROR database connection refused"
+    assert sum("ERROR" in line for line in lines) == 1
+    assert 14_000_000 < len(data) < 16_000_000  # "about 15 MB", as in the seed
+
+
+def test_idempotent_and_keeps_edits(tmp_path: Path) -> None:
+    root = create_demo_workspace(tmp_path)
+    edited = root / "inventory" / "models.py"
+    edited.write_text("# edited by the agent\n")
+    log = root / "app.log"
+    log.write_text("truncated by a crash\n")
+    assert create_demo_workspace(tmp_path) == root
+    assert edited.read_text() == "# edited by the agent\n"  # an earlier run's edits survive a resume
+    assert log.read_text().splitlines()[-1] == LOG_ERROR_LINE  # a damaged log is rebuilt
+    assert len(log.read_bytes().splitlines()) == 300_001
+
+
+def test_project_has_modules_memory_file_and_passing_tests(tmp_path: Path) -> None:
+    root = create_demo_workspace(tmp_path)
+    files = project_files()
+    modules = [p for p in files if p.startswith("inventory/") and p.endswith(".py")]
+    assert len(modules) >= 8
+    for rel in files:
+        assert (root / rel).is_file(), rel
+    assert "Never change public function signatures" in (root / "AGENTS.md").read_text()
+    # The project is real code: its own test suite passes.
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+                          cwd=root, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
