@@ -65,9 +65,9 @@ def rounds_strategy(draw, max_words: int = 400) -> list[Message]:
 
 
 @st.composite
-def histories(draw, max_rounds: int = 12) -> list[Message]:
+def histories(draw, max_rounds: int = 12, min_rounds: int = 0) -> list[Message]:
     history = [Message.user(draw(st.sampled_from(["Fix the bug", "Summarize the project"])))]
-    for _ in range(draw(st.integers(0, max_rounds))):
+    for _ in range(draw(st.integers(min_rounds, max_rounds))):
         history += draw(rounds_strategy())
     return history
 
