@@ -195,6 +195,9 @@ def test_ledger_keeps_compaction_apart() -> None:
     assert ledger.compact_cost_usd == pytest.approx(cost_usd(compact, price))
     assert ledger.cost_usd == pytest.approx(2 * cost_usd(main, price) + cost_usd(compact, price))
     assert Ledger.from_dict(ledger.to_dict()) == ledger
+    assert ledger.totals("compact").cost == ledger.compact_cost_usd
+    assert ledger.totals().input == total.input_tokens
+    assert (m.input, m.cached, m.output) == (106_000, 100_000, 1_000)
 
 
 def test_ledger_unknown_usage_or_price() -> None:

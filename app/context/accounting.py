@@ -207,6 +207,23 @@ class AgentTotals:
     cost_usd: float = 0.0
     cost_known: bool = True  # False once any call had no price or no usage
 
+    # Short names (the engine reads these).
+    @property
+    def input(self) -> int:
+        return self.input_tokens
+
+    @property
+    def cached(self) -> int:
+        return self.cached_tokens
+
+    @property
+    def output(self) -> int:
+        return self.output_tokens
+
+    @property
+    def cost(self) -> float:
+        return self.cost_usd
+
     def add(self, other: "AgentTotals") -> "AgentTotals":
         return AgentTotals(
             calls=self.calls + other.calls,
@@ -241,6 +258,10 @@ class Ledger:
 
     def get(self, agent: str) -> AgentTotals:
         return self.agents.get(agent, AgentTotals())
+
+    def totals(self, agent: str | None = None) -> AgentTotals:
+        """One agent's totals, or all agents' together when ``agent`` is None."""
+        return self.total() if agent is None else self.get(agent)
 
     def total(self) -> AgentTotals:
         out = AgentTotals()

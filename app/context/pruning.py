@@ -65,7 +65,11 @@ def _result_positions(history: Sequence[Message]) -> list[tuple[int, int]]:
             for j, b in enumerate(m.content) if isinstance(b, ToolResultBlock)]
 
 
-def _block_tokens(block: ToolResultBlock) -> int:
+def _block_tokens(msg: Message, block: ToolResultBlock) -> int:
+    """Tokens of one result; a message holding only this block already knows them."""
+    if len(msg.content) == 1:
+        return max(0, _tokens.estimate_message(msg) - _tokens.MESSAGE_OVERHEAD
+                   - _tokens.BLOCK_OVERHEAD)
     return _tokens.count_tokens_cached(block.content)
 
 
@@ -81,7 +85,7 @@ def _clear(history: Sequence[Message], positions: Sequence[tuple[int, int]]) -> 
         if is_cleared(block):
             continue
         stub = stub_for(block, uses.get(block.tool_use_id))
-        saved = _block_tokens(block) - _tokens.count_tokens(stub)
+        saved = _block_tokens(history[i], block) - _tokens.count_tokens_cached(stub)
         if saved <= 0:  # a tiny result: the stub would not save anything
             continue
         by_message.setdefault(i, {})[j] = ToolResultBlock(
@@ -126,7 +130,7 @@ def prune_by_size(history: Sequence[Message], keep_tokens: int = 40_000,
     for i, j in reversed(positions):
         block = history[i].content[j]
         assert isinstance(block, ToolResultBlock)
-        tokens = _block_tokens(block)
+        tokens = _block_tokens(history[i], block)
         if i == latest_turn:
             kept += tokens
             continue

@@ -43,7 +43,7 @@ def count_tokens(text: str) -> int:
     return len(encoder().encode(text, disallowed_special=()))
 
 
-@lru_cache(maxsize=2048)
+@lru_cache(maxsize=512)
 def count_tokens_cached(text: str) -> int:
     """``count_tokens`` memoised by content, for block-level counts that recur
     (pruning looks at the same tool results turn after turn)."""
@@ -63,7 +63,7 @@ def estimate_block(block: Any) -> int:
     elif isinstance(block, ToolUseBlock):
         body = count_tokens(block.name) + count_tokens(_json(block.input))
     elif isinstance(block, ToolResultBlock):
-        body = count_tokens_cached(block.content)
+        body = count_tokens(block.content)
     else:  # an unknown block type: count whatever it serialises to
         body = count_tokens(_json(getattr(block, "model_dump", lambda: str(block))()))
     return body + BLOCK_OVERHEAD
