@@ -54,8 +54,8 @@ def test_level_at_each_line() -> None:
     assert level(146_999, t) == "ok"
     assert level(147_000, t) == "warning"
     assert level(167_000, t) == "compact"
-    assert level(177_000, t) == "compact"  # at the blocking line: still sendable
-    assert level(177_001, t) == "blocking"
+    assert level(176_999, t) == "compact"
+    assert level(177_000, t) == "blocking"
 
 
 def test_to_model_carries_every_figure() -> None:

@@ -69,12 +69,9 @@ def compute_thresholds(window: int, budget: int, compact_max_output: int) -> Thr
 
 
 def level(projected: int, t: Thresholds) -> Level:
-    """Which line the projected request has reached.
-
-    Reaching the warning or auto-compact line counts; blocking means strictly
-    above the blocking line (such a request is never sent).
-    """
-    if projected > t.blocking_line:
+    """Which line the projected request has reached (reaching a line counts,
+    the same comparison the engine uses to act)."""
+    if projected >= t.blocking_line:
         return "blocking"
     if projected >= t.auto_compact_line:
         return "compact"
