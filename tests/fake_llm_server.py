@@ -395,7 +395,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         path = urlsplit(self.path).path
         headers = {k.lower(): v for k, v in self.headers.items()}
         fake = self.server.fake
-        number = fake._record(RecordedRequest(path, headers, body))
+        number = fake._record(RecordedRequest(path, headers, body), self.client_address[1])
         if not (path.endswith("/chat/completions") or path.endswith("/v1/messages")):
             self._plain(404, {"error": {"message": f"fake_llm: unknown path {path}", "type": "not_found"}})
             return
@@ -462,6 +462,7 @@ class FakeLLMServer:
 
     def __init__(self) -> None:
         self.requests: list[RecordedRequest] = []
+        self.client_ports: list[int] = []  # one per request: equal ports mean a reused connection
         self.default: Handler | None = None
         self.allow_unscripted = False
         # both fail the test at teardown (the first unless allow_unscripted)
@@ -539,9 +540,10 @@ class FakeLLMServer:
         return self.handler_errors + ([] if self.allow_unscripted else self.unscripted)
 
     # used by the handler threads
-    def _record(self, request: RecordedRequest) -> int:
+    def _record(self, request: RecordedRequest, client_port: int) -> int:
         with self._lock:
             self.requests.append(copy.deepcopy(request))
+            self.client_ports.append(client_port)
             return len(self.requests)
 
     def _next_reply(self, body: dict[str, Any], path: str, number: int) -> Reply:
@@ -567,3 +569,42 @@ class FakeLLMServer:
             self.handler_errors.append(message)
             return http_error(500, {"error": {"message": message, "type": "fake_llm_handler_error"}})
         return reply
+
+
+# ---- running a provider against it ----
+
+@dataclass
+class StreamResult:
+    """Everything one ``provider.stream`` produced: events, then a Completed or a ProviderError."""
+
+    events: list[Any]
+    completed: Any | None
+    error: BaseException | None
+
+    @property
+    def text(self) -> str:
+        return "".join(e.text for e in self.events if type(e).__name__ == "TextDelta")
+
+    @property
+    def thinking(self) -> str:
+        return "".join(e.text for e in self.events if type(e).__name__ == "ThinkingDelta")
+
+
+async def run_stream(provider: Any, request: Any) -> StreamResult:
+    """Drain one call; a ProviderError is captured (anything else propagates and fails the test)."""
+    from app.providers.base import Completed, ProviderError
+
+    events: list[Any] = []
+    completed = None
+    try:
+        async for event in provider.stream(request):
+            if isinstance(event, Completed):
+                assert completed is None, "two Completed events in one stream"
+                completed = event
+            else:
+                assert completed is None, f"{event!r} after Completed"
+                events.append(event)
+    except ProviderError as exc:
+        return StreamResult(events, None, exc)
+    assert completed is not None, "the stream ended without Completed or an error"
+    return StreamResult(events, completed, None)

@@ -326,9 +326,12 @@ class AnthropicProvider:
         self.max_tokens = max_tokens
         self.extra_headers = dict(extra_headers or {})
         self.extra_body = dict(extra_body or {})
-        # Anthropic rejects thinking without its signature; DeepSeek's endpoint sends none and wants it back
-        self.send_unsigned_thinking = ("deepseek" in self.base_url) if send_unsigned_thinking is None \
-            else send_unsigned_thinking
+        # Anthropic signs all thinking and rejects unsigned blocks (they can only come from another
+        # provider); compatible servers (DeepSeek's /anthropic) sign nothing and want their thinking back.
+        if send_unsigned_thinking is None:
+            host = httpx.URL(self.base_url).host
+            send_unsigned_thinking = not (host == "anthropic.com" or host.endswith(".anthropic.com"))
+        self.send_unsigned_thinking = send_unsigned_thinking
         self._client: httpx.AsyncClient | None = None
 
     @property
