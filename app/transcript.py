@@ -207,16 +207,51 @@ def read_transcript(path: Path | str) -> TranscriptReadResult:
                     continue
                 try:
                     result.lines.append(parse_line(body))
+                    continue
                 except Exception as err:  # anything at all: bad bytes must never stop a resume
-                    if complete:
-                        result.warnings.append(f"transcript line {number}: corrupted ({_reason(err)}); skipped")
-                    else:
-                        result.warnings.append(
-                            f"transcript line {number}: torn last line (the session ended while it was "
-                            "being written); skipped")
+                    error = err
+                salvaged = _salvage(body)
+                result.lines.extend(salvaged)
+                if salvaged:
+                    result.warnings.append(
+                        f"transcript line {number}: corrupted ({_reason(error)}); "
+                        f"recovered {len(salvaged)} entr{'y' if len(salvaged) == 1 else 'ies'} "
+                        "joined to it, skipped the rest")
+                elif complete:
+                    result.warnings.append(f"transcript line {number}: corrupted ({_reason(error)}); skipped")
+                else:
+                    result.warnings.append(
+                        f"transcript line {number}: torn last line (the session ended while it was "
+                        "being written); skipped")
     except Exception as err:  # an I/O error half way: keep what was read
         result.warnings.append(f"transcript {path}: read stopped at line {number} ({err})")
     return result
+
+
+_LINE_START = '{"kind":'
+_decoder = json.JSONDecoder()
+
+
+def _salvage(body: bytes) -> list[MessageLine | HistoryLine | EventLine | TurnEndLine]:
+    """Whole lines glued after a damaged one (its newline was lost): parse them back.
+
+    The writer's compact JSON puts ``{"kind":`` only at the start of a line
+    (inside strings the quotes are escaped), so it marks where one may begin.
+    """
+    try:
+        text = body.decode("utf-8", errors="replace")
+        found: list[MessageLine | HistoryLine | EventLine | TurnEndLine] = []
+        start = text.find(_LINE_START, 1)
+        while start != -1:
+            try:
+                data, end = _decoder.raw_decode(text, start)
+                found.append(_line_adapter.validate_python(data))
+            except Exception:
+                end = start + 1
+            start = text.find(_LINE_START, max(end, start + 1))
+        return found
+    except Exception:
+        return []
 
 
 def _reason(err: Exception) -> str:

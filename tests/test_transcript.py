@@ -159,6 +159,23 @@ def test_corrupted_middle_line_is_skipped_and_the_rest_kept(path: Path) -> None:
     assert "line 2" in result.warnings[0] and "corrupted" in result.warnings[0]
 
 
+def test_line_glued_to_a_damaged_one_is_recovered(path: Path) -> None:
+    """A corrupted byte that hit a newline must not take the next, intact line with it."""
+    with TranscriptWriter(path) as writer:
+        writer.append_message(Message.user("one"))
+        writer.append_message(Message.assistant_text("two"))
+        writer.append_message(Message.user("three"))
+    data = bytearray(path.read_bytes())
+    first_newline = data.index(b"\n")
+    data[first_newline - 3] = 0xFF  # damage line 1 ...
+    data[first_newline] = 0x00  # ... and the newline that ended it
+    path.write_bytes(bytes(data))
+
+    result = read_transcript(path)
+    assert [line.message.text for line in result.lines] == ["two", "three"]
+    assert len(result.warnings) == 1 and "line 1" in result.warnings[0]
+
+
 def test_binary_garbage_and_wrong_shapes_do_not_raise(path: Path) -> None:
     path.parent.mkdir(parents=True)
     good = MessageLine(ts=2.0, message=Message.user("survivor")).model_dump_json().encode()
