@@ -340,12 +340,10 @@ class Agent:
 
     def usage_report(self) -> str:
         ev = self.engine.context_event()
-        main = self.engine.ledger.totals("main")
-        comp = self.engine.ledger.totals("compact")
         return (f"{len(self.history)} messages, context ~{ev.projected_tokens:,} tokens "
                 f"(auto-compact at {ev.thresholds.auto_compact_line:,}, window {ev.thresholds.window:,}); "
-                f"cumulative input {main.input + comp.input:,} (cached {main.cached + comp.cached:,}), "
-                f"output {main.output + comp.output:,}, ~${ev.cost_usd:.4f} "
+                f"cumulative input {ev.cumulative_input:,} (cached {ev.cumulative_cached:,}), "
+                f"output {ev.cumulative_output:,}, ~${ev.cost_usd:.4f} "
                 f"(compaction ${ev.compact_cost_usd:.4f})")
 
     def context_report(self) -> str:

@@ -25,10 +25,10 @@ from app.context.compaction import (
 from app.context.memory import MemoryBundle
 from app.context.overflow import drop_oldest_rounds
 from app.context.prices import Price, cost_usd
-from app.context.pruning import PruneResult, prune_by_size, prune_by_time
+from app.context.pruning import PruneResult, is_cleared, prune_by_size, prune_by_time
 from app.context.summarizer import extractive_summary
 from app.context.thresholds import Thresholds, compute_thresholds, level
-from app.context.tokens import count_tokens, estimate_message
+from app.context.tokens import count_tokens
 from app.events import (
     BreakerEvent,
     CompactionEvent,
@@ -175,8 +175,7 @@ class ContextEngine:
     def context_event(self) -> ContextEvent:
         proj = self.projection()
         t = self.thresholds
-        main = self.ledger.totals("main")
-        compact = self.ledger.totals("compact")
+        total = self.ledger.total()
         return ContextEvent(
             exact_tokens=proj.exact_tokens,
             estimated_tokens=proj.estimated_tokens,
@@ -185,11 +184,11 @@ class ContextEngine:
             breakdown=self.accounting.breakdown(self.system_prompt, self.memory.text, self.tools, self.history),
             level=level(proj.projected_tokens, t),
             turns_to_compact=self.accounting.turns_to(t.auto_compact_line, proj.projected_tokens),
-            cumulative_input=main.input + compact.input,
-            cumulative_cached=main.cached + compact.cached,
-            cumulative_output=main.output + compact.output,
-            cost_usd=main.cost + compact.cost,
-            compact_cost_usd=compact.cost,
+            cumulative_input=total.input_tokens,
+            cumulative_cached=total.cached_tokens,
+            cumulative_output=total.output_tokens,
+            cost_usd=total.cost_usd,
+            compact_cost_usd=self.ledger.compact_cost_usd,
         )
 
     def emit_context(self) -> ContextEvent:
@@ -278,8 +277,8 @@ class ContextEngine:
         self.emit_context()
 
     def _breaker_text(self) -> str:
-        retry = self.breaker.retry_at
-        wait = f"; one retry in {max(0, int(retry - self.breaker.clock()))}s" if retry is not None else ""
+        retry_in = self.breaker.retry_in()
+        wait = f"; one retry in {int(retry_in)}s" if retry_in is not None else ""
         return (f"auto-compaction paused after {self.breaker.failures} failed attempts{wait}; "
                 "ctrl+s or /compact still runs it")
 
@@ -357,10 +356,8 @@ class ContextEngine:
         return event
 
     def _retry_epoch(self) -> float | None:
-        retry = self.breaker.retry_at
-        if retry is None:
-            return None
-        return time.time() + max(0.0, retry - self.breaker.clock())
+        retry_in = self.breaker.retry_in()
+        return None if retry_in is None else time.time() + retry_in
 
     # ---- overflow recovery (reactive compact) ----
 
@@ -391,7 +388,7 @@ class ContextEngine:
         for message in reversed(self.history):
             for block in message.content:
                 if isinstance(block, ToolResultBlock) and block.tool_use_id == tool_use_id:
-                    return not block.content.startswith("[Old tool result cleared")
+                    return not is_cleared(block)
         return False
 
 

@@ -1,0 +1,46 @@
+"""Build a real Agent (runtime wiring, real tools, real engine) against the fake LLM server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from app.config import load_settings
+from app.events import Event
+from app.runtime import build_agent
+
+TEST_KEY = "sk-test-fake-key-0123456789"
+
+
+class EventLog(list):
+    """Collects every event; helpers to pick by type."""
+
+    def __call__(self, event: Event) -> None:
+        self.append(event)
+
+    def of(self, kind: str) -> list[Any]:
+        return [e for e in self if e.type == kind]
+
+
+def make_agent(fake_llm, tmp_path: Path, monkeypatch, *, provider: str = "openai", cwd: Path | None = None,
+               **overrides: Any):
+    """A real agent on ``provider`` talking to the fake server; returns (agent, events)."""
+    monkeypatch.setenv("TIDEGAUGE_CONFIG_DIR", str(tmp_path / "config"))
+    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "DEEPSEEK_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    env_name = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "deepseek": "DEEPSEEK_API_KEY"}[provider]
+    monkeypatch.setenv(env_name, TEST_KEY)
+    settings = load_settings({
+        "provider": provider,
+        "model": overrides.pop("model", "test-model"),
+        "base_url": fake_llm.base_url(provider),
+        "data_dir": tmp_path / "data",
+        "max_retries": overrides.pop("max_retries", 2),
+        **overrides,
+    })
+    workdir = cwd or (tmp_path / "work")
+    workdir.mkdir(parents=True, exist_ok=True)
+    events = EventLog()
+    agent = build_agent(settings, emit=events, cwd=workdir)
+    agent.options.retry_base_delay = 0.0  # retries are tested for behaviour, not for waiting
+    return agent, events
