@@ -22,6 +22,13 @@ from app.context.validate import history_problems
 from app.messages import Message
 
 
+def _next_request_problems(history: list[Message]) -> list[str]:
+    """Problems of the request the next user message would make (merged into a trailing user message)."""
+    if history and history[-1].role == "user":
+        return history_problems(history)
+    return history_problems(history + [Message.user("next")])
+
+
 def _tool_messages(body: dict) -> list[dict]:
     return [m for m in body["messages"] if m["role"] == "tool"]
 
@@ -43,7 +50,7 @@ async def test_tool_round_trip_reaches_the_model_and_ends(fake_llm, tmp_path, mo
     usage = events.of("usage")
     assert [u.context_tokens for u in usage] == [920, 1008]
     assert usage[0].cache_read_tokens == 600 and usage[0].input_tokens == 300
-    assert history_problems(agent.history + [Message.user("next")]) == []
+    assert _next_request_problems(agent.history) == []
     await agent.aclose()
 
 
@@ -174,7 +181,7 @@ async def test_interrupt_during_a_stalled_stream_keeps_history_valid(fake_llm, t
         pass
     fake_llm.release()
     assert events.of("result")[-1].stop_reason == "interrupted"
-    assert history_problems(agent.history + [Message.user("next")]) == []
+    assert _next_request_problems(agent.history) == []
     # the next turn is a valid request
     fake_llm.enqueue(openai_text("fine"))
     result = await agent.run_turn("go on")
