@@ -37,8 +37,8 @@ BENCHMARKS: dict[str, list[tuple[str, str]]] = {
         ("3a stream 20k deltas", "<= 2.2× time of 10k"),
         ("3b stream: screen lag at end", "<= 100 ms"),
     ],
-    "bench_session": [
-        ("4a 1,000 turns: accounting", "turn 1,000 <= 2× turn 10"),
+    "bench_session": [("4a 1,000 turns: accounting", "turn 1,000 <= 2× turn 10")],
+    "bench_memory": [
         ("4b 1,000 outputs: dashboard RSS", "< 300 MB"),
         ("4c 1,000 outputs: DOM pruned", "conversation children bounded"),
     ],
