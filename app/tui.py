@@ -1,0 +1,540 @@
+"""The full-screen dashboard (the only module in app/ that imports textual).
+
+The agent runs in a Textual worker on the app's event loop. It reaches the
+widgets only through messages: ``agent.emit`` posts an ``AgentEventMessage``
+and the handlers below update the widgets. Approval of tools that change
+things is a modal whose answer comes back to the worker through a Future.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
+
+from textual import on, work
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Input
+from textual.worker import Worker, WorkerState
+
+import styles
+from app import events as ev
+from widgets.approval_screen import ApprovalScreen
+from widgets.confirm_screen import ConfirmScreen
+from widgets.context_panel import ContextPanel
+from widgets.conversation import Conversation
+from widgets.gauge_bar import human_tokens
+from widgets.header_bar import HeaderBar
+from widgets.prompt_box import SLASH_COMMANDS, PromptBox
+from widgets.tool_call_line import ToolCallInfo, ToolCallLine
+from widgets.tool_output_panel import ToolOutputPanel
+
+if TYPE_CHECKING:  # the agent core never imports textual; we only need its shape
+    from app.agent import Agent
+    from app.config import Settings
+    from app.messages import ToolUseBlock
+
+Approval = Literal["yes", "always", "no"]
+CSS_FILE = Path(styles.__file__).parent / "tidegauge.tcss"
+
+HELP_TEXT = "\n".join(
+    [
+        "commands:",
+        *(f"  {name:<9} {about}" for name, about in SLASH_COMMANDS.items()),
+        "keys:",
+        "  ctrl+s   compact now          ctrl+r   reset (asks first)",
+        "  ctrl+o   expand/collapse the selected tool output",
+        "  escape   interrupt the running turn    ctrl+q   quit",
+        "  tab      next region          ↑/↓      move in the tool list, prompt history",
+    ]
+)
+
+
+@dataclass
+class AgentEventMessage(Message):
+    """One engine event, on its way from the agent's worker to the widgets."""
+
+    event: Any  # app.events.Event
+
+
+@dataclass
+class _Action:
+    kind: Literal["prompt", "compact", "reset"]
+    arg: str | None = None
+
+
+class TidegaugeApp(App[int]):
+    """Conversation, tool output and the live context gauge around one Agent."""
+
+    CSS_PATH = str(CSS_FILE)
+    TITLE = "tidegauge"
+    ENABLE_COMMAND_PALETTE = True
+
+    BINDINGS = [
+        Binding("ctrl+s", "compact", "Compact"),
+        Binding("ctrl+r", "reset", "Reset"),
+        Binding("ctrl+o", "toggle_output", "Expand output"),
+        Binding("escape", "interrupt", "Interrupt"),
+        Binding("ctrl+q", "quit", "Quit", priority=True),
+    ]
+
+    def __init__(
+        self,
+        agent: "Agent | None" = None,
+        *,
+        agent_factory: "Callable[[], Agent] | None" = None,
+        auto_approve: bool = False,
+        cwd_display: str | None = None,
+        session_display: str | None = None,
+        transcript_path: str | None = None,
+        max_mounted: int = 200,
+        cursor_blink: bool = True,
+    ) -> None:
+        super().__init__()
+        if agent is None and agent_factory is None:
+            raise ValueError("TidegaugeApp needs an agent or an agent_factory")
+        self._agent: Agent | None = agent
+        self._agent_factory = agent_factory
+        self.auto_approve = auto_approve
+        self._cwd_display = cwd_display
+        self._session_display = session_display
+        self._transcript_path = transcript_path
+        self._max_mounted = max_mounted
+        self._cursor_blink = cursor_blink
+        self._queue: list[_Action] = []
+        self._agent_worker: Worker | None = None
+        self._always_allowed: set[str] = set()
+        self._last_context: ev.ContextEvent | None = None
+        self._tool_calls: dict[str, ToolCallInfo] = {}
+        self._tools_this_turn = 0
+        self._echoed_prompt: str | None = None
+        self._loop_thread = threading.get_ident()
+
+    # ------------------------------------------------------------------ layout
+
+    def compose(self):
+        yield HeaderBar(id="header")
+        with Horizontal(id="main"):
+            with Vertical(id="left"):
+                yield Conversation(
+                    id="conversation",
+                    max_mounted=self._max_mounted,
+                    transcript_path=self._transcript_path,
+                )
+                yield PromptBox(id="prompt", cursor_blink=self._cursor_blink)
+            yield ToolOutputPanel(id="tool-panel")
+        yield ContextPanel(id="context-panel")
+        yield Footer()
+
+    @property
+    def agent(self) -> "Agent":
+        assert self._agent is not None
+        return self._agent
+
+    @property
+    def conversation(self) -> Conversation:
+        return self.query_one(Conversation)
+
+    @property
+    def tool_panel(self) -> ToolOutputPanel:
+        return self.query_one(ToolOutputPanel)
+
+    @property
+    def context_panel(self) -> ContextPanel:
+        return self.query_one(ContextPanel)
+
+    @property
+    def header(self) -> HeaderBar:
+        return self.query_one(HeaderBar)
+
+    @property
+    def busy(self) -> bool:
+        return self._agent_worker is not None and not self._agent_worker.is_finished
+
+    def on_mount(self) -> None:
+        self._loop_thread = threading.get_ident()
+        if self._agent is None:
+            assert self._agent_factory is not None
+            self._agent = self._agent_factory()
+        agent = self.agent
+        agent.emit = self._emit
+        if not self.auto_approve:
+            agent.approver = self._approve
+        if self._transcript_path is None:
+            path = getattr(agent, "transcript_path", None) or getattr(agent, "session_dir", None)
+            if path is not None:
+                self.conversation.transcript_path = str(path)
+        self.conversation.border_title = "conversation"
+        self.tool_panel.border_title = "tool output"
+        self.context_panel.border_title = "context"
+        header = self.header
+        header.provider_label = agent.provider_label
+        header.cwd = self._cwd_display if self._cwd_display is not None else str(agent.workspace)
+        header.session_id = self._session_display if self._session_display is not None else agent.session_id
+        header.max_steps = agent.max_steps
+        for event in agent.restored_events():
+            self._restore(event)
+        self._apply(agent.context_event())
+        if agent.is_demo:
+            self.conversation.add_engine(
+                "info",
+                "demo (scripted model): no API key is configured, so a scripted model drives real tools. "
+                "Try: find errors in app.log · summarize the project · flood",
+            )
+        self.query_one(PromptBox).focus()
+
+    async def on_unmount(self) -> None:
+        if self._agent is not None:
+            try:
+                await self._agent.aclose()
+            except Exception:  # closing must never turn a clean quit into a traceback
+                pass
+
+    # ------------------------------------------------------------ agent → UI
+
+    def _emit(self, event: Any) -> None:
+        """agent.emit: turn an engine event into a message (safe from any thread)."""
+        message = AgentEventMessage(event)
+        if threading.get_ident() == self._loop_thread:
+            self.post_message(message)
+        else:
+            self.call_from_thread(self.post_message, message)
+
+    async def on_agent_event_message(self, message: AgentEventMessage) -> None:
+        await self._apply_async(message.event)
+
+    def _restore(self, event: Any) -> None:
+        """Replay a resumed session's events (no streaming)."""
+        if isinstance(event, (ev.TextDeltaEvent, ev.ThinkingDeltaEvent, ev.StateEvent)):
+            return
+        if isinstance(event, ev.UserMessageEvent):
+            self.conversation.add_user(event.text)
+            return
+        if isinstance(event, ev.AssistantMessageEvent):
+            if event.text:
+                self.conversation.add_assistant_text(event.text)
+            return
+        self._apply(event)
+
+    async def _apply_async(self, event: Any) -> None:
+        conversation = self.conversation
+        if isinstance(event, ev.TextDeltaEvent):
+            await conversation.append_assistant(event.text)
+        elif isinstance(event, ev.AssistantMessageEvent):
+            if not conversation.streaming_assistant and event.text:
+                conversation.add_assistant_text(event.text)
+            await conversation.end_assistant()
+        else:
+            self._apply(event)
+
+    def _apply(self, event: Any) -> None:  # noqa: C901 - one branch per event type
+        conversation, panel, header = self.conversation, self.tool_panel, self.header
+        if isinstance(event, ev.ThinkingDeltaEvent):
+            conversation.append_thinking(event.text)
+        elif isinstance(event, ev.UserMessageEvent):
+            if self._echoed_prompt is not None and event.text == self._echoed_prompt:
+                self._echoed_prompt = None  # already shown when the user pressed Enter
+            else:
+                conversation.add_user(event.text)
+        elif isinstance(event, ev.ToolStartEvent):
+            self._tools_this_turn += 1
+            header.tool_number = self._tools_this_turn
+            info = ToolCallInfo(id=event.id, name=event.name, summary=event.summary)
+            self._tool_calls[event.id] = info
+            conversation.add_tool(info)
+            panel.add_call(info)
+        elif isinstance(event, ev.ToolResultEvent):
+            info = self._tool_calls.get(event.id) or ToolCallInfo(id=event.id, name=event.name, summary="")
+            info.status = "error" if event.is_error else "ok"
+            if event.is_error and "interrupted" in event.content[:200].lower():
+                info.status = "interrupted"
+            info.truncated = event.truncated
+            info.original_chars = event.original_chars
+            info.kept_chars = event.kept_chars
+            info.duration_ms = event.duration_ms
+            info.full_output_path = event.full_output_path
+            self._tool_calls[event.id] = info
+            conversation.update_tool(info)
+            panel.update_call(info, event.content)
+        elif isinstance(event, ev.ResultCutEvent):
+            info = self._tool_calls.get(event.id)
+            if info is not None:
+                info.cut_before_send = True
+                info.truncated = True
+                info.kept_chars = event.kept_chars
+                info.full_output_path = event.full_output_path or info.full_output_path
+                conversation.update_tool(info)
+                panel.update_call(info)
+            conversation.add_engine(
+                "cut",
+                f"result of {event.name} cut before sending: {event.original_chars:,} → {event.kept_chars:,}"
+                f" characters (it alone would cross the blocking line); full output at {event.full_output_path}",
+            )
+        elif isinstance(event, ev.UsageEvent):
+            if event.agent == "compact":
+                self.context_panel.add_compaction_usage(
+                    (event.input_tokens or 0) + (event.cache_read_tokens or 0) + (event.cache_write_tokens or 0),
+                    event.output_tokens or 0,
+                )
+            else:
+                tokens = event.context_tokens
+                if tokens is None and self._last_context is not None:
+                    tokens = self._last_context.projected_tokens
+                self.context_panel.add_point(tokens or 0, "call")
+        elif isinstance(event, ev.ContextEvent):
+            self._last_context = event
+            self.context_panel.update_context(event)
+        elif isinstance(event, ev.CompactionEvent):
+            self._apply_compaction(event)
+        elif isinstance(event, ev.MicroCompactionEvent):
+            why = "an hour since the last reply" if event.trigger == "time" else "context crossed the warning line"
+            conversation.add_engine(
+                "micro",
+                f"micro-compaction ({why}): cleared {event.results_cleared} old tool results,"
+                f" freed ~{human_tokens(event.tokens_freed)} tokens (full outputs stay on disk)",
+            )
+            if self._last_context is not None:
+                self.context_panel.add_point(
+                    max(0, self._last_context.projected_tokens - event.tokens_freed), "prune"
+                )
+        elif isinstance(event, ev.WarningCrossedEvent):
+            conversation.add_engine(
+                "warning",
+                f"context crossed the warning line: ~{human_tokens(event.projected_tokens)}"
+                f" ≥ {human_tokens(event.warning_line)}",
+            )
+        elif isinstance(event, ev.BreakerEvent):
+            header.breaker_paused = event.paused
+            if event.paused:
+                conversation.add_engine(
+                    "breaker",
+                    f"auto-compaction paused after {event.failures} failures in a row (circuit breaker);"
+                    " one trial after the cooldown, ctrl+s always runs",
+                )
+            else:
+                conversation.add_engine("info", "auto-compaction resumed")
+        elif isinstance(event, ev.RetryEvent):
+            conversation.add_engine(
+                "retry",
+                f"retrying in {event.delay_s:.1f}s (attempt {event.attempt} of {event.max_attempts}): {event.reason}",
+            )
+        elif isinstance(event, ev.StateEvent):
+            if event.state == "idle" or header.state == "idle":
+                self._tools_this_turn = 0 if event.state == "idle" else self._tools_this_turn
+            header.state = event.state
+            header.detail = event.detail
+            header.step = event.step
+            header.max_steps = event.max_steps
+        elif isinstance(event, ev.NoticeEvent):
+            conversation.add_engine(event.level if event.level != "info" else "info", event.text)
+        elif isinstance(event, ev.ErrorEvent):
+            conversation.add_engine("error", event.message)
+        elif isinstance(event, ev.ResultEvent):
+            conversation.end_turn_streams()
+            if event.stop_reason == "interrupted":
+                conversation.add_engine("interrupted", "interrupted by the user")
+            elif event.stop_reason == "max_steps":
+                conversation.add_engine("warning", f"step limit reached ({event.steps} steps)")
+            elif event.stop_reason == "error":
+                conversation.add_engine("error", "the turn stopped on an error")
+        elif isinstance(event, (ev.TextDeltaEvent, ev.AssistantMessageEvent)):
+            # only reached when restoring; live ones go through _apply_async
+            pass
+
+    def _apply_compaction(self, event: ev.CompactionEvent) -> None:
+        conversation = self.conversation
+        if not event.ok:
+            conversation.add_engine(
+                "compaction-failed",
+                f"compaction ({event.trigger}) failed: {event.reason or 'unknown reason'} — history unchanged",
+            )
+            return
+        if event.trigger == "reactive":
+            conversation.add_engine(
+                "overflow",
+                f"overflow recovery: the request was too long; dropped the oldest rounds,"
+                f" {event.messages_before} → {event.messages_after} messages,"
+                f" ~{human_tokens(event.tokens_before)} → ~{human_tokens(event.tokens_after)} tokens",
+            )
+        else:
+            label = {"auto": "auto", "manual": "manual", "fallback": "fallback (extractive)"}[event.trigger]
+            conversation.add_engine(
+                "compaction",
+                f"context compacted: {event.messages_before} messages → 1 summary"
+                f" ({label}, ~{human_tokens(event.tokens_before)} → ~{human_tokens(event.tokens_after)} tokens)",
+            )
+        self.context_panel.add_point(event.tokens_after, "compaction")
+
+    # ---------------------------------------------------------------- running
+
+    def _start(self, action: _Action) -> None:
+        if self.busy:
+            self._queue.append(action)
+            what = "prompt" if action.kind == "prompt" else action.kind
+            self.notify(f"queued: the {what} runs when the current turn ends (escape interrupts)", timeout=4)
+            return
+        self._agent_worker = self._run_action(action)
+
+    @work(exclusive=True, group="agent", exit_on_error=False)
+    async def _run_action(self, action: _Action) -> None:
+        agent = self.agent
+        if action.kind == "prompt":
+            self._tools_this_turn = 0
+            await agent.run_turn(action.arg or "")
+        elif action.kind == "compact":
+            await agent.compact(action.arg)
+        elif action.kind == "reset":
+            agent.reset()
+            self.context_panel.add_point(agent.context_event().projected_tokens, "prune")
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker is not self._agent_worker:
+            return
+        if event.state not in (WorkerState.SUCCESS, WorkerState.ERROR, WorkerState.CANCELLED):
+            return
+        self._agent_worker = None
+        conversation = self.conversation
+        conversation.end_turn_streams()
+        if event.state == WorkerState.ERROR:
+            error = event.worker.error
+            conversation.add_engine("error", f"{type(error).__name__}: {error}")
+        self.header.state = "idle"
+        self.header.detail = ""
+        if self._queue:
+            self._agent_worker = self._run_action(self._queue.pop(0))
+
+    async def _approve(self, block: "ToolUseBlock") -> Approval:
+        """agent.approver: ask in a modal; the answer comes back through a Future."""
+        if block.name in self._always_allowed:
+            return "yes"
+        future: asyncio.Future[Approval] = asyncio.get_running_loop().create_future()
+
+        def answered(result: Approval | None) -> None:
+            if not future.done():
+                future.set_result(result or "no")
+
+        screen = ApprovalScreen(block.name, dict(block.input))
+        previous_state = self.header.state
+        self.header.state = "waiting_approval"
+        await self.push_screen(screen, callback=answered)
+        try:
+            answer = await future
+        except asyncio.CancelledError:
+            if screen.is_attached and self.screen is screen:
+                screen.dismiss("no")
+            raise
+        finally:
+            self.header.state = previous_state if previous_state != "waiting_approval" else "tool"
+        if answer == "always":
+            self._always_allowed.add(block.name)
+        return answer
+
+    # ------------------------------------------------------------------ input
+
+    @on(Input.Submitted, "#prompt")
+    async def _on_prompt(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        prompt = self.query_one(PromptBox)
+        prompt.value = ""
+        if not text:
+            return
+        prompt.remember(text)
+        if text.startswith("/"):
+            self._slash_command(text)
+            return
+        await self.conversation.jump_to_end()
+        self.conversation.add_user(text)
+        self._echoed_prompt = text
+        self._start(_Action("prompt", text))
+
+    def _slash_command(self, text: str) -> None:
+        command, _, rest = text.partition(" ")
+        command = command.lower()
+        rest = rest.strip()
+        if command == "/compact":
+            self._start(_Action("compact", rest or None))
+        elif command == "/reset":
+            self.action_reset()
+        elif command == "/usage":
+            self.conversation.add_engine("info", self.agent.usage_report())
+        elif command == "/context":
+            self.conversation.add_engine("info", self.agent.context_report())
+        elif command == "/help":
+            self.conversation.add_engine("info", HELP_TEXT)
+        else:
+            self.conversation.add_engine("warning", f"unknown command {command} — /help lists them")
+
+    @on(ToolCallLine.Selected)
+    def _on_tool_line_selected(self, event: ToolCallLine.Selected) -> None:
+        self.tool_panel.select_call(event.call_id)
+
+    # ---------------------------------------------------------------- actions
+
+    def action_compact(self) -> None:
+        """Compact the conversation into a summary now."""
+        self._start(_Action("compact", None))
+
+    def action_reset(self) -> None:
+        """Reset the conversation after a yes/no confirmation."""
+
+        def confirmed(answer: bool | None) -> None:
+            if not answer:
+                self.conversation.add_engine("info", "reset cancelled")
+                return
+            if self.busy:
+                self._queue.clear()
+                self._queue.append(_Action("reset"))
+                assert self._agent_worker is not None
+                self._agent_worker.cancel()
+            else:
+                self._agent_worker = self._run_action(_Action("reset"))
+
+        self.push_screen(
+            ConfirmScreen("Reset the conversation? The model forgets it; the transcript stays on disk."),
+            callback=confirmed,
+        )
+
+    def action_toggle_output(self) -> None:
+        """Expand or collapse the selected tool output."""
+        result = self.tool_panel.toggle_expand()
+        self.screen.set_class(result == "expanding", "-output-expanded")
+        if result not in ("expanding", "collapsed"):
+            self.notify(result, timeout=3)
+
+    def action_interrupt(self) -> None:
+        """Interrupt the running turn."""
+        if not self.busy:
+            return
+        self._queue.clear()
+        self.header.state = "interrupting"
+        assert self._agent_worker is not None
+        self._agent_worker.cancel()
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Compact now", "Summarise the conversation (ctrl+s)", self.action_compact)
+        yield SystemCommand("Reset conversation", "Clear the conversation after asking (ctrl+r)", self.action_reset)
+        yield SystemCommand("Expand / collapse tool output", "Full output of the selected call (ctrl+o)", self.action_toggle_output)
+        yield SystemCommand("Interrupt", "Stop the running turn (escape)", self.action_interrupt)
+
+
+def run_dashboard(settings: "Settings", resume: str | None = None, continue_latest: bool = False) -> int:
+    """Open the dashboard (the CLI calls this when there is no -p). Returns the exit code."""
+    import sys
+
+    from app.runtime import build_agent
+
+    try:
+        agent = build_agent(settings, resume=resume, continue_latest=continue_latest)
+    except Exception as error:  # a bad setting or session id: one line, no traceback
+        print(f"tidegauge: {error}", file=sys.stderr)
+        return 2
+    app = TidegaugeApp(agent, auto_approve=bool(getattr(settings, "yes", False)))
+    app.run()
+    return app.return_code or 0

@@ -1,0 +1,258 @@
+"""A small scripted stand-in for app.agent.Agent, for dashboard tests.
+
+It implements the host-facing API the dashboard uses and emits scripted
+engine events, so the tests exercise the real App and widgets without a
+model. Steps of a turn are events (emitted as they come), ``Gate`` (wait until
+the test opens it: keeps a turn running), ``Ask`` (call the approver like the
+real agent does before a mutating tool) and ``Text`` (stream a reply in deltas).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from app import events as ev
+from app.messages import ToolUseBlock
+
+
+def thresholds(window: int = 200_000, budget: int = 150_000) -> ev.ThresholdsModel:
+    reserve = 20_000
+    effective = window - reserve
+    auto = min(budget, effective - 13_000)
+    warning = auto - min(20_000, auto // 4)
+    return ev.ThresholdsModel(
+        window=window, reserve=reserve, effective_window=effective,
+        auto_compact_line=auto, warning_line=warning, blocking_line=effective - 3_000,
+    )
+
+
+def context(exact: int | None, estimated: int = 0, *, window: int = 200_000, budget: int = 150_000,
+            turns: int | None = None, cost: float = 0.0, compact_cost: float = 0.0) -> ev.ContextEvent:
+    th = thresholds(window, budget)
+    projected = (exact or 0) + estimated
+    level = ("blocking" if projected >= th.blocking_line else "compact" if projected >= th.auto_compact_line
+             else "warning" if projected >= th.warning_line else "ok")
+    parts = {"system": 1_800, "memory": 600, "tools": 2_400}
+    rest = max(0, projected - sum(parts.values()))
+    parts.update(user=rest // 10, assistant=rest // 5, tool_results=rest - rest // 10 - rest // 5)
+    return ev.ContextEvent(
+        exact_tokens=exact, estimated_tokens=estimated, projected_tokens=projected, thresholds=th,
+        breakdown=parts, level=level, turns_to_compact=turns, cumulative_input=projected * 3,
+        cumulative_cached=projected * 2, cumulative_output=projected // 20, cost_usd=cost,
+        compact_cost_usd=compact_cost,
+    )
+
+
+@dataclass
+class Gate:
+    """A step that waits until the test calls ``open()``."""
+
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+    reached: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def open(self) -> None:
+        self.event.set()
+
+
+@dataclass
+class Ask:
+    """Ask the approver about a mutating tool call, as the real agent does."""
+
+    name: str
+    input: dict[str, Any]
+    id: str = "call-ask"
+
+
+@dataclass
+class Text:
+    """Stream ``text`` as deltas of ``size`` characters."""
+
+    text: str
+    size: int = 7
+
+
+Step = Any  # an Event, Gate, Ask or Text
+
+
+class FakeAgent:
+    def __init__(self, turns: dict[str, list[Step]] | None = None, *, default: list[Step] | None = None,
+                 start_context: ev.ContextEvent | None = None, restored: list[Any] | None = None,
+                 provider_label: str = "fake · scripted-model", is_demo: bool = False) -> None:
+        self.emit: Callable[[Any], None] = lambda _e: None
+        self.approver = None
+        self.provider_label = provider_label
+        self.model = "scripted-model"
+        self.workspace = Path("/home/user/project")
+        self.session_id = "20260101-000000-fixed"
+        self.transcript_path = "/home/user/.local/share/tidegauge/sessions/fixed/transcript.jsonl"
+        self.max_steps = 50
+        self.is_demo = is_demo
+        self.turns = turns or {}
+        self.default = default or [Text("Hello! I am a scripted agent.")]
+        self._context = start_context or context(None, 4_800)
+        self._restored = restored or []
+        self.history: list[str] = []  # what the "model" would see
+        self.calls: list[tuple[str, Any]] = []
+        self.answers: list[str] = []
+        self.closed = False
+
+    # --- the host-facing API ---
+
+    def context_event(self) -> ev.ContextEvent:
+        return self._context
+
+    def restored_events(self) -> list[Any]:
+        return list(self._restored)
+
+    def usage_report(self) -> str:
+        return "usage: in 1,000 · out 100 · $0.0010"
+
+    def context_report(self) -> str:
+        return "context: system 1,800 · tools 2,400 · messages 600"
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+    def reset(self) -> None:
+        self.calls.append(("reset", None))
+        self.history.clear()
+        self._context = context(None, 4_800)
+        self.emit(ev.NoticeEvent(text="conversation reset: the model starts fresh"))
+        self.emit(self._context)
+
+    async def compact(self, focus: str | None = None) -> ev.CompactionEvent:
+        self.calls.append(("compact", focus))
+        self.emit(ev.StateEvent(state="compacting", step=0, max_steps=self.max_steps))
+        await asyncio.sleep(0)
+        before = self._context.projected_tokens
+        event = ev.CompactionEvent(trigger="manual", ok=True, messages_before=len(self.history) or 4,
+                                   messages_after=1, tokens_before=before, tokens_after=6_000)
+        self.history[:] = ["summary"]
+        self.emit(event)
+        self._context = context(None, 6_000)
+        self.emit(self._context)
+        self.emit(ev.StateEvent(state="idle", step=0, max_steps=self.max_steps))
+        return event
+
+    async def run_turn(self, user_text: str) -> ev.ResultEvent:
+        self.calls.append(("run_turn", user_text))
+        self.history.append(user_text)
+        self.emit(ev.UserMessageEvent(text=user_text))
+        steps = self.turns.get(user_text, self.default)
+        final = ""
+        try:
+            self.emit(ev.StateEvent(state="streaming", step=1, max_steps=self.max_steps))
+            for step in steps:
+                if isinstance(step, Gate):
+                    step.reached.set()
+                    await step.event.wait()
+                elif isinstance(step, Ask):
+                    self.emit(ev.ToolStartEvent(id=step.id, name=step.name, input=step.input, summary=str(step.input)[:40]))
+                    answer = "no" if self.approver is None else await self.approver(
+                        ToolUseBlock(id=step.id, name=step.name, input=step.input))
+                    self.answers.append(answer)
+                    content = "done" if answer in ("yes", "always") else f"The user declined this {step.name} call."
+                    self.emit(ev.ToolResultEvent(id=step.id, name=step.name, is_error=answer == "no",
+                                                 truncated=False, original_chars=len(content),
+                                                 kept_chars=len(content), content=content))
+                elif isinstance(step, Text):
+                    for i in range(0, len(step.text), step.size):
+                        self.emit(ev.TextDeltaEvent(text=step.text[i:i + step.size]))
+                        await asyncio.sleep(0)
+                    self.emit(ev.AssistantMessageEvent(text=step.text))
+                    final = step.text
+                else:
+                    if isinstance(step, ev.ContextEvent):
+                        self._context = step
+                    self.emit(step)
+                    await asyncio.sleep(0)
+            self.history.append(final)
+            result = ev.ResultEvent(stop_reason="end_turn", text=final, steps=1)
+            self.emit(result)
+            self.emit(ev.StateEvent(state="idle", step=1, max_steps=self.max_steps))
+            return result
+        except asyncio.CancelledError:
+            self.history.append("[interrupted]")
+            self.emit(ev.ResultEvent(stop_reason="interrupted", text=final, steps=1))
+            self.emit(ev.StateEvent(state="idle", step=1, max_steps=self.max_steps))
+            raise
+
+
+def big_log(lines: int = 300_000) -> str:
+    """The seed's app.log: INFO lines, an ERROR last (about 15 MB for 300,000 lines)."""
+    body = "".join(
+        f"2026-10-18 11:{(i // 60) % 60:02d}:{i % 60:02d} INFO request {i} handled in {i % 97} ms\n"
+        for i in range(lines - 1)
+    )
+    return body + "2026-10-18 12:00:01 ERROR database connection refused\n"
+
+
+def truncated_view(text: str, limit: int = 40_000, path: str = "") -> str:
+    """Head 40% + notice + tail 40%, like the registry."""
+    head, tail = text[: int(limit * 0.4)], text[-int(limit * 0.4):]
+    notice = (f"\n\n[... output truncated: {len(text):,} characters in total, "
+              f"{len(text) - len(head) - len(tail):,} left out. Full output: {path}. "
+              "Narrow it with grep, head/tail or read_file with offset/limit ...]\n\n")
+    return head + notice + tail
+
+
+def session_steps(full_output_path: str, hostile: str = "") -> list[Step]:
+    """A task whose context climbs past the warning line into an auto-compaction."""
+    full = Path(full_output_path).read_text() if Path(full_output_path).exists() else "x" * 100
+    view = truncated_view(full, path=full_output_path)
+    steps: list[Step] = [
+        ev.StateEvent(state="streaming", step=1, max_steps=50),
+        Text("Let me look at the log first."),
+        ev.UsageEvent(input_tokens=900, cache_read_tokens=4_000, cache_write_tokens=0, output_tokens=60,
+                      context_tokens=4_960),
+        ev.ToolStartEvent(id="call-1", name="run_bash", input={"command": "cat app.log"}, summary="cat app.log"),
+        ev.StateEvent(state="tool", step=1, max_steps=50, detail="run_bash (1/1)"),
+        ev.ToolResultEvent(id="call-1", name="run_bash", is_error=False, truncated=True,
+                           original_chars=len(full), kept_chars=len(view), full_output_path=full_output_path,
+                           duration_ms=412.0, content=view),
+        context(4_960, 11_200, turns=9, cost=0.012),
+        ev.ThinkingDeltaEvent(text="The tail shows an ERROR line; grep for the others."),
+        Text("The tail ends with an **ERROR**. Let me grep for every error line."),
+        ev.UsageEvent(input_tokens=1_200, cache_read_tokens=14_000, cache_write_tokens=1_000, output_tokens=80,
+                      context_tokens=16_280),
+        ev.ToolStartEvent(id="call-2", name="run_bash", input={"command": "grep -n ERROR app.log"},
+                          summary="grep -n ERROR app.log"),
+        ev.ToolResultEvent(id="call-2", name="run_bash", is_error=False, truncated=False, original_chars=58,
+                           kept_chars=58, duration_ms=95.0,
+                           content="300000:2026-10-18 12:00:01 ERROR database connection refused\n"),
+        context(16_280, 40, turns=8, cost=0.021),
+    ]
+    tokens = 16_280
+    for i in range(3, 12):
+        tokens += 14_000
+        steps += [
+            ev.ToolStartEvent(id=f"call-{i}", name="read_file", input={"path": f"src/module_{i}.py"},
+                              summary=f"src/module_{i}.py"),
+            ev.ToolResultEvent(id=f"call-{i}", name="read_file", is_error=False, truncated=False,
+                               original_chars=52_000, kept_chars=52_000, duration_ms=3.0,
+                               content=hostile if i == 3 and hostile else f"     1\tdef handler_{i}():\n     2\t    return {i}\n"),
+            ev.UsageEvent(input_tokens=1_000, cache_read_tokens=tokens - 1_100, cache_write_tokens=0,
+                          output_tokens=100, context_tokens=tokens),
+            context(tokens, 0, turns=max(0, (150_000 - tokens) // 14_000), cost=0.02 * i),
+        ]
+        if tokens >= 130_000 and not any(isinstance(s, ev.WarningCrossedEvent) for s in steps):
+            steps.append(ev.WarningCrossedEvent(projected_tokens=tokens, warning_line=130_000))
+    return steps
+
+
+def compaction_steps() -> list[Step]:
+    return [
+        ev.StateEvent(state="compacting", step=12, max_steps=50),
+        ev.UsageEvent(agent="compact", input_tokens=142_000, cache_read_tokens=0, cache_write_tokens=0,
+                      output_tokens=2_100, context_tokens=144_100),
+        ev.CompactionEvent(trigger="auto", ok=True, messages_before=26, messages_after=1, tokens_before=156_280,
+                           tokens_after=7_400),
+        context(None, 7_400, turns=None, cost=0.31, compact_cost=0.09),
+        Text("Compacted; carrying on from the summary."),
+        ev.UsageEvent(input_tokens=7_400, cache_read_tokens=0, cache_write_tokens=0, output_tokens=120,
+                      context_tokens=7_520),
+        context(7_520, 0, turns=10, cost=0.33, compact_cost=0.09),
+    ]

@@ -1,0 +1,144 @@
+"""History of the context size: one column per model call, threshold lines across, drops visible."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from rich.style import Style
+from rich.text import Text
+from textual.widget import Widget
+
+from widgets.gauge_bar import human_tokens
+
+PointKind = Literal["call", "compaction", "prune"]
+EIGHTHS = " ▁▂▃▄▅▆▇█"
+GUTTER = 7  # y-axis labels
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    tokens: int
+    kind: PointKind = "call"
+
+
+class ContextHistory(Widget):
+    """A block-character column chart drawn by hand (no plotting library)."""
+
+    COMPONENT_CLASSES = {
+        "history--bar",
+        "history--bar-warning",
+        "history--bar-compact",
+        "history--compaction",
+        "history--prune",
+        "history--warning-line",
+        "history--compact-line",
+        "history--axis",
+        "history--title",
+    }
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.points: list[HistoryPoint] = []
+        self.warning_line = 0
+        self.compact_line = 0
+        self.blocking_line = 0
+        self.max_points = 2_000  # older points are never drawn at any sane width
+
+    def add_point(self, tokens: int, kind: PointKind = "call") -> None:
+        self.points.append(HistoryPoint(max(0, tokens), kind))
+        if len(self.points) > self.max_points:
+            del self.points[: len(self.points) - self.max_points]
+        self.refresh()
+
+    def clear(self) -> None:
+        self.points.clear()
+        self.refresh()
+
+    def set_lines(self, warning: int, compact: int, blocking: int) -> None:
+        if (warning, compact, blocking) != (self.warning_line, self.compact_line, self.blocking_line):
+            self.warning_line, self.compact_line, self.blocking_line = warning, compact, blocking
+            self.refresh()
+
+    def render(self) -> Text:
+        style = self.get_component_rich_style
+        width, height = self.size.width, self.size.height
+        rows = max(1, height - 1)
+        plot_width = max(1, width - GUTTER)
+        shown = self.points[-plot_width:]
+        # few points: widen each column so the shape reads (up to 3 cells per call)
+        column_width = max(1, min(3, plot_width // max(1, len(shown))))
+        title = Text(no_wrap=True, overflow="ellipsis", end="")
+        title.append(f"context per model call ({len(self.points)} points) ", style("history--title"))
+        title.append("█", style("history--bar"))
+        title.append(" call ", style("history--axis"))
+        title.append("█", style("history--compaction"))
+        title.append(" compaction ", style("history--axis"))
+        title.append("█", style("history--prune"))
+        title.append(" pruning ", style("history--axis"))
+        title.append("╌", style("history--warning-line"))
+        title.append(" warn ", style("history--axis"))
+        title.append("╌", style("history--compact-line"))
+        title.append(" compact", style("history--axis"))
+        if not shown and not self.compact_line:
+            return Text("\n", end="").join([title, Text("no model calls yet", style=style("history--axis"))])
+
+        top = max([self.blocking_line, self.compact_line, *(p.tokens for p in shown)]) or 1
+        top = int(top * 1.05)
+        eighths_total = rows * 8
+
+        def level(tokens: int) -> int:
+            return round(tokens / top * eighths_total)
+
+        warn_row = min(rows - 1, level(self.warning_line) // 8) if self.warning_line else -1
+        compact_row = min(rows - 1, level(self.compact_line) // 8) if self.compact_line else -1
+
+        bar_styles = {
+            "call": style("history--bar"),
+            "compaction": style("history--compaction"),
+            "prune": style("history--prune"),
+        }
+        warn_bar, compact_bar = style("history--bar-warning"), style("history--bar-compact")
+        warn_line, compact_line_style = style("history--warning-line"), style("history--compact-line")
+        axis = style("history--axis")
+
+        columns: list[tuple[int, Style]] = []
+        for point in shown:
+            bar_style = bar_styles[point.kind]
+            if point.kind == "call":
+                if self.compact_line and point.tokens >= self.compact_line:
+                    bar_style = compact_bar
+                elif self.warning_line and point.tokens >= self.warning_line:
+                    bar_style = warn_bar
+            columns.extend([(level(point.tokens), bar_style)] * column_width)
+
+        lines: list[Text] = [title]
+        for row in range(rows - 1, -1, -1):
+            line = Text(no_wrap=True, end="")
+            if row == compact_row:
+                label = human_tokens(self.compact_line)
+                line_style = compact_line_style
+            elif row == warn_row:
+                label = human_tokens(self.warning_line)
+                line_style = warn_line
+            elif row == rows - 1:
+                label, line_style = human_tokens(top), None
+            elif row == 0:
+                label, line_style = "0", None
+            else:
+                label, line_style = "", None
+            line.append(f"{label:>{GUTTER - 2}} ┤"[:GUTTER], line_style or axis)
+            for filled, bar_style in columns:
+                cell = filled - row * 8
+                if cell >= 8:
+                    line.append("█", bar_style)
+                elif cell > 0:
+                    line.append(EIGHTHS[cell], bar_style)
+                elif line_style is not None:
+                    line.append("╌", line_style)
+                else:
+                    line.append(" ")
+            if line_style is not None and len(columns) < plot_width:
+                line.append("╌" * (plot_width - len(columns)), line_style)
+            lines.append(line)
+        return Text("\n", no_wrap=True, end="").join(lines)

@@ -1,0 +1,44 @@
+"""The context region: gauge bar on top, history chart and breakdown under it."""
+
+from __future__ import annotations
+
+from textual.containers import Horizontal, Vertical
+
+from app.events import ContextEvent
+from widgets.context_breakdown import ContextBreakdown
+from widgets.context_history import ContextHistory, PointKind
+from widgets.gauge_bar import LEVEL_CLASSES, GaugeBar
+
+
+class ContextPanel(Vertical):
+    """Everything about the context window; its level class colours the border."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.last_context: ContextEvent | None = None
+
+    def compose(self):
+        yield GaugeBar(id="gauge-bar")
+        with Horizontal(id="context-lower"):
+            yield ContextHistory(id="context-history")
+            yield ContextBreakdown(id="context-breakdown")
+
+    def update_context(self, event: ContextEvent) -> None:
+        self.last_context = event
+        self.query_one(GaugeBar).context = event
+        th = event.thresholds
+        self.query_one(ContextHistory).set_lines(th.warning_line, th.auto_compact_line, th.blocking_line)
+        self.query_one(ContextBreakdown).update_context(event)
+        self.remove_class(*LEVEL_CLASSES)
+        if event.level != "ok":
+            self.add_class(f"-{event.level}")
+        self.border_title = "context"
+
+    def add_point(self, tokens: int, kind: PointKind = "call") -> None:
+        self.query_one(ContextHistory).add_point(tokens, kind)
+
+    def add_compaction_usage(self, input_tokens: int, output_tokens: int) -> None:
+        self.query_one(ContextBreakdown).add_compaction_usage(input_tokens, output_tokens)
+
+    def clear_history(self) -> None:
+        self.query_one(ContextHistory).clear()

@@ -1,0 +1,307 @@
+"""The conversation: user prompts, streamed replies, thinking, tool calls, engine lines.
+
+A long session must stay fast, so only a window of items is mounted in the
+DOM (``max_mounted`` plus some slack). Every item is kept as a small record;
+widgets beyond the window are removed and re-created from their record when
+the user scrolls back to them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from textual import events
+from textual.containers import VerticalScroll
+from textual.widget import Widget
+
+from widgets._literal import literal
+from widgets.assistant_message import AssistantMessage
+from widgets.engine_line import EngineLine
+from widgets.thinking_line import ThinkingLine
+from widgets.tool_call_line import ToolCallInfo, ToolCallLine
+from widgets.user_prompt import UserPrompt
+
+ItemKind = Literal["user", "assistant", "thinking", "tool", "engine"]
+
+
+@dataclass
+class ConversationItem:
+    """Everything needed to (re)create one conversation widget."""
+
+    kind: ItemKind
+    chunks: list[str] = field(default_factory=list)
+    engine_kind: str = ""
+    tool: ToolCallInfo | None = None
+    widget: Widget | None = None
+
+    @property
+    def text(self) -> str:
+        if len(self.chunks) > 1:
+            self.chunks[:] = ["".join(self.chunks)]
+        return self.chunks[0] if self.chunks else ""
+
+
+class Conversation(VerticalScroll, can_focus=True):
+    """Scrollable list of conversation items with a bounded number of mounted widgets."""
+
+    def __init__(
+        self,
+        *,
+        max_mounted: int = 200,
+        slack: int = 50,
+        batch: int = 50,
+        transcript_path: str | None = None,
+        **kwargs,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.max_mounted = max_mounted
+        self.slack = slack
+        self.batch = batch
+        self.transcript_path = transcript_path
+        self.items: list[ConversationItem] = []
+        self._start = 0  # mounted window is items[_start:_end]
+        self._end = 0
+        self._tools: dict[str, ConversationItem] = {}
+        self._assistant: ConversationItem | None = None
+        self._thinking: ConversationItem | None = None
+        self._loading = False
+        self._above = EngineLine("hidden", "", classes="conversation-edge")
+        self._below = EngineLine("hidden", "", classes="conversation-edge")
+        self._above.display = False
+        self._below.display = False
+
+    def compose(self):
+        yield self._above
+        yield self._below
+
+    def on_mount(self) -> None:
+        self.anchor()
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def live(self) -> bool:
+        """True when the newest item is mounted (new items appear at once)."""
+        return self._end == len(self.items)
+
+    @property
+    def mounted_count(self) -> int:
+        return self._end - self._start
+
+    @property
+    def hidden_above(self) -> int:
+        return self._start
+
+    # ------------------------------------------------------------- adding items
+
+    def add_user(self, text: str) -> None:
+        self.end_turn_streams()
+        self._add(ConversationItem("user", [text]))
+
+    def add_engine(self, kind: str, text: str) -> None:
+        self._close_thinking()
+        self._add(ConversationItem("engine", [text], engine_kind=kind))
+
+    def add_tool(self, info: ToolCallInfo) -> None:
+        self._close_assistant_sync()
+        self._close_thinking()
+        item = ConversationItem("tool", tool=info)
+        self._tools[info.id] = item
+        self._add(item)
+
+    def update_tool(self, info: ToolCallInfo) -> None:
+        item = self._tools.get(info.id)
+        if item is None:
+            self.add_tool(info)
+            return
+        item.tool = info
+        if isinstance(item.widget, ToolCallLine):
+            item.widget.update_info(info)
+
+    async def append_assistant(self, delta: str) -> None:
+        self._close_thinking()
+        item = self._assistant
+        if item is None:
+            item = self._assistant = ConversationItem("assistant")
+            self._add(item)
+        item.chunks.append(delta)
+        if isinstance(item.widget, AssistantMessage):
+            await item.widget.append_text(delta)
+
+    @property
+    def streaming_assistant(self) -> bool:
+        """True while an assistant message is receiving deltas."""
+        return self._assistant is not None
+
+    def add_assistant_text(self, text: str) -> None:
+        """A complete assistant message (restored sessions, non-streaming providers)."""
+        self._close_assistant_sync()
+        self._close_thinking()
+        self._add(ConversationItem("assistant", [text]))
+
+    def append_thinking(self, delta: str) -> None:
+        item = self._thinking
+        if item is None:
+            item = self._thinking = ConversationItem("thinking")
+            self._add(item)
+        item.chunks.append(delta)
+        if isinstance(item.widget, ThinkingLine):
+            item.widget.append(delta)
+
+    async def end_assistant(self) -> None:
+        """The assistant message is complete: flush its stream."""
+        item, self._assistant = self._assistant, None
+        self._thinking = None
+        if item is not None and isinstance(item.widget, AssistantMessage):
+            await item.widget.finish()
+
+    def end_turn_streams(self) -> None:
+        self._close_assistant_sync()
+        self._thinking = None
+
+    def _close_assistant_sync(self) -> None:
+        # The widget's stream flushes itself; a new message starts on the next delta.
+        item, self._assistant = self._assistant, None
+        if item is not None and isinstance(item.widget, AssistantMessage):
+            self.run_worker(item.widget.finish(), group="conversation-flush")
+
+    def _close_thinking(self) -> None:
+        self._thinking = None
+
+    def _add(self, item: ConversationItem) -> None:
+        was_live = self.live
+        self.items.append(item)
+        if was_live:
+            item.widget = self._make_widget(item)
+            self.mount(item.widget, before=self._below)
+            self._end = len(self.items)
+            if self.mounted_count > self.max_mounted + self.slack:
+                self._trim_top(self.mounted_count - self.max_mounted)
+        self._update_edges()
+
+    # ---------------------------------------------------------------- windowing
+
+    def _make_widget(self, item: ConversationItem) -> Widget:
+        if item.kind == "user":
+            return UserPrompt(item.text)
+        if item.kind == "assistant":
+            return AssistantMessage(item.text)
+        if item.kind == "thinking":
+            return ThinkingLine(item.text)
+        if item.kind == "tool":
+            assert item.tool is not None
+            return ToolCallLine(item.tool)
+        return EngineLine(item.engine_kind, item.text)
+
+    def _trim_top(self, count: int) -> int:
+        """Unmount the oldest ``count`` mounted widgets; returns the height removed."""
+        removed: list[Widget] = []
+        height = 0
+        for item in self.items[self._start : self._start + count]:
+            if item.widget is not None:
+                height += item.widget.outer_size.height
+                removed.append(item.widget)
+                item.widget = None
+        self._start += count
+        if removed:
+            self.remove_children(removed)
+        return height
+
+    def _trim_bottom(self, count: int) -> None:
+        removed: list[Widget] = []
+        for item in self.items[self._end - count : self._end]:
+            if item.widget is not None:
+                removed.append(item.widget)
+                item.widget = None
+        self._end -= count
+        if removed:
+            self.remove_children(removed)
+
+    def _update_edges(self) -> None:
+        if self._start:
+            where = f"; full transcript at {self.transcript_path}" if self.transcript_path else ""
+            self._above.update(
+                literal(f"… {self._start} earlier items hidden — scroll up (or click) to load them{where}")
+            )
+        self._above.display = self._start > 0
+        newer = len(self.items) - self._end
+        if newer:
+            self._below.update(literal(f"… {newer} newer items below — scroll down (or click) to jump to the end"))
+        self._below.display = newer > 0
+
+    async def load_earlier(self) -> None:
+        """Re-create the batch of items just above the window (scroll-back)."""
+        if self._loading or self._start == 0:
+            return
+        self._loading = True
+        try:
+            count = min(self.batch, self._start)
+            first = self._start - count
+            widgets = []
+            for item in self.items[first : self._start]:
+                item.widget = self._make_widget(item)
+                widgets.append(item.widget)
+            self._start = first
+            await self.mount_all(widgets, after=self._above)
+            self._update_edges()
+            if self.mounted_count > self.max_mounted + self.slack:
+                self._trim_bottom(self.mounted_count - self.max_mounted)
+                self._update_edges()
+
+            def keep_position() -> None:
+                height = sum(w.outer_size.height for w in widgets)
+                self.scroll_to(y=self.scroll_y + height, animate=False, immediate=True)
+
+            self.call_after_refresh(keep_position)
+        finally:
+            self._loading = False
+
+    async def load_later(self) -> None:
+        """Re-create the batch of items just below the window."""
+        if self._loading or self.live:
+            return
+        self._loading = True
+        try:
+            last = min(len(self.items), self._end + self.batch)
+            widgets = []
+            for item in self.items[self._end : last]:
+                item.widget = self._make_widget(item)
+                widgets.append(item.widget)
+            self._end = last
+            await self.mount_all(widgets, before=self._below)
+            if self.mounted_count > self.max_mounted + self.slack:
+                height = self._trim_top(self.mounted_count - self.max_mounted)
+                self.scroll_to(y=max(0, self.scroll_y - height), animate=False, immediate=True)
+            self._update_edges()
+        finally:
+            self._loading = False
+
+    async def jump_to_end(self) -> None:
+        """Show the newest items (used when the user sends a prompt)."""
+        if not self.live:
+            self._trim_top(self.mounted_count)
+            self._start = self._end = max(0, len(self.items) - self.max_mounted)
+            widgets = []
+            for item in self.items[self._start :]:
+                item.widget = self._make_widget(item)
+                widgets.append(item.widget)
+            self._end = len(self.items)
+            await self.mount_all(widgets, before=self._below)
+            self._update_edges()
+        self.anchor()
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        if self._loading or not self.is_mounted:
+            return
+        if new_value <= 0 and self._start > 0 and new_value < old_value:
+            self.call_later(self.load_earlier)
+        elif new_value >= self.max_scroll_y and not self.live and new_value > old_value:
+            self.call_later(self.load_later)
+
+    def on_click(self, event: events.Click) -> None:
+        if event.widget is self._above:
+            self.call_later(self.load_earlier)
+        elif event.widget is self._below:
+            self.call_later(self.jump_to_end)

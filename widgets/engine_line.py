@@ -1,0 +1,34 @@
+"""A line from the context engine (compaction, warning, breaker, ...) in its own style."""
+
+from __future__ import annotations
+
+from textual.widgets import Static
+
+from widgets._literal import literal
+
+# kind -> icon; the kind is also the CSS class (-warning, -compaction, ...) styled in TCSS
+ENGINE_ICONS = {
+    "info": "·",
+    "warning": "▲",
+    "compaction": "⇣",
+    "compaction-failed": "✗",
+    "micro": "✂",
+    "overflow": "⇣",
+    "breaker": "⏸",
+    "cut": "✂",
+    "retry": "↻",
+    "error": "✗",
+    "interrupted": "⏹",
+    "hidden": "…",
+}
+
+
+class EngineLine(Static):
+    """One engine event as a visible line (``kind`` picks the style)."""
+
+    def __init__(self, kind: str, text: str, **kwargs) -> None:
+        icon = ENGINE_ICONS.get(kind, "·")
+        super().__init__(literal(f"{icon} {text}"), **kwargs)
+        self.kind = kind
+        self.text = text
+        self.add_class(f"-{kind}")

@@ -1,0 +1,90 @@
+"""A line-virtualized text viewer for tool output (up to hundreds of thousands of lines).
+
+Like Textual's ``Log`` it renders only the visible lines and keeps recent
+strips in an LRU cache, but it is built for one-shot loads of untrusted text:
+lines are prepared off the event loop (``prepare_lines``), very long lines are
+hard-wrapped so one 10 MB line cannot stall a frame, and every line is made
+inert (escape sequences shown, never executed) when it is first drawn.
+"""
+
+from __future__ import annotations
+
+from rich.cells import cell_len
+from rich.segment import Segment
+from textual.cache import LRUCache
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from widgets._literal import sanitize
+
+WRAP_AT = 1_000  # characters per display line; longer lines continue on the next one
+
+
+def prepare_lines(text: str, wrap_at: int = WRAP_AT) -> tuple[list[str], int]:
+    """Split ``text`` into display lines and measure the widest (safe to run in a thread)."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if any(len(line) > wrap_at for line in lines):
+        wrapped: list[str] = []
+        for line in lines:
+            if len(line) <= wrap_at:
+                wrapped.append(line)
+            else:
+                wrapped.extend(line[i : i + wrap_at] for i in range(0, len(line), wrap_at))
+        lines = wrapped
+    width = 0
+    for line in lines:
+        size = len(line) if line.isascii() else cell_len(line)
+        if size > width:
+            width = size
+    # tabs expand when drawn; leave room for a few
+    return lines, min(width + 8, wrap_at * 2 + 8)
+
+
+class OutputViewer(ScrollView, can_focus=True):
+    """Shows lines of text; only the visible ones are ever rendered."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._lines: list[str] = []
+        self._cache: LRUCache[int, Strip] = LRUCache(1024)
+
+    @property
+    def line_count(self) -> int:
+        return len(self._lines)
+
+    @property
+    def lines(self) -> list[str]:
+        return self._lines
+
+    def set_text(self, text: str) -> None:
+        """Show a (small) text; large texts should go through ``prepare_lines`` in a thread."""
+        lines, width = prepare_lines(text)
+        self.set_lines(lines, width)
+
+    def set_lines(self, lines: list[str], width: int) -> None:
+        self._lines = lines
+        self._cache.clear()
+        self.virtual_size = Size(width, len(lines))
+        self.scroll_to(0, 0, animate=False, immediate=True)
+        self.refresh()
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._cache.clear()
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        index = scroll_y + y
+        width = self.size.width
+        style = self.rich_style
+        if index >= len(self._lines):
+            return Strip.blank(width, style)
+        strip = self._cache.get(index)
+        if strip is None:
+            line = sanitize(self._lines[index].replace("\r", "")).expandtabs(4)
+            strip = Strip([Segment(line, style)], cell_len(line))
+            self._cache[index] = strip
+        return strip.crop_extend(scroll_x, scroll_x + width, style).apply_offsets(scroll_x, index)

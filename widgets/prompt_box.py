@@ -1,0 +1,58 @@
+"""The prompt box: Enter sends; slash commands complete (right arrow accepts)."""
+
+from __future__ import annotations
+
+from textual.binding import Binding
+from textual.suggester import SuggestFromList
+from textual.widgets import Input
+
+from widgets._literal import literal
+
+SLASH_COMMANDS: dict[str, str] = {
+    "/compact": "summarise the conversation now (/compact FOCUS adds a focus)",
+    "/reset": "clear the conversation (asks first)",
+    "/usage": "tokens and cost so far",
+    "/context": "what the context holds, by part",
+    "/help": "commands and keys",
+}
+
+
+class PromptBox(Input):
+    """Single-line prompt with slash-command completion and a history (up/down)."""
+
+    BINDINGS = [
+        Binding("up", "history(-1)", "Previous prompt", show=False),
+        Binding("down", "history(1)", "Next prompt", show=False),
+    ]
+
+    def __init__(self, *, cursor_blink: bool = True, **kwargs) -> None:
+        kwargs.setdefault("placeholder", "Ask tidegauge… (/help for commands)")
+        super().__init__(
+            suggester=SuggestFromList(list(SLASH_COMMANDS), case_sensitive=False),
+            **kwargs,
+        )
+        self.cursor_blink = cursor_blink
+        self._history: list[str] = []
+        self._history_index = 0
+
+    def remember(self, text: str) -> None:
+        if text and (not self._history or self._history[-1] != text):
+            self._history.append(text)
+        self._history_index = len(self._history)
+
+    def action_history(self, direction: int) -> None:
+        if not self._history:
+            return
+        index = max(0, min(len(self._history), self._history_index + direction))
+        self._history_index = index
+        self.value = self._history[index] if index < len(self._history) else ""
+        self.cursor_position = len(self.value)
+
+    def watch_value(self, value: str) -> None:
+        if value.startswith("/"):
+            word = value.split(" ", 1)[0].lower()
+            matches = [f"{name} — {about}" for name, about in SLASH_COMMANDS.items() if name.startswith(word)]
+            hint = "  ·  ".join(matches[:2]) if matches else "unknown command — /help lists them"
+            self.border_subtitle = literal(hint)
+        else:
+            self.border_subtitle = ""

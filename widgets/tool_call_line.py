@@ -1,0 +1,108 @@
+"""One tool call in the conversation: name, short argument, size, duration, truncated badge."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.message import Message
+from textual.widget import Widget
+
+from widgets._literal import sanitize
+
+
+def human_chars(count: int) -> str:
+    """1234 -> '1.2K chars'."""
+    if count >= 1_000_000:
+        return f"{count / 1_000_000:.1f}M chars"
+    if count >= 1_000:
+        return f"{count / 1_000:.1f}K chars"
+    return f"{count} chars"
+
+
+def human_duration(ms: float) -> str:
+    if ms >= 60_000:
+        return f"{ms / 60_000:.1f}m"
+    if ms >= 1_000:
+        return f"{ms / 1_000:.1f}s"
+    return f"{ms:.0f}ms"
+
+
+@dataclass
+class ToolCallInfo:
+    """What the conversation and the tool list know about one call."""
+
+    id: str
+    name: str
+    summary: str
+    status: str = "running"  # running | ok | error | interrupted
+    original_chars: int = 0
+    kept_chars: int = 0
+    truncated: bool = False
+    duration_ms: float = 0.0
+    full_output_path: str | None = None
+    cut_before_send: bool = False
+
+
+STATUS_ICONS = {"running": "⋯", "ok": "✓", "error": "✗", "interrupted": "⏹"}
+
+
+def tool_call_text(info: ToolCallInfo, styles: dict[str, object], summary_width: int = 60) -> Text:
+    """The one-line form shared by the conversation and the tool list."""
+    text = Text(no_wrap=True, overflow="ellipsis", end="")
+    text.append(f"{STATUS_ICONS.get(info.status, '?')} ", styles.get(info.status, ""))
+    text.append(sanitize(info.name), styles.get("name", ""))
+    summary = sanitize(info.summary).replace("\n", " ")
+    if len(summary) > summary_width:
+        summary = summary[: summary_width - 1] + "…"
+    if summary:
+        text.append(f" {summary}")
+    if info.status != "running":
+        size = human_chars(info.original_chars)
+        if info.truncated:
+            size = f"{human_chars(info.kept_chars)} of {size}"
+        text.append(f"  {size}", styles.get("dim", ""))
+        text.append(f"  {human_duration(info.duration_ms)}", styles.get("dim", ""))
+        if info.truncated:
+            text.append("  ")
+            text.append(" truncated ", styles.get("badge", ""))
+        if info.cut_before_send:
+            text.append(" ")
+            text.append(" cut before send ", styles.get("badge", ""))
+    return text
+
+
+class ToolCallLine(Widget):
+    """A tool call as one line; clicking it selects the call in the tool output panel."""
+
+    COMPONENT_CLASSES = {
+        "toolcall--running",
+        "toolcall--ok",
+        "toolcall--error",
+        "toolcall--interrupted",
+        "toolcall--name",
+        "toolcall--dim",
+        "toolcall--badge",
+    }
+
+    @dataclass
+    class Selected(Message):
+        call_id: str
+
+    def __init__(self, info: ToolCallInfo, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.info = info
+
+    def update_info(self, info: ToolCallInfo) -> None:
+        self.info = info
+        self.refresh()
+
+    def render(self) -> Text:
+        styles = {
+            key: self.get_component_rich_style(f"toolcall--{key}")
+            for key in ("running", "ok", "error", "interrupted", "name", "dim", "badge")
+        }
+        return tool_call_text(self.info, styles)
+
+    def on_click(self) -> None:
+        self.post_message(self.Selected(self.info.id))
