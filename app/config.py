@@ -23,7 +23,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from app.redact import PROVIDER_KEY_ENV_VARS, redact, register_env_var, register_secret
+from app.redact import redact, register_env_var, register_secret
 
 APP_NAME = "tidegauge"
 ENV_PREFIX = "TIDEGAUGE_"
