@@ -277,9 +277,9 @@ class Agent:
 
     def _finish(self, stop_reason: str, text: str) -> ResultEvent:
         event = ResultEvent(stop_reason=stop_reason, text=text, steps=self.step)  # type: ignore[arg-type]
-        self._emit(event)
-        self._end_turn()
         self._state("idle")
+        self._emit(event)  # last: stream-json consumers stop reading at the result
+        self._end_turn()
         return event
 
     def _error(self, message: str) -> ResultEvent:
