@@ -268,6 +268,14 @@ async def test_stream_ending_cleanly_without_finish_reason_is_cut(fake_llm, prov
     assert isinstance(second.error, StreamCutError) and "[DONE]" in str(second.error)
 
 
+async def test_a_drop_after_finish_reason_keeps_the_answer_with_usage_unknown(fake_llm, provider) -> None:
+    reply = openai_text("complete answer", usage=dict(prompt=50, completion=3))
+    fake_llm.enqueue(cut_after(reply, len(reply.events) - 2))  # finish chunk sent; usage and [DONE] lost
+    result = await run_stream(provider, request())
+    assert result.error is None
+    assert result.completed.message.text == "complete answer" and not result.completed.usage.known
+
+
 async def test_empty_200_body_is_a_stream_cut_error(fake_llm, provider) -> None:
     fake_llm.enqueue(empty_200())
     result = await run_stream(provider, request())

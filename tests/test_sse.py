@@ -105,7 +105,7 @@ def _serialize(events: list[tuple[str | None, list[str]]], newlines: list[str], 
     return "".join(out).encode("utf-8")
 
 
-@settings(max_examples=150)
+@settings(max_examples=100)
 @given(
     events=_events,
     newlines=st.lists(st.sampled_from(["\n", "\r\n", "\r"]), min_size=1, max_size=4),

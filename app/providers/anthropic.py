@@ -239,6 +239,11 @@ class AnthropicStreamAssembler:
             output_tokens=self._usage.get("output_tokens"),
         )
 
+    @property
+    def complete(self) -> bool:
+        """The message has ended (what may still come is usage or the terminator)."""
+        return self._stopped
+
     def finish(self) -> Completed:
         if not self._stopped:
             if self._events_seen == 0:
@@ -378,6 +383,7 @@ class AnthropicProvider:
             self._http(), self.url, headers=self.headers(), body=self.build_body(request),
             secret=self.api_key, read_timeout=self.timeout_read,
             on_event=assembler.feed, non_sse_body=non_stream_to_events,
+            is_complete=lambda: assembler.complete,
         ):
             yield event
         yield assembler.finish()

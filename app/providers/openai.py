@@ -247,6 +247,11 @@ class OpenAIStreamAssembler:
         elif state.started and fragment:
             out.append(ToolCallDelta(index=index, partial_json=fragment))
 
+    @property
+    def complete(self) -> bool:
+        """The message has ended (what may still come is usage or the terminator)."""
+        return self._finish_reason is not None
+
     def finish(self) -> Completed:
         if self._finish_reason is None:
             if self._events_seen == 0:
@@ -391,6 +396,7 @@ class OpenAIProvider:
             self._http(), self.url, headers=self.headers(), body=self.build_body(request),
             secret=self.api_key, read_timeout=self.timeout_read,
             on_event=assembler.feed, non_sse_body=non_stream_to_events,
+            is_complete=lambda: assembler.complete,
         ):
             yield event
         yield assembler.finish()

@@ -241,6 +241,7 @@ async def stream_sse_request(
     read_timeout: float,
     on_event: Callable[[SSEEvent], Iterable[Any]],
     non_sse_body: Callable[[bytes], Iterable[SSEEvent]] | None = None,
+    is_complete: Callable[[], bool] = lambda: False,
 ) -> AsyncIterator[Any]:
     """POST ``body`` and yield whatever ``on_event`` makes of each SSE event.
 
@@ -248,7 +249,9 @@ async def stream_sse_request(
     a read timeout or a dropped connection mid-stream -> StreamCutError,
     non-2xx -> APIError (ContextTooLongError when the message says so).
     ``non_sse_body`` turns a 200 answer that was not an event stream (some
-    servers ignore ``stream: true``) into events.
+    servers ignore ``stream: true``) into events. When ``is_complete()`` says
+    the message already ended, a connection dropped or stalled afterwards
+    (before ``[DONE]`` or the usage chunk) costs nothing: the stream just ends.
     """
     try:
         async with client.stream("POST", url, json=body, headers=dict(headers)) as response:
@@ -288,8 +291,12 @@ async def stream_sse_request(
     except httpx.PoolTimeout as exc:
         raise ConnectError(f"no free connection to {_where(url)}") from exc
     except httpx.ReadTimeout as exc:
+        if is_complete():
+            return
         raise StreamCutError(f"stalled: no data from {_where(url)} for {read_timeout:g} s") from exc
     except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+        if is_complete():
+            return
         raise StreamCutError(scrub(f"stream cut: connection to {_where(url)} dropped ({exc})", secret)) from exc
     except (httpx.WriteError, httpx.WriteTimeout) as exc:
         raise ConnectError(scrub(f"could not send the request to {_where(url)}: {exc}", secret)) from exc
