@@ -1,0 +1,62 @@
+"""Choosing a provider by name: defaults, presets, the key variables, and a clear error."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.providers.anthropic import AnthropicProvider
+from app.providers.factory import create_provider, default_key_env
+from app.providers.openai import OpenAIProvider
+
+
+def test_openai_defaults() -> None:
+    provider = create_provider("openai", None, None, "k")
+    assert isinstance(provider, OpenAIProvider) and provider.name == "openai"
+    assert provider.model == "gpt-4.1"
+    assert provider.url == "https://api.openai.com/v1/chat/completions"
+    assert not provider.deepseek_reasoning
+
+
+def test_deepseek_is_an_openai_preset_with_reasoning() -> None:
+    provider = create_provider("deepseek", None, None, "k")
+    assert isinstance(provider, OpenAIProvider) and provider.name == "deepseek"
+    assert provider.model == "deepseek-v4-flash"
+    assert provider.url == "https://api.deepseek.com/chat/completions"
+    assert provider.deepseek_reasoning
+
+
+def test_anthropic_defaults_and_deepseek_compatible_base() -> None:
+    provider = create_provider("anthropic", None, None, "k")
+    assert isinstance(provider, AnthropicProvider) and provider.model == "claude-sonnet-4-5"
+    assert provider.url == "https://api.anthropic.com/v1/messages"
+    assert not provider.send_unsigned_thinking
+    compatible = create_provider("anthropic", "deepseek-v4-flash", "https://api.deepseek.com/anthropic", "k")
+    assert compatible.url == "https://api.deepseek.com/anthropic/v1/messages"
+    assert compatible.send_unsigned_thinking
+
+
+def test_model_base_url_and_options_are_passed_through() -> None:
+    provider = create_provider("openai", "qwen3", "http://127.0.0.1:8080/v1/", None,
+                               timeout_read=5, max_tokens=123)
+    assert (provider.model, provider.url) == ("qwen3", "http://127.0.0.1:8080/v1/chat/completions")
+    assert (provider.timeout_read, provider.max_tokens) == (5, 123)
+    assert "authorization" not in provider.headers()  # local servers often need no key
+
+
+def test_unknown_provider_names_the_choices() -> None:
+    with pytest.raises(ValueError, match="unknown provider 'gemini': choose openai, deepseek, anthropic or demo"):
+        create_provider("gemini", None, None, None)
+
+
+def test_key_environment_variables() -> None:
+    assert [default_key_env(n) for n in ("openai", "deepseek", "anthropic")] == [
+        "OPENAI_API_KEY", "DEEPSEEK_API_KEY", "ANTHROPIC_API_KEY"]
+    assert default_key_env("demo") == ""
+    with pytest.raises(ValueError):
+        default_key_env("nope")
+
+
+def test_demo_is_built_lazily_with_its_options() -> None:
+    demo = pytest.importorskip("app.providers.demo")
+    provider = create_provider("demo", None, None, None, speed=0)
+    assert isinstance(provider, demo.DemoProvider) and provider.name == "demo"
