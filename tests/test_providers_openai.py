@@ -288,6 +288,13 @@ async def test_error_inside_the_stream_carries_the_servers_message(fake_llm, pro
     assert isinstance(result.error, APIError) and result.completed is None
     assert result.error.message == "upstream model crashed" and result.error.error_type == "server_error"
     assert result.text == "Partial "  # what streamed before is shown, but never completed
+    assert result.error.retryable  # it failed while generating: worth another try
+
+
+async def test_an_in_stream_error_about_the_request_is_not_retried(fake_llm, provider) -> None:
+    fake_llm.enqueue(stream_error("openai", "Invalid tool schema", "invalid_request_error"))
+    error = (await run_stream(provider, request())).error
+    assert isinstance(error, APIError) and not error.retryable
 
 
 async def test_non_2xx_gives_the_servers_message_and_status(fake_llm, provider) -> None:

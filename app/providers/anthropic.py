@@ -118,7 +118,8 @@ class AnthropicStreamAssembler:
             raise ProviderError(f"malformed stream event: {sse.data[:200]!r}", error_type="bad_response")
         kind = payload.get("type") if isinstance(payload.get("type"), str) else sse.event
         if kind == "error" or sse.event == "error":
-            raise error_from_payload(payload, status=None, fallback="error inside the stream", secret=self._secret)
+            raise error_from_payload(payload, status=None, fallback="error inside the stream",
+                                     secret=self._secret, in_stream=True)
         out: list[StreamEvent] = []
         if kind == "message_start":
             message = payload.get("message")

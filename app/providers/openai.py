@@ -171,7 +171,8 @@ class OpenAIStreamAssembler:
         if not isinstance(chunk, dict):
             raise ProviderError(f"malformed stream chunk: {data[:200]!r}", error_type="bad_response")
         if chunk.get("error") or sse.event == "error":
-            raise error_from_payload(chunk, status=None, fallback="error inside the stream", secret=self._secret)
+            raise error_from_payload(chunk, status=None, fallback="error inside the stream",
+                                     secret=self._secret, in_stream=True)
         out: list[StreamEvent] = []
         choices = chunk.get("choices")
         if isinstance(choices, list):

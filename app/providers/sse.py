@@ -178,8 +178,15 @@ def scrub(text: str, secret: str | None) -> str:
     return text
 
 
+# Error types that say "the request itself is wrong": retrying cannot help.
+_PERMANENT_TYPES = {"invalid_request_error", "authentication_error", "permission_error", "not_found_error",
+                    "request_too_large", "billing_error", "insufficient_quota", "invalid_api_key",
+                    "context_length_exceeded"}
+
+
 def error_from_payload(payload: Any, *, status: int | None, fallback: str,
-                       retry_after: float | None = None, secret: str | None = None) -> APIError:
+                       retry_after: float | None = None, secret: str | None = None,
+                       in_stream: bool = False) -> APIError:
     """Build the typed error from an error JSON of either protocol.
 
     OpenAI: ``{"error": {"message", "type", "code"}}``; Anthropic:
@@ -212,7 +219,11 @@ def error_from_payload(payload: Any, *, status: int | None, fallback: str,
         actual, limit = too_long
         return ContextTooLongError(message, status=status, error_type=error_type or code,
                                    actual_tokens=actual, limit_tokens=limit)
-    return APIError(message, status=status, error_type=error_type, retry_after=retry_after)
+    error = APIError(message, status=status, error_type=error_type, retry_after=retry_after)
+    if in_stream and status is None and error_type not in _PERMANENT_TYPES and code not in _PERMANENT_TYPES:
+        # the server accepted the request and failed while generating (overloaded, internal error)
+        error.retryable = True
+    return error
 
 
 def error_from_response(status: int, body: bytes, headers: Mapping[str, str], reason: str,
