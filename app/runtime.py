@@ -39,9 +39,9 @@ class SetupError(Exception):
     """A problem building the agent, with a one-line message for the user."""
 
 
-def _tool_env() -> dict[str, str]:
-    """The environment of run_bash: the user's, minus every provider key."""
-    hidden = provider_key_env_names()
+def _tool_env(settings: Settings) -> dict[str, str]:
+    """The environment of run_bash: the user's, minus every provider key (also a custom --api-key-env)."""
+    hidden = provider_key_env_names(settings)
     return {k: v for k, v in os.environ.items() if k not in hidden and not k.endswith("_API_KEY")}
 
 
@@ -122,7 +122,7 @@ def build_agent(settings: Settings, *, emit=None, approver: Approver | None = No
         workspace=workspace,
         tool_results_dir=session.tool_results_dir,
         allow_outside=settings.allow_outside,
-        env=_tool_env(),
+        env=_tool_env(settings),
         file_cache=FileReadCache(),
     )
     label = getattr(provider, "label", None) or f"{provider.name} · {provider.model}"
