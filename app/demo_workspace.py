@@ -55,7 +55,7 @@ def _sample_stock_csv() -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["sku", "name", "location", "on_hand", "reorder_point", "unit_cost", "currency"])
-    for i in range(1, 221):
+    for i in range(1, 121):
         code, noun = kinds[i % len(kinds)]
         size = sizes[rng.randrange(len(sizes))]
         finish = finishes[rng.randrange(len(finishes))]
@@ -90,6 +90,10 @@ movements, purchase orders and reports, stored in SQLite.
 - `inventory/orders.py` — purchase orders and reorder suggestions (safety stock, EOQ)
 - `inventory/importer.py` — CSV import with per-row validation errors
 - `inventory/reports.py` — valuation, low stock and slow movers as text, Markdown or CSV
+- `inventory/suppliers.py` — suppliers, offers, pack sizes, cheapest source
+- `inventory/barcodes.py` — EAN-13 check digits, internal GTINs
+- `inventory/audit.py` — replay the movement log, compare with a physical count
+- `inventory/api.py` — read-only JSON API over HTTP
 - `inventory/cli.py` — `inventory` command line (`import`, `stock`, `receive`, `ship`, `report`, `reorder`)
 - `data/sample_stock.csv` — a sample snapshot to import
 - `tests/` — pytest suite
@@ -1457,6 +1461,388 @@ CHANGELOG_MD = """\
 - Stock levels are computed from an append-only movement log (see docs/design.md).
 """
 
+SUPPLIERS_PY = '''\
+\"\"\"Suppliers and what they sell: pack sizes, minimum order values, lead times, price lists.\"\"\"
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+from inventory.errors import InventoryError, ValidationError
+from inventory.models import Sku
+
+
+class UnknownSupplierError(InventoryError):
+    def __init__(self, code: str) -> None:
+        super().__init__(f"unknown supplier {code}")
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Offer:
+    \"\"\"One supplier's terms for one item.\"\"\"
+
+    sku: Sku
+    unit_cost: Decimal
+    pack_size: int = 1
+    lead_time_days: int = 14
+
+    def __post_init__(self) -> None:
+        if self.pack_size < 1:
+            raise ValidationError("pack size must be at least 1", field="pack_size")
+        if self.unit_cost <= 0:
+            raise ValidationError("an offer needs a positive unit cost", field="unit_cost")
+
+    def round_up(self, quantity: int) -> int:
+        \"\"\"Whole packs only: 130 units in packs of 50 is 150.\"\"\"
+        packs = -(-quantity // self.pack_size)
+        return packs * self.pack_size
+
+
+@dataclass
+class Supplier:
+    code: str
+    name: str
+    currency: str = "EUR"
+    minimum_order: Decimal = Decimal(0)
+    offers: dict[str, Offer] = field(default_factory=dict)
+    closed_days: set[date] = field(default_factory=set)
+
+    def offer_for(self, sku: Sku | str) -> Offer | None:
+        return self.offers.get(str(sku))
+
+    def delivery_date(self, ordered: date, sku: Sku | str) -> date:
+        \"\"\"Order date plus lead time, moved past weekends and the supplier's closed days.\"\"\"
+        offer = self.offer_for(sku)
+        if offer is None:
+            raise ValidationError(f"{self.code} does not sell {sku}", field="sku")
+        day = ordered + timedelta(days=offer.lead_time_days)
+        while day.weekday() >= 5 or day in self.closed_days:
+            day += timedelta(days=1)
+        return day
+
+
+class SupplierBook:
+    \"\"\"All suppliers, and the cheapest way to buy each item.\"\"\"
+
+    def __init__(self, suppliers: list[Supplier] | None = None) -> None:
+        self._suppliers = {s.code: s for s in suppliers or []}
+
+    def add(self, supplier: Supplier) -> None:
+        if supplier.code in self._suppliers:
+            raise ValidationError(f"supplier {supplier.code} already exists", field="code")
+        self._suppliers[supplier.code] = supplier
+
+    def get(self, code: str) -> Supplier:
+        try:
+            return self._suppliers[code]
+        except KeyError:
+            raise UnknownSupplierError(code) from None
+
+    def sellers(self, sku: Sku | str) -> list[tuple[Supplier, Offer]]:
+        found = []
+        for supplier in self._suppliers.values():
+            offer = supplier.offer_for(sku)
+            if offer is not None:
+                found.append((supplier, offer))
+        return found
+
+    def cheapest(self, sku: Sku | str, quantity: int) -> tuple[Supplier, Offer, int] | None:
+        \"\"\"The supplier with the lowest total for ``quantity`` units (rounded to packs); ties: faster.\"\"\"
+        best = None
+        for supplier, offer in self.sellers(sku):
+            units = offer.round_up(quantity)
+            key = (offer.unit_cost * units, offer.lead_time_days)
+            if best is None or key < best[0]:
+                best = (key, supplier, offer, units)
+        return None if best is None else (best[1], best[2], best[3])
+
+    def supplier_map(self, skus: list[str], quantities: dict[str, int]) -> dict[str, str]:
+        \"\"\"sku -> supplier code, for orders.draft_orders.\"\"\"
+        result = {}
+        for sku in skus:
+            choice = self.cheapest(sku, quantities.get(sku, 1))
+            if choice is not None:
+                result[sku] = choice[0].code
+        return result
+
+
+def load_price_list(path: Path, supplier: Supplier) -> int:
+    \"\"\"Read a supplier price list (sku, unit_cost, pack_size, lead_time_days); returns offers loaded.\"\"\"
+    count = 0
+    with open(path, newline="", encoding="utf-8") as f:
+        for number, row in enumerate(csv.DictReader(f), start=2):
+            try:
+                offer = Offer(Sku.parse(row["sku"]), Decimal(row["unit_cost"]),
+                              int(row.get("pack_size") or 1), int(row.get("lead_time_days") or 14))
+            except (KeyError, ValueError, ArithmeticError) as exc:
+                raise ValidationError(f"bad price list row: {exc}", row=number) from None
+            supplier.offers[str(offer.sku)] = offer
+            count += 1
+    return count
+'''
+
+BARCODES_PY = '''\
+\"\"\"Barcodes: EAN-13 check digits and the store's internal GTINs for SKUs.\"\"\"
+
+from __future__ import annotations
+
+from inventory.errors import ValidationError
+from inventory.models import Sku
+
+# The company prefix we were assigned (GS1); internal items use it with the SKU serial.
+COMPANY_PREFIX = "4012345"
+FAMILY_CODES = {"BLT": 1, "NUT": 2, "WSH": 3, "SCR": 4, "BRK": 5, "HNG": 6, "PIP": 7, "VLV": 8, "CBL": 9, "FLT": 0}
+
+
+def check_digit(digits: str) -> int:
+    \"\"\"EAN/GTIN check digit of the first 12 (EAN-13) or 7 (EAN-8) digits.\"\"\"
+    if not digits.isdigit():
+        raise ValidationError(f"barcode digits expected, got {digits!r}", field="barcode")
+    total = 0
+    for position, char in enumerate(reversed(digits)):
+        weight = 3 if position % 2 == 0 else 1
+        total += int(char) * weight
+    return (10 - total % 10) % 10
+
+
+def is_valid(barcode: str) -> bool:
+    barcode = barcode.strip()
+    if len(barcode) not in (8, 13) or not barcode.isdigit():
+        return False
+    return check_digit(barcode[:-1]) == int(barcode[-1])
+
+
+def gtin_for(sku: Sku) -> str:
+    \"\"\"The internal EAN-13 of a SKU: prefix, family code, serial, check digit.\"\"\"
+    family = FAMILY_CODES.get(sku.family)
+    if family is None:
+        raise ValidationError(f"no barcode family for {sku.family}", field="sku")
+    body = f"{COMPANY_PREFIX}{family}{sku.serial:04d}"
+    if len(body) != 12:
+        raise ValidationError(f"GTIN body {body} is not 12 digits", field="sku")
+    return body + str(check_digit(body))
+
+
+def sku_for(barcode: str, known: dict[str, Sku]) -> Sku:
+    \"\"\"Look a scanned barcode up; internal GTINs are decoded, others must be in ``known``.\"\"\"
+    if not is_valid(barcode):
+        raise ValidationError(f"invalid barcode {barcode!r} (bad length or check digit)", field="barcode")
+    if barcode in known:
+        return known[barcode]
+    if barcode.startswith(COMPANY_PREFIX) and len(barcode) == 13:
+        family_code = int(barcode[7])
+        serial = int(barcode[8:12])
+        for family, code in FAMILY_CODES.items():
+            if code == family_code:
+                for sku in known.values():
+                    if sku.family == family and sku.serial == serial:
+                        return sku
+    raise ValidationError(f"barcode {barcode} is not in the catalogue", field="barcode")
+'''
+
+AUDIT_PY = '''\
+\"\"\"Audit: rebuild stock from the movement log and compare with what the shelves say.\"\"\"
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+
+from inventory.models import Movement, MovementKind
+from inventory.storage import Repository
+
+
+@dataclass(frozen=True)
+class Discrepancy:
+    sku: str
+    location: str
+    expected: int
+    counted: int
+
+    @property
+    def difference(self) -> int:
+        return self.counted - self.expected
+
+
+def replay(movements: list[Movement], until: datetime | None = None) -> dict[tuple[str, str], int]:
+    \"\"\"Stock per (sku, location) as of ``until`` (default: now), from the movement log alone.\"\"\"
+    levels: dict[tuple[str, str], int] = defaultdict(int)
+    for movement in movements:
+        if until is not None and movement.at > until:
+            continue
+        levels[(str(movement.sku), movement.location)] += movement.quantity
+    return dict(levels)
+
+
+def check_transfers(movements: list[Movement]) -> list[str]:
+    \"\"\"Every transfer must have both halves with the same reference and opposite quantities.\"\"\"
+    halves: dict[str, list[Movement]] = defaultdict(list)
+    for movement in movements:
+        if movement.kind in (MovementKind.TRANSFER_IN, MovementKind.TRANSFER_OUT):
+            halves[movement.reference].append(movement)
+    problems = []
+    for reference, pair in sorted(halves.items()):
+        if len(pair) != 2:
+            problems.append(f"{reference}: {len(pair)} halves")
+        elif pair[0].quantity + pair[1].quantity != 0:
+            problems.append(f"{reference}: quantities {pair[0].quantity} and {pair[1].quantity} do not cancel")
+    return problems
+
+
+def compare_count(repo: Repository, counted: dict[tuple[str, str], int]) -> list[Discrepancy]:
+    \"\"\"Differences between a physical count and the books, largest first.\"\"\"
+    books = replay(repo.movements())
+    found = []
+    for key in sorted(set(books) | set(counted)):
+        expected = books.get(key, 0)
+        actual = counted.get(key, 0)
+        if expected != actual:
+            found.append(Discrepancy(key[0], key[1], expected, actual))
+    return sorted(found, key=lambda d: abs(d.difference), reverse=True)
+
+
+def negative_stock(repo: Repository) -> list[tuple[str, str, int]]:
+    \"\"\"Any (sku, location) whose replayed stock went below zero at some point: a data error.\"\"\"
+    running: dict[tuple[str, str], int] = defaultdict(int)
+    worst: dict[tuple[str, str], int] = {}
+    for movement in repo.movements():
+        key = (str(movement.sku), movement.location)
+        running[key] += movement.quantity
+        if running[key] < 0:
+            worst[key] = min(worst.get(key, 0), running[key])
+    return [(sku, location, low) for (sku, location), low in sorted(worst.items())]
+'''
+
+API_PY = '''\
+\"\"\"A tiny read-only JSON API over HTTP (standard library only), for the warehouse dashboard.\"\"\"
+
+from __future__ import annotations
+
+import json
+import logging
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+from inventory.errors import InventoryError, UnknownItemError
+from inventory.reports import low_stock, valuation
+from inventory.storage import Repository
+
+log = logging.getLogger(__name__)
+
+
+def _level_json(level) -> dict:
+    return {"sku": str(level.sku), "location": level.location, "on_hand": level.on_hand,
+            "reserved": level.reserved, "available": level.available}
+
+
+class Handler(BaseHTTPRequestHandler):
+    repo: Repository  # set by serve()
+
+    def _send(self, status: HTTPStatus, body: object) -> None:
+        data = json.dumps(body, default=str).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        url = urlparse(self.path)
+        query = parse_qs(url.query)
+        try:
+            if url.path == "/health":
+                self._send(HTTPStatus.OK, {"ok": True})
+            elif url.path == "/stock":
+                sku = query.get("sku", [None])[0]
+                levels = [_level_json(l) for l in self.repo.levels() if sku is None or str(l.sku) == sku]
+                self._send(HTTPStatus.OK, levels)
+            elif url.path.startswith("/items/"):
+                item = self.repo.get_item(url.path.removeprefix("/items/"))
+                self._send(HTTPStatus.OK, {"sku": str(item.sku), "name": item.name,
+                                           "unit_cost": item.unit_cost, "currency": item.currency})
+            elif url.path == "/reports/valuation":
+                table = valuation(self.repo)
+                self._send(HTTPStatus.OK, {"rows": table.rows, "total": table.footer})
+            elif url.path == "/reports/low-stock":
+                self._send(HTTPStatus.OK, {"rows": low_stock(self.repo).rows})
+            else:
+                self._send(HTTPStatus.NOT_FOUND, {"error": f"no route {url.path}"})
+        except UnknownItemError as exc:
+            self._send(HTTPStatus.NOT_FOUND, {"error": str(exc)})
+        except InventoryError as exc:
+            self._send(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
+        except Exception:  # the dashboard gets a 500, the log gets the traceback
+            log.exception("GET %s failed", self.path)
+            self._send(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error"})
+
+    def log_message(self, format: str, *args: object) -> None:
+        log.info("%s - %s", self.address_string(), format % args)
+
+
+def serve(repo: Repository, host: str = "127.0.0.1", port: int = 8080) -> ThreadingHTTPServer:
+    \"\"\"Start the server (call serve_forever() on the result). Read-only: no writes over HTTP.\"\"\"
+    handler = type("BoundHandler", (Handler,), {"repo": repo})
+    server = ThreadingHTTPServer((host, port), handler)
+    log.info("inventory API on http://%s:%d", host, server.server_address[1])
+    return server
+'''
+
+TEST_BARCODES_PY = '''\
+import pytest
+
+from inventory.barcodes import check_digit, gtin_for, is_valid, sku_for
+from inventory.errors import ValidationError
+from inventory.models import Sku
+
+
+def test_known_ean13_check_digit():
+    assert check_digit("400638133393") == 1
+    assert is_valid("4006381333931")
+
+
+def test_internal_gtin_round_trip():
+    sku = Sku.parse("BLT-M8-0042")
+    gtin = gtin_for(sku)
+    assert is_valid(gtin)
+    assert sku_for(gtin, {"x": sku}) == sku
+
+
+def test_bad_check_digit_is_refused():
+    with pytest.raises(ValidationError):
+        sku_for("4006381333932", {})
+'''
+
+TEST_AUDIT_PY = '''\
+from inventory.audit import check_transfers, compare_count, negative_stock, replay
+
+
+def test_replay_matches_the_books(service, repo):
+    service.receive("BLT-M8-0042", "A-01", 100)
+    service.transfer("BLT-M8-0042", "A-01", "B-02", 30)
+    assert replay(repo.movements()) == {("BLT-M8-0042", "A-01"): 70, ("BLT-M8-0042", "B-02"): 30}
+    assert check_transfers(repo.movements()) == []
+
+
+def test_count_differences_largest_first(service, repo):
+    service.receive("BLT-M8-0042", "A-01", 100)
+    service.receive("NUT-M8-0043", "A-01", 10)
+    found = compare_count(repo, {("BLT-M8-0042", "A-01"): 90, ("NUT-M8-0043", "A-01"): 9})
+    assert [(d.sku, d.difference) for d in found] == [("BLT-M8-0042", -10), ("NUT-M8-0043", -1)]
+
+
+def test_no_negative_stock_in_normal_use(service, repo):
+    service.receive("BLT-M8-0042", "A-01", 5)
+    service.ship("BLT-M8-0042", "A-01", 5)
+    assert negative_stock(repo) == []
+'''
+
 PROJECT_FILES: dict[str, str] = {
     "README.md": README,
     "AGENTS.md": AGENTS_MD,
@@ -1474,11 +1860,17 @@ PROJECT_FILES: dict[str, str] = {
     "inventory/importer.py": IMPORTER_PY,
     "inventory/reports.py": REPORTS_PY,
     "inventory/cli.py": CLI_PY,
+    "inventory/suppliers.py": SUPPLIERS_PY,
+    "inventory/barcodes.py": BARCODES_PY,
+    "inventory/audit.py": AUDIT_PY,
+    "inventory/api.py": API_PY,
     "tests/conftest.py": CONFTEST_PY,
     "tests/test_models.py": TEST_MODELS_PY,
     "tests/test_stock.py": TEST_STOCK_PY,
     "tests/test_pricing.py": TEST_PRICING_PY,
     "tests/test_orders.py": TEST_ORDERS_PY,
+    "tests/test_barcodes.py": TEST_BARCODES_PY,
+    "tests/test_audit.py": TEST_AUDIT_PY,
 }
 
 

@@ -1,0 +1,628 @@
+"""The offline demo provider: a scripted model; everything around it is real.
+
+Its decisions are canned, but it decides each call from the request it
+receives (the latest user request, the tool calls already made and their
+results, or the compaction summary that replaced them), exactly as a real
+model would have to. So it carries on after an auto-compaction, an overflow
+recovery or a resumed session. The tools it calls run for real in the demo
+workspace; its usage figures are tiktoken counts of the request it got, as
+a server would report them; and it enforces its context window like a
+server, raising the Anthropic-style "prompt is too long" error.
+
+Scenarios (picked by keyword in the latest user request):
+1. "find errors in app.log" (seed 000, experiment 2): ``cat app.log`` meets
+   the registry's head+tail truncation; it spots the ERROR in the tail and
+   follows the notice with ``grep -n ERROR app.log``.
+2. "summarize the project" (experiment 3): reads file after file, so the
+   context climbs through the warning line into an auto-compaction with the
+   demo's small budget, then carries on from the summary.
+3. "flood" (experiment 1 made safe): turns truncation off for one ``cat`` of
+   the 15 MB log; the engine's projection cuts the result before sending,
+   and the request still overflows the demo server's real (smaller) window,
+   so the overflow recovery runs too. See ``FLOOD_SERVER_WINDOW``.
+4. "what did I ask first?": answers from the history or the summary (the
+   seed's check that compaction kept the user's words).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+import uuid
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any, AsyncIterator, Sequence
+
+from app.context.compaction import is_summary_message, recent_user_messages
+from app.context.overflow import DROPPED_NOTE
+from app.context.summarizer import (
+    SummaryFacts,
+    collect_facts,
+    extractive_summary,
+    outline,
+    parse_summary,
+    strip_line_numbers,
+)
+from app.context.tokens import count_tokens, estimate_message, estimate_tools
+from app.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from app.providers.base import (
+    Completed,
+    ContextTooLongError,
+    ModelRequest,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    ToolCallStart,
+    UsageUpdate,
+)
+from app.usage import Usage
+
+COMPACTION_MARK = "[Context compaction]"
+MEMORY_HEADER = "# Project and user rules (memory files)"
+_FOCUS = re.compile(r"Focus especially on:\s*(.+)", re.S)
+_WORD = re.compile(r"\S+\s*|\s+")
+_GREP_LINE = re.compile(r"^(\d+):(.*)$")
+_NOTICE = re.compile(r"… \[output truncated: [^\]]*\] …")
+# What "summarize the project" reads, and what it leaves alone.
+_READABLE = (".py", ".md", ".toml", ".txt", ".cfg", ".ini", ".csv", ".json", ".yaml", ".yml")
+_MAX_FILES = 40
+# The flood scenario's warm-up: some ordinary history for the overflow recovery to drop.
+FLOOD_WARMUP = ("inventory/storage.py", "inventory/orders.py")
+
+SCENARIOS_TEXT = """\
+I'm the **demo model**: a scripted stand-in that needs no API key. My decisions are canned; \
+everything else is real — the tools run in a scratch workspace, tool output is truncated, \
+tokens are counted with tiktoken, and the context engine compacts and recovers for real. \
+Type one of these:
+
+1. **find errors in app.log** — I `cat` a 15 MB, 300,001-line log. The tool registry cuts it \
+to head + tail with a notice; I spot the ERROR in the tail and follow the notice with `grep -n`.
+2. **summarize the project** — I read the project file after file. Watch the gauge climb through \
+the warning line into an auto-compaction (the demo's budget is small), then see me carry on from \
+the summary.
+3. **flood** — the seed's crash experiment made safe: truncation off for one `cat` of the whole log. \
+The engine cuts the result before it is sent, and when the server still rejects the request as too \
+long, the overflow recovery drops old rounds and retries.
+4. **what did I ask first?** — after a compaction, check that your own words survived.
+
+Keys: ctrl+s compacts now, ctrl+r resets, ctrl+o expands a truncated output."""
+
+
+# ---- reading the request ----
+
+@dataclass
+class ToolCall:
+    use: ToolUseBlock
+    result: ToolResultBlock | None
+
+    @property
+    def command(self) -> str:
+        return str(self.use.input.get("command", ""))
+
+    @property
+    def path(self) -> str:
+        return str(self.use.input.get("path", ""))
+
+
+@dataclass
+class Turn:
+    """The latest genuine user request and what happened since."""
+
+    request: str
+    start: int  # index of the message that holds it (-1: none)
+    calls: list[ToolCall] = field(default_factory=list)
+    summary: SummaryFacts | None = None  # the turn starts at a compaction summary
+    from_summary: bool = False
+
+
+def _genuine_texts(msg: Message) -> list[str]:
+    return [b.text for b in msg.content if isinstance(b, TextBlock) and b.text.strip()
+            and b.text != DROPPED_NOTE and not b.text.startswith(COMPACTION_MARK)]
+
+
+def read_turn(messages: Sequence[Message]) -> Turn:
+    """Find the latest thing the user asked and the tool calls made since."""
+    start = -1
+    request = ""
+    summary: SummaryFacts | None = None
+    from_summary = False
+    for index in range(len(messages) - 1, -1, -1):
+        msg = messages[index]
+        if msg.role != "user":
+            continue
+        if is_summary_message(msg):
+            quoted = recent_user_messages([msg], budget=10**9)
+            summary = parse_summary(msg.text)
+            request = quoted[-1] if quoted else (summary.latest_request if summary else "") or ""
+            start, from_summary = index, True
+            break
+        texts = _genuine_texts(msg)
+        if texts:
+            request, start = texts[-1], index
+            break
+    results = {b.tool_use_id: b for m in messages[start + 1:] for b in m.tool_results}
+    calls = [ToolCall(use, results.get(use.id))
+             for m in messages[start + 1:] if m.role == "assistant" for use in m.tool_uses]
+    return Turn(request=request, start=start, calls=calls, summary=summary, from_summary=from_summary)
+
+
+def pick_scenario(request: str) -> str:
+    text = request.lower()
+    if "flood" in text or "淹" in text:
+        return "flood"
+    if re.search(r"remember|what did i (?:ask|say)|first (?:request|ask|question)|asked (?:you )?first|记得", text):
+        return "recall"
+    if re.search(r"\berrors?\b|app\.log|报错|错误", text):
+        return "errors"
+    if re.search(r"summar|project|总结|概括", text):
+        return "summarize"
+    return "menu"
+
+
+# ---- what the model decides ----
+
+@dataclass
+class PlannedCall:
+    name: str
+    input: dict[str, Any]
+    suspend_truncation: bool = False
+
+
+@dataclass
+class Decision:
+    text: str
+    thinking: str = ""
+    calls: list[PlannedCall] = field(default_factory=list)
+    is_summary: bool = False  # a compaction answer streams faster (the UI shows "compacting")
+
+
+def _first_line_with(text: str, word: str) -> str | None:
+    for line in text.splitlines():
+        if word in line and not line.startswith("… [output truncated"):
+            return line.strip()
+    return None
+
+
+def _last_line_with(text: str, word: str) -> str | None:
+    for line in reversed(text.splitlines()):
+        if word in line and not line.startswith("… [output truncated"):
+            return line.strip()
+    return None
+
+
+def _notice(text: str) -> str | None:
+    match = _NOTICE.search(text)
+    return match.group(0).strip("… ").strip() if match else None
+
+
+def _refusal(call: ToolCall) -> str | None:
+    if call.result is not None and call.result.is_error and "[exit code" not in call.result.content:
+        return call.result.content.strip()
+    return None
+
+
+def _decide_errors(turn: Turn) -> Decision:
+    cat = next((c for c in turn.calls if c.use.name == "run_bash" and c.command.startswith("cat ")
+                and c.result is not None), None)
+    grep = next((c for c in turn.calls if c.use.name == "run_bash" and "grep" in c.command
+                 and c.result is not None), None)
+    carried_cat = bool(turn.summary and any("cat app.log" in c for c in turn.summary.commands))
+    if cat is None and grep is None and not carried_cat:
+        return Decision(
+            thinking="The user wants the errors in app.log. Start by looking at the whole file.",
+            text="Let me look at `app.log` first.",
+            calls=[PlannedCall("run_bash", {"command": "cat app.log"})])
+    if grep is None:
+        refused = _refusal(cat) if cat else None
+        if refused:
+            return Decision(thinking="The command was refused.", text=(
+                f"I couldn't run `cat`: {refused}\n\nTo let me run commands, approve the call when asked, "
+                "or start tidegauge with `--yes`."))
+        parts = []
+        if cat is not None and cat.result is not None:
+            notice = _notice(cat.result.content)
+            tail_error = _last_line_with(cat.result.content, "ERROR")
+            if notice:
+                parts.append("The output was too long, so the tool registry kept only its head and its tail, "
+                             f"with a notice in between:\n\n> {notice}")
+            if tail_error:
+                parts.append(f"The tail already shows an error:\n\n```\n{tail_error}\n```")
+            else:
+                parts.append("I see no ERROR line in what was kept.")
+        else:
+            parts.append("The summary says `cat app.log` already ran and its output was cut.")
+        parts.append("The middle was left out, so there may be more. Following the notice, I'll grep for "
+                     "every ERROR with its line number instead of reading it all.")
+        return Decision(thinking="Truncated output: the head and tail are real, the middle is unknown. "
+                                 "grep -n narrows it without flooding the context.",
+                        text="\n\n".join(parts),
+                        calls=[PlannedCall("run_bash", {"command": "grep -n ERROR app.log"})])
+    refused = _refusal(grep)
+    if refused:
+        return Decision(text=f"I couldn't run `grep`: {refused}")
+    hits = [(int(m.group(1)), m.group(2)) for line in grep.result.content.splitlines()  # type: ignore[union-attr]
+            if (m := _GREP_LINE.match(line.strip())) and "ERROR" in m.group(2)]
+    if not hits:
+        return Decision(text="`grep -n ERROR app.log` found no ERROR lines: the log has no errors.")
+    listed = "\n".join(f"{number}:{line}" for number, line in hits[:20])
+    more = f"\n… and {len(hits) - 20} more" if len(hits) > 20 else ""
+    number, line = hits[-1]
+    last_line = ""
+    if cat is not None and cat.result is not None:
+        kept_tail = [l for l in cat.result.content.splitlines() if l.strip() and not l.startswith("[exit code")]
+        if kept_tail and kept_tail[-1].strip() == line.strip():
+            last_line = " It is the very last line of the file, which is why the head+tail truncation kept it."
+    count = "one ERROR line" if len(hits) == 1 else f"{len(hits)} ERROR lines"
+    cause = " The application lost its database: the connection was refused." if "database" in line else ""
+    return Decision(
+        thinking=f"grep found {len(hits)} line(s); the last is line {number}.",
+        text=(f"Found {count} in `app.log`:\n\n```\n{listed}{more}\n```\n\n"
+              f"**Line {number}**: `{line.strip()}`.{last_line}{cause} Everything else in the log is INFO "
+              "traffic. The full `cat` output is saved on disk (ctrl+o expands it), but it never had to enter "
+              "my context: the truncation notice told me how to narrow it."))
+
+
+def _listing(turn: Turn) -> list[str] | None:
+    for call in reversed(turn.calls):
+        if call.use.name == "list_files" and call.result is not None and not call.result.is_error:
+            paths = []
+            for line in call.result.content.splitlines()[1:]:
+                entry = line.strip()
+                if (not entry or entry.startswith("[") or entry.endswith("/") or "(skipped" in entry
+                        or entry.endswith("@")):
+                    continue
+                if entry.endswith(_READABLE) and not entry.startswith(("tool-results", ".")):
+                    paths.append(entry)
+            return paths
+    return None
+
+
+def _reading_order(path: str) -> tuple[int, str]:
+    p = PurePosixPath(path)
+    name = p.name.lower()
+    if name.startswith("readme"):
+        group = 0
+    elif name in ("agents.md", "claude.md"):
+        group = 1
+    elif name in ("pyproject.toml", "setup.cfg", "setup.py", "package.json"):
+        group = 2
+    elif p.suffix == ".md":
+        group = 3
+    elif p.suffix == ".py" and not (name.startswith("test") or "tests" in p.parts or name == "conftest.py"):
+        group = 4
+        name = "" if name == "__init__.py" else name
+        return group, str(p.parent / name)
+    elif p.suffix == ".py":
+        group = 5
+        name = "" if name == "conftest.py" else name
+        return group, str(p.parent / name)
+    else:
+        group = 6
+    return group, path
+
+
+def _read_outlines(turn: Turn) -> dict[str, str]:
+    """path -> outline for every file read: before the compaction (from the summary) and since."""
+    outlines = dict(turn.summary.files_read) if turn.summary else {}
+    for call in turn.calls:
+        if call.use.name != "read_file" or call.result is None:
+            continue
+        if call.result.is_error:
+            outlines[call.path] = "could not be read: " + call.result.content.splitlines()[0][:120]
+        elif call.result.content.startswith("File unchanged since"):
+            outlines.setdefault(call.path, "read earlier")
+        else:
+            outlines[call.path] = outline(call.path, strip_line_numbers(call.result.content))
+    return outlines
+
+
+def _clip_words(text: str, limit: int) -> str:
+    """``text`` cut at a word boundary with an ellipsis, if longer than ``limit``."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(" ", 1)[0].rstrip(",;:—- ")
+    return cut + " …"
+
+
+def _brief(note: str, limit: int = 70) -> str:
+    """A short comment between reads (the final answer has the whole outline)."""
+    return _clip_words(note.split("; ")[0].rstrip("."), limit)
+
+
+def _tests_note(note: str) -> str:
+    names = note.removeprefix("functions ").split(", ")
+    tests = [n for n in names if n.startswith("test")]
+    return f"{len(tests)} tests" if tests and note.startswith("functions ") else note
+
+
+def _decide_summarize(turn: Turn) -> Decision:
+    listing = _listing(turn)
+    outlines = _read_outlines(turn)
+    if listing is None:
+        if turn.from_summary and outlines:
+            return Decision(
+                thinking="The history was compacted. The summary lists what I read; list again to find the rest.",
+                text=(f"Carrying on from the summary: I had read {len(outlines)} files before the context was "
+                      "compacted. Listing the project again to see what is left."),
+                calls=[PlannedCall("list_files", {"path": "."})])
+        return Decision(thinking="To summarize a project, first see what it contains.",
+                        text="I'll list the project first, then read it file by file.",
+                        calls=[PlannedCall("list_files", {"path": "."})])
+    todo = [p for p in sorted(listing, key=_reading_order) if p not in outlines][:_MAX_FILES]
+    last = next((c for c in reversed(turn.calls) if c.use.name == "read_file" and c.result is not None), None)
+    if todo:
+        nxt = todo[0]
+        if turn.calls and turn.calls[-1].use.name == "list_files" and outlines:
+            comment = f"{len(todo)} files left to read."
+        elif last is not None and last.path in outlines:
+            brief = _brief(outlines[last.path])
+            if _reading_order(last.path)[0] == 5:
+                brief = _tests_note(outlines[last.path])
+            comment = f"`{last.path}`: {brief}" + ("" if brief.endswith("…") else ".")
+        else:
+            comment = f"{len(listing)} files to look at; starting with the overview."
+        done, total = len(outlines), len(outlines) + len(todo)
+        return Decision(thinking=f"Read {done} of {total} files; next {nxt}.",
+                        text=f"{comment} Next: `{nxt}`.",
+                        calls=[PlannedCall("read_file", {"path": nxt})])
+    return Decision(thinking="Every file is read; write the summary from what I saw.",
+                    text=_project_summary(outlines, turn))
+
+
+def _project_summary(outlines: dict[str, str], turn: Turn) -> str:
+    groups: dict[int, list[str]] = {}
+    for path in sorted(outlines, key=_reading_order):
+        groups.setdefault(_reading_order(path)[0], []).append(path)
+    readme = next((p for p in outlines if PurePosixPath(p).name.lower().startswith("readme")), None)
+    lines = ["## Summary of the project", ""]
+    if readme:
+        lines += [f"From `{readme}`: {outlines[readme]}", ""]
+    titles = {1: "Rules for agents", 2: "Packaging", 3: "Docs", 4: "Modules", 5: "Tests", 6: "Data and other files"}
+    for group in sorted(groups):
+        if group == 0:
+            continue
+        lines.append(f"**{titles[group]}**")
+        for p in groups[group]:
+            note = _tests_note(outlines[p]) if group == 5 else _clip_words(outlines[p], 200)
+            lines.append(f"- `{p}` — {note}")
+        lines.append("")
+    before = len(turn.summary.files_read) if turn.summary else 0
+    if before:
+        lines.append(f"I read {len(outlines)} files; {before} of them before the context was compacted — what I "
+                     "say about those comes from the compaction summary, the rest from the files themselves.")
+    else:
+        lines.append(f"I read {len(outlines)} files.")
+    return "\n".join(lines)
+
+
+def _decide_flood(turn: Turn, dropped_note: bool, truncation_suspended: bool) -> Decision:
+    cat = next((c for c in turn.calls if c.use.name == "run_bash" and c.command.startswith("cat ")), None)
+    reads = [c for c in turn.calls if c.use.name == "read_file"]
+    if cat is None:
+        warm = [p for p in FLOOD_WARMUP if p not in {c.path for c in reads}]
+        if warm and not any(c.use.name == "run_bash" for c in turn.calls):
+            intro = ("Experiment 1 from the seed, made safe. First some ordinary work, so there is older history "
+                     "in the context: " if not reads else "")
+            return Decision(thinking="Build up some history before the flood.",
+                            text=f"{intro}reading `{warm[0]}`.",
+                            calls=[PlannedCall("read_file", {"path": warm[0]})])
+        return Decision(
+            thinking="Now the crash test: one call with truncation off.",
+            text=("Now the flood: I'm turning the tool registry's truncation **off for this one call** and running "
+                  "`cat app.log` — 15 MB, about six million tokens. Without further defences the next request "
+                  "could never be sent. Watch the engine: its projection sees the result before it is sent."),
+            calls=[PlannedCall("run_bash", {"command": "cat app.log"}, suspend_truncation=True)])
+    if cat.result is None:
+        return Decision(text="The `cat` produced no result.")
+    refused = _refusal(cat)
+    if refused:
+        return Decision(text=f"I couldn't run `cat`: {refused}\n\nApprove the call or start with `--yes`.")
+    content = cat.result.content
+    notice = _notice(content)
+    error = _last_line_with(content, "ERROR")
+    parts = [f"The `cat` result reached me as {len(content):,} characters, not 15 MB."]
+    if notice and truncation_suspended:
+        parts.append("Truncation was off, so the cut came from the context engine: the result alone would have "
+                     "pushed the request over the blocking line, so it was cut head+tail *before* being sent, "
+                     f"with this notice:\n\n> {notice}")
+    elif notice:
+        parts.append(f"It was cut head+tail before it reached me, with this notice:\n\n> {notice}")
+    if error:
+        parts.append(f"The tail kept the line that matters:\n\n```\n{error}\n```")
+    if dropped_note:
+        kept = {c.path for c in reads}
+        gone = [p for p in FLOOD_WARMUP if p not in kept]
+        lost = (f"my read of {', '.join(f'`{p}`' for p in gone)} is gone from my context" if gone
+                else "older rounds are gone from my context")
+        parts.append("Then the server still refused the request (\"prompt is too long\"): its real window is "
+                     "smaller than the one tidegauge was told. The overflow recovery dropped the oldest rounds — "
+                     f"{lost}, though not from the transcript on disk — and retried. What has entered the context "
+                     "cannot be rescued by compaction; cutting it at the entrance is what saved this session.")
+    return Decision(thinking="The flood was contained; report what happened.", text="\n\n".join(parts))
+
+
+def _decide_recall(messages: Sequence[Message], system: str) -> Decision:
+    facts = collect_facts(list(messages))
+    parts = []
+    if facts.first_request:
+        parts.append(f"Your first request was:\n\n> {facts.first_request}")
+    earlier = [r for r in facts.later_requests[:-1]]
+    if earlier:
+        parts.append("After that you asked:\n\n" + "\n".join(f"> {r}" for r in earlier[-4:]))
+    if facts.preferences:
+        parts.append("Requirements you stated:\n\n" + "\n".join(f"- {p}" for p in facts.preferences))
+    # Only the memory files' part of the system prompt (the engine puts them under this header).
+    _, found, memory = system.partition(MEMORY_HEADER)
+    rules = [line.strip("- ").strip() for line in (memory if found else "").splitlines()
+             if re.search(r"\b(never|always|must)\b", line, re.I) and line.lstrip().startswith("-")]
+    if rules:
+        parts.append("Rules from the memory files (they live in the system prompt, so no compaction can drop "
+                     "them):\n\n" + "\n".join(f"- {r}" for r in rules[:6]))
+    compacted = any(is_summary_message(m) for m in messages)
+    parts.append("The conversation was compacted; I know this from the summary, which quotes your words verbatim."
+                 if compacted else "Nothing has been compacted yet, so I read it straight from the conversation.")
+    return Decision(thinking="Look up the user's own words.", text="\n\n".join(parts))
+
+
+def _strip_instruction(messages: Sequence[Message]) -> tuple[list[Message], str | None]:
+    """A compaction request's history without the instruction, and the user's focus if any."""
+    history = list(messages)
+    focus = None
+    if history and history[-1].role == "user":
+        last = history[-1]
+        kept = []
+        for block in last.content:
+            if isinstance(block, TextBlock) and block.text.startswith(COMPACTION_MARK):
+                match = _FOCUS.search(block.text)
+                focus = match.group(1).strip() if match else None
+                continue
+            kept.append(block)
+        if len(kept) != len(last.content):
+            history[-1] = last.copy_with(kept) if kept else last
+            if not kept:
+                history.pop()
+    return history, focus
+
+
+def decide(request: ModelRequest, truncation_suspended: bool = True) -> Decision:
+    """The scripted model: what to say and which tools to call, from the request alone."""
+    if request.tool_choice == "none":
+        history, focus = _strip_instruction(request.messages)
+        return Decision(text=extractive_summary(history, focus), is_summary=True,
+                        thinking="Write the handoff summary from the transcript.")
+    turn = read_turn(request.messages)
+    scenario = pick_scenario(turn.request)
+    if scenario == "errors":
+        return _decide_errors(turn)
+    if scenario == "summarize":
+        return _decide_summarize(turn)
+    if scenario == "flood":
+        dropped = any(isinstance(b, TextBlock) and b.text == DROPPED_NOTE
+                      for m in request.messages for b in m.content)
+        return _decide_flood(turn, dropped, truncation_suspended)
+    if scenario == "recall":
+        return _decide_recall(request.messages, request.system)
+    return Decision(text=SCENARIOS_TEXT, thinking="No scenario asked for: offer the list.")
+
+
+# ---- the provider ----
+
+class DemoProvider:
+    """A scripted model behind the Provider protocol; see the module docstring."""
+
+    name = "demo"
+    label = "demo (scripted model)"
+    # What the runtime uses when the user gave no --window / --budget. With the
+    # default compaction output (8,000) the lines are: warning 15,000,
+    # auto-compact 20,000 (the seed's "-budget 20000"), blocking 53,000.
+    # "find errors" peaks around 14K (the truncated cat is ~12.7K tokens), below
+    # the warning line; "summarize the project" reads ~27K tokens of files, so it
+    # crosses the warning line and auto-compacts about two thirds of the way through.
+    DEFAULT_WINDOW = 64_000
+    DEFAULT_BUDGET = 20_000
+    # In the flood scenario the demo plays a server whose real context is
+    # smaller than its table entry (like a local server started with a small
+    # --ctx-size): the engine cuts the flood to fit under the warning line it
+    # computed from the advertised window, and this server still rejects it, so
+    # the reactive overflow recovery runs too. Tuned for the default budget.
+    FLOOD_SERVER_WINDOW = 11_000
+    COMPACTION_SPEEDUP = 10.0  # the summary is not shown while compacting: don't make the user wait
+
+    def __init__(self, model: str | None = "demo-scripted", *, speed: float = 40.0, registry: Any = None,
+                 window: int | None = None, **_ignored: Any) -> None:
+        # **_ignored: network options (timeouts) the factory passes to every provider.
+        self.model = model or "demo-scripted"
+        self.speed = max(0.0, float(speed))
+        self.registry = registry
+        self.window = window or self.DEFAULT_WINDOW
+        self.calls = 0  # harmless counters: the decisions never read them
+        self.rejected = 0
+        self._previous_prefix: list[tuple[str, int]] = []
+
+    # ---- what the "server" counts ----
+
+    def _segments(self, request: ModelRequest) -> list[tuple[str, int]]:
+        """(fingerprint, tokens) of the request's parts in order: system+tools, then each message."""
+        head = hashlib.sha1((request.system + json.dumps([t.model_dump() for t in request.tools],
+                                                         sort_keys=True)).encode()).hexdigest()
+        segments = [(head, count_tokens(request.system) + estimate_tools(request.tools))]
+        for msg in request.messages:
+            digest = hashlib.sha1(msg.model_dump_json().encode()).hexdigest()
+            segments.append((digest, estimate_message(msg)))
+        return segments
+
+    def count_request(self, request: ModelRequest) -> int:
+        """Input tokens of ``request`` (tiktoken, the same estimate the engine uses)."""
+        return sum(tokens for _fp, tokens in self._segments(request))
+
+    def server_limit(self, request: ModelRequest) -> int:
+        if request.tool_choice != "none" and pick_scenario(read_turn(request.messages).request) == "flood":
+            return min(self.window, self.FLOOD_SERVER_WINDOW)
+        return self.window
+
+    def _usage(self, segments: list[tuple[str, int]], output_tokens: int) -> Usage:
+        cached = 0
+        for (fp, tokens), (prev_fp, _prev) in zip(segments, self._previous_prefix):
+            if fp != prev_fp:
+                break
+            cached += tokens
+        total = sum(tokens for _fp, tokens in segments)
+        return Usage(input_tokens=total - cached, cache_read_tokens=cached, cache_write_tokens=0,
+                     output_tokens=output_tokens)
+
+    # ---- streaming ----
+
+    async def _pause(self, text: str, speedup: float = 1.0) -> None:
+        if self.speed > 0:
+            await asyncio.sleep(max(1, count_tokens(text)) / (self.speed * speedup))
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        self.calls += 1
+        segments = self._segments(request)
+        total = sum(tokens for _fp, tokens in segments)
+        limit = self.server_limit(request)
+        if total > limit:
+            self.rejected += 1
+            raise ContextTooLongError(f"prompt is too long: {total} tokens > {limit} maximum", status=400,
+                                      error_type="invalid_request_error", actual_tokens=total, limit_tokens=limit)
+        decision = decide(request, truncation_suspended=self.registry is not None)
+        usage_in = self._usage(segments, 0)
+        yield UsageUpdate(usage_in)
+        speedup = self.COMPACTION_SPEEDUP if decision.is_summary else 1.0
+        content: list[Any] = []
+        if decision.thinking:
+            content.append(ThinkingBlock(thinking=decision.thinking))
+            yield ThinkingDelta(decision.thinking)
+            await self._pause(decision.thinking, speedup)
+        if decision.text:
+            content.append(TextBlock(text=decision.text))
+            pieces = decision.text.splitlines(keepends=True) if decision.is_summary else _WORD.findall(decision.text)
+            for piece in pieces:
+                yield TextDelta(piece)
+                await self._pause(piece, speedup)
+        for index, call in enumerate(decision.calls):
+            use = ToolUseBlock(id=f"toolu_demo_{uuid.uuid4().hex[:20]}", name=call.name, input=call.input)
+            content.append(use)
+            yield ToolCallStart(index=index, id=use.id, name=use.name)
+            arguments = json.dumps(call.input, ensure_ascii=False)
+            half = len(arguments) // 2
+            for part in (arguments[:half], arguments[half:]):
+                yield ToolCallDelta(index=index, partial_json=part)
+                await self._pause(part)
+        output_tokens = (count_tokens(decision.thinking) + count_tokens(decision.text)
+                         + sum(count_tokens(c.name) + count_tokens(json.dumps(c.input)) for c in decision.calls))
+        usage = Usage(input_tokens=usage_in.input_tokens, cache_read_tokens=usage_in.cache_read_tokens,
+                      cache_write_tokens=0, output_tokens=output_tokens)
+        # A served request is cached for the next call's prefix (rejected ones are not).
+        self._previous_prefix = segments
+        for call in decision.calls:
+            if call.suspend_truncation and self.registry is not None:
+                self.registry.suspend_truncation_once()
+        yield Completed(message=Message(role="assistant", content=content), usage=usage,
+                        stop_reason="tool_use" if decision.calls else "end_turn")
+
+    async def aclose(self) -> None:
+        return None
