@@ -202,4 +202,4 @@ async def test_cat_of_a_15_mb_log_keeps_head_error_tail_and_the_notice(tmp_path:
     assert f"{run.original_chars:,} characters in total" in run.content
     assert run.original_chars > len(log)  # the whole log plus the exit line
     assert len(run.content) < 40_000 + 400
-    assert Path(run.full_output_path or "").read_text(encoding="utf-8") == log
+    assert Path(run.full_output_path or "").read_text(encoding="utf-8") == log + "[exit code: 0]"

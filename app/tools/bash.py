@@ -75,10 +75,12 @@ class _OutputCollector:
         self.tail = bytearray()
         self.spill: IO[bytes] | None = None
         self.spilled = False
+        self.total_bytes = 0
         self.total_chars = 0
         self._counter = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def feed(self, chunk: bytes) -> None:
+        self.total_bytes += len(chunk)
         # Counting characters as they pass lets the notice name the real size.
         self.total_chars += len(self._counter.decode(chunk))
         if not self.spilled:
@@ -105,22 +107,34 @@ class _OutputCollector:
         self.buffer = bytearray()
 
     def close(self) -> None:
-        self.total_chars += len(self._counter.decode(b"", final=True))
         if self.spill is not None:
             self.spill.close()
+            self.spill = None
 
-    def output(self, suffix: str) -> ToolOutput:
-        """The text for the model; ``suffix`` (the exit line) goes after the output."""
+    def finish(self, suffix: str) -> ToolOutput:
+        """The text for the model, ``suffix`` (the exit line) after the output.
+
+        A spilled output gets the suffix in its file too, so the saved file is the
+        full text whichever way it was saved.
+        """
+        self.total_chars += len(self._counter.decode(b"", final=True))
         if not self.spilled:
             return ToolOutput(_append(self.buffer.decode("utf-8", errors="replace"), suffix))
+        if self.tail.endswith(b"\n") and suffix.startswith("\n"):
+            suffix = suffix[1:]
+        path: str | None = None
+        if self.spill is not None:
+            with contextlib.suppress(OSError):
+                self.spill.write(suffix.encode("utf-8"))
+                path = str(self.spill_path)
+        self.close()
         # An incomplete character at either cut becomes nothing rather than U+FFFD.
         head = codecs.getincrementaldecoder("utf-8")(errors="replace").decode(self.head)
         tail_bytes = bytes(self.tail[-self.keep :])
         cut = 0
         while cut < 3 and cut < len(tail_bytes) and 0x80 <= tail_bytes[cut] <= 0xBF:
             cut += 1
-        tail = _append(tail_bytes[cut:].decode("utf-8", errors="replace"), suffix)
-        path = str(self.spill_path) if self.spill is not None else None
+        tail = tail_bytes[cut:].decode("utf-8", errors="replace") + suffix
         total = self.total_chars + len(suffix)
         return ToolOutput(
             join_head_tail(head, tail, total, path),
@@ -223,8 +237,10 @@ class RunBashTool:
         spill_path = Path(ctx.tool_results_dir) / f"{safe_file_stem(ctx.call_id)}.txt"
         collector = _OutputCollector(keep_bytes_for(output_limit.get()), spill_path)
         loop = asyncio.get_running_loop()
-        try:
-            transport, protocol = await loop.subprocess_exec(
+        # The command is already running while its pipes connect; shielded so an
+        # interrupt in that moment still finds the process group to kill.
+        starting = asyncio.ensure_future(
+            loop.subprocess_exec(
                 lambda: _BashProtocol(collector, loop),
                 "bash",
                 "-c",
@@ -236,9 +252,21 @@ class RunBashTool:
                 env=child_env(ctx.env),
                 start_new_session=True,  # its own process group: pgid == pid
             )
+        )
+        try:
+            transport, protocol = await asyncio.shield(starting)
         except OSError as exc:
             collector.close()
             raise ToolInputError(f"Could not start bash: {exc}.") from exc
+        except asyncio.CancelledError:
+            with contextlib.suppress(OSError):
+                transport, protocol = await starting
+                try:
+                    await _kill_group(transport.get_pid(), protocol.exited)
+                finally:
+                    transport.close()
+            collector.close()
+            raise
         pgid = transport.get_pid()
         timed_out = held_open = False
         try:
@@ -254,9 +282,11 @@ class RunBashTool:
         except asyncio.CancelledError:
             await _kill_group(pgid, protocol.exited)
             raise
+        except BaseException:
+            collector.close()
+            raise
         finally:
             transport.close()
-            collector.close()
         returncode = transport.get_returncode()
         if timed_out:
             suffix = (
@@ -272,8 +302,8 @@ class RunBashTool:
                     "\n[a background process still holds the output open; its further output "
                     "is not captured. Redirect background output to a file.]"
                 )
-        if collector.total_chars == 0:
+        if collector.total_bytes == 0:
             suffix = "(no output)" + suffix
-        output = collector.output(suffix)
+        output = collector.finish(suffix)
         output.is_error = timed_out
         return output
