@@ -25,7 +25,7 @@ from app.context.compaction import (
 from app.context.memory import MemoryBundle
 from app.context.overflow import drop_oldest_rounds
 from app.context.prices import Price, cost_usd
-from app.context.pruning import PruneResult, is_cleared, prune_by_size, prune_by_time
+from app.context.pruning import PruneResult, is_cleared, prune_by_size, prune_by_time, stub_for
 from app.context.summarizer import extractive_summary
 from app.context.thresholds import Thresholds, compute_thresholds, level
 from app.context.tokens import count_tokens
@@ -218,10 +218,7 @@ class ContextEngine:
         max_chars = max(1_000, int(room_tokens * ratio * 0.9))
         path = block.full_output_path
         if path is None and self.tool_results_dir is not None:
-            self.tool_results_dir.mkdir(parents=True, exist_ok=True)
-            out = self.tool_results_dir / f"{_safe_name(block.tool_use_id)}.txt"
-            out.write_text(block.content, encoding="utf-8")
-            path = str(out)
+            path = self._save_output(block.tool_use_id, block.content)
         cut = truncate_head_tail(block.content, max_chars, path)
         self.emit(ResultCutEvent(id=block.tool_use_id, name=tool_name, original_chars=len(block.content),
                                  kept_chars=len(cut), full_output_path=path))
@@ -271,10 +268,53 @@ class ContextEngine:
     def _apply_prune(self, result: PruneResult, trigger: Literal["time", "size"]) -> None:
         if result.results_cleared == 0:
             return
-        self._replace(result.history, "micro_compaction")
+        self._replace(self._save_cleared_outputs(self.history, result.history), "micro_compaction")
         self.emit(MicroCompactionEvent(trigger=trigger, results_cleared=result.results_cleared,
                                        tokens_freed=result.tokens_freed))
         self.emit_context()
+
+    def _save_cleared_outputs(self, old: list[Message], new: list[Message]) -> list[Message]:
+        """A cleared result whose full output was never saved (it was not truncated) is
+        written to tool-results/ first, so its stub can name a file the model can re-read."""
+        if self.tool_results_dir is None:
+            return new
+        uses = {u.id: u for m in old if m.role == "assistant" for u in m.tool_uses}
+        out = list(new)
+        for i, (before, after) in enumerate(zip(old, new)):
+            if before is after:
+                continue
+            blocks = list(after.content)
+            changed = False
+            for j, (was, now) in enumerate(zip(before.content, after.content)):
+                if not (isinstance(was, ToolResultBlock) and isinstance(now, ToolResultBlock)):
+                    continue
+                if was.full_output_path is not None or is_cleared(was) or not is_cleared(now):
+                    continue
+                path = self._save_output(was.tool_use_id, was.content)
+                if path is None:
+                    continue  # the stub says "not saved"; the transcript still holds the output
+                saved = ToolResultBlock(tool_use_id=was.tool_use_id, content=was.content,
+                                        is_error=was.is_error, full_output_path=path)
+                stub = stub_for(saved, uses.get(was.tool_use_id))
+                blocks[j] = ToolResultBlock(tool_use_id=now.tool_use_id, content=stub, is_error=now.is_error,
+                                            full_output_path=path)
+                changed = True
+            if changed:
+                out[i] = after.copy_with(blocks)
+        return out
+
+    def _save_output(self, tool_use_id: str, content: str) -> str | None:
+        """Write a full output to tool-results/; on a disk error there is just no path."""
+        if self.tool_results_dir is None:
+            return None
+        out = self.tool_results_dir / f"{_safe_name(tool_use_id)}.txt"
+        try:
+            self.tool_results_dir.mkdir(parents=True, exist_ok=True)
+            with open(out, "w", encoding="utf-8", errors="replace", newline="") as f:
+                f.write(content)
+        except OSError:
+            return None
+        return str(out)
 
     def _breaker_text(self) -> str:
         retry_in = self.breaker.retry_in()
