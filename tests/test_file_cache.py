@@ -172,3 +172,11 @@ async def test_a_read_makes_the_file_editable(ctx: ToolContext) -> None:
     await read_file(ctx, "r1", offset=1, limit=1)  # reading any part counts
     edited = await registry.run("edit_file", {"path": "m.py", "old": "a = 1", "new": "a = 2"}, ctx)
     assert not edited.is_error, edited.content
+
+
+def test_the_diff_of_a_range_names_file_line_numbers() -> None:
+    cache = FileReadCache()
+    base = dict(offset=500, limit=3, first_line=500, last_line=502)
+    read(cache, content="   500\tx = 1\n   501\ty = 2\n   502\tz", **base)
+    fresh = read(cache, content="   500\tx = 1\n   501\ty = 3\n   502\tz", sha256="h2", mtime_ns=2, call_id="c2", **base)
+    assert "@@ -500,3 +500,3 @@" in fresh

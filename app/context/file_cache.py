@@ -24,6 +24,7 @@ MAX_DIFF_CHARS = 4_000
 _MAX_DIFFABLE_CHARS = 2_000_000
 _MAX_READ_STATES = 10_000
 _LINE_NUMBER = re.compile(r"^ *\d+\t", re.MULTILINE)
+_HUNK_HEADER = re.compile(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@", re.MULTILINE)
 
 CacheKey = tuple[str, int, int]
 
@@ -54,12 +55,19 @@ def _plain(content: str) -> list[str]:
     return _LINE_NUMBER.sub("", content).splitlines()
 
 
-def unified_diff(old_content: str, new_content: str) -> str:
-    """Unified diff of two read_file outputs ('' when equal)."""
+def unified_diff(old_content: str, new_content: str, first_line: int = 1) -> str:
+    """Unified diff of two read_file outputs of a range starting at ``first_line`` ('' when equal)."""
     lines = difflib.unified_diff(
         _plain(old_content), _plain(new_content), "before", "now", n=1, lineterm=""
     )
-    return "\n".join(lines)
+    diff = "\n".join(lines)
+    if first_line == 1:
+        return diff
+    # difflib counts from the range's first line; the model needs file line numbers.
+    return _HUNK_HEADER.sub(
+        lambda m: f"@@ -{int(m[1]) + first_line - 1}{m[2]} +{int(m[3]) + first_line - 1}{m[4]} @@",
+        diff,
+    )
 
 
 class FileReadCache:
@@ -161,7 +169,7 @@ class FileReadCache:
         if previous.sha256 == sha256:
             return f"{head}; lines {previous.first_line}-{previous.last_line} are the same.]\n"
         if max(len(previous.content), len(content)) <= _MAX_DIFFABLE_CHARS:
-            diff = unified_diff(previous.content, content)
+            diff = unified_diff(previous.content, content, previous.first_line)
             if len(diff) < MAX_DIFF_CHARS:
                 return f"{head}. Diff of this range, before -> now:]\n{diff}\n[Current content:]\n"
         return f"{head}; the diff is too large to show. Current content follows.]\n"
