@@ -148,6 +148,7 @@ class ContextEngine:
     def reset(self) -> None:
         """Clear the conversation and the live accounting; the ledger and files on disk stay."""
         self._replace([], "reset")
+        self.accounting.reset()  # the growth of the old conversation says nothing about the new one
         self.last_assistant_at = None
         self._warned = False
         self.emit(NoticeEvent(text="conversation reset: context cleared (transcript and tool outputs kept on disk)"))
