@@ -209,6 +209,8 @@ def parse_summary(text: str) -> SummaryFacts | None:
             elif line.startswith(CARRIED_LABEL):
                 label = CARRIED_LABEL
                 facts.carried = ""
+            elif line.startswith("- …"):
+                continue
             elif line.startswith("- ") and label in (READ_LABEL, WRITTEN_LABEL):
                 path, _, note = line[2:].partition(" — ")
                 target = facts.files_read if label == READ_LABEL else facts.files_written
@@ -263,7 +265,7 @@ def _command_line(use: ToolUseBlock, result: ToolResultBlock | None) -> str:
     if result is None:
         return line + " → no result"
     content = result.content
-    if result.is_error and "[exit code" not in content:
+    if result.is_error and "[exit code" not in content and not _TIMED_OUT.search(content):
         return line + " → not run: " + _clip(content.splitlines()[0] if content else "error", 160)
     notes = []
     timed = _TIMED_OUT.search(content)
@@ -383,8 +385,10 @@ def _quote(text: str, limit: int) -> list[str]:
     return ["> " + line if line else ">" for line in _clip(text, limit).splitlines()]
 
 
-def render_summary(facts: SummaryFacts, focus: str | None = None, *, compact: bool = False) -> str:
-    """The summary text; ``compact`` drops the per-file lines and long quotes to save room."""
+def render_summary(facts: SummaryFacts, focus: str | None = None, *, compact: bool = False,
+                   max_files: int | None = None) -> str:
+    """The summary text; ``compact`` shortens quotes and lists to save room, and
+    ``max_files`` lists only the newest files read (the rest are counted)."""
     out: list[str] = [H_TASK]
     if facts.first_request:
         out += [FIRST_LABEL, *_quote(facts.first_request, MAX_REQUEST_CHARS)]
@@ -397,8 +401,13 @@ def render_summary(facts: SummaryFacts, focus: str | None = None, *, compact: bo
 
     out += ["", H_DONE]
     out.append(f"{READ_LABEL} ({len(facts.files_read)}):" + ("" if facts.files_read else " none"))
-    for path, note in facts.files_read.items():
+    files = list(facts.files_read.items())
+    if max_files is not None and len(files) > max_files:
+        out.append(f"- … {len(files) - max_files} earlier files, not listed to fit")
+        files = files[len(files) - max_files:] if max_files else []
+    for path, note in files:
         note = _clip(note, 80) if compact and note else note
+        note = "" if max_files is not None else note
         out.append(f"- {path}" + (f" — {note}" if note else ""))
     out.append(f"{WRITTEN_LABEL} ({len(facts.files_written)}):" + ("" if facts.files_written else " none"))
     out += [f"- {path} — {note}" for path, note in facts.files_written.items()]
@@ -411,7 +420,7 @@ def render_summary(facts: SummaryFacts, focus: str | None = None, *, compact: bo
     out += ["", H_FINDINGS]
     findings = facts.findings
     if focus:
-        words = [w.lower() for w in re.findall(r"\w{3,}", focus)]
+        words = [w.lower() for w in re.findall(r"\w{4,}", focus)]  # skips "the", "and"...
         findings = sorted(findings, key=lambda f: not any(w in f.lower() for w in words))
     findings = findings[-(4 if compact else MAX_FINDINGS):]
     out += [f"- {f}" for f in findings] or ["- No error lines seen in tool results."]
@@ -425,7 +434,7 @@ def render_summary(facts: SummaryFacts, focus: str | None = None, *, compact: bo
     out.append(f"- Next step: {facts.next_step or 'carry on with the latest request; re-read files as needed.'}")
 
     out += ["", H_PREFS]
-    out += [f"- {p}" for p in facts.preferences] or ["- None stated."]
+    out += [f"- {p}" for p in facts.preferences[-(5 if compact else MAX_PREFERENCES):]] or ["- None stated."]
     out += ["", END_MARK]
     return "\n".join(out)
 
@@ -437,7 +446,11 @@ def extractive_summary(history: list[Message], focus: str | None = None,
     text = render_summary(facts, focus)
     if len(text) > max_chars:
         text = render_summary(facts, focus, compact=True)
-    if len(text) > max_chars:
+    max_files = len(facts.files_read)
+    while len(text) > max_chars and max_files > 0:
+        max_files //= 2
+        text = render_summary(facts, focus, compact=True, max_files=max_files)
+    if len(text) > max_chars:  # last resort: very long quotes; cut, keep the end mark
         keep = max_chars - len(END_MARK) - 40
         text = text[:keep].rstrip() + "\n… (summary cut to fit)\n\n" + END_MARK
     return text

@@ -541,6 +541,7 @@ class DemoProvider:
         self.calls = 0  # harmless counters: the decisions never read them
         self.rejected = 0
         self._previous_prefix: list[tuple[str, int]] = []
+        self.sleep = asyncio.sleep  # the pacing clock (tests record it instead of waiting)
 
     # ---- what the "server" counts ----
 
@@ -575,9 +576,15 @@ class DemoProvider:
 
     # ---- streaming ----
 
-    async def _pause(self, text: str, speedup: float = 1.0) -> None:
-        if self.speed > 0:
-            await asyncio.sleep(max(1, count_tokens(text)) / (self.speed * speedup))
+    async def _paced(self, pieces: list[str], speedup: float = 1.0) -> AsyncIterator[str]:
+        """Yield ``pieces`` at ``speed`` tokens per second: the whole text's token count,
+        spread over the pieces by length (counting each piece alone would overcount)."""
+        whole = "".join(pieces)
+        seconds = count_tokens(whole) / (self.speed * speedup) if self.speed > 0 else 0.0
+        for piece in pieces:
+            yield piece
+            if seconds and whole:
+                await self.sleep(seconds * len(piece) / len(whole))
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         self.calls += 1
@@ -595,23 +602,21 @@ class DemoProvider:
         content: list[Any] = []
         if decision.thinking:
             content.append(ThinkingBlock(thinking=decision.thinking))
-            yield ThinkingDelta(decision.thinking)
-            await self._pause(decision.thinking, speedup)
+            async for piece in self._paced([decision.thinking], speedup):
+                yield ThinkingDelta(piece)
         if decision.text:
             content.append(TextBlock(text=decision.text))
             pieces = decision.text.splitlines(keepends=True) if decision.is_summary else _WORD.findall(decision.text)
-            for piece in pieces:
+            async for piece in self._paced(pieces, speedup):
                 yield TextDelta(piece)
-                await self._pause(piece, speedup)
         for index, call in enumerate(decision.calls):
             use = ToolUseBlock(id=f"toolu_demo_{uuid.uuid4().hex[:20]}", name=call.name, input=call.input)
             content.append(use)
             yield ToolCallStart(index=index, id=use.id, name=use.name)
             arguments = json.dumps(call.input, ensure_ascii=False)
             half = len(arguments) // 2
-            for part in (arguments[:half], arguments[half:]):
+            async for part in self._paced([arguments[:half], arguments[half:]]):
                 yield ToolCallDelta(index=index, partial_json=part)
-                await self._pause(part)
         output_tokens = (count_tokens(decision.thinking) + count_tokens(decision.text)
                          + sum(count_tokens(c.name) + count_tokens(json.dumps(c.input)) for c in decision.calls))
         usage = Usage(input_tokens=usage_in.input_tokens, cache_read_tokens=usage_in.cache_read_tokens,
