@@ -51,6 +51,19 @@ Failures (either protocol)
     empty_200()                              200 with an empty body
     rechunk(reply, sizes)                    send the same bytes split at these sizes (cycled)
     raw_sse(bytes)                           exactly these body bytes
+
+``DEFAULT_USAGE`` is prompt 100 / completion 20 (Anthropic: input 100 / output 20).
+Event counts for ``cut_after``/``stall_after``: an OpenAI reply is [role chunk,
+reasoning deltas, text deltas, tool-call deltas, finish chunk, usage chunk, [DONE]];
+an Anthropic reply is [message_start, ping, per block: start/deltas/stop,
+message_delta, message_stop]. Cutting after the finish chunk (or message_stop)
+still completes: only the usage is lost.
+
+Also here: ``run_stream(provider, request) -> StreamResult(events, completed, error)``
+drains one call and captures a ProviderError; ``fake_llm.client_ports`` (one per
+request) shows connection reuse; ``fake_llm.base_url(name)`` is the base URL a
+provider of that name needs. Import from tests as ``from fake_llm_server import ...``
+(tests/ has no __init__.py; pytest puts it on sys.path).
 """
 
 from __future__ import annotations
