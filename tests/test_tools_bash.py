@@ -137,7 +137,7 @@ async def test_with_truncation_off_the_output_comes_back_whole(ctx: ToolContext)
 async def test_with_truncation_off_memory_is_still_bounded(
     ctx: ToolContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(bash, "UNTRUNCATED_KEEP_BYTES", 4_096)
+    monkeypatch.setattr(bash, "UNTRUNCATED_KEEP_CHARS", 4_096)
     run = await bash_run(ctx, "seq 1 100000", max_output=0)
     full = "".join(f"{i}\n" for i in range(1, 100_001))
     assert run.truncated and run.content.count("output truncated") == 1
@@ -201,3 +201,29 @@ def test_a_flood_of_output_keeps_memory_bounded_and_lands_on_disk(tmp_path: Path
     assert result["original_chars"] == 200_000_000 + len("[exit code: 0]")
     assert result["tail"].endswith("y\ny\n[exit code: 0]")
     assert result["length"] < 40_000 + 400
+
+
+async def test_spilled_bytes_that_are_not_utf8_land_on_disk_unchanged(ctx: ToolContext) -> None:
+    original = os.urandom(400_000)
+    (ctx.workspace / "blob.bin").write_bytes(original)
+    run = await bash_run(ctx, "cat blob.bin")
+    saved = Path(run.full_output_path or "").read_bytes()
+    assert saved.startswith(original) and saved.endswith(b"[exit code: 0]")
+    assert "\x1b" not in run.content and "\x00" not in run.content
+
+
+async def test_a_secret_in_the_output_is_redacted_on_screen_and_on_disk(ctx: ToolContext) -> None:
+    from app import redact
+
+    secret = "sk-live-0123456789abcdefghijklmnop"
+    redact.register_secret(secret)
+    try:
+        ctx.env["SERVICE_TOKEN"] = secret  # not a *_API_KEY name: reaches the command
+        # ~2 MB in one write with the key on every line: copies straddle the pipe's reads.
+        script = "import os, sys; t = os.environ['SERVICE_TOKEN']; sys.stdout.write(''.join(f'line {i} token={t}\\n' for i in range(50000)))"
+        run = await bash_run(ctx, f'{sys.executable} -c "{script}"')
+        saved = Path(run.full_output_path or "").read_text()
+        assert secret not in saved and saved.count("token=[REDACTED]") == 50_000
+        assert secret not in run.content and "token=[REDACTED]" in run.content
+    finally:
+        redact.clear_secrets()

@@ -203,3 +203,17 @@ async def test_cat_of_a_15_mb_log_keeps_head_error_tail_and_the_notice(tmp_path:
     assert run.original_chars > len(log)  # the whole log plus the exit line
     assert len(run.content) < 40_000 + 400
     assert Path(run.full_output_path or "").read_text(encoding="utf-8") == log + "[exit code: 0]"
+
+
+async def test_a_secret_never_reaches_the_model_or_the_saved_file(tmp_path: Path) -> None:
+    from app import redact
+
+    secret = "sk-ant-0123456789abcdefghij"
+    redact.register_secret(secret)
+    try:
+        run = await echo_registry(100).run("echo", {"text": f"key={secret}\n" + "x" * 1_000 + secret}, make_ctx(tmp_path))
+        assert secret not in run.content and run.content.startswith("key=[REDACTED]")
+        saved = Path(run.full_output_path or "").read_text()
+        assert secret not in saved and saved.count("[REDACTED]") == 2
+    finally:
+        redact.clear_secrets()

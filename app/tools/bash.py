@@ -2,9 +2,10 @@
 
 The command runs in its own process group so a timeout or an interrupt can
 kill everything it started. Output is taken from the pipe as it arrives: up
-to twice ``keep`` bytes stay in memory; past that the whole output streams to
-the tool-results file and only a head and a tail of ``keep`` bytes each are
-held, so ``yes | head -c 200000000`` costs disk, not memory.
+to twice ``keep`` characters stay in memory; past that the whole output
+streams to the tool-results file (secrets redacted) and only a head and a
+tail of ``keep`` characters each are held, so ``yes | head -c 200000000``
+costs disk, not memory.
 """
 
 from __future__ import annotations
@@ -15,19 +16,21 @@ import contextlib
 import os
 import signal
 import subprocess
+from collections import deque
 from pathlib import Path
 from typing import IO, Any
 
 from app.messages import ToolSpec
+from app.redact import redact
 from app.tools.base import ToolContext, ToolInputError, ToolOutput
 from app.tools.registry import join_head_tail, safe_file_stem
 from app.tools.workspace import int_arg, output_limit, str_arg
 
 DEFAULT_TIMEOUT_S = 120
 MAX_TIMEOUT_S = 600
-MIN_KEEP_BYTES = 64 * 1024
+MIN_KEEP_CHARS = 64 * 1024
 # With truncation off the model asked for everything: keep far more, still bounded.
-UNTRUNCATED_KEEP_BYTES = 16 * 1024 * 1024
+UNTRUNCATED_KEEP_CHARS = 16 * 1024 * 1024
 KILL_GRACE_S = 2.0
 # After bash exits, how long a background process holding the pipe open may delay us.
 EOF_GRACE_S = 1.0
@@ -43,11 +46,11 @@ _QUIET_TERMINAL = {
 }
 
 
-def keep_bytes_for(limit_chars: int) -> int:
-    """Bytes of head (and of tail) to hold: enough for what the registry will keep."""
+def keep_chars_for(limit_chars: int) -> int:
+    """Characters of head (and of tail) to hold: at least what the registry will keep."""
     if limit_chars <= 0:
-        return UNTRUNCATED_KEEP_BYTES
-    return max(MIN_KEEP_BYTES, (limit_chars * 2 // 5 + 1) * 4)
+        return UNTRUNCATED_KEEP_CHARS
+    return max(MIN_KEEP_CHARS, limit_chars * 2 // 5 + 1)
 
 
 def child_env(env: dict[str, str]) -> dict[str, str]:
@@ -64,51 +67,104 @@ def _append(output: str, suffix: str) -> str:
     return output + suffix
 
 
+def _visible(text: str) -> str:
+    """Bytes that were not UTF-8 (kept as surrogates so the file gets them back) -> U+FFFD."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", errors="replace")
+
+
+class _RedactingWriter:
+    """Streams text to a file with secrets redacted, also when a key is split across chunks.
+
+    Text goes out up to its last whitespace (keys contain none), so a key cut
+    between two reads is redacted whole once its end has arrived.
+    """
+
+    _LONG_LINE = 1024 * 1024
+    _KEY_WINDOW = 4096
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.file: IO[bytes] = open(path, "wb")
+        self.pending = ""
+
+    def write(self, text: str) -> None:
+        pending = self.pending + text
+        cut = max(pending.rfind("\n"), pending.rfind(" "), pending.rfind("\t")) + 1
+        if cut == 0 and len(pending) > self._LONG_LINE:
+            # One endless line: cut where no key lies across the cut.
+            cut = len(pending) - self._KEY_WINDOW
+            around = pending[cut - self._KEY_WINDOW :]
+            if redact(around) != around and len(pending) < 4 * self._LONG_LINE:
+                cut = 0
+        if cut:
+            self.file.write(redact(pending[:cut]).encode("utf-8", "surrogateescape"))
+        self.pending = pending[cut:]
+
+    def close(self) -> None:
+        try:
+            self.file.write(redact(self.pending).encode("utf-8", "surrogateescape"))
+        finally:
+            self.file.close()
+
+
 class _OutputCollector:
-    """Holds the output in memory while small, then spills all of it to disk."""
+    """Holds the output in memory while small, then streams all of it to disk.
+
+    Decoding is incremental with surrogateescape: characters split between two
+    reads come out whole, and the file gets back exactly the bytes that were
+    not UTF-8.
+    """
 
     def __init__(self, keep: int, spill_path: Path) -> None:
         self.keep = keep
         self.spill_path = spill_path
-        self.buffer = bytearray()  # everything, until it outgrows 2 * keep
-        self.head = b""
-        self.tail = bytearray()
-        self.spill: IO[bytes] | None = None
-        self.spilled = False
         self.total_bytes = 0
         self.total_chars = 0
-        self._counter = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.spilled = False
+        self.spill: _RedactingWriter | None = None
+        self.head = ""
+        self._parts: list[str] = []  # everything, until it outgrows 2 * keep characters
+        self._tail: deque[str] = deque()  # after spilling: the latest chunks
+        self._buffered = 0
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
 
     def feed(self, chunk: bytes) -> None:
         self.total_bytes += len(chunk)
-        # Counting characters as they pass lets the notice name the real size.
-        self.total_chars += len(self._counter.decode(chunk))
+        self._take(self._decoder.decode(chunk))
+
+    def _take(self, text: str) -> None:
+        if not text:
+            return
+        self.total_chars += len(text)
+        self._buffered += len(text)
         if not self.spilled:
-            self.buffer += chunk
-            if len(self.buffer) > 2 * self.keep:
+            self._parts.append(text)
+            if self._buffered > 2 * self.keep:
                 self._start_spilling()
             return
         if self.spill is not None:
-            self.spill.write(chunk)
-        self.tail += chunk
-        if len(self.tail) > 2 * self.keep:
-            del self.tail[: len(self.tail) - self.keep]
+            self.spill.write(text)
+        self._tail.append(text)
+        while self._buffered - len(self._tail[0]) >= self.keep:
+            self._buffered -= len(self._tail.popleft())
 
     def _start_spilling(self) -> None:
+        everything = "".join(self._parts)
+        self._parts = []
         self.spilled = True
         try:
-            self.spill_path.parent.mkdir(parents=True, exist_ok=True)
-            self.spill = open(self.spill_path, "wb")
-            self.spill.write(self.buffer)
+            self.spill = _RedactingWriter(self.spill_path)
+            self.spill.write(everything)
         except OSError:
             self.spill = None  # the notice will say nothing was saved
-        self.head = bytes(self.buffer[: self.keep])
-        self.tail = bytearray(self.buffer[-self.keep :])
-        self.buffer = bytearray()
+        self.head = everything[: self.keep]
+        self._tail = deque([everything[-self.keep :]])
+        self._buffered = self.keep
 
     def close(self) -> None:
         if self.spill is not None:
-            self.spill.close()
+            with contextlib.suppress(OSError):
+                self.spill.close()
             self.spill = None
 
     def finish(self, suffix: str) -> ToolOutput:
@@ -117,27 +173,22 @@ class _OutputCollector:
         A spilled output gets the suffix in its file too, so the saved file is the
         full text whichever way it was saved.
         """
-        self.total_chars += len(self._counter.decode(b"", final=True))
+        self._take(self._decoder.decode(b"", final=True))
         if not self.spilled:
-            return ToolOutput(_append(self.buffer.decode("utf-8", errors="replace"), suffix))
-        if self.tail.endswith(b"\n") and suffix.startswith("\n"):
+            return ToolOutput(_append(_visible("".join(self._parts)), suffix))
+        tail = "".join(self._tail)[-self.keep :]
+        if tail.endswith("\n") and suffix.startswith("\n"):
             suffix = suffix[1:]
         path: str | None = None
         if self.spill is not None:
             with contextlib.suppress(OSError):
-                self.spill.write(suffix.encode("utf-8"))
+                self.spill.write(suffix)
+                self.spill.close()
                 path = str(self.spill_path)
-        self.close()
-        # An incomplete character at either cut becomes nothing rather than U+FFFD.
-        head = codecs.getincrementaldecoder("utf-8")(errors="replace").decode(self.head)
-        tail_bytes = bytes(self.tail[-self.keep :])
-        cut = 0
-        while cut < 3 and cut < len(tail_bytes) and 0x80 <= tail_bytes[cut] <= 0xBF:
-            cut += 1
-        tail = tail_bytes[cut:].decode("utf-8", errors="replace") + suffix
+            self.spill = None
         total = self.total_chars + len(suffix)
         return ToolOutput(
-            join_head_tail(head, tail, total, path),
+            join_head_tail(_visible(self.head), _visible(tail) + suffix, total, path),
             full_output_path=Path(path) if path else None,
             original_chars=total,
         )
@@ -235,7 +286,7 @@ class RunBashTool:
             raise ToolInputError("command is empty; give a bash command to run.")
         timeout = min(int_arg(args, "timeout", DEFAULT_TIMEOUT_S), MAX_TIMEOUT_S)
         spill_path = Path(ctx.tool_results_dir) / f"{safe_file_stem(ctx.call_id)}.txt"
-        collector = _OutputCollector(keep_bytes_for(output_limit.get()), spill_path)
+        collector = _OutputCollector(keep_chars_for(output_limit.get()), spill_path)
         loop = asyncio.get_running_loop()
         # The command is already running while its pipes connect; shielded so an
         # interrupt in that moment still finds the process group to kill.

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from app.messages import ToolSpec
+from app.redact import redact
 from app.sanitize import sanitize_for_model
 from app.tools.base import Tool, ToolContext, ToolInputError, ToolOutput
 from app.tools.workspace import output_limit
@@ -83,6 +84,18 @@ def safe_file_stem(call_id: str) -> str:
     """A file name stem from a tool call id (ids come from the model's server)."""
     stem = re.sub(r"[^A-Za-z0-9_.-]", "_", call_id).strip(".")[:120]
     return stem or f"call-{uuid.uuid4().hex[:12]}"
+
+
+def save_full_output(text: str, tool_results_dir: Path, call_id: str) -> str | None:
+    """Write an untruncated output to ``tool_results_dir/<call id>.txt``; its path, or None on a disk error."""
+    target = Path(tool_results_dir) / f"{safe_file_stem(call_id)}.txt"
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "w", encoding="utf-8", errors="replace", newline="") as f:
+            f.write(text)
+    except OSError:
+        return None  # the notice then names no path
+    return str(target)
 
 
 @dataclass
@@ -179,7 +192,8 @@ class ToolRegistry:
         return output
 
     def _finish(self, output: ToolOutput, ctx: ToolContext, limit: int) -> ToolRun:
-        text = sanitize_for_model(output.text)
+        # A provider key never needs to reach the model, the screen or the disk.
+        text = redact(sanitize_for_model(output.text))
         total = max(output.original_chars or 0, len(text))
         path = str(output.full_output_path) if output.full_output_path else None
         # A tool that spilled to disk already holds only the ends of its output.
@@ -187,7 +201,7 @@ class ToolRegistry:
         kept = len(text) - _notice_length(text) if truncated else len(text)
         if limit > 0 and len(text) > limit:
             if path is None:
-                path = self._save_full_output(output.text, ctx)
+                path = save_full_output(redact(output.text), ctx.tool_results_dir, ctx.call_id)
             text, kept = _cut(text, limit, path, total)
             truncated = True
         return ToolRun(
@@ -199,18 +213,6 @@ class ToolRegistry:
             full_output_path=path if truncated else None,
             duration_ms=0.0,
         )
-
-    @staticmethod
-    def _save_full_output(raw: str, ctx: ToolContext) -> str | None:
-        """Write the untruncated output; on a disk error the notice just has no path."""
-        target = Path(ctx.tool_results_dir) / f"{safe_file_stem(ctx.call_id)}.txt"
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with open(target, "w", encoding="utf-8", errors="replace", newline="") as f:
-                f.write(raw)
-        except OSError:
-            return None
-        return str(target)
 
 
 def default_registry(max_output: int = DEFAULT_MAX_OUTPUT) -> ToolRegistry:
