@@ -217,8 +217,8 @@ class Agent:
             self._state("tool", f"{use.name} ({index}/{len(uses)})")
             self._emit(ToolStartEvent(id=use.id, name=use.name, input=use.input,
                                       summary=summarize_args(use.name, use.input)))
-            started = time.perf_counter()
             refusal = await self._approval_refusal(use)
+            started = time.perf_counter()  # after approval: the duration is the tool's, not the user's
             if refusal is not None:
                 block = ToolResultBlock(tool_use_id=use.id, content=refusal, is_error=True)
                 original = kept = len(refusal)
