@@ -225,7 +225,7 @@ class TidegaugeApp(App[int]):
     async def _apply_async(self, event: Any) -> None:
         conversation = self.conversation
         if isinstance(event, ev.TextDeltaEvent):
-            await conversation.append_assistant(event.text)
+            conversation.append_assistant(event.text)
         elif isinstance(event, ev.AssistantMessageEvent):
             if not conversation.streaming_assistant and event.text:
                 conversation.add_assistant_text(event.text)

@@ -19,7 +19,7 @@ from widgets._literal import literal
 from widgets.assistant_message import AssistantMessage
 from widgets.engine_line import EngineLine
 from widgets.thinking_line import ThinkingLine
-from widgets.tool_call_line import ToolCallInfo, ToolCallLine
+from widgets.tool_call_line import TOOL_STYLE_KEYS, ToolCallInfo, ToolCallLine
 from widgets.user_prompt import UserPrompt
 
 ItemKind = Literal["user", "assistant", "thinking", "tool", "engine"]
@@ -45,6 +45,9 @@ class ConversationItem:
 class Conversation(VerticalScroll, can_focus=True):
     """Scrollable list of conversation items with a bounded number of mounted widgets."""
 
+    # Styles of the tool-call lines, resolved once here rather than per line.
+    COMPONENT_CLASSES = {f"toolcall--{key}" for key in TOOL_STYLE_KEYS}
+
     def __init__(
         self,
         *,
@@ -66,10 +69,20 @@ class Conversation(VerticalScroll, can_focus=True):
         self._assistant: ConversationItem | None = None
         self._thinking: ConversationItem | None = None
         self._loading = False
+        self._tool_styles: dict[str, object] | None = None
         self._above = EngineLine("hidden", "", classes="conversation-edge")
         self._below = EngineLine("hidden", "", classes="conversation-edge")
         self._above.display = False
         self._below.display = False
+
+    def tool_styles(self) -> dict[str, object]:
+        if self._tool_styles is None:
+            self._tool_styles = {key: self.get_component_rich_style(f"toolcall--{key}") for key in TOOL_STYLE_KEYS}
+        return self._tool_styles
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._tool_styles = None
 
     def compose(self):
         yield self._above
@@ -119,7 +132,7 @@ class Conversation(VerticalScroll, can_focus=True):
         if isinstance(item.widget, ToolCallLine):
             item.widget.update_info(info)
 
-    async def append_assistant(self, delta: str) -> None:
+    def append_assistant(self, delta: str) -> None:
         self._close_thinking()
         item = self._assistant
         if item is None:
@@ -127,7 +140,7 @@ class Conversation(VerticalScroll, can_focus=True):
             self._add(item)
         item.chunks.append(delta)
         if isinstance(item.widget, AssistantMessage):
-            await item.widget.append_text(delta)
+            item.widget.append_text(delta)
 
     @property
     def streaming_assistant(self) -> bool:

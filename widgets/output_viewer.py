@@ -75,6 +75,10 @@ class OutputViewer(ScrollView, can_focus=True):
         super().notify_style_update()
         self._cache.clear()
 
+    def display_line(self, index: int) -> str:
+        """Line ``index`` exactly as drawn: inert, tabs expanded."""
+        return sanitize(self._lines[index].replace("\r", "")).expandtabs(4)
+
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
         index = scroll_y + y
@@ -84,7 +88,7 @@ class OutputViewer(ScrollView, can_focus=True):
             return Strip.blank(width, style)
         strip = self._cache.get(index)
         if strip is None:
-            line = sanitize(self._lines[index].replace("\r", "")).expandtabs(4)
+            line = self.display_line(index)
             strip = Strip([Segment(line, style)], cell_len(line))
             self._cache[index] = strip
         return strip.crop_extend(scroll_x, scroll_x + width, style).apply_offsets(scroll_x, index)

@@ -72,18 +72,16 @@ def tool_call_text(info: ToolCallInfo, styles: dict[str, object], summary_width:
     return text
 
 
-class ToolCallLine(Widget):
-    """A tool call as one line; clicking it selects the call in the tool output panel."""
+TOOL_STYLE_KEYS = ("running", "ok", "error", "interrupted", "name", "dim", "badge")
 
-    COMPONENT_CLASSES = {
-        "toolcall--running",
-        "toolcall--ok",
-        "toolcall--error",
-        "toolcall--interrupted",
-        "toolcall--name",
-        "toolcall--dim",
-        "toolcall--badge",
-    }
+
+class ToolCallLine(Widget):
+    """A tool call as one line; clicking it selects the call in the tool output panel.
+
+    Its colours come from the parent's ``tool_styles()`` (the conversation's
+    component classes): per-line component classes would cost a stylesheet
+    pass for every line mounted, and a long session mounts thousands.
+    """
 
     @dataclass
     class Selected(Message):
@@ -98,10 +96,8 @@ class ToolCallLine(Widget):
         self.refresh()
 
     def render(self) -> Text:
-        styles = {
-            key: self.get_component_rich_style(f"toolcall--{key}")
-            for key in ("running", "ok", "error", "interrupted", "name", "dim", "badge")
-        }
+        tool_styles = getattr(self.parent, "tool_styles", None)
+        styles = tool_styles() if callable(tool_styles) else {}
         return tool_call_text(self.info, styles)
 
     def on_click(self) -> None:

@@ -1,15 +1,37 @@
-"""The session's tool calls, one line each (status, size, duration, truncated)."""
+"""The session's tool calls, one line each (status, size, duration, truncated).
+
+A line-API ScrollView rather than an OptionList: adding or updating a call
+costs the same with 10 calls or 10,000 (only visible rows are rendered).
+"""
 
 from __future__ import annotations
 
-from textual.widgets import OptionList
-from textual.widgets.option_list import Option
+from dataclasses import dataclass
+
+from rich.segment import Segment
+from textual import events
+from textual.binding import Binding
+from textual.cache import LRUCache
+from textual.geometry import Region, Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
 from widgets.tool_call_line import ToolCallInfo, tool_call_text
 
 
-class ToolCallList(OptionList):
-    """Arrow keys move between calls; the highlighted call is shown below it."""
+class ToolCallList(ScrollView, can_focus=True):
+    """Arrow keys move between calls; the highlighted call is shown in the viewer."""
+
+    BINDINGS = [
+        Binding("up", "move(-1)", "Previous call", show=False),
+        Binding("down", "move(1)", "Next call", show=False),
+        Binding("pageup", "move(-10)", "Page up", show=False),
+        Binding("pagedown", "move(10)", "Page down", show=False),
+        Binding("home", "first", "First call", show=False),
+        Binding("end", "last", "Last call", show=False),
+    ]
 
     COMPONENT_CLASSES = {
         "toolcall--running",
@@ -19,30 +41,118 @@ class ToolCallList(OptionList):
         "toolcall--name",
         "toolcall--dim",
         "toolcall--badge",
+        "toolcall--cursor",
     }
 
-    def __init__(self, **kwargs) -> None:
-        super().__init__(markup=False, **kwargs)
+    @dataclass
+    class Highlighted(Message):
+        """The user moved the cursor to another call."""
 
-    def _prompt(self, info: ToolCallInfo):
-        styles = {
-            key: self.get_component_rich_style(f"toolcall--{key}")
-            for key in ("running", "ok", "error", "interrupted", "name", "dim", "badge")
-        }
-        return tool_call_text(info, styles, summary_width=40)
+        call_list: "ToolCallList"
+        call_id: str
+
+    cursor: reactive[int | None] = reactive(None)
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.calls: list[ToolCallInfo] = []
+        self._index: dict[str, int] = {}
+        self._cache: LRUCache[int, Strip] = LRUCache(256)
+
+    @property
+    def call_count(self) -> int:
+        return len(self.calls)
+
+    def index_of(self, call_id: str) -> int | None:
+        return self._index.get(call_id)
 
     def add_call(self, info: ToolCallInfo) -> None:
-        self.add_option(Option(self._prompt(info), id=info.id))
+        self._index[info.id] = len(self.calls)
+        self.calls.append(info)
+        self.virtual_size = Size(self.size.width, len(self.calls))
+        self.refresh_lines(len(self.calls) - 1 - self.scroll_offset.y)
 
     def update_call(self, info: ToolCallInfo) -> None:
-        try:
-            self.replace_option_prompt(info.id, self._prompt(info))
-        except Exception:  # OptionDoesNotExist: a call we never saw start
+        index = self._index.get(info.id)
+        if index is None:
             self.add_call(info)
+            return
+        self.calls[index] = info
+        self._cache.discard(index)
+        self.refresh_lines(index - self.scroll_offset.y)
 
-    def has_call(self, call_id: str) -> bool:
-        try:
-            self.get_option(call_id)
-        except Exception:
-            return False
-        return True
+    def clear(self) -> None:
+        self.calls.clear()
+        self._index.clear()
+        self._cache.clear()
+        self.cursor = None
+        self.virtual_size = Size(self.size.width, 0)
+        self.refresh()
+
+    # ---------------------------------------------------------------- cursor
+
+    def validate_cursor(self, cursor: int | None) -> int | None:
+        if cursor is None or not self.calls:
+            return None
+        return max(0, min(len(self.calls) - 1, cursor))
+
+    def watch_cursor(self, old: int | None, new: int | None) -> None:
+        for index in (old, new):
+            if index is not None:
+                self._cache.discard(index)
+        self.refresh()
+        if new is not None:
+            self.scroll_to_region(
+                Region(0, new, 1, 1), animate=False, immediate=True, force=True
+            )
+
+    def _move_to(self, index: int) -> None:
+        if not self.calls:
+            return
+        self.cursor = index
+        if self.cursor is not None:
+            self.post_message(self.Highlighted(self, self.calls[self.cursor].id))
+
+    def action_move(self, delta: int) -> None:
+        self._move_to((self.cursor if self.cursor is not None else len(self.calls)) + delta)
+
+    def action_first(self) -> None:
+        self._move_to(0)
+
+    def action_last(self) -> None:
+        self._move_to(len(self.calls) - 1)
+
+    def on_click(self, event: events.Click) -> None:
+        index = event.y + self.scroll_offset.y
+        if 0 <= index < len(self.calls):
+            self._move_to(index)
+
+    # ---------------------------------------------------------------- render
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._cache.clear()
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        index = scroll_y + y
+        width = self.size.width
+        base = self.rich_style
+        if index >= len(self.calls):
+            return Strip.blank(width, base)
+        strip = self._cache.get(index)
+        if strip is None:
+            styles = {
+                key: self.get_component_rich_style(f"toolcall--{key}")
+                for key in ("running", "ok", "error", "interrupted", "name", "dim", "badge")
+            }
+            text = tool_call_text(self.calls[index], styles, summary_width=40)
+            if index == self.cursor:
+                text.stylize(self.get_component_rich_style("toolcall--cursor"))
+            segments = [Segment(seg.text, base + seg.style if seg.style else base) for seg in text.render(self.app.console)]
+            strip = Strip(segments).simplify()
+            self._cache[index] = strip
+        line_style = base
+        if index == self.cursor:
+            line_style = base + self.get_component_rich_style("toolcall--cursor")
+        return strip.crop_extend(scroll_x, scroll_x + width, line_style)

@@ -14,7 +14,7 @@ from pathlib import Path
 from textual import on, work
 from textual.containers import Vertical
 from textual.reactive import var
-from textual.widgets import OptionList, Static
+from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
 from widgets._literal import literal
@@ -70,7 +70,7 @@ class ToolOutputPanel(Vertical):
         self.order.append(info.id)
         self.tool_list.add_call(info)
         if follow:
-            self.tool_list.highlighted = len(self.order) - 1
+            self.tool_list.cursor = len(self.order) - 1
             self._select(info.id)
 
     def update_call(self, info: ToolCallInfo, content: str | None = None) -> None:
@@ -89,19 +89,19 @@ class ToolOutputPanel(Vertical):
         self.order.clear()
         self.selected_id = None
         self.expanded = False
-        self.tool_list.clear_options()
+        self.tool_list.clear()
         self.viewer.set_lines([], 0)
         self.status_line.update(literal("no tool calls yet"))
 
-    @on(OptionList.OptionHighlighted, "#tool-list")
-    def _on_highlight(self, event: OptionList.OptionHighlighted) -> None:
-        if event.option.id is not None and event.option.id != self.selected_id:
-            self._select(event.option.id)
+    @on(ToolCallList.Highlighted)
+    def _on_highlight(self, event: ToolCallList.Highlighted) -> None:
+        if event.call_id != self.selected_id:
+            self._select(event.call_id)
 
     def select_call(self, call_id: str) -> None:
         """Select a call (from a click in the conversation)."""
         if call_id in self.calls:
-            self.tool_list.highlighted = self.order.index(call_id)
+            self.tool_list.cursor = self.tool_list.index_of(call_id)
             self._select(call_id)
 
     def _select(self, call_id: str) -> None:

@@ -1,0 +1,451 @@
+"""The dashboard's flows under Pilot, driven by a scripted fake agent (tests/snapshot_apps/fake_agent.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from textual.widgets import Markdown
+
+from app import events as ev
+from app.tui import AgentEventMessage, TidegaugeApp
+from snapshot_apps.fake_agent import Ask, FakeAgent, Gate, Text, big_log, compaction_steps, context, session_steps
+from widgets.approval_screen import ApprovalScreen
+from widgets.assistant_message import AssistantMessage
+from widgets.confirm_screen import ConfirmScreen
+from widgets.engine_line import EngineLine
+from widgets.header_bar import HeaderBar
+from widgets.output_viewer import OutputViewer
+from widgets.tool_call_line import ToolCallLine
+from widgets.tool_output_panel import ToolOutputPanel
+
+SIZE = (160, 50)
+
+
+def engine_texts(app: TidegaugeApp, kind: str | None = None) -> list[str]:
+    return [line.text for line in app.query(EngineLine) if kind is None or line.kind == kind]
+
+
+async def send(pilot, text: str) -> None:
+    prompt = pilot.app.query_one("#prompt")
+    prompt.value = text
+    prompt.focus()
+    await pilot.press("enter")
+
+
+async def settle(pilot) -> None:
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+    await pilot.pause()
+
+
+async def test_streamed_reply_appears_in_the_conversation_while_it_streams() -> None:
+    first = "Here is **the answer**, streamed in many small deltas. " * 20
+    second = "And a second paragraph that arrives later.\n"
+    gate = Gate()
+    agent = FakeAgent({"question": [Text(first, size=3), gate, Text(second, size=3)]})
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "question")
+        await gate.reached.wait()
+        await pilot.pause()
+        header = app.query_one(HeaderBar)
+        assert header.state == "streaming"
+        messages = list(app.query(AssistantMessage))
+        assert len(messages) == 1
+        await pilot.pause()
+        assert "the answer" in messages[0].source
+        gate.open()
+        await settle(pilot)
+        messages = list(app.query(AssistantMessage))
+        # the second Text step is a new assistant message (AssistantMessageEvent ended the first)
+        assert [m.source.strip() for m in messages] == [first.strip(), second.strip()]
+        assert header.state == "idle"
+
+
+async def test_many_deltas_build_one_message_without_losing_text() -> None:
+    text = "".join(f"word{i} " for i in range(3_000))
+    agent = FakeAgent({"long": [Text(text, size=2)]})
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "long")
+        await settle(pilot)
+        (message,) = app.query(AssistantMessage)
+        assert message.source.strip() == text.strip()
+
+
+@pytest.fixture
+def log_file(tmp_path: Path) -> Path:
+    path = tmp_path / "tool-results" / "call-1.txt"
+    path.parent.mkdir()
+    path.write_text(big_log(300_000))
+    return path
+
+
+async def test_ctrl_o_expands_the_full_output_and_collapses_it_without_touching_the_context(log_file: Path) -> None:
+    agent = FakeAgent({"go": session_steps(str(log_file))[:8]})
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "go")
+        await settle(pilot)
+        panel = app.query_one(ToolOutputPanel)
+        viewer = app.query_one(OutputViewer)
+        assert panel.selected_id == "call-1"
+        status = str(app.query_one("#output-status").render())
+        assert "ctrl+o to expand" in status and "of 16,957,957 characters" in status
+        model_view_lines = viewer.line_count
+        assert model_view_lines < 1_000
+        history_before, calls_before = list(agent.history), list(agent.calls)
+        context_before = agent.context_event()
+
+        await pilot.press("ctrl+o")
+        await settle(pilot)
+        assert panel.expanded
+        assert viewer.line_count == 300_000
+        assert viewer.lines[-1] == "2026-10-18 12:00:01 ERROR database connection refused"
+        assert "ctrl+o to collapse" in str(app.query_one("#output-status").render())
+        viewer.scroll_end(animate=False, immediate=True)
+        await pilot.pause()
+        rendered = "".join(viewer.render_line(y).text for y in range(viewer.size.height))
+        assert "ERROR database connection refused" in rendered
+
+        await pilot.press("ctrl+o")
+        await settle(pilot)
+        assert not panel.expanded
+        assert viewer.line_count == model_view_lines
+        assert "ctrl+o to expand" in str(app.query_one("#output-status").render())
+        # expanding only read a file: the model's context and the agent saw nothing
+        assert agent.history == history_before
+        assert agent.calls == calls_before
+        assert agent.context_event() == context_before
+
+
+async def test_arrow_keys_move_in_the_tool_list_and_show_that_calls_output(log_file: Path) -> None:
+    agent = FakeAgent({"go": session_steps(str(log_file))[:13]})
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "go")
+        await settle(pilot)
+        panel = app.query_one(ToolOutputPanel)
+        assert panel.selected_id == "call-2"  # follows the newest call
+        app.query_one("#tool-list").focus()
+        await pilot.press("up")
+        await pilot.pause()
+        assert panel.selected_id == "call-1"
+        await pilot.press("down")
+        await pilot.pause()
+        assert panel.selected_id == "call-2"
+        assert app.query_one(OutputViewer).lines == ["300000:2026-10-18 12:00:01 ERROR database connection refused"]
+
+
+async def test_clicking_a_tool_line_in_the_conversation_selects_it(log_file: Path) -> None:
+    agent = FakeAgent({"go": session_steps(str(log_file))[:13]})
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "go")
+        await settle(pilot)
+        first = [line for line in app.query(ToolCallLine) if line.info.id == "call-1"][0]
+        await pilot.click(first)
+        await pilot.pause()
+        assert app.query_one(ToolOutputPanel).selected_id == "call-1"
+
+
+async def test_ctrl_s_compacts_and_shows_the_compaction_line() -> None:
+    agent = FakeAgent(start_context=context(120_000, 2_000))
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+s")
+        await settle(pilot)
+        assert agent.calls == [("compact", None)]
+        assert any("context compacted: 4 messages → 1 summary" in t for t in engine_texts(app, "compaction"))
+        assert app.context_panel.last_context is not None
+        assert app.context_panel.last_context.projected_tokens == 6_000
+
+
+async def test_slash_compact_passes_the_focus() -> None:
+    agent = FakeAgent()
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "/compact the failing test")
+        await settle(pilot)
+        assert agent.calls == [("compact", "the failing test")]
+
+
+async def test_ctrl_r_asks_first_and_only_yes_resets() -> None:
+    agent = FakeAgent()
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        await settle(pilot)
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert ("reset", None) not in agent.calls
+        assert "reset cancelled" in engine_texts(app)
+
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await settle(pilot)
+        assert agent.calls == [("reset", None)]
+        assert "conversation reset: the model starts fresh" in engine_texts(app)
+
+
+async def test_ctrl_r_during_a_turn_interrupts_it_then_resets() -> None:
+    gate = Gate()
+    agent = FakeAgent({"work": [Text("working"), gate]})
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "work")
+        await gate.reached.wait()
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        await pilot.press("y")
+        await settle(pilot)
+        assert agent.history[-1:] == [] or agent.calls[-1] == ("reset", None)
+        assert [c[0] for c in agent.calls] == ["run_turn", "reset"]
+
+
+async def test_escape_interrupts_the_running_turn() -> None:
+    gate = Gate()
+    agent = FakeAgent({"slow": [Text("starting"), gate, Text("never shown")]})
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "slow")
+        await gate.reached.wait()
+        assert app.busy
+        await pilot.press("escape")
+        await settle(pilot)
+        assert not app.busy
+        assert agent.history == ["slow", "[interrupted]"]
+        assert "interrupted by the user" in engine_texts(app, "interrupted")
+        assert app.query_one(HeaderBar).state == "idle"
+        assert all("never shown" not in m.source for m in app.query(AssistantMessage))
+        # the app still works after an interrupt
+        await send(pilot, "again")
+        await settle(pilot)
+        assert agent.calls[-1] == ("run_turn", "again")
+
+
+async def test_escape_does_nothing_when_idle_and_keeps_the_prompt_text() -> None:
+    agent = FakeAgent()
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*"draft", "escape")
+        await pilot.pause()
+        assert app.query_one("#prompt").value == "draft"
+        assert agent.calls == []
+
+
+async def test_approval_modal_yes_always_no() -> None:
+    steps = [
+        Ask("run_bash", {"command": "make test"}, id="c1"),
+        Ask("run_bash", {"command": "make lint"}, id="c2"),
+        Ask("run_bash", {"command": "make docs"}, id="c3"),
+        Ask("write_file", {"path": "notes.txt", "content": "hello"}, id="c4"),
+        Text("done"),
+    ]
+    agent = FakeAgent({"do it": steps})
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "do it")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, ApprovalScreen) and screen.tool_name == "run_bash"
+        assert "$ make test" in str(screen.query_one("#approval-call").render())
+        await pilot.press("y")
+        await pilot.pause()
+        assert isinstance(app.screen, ApprovalScreen)
+        await pilot.press("a")  # always for this session: make docs is not asked
+        await pilot.pause()
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, ApprovalScreen) and screen.tool_name == "write_file"
+        await pilot.press("n")
+        await settle(pilot)
+        assert agent.answers == ["yes", "always", "yes", "no"]
+        assert not isinstance(app.screen, ApprovalScreen)
+
+
+async def test_auto_approve_never_shows_the_modal() -> None:
+    agent = FakeAgent({"do it": [Ask("run_bash", {"command": "ls"}), Text("ok")]})
+    app = TidegaugeApp(agent, cursor_blink=False, auto_approve=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "do it")
+        await settle(pilot)
+        assert agent.approver is None
+        assert agent.answers == ["no"]  # the fake refuses without an approver; the real agent allows with --yes
+
+
+async def test_escape_while_the_approval_modal_is_open_answers_no() -> None:
+    agent = FakeAgent({"do it": [Ask("edit_file", {"path": "a.py", "old": "x", "new": "y"}), Text("ok")]})
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "do it")
+        await pilot.pause()
+        assert isinstance(app.screen, ApprovalScreen)
+        await pilot.press("escape")
+        await settle(pilot)
+        assert agent.answers == ["no"]
+
+
+HOSTILE = (
+    "\x1b[31mred\x1b[0m \x1b]0;pwned title\x07 \x1b]52;c;ZWNobyBoaQ==\x07 \x1b[2J\x1b[H"
+    " [bold]not bold[/bold] [link=https://evil.example]click[/link] nul:\x00 bell:\x07"
+    " bad utf8:\udcff end"
+)
+
+
+def visible_text(strips) -> str:
+    return "\n".join("".join(seg.text for seg in strip) for strip in strips)
+
+
+async def test_markup_and_escape_sequences_in_tool_output_are_shown_literally(tmp_path: Path) -> None:
+    full = tmp_path / "full.txt"
+    full.write_text(HOSTILE.replace("\udcff", "?") + "\n" + "y" * 10_000_000 + "\n", encoding="utf-8")
+    steps = [
+        ev.ToolStartEvent(id="h1", name="run_bash", input={"command": "cat evil"}, summary="cat [bold]evil[/bold]"),
+        ev.ToolResultEvent(id="h1", name="run_bash", is_error=False, truncated=True, original_chars=10_000_200,
+                           kept_chars=len(HOSTILE), full_output_path=str(full), content=HOSTILE),
+        Text("model says " + HOSTILE),
+    ]
+    agent = FakeAgent({"evil": steps})
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "evil")
+        await settle(pilot)
+        viewer = app.query_one(OutputViewer)
+        shown = "\n".join(viewer.display_line(i) for i in range(viewer.line_count))
+        assert "[bold]not bold[/bold]" in shown
+        assert "[link=https://evil.example]click[/link]" in shown
+        assert "\x1b" not in shown and "\x00" not in shown and "\x07" not in shown
+        drawn = visible_text(viewer.render_line(y) for y in range(3))
+        assert "\x1b" not in drawn and "[bold]not" in drawn
+        for y in range(3):
+            for segment in viewer.render_line(y):
+                assert segment.style is None or not segment.style.bold
+                assert segment.style is None or segment.style.link is None
+
+        (message,) = app.query(AssistantMessage)
+        assert "[bold]not bold[/bold]" in message.source
+        assert "\x1b" not in message.source and "\x00" not in message.source
+        tool_line = app.query_one(ToolCallLine)
+        assert "cat [bold]evil[/bold]" in tool_line.render().plain
+
+        # the whole screen as the terminal would get it: no ESC from the output, no title change
+        screen_text = app.export_screenshot()
+        assert "[bold]not" in screen_text  # markup shown as text...
+        assert "\x1b" not in screen_text and "\x07" not in screen_text  # ...sequences never reach it
+
+        await pilot.press("ctrl+o")  # a 10 MB single line opens without stalling a frame
+        await settle(pilot)
+        assert viewer.line_count > 10_000
+        assert max(len(line) for line in viewer.lines[:20]) <= 1_000
+
+
+async def test_pruning_keeps_the_dom_bounded_and_scroll_back_recreates_items() -> None:
+    agent = FakeAgent()
+    app = TidegaugeApp(agent, cursor_blink=False, max_mounted=60)
+    async with app.run_test(size=SIZE) as pilot:
+        conversation = app.conversation
+        for i in range(500):
+            app.post_message(AgentEventMessage(ev.ToolStartEvent(id=f"t{i}", name="read_file",
+                                                                 input={}, summary=f"file_{i}.py")))
+            app.post_message(AgentEventMessage(ev.NoticeEvent(text=f"notice {i}")))
+        await pilot.pause()
+        await pilot.pause()
+        assert len(conversation.items) == 1_000
+        assert len(conversation.children) <= 60 + conversation.slack + 2
+        assert conversation.hidden_above >= 1_000 - 60 - conversation.slack
+        hidden_line = conversation.children[0]
+        assert hidden_line.display and "earlier items hidden" in hidden_line.render().plain
+        assert "transcript.jsonl" in hidden_line.render().plain
+        newest = [w for w in conversation.children if isinstance(w, EngineLine) and w.text == "notice 499"]
+        assert newest
+
+        hidden_before = conversation.hidden_above
+        conversation.scroll_home(animate=False, immediate=True)
+        await pilot.pause()
+        await conversation.load_earlier()
+        await pilot.pause()
+        assert conversation.hidden_above == hidden_before - conversation.batch * 2 or \
+            conversation.hidden_above < hidden_before
+        assert len(conversation.children) <= 60 + conversation.slack + 2
+        # going back to the end shows the newest again
+        await conversation.jump_to_end()
+        await pilot.pause()
+        assert conversation.live
+        assert any(isinstance(w, EngineLine) and w.text == "notice 499" for w in conversation.children)
+
+
+async def test_prompts_sent_while_busy_are_queued_and_run_in_order() -> None:
+    gate = Gate()
+    agent = FakeAgent({"first": [gate, Text("one")], "second": [Text("two")]})
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "first")
+        await gate.reached.wait()
+        await send(pilot, "second")
+        await pilot.pause()
+        assert agent.calls == [("run_turn", "first")]
+        gate.open()
+        await settle(pilot)
+        await settle(pilot)
+        assert agent.calls == [("run_turn", "first"), ("run_turn", "second")]
+
+
+async def test_help_usage_context_commands_print_lines() -> None:
+    agent = FakeAgent()
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        for command in ("/help", "/usage", "/context", "/nope"):
+            await send(pilot, command)
+        await pilot.pause()
+        texts = engine_texts(app)
+        assert any("ctrl+s" in t for t in texts)
+        assert agent.usage_report() in texts
+        assert agent.context_report() in texts
+        assert any("unknown command /nope" in t for t in texts)
+        assert agent.calls == []
+
+
+async def test_slash_completion_suggests_commands() -> None:
+    agent = FakeAgent()
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("/", "c", "o", "m")
+        await pilot.pause()
+        await pilot.press("right")  # accepts the suggestion at the end of the input
+        assert app.query_one("#prompt").value == "/compact"
+
+
+async def test_gauge_and_history_follow_the_session_through_a_compaction(log_file: Path) -> None:
+    agent = FakeAgent({"go": session_steps(str(log_file)), "more": compaction_steps()})
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "go")
+        await settle(pilot)
+        panel = app.context_panel
+        assert panel.has_class("-warning")
+        assert any("crossed the warning line" in t for t in engine_texts(app, "warning"))
+        await send(pilot, "more")
+        await settle(pilot)
+        assert not panel.has_class("-warning")
+        history = app.query_one("#context-history")
+        kinds = [p.kind for p in history.points]
+        assert "compaction" in kinds
+        drop = history.points[kinds.index("compaction")]
+        assert drop.tokens == 7_400 < history.points[kinds.index("compaction") - 1].tokens
+
+
+async def test_tab_moves_between_regions() -> None:
+    agent = FakeAgent()
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        seen = []
+        for _ in range(4):
+            seen.append(app.focused.id if app.focused else None)
+            await pilot.press("tab")
+        assert {"prompt", "tool-list", "output-viewer", "conversation"} <= set(seen)
