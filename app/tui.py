@@ -115,6 +115,8 @@ class TidegaugeApp(App[int]):
         self._tools_this_turn = 0
         self._echoed_prompt: str | None = None
         self._loop_thread = threading.get_ident()
+        self._typed_line_drawn = False
+        self._prune_point_pending = False
 
     # ------------------------------------------------------------------ layout
 
@@ -233,7 +235,17 @@ class TidegaugeApp(App[int]):
         else:
             self._apply(event)
 
-    def _apply(self, event: Any) -> None:  # noqa: C901 - one branch per event type
+    def _apply(self, event: Any) -> None:
+        # The engine follows some typed events with a NoticeEvent saying the same thing;
+        # the typed event already drew its styled line, so that notice is skipped.
+        follows_typed, self._typed_line_drawn = self._typed_line_drawn, False
+        if isinstance(event, ev.NoticeEvent) and follows_typed:
+            return
+        if isinstance(event, (ev.CompactionEvent, ev.ResultCutEvent)):
+            self._typed_line_drawn = True
+        self._apply_event(event)
+
+    def _apply_event(self, event: Any) -> None:  # noqa: C901 - one branch per event type
         conversation, panel, header = self.conversation, self.tool_panel, self.header
         if isinstance(event, ev.ThinkingDeltaEvent):
             conversation.append_thinking(event.text)
@@ -290,6 +302,9 @@ class TidegaugeApp(App[int]):
         elif isinstance(event, ev.ContextEvent):
             self._last_context = event
             self.context_panel.update_context(event)
+            if self._prune_point_pending:  # the drop of a micro-compaction, as measured after it
+                self._prune_point_pending = False
+                self.context_panel.add_point(event.projected_tokens, "prune")
         elif isinstance(event, ev.CompactionEvent):
             self._apply_compaction(event)
         elif isinstance(event, ev.MicroCompactionEvent):
@@ -299,10 +314,7 @@ class TidegaugeApp(App[int]):
                 f"micro-compaction ({why}): cleared {event.results_cleared} old tool results,"
                 f" freed ~{human_tokens(event.tokens_freed)} tokens (full outputs stay on disk)",
             )
-            if self._last_context is not None:
-                self.context_panel.add_point(
-                    max(0, self._last_context.projected_tokens - event.tokens_freed), "prune"
-                )
+            self._prune_point_pending = True
         elif isinstance(event, ev.WarningCrossedEvent):
             conversation.add_engine(
                 "warning",
@@ -332,20 +344,28 @@ class TidegaugeApp(App[int]):
             header.step = event.step
             header.max_steps = event.max_steps
         elif isinstance(event, ev.NoticeEvent):
-            conversation.add_engine(event.level if event.level != "info" else "info", event.text)
+            kind = event.level
+            if "breaker" in event.text or "auto-compaction paused" in event.text:
+                kind = "breaker"
+            elif event.text.startswith("interrupted by the user"):
+                kind = "interrupted"
+            conversation.add_engine(kind, event.text)
         elif isinstance(event, ev.ErrorEvent):
             conversation.add_engine("error", event.message)
         elif isinstance(event, ev.ResultEvent):
             conversation.end_turn_streams()
-            if event.stop_reason == "interrupted":
+            if event.stop_reason == "interrupted" and not self._interrupt_shown():
                 conversation.add_engine("interrupted", "interrupted by the user")
             elif event.stop_reason == "max_steps":
                 conversation.add_engine("warning", f"step limit reached ({event.steps} steps)")
-            elif event.stop_reason == "error":
-                conversation.add_engine("error", "the turn stopped on an error")
         elif isinstance(event, (ev.TextDeltaEvent, ev.AssistantMessageEvent)):
             # only reached when restoring; live ones go through _apply_async
             pass
+
+    def _interrupt_shown(self) -> bool:
+        """Did the agent already say so (its notice comes before the result)?"""
+        items = self.conversation.items
+        return bool(items) and items[-1].kind == "engine" and items[-1].engine_kind == "interrupted"
 
     def _apply_compaction(self, event: ev.CompactionEvent) -> None:
         conversation = self.conversation

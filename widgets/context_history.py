@@ -83,8 +83,9 @@ class ContextHistory(Widget):
         if not shown and not self.compact_line:
             return Text("\n", end="").join([title, Text("no model calls yet", style=style("history--axis"))])
 
-        top = max([self.blocking_line, self.compact_line, *(p.tokens for p in shown)]) or 1
-        top = int(top * 1.05)
+        # Scale to what matters: the compaction line with some headroom, or the peak.
+        top = max([self.compact_line, *(p.tokens for p in shown)]) or 1
+        top = int(top * 1.15)
         eighths_total = rows * 8
 
         def level(tokens: int) -> int:

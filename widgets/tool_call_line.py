@@ -47,8 +47,10 @@ class ToolCallInfo:
 STATUS_ICONS = {"running": "⋯", "ok": "✓", "error": "✗", "interrupted": "⏹"}
 
 
-def tool_call_text(info: ToolCallInfo, styles: dict[str, object], summary_width: int = 60) -> Text:
-    """The one-line form shared by the conversation and the tool list."""
+def tool_call_text(
+    info: ToolCallInfo, styles: dict[str, object], summary_width: int = 60, compact: bool = False
+) -> Text:
+    """The one-line form shared by the conversation and the tool list (``compact``: narrower)."""
     text = Text(no_wrap=True, overflow="ellipsis", end="")
     text.append(f"{STATUS_ICONS.get(info.status, '?')} ", styles.get(info.status, ""))
     text.append(sanitize(info.name), styles.get("name", ""))
@@ -60,7 +62,10 @@ def tool_call_text(info: ToolCallInfo, styles: dict[str, object], summary_width:
     if info.status != "running":
         size = human_chars(info.original_chars)
         if info.truncated:
-            size = f"{human_chars(info.kept_chars)} of {size}"
+            if compact:
+                size = f"{human_chars(info.kept_chars).removesuffix(' chars')}/{size}"
+            else:
+                size = f"{human_chars(info.kept_chars)} of {size}"
         text.append(f"  {size}", styles.get("dim", ""))
         text.append(f"  {human_duration(info.duration_ms)}", styles.get("dim", ""))
         if info.truncated:
@@ -68,7 +73,7 @@ def tool_call_text(info: ToolCallInfo, styles: dict[str, object], summary_width:
             text.append(" truncated ", styles.get("badge", ""))
         if info.cut_before_send:
             text.append(" ")
-            text.append(" cut before send ", styles.get("badge", ""))
+            text.append(" cut " if compact else " cut before send ", styles.get("badge", ""))
     return text
 
 
