@@ -518,9 +518,11 @@ class DemoProvider:
     # What the runtime uses when the user gave no --window / --budget. With the
     # default compaction output (8,000) the lines are: warning 15,000,
     # auto-compact 20,000 (the seed's "-budget 20000"), blocking 53,000.
-    # "find errors" peaks around 14K (the truncated cat is ~12.7K tokens), below
-    # the warning line; "summarize the project" reads ~27K tokens of files, so it
-    # crosses the warning line and auto-compacts about two thirds of the way through.
+    # Measured with the runtime's system prompt and the five tools (~1,050 tokens):
+    # "find errors" peaks at ~14,300 (the truncated cat is ~12,700), just under the
+    # warning line; "summarize the project" crosses the warning line after 17 of
+    # 28 files and auto-compacts after 20 (about 26 s in at 40 tokens/s), then
+    # reads the last 9 from the summary and ends near 10,000.
     DEFAULT_WINDOW = 64_000
     DEFAULT_BUDGET = 20_000
     # In the flood scenario the demo plays a server whose real context is
