@@ -330,11 +330,12 @@ class RunBashTool:
                 await asyncio.wait_for(asyncio.shield(protocol.output_closed), EOF_GRACE_S)
             except TimeoutError:
                 held_open = True
-        except asyncio.CancelledError:
-            await _kill_group(pgid, protocol.exited)
-            raise
-        except BaseException:
-            collector.close()
+        except BaseException as exc:
+            try:
+                if isinstance(exc, asyncio.CancelledError):
+                    await _kill_group(pgid, protocol.exited)
+            finally:
+                collector.close()
             raise
         finally:
             transport.close()
