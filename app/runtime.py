@@ -79,9 +79,10 @@ def build_agent(settings: Settings, *, emit=None, approver: Approver | None = No
         from app.providers.demo import DemoProvider
 
         workspace = create_demo_workspace(session.dir / "workspace")
-        opts = {"speed": settings.demo_speed, "registry": registry}
         if window is None:
             window = DemoProvider.DEFAULT_WINDOW
+        # The demo enforces the window it is told, like a server would.
+        opts = {"speed": settings.demo_speed, "registry": registry, "window": window}
         if "budget" not in settings.model_fields_set:
             budget = DemoProvider.DEFAULT_BUDGET
     provider = create_provider(provider_name, settings.model, settings.base_url, key,

@@ -78,3 +78,21 @@ def test_tool_pairs_are_never_split() -> None:
         used = {u.id for m in dropped for u in m.tool_uses}
         answered = {r.tool_use_id for m in dropped for r in m.tool_results}
         assert used == answered
+
+
+def test_user_instructions_in_dropped_rounds_are_carried_to_the_task():
+    """A later user request inside a dropped round must not vanish from the context."""
+    from app.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+
+    big = "x " * 3000
+    history = [Message.user("task: fix the parser")]
+    for i in range(4):
+        history.append(Message(role="assistant", content=[ToolUseBlock(id=f"t{i}", name="read_file", input={"path": "a"})]))
+        blocks = [ToolResultBlock(tool_use_id=f"t{i}", content=big)]
+        if i == 1:
+            blocks.append(TextBlock(text="also: never touch the public API"))
+        history.append(Message(role="user", content=blocks))
+    kept, dropped = drop_oldest_rounds(history, gap_tokens=None, max_fraction_without_gap=0.6)
+    assert any("never touch the public API" in m.text for m in dropped)
+    assert "never touch the public API" in kept[0].text
+    assert kept[0].text.startswith("task: fix the parser")

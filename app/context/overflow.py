@@ -37,11 +37,20 @@ def group_rounds(history: Sequence[Message]) -> list[list[Message]]:
     return rounds
 
 
-def _with_note(task: Message) -> Message:
-    """The task message with the dropped-rounds note appended (once)."""
-    if any(isinstance(b, TextBlock) and b.text == DROPPED_NOTE for b in task.content):
+def _with_note(task: Message, carried: Sequence[TextBlock] = ()) -> Message:
+    """The task message with the dropped-rounds note appended (once), plus the user's own
+    words from the dropped rounds: instructions are what users lose most often."""
+    has_note = any(isinstance(b, TextBlock) and b.text == DROPPED_NOTE for b in task.content)
+    if has_note and not carried:
         return task
-    return task.copy_with([*task.content, TextBlock(text=DROPPED_NOTE)])
+    extra = [] if has_note else [TextBlock(text=DROPPED_NOTE)]
+    return task.copy_with([*task.content, *extra, *carried])
+
+
+def _user_texts(messages: Sequence[Message]) -> list[TextBlock]:
+    """Text the user typed in these messages (not tool results, not our own note)."""
+    return [TextBlock(text=b.text) for m in messages if m.role == "user" for b in m.content
+            if isinstance(b, TextBlock) and b.text.strip() and b.text != DROPPED_NOTE]
 
 
 def drop_oldest_rounds(history: Sequence[Message], gap_tokens: int | None,
@@ -72,7 +81,7 @@ def drop_oldest_rounds(history: Sequence[Message], gap_tokens: int | None,
     count = min(count, len(droppable))
     dropped = [m for r in droppable[:count] for m in r]
     task_round = rounds[0]
-    kept = [_with_note(task_round[0]), *task_round[1:]]
+    kept = [_with_note(task_round[0], _user_texts(dropped)), *task_round[1:]]
     kept += [m for r in droppable[count:] for m in r]
     kept += rounds[-1]
     return kept, dropped
