@@ -102,7 +102,7 @@ async def _stream(tmp: Path, deltas: list[str]) -> tuple[float, float]:
 def run(quick: bool) -> list[Check]:
     require("app.tui")
     require("widgets.conversation")
-    small_n = 5_000 if quick else 10_000
+    small_n = 2_500 if quick else 10_000
     reps = 2 if quick else 3
     small, large = markdown_deltas(small_n), markdown_deltas(2 * small_n)
     lags: list[float] = []
@@ -124,7 +124,7 @@ def run(quick: bool) -> list[Check]:
 
     base, subj = asyncio.run(measure())
     b, s = median(base), median(subj)
-    label = lambda n: f"{n // 1000}k"  # noqa: E731
+    label = lambda n: f"{n / 1000:g}k"  # noqa: E731
     lag = median(lags)
     return [
         Check(name=NAME_TOTAL if not quick else NAME_TOTAL.replace("20k", label(2 * small_n)),
