@@ -388,3 +388,24 @@ async def test_paused_and_over_the_blocking_line_falls_back_to_the_extractive_su
     assert "Please look at this log:" in text and "line 1399: value=" in text
     assert wire_problems(sent, provider) == []
     await agent.aclose()
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+async def test_failed_compaction_over_the_blocking_line_falls_back_instead_of_sending(
+        fake_llm, tmp_path, monkeypatch, provider):
+    """Not paused yet, but the compaction fails and the request would not fit: the fallback runs."""
+    agent, events = make_agent(fake_llm, tmp_path, monkeypatch, provider=provider, max_retries=0, **SMALL)
+    blocking = agent.engine.thresholds.blocking_line
+    huge = "Please look at this log:\n" + "\n".join(f"line {i}: value={i * 7919 % 10007}" for i in range(1_400))
+    _turn_replies(provider, fake_llm, server_error(provider))
+
+    result = await agent.run_turn(huge)
+
+    assert result.stop_reason == "end_turn"
+    sent = bodies(fake_llm)
+    assert [is_compaction(b) for b in sent] == [True, False]
+    assert request_tokens(sent[1]) < blocking
+    assert [(e.trigger, e.ok) for e in events.of("compaction")] == [("auto", False), ("fallback", True)]
+    assert not agent.engine.breaker.paused and agent.engine.breaker.failures == 1
+    assert "line 1399: value=" in all_text(wire_messages(sent[1]))
+    await agent.aclose()
