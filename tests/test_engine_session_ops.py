@@ -143,3 +143,21 @@ async def test_reread_after_the_result_was_cleared_or_the_file_changed_is_fresh(
     assert "changed on disk" in changed and "END note (edited)" in changed
     assert "+END note (edited)" in changed  # the diff
     await agent.aclose()
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+async def test_reread_of_a_truncated_read_is_never_a_stub(fake_llm, tmp_path, monkeypatch, provider):
+    """Only the head and tail of a truncated read reached the model: 'still in the context' would be false."""
+    agent, events = make_agent(fake_llm, tmp_path, monkeypatch, provider=provider, max_output=5_000)
+    (agent.workspace / "wide.txt").write_text("\n".join(f"row {i:05d} " + "x" * 80 for i in range(400)) + "\n")
+    _read(provider, fake_llm, "wide.txt")
+    await agent.run_turn("read wide.txt")
+    first = tool_outputs(fake_llm.requests[-1].json)[-1]
+    assert "output truncated" in first and "row 00200" not in first
+
+    _read(provider, fake_llm, "wide.txt")
+    await agent.run_turn("read wide.txt again")
+    second = tool_outputs(fake_llm.requests[-1].json)[-1]
+    assert UNCHANGED not in second
+    assert second.startswith(first[:200]) and "output truncated" in second
+    await agent.aclose()

@@ -425,11 +425,15 @@ class ContextEngine:
         return True
 
     def result_in_context(self, tool_use_id: str) -> bool:
-        """Is the full (not cleared) result of this call still in the live history?"""
+        """Is the full (not cleared) result of this call still in the live history?
+
+        A result with a saved full output was cut (by the registry or the pre-send
+        cut, or cleared): only part of it is in the context, so it does not count.
+        """
         for message in reversed(self.history):
             for block in message.content:
                 if isinstance(block, ToolResultBlock) and block.tool_use_id == tool_use_id:
-                    return not is_cleared(block)
+                    return not is_cleared(block) and block.full_output_path is None
         return False
 
 
