@@ -76,7 +76,7 @@ def test_nothing_actionable_survives_and_sanitizing_twice_changes_nothing(text: 
 
 def _best_time(func, arg: str) -> float:
     best = float("inf")
-    for _ in range(3):
+    for _ in range(5):
         started = time.perf_counter()
         func(arg)
         best = min(best, time.perf_counter() - started)
@@ -94,7 +94,7 @@ def _best_time(func, arg: str) -> float:
     ],
 )
 def test_cost_grows_linearly(unit: str) -> None:
-    """Four times the input may cost about four times as much, never sixteen (no quadratic path)."""
-    small = unit * (1_000_000 // len(unit))
-    large = small * 4
-    assert _best_time(sanitize_for_display, large) < 8 * _best_time(sanitize_for_display, small)
+    """16x the input costs about 16x (shared machines make it noisy), never 256x (quadratic)."""
+    small = unit * (250_000 // len(unit))
+    large = small * 16
+    assert _best_time(sanitize_for_display, large) < 100 * _best_time(sanitize_for_display, small)
