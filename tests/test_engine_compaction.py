@@ -409,3 +409,23 @@ async def test_failed_compaction_over_the_blocking_line_falls_back_instead_of_se
     assert not agent.engine.breaker.paused and agent.engine.breaker.failures == 1
     assert "line 1399: value=" in all_text(wire_messages(sent[1]))
     await agent.aclose()
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+async def test_the_pause_is_said_once_not_before_every_request(fake_llm, tmp_path, monkeypatch, provider):
+    agent, events = make_agent(fake_llm, tmp_path, monkeypatch, provider=provider, max_retries=0, **SMALL)
+    for turn in range(1, 4):
+        _turn_replies(provider, fake_llm, server_error(provider))
+        await agent.run_turn(_big_task(1_400) if turn == 1 else f"turn {turn}")
+    assert agent.engine.breaker.paused
+    (agent.workspace / "a.txt").write_text("a\n")
+    for _ in range(3):
+        fake_llm.enqueue(counted(provider, lambda u: tool_reply(provider, [("read_file", {"path": "a.txt"})], usage=u)))
+    _turn_replies(provider, fake_llm)
+    requests_before = len(fake_llm.requests)
+    await agent.run_turn("read a.txt three times")
+    assert len(fake_llm.requests) == requests_before + 4 and len(compaction_bodies(fake_llm)) == 3
+    assert all(e.level != "ok" for e in events.of("context")[-3:])  # over the line all along
+    paused_lines = [n for n in events.of("notice") if "auto-compaction paused" in n.text]
+    assert len(paused_lines) == 1
+    await agent.aclose()

@@ -102,6 +102,7 @@ class ContextEngine:
         self.ledger = Ledger()
         self.last_assistant_at: float | None = None
         self._warned = False
+        self._pause_noted: float | None = None  # the breaker pause the last paused notice was about
         self._system_text = self.system_prompt + (
             "\n\n# Project and user rules (memory files)\n" + self.memory.text if self.memory.text else ""
         )
@@ -245,7 +246,9 @@ class ContextEngine:
             if self.breaker.allows_auto():
                 await self.compact(summarize, "auto")
                 proj = self.projection().projected_tokens
-            elif proj < t.blocking_line:
+            elif proj < t.blocking_line and self._pause_noted != self.breaker.retry_at:
+                # Said once per pause, not before every request of a long paused turn.
+                self._pause_noted = self.breaker.retry_at
                 self.emit(NoticeEvent(level="warning", text=self._breaker_text()))
         if proj >= t.blocking_line:
             # Never send a request that cannot fit. The breaker is open or the
