@@ -86,7 +86,8 @@ async def _load_the_output(app: Any, pilot: Any, text: str) -> str:
     return info.full_output_path
 
 
-async def _subject_rep(tmp: Path, text: str, line_count: int, pages: list[float] | None) -> float:
+async def _subject_rep(tmp: Path, text: str, line_count: int, pages: list[float] | None,
+                       first_moves: list[float]) -> float:
     app = build_app(tmp)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -100,11 +101,14 @@ async def _subject_rep(tmp: Path, text: str, line_count: int, pages: list[float]
         painted = await asyncio.wait_for(shown, 120)
         first_paint = painted - started
         if pages is not None:
-            pages += await _page_downs(app, pilot, clock, viewer)
+            pages += await _page_downs(app, pilot, clock, viewer, first_moves)
         return first_paint
 
 
-async def _page_downs(app: Any, pilot: Any, clock: FrameClock, viewer: Any) -> list[float]:
+async def _page_downs(app: Any, pilot: Any, clock: FrameClock, viewer: Any,
+                      first_moves: list[float]) -> list[float]:
+    """Each page-down: key press -> the frame with the page where it stops (also recorded:
+    the first frame that shows any movement, which differs when the scroll is animated)."""
     viewer.focus()
     await pilot.pause()
     times: list[float] = []
@@ -112,10 +116,12 @@ async def _page_downs(app: Any, pilot: Any, clock: FrameClock, viewer: Any) -> l
         start_y = viewer.scroll_offset.y
         # Where one page down stops: the viewport height further (bounded by the end).
         target = min(start_y + viewer.scrollable_content_region.height, viewer.max_scroll_y)
+        moved = clock.expect(lambda: viewer.scroll_offset.y > start_y)
         arrived = clock.expect(lambda: viewer.scroll_offset.y >= target)
         started = time.perf_counter()
         await pilot.press("pagedown")
         times.append(await asyncio.wait_for(arrived, 10) - started)
+        first_moves.append(await asyncio.wait_for(moved, 10) - started)
     assert viewer.scroll_offset.y > 0
     return times
 
@@ -128,6 +134,7 @@ def run(quick: bool) -> list[Check]:
     text = app_log_text(lines)
     line_count = text.count("\n")
     pages: list[float] = []
+    first_moves: list[float] = []
 
     async def measure() -> tuple[list[float], list[float]]:
         with tempfile.TemporaryDirectory(prefix="tidegauge-bench-") as tmp:
@@ -140,7 +147,8 @@ def run(quick: bool) -> list[Check]:
 
             async def subject() -> float:
                 n = next(counter)
-                return await _subject_rep(Path(tmp) / f"s{n}", text, line_count, pages if n == 0 else None)
+                return await _subject_rep(Path(tmp) / f"s{n}", text, line_count, pages if n == 0 else None,
+                                          first_moves)
 
             return await interleaved_async(baseline, subject, reps)
 
@@ -154,7 +162,9 @@ def run(quick: bool) -> list[Check]:
               target=f"<= {MAX_PAINT_RATIO:g}× bare Log", value=s / b, limit=MAX_PAINT_RATIO, op="<=",
               extra={"subject_s": subj, "baseline_s": base}),
         Check(name=NAME_PAGE,
-              figure=f"slowest {seconds(worst)}, median {seconds(median(pages))} of {len(pages)}",
+              figure=(f"page in place: slowest {seconds(worst)}, median {seconds(median(pages))} of {len(pages)}; "
+                      f"first movement: median {seconds(median(first_moves))}"),
               target=f"each < {MAX_PAGE_S * 1e3:g} ms (absolute)", value=worst * 1e3,
-              limit=MAX_PAGE_S * 1e3, op="<=", unit="ms", extra={"page_down_s": pages}),
+              limit=MAX_PAGE_S * 1e3, op="<=", unit="ms",
+              extra={"page_down_s": pages, "first_movement_s": first_moves}),
     ]
