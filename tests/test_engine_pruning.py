@@ -87,6 +87,34 @@ async def test_size_micro_compaction_stubs_old_results_and_keeps_every_pair(fake
     await agent.aclose()
 
 
+@pytest.mark.parametrize("provider", PROTOCOLS)
+async def test_size_micro_compaction_never_touches_the_latest_turn(fake_llm, tmp_path, monkeypatch, provider):
+    """The latest turn's three results alone exceed what the size trigger keeps: all stay whole."""
+    agent, events = make_agent(fake_llm, tmp_path, monkeypatch, provider=provider, budget=6_000, window=40_000)
+    agent.engine.config.micro_keep_tokens = 1_500
+    agent.engine.config.micro_min_free = 1_000
+    names = [f"f{i}.txt" for i in range(1, 8)]
+    for n in names:
+        write_words(agent.workspace / n, 250, f"tag{n[1]}x")
+    for n in names[:4]:
+        fake_llm.enqueue(counted(provider, lambda u, n=n: tool_reply(provider, [("read_file", {"path": n})], usage=u)))
+    fake_llm.enqueue(counted(provider, lambda u: tool_reply(
+        provider, [("read_file", {"path": n}) for n in names[4:]], usage=u)))
+    fake_llm.enqueue(counted(provider, lambda u: text_reply(provider, "done", usage=u)))
+
+    await agent.run_turn("read four files, then three at once")
+
+    micro = events.of("micro_compaction")
+    assert sum(e.results_cleared for e in micro) == 4
+    assert count_tokens("".join(tool_outputs(fake_llm.requests[-1].json)[4:])) > 1_500
+    outputs = tool_outputs(fake_llm.requests[-1].json)
+    assert all(o.startswith(CLEARED_PREFIX) for o in outputs[:4])
+    for name, output in zip(names[4:], outputs[4:]):
+        assert output.endswith(f"END tag{name[1]}x")
+    assert wire_problems(fake_llm.requests[-1].json, provider) == []
+    await agent.aclose()
+
+
 # ---- by time: after an hour, all but the latest 5 results are cleared ----
 
 @pytest.mark.parametrize("provider", PROTOCOLS)
