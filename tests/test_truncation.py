@@ -217,3 +217,25 @@ async def test_a_secret_never_reaches_the_model_or_the_saved_file(tmp_path: Path
         assert secret not in saved and saved.count("[REDACTED]") == 2
     finally:
         redact.clear_secrets()
+
+
+async def test_escape_heavy_output_that_cleans_below_the_limit_still_says_it_was_cut(tmp_path):
+    """Only the ends of a huge output are cleaned; the model is still told the middle is gone."""
+    from app.tools.base import ToolContext, ToolOutput
+    from app.tools.registry import ToolRegistry
+
+    class Noisy:
+        from app.messages import ToolSpec
+        spec = ToolSpec(name="noisy", description="d", input_schema={"type": "object", "properties": {}})
+        mutating = False
+
+        async def run(self, args, ctx):
+            return ToolOutput(text="start\n" + "\x1b[31m" * 100_000 + "\nend")
+
+    registry = ToolRegistry(max_output=40_000)
+    registry.register(Noisy())
+    ctx = ToolContext(workspace=tmp_path, tool_results_dir=tmp_path / "tr", call_id="c1")
+    run = await registry.run("noisy", {}, ctx)
+    assert run.truncated and run.full_output_path
+    assert "output truncated" in run.content and "\x1b" not in run.content
+    assert run.content.startswith("start") and run.content.endswith("end")
