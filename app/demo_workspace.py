@@ -11,6 +11,8 @@ from __future__ import annotations
 import csv
 import io
 import random
+import os
+import shutil
 from pathlib import Path
 
 LOG_NAME = "app.log"
@@ -1881,18 +1883,35 @@ def project_files() -> dict[str, str]:
     return files
 
 
-def create_demo_workspace(root: Path) -> Path:
+def _complete_log(path: Path) -> bool:
+    return path.is_file() and path.stat().st_size == _expected_log_bytes()
+
+
+def create_demo_workspace(root: Path, log_cache: Path | None = None) -> Path:
     """Create (or complete) the demo workspace under ``root`` and return it.
 
     Idempotent: files that exist are left alone (the demo may have edited them
     in an earlier run of a resumed session); ``app.log`` is rewritten only when
-    missing or not the expected size.
+    missing or not the expected size. With ``log_cache`` the 15 MB log is
+    written once there and hard-linked into each new workspace, so opening the
+    demo does not spend start-up time writing it again.
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     log = root / LOG_NAME
-    if not log.is_file() or log.stat().st_size != _expected_log_bytes():
-        write_app_log(log)
+    if not _complete_log(log):
+        if log_cache is not None:
+            log_cache.mkdir(parents=True, exist_ok=True)
+            cached = log_cache / LOG_NAME
+            if not _complete_log(cached):
+                write_app_log(cached)
+            log.unlink(missing_ok=True)
+            try:
+                os.link(cached, log)
+            except OSError:  # another file system: copy instead
+                shutil.copyfile(cached, log)
+        else:
+            write_app_log(log)
     for rel, content in project_files().items():
         target = root / rel
         if target.exists():

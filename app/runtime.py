@@ -78,7 +78,7 @@ def build_agent(settings: Settings, *, emit=None, approver: Approver | None = No
         from app.demo_workspace import create_demo_workspace
         from app.providers.demo import DemoProvider
 
-        workspace = create_demo_workspace(session.dir / "workspace")
+        workspace = create_demo_workspace(session.dir / "workspace", log_cache=settings.data_dir_path / "demo-cache")
         if window is None:
             window = DemoProvider.DEFAULT_WINDOW
         # The demo enforces the window it is told, like a server would.

@@ -46,3 +46,14 @@ def test_project_has_modules_memory_file_and_passing_tests(tmp_path: Path) -> No
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
                           cwd=root, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_log_cache_is_written_once_and_linked_into_each_workspace(tmp_path):
+    from app.demo_workspace import LOG_ERROR_LINE, create_demo_workspace
+
+    cache = tmp_path / "cache"
+    first = create_demo_workspace(tmp_path / "s1", log_cache=cache)
+    second = create_demo_workspace(tmp_path / "s2", log_cache=cache)
+    cached = cache / "app.log"
+    assert (first / "app.log").stat().st_ino == cached.stat().st_ino == (second / "app.log").stat().st_ino
+    assert (second / "app.log").read_text().rstrip("\n").endswith(LOG_ERROR_LINE)
