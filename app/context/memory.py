@@ -30,7 +30,11 @@ _TRAILING_PUNCT = ".,;:!?)]}>\"'"
 class MemoryFile:
     path: Path
     text: str  # imports already inlined
-    tokens: int
+
+    @cached_property
+    def tokens(self) -> int:
+        # Counted on first use, not at load: loading the encoder must not delay the first frame.
+        return count_tokens(self.text)
 
 
 @dataclass
@@ -148,7 +152,7 @@ class _Loader:
             self.chars_left = 0
         else:
             self.chars_left -= len(text)
-        return MemoryFile(path=path, text=text, tokens=count_tokens(text))
+        return MemoryFile(path=path, text=text)
 
 
 def memory_candidates(cwd: Path, user_config_dir: Path | None,
