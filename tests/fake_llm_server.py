@@ -390,6 +390,8 @@ class _Server(ThreadingHTTPServer):
 
 class _RequestHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Small SSE frames must not wait ~40 ms each for Nagle's algorithm.
+    disable_nagle_algorithm = True
     server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet

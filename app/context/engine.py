@@ -21,6 +21,7 @@ from app.context.compaction import (
     build_compaction_request,
     build_summary_history,
     extract_summary,
+    is_summary_message,
 )
 from app.context.memory import MemoryBundle
 from app.context.overflow import drop_oldest_rounds
@@ -242,7 +243,7 @@ class ContextEngine:
         if proj >= t.warning_line:
             self._micro_by_size()
             proj = self.projection().projected_tokens
-        if proj >= t.auto_compact_line:
+        if proj >= t.auto_compact_line and not self._only_a_summary():
             if self.breaker.allows_auto():
                 await self.compact(summarize, "auto")
                 proj = self.projection().projected_tokens
@@ -257,6 +258,11 @@ class ContextEngine:
             self.fallback_compact()
         if proj < t.warning_line:
             self._warned = False
+
+    def _only_a_summary(self) -> bool:
+        """A history that is just a summary (plus the user's new words): compacting it
+        again gains nothing and, with a tiny budget, would loop on every request."""
+        return len(self.history) == 1 and is_summary_message(self.history[0])
 
     def _micro_by_time(self) -> None:
         if self.last_assistant_at is None:
@@ -339,6 +345,10 @@ class ContextEngine:
             self.emit(event)
             return event
         work = list(self.history)
+        if tokens_before > self.thresholds.blocking_line:
+            # The compaction request carries the whole history: one over the blocking
+            # line would be rejected too, so shrink the copy before sending it.
+            work, _dropped = drop_oldest_rounds(work, tokens_before - self.thresholds.blocking_line)
         reason: str | None = None
         summary: str | None = None
         for _attempt in range(MAX_OVERFLOW_RETRIES + 1):
