@@ -28,7 +28,7 @@ from app.events import (
     ToolStartEvent,
     UserMessageEvent,
 )
-from app.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from app.messages import Message, ToolResultBlock, ToolUseBlock
 from app.providers.base import (
     Completed,
     ContextTooLongError,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Iterable
+from typing import Any, Iterable
 
 import httpx
 
@@ -27,7 +27,8 @@ from app.providers.base import (
     UsageUpdate,
 )
 from app.providers.openai import parse_tool_arguments
-from app.providers.sse import SSEEvent, decode_sse, error_from_payload, stream_sse_request
+from app.providers.http_base import SseHttpProvider
+from app.providers.sse import SSEEvent, decode_sse, error_from_payload
 from app.usage import Usage
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -306,10 +307,12 @@ def non_stream_to_events(raw: bytes) -> list[SSEEvent]:
 
 # ---- the HTTP layer ----
 
-class AnthropicProvider:
+class AnthropicProvider(SseHttpProvider):
     """One streaming Messages call per ``stream``; one httpx client reused."""
 
     name = "anthropic"
+    assembler_class = AnthropicStreamAssembler
+    non_stream_to_events = staticmethod(non_stream_to_events)
 
     def __init__(
         self,
@@ -324,21 +327,15 @@ class AnthropicProvider:
         extra_body: dict[str, Any] | None = None,
         send_unsigned_thinking: bool | None = None,
     ) -> None:
-        self.model = model
-        self.base_url = base_url.rstrip("/")
-        self.api_key = api_key
-        self.timeout_connect = timeout_connect
-        self.timeout_read = timeout_read
-        self.max_tokens = max_tokens
-        self.extra_headers = dict(extra_headers or {})
-        self.extra_body = dict(extra_body or {})
+        super().__init__(model, base_url, api_key, timeout_connect=timeout_connect,
+                         timeout_read=timeout_read, max_tokens=max_tokens,
+                         extra_headers=extra_headers, extra_body=extra_body)
         # Anthropic signs all thinking and rejects unsigned blocks (they can only come from another
         # provider); compatible servers (DeepSeek's /anthropic) sign nothing and want their thinking back.
         if send_unsigned_thinking is None:
             host = httpx.URL(self.base_url).host
             send_unsigned_thinking = not (host == "anthropic.com" or host.endswith(".anthropic.com"))
         self.send_unsigned_thinking = send_unsigned_thinking
-        self._client: httpx.AsyncClient | None = None
 
     @property
     def url(self) -> str:
@@ -370,26 +367,3 @@ class AnthropicProvider:
             headers["x-api-key"] = self.api_key
         headers.update(self.extra_headers)
         return headers
-
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = httpx.AsyncClient(timeout=httpx.Timeout(
-                connect=self.timeout_connect, read=self.timeout_read,
-                write=self.timeout_read, pool=self.timeout_connect))
-        return self._client
-
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
-        assembler = AnthropicStreamAssembler(secret=self.api_key)
-        async for event in stream_sse_request(
-            self._http(), self.url, headers=self.headers(), body=self.build_body(request),
-            secret=self.api_key, read_timeout=self.timeout_read,
-            on_event=assembler.feed, non_sse_body=non_stream_to_events,
-            is_complete=lambda: assembler.complete,
-        ):
-            yield event
-        yield assembler.finish()
-
-    async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None

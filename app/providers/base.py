@@ -7,7 +7,7 @@ or raises a ``ProviderError``. It never touches the agent's history.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import AsyncIterator, Literal, Protocol, Union
 
 from app.messages import Message, ToolSpec

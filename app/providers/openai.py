@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Iterable
+from typing import Any, Iterable
 
-import httpx
 
 from app.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from app.providers.base import (
@@ -28,7 +27,8 @@ from app.providers.base import (
     ToolCallStart,
     UsageUpdate,
 )
-from app.providers.sse import SSEEvent, decode_sse, error_from_payload, stream_sse_request
+from app.providers.http_base import SseHttpProvider
+from app.providers.sse import SSEEvent, decode_sse, error_from_payload
 from app.usage import Usage
 
 RAW_ARGUMENTS_KEY = "_raw_arguments"
@@ -321,10 +321,12 @@ def non_stream_to_events(raw: bytes) -> list[SSEEvent]:
 
 # ---- the HTTP layer ----
 
-class OpenAIProvider:
+class OpenAIProvider(SseHttpProvider):
     """One streaming Chat Completions call per ``stream``; one httpx client reused."""
 
     name = "openai"
+    assembler_class = OpenAIStreamAssembler
+    non_stream_to_events = staticmethod(non_stream_to_events)
 
     def __init__(
         self,
@@ -340,18 +342,12 @@ class OpenAIProvider:
         extra_body: dict[str, Any] | None = None,
         max_tokens_param: str = "max_tokens",
     ) -> None:
-        self.model = model
-        self.base_url = base_url.rstrip("/")
-        self.api_key = api_key
-        self.timeout_connect = timeout_connect
-        self.timeout_read = timeout_read
-        self.max_tokens = max_tokens  # None: the request decides
+        super().__init__(model, base_url, api_key, timeout_connect=timeout_connect,
+                         timeout_read=timeout_read, max_tokens=max_tokens,
+                         extra_headers=extra_headers, extra_body=extra_body)
         self.deepseek_reasoning = deepseek_reasoning
-        self.extra_headers = dict(extra_headers or {})
-        self.extra_body = dict(extra_body or {})
         # newer OpenAI models take "max_completion_tokens"; local servers only know "max_tokens"
         self.max_tokens_param = max_tokens_param
-        self._client: httpx.AsyncClient | None = None
 
     @property
     def url(self) -> str:
@@ -383,26 +379,3 @@ class OpenAIProvider:
             headers["authorization"] = f"Bearer {self.api_key}"
         headers.update(self.extra_headers)
         return headers
-
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = httpx.AsyncClient(timeout=httpx.Timeout(
-                connect=self.timeout_connect, read=self.timeout_read,
-                write=self.timeout_read, pool=self.timeout_connect))
-        return self._client
-
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
-        assembler = OpenAIStreamAssembler(secret=self.api_key)
-        async for event in stream_sse_request(
-            self._http(), self.url, headers=self.headers(), body=self.build_body(request),
-            secret=self.api_key, read_timeout=self.timeout_read,
-            on_event=assembler.feed, non_sse_body=non_stream_to_events,
-            is_complete=lambda: assembler.complete,
-        ):
-            yield event
-        yield assembler.finish()
-
-    async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None

@@ -1,0 +1,71 @@
+"""What the two HTTP wire protocols share: settings, one reused httpx client, the SSE call."""
+
+from __future__ import annotations
+
+from typing import Any, AsyncIterator
+
+import httpx
+
+from app.providers.base import ModelRequest, StreamEvent
+from app.providers.sse import stream_sse_request
+
+
+class SseHttpProvider:
+    """Base of the OpenAI-compatible and Anthropic providers.
+
+    Subclasses give ``url``, ``headers()``, ``build_body(request)``, an
+    ``assembler_class`` (feed/complete/finish) and ``non_stream_to_events``.
+    """
+
+    name = ""
+    assembler_class: Any = None
+
+    def __init__(self, model: str, base_url: str, api_key: str | None, *, timeout_connect: float = 10.0,
+                 timeout_read: float = 120.0, max_tokens: int | None = None,
+                 extra_headers: dict[str, str] | None = None, extra_body: dict[str, Any] | None = None) -> None:
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.timeout_connect = timeout_connect
+        self.timeout_read = timeout_read
+        self.max_tokens = max_tokens  # None: the request decides
+        self.extra_headers = dict(extra_headers or {})
+        self.extra_body = dict(extra_body or {})
+        self._client: httpx.AsyncClient | None = None
+
+    @property
+    def url(self) -> str:
+        raise NotImplementedError
+
+    def headers(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def build_body(self, request: ModelRequest) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @staticmethod
+    def non_stream_to_events(data: Any) -> Any:
+        raise NotImplementedError
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=httpx.Timeout(
+                connect=self.timeout_connect, read=self.timeout_read,
+                write=self.timeout_read, pool=self.timeout_connect))
+        return self._client
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        assembler = self.assembler_class(secret=self.api_key)
+        async for event in stream_sse_request(
+            self._http(), self.url, headers=self.headers(), body=self.build_body(request),
+            secret=self.api_key, read_timeout=self.timeout_read,
+            on_event=assembler.feed, non_sse_body=self.non_stream_to_events,
+            is_complete=lambda: assembler.complete,
+        ):
+            yield event
+        yield assembler.finish()
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
