@@ -12,7 +12,7 @@ from rich.segment import Segment
 from textual import events
 from textual.binding import Binding
 from textual.cache import LRUCache
-from textual.geometry import Region, Size
+from textual.geometry import Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
@@ -69,7 +69,7 @@ class ToolCallList(ScrollView, can_focus=True):
     def add_call(self, info: ToolCallInfo) -> None:
         self._index[info.id] = len(self.calls)
         self.calls.append(info)
-        self.virtual_size = Size(self.size.width, len(self.calls))
+        self.virtual_size = Size(0, len(self.calls))
         self.refresh_lines(len(self.calls) - 1 - self.scroll_offset.y)
 
     def update_call(self, info: ToolCallInfo) -> None:
@@ -86,7 +86,7 @@ class ToolCallList(ScrollView, can_focus=True):
         self._index.clear()
         self._cache.clear()
         self.cursor = None
-        self.virtual_size = Size(self.size.width, 0)
+        self.virtual_size = Size(0, 0)
         self.refresh()
 
     # ---------------------------------------------------------------- cursor
@@ -101,10 +101,27 @@ class ToolCallList(ScrollView, can_focus=True):
             if index is not None:
                 self._cache.discard(index)
         self.refresh()
-        if new is not None:
-            self.scroll_to_region(
-                Region(0, new, 1, 1), animate=False, immediate=True, force=True
-            )
+        self._scroll_to_cursor()
+        # once more after layout: the first time the size may not be known yet
+        self.call_after_refresh(self._scroll_to_cursor)
+
+    def _scroll_to_cursor(self) -> None:
+        cursor = self.cursor
+        height = self.scrollable_content_region.height
+        if cursor is None or height <= 0:
+            return
+        top = self.scroll_offset.y
+        if cursor < top:
+            self.scroll_to(y=cursor, animate=False, immediate=True, force=True)
+        elif cursor >= top + height:
+            self.scroll_to(y=cursor - height + 1, animate=False, immediate=True, force=True)
+        if self.show_vertical_scrollbar:
+            # Textual only moves the thumb when scroll_y changes while the bar is shown;
+            # a scroll made just before the bar appeared would leave it stale.
+            self.vertical_scrollbar.position = self.scroll_offset.y
+
+    def on_resize(self) -> None:
+        self._scroll_to_cursor()
 
     def _move_to(self, index: int) -> None:
         if not self.calls:

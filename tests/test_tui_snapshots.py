@@ -1,0 +1,113 @@
+"""Snapshots of the main screens (pytest-textual-snapshot).
+
+The fake agent gives a fixed cwd, session id and durations, the prompt's
+cursor does not blink and nothing animates, so the SVGs are the same on
+every run. Update after an intended change with ``pytest --snapshot-update``
+and look at the new SVGs before committing them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.tui import TidegaugeApp
+from snapshot_apps.fake_agent import Ask, FakeAgent, compaction_steps, session_steps
+
+SIZE = (160, 50)
+# A fixed path: it is shown on screen, so it must not vary between runs.
+FULL_OUTPUT = Path("/tmp/tidegauge-snapshots/tool-results/call-1.txt")
+
+
+@pytest.fixture(autouse=True)
+def full_output_file() -> Path:
+    FULL_OUTPUT.parent.mkdir(parents=True, exist_ok=True)
+    lines = [f"2026-10-18 11:{(i // 60) % 60:02d}:{i % 60:02d} INFO request {i} handled" for i in range(3_000)]
+    lines.append("2026-10-18 12:00:01 ERROR database connection refused")
+    FULL_OUTPUT.write_text("\n".join(lines) + "\n")
+    return FULL_OUTPUT
+
+
+def make_app(**turns) -> tuple[TidegaugeApp, FakeAgent]:
+    steps = session_steps(str(FULL_OUTPUT))
+    scripted = {
+        "under": steps[:13],  # two tool calls, context well under the warning line
+        "over": steps,  # nine more reads: the warning line is crossed
+        "compact": compaction_steps(),
+        "approve": [Ask("run_bash", {"command": "rm -rf build && make"})],
+    }
+    agent = FakeAgent(scripted)
+    return TidegaugeApp(agent, cursor_blink=False), agent
+
+
+async def until(pilot, condition, attempts: int = 200) -> None:
+    """Let the app run until ``condition()`` holds (state, not time, decides)."""
+    await pilot.app.workers.wait_for_complete()
+    for _ in range(attempts):
+        if condition():
+            break
+        await pilot.pause()
+    await pilot.pause()
+    await pilot.pause()
+
+
+def drive(*prompts: str, keys: tuple[str, ...] = (), wait_workers: bool = True):
+    async def run_before(pilot) -> None:
+        for prompt in prompts:
+            box = pilot.app.query_one("#prompt")
+            box.value = prompt
+            box.focus()
+            await pilot.press("enter")
+            if wait_workers:
+                await pilot.app.workers.wait_for_complete()
+            await pilot.pause()
+        for key in keys:
+            await pilot.press(key)
+            await pilot.app.workers.wait_for_complete()
+            await pilot.pause()
+        await pilot.pause()
+
+    return run_before
+
+
+def test_snapshot_start(snap_compare) -> None:
+    app, _ = make_app()
+    assert snap_compare(app, terminal_size=SIZE)
+
+
+def test_snapshot_under_the_warning_line(snap_compare) -> None:
+    app, _ = make_app()
+    assert snap_compare(app, terminal_size=SIZE, run_before=drive("under"))
+
+
+def test_snapshot_over_the_warning_line(snap_compare) -> None:
+    app, _ = make_app()
+    assert snap_compare(app, terminal_size=SIZE, run_before=drive("over"))
+
+
+def test_snapshot_after_auto_compaction(snap_compare) -> None:
+    app, _ = make_app()
+    assert snap_compare(app, terminal_size=SIZE, run_before=drive("over", "compact"))
+
+
+def test_snapshot_truncated_output_expanded(snap_compare) -> None:
+    app, _ = make_app()
+
+    async def run_before(pilot) -> None:
+        await drive("under")(pilot)
+        pilot.app.tool_panel.select_call("call-1")
+        await pilot.press("ctrl+o")
+        await until(pilot, lambda: pilot.app.tool_panel.expanded)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_snapshot_approval_modal(snap_compare) -> None:
+    app, _ = make_app()
+    assert snap_compare(app, terminal_size=SIZE, run_before=drive("approve", wait_workers=False))
+
+
+def test_snapshot_reset_confirmation(snap_compare) -> None:
+    app, _ = make_app()
+    assert snap_compare(app, terminal_size=SIZE, run_before=drive("under", keys=("ctrl+r",)))
