@@ -70,7 +70,7 @@ class ToolCallList(ScrollView, can_focus=True):
         self._index[info.id] = len(self.calls)
         self.calls.append(info)
         self.virtual_size = Size(0, len(self.calls))
-        self.refresh_lines(len(self.calls) - 1 - self.scroll_offset.y)
+        self.refresh_lines(len(self.calls) - 1)
 
     def update_call(self, info: ToolCallInfo) -> None:
         index = self._index.get(info.id)
@@ -79,7 +79,7 @@ class ToolCallList(ScrollView, can_focus=True):
             return
         self.calls[index] = info
         self._cache.discard(index)
-        self.refresh_lines(index - self.scroll_offset.y)
+        self.refresh_lines(index)
 
     def clear(self) -> None:
         self.calls.clear()

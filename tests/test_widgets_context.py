@@ -1,0 +1,105 @@
+"""The context gauge, its history chart and breakdown, in a bare host app."""
+
+from __future__ import annotations
+
+from textual.app import App
+
+from app import events as ev
+from app.tui import CSS_FILE
+from snapshot_apps.fake_agent import context
+from widgets.context_breakdown import ContextBreakdown
+from widgets.context_history import ContextHistory
+from widgets.context_panel import ContextPanel
+from widgets.gauge_bar import GaugeBar
+
+
+class Host(App):
+    CSS_PATH = str(CSS_FILE)
+
+    def compose(self):
+        yield ContextPanel(id="context-panel")
+
+
+def bar_lines(gauge: GaugeBar) -> list[str]:
+    return gauge.render().plain.split("\n")
+
+
+async def test_markers_sit_where_the_thresholds_are_and_the_estimate_is_marked() -> None:
+    app = Host()
+    async with app.run_test(size=(204, 20)) as pilot:
+        panel = app.query_one(ContextPanel)
+        event = context(60_000, 20_000)  # 200K window: warn 130K, compact 150K, block 177K
+        panel.update_context(event)
+        await pilot.pause()
+        gauge = app.query_one(GaugeBar)
+        width = gauge.size.width
+        figures, labels, bar = bar_lines(gauge)
+        th = event.thresholds
+        for line in (th.warning_line, th.auto_compact_line, th.blocking_line):
+            column = round(line / th.window * width)
+            assert bar[column] == "┃", (line, column, bar)
+        exact_end = round(60_000 / th.window * width)
+        projected_end = round(80_000 / th.window * width)
+        assert set(bar[:exact_end]) == {"█"}
+        assert bar[exact_end] == "~" and set(bar[exact_end + 1 : projected_end]) == {"▒"}
+        assert set(bar[projected_end:round(th.warning_line / th.window * width)]) == {"─"}
+        assert "80.0K (~20.0K estimated) / 150.0K auto-compact / 200.0K window" in figures
+        assert "40%" in figures and "70.0K left until auto-compact" in figures
+        assert "▼warn 130.0K" in labels and "▼compact 150.0K" in labels and "▼block 177.0K" in labels
+
+
+async def test_colour_classes_change_at_the_warning_and_auto_compact_lines() -> None:
+    app = Host()
+    async with app.run_test(size=(160, 20)) as pilot:
+        panel = app.query_one(ContextPanel)
+        gauge = app.query_one(GaugeBar)
+        exact_colours = []
+        for tokens, expected in ((100_000, None), (135_000, "-warning"), (155_000, "-compact"), (178_000, "-blocking")):
+            panel.update_context(context(tokens, 0, turns=3))
+            await pilot.pause()
+            for cls in ("-warning", "-compact", "-blocking"):
+                assert gauge.has_class(cls) == (cls == expected)
+                assert panel.has_class(cls) == (cls == expected)
+            exact_colours.append(gauge.get_component_rich_style("gauge--exact").color)
+        assert len(set(exact_colours[:3])) == 3  # ok, warning and compact are drawn differently
+        assert "auto-compact in ~3 turns" in bar_lines(gauge)[0] or "at the auto-compact line" in bar_lines(gauge)[0]
+
+
+async def test_history_shows_one_column_per_call_and_the_compaction_drop() -> None:
+    app = Host()
+    async with app.run_test(size=(160, 24)) as pilot:
+        panel = app.query_one(ContextPanel)
+        panel.update_context(context(10_000))
+        history = app.query_one(ContextHistory)
+        for tokens in (10_000, 60_000, 110_000, 140_000):
+            panel.add_point(tokens)
+        panel.add_point(8_000, "compaction")
+        panel.add_point(12_000)
+        await pilot.pause()
+        lines = history.render().plain.split("\n")[1:]
+        gutter = 7
+        width = 3  # few points: each is drawn 3 cells wide
+
+        def height(point: int) -> int:
+            column = gutter + point * width
+            return sum(1 for line in lines if line[column] not in (" ", "╌"))
+
+        heights = [height(i) for i in range(6)]
+        assert heights[0] < heights[1] < heights[2] < heights[3]
+        assert heights[4] < heights[3] // 3  # the drop is visible
+        assert any("130.0K" in line and "╌" in line for line in lines)  # the warning line drawn across
+        assert any("150.0K" in line and "╌" in line for line in lines)  # the compaction line
+
+
+async def test_breakdown_lists_every_part_and_compaction_cost_apart() -> None:
+    app = Host()
+    async with app.run_test(size=(160, 24)) as pilot:
+        panel = app.query_one(ContextPanel)
+        panel.update_context(context(50_000, cost=0.25, compact_cost=0.05))
+        panel.add_compaction_usage(40_000, 2_000)
+        await pilot.pause()
+        text = app.query_one(ContextBreakdown).render().plain
+        for label in ("system prompt", "memory files", "tool schemas", "user", "assistant", "tool results"):
+            assert label in text
+        assert "$0.2500" in text and "compaction $0.0500" in text
+        assert "compaction calls 1: in 40.0K · out 2.0K" in text

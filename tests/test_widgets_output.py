@@ -1,0 +1,82 @@
+"""The line-virtualized output viewer and the tool call list."""
+
+from __future__ import annotations
+
+from textual.app import App
+
+from app.tui import CSS_FILE
+from snapshot_apps.fake_agent import big_log
+from widgets.output_viewer import WRAP_AT, OutputViewer, prepare_lines
+from widgets.tool_call_line import ToolCallInfo
+from widgets.tool_call_list import ToolCallList
+
+
+class Host(App):
+    CSS_PATH = str(CSS_FILE)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.highlighted: list[str] = []
+
+    def compose(self):
+        yield ToolCallList()
+        yield OutputViewer()
+
+    def on_tool_call_list_highlighted(self, message: ToolCallList.Highlighted) -> None:
+        self.highlighted.append(message.call_id)
+
+
+def test_prepare_lines_wraps_long_lines_and_measures_width() -> None:
+    lines, width = prepare_lines("short\n" + "x" * (WRAP_AT * 2 + 5) + "\n中文\n")
+    assert lines == ["short", "x" * WRAP_AT, "x" * WRAP_AT, "x" * 5, "中文"]
+    assert width >= WRAP_AT
+    _, cjk_width = prepare_lines("中文中文")
+    assert cjk_width >= 8  # two cells per character
+
+
+async def test_viewer_shows_300000_lines_and_only_renders_what_is_visible() -> None:
+    app = Host()
+    async with app.run_test(size=(100, 30)) as pilot:
+        viewer = app.query_one(OutputViewer)
+        lines, width = prepare_lines(big_log(300_000))
+        viewer.set_lines(lines, width)
+        await pilot.pause()
+        assert viewer.line_count == 300_000
+        viewer.scroll_end(animate=False, immediate=True)
+        await pilot.pause()
+        visible = [viewer.render_line(y).text for y in range(viewer.size.height)]
+        assert any("ERROR database connection refused" in line for line in visible)
+        assert len(viewer._cache) <= viewer.size.height * 3  # nothing like 300,000 strips
+
+
+async def test_viewer_makes_escape_sequences_inert() -> None:
+    app = Host()
+    async with app.run_test(size=(100, 30)) as pilot:
+        viewer = app.query_one(OutputViewer)
+        viewer.set_text("\x1b[31mred\x1b[0m \x1b]0;title\x07 [b]x[/b] \x00\x08 tab\tend")
+        await pilot.pause()
+        drawn = viewer.render_line(0).text
+        assert "\x1b" not in drawn and "\x07" not in drawn and "\x00" not in drawn
+        assert "[b]x[/b]" in drawn and "red" in drawn and "tab" in drawn
+
+
+async def test_tool_list_arrows_move_and_report_the_highlighted_call() -> None:
+    app = Host()
+    highlighted = app.highlighted
+    async with app.run_test(size=(100, 30)) as pilot:
+        tool_list = app.query_one(ToolCallList)
+        for i in range(5_000):
+            tool_list.add_call(ToolCallInfo(id=f"c{i}", name="read_file", summary=f"f{i}.py", status="ok"))
+        tool_list.cursor = 4_999
+        tool_list.focus()
+        await pilot.pause()
+        await pilot.press("up", "up")
+        await pilot.pause()
+        assert tool_list.cursor == 4_997
+        assert highlighted[-1] == "c4997"
+        await pilot.press("home")
+        await pilot.pause()
+        assert highlighted[-1] == "c0" and tool_list.scroll_offset.y == 0
+        tool_list.update_call(ToolCallInfo(id="c0", name="read_file", summary="f0.py", status="error"))
+        await pilot.pause()
+        assert tool_list.render_line(0).text.startswith("✗ read_file f0.py")
