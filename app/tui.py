@@ -139,21 +139,33 @@ class TidegaugeApp(App[int]):
         assert self._agent is not None
         return self._agent
 
+    # The main widgets are looked up on the main screen, once: while a modal is
+    # open, App.query_one would search the modal and find nothing.
+    def _main(self, widget_type):
+        cache = self.__dict__.setdefault("_main_widgets", {})
+        if widget_type not in cache:
+            cache[widget_type] = self.screen_stack[0].query_one(widget_type)
+        return cache[widget_type]
+
     @property
     def conversation(self) -> Conversation:
-        return self.query_one(Conversation)
+        return self._main(Conversation)
 
     @property
     def tool_panel(self) -> ToolOutputPanel:
-        return self.query_one(ToolOutputPanel)
+        return self._main(ToolOutputPanel)
 
     @property
     def context_panel(self) -> ContextPanel:
-        return self.query_one(ContextPanel)
+        return self._main(ContextPanel)
 
     @property
     def header(self) -> HeaderBar:
-        return self.query_one(HeaderBar)
+        return self._main(HeaderBar)
+
+    @property
+    def prompt_box(self) -> PromptBox:
+        return self._main(PromptBox)
 
     @property
     def busy(self) -> bool:
@@ -189,7 +201,7 @@ class TidegaugeApp(App[int]):
                 "demo (scripted model): no API key is configured, so a scripted model drives real tools. "
                 "Try: find errors in app.log · summarize the project · flood",
             )
-        self.query_one(PromptBox).focus()
+        self.prompt_box.focus()
 
     async def on_unmount(self) -> None:
         if self._agent is not None:
@@ -460,7 +472,7 @@ class TidegaugeApp(App[int]):
     @on(Input.Submitted, "#prompt")
     async def _on_prompt(self, event: Input.Submitted) -> None:
         text = event.value.strip()
-        prompt = self.query_one(PromptBox)
+        prompt = self.prompt_box
         prompt.value = ""
         if not text:
             return

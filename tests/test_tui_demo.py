@@ -1,0 +1,99 @@
+"""The dashboard end to end on the real agent and the offline demo provider (no network)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from app.config import load_settings
+from app.runtime import build_agent
+from app.tui import TidegaugeApp
+from widgets.approval_screen import ApprovalScreen
+from widgets.engine_line import EngineLine
+from widgets.header_bar import HeaderBar
+from widgets.tool_output_panel import ToolOutputPanel
+
+SIZE = (160, 50)
+
+
+def make_app(tmp_path: Path, **overrides) -> TidegaugeApp:
+    settings = load_settings({"provider": "demo", "demo_speed": 0, "data_dir": str(tmp_path / "data"), **overrides})
+    agent = build_agent(settings, cwd=tmp_path)
+    return TidegaugeApp(agent, auto_approve=settings.yes, cursor_blink=False)
+
+
+async def send(pilot, text: str) -> None:
+    box = pilot.app.query_one("#prompt")
+    box.value = text
+    box.focus()
+    await pilot.press("enter")
+
+
+async def until(pilot, condition, attempts: int = 2_000) -> None:
+    for _ in range(attempts):
+        if condition():
+            return
+        await pilot.pause(0.01)
+    raise AssertionError("condition never held")
+
+
+def history_dump(agent) -> list[dict]:
+    return [message.model_dump() for message in agent.history]
+
+
+async def test_demo_find_errors_then_expand_the_15mb_output_without_touching_the_context(tmp_path: Path) -> None:
+    app = make_app(tmp_path, yes=True)
+    async with app.run_test(size=SIZE) as pilot:
+        header = app.query_one(HeaderBar)
+        assert header.provider_label.startswith("demo (scripted model)")
+        await send(pilot, "find errors in app.log")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        panel = app.query_one(ToolOutputPanel)
+        cat = [info for info in panel.calls.values() if info.truncated]
+        assert cat and cat[0].original_chars > 10_000_000
+        history, context = history_dump(app.agent), app.agent.context_event()
+
+        panel.select_call(cat[0].id)
+        await pilot.press("ctrl+o")
+        await until(pilot, lambda: panel.expanded)
+        assert panel.viewer.line_count >= 300_000
+        assert panel.viewer.lines[-1].startswith("[exit code") or "ERROR" in panel.viewer.lines[-2]
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        assert not panel.expanded
+        assert history_dump(app.agent) == history
+        assert app.agent.context_event() == context
+
+
+async def test_demo_summarize_climbs_through_the_warning_line_into_an_auto_compaction(tmp_path: Path) -> None:
+    app = make_app(tmp_path, yes=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "summarize the project")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        kinds = [line.kind for line in app.conversation.query(EngineLine)]
+        assert "warning" in kinds and "compaction" in kinds
+        assert any(p.kind == "compaction" for p in app.query_one("#context-history").points)
+
+
+async def test_demo_approval_then_interrupt_leaves_a_valid_session(tmp_path: Path) -> None:
+    app = make_app(tmp_path)  # no --yes: run_bash asks
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "find errors in app.log")
+        await until(pilot, lambda: isinstance(app.screen, ApprovalScreen))
+        app.action_interrupt()  # escape would answer the modal; interrupt the turn itself
+        await until(pilot, lambda: not app.busy)
+        await pilot.pause()
+        assert not isinstance(app.screen, ApprovalScreen)
+        assert not app.busy
+        history = app.agent.history
+        uses = {b.id for m in history for b in m.tool_uses}
+        results = {b.tool_use_id for m in history for b in m.tool_results}
+        assert uses == results  # every call answered (a synthetic "interrupted" result)
+        # and the dashboard keeps working: the next turn asks again, and "no" is respected
+        await send(pilot, "find errors in app.log")
+        await until(pilot, lambda: isinstance(app.screen, ApprovalScreen))
+        await pilot.press("n")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert not app.busy
