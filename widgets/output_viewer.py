@@ -71,6 +71,19 @@ class OutputViewer(ScrollView, can_focus=True):
         self.scroll_to(0, 0, animate=False, immediate=True)
         self.refresh()
 
+    # A log is read by jumping: page and end keys move at once, without animation.
+    def action_page_down(self) -> None:
+        self.scroll_page_down(animate=False)
+
+    def action_page_up(self) -> None:
+        self.scroll_page_up(animate=False)
+
+    def action_scroll_home(self) -> None:
+        self.scroll_home(animate=False)
+
+    def action_scroll_end(self) -> None:
+        self.scroll_end(animate=False)
+
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._cache.clear()

@@ -1,0 +1,62 @@
+"""Streaming replies: batched appends, segments for long replies, code blocks never cut."""
+
+from __future__ import annotations
+
+from textual.app import App
+
+from app.tui import CSS_FILE
+from widgets.assistant_message import FORCE_CHARS, SEGMENT_CHARS, AssistantMessage, cut_point
+
+
+def test_cut_point_prefers_a_blank_line_and_never_cuts_a_code_block() -> None:
+    assert cut_point(0, False, "short") is None
+    text = "a" * SEGMENT_CHARS + "\n\nnext paragraph"
+    assert text[: cut_point(0, False, text)].endswith("\n\n")
+    fenced = "```\n" + "code\n\n" * (SEGMENT_CHARS // 3) + "```\n\nafter"
+    cut = cut_point(0, False, fenced)
+    assert cut is not None and fenced[:cut].count("```") == 2  # cut after the block closed
+    one_paragraph = "word " * (FORCE_CHARS // 4)
+    cut = cut_point(0, False, one_paragraph)
+    assert cut is not None and FORCE_CHARS <= cut <= FORCE_CHARS + 5
+
+
+class Host(App):
+    CSS_PATH = str(CSS_FILE)
+
+    def compose(self):
+        yield AssistantMessage()
+
+
+async def test_a_long_streamed_reply_is_split_into_segments_without_losing_text() -> None:
+    paragraphs = [f"Paragraph {i}: " + "lorem ipsum " * 60 for i in range(60)]
+    text = "\n\n".join(paragraphs) + "\n\n```python\n" + "x = 1\n" * 2_000 + "```\n"
+    app = Host()
+    async with app.run_test(size=(120, 40)) as pilot:
+        message = app.query_one(AssistantMessage)
+        for i in range(0, len(text), 5):
+            message.append_text(text[i : i + 5])
+        await message.finish()
+        await pilot.pause()
+        assert message.source == text
+        assert message.segment_count > 5
+        assert message.appends < len(text) // 5  # batched, not one append per delta
+        # the code block sits whole in one segment
+        assert sum(1 for seg in message.query(".assistant-segment") if "```python" in seg.source) == 1
+        fence_segment = next(seg for seg in message.query(".assistant-segment") if "```python" in seg.source)
+        assert fence_segment.source.count("```") == 2
+
+
+async def test_recreated_from_its_text_it_shows_the_same_segments() -> None:
+    text = "\n\n".join("para " * 400 for _ in range(10))
+
+    class Restored(App):
+        CSS_PATH = str(CSS_FILE)
+
+        def compose(self):
+            yield AssistantMessage(text)
+
+    app = Restored()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        message = app.query_one(AssistantMessage)
+        assert message.source == text and message.segment_count > 1
