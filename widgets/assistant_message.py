@@ -16,7 +16,7 @@ from markdown_it import MarkdownIt
 from textual.containers import Vertical
 from textual.timer import Timer
 from textual.widgets import Markdown
-from textual.widgets.markdown import MarkdownStream
+from textual.widgets.markdown import MarkdownBlock, MarkdownStream
 
 from widgets._literal import sanitize
 
@@ -108,6 +108,11 @@ class AssistantMessage(Vertical):
     def source(self) -> str:
         """What the Markdown segments hold (made inert)."""
         return "".join(segment.source for segment in self._segments)
+
+    @property
+    def blocks(self) -> list[MarkdownBlock]:
+        """The rendered Markdown blocks of every segment, in order."""
+        return [child for segment in self._segments for child in segment.children if isinstance(child, MarkdownBlock)]
 
     @property
     def segment_count(self) -> int:
