@@ -383,6 +383,39 @@ async def test_pruning_keeps_the_dom_bounded_and_scroll_back_recreates_items() -
         assert any(isinstance(w, EngineLine) and w.text == "notice 499" for w in conversation.children)
 
 
+async def test_scrolling_back_loads_earlier_items_and_reading_is_not_disturbed_by_new_ones() -> None:
+    agent = FakeAgent()
+    app = TidegaugeApp(agent, cursor_blink=False, max_mounted=40)
+    async with app.run_test(size=SIZE) as pilot:
+        conversation = app.conversation
+        for i in range(300):
+            app.post_message(AgentEventMessage(ev.NoticeEvent(text=f"notice {i}")))
+        await pilot.pause()
+        await pilot.pause()
+        hidden = conversation.hidden_above
+        assert hidden > 0
+        # scrolling to the top is enough: the earlier batch is re-created
+        conversation.scroll_home(animate=False, immediate=True)
+        for _ in range(20):
+            await pilot.pause()
+            if conversation.hidden_above < hidden:
+                break
+        assert conversation.hidden_above < hidden
+        first_shown = next(w for w in conversation.children if isinstance(w, EngineLine) and w.kind == "info")
+        # new items while the user reads further up: the window stays put, bounded
+        for i in range(300, 500):
+            app.post_message(AgentEventMessage(ev.NoticeEvent(text=f"notice {i}")))
+        await pilot.pause()
+        await pilot.pause()
+        assert first_shown.is_attached
+        assert len(conversation.children) <= 40 + conversation.slack + 2
+        below = conversation.children[-1]
+        assert below.display and "newer items below" in below.render().plain
+        await conversation.jump_to_end()
+        await pilot.pause()
+        assert any(isinstance(w, EngineLine) and w.text == "notice 499" for w in conversation.children)
+
+
 async def test_prompts_sent_while_busy_are_queued_and_run_in_order() -> None:
     gate = Gate()
     agent = FakeAgent({"first": [gate, Text("one")], "second": [Text("two")]})

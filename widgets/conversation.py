@@ -185,6 +185,11 @@ class Conversation(VerticalScroll, can_focus=True):
     def _add(self, item: ConversationItem) -> None:
         was_live = self.live
         self.items.append(item)
+        full = self.mounted_count >= self.max_mounted + self.slack
+        if was_live and full and self.max_scroll_y > 0 and not self.is_vertical_scroll_end:
+            # The user is reading further up: trimming the top would pull the text
+            # away under their eyes. Stop following; the newer items wait below.
+            was_live = False
         if was_live:
             item.widget = self._make_widget(item)
             self.mount(item.widget, before=self._below)
