@@ -8,6 +8,7 @@ from app.config import load_settings
 from app.runtime import build_agent
 from app.tui import TidegaugeApp
 from widgets.approval_screen import ApprovalScreen
+from widgets.assistant_message import AssistantMessage
 from widgets.engine_line import EngineLine
 from widgets.header_bar import HeaderBar
 from widgets.tool_output_panel import ToolOutputPanel
@@ -73,6 +74,14 @@ async def test_demo_summarize_climbs_through_the_warning_line_into_an_auto_compa
         await pilot.pause()
         kinds = [line.kind for line in app.conversation.query(EngineLine)]
         assert "warning" in kinds and "compaction" in kinds
+        # every reply is drawn, also those that arrived in one burst (demo speed 0)
+        for _ in range(50):
+            replies = list(app.conversation.query(AssistantMessage))
+            if replies and all(reply.blocks for reply in replies if reply.text.strip()):
+                break
+            await pilot.pause()
+        drawn = [reply for reply in replies if reply.text.strip()]
+        assert drawn and all(reply.blocks for reply in drawn)
         assert any(p.kind == "compaction" for p in app.query_one("#context-history").points)
 
 

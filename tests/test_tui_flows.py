@@ -75,6 +75,22 @@ async def test_many_deltas_build_one_message_without_losing_text() -> None:
         await settle(pilot)
         (message,) = app.query(AssistantMessage)
         assert message.source.strip() == text.strip()
+        # and it is drawn, not only held: the rendered blocks end with the last word
+        assert message.blocks and "word2999" in (message.blocks[-1].source or "")
+
+
+async def test_a_reply_that_arrives_all_at_once_is_drawn() -> None:
+    agent = FakeAgent({"quick": [Text("Short and *complete* reply.", size=1_000)]})
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "quick")
+        await settle(pilot)
+        for _ in range(50):
+            (message,) = app.query(AssistantMessage)
+            if message.blocks:
+                break
+            await pilot.pause()
+        assert "Short and *complete* reply." in "".join(b.source or "" for b in message.blocks)
 
 
 @pytest.fixture

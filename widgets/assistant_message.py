@@ -76,6 +76,7 @@ class AssistantMessage(Vertical):
         self._chunks: list[str] = [text] if text else []
         self._pending: list[str] = []
         self._flush_timer: Timer | None = None
+        self._finishing = False
         self.appends = 0  # appends that reached a Markdown (for tests and benchmarks)
         self._initial_segments()
 
@@ -129,16 +130,26 @@ class AssistantMessage(Vertical):
 
     async def _flush(self) -> None:
         self._flush_timer = None
-        if not self._pending:
+        if self._pending and not self._segments[-1].is_mounted:
+            # A Markdown can only append once mounted; try again shortly (never block).
+            self._flush_timer = self.set_timer(FLUSH_INTERVAL, self._flush)
             return
-        fragment = sanitize("".join(self._pending))
-        self._pending.clear()
-        while fragment:
-            cut = cut_point(self._segment_chars, self._fence_open, fragment)
-            head, fragment = (fragment, "") if cut is None else (fragment[:cut], fragment[cut:])
-            await self._write(head)
-            if cut is not None:
-                await self._next_segment()
+        if self._pending:
+            fragment = sanitize("".join(self._pending))
+            self._pending.clear()
+            while fragment:
+                cut = cut_point(self._segment_chars, self._fence_open, fragment)
+                head, fragment = (fragment, "") if cut is None else (fragment[:cut], fragment[cut:])
+                await self._write(head)
+                if cut is not None:
+                    await self._next_segment()
+        if self._finishing and not self._pending:
+            await self._stop_stream()
+
+    async def _stop_stream(self) -> None:
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            await stream.stop()
 
     async def _write(self, fragment: str) -> None:
         if not fragment:
@@ -151,9 +162,7 @@ class AssistantMessage(Vertical):
         await self._stream.write(fragment)
 
     async def _next_segment(self) -> None:
-        if self._stream is not None:
-            stream, self._stream = self._stream, None
-            await stream.stop()
+        await self._stop_stream()
         segment = _segment()
         self._segments.append(segment)
         self._segment_chars = 0
@@ -161,14 +170,12 @@ class AssistantMessage(Vertical):
         await self.mount(segment)
 
     async def finish(self) -> None:
-        """Flush what is pending and stop the stream."""
+        """The reply is complete: flush what is pending, then stop the stream."""
+        self._finishing = True
         if self._flush_timer is not None:
             self._flush_timer.stop()
             self._flush_timer = None
         await self._flush()
-        if self._stream is not None:
-            stream, self._stream = self._stream, None
-            await stream.stop()
 
     async def on_unmount(self) -> None:
         # Being removed: drop what is pending instead of appending to a dead widget.
