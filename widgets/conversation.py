@@ -70,10 +70,9 @@ class Conversation(VerticalScroll, can_focus=True):
         self._thinking: ConversationItem | None = None
         self._loading = False
         self._tool_styles: dict[str, object] | None = None
-        self._above = EngineLine("hidden", "", classes="conversation-edge")
-        self._below = EngineLine("hidden", "", classes="conversation-edge")
-        self._above.display = False
-        self._below.display = False
+        # "N earlier/newer items hidden" lines; shown by dropping their -empty class
+        self._above = EngineLine("hidden", "", classes="conversation-edge -empty")
+        self._below = EngineLine("hidden", "", classes="conversation-edge -empty")
 
     def tool_styles(self) -> dict[str, object]:
         if self._tool_styles is None:
@@ -242,11 +241,11 @@ class Conversation(VerticalScroll, can_focus=True):
             self._above.update(
                 literal(f"… {self._start} earlier items hidden — scroll up (or click) to load them{where}")
             )
-        self._above.display = self._start > 0
+        self._above.set_class(self._start == 0, "-empty")
         newer = len(self.items) - self._end
         if newer:
             self._below.update(literal(f"… {newer} newer items below — scroll down (or click) to jump to the end"))
-        self._below.display = newer > 0
+        self._below.set_class(newer == 0, "-empty")
 
     async def load_earlier(self) -> None:
         """Re-create the batch of items just above the window (scroll-back)."""
