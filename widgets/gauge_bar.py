@@ -40,7 +40,9 @@ class GaugeBar(Widget):
         "gauge--dim",
     }
 
-    context: reactive[ContextEvent | None] = reactive(None, always_update=True)
+    # Like ProgressBar's rounded values: an event that draws the same gauge causes no repaint
+    # (ContextEvent is a pydantic model: equal figures compare equal).
+    context: reactive[ContextEvent | None] = reactive(None)
     level = var("ok")
 
     def watch_context(self, event: ContextEvent | None) -> None:
