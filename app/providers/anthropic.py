@@ -28,7 +28,7 @@ from app.providers.base import (
 )
 from app.providers.openai import parse_tool_arguments
 from app.providers.http_base import SseHttpProvider
-from app.providers.sse import SSEEvent, decode_sse, error_from_payload
+from app.providers.sse import SSEEvent, assemble_stream, error_from_payload
 from app.usage import Usage
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -273,12 +273,7 @@ class AnthropicStreamAssembler:
 
 def assemble_anthropic_stream(chunks: Iterable[bytes | str], *, secret: str | None = None) -> list[StreamEvent]:
     """Decode and assemble a whole stream (tests, fuzzing); the last event is the Completed."""
-    assembler = AnthropicStreamAssembler(secret=secret)
-    events: list[StreamEvent] = []
-    for sse in decode_sse(chunks):
-        events.extend(assembler.feed(sse))
-    events.append(assembler.finish())
-    return events
+    return assemble_stream(AnthropicStreamAssembler(secret=secret), chunks)
 
 
 def non_stream_to_events(raw: bytes) -> list[SSEEvent]:

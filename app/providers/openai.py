@@ -28,7 +28,7 @@ from app.providers.base import (
     UsageUpdate,
 )
 from app.providers.http_base import SseHttpProvider
-from app.providers.sse import SSEEvent, decode_sse, error_from_payload
+from app.providers.sse import SSEEvent, assemble_stream, error_from_payload
 from app.usage import Usage
 
 RAW_ARGUMENTS_KEY = "_raw_arguments"
@@ -288,12 +288,7 @@ class OpenAIStreamAssembler:
 
 def assemble_openai_stream(chunks: Iterable[bytes | str], *, secret: str | None = None) -> list[StreamEvent]:
     """Decode and assemble a whole stream (tests, fuzzing); the last event is the Completed."""
-    assembler = OpenAIStreamAssembler(secret=secret)
-    events: list[StreamEvent] = []
-    for sse in decode_sse(chunks):
-        events.extend(assembler.feed(sse))
-    events.append(assembler.finish())
-    return events
+    return assemble_stream(OpenAIStreamAssembler(secret=secret), chunks)
 
 
 def non_stream_to_events(raw: bytes) -> list[SSEEvent]:

@@ -337,3 +337,12 @@ def _where(url: str) -> str:
     """The URL without query string or credentials, for messages."""
     parsed = httpx.URL(url)
     return str(parsed.copy_with(query=None, userinfo=b""))
+
+
+def assemble_stream(assembler: Any, chunks: Iterable[bytes | str]) -> list[Any]:
+    """Decode and assemble a whole stream (tests, fuzzing); the last event is the Completed."""
+    events: list[Any] = []
+    for sse in decode_sse(chunks):
+        events.extend(assembler.feed(sse))
+    events.append(assembler.finish())
+    return events
