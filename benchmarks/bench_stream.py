@@ -59,15 +59,13 @@ def markdown_deltas(count: int) -> list[str]:
 
 def _marker_on_screen(app: Any) -> bool:
     """The marker is in the last block of the streamed message, and that block is fully in view."""
-    from textual.widgets.markdown import MarkdownBlock
-
     from widgets.assistant_message import AssistantMessage
 
     conversation = app.conversation
     widget = conversation.items[-1].widget if conversation.items else None
     if not isinstance(widget, AssistantMessage):
         return False
-    blocks = [child for child in widget.children if isinstance(child, MarkdownBlock)]
+    blocks = widget.blocks  # the Markdown blocks across the reply's segments
     if not blocks or MARKER not in blocks[-1]._content.plain:
         return False
     seen = app.screen._compositor.visible_widgets.get(blocks[-1])
