@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from textual.app import App
 
 from app.tui import CSS_FILE
@@ -60,3 +62,42 @@ async def test_recreated_from_its_text_it_shows_the_same_segments() -> None:
         await pilot.pause()
         message = app.query_one(AssistantMessage)
         assert message.source == text and message.segment_count > 1
+
+
+async def test_a_reply_completing_while_its_flush_timer_fires_is_drawn_whole_and_the_app_keeps_running() -> None:
+    # The flush timer and finish() (the reply's completion, handled by the App) can run at
+    # the same moment. Before flushes were serialised, finish() stopped the Markdown stream
+    # the timer had just started, whose task had not run yet: stop() then raised
+    # CancelledError, which ends the message loop of whoever awaited it (the App: it quits).
+    app = Host()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        for round_ in range(20):
+            message = AssistantMessage()
+            await app.mount(message)
+            text = f"Reply {round_}: the **answer** is here."
+            message.append_text(text)
+            timer_flush = asyncio.create_task(message._flush())  # the timer fires ...
+            await asyncio.sleep(0)  # ... and is inside its first append
+            await message.finish()  # ... when the completion arrives
+            await timer_flush
+            await pilot.pause()
+            assert app.is_running
+            assert message.source == text
+            assert "answer" in "".join(block.source or "" for block in message.blocks)
+
+
+async def test_stopping_a_stream_whose_task_never_ran_does_not_cancel_the_caller() -> None:
+    from textual.widgets import Markdown
+
+    from widgets.assistant_message import stop_stream
+
+    app = Host()
+    async with app.run_test(size=(120, 40)) as pilot:
+        markdown = Markdown()
+        await app.mount(markdown)
+        stream = Markdown.get_stream(markdown)
+        await stop_stream(stream)  # plain stream.stop() raises CancelledError here
+        await markdown.append("still *usable*")
+        await pilot.pause()
+        assert app.is_running and "usable" in markdown.source

@@ -12,6 +12,8 @@ open from the conversation anyway (``open_links=False``).
 
 from __future__ import annotations
 
+import asyncio
+
 from markdown_it import MarkdownIt
 from textual.containers import Vertical
 from textual.timer import Timer
@@ -31,6 +33,28 @@ def _parser() -> MarkdownIt:
 
 def _segment(text: str = "") -> Markdown:
     return Markdown(text, open_links=False, parser_factory=_parser, classes="assistant-segment")
+
+
+async def stop_stream(stream: MarkdownStream) -> None:
+    """Stop a Markdown stream and make sure everything written to it is appended.
+
+    ``MarkdownStream.stop()`` cancels the stream's task and awaits it. If that task
+    had not run yet, awaiting it raises the task's CancelledError in the caller, and
+    a CancelledError escaping a Textual message handler ends that message loop
+    silently (the App's: the dashboard quits by itself). Only a cancellation of
+    the current task itself is passed on; the fragments the task never appended
+    are appended here.
+    """
+    try:
+        await stream.stop()
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
+    leftover = "".join(stream._pending)
+    stream._pending.clear()
+    if leftover and stream.markdown_widget.is_attached:
+        await stream.markdown_widget.append(leftover)
 
 
 def cut_point(segment_chars: int, fence_open: bool, fragment: str) -> int | None:
@@ -77,6 +101,9 @@ class AssistantMessage(Vertical):
         self._pending: list[str] = []
         self._flush_timer: Timer | None = None
         self._finishing = False
+        # The flush timer and finish() (awaited by the App) must not interleave: one
+        # could stop the stream or start a segment under the other's feet.
+        self._flush_lock = asyncio.Lock()
         self.appends = 0  # appends that reached a Markdown (for tests and benchmarks)
         self._initial_segments()
 
@@ -130,6 +157,10 @@ class AssistantMessage(Vertical):
 
     async def _flush(self) -> None:
         self._flush_timer = None
+        async with self._flush_lock:
+            await self._flush_pending()
+
+    async def _flush_pending(self) -> None:
         if self._pending and not self._segments[-1].is_mounted:
             # A Markdown can only append once mounted; try again shortly (never block).
             self._flush_timer = self.set_timer(FLUSH_INTERVAL, self._flush)
@@ -149,7 +180,7 @@ class AssistantMessage(Vertical):
     async def _stop_stream(self) -> None:
         if self._stream is not None:
             stream, self._stream = self._stream, None
-            await stream.stop()
+            await stop_stream(stream)
 
     async def _write(self, fragment: str) -> None:
         if not fragment:
@@ -184,6 +215,9 @@ class AssistantMessage(Vertical):
             self._flush_timer = None
         self._pending.clear()
         if self._stream is not None:
+            # Cancel without awaiting: the task may be appending to a Markdown that
+            # is being removed with us, and waiting for that could never end.
             stream, self._stream = self._stream, None
             stream._pending.clear()
-            await stream.stop()
+            if stream._task is not None:
+                stream._task.cancel()
