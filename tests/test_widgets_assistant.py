@@ -101,3 +101,53 @@ async def test_stopping_a_stream_whose_task_never_ran_does_not_cancel_the_caller
         await markdown.append("still *usable*")
         await pilot.pause()
         assert app.is_running and "usable" in markdown.source
+
+
+async def test_a_long_reply_parks_segments_far_from_view_and_draws_them_again_when_scrolled_to() -> None:
+    from textual.containers import VerticalScroll
+
+    from widgets.assistant_message import ParkedSegment
+
+    class Scrolling(App):
+        CSS_PATH = str(CSS_FILE)
+
+        def compose(self):
+            with VerticalScroll():
+                yield AssistantMessage()
+
+    paragraphs = [f"Paragraph {i}: " + "lorem ipsum " * 60 for i in range(120)]
+    text = "\n\n".join(paragraphs) + "\n"
+    app = Scrolling()
+    async with app.run_test(size=(120, 40)) as pilot:
+        scroller = app.query_one(VerticalScroll)
+        scroller.anchor()
+        message = app.query_one(AssistantMessage)
+        for i in range(0, len(text), 200):
+            message.append_text(text[i : i + 200])
+        await message.finish()
+        for _ in range(10):
+            await pilot.pause()
+        assert message.source == text
+        # far above the view: parked, so the mounted widgets do not grow with the reply
+        assert message.segment_count > 12 and message.segment_count - message.parked_count <= 6
+        widgets_at_the_end = len(list(message.walk_children()))
+        assert "Paragraph 119" in message.blocks[-1].source
+        height = message.outer_size.height
+        scroller.scroll_home(animate=False)
+        for _ in range(10):
+            await pilot.pause()
+        # the top is drawn again, the end parked; nothing moved
+        assert message.blocks and "Paragraph 0:" in (message.blocks[0].source or "")
+        assert message.outer_size.height == height
+        assert len(list(message.walk_children())) < widgets_at_the_end * 2
+        segments = list(message.query_children(".assistant-segment"))
+        assert not isinstance(segments[0], ParkedSegment) and isinstance(segments[-2], ParkedSegment)
+        # a narrower terminal: parked heights were measured at the old width, so they are
+        # measured again (the reply would otherwise leave gaps or overlap when scrolled)
+        await pilot.resize_terminal(80, 40)
+        for _ in range(10):
+            await pilot.pause()
+        width = message.outer_size.width
+        parked = [s for s in message.query_children(".assistant-segment") if isinstance(s, ParkedSegment)]
+        assert parked and all(s.parked_width == width for s in parked)
+        assert message.outer_size.height > height  # narrower: longer

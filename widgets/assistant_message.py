@@ -8,6 +8,13 @@ segment passes ``SEGMENT_CHARS``, or at any line/word break past
 ``FORCE_CHARS``): each append then costs the same at the end of a 200 KB reply
 as at its start. Linkify is off: it dominates parse time and links do not
 open from the conversation anyway (``open_links=False``).
+
+Segments far out of view (more than a screen above or below what the
+conversation shows) are parked: the Markdown, with its dozens of block
+widgets, is replaced by a blank stand-in of the same height, and re-created
+from its source when it comes near the view again. Every frame's layout walks
+every mounted widget, so without this a 100 KB reply would make each frame
+(and each garbage collection) cost in proportion to its whole length.
 """
 
 from __future__ import annotations
@@ -16,13 +23,17 @@ import asyncio
 
 from markdown_it import MarkdownIt
 from textual.containers import Vertical
+from textual.events import Resize
+from textual.geometry import Size
+from textual.layout import DockArrangeResult
 from textual.timer import Timer
+from textual.widget import Widget
 from textual.widgets import Markdown
 from textual.widgets.markdown import MarkdownBlock, MarkdownStream
 
 from widgets._literal import sanitize
 
-FLUSH_INTERVAL = 1 / 25  # seconds: the screen is never more than this behind the stream
+FLUSH_INTERVAL = 1 / 50  # seconds a delta waits, at most, before it is handed to the Markdown
 SEGMENT_CHARS = 4_000
 FORCE_CHARS = 16_000
 
@@ -31,8 +42,39 @@ def _parser() -> MarkdownIt:
     return MarkdownIt("gfm-like").disable("linkify")
 
 
-def _segment(text: str = "") -> Markdown:
-    return Markdown(text, open_links=False, parser_factory=_parser, classes="assistant-segment")
+class ReplySegment(Markdown):
+    """One segment of a reply: a Markdown whose layout depends only on its width.
+
+    Textual arranges a container whose children are all ``height: auto`` at the
+    container's height, and passes that height down as the children's container
+    size: each time a reply grew by a line, every segment above (and every list
+    inside the segment being written) was arranged again, all its blocks
+    recursively, making a long reply quadratic. Markdown blocks have no
+    ``fr``/``%`` heights, so arranging them at height 0 places them exactly
+    the same, and the result stays cached until the segment itself changes.
+    """
+
+    expected_height = 0  # restored from parking: its height until it is laid out again
+
+    def arrange(self, size: Size, optimal: bool = False) -> DockArrangeResult:
+        return super().arrange(Size(size.width, 0), optimal)
+
+
+def _segment(text: str = "") -> ReplySegment:
+    return ReplySegment(text, open_links=False, parser_factory=_parser, classes="assistant-segment")
+
+
+class ParkedSegment(Widget):
+    """Stands in for a segment far out of view: blank, the segment's height, its source kept."""
+
+    def __init__(self, source: str, height: int, width: int) -> None:
+        super().__init__(classes="assistant-segment")
+        self.source = source
+        self.parked_height = height
+        self.parked_width = width  # the height holds at this width only
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return self.parked_height
 
 
 async def stop_stream(stream: MarkdownStream) -> None:
@@ -42,8 +84,9 @@ async def stop_stream(stream: MarkdownStream) -> None:
     had not run yet, awaiting it raises the task's CancelledError in the caller, and
     a CancelledError escaping a Textual message handler ends that message loop
     silently (the App's: the dashboard quits by itself). Only a cancellation of
-    the current task itself is passed on; the fragments the task never appended
-    are appended here.
+    the current task itself is passed on; the fragments the task never got to
+    append are appended here. (When the task did run, it appended them itself on
+    its way out, without clearing its list: appending them again would double them.)
     """
     try:
         await stream.stop()
@@ -51,10 +94,10 @@ async def stop_stream(stream: MarkdownStream) -> None:
         current = asyncio.current_task()
         if current is not None and current.cancelling():
             raise
-    leftover = "".join(stream._pending)
-    stream._pending.clear()
-    if leftover and stream.markdown_widget.is_attached:
-        await stream.markdown_widget.append(leftover)
+        leftover = "".join(stream._pending)
+        stream._pending.clear()
+        if leftover and stream.markdown_widget.is_attached:
+            await stream.markdown_widget.append(leftover)
 
 
 def cut_point(segment_chars: int, fence_open: bool, fragment: str) -> int | None:
@@ -93,7 +136,7 @@ class AssistantMessage(Vertical):
     def __init__(self, text: str = "", **kwargs) -> None:
         super().__init__(**kwargs)
         self._initial = sanitize(text)
-        self._segments: list[Markdown] = []
+        self._segments: list[ReplySegment | ParkedSegment] = []
         self._segment_chars = 0
         self._fence_open = False
         self._stream: MarkdownStream | None = None
@@ -105,6 +148,7 @@ class AssistantMessage(Vertical):
         # could stop the stream or start a segment under the other's feet.
         self._flush_lock = asyncio.Lock()
         self.appends = 0  # appends that reached a Markdown (for tests and benchmarks)
+        self._parking_scheduled = False
         self._initial_segments()
 
     def _initial_segments(self) -> None:
@@ -139,12 +183,22 @@ class AssistantMessage(Vertical):
 
     @property
     def blocks(self) -> list[MarkdownBlock]:
-        """The rendered Markdown blocks of every segment, in order."""
+        """The rendered Markdown blocks of the segments that are not parked, in order."""
         return [child for segment in self._segments for child in segment.children if isinstance(child, MarkdownBlock)]
+
+    @property
+    def _writing_segment(self) -> ReplySegment:
+        segment = self._segments[-1]
+        assert isinstance(segment, ReplySegment), "the last segment is never parked"
+        return segment
 
     @property
     def segment_count(self) -> int:
         return len(self._segments)
+
+    @property
+    def parked_count(self) -> int:
+        return sum(1 for segment in self._segments if isinstance(segment, ParkedSegment))
 
     def append_text(self, delta: str) -> None:
         """Queue a delta; a timer hands what is pending to the stream in one piece."""
@@ -161,7 +215,7 @@ class AssistantMessage(Vertical):
             await self._flush_pending()
 
     async def _flush_pending(self) -> None:
-        if self._pending and not self._segments[-1].is_mounted:
+        if self._pending and not self._writing_segment.is_mounted:
             # A Markdown can only append once mounted; try again shortly (never block).
             self._flush_timer = self.set_timer(FLUSH_INTERVAL, self._flush)
             return
@@ -186,7 +240,7 @@ class AssistantMessage(Vertical):
         if not fragment:
             return
         if self._stream is None:
-            self._stream = Markdown.get_stream(self._segments[-1])
+            self._stream = Markdown.get_stream(self._writing_segment)
         self.appends += 1
         self._segment_chars += len(fragment)
         self._fence_open ^= fragment.count("```") % 2 == 1
@@ -199,6 +253,78 @@ class AssistantMessage(Vertical):
         self._segment_chars = 0
         self._fence_open = False
         await self.mount(segment)
+
+    # ---------------------------------------------------------------- parking
+
+    def schedule_parking(self, after_refresh: bool = False) -> None:
+        """Park/restore segments against the scroll position (soon: after what is queued)."""
+        if not self._parking_scheduled and len(self._segments) > 1 and self.is_mounted:
+            self._parking_scheduled = True
+            (self.call_after_refresh if after_refresh else self.call_later)(self._update_parking)
+
+    def on_mount(self) -> None:
+        scroller = self.parent
+        if isinstance(scroller, Widget) and scroller.is_scrollable:
+            self.watch(scroller, "scroll_y", self._scrolled, init=False)
+
+    def _scrolled(self) -> None:
+        self.schedule_parking()
+
+    def on_resize(self, event: Resize) -> None:
+        self.schedule_parking()
+
+    async def _update_parking(self) -> None:
+        self._parking_scheduled = False
+        async with self._flush_lock:  # a flush may start a segment meanwhile
+            park, restore, width = self._parking_plan()
+            if park or restore:
+                await self._swap(park, restore, width)
+        if restore:  # once the restored segments are laid out, look again (a width change
+            self.schedule_parking(after_refresh=True)  # restores them all; most are parked again)
+
+    def _parking_plan(self) -> tuple[list[int], list[int], int]:
+        """Which segments to park and which to restore: live within a screen of the view."""
+        scroller = self.parent
+        if not self.is_attached or not isinstance(scroller, Widget) or not scroller.is_scrollable:
+            return [], [], 0
+        width = self.outer_size.width
+        view = scroller.scrollable_content_region.height
+        top = scroller.scroll_offset.y - self.virtual_region.y  # the view, in our own rows
+        low, high = top - view, top + 2 * view
+        last = len(self._segments) - 1  # the segment being written: never parked
+        park: list[int] = []
+        restore: list[int] = []
+        y = 0
+        for index, segment in enumerate(self._segments):
+            if isinstance(segment, ParkedSegment):
+                height = segment.parked_height
+                if segment.parked_width != width or (y < high and y + height > low):
+                    restore.append(index)
+            else:
+                # (height 0: not laid out yet, left as it is; the next resize looks again)
+                height = segment.outer_size.height or segment.expected_height
+                if index < last and height and segment.is_mounted and not (y < high and y + height > low):
+                    park.append(index)
+            y += height
+        return park, restore, width
+
+    async def _swap(self, park: list[int], restore: list[int], width: int) -> None:
+        old: list[Widget] = []
+        with self.app.batch_update():
+            for index in restore:
+                segment = self._segments[index]
+                assert isinstance(segment, ParkedSegment)
+                restored = self._segments[index] = _segment(segment.source)
+                if segment.parked_width == width:
+                    restored.expected_height = segment.parked_height
+                await self.mount(restored, before=segment)
+                old.append(segment)
+            for index in park:
+                segment = self._segments[index]
+                self._segments[index] = ParkedSegment(segment.source, segment.outer_size.height, width)
+                await self.mount(self._segments[index], before=segment)
+                old.append(segment)
+            await self.remove_children(old)
 
     async def finish(self) -> None:
         """The reply is complete: flush what is pending, then stop the stream."""
