@@ -575,7 +575,6 @@ class TidegaugeApp(App[int]):
     def action_toggle_output(self) -> None:
         """Expand or collapse the selected tool output."""
         result = self.tool_panel.toggle_expand()
-        self.screen.set_class(result == "expanding", "-output-expanded")
         if result not in ("expanding", "collapsed"):
             self.notify(result, timeout=3)
 
