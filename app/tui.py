@@ -26,9 +26,6 @@ from textual.widgets import Footer, Input
 from textual.worker import Worker, WorkerState
 
 import styles
-from app import events as ev
-from widgets.approval_screen import ApprovalScreen
-from widgets.confirm_screen import ConfirmScreen
 from widgets.context_panel import ContextPanel
 from widgets.conversation import Conversation
 from widgets.gauge_bar import human_tokens
@@ -38,6 +35,7 @@ from widgets.tool_call_line import ToolCallInfo, ToolCallLine
 from widgets.tool_output_panel import ToolOutputPanel
 
 if TYPE_CHECKING:  # the agent core never imports textual; we only need its shape
+    from app import events as ev
     from app.agent import Agent
     from app.config import Settings
     from app.messages import ToolUseBlock
@@ -149,6 +147,8 @@ class TidegaugeApp(App[int]):
         self._loop_thread = threading.get_ident()
         self._typed_line_drawn = False
         self._prune_point_pending = False
+        self._starting = agent is None  # until the factory's agent is built
+        self.startup_error: BaseException | None = None  # building the agent failed (the app exits 2)
 
     # ------------------------------------------------------------------ layout
 
@@ -200,6 +200,11 @@ class TidegaugeApp(App[int]):
         return self._main(PromptBox)
 
     @property
+    def ready(self) -> bool:
+        """The agent exists (it is built after the first frame when given as a factory)."""
+        return not self._starting
+
+    @property
     def busy(self) -> bool:
         return self._agent_worker is not None and not self._agent_worker.is_finished
 
@@ -208,11 +213,43 @@ class TidegaugeApp(App[int]):
         self._gc_thresholds = gc.get_threshold()
         gc.set_threshold(GC_YOUNG_THRESHOLD, *self._gc_thresholds[1:])
         self.set_interval(2.0, _release_styles_of_removed_widgets)
-        self.call_after_refresh(_freeze_what_start_up_built)
-        if self._agent is None:
-            assert self._agent_factory is not None
-            self._agent = self._agent_factory()
-        agent = self.agent
+        self.conversation.border_title = "conversation"
+        self.tool_panel.border_title = "tool output"
+        self.context_panel.border_title = "context"
+        self.prompt_box.focus()
+        if self._agent is not None:
+            self._attach_agent(self._agent, self._agent.context_event())
+        else:
+            # Paint first: building the agent (imports, the session on disk) and its first
+            # context figures (the token encoder, ~250 ms) happen in a thread after the
+            # first frame. Prompts typed meanwhile are queued.
+            self.header.state = "starting"
+            self.header.provider_label = "starting…"
+            self.call_after_refresh(self._build_agent)
+
+    @work(thread=True, exclusive=True, group="agent-build", exit_on_error=False)
+    def _build_agent(self) -> "tuple[Agent, ev.ContextEvent]":
+        assert self._agent_factory is not None
+        agent = self._agent_factory()
+        first_context = agent.context_event()  # loads the token encoder, off the event loop
+        import widgets.assistant_message  # noqa: F401  the first reply's Markdown, imported here too
+
+        return agent, first_context
+
+    def _agent_built(self, event: Worker.StateChanged) -> None:
+        if event.state == WorkerState.SUCCESS:
+            agent, first_context = event.worker.result
+            self._agent = agent
+            self._starting = False
+            self.header.state = "idle"
+            self._attach_agent(agent, first_context)
+            if self._queue and not self.busy:
+                self._agent_worker = self._run_action(self._queue.pop(0))
+        elif event.state in (WorkerState.ERROR, WorkerState.CANCELLED):
+            self.startup_error = event.worker.error or RuntimeError("the agent could not be built")
+            self.exit(return_code=2)
+
+    def _attach_agent(self, agent: "Agent", first_context: "ev.ContextEvent") -> None:
         agent.emit = self._emit
         if not self.auto_approve:
             agent.approver = self._approve
@@ -220,9 +257,6 @@ class TidegaugeApp(App[int]):
             path = getattr(agent, "transcript_path", None) or getattr(agent, "session_dir", None)
             if path is not None:
                 self.conversation.transcript_path = str(path)
-        self.conversation.border_title = "conversation"
-        self.tool_panel.border_title = "tool output"
-        self.context_panel.border_title = "context"
         header = self.header
         header.provider_label = agent.provider_label
         header.cwd = self._cwd_display if self._cwd_display is not None else str(agent.workspace)
@@ -230,14 +264,14 @@ class TidegaugeApp(App[int]):
         header.max_steps = agent.max_steps
         for event in agent.restored_events():
             self._restore(event)
-        self._apply(agent.context_event())
+        self._apply(first_context)
         if agent.is_demo:
             self.conversation.add_engine(
                 "info",
                 "demo (scripted model): no API key is configured, so a scripted model drives real tools. "
                 "Try: find errors in app.log · summarize the project · flood",
             )
-        self.prompt_box.focus()
+        self.call_after_refresh(_freeze_what_start_up_built)  # start-up is over
 
     async def on_unmount(self) -> None:
         _release_styles_of_removed_widgets()  # ours, all removed now
@@ -263,8 +297,12 @@ class TidegaugeApp(App[int]):
     async def on_agent_event_message(self, message: AgentEventMessage) -> None:
         await self._apply_async(message.event)
 
+    # Events arrive once the agent exists: app.events (pydantic models) is imported
+    # then, after the first frame, not with this module.
+
     def _restore(self, event: Any) -> None:
         """Replay a resumed session's events (no streaming)."""
+        from app import events as ev
         if isinstance(event, (ev.TextDeltaEvent, ev.ThinkingDeltaEvent, ev.StateEvent)):
             return
         if isinstance(event, ev.UserMessageEvent):
@@ -277,6 +315,7 @@ class TidegaugeApp(App[int]):
         self._apply(event)
 
     async def _apply_async(self, event: Any) -> None:
+        from app import events as ev
         conversation = self.conversation
         if isinstance(event, ev.TextDeltaEvent):
             conversation.append_assistant(event.text)
@@ -288,6 +327,7 @@ class TidegaugeApp(App[int]):
             self._apply(event)
 
     def _apply(self, event: Any) -> None:
+        from app import events as ev
         # The engine follows some typed events with a NoticeEvent saying the same thing;
         # the typed event already drew its styled line, so that notice is skipped.
         follows_typed, self._typed_line_drawn = self._typed_line_drawn, False
@@ -298,6 +338,7 @@ class TidegaugeApp(App[int]):
         self._apply_event(event)
 
     def _apply_event(self, event: Any) -> None:  # noqa: C901 - one branch per event type
+        from app import events as ev
         conversation, panel, header = self.conversation, self.tool_panel, self.header
         if isinstance(event, ev.ThinkingDeltaEvent):
             conversation.append_thinking(event.text)
@@ -446,9 +487,13 @@ class TidegaugeApp(App[int]):
     # ---------------------------------------------------------------- running
 
     def _start(self, action: _Action) -> None:
+        what = "prompt" if action.kind == "prompt" else action.kind
+        if not self.ready:
+            self._queue.append(action)
+            self.notify(f"queued: the {what} runs as soon as the agent is ready", timeout=4)
+            return
         if self.busy:
             self._queue.append(action)
-            what = "prompt" if action.kind == "prompt" else action.kind
             self.notify(f"queued: the {what} runs when the current turn ends (escape interrupts)", timeout=4)
             return
         self._agent_worker = self._run_action(action)
@@ -466,6 +511,9 @@ class TidegaugeApp(App[int]):
             self.context_panel.add_point(agent.context_event().projected_tokens, "prune")
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker.group == "agent-build":
+            self._agent_built(event)
+            return
         if event.worker is not self._agent_worker:
             return
         if event.state not in (WorkerState.SUCCESS, WorkerState.ERROR, WorkerState.CANCELLED):
@@ -490,6 +538,8 @@ class TidegaugeApp(App[int]):
         def answered(result: Approval | None) -> None:
             if not future.done():
                 future.set_result(result or "no")
+
+        from widgets.approval_screen import ApprovalScreen  # modals: imported when first shown
 
         screen = ApprovalScreen(block.name, dict(block.input))
         previous_state = self.header.state
@@ -533,6 +583,8 @@ class TidegaugeApp(App[int]):
             self._start(_Action("compact", rest or None))
         elif command == "/reset":
             self.action_reset()
+        elif command in ("/usage", "/context") and not self.ready:
+            self.conversation.add_engine("info", "the agent is still starting: try again in a moment")
         elif command == "/usage":
             self.conversation.add_engine("info", self.agent.usage_report())
         elif command == "/context":
@@ -559,13 +611,18 @@ class TidegaugeApp(App[int]):
             if not answer:
                 self.conversation.add_engine("info", "reset cancelled")
                 return
-            if self.busy:
+            if not self.ready:
+                self._queue.clear()
+                self._queue.append(_Action("reset"))
+            elif self.busy:
                 self._queue.clear()
                 self._queue.append(_Action("reset"))
                 assert self._agent_worker is not None
                 self._agent_worker.cancel()
             else:
                 self._agent_worker = self._run_action(_Action("reset"))
+
+        from widgets.confirm_screen import ConfirmScreen
 
         self.push_screen(
             ConfirmScreen("Reset the conversation? The model forgets it; the transcript stays on disk."),
@@ -596,16 +653,34 @@ class TidegaugeApp(App[int]):
 
 
 def run_dashboard(settings: "Settings", resume: str | None = None, continue_latest: bool = False) -> int:
-    """Open the dashboard (the CLI calls this when there is no -p). Returns the exit code."""
+    """Open the dashboard (the CLI calls this when there is no -p). Returns the exit code.
+
+    A new session's agent is built after the first frame (see ``TidegaugeApp.on_mount``).
+    Resuming a session, or a provider without its key, builds it first: a bad session
+    id or a missing key is then one line on stderr, without the screen flashing open.
+    """
     import sys
 
-    from app.runtime import build_agent
+    from app.config import api_key_for, resolve_provider
 
-    try:
-        agent = build_agent(settings, resume=resume, continue_latest=continue_latest)
-    except Exception as error:  # a bad setting or session id: one line, no traceback
-        print(f"tidegauge: {error}", file=sys.stderr)
-        return 2
-    app = TidegaugeApp(agent, auto_approve=bool(getattr(settings, "yes", False)))
+    def build():
+        from app.runtime import build_agent
+
+        return build_agent(settings, resume=resume, continue_latest=continue_latest)
+
+    auto_approve = bool(getattr(settings, "yes", False))
+    provider = resolve_provider(settings)
+    if resume or continue_latest or (provider != "demo" and not api_key_for(settings, provider)):
+        try:
+            agent = build()
+        except Exception as error:  # a bad setting or session id: one line, no traceback
+            print(f"tidegauge: {error}", file=sys.stderr)
+            return 2
+        app = TidegaugeApp(agent, auto_approve=auto_approve)
+    else:
+        app = TidegaugeApp(agent_factory=build, auto_approve=auto_approve)
     app.run()
+    if app.startup_error is not None:
+        print(f"tidegauge: {app.startup_error}", file=sys.stderr)
+        return 2
     return app.return_code or 0

@@ -501,3 +501,48 @@ async def test_tab_moves_between_regions() -> None:
             seen.append(app.focused.id if app.focused else None)
             await pilot.press("tab")
         assert {"prompt", "tool-list", "output-viewer", "conversation"} <= set(seen)
+
+
+async def test_the_dashboard_paints_before_the_agent_is_built_and_runs_a_prompt_typed_meanwhile() -> None:
+    # Building the agent (imports, the session, the token encoder) happens in a thread
+    # after the first frame; a prompt typed before it is ready waits for it.
+    import threading
+
+    release = threading.Event()
+
+    def build_slowly() -> FakeAgent:
+        release.wait(10)
+        return FakeAgent({"hello": [Text("Hello from the agent, now that it is ready.")]})
+
+    app = TidegaugeApp(agent_factory=build_slowly, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        header = app.query_one(HeaderBar)
+        assert not app.ready and header.state == "starting"
+        await send(pilot, "hello")
+        await pilot.pause()
+        assert [item.text for item in app.conversation.items if item.kind == "user"] == ["hello"]
+        assert not list(app.query(AssistantMessage))  # queued, not lost, not run yet
+        release.set()
+        for _ in range(50):
+            await settle(pilot)
+            if list(app.query(AssistantMessage)):
+                break
+        assert app.ready
+        (message,) = app.query(AssistantMessage)
+        assert "now that it is ready" in message.source
+        assert header.provider_label and header.provider_label != "starting…"
+
+
+async def test_an_agent_that_cannot_be_built_ends_the_dashboard_with_its_error() -> None:
+    def broken() -> FakeAgent:
+        raise RuntimeError("data dir is not writable")
+
+    app = TidegaugeApp(agent_factory=broken, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        for _ in range(50):
+            await pilot.pause()
+            if app.startup_error is not None:
+                break
+    assert app.return_code == 2
+    assert "not writable" in str(app.startup_error)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 from textual.widget import Widget
 
-from app.events import ContextEvent
 from widgets.gauge_bar import human_tokens
+
+if TYPE_CHECKING:  # app.events (pydantic models) is not needed to draw the first frame
+    from app.events import ContextEvent
 
 PART_LABELS = {
     "system": "system prompt",

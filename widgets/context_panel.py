@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from textual.containers import Horizontal, Vertical
 
-from app.events import ContextEvent
 from widgets.context_breakdown import ContextBreakdown
 from widgets.context_history import ContextHistory, PointKind
 from widgets.gauge_bar import LEVEL_CLASSES, GaugeBar
+
+if TYPE_CHECKING:  # app.events (pydantic models) is not needed to draw the first frame
+    from app.events import ContextEvent
 
 
 class ContextPanel(Vertical):

@@ -9,18 +9,29 @@ the user scrolls back to them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from textual import events
 from textual.containers import VerticalScroll
 from textual.widget import Widget
 
 from widgets._literal import literal
-from widgets.assistant_message import AssistantMessage
 from widgets.engine_line import EngineLine
 from widgets.thinking_line import ThinkingLine
 from widgets.tool_call_line import TOOL_STYLE_KEYS, ToolCallInfo, ToolCallLine
 from widgets.user_prompt import UserPrompt
+
+if TYPE_CHECKING:
+    from widgets.assistant_message import AssistantMessage
+
+
+def _assistant_message() -> "type[AssistantMessage]":
+    # Markdown and markdown-it cost ~50 ms to import: loaded with the first reply
+    # (or warmed up after the first frame), not before the dashboard is drawn.
+    from widgets.assistant_message import AssistantMessage
+
+    return AssistantMessage
+
 
 ItemKind = Literal["user", "assistant", "thinking", "tool", "engine"]
 
@@ -138,7 +149,7 @@ class Conversation(VerticalScroll, can_focus=True):
             item = self._assistant = ConversationItem("assistant")
             self._add(item)
         item.chunks.append(delta)
-        if isinstance(item.widget, AssistantMessage):
+        if isinstance(item.widget, _assistant_message()):
             item.widget.append_text(delta)
 
     @property
@@ -165,7 +176,7 @@ class Conversation(VerticalScroll, can_focus=True):
         """The assistant message is complete: flush its stream."""
         item, self._assistant = self._assistant, None
         self._thinking = None
-        if item is not None and isinstance(item.widget, AssistantMessage):
+        if item is not None and isinstance(item.widget, _assistant_message()):
             await item.widget.finish()
 
     def end_turn_streams(self) -> None:
@@ -175,7 +186,7 @@ class Conversation(VerticalScroll, can_focus=True):
     def _close_assistant_sync(self) -> None:
         # The widget's stream flushes itself; a new message starts on the next delta.
         item, self._assistant = self._assistant, None
-        if item is not None and isinstance(item.widget, AssistantMessage):
+        if item is not None and isinstance(item.widget, _assistant_message()):
             self.run_worker(item.widget.finish(), group="conversation-flush")
 
     def _close_thinking(self) -> None:
@@ -203,7 +214,7 @@ class Conversation(VerticalScroll, can_focus=True):
         if item.kind == "user":
             return UserPrompt(item.text)
         if item.kind == "assistant":
-            return AssistantMessage(item.text)
+            return _assistant_message()(item.text)
         if item.kind == "thinking":
             return ThinkingLine(item.text)
         if item.kind == "tool":

@@ -7,12 +7,16 @@ exactly where things happen.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.style import Style
 from rich.text import Text
 from textual.reactive import reactive, var
 from textual.widget import Widget
 
-from app.events import ContextEvent
+if TYPE_CHECKING:  # app.events (pydantic models) is not needed to draw the first frame
+    from app.events import ContextEvent
+
 
 LEVEL_CLASSES = ("-warning", "-compact", "-blocking")
 
