@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from app import __version__
+
+if TYPE_CHECKING:
+    from app.config import Settings
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,16 +44,20 @@ FLAG_FIELDS = ("provider", "model", "base_url", "api_key_env", "max_output", "ma
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from app.config import ConfigError, load_settings
-    from app.runtime import SetupError
+    from app.errors import ConfigError, SetupError
 
     overrides = {name: getattr(args, name) for name in FLAG_FIELDS}
+
+    def settings() -> "Settings":  # imported on use: the dashboard paints before pydantic is loaded
+        from app.config import load_settings
+
+        return load_settings(overrides)
+
     try:
-        settings = load_settings(overrides)
         if args.prompt is not None:
             from app.headless import run_headless
 
-            return run_headless(settings, args.prompt, args.output_format,
+            return run_headless(settings(), args.prompt, args.output_format,
                                 resume=args.resume, continue_latest=args.continue_latest)
         from app.tui import run_dashboard
 

@@ -23,6 +23,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from app.errors import ConfigError  # raised here; the CLI imports it from app.errors
 from app.redact import redact, register_env_var, register_secret
 
 APP_NAME = "tidegauge"
@@ -39,10 +40,6 @@ PROVIDER_KEY_ENV: dict[str, str] = {
     "anthropic": "ANTHROPIC_API_KEY",
 }
 PRICE_FIELDS = frozenset({"input", "cached_input", "cache_write", "output"})
-
-
-class ConfigError(Exception):
-    """A bad setting; ``str(err)`` is one line meant for the user."""
 
 
 def config_dir_path() -> Path:

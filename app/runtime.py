@@ -13,6 +13,7 @@ from app.context.file_cache import FileReadCache
 from app.context.memory import load_memory
 from app.context.prices import price_for
 from app.context.thresholds import context_window_for
+from app.errors import SetupError
 from app.events import Event
 from app.providers.factory import create_provider
 from app.redact import register_secret
@@ -33,10 +34,6 @@ Tools: read_file, list_files, run_bash, write_file, edit_file. Paths are relativ
 - Your context is managed: old tool results may be cleared and the conversation may be compacted
   into a summary. Re-read files when you need their exact content.
 Be concise. When the task is done, say what you did and what you verified."""
-
-
-class SetupError(Exception):
-    """A problem building the agent, with a one-line message for the user."""
 
 
 def _tool_env(settings: Settings) -> dict[str, str]:

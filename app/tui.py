@@ -652,33 +652,35 @@ class TidegaugeApp(App[int]):
         yield SystemCommand("Interrupt", "Stop the running turn (escape)", self.action_interrupt)
 
 
-def run_dashboard(settings: "Settings", resume: str | None = None, continue_latest: bool = False) -> int:
+def run_dashboard(load_settings: "Callable[[], Settings]", resume: str | None = None,
+                  continue_latest: bool = False) -> int:
     """Open the dashboard (the CLI calls this when there is no -p). Returns the exit code.
 
-    A new session's agent is built after the first frame (see ``TidegaugeApp.on_mount``).
-    Resuming a session, or a provider without its key, builds it first: a bad session
-    id or a missing key is then one line on stderr, without the screen flashing open.
+    A new session paints first: the settings (pydantic and pydantic-settings take
+    ~150 ms to import here), the agent and its first context figures are all
+    loaded in a thread after the first frame (see ``TidegaugeApp.on_mount``); a
+    bad setting or a missing key then closes the dashboard with one line on
+    stderr. Resuming a session builds first, so a bad session id is one line on
+    stderr without the screen opening.
     """
     import sys
 
-    from app.config import api_key_for, resolve_provider
-
-    def build():
+    def build(settings: "Settings") -> "Agent":
         from app.runtime import build_agent
 
         return build_agent(settings, resume=resume, continue_latest=continue_latest)
 
-    auto_approve = bool(getattr(settings, "yes", False))
-    provider = resolve_provider(settings)
-    if resume or continue_latest or (provider != "demo" and not api_key_for(settings, provider)):
+    if resume or continue_latest:
         try:
-            agent = build()
+            settings = load_settings()
+            agent = build(settings)
         except Exception as error:  # a bad setting or session id: one line, no traceback
             print(f"tidegauge: {error}", file=sys.stderr)
             return 2
-        app = TidegaugeApp(agent, auto_approve=auto_approve)
+        app = TidegaugeApp(agent, auto_approve=bool(settings.yes))
     else:
-        app = TidegaugeApp(agent_factory=build, auto_approve=auto_approve)
+        # --yes needs no flag here: the agent's own options skip the approver.
+        app = TidegaugeApp(agent_factory=lambda: build(load_settings()))
     app.run()
     if app.startup_error is not None:
         print(f"tidegauge: {app.startup_error}", file=sys.stderr)
