@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # the agent core never imports textual; we only need its shap
     from app.messages import ToolUseBlock
 
 Approval = Literal["yes", "always", "no"]
+ApprovalAnswer = Literal["yes", "always", "no", "interrupt"]  # what the approval modal dismisses with
 CSS_FILE = Path(styles.__file__).parent / "tidegauge.tcss"
 
 HELP_TEXT = "\n".join(
@@ -547,15 +548,19 @@ class TidegaugeApp(App[int]):
         await self.push_screen(screen, callback=answered)
         try:
             answer = await future
+            if answer == "interrupt":
+                self.action_interrupt()  # cancels this worker: the next await raises CancelledError
+                await asyncio.Event().wait()
         except asyncio.CancelledError:
             if screen.is_attached and self.screen is screen:
                 screen.dismiss("no")
             raise
         finally:
-            self.header.state = previous_state if previous_state != "waiting_approval" else "tool"
+            if self.header.state == "waiting_approval":
+                self.header.state = previous_state if previous_state != "waiting_approval" else "tool"
         if answer == "always":
             self._always_allowed.add(block.name)
-        return answer
+        return answer  # type: ignore[return-value]  "interrupt" never gets here
 
     # ------------------------------------------------------------------ input
 

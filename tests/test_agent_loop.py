@@ -162,6 +162,32 @@ async def test_approver_answers_are_respected(fake_llm, tmp_path, monkeypatch):
     await agent.aclose()
 
 
+async def test_interrupt_while_waiting_for_approval_leaves_a_valid_history_and_runs_nothing(fake_llm, tmp_path, monkeypatch):
+    # The dashboard's escape in the approval modal cancels the turn while the approver waits.
+    agent, events = make_agent(fake_llm, tmp_path, monkeypatch)
+    asked = asyncio.Event()
+
+    async def approver(use):
+        asked.set()
+        await asyncio.Event().wait()  # the user is reading the command
+
+    agent.approver = approver
+    fake_llm.enqueue(openai_tool_calls([("run_bash", {"command": "touch a.txt"})]))
+    task = asyncio.ensure_future(agent.run_turn("make a file"))
+    await asked.wait()
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    assert not (agent.workspace / "a.txt").exists()
+    assert events.of("result")[-1].stop_reason == "interrupted"
+    assert _next_request_problems(agent.history) == []
+    fake_llm.enqueue(openai_text("fine"))
+    assert (await agent.run_turn("go on")).stop_reason == "end_turn"
+    await agent.aclose()
+
+
 async def test_interrupt_during_a_stalled_stream_keeps_history_valid(fake_llm, tmp_path, monkeypatch):
     agent, events = make_agent(fake_llm, tmp_path, monkeypatch)
     fake_llm.enqueue(

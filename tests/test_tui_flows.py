@@ -298,7 +298,7 @@ async def test_auto_approve_never_shows_the_modal() -> None:
         assert agent.answers == ["no"]  # the fake refuses without an approver; the real agent allows with --yes
 
 
-async def test_escape_while_the_approval_modal_is_open_answers_no() -> None:
+async def test_escape_while_the_approval_modal_is_open_interrupts_the_turn() -> None:
     agent = FakeAgent({"do it": [Ask("edit_file", {"path": "a.py", "old": "x", "new": "y"}), Text("ok")]})
     app = TidegaugeApp(agent, cursor_blink=False)
     async with app.run_test(size=SIZE) as pilot:
@@ -306,6 +306,17 @@ async def test_escape_while_the_approval_modal_is_open_answers_no() -> None:
         await pilot.pause()
         assert isinstance(app.screen, ApprovalScreen)
         await pilot.press("escape")
+        await settle(pilot)
+        assert not isinstance(app.screen, ApprovalScreen)
+        assert not app.busy
+        assert agent.answers == []  # not refused: the turn itself stopped
+        assert agent.history == ["do it", "[interrupted]"]
+        assert "interrupted by the user" in engine_texts(app, "interrupted")
+        assert app.query_one(HeaderBar).state == "idle"
+        await send(pilot, "do it")  # and the dashboard goes on: the next call asks again
+        await pilot.pause()
+        assert isinstance(app.screen, ApprovalScreen)
+        await pilot.press("n")
         await settle(pilot)
         assert agent.answers == ["no"]
 

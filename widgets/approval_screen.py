@@ -14,6 +14,9 @@ from textual.widgets import Button, Static
 from widgets._literal import literal
 
 Approval = Literal["yes", "always", "no"]
+# What the modal dismisses with: an approval, or "interrupt" (escape stops the whole turn,
+# as escape does everywhere else in the dashboard).
+ApprovalAnswer = Literal["yes", "always", "no", "interrupt"]
 
 
 def describe_call(name: str, tool_input: dict) -> str:
@@ -31,13 +34,14 @@ def describe_call(name: str, tool_input: dict) -> str:
     return json.dumps(tool_input, indent=2, ensure_ascii=False)[:3000]
 
 
-class ApprovalScreen(ModalScreen[Approval]):
-    """Dismisses with "yes", "always" or "no" (escape means no)."""
+class ApprovalScreen(ModalScreen[ApprovalAnswer]):
+    """Dismisses with "yes", "always", "no", or "interrupt" (escape)."""
 
     BINDINGS = [
         Binding("y", "answer('yes')", "Yes"),
         Binding("a", "answer('always')", "Always (this session)"),
-        Binding("n,escape", "answer('no')", "No"),
+        Binding("n", "answer('no')", "No"),
+        Binding("escape", "answer('interrupt')", "Interrupt the turn"),
     ]
 
     def __init__(self, name: str, tool_input: dict, **kwargs) -> None:
@@ -58,7 +62,7 @@ class ApprovalScreen(ModalScreen[Approval]):
     def on_mount(self) -> None:
         self.query_one("#yes", Button).focus()
 
-    def action_answer(self, answer: Approval) -> None:
+    def action_answer(self, answer: ApprovalAnswer) -> None:
         self.dismiss(answer)
 
     @on(Button.Pressed)
