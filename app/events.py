@@ -116,6 +116,13 @@ class MicroCompactionEvent(BaseModel):
     tokens_freed: int
 
 
+class ResetEvent(BaseModel):
+    """The conversation was cleared (ctrl+r, /reset); the ContextEvent after it shows the drop."""
+
+    type: Literal["reset"] = "reset"
+    messages_before: int
+
+
 class WarningCrossedEvent(BaseModel):
     type: Literal["warning_crossed"] = "warning_crossed"
     projected_tokens: int
@@ -180,7 +187,7 @@ Event = Annotated[
     Union[
         TextDeltaEvent, ThinkingDeltaEvent, AssistantMessageEvent, UserMessageEvent,
         ToolStartEvent, ToolResultEvent, UsageEvent, ContextEvent, CompactionEvent,
-        MicroCompactionEvent, WarningCrossedEvent, ResultCutEvent, BreakerEvent, RetryEvent,
+        MicroCompactionEvent, ResetEvent, WarningCrossedEvent, ResultCutEvent, BreakerEvent, RetryEvent,
         StateEvent, NoticeEvent, ErrorEvent, ResultEvent,
     ],
     Field(discriminator="type"),

@@ -401,6 +401,8 @@ class TidegaugeApp(App[int]):
                 self.context_panel.add_point(event.projected_tokens, "prune")
         elif isinstance(event, ev.CompactionEvent):
             self._apply_compaction(event)
+        elif isinstance(event, ev.ResetEvent):
+            self._prune_point_pending = True  # the drop, as the ContextEvent after the reset measures it
         elif isinstance(event, ev.MicroCompactionEvent):
             why = "an hour since the last reply" if event.trigger == "time" else "context crossed the warning line"
             conversation.add_engine(
@@ -509,7 +511,6 @@ class TidegaugeApp(App[int]):
             await agent.compact(action.arg)
         elif action.kind == "reset":
             agent.reset()
-            self.context_panel.add_point(agent.context_event().projected_tokens, "prune")
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.worker.group == "agent-build":
@@ -531,12 +532,16 @@ class TidegaugeApp(App[int]):
             self._agent_worker = self._run_action(self._queue.pop(0))
 
     async def _approve(self, block: "ToolUseBlock") -> Approval:
-        """agent.approver: ask in a modal; the answer comes back through a Future."""
+        """agent.approver: ask in a modal; the answer comes back through a Future.
+
+        Escape in the modal interrupts the turn (the worker is cancelled and the
+        cancellation lands while we wait here), as escape does on the main screen.
+        """
         if block.name in self._always_allowed:
             return "yes"
-        future: asyncio.Future[Approval] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[ApprovalAnswer] = asyncio.get_running_loop().create_future()
 
-        def answered(result: Approval | None) -> None:
+        def answered(result: ApprovalAnswer | None) -> None:
             if not future.done():
                 future.set_result(result or "no")
 

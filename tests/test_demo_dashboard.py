@@ -61,3 +61,26 @@ async def test_continue_restores_conversation_and_gauge_history(tmp_path):
         assert resumed.agent.context_event().projected_tokens > projected_before * 0.8
         await run_prompt(resumed, pilot, "what did I ask first?")
         assert "find errors in app.log" in resumed.agent.history[-1].text
+
+
+async def test_a_reset_drop_is_still_on_the_chart_after_continue(tmp_path):
+    settings = demo_settings(tmp_path)
+    first = TidegaugeApp(build_agent(settings, cwd=tmp_path), auto_approve=True, cursor_blink=False)
+    async with first.run_test(size=SIZE) as pilot:
+        await run_prompt(first, pilot, "find errors in app.log")
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        await pilot.press("y")  # confirm the reset
+        await pilot.pause()
+        await first.workers.wait_for_complete()
+        await pilot.pause()
+        points_before = [(p.kind, p.tokens) for p in first.query_one(ContextHistory).points]
+    assert points_before[-1][0] == "prune"
+    assert points_before[-1][1] < points_before[-2][1]  # the drop to the fixed parts
+
+    resumed = TidegaugeApp(build_agent(settings, cwd=tmp_path, continue_latest=True), auto_approve=True,
+                           cursor_blink=False)
+    async with resumed.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        points_after = [(p.kind, p.tokens) for p in resumed.query_one(ContextHistory).points]
+    assert points_after == points_before

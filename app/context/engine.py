@@ -37,6 +37,7 @@ from app.events import (
     Event,
     MicroCompactionEvent,
     NoticeEvent,
+    ResetEvent,
     ResultCutEvent,
     UsageEvent,
     WarningCrossedEvent,
@@ -149,6 +150,7 @@ class ContextEngine:
 
     def reset(self) -> None:
         """Clear the conversation and the live accounting; the ledger and files on disk stay."""
+        self.emit(ResetEvent(messages_before=len(self.history)))  # recorded: a resumed chart shows the drop too
         self._replace([], "reset")
         self.accounting.reset()  # the growth of the old conversation says nothing about the new one
         self.last_assistant_at = None

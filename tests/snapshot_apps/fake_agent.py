@@ -118,6 +118,7 @@ class FakeAgent:
 
     def reset(self) -> None:
         self.calls.append(("reset", None))
+        self.emit(ev.ResetEvent(messages_before=len(self.history)))
         self.history.clear()
         self._context = context(None, 4_800)
         self.emit(ev.NoticeEvent(text="conversation reset: the model starts fresh"))
