@@ -23,7 +23,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, Protocol, Sequence, Union
+from typing import Annotated, Any, Literal, Mapping, Protocol, Sequence, Union
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
@@ -309,7 +309,12 @@ def restore(source: _HasTranscript | Path | str) -> RestoredState:
                 warnings.append(f"transcript: skipped an event this version cannot read (type {kind!r})")
         else:
             turns += 1
-    history, repairs = repair_history(history)
+    # A tool's result event is written when the tool finishes, its results message only
+    # when every call of the round has: a kill in between must not lose finished work.
+    finished = {e.id: ToolResultBlock(tool_use_id=e.id, content=e.content, is_error=e.is_error,
+                                      full_output_path=e.full_output_path)
+                for e in events if getattr(e, "type", None) == "tool_result"}
+    history, repairs = repair_history(history, finished)
     warnings.extend(repairs)
     return RestoredState(history=history, events=events, warnings=warnings, turns=turns)
 
@@ -320,14 +325,17 @@ def _has_content(message: Message) -> bool:
     return any(isinstance(b, TextBlock) and b.text.strip() for b in message.content)
 
 
-def repair_history(history: Sequence[Message]) -> tuple[list[Message], list[str]]:
+def repair_history(history: Sequence[Message],
+                   finished: Mapping[str, ToolResultBlock] | None = None) -> tuple[list[Message], list[str]]:
     """Make a history that was cut short sendable again; returns it and what was done.
 
     - a trailing assistant message with no text and no tool calls is dropped;
-    - every tool call without a result gets a synthetic error result
-      ("interrupted: ..."), in a user message right after the call, as after
-      a kill -9 in the middle of a tool run.
+    - a tool call without a result gets its result from ``finished`` (the
+      tool_result events: the tool ran to the end before the kill), else a
+      synthetic error result ("interrupted: ..."), in a user message right
+      after the call, as after a kill -9 in the middle of a tool run.
     """
+    finished = finished or {}
     messages = list(history)
     notes: list[str] = []
     while messages and messages[-1].role == "assistant" and not _has_content(messages[-1]):
@@ -349,11 +357,17 @@ def repair_history(history: Sequence[Message]) -> tuple[list[Message], list[str]
         missing = [u for u in uses if u.id not in existing]
         if not missing:
             continue
-        names = ", ".join(u.name for u in missing)
-        notes.append(
-            f"restore: {len(missing)} tool call(s) without a result ({names}) marked interrupted")
+        recovered = [u for u in missing if u.id in finished]
+        lost = [u for u in missing if u.id not in finished]
+        if recovered:
+            names = ", ".join(u.name for u in recovered)
+            notes.append(f"restore: {len(recovered)} finished tool call(s) ({names}) given their recorded result")
+        if lost:
+            names = ", ".join(u.name for u in lost)
+            notes.append(f"restore: {len(lost)} tool call(s) without a result ({names}) marked interrupted")
         ordered: list[Any] = [
-            existing.get(u.id) or ToolResultBlock(tool_use_id=u.id, content=INTERRUPTED_RESULT, is_error=True)
+            existing.get(u.id) or finished.get(u.id)
+            or ToolResultBlock(tool_use_id=u.id, content=INTERRUPTED_RESULT, is_error=True)
             for u in uses
         ]
         if nxt is not None and nxt.role == "user":

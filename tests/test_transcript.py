@@ -12,7 +12,7 @@ from typing import Sequence
 
 import pytest
 
-from app.events import CompactionEvent, NoticeEvent, UsageEvent
+from app.events import CompactionEvent, NoticeEvent, ToolResultEvent, UsageEvent
 from app.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from app.redact import REDACTED, clear_secrets, register_secret
 from app.transcript import (
@@ -295,6 +295,27 @@ def test_restore_keeps_results_that_arrived_and_fills_the_rest(path: Path) -> No
     results = state.history[-1].tool_results
     assert [(r.tool_use_id, r.content) for r in results] == [("a", INTERRUPTED_RESULT), ("b", "output of b")]
     assert history_problems(state.history) == []
+
+
+def test_restore_gives_a_tool_that_finished_before_the_kill_its_recorded_result(path: Path) -> None:
+    # Killed after one tool of the round finished (its result event written) but before the
+    # round's results message: the finished one keeps its output, the other is interrupted.
+    with TranscriptWriter(path) as writer:
+        writer.append_message(Message.user("go"))
+        writer.append_message(Message(role="assistant", content=[
+            ToolUseBlock(id="a", name="read_file", input={"path": "a.py"}),
+            ToolUseBlock(id="b", name="run_bash", input={"command": "sleep 600"})]))
+        writer.append_event(ToolResultEvent(id="a", name="read_file", is_error=False, truncated=True,
+                                            original_chars=90_000, kept_chars=40_000,
+                                            full_output_path="/tmp/a.txt", content="def main(): ..."))
+    state = restore(path)
+    results = state.history[-1].tool_results
+    assert [(r.tool_use_id, r.content, r.is_error) for r in results] == [
+        ("a", "def main(): ...", False), ("b", INTERRUPTED_RESULT, True)]
+    assert results[0].full_output_path == "/tmp/a.txt"
+    assert history_problems(state.history) == []
+    assert any("recorded result" in w for w in state.warnings)
+    assert any("1 tool call(s) without a result (run_bash) marked interrupted" in w for w in state.warnings)
 
 
 def test_restore_drops_a_trailing_empty_assistant_message(path: Path) -> None:
