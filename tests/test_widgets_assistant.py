@@ -7,7 +7,14 @@ import asyncio
 from textual.app import App
 
 from app.tui import CSS_FILE
-from widgets.assistant_message import FORCE_CHARS, SEGMENT_CHARS, AssistantMessage, cut_point
+from widgets.assistant_message import (
+    FENCE_SPLIT_CHARS,
+    FORCE_CHARS,
+    SEGMENT_CHARS,
+    AssistantMessage,
+    cut_point,
+    fence_reopening,
+)
 
 
 def test_cut_point_prefers_a_blank_line_and_never_cuts_a_code_block() -> None:
@@ -20,6 +27,28 @@ def test_cut_point_prefers_a_blank_line_and_never_cuts_a_code_block() -> None:
     one_paragraph = "word " * (FORCE_CHARS // 4)
     cut = cut_point(0, False, one_paragraph)
     assert cut is not None and FORCE_CHARS <= cut <= FORCE_CHARS + 5
+
+
+def test_a_very_long_code_block_is_cut_at_a_line_end_and_reopened_with_its_language() -> None:
+    block = "  ````python\n" + "value = compute(1)\n" * 3_000
+    cut = cut_point(0, False, block)
+    assert cut is not None and FENCE_SPLIT_CHARS <= cut <= FENCE_SPLIT_CHARS + 20
+    assert block[:cut].endswith("\n")
+    assert fence_reopening(block[:cut]) == ("  ````\n", "  ````python\n")
+    assert cut_point(0, False, "```\n" + "x\n" * (FORCE_CHARS // 2)) is None  # long, but not that long
+
+
+def _code_lines(segments: list[str]) -> list[str]:
+    """The lines inside code fences, across segments."""
+    lines: list[str] = []
+    for source in segments:
+        inside = False
+        for line in source.splitlines():
+            if line.lstrip().startswith("```"):
+                inside = not inside
+            elif inside:
+                lines.append(line)
+    return lines
 
 
 class Host(App):
@@ -151,3 +180,35 @@ async def test_a_long_reply_parks_segments_far_from_view_and_draws_them_again_wh
         parked = [s for s in message.query_children(".assistant-segment") if isinstance(s, ParkedSegment)]
         assert parked and all(s.parked_width == width for s in parked)
         assert message.outer_size.height > height  # narrower: longer
+
+
+async def test_a_huge_streamed_code_block_stays_one_block_to_the_eye_and_each_segment_stays_small() -> None:
+    code = "".join(f"row_{i} = compute({i})\n" for i in range(5_000))  # ~120 KB of code
+    text = "Here is the file:\n\n```python\n" + code + "```\n\nThat is all."
+    app = Host()
+    async with app.run_test(size=(120, 40)) as pilot:
+        message = app.query_one(AssistantMessage)
+        for i in range(0, len(text), 400):
+            message.append_text(text[i : i + 400])
+        await message.finish()
+        await pilot.pause()
+        sources = [seg.source for seg in message._segments]
+        assert message.text == text  # what the model wrote is kept as written
+        assert len(sources) >= 3
+        assert max(len(source) for source in sources) <= FENCE_SPLIT_CHARS + 500
+        assert all(source.count("```") % 2 == 0 for source in sources)  # every piece is a closed block
+        assert all("```python" in source for source in sources[1:-1] if "```" in source)
+        assert _code_lines(sources) == code.splitlines()  # no line lost, doubled or cut in two
+
+    class Restored(App):
+        CSS_PATH = str(CSS_FILE)
+
+        def compose(self):
+            yield AssistantMessage(text)
+
+    restored = Restored()
+    async with restored.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        again = restored.query_one(AssistantMessage)
+        assert _code_lines([seg.source for seg in again._segments]) == code.splitlines()
+        assert max(len(seg.source) for seg in again._segments) <= FENCE_SPLIT_CHARS + 500

@@ -6,7 +6,10 @@ block and re-joins the document, so a long reply is split into segments
 (separate Markdown widgets, cut at a blank line outside code fences once a
 segment passes ``SEGMENT_CHARS``, or at any line/word break past
 ``FORCE_CHARS``): each append then costs the same at the end of a 200 KB reply
-as at its start. Linkify is off: it dominates parse time and links do not
+as at its start. A code block is cut only once its segment passes
+``FENCE_SPLIT_CHARS``: it is closed there and opened again, same fence and
+language, in the next segment (a 100 KB file written in a reply would
+otherwise be re-parsed whole on every append). Linkify is off: it dominates parse time and links do not
 open from the conversation anyway (``open_links=False``).
 
 Segments far out of view (more than a screen above or below what the
@@ -20,6 +23,7 @@ every mounted widget, so without this a 100 KB reply would make each frame
 from __future__ import annotations
 
 import asyncio
+import re
 
 from markdown_it import MarkdownIt
 from textual.containers import Vertical
@@ -36,6 +40,7 @@ from widgets._literal import sanitize
 FLUSH_INTERVAL = 1 / 50  # seconds a delta waits, at most, before it is handed to the Markdown
 SEGMENT_CHARS = 4_000
 FORCE_CHARS = 16_000
+FENCE_SPLIT_CHARS = 32_000
 
 
 def _parser() -> MarkdownIt:
@@ -100,34 +105,63 @@ async def stop_stream(stream: MarkdownStream) -> None:
             await stream.markdown_widget.append(leftover)
 
 
-def cut_point(segment_chars: int, fence_open: bool, fragment: str) -> int | None:
-    """Where to end the current segment within ``fragment`` (None: it all fits)."""
-    room = SEGMENT_CHARS - segment_chars
-    if len(fragment) <= room:
-        return None
-    start = max(0, room)
+def _blank_line_cut(fragment: str, start: int, fence_open: bool, limit: int) -> int | None:
+    """The first blank line outside code fences at or after ``start`` (and before ``limit``)."""
     fences = fence_open
     position = 0
     while True:
-        index = fragment.find("\n\n", start)
+        index = fragment.find("\n\n", start, limit + 2)
         if index < 0:
-            break
+            return None
         fences ^= fragment.count("```", position, index) % 2 == 1
         position = index
         if not fences:
             return index + 2
         start = index + 2
-    if segment_chars + len(fragment) <= FORCE_CHARS:
+
+
+def cut_point(segment_chars: int, fence_open: bool, fragment: str) -> int | None:
+    """Where to end the current segment within ``fragment`` (None: it all fits).
+
+    At a blank line outside code blocks once the segment passes SEGMENT_CHARS;
+    past FORCE_CHARS at a line or word break; inside a code block only past
+    FENCE_SPLIT_CHARS, at a line end (the caller closes the block and reopens it).
+    """
+    room = SEGMENT_CHARS - segment_chars
+    if len(fragment) <= room:
         return None
     force = max(0, FORCE_CHARS - segment_chars)
-    inside = fence_open ^ (fragment.count("```", 0, force) % 2 == 1)
+    split = max(0, FENCE_SPLIT_CHARS - segment_chars)
+    inside = fence_open ^ (fragment.count("```", 0, force) % 2 == 1)  # in a code block at the force point
+    blank = _blank_line_cut(fragment, max(0, room), fence_open, split if inside else force)
+    if blank is not None:
+        return blank
+    if segment_chars + len(fragment) <= FORCE_CHARS:
+        return None
     if inside:
-        return None  # never cut a code block in two
+        if segment_chars + len(fragment) <= FENCE_SPLIT_CHARS:
+            return None
+        index = fragment.find("\n", split)
+        return index + 1 if index >= 0 else None
     for separator in ("\n", " "):
         index = fragment.find(separator, force)
         if index >= 0:
             return index + 1
     return None
+
+
+_FENCE = re.compile(r"[ \t]*`{3,}")
+
+
+def fence_reopening(segment_text: str) -> tuple[str, str]:
+    """(closing line, opening line) for the code block left open at the end of ``segment_text``."""
+    mark = segment_text.rfind("```")
+    start = segment_text.rfind("\n", 0, mark) + 1
+    end = segment_text.find("\n", mark)
+    opening = segment_text[start : end if end >= 0 else len(segment_text)]
+    fence = _FENCE.match(opening)
+    closing = fence.group(0) if fence else "```"
+    return closing + "\n", opening + "\n"
 
 
 class AssistantMessage(Vertical):
@@ -149,22 +183,30 @@ class AssistantMessage(Vertical):
         self._flush_lock = asyncio.Lock()
         self.appends = 0  # appends that reached a Markdown (for tests and benchmarks)
         self._parking_scheduled = False
+        self._segment_text: list[str] = []  # what the segment being written holds (for code block cuts)
         self._initial_segments()
 
     def _initial_segments(self) -> None:
         # Built at construction: a flush may come before compose runs.
         text = self._initial
         parts: list[str] = []
+        carried = ""  # a code block's opening line, when the last cut fell inside it
         while True:
-            cut = cut_point(0 if parts else self._segment_chars, False, text)
+            cut = cut_point(len(carried), bool(carried), text)
             if cut is None:
-                parts.append(text)
+                parts.append(carried + text)
                 break
-            parts.append(text[:cut])
+            part = carried + text[:cut]
             text = text[cut:]
+            carried = ""
+            if part.count("```") % 2 == 1:  # cut inside a code block: close it, open it again
+                closing, carried = fence_reopening(part)
+                part += closing
+            parts.append(part)
         self._segments = [_segment(part) for part in parts]
         self._segment_chars = len(parts[-1])
         self._fence_open = parts[-1].count("```") % 2 == 1
+        self._segment_text = [parts[-1]]
 
     def compose(self):
         yield from self._segments
@@ -242,17 +284,25 @@ class AssistantMessage(Vertical):
         if self._stream is None:
             self._stream = Markdown.get_stream(self._writing_segment)
         self.appends += 1
+        self._segment_text.append(fragment)
         self._segment_chars += len(fragment)
         self._fence_open ^= fragment.count("```") % 2 == 1
         await self._stream.write(fragment)
 
     async def _next_segment(self) -> None:
+        reopen = ""
+        if self._fence_open:  # the cut fell inside a (very long) code block
+            closing, reopen = fence_reopening("".join(self._segment_text))
+            await self._write(closing)
         await self._stop_stream()
         segment = _segment()
         self._segments.append(segment)
         self._segment_chars = 0
+        self._segment_text = []
         self._fence_open = False
         await self.mount(segment)
+        if reopen:
+            await self._write(reopen)
 
     # ---------------------------------------------------------------- parking
 
