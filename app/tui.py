@@ -94,6 +94,15 @@ class AgentEventMessage(Message):
     event: Any  # app.events.Event
 
 
+class DeltaBatch(Message):
+    """Text (or thinking) deltas that arrived in a row, on their way to the conversation."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.kind = kind
+        self.texts: list[str] = []
+
+
 @dataclass
 class _Action:
     kind: Literal["prompt", "compact", "reset"]
@@ -147,6 +156,7 @@ class TidegaugeApp(App[int]):
         self._echoed_prompt: str | None = None
         self._loop_thread = threading.get_ident()
         self._typed_line_drawn = False
+        self._delta_batch: DeltaBatch | None = None  # the batch still taking deltas
         self._prune_point_pending = False
         self._starting = agent is None  # until the factory's agent is built
         self.startup_error: BaseException | None = None  # building the agent failed (the app exits 2)
@@ -289,11 +299,30 @@ class TidegaugeApp(App[int]):
 
     def _emit(self, event: Any) -> None:
         """agent.emit: turn an engine event into a message (safe from any thread)."""
-        message = AgentEventMessage(event)
-        if threading.get_ident() == self._loop_thread:
-            self.post_message(message)
+        if threading.get_ident() != self._loop_thread:
+            self.call_from_thread(self._emit, event)
+            return
+        kind = event.type
+        if kind in ("text_delta", "thinking_delta"):
+            # Deltas of one kind in a row share one message: a fast stream costs a list
+            # append per delta, not a message dispatch (the widgets batch their own work).
+            batch = self._delta_batch
+            if batch is None or batch.kind != kind:
+                batch = self._delta_batch = DeltaBatch(kind)
+                self.post_message(batch)
+            batch.texts.append(event.text)
+            return
+        self._delta_batch = None  # sealed: deltas after this event come after it on screen
+        self.post_message(AgentEventMessage(event))
+
+    def on_delta_batch(self, batch: DeltaBatch) -> None:
+        if self._delta_batch is batch:
+            self._delta_batch = None  # handled: the next delta starts a new batch
+        text = "".join(batch.texts)
+        if batch.kind == "text_delta":
+            self.conversation.append_assistant(text)
         else:
-            self.call_from_thread(self.post_message, message)
+            self.conversation.append_thinking(text)
 
     async def on_agent_event_message(self, message: AgentEventMessage) -> None:
         await self._apply_async(message.event)

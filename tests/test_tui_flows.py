@@ -8,7 +8,7 @@ import pytest
 from textual.worker import WorkerCancelled
 
 from app import events as ev
-from app.tui import AgentEventMessage, TidegaugeApp
+from app.tui import AgentEventMessage, DeltaBatch, TidegaugeApp
 from snapshot_apps.fake_agent import Ask, FakeAgent, Gate, Text, big_log, compaction_steps, context, session_steps
 from widgets.approval_screen import ApprovalScreen
 from widgets.assistant_message import AssistantMessage
@@ -225,6 +225,37 @@ async def test_ctrl_r_during_a_turn_interrupts_it_then_resets() -> None:
         await settle(pilot)
         assert agent.history[-1:] == [] or agent.calls[-1] == ("reset", None)
         assert [c[0] for c in agent.calls] == ["run_turn", "reset"]
+
+
+async def test_a_burst_of_deltas_and_events_lands_in_order_in_one_batch_per_run() -> None:
+    # Deltas in a row share one message; any other event seals the batch, so what
+    # arrives after it is drawn after it.
+    agent = FakeAgent()
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        posted: list[object] = []
+        original_post = app.post_message
+        app.post_message = lambda message: posted.append(message) or original_post(message)  # type: ignore[method-assign]
+        for piece in ("Let me ", "think."):
+            agent.emit(ev.ThinkingDeltaEvent(text=piece))
+        for piece in ("First ", "I look ", "at the log."):
+            agent.emit(ev.TextDeltaEvent(text=piece))
+        agent.emit(ev.AssistantMessageEvent(text="First I look at the log.", tool_calls=1))
+        agent.emit(ev.ToolStartEvent(id="t1", name="run_bash", summary="cat app.log", input={"command": "cat app.log"}))
+        for piece in ("The log ", "is fine."):
+            agent.emit(ev.TextDeltaEvent(text=piece))
+        agent.emit(ev.AssistantMessageEvent(text="The log is fine.", tool_calls=0))
+        await pilot.pause()
+        await pilot.pause()
+        app.post_message = original_post  # type: ignore[method-assign]
+        ours = [type(m).__name__ for m in posted if isinstance(m, (DeltaBatch, AgentEventMessage))]
+        assert ours == ["DeltaBatch", "DeltaBatch", "AgentEventMessage", "AgentEventMessage",
+                        "DeltaBatch", "AgentEventMessage"]  # one message per run of deltas, not per delta
+        kinds = [item.kind for item in app.conversation.items]
+        assert kinds[-4:] == ["thinking", "assistant", "tool", "assistant"]
+        texts = [item.text for item in app.conversation.items if item.kind == "assistant"]
+        assert texts[-2:] == ["First I look at the log.", "The log is fine."]
 
 
 async def test_escape_interrupts_the_running_turn() -> None:
