@@ -263,8 +263,15 @@ class Agent:
         results = getattr(self, "_pending_results", [])
         if uses:
             answered = {r.tool_use_id for r in results}
+            unanswered = [u for u in uses if u.id not in answered]
             blocks = list(results) + [ToolResultBlock(tool_use_id=u.id, content=INTERRUPTED_RESULT, is_error=True)
-                                      for u in uses if u.id not in answered]
+                                      for u in unanswered]
+            # Tools run in order: the first unanswered one was running (its line on screen says
+            # so); those after it never started and were never shown.
+            for use in unanswered[:1]:
+                self._emit(ToolResultEvent(id=use.id, name=use.name, is_error=True, truncated=False,
+                                           original_chars=len(INTERRUPTED_RESULT), kept_chars=len(INTERRUPTED_RESULT),
+                                           content=INTERRUPTED_RESULT))
             self.engine.append(Message(role="user", content=blocks))
             self._pending_uses = []
             self._pending_results = []
