@@ -4,17 +4,19 @@ Used by bench_startup as a subprocess. Before anything else is imported it
 records nothing; at the first frame the dashboard composes it prints the
 wall-clock time (``time.time()``) on stdout and exits, so the parent can
 measure from the moment it spawned the process. Everything in between is
-the real start-up: interpreter, imports, settings, the session on disk,
-the agent (demo provider when no key is set), the app's mount and layout.
+the real start-up: interpreter, imports, the app's mount and layout (the
+settings and the agent load in a thread after the first frame).
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from typing import Any, Callable
 
 
-def main() -> int:
+def run_cli_headless(argv: list[str], at_first_frame: Callable[[Any], None]) -> int:
+    """``app.cli.main(argv)`` with the dashboard headless; ``at_first_frame(app)`` once it is drawn."""
     from textual.app import App
 
     import app.tui as tui
@@ -26,8 +28,7 @@ def main() -> int:
         original_display(self, screen, renderable)
         if renderable is not None and not getattr(self, "_first_frame_seen", False):
             self._first_frame_seen = True
-            print(f"FIRST_FRAME {time.time():.6f}", flush=True)
-            self.exit(0)
+            at_first_frame(self)
 
     def run_headless(self: App, *args, **kwargs):  # type: ignore[no-untyped-def]
         kwargs["headless"] = True
@@ -38,7 +39,15 @@ def main() -> int:
 
     from app.cli import main as cli_main
 
-    return cli_main(sys.argv[1:])
+    return cli_main(argv)
+
+
+def main() -> int:
+    def stop(app: Any) -> None:
+        print(f"FIRST_FRAME {time.time():.6f}", flush=True)
+        app.exit(0)
+
+    return run_cli_headless(sys.argv[1:], stop)
 
 
 if __name__ == "__main__":

@@ -52,10 +52,16 @@ def _code_lines(segments: list[str]) -> list[str]:
 
 
 class Host(App):
+    """An app with one reply: empty, to stream into, or recreated from ``text``."""
+
     CSS_PATH = str(CSS_FILE)
 
+    def __init__(self, text: str = "") -> None:
+        super().__init__()
+        self.text = text
+
     def compose(self):
-        yield AssistantMessage()
+        yield AssistantMessage(self.text)
 
 
 async def test_a_long_streamed_reply_is_split_into_segments_without_losing_text() -> None:
@@ -79,14 +85,7 @@ async def test_a_long_streamed_reply_is_split_into_segments_without_losing_text(
 
 async def test_recreated_from_its_text_it_shows_the_same_segments() -> None:
     text = "\n\n".join("para " * 400 for _ in range(10))
-
-    class Restored(App):
-        CSS_PATH = str(CSS_FILE)
-
-        def compose(self):
-            yield AssistantMessage(text)
-
-    app = Restored()
+    app = Host(text)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         message = app.query_one(AssistantMessage)
@@ -200,13 +199,7 @@ async def test_a_huge_streamed_code_block_stays_one_block_to_the_eye_and_each_se
         assert all("```python" in source for source in sources[1:-1] if "```" in source)
         assert _code_lines(sources) == code.splitlines()  # no line lost, doubled or cut in two
 
-    class Restored(App):
-        CSS_PATH = str(CSS_FILE)
-
-        def compose(self):
-            yield AssistantMessage(text)
-
-    restored = Restored()
+    restored = Host(text)
     async with restored.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         again = restored.query_one(AssistantMessage)
