@@ -7,7 +7,7 @@ from textual.app import App
 from app.tui import CSS_FILE
 from snapshot_apps.fake_agent import big_log
 from widgets.output_viewer import WRAP_AT, OutputViewer, prepare_lines
-from widgets.tool_call_line import ToolCallInfo
+from widgets.tool_call_line import ToolCallInfo, tool_call_text
 from widgets.tool_call_list import ToolCallList
 
 
@@ -80,3 +80,13 @@ async def test_tool_list_arrows_move_and_report_the_highlighted_call() -> None:
         tool_list.update_call(ToolCallInfo(id="c0", name="read_file", summary="f0.py", status="error"))
         await pilot.pause()
         assert tool_list.render_line(0).text.startswith("✗ read_file f0.py")
+
+
+def test_a_call_line_says_what_happened_to_the_call() -> None:
+    done = ToolCallInfo(id="a", name="run_bash", summary="cat app.log", status="ok", original_chars=15_188_963,
+                        kept_chars=40_000, truncated=True, duration_ms=117)
+    line = tool_call_text(done, {}).plain
+    assert line.startswith("✓ run_bash cat app.log") and "of 15.2M chars" in line and "truncated" in line
+    stopped = ToolCallInfo(id="b", name="run_bash", summary="sleep 600", status="interrupted", original_chars=88)
+    line = tool_call_text(stopped, {}).plain
+    assert line == "⏹ run_bash sleep 600  interrupted"  # not the size and time of the stand-in result

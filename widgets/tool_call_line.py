@@ -59,7 +59,10 @@ def tool_call_text(
         summary = summary[: summary_width - 1] + "…"
     if summary:
         text.append(f" {summary}")
-    if info.status != "running":
+    if info.status == "interrupted":
+        # its size and duration would describe the stand-in result, not the tool
+        text.append("  interrupted", styles.get("dim", ""))
+    elif info.status != "running":
         size = human_chars(info.original_chars)
         if info.truncated:
             if compact:
