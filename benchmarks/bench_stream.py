@@ -106,8 +106,8 @@ def run(quick: bool) -> list[Check]:
     require("widgets.conversation")
     small_n = 2_500 if quick else 10_000
     # Streaming here is near linear (~1.9-2.15 measured) against a limit of 2.2, and
-    # single runs on this shared 2-core machine vary by +-25%: medians of 7.
-    reps = 3 if quick else 7
+    # single runs on this shared 2-core machine vary by +-25% (short quick runs by more): medians of 5 or 7.
+    reps = 5 if quick else 7
     small, large = markdown_deltas(small_n), markdown_deltas(2 * small_n)
     lags: list[float] = []
 
