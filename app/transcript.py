@@ -311,9 +311,7 @@ def restore(source: _HasTranscript | Path | str) -> RestoredState:
             turns += 1
     # A tool's result event is written when the tool finishes, its results message only
     # when every call of the round has: a kill in between must not lose finished work.
-    finished = {e.id: ToolResultBlock(tool_use_id=e.id, content=e.content, is_error=e.is_error,
-                                      full_output_path=e.full_output_path)
-                for e in events if getattr(e, "type", None) == "tool_result"}
+    finished = {e.id: e for e in events if getattr(e, "type", None) == "tool_result"}
     history, repairs = repair_history(history, finished)
     warnings.extend(repairs)
     return RestoredState(history=history, events=events, warnings=warnings, turns=turns)
@@ -325,13 +323,21 @@ def _has_content(message: Message) -> bool:
     return any(isinstance(b, TextBlock) and b.text.strip() for b in message.content)
 
 
+def _result_block(call_id: str, event: Any | None) -> ToolResultBlock:
+    """The recorded result of a finished call, or the stand-in for one that never finished."""
+    if event is None:
+        return ToolResultBlock(tool_use_id=call_id, content=INTERRUPTED_RESULT, is_error=True)
+    return ToolResultBlock(tool_use_id=call_id, content=event.content, is_error=event.is_error,
+                           full_output_path=event.full_output_path)
+
+
 def repair_history(history: Sequence[Message],
-                   finished: Mapping[str, ToolResultBlock] | None = None) -> tuple[list[Message], list[str]]:
+                   finished: Mapping[str, Any] | None = None) -> tuple[list[Message], list[str]]:
     """Make a history that was cut short sendable again; returns it and what was done.
 
     - a trailing assistant message with no text and no tool calls is dropped;
-    - a tool call without a result gets its result from ``finished`` (the
-      tool_result events: the tool ran to the end before the kill), else a
+    - a tool call without a result gets its result from ``finished`` (its
+      tool_result event, by call id: the tool ran to the end before the kill), else a
       synthetic error result ("interrupted: ..."), in a user message right
       after the call, as after a kill -9 in the middle of a tool run.
     """
@@ -365,11 +371,7 @@ def repair_history(history: Sequence[Message],
         if lost:
             names = ", ".join(u.name for u in lost)
             notes.append(f"restore: {len(lost)} tool call(s) without a result ({names}) marked interrupted")
-        ordered: list[Any] = [
-            existing.get(u.id) or finished.get(u.id)
-            or ToolResultBlock(tool_use_id=u.id, content=INTERRUPTED_RESULT, is_error=True)
-            for u in uses
-        ]
+        ordered: list[Any] = [existing.get(u.id) or _result_block(u.id, finished.get(u.id)) for u in uses]
         if nxt is not None and nxt.role == "user":
             own_ids = {u.id for u in uses}
             rest = [b for b in nxt.content

@@ -158,7 +158,6 @@ class TidegaugeApp(App[int]):
         self._typed_line_drawn = False
         self._delta_batch: DeltaBatch | None = None  # the batch still taking deltas
         self._prune_point_pending = False
-        self._starting = agent is None  # until the factory's agent is built
         self.startup_error: BaseException | None = None  # building the agent failed (the app exits 2)
 
     # ------------------------------------------------------------------ layout
@@ -213,7 +212,7 @@ class TidegaugeApp(App[int]):
     @property
     def ready(self) -> bool:
         """The agent exists (it is built after the first frame when given as a factory)."""
-        return not self._starting
+        return self._agent is not None
 
     @property
     def busy(self) -> bool:
@@ -251,7 +250,6 @@ class TidegaugeApp(App[int]):
         if event.state == WorkerState.SUCCESS:
             agent, first_context = event.worker.result
             self._agent = agent
-            self._starting = False
             self.header.state = "idle"
             self._attach_agent(agent, first_context)
             if self._queue and not self.busy:
@@ -347,9 +345,7 @@ class TidegaugeApp(App[int]):
     async def _apply_async(self, event: Any) -> None:
         from app import events as ev
         conversation = self.conversation
-        if isinstance(event, ev.TextDeltaEvent):
-            conversation.append_assistant(event.text)
-        elif isinstance(event, ev.AssistantMessageEvent):
+        if isinstance(event, ev.AssistantMessageEvent):  # (deltas come as DeltaBatch messages)
             if not conversation.streaming_assistant and event.text:
                 conversation.add_assistant_text(event.text)
             await conversation.end_assistant()
@@ -370,9 +366,7 @@ class TidegaugeApp(App[int]):
     def _apply_event(self, event: Any) -> None:  # noqa: C901 - one branch per event type
         from app import events as ev
         conversation, panel, header = self.conversation, self.tool_panel, self.header
-        if isinstance(event, ev.ThinkingDeltaEvent):
-            conversation.append_thinking(event.text)
-        elif isinstance(event, ev.UserMessageEvent):
+        if isinstance(event, ev.UserMessageEvent):
             if self._echoed_prompt is not None and event.text == self._echoed_prompt:
                 self._echoed_prompt = None  # already shown when the user pressed Enter
             else:
@@ -483,9 +477,6 @@ class TidegaugeApp(App[int]):
                 conversation.add_engine("interrupted", "interrupted by the user")
             elif event.stop_reason == "max_steps":
                 conversation.add_engine("warning", f"step limit reached ({event.steps} steps)")
-        elif isinstance(event, (ev.TextDeltaEvent, ev.AssistantMessageEvent)):
-            # only reached when restoring; live ones go through _apply_async
-            pass
 
     def _interrupt_shown(self) -> bool:
         """Did the agent already say so (its notice comes before the result)?"""
@@ -650,14 +641,11 @@ class TidegaugeApp(App[int]):
             if not answer:
                 self.conversation.add_engine("info", "reset cancelled")
                 return
-            if not self.ready:
+            if not self.ready or self.busy:  # the reset replaces whatever was queued
                 self._queue.clear()
                 self._queue.append(_Action("reset"))
-            elif self.busy:
-                self._queue.clear()
-                self._queue.append(_Action("reset"))
-                assert self._agent_worker is not None
-                self._agent_worker.cancel()
+                if self._agent_worker is not None and self.busy:
+                    self._agent_worker.cancel()
             else:
                 self._agent_worker = self._run_action(_Action("reset"))
 

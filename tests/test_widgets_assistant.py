@@ -64,16 +64,22 @@ class Host(App):
         yield AssistantMessage(self.text)
 
 
+async def stream_all(pilot, text: str, step: int) -> AssistantMessage:
+    """Stream ``text`` into the Host's reply in ``step``-character deltas and complete it."""
+    message = pilot.app.query_one(AssistantMessage)
+    for i in range(0, len(text), step):
+        message.append_text(text[i : i + step])
+    await message.finish()
+    await pilot.pause()
+    return message
+
+
 async def test_a_long_streamed_reply_is_split_into_segments_without_losing_text() -> None:
     paragraphs = [f"Paragraph {i}: " + "lorem ipsum " * 60 for i in range(60)]
     text = "\n\n".join(paragraphs) + "\n\n```python\n" + "x = 1\n" * 2_000 + "```\n"
     app = Host()
     async with app.run_test(size=(120, 40)) as pilot:
-        message = app.query_one(AssistantMessage)
-        for i in range(0, len(text), 5):
-            message.append_text(text[i : i + 5])
-        await message.finish()
-        await pilot.pause()
+        message = await stream_all(pilot, text, 5)
         assert message.source == text
         assert message.segment_count > 5
         assert message.appends < len(text) // 5  # batched, not one append per delta
@@ -186,11 +192,7 @@ async def test_a_huge_streamed_code_block_stays_one_block_to_the_eye_and_each_se
     text = "Here is the file:\n\n```python\n" + code + "```\n\nThat is all."
     app = Host()
     async with app.run_test(size=(120, 40)) as pilot:
-        message = app.query_one(AssistantMessage)
-        for i in range(0, len(text), 400):
-            message.append_text(text[i : i + 400])
-        await message.finish()
-        await pilot.pause()
+        message = await stream_all(pilot, text, 400)
         sources = [seg.source for seg in message._segments]
         assert message.text == text  # what the model wrote is kept as written
         assert len(sources) >= 3
