@@ -7,6 +7,7 @@ import platform
 from pathlib import Path
 
 from app.agent import Agent, AgentOptions, Approver
+from app.agent_session import AgentSession, EventStream, transcript_recorder
 from app.config import Settings, api_key_for, provider_key_env_names, resolve_provider
 from app.context.engine import ContextEngine, EngineConfig
 from app.context.file_cache import FileReadCache
@@ -14,7 +15,8 @@ from app.context.memory import load_memory
 from app.context.prices import price_for
 from app.context.thresholds import context_window_for
 from app.errors import SetupError
-from app.events import Event
+from app.events import Event, SessionInfoEvent
+from app.protocol import Listener
 from app.providers.factory import create_provider
 from app.redact import register_secret
 from app.session import Session, SessionStore
@@ -42,9 +44,30 @@ def _tool_env(settings: Settings) -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in hidden and not k.endswith("_API_KEY")}
 
 
-def build_agent(settings: Settings, *, emit=None, approver: Approver | None = None,
+def build_agent(settings: Settings, *, emit: Listener | None = None, approver: Approver | None = None,
                 resume: str | None = None, continue_latest: bool = False,
                 cwd: Path | None = None) -> Agent:
+    """A ready agent whose events are recorded in its transcript, then passed to ``emit``
+    (tests drive the agent directly; surfaces go through ``build_session``)."""
+    return _build(settings, emit=emit, approver=approver, resume=resume, continue_latest=continue_latest,
+                  cwd=cwd).agent
+
+
+def build_session(settings: Settings, *, approvals: bool, resume: str | None = None,
+                  continue_latest: bool = False, cwd: Path | None = None) -> AgentSession:
+    """The session a surface drives: ``approvals`` when the surface answers approval requests."""
+    built = _build(settings, resume=resume, continue_latest=continue_latest, cwd=cwd)
+    return AgentSession(built.agent, stream=built.stream, info=built.info, restored=built.restored,
+                        approvals=approvals and not settings.yes)
+
+
+class _Built:
+    def __init__(self, agent: Agent, stream: EventStream, info: SessionInfoEvent, restored: list[Event]) -> None:
+        self.agent, self.stream, self.info, self.restored = agent, stream, info, restored
+
+
+def _build(settings: Settings, *, emit: Listener | None = None, approver: Approver | None = None,
+           resume: str | None = None, continue_latest: bool = False, cwd: Path | None = None) -> _Built:
     cwd = (cwd or Path.cwd()).resolve()
     provider_name = resolve_provider(settings)
     store = SessionStore(settings.data_dir_path)
@@ -136,8 +159,14 @@ def build_agent(settings: Settings, *, emit=None, approver: Approver | None = No
         provider_label=label,
         transcript=transcript,
         approver=approver,
-        restored=restored_events,
     )
+    stream = EventStream()
+    stream.subscribe(transcript_recorder(transcript))  # first: persisted before any surface sees it
     if emit is not None:
-        agent.emit = emit
-    return agent
+        stream.subscribe(emit)
+    agent.emit = stream.emit
+    info = SessionInfoEvent(session_id=session.id, provider_label=label, model=provider.model,
+                            workspace=str(workspace), transcript_path=str(session.transcript_path),
+                            max_steps=settings.max_steps, banner=getattr(provider, "banner", None),
+                            resumed=bool(resume or continue_latest))
+    return _Built(agent, stream, info, restored_events)

@@ -110,7 +110,7 @@ async def test_budget_crossing_compacts_before_the_next_request(fake_llm, tmp_pa
     assert (ev.trigger, ev.ok, ev.messages_before, ev.messages_after) == ("auto", True, 3, 1)
     assert 0 < ev.tokens_after < ev.tokens_before
     assert ev.tokens_before >= agent.engine.thresholds.auto_compact_line
-    assert any(n.text.startswith("context compacted: 3 messages → 1 summary") for n in events.of("notice"))
+    assert any(n.text.startswith("context compacted: 3 messages → 1 summary") for n in events.notices())
     usage = events.of("usage")
     assert [u.agent for u in usage] == ["main", "compact", "main"]
 
@@ -219,8 +219,8 @@ async def test_failed_auto_compaction_leaves_history_untouched(fake_llm, tmp_pat
     assert (ev.trigger, ev.ok, ev.messages_before, ev.messages_after) == ("auto", False, 3, 3)
     assert ev.tokens_after == ev.tokens_before
     assert FAILURE_REASONS[kind] in (ev.reason or "").lower()
-    assert any("compaction failed" in n.text and n.level == "error" for n in events.of("notice"))
-    assert not any("context compacted" in n.text for n in events.of("notice"))
+    assert any("compaction failed" in n.text and n.level == "error" for n in events.notices())
+    assert not any("context compacted" in n.text for n in events.notices())
     assert next_request_problems(agent.history) == []
     await agent.aclose()
 
@@ -304,7 +304,7 @@ async def test_three_auto_failures_pause_auto_compaction_until_the_cooldown(fake
     requests_before = len(fake_llm.requests)
     await agent.run_turn("turn 4")
     assert len(fake_llm.requests) == requests_before + 1 and compactions_sent() == 3
-    assert any("auto-compaction paused" in n.text for n in events.of("notice"))
+    assert any("auto-compaction paused" in n.text for n in events.notices())
     assert agent.context_event().projected_tokens >= agent.engine.thresholds.auto_compact_line
 
     # A manual compaction always runs, even while paused (and its failure does not count).
@@ -426,6 +426,6 @@ async def test_the_pause_is_said_once_not_before_every_request(fake_llm, tmp_pat
     await agent.run_turn("read a.txt three times")
     assert len(fake_llm.requests) == requests_before + 4 and len(compaction_bodies(fake_llm)) == 3
     assert all(e.level != "ok" for e in events.of("context")[-3:])  # over the line all along
-    paused_lines = [n for n in events.of("notice") if "auto-compaction paused" in n.text]
+    paused_lines = [n for n in events.notices() if "auto-compaction paused" in n.text]
     assert len(paused_lines) == 1
     await agent.aclose()

@@ -32,11 +32,13 @@ from app.context.thresholds import Thresholds, compute_thresholds, level
 from app.context.tokens import count_tokens
 from app.events import (
     BreakerEvent,
+    ChartPointEvent,
     CompactionEvent,
+    CompactionPausedEvent,
     ContextEvent,
     Event,
     MicroCompactionEvent,
-    NoticeEvent,
+    PointKind,
     ResetEvent,
     ResultCutEvent,
     UsageEvent,
@@ -45,6 +47,7 @@ from app.events import (
 from app.messages import Message, TextBlock, ToolResultBlock, ToolSpec
 from app.providers.base import ContextTooLongError, ModelRequest, ProviderError
 from app.tools.registry import truncate_head_tail
+from app.transcript import TranscriptWriter
 from app.usage import Usage
 
 # A compaction call: request in, (assistant message, usage) out. Raises ProviderError.
@@ -89,8 +92,8 @@ class ContextEngine:
     price: Price | None = None
     compact_price: Price | None = None
     emit: Callable[[Event], None] = lambda _e: None
-    # Persists history changes (app.transcript.TranscriptWriter or None).
-    transcript: object | None = None
+    # Persists every history change.
+    transcript: TranscriptWriter | None = None
     tool_results_dir: Path | None = None
     clock: Callable[[], float] = time.time
     breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
@@ -131,7 +134,7 @@ class ContextEngine:
         if message.role == "assistant":
             self.last_assistant_at = self.clock()
         if self.transcript is not None:
-            self.transcript.append_message(message)  # type: ignore[attr-defined]
+            self.transcript.append_message(message)
 
     def append_user_text(self, text: str) -> None:
         """A user message; merged into a trailing user message (e.g. interrupted tool results)
@@ -146,7 +149,7 @@ class ContextEngine:
         self.history = new_history
         self.accounting.invalidate()
         if self.transcript is not None:
-            self.transcript.replace_history(new_history, reason)  # type: ignore[attr-defined]
+            self.transcript.replace_history(new_history, reason)
 
     def reset(self) -> None:
         """Clear the conversation and the live accounting; the ledger and files on disk stay."""
@@ -155,8 +158,7 @@ class ContextEngine:
         self.accounting.reset()  # the growth of the old conversation says nothing about the new one
         self.last_assistant_at = None
         self._warned = False
-        self.emit(NoticeEvent(text="conversation reset: context cleared (transcript and tool outputs kept on disk)"))
-        self.emit_context()
+        self._point(self.emit_context().projected_tokens, "reset")
 
     # ---- accounting ----
 
@@ -201,9 +203,28 @@ class ContextEngine:
         self.emit(event)
         return event
 
+    def live_usage(self, usage: Usage) -> None:
+        """A usage figure from inside a stream (Anthropic's message_start gives the prompt
+        size at once): the gauge shows it before the call ends. The call's final usage,
+        recorded after it, is what the accounting keeps."""
+        tokens = usage.context_tokens
+        if tokens is None:
+            return
+        event = self.context_event()
+        t = self.thresholds
+        self.emit(event.model_copy(update={
+            "exact_tokens": tokens, "estimated_tokens": 0, "projected_tokens": tokens,
+            "level": level(tokens, t), "live": True,
+        }))
+
     def note_model_call(self) -> None:
         """One point of the gauge's history per model call."""
-        self.accounting.record_point(self.projection().projected_tokens)
+        projected = self.projection().projected_tokens
+        self.accounting.record_point(projected)
+        self._point(projected, "call")
+
+    def _point(self, tokens: int, kind: PointKind) -> None:
+        self.emit(ChartPointEvent(tokens=tokens, kind=kind))
 
     # ---- tool results: the projection rescues what would not fit ----
 
@@ -227,9 +248,6 @@ class ContextEngine:
         cut = truncate_head_tail(block.content, max_chars, path)
         self.emit(ResultCutEvent(id=block.tool_use_id, name=tool_name, original_chars=len(block.content),
                                  kept_chars=len(cut), full_output_path=path))
-        self.emit(NoticeEvent(level="warning", text=(
-            f"{tool_name} result of {len(block.content):,} chars (~{result_tokens:,} tokens) would have pushed the "
-            f"request over the blocking line ({t.blocking_line:,}); cut to {len(cut):,} chars before sending")))
         return ToolResultBlock(tool_use_id=block.tool_use_id, content=cut, is_error=block.is_error,
                                full_output_path=path)
 
@@ -252,7 +270,7 @@ class ContextEngine:
             elif proj < t.blocking_line and self._pause_noted != self.breaker.retry_at:
                 # Said once per pause, not before every request of a long paused turn.
                 self._pause_noted = self.breaker.retry_at
-                self.emit(NoticeEvent(level="warning", text=self._breaker_text()))
+                self.emit(CompactionPausedEvent(failures=self.breaker.failures, retry_in_s=self.breaker.retry_in()))
         if proj >= t.blocking_line:
             # Never send a request that cannot fit. The breaker is open or the
             # compaction failed: fall back to the extractive summary so the
@@ -283,7 +301,7 @@ class ContextEngine:
         self._replace(self._save_cleared_outputs(self.history, result.history), "micro_compaction")
         self.emit(MicroCompactionEvent(trigger=trigger, results_cleared=result.results_cleared,
                                        tokens_freed=result.tokens_freed))
-        self.emit_context()
+        self._point(self.emit_context().projected_tokens, "prune")
 
     def _save_cleared_outputs(self, old: list[Message], new: list[Message]) -> list[Message]:
         """A cleared result whose full output was never saved (it was not truncated) is
@@ -327,12 +345,6 @@ class ContextEngine:
         except OSError:
             return None
         return str(out)
-
-    def _breaker_text(self) -> str:
-        retry_in = self.breaker.retry_in()
-        wait = f"; one retry in {int(retry_in)}s" if retry_in is not None else ""
-        return (f"auto-compaction paused after {self.breaker.failures} failed attempts{wait}; "
-                "ctrl+s or /compact still runs it")
 
     # ---- compaction ----
 
@@ -383,7 +395,6 @@ class ContextEngine:
                                     messages_after=before_msgs, tokens_before=tokens_before,
                                     tokens_after=tokens_before, reason=reason or "unknown failure")
             self.emit(event)
-            self.emit(NoticeEvent(level="error", text=f"compaction failed ({event.reason}); history unchanged"))
             return event
         if self.breaker.paused or self.breaker.failures:
             self.breaker.record_success()
@@ -406,8 +417,7 @@ class ContextEngine:
                                 messages_after=len(new_history), tokens_before=tokens_before,
                                 tokens_after=tokens_after)
         self.emit(event)
-        self.emit(NoticeEvent(text=f"context compacted: {before_msgs} messages → 1 summary "
-                                   f"({tokens_before:,} → {tokens_after:,} tokens)"))
+        self._point(tokens_after, "compaction")
         self.emit_context()
         return event
 
@@ -431,11 +441,8 @@ class ContextEngine:
         tokens_after = self.projection().projected_tokens
         self.emit(CompactionEvent(trigger="reactive", ok=True, messages_before=before_msgs,
                                   messages_after=len(kept), tokens_before=tokens_before,
-                                  tokens_after=tokens_after, reason=err.message))
-        gap = f" (server reported {err.gap_tokens:,} tokens over)" if err.gap_tokens is not None else ""
-        self.emit(NoticeEvent(level="warning", text=(
-            f"prompt too long{gap}: dropped the {len(dropped)} oldest messages and retried "
-            "(they stay in the transcript on disk)")))
+                                  tokens_after=tokens_after, reason=err.message, gap_tokens=err.gap_tokens))
+        self._point(tokens_after, "compaction")
         self.emit_context()
         return True
 
