@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return run_headless(settings(), args.prompt, args.output_format,
                                 resume=args.resume, continue_latest=args.continue_latest)
-        from app.tui import run_dashboard
+        from app.dashboard.launch import run_dashboard
 
         return run_dashboard(settings, resume=args.resume, continue_latest=args.continue_latest)
     except (ConfigError, SetupError) as err:

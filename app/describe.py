@@ -187,6 +187,10 @@ DESCRIBERS: dict[str, Callable[[Any], Line | None]] = {
 }
 
 
+# The event types that draw an engine line (the dashboard routes them to the conversation).
+ENGINE_LINE_TYPES = frozenset(kind for kind, describer in DESCRIBERS.items() if describer is not _silent)
+
+
 def describe(event: Any) -> Line | None:
     """The engine line for ``event``, or None when it draws no line."""
     describer = DESCRIBERS.get(event.type)
