@@ -126,6 +126,10 @@ class AgentSession:
         self._current: asyncio.Task[object] | None = None
         self._approvals: dict[str, tuple["asyncio.Future[Decision]", str]] = {}
         self._stopping = False
+        # Prompts, compactions and resets submitted and not yet done (or dropped): counted
+        # at ``submit``, on the caller's thread, so "nothing pending" never races a submit.
+        self._pending = 0
+        self._pending_lock = threading.Lock()
         self._last_state = StateEvent(state="idle", step=0, max_steps=agent.max_steps)
         agent.emit = self._emit
         if approvals:
@@ -144,6 +148,8 @@ class AgentSession:
 
     def submit(self, command: Command) -> int:
         command_id = next(self._ids)
+        if isinstance(command, (UserInput, Compact, Reset)):
+            self._count_pending(+1)
         loop = self._loop
         if loop is not None and threading.get_ident() != self._loop_thread:
             loop.call_soon_threadsafe(self._accept, command)
@@ -156,6 +162,19 @@ class AgentSession:
     @property
     def busy(self) -> bool:
         return self._current is not None and not self._current.done()
+
+    @property
+    def pending(self) -> int:
+        """Prompts, compactions and resets submitted and not finished yet (any thread)."""
+        return self._pending
+
+    def _count_pending(self, change: int) -> None:
+        with self._pending_lock:
+            self._pending = max(0, self._pending + change)
+
+    def _drop_queue(self) -> None:
+        self._count_pending(-len(self._queue))
+        self._queue.clear()
 
     def _emit(self, event: Event) -> None:
         if event.type == "state":
@@ -171,7 +190,7 @@ class AgentSession:
     def _accept(self, command: Command) -> None:
         """On the session's loop (or before it runs): act now, or queue."""
         if isinstance(command, Interrupt):
-            self._queue.clear()
+            self._drop_queue()
             self._interrupt()
         elif isinstance(command, Approve):
             self._answer(command.request_id, command.decision)
@@ -181,17 +200,18 @@ class AgentSession:
         elif isinstance(command, Shutdown):
             self._stopping = True
             if command.now:
-                self._queue.clear()
+                self._drop_queue()
                 self._interrupt()
         else:
             if isinstance(command, Reset):
                 # A confirmed reset replaces what was queued and ends the running turn.
-                self._queue.clear()
+                self._drop_queue()
                 self._interrupt()
             if self.busy:
                 kind = "prompt" if isinstance(command, UserInput) else (
                     "compact" if isinstance(command, Compact) else "reset")
-                self._emit(CommandQueuedEvent(command=kind, position=len(self._queue) + 1))  # type: ignore[arg-type]
+                self._emit(CommandQueuedEvent(command=kind, position=len(self._queue) + 1,  # type: ignore[arg-type]
+                                              text=command.text if isinstance(command, UserInput) else ""))
             # Before ``run`` starts a command just waits: nothing is running that it waits for.
             self._queue.append(command)
         if self._wake is not None:
@@ -234,6 +254,7 @@ class AgentSession:
                     self._state("idle")
                 finally:
                     self._current = None
+                    self._count_pending(-1)
         finally:
             for future, _tool in self._approvals.values():
                 if not future.done():

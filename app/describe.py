@@ -115,7 +115,11 @@ def _queued(e: "ev.CommandQueuedEvent") -> Line:
     what = {"prompt": "prompt", "compact": "compaction", "reset": "reset"}[e.command]
     when = "as soon as the agent is ready" if e.waiting_for == "start" else "when this turn ends"
     place = "" if e.position == 1 else f" (#{e.position} in the queue)"
-    return Line("queued", f"{what} queued: runs {when}{place}")
+    words = ""
+    if e.text:
+        first = " ".join(e.text.split())
+        words = f": {first[:77] + '…' if len(first) > 80 else first}"
+    return Line("queued", f"{what} queued, runs {when}{place}{words}")
 
 
 def _result(e: "ev.ResultEvent") -> Line | None:

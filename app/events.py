@@ -230,6 +230,7 @@ class CommandQueuedEvent(BaseModel):
     command: Literal["prompt", "compact", "reset"]
     position: int  # 1 = runs next
     waiting_for: Literal["turn", "start"] = "turn"
+    text: str = ""  # the prompt's own words (shown now; its turn shows it again when it runs)
 
 
 class ApprovalRequestEvent(BaseModel):

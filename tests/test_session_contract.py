@@ -105,8 +105,8 @@ async def test_a_prompt_given_while_busy_is_queued_says_so_and_runs_after(fake_l
     await _run(session, UserInput("first task"))
     queued = events.of("queued")
     assert [(q.command, q.position) for q in queued] == [("prompt", 1), ("compact", 2)]
-    assert [describe(q).text for q in queued] == ["prompt queued: runs when this turn ends",
-                                                  "compaction queued: runs when this turn ends (#2 in the queue)"]
+    assert [describe(q).text for q in queued] == ["prompt queued, runs when this turn ends: second task",
+                                                  "compaction queued, runs when this turn ends (#2 in the queue)"]
     assert [r.text for r in events.of("result")] == ["first done", "second done"]
     assert [e.text for e in events.of("user_message")] == ["first task", "second task"]
     assert events.of("compaction")[-1].trigger == "manual"

@@ -158,6 +158,11 @@ class TidegaugeApp(App[int]):
         return self._main(PromptBox)  # type: ignore[no-any-return]
 
     @property
+    def busy(self) -> bool:
+        """The session is running a command (as its last state event says)."""
+        return self.header.busy
+
+    @property
     def ready(self) -> bool:
         """The session exists (it is built after the first frame when given as a factory)."""
         return self.session is not None
@@ -233,7 +238,8 @@ class TidegaugeApp(App[int]):
         from app.events import CommandQueuedEvent
 
         kind = "prompt" if isinstance(command, UserInput) else "compact" if isinstance(command, Compact) else "reset"
-        line = describe(CommandQueuedEvent(command=kind, position=len(self._waiting), waiting_for="start"))
+        text = command.text if isinstance(command, UserInput) else ""
+        line = describe(CommandQueuedEvent(command=kind, position=len(self._waiting), waiting_for="start", text=text))
         if line is not None:
             self.conversation.add_engine(line.kind, line.text)
 
@@ -330,7 +336,7 @@ class TidegaugeApp(App[int]):
 
     def action_interrupt(self) -> None:
         """Interrupt the running turn."""
-        if self.header.busy:
+        if self.busy:
             self.submit(Interrupt())
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:

@@ -108,42 +108,57 @@ class FakeSession:
         self._current: asyncio.Task[Any] | None = None
         self._approvals: dict[str, asyncio.Future[str]] = {}
         self._idle = asyncio.Event()
+        self._idle.set()
+        self.pending = 0  # commands submitted and not finished (the real session has it too)
         self.history: list[str] = []  # what the "model" would see
-        self.calls: list[tuple[str, Any]] = []
+        self.calls: list[tuple[str, Any]] = []  # the work done: run_turn, compact, reset
+        self.submitted: list[cmd.Command] = []
+        self.always_allowed: set[str] = set()
         self.answers: list[str] = []
         self.closed = False
 
     # --- the SessionSurface Protocol ---
 
     def submit(self, command: cmd.Command) -> int:
-        self.calls.append(("submit", command))
+        self.submitted.append(command)
         if isinstance(command, cmd.Interrupt):
+            while self._queue is not None and not self._queue.empty():
+                self._queue.get_nowait()
+                self.pending -= 1
             if self._current is not None and not self._current.done():
                 self._current.cancel()
-            return len(self.calls)
+            return len(self.submitted)
         if isinstance(command, cmd.Approve):
             future = self._approvals.pop(command.request_id, None)
             if future is not None and not future.done():
                 future.set_result(command.decision)
-            return len(self.calls)
+            return len(self.submitted)
         if isinstance(command, cmd.Report):
             self.emit(ev.ReportEvent(kind=command.kind, messages=len(self.history), context=self._context))
-            return len(self.calls)
+            return len(self.submitted)
         if isinstance(command, cmd.Shutdown):
             self.closed = True
             if self._runner is not None:
                 self._runner.cancel()
-            return len(self.calls)
+            return len(self.submitted)
+        if isinstance(command, cmd.Reset):  # like the real one: replaces what waits, ends what runs
+            while self._queue is not None and not self._queue.empty():
+                self._queue.get_nowait()
+                self.pending -= 1
+            if self._current is not None and not self._current.done():
+                self._current.cancel()
         if self._queue is None:
             self._queue = asyncio.Queue()
             self._runner = asyncio.get_running_loop().create_task(self._consume())
         if self._current is not None and not self._current.done():
             kind = "prompt" if isinstance(command, cmd.UserInput) else (
                 "compact" if isinstance(command, cmd.Compact) else "reset")
-            self.emit(ev.CommandQueuedEvent(command=kind, position=self._queue.qsize() + 1))
+            self.emit(ev.CommandQueuedEvent(command=kind, position=self._queue.qsize() + 1,
+                                            text=command.text if isinstance(command, cmd.UserInput) else ""))
         self._idle.clear()
+        self.pending += 1
         self._queue.put_nowait(command)
-        return len(self.calls)
+        return len(self.submitted)
 
     def subscribe(self, listener: Callable[[Any], None]) -> Callable[[], None]:
         self._listeners.append(listener)
@@ -183,6 +198,7 @@ class FakeSession:
                     raise
             finally:
                 self._current = None
+                self.pending -= 1
                 if self._queue.empty():
                     self._idle.set()
 
@@ -220,7 +236,9 @@ class FakeSession:
     async def _ask(self, step: Ask) -> str:
         if not self.approvals:
             return "no"
-        request_id = f"approval-{len(self.calls)}"
+        if step.name in self.always_allowed:
+            return "yes"
+        request_id = f"approval-{len(self.submitted)}"
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._approvals[request_id] = future
         self.emit(ev.StateEvent(state="waiting_approval", step=1, max_steps=self.max_steps, tool_name=step.name,
@@ -233,6 +251,8 @@ class FakeSession:
             self.emit(ev.ApprovalResolvedEvent(request_id=request_id, decision="interrupted"))
             raise
         self.emit(ev.ApprovalResolvedEvent(request_id=request_id, decision=answer))  # type: ignore[arg-type]
+        if answer == "always":
+            self.always_allowed.add(step.name)
         return answer
 
     async def run_turn(self, user_text: str) -> ev.ResultEvent:
@@ -353,6 +373,7 @@ def compaction_steps() -> list[Step]:
                       output_tokens=2_100, context_tokens=144_100),
         ev.CompactionEvent(trigger="auto", ok=True, messages_before=26, messages_after=1, tokens_before=156_280,
                            tokens_after=7_400),
+        ev.ChartPointEvent(tokens=7_400, kind="compaction"),
         context(None, 7_400, turns=None, cost=0.31, compact_cost=0.09),
         Text("Compacted; carrying on from the summary."),
         ev.UsageEvent(input_tokens=7_400, cache_read_tokens=0, cache_write_tokens=0, output_tokens=120,
