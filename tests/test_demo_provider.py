@@ -26,7 +26,13 @@ from app.demo.provider import DemoProvider
 from app.demo.scenarios import SCENARIOS, banner_text, pick_scenario
 from app.demo.tools import UNTRUNCATED_BASH, UntruncatedBashTool
 from app.demo.workspace import LOG_ERROR_LINE, create_demo_workspace, project_files
-from app.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from app.messages import (
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from app.providers.base import (
     Completed,
     ContextTooLongError,
@@ -192,7 +198,7 @@ async def test_summarize_carries_on_after_an_auto_compaction(workspace: Path, tm
     final = driver.history[-1].text
     assert "before the context was compacted" in final
     # A module read before the compaction is still described, from the summary.
-    early = next(p for p in read_before if p.endswith("models.py") or p.endswith("errors.py"))
+    early = next(p for p in read_before if p.endswith(("models.py", "errors.py")))
     assert f"`{early}`" in final
 
 

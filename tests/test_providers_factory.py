@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from app.providers.anthropic import AnthropicProvider
-from app.providers.factory import PROVIDER_NAMES, PROVIDER_PLUGINS, create_provider, default_key_env, provider_plugin
+from app.providers.factory import (
+    PROVIDER_NAMES,
+    PROVIDER_PLUGINS,
+    create_provider,
+    default_key_env,
+    provider_plugin,
+)
 from app.providers.openai import OpenAIProvider
 
 

@@ -14,7 +14,8 @@ import hashlib
 import json
 import re
 import uuid
-from typing import Any, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from app.context.tokens import count_tokens, estimate_message, estimate_tools
 from app.demo.scenarios import banner_text, decide, pick_scenario, read_turn

@@ -27,9 +27,10 @@ Scenarios (``SCENARIOS``, in the order the menu lists them):
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Any, Sequence
+from typing import Any
 
 from app.context.compaction import is_summary_message, recent_user_messages
 from app.context.overflow import DROPPED_NOTE
@@ -47,7 +48,7 @@ from app.providers.base import ModelRequest
 
 COMPACTION_MARK = "[Context compaction]"
 MEMORY_HEADER = "# Project and user rules (memory files)"
-_FOCUS = re.compile(r"Focus especially on:\s*(.+)", re.S)
+_FOCUS = re.compile(r"Focus especially on:\s*(.+)", re.DOTALL)
 _GREP_LINE = re.compile(r"^(\d+):(.*)$")
 _NOTICE = re.compile(r"… \[output truncated: [^\]]*\] …")
 # What "summarize the project" reads, and what it leaves alone.
@@ -245,8 +246,7 @@ def _listing(turn: Turn) -> list[str] | None:
             paths = []
             for line in call.result.content.splitlines()[1:]:
                 entry = line.strip()
-                if (not entry or entry.startswith("[") or entry.endswith("/") or "(skipped" in entry
-                        or entry.endswith("@")):
+                if not entry or entry.startswith("[") or entry.endswith(("/", "@")) or "(skipped" in entry:
                     continue
                 if entry.endswith(_READABLE) and not entry.startswith(("tool-results", ".")):
                     paths.append(entry)
@@ -443,7 +443,7 @@ def _decide_recall(messages: Sequence[Message], system: str) -> Decision:
     # Only the memory files' part of the system prompt (the engine puts them under this header).
     _, found, memory = system.partition(MEMORY_HEADER)
     rules = [line.strip("- ").strip() for line in (memory if found else "").splitlines()
-             if re.search(r"\b(never|always|must)\b", line, re.I) and line.lstrip().startswith("-")]
+             if re.search(r"\b(never|always|must)\b", line, re.IGNORECASE) and line.lstrip().startswith("-")]
     if rules:
         parts.append("Rules from the memory files (they live in the system prompt, so no compaction can drop "
                      "them):\n\n" + "\n".join(f"- {r}" for r in rules[:6]))
