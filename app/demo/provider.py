@@ -44,11 +44,11 @@ class DemoProvider:
     # What the runtime uses when the user gave no --window / --budget. With the
     # default compaction output (8,000) the lines are: warning 15,000,
     # auto-compact 20,000 (the seed's "-budget 20000"), blocking 53,000.
-    # Measured with the runtime's system prompt and the six tools (~1,100 tokens):
-    # "find errors" peaks at ~14,300 (the truncated cat is ~12,700), just under the
-    # warning line; "summarize the project" crosses the warning line after 17 of
-    # 28 files and auto-compacts after 20 (about 26 s in at 40 tokens/s), then
-    # reads the last 9 from the summary and ends near 10,000.
+    # Measured (headless, 2026-12-01) with the runtime's system prompt and the six
+    # tools, run_bash_untruncated included (~1,200 tokens): "find errors" peaks at
+    # ~14,400 (the truncated cat is ~12,700), just under the warning line;
+    # "summarize the project" crosses the warning line after 16 of 28 files and
+    # auto-compacts after 19, then reads the rest from the summary and ends near 11,300.
     DEFAULT_WINDOW = 64_000
     DEFAULT_BUDGET = 20_000
     # In the flood scenario the demo plays a server whose real context is
