@@ -543,5 +543,5 @@ def menu_text() -> str:
 def banner_text() -> str:
     """One line for the dashboard to show when the session opens: what this is and every prompt."""
     prompts = " · ".join(s.prompt for s in SCENARIOS.values())
-    return ("demo (scripted model): no API key is configured, so a scripted model drives real tools. "
-            f"Try: {prompts}")
+    return ("demo (scripted model): a scripted model drives real tools; no API key needed. "
+            f"Try, in any order: {prompts}")
