@@ -80,8 +80,9 @@ class Turn:
     request: str
     start: int  # index of the message that holds it (-1: none)
     calls: list[ToolCall] = field(default_factory=list)
-    summary: SummaryFacts | None = None  # the turn starts at a compaction summary
-    from_summary: bool = False
+    # Set when a compaction happened during this request: the summary's record of its work.
+    summary: SummaryFacts | None = None
+    from_summary: bool = False  # the request itself is quoted by that summary
 
 
 def _genuine(text: str) -> bool:
