@@ -153,3 +153,22 @@ def test_every_prompt_keeps_its_own_outcome_in_this_order(sessions: Sessions, or
     for index, (name, run) in enumerate(zip(order, runs)):
         assert run.code == 0 and run.result["stop_reason"] == "end_turn", (name, run.events[-3:])
         CHECKS[name](run, [PROMPT_OF[n] for n in order[:index]])
+
+
+async def test_in_one_live_session_flood_after_summarize_floods(tmp_path: Path) -> None:
+    """The order the issue reported, in one agent that never leaves memory (as in the
+    dashboard): the prompt typed after the compaction is merged into the summary message."""
+    from app.config import load_settings
+    from app.runtime import build_agent
+
+    settings = load_settings({"provider": "demo", "demo_speed": 0, "yes": True, "data_dir": str(tmp_path / "data")})
+    events: list[dict] = []
+    agent = build_agent(settings, cwd=tmp_path, emit=lambda event: events.append(event.model_dump(mode="json")))
+    order = ("errors", "summarize", "flood")
+    try:
+        for index, name in enumerate(order):
+            events.clear()
+            await agent.run_turn(PROMPT_OF[name])
+            CHECKS[name](Run(0, list(events)), [PROMPT_OF[n] for n in order[:index]])
+    finally:
+        await agent.aclose()
