@@ -17,7 +17,7 @@ from app.context.thresholds import context_window_for
 from app.errors import SetupError
 from app.events import Event, SessionInfoEvent
 from app.protocol import Listener
-from app.providers.factory import create_provider
+from app.providers.factory import default_key_env, open_provider
 from app.redact import register_secret
 from app.session import Session, SessionStore
 from app.tools.base import ToolContext
@@ -81,7 +81,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
             raise SetupError(f"--continue: no earlier session for {cwd}")
 
     key = api_key_for(settings, provider_name)
-    if provider_name != "demo" and not key:
+    if not key and default_key_env(provider_name):  # "": the provider needs no key
         raise SetupError(f"provider {provider_name}: no API key (set {settings.api_key_env or provider_name.upper() + '_API_KEY'})")
     if key:
         register_secret(key)
@@ -89,27 +89,19 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
     registry = default_registry(settings.max_output)
     if session is None:
         session = store.create(cwd, provider_name, settings.model or "")
-    workspace = cwd
 
+    # The provider and what it brings: a plug-in may give a workspace, default limits and tools.
+    setup = open_provider(provider_name, settings, key, session_dir=session.dir)
+    provider = setup.provider
+    workspace = setup.workspace or cwd
+    for extra in setup.tools:
+        registry.register(extra.tool, max_output=extra.max_output)
     window = settings.window
-    budget = settings.budget
-    opts: dict = {}
-    if provider_name == "demo":
-        from app.demo_workspace import create_demo_workspace
-        from app.providers.demo import DemoProvider
-
-        workspace = create_demo_workspace(session.dir / "workspace", log_cache=settings.data_dir_path / "demo-cache")
-        if window is None:
-            window = DemoProvider.DEFAULT_WINDOW
-        # The demo enforces the window it is told, like a server would.
-        opts = {"speed": settings.demo_speed, "registry": registry, "window": window}
-        if "budget" not in settings.model_fields_set:
-            budget = DemoProvider.DEFAULT_BUDGET
-    provider = create_provider(provider_name, settings.model, settings.base_url, key,
-                               timeout_connect=settings.timeout_connect, timeout_read=settings.timeout_read,
-                               **opts)
     if window is None:
-        window = context_window_for(provider.model)
+        window = setup.default_window or context_window_for(provider.model)
+    budget = settings.budget
+    if setup.default_budget is not None and "budget" not in settings.model_fields_set:
+        budget = setup.default_budget
 
     memory = load_memory(workspace, settings.config_dir)
     system = SYSTEM_PROMPT.format(cwd=workspace, platform=platform.system())
@@ -146,7 +138,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         env=_tool_env(settings),
         file_cache=FileReadCache(),
     )
-    label = getattr(provider, "label", None) or f"{provider.name} · {provider.model}"
+    label = provider.label
     agent = Agent(
         provider=provider,
         registry=registry,
@@ -167,6 +159,6 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
     agent.emit = stream.emit
     info = SessionInfoEvent(session_id=session.id, provider_label=label, model=provider.model,
                             workspace=str(workspace), transcript_path=str(session.transcript_path),
-                            max_steps=settings.max_steps, banner=getattr(provider, "banner", None),
+                            max_steps=settings.max_steps, banner=provider.banner,
                             resumed=bool(resume or continue_latest))
     return _Built(agent, stream, info, restored_events)

@@ -115,12 +115,13 @@ def _genuine_user_texts(history: Sequence[Message]) -> list[str]:
     for msg in history:
         if msg.role != "user":
             continue
+        blocks = [b for b in msg.content if isinstance(b, TextBlock)]
         if is_summary_message(msg):
-            texts.extend(_quoted_in_summary(msg.text))
-            continue
-        for block in msg.content:
-            if not isinstance(block, TextBlock):
-                continue
+            texts.extend(_quoted_in_summary(blocks[0].text))
+            # What the user typed next may have been merged into the summary message
+            # (roles alternate): it comes after the summary, in its own blocks.
+            blocks = blocks[1:]
+        for block in blocks:
             text = block.text
             if text.startswith("[Context compaction]") or text == DROPPED_NOTE or not text.strip():
                 continue

@@ -138,6 +138,16 @@ class Provider(Protocol):
     name: str
     model: str
 
+    @property
+    def label(self) -> str:
+        """How the header names it, e.g. "anthropic · claude-sonnet-4-5"."""
+        ...
+
+    @property
+    def banner(self) -> str | None:
+        """A note the dashboard shows once when the session opens (None: nothing to say)."""
+        ...
+
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]: ...
 
     async def aclose(self) -> None: ...
