@@ -390,22 +390,24 @@ async def test_markup_and_escape_sequences_in_tool_output_are_shown_literally(tm
 
 async def test_pruning_keeps_the_dom_bounded_and_scroll_back_recreates_items() -> None:
     agent = FakeSession()
-    app = TidegaugeApp(agent, cursor_blink=False, max_mounted=60)
+    app = TidegaugeApp(agent, cursor_blink=False, max_mounted=30)
     async with app.run_test(size=SIZE) as pilot:
         conversation = app.conversation
-        for i in range(500):
-            agent.emit((ev.ToolStartEvent(id=f"t{i}", name="read_file",
-                                                                 input={}, summary=f"file_{i}.py")))
-            agent.emit((ev.NoticeEvent(text=f"notice {i}")))
-        await pilot.pause()
-        await pilot.pause()
-        assert len(conversation.items) == 1_000
-        assert len(conversation.children) <= 60 + conversation.slack + 2
-        assert conversation.hidden_above >= 1_000 - 60 - conversation.slack
+        conversation.slack = 10
+        for i in range(150):
+            agent.emit(ev.ToolStartEvent(id=f"t{i}", name="read_file", input={}, summary=f"file_{i}.py"))
+            agent.emit(ev.NoticeEvent(text=f"notice {i}"))
+        for _ in range(100):  # the widgets take the 300 messages in their own time
+            await pilot.pause()
+            if len(conversation.items) == 300:
+                break
+        assert len(conversation.items) == 300
+        assert len(conversation.children) <= 30 + conversation.slack + 2
+        assert conversation.hidden_above >= 300 - 30 - conversation.slack
         hidden_line = conversation.children[0]
         assert hidden_line.display and not hidden_line.has_class("-empty") and "earlier items hidden" in hidden_line.render().plain
         assert "transcript.jsonl" in hidden_line.render().plain
-        newest = [w for w in conversation.children if isinstance(w, EngineLine) and w.text == "notice 499"]
+        newest = [w for w in conversation.children if isinstance(w, EngineLine) and w.text == "notice 149"]
         assert newest
 
         hidden_before = conversation.hidden_above
@@ -415,12 +417,12 @@ async def test_pruning_keeps_the_dom_bounded_and_scroll_back_recreates_items() -
         await pilot.pause()
         assert conversation.hidden_above == hidden_before - conversation.load_batch * 2 or \
             conversation.hidden_above < hidden_before
-        assert len(conversation.children) <= 60 + conversation.slack + 2
+        assert len(conversation.children) <= 30 + conversation.slack + 2
         # going back to the end shows the newest again
         await conversation.jump_to_end()
         await pilot.pause()
         assert conversation.live
-        assert any(isinstance(w, EngineLine) and w.text == "notice 499" for w in conversation.children)
+        assert any(isinstance(w, EngineLine) and w.text == "notice 149" for w in conversation.children)
 
 
 async def test_scrolling_back_loads_earlier_items_and_reading_is_not_disturbed_by_new_ones() -> None:
