@@ -35,3 +35,16 @@ async def settle(pilot: Any, rounds: int = 20_000) -> None:
 
 def engine_texts(app: Any, kind: str | None = None) -> list[str]:
     return [line.text for line in app.query(EngineLine) if kind is None or line.kind == kind]
+
+
+def demo_app(tmp_path: Any, **overrides: Any) -> Any:
+    """The real App on a real session (demo provider, speed 0) running on its own thread,
+    as ``tidegauge`` runs it; the App's unmount stops the session."""
+    from app.config import load_settings
+    from app.dashboard.app import TidegaugeApp
+    from app.dashboard.launch import SessionThread
+    from app.runtime import build_session
+
+    settings = load_settings({"provider": "demo", "demo_speed": 0, "data_dir": str(tmp_path / "data"), **overrides})
+    session = SessionThread(build_session(settings, approvals=True, cwd=tmp_path)).start()
+    return TidegaugeApp(session, cursor_blink=False)
