@@ -96,6 +96,8 @@ class ContextEvent(BaseModel):
     cumulative_output: int = 0
     cost_usd: float = 0.0
     compact_cost_usd: float = 0.0
+    # Tokens the deferred tool definitions save on every request (issue 16; 0: none deferred).
+    tool_tokens_saved: int = 0
 
 
 class CompactionEvent(BaseModel):
@@ -183,12 +185,23 @@ class ResultEvent(BaseModel):
     steps: int
 
 
+class McpServerEvent(BaseModel):
+    """An MCP server started, failed or stopped (issue 16); a failure is never fatal."""
+
+    type: Literal["mcp_server"] = "mcp_server"
+    name: str
+    status: Literal["starting", "ready", "failed", "stopped"]
+    detail: str = ""
+    tools: int = 0  # tools it offers (when ready)
+
+
 Event = Annotated[
     Union[
         TextDeltaEvent, ThinkingDeltaEvent, AssistantMessageEvent, UserMessageEvent,
         ToolStartEvent, ToolResultEvent, UsageEvent, ContextEvent, CompactionEvent,
         MicroCompactionEvent, ResetEvent, WarningCrossedEvent, ResultCutEvent, BreakerEvent, RetryEvent,
         StateEvent, NoticeEvent, ErrorEvent, ResultEvent,
+        McpServerEvent,
     ],
     Field(discriminator="type"),
 ]

@@ -81,8 +81,11 @@ class JsonPrinter:
         self.out.flush()
 
 
-async def run_task(agent, prompt: str) -> ResultEvent:
+async def run_task(agent, prompt: str, settings=None) -> ResultEvent:
     """Run one turn; SIGINT interrupts it cleanly (synthetic results, 'interrupted' result)."""
+    from app.runtime import start_session_mcp
+
+    mcp_hub = await start_session_mcp(agent, settings) if settings is not None else None  # issue 16
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     result: ResultEvent | None = None
@@ -111,6 +114,8 @@ async def run_task(agent, prompt: str) -> ResultEvent:
             loop.remove_signal_handler(signal.SIGINT)
         except (NotImplementedError, RuntimeError):
             pass
+        if mcp_hub is not None:
+            await mcp_hub.aclose()
         await agent.aclose()
     return result
 
@@ -121,5 +126,5 @@ def run_headless(settings, prompt: str, output_format: str, *, resume: str | Non
 
     printer = JsonPrinter(sys.stdout) if output_format == "stream-json" else TextPrinter(sys.stdout, sys.stderr)
     agent = build_agent(settings, emit=printer, resume=resume, continue_latest=continue_latest)
-    result = asyncio.run(run_task(agent, prompt))
+    result = asyncio.run(run_task(agent, prompt, settings))
     return EXIT_CODES.get(result.stop_reason, 1)

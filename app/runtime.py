@@ -141,3 +141,13 @@ def build_agent(settings: Settings, *, emit=None, approver: Approver | None = No
     if emit is not None:
         agent.emit = emit
     return agent
+
+
+# ---- MCP servers (issue 16): started with the session, stopped with it (hub.aclose()) ----
+
+async def start_session_mcp(agent: Agent, settings: Settings):  # -> app.mcp.hub.McpHub
+    """Start the configured MCP servers for this agent's session; failures are events, never raised."""
+    from app.mcp.hub import start_mcp
+
+    return await start_mcp(settings, agent.registry, agent.engine, agent.engine.emit,
+                           workspace=agent.workspace, log_dir=agent.tool_context.tool_results_dir.parent)

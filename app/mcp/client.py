@@ -1,0 +1,238 @@
+"""One MCP server connection, owned by one background task.
+
+The SDK's transports are anyio context managers: they must be entered and left
+in the same task. So each server gets a runner task that enters the client,
+lists the tools, reports ready, and waits for ``aclose``; tool calls come from
+the agent's task and travel over the session's streams. Leaving the client
+runs the SDK's shutdown (close stdin, then terminate the whole process tree),
+shielded from cancellation, so a stopped session leaves no server behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Callable
+
+from app.mcp.settings import McpServerConfig
+from app.tools.base import ToolOutput
+
+
+class McpServerError(Exception):
+    """A server could not start, or stopped answering; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class RemoteTool:
+    """A tool as its server lists it (names unprefixed)."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    read_only: bool  # declared read-only (annotations.readOnlyHint); anything else asks first
+
+
+@dataclass
+class McpConnection:
+    name: str
+    config: McpServerConfig
+    workspace: Path
+    log_dir: Path | None = None  # the server's stderr goes to <log_dir>/mcp-<name>.log
+    tools: list[RemoteTool] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._client: Any = None
+        self._runner: asyncio.Task[None] | None = None
+        self._ready: asyncio.Future[None] | None = None
+        self._stop = asyncio.Event()
+        self._errlog: IO[str] | None = None
+        self.failure: str | None = None  # why it stopped, when it stopped on its own
+        self.stopped_cleanly = False  # stopped by aclose, after it was ready
+        # Called once when a server that was ready stops without being asked (the hub says so).
+        self.on_exit: Callable[[McpConnection, str], None] = lambda _c, _reason: None
+
+    @property
+    def alive(self) -> bool:
+        return self._client is not None and self._runner is not None and not self._runner.done()
+
+    @property
+    def log_path(self) -> Path | None:
+        return self.log_dir / f"mcp-{self.name}.log" if self.log_dir is not None else None
+
+    # ---- start and stop ----
+
+    async def start(self) -> None:
+        """Start the server and list its tools; raises McpServerError with one line on failure."""
+        loop = asyncio.get_running_loop()
+        self._ready = loop.create_future()
+        self._runner = asyncio.create_task(self._run(), name=f"mcp-{self.name}")
+        try:
+            await asyncio.wait_for(asyncio.shield(self._ready), self.config.startup_timeout)
+        except asyncio.TimeoutError:
+            await self.aclose()
+            raise McpServerError(f"no answer within {self.config.startup_timeout:g} s") from None
+        except McpServerError:
+            await self.aclose()
+            raise
+
+    async def _run(self) -> None:
+        assert self._ready is not None
+        try:
+            async with self._make_client() as client:
+                tools = await self._list_tools(client)
+                self._client = client
+                self.tools = tools
+                self._ready.set_result(None)
+                await self._stop.wait()
+            self.stopped_cleanly = self.failure is None
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # an anyio ExceptionGroup too: one line, never a traceback
+            reason = describe_failure(exc)
+            if not self._ready.done():
+                self._ready.set_exception(McpServerError(reason))
+            elif not self._stop.is_set():
+                self.failure = reason
+                self.on_exit(self, reason)
+        finally:
+            self._client = None
+            if self._ready is not None and not self._ready.done():
+                self._ready.set_exception(McpServerError(self.failure or "stopped before it was ready"))
+            if self._errlog is not None:
+                self._errlog.close()
+                self._errlog = None
+
+    def _make_client(self) -> Any:
+        from mcp import Client
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+
+        if self.config.url is not None:
+            return Client(self.config.url, read_timeout_seconds=self.config.tool_timeout)
+        cwd = self.workspace
+        if self.config.cwd:
+            cwd = (self.workspace / os.path.expanduser(self.config.cwd)).resolve()
+        params = StdioServerParameters(command=self.config.command or "", args=list(self.config.args),
+                                       env=dict(self.config.env) or None, cwd=str(cwd))
+        # The server's stderr must not reach the dashboard's screen: it goes to a file.
+        self._errlog = self._open_errlog()
+        return Client(stdio_client(params, errlog=self._errlog), read_timeout_seconds=self.config.tool_timeout)
+
+    def _open_errlog(self) -> IO[str]:
+        path = self.log_path
+        if path is not None:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                return open(path, "a", encoding="utf-8", errors="replace")
+            except OSError:
+                pass
+        return open(os.devnull, "w", encoding="utf-8")
+
+    @staticmethod
+    async def _list_tools(client: Any) -> list[RemoteTool]:
+        tools: list[RemoteTool] = []
+        cursor: str | None = None
+        for _ in range(100):  # a server that pages forever is a broken server
+            page = await client.list_tools(cursor=cursor)
+            for tool in page.tools:
+                annotations = tool.annotations
+                tools.append(RemoteTool(
+                    name=tool.name,
+                    description=tool.description or "",
+                    input_schema=dict(tool.input_schema or {"type": "object"}),
+                    read_only=bool(annotations is not None and annotations.read_only_hint is True),
+                ))
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return tools
+
+    async def aclose(self) -> None:
+        """Stop the server (whole process tree). Safe to call twice."""
+        self._stop.set()
+        runner = self._runner
+        if runner is None or runner.done():
+            return
+        try:
+            # The SDK bounds its own shutdown (stdin close, SIGTERM, SIGKILL): ~6 s at worst.
+            await asyncio.wait_for(asyncio.shield(runner), 15)
+        except asyncio.TimeoutError:
+            runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
+        except asyncio.CancelledError:
+            runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
+            raise
+
+    def _lost(self, reason: str) -> None:
+        """The server went away mid-session: say so once, then wind the connection down."""
+        if self.failure is None and not self._stop.is_set():
+            self.failure = reason
+            self.on_exit(self, reason)
+        self._client = None
+        self._stop.set()
+
+    # ---- calls ----
+
+    async def call_tool(self, tool_name: str, args: dict[str, Any]) -> ToolOutput:
+        """One tool call; a failure comes back as an error output the model can read."""
+        client = self._client
+        if client is None or not self.alive:
+            why = f" ({self.failure})" if self.failure else ""
+            return ToolOutput(f"MCP server {self.name!r} is not running{why}; its tools cannot be used now.",
+                              is_error=True)
+        from mcp.shared.exceptions import MCPError
+
+        try:
+            result = await client.call_tool(tool_name, args)
+        except asyncio.CancelledError:
+            raise
+        except MCPError as exc:
+            from mcp_types import CONNECTION_CLOSED
+
+            if exc.code == CONNECTION_CLOSED:  # the server process is gone
+                self._lost(str(exc) or "connection closed")
+                return ToolOutput(f"MCP server {self.name!r} stopped during {tool_name} ({self.failure}); "
+                                  "its tools cannot be used now.", is_error=True)
+            return ToolOutput(f"MCP server {self.name!r} refused {tool_name}: {exc}", is_error=True)
+        except TimeoutError:
+            return ToolOutput(f"MCP server {self.name!r}: {tool_name} took longer than "
+                              f"{self.config.tool_timeout:g} s and was abandoned.", is_error=True)
+        except Exception as exc:
+            return ToolOutput(f"MCP server {self.name!r} failed on {tool_name}: {describe_failure(exc)}",
+                              is_error=True)
+        return ToolOutput(result_text(result), is_error=bool(result.is_error))
+
+
+def result_text(result: Any) -> str:
+    """A CallToolResult as the text the model sees (binary parts named, not inlined)."""
+    parts: list[str] = []
+    for block in result.content or []:
+        kind = getattr(block, "type", "")
+        if kind == "text":
+            parts.append(block.text)
+        elif kind in ("image", "audio"):
+            parts.append(f"[{kind} {block.mime_type}, {len(block.data) * 3 // 4:,} bytes: not shown]")
+        elif kind == "resource_link":
+            parts.append(f"[resource {block.uri}]")
+        elif kind == "resource":
+            resource = block.resource
+            text = getattr(resource, "text", None)
+            parts.append(text if text is not None else f"[resource {resource.uri}: binary, not shown]")
+    if not parts and result.structured_content is not None:
+        parts.append(json.dumps(result.structured_content, ensure_ascii=False, indent=1, default=str))
+    return "\n".join(parts)
+
+
+def describe_failure(exc: BaseException) -> str:
+    """One line for whatever a server start or call raised (exception groups unwrapped)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, FileNotFoundError):
+        return f"command not found: {exc.filename or exc}"
+    if isinstance(exc, PermissionError):
+        return f"command not executable: {exc.filename or exc}"
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
