@@ -51,6 +51,8 @@ class McpConnection:
         self._errlog: IO[str] | None = None
         self.failure: str | None = None  # why it stopped, when it stopped on its own
         self.stopped_cleanly = False  # stopped by aclose, after it was ready
+        self._pgid: int | None = None  # the stdio server's process group (it leads a new session)
+        self._dead = asyncio.Event()  # the server went away: pending calls stop waiting
         # Called once when a server that was ready stops without being asked (the hub says so).
         self.on_exit: Callable[[McpConnection, str], None] = lambda _c, _reason: None
 
@@ -80,13 +82,19 @@ class McpConnection:
 
     async def _run(self) -> None:
         assert self._ready is not None
+        before = _session_leader_children()
         try:
             async with self._make_client() as client:
+                self._pgid = self._find_server_group(before)
                 tools = await self._list_tools(client)
                 self._client = client
                 self.tools = tools
                 self._ready.set_result(None)
-                await self._stop.wait()
+                watcher = asyncio.create_task(self._watch_process(), name=f"mcp-{self.name}-watch")
+                try:
+                    await self._stop.wait()
+                finally:
+                    watcher.cancel()
             self.stopped_cleanly = self.failure is None
         except asyncio.CancelledError:
             raise
@@ -99,6 +107,11 @@ class McpConnection:
                 self.on_exit(self, reason)
         finally:
             self._client = None
+            if self._pgid is not None:
+                # The SDK kills the process group only when the server outlives its grace
+                # period; a server that exits in time leaves its own children behind.
+                await _end_process_group(self._pgid)
+                self._pgid = None
             if self._ready is not None and not self._ready.done():
                 self._ready.set_exception(McpServerError(self.failure or "stopped before it was ready"))
             if self._errlog is not None:
@@ -119,6 +132,24 @@ class McpConnection:
         # The server's stderr must not reach the dashboard's screen: it goes to a file.
         self._errlog = self._open_errlog()
         return Client(stdio_client(params, errlog=self._errlog), read_timeout_seconds=self.config.tool_timeout)
+
+    def _find_server_group(self, before: set[int]) -> int | None:
+        """The process group of the server just spawned: a new child of ours leading its own
+        session (the SDK starts servers with start_new_session) whose command line is ours."""
+        if self.config.command is None or os.name != "posix":
+            return None
+        import psutil
+
+        args = list(self.config.args)
+        command = os.path.basename(self.config.command)
+        for pid in _session_leader_children() - before:
+            try:
+                cmdline = psutil.Process(pid).cmdline()
+            except psutil.Error:
+                continue
+            if command in {os.path.basename(part) for part in cmdline} and (not args or cmdline[-len(args):] == args):
+                return pid
+        return None
 
     def _open_errlog(self) -> IO[str]:
         path = self.log_path
@@ -172,7 +203,28 @@ class McpConnection:
             self.failure = reason
             self.on_exit(self, reason)
         self._client = None
+        self._dead.set()
         self._stop.set()
+
+    async def _watch_process(self) -> None:
+        """Notice a stdio server that died: a child it left holding the pipe would hide the EOF,
+        and a call would wait for its whole timeout."""
+        pid = self._pgid
+        if pid is None:
+            return
+        import psutil
+
+        while not self._stop.is_set():
+            await asyncio.sleep(0.25)  # a liveness poll, four times a second, while the server runs
+            try:
+                gone = psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+            except psutil.NoSuchProcess:
+                gone = True
+            except psutil.Error:
+                gone = False
+            if gone:
+                self._lost("the server process exited")
+                return
 
     # ---- calls ----
 
@@ -186,9 +238,12 @@ class McpConnection:
         from mcp.shared.exceptions import MCPError
 
         try:
-            result = await client.call_tool(tool_name, args)
+            result = await self._unless_dead(client.call_tool(tool_name, args))
         except asyncio.CancelledError:
             raise
+        except _ServerGone:
+            return ToolOutput(f"MCP server {self.name!r} stopped during {tool_name} ({self.failure}); "
+                              "its tools cannot be used now.", is_error=True)
         except MCPError as exc:
             from mcp_types import CONNECTION_CLOSED
 
@@ -204,6 +259,26 @@ class McpConnection:
             return ToolOutput(f"MCP server {self.name!r} failed on {tool_name}: {describe_failure(exc)}",
                               is_error=True)
         return ToolOutput(result_text(result), is_error=bool(result.is_error))
+
+
+    async def _unless_dead(self, call: Any) -> Any:
+        """Await ``call`` unless the server dies first (then raise _ServerGone)."""
+        task = asyncio.ensure_future(call)
+        dead = asyncio.ensure_future(self._dead.wait())
+        try:
+            await asyncio.wait({task, dead}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            dead.cancel()
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        if task.cancelled():
+            raise _ServerGone()
+        return task.result()
+
+
+class _ServerGone(Exception):
+    pass
 
 
 def result_text(result: Any) -> str:
@@ -236,3 +311,50 @@ def describe_failure(exc: BaseException) -> str:
         return f"command not executable: {exc.filename or exc}"
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _session_leader_children() -> set[int]:
+    """Our child processes that lead their own process group (how the SDK starts servers)."""
+    if os.name != "posix":
+        return set()
+    import psutil
+
+    leaders: set[int] = set()
+    for child in psutil.Process().children():
+        try:
+            if os.getpgid(child.pid) == child.pid:
+                leaders.add(child.pid)
+        except OSError:
+            continue
+    return leaders
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+async def _end_process_group(pgid: int, grace: float = 2.0) -> None:
+    """SIGTERM whatever is left of the server's process group, SIGKILL it after ``grace`` seconds."""
+    import signal
+
+    if not _group_alive(pgid):
+        return
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace
+    while _group_alive(pgid) and loop.time() < deadline:
+        await asyncio.sleep(0.02)  # polling the group's exit, bounded by the grace period
+    if _group_alive(pgid):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
