@@ -96,6 +96,9 @@ class Settings(BaseSettings):
     # (only names and one-line descriptions sent, plus load_tools for the full schemas).
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
     tool_defer_share: float = Field(0.10, ge=0, le=1)
+    # Sub-agents (issue 16): the task tool's step limit and the size of the report it returns.
+    subagent_max_steps: int = Field(20, ge=1)
+    subagent_report_tokens: int = Field(2_000, ge=100)
 
     @field_validator("mcp_servers")
     @classmethod

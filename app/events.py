@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, Field
 
-AgentName = Literal["main", "compact"]
+AgentName = Literal["main", "compact", "sub"]  # sub: a task tool's sub-agent (issue 16)
 AgentState = Literal["idle", "streaming", "tool", "compacting", "waiting_approval", "retrying"]
 
 

@@ -255,3 +255,47 @@ async def test_the_same_tools_under_the_share_are_sent_in_full(session: Session)
     sent = {s.name for s in session.engine.tools}
     assert set(hub.tools) <= sent and LOAD_TOOLS not in sent
     assert session.engine.context_event().tool_tokens_saved == 0
+
+
+# ---------------------------------------------------------------- streamable HTTP
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def _wait_listening(port: int, proc: subprocess.Popen, seconds: float = 120.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while loop.time() < deadline and proc.poll() is None:
+        try:
+            _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            await asyncio.sleep(0.1)  # polling for the port to open, bounded
+            continue
+        writer.close()
+        return
+    raise AssertionError(f"the HTTP MCP server never listened on {port} (exit code {proc.poll()})")
+
+
+async def test_a_streamable_http_server_by_url(session: Session, tmp_path: Path) -> None:
+    port = _free_port()
+    log = open(tmp_path / "http-server.log", "w")
+    proc = subprocess.Popen([sys.executable, str(SERVERS / "many_tools.py"), "--tools", "3", "--http", str(port)],
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        await _wait_listening(port, proc)
+        hub = await session.start({"web": McpServerConfig(url=f"http://127.0.0.1:{port}/mcp", startup_timeout=START)})
+
+        assert sorted(hub.tools) == ["web__tool_000", "web__tool_001", "web__tool_002"]
+        out = await session.run("web__tool_002", {"query": "over http"})
+        assert not out.is_error and "tool_002 got query='over http'" in out.content
+        await hub.aclose()
+        assert proc.poll() is None  # a server we did not start is not ours to stop
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
