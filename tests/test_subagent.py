@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-from pathlib import Path
 
 from agent_helpers import make_agent
-from fake_llm_server import openai_text, openai_tool_calls
+from fake_llm_server import openai_text, openai_tool_calls, stall_after
 
 from app.context.tokens import count_tokens
 from app.subagent import TASK_TOOL, SubAgentLimits, TaskTool, register_task_tool
@@ -88,3 +89,27 @@ async def test_a_sub_agent_at_its_step_limit_says_so_in_its_report(fake_llm, tmp
     report = _tool_result(fake_llm.requests[-1].json, "call_task")
     assert "step limit (2 steps)" in report
     assert len(fake_llm.requests) == 4  # the sub-agent made exactly its 2 calls
+
+
+async def test_an_interrupt_stops_the_sub_agent_and_the_main_history_stays_valid(fake_llm, tmp_path, monkeypatch):
+    agent, events = make_agent(fake_llm, tmp_path, monkeypatch)
+    register_task_tool(agent, SubAgentLimits())
+    fake_llm.enqueue(
+        openai_tool_calls([(TASK_TOOL, {"prompt": "Read everything."}, "call_task")]),
+        stall_after(openai_text("the sub-agent never finishes"), 1),
+    )
+    task = asyncio.ensure_future(agent.run_turn("Delegate the reading."))
+    while len(fake_llm.requests) < 2 and not task.done():  # the sub-agent's request is on the wire
+        await asyncio.sleep(0)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    fake_llm.release()
+
+    assert events.of("result")[-1].stop_reason == "interrupted"
+    [interrupted] = [e for e in events.of("tool_result") if e.id == "call_task"]
+    assert interrupted.is_error and "Interrupted" in interrupted.content
+    fake_llm.enqueue(openai_text("fine"))
+    assert (await agent.run_turn("go on")).stop_reason == "end_turn"
+    assert len(fake_llm.requests) == 3  # nothing more from the sub-agent after the interrupt
+    await agent.aclose()
