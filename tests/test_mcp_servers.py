@@ -31,6 +31,7 @@ from app.mcp.settings import McpServerConfig
 from app.tools.base import ToolContext
 from app.tools.deferral import LOAD_TOOLS
 from app.tools.registry import ToolRegistry, default_registry
+from app.usage import Usage
 
 SERVERS = Path(__file__).parent / "mcp_servers"
 BIN = Path(sys.executable).parent
@@ -236,8 +237,14 @@ async def test_two_hundred_tools_are_deferred_and_loaded_on_demand(session: Sess
     assert estimate_tools(session.engine.tools) + before.tool_tokens_saved < full
     assert "mcp:many" not in before.breakdown  # nothing of the server is sent in full yet
 
+    # An exact figure from a call made before the load …
+    projected = session.engine.projection().projected_tokens
+    session.engine.accounting.record_usage(Usage(input_tokens=projected, output_tokens=0), len(session.engine.history))
     loaded = await session.run(LOAD_TOOLS, {"names": ["many__tool_123", "many__tool_042"]})
     assert not loaded.is_error and "many__tool_123" in loaded.content
+    # … does not hide the definitions just loaded from the projection that decides.
+    loaded_specs = [hub.tools["many__tool_123"].spec, hub.tools["many__tool_042"].spec]
+    assert session.engine.projection().projected_tokens >= projected + estimate_tools(loaded_specs)
 
     sent_after = {s.name: s for s in session.engine.tools}
     assert {"many__tool_123", "many__tool_042"} <= set(sent_after)

@@ -114,6 +114,9 @@ async def start_mcp(settings: Any, registry: ToolRegistry, engine: Any, emit: Ca
 
     def send(specs: list[ToolSpec]) -> None:
         engine.tools = specs
+        # The last exact figure was measured with the old definitions: estimate the whole
+        # request until the next call's usage, rather than miss what was just loaded.
+        engine.accounting.invalidate()
 
     hub.defer(registry, engine.config.window, float(getattr(settings, "tool_defer_share", 0.10)), send)
     engine.tool_owner = hub.server_of
