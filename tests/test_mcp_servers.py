@@ -306,3 +306,18 @@ async def test_a_streamable_http_server_by_url(session: Session, tmp_path: Path)
         proc.terminate()
         proc.wait(timeout=30)
         log.close()
+
+
+async def test_a_server_that_never_answers_times_out_and_leaves_no_process(session: Session, tmp_path: Path) -> None:
+    pid_file = tmp_path / "pids"
+    # Starts a child, then never speaks MCP: the handshake can only time out.
+    script = ("import os, subprocess, sys, time; child = subprocess.Popen(['sleep', '600']); "
+              f"open({str(pid_file)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}'); time.sleep(600)")
+    hung = McpServerConfig(command=sys.executable, args=["-c", script], startup_timeout=10)
+
+    await session.start({"hung": hung})
+
+    [failed] = [e for e in session.server_events("hung") if e.status == "failed"]
+    assert "no answer within 10 s" in failed.detail
+    pids = [int(p) for p in pid_file.read_text().split()]
+    assert await _wait_gone(pids), f"the hung server's processes outlived the timeout: {pids}"

@@ -74,7 +74,10 @@ class McpConnection:
         try:
             await asyncio.wait_for(asyncio.shield(self._ready), self.config.startup_timeout)
         except asyncio.TimeoutError:
-            await self.aclose()
+            # Still in the handshake: cancel it (the SDK's shutdown is shielded and bounded).
+            self._stop.set()
+            self._runner.cancel()
+            await asyncio.gather(self._runner, return_exceptions=True)
             raise McpServerError(f"no answer within {self.config.startup_timeout:g} s") from None
         except McpServerError:
             await self.aclose()
@@ -83,9 +86,14 @@ class McpConnection:
     async def _run(self) -> None:
         assert self._ready is not None
         before = _session_leader_children()
+        # Found while the handshake runs, so even a server that hangs or dies in it has
+        # its process group ended afterwards.
+        finder = asyncio.create_task(self._find_group_soon(before), name=f"mcp-{self.name}-pgid")
         try:
             async with self._make_client() as client:
-                self._pgid = self._find_server_group(before)
+                if self._pgid is None:
+                    self._pgid = self._find_server_group(before)
+                finder.cancel()
                 tools = await self._list_tools(client)
                 self._client = client
                 self.tools = tools
@@ -106,6 +114,7 @@ class McpConnection:
                 self.failure = reason
                 self.on_exit(self, reason)
         finally:
+            finder.cancel()
             self._client = None
             if self._pgid is not None:
                 # The SDK kills the process group only when the server outlives its grace
@@ -113,7 +122,10 @@ class McpConnection:
                 await _end_process_group(self._pgid)
                 self._pgid = None
             if self._ready is not None and not self._ready.done():
-                self._ready.set_exception(McpServerError(self.failure or "stopped before it was ready"))
+                if self._stop.is_set():
+                    self._ready.cancel()  # start() gave up waiting: nobody will read an error
+                else:
+                    self._ready.set_exception(McpServerError(self.failure or "stopped before it was ready"))
             if self._errlog is not None:
                 self._errlog.close()
                 self._errlog = None
@@ -132,6 +144,13 @@ class McpConnection:
         # The server's stderr must not reach the dashboard's screen: it goes to a file.
         self._errlog = self._open_errlog()
         return Client(stdio_client(params, errlog=self._errlog), read_timeout_seconds=self.config.tool_timeout)
+
+    async def _find_group_soon(self, before: set[int]) -> None:
+        if self.config.command is None or os.name != "posix":
+            return
+        while self._pgid is None:
+            self._pgid = self._find_server_group(before)
+            await asyncio.sleep(0.05)  # the SDK spawns the server at the start of the handshake
 
     def _find_server_group(self, before: set[int]) -> int | None:
         """The process group of the server just spawned: a new child of ours leading its own
