@@ -28,6 +28,7 @@ from app.context.tokens import estimate_tools
 from app.events import McpServerEvent, NoticeEvent
 from app.mcp.hub import McpHub, start_mcp
 from app.mcp.settings import McpServerConfig
+from app.redact import clear_secrets, redact
 from app.tools.base import ToolContext
 from app.tools.deferral import LOAD_TOOLS
 from app.tools.registry import ToolRegistry, default_registry
@@ -81,6 +82,7 @@ async def session(tmp_path: Path):
     yield s
     if s.hub is not None:
         await s.hub.aclose()
+    clear_secrets()
 
 
 def git(repo: Path, *args: str) -> None:
@@ -151,6 +153,7 @@ async def test_git_tools_ask_first_unless_declared_read_only(session: Session, r
 
 async def test_a_broken_server_is_a_warning_and_the_others_still_work(session: Session) -> None:
     crashing = server(sys.executable, "-c", "import sys; print('no mcp here', file=sys.stderr); sys.exit(3)")
+    crashing.env["SERVICE_TOKEN"] = "tok-0123456789-abcdef"
     await session.start({
         "time": server(BIN / "mcp-server-time", "--local-timezone", "UTC"),
         "missing": server("/nonexistent/mcp-server-nope"),
@@ -171,6 +174,8 @@ async def test_a_broken_server_is_a_warning_and_the_others_still_work(session: S
     assert not any(s.name.startswith(("missing__", "crashing__")) for s in session.registry.specs())
     # The crashing server's stderr went to its log, not to the screen.
     assert "no mcp here" in (session.log_dir / "mcp-crashing.log").read_text()
+    # A token handed to a server in its env is redacted like a provider key.
+    assert "tok-0123456789-abcdef" not in redact("the server said tok-0123456789-abcdef")
 
 
 # ---------------------------------------------------------------- process tree

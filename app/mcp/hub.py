@@ -10,6 +10,7 @@ server) and what the deferral saves (the gauge).
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -19,8 +20,11 @@ from app.mcp.client import McpConnection, McpServerError
 from app.mcp.settings import McpServerConfig
 from app.mcp.tools import McpTool, prefixed_name
 from app.messages import ToolSpec
+from app.redact import register_secret
 from app.tools.deferral import LoadToolsTool, ToolDeferral
 from app.tools.registry import ToolRegistry
+
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|AUTH|CREDENTIAL", re.IGNORECASE)
 
 
 @dataclass
@@ -43,6 +47,9 @@ class McpHub:
                     registry: ToolRegistry) -> None:
         enabled = {name: cfg for name, cfg in servers.items() if cfg.enabled}
         for name, cfg in enabled.items():
+            for var, value in cfg.env.items():
+                if _SECRET_NAME.search(var):  # a token handed to a server never reaches the model or the disk
+                    register_secret(value)
             self.emit(McpServerEvent(name=name, status="starting", detail=cfg.url or cfg.command or ""))
             connection = McpConnection(name, cfg, workspace, log_dir)
             connection.on_exit = self._exited
