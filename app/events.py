@@ -195,13 +195,29 @@ class McpServerEvent(BaseModel):
     tools: int = 0  # tools it offers (when ready)
 
 
+class SubAgentEvent(BaseModel):
+    """What a task tool's sub-agent is doing (issue 16): the dashboard folds it under the task call
+    and draws the sub-agent's own small gauge from it."""
+
+    type: Literal["sub_agent"] = "sub_agent"
+    call_id: str  # the task call it works for
+    status: Literal["started", "tool", "context", "finished"]
+    tool: str = ""  # status "tool": the tool it called
+    summary: str = ""  # "tool": its arguments in one line; "finished": the stop reason
+    step: int = 0
+    max_steps: int = 0
+    context_tokens: int = 0  # its own context now (projected)
+    auto_compact_line: int = 0
+    window: int = 0
+
+
 Event = Annotated[
     Union[
         TextDeltaEvent, ThinkingDeltaEvent, AssistantMessageEvent, UserMessageEvent,
         ToolStartEvent, ToolResultEvent, UsageEvent, ContextEvent, CompactionEvent,
         MicroCompactionEvent, ResetEvent, WarningCrossedEvent, ResultCutEvent, BreakerEvent, RetryEvent,
         StateEvent, NoticeEvent, ErrorEvent, ResultEvent,
-        McpServerEvent,
+        McpServerEvent, SubAgentEvent,
     ],
     Field(discriminator="type"),
 ]

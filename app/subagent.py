@@ -17,7 +17,7 @@ from typing import Any, Callable
 from app.context.file_cache import FileReadCache
 from app.context.memory import MemoryBundle
 from app.context.tokens import count_tokens
-from app.events import Event, UsageEvent
+from app.events import ContextEvent, Event, SubAgentEvent, ToolStartEvent, UsageEvent
 from app.messages import ToolSpec
 from app.tools.base import ToolContext, ToolInputError, ToolOutput
 from app.tools.registry import ToolRegistry, truncate_head_tail
@@ -99,8 +99,24 @@ class TaskTool:
         prompt = args.get("prompt")
         if not isinstance(prompt, str) or not prompt.strip():
             raise ToolInputError('task needs a "prompt": the whole task for the sub-agent, as text.')
-        # Nothing of the sub-agent to close afterwards: the provider (and its connections) is the parent's.
-        result = await self.build_sub_agent(ctx).run_turn(prompt)
+        call_id = ctx.call_id
+        sub = self.build_sub_agent(ctx)
+        sub.emit = _forward(self.parent, sub, call_id)
+        self.parent.engine.emit(SubAgentEvent(call_id=call_id, status="started", summary=str(args.get("description") or ""),
+                                              max_steps=self.limits.max_steps,
+                                              window=sub.engine.thresholds.window,
+                                              auto_compact_line=sub.engine.thresholds.auto_compact_line))
+        stop_reason = "interrupted"
+        try:
+            # Nothing of the sub-agent to close afterwards: the provider (and its connections) is the parent's.
+            result = await sub.run_turn(prompt)
+            stop_reason = result.stop_reason
+        finally:
+            done = sub.engine.context_event()
+            self.parent.engine.emit(SubAgentEvent(
+                call_id=call_id, status="finished", step=sub.step, max_steps=self.limits.max_steps,
+                summary=stop_reason, context_tokens=done.projected_tokens, window=done.thresholds.window,
+                auto_compact_line=done.thresholds.auto_compact_line))
         stopped = None
         if result.stop_reason == "max_steps":
             stopped = f"stopped at its step limit ({self.limits.max_steps} steps)"
@@ -143,12 +159,13 @@ class TaskTool:
             transcript=None,
             approver=None,  # anything that changes things is refused, never asked about
         )
-        agent.emit = _forward_usage(parent)
         return agent
 
 
-def _forward_usage(parent: Any) -> Callable[[Event], None]:
-    """The sub-agent's usage goes to the session's ledger and stream as agent "sub"; nothing else leaves."""
+def _forward(parent: Any, sub: Any, call_id: str) -> Callable[[Event], None]:
+    """What leaves the sub-agent: its usage (ledger and stream, as agent "sub") and one-line
+    progress (SubAgentEvent). Its text, tool outputs and engine lines stay inside it."""
+    max_steps = sub.options.max_steps
 
     def forward(event: Event) -> None:
         if isinstance(event, UsageEvent):
@@ -157,6 +174,13 @@ def _forward_usage(parent: Any) -> Callable[[Event], None]:
             usage = Usage(event.input_tokens, event.cache_read_tokens, event.cache_write_tokens, event.output_tokens)
             parent.engine.ledger.add("sub", usage, event.cost_usd)
             parent.engine.emit(event.model_copy(update={"agent": "sub"}))
+        elif isinstance(event, ToolStartEvent):
+            parent.engine.emit(SubAgentEvent(call_id=call_id, status="tool", tool=event.name, summary=event.summary,
+                                             step=sub.step, max_steps=max_steps))
+        elif isinstance(event, ContextEvent):
+            parent.engine.emit(SubAgentEvent(call_id=call_id, status="context", step=sub.step, max_steps=max_steps,
+                                             context_tokens=event.projected_tokens, window=event.thresholds.window,
+                                             auto_compact_line=event.thresholds.auto_compact_line))
 
     return forward
 

@@ -70,6 +70,19 @@ async def test_task_runs_a_sub_agent_in_a_fresh_context_and_returns_a_bounded_re
     assert usage.count("sub") == 3 and usage.count("main") == 2
     assert agent.engine.ledger.get("sub").calls == 3
     assert agent.engine.ledger.get("main").calls == 2
+    # Its progress, for the lines folded under the task call and its own small gauge.
+    progress = events.of("sub_agent")
+    assert {e.call_id for e in progress} == {"call_task"}
+    assert (progress[0].status, progress[0].summary) == ("started", "find rejection")
+    assert [(e.tool, e.summary) for e in progress if e.status == "tool"] == [
+        ("read_file", "importer.py"), ("run_bash", "rm -rf /tmp/x")]
+    gauge = [e.context_tokens for e in progress if e.status == "context"]
+    # (the fake server reports the same small usage for every call, so the figure is not monotonic)
+    assert count_tokens(IMPORTER) / 2 < max(gauge) < progress[0].auto_compact_line  # the file it read
+    assert (progress[-1].status, progress[-1].summary, progress[-1].step) == ("finished", "end_turn", 3)
+    assert progress[0].window == agent.engine.thresholds.window
+    # None of the sub-agent's own events reach the main stream as if they were the main agent's.
+    assert {e.id for e in events.of("tool_result")} == {"call_task"}
 
 
 async def test_a_sub_agent_at_its_step_limit_says_so_in_its_report(fake_llm, tmp_path, monkeypatch):
@@ -109,6 +122,7 @@ async def test_an_interrupt_stops_the_sub_agent_and_the_main_history_stays_valid
     assert events.of("result")[-1].stop_reason == "interrupted"
     [interrupted] = [e for e in events.of("tool_result") if e.id == "call_task"]
     assert interrupted.is_error and "Interrupted" in interrupted.content
+    assert (events.of("sub_agent")[-1].status, events.of("sub_agent")[-1].summary) == ("finished", "interrupted")
     fake_llm.enqueue(openai_text("fine"))
     assert (await agent.run_turn("go on")).stop_reason == "end_turn"
     assert len(fake_llm.requests) == 3  # nothing more from the sub-agent after the interrupt
