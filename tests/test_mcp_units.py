@@ -120,6 +120,19 @@ def test_definitions_under_the_share_are_sent_in_full() -> None:
     assert deferral.saved_tokens == 0
 
 
+def test_the_biggest_server_is_deferred_first_and_a_small_one_keeps_its_definitions() -> None:
+    git = [_spec("git__git_log", 20), _spec("git__git_diff", 20)]
+    tools = REMOTE + git
+    room = estimate_tools(git) * 2  # the small server fits, the big one does not
+    deferral = ToolDeferral(core=CORE, deferrable=tools, window=room * 10, share=0.10,
+                            group_of=lambda name: name.split("__")[0])
+
+    sent = deferral.model_specs()
+    assert [s.name for s in sent] == ["read_file", "run_bash", "git__git_log", "git__git_diff", LOAD_TOOLS]
+    assert "many__tool_000" in sent[-1].description and "git__git_log" not in sent[-1].description
+    assert "Already" in deferral.load(["git__git_log"])  # sent in full already: nothing to load
+
+
 async def test_load_tools_sends_the_named_definitions_from_then_on(tmp_path: Path) -> None:
     seen: list[list[ToolSpec]] = []
     deferral = ToolDeferral(core=CORE, deferrable=REMOTE, window=1_000, share=0.10, on_change=seen.append)

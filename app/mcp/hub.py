@@ -90,7 +90,7 @@ class McpHub:
         deferrable = [tool.spec for tool in self.tools.values()]
         core = [spec for spec in registry.specs() if spec.name not in self.tools]
         self.deferral = ToolDeferral(core=core, deferrable=deferrable, window=window, share=share,
-                                     on_change=on_change)
+                                     on_change=on_change, group_of=self.server_of)
         if self.deferral.active:
             registry.register(LoadToolsTool(self.deferral))
         return self.deferral

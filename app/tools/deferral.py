@@ -1,9 +1,10 @@
 """Deferred tool definitions: many MCP schemas cost a share of the window on every request.
 
 When the definitions of the deferrable tools (MCP tools; the built-ins are
-always sent) would take more than ``share`` of the window, the model gets
-only their names and one-line descriptions, inside the description of one
-``load_tools`` tool. Calling ``load_tools`` with names sends those tools'
+always sent) would take more than ``share`` of the window, the biggest
+servers' tools are deferred, whole servers at a time, until the rest fits:
+for those the model gets only names and one-line descriptions, inside the
+description of one ``load_tools`` tool. Calling ``load_tools`` with names sends those tools'
 full definitions from the next request on. ``saved_tokens`` is what the
 deferral saves on every request (the gauge shows it).
 """
@@ -22,8 +23,12 @@ LOAD_TOOLS = "load_tools"
 MAX_NAMES_PER_CALL = 50
 
 
-def _one_line(description: str, limit: int = 120) -> str:
+def _one_line(description: str, limit: int = 100) -> str:
+    """The first sentence of the first line: what the catalogue shows of a deferred tool."""
     line = next((part.strip() for part in description.splitlines() if part.strip()), "")
+    end = line.find(". ")
+    if end > 0:
+        line = line[: end + 1]
     return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
 
 
@@ -37,14 +42,41 @@ class ToolDeferral:
     share: float
     # Called with the new list whenever what the model sees changes (the engine's tools).
     on_change: Callable[[list[ToolSpec]], None] = lambda _specs: None
+    # Tool name -> its group (the MCP server): groups are deferred whole, biggest first,
+    # until what is left fits the share, so a small server keeps its full definitions.
+    group_of: Callable[[str], str | None] | None = None
     loaded: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._by_name = {spec.name: spec for spec in self.deferrable}
         self.full_tokens = estimate_tools(self.core + self.deferrable)
-        self.active = bool(self.deferrable) and estimate_tools(self.deferrable) > self.share * self.window
+        self.kept, self.deferred = self._split()
+        self._by_name = {spec.name: spec for spec in self.deferred}
+        self.active = bool(self.deferred)
         self._load_spec = self._make_load_spec() if self.active else None
         self._refresh()
+
+    def _split(self) -> tuple[list[ToolSpec], list[ToolSpec]]:
+        """(sent in full, deferred): nothing is deferred while all of it fits the share."""
+        room = self.share * self.window
+        if not self.deferrable or estimate_tools(self.deferrable) <= room:
+            return list(self.deferrable), []
+        groups: dict[str | None, list[ToolSpec]] = {}
+        for spec in self.deferrable:
+            groups.setdefault(self.group_of(spec.name) if self.group_of else None, []).append(spec)
+        sizes = {key: estimate_tools(specs) for key, specs in groups.items()}
+        left = sum(sizes.values())
+        deferred_groups: set[str | None] = set()
+        for key in sorted(groups, key=lambda k: sizes[k], reverse=True):
+            if left <= room:
+                break
+            deferred_groups.add(key)
+            left -= sizes[key]
+        kept: list[ToolSpec] = []
+        deferred: list[ToolSpec] = []
+        for spec in self.deferrable:
+            group = self.group_of(spec.name) if self.group_of else None
+            (deferred if group in deferred_groups else kept).append(spec)
+        return kept, deferred
 
     # ---- what the model sees ----
 
@@ -59,19 +91,19 @@ class ToolDeferral:
     def deferred_names(self) -> list[str]:
         """Deferred and not loaded yet."""
         loaded = set(self.loaded)
-        return [spec.name for spec in self.deferrable if spec.name not in loaded] if self.active else []
+        return [spec.name for spec in self.deferred if spec.name not in loaded]
 
     def _refresh(self) -> None:
         if not self.active:
             self._specs = self.core + self.deferrable
         else:
             assert self._load_spec is not None
-            self._specs = self.core + [self._load_spec] + [self._by_name[n] for n in self.loaded]
+            self._specs = self.core + self.kept + [self._load_spec] + [self._by_name[n] for n in self.loaded]
         self._saved = max(0, self.full_tokens - estimate_tools(self._specs))
         self.on_change(self.model_specs())
 
     def _make_load_spec(self) -> ToolSpec:
-        catalogue = "\n".join(f"- {spec.name}: {_one_line(spec.description)}" for spec in self.deferrable)
+        catalogue = "\n".join(f"- {spec.name}: {_one_line(spec.description)}" for spec in self.deferred)
         return ToolSpec(
             name=LOAD_TOOLS,
             description=(
@@ -98,9 +130,10 @@ class ToolDeferral:
         if len(wanted) > MAX_NAMES_PER_CALL:
             raise ToolInputError(f"load_tools takes at most {MAX_NAMES_PER_CALL} names at a time; "
                                  "load only the tools this task needs.")
-        unknown = [n for n in wanted if n not in self._by_name]
+        in_full = {spec.name for spec in self.kept}
+        unknown = [n for n in wanted if n not in self._by_name and n not in in_full]
         new = [n for n in wanted if n in self._by_name and n not in self.loaded]
-        already = [n for n in wanted if n in self.loaded]
+        already = [n for n in wanted if n in self.loaded or n in in_full]
         self.loaded.extend(new)
         if new:
             self._refresh()
