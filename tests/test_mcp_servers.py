@@ -261,14 +261,6 @@ async def test_two_hundred_tools_are_deferred_and_loaded_on_demand(session: Sess
     assert not result.is_error and "tool_042 got query='rows'" in result.content
 
 
-async def test_the_same_tools_under_the_share_are_sent_in_full(session: Session) -> None:
-    hub = await session.start({"many": python_server("many_tools.py", "--tools", "200")}, share=1.0)
-
-    sent = {s.name for s in session.engine.tools}
-    assert set(hub.tools) <= sent and LOAD_TOOLS not in sent
-    assert session.engine.context_event().tool_tokens_saved == 0
-
-
 # ---------------------------------------------------------------- streamable HTTP
 
 def _free_port() -> int:
@@ -318,11 +310,11 @@ async def test_a_server_that_never_answers_times_out_and_leaves_no_process(sessi
     # Starts a child, then never speaks MCP: the handshake can only time out.
     script = ("import os, subprocess, sys, time; child = subprocess.Popen(['sleep', '600']); "
               f"open({str(pid_file)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}'); time.sleep(600)")
-    hung = McpServerConfig(command=sys.executable, args=["-c", script], startup_timeout=10)
+    hung = McpServerConfig(command=sys.executable, args=["-c", script], startup_timeout=6)
 
     await session.start({"hung": hung})
 
     [failed] = [e for e in session.server_events("hung") if e.status == "failed"]
-    assert "no answer within 10 s" in failed.detail
+    assert "no answer within 6 s" in failed.detail
     pids = [int(p) for p in pid_file.read_text().split()]
     assert await _wait_gone(pids), f"the hung server's processes outlived the timeout: {pids}"
