@@ -292,7 +292,9 @@ async def test_a_streamable_http_server_by_url(session: Session, tmp_path: Path)
                             stdout=log, stderr=subprocess.STDOUT)
     try:
         await _wait_listening(port, proc)
-        hub = await session.start({"web": McpServerConfig(url=f"http://127.0.0.1:{port}/mcp", startup_timeout=START)})
+        url = f"http://reader:pw-0123456789@127.0.0.1:{port}/mcp"
+        hub = await session.start({"web": McpServerConfig(url=url, startup_timeout=START)})
+        assert session.server_events("web")[0].detail == f"http://127.0.0.1:{port}/mcp"  # no password shown
 
         assert sorted(hub.tools) == ["web__tool_000", "web__tool_001", "web__tool_002"]
         out = await session.run("web__tool_002", {"query": "over http"})

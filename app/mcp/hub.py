@@ -50,7 +50,8 @@ class McpHub:
             for var, value in cfg.env.items():
                 if _SECRET_NAME.search(var):  # a token handed to a server never reaches the model or the disk
                     register_secret(value)
-            self.emit(McpServerEvent(name=name, status="starting", detail=cfg.url or cfg.command or ""))
+            where = re.sub(r"//[^/@]*@", "//", cfg.url) if cfg.url else cfg.command or ""  # no user:password
+            self.emit(McpServerEvent(name=name, status="starting", detail=where))
             connection = McpConnection(name, cfg, workspace, log_dir)
             connection.on_exit = self._exited
             self.connections[name] = connection
