@@ -182,3 +182,16 @@ def test_breakdown_gives_each_server_its_own_part_and_still_adds_up() -> None:
     assert parts["tools"] == plain["tools"] - parts["mcp:git"] - parts["mcp:time"]
     assert sum(parts.values()) == sum(plain.values())
     assert set(plain) <= set(parts)  # the existing keys are all still there
+
+
+def test_a_core_tool_registered_after_the_deferral_stays_in_what_is_sent() -> None:
+    core = list(CORE)
+    seen: list[list[ToolSpec]] = []
+    deferral = ToolDeferral(core=list(core), deferrable=REMOTE, window=1_000, share=0.10, on_change=seen.append,
+                            core_source=lambda: list(core))
+    core.append(_spec("task", 10))  # e.g. the task tool, registered once MCP had started
+
+    deferral.load(["many__tool_001"])
+
+    assert [s.name for s in seen[-1]] == ["read_file", "run_bash", "task", LOAD_TOOLS, "many__tool_001"]
+    assert deferral.saved_tokens == estimate_tools(core + REMOTE) - estimate_tools(seen[-1])

@@ -21,7 +21,7 @@ from app.mcp.settings import McpServerConfig
 from app.mcp.tools import McpTool, prefixed_name
 from app.messages import ToolSpec
 from app.redact import register_secret
-from app.tools.deferral import LoadToolsTool, ToolDeferral
+from app.tools.deferral import LOAD_TOOLS, LoadToolsTool, ToolDeferral
 from app.tools.registry import ToolRegistry
 
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|AUTH|CREDENTIAL", re.IGNORECASE)
@@ -89,9 +89,12 @@ class McpHub:
               on_change: Callable[[list[ToolSpec]], None]) -> ToolDeferral:
         """Decide what definitions the model sees; registers load_tools when they are deferred."""
         deferrable = [tool.spec for tool in self.tools.values()]
-        core = [spec for spec in registry.specs() if spec.name not in self.tools]
-        self.deferral = ToolDeferral(core=core, deferrable=deferrable, window=window, share=share,
-                                     on_change=on_change, group_of=self.server_of)
+
+        def core() -> list[ToolSpec]:
+            return [spec for spec in registry.specs() if spec.name not in self.tools and spec.name != LOAD_TOOLS]
+
+        self.deferral = ToolDeferral(core=core(), deferrable=deferrable, window=window, share=share,
+                                     on_change=on_change, group_of=self.server_of, core_source=core)
         if self.deferral.active:
             registry.register(LoadToolsTool(self.deferral))
         return self.deferral

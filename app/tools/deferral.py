@@ -45,10 +45,11 @@ class ToolDeferral:
     # Tool name -> its group (the MCP server): groups are deferred whole, biggest first,
     # until what is left fits the share, so a small server keeps its full definitions.
     group_of: Callable[[str], str | None] | None = None
+    # The core tools as they are now (the registry's), so one registered later (task) is kept.
+    core_source: Callable[[], list[ToolSpec]] | None = None
     loaded: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.full_tokens = estimate_tools(self.core + self.deferrable)
         self.kept, self.deferred = self._split()
         self._by_name = {spec.name: spec for spec in self.deferred}
         self.active = bool(self.deferred)
@@ -94,11 +95,14 @@ class ToolDeferral:
         return [spec.name for spec in self.deferred if spec.name not in loaded]
 
     def _refresh(self) -> None:
+        if self.core_source is not None:
+            self.core = self.core_source()
         if not self.active:
             self._specs = self.core + self.deferrable
         else:
             assert self._load_spec is not None
             self._specs = self.core + self.kept + [self._load_spec] + [self._by_name[n] for n in self.loaded]
+        self.full_tokens = estimate_tools(self.core + self.deferrable)
         self._saved = max(0, self.full_tokens - estimate_tools(self._specs))
         self.on_change(self.model_specs())
 
