@@ -18,7 +18,7 @@ import asyncio
 import itertools
 import threading
 from collections import deque
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
 
 from app.commands import Approve, Command, Compact, Decision, Interrupt, Report, Reset, Shutdown, UserInput
 from app.events import (
@@ -45,6 +45,10 @@ _NOT_RECORDED = frozenset({"text_delta", "thinking_delta", "report"})
 # written before the events were typed, a repeat of the typed event before it).
 _NOT_REPLAYED = frozenset({"text_delta", "thinking_delta", "state", "notice", "session",
                            "approval_request", "approval_resolved", "queued"})
+
+
+class Closable(Protocol):
+    async def aclose(self) -> None: ...
 
 
 class EventStream:
@@ -110,10 +114,14 @@ class AgentSession:
     """One agent, one queue of commands, one stream of events (implements ``SessionSurface``)."""
 
     def __init__(self, agent: "Agent", *, stream: EventStream, info: SessionInfoEvent,
-                 restored: list[Event] | None = None, approvals: bool = True) -> None:
+                 restored: list[Event] | None = None, approvals: bool = True,
+                 services: "Callable[[], Awaitable[Closable | None]] | None" = None) -> None:
         """``approvals``: a surface answers approval requests (the dashboard); without one
-        (headless), tools that change things are refused unless ``--yes``."""
+        (headless), tools that change things are refused unless ``--yes``. ``services``:
+        started on the session's loop before the first command, closed when it stops
+        (the MCP servers)."""
         self.agent = agent
+        self._start_services = services
         self.stream = stream
         self.info = info
         self.restored = replayable(restored or [])
@@ -229,8 +237,11 @@ class AgentSession:
         self._loop_thread = threading.get_ident()
         self._wake = asyncio.Event()
         self._emit(self.info)
-        self.agent.engine.emit_context()
+        services = None
         try:
+            if self._start_services is not None:
+                services = await self._start_services()  # their tools are in the first request
+            self.agent.engine.emit_context()
             while True:
                 if not self._queue:
                     if self._stopping:
@@ -259,6 +270,8 @@ class AgentSession:
             for future, _tool in self._approvals.values():
                 if not future.done():
                     future.cancel()
+            if services is not None:
+                await services.aclose()
             await self.agent.aclose()
 
     async def _execute(self, command: Command) -> None:

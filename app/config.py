@@ -24,6 +24,7 @@ from pydantic_settings import (
 )
 
 from app.errors import ConfigError  # raised here; the CLI imports it from app.errors
+from app.mcp.settings import McpServerConfig, check_server_names  # MCP servers (issue 16)
 from app.redact import redact, register_env_var, register_secret
 
 APP_NAME = "tidegauge"
@@ -89,6 +90,21 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default_factory=default_data_dir)
     # Keys saved by save_api_key ([api_keys] in config.toml); environment variables win.
     api_keys: dict[str, SecretStr] = Field(default_factory=dict)
+
+    # MCP servers (issue 16): one [mcp_servers.NAME] table per server, started with the
+    # session; and the share of the window over which MCP tool definitions are deferred
+    # (only names and one-line descriptions sent, plus load_tools for the full schemas).
+    mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+    tool_defer_share: float = Field(0.10, ge=0, le=1)
+    # Sub-agents (issue 16): the task tool's step limit and the size of the report it returns.
+    subagents: bool = True  # offer the task tool (a sub-agent in a fresh context)
+    subagent_max_steps: int = Field(20, ge=1)
+    subagent_report_tokens: int = Field(2_000, ge=100)
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _mcp_server_names(cls, value: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
+        return check_server_names(value)
 
     _config_dir: Path = PrivateAttr(default_factory=config_dir_path)
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, Field
 
-AgentName = Literal["main", "compact"]
+AgentName = Literal["main", "compact", "sub"]  # sub: a task tool's sub-agent
 AgentState = Literal["starting", "idle", "streaming", "tool", "compacting", "waiting_approval", "retrying",
                      "interrupting"]
 PointKind = Literal["call", "compaction", "prune", "reset"]
@@ -102,6 +102,8 @@ class ContextEvent(BaseModel):
     compact_cost_usd: float = 0.0
     # Figures from a usage update inside a stream (the prompt size, known before the call ends).
     live: bool = False
+    # Tokens the deferred tool definitions save on every request (issue 16; 0: none deferred).
+    tool_tokens_saved: int = 0
 
 
 class CompactionEvent(BaseModel):
@@ -288,6 +290,32 @@ class ReportEvent(BaseModel):
     context: ContextEvent
 
 
+class McpServerEvent(BaseModel):
+    """An MCP server started, failed or stopped (issue 16); a failure is never fatal."""
+
+    type: Literal["mcp_server"] = "mcp_server"
+    name: str
+    status: Literal["starting", "ready", "failed", "stopped"]
+    detail: str = ""
+    tools: int = 0  # tools it offers (when ready)
+
+
+class SubAgentEvent(BaseModel):
+    """What a task tool's sub-agent is doing (issue 16): the dashboard folds it under the task call
+    and draws the sub-agent's own small gauge from it."""
+
+    type: Literal["sub_agent"] = "sub_agent"
+    call_id: str  # the task call it works for
+    status: Literal["started", "tool", "context", "finished"]
+    tool: str = ""  # status "tool": the tool it called
+    summary: str = ""  # "tool": its arguments in one line; "finished": the stop reason
+    step: int = 0
+    max_steps: int = 0
+    context_tokens: int = 0  # its own context now (projected)
+    auto_compact_line: int = 0
+    window: int = 0
+
+
 Event = Annotated[
     Union[
         TextDeltaEvent, ThinkingDeltaEvent, AssistantMessageEvent, UserMessageEvent,
@@ -296,6 +324,7 @@ Event = Annotated[
         StateEvent, NoticeEvent, ErrorEvent, ResultEvent,
         SessionInfoEvent, ChartPointEvent, CommandQueuedEvent, ApprovalRequestEvent, ApprovalResolvedEvent,
         InterruptedEvent, OutputLimitEvent, PartialDiscardedEvent, CompactionPausedEvent, ReportEvent,
+        McpServerEvent, SubAgentEvent,
     ],
     Field(discriminator="type"),
 ]

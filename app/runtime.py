@@ -7,7 +7,7 @@ import platform
 from pathlib import Path
 
 from app.agent import Agent, AgentOptions, Approver
-from app.agent_session import AgentSession, EventStream, transcript_recorder
+from app.agent_session import AgentSession, Closable, EventStream, transcript_recorder
 from app.config import Settings, api_key_for, provider_key_env_names, resolve_provider
 from app.context.engine import ContextEngine, EngineConfig
 from app.context.file_cache import FileReadCache
@@ -28,7 +28,8 @@ SYSTEM_PROMPT = """You are tidegauge, a coding agent working in the user's termi
 Working directory: {cwd}
 Platform: {platform}
 
-Tools: read_file, list_files, run_bash, write_file, edit_file. Paths are relative to the working directory.
+Tools: read_file, list_files, run_bash, write_file, edit_file, and task (a sub-agent that investigates a side
+question in a fresh context and reports back) when offered. Paths are relative to the working directory.
 - Read files with read_file (with offset/limit for big ones), never with cat through run_bash.
 - Tool output over the limit is cut head+tail with a notice: follow the notice (grep, head/tail,
   read_file with offset/limit on the saved file) instead of repeating the same command.
@@ -57,8 +58,13 @@ def build_session(settings: Settings, *, approvals: bool, resume: str | None = N
                   continue_latest: bool = False, cwd: Path | None = None) -> AgentSession:
     """The session a surface drives: ``approvals`` when the surface answers approval requests."""
     built = _build(settings, resume=resume, continue_latest=continue_latest, cwd=cwd)
-    return AgentSession(built.agent, stream=built.stream, info=built.info, restored=built.restored,
-                        approvals=approvals and not settings.yes)
+    agent = built.agent
+
+    async def start_services() -> Closable | None:
+        return await start_session_mcp(agent, settings) if settings.mcp_servers else None
+
+    return AgentSession(agent, stream=built.stream, info=built.info, restored=built.restored,
+                        approvals=approvals and not settings.yes, services=start_services)
 
 
 class _Built:
@@ -152,6 +158,10 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         transcript=transcript,
         approver=approver,
     )
+    if settings.subagents:
+        from app.subagent import register_task_tool
+
+        register_task_tool(agent, settings)
     stream = EventStream()
     stream.subscribe(transcript_recorder(transcript))  # first: persisted before any surface sees it
     if emit is not None:
@@ -162,3 +172,13 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
                             max_steps=settings.max_steps, banner=provider.banner,
                             resumed=bool(resume or continue_latest))
     return _Built(agent, stream, info, restored_events)
+
+
+# ---- MCP servers (issue 16): started with the session, stopped with it (hub.aclose()) ----
+
+async def start_session_mcp(agent: Agent, settings: Settings):  # -> app.mcp.hub.McpHub
+    """Start the configured MCP servers for this agent's session; failures are events, never raised."""
+    from app.mcp.hub import start_mcp
+
+    return await start_mcp(settings, agent.registry, agent.engine, agent.engine.emit,
+                           workspace=agent.workspace, log_dir=agent.tool_context.tool_results_dir.parent)

@@ -98,6 +98,10 @@ class ContextEngine:
     clock: Callable[[], float] = time.time
     breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
     history: list[Message] = field(default_factory=list)
+    # MCP (issue 16): which server a tool comes from (the breakdown per server), and the
+    # tokens deferred tool definitions save on every request (the gauge). Set by start_mcp.
+    tool_owner: Callable[[str], str | None] | None = None
+    tool_tokens_saved: Callable[[], int] = lambda: 0
 
     def __post_init__(self) -> None:
         self.thresholds: Thresholds = compute_thresholds(
@@ -188,7 +192,8 @@ class ContextEngine:
             estimated_tokens=proj.estimated_tokens,
             projected_tokens=proj.projected_tokens,
             thresholds=t.to_model(),
-            breakdown=self.accounting.breakdown(self.system_prompt, self.memory.text, self.tools, self.history),
+            breakdown=self.accounting.breakdown(self.system_prompt, self.memory.text, self.tools, self.history,
+                                                tool_owner=self.tool_owner),
             level=level(proj.projected_tokens, t),
             turns_to_compact=self.accounting.turns_to(t.auto_compact_line, proj.projected_tokens),
             cumulative_input=total.input_tokens,
@@ -196,6 +201,7 @@ class ContextEngine:
             cumulative_output=total.output_tokens,
             cost_usd=total.cost_usd,
             compact_cost_usd=self.ledger.compact_cost_usd,
+            tool_tokens_saved=self.tool_tokens_saved(),
         )
 
     def emit_context(self) -> ContextEvent:
