@@ -145,6 +145,25 @@ def _report(e: "ev.ReportEvent") -> Line:
                 f"window {t.window:,}; by part: {parts}")
 
 
+def _mcp_server(e: "ev.McpServerEvent") -> Line | None:
+    if e.status == "ready":
+        return Line("info", f"MCP server {e.name} ready: {plural(e.tools, 'tool')}")
+    if e.status == "failed":
+        return Line("warning", f"MCP server {e.name} did not start: {e.detail}; carrying on without its tools")
+    if e.status == "exited":
+        return Line("warning", f"MCP server {e.name} stopped: {e.detail}; its tools are unavailable for the rest"
+                               " of the session")
+    return None
+
+
+def _sub_agent(e: "ev.SubAgentEvent") -> Line | None:
+    if e.status == "started":
+        return Line("info", f"sub-agent started: {e.summary}" if e.summary else "sub-agent started")
+    if e.status == "finished":
+        return Line("info", f"sub-agent finished ({e.summary}) after {plural(e.step, 'step')}")
+    return None  # its tool calls and context are drawn under the task call
+
+
 def _notice(e: "ev.NoticeEvent") -> Line:
     return Line(e.level, e.text)
 
@@ -188,6 +207,8 @@ DESCRIBERS: dict[str, Callable[[Any], Line | None]] = {
     "partial_discarded": lambda e: Line(
         "warning", f"the partial reply above ({e.chars:,} characters) was discarded: the stream failed"),
     "report": _report,
+    "mcp_server": _mcp_server,
+    "sub_agent": _sub_agent,
 }
 
 
@@ -211,6 +232,7 @@ LEGACY_NOTICE_LEVELS: dict[str, Callable[[Any], Literal["info", "warning", "erro
     "compaction_paused": lambda _e: "warning",
     "interrupted": lambda _e: "warning",
     "output_limit": lambda _e: "warning",
+    "mcp_server": lambda e: "warning" if e.status in ("failed", "exited") else None,
     "partial_discarded": lambda _e: "warning",
 }
 

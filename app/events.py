@@ -295,7 +295,7 @@ class McpServerEvent(BaseModel):
 
     type: Literal["mcp_server"] = "mcp_server"
     name: str
-    status: Literal["starting", "ready", "failed", "stopped"]
+    status: Literal["starting", "ready", "failed", "exited", "stopped"]  # exited: stopped on its own mid-session
     detail: str = ""
     tools: int = 0  # tools it offers (when ready)
 

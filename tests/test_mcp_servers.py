@@ -25,7 +25,8 @@ import pytest
 from app.context.engine import ContextEngine, EngineConfig
 from app.context.memory import MemoryBundle
 from app.context.tokens import estimate_tools
-from app.events import McpServerEvent, NoticeEvent
+from app.describe import describe
+from app.events import McpServerEvent
 from app.mcp.hub import McpHub, start_mcp
 from app.mcp.settings import McpServerConfig
 from app.redact import clear_secrets, redact
@@ -168,8 +169,8 @@ async def test_a_broken_server_is_a_warning_and_the_others_still_work(session: S
         assert statuses == ["starting", "failed"]
         [failed] = [e for e in session.server_events(name) if e.status == "failed"]
         assert failed.detail and "\n" not in failed.detail
-        notices = [e.text for e in session.events if isinstance(e, NoticeEvent) and name in e.text]
-        assert len(notices) == 1 and "carrying on without its tools" in notices[0]
+        lines = [line.text for line in map(describe, session.events) if line is not None and name in line.text]
+        assert len(lines) == 1 and "carrying on without its tools" in lines[0]
     assert "/nonexistent/mcp-server-nope" in session.server_events("missing")[-1].detail
     assert not any(s.name.startswith(("missing__", "crashing__")) for s in session.registry.specs())
     # The crashing server's stderr went to its log, not to the screen.
@@ -218,9 +219,9 @@ async def test_a_server_that_dies_mid_session_is_reported_once_and_its_tools_ans
 
     assert first.is_error and "tree" in first.content
     assert second.is_error and "not running" in second.content
-    failed = [e for e in session.server_events("tree") if e.status == "failed"]
+    failed = [e for e in session.server_events("tree") if e.status == "exited"]
     assert len(failed) == 1
-    assert len([e for e in session.events if isinstance(e, NoticeEvent) and "tree stopped" in e.text]) == 1
+    assert len([line for line in map(describe, session.events) if line is not None and "tree stopped" in line.text]) == 1
     # The dead server's orphaned child is still ended with the session.
     assert session.hub is not None
     await session.hub.aclose()

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from app.events import Event, McpServerEvent, NoticeEvent
+from app.events import Event, McpServerEvent
 from app.mcp.client import McpConnection, McpServerError
 from app.mcp.settings import McpServerConfig
 from app.mcp.tools import McpTool, prefixed_name
@@ -74,16 +74,12 @@ class McpHub:
     def _failed(self, connection: McpConnection, error: BaseException) -> None:
         reason = str(error) if isinstance(error, McpServerError) else f"{type(error).__name__}: {error}"
         log = f" (server log: {connection.log_path})" if connection.log_path and connection.config.command else ""
-        self.emit(McpServerEvent(name=connection.name, status="failed", detail=reason))
-        self.emit(NoticeEvent(level="warning", text=(
-            f"MCP server {connection.name} did not start: {reason}{log}; carrying on without its tools")))
+        self.emit(McpServerEvent(name=connection.name, status="failed", detail=f"{reason}{log}"))
         self.connections.pop(connection.name, None)
 
     def _exited(self, connection: McpConnection, reason: str) -> None:
         """A server that stopped on its own mid-session: its tools answer with an error from now on."""
-        self.emit(McpServerEvent(name=connection.name, status="failed", detail=reason))
-        self.emit(NoticeEvent(level="warning", text=(
-            f"MCP server {connection.name} stopped: {reason}; its tools are unavailable for the rest of the session")))
+        self.emit(McpServerEvent(name=connection.name, status="exited", detail=reason))
 
     def defer(self, registry: ToolRegistry, window: int, share: float,
               on_change: Callable[[list[ToolSpec]], None]) -> ToolDeferral:
