@@ -38,6 +38,7 @@ from app.providers.base import (
     TextDelta,
     ThinkingDelta,
     ToolCallStart,
+    cut_call_result,
 )
 from app.tools.base import ToolContext
 from app.tools.registry import ToolRegistry
@@ -202,7 +203,7 @@ class Agent:
                 if not uses:
                     if completed.stop_reason == "max_tokens":
                         self._emit(NoticeEvent(level="warning", text="the model hit its output limit (max_tokens)"))
-                    return self._finish("end_turn", message.text)
+                    return self._finish("refusal" if completed.stop_reason == "refusal" else "end_turn", message.text)
                 await self._run_tools(uses)
         except asyncio.CancelledError:
             self._repair_after_interrupt()
@@ -217,7 +218,8 @@ class Agent:
             self._state("tool", f"{use.name} ({index}/{len(uses)})")
             self._emit(ToolStartEvent(id=use.id, name=use.name, input=use.input,
                                       summary=summarize_args(use.name, use.input)))
-            refusal = await self._approval_refusal(use)
+            # [providers] a call cut at the output limit is never run; the model is told to retry smaller
+            refusal = cut_call_result(use.name) if use.cut_at_output_limit else await self._approval_refusal(use)
             started = time.perf_counter()  # after approval: the duration is the tool's, not the user's
             if refusal is not None:
                 block = ToolResultBlock(tool_use_id=use.id, content=refusal, is_error=True)

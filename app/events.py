@@ -178,7 +178,7 @@ class ErrorEvent(BaseModel):
 
 class ResultEvent(BaseModel):
     type: Literal["result"] = "result"
-    stop_reason: Literal["end_turn", "max_steps", "error", "interrupted"]
+    stop_reason: Literal["end_turn", "max_steps", "error", "interrupted", "refusal"]
     text: str
     steps: int
 

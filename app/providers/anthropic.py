@@ -13,7 +13,7 @@ from typing import Any, Iterable
 
 import httpx
 
-from app.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from app.messages import Message, RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from app.providers.base import (
     Completed,
     ModelRequest,
@@ -26,7 +26,7 @@ from app.providers.base import (
     ToolCallStart,
     UsageUpdate,
 )
-from app.providers.openai import parse_tool_arguments
+from app.providers.openai import parse_tool_arguments, tool_use_block
 from app.providers.http_base import SseHttpProvider
 from app.providers.sse import SSEEvent, assemble_stream, error_from_payload
 from app.usage import Usage
@@ -54,6 +54,10 @@ def to_anthropic_messages(messages: list[Message], *, send_unsigned_thinking: bo
                 if block.signature:
                     thinking["signature"] = block.signature
                 blocks.append(thinking)
+            elif isinstance(block, RedactedThinkingBlock):
+                # opaque and signed by the server: back exactly as it came, in its place
+                if message.role == "assistant":
+                    blocks.append({"type": "redacted_thinking", "data": block.data})
             elif isinstance(block, ToolUseBlock):
                 if message.role == "assistant":
                     blocks.append({"type": "tool_use", "id": block.id, "name": block.name, "input": block.input})
@@ -81,7 +85,7 @@ def to_anthropic_messages(messages: list[Message], *, send_unsigned_thinking: bo
 
 @dataclass
 class _Block:
-    kind: str  # text | thinking | tool_use | other
+    kind: str  # text | thinking | redacted_thinking | tool_use | other
     parts: list[str] = field(default_factory=list)
     signature: str = ""
     id: str = ""
@@ -114,6 +118,8 @@ class AnthropicStreamAssembler:
         try:
             payload = json.loads(sse.data)
         except ValueError:
+            if sse.unterminated:
+                return []  # the stream was cut inside its last line: finish() judges what arrived
             raise ProviderError(f"malformed stream event (not JSON): {sse.data[:200]!r}", error_type="bad_response")
         if not isinstance(payload, dict):
             raise ProviderError(f"malformed stream event: {sse.data[:200]!r}", error_type="bad_response")
@@ -176,8 +182,11 @@ class AnthropicStreamAssembler:
             block = _Block("tool_use", id=call_id, name=name,
                            initial_input=initial if isinstance(initial, dict) else {})
             out.append(ToolCallStart(index=index, id=call_id, name=name))
+        elif kind == "redacted_thinking":
+            data = start.get("data")
+            block = _Block("redacted_thinking", parts=[data] if isinstance(data, str) else [])
         else:
-            block = _Block("other")  # redacted_thinking, server tools: nothing we can send back
+            block = _Block("other")  # server tools and future types: nothing we can send back
         self._blocks[index] = block
 
     def _block_delta(self, payload: dict[str, Any], out: list[StreamEvent]) -> None:
@@ -259,9 +268,12 @@ class AnthropicStreamAssembler:
                 content.append(TextBlock(text=joined))
             elif block.kind == "thinking" and (joined or block.signature):
                 content.append(ThinkingBlock(thinking=joined, signature=block.signature or None))
+            elif block.kind == "redacted_thinking" and joined:
+                content.append(RedactedThinkingBlock(data=joined))
             elif block.kind == "tool_use":
                 tool_input = parse_tool_arguments(joined) if block.parts else block.initial_input
-                content.append(ToolUseBlock(id=block.id, name=block.name, input=tool_input))
+                content.append(tool_use_block(block.id, block.name, tool_input,
+                                              cut=self._stop_reason == "max_tokens"))
         has_tools = any(isinstance(b, ToolUseBlock) for b in content)
         stop_reason = self._stop_reason or ("tool_use" if has_tools else "end_turn")
         return Completed(

@@ -106,19 +106,27 @@ def parse_openai_usage(raw: dict[str, Any]) -> Usage:
     hit = raw.get("prompt_cache_hit_tokens")
     miss = raw.get("prompt_cache_miss_tokens")
     details = raw.get("prompt_tokens_details") or {}
+    details = details if isinstance(details, dict) else {}
+    # Some servers (OpenRouter, newer OpenAI models) report the tokens written to the
+    # cache; like cached_tokens they are part of prompt_tokens.
+    written = details.get("cache_write_tokens")
+    written = written if isinstance(written, int) and written > 0 else 0
     if isinstance(hit, int):
         cached = hit
         uncached = miss if isinstance(miss, int) else (prompt - hit if isinstance(prompt, int) else None)
     else:
-        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        cached = details.get("cached_tokens")
         cached = cached if isinstance(cached, int) else 0
         uncached = prompt - cached if isinstance(prompt, int) else None
+    if uncached is not None and not isinstance(miss, int):
+        written = min(written, max(0, uncached))
+        uncached -= written
     if uncached is None and not isinstance(completion, int):
         return Usage()
     return Usage(
         input_tokens=max(0, uncached) if uncached is not None else None,
         cache_read_tokens=cached if uncached is not None else None,
-        cache_write_tokens=0 if uncached is not None else None,
+        cache_write_tokens=written if uncached is not None else None,
         output_tokens=completion if isinstance(completion, int) else None,
     )
 
@@ -137,6 +145,15 @@ def parse_tool_arguments(raw: str) -> dict[str, Any]:
     return value
 
 
+def tool_use_block(call_id: str, name: str, tool_input: dict[str, Any], *, cut: bool) -> ToolUseBlock:
+    """The assembled call. ``cut``: the output limit ended the message; a call whose
+    arguments then do not parse was cut mid-way and is marked so it is never run
+    (a complete call before the cut is still a good call)."""
+    if cut and RAW_ARGUMENTS_KEY in tool_input:
+        return ToolUseBlock(id=call_id, name=name, input={}, cut_at_output_limit=True)
+    return ToolUseBlock(id=call_id, name=name, input=tool_input)
+
+
 class OpenAIStreamAssembler:
     """Decoded SSE events in, stream events out; ``finish()`` gives the Completed or raises.
 
@@ -148,6 +165,7 @@ class OpenAIStreamAssembler:
     def __init__(self, *, secret: str | None = None) -> None:
         self._secret = secret
         self._text: list[str] = []
+        self._refusal: list[str] = []
         self._thinking: list[str] = []
         self._calls: dict[int, _ToolCallState] = {}
         self._last_call_index: int | None = None
@@ -167,6 +185,8 @@ class OpenAIStreamAssembler:
         try:
             chunk = json.loads(data)
         except ValueError:
+            if sse.unterminated:
+                return []  # the stream was cut inside its last line: finish() judges what arrived
             raise ProviderError(f"malformed stream chunk (not JSON): {data[:200]!r}", error_type="bad_response")
         if not isinstance(chunk, dict):
             raise ProviderError(f"malformed stream chunk: {data[:200]!r}", error_type="bad_response")
@@ -198,6 +218,11 @@ class OpenAIStreamAssembler:
             if isinstance(content, str) and content:
                 self._text.append(content)
                 out.append(TextDelta(content))
+            # A safety refusal streams in its own field (content stays null): it is the reply.
+            refusal = delta.get("refusal")
+            if isinstance(refusal, str) and refusal:
+                self._refusal.append(refusal)
+                out.append(TextDelta(refusal))
             tool_calls = delta.get("tool_calls")
             if isinstance(tool_calls, list):
                 for call in tool_calls:
@@ -265,20 +290,21 @@ class OpenAIStreamAssembler:
         if thinking:
             content.append(ThinkingBlock(thinking=thinking))
         text = "".join(self._text)
-        if text:
-            content.append(TextBlock(text=text))
+        refusal = "".join(self._refusal)
+        if text or refusal:
+            content.append(TextBlock(text=text + ("\n\n" if text and refusal else "") + refusal))
         for index in sorted(self._calls):
             state = self._calls[index]
             if not state.name:
                 raise ProviderError(f"tool call #{index} arrived without a name", error_type="bad_response")
-            content.append(ToolUseBlock(
-                id=state.id or f"call_{uuid.uuid4().hex[:24]}",
-                name=state.name,
-                input=parse_tool_arguments("".join(state.arguments)),
-            ))
+            content.append(tool_use_block(
+                state.id or f"call_{uuid.uuid4().hex[:24]}", state.name,
+                parse_tool_arguments("".join(state.arguments)), cut=self._finish_reason == "length"))
         stop_reason = _STOP_REASONS.get(self._finish_reason, self._finish_reason)
         if self._calls and stop_reason == "end_turn":
             stop_reason = "tool_use"  # some servers say "stop" after tool calls
+        if refusal and not self._calls and stop_reason == "end_turn":
+            stop_reason = "refusal"  # finish_reason says "stop": only the field tells
         return Completed(
             message=Message(role="assistant", content=content),
             usage=self._usage or Usage(),
