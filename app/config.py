@@ -90,6 +90,14 @@ class Settings(BaseSettings):
     # Keys saved by save_api_key ([api_keys] in config.toml); environment variables win.
     api_keys: dict[str, SecretStr] = Field(default_factory=dict)
 
+    # --- model parameters (branch providers) ---
+    # Anthropic extended thinking: budget_tokens per request, 0 = off (the API's minimum is 1024).
+    thinking_budget: int = Field(0, ge=0)
+    # OpenAI: send "max_completion_tokens" instead of "max_tokens" (None: by model name).
+    max_completion_tokens: bool | None = None
+    # Anthropic: cache_control breakpoints on tools, system prompt and the latest messages.
+    prompt_caching: bool = True
+
     _config_dir: Path = PrivateAttr(default_factory=config_dir_path)
 
     @classmethod
@@ -111,6 +119,13 @@ class Settings(BaseSettings):
             return default_data_dir()
         if isinstance(value, (str, Path)):
             return Path(value).expanduser()
+        return value
+
+    @field_validator("thinking_budget")
+    @classmethod
+    def _thinking_budget_minimum(cls, value: int) -> int:
+        if 0 < value < 1024:
+            raise ValueError(f"must be 0 (off) or at least 1024, the API's minimum (got {value})")
         return value
 
     @field_validator("prices")

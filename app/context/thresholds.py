@@ -83,20 +83,26 @@ def level(projected: int, t: Thresholds) -> Level:
 # Context windows by model-name prefix (the longest matching prefix wins).
 # Overridable per run with --window; unknown models get DEFAULT_WINDOW.
 MODEL_WINDOWS: dict[str, int] = {
-    # Anthropic
+    # Anthropic (Sonnet 4/4.5 offer 1M only behind a beta header we do not send)
     "claude-": 200_000,
-    # OpenAI
-    "gpt-5": 400_000,
+    "claude-2": 100_000,
+    "claude-instant": 100_000,
+    # OpenAI. GPT-5 has 400K in all but input is capped at 272K (output has its own 128K):
+    # the input cap is what "prompt too long" is measured against.
+    "gpt-5": 272_000,
     "gpt-4.1": 1_047_576,
+    "gpt-4.5": 128_000,
     "gpt-4o": 128_000,
     "gpt-4-turbo": 128_000,
+    "gpt-4-32k": 32_768,
     "gpt-4": 8_192,
     "gpt-3.5-turbo": 16_385,
+    "gpt-oss-": 131_072,
     "o1-mini": 128_000,
     "o1": 200_000,
     "o3": 200_000,
     "o4-mini": 200_000,
-    # DeepSeek (the classic API names; newer models may be larger: use --window)
+    # DeepSeek (V3.x API models: 128K; names change, use --window for others)
     "deepseek-chat": 128_000,
     "deepseek-reasoner": 128_000,
     "deepseek-": 128_000,

@@ -81,6 +81,56 @@ def to_anthropic_messages(messages: list[Message], *, send_unsigned_thinking: bo
     return out
 
 
+# ---- prompt caching ----
+
+MAX_CACHE_BREAKPOINTS = 4  # the API rejects a request with more
+_EPHEMERAL = {"type": "ephemeral"}
+# Blocks that cannot carry cache_control (the API rejects it on them).
+_UNCACHEABLE = {"thinking", "redacted_thinking"}
+
+
+def add_cache_breakpoints(body: dict[str, Any]) -> int:
+    """Mark the stable prefix for Anthropic's prompt cache; returns how many marks were set.
+
+    Order of the prefix is tools, system, messages. One mark on the last tool and one
+    on the system prompt (they change only when the session does); one on the last
+    block of the latest message, which moves every turn, so the next request reads
+    everything up to it from the cache; and one on the latest message of the request
+    before (the previous user turn), so a turn that added more than the API's
+    20-block look-back still finds the previous prefix. Built fresh from the history
+    on every request, so compaction and micro-compaction (which rewrite the history)
+    can never leave a stale or a fifth mark.
+    """
+    used = 0
+    tools = body.get("tools")
+    if tools:
+        tools[-1] = {**tools[-1], "cache_control": _EPHEMERAL}
+        used += 1
+    system = body.get("system")
+    if isinstance(system, str) and system:
+        body["system"] = [{"type": "text", "text": system, "cache_control": _EPHEMERAL}]
+        used += 1
+    messages = body.get("messages") or []
+    user_turns = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    targets = [len(messages) - 1] if messages else []
+    if len(user_turns) >= 2 and user_turns[-2] not in targets:
+        targets.append(user_turns[-2])
+    for index in targets:
+        if used >= MAX_CACHE_BREAKPOINTS:
+            break
+        content = messages[index].get("content")
+        if not isinstance(content, list):
+            continue
+        for position in range(len(content) - 1, -1, -1):
+            block = content[position]
+            if block.get("type") in _UNCACHEABLE or (block.get("type") == "text" and not block.get("text")):
+                continue
+            content[position] = {**block, "cache_control": _EPHEMERAL}
+            used += 1
+            break
+    return used
+
+
 # ---- wire -> events ----
 
 @dataclass
@@ -333,6 +383,8 @@ class AnthropicProvider(SseHttpProvider):
         extra_headers: dict[str, str] | None = None,
         extra_body: dict[str, Any] | None = None,
         send_unsigned_thinking: bool | None = None,
+        thinking_budget: int = 0,
+        prompt_caching: bool = True,
     ) -> None:
         super().__init__(model, base_url, api_key, timeout_connect=timeout_connect,
                          timeout_read=timeout_read, max_tokens=max_tokens,
@@ -343,6 +395,9 @@ class AnthropicProvider(SseHttpProvider):
             host = httpx.URL(self.base_url).host
             send_unsigned_thinking = not (host == "anthropic.com" or host.endswith(".anthropic.com"))
         self.send_unsigned_thinking = send_unsigned_thinking
+        # Extended thinking: 0 = off; else the budget_tokens of each request (>= 1024).
+        self.thinking_budget = thinking_budget
+        self.prompt_caching = prompt_caching
 
     @property
     def url(self) -> str:
@@ -352,18 +407,25 @@ class AnthropicProvider(SseHttpProvider):
         return f"{self.base_url}/v1/messages"
 
     def build_body(self, request: ModelRequest) -> dict[str, Any]:
+        max_tokens = self.max_tokens or request.max_tokens
         body: dict[str, Any] = {
             "model": self.model,
-            "max_tokens": self.max_tokens or request.max_tokens,
+            "max_tokens": max_tokens,
             "messages": to_anthropic_messages(request.messages, send_unsigned_thinking=self.send_unsigned_thinking),
             "stream": True,
         }
+        # budget_tokens must stay under max_tokens: a call with a smaller cap (the compaction
+        # summary) runs without thinking rather than being rejected
+        if self.thinking_budget and max_tokens > self.thinking_budget:
+            body["thinking"] = {"type": "enabled", "budget_tokens": self.thinking_budget}
         if request.system:
             body["system"] = request.system
         if request.tools:
             body["tools"] = [{"name": t.name, "description": t.description, "input_schema": t.input_schema}
                              for t in request.tools]
             body["tool_choice"] = {"type": request.tool_choice}
+        if self.prompt_caching:
+            add_cache_breakpoints(body)
         body.update(self.extra_body)
         return body
 

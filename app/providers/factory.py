@@ -63,3 +63,16 @@ def create_provider(name: str, model: str | None, base_url: str | None, api_key:
 
         return DemoProvider(**opts)
     raise _unknown(name)
+
+
+def provider_options(settings: Any, name: str) -> dict[str, Any]:
+    """The model parameters from the settings that the provider ``name`` takes.
+
+    The host passes them to ``create_provider``: ``create_provider(name, ..., **provider_options(settings, name))``.
+    """
+    if name == "anthropic":
+        return {"thinking_budget": getattr(settings, "thinking_budget", 0) or 0,
+                "prompt_caching": getattr(settings, "prompt_caching", True)}
+    if name in ("openai", "deepseek"):
+        return {"max_completion_tokens": getattr(settings, "max_completion_tokens", None)}
+    return {}

@@ -36,6 +36,22 @@ RAW_ARGUMENTS_KEY = "_raw_arguments"
 _STOP_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use", "length": "max_tokens"}
 
 
+# OpenAI reasoning models reject "max_tokens" and want "max_completion_tokens";
+# most OpenAI-compatible local servers only know "max_tokens". By model-name prefix
+# (a router prefix such as "openai/" is ignored); the setting overrides the table.
+MAX_COMPLETION_TOKENS_PREFIXES: tuple[str, ...] = ("o1", "o3", "o4", "gpt-5", "codex-")
+
+
+def max_tokens_param_for(model: str, setting: bool | None = None) -> str:
+    """The request field that caps the output for ``model`` (``setting`` True/False forces it)."""
+    if setting is not None:
+        return "max_completion_tokens" if setting else "max_tokens"
+    name = model.strip().lower().rsplit("/", 1)[-1]
+    if name.startswith(MAX_COMPLETION_TOKENS_PREFIXES):
+        return "max_completion_tokens"
+    return "max_tokens"
+
+
 # ---- history -> wire ----
 
 def to_openai_messages(system: str, messages: list[Message], *, deepseek_reasoning: bool = False) -> list[dict[str, Any]]:
@@ -361,14 +377,15 @@ class OpenAIProvider(SseHttpProvider):
         deepseek_reasoning: bool = False,
         extra_headers: dict[str, str] | None = None,
         extra_body: dict[str, Any] | None = None,
-        max_tokens_param: str = "max_tokens",
+        max_tokens_param: str | None = None,
+        max_completion_tokens: bool | None = None,
     ) -> None:
         super().__init__(model, base_url, api_key, timeout_connect=timeout_connect,
                          timeout_read=timeout_read, max_tokens=max_tokens,
                          extra_headers=extra_headers, extra_body=extra_body)
         self.deepseek_reasoning = deepseek_reasoning
         # newer OpenAI models take "max_completion_tokens"; local servers only know "max_tokens"
-        self.max_tokens_param = max_tokens_param
+        self.max_tokens_param = max_tokens_param or max_tokens_param_for(model, max_completion_tokens)
 
     @property
     def url(self) -> str:
