@@ -22,14 +22,15 @@ from app.context.compaction import (
     build_summary_history,
     extract_summary,
     is_summary_message,
+    summary_problem,
 )
 from app.context.memory import MemoryBundle
 from app.context.overflow import drop_oldest_rounds
 from app.context.prices import Price, cost_usd
 from app.context.pruning import PruneResult, is_cleared, prune_by_size, prune_by_time, stub_for
 from app.context.summarizer import extractive_summary
-from app.context.thresholds import Thresholds, compute_thresholds, level
-from app.context.tokens import count_tokens
+from app.context.thresholds import Thresholds, budget_floor_warning, compute_thresholds, level
+from app.context.tokens import count_tokens, estimate_tools
 from app.events import (
     BreakerEvent,
     CompactionEvent,
@@ -98,7 +99,8 @@ class ContextEngine:
 
     def __post_init__(self) -> None:
         self.thresholds: Thresholds = compute_thresholds(
-            self.config.window, self.config.budget, self.config.compact_max_output
+            self.config.window, self.config.budget, self.config.compact_max_output,
+            fixed_tokens=self.fixed_tokens(),
         )
         self.accounting = ContextAccounting()
         self.ledger = Ledger()
@@ -108,6 +110,17 @@ class ContextEngine:
         self._system_text = self.system_prompt + (
             "\n\n# Project and user rules (memory files)\n" + self.memory.text if self.memory.text else ""
         )
+
+    def fixed_tokens(self) -> int:
+        """Estimated tokens every request carries whatever the history: system prompt, memory files, tools."""
+        return (count_tokens(self.system_prompt) + count_tokens(self.memory.text)
+                + estimate_tools(self.tools))
+
+    def budget_floor_warning(self) -> str | None:
+        """A line for the user when the budget is below the compaction floor (None when fine).
+        The host says it once at start-up and again whenever the budget is set."""
+        return budget_floor_warning(self.config.budget, self.fixed_tokens(), self.config.window,
+                                    self.config.compact_max_output)
 
     # ---- what the model sees ----
 
@@ -360,6 +373,11 @@ class ContextEngine:
                 message, usage = await summarize(request)
                 self.record_usage("compact", usage, self.compact_price)
                 summary = extract_summary(message)
+                # a summary over its cap or no smaller than the history is a failure too
+                reason = summary_problem(summary, usage.output_tokens, self.config.compact_max_output,
+                                         self.estimate_request(self.history), self.estimate_with_summary(summary))
+                if reason is not None:
+                    summary = None
                 break
             except ContextTooLongError as err:
                 # The compaction request itself is too long: drop the oldest rounds of the copy and retry.
@@ -389,6 +407,15 @@ class ContextEngine:
             self.breaker.record_success()
             self.emit(BreakerEvent(paused=False, failures=0))
         return self._install_summary(summary, trigger, before_msgs, tokens_before)
+
+    def estimate_request(self, history: list[Message]) -> int:
+        """The whole request for ``history``, estimated (one measure for before and after:
+        the server's own figure may count with another tokenizer)."""
+        return ContextAccounting().project(self.system_prompt, self.tools, history, self.memory.text).projected_tokens
+
+    def estimate_with_summary(self, summary: str) -> int:
+        """The estimated context if ``summary`` replaced the history (nothing is changed)."""
+        return self.estimate_request(build_summary_history(summary, self.history, self.config.recent_user_budget))
 
     def fallback_compact(self) -> CompactionEvent:
         """Deterministic extractive summary: no model call, so it works when nothing else can."""
