@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from agent_helpers import make_agent
-from app.messages import Message, RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolSpec
+from app.messages import Message, RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolSpec, ToolUseBlock
 from app.providers.base import ModelRequest
 from fake_llm_server import (
     anthropic_events,
@@ -268,3 +268,31 @@ async def test_openai_cache_write_tokens_are_mapped(fake_llm) -> None:
     got = result.completed.usage
     assert (got.cache_read_tokens, got.cache_write_tokens) == (600, 300)
     assert got.total_input == 1_000  # prompt_tokens already holds both: nothing counted twice
+
+
+async def test_a_call_cut_before_any_argument_is_not_run_either(fake_llm) -> None:
+    fake_llm.enqueue(anthropic_events([
+        {"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "model": "m",
+                                              "content": [], "stop_reason": None}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": "Writing now."}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1,
+         "content_block": {"type": "tool_use", "id": "toolu_empty", "name": "write_file", "input": {}}},
+        {"type": "content_block_stop", "index": 1},
+        {"type": "message_delta", "delta": {"stop_reason": "max_tokens", "stop_sequence": None}},
+        {"type": "message_stop"},
+    ]))
+    provider = fake_llm.provider("anthropic")
+    try:
+        result = await run_stream(provider, request())
+    finally:
+        await provider.aclose()
+    assert result.completed.cut_tool_ids == ["toolu_empty"]
+
+
+def test_redacted_thinking_and_the_cut_mark_survive_the_transcript_round_trip() -> None:
+    message = Message(role="assistant", content=[
+        RedactedThinkingBlock(data="opaque=="),
+        ToolUseBlock(id="t", name="write_file", input={}, cut_at_output_limit=True)])
+    again = Message.model_validate_json(message.model_dump_json())
+    assert again == message

@@ -311,6 +311,7 @@ class AnthropicStreamAssembler:
                 raise StreamCutError("empty response: the server sent no events")
             raise StreamCutError("stream cut: it ended without message_stop")
         content: list[Any] = []
+        last_index = max(self._blocks) if self._blocks else None
         for index in sorted(self._blocks):
             block = self._blocks[index]
             joined = "".join(block.parts)
@@ -323,7 +324,9 @@ class AnthropicStreamAssembler:
             elif block.kind == "tool_use":
                 tool_input = parse_tool_arguments(joined) if block.parts else block.initial_input
                 content.append(tool_use_block(block.id, block.name, tool_input,
-                                              cut=self._stop_reason == "max_tokens"))
+                                              cut=self._stop_reason == "max_tokens",
+                                              no_arguments_yet=(index == last_index and not joined.strip()
+                                                                and not block.initial_input)))
         has_tools = any(isinstance(b, ToolUseBlock) for b in content)
         stop_reason = self._stop_reason or ("tool_use" if has_tools else "end_turn")
         return Completed(

@@ -161,11 +161,13 @@ def parse_tool_arguments(raw: str) -> dict[str, Any]:
     return value
 
 
-def tool_use_block(call_id: str, name: str, tool_input: dict[str, Any], *, cut: bool) -> ToolUseBlock:
+def tool_use_block(call_id: str, name: str, tool_input: dict[str, Any], *, cut: bool,
+                   no_arguments_yet: bool = False) -> ToolUseBlock:
     """The assembled call. ``cut``: the output limit ended the message; a call whose
     arguments then do not parse was cut mid-way and is marked so it is never run
-    (a complete call before the cut is still a good call)."""
-    if cut and RAW_ARGUMENTS_KEY in tool_input:
+    (a complete call before the cut is still a good call). ``no_arguments_yet``: the
+    last call of the message, cut before a single argument character arrived."""
+    if cut and (RAW_ARGUMENTS_KEY in tool_input or no_arguments_yet):
         return ToolUseBlock(id=call_id, name=name, input={}, cut_at_output_limit=True)
     return ToolUseBlock(id=call_id, name=name, input=tool_input)
 
@@ -309,13 +311,15 @@ class OpenAIStreamAssembler:
         refusal = "".join(self._refusal)
         if text or refusal:
             content.append(TextBlock(text=text + ("\n\n" if text and refusal else "") + refusal))
+        last_call = max(self._calls) if self._calls else None
         for index in sorted(self._calls):
             state = self._calls[index]
             if not state.name:
                 raise ProviderError(f"tool call #{index} arrived without a name", error_type="bad_response")
             content.append(tool_use_block(
                 state.id or f"call_{uuid.uuid4().hex[:24]}", state.name,
-                parse_tool_arguments("".join(state.arguments)), cut=self._finish_reason == "length"))
+                parse_tool_arguments("".join(state.arguments)), cut=self._finish_reason == "length",
+                no_arguments_yet=index == last_call and not "".join(state.arguments).strip()))
         stop_reason = _STOP_REASONS.get(self._finish_reason, self._finish_reason)
         if self._calls and stop_reason == "end_turn":
             stop_reason = "tool_use"  # some servers say "stop" after tool calls
