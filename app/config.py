@@ -95,8 +95,9 @@ class Settings(BaseSettings):
     thinking_budget: int = Field(0, ge=0)
     # OpenAI: send "max_completion_tokens" instead of "max_tokens" (None: by model name).
     max_completion_tokens: bool | None = None
-    # Anthropic: cache_control breakpoints on tools, system prompt and the latest messages.
-    prompt_caching: bool = True
+    # Anthropic: cache_control breakpoints on tools, system prompt and the latest messages
+    # (None: on for api.anthropic.com, off for Anthropic-compatible servers).
+    prompt_caching: bool | None = None
 
     _config_dir: Path = PrivateAttr(default_factory=config_dir_path)
 

@@ -80,10 +80,9 @@ async def test_text_and_signed_thinking_stream_and_complete(fake_llm, provider) 
     assert path == "/v1/messages"
     assert headers["x-api-key"] == "sk-test-fake-key-0123456789"
     assert headers["anthropic-version"] == "2023-06-01"
-    # the system prompt goes as one text block carrying the prompt-cache breakpoint
-    assert body["system"][0]["text"] == "You are terse." and body["stream"] is True and body["max_tokens"] == 16_000
+    assert body["system"] == "You are terse." and body["stream"] is True and body["max_tokens"] == 16_000
     assert body["tools"] == [{"name": "read_file", "description": "Read a file",
-                              "input_schema": READ_FILE.input_schema, "cache_control": {"type": "ephemeral"}}]
+                              "input_schema": READ_FILE.input_schema}]
     assert body["tool_choice"] == {"type": "auto"}
 
 
@@ -204,7 +203,7 @@ async def test_history_is_valid_for_the_messages_api(fake_llm, provider) -> None
     ]
     assert sent[2]["content"] == [
         {"type": "tool_result", "tool_use_id": "t1", "content": "boom", "is_error": True},
-        {"type": "text", "text": "note", "cache_control": {"type": "ephemeral"}},  # the moving breakpoint
+        {"type": "text", "text": "note"},
     ]
 
 

@@ -199,3 +199,18 @@ def test_prompt_caching_can_be_turned_off() -> None:
     provider = AnthropicProvider("claude-sonnet-4-5", "https://api.anthropic.com", "k", prompt_caching=False)
     body = provider.build_body(request(Message.user("hi")))
     assert _marks(body) == [] and body["system"] == "You are terse."
+
+
+async def test_caching_is_on_for_anthropic_itself_and_asked_for_elsewhere(fake_llm) -> None:
+    assert AnthropicProvider("m", "https://api.anthropic.com", "k").prompt_caching
+    assert not AnthropicProvider("m", "https://api.deepseek.com/anthropic", "k").prompt_caching
+    fake_llm.enqueue(anthropic_text("a"), anthropic_text("b"))
+    for caching in (None, True):
+        provider = fake_llm.provider("anthropic", prompt_caching=caching)
+        try:
+            await run_stream(provider, request())
+        finally:
+            await provider.aclose()
+    off, on = (fake_llm.requests[0].json, fake_llm.requests[1].json)
+    assert _marks(off) == [] and off["system"] == "You are terse."
+    assert _marks(on)[:2] == ["tool:list_files", "system"]

@@ -387,20 +387,23 @@ class AnthropicProvider(SseHttpProvider):
         extra_body: dict[str, Any] | None = None,
         send_unsigned_thinking: bool | None = None,
         thinking_budget: int = 0,
-        prompt_caching: bool = True,
+        prompt_caching: bool | None = None,
     ) -> None:
         super().__init__(model, base_url, api_key, timeout_connect=timeout_connect,
                          timeout_read=timeout_read, max_tokens=max_tokens,
                          extra_headers=extra_headers, extra_body=extra_body)
         # Anthropic signs all thinking and rejects unsigned blocks (they can only come from another
         # provider); compatible servers (DeepSeek's /anthropic) sign nothing and want their thinking back.
+        host = httpx.URL(self.base_url).host
+        is_anthropic = host == "anthropic.com" or host.endswith(".anthropic.com")
         if send_unsigned_thinking is None:
-            host = httpx.URL(self.base_url).host
-            send_unsigned_thinking = not (host == "anthropic.com" or host.endswith(".anthropic.com"))
+            send_unsigned_thinking = not is_anthropic
         self.send_unsigned_thinking = send_unsigned_thinking
         # Extended thinking: 0 = off; else the budget_tokens of each request (>= 1024).
         self.thinking_budget = thinking_budget
-        self.prompt_caching = prompt_caching
+        # Breakpoints pay off on Anthropic itself; compatible servers cache on their own
+        # (DeepSeek) or may not take a system prompt as blocks: there only when asked for.
+        self.prompt_caching = is_anthropic if prompt_caching is None else prompt_caching
 
     @property
     def url(self) -> str:

@@ -72,7 +72,7 @@ def provider_options(settings: Any, name: str) -> dict[str, Any]:
     """
     if name == "anthropic":
         return {"thinking_budget": getattr(settings, "thinking_budget", 0) or 0,
-                "prompt_caching": getattr(settings, "prompt_caching", True)}
+                "prompt_caching": getattr(settings, "prompt_caching", None)}
     if name in ("openai", "deepseek"):
         return {"max_completion_tokens": getattr(settings, "max_completion_tokens", None)}
     return {}
