@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
-from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
+from pydantic import Field, PrivateAttr, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -124,9 +124,13 @@ class Settings(BaseSettings):
 
     @field_validator("thinking_budget")
     @classmethod
-    def _thinking_budget_minimum(cls, value: int) -> int:
+    def _thinking_budget_minimum(cls, value: int, info: ValidationInfo) -> int:
         if 0 < value < 1024:
             raise ValueError(f"must be 0 (off) or at least 1024, the API's minimum (got {value})")
+        max_tokens = info.data.get("max_tokens")
+        if value and isinstance(max_tokens, int) and value >= max_tokens:
+            # the API wants budget_tokens < max_tokens: every request would go without thinking
+            raise ValueError(f"must be below max_tokens ({max_tokens}) (got {value})")
         return value
 
     @field_validator("prices")

@@ -214,3 +214,11 @@ async def test_caching_is_on_for_anthropic_itself_and_asked_for_elsewhere(fake_l
     off, on = (fake_llm.requests[0].json, fake_llm.requests[1].json)
     assert _marks(off) == [] and off["system"] == "You are terse."
     assert _marks(on)[:2] == ["tool:list_files", "system"]
+
+
+def test_a_thinking_budget_not_below_max_tokens_is_refused(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TIDEGAUGE_CONFIG_DIR", str(tmp_path))
+    with pytest.raises(ConfigError) as err:
+        load_settings({"thinking_budget": 16_000, "max_tokens": 16_000})
+    assert "thinking_budget" in str(err.value) and "max_tokens" in str(err.value)
+    assert load_settings({"thinking_budget": 8_000, "max_tokens": 16_000}).thinking_budget == 8_000
