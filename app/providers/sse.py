@@ -95,9 +95,8 @@ class SSEDecoder:
     def flush(self) -> list[SSEEvent]:
         """End of stream: dispatch the pending event, its last line included even without
         a newline (marked ``unterminated``: the assemblers keep it only if it parses)."""
-        tail = self._utf8.decode(b"", final=False)  # a multibyte char cut at the end is dropped
-        self._utf8.reset()
-        last_line = self._partial_line + tail
+        self._utf8.reset()  # a multibyte char cut at the very end never becomes data
+        last_line = self._partial_line
         self._partial_line = ""
         self._pending_cr = False
         events: list[SSEEvent] = []
