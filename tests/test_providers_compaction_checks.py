@@ -99,3 +99,16 @@ def test_the_floor_only_moves_a_budget_that_is_below_it() -> None:
     assert low.warning_line <= low.auto_compact_line <= low.blocking_line
     assert budget_floor_warning(150_000, 950, 200_000, 8_000) is None
     assert budget_floor_warning(0, 950, 200_000, 8_000) is None  # no budget: only the window line
+
+
+def test_a_generous_budget_is_not_even_counted(fake_llm, tmp_path, monkeypatch) -> None:
+    # the default budget is far above any floor: start-up must not wait for the tokenizer
+    from app.context import engine as engine_module
+
+    agent, _events = make_agent(fake_llm, tmp_path, monkeypatch)
+    calls: list[str] = []
+    real = engine_module.count_tokens
+    monkeypatch.setattr(engine_module, "count_tokens", lambda text: calls.append(text) or real(text))
+    assert agent.engine.budget_floor_warning() is None and not calls
+    agent.engine.config.budget = 300  # near the floor: now it is counted, and said
+    assert agent.engine.budget_floor_warning() is not None and calls

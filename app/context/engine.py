@@ -9,6 +9,7 @@ in as ``summarize`` so this module never talks to a provider itself.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +30,7 @@ from app.context.overflow import drop_oldest_rounds
 from app.context.prices import Price, cost_usd
 from app.context.pruning import PruneResult, is_cleared, prune_by_size, prune_by_time, stub_for
 from app.context.summarizer import extractive_summary
-from app.context.thresholds import Thresholds, budget_floor_warning, compute_thresholds, level
+from app.context.thresholds import MIN_SUMMARY_ROOM, Thresholds, budget_floor_warning, compute_thresholds, level
 from app.context.tokens import count_tokens, estimate_tools
 from app.events import (
     BreakerEvent,
@@ -100,7 +101,7 @@ class ContextEngine:
     def __post_init__(self) -> None:
         self.thresholds: Thresholds = compute_thresholds(
             self.config.window, self.config.budget, self.config.compact_max_output,
-            fixed_tokens=self.fixed_tokens(),
+            fixed_tokens=self._fixed_tokens_if_budget_is_near(),
         )
         self.accounting = ContextAccounting()
         self.ledger = Ledger()
@@ -116,11 +117,24 @@ class ContextEngine:
         return (count_tokens(self.system_prompt) + count_tokens(self.memory.text)
                 + estimate_tools(self.tools))
 
+    def _fixed_tokens_if_budget_is_near(self) -> int:
+        """The fixed part, counted only when the budget could be below the compaction floor:
+        counting loads the tokenizer, which start-up should not wait for (a token is at
+        least one character, so the characters bound the count from above)."""
+        budget = self.config.budget
+        if budget <= 0:
+            return 0
+        upper = (len(self.system_prompt) + len(self.memory.text) + MIN_SUMMARY_ROOM
+                 + sum(len(t.name) + len(t.description) + len(json.dumps(t.input_schema)) + 64 for t in self.tools))
+        return self.fixed_tokens() if budget < upper else 0
+
     def budget_floor_warning(self) -> str | None:
         """A line for the user when the budget is below the compaction floor (None when fine).
         The host says it once at start-up and again whenever the budget is set."""
-        return budget_floor_warning(self.config.budget, self.fixed_tokens(), self.config.window,
-                                    self.config.compact_max_output)
+        fixed = self._fixed_tokens_if_budget_is_near()
+        if not fixed:
+            return None  # the budget is clearly above any floor (or off): nothing to count
+        return budget_floor_warning(self.config.budget, fixed, self.config.window, self.config.compact_max_output)
 
     # ---- what the model sees ----
 
