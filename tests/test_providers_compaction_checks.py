@@ -112,3 +112,13 @@ def test_a_generous_budget_is_not_even_counted(fake_llm, tmp_path, monkeypatch) 
     assert agent.engine.budget_floor_warning() is None and not calls
     agent.engine.config.budget = 300  # near the floor: now it is counted, and said
     assert agent.engine.budget_floor_warning() is not None and calls
+
+
+def test_setting_a_budget_below_the_floor_moves_the_line_and_says_so(fake_llm, tmp_path, monkeypatch) -> None:
+    agent, _events = make_agent(fake_llm, tmp_path, monkeypatch, window=20_000)
+    assert agent.engine.set_budget(5_000) is None
+    assert agent.engine.thresholds.auto_compact_line == 5_000
+    warning = agent.engine.set_budget(200)
+    assert warning is not None and "200" in warning
+    assert agent.engine.thresholds.auto_compact_line > agent.engine.fixed_tokens() > 200
+    assert agent.context_event().thresholds.auto_compact_line == agent.engine.thresholds.auto_compact_line

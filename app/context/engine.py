@@ -128,6 +128,14 @@ class ContextEngine:
                  + sum(len(t.name) + len(t.description) + len(json.dumps(t.input_schema)) + 64 for t in self.tools))
         return self.fixed_tokens() if budget < upper else 0
 
+    def set_budget(self, budget: int) -> str | None:
+        """Change the budget mid-session: the lines move at once. Returns the floor warning
+        to show when the new budget is below the compaction floor (None otherwise)."""
+        self.config.budget = max(0, int(budget))
+        self.thresholds = compute_thresholds(self.config.window, self.config.budget, self.config.compact_max_output,
+                                             fixed_tokens=self._fixed_tokens_if_budget_is_near())
+        return self.budget_floor_warning()
+
     def budget_floor_warning(self) -> str | None:
         """A line for the user when the budget is below the compaction floor (None when fine).
         The host says it once at start-up and again whenever the budget is set."""
