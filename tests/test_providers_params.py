@@ -222,3 +222,15 @@ def test_a_thinking_budget_not_below_max_tokens_is_refused(tmp_path, monkeypatch
         load_settings({"thinking_budget": 16_000, "max_tokens": 16_000})
     assert "thinking_budget" in str(err.value) and "max_tokens" in str(err.value)
     assert load_settings({"thinking_budget": 8_000, "max_tokens": 16_000}).thinking_budget == 8_000
+
+
+@pytest.mark.parametrize("name", ["openai", "deepseek", "anthropic", "demo"])
+def test_provider_options_fit_every_provider_constructor(name, tmp_path, monkeypatch) -> None:
+    # the host passes them straight to create_provider: a wrong keyword would break start-up
+    monkeypatch.setenv("TIDEGAUGE_CONFIG_DIR", str(tmp_path))
+    settings = load_settings({"thinking_budget": 2048, "max_completion_tokens": True})
+    provider = create_provider(name, None, None, "k", **provider_options(settings, name))
+    if name == "anthropic":
+        assert provider.thinking_budget == 2048
+    elif name in ("openai", "deepseek"):
+        assert provider.max_tokens_param == "max_completion_tokens"
