@@ -42,6 +42,7 @@ from app.providers.base import (
     ThinkingDelta,
     ToolCallStart,
     UsageUpdate,
+    cut_call_result,
 )
 from app.tools.base import ToolContext
 from app.tools.registry import ToolRegistry
@@ -200,7 +201,7 @@ class Agent:
                 if not uses:
                     if completed.stop_reason == "max_tokens":
                         self.emit(OutputLimitEvent())
-                    return self._finish("end_turn", message.text)
+                    return self._finish("refusal" if completed.stop_reason == "refusal" else "end_turn", message.text)
                 await self._run_tools(uses)
         except asyncio.CancelledError:
             self._repair_after_interrupt()
@@ -216,7 +217,8 @@ class Agent:
             self._state("tool", tool_name=use.name, tool_index=index, tool_count=len(uses))
             self.emit(ToolStartEvent(id=use.id, name=use.name, input=use.input,
                                      summary=summarize_args(use.name, use.input)))
-            refusal = await self._approval_refusal(use)
+            # a call cut at the output limit is never run; the model is told to retry smaller
+            refusal = cut_call_result(use.name) if use.cut_at_output_limit else await self._approval_refusal(use)
             started = time.perf_counter()  # after approval: the duration is the tool's, not the user's
             if refusal is not None:
                 block = ToolResultBlock(tool_use_id=use.id, content=refusal, is_error=True)

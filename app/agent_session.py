@@ -26,6 +26,7 @@ from app.events import (
     ApprovalResolvedEvent,
     ChartPointEvent,
     CommandQueuedEvent,
+    ConfigWarningEvent,
     Event,
     ReportEvent,
     SessionInfoEvent,
@@ -122,6 +123,11 @@ class AgentSession:
         (the MCP servers)."""
         self.agent = agent
         self._start_services = services
+        # (setting, words) said once at start: settings that cannot work as set.
+        self.config_warnings: list[tuple[str, str]] = []
+        budget_warning = agent.engine.budget_floor_warning()
+        if budget_warning:
+            self.config_warnings.append(("budget", budget_warning))
         self.stream = stream
         self.info = info
         self.restored = replayable(restored or [])
@@ -237,6 +243,8 @@ class AgentSession:
         self._loop_thread = threading.get_ident()
         self._wake = asyncio.Event()
         self._emit(self.info)
+        for setting, text in self.config_warnings:
+            self._emit(ConfigWarningEvent(setting=setting, text=text))
         services = None
         try:
             if self._start_services is not None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
-from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
+from pydantic import Field, PrivateAttr, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -105,6 +105,14 @@ class Settings(BaseSettings):
     @classmethod
     def _mcp_server_names(cls, value: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
         return check_server_names(value)
+    # --- model parameters (branch providers) ---
+    # Anthropic extended thinking: budget_tokens per request, 0 = off (the API's minimum is 1024).
+    thinking_budget: int = Field(0, ge=0)
+    # OpenAI: send "max_completion_tokens" instead of "max_tokens" (None: by model name).
+    max_completion_tokens: bool | None = None
+    # Anthropic: cache_control breakpoints on tools, system prompt and the latest messages
+    # (None: on for api.anthropic.com, off for Anthropic-compatible servers).
+    prompt_caching: bool | None = None
 
     _config_dir: Path = PrivateAttr(default_factory=config_dir_path)
 
@@ -127,6 +135,17 @@ class Settings(BaseSettings):
             return default_data_dir()
         if isinstance(value, (str, Path)):
             return Path(value).expanduser()
+        return value
+
+    @field_validator("thinking_budget")
+    @classmethod
+    def _thinking_budget_minimum(cls, value: int, info: ValidationInfo) -> int:
+        if 0 < value < 1024:
+            raise ValueError(f"must be 0 (off) or at least 1024, the API's minimum (got {value})")
+        max_tokens = info.data.get("max_tokens")
+        if value and isinstance(max_tokens, int) and value >= max_tokens:
+            # the API wants budget_tokens < max_tokens: every request would go without thinking
+            raise ValueError(f"must be below max_tokens ({max_tokens}) (got {value})")
         return value
 
     @field_validator("prices")

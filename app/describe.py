@@ -208,6 +208,7 @@ DESCRIBERS: dict[str, Callable[[Any], Line | None]] = {
         "warning", f"the partial reply above ({e.chars:,} characters) was discarded: the stream failed"),
     "report": _report,
     "mcp_server": _mcp_server,
+    "config_warning": lambda e: Line("warning", e.text),
     "sub_agent": _sub_agent,
 }
 

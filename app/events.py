@@ -197,7 +197,7 @@ class ErrorEvent(BaseModel):
 
 class ResultEvent(BaseModel):
     type: Literal["result"] = "result"
-    stop_reason: Literal["end_turn", "max_steps", "error", "interrupted"]
+    stop_reason: Literal["end_turn", "max_steps", "error", "interrupted", "refusal"]
     text: str
     steps: int
 
@@ -290,6 +290,15 @@ class ReportEvent(BaseModel):
     context: ContextEvent
 
 
+class ConfigWarningEvent(BaseModel):
+    """A setting that cannot work as set (a budget below the fixed part of every request, a
+    provider-side option the provider does not have), said once when the session starts."""
+
+    type: Literal["config_warning"] = "config_warning"
+    setting: str
+    text: str
+
+
 class McpServerEvent(BaseModel):
     """An MCP server started, failed or stopped (issue 16); a failure is never fatal."""
 
@@ -324,7 +333,7 @@ Event = Annotated[
         StateEvent, NoticeEvent, ErrorEvent, ResultEvent,
         SessionInfoEvent, ChartPointEvent, CommandQueuedEvent, ApprovalRequestEvent, ApprovalResolvedEvent,
         InterruptedEvent, OutputLimitEvent, PartialDiscardedEvent, CompactionPausedEvent, ReportEvent,
-        McpServerEvent, SubAgentEvent,
+        McpServerEvent, SubAgentEvent, ConfigWarningEvent,
     ],
     Field(discriminator="type"),
 ]

@@ -9,6 +9,7 @@ in as ``summarize`` so this module never talks to a provider itself.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,14 +23,15 @@ from app.context.compaction import (
     build_summary_history,
     extract_summary,
     is_summary_message,
+    summary_problem,
 )
 from app.context.memory import MemoryBundle
 from app.context.overflow import drop_oldest_rounds
 from app.context.prices import Price, cost_usd
 from app.context.pruning import PruneResult, is_cleared, prune_by_size, prune_by_time, stub_for
 from app.context.summarizer import extractive_summary
-from app.context.thresholds import Thresholds, compute_thresholds, level
-from app.context.tokens import count_tokens
+from app.context.thresholds import MIN_SUMMARY_ROOM, Thresholds, budget_floor_warning, compute_thresholds, level
+from app.context.tokens import count_tokens, estimate_tools
 from app.events import (
     BreakerEvent,
     ChartPointEvent,
@@ -105,7 +107,8 @@ class ContextEngine:
 
     def __post_init__(self) -> None:
         self.thresholds: Thresholds = compute_thresholds(
-            self.config.window, self.config.budget, self.config.compact_max_output
+            self.config.window, self.config.budget, self.config.compact_max_output,
+            fixed_tokens=self._fixed_tokens_if_budget_is_near(),
         )
         self.accounting = ContextAccounting()
         self.ledger = Ledger()
@@ -115,6 +118,38 @@ class ContextEngine:
         self._system_text = self.system_prompt + (
             "\n\n# Project and user rules (memory files)\n" + self.memory.text if self.memory.text else ""
         )
+
+    def fixed_tokens(self) -> int:
+        """Estimated tokens every request carries whatever the history: system prompt, memory files, tools."""
+        return (count_tokens(self.system_prompt) + count_tokens(self.memory.text)
+                + estimate_tools(self.tools))
+
+    def _fixed_tokens_if_budget_is_near(self) -> int:
+        """The fixed part, counted only when the budget could be below the compaction floor:
+        counting loads the tokenizer, which start-up should not wait for (a token is at
+        least one character, so the characters bound the count from above)."""
+        budget = self.config.budget
+        if budget <= 0:
+            return 0
+        upper = (len(self.system_prompt) + len(self.memory.text) + MIN_SUMMARY_ROOM
+                 + sum(len(t.name) + len(t.description) + len(json.dumps(t.input_schema)) + 64 for t in self.tools))
+        return self.fixed_tokens() if budget < upper else 0
+
+    def set_budget(self, budget: int) -> str | None:
+        """Change the budget mid-session: the lines move at once. Returns the floor warning
+        to show when the new budget is below the compaction floor (None otherwise)."""
+        self.config.budget = max(0, int(budget))
+        self.thresholds = compute_thresholds(self.config.window, self.config.budget, self.config.compact_max_output,
+                                             fixed_tokens=self._fixed_tokens_if_budget_is_near())
+        return self.budget_floor_warning()
+
+    def budget_floor_warning(self) -> str | None:
+        """A line for the user when the budget is below the compaction floor (None when fine).
+        The host says it once at start-up and again whenever the budget is set."""
+        fixed = self._fixed_tokens_if_budget_is_near()
+        if not fixed:
+            return None  # the budget is clearly above any floor (or off): nothing to count
+        return budget_floor_warning(self.config.budget, fixed, self.config.window, self.config.compact_max_output)
 
     # ---- what the model sees ----
 
@@ -378,6 +413,11 @@ class ContextEngine:
                 message, usage = await summarize(request)
                 self.record_usage("compact", usage, self.compact_price)
                 summary = extract_summary(message)
+                # a summary over its cap or no smaller than the history is a failure too
+                reason = summary_problem(summary, usage.output_tokens, self.config.compact_max_output,
+                                         self.estimate_request(self.history), self.estimate_with_summary(summary))
+                if reason is not None:
+                    summary = None
                 break
             except ContextTooLongError as err:
                 # The compaction request itself is too long: drop the oldest rounds of the copy and retry.
@@ -406,6 +446,15 @@ class ContextEngine:
             self.breaker.record_success()
             self.emit(BreakerEvent(paused=False, failures=0))
         return self._install_summary(summary, trigger, before_msgs, tokens_before)
+
+    def estimate_request(self, history: list[Message]) -> int:
+        """The whole request for ``history``, estimated (one measure for before and after:
+        the server's own figure may count with another tokenizer)."""
+        return ContextAccounting().project(self.system_prompt, self.tools, history, self.memory.text).projected_tokens
+
+    def estimate_with_summary(self, summary: str) -> int:
+        """The estimated context if ``summary`` replaced the history (nothing is changed)."""
+        return self.estimate_request(build_summary_history(summary, self.history, self.config.recent_user_budget))
 
     def fallback_compact(self) -> CompactionEvent:
         """Deterministic extractive summary: no model call, so it works when nothing else can."""

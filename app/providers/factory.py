@@ -103,4 +103,18 @@ def open_provider(name: str, settings: Settings, api_key: str | None, *, session
                                           data_dir=settings.data_dir_path))
     return ProviderSetup(create_provider(name, settings.model, settings.base_url, api_key,
                                          timeout_connect=settings.timeout_connect,
-                                         timeout_read=settings.timeout_read))
+                                         timeout_read=settings.timeout_read,
+                                         **provider_options(settings, name)))
+
+
+def provider_options(settings: Any, name: str) -> dict[str, Any]:
+    """The model parameters from the settings that the provider ``name`` takes.
+
+    The host passes them to ``create_provider``: ``create_provider(name, ..., **provider_options(settings, name))``.
+    """
+    if name == "anthropic":
+        return {"thinking_budget": getattr(settings, "thinking_budget", 0) or 0,
+                "prompt_caching": getattr(settings, "prompt_caching", None)}
+    if name in ("openai", "deepseek"):
+        return {"max_completion_tokens": getattr(settings, "max_completion_tokens", None)}
+    return {}
