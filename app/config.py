@@ -31,13 +31,14 @@ ENV_PREFIX = "TIDEGAUGE_"
 CONFIG_DIR_ENV = "TIDEGAUGE_CONFIG_DIR"
 CONFIG_FILE_NAME = "config.toml"
 
-ProviderName = Literal["openai", "deepseek", "anthropic", "demo"]
+ProviderName = Literal["openai", "deepseek", "anthropic", "responses", "demo"]
 # Order of the automatic choice when no provider is configured.
 AUTO_PROVIDER_ORDER: tuple[str, ...] = ("anthropic", "openai", "deepseek")
 PROVIDER_KEY_ENV: dict[str, str] = {
     "openai": "OPENAI_API_KEY",
     "deepseek": "DEEPSEEK_API_KEY",
     "anthropic": "ANTHROPIC_API_KEY",
+    "responses": "OPENAI_API_KEY",  # OpenAI's Responses API: same key as Chat Completions
 }
 PRICE_FIELDS = frozenset({"input", "cached_input", "cache_write", "output"})
 

@@ -44,7 +44,7 @@ def test_model_base_url_and_options_are_passed_through() -> None:
 
 
 def test_unknown_provider_names_the_choices() -> None:
-    with pytest.raises(ValueError, match="unknown provider 'gemini': choose openai, deepseek, anthropic or demo"):
+    with pytest.raises(ValueError, match="unknown provider .gemini.: choose openai, deepseek, anthropic, responses or demo"):
         create_provider("gemini", None, None, None)
 
 

@@ -6,29 +6,32 @@ from typing import Any
 
 from app.providers.base import Provider
 
-PROVIDER_NAMES = ("openai", "deepseek", "anthropic", "demo")
+PROVIDER_NAMES = ("openai", "deepseek", "anthropic", "responses", "demo")
 
 DEFAULT_MODELS = {
     "openai": "gpt-4.1",
     "deepseek": "deepseek-v4-flash",
     "anthropic": "claude-sonnet-4-5",
+    "responses": "gpt-5",
 }
 
 DEFAULT_BASE_URLS = {
     "openai": "https://api.openai.com/v1",
     "deepseek": "https://api.deepseek.com",
     "anthropic": "https://api.anthropic.com",
+    "responses": "https://api.openai.com/v1",
 }
 
 _KEY_ENVS = {
     "openai": "OPENAI_API_KEY",
     "deepseek": "DEEPSEEK_API_KEY",
     "anthropic": "ANTHROPIC_API_KEY",
+    "responses": "OPENAI_API_KEY",  # the same key as Chat Completions
 }
 
 
 def _unknown(name: str) -> ValueError:
-    return ValueError(f"unknown provider {name!r}: choose openai, deepseek, anthropic or demo")
+    return ValueError(f"unknown provider {name!r}: choose openai, deepseek, anthropic, responses or demo")
 
 
 def default_key_env(name: str) -> str:
@@ -57,6 +60,11 @@ def create_provider(name: str, model: str | None, base_url: str | None, api_key:
         from app.providers.anthropic import AnthropicProvider
 
         return AnthropicProvider(model or DEFAULT_MODELS["anthropic"], base_url or DEFAULT_BASE_URLS["anthropic"],
+                                 api_key, **opts)
+    if name == "responses":
+        from app.providers.responses import ResponsesProvider
+
+        return ResponsesProvider(model or DEFAULT_MODELS["responses"], base_url or DEFAULT_BASE_URLS["responses"],
                                  api_key, **opts)
     if name == "demo":
         from app.providers.demo import DemoProvider  # written separately; imported only when asked for
