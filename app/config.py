@@ -91,6 +91,20 @@ class Settings(BaseSettings):
     # Keys saved by save_api_key ([api_keys] in config.toml); environment variables win.
     api_keys: dict[str, SecretStr] = Field(default_factory=dict)
 
+    # ---- provider-side context management (issue 17; applied by app/context/server_side.py) ----
+    # Let the server compact (Responses: context_management compaction; Anthropic: compact_20260112)
+    # at the auto-compact line instead of our own compaction. Off: ours is auditable and works everywhere.
+    server_compaction: bool = False
+    # Anthropic context editing: clear old tool uses server-side (clear_tool_uses_20250919).
+    anthropic_clear_tool_uses: bool = False
+    anthropic_clear_tool_uses_trigger: int | None = Field(None, ge=1)  # input tokens; None: the server's 100,000
+    anthropic_clear_tool_uses_keep: int | None = Field(None, ge=0)  # newest tool uses kept; None: the server's 3
+    anthropic_clear_tool_uses_clear_at_least: int | None = Field(None, ge=1)  # input tokens; None: no minimum
+    anthropic_clear_tool_uses_exclude: list[str] = Field(default_factory=list)  # tool names never cleared
+    # Anthropic context editing: clear thinking of older turns (clear_thinking_20251015).
+    anthropic_clear_thinking: bool = False
+    anthropic_clear_thinking_keep: int | None = Field(None, ge=1)  # newest thinking turns kept; None: the server's 1
+
     _config_dir: Path = PrivateAttr(default_factory=config_dir_path)
 
     @classmethod
