@@ -6,20 +6,25 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_providers_fuzz import _calls, _mutations, _shaped, _text, mutate, split, terminated
 
 from app.messages import Message, OpaqueBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolSpec, ToolUseBlock
 from app.providers.anthropic import to_anthropic_messages
 from app.providers.base import (
     APIError,
+    Completed,
     ContextTooLongError,
     ModelRequest,
+    ProviderError,
     StreamCutError,
     ToolCallDelta,
     ToolCallStart,
     UsageUpdate,
 )
 from app.providers.openai import to_openai_messages
-from app.providers.responses import to_responses_input
+from app.providers.responses import assemble_responses_stream, to_responses_input
 from fake_llm_server import Reply, cut_after, http_error, openai_error_body, run_stream
 from fake_responses_server import (
     response_object,
@@ -260,3 +265,68 @@ async def test_unknown_events_are_tolerated(fake_llm, provider) -> None:
     fake_llm.enqueue(Reply(events=reply.events[:2] + extra + reply.events[2:]))
     result = await run_stream(provider, request())
     assert result.completed.message.text == "fine"
+
+
+# ---- fuzz: mutated, re-split and garbage streams give a message or a typed error ----
+
+
+@st.composite
+def responses_streams(draw: Any) -> tuple[Reply, dict[str, Any]]:
+    calls = draw(_calls)
+    text = draw(_text)
+    reasoning = draw(st.one_of(st.none(), _text))
+    compaction = draw(st.one_of(st.none(), st.just("gAAAA-fuzz")))
+    usage = draw(st.one_of(st.none(), st.builds(dict, input=st.integers(10, 1000), output=st.integers(0, 50),
+                                                cached=st.integers(0, 10))))
+    if calls:
+        reply = responses_tool_calls(calls, text=text or None, reasoning=reasoning, compaction=compaction,
+                                     usage=usage, fragments=draw(st.integers(1, 5)))
+    else:
+        reply = responses_text(text, reasoning=reasoning, compaction=compaction, usage=usage)
+    opaque = [k for k, on in (("compaction", compaction is not None), ("reasoning", reasoning is not None)) if on]
+    return reply, {"text": text, "inputs": [a for _, a in calls], "opaque": opaque,
+                   "terminator": len(reply.events) - 1}  # response.completed is last
+
+
+def outcome(run) -> tuple[Completed | None, BaseException | None]:
+    """A Completed with a well-formed message, or a ProviderError; anything else fails."""
+    try:
+        events = run()
+    except ProviderError as exc:
+        return None, exc
+    completed = events[-1]
+    assert isinstance(completed, Completed) and not any(isinstance(e, Completed) for e in events[:-1])
+    message = completed.message
+    assert Message.model_validate(message.model_dump()) == message
+    for use in message.tool_uses:
+        assert use.id and use.name and isinstance(use.input, dict)
+    return completed, None
+
+
+@settings(max_examples=60)
+@given(stream=responses_streams(), mutation=_mutations, cuts=st.lists(st.integers(0, 20_000), max_size=8))
+def test_responses_assembly_on_mutated_streams(stream, mutation, cuts) -> None:
+    reply, expected = stream
+    data = mutate(reply.events, mutation)
+    completed, error = outcome(lambda: assemble_responses_stream(split(data, cuts)))
+    complete = terminated(reply.events, expected["terminator"], mutation)
+    if complete is True:
+        assert error is None, f"a complete stream failed: {error!r}"
+        message = completed.message
+        assert message.text == expected["text"]
+        assert [u.input for u in message.tool_uses] == expected["inputs"]
+        assert [b.kind for b in message.content if isinstance(b, OpaqueBlock)] == expected["opaque"]
+        assert completed.stop_reason == ("tool_use" if expected["inputs"] else "end_turn")
+    elif complete is False:
+        assert isinstance(error, StreamCutError), f"expected a cut, got {error!r}"
+
+
+@settings(max_examples=60)
+@given(payloads=st.lists(_shaped, max_size=8), data=st.binary(max_size=300),
+       names=st.lists(st.sampled_from(["response.completed", "response.output_item.added", "error",
+                                       "response.failed", "response.output_text.delta"]), max_size=3))
+def test_garbage_gives_a_message_or_a_typed_error(payloads, data, names) -> None:
+    frames = "".join(f"event: {names[i % len(names)] if names else 'x'}\ndata: {json.dumps(p)}\n\n"
+                     for i, p in enumerate(payloads)).encode()
+    outcome(lambda: assemble_responses_stream([frames]))
+    outcome(lambda: assemble_responses_stream([data]))
