@@ -33,7 +33,8 @@ from app.redact import redact_obj
 
 # Reasons the engine replaces the live history. The field is a plain str so
 # a reason added later never makes older readers drop the line.
-HistoryReason = Literal["compaction", "micro_compaction", "overflow", "reset", "result_cut", "resume", "merge_user"]
+HistoryReason = Literal["compaction", "micro_compaction", "overflow", "reset", "result_cut", "resume", "merge_user",
+                        "server_compaction"]
 
 INTERRUPTED_RESULT = "interrupted: the session ended before this tool finished"
 
