@@ -45,7 +45,7 @@ from app.events import (
 from app.messages import Message, OpaqueBlock, TextBlock, ToolResultBlock, ToolSpec
 from app.providers.base import ContextTooLongError, ModelRequest, ProviderError
 from app.tools.registry import truncate_head_tail
-from app.usage import Usage
+from app.usage import ServerEdit, Usage
 
 # A compaction call: request in, (assistant message, usage) out. Raises ProviderError.
 Summarize = Callable[[ModelRequest], Awaitable[tuple[Message, Usage]]]
@@ -114,7 +114,7 @@ class ContextEngine:
         self._pause_noted: float | None = None  # the breaker pause the last paused notice was about
         # issue 17: a server compaction seen in a reply, waiting for that call's usage (messages, tokens before)
         self._server_compaction_pending: tuple[int, int] | None = None
-        self._server_edits_reported: tuple[object, ...] = ()
+        self._server_edits_reported: tuple[ServerEdit, ...] = ()
         self._system_text = self.system_prompt + (
             "\n\n# Project and user rules (memory files)\n" + self.memory.text if self.memory.text else ""
         )
