@@ -3,7 +3,9 @@
 It speaks both wire protocols with real SSE over chunked transfer encoding:
 OpenAI-compatible at ``/chat/completions`` and ``/v1/chat/completions``
 (any path ending in ``/chat/completions``), Anthropic at ``/v1/messages``
-(also under a prefix, e.g. DeepSeek's ``/anthropic/v1/messages``).
+(also under a prefix, e.g. DeepSeek's ``/anthropic/v1/messages``), and OpenAI's
+Responses API at any path ending in ``/responses`` (its replies are built by
+tests/fake_responses_server.py).
 
 Use the ``fake_llm`` fixture (tests/conftest.py)::
 
