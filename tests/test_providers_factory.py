@@ -7,6 +7,7 @@ import pytest
 from app.providers.anthropic import AnthropicProvider
 from app.providers.factory import create_provider, default_key_env
 from app.providers.openai import OpenAIProvider
+from app.providers.responses import ResponsesProvider
 
 
 def test_openai_defaults() -> None:
@@ -33,6 +34,15 @@ def test_anthropic_defaults_and_deepseek_compatible_base() -> None:
     compatible = create_provider("anthropic", "deepseek-v4-flash", "https://api.deepseek.com/anthropic", "k")
     assert compatible.url == "https://api.deepseek.com/anthropic/v1/messages"
     assert compatible.send_unsigned_thinking
+
+
+def test_responses_defaults_share_the_openai_key() -> None:
+    provider = create_provider("responses", None, None, "k")
+    assert isinstance(provider, ResponsesProvider) and provider.name == "responses"
+    assert provider.model == "gpt-5"
+    assert provider.url == "https://api.openai.com/v1/responses"
+    assert provider.compact_threshold is None  # server compaction only when chosen
+    assert default_key_env("responses") == default_key_env("openai") == "OPENAI_API_KEY"
 
 
 def test_model_base_url_and_options_are_passed_through() -> None:
