@@ -146,8 +146,9 @@ def all_text(value: Any) -> str:
 def request_tokens(body: dict) -> int:
     """Size of a request the way a server would count it: every string in the
     system prompt, the messages and the tools, plus a little framing per message."""
-    parts = [body.get("system", ""), body.get("messages", []), body.get("tools", []),
-             body.get("instructions", ""), body.get("input", [])]  # Responses: instructions + input items
+    parts = [body.get("system", ""), body.get("messages", []), body.get("tools", [])]
+    if "input" in body:  # Responses: instructions + input items
+        parts += [body.get("instructions", ""), body["input"]]
     return count_tokens(all_text(parts)) + 4 * len(body.get("messages", body.get("input", [])))
 
 
