@@ -330,3 +330,17 @@ def test_garbage_gives_a_message_or_a_typed_error(payloads, data, names) -> None
                      for i, p in enumerate(payloads)).encode()
     outcome(lambda: assemble_responses_stream([frames]))
     outcome(lambda: assemble_responses_stream([data]))
+
+
+async def test_a_compatible_server_without_indexes_or_final_output_still_works(fake_llm, provider) -> None:
+    # what some Responses-compatible servers send: no output_index, no item events, a bare completion
+    fake_llm.enqueue(responses_events([
+        {"type": "response.created", "response": {"id": "r1", "status": "in_progress"}},
+        {"type": "response.output_text.delta", "item_id": "m1", "delta": "Hello "},
+        {"type": "response.output_text.delta", "item_id": "m1", "delta": "there"},
+        {"type": "response.completed", "response": {"id": "r1", "status": "completed", "output": [],
+                                                    "usage": {"input_tokens": 4, "output_tokens": 2}}},
+    ]))
+    result = await run_stream(provider, request())
+    assert result.text == "Hello there" and result.completed.message.text == "Hello there"
+    assert result.completed.usage.total_input == 4

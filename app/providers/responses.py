@@ -219,18 +219,30 @@ class ResponsesStreamAssembler:
                                   in_stream=True)
 
     def _index(self, payload: dict[str, Any]) -> int:
+        """The output item an event is about: its ``output_index``; some compatible servers leave
+        it out, then the item with that ``item_id``, else the latest item (a new one for ``added``)."""
         index = payload.get("output_index")
-        if not isinstance(index, int):
-            raise ProviderError(f"stream event without an output_index: {payload.get('type')}",
-                                error_type="bad_response")
-        return index
+        if isinstance(index, int):
+            return index
+        item_id = payload.get("item_id")
+        item = payload.get("item")
+        if item_id is None and isinstance(item, dict):
+            item_id = item.get("id")
+        if isinstance(item_id, str):
+            for known, state in self._items.items():
+                if state.item.get("id") == item_id:
+                    return known
+        if payload.get("type") == "response.output_item.added" or not self._items:
+            return max(self._items, default=-1) + 1
+        return max(self._items)
 
     def _item_for(self, payload: dict[str, Any], kind: str) -> _Item:
         """The item a delta belongs to; a text delta for an item never announced opens one."""
         index = self._index(payload)
         state = self._items.get(index)
         if state is None:
-            state = self._items[index] = _Item({"type": kind})
+            item_id = payload.get("item_id")
+            state = self._items[index] = _Item({"type": kind, **({"id": item_id} if isinstance(item_id, str) else {})})
         return state
 
     def _added(self, payload: dict[str, Any], out: list[StreamEvent]) -> None:
@@ -264,7 +276,7 @@ class ResponsesStreamAssembler:
             if self._events_seen == 0:
                 raise StreamCutError("empty response: the server sent no events")
             raise StreamCutError("stream cut: it ended without response.completed")
-        if self._final_output is not None:
+        if self._final_output:  # an empty or missing output (some compatible servers): what streamed
             items = [_Item(i, done=True) for i in self._final_output if isinstance(i, dict)]
         else:
             items = [self._items[i] for i in sorted(self._items)]
