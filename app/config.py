@@ -32,13 +32,14 @@ ENV_PREFIX = "TIDEGAUGE_"
 CONFIG_DIR_ENV = "TIDEGAUGE_CONFIG_DIR"
 CONFIG_FILE_NAME = "config.toml"
 
-ProviderName = Literal["openai", "deepseek", "anthropic", "demo"]
+ProviderName = Literal["openai", "deepseek", "anthropic", "responses", "demo"]
 # Order of the automatic choice when no provider is configured.
 AUTO_PROVIDER_ORDER: tuple[str, ...] = ("anthropic", "openai", "deepseek")
 PROVIDER_KEY_ENV: dict[str, str] = {
     "openai": "OPENAI_API_KEY",
     "deepseek": "DEEPSEEK_API_KEY",
     "anthropic": "ANTHROPIC_API_KEY",
+    "responses": "OPENAI_API_KEY",  # OpenAI's Responses API: same key as Chat Completions
 }
 PRICE_FIELDS = frozenset({"input", "cached_input", "cache_write", "output"})
 
@@ -113,6 +114,19 @@ class Settings(BaseSettings):
     # Anthropic: cache_control breakpoints on tools, system prompt and the latest messages
     # (None: on for api.anthropic.com, off for Anthropic-compatible servers).
     prompt_caching: bool | None = None
+    # ---- provider-side context management (issue 17; applied by app/context/server_side.py) ----
+    # Let the server compact (Responses: context_management compaction; Anthropic: compact_20260112)
+    # at the auto-compact line instead of our own compaction. Off: ours is auditable and works everywhere.
+    server_compaction: bool = False
+    # Anthropic context editing: clear old tool uses server-side (clear_tool_uses_20250919).
+    anthropic_clear_tool_uses: bool = False
+    anthropic_clear_tool_uses_trigger: int | None = Field(None, ge=1)  # input tokens; None: the server's 100,000
+    anthropic_clear_tool_uses_keep: int | None = Field(None, ge=0)  # newest tool uses kept; None: the server's 3
+    anthropic_clear_tool_uses_clear_at_least: int | None = Field(None, ge=1)  # input tokens; None: no minimum
+    anthropic_clear_tool_uses_exclude: list[str] = Field(default_factory=list)  # tool names never cleared
+    # Anthropic context editing: clear thinking of older turns (clear_thinking_20251015).
+    anthropic_clear_thinking: bool = False
+    anthropic_clear_thinking_keep: int | None = Field(None, ge=1)  # newest thinking turns kept; None: the server's 1
 
     _config_dir: Path = PrivateAttr(default_factory=config_dir_path)
 

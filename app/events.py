@@ -108,7 +108,7 @@ class ContextEvent(BaseModel):
 
 class CompactionEvent(BaseModel):
     type: Literal["compaction"] = "compaction"
-    trigger: Literal["auto", "manual", "reactive", "fallback"]
+    trigger: Literal["auto", "manual", "reactive", "fallback", "server"]  # server: the provider compacted
     ok: bool
     messages_before: int
     messages_after: int
@@ -121,7 +121,7 @@ class CompactionEvent(BaseModel):
 
 class MicroCompactionEvent(BaseModel):
     type: Literal["micro_compaction"] = "micro_compaction"
-    trigger: Literal["time", "size"]
+    trigger: Literal["time", "size", "server"]  # server: the provider's context editing, as it reported
     results_cleared: int
     tokens_freed: int
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import platform
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.agent import Agent, AgentOptions, Approver
+from app.context.server_side import configure_server_context
 from app.agent_session import AgentSession, Closable, EventStream, transcript_recorder
 from app.config import Settings, api_key_for, provider_key_env_names, resolve_provider
 from app.context.engine import ContextEngine, EngineConfig
@@ -63,13 +65,20 @@ def build_session(settings: Settings, *, approvals: bool, resume: str | None = N
     async def start_services() -> Closable | None:
         return await start_session_mcp(agent, settings) if settings.mcp_servers else None
 
-    return AgentSession(agent, stream=built.stream, info=built.info, restored=built.restored,
-                        approvals=approvals and not settings.yes, services=start_services)
+    session = AgentSession(agent, stream=built.stream, info=built.info, restored=built.restored,
+                           approvals=approvals and not settings.yes, services=start_services)
+    session.config_warnings.extend(built.warnings)
+    return session
 
 
+@dataclass
 class _Built:
-    def __init__(self, agent: Agent, stream: EventStream, info: SessionInfoEvent, restored: list[Event]) -> None:
-        self.agent, self.stream, self.info, self.restored = agent, stream, info, restored
+    agent: Agent
+    stream: EventStream
+    info: SessionInfoEvent
+    restored: list[Event]
+    # (setting, words): settings that cannot work as set, said once when the session starts
+    warnings: list[tuple[str, str]] = field(default_factory=list)
 
 
 def _build(settings: Settings, *, emit: Listener | None = None, approver: Approver | None = None,
@@ -120,6 +129,8 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         compact_price=price_for(provider.model, settings.prices),
         tool_results_dir=session.tool_results_dir,
     )
+    # Provider-side context management: thresholds from ours, unsupported options said once.
+    warnings = [("server context", line) for line in configure_server_context(provider, engine, settings)]
     restored_events: list[Event] = []
     if resume or continue_latest:
         state = restore(session)
@@ -171,7 +182,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
                             workspace=str(workspace), transcript_path=str(session.transcript_path),
                             max_steps=settings.max_steps, banner=provider.banner,
                             resumed=bool(resume or continue_latest))
-    return _Built(agent, stream, info, restored_events)
+    return _Built(agent, stream, info, restored_events, warnings)
 
 
 # ---- MCP servers (issue 16): started with the session, stopped with it (hub.aclose()) ----

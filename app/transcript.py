@@ -28,12 +28,13 @@ from typing import Annotated, Any, Literal, Mapping, Protocol, Sequence, Union
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from app.events import Event
-from app.messages import Message, TextBlock, ToolResultBlock
+from app.messages import Message, OpaqueBlock, TextBlock, ToolResultBlock
 from app.redact import redact_obj
 
 # Reasons the engine replaces the live history. The field is a plain str so
 # a reason added later never makes older readers drop the line.
-HistoryReason = Literal["compaction", "micro_compaction", "overflow", "reset", "result_cut", "resume", "merge_user"]
+HistoryReason = Literal["compaction", "micro_compaction", "overflow", "reset", "result_cut", "resume", "merge_user",
+                        "server_compaction"]
 
 INTERRUPTED_RESULT = "interrupted: the session ended before this tool finished"
 
@@ -320,6 +321,8 @@ def restore(source: _HasTranscript | Path | str) -> RestoredState:
 def _has_content(message: Message) -> bool:
     if message.tool_uses:
         return True
+    if any(isinstance(b, OpaqueBlock) and b.kind == "compaction" for b in message.content):
+        return True  # issue 17: a server's compaction item stands for the whole earlier conversation
     return any(isinstance(b, TextBlock) and b.text.strip() for b in message.content)
 
 

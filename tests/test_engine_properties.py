@@ -1,7 +1,8 @@
 """Property: a real Agent on the fake server, driven through random sequences of
 rounds (0-3 tool calls), manual compactions that succeed or fail, micro-compactions,
-overflow drops and resets, keeps a history that is a valid request, and every
-body the server receives is valid for its wire protocol.
+overflow drops, resets and server-side compactions (a reply carrying the provider's
+compaction item), keeps a history that is a valid request, and every body the server
+receives is valid for its wire protocol (Chat Completions, Anthropic Messages, Responses).
 
 One fake server serves every example; each step scripts it through ``default``.
 """
@@ -15,7 +16,9 @@ from pathlib import Path
 
 import pytest
 from agent_helpers import make_agent
+from fake_anthropic_context import anthropic_compacted
 from fake_llm_server import FakeLLMServer
+from fake_responses_server import responses_text
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from test_engine_support import (
@@ -32,8 +35,9 @@ from test_engine_support import (
     wire_problems,
 )
 
+from app.context.engine import SERVER_COMPACTED_NOTE
 from app.context.pruning import is_cleared
-from app.messages import ToolResultBlock
+from app.messages import OpaqueBlock, ToolResultBlock
 
 CALLS = [
     ("list_files", {}),
@@ -52,6 +56,7 @@ OPS = st.one_of(
     st.tuples(st.just("micro"), st.sampled_from(["size", "time"]), st.none()),
     st.tuples(st.just("overflow"), st.sampled_from([None, 20, 100_000]), round_calls),
     st.tuples(st.just("reset"), st.none(), st.none()),
+    st.tuples(st.just("server_compact"), round_calls, st.none()),  # the turn's last reply carries a compaction
 )
 
 
@@ -75,6 +80,13 @@ class Script:
             return text_reply(self.provider, "done", usage=usage_for(self.provider, body))
         if isinstance(item, list):
             return tool_reply(self.provider, item, usage=usage_for(self.provider, body))
+        if item == "compacted":
+            usage = usage_for(self.provider, body)
+            if self.provider == "responses":
+                return responses_text("done", compaction="gAAAAAB-compacted", usage={**usage, "input": 300})
+            if self.provider == "anthropic":
+                return anthropic_compacted("Summary of the work so far.", "done", usage={**usage, "input": 300})
+            return text_reply(self.provider, "done", usage=usage)  # Chat Completions has no server compaction
         return item  # a prepared Reply (an error)
 
 
@@ -156,6 +168,14 @@ async def _run_example(server: FakeLLMServer, agent, provider: str, ops: list) -
             elif op == "reset":
                 agent.reset()
                 assert agent.history == []
+            elif op == "server_compact":
+                script.main.extend([*arg, "compacted"])
+                result = await agent.run_turn(f"step {step}: long work")
+                assert result.stop_reason == "end_turn", result
+                if provider != "openai":
+                    assert agent.history[0].text == SERVER_COMPACTED_NOTE and len(agent.history) == 2
+                    assert any(isinstance(b, OpaqueBlock) and b.kind == "compaction" for b in agent.history[1].content)
+                event(f"server_compact {provider}")
             assert next_request_problems(agent.history) == [], (op, next_request_problems(agent.history))
             for recorded in server.requests[first_request:]:
                 problems = wire_problems(recorded.json, provider)
@@ -166,7 +186,7 @@ async def _run_example(server: FakeLLMServer, agent, provider: str, ops: list) -
         await agent.aclose()
 
 
-@pytest.mark.parametrize("provider", PROTOCOLS)
+@pytest.mark.parametrize("provider", [*PROTOCOLS, "responses"])
 def test_random_operations_keep_every_request_valid(provider, tmp_path: Path, monkeypatch):
     server = FakeLLMServer().start()
     numbers = itertools.count()

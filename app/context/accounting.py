@@ -101,6 +101,8 @@ class ContextAccounting:
         self._sums = _RunningSums()
         self._system = _TextCount()
         self._memory = _TextCount()
+        # issue 17: tokens the server's context editing cleared from the last request, by part
+        self.server_cleared: dict[str, int] = {}
 
     # ---- exact figure ----
 
@@ -120,6 +122,7 @@ class ContextAccounting:
         self.exact_tokens = None
         self.exact_history_len = 0
         self._sums.clear()
+        self.server_cleared = {}  # issue 17: the server reports afresh for the new history
 
     def reset(self) -> None:
         """A conversation reset: forget everything, growth history included."""
@@ -141,6 +144,7 @@ class ContextAccounting:
         self._sums.update(history)
         whole = (self._system(system) + self._memory(memory_text)
                  + _tokens.estimate_tools(tools) + self._sums.total)
+        whole = max(0, whole - sum(self.server_cleared.values()))  # issue 17: what the server will not see
         return Projection(None, whole, whole)
 
     def breakdown(self, system: str, memory_text: str, tools: Sequence[ToolSpec],
@@ -169,7 +173,14 @@ class ContextAccounting:
                 tokens = _tokens.estimate_tools(specs)
                 parts[f"mcp:{owner}"] = tokens
                 parts["tools"] -= tokens
+        for part, cleared in self.server_cleared.items():  # issue 17: as the server saw it
+            parts[part] = max(0, parts[part] - cleared)
         return parts
+
+    def note_server_cleared(self, by_part: dict[str, int]) -> None:
+        """Issue 17: the server's context editing cleared these tokens (by breakdown part) from
+        the last request; the local history stays whole, the breakdown shows what was sent."""
+        self.server_cleared = {part: tokens for part, tokens in by_part.items() if tokens > 0}
 
     # ---- growth ----
 

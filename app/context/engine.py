@@ -46,11 +46,11 @@ from app.events import (
     UsageEvent,
     WarningCrossedEvent,
 )
-from app.messages import Message, TextBlock, ToolResultBlock, ToolSpec
+from app.messages import Message, OpaqueBlock, TextBlock, ToolResultBlock, ToolSpec
 from app.providers.base import ContextTooLongError, ModelRequest, ProviderError
 from app.tools.registry import truncate_head_tail
 from app.transcript import TranscriptWriter
-from app.usage import Usage
+from app.usage import ServerEdit, Usage
 
 # A compaction call: request in, (assistant message, usage) out. Raises ProviderError.
 Summarize = Callable[[ModelRequest], Awaitable[tuple[Message, Usage]]]
@@ -81,6 +81,13 @@ class EngineConfig:
     micro_keep_tokens: int = 40_000
     micro_min_free: int = 20_000
     recent_user_budget: int = 4_000
+    # issue 17: the provider compacts server-side at the auto-compact line, so ours stands down
+    server_compaction: bool = False
+
+
+# issue 17: what stands before a server's compaction item in the history (the item carries the rest).
+SERVER_COMPACTED_NOTE = ("[Context compaction] The conversation before this point was compacted by the server; "
+                         "its compaction item follows.")
 
 
 @dataclass
@@ -115,6 +122,9 @@ class ContextEngine:
         self.last_assistant_at: float | None = None
         self._warned = False
         self._pause_noted: float | None = None  # the breaker pause the last paused notice was about
+        # issue 17: a server compaction seen in a reply, waiting for that call's usage (messages, tokens before)
+        self._server_compaction_pending: tuple[int, int] | None = None
+        self._server_edits_reported: tuple[ServerEdit, ...] = ()
         self._system_text = self.system_prompt + (
             "\n\n# Project and user rules (memory files)\n" + self.memory.text if self.memory.text else ""
         )
@@ -169,6 +179,9 @@ class ContextEngine:
     # ---- history changes (every one persisted) ----
 
     def append(self, message: Message) -> None:
+        if message.role == "assistant" and _server_compaction_in(message):
+            self._install_server_compaction(message)
+            return
         self.history.append(message)
         if message.role == "assistant":
             self.last_assistant_at = self.clock()
@@ -216,6 +229,8 @@ class ContextEngine:
             cost_usd=cost,
         )
         self.emit(event)
+        if agent == "main":
+            self._reconcile_server_report(usage, model_price)  # issue 17: after the call's own usage line
         return event
 
     def context_event(self) -> ContextEvent:
@@ -304,7 +319,7 @@ class ContextEngine:
         if proj >= t.warning_line:
             self._micro_by_size()
             proj = self.projection().projected_tokens
-        if proj >= t.auto_compact_line and not self._only_a_summary():
+        if proj >= t.auto_compact_line and not self._only_a_summary() and self._auto_compaction_is_ours():
             if self.breaker.allows_auto():
                 await self.compact(summarize, "auto")
                 proj = self.projection().projected_tokens
@@ -319,6 +334,57 @@ class ContextEngine:
             self.fallback_compact()
         if proj < t.warning_line:
             self._warned = False
+
+    def _auto_compaction_is_ours(self) -> bool:
+        """Issue 17: with server-side compaction on, the server compacts at this same line
+        (the request carries it as its threshold): ours stands down. The blocking-line
+        fallback stays, as the last line of defence."""
+        return not self.config.server_compaction
+
+    # ---- issue 17: what the provider did to the context, as it reported ----
+
+    def _install_server_compaction(self, message: Message) -> None:
+        """The reply carries a compaction item: it stands for everything before it, so the
+        history becomes a short note (roles must start with the user) and this reply. The old
+        messages stay in the transcript; the event waits for this call's usage (``record_usage``)."""
+        tokens_before = self.projection().projected_tokens  # the request the server just compacted
+        messages_before = len(self.history)
+        self._replace([Message.user(SERVER_COMPACTED_NOTE), message], "server_compaction")
+        self.last_assistant_at = self.clock()
+        self._warned = False
+        self._server_compaction_pending = (messages_before, tokens_before)
+
+    def _reconcile_server_report(self, usage: Usage, model_price: Price | None) -> None:
+        """Turn what the server reported with this call into events; the exact figure already
+        is the server's (``record_usage``), so the projection starts from it."""
+        if usage.compaction_usage is not None:
+            # the server's compaction run is compaction work: it counts apart, like ours
+            self.record_usage("compact", usage.compaction_usage, self.compact_price or model_price)
+        pending, self._server_compaction_pending = self._server_compaction_pending, None
+        if pending is not None:
+            messages_before, tokens_before = pending
+            reported = usage.context_tokens
+            tokens_after = reported if reported is not None else self.projection().projected_tokens
+            self.emit(CompactionEvent(trigger="server", ok=True, messages_before=messages_before,
+                                      messages_after=len(self.history), tokens_before=tokens_before,
+                                      tokens_after=tokens_after))
+            self.emit(NoticeEvent(text=f"context compacted by the server: {messages_before} messages → 1 compaction "
+                                       f"item ({tokens_before:,} → {tokens_after:,} tokens, as reported)"))
+        edits = usage.server_edits
+        tool_tokens = sum(e.cleared_input_tokens for e in edits if e.kind.startswith("clear_tool_uses"))
+        other_tokens = sum(e.cleared_input_tokens for e in edits) - tool_tokens
+        self.accounting.note_server_cleared({"tool_results": tool_tokens, "assistant": other_tokens})
+        if edits and edits != self._server_edits_reported:
+            # The server re-applies its edits to every request (the local history stays whole);
+            # a new event only when what it cleared changed.
+            uses = sum(e.cleared_tool_uses for e in edits)
+            turns = sum(e.cleared_thinking_turns for e in edits)
+            freed = tool_tokens + other_tokens
+            self.emit(MicroCompactionEvent(trigger="server", results_cleared=uses, tokens_freed=freed))
+            thinking = f", {turns} thinking turns" if turns else ""
+            self.emit(NoticeEvent(text=f"the server cleared {uses} tool results{thinking} from the request "
+                                       f"({freed:,} tokens, as reported); the full history stays here"))
+        self._server_edits_reported = tuple(edits)
 
     def _only_a_summary(self) -> bool:
         """A history that is just a summary (plus the user's new words): compacting it
@@ -512,6 +578,11 @@ class ContextEngine:
                 if isinstance(block, ToolResultBlock) and block.tool_use_id == tool_use_id:
                     return not is_cleared(block) and block.full_output_path is None
         return False
+
+
+def _server_compaction_in(message: Message) -> bool:
+    """Issue 17: a provider's compaction item (Responses) or block (Anthropic) in a reply."""
+    return any(isinstance(b, OpaqueBlock) and b.kind == "compaction" for b in message.content)
 
 
 def _safe_name(text: str) -> str:
