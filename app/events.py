@@ -100,13 +100,23 @@ class ContextEvent(BaseModel):
 
 class CompactionEvent(BaseModel):
     type: Literal["compaction"] = "compaction"
-    trigger: Literal["auto", "manual", "reactive", "fallback"]
+    # "memory": from the session memory, without a model call (issue 15)
+    trigger: Literal["auto", "manual", "reactive", "fallback", "memory"]
     ok: bool
     messages_before: int
     messages_after: int
     tokens_before: int
     tokens_after: int
     reason: str | None = None
+    # Audited summaries (issue 15): facts the summary missed, appended to it as "checked facts".
+    facts_added: int = 0
+    checked_facts: list[str] = Field(default_factory=list)
+    # Cost before you compact (issue 15): the forecast made just before this compaction ran.
+    forecast_tokens_freed: int | None = None
+    cache_tokens_invalidated: int | None = None
+    next_request_cost_before_usd: float | None = None
+    next_request_cost_after_usd: float | None = None
+    compaction_call_cost_usd: float | None = None
 
 
 class MicroCompactionEvent(BaseModel):
@@ -183,12 +193,49 @@ class ResultEvent(BaseModel):
     steps: int
 
 
+
+# ---- issue 15: session memory, reversible clearing, path-scoped rules ----
+
+class SessionMemoryEvent(BaseModel):
+    """The session memory was updated in the background (or the update failed)."""
+
+    type: Literal["session_memory"] = "session_memory"
+    ok: bool
+    memory_tokens: int  # size of the memory now
+    covered_messages: int  # leading messages of the live history it summarises
+    path: str | None = None  # the memory file in the session folder
+    reason: str | None = None
+
+
+class RestoreEvent(BaseModel):
+    """A cleared tool result was brought back into the context for the next request."""
+
+    type: Literal["restore"] = "restore"
+    id: str  # the tool call id
+    name: str  # the tool's name
+    tokens: int  # what the restored result adds
+    projected_before: int
+    projected_after: int
+    by: Literal["user", "model"] = "user"
+
+
+class RuleAttachedEvent(BaseModel):
+    """A path-scoped rule file was attached to the result of a read or edit of a matching file."""
+
+    type: Literal["rule_attached"] = "rule_attached"
+    id: str  # the tool call whose result carries it
+    rule_path: str
+    file_path: str
+    tokens: int
+
+
 Event = Annotated[
     Union[
         TextDeltaEvent, ThinkingDeltaEvent, AssistantMessageEvent, UserMessageEvent,
         ToolStartEvent, ToolResultEvent, UsageEvent, ContextEvent, CompactionEvent,
         MicroCompactionEvent, ResetEvent, WarningCrossedEvent, ResultCutEvent, BreakerEvent, RetryEvent,
         StateEvent, NoticeEvent, ErrorEvent, ResultEvent,
+        SessionMemoryEvent, RestoreEvent, RuleAttachedEvent,
     ],
     Field(discriminator="type"),
 ]

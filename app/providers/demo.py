@@ -61,6 +61,8 @@ from app.providers.base import (
 from app.usage import Usage
 
 COMPACTION_MARK = "[Context compaction]"
+MEMORY_MARK = "[Session memory update]"  # app.context.session_memory.MEMORY_PROMPT_HEAD
+_INSTRUCTION_MARKS = (COMPACTION_MARK, MEMORY_MARK)
 MEMORY_HEADER = "# Project and user rules (memory files)"
 _FOCUS = re.compile(r"Focus especially on:\s*(.+)", re.S)
 _WORD = re.compile(r"\S+\s*|\s+")
@@ -120,7 +122,7 @@ class Turn:
 
 def _genuine_texts(msg: Message) -> list[str]:
     return [b.text for b in msg.content if isinstance(b, TextBlock) and b.text.strip()
-            and b.text != DROPPED_NOTE and not b.text.startswith(COMPACTION_MARK)]
+            and b.text != DROPPED_NOTE and not b.text.startswith(_INSTRUCTION_MARKS)]
 
 
 def read_turn(messages: Sequence[Message]) -> Turn:
@@ -475,7 +477,7 @@ def _strip_instruction(messages: Sequence[Message]) -> tuple[list[Message], str 
         last = history[-1]
         kept = []
         for block in last.content:
-            if isinstance(block, TextBlock) and block.text.startswith(COMPACTION_MARK):
+            if isinstance(block, TextBlock) and block.text.startswith(_INSTRUCTION_MARKS):
                 match = _FOCUS.search(block.text)
                 focus = match.group(1).strip() if match else None
                 continue
