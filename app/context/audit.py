@@ -33,6 +33,7 @@ WORD_COVERAGE = 0.8
 _EXIT_RE = re.compile(r"\[exit code: (-?\d+|unknown)[^\]]*\]")
 _CONSTRAINT_RE = re.compile(
     r"\b(do not|don't|dont|never|always|must|must not|mustn't|only ever|avoid)\b", re.IGNORECASE)
+_FAILURE_RE = re.compile(r"error|fail|exit|not found|missing|does not exist|denied|refused|crash", re.IGNORECASE)
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORD_RE = re.compile(r"[A-Za-z0-9_./-]{3,}")
 _STOPWORDS = frozenset("""the and for with that this from into your you are was were have has had not but all any
@@ -47,6 +48,8 @@ class Fact:
     # What the summary must contain for the fact to count as named.
     needles: tuple[str, ...] = ()  # any one of these substrings (case-insensitive)
     words: tuple[str, ...] = ()  # or WORD_COVERAGE of these words
+    # or one of these (the failing call's command or path) with a word saying it failed
+    failed_call: tuple[str, ...] = ()
 
 
 @dataclass
@@ -88,6 +91,9 @@ def is_named(fact: Fact, summary: str) -> bool:
     """Does ``summary`` name this fact (a needle verbatim, or most of its words)?"""
     norm = _normalise(summary)
     if any(n and _normalise(n) in norm for n in fact.needles):
+        return True
+    if fact.failed_call and _FAILURE_RE.search(summary) and any(
+            c and _normalise(c) in norm for c in fact.failed_call):
         return True
     if fact.words:
         present = set(_significant_words(summary))
@@ -186,9 +192,12 @@ def extract_facts(history: Sequence[Message]) -> list[Fact]:
         if not failed:
             continue
         line = _one_line(_error_line(result.content), 160)
+        code = _exit_code(result.content) if name == COMMAND_TOOL else None
+        if code is not None and line == "(no output)":
+            line = f"exit code {code}, no output"
         where = f"{name}({_one_line(key, 60)})" if key else name
         facts.append(Fact("error", f"unresolved error from {where}: {line}", needles=(line,),
-                          words=_significant_words(line)))
+                          words=_significant_words(line), failed_call=(key,) if key else ()))
 
     texts = _user_texts(history)
     if texts:

@@ -657,7 +657,7 @@ class ContextEngine:
         """(cut, new history) of a compaction from the memory, or None when the memory
         is not up to date or would not bring the context under the auto-compact line."""
         memory = self.session_memory
-        if not memory.exists or self._memory_new_tokens > self.config.memory_update_tokens:
+        if not memory.exists:
             return None
         covered = memory.covered_index(self.history)
         cut = safe_cut(self.history, covered, self.config.memory_keep_tokens)
@@ -672,8 +672,10 @@ class ContextEngine:
             head = build_summary_history(summary, replaced, self.config.recent_user_budget)
         new_history = head + list(kept)
         self._last_memory_audit = audit
+        # Everything the memory does not cover stays verbatim, so a stale memory loses
+        # nothing; it is only used when that leaves real headroom (under the warning line).
         after = count_tokens(self.system_text) + estimate_tools(self.tools) + estimate_messages(new_history)
-        if after >= self.thresholds.auto_compact_line:
+        if after >= self.thresholds.warning_line:
             return None
         return cut, new_history
 
@@ -725,8 +727,9 @@ class ContextEngine:
         else:
             # The summary's size is not known before it is written: the average of this
             # session's summaries, else a typical handoff summary.
+            history_tokens = max(0, tokens_before - self._stable_prefix())
             summary_tokens = (sum(self._summary_sizes) // len(self._summary_sizes) if self._summary_sizes
-                              else min(1_500, self.config.compact_max_output))
+                              else min(1_500, self.config.compact_max_output, max(200, history_tokens // 3)))
             from app.context.compaction import recent_user_messages
             quoted = sum(count_tokens(t) for t in recent_user_messages(self.history, self.config.recent_user_budget))
             tokens_after = self._stable_prefix() + summary_tokens + quoted + 60
