@@ -14,6 +14,7 @@ same items, in the order they happened.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -36,7 +37,7 @@ _CONSTRAINT_RE = re.compile(
 _FAILURE_RE = re.compile(r"error|fail|exit|not found|missing|does not exist|denied|refused|crash", re.IGNORECASE)
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORD_RE = re.compile(r"[A-Za-z0-9_./-]{3,}")
-_STOPWORDS = frozenset("""the and for with that this from into your you are was were have has had not but all any
+_STOPWORDS = frozenset("""the and for with that this from into your you are was were have has had but all any
 can will would should could then than them they their there here what when where which while who why how about
 after before also just only very more most some such each other into onto over under please""".split())
 
@@ -98,7 +99,7 @@ def is_named(fact: Fact, summary: str) -> bool:
     if fact.words:
         present = set(_significant_words(summary))
         hits = sum(1 for w in fact.words if w in present)
-        return hits >= max(1, round(WORD_COVERAGE * len(fact.words) + 1e-9))
+        return hits >= max(1, math.ceil(WORD_COVERAGE * len(fact.words) - 1e-9))
     return False
 
 
@@ -129,9 +130,10 @@ def _error_line(content: str) -> str:
     lines = [ln.strip() for ln in content.splitlines() if ln.strip() and not _EXIT_RE.fullmatch(ln.strip())]
     if not lines:
         return "(no output)"
-    for line in reversed(lines):
-        if re.search(r"error|exception|fail|traceback|not found|denied|refused", line, re.IGNORECASE):
-            return line
+    for pattern in (r"error|exception|traceback", r"fail|not found|denied|refused"):
+        for line in reversed(lines):
+            if re.search(pattern, line, re.IGNORECASE):
+                return line
     return lines[0]
 
 
