@@ -459,7 +459,7 @@ class ContextEngine:
         if audit.missing:
             summary = append_checked_facts(summary, audit)
             new_history = build_summary_history(summary, self.history, self.config.recent_user_budget)
-        self._summary_sizes.append(count_tokens(summary))
+        self._summary_sizes.append(estimate_message(new_history[0]))  # cached: the accounting reuses it
         self._replace(new_history, "compaction")
         self._warned = False
         tokens_after = self.projection().projected_tokens
@@ -524,6 +524,7 @@ class ContextEngine:
         self._pinned: set[str] = set()  # restored results, kept through the next request
         self._cached_prefix = 0  # prompt-cache tokens of the last main request
         self._summary_sizes: list[int] = []
+        self._stable_tokens: int | None = None
         self._attached_rules: set[str] = set()
         # Events of the background memory update wait here until the agent next touches the
         # engine, so they never land after a turn's final "result" event.
@@ -674,7 +675,7 @@ class ContextEngine:
         self._last_memory_audit = audit
         # Everything the memory does not cover stays verbatim, so a stale memory loses
         # nothing; it is only used when that leaves real headroom (under the warning line).
-        after = count_tokens(self.system_text) + estimate_tools(self.tools) + estimate_messages(new_history)
+        after = self._stable_prefix() + estimate_messages(new_history)
         if after >= self.thresholds.warning_line:
             return None
         return cut, new_history
@@ -713,7 +714,10 @@ class ContextEngine:
     # ---- cost before you compact or reset ----
 
     def _stable_prefix(self) -> int:
-        return count_tokens(self.system_text) + estimate_tools(self.tools)
+        """Tokens every request starts with (system prompt with the memory files, tools); counted once."""
+        if self._stable_tokens is None:
+            self._stable_tokens = count_tokens(self.system_text) + estimate_tools(self.tools)
+        return self._stable_tokens
 
     def forecast_compaction(self) -> Forecast:
         """What ``compact`` (or, when the memory is up to date, a memory compaction) will do."""
@@ -730,8 +734,10 @@ class ContextEngine:
             history_tokens = max(0, tokens_before - self._stable_prefix())
             summary_tokens = (sum(self._summary_sizes) // len(self._summary_sizes) if self._summary_sizes
                               else min(1_500, self.config.compact_max_output, max(200, history_tokens // 3)))
-            from app.context.compaction import recent_user_messages
-            quoted = sum(count_tokens(t) for t in recent_user_messages(self.history, self.config.recent_user_budget))
+            # The user's words quoted after the summary: at most their budget (an upper bound,
+            # cheap: the exact pick would walk the whole history once more).
+            self.accounting._sums.update(self.history)
+            quoted = min(self.config.recent_user_budget, self.accounting._sums.by_part["user"])
             tokens_after = self._stable_prefix() + summary_tokens + quoted + 60
         return forecast(action, tokens_before=tokens_before, tokens_after=min(tokens_after, tokens_before),
                         cached_prefix=self._cached_prefix, stable_prefix=self._stable_prefix(),
