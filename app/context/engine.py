@@ -91,8 +91,10 @@ class EngineConfig:
     micro_min_free: int = 20_000
     recent_user_budget: int = 4_000
     # Session memory (issue 15): update every N tokens of new context (0: off); a memory
-    # compaction keeps at least this many tokens of the latest messages verbatim.
-    memory_update_tokens: int = 10_000
+    # compaction keeps at least this many tokens of the latest messages verbatim. Off unless
+    # the runtime passes Settings.memory_update_tokens (default 10,000) on: the dashboard must
+    # know the "memory" compaction trigger first.
+    memory_update_tokens: int = 0
     memory_keep_tokens: int = 4_000
     memory_max_output: int = 4_000
     # Reversible clearing (issue 15): a restored output larger than this is cut head+tail.
@@ -901,7 +903,9 @@ def _forecast_fields(planned: Forecast | None) -> dict:
 
 def _facts_note(audit: AuditResult) -> str:
     n = len(audit.missing)
-    return "" if n == 0 else f"; the audit added {n} checked fact{'s' if n != 1 else ''} the summary missed"
+    if n == 0:
+        return f"; audit: all {len(audit.facts)} checked facts named" if audit.facts else ""
+    return f"; the audit added {n} checked fact{'s' if n != 1 else ''} the summary missed"
 
 
 def _safe_name(text: str) -> str:
