@@ -33,12 +33,10 @@ from test_engine_support import (
 
 from app.context.audit import CHECKED_FACTS_HEADER
 from app.context.engine import RestoreError
-from app.context.pruning import is_cleared
 from app.context.rules import load_rules
 from app.context.session_memory import MEMORY_INTRO, MEMORY_PROMPT_HEAD
 from app.context.thresholds import compute_thresholds
 from app.context.tokens import count_tokens
-from app.messages import ToolResultBlock
 from app.transcript import read_transcript
 
 
@@ -194,6 +192,26 @@ async def test_a_failing_memory_update_is_shown_and_never_breaks_the_turn(fake_l
     failed = events.of("session_memory")
     assert failed and not failed[0].ok and failed[0].reason
     assert any("session memory update failed" in n.text for n in events.of("notice"))
+    await agent.aclose()
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+async def test_a_reset_clears_the_session_memory(fake_llm, tmp_path, monkeypatch, provider):
+    agent, events = make_agent(fake_llm, tmp_path, monkeypatch, provider=provider, **MEMORY_SETUP)
+    for i in (1, 2):
+        write_words(agent.workspace / f"f{i}.txt", 700, TAGS[i])
+    router = Router(provider)
+    router.main.extend([*reads("f1.txt", "f2.txt"), "done"])
+    fake_llm.default = router
+    await agent.run_turn("read f1.txt and f2.txt")
+    await agent.engine.wait_memory_update()
+    memory = agent.engine.session_memory
+    assert memory.exists and "memory-v" in memory.path.read_text()
+    agent.reset()
+    assert not memory.exists and memory.path.read_text().strip() == ""
+    router.main.append("fresh")
+    await agent.run_turn("new task")
+    assert not agent.engine.memory_compaction_available()
     await agent.aclose()
 
 

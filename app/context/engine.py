@@ -557,6 +557,12 @@ class ContextEngine:
             self._generation += 1
             if reason != "memory_compaction":
                 self.session_memory.covered = None
+            if reason == "reset":
+                # A new conversation: the old memory must not seep into its first update.
+                if self._memory_task is not None and not self._memory_task.done():
+                    self._memory_task.cancel()
+                if self.session_memory.exists:
+                    self.session_memory.save("", None)
         self._recount_memory_tokens()
         if self.rules is not None and self.rules.rules:
             self._attached_rules = attached_rule_paths(
