@@ -467,8 +467,7 @@ async def test_forecasts_count_the_cached_prefix_they_invalidate(fake_llm, tmp_p
 # ---- 5. path-scoped rules ----
 
 def _with_rules(agent) -> None:
-    agent.engine.rules = load_rules(agent.workspace, None)
-    agent.engine.workspace = agent.workspace
+    agent.engine.use_rules(load_rules(agent.workspace, None), agent.workspace)
 
 
 def _write(path: Path, text: str) -> None:
@@ -555,3 +554,22 @@ def test_thresholds_of_the_memory_setup_leave_room_for_the_kept_messages():
     t = compute_thresholds(MEMORY_SETUP["window"], MEMORY_SETUP["budget"], 8_000)
     assert t.warning_line > 3 * MEMORY_SETUP["memory_keep_tokens"]
     assert t.auto_compact_line == MEMORY_SETUP["budget"]
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+async def test_a_broken_rule_file_is_named_and_the_session_goes_on(fake_llm, tmp_path, monkeypatch, provider):
+    work = tmp_path / "work"
+    _write(work / ".claude" / "rules" / "broken.md", "---\npaths: src/*.py\n")
+    _write(work / ".claude" / "rules" / "python.md", PY_RULE)
+    _write(work / "src" / "a.py", "A = 1\n")
+    agent, events = make_agent(fake_llm, tmp_path, monkeypatch, provider=provider, cwd=work, memory_update_tokens=0)
+    _with_rules(agent)
+    (warning,) = [n for n in events.of("notice") if n.level == "warning"]
+    assert "broken.md" in warning.text and "never closed" in warning.text and "\n" not in warning.text
+    router = Router(provider)
+    router.main.extend([*reads("src/a.py"), "read"])
+    fake_llm.default = router
+    result = await agent.run_turn("read src/a.py")
+    assert result.stop_reason == "end_turn"
+    assert "tabs-zebra-4411" in tool_outputs(main_bodies(fake_llm)[-1])[0]
+    await agent.aclose()

@@ -830,6 +830,14 @@ class ContextEngine:
 
     # ---- path-scoped rules ----
 
+    def use_rules(self, rules: RuleSet, workspace: Path) -> None:
+        """Take the path-scoped rules (app.context.rules.load_rules) for tool paths relative to
+        ``workspace``; a rule file that could not be read is named in one warning line each."""
+        self.rules = rules
+        self.workspace = workspace
+        for problem in rules.problems:
+            self.emit(NoticeEvent(level="warning", text=f"{problem}; that rule is not loaded"))
+
     def _attach_rules(self, block: ToolResultBlock, tool_name: str) -> ToolResultBlock:
         if self.rules is None or not self.rules.rules or block.is_error:
             return block
