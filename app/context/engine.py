@@ -158,7 +158,8 @@ class ContextEngine:
 
     def append(self, message: Message) -> None:
         self.history.append(message)
-        self._memory_new_tokens += estimate_message(message)
+        if self.config.memory_update_tokens > 0:
+            self._memory_new_tokens += estimate_message(message)
         if message.role == "assistant":
             self.last_assistant_at = self.clock()
         if self.transcript is not None:
@@ -569,6 +570,9 @@ class ContextEngine:
                 [b.content for m in self.history if m.role == "user" for b in m.tool_results])
 
     def _recount_memory_tokens(self) -> None:
+        if self.config.memory_update_tokens <= 0:
+            self._memory_new_tokens = 0
+            return
         covered = self.session_memory.covered_index(self.history)
         self._memory_new_tokens = estimate_messages(self.history[covered:])
 
