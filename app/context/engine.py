@@ -293,8 +293,9 @@ class ContextEngine:
             self._micro_by_size()
             proj = self.projection().projected_tokens
         if proj >= t.auto_compact_line and not self._only_a_summary():
-            if await self._memory_compaction_ready():
-                self.compact_from_memory()
+            plan = await self._memory_compaction_plan()
+            if plan is not None:
+                self.compact_from_memory(plan)
                 proj = self.projection().projected_tokens
             if proj < t.auto_compact_line:
                 pass
@@ -659,14 +660,14 @@ class ContextEngine:
             except (asyncio.CancelledError, Exception):
                 pass
 
-    async def _memory_compaction_ready(self) -> bool:
+    async def _memory_compaction_plan(self) -> MemoryPlan | None:
         if self.config.memory_update_tokens <= 0:
-            return False
+            return None
         if self._memory_task is not None and not self._memory_task.done():
             await self.wait_memory_update()  # started a step ago: cheaper to wait than to summarise anew
-        return self._memory_plan() is not None
+        return self._memory_plan()
 
-    def _memory_plan(self) -> tuple[int, list[Message]] | None:
+    def _memory_plan(self) -> MemoryPlan | None:
         """(cut, new history) of a compaction from the memory, or None when the memory
         is not up to date or would not bring the context under the auto-compact line."""
         memory = self.session_memory
@@ -684,27 +685,25 @@ class ContextEngine:
             summary = append_checked_facts(summary, audit)
             head = build_summary_history(summary, replaced, self.config.recent_user_budget)
         new_history = head + list(kept)
-        self._last_memory_audit = audit
         # Everything the memory does not cover stays verbatim, so a stale memory loses
         # nothing; it is only used when that leaves real headroom (under the warning line).
         after = self._stable_prefix() + estimate_messages(new_history)
         if after >= self.thresholds.warning_line:
             return None
-        return cut, new_history
+        return MemoryPlan(cut, new_history, audit)
 
     def memory_compaction_available(self) -> bool:
         """Can the context be compacted from the session memory now (no model call)?"""
         return self._memory_plan() is not None
 
-    def compact_from_memory(self) -> CompactionEvent | None:
+    def compact_from_memory(self, plan: MemoryPlan | None = None) -> CompactionEvent | None:
         """Compact without a model call: the memory replaces what it covers, the latest
         messages stay verbatim. None when the memory is not usable (then compact normally)."""
-        plan = self._memory_plan()
+        plan = plan or self._memory_plan()
         if plan is None:
             return None
-        cut, new_history = plan
-        audit: AuditResult = self._last_memory_audit
-        planned = self.forecast_compaction()
+        cut, new_history, audit = plan.cut, plan.history, plan.audit
+        planned = self._forecast_compaction(plan)
         before_msgs = len(self.history)
         tokens_before = self.projection().projected_tokens
         self._replace(new_history, "memory_compaction")
@@ -733,13 +732,15 @@ class ContextEngine:
 
     def forecast_compaction(self) -> Forecast:
         """What ``compact`` (or, when the memory is up to date, a memory compaction) will do."""
+        return self._forecast_compaction(self._memory_plan() if self.config.memory_update_tokens > 0 else None)
+
+    def _forecast_compaction(self, plan: MemoryPlan | None) -> Forecast:
         tokens_before = self.projection().projected_tokens
-        plan = self._memory_plan() if self.config.memory_update_tokens > 0 else None
         action: ForecastAction = "compact"
         summary_tokens = 0
         if plan is not None:
             action = "memory_compact"
-            tokens_after = self._stable_prefix() + estimate_messages(plan[1])
+            tokens_after = self._stable_prefix() + estimate_messages(plan.history)
         else:
             # The summary's size is not known before it is written: the average of this
             # session's summaries, else a typical handoff summary.
@@ -884,6 +885,15 @@ class ContextEngine:
             out["tool_results"] = out.get("tool_results", 0) - tokens
             out["rules"] = tokens
         return out
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """A compaction from the session memory, worked out but not applied."""
+
+    cut: int  # messages before this index are replaced by the memory
+    history: list[Message]  # the new history: the memory message, then the kept messages
+    audit: AuditResult
 
 
 class RestoreError(Exception):
