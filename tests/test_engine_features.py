@@ -6,6 +6,7 @@ received, the events, the history and the files on disk.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import deque
 from pathlib import Path
@@ -192,6 +193,33 @@ async def test_a_failing_memory_update_is_shown_and_never_breaks_the_turn(fake_l
     failed = events.of("session_memory")
     assert failed and not failed[0].ok and failed[0].reason
     assert any("session memory update failed" in n.text for n in events.of("notice"))
+    await agent.aclose()
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+async def test_a_stalled_memory_update_does_not_hold_up_the_turn(fake_llm, tmp_path, monkeypatch, provider):
+    from fake_llm_server import stall_after
+
+    agent, events = make_agent(fake_llm, tmp_path, monkeypatch, provider=provider, **MEMORY_SETUP)
+    for i in (1, 2, 3):
+        write_words(agent.workspace / f"f{i}.txt", 700, TAGS[i])
+    router = Router(provider)
+    router.main.extend([*reads("f1.txt", "f2.txt", "f3.txt"), "all three read"])
+
+    def answer(body: dict, path: str):
+        if is_memory_update(body):  # the server never finishes the memory's reply
+            return stall_after(text_reply(provider, memory_text(1)), 2)
+        return router(body, path)
+
+    fake_llm.default = answer
+    # (a turn that waited for the update would never end: the guard turns that into a failure)
+    result = await asyncio.wait_for(agent.run_turn("read f1.txt, f2.txt and f3.txt"), timeout=120)
+    # The turn went on and ended while the update still waited for the server.
+    assert result.stop_reason == "end_turn" and result.text == "all three read"
+    assert sum(1 for b in bodies(fake_llm) if is_memory_update(b)) == 1
+    assert events.of("session_memory") == []
+    await agent.engine.cancel_background()
+    fake_llm.release()
     await agent.aclose()
 
 
