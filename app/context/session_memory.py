@@ -34,7 +34,7 @@ MEMORY_INTRO = ("This is the session memory: a running summary of the earlier pa
 
 def memory_prompt(current: str | None) -> str:
     """The update instruction: the handoff prompt's sections, plus the memory so far."""
-    sections = COMPACT_PROMPT.split("\n\n", 2)[2]  # the section list and the closing rules
+    sections = COMPACT_PROMPT.split("\n\n", 1)[1]  # "use exactly these sections", the list, the rules
     text = (f"{MEMORY_PROMPT_HEAD} Update the session memory: a handoff summary of the whole conversation so far "
             "that a successor could continue from if the earlier messages were removed.\n\n" + sections)
     if current and current.strip():
