@@ -91,6 +91,10 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default_factory=default_data_dir)
     # Keys saved by save_api_key ([api_keys] in config.toml); environment variables win.
     api_keys: dict[str, SecretStr] = Field(default_factory=dict)
+    # Session memory (issue 15): a background summary every N tokens of new context
+    # (0: off); a compaction from it keeps at least the last N tokens verbatim.
+    memory_update_tokens: int = Field(10_000, ge=0)
+    memory_keep_tokens: int = Field(4_000, ge=0)
 
     # MCP servers (issue 16): one [mcp_servers.NAME] table per server, started with the
     # session; and the share of the window over which MCP tool definitions are deferred

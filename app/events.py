@@ -108,7 +108,8 @@ class ContextEvent(BaseModel):
 
 class CompactionEvent(BaseModel):
     type: Literal["compaction"] = "compaction"
-    trigger: Literal["auto", "manual", "reactive", "fallback", "server"]  # server: the provider compacted
+    # server: the provider compacted; memory: from the session memory, without a model call
+    trigger: Literal["auto", "manual", "reactive", "fallback", "server", "memory"]
     ok: bool
     messages_before: int
     messages_after: int
@@ -117,6 +118,15 @@ class CompactionEvent(BaseModel):
     reason: str | None = None
     # Overflow recovery: how far over the server said the request was (None: it gave no figures).
     gap_tokens: int | None = None
+    # Audited summaries (issue 15): facts the summary missed, appended to it as "checked facts".
+    facts_added: int = 0
+    checked_facts: list[str] = Field(default_factory=list)
+    # Cost before you compact (issue 15): the forecast made just before this compaction ran.
+    forecast_tokens_freed: int | None = None
+    cache_tokens_invalidated: int | None = None
+    next_request_cost_before_usd: float | None = None
+    next_request_cost_after_usd: float | None = None
+    compaction_call_cost_usd: float | None = None
 
 
 class MicroCompactionEvent(BaseModel):
@@ -325,6 +335,42 @@ class SubAgentEvent(BaseModel):
     window: int = 0
 
 
+
+# ---- issue 15: session memory, reversible clearing, path-scoped rules ----
+
+class SessionMemoryEvent(BaseModel):
+    """The session memory was updated in the background (or the update failed)."""
+
+    type: Literal["session_memory"] = "session_memory"
+    ok: bool
+    memory_tokens: int  # size of the memory now
+    covered_messages: int  # leading messages of the live history it summarises
+    path: str | None = None  # the memory file in the session folder
+    reason: str | None = None
+
+
+class RestoreEvent(BaseModel):
+    """A cleared tool result was brought back into the context for the next request."""
+
+    type: Literal["restore"] = "restore"
+    id: str  # the tool call id
+    name: str  # the tool's name
+    tokens: int  # what the restored result adds
+    projected_before: int
+    projected_after: int
+    by: Literal["user", "model"] = "user"
+
+
+class RuleAttachedEvent(BaseModel):
+    """A path-scoped rule file was attached to the result of a read or edit of a matching file."""
+
+    type: Literal["rule_attached"] = "rule_attached"
+    id: str  # the tool call whose result carries it
+    rule_path: str
+    file_path: str
+    tokens: int
+
+
 Event = Annotated[
     Union[
         TextDeltaEvent, ThinkingDeltaEvent, AssistantMessageEvent, UserMessageEvent,
@@ -334,6 +380,7 @@ Event = Annotated[
         SessionInfoEvent, ChartPointEvent, CommandQueuedEvent, ApprovalRequestEvent, ApprovalResolvedEvent,
         InterruptedEvent, OutputLimitEvent, PartialDiscardedEvent, CompactionPausedEvent, ReportEvent,
         McpServerEvent, SubAgentEvent, ConfigWarningEvent,
+        SessionMemoryEvent, RestoreEvent, RuleAttachedEvent,
     ],
     Field(discriminator="type"),
 ]
