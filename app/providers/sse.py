@@ -354,7 +354,7 @@ def describe_unexpected_body(raw: bytes, content_type: str) -> str:
     shown = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in shown)
     more = "..." if len(raw) > len(head) else ""
     kind = content_type.split(";")[0].strip() or "no content type"
-    return f"the server answered 200 with {kind}, not an event stream: {shown!r}{more}"
+    return f'the server answered 200 with {kind}, not an event stream: "{shown}{more}"'
 
 
 async def stream_sse_request(
