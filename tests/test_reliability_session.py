@@ -335,3 +335,110 @@ def test_non_utf8_cwd_and_a_lone_surrogate_delta_keep_the_session_usable(fake_ll
         sent = json.dumps(fake_llm.last_json["messages"])
         assert "half " in sent and "hello" in sent
     assert len(SessionStore(env["TIDEGAUGE_DATA_DIR"]).list_for(project)) == 1
+
+
+# ---------------------------------------------------------------- kill -9 at many points
+
+def _scripted_task(body: dict, path: str):
+    """Answers by what was sent: a read, then a command, then the answer; a resume gets text."""
+    messages = body["messages"]
+    last_user = next((m for m in reversed(messages) if m["role"] == "user"), {})
+    if "resume check" in json.dumps(last_user.get("content", "")):
+        return openai_text("Resumed fine.")
+    calls = sum(len(m.get("tool_calls") or []) for m in messages if m["role"] == "assistant")
+    step = calls
+    if step == 0:
+        return openai_tool_calls([("read_file", {"path": "notes.txt"}, "call_0")], text="Reading.")
+    if step == 1:
+        return openai_tool_calls([("run_bash", {"command": "echo checked"}, "call_0"),
+                                  ("list_files", {}, "call_1")])
+    return openai_text("All done: " + "the notes are fine. " * 20)
+
+
+@pytest.mark.parametrize("kill_after_lines", [1, 2, 3, 5, 7, 9, 11, 13, 16, 20])
+def test_kill_9_at_many_points_then_continue_sends_a_valid_request(fake_llm, env, project, kill_after_lines) -> None:
+    """kill -9 after the Nth stream-json line (a state, not a delay), then --continue."""
+    fake_llm.default = _scripted_task
+    fake_llm.allow_unscripted = True
+    proc = start(fake_llm, project, env, "-p", "check the notes", "--yes")
+    seen = 0
+    try:
+        for _ in proc.stdout:
+            seen += 1
+            if seen >= kill_after_lines:
+                break
+    finally:
+        kill_group(proc)
+    session = SessionStore(env["TIDEGAUGE_DATA_DIR"]).latest_for(project)
+    assert session is not None
+    state = restore(session)
+    assert sendable_problems(state.history) == []
+
+    resumed = subprocess.run(cli(fake_llm, "-p", "resume check", "--continue", "--yes"), cwd=project, env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    sent = fake_llm.last_json["messages"]
+    assert wire_problems(sent) == []
+    assert "check the notes" in json.dumps(sent)
+
+
+# ---------------------------------------------------------------- random damage, as a property
+
+from hypothesis import given, strategies as st  # noqa: E402
+
+
+def _round_trip_lines(tmp: Path) -> list[bytes]:
+    path = tmp / "base.jsonl"
+    if not path.exists():
+        _conversation(path)
+    return path.read_bytes().splitlines(keepends=True)
+
+
+@pytest.fixture(scope="module")
+def base_lines(tmp_path_factory) -> list[bytes]:
+    return _round_trip_lines(tmp_path_factory.mktemp("base"))
+
+
+damage_op = st.one_of(
+    st.tuples(st.just("drop"), st.integers(0, 30)),
+    st.tuples(st.just("duplicate"), st.integers(0, 30)),
+    st.tuples(st.just("swap"), st.integers(0, 30)),
+    st.tuples(st.just("tear"), st.integers(0, 30), st.floats(0.05, 0.95)),
+    st.tuples(st.just("garbage"), st.integers(0, 30), st.binary(min_size=1, max_size=40)),
+    st.tuples(st.just("retype"), st.integers(0, 30)),
+)
+
+
+def _apply(lines: list[bytes], op: tuple) -> list[bytes]:
+    if not lines:
+        return lines
+    i = op[1] % len(lines)
+    kind = op[0]
+    if kind == "drop":
+        return lines[:i] + lines[i + 1:]
+    if kind == "duplicate":
+        return lines[:i + 1] + [lines[i]] + lines[i + 1:]
+    if kind == "swap" and i + 1 < len(lines):
+        return lines[:i] + [lines[i + 1], lines[i]] + lines[i + 2:]
+    if kind == "tear":
+        return lines[:i] + [lines[i][: max(1, int(len(lines[i]) * op[2]))]] + lines[i + 1:]
+    if kind == "garbage":
+        return lines[:i] + [op[2] + b"\n"] + lines[i:]
+    if kind == "retype":
+        line = lines[i]
+        flipped = (line.replace(b'"role":"assistant"', b'"role":"@"').replace(b'"role":"user"', b'"role":"assistant"')
+                   .replace(b'"role":"@"', b'"role":"user"'))
+        return lines[:i] + [flipped] + lines[i + 1:]
+    return lines
+
+
+@given(ops=st.lists(damage_op, min_size=1, max_size=6))
+def test_any_damage_restores_to_a_sendable_history(base_lines, tmp_path_factory, ops) -> None:
+    lines = list(base_lines)
+    for op in ops:
+        lines = _apply(lines, op)
+    path = tmp_path_factory.mktemp("damaged") / "transcript.jsonl"
+    path.write_bytes(b"".join(lines))
+    state = restore(path)
+    assert sendable_problems(state.history) == []
+    assert not state.history or state.history[0].role == "user"
