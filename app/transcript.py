@@ -396,7 +396,8 @@ def _clean_blocks(message: Message) -> tuple[Message, list[str]]:
 
 
 def _same(a: Message, b: Message) -> bool:
-    return a.role == b.role and a.model_dump() == b.model_dump()
+    # block equality compares fields and stops at the first difference: cheap for unequal messages
+    return a.role == b.role and len(a.content) == len(b.content) and a.content == b.content
 
 
 def _merge(a: Message, b: Message) -> Message:
