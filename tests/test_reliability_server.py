@@ -304,3 +304,39 @@ def test_timeouts_must_be_finite_and_positive(fake_llm, env, tmp_path, name, val
     line = _one_line_exit_2(subprocess.run(cli(fake_llm.base_url("openai"), "-p", "hi"), env=env,
                                            capture_output=True, text=True, timeout=120, cwd=tmp_path))
     assert name.removeprefix("TIDEGAUGE_").lower() in line and name in line
+
+
+# ---------------------------------------------------------------- the decoder itself
+
+def test_lone_surrogate_escapes_become_replacement_characters_and_pairs_survive() -> None:
+    from app.providers.sse import decode_sse
+
+    raw = (b'data: {"t":"a\\ud800b"}\n\n'  # a lone high surrogate
+           b'data: {"t":"\\ud83d\\ude00"}\n\n'  # a real pair: an emoji
+           b'data: {"t":"\\\\ud800"}\n\n')  # an escaped backslash, then plain text
+    texts = [json.loads(e.data)["t"] for e in decode_sse([raw])]
+    assert texts == ["a\ufffdb", "\U0001F600", "\\ud800"]
+    for text in texts:
+        text.encode("utf-8")  # never raises
+
+
+def _feed_one_long_line(size: int, chunk: int = 8 * 1024) -> float:
+    from app.providers.sse import SSEDecoder
+
+    decoder = SSEDecoder(max_line=None)
+    piece = "x" * chunk
+    started = time.perf_counter()
+    decoder.feed("data: ")
+    for _ in range(size // chunk):
+        decoder.feed(piece)
+    events = decoder.feed("\n\n")
+    elapsed = time.perf_counter() - started
+    assert len(events) == 1 and len(events[0].data) == size // chunk * chunk
+    return elapsed
+
+
+def test_one_long_line_in_many_chunks_is_decoded_in_linear_time() -> None:
+    small = min(_feed_one_long_line(4 * 1024 * 1024) for _ in range(3))
+    big = min(_feed_one_long_line(16 * 1024 * 1024) for _ in range(3))
+    # 4x the bytes: linear is ~4x; re-joining the partial line at every chunk was ~16x
+    assert big / small < 8, (small, big)
