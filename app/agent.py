@@ -32,6 +32,7 @@ from app.events import (
     UserMessageEvent,
 )
 from app.messages import Message, ToolResultBlock, ToolUseBlock
+from app.providers.sse import MAX_RETRY_AFTER
 from app.providers.base import (
     Completed,
     ContextTooLongError,
@@ -59,7 +60,7 @@ def retry_delay(attempt: int, retry_after: float | None, base: float, cap: float
                 rng: random.Random | None = None) -> float:
     """Exponential backoff with full jitter; the server's Retry-After wins when given."""
     if retry_after is not None:
-        return min(max(0.0, retry_after), 120.0)
+        return min(max(0.0, retry_after), MAX_RETRY_AFTER)
     if base <= 0:
         return 0.0
     ceiling = min(cap, base * (2 ** (attempt - 1)))

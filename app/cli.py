@@ -34,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--continue", dest="continue_latest", action="store_true",
                        help="resume the latest session of this directory")
     group.add_argument("--resume", metavar="ID", help="resume the session with this id")
+    p.add_argument("--fork-session", action="store_true",
+                   help="with --continue/--resume: continue in a new session copied from that one")
     p.add_argument("--version", action="version", version=f"tidegauge {__version__}")
     return p
 
@@ -41,6 +43,22 @@ def build_parser() -> argparse.ArgumentParser:
 # CLI flag -> settings field
 FLAG_FIELDS = ("provider", "model", "base_url", "api_key_env", "max_output", "max_steps", "budget",
                "window", "yes", "allow_outside", "demo_speed", "thinking_budget")
+
+
+def _fork(args: argparse.Namespace, settings: "Settings") -> str:
+    """--fork-session: copy the session --continue/--resume would open; returns the copy's id."""
+    from pathlib import Path
+
+    from app.errors import SetupError
+    from app.session import SessionStore
+
+    if not (args.resume or args.continue_latest):
+        raise SetupError("--fork-session needs --continue or --resume ID")
+    store = SessionStore(settings.data_dir_path)
+    source = store.open(args.resume) if args.resume else store.latest_for(Path.cwd())
+    if source is None:
+        raise SetupError(f"--continue: no earlier session for {Path.cwd()}")
+    return store.fork(source).id
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         return load_settings(overrides)
 
     try:
+        if args.fork_session:
+            args.resume, args.continue_latest = _fork(args, settings()), False
         if args.prompt is not None:
             from app.headless import run_headless
 

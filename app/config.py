@@ -44,6 +44,23 @@ PROVIDER_KEY_ENV: dict[str, str] = {
 PRICE_FIELDS = frozenset({"input", "cached_input", "cache_write", "output"})
 
 
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Prefixes of the provider keys people paste (OpenAI, Anthropic, DeepSeek, Groq, xAI, Google...).
+_KEY_PREFIXES = ("sk-", "sk_", "sess-", "gsk_", "xai-", "AIza", "pk-", "rk-", "key-")
+
+
+def looks_like_a_key(value: str) -> bool:
+    """True for a value that is probably a secret rather than a variable name."""
+    text = value.strip()
+    if text.startswith(_KEY_PREFIXES):
+        return True
+    if len(text) >= 24 and not _ENV_NAME.match(text):
+        return True
+    # a long run of mixed-case letters and digits, as keys are and variable names are not
+    return (len(text) >= 32 and any(c.isdigit() for c in text) and any(c.islower() for c in text)
+            and any(c.isupper() for c in text))
+
+
 def config_dir_path() -> Path:
     """The user's config dir (``TIDEGAUGE_CONFIG_DIR`` overrides the platform default)."""
     override = os.environ.get(CONFIG_DIR_ENV)
@@ -83,8 +100,8 @@ class Settings(BaseSettings):
     yes: bool = False
     allow_outside: bool = False
     demo_speed: float = Field(40.0, ge=0)  # tokens per second, 0 = no delay
-    timeout_connect: float = Field(10, gt=0)
-    timeout_read: float = Field(120, gt=0)
+    timeout_connect: float = Field(10, gt=0, allow_inf_nan=False)
+    timeout_read: float = Field(120, gt=0, allow_inf_nan=False)
     max_retries: int = Field(4, ge=0)
     # model-prefix -> {input, cached_input, cache_write, output} in USD per million tokens
     prices: dict[str, dict[str, float]] = Field(default_factory=dict)
@@ -132,6 +149,14 @@ class Settings(BaseSettings):
     anthropic_clear_thinking: bool = False
     anthropic_clear_thinking_keep: int | None = Field(None, ge=1)  # newest thinking turns kept; None: the server's 1
 
+    # Bounded resources (issue 12): what one model call may cost at most. A server cannot
+    # make tidegauge hold unbounded memory or wait forever (keep-alives do not extend the
+    # deadline). Finite and positive; defaults in app.providers.sse (StreamLimits).
+    request_deadline: float = Field(900.0, gt=0, allow_inf_nan=False)  # seconds per model call
+    max_sse_line: int = Field(8 * 1024 * 1024, ge=1024)  # characters of one SSE line / event
+    max_response_body: int = Field(64 * 1024 * 1024, ge=1024)  # bytes of a non-streamed body, decompressed
+    max_reply_chars: int = Field(32 * 1024 * 1024, ge=1024)  # text + thinking + tool arguments of one reply
+
     _config_dir: Path = PrivateAttr(default_factory=config_dir_path)
 
     @classmethod
@@ -164,6 +189,27 @@ class Settings(BaseSettings):
         if value and isinstance(max_tokens, int) and value >= max_tokens:
             # the API wants budget_tokens < max_tokens: every request would go without thinking
             raise ValueError(f"must be below max_tokens ({max_tokens}) (got {value})")
+        return value
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _key_env_is_a_name(cls, value: str | None) -> str | None:
+        # The name of a variable, never the key itself: a key pasted here would be echoed in
+        # errors and stored in config.toml. The message must not repeat it.
+        if value is None or value == "":
+            return None
+        if looks_like_a_key(value):
+            raise ValueError("looks like an API key, not the name of an environment variable; "
+                             "pass the variable's name (e.g. MY_API_KEY) and put the key in it")
+        if not _ENV_NAME.match(value):
+            raise ValueError("must be the name of an environment variable (letters, digits and _)")
+        return value
+
+    @field_validator("data_dir")
+    @classmethod
+    def _data_dir_is_a_folder(cls, value: Path) -> Path:
+        if value.exists() and not value.is_dir():
+            raise ValueError(f"{value} is a file, not a folder")
         return value
 
     @field_validator("prices")

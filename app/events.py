@@ -371,6 +371,22 @@ class RuleAttachedEvent(BaseModel):
     tokens: int
 
 
+class SessionRepairedEvent(BaseModel):
+    """A resumed transcript was damaged or cut short and was repaired (RestoredState.warnings)."""
+
+    type: Literal["session_repaired"] = "session_repaired"
+    warnings: list[str]
+
+
+class UsageDistrustedEvent(BaseModel):
+    """The server's usage figures were implausible; our own estimate stands in (once per kind)."""
+
+    type: Literal["usage_distrusted"] = "usage_distrusted"
+    reason: str  # one line: what was wrong
+    reported_tokens: int | None  # the context size the server's usage implied
+    estimated_tokens: int  # our estimate, used instead
+
+
 Event = Annotated[
     Union[
         TextDeltaEvent, ThinkingDeltaEvent, AssistantMessageEvent, UserMessageEvent,
@@ -381,6 +397,7 @@ Event = Annotated[
         InterruptedEvent, OutputLimitEvent, PartialDiscardedEvent, CompactionPausedEvent, ReportEvent,
         McpServerEvent, SubAgentEvent, ConfigWarningEvent,
         SessionMemoryEvent, RestoreEvent, RuleAttachedEvent,
+        SessionRepairedEvent, UsageDistrustedEvent,
     ],
     Field(discriminator="type"),
 ]

@@ -20,6 +20,8 @@ from app.errors import SetupError
 from app.events import Event, SessionInfoEvent
 from app.protocol import Listener
 from app.providers.factory import default_key_env, open_provider
+from app.providers.http_base import SseHttpProvider
+from app.providers.sse import StreamLimits
 from app.redact import register_secret
 from app.session import Session, SessionStore
 from app.tools.base import ToolContext
@@ -68,6 +70,7 @@ def build_session(settings: Settings, *, approvals: bool, resume: str | None = N
     session = AgentSession(agent, stream=built.stream, info=built.info, restored=built.restored,
                            approvals=approvals and not settings.yes, services=start_services)
     session.config_warnings.extend(built.warnings)
+    session.repairs = built.repairs
     return session
 
 
@@ -79,6 +82,8 @@ class _Built:
     restored: list[Event]
     # (setting, words): settings that cannot work as set, said once when the session starts
     warnings: list[tuple[str, str]] = field(default_factory=list)
+    # what restoring a damaged transcript repaired, one line each
+    repairs: list[str] = field(default_factory=list)
 
 
 def _build(settings: Settings, *, emit: Listener | None = None, approver: Approver | None = None,
@@ -129,13 +134,17 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         compact_price=price_for(provider.model, settings.prices),
         tool_results_dir=session.tool_results_dir,
     )
+    if isinstance(provider, SseHttpProvider):  # a server cannot make one call unbounded in memory or time
+        provider.limits = StreamLimits.from_settings(settings)
     # Provider-side context management: thresholds from ours, unsupported options said once.
     warnings = [("server context", line) for line in configure_server_context(provider, engine, settings)]
     restored_events: list[Event] = []
+    repairs: list[str] = []
     if resume or continue_latest:
         state = restore(session)
         engine.history = state.history
         restored_events = list(state.events)
+        repairs = list(state.warnings)
         for event in restored_events:
             if event.type == "usage":
                 from app.usage import Usage
@@ -182,7 +191,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
                             workspace=str(workspace), transcript_path=str(session.transcript_path),
                             max_steps=settings.max_steps, banner=provider.banner,
                             resumed=bool(resume or continue_latest))
-    return _Built(agent, stream, info, restored_events, warnings)
+    return _Built(agent, stream, info, restored_events, warnings, repairs)
 
 
 # ---- MCP servers (issue 16): started with the session, stopped with it (hub.aclose()) ----

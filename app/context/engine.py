@@ -58,6 +58,7 @@ from app.events import (
     ResultCutEvent,
     RuleAttachedEvent,
     SessionMemoryEvent,
+    UsageDistrustedEvent,
     UsageEvent,
     WarningCrossedEvent,
 )
@@ -148,7 +149,7 @@ class ContextEngine:
             self.config.window, self.config.budget, self.config.compact_max_output,
             fixed_tokens=self._fixed_tokens_if_budget_is_near(),
         )
-        self.accounting = ContextAccounting()
+        self.accounting = ContextAccounting(window=self.config.window)
         self.ledger = Ledger()
         self.last_assistant_at: float | None = None
         self._warned = False
@@ -254,8 +255,9 @@ class ContextEngine:
     def record_usage(self, agent: Literal["main", "compact"], usage: Usage, model_price: Price | None) -> UsageEvent:
         cost = cost_usd(usage, model_price) if model_price is not None and usage.known else None
         self.ledger.add(agent, usage, cost)
+        check = None
         if agent == "main":
-            self.accounting.record_usage(usage, len(self.history))
+            check = self.accounting.record_usage(usage, len(self.history))
             if usage.known:
                 self._cached_prefix = (usage.cache_read_tokens or 0) + (usage.cache_write_tokens or 0)
             self._pinned.clear()  # a restored result was seen by this call: prunable again
@@ -272,6 +274,9 @@ class ContextEngine:
             self._deferred.append(event)  # a background memory update: shown at the next step
         else:
             self.emit(event)
+        if check is not None and check.flag:  # implausible figures: said once per kind, the estimate stands in
+            self.emit(UsageDistrustedEvent(reason=check.reason, reported_tokens=check.reported_tokens,
+                                           estimated_tokens=check.estimated_tokens))
         if agent == "main":
             self._reconcile_server_report(usage, model_price)  # issue 17: after the call's own usage line
         return event
