@@ -89,6 +89,8 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default_factory=default_data_dir)
     # Keys saved by save_api_key ([api_keys] in config.toml); environment variables win.
     api_keys: dict[str, SecretStr] = Field(default_factory=dict)
+    # --web: the port the browser dashboard is served on (127.0.0.1 only; 0: any free port)
+    web_port: int = Field(8765, ge=0, le=65535)
 
     _config_dir: Path = PrivateAttr(default_factory=config_dir_path)
 
