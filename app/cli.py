@@ -102,12 +102,22 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve_web(settings: "Settings", overrides: dict, args: argparse.Namespace) -> int:
-    """--web: check what every tab would need first (one line here, not in each tab), then serve."""
+    """--web: check here what every tab would need (one line now, not an error in each tab), then serve."""
+    from pathlib import Path
+
     from app.config import api_key_for, resolve_provider
     from app.errors import SetupError
+    from app.session import SessionStore
     from app.web import serve_dashboard
 
     provider = resolve_provider(settings)
     if provider != "demo" and not api_key_for(settings, provider):
         raise SetupError(f"provider {provider}: no API key (set {settings.api_key_env or provider.upper() + '_API_KEY'})")
-    return serve_dashboard(settings.web_port, overrides, resume=args.resume, continue_latest=args.continue_latest)
+    resume = None
+    if args.resume or args.continue_latest:  # resolved once: every tab opens that same session
+        store = SessionStore(settings.data_dir_path)
+        session = store.open(args.resume) if args.resume else store.latest_for(Path.cwd())
+        if session is None:
+            raise SetupError(f"--continue: no earlier session for {Path.cwd()}")
+        resume = session.id
+    return serve_dashboard(settings.web_port, overrides, resume=resume)

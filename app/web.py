@@ -17,6 +17,7 @@ dashboard itself runs in the child processes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import shlex
@@ -32,8 +33,9 @@ WEB_HOST = "127.0.0.1"
 PAGE_TITLE = "tidegauge"
 # The template textual-serve renders for the page (its own, patched below).
 INDEX_TEMPLATE = "app_index.html"
-# How long a stop (ctrl+c) waits for open tabs' requests before closing them.
-SHUTDOWN_GRACE_SECONDS = 3.0
+# How long a tab's dashboard gets to quit when its tab closes or the server stops;
+# then its process is killed, so nothing is left running.
+QUIT_GRACE_SECONDS = 10.0
 
 # The one remote resource in textual-serve's page: a stylesheet from a font CDN.
 _REMOTE_FONT_LINK = re.compile(r"<link\b[^>]*\bhref=\"https?://[^\"]*fonts[^\"]*\"[^>]*>", re.DOTALL)
@@ -66,14 +68,14 @@ def offline_index_template(template_text: str) -> str:
     return patched
 
 
-def dashboard_command(*, resume: str | None = None, continue_latest: bool = False) -> str:
+def dashboard_command(*, resume: str | None = None) -> str:
     """The shell command textual-serve runs for each tab: this Python, this package, the dashboard."""
     argv = [sys.executable, "-m", "app"]
     if resume:
         argv += ["--resume", resume]
-    elif continue_latest:
-        argv.append("--continue")
-    return shlex.join(argv)
+    # exec: textual-serve starts it through /bin/sh; the dashboard then is the process it
+    # holds, so a kill reaches the dashboard itself.
+    return "exec " + shlex.join(argv)
 
 
 def settings_environment(overrides: dict[str, Any]) -> dict[str, str]:
@@ -117,15 +119,34 @@ def _dashboard_server_class() -> type:
     import aiohttp_jinja2
     import jinja2
     from aiohttp import web
-    from textual_serve.server import Server
+    from textual_serve.app_service import AppService
+    from textual_serve.server import Server, log, to_int
+
+    class TabService(AppService):
+        """One tab's dashboard process: asked to quit, and killed if it has not within the grace time."""
+
+        async def stop(self) -> None:
+            process = self._process
+            try:
+                await asyncio.wait_for(super().stop(), QUIT_GRACE_SECONDS)
+                if process is not None:
+                    await asyncio.wait_for(process.wait(), QUIT_GRACE_SECONDS)
+            except asyncio.TimeoutError:
+                if process is not None and process.returncode is None:
+                    log.warning("a tab's dashboard did not quit within %ss: killed", QUIT_GRACE_SECONDS)
+                    with contextlib.suppress(ProcessLookupError):
+                        process.kill()
+                    await process.wait()
 
     class DashboardServer(Server):
-        """textual-serve's server on a socket bound here, with an offline page and a quiet log."""
+        """textual-serve's server on a socket bound here, with an offline page; every tab's
+        dashboard ends with its tab or with the server."""
 
         def __init__(self, command: str, listener: socket.socket) -> None:
             port = listener.getsockname()[1]
             super().__init__(command, host=WEB_HOST, port=port, title=PAGE_TITLE)
             self.listener = listener
+            self.tab_tasks: set[asyncio.Task[Any]] = set()
 
         async def _make_app(self) -> web.Application:
             app = await super()._make_app()
@@ -138,6 +159,39 @@ def _dashboard_server_class() -> type:
             # One line a user (and the browser test) reads the address from.
             print(f"tidegauge: the dashboard is served on {self.public_url} (ctrl+c stops it)", flush=True)
 
+        async def on_shutdown(self, app: web.Application) -> None:
+            # A tab's websocket would otherwise hold the shutdown open until aiohttp's timeout.
+            for task in list(self.tab_tasks):
+                task.cancel()
+
+        async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
+            """textual-serve's handler, with TabService for the process and the task tracked."""
+            task = asyncio.current_task()
+            assert task is not None
+            self.tab_tasks.add(task)
+            websocket = web.WebSocketResponse(heartbeat=15)
+            width = to_int(request.query.get("width", "80"), 80)
+            height = to_int(request.query.get("height", "24"), 24)
+            service: TabService | None = None
+            try:
+                await websocket.prepare(request)
+                service = TabService(self.command, write_bytes=websocket.send_bytes,
+                                     write_str=websocket.send_str, close=websocket.close,
+                                     download_manager=self.download_manager, debug=self.debug)
+                await service.start(width, height)
+                await self._process_messages(websocket, service)
+            except asyncio.CancelledError:  # the server stops: end this tab's dashboard below
+                pass
+            except Exception as error:  # one tab's failure is logged; the server serves on
+                log.exception(error)
+            finally:
+                self.tab_tasks.discard(task)
+                if service is not None:
+                    await asyncio.shield(service.stop())
+                if websocket.prepared:
+                    await websocket.close()
+            return websocket
+
         def serve(self, debug: bool = False) -> None:
             self.debug = debug
             self.initialize_logging()
@@ -148,19 +202,17 @@ def _dashboard_server_class() -> type:
             try:
                 web.run_app(self._make_app(), sock=self.listener, handle_signals=False, loop=loop,
                             access_log=None, print=lambda *_args: None,
-                            shutdown_timeout=SHUTDOWN_GRACE_SECONDS)
+                            shutdown_timeout=QUIT_GRACE_SECONDS * 2)
             finally:
                 self.listener.close()
 
     return DashboardServer
 
 
-def serve_dashboard(port: int, overrides: dict[str, Any], *, resume: str | None = None,
-                    continue_latest: bool = False) -> int:
+def serve_dashboard(port: int, overrides: dict[str, Any], *, resume: str | None = None) -> int:
     """Serve the dashboard on 127.0.0.1:``port`` until ctrl+c; returns the exit code."""
     listener = bind_listener(port)
     os.environ.update(settings_environment(overrides))
-    server = _dashboard_server_class()(dashboard_command(resume=resume, continue_latest=continue_latest),
-                                       listener)
+    server = _dashboard_server_class()(dashboard_command(resume=resume), listener)
     server.serve()
     return 0

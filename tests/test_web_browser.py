@@ -29,7 +29,9 @@ pytestmark = pytest.mark.timeout(360)  # Chromium + the dashboard + a 15 MB demo
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[WebServer]:
     require_chromium()
-    web = WebServer.start(tmp_path, "--web-port", "0", "--provider", "demo", "--demo-speed", "0", "--yes")
+    # --yes and --max-steps must reach every tab's dashboard (no approval dialog; "of 9" in the header)
+    web = WebServer.start(tmp_path, "--web-port", "0", "--provider", "demo", "--demo-speed", "0", "--yes",
+                          "--max-steps", "9")
     try:
         web.wait_for_address()
         yield web
@@ -50,7 +52,7 @@ def terminal() -> Iterator[BrowserTerminal]:
 def test_the_demo_task_runs_in_the_browser_and_ctrl_o_and_ctrl_s_work(
         server: WebServer, terminal: BrowserTerminal, tmp_path: Path) -> None:
     terminal.open(server.url)
-    screen = terminal.wait_for_text("demo (scripted model)", "Ask tidegauge", timeout_s=START_TIMEOUT_S)
+    screen = terminal.wait_for_text("demo (scripted model)", "Ask tidegauge", "of 9", timeout_s=START_TIMEOUT_S)
     assert "context" in screen and "auto-compact" in screen  # the gauge is there from the first screen
 
     terminal.focus()
