@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import shlex
@@ -39,6 +40,8 @@ QUIT_GRACE_SECONDS = 10.0
 
 # The one remote resource in textual-serve's page: a stylesheet from a font CDN.
 _REMOTE_FONT_LINK = re.compile(r"<link\b[^>]*\bhref=\"https?://[^\"]*fonts[^\"]*\"[^>]*>", re.DOTALL)
+# Any other resource the page would fetch from outside (an svg's xmlns is not fetched).
+_REMOTE_RESOURCE = re.compile(r"""\b(?:href|src)\s*=\s*["'](https?://[^"']+)""")
 # The same faces from the fonts textual-serve ships (static/fonts/); preloaded so
 # the terminal measures its cells with the real font, not a fallback.
 _PACKAGED_FONT_FACES = """\
@@ -62,9 +65,10 @@ _PACKAGED_FONT_FACES = """\
 
 def offline_index_template(template_text: str) -> str:
     """textual-serve's page template with its font CDN link replaced by the packaged fonts."""
-    patched, count = _REMOTE_FONT_LINK.subn(lambda _match: _PACKAGED_FONT_FACES, template_text, count=1)
-    if count == 0 and "Roboto Mono" not in patched:  # a template this launcher does not know
-        raise SetupError("--web: textual-serve's page template changed; cannot serve its fonts offline")
+    patched = _REMOTE_FONT_LINK.sub(lambda _match: _PACKAGED_FONT_FACES, template_text, count=1)
+    remote = _REMOTE_RESOURCE.search(patched)
+    if remote:  # a template this launcher does not know: refuse rather than serve a page that reaches out
+        raise SetupError(f"--web: textual-serve's page loads {remote.group(1)}; it cannot be served offline")
     return patched
 
 
@@ -92,8 +96,10 @@ def settings_environment(overrides: dict[str, Any]) -> dict[str, str]:
             continue
         if isinstance(value, bool):
             text = "true" if value else "false"
-        else:
+        elif isinstance(value, (str, int, float, Path)):
             text = str(value)
+        else:  # lists and tables: pydantic-settings reads complex values from the environment as JSON
+            text = json.dumps(value)
         env[ENV_PREFIX + name.upper()] = text
     return env
 

@@ -83,12 +83,22 @@ def test_the_demo_task_runs_in_the_browser_and_ctrl_o_and_ctrl_s_work(
     assert hosts == {urlsplit(server.url).netloc}, terminal.requests
 
 
-def test_ctrl_c_on_the_server_ends_the_open_tabs_dashboard_and_the_page_says_so(
+def test_a_closed_tab_ends_its_dashboard_and_ctrl_c_on_the_server_ends_the_others(
         server: WebServer, terminal: BrowserTerminal) -> None:
+    other = BrowserTerminal(terminal.page.context.new_page())
+    before = {p.pid for p in server.descendants()}
+    other.open(server.url)
+    other.wait_for_text("Ask tidegauge", timeout_s=START_TIMEOUT_S)
+    other_dashboards = [p for p in server.descendants() if p.pid not in before]
     terminal.open(server.url)
     terminal.wait_for_text("Ask tidegauge", timeout_s=START_TIMEOUT_S)
-    dashboards = server.descendants()
-    assert dashboards, "a tab runs its own dashboard process"
+    dashboards = [p for p in server.descendants() if p not in other_dashboards]
+    assert other_dashboards and dashboards, "every tab runs its own dashboard process"
+
+    other.page.close()
+    gone, alive = psutil.wait_procs(other_dashboards, timeout=START_TIMEOUT_S)
+    assert not alive, "closing a tab ends its dashboard"
+    assert all(p.is_running() for p in dashboards), "the other tab's dashboard runs on"
 
     assert server.stop() == 0
     gone, alive = psutil.wait_procs(dashboards, timeout=START_TIMEOUT_S)

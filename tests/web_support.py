@@ -192,10 +192,10 @@ def launch_chromium(playwright: Any) -> Any:
 
 
 def browser_pages(playwright: Any, viewport: tuple[int, int]) -> Iterator[Any]:
-    """A fresh browser and page; closed afterwards."""
+    """A fresh browser and a page (more tabs: ``page.context.new_page()``); closed afterwards."""
     browser = launch_chromium(playwright)
     try:
-        page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
-        yield page
+        context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
+        yield context.new_page()
     finally:
         browser.close()
