@@ -211,6 +211,7 @@ def _dashboard_server_class() -> type:
                             shutdown_timeout=QUIT_GRACE_SECONDS * 2)
             finally:
                 self.listener.close()
+            print("tidegauge: stopped; every tab's session has ended", flush=True)
 
     return DashboardServer
 

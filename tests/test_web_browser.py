@@ -61,7 +61,7 @@ def test_the_demo_task_runs_in_the_browser_and_ctrl_o_and_ctrl_s_work(
     # The answer names the one error line, and the cat call is marked truncated.
     terminal.wait_for_text("ERROR database connection refused", "truncated", "idle")
 
-    terminal.click_text("cat app.log")
+    terminal.click_text("run_bash cat app.log")  # the call (in the tool list or the conversation)
     terminal.press("Control+o")
     # The viewer shows the whole saved output (15 MB of log), not the cut the model saw.
     saved = max((tmp_path / "data" / "sessions").glob("*/tool-results/*"), key=lambda f: f.stat().st_size)
@@ -101,6 +101,7 @@ def test_a_closed_tab_ends_its_dashboard_and_ctrl_c_on_the_server_ends_the_other
     assert all(p.is_running() for p in dashboards), "the other tab's dashboard runs on"
 
     assert server.stop() == 0
+    assert "stopped" in server.output[-1]
     gone, alive = psutil.wait_procs(dashboards, timeout=START_TIMEOUT_S)
     assert not alive, f"left running after ctrl+c: {[p.pid for p in alive]}"
     terminal.page.get_by_text("Session ended.").wait_for(state="visible", timeout=START_TIMEOUT_S * 1000)

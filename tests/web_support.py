@@ -82,6 +82,7 @@ class WebServer:
     url: str = ""
     output: list[str] = field(default_factory=list)
     _lines: "queue.Queue[str | None]" = field(default_factory=queue.Queue)
+    _reader: threading.Thread | None = None
 
     @classmethod
     def start(cls, tmp_path: Path, *flags: str) -> "WebServer":
@@ -91,7 +92,8 @@ class WebServer:
                                    env=isolated_env(tmp_path), stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True)
         server = cls(process)
-        threading.Thread(target=server._read_output, daemon=True).start()
+        server._reader = threading.Thread(target=server._read_output, daemon=True)
+        server._reader.start()
         return server
 
     def _read_output(self) -> None:
@@ -115,15 +117,18 @@ class WebServer:
                 return self.url
 
     def stop(self) -> int:
-        """ctrl+c, as a user stops it; returns the exit code."""
+        """ctrl+c, as a user stops it; returns the exit code once all it printed is in ``output``."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGINT)
         try:
-            return self.process.wait(timeout=START_TIMEOUT_S)
+            code = self.process.wait(timeout=START_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
             raise AssertionError("--web did not stop on ctrl+c")
+        if self._reader is not None:
+            self._reader.join(timeout=START_TIMEOUT_S)
+        return code
 
     def descendants(self) -> list[Any]:
         import psutil
