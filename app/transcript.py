@@ -434,13 +434,19 @@ def repair_history(history: Sequence[Message],
     - a trailing assistant message with no text and no tool calls is dropped.
     If the validity check still finds a problem, the history is cut before it.
     """
+    def nothing_finished(_message: Message) -> dict[str, Any]:
+        return {}
+
+    finished_for: FinishedResults
     if finished is None:
-        finished_for: FinishedResults = lambda _m: {}
+        finished_for = nothing_finished
     elif callable(finished):
         finished_for = finished
     else:
         by_id = finished
-        finished_for = lambda _m: by_id
+
+        def finished_for(_message: Message) -> dict[str, Any]:  # type: ignore[misc]
+            return by_id
     notes: list[str] = []
     messages: list[Message] = []
     # Which original message each working message came from (for its finished results).

@@ -190,7 +190,7 @@ def extract_facts(history: Sequence[Message]) -> list[Fact]:
         code = _exit_code(result.content) if use.name == COMMAND_TOOL else None
         failed = result.is_error or (code is not None and code not in ("0",))
         last_outcome[(use.name, _call_key(use))] = (use, result, failed)
-    for (name, key), (use, result, failed) in last_outcome.items():
+    for (name, key), (_use, result, failed) in last_outcome.items():
         if not failed:
             continue
         line = _one_line(_error_line(result.content), 160)

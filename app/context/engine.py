@@ -830,7 +830,7 @@ class ContextEngine:
         plan = plan or self._memory_plan()
         if plan is None:
             return None
-        cut, new_history, audit = plan.cut, plan.history, plan.audit
+        new_history, audit = plan.history, plan.audit
         planned = self._forecast_compaction(plan)
         before_msgs = len(self.history)
         tokens_before = self.projection().projected_tokens
