@@ -284,6 +284,7 @@ class Agent:
         self.emit(InterruptedEvent(tool_name=running if uses else None, partial_kept=kept))
 
     def _finish(self, stop_reason: str, text: str) -> ResultEvent:
+        self.engine.flush_background_events()  # a memory update's events come before the result, never after
         event = ResultEvent(stop_reason=stop_reason, text=text, steps=self.step)  # type: ignore[arg-type]
         self._state("idle")
         self.emit(event)  # last: stream-json consumers stop reading at the result
@@ -352,6 +353,7 @@ class Agent:
                     self._state("streaming")
 
     async def aclose(self) -> None:
+        await self.engine.cancel_background()  # a session-memory update still running
         await self.provider.aclose()
         if self.transcript is not None:
             self.transcript.close()

@@ -1039,7 +1039,7 @@ class RestorePreview:
 
 
 def _audit_fields(audit: AuditResult) -> dict:
-    return {"facts_added": len(audit.missing), "checked_facts": audit.added}
+    return {"facts_added": len(audit.missing), "checked_facts": audit.added, "facts_checked": len(audit.facts)}
 
 
 def _forecast_fields(planned: Forecast | None) -> dict:
