@@ -13,6 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
+# The one sanitizer for what a terminal shows; widgets reach it here (they import only the
+# contract modules of app/).
+from app.sanitize import sanitize_for_display
+
+__all__ = ["Line", "describe", "human_tokens", "legacy_notice", "plural", "sanitize_for_display", "ENGINE_LINE_TYPES"]
+
 if TYPE_CHECKING:
     from app import events as ev
 
