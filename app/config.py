@@ -23,6 +23,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from app.providers.factory import PROVIDER_KEY_ENV  # the providers' key variables: one list
 from app.errors import ConfigError  # raised here; the CLI imports it from app.errors
 from app.mcp.settings import McpServerConfig, check_server_names  # MCP servers (issue 16)
 from app.redact import redact, register_env_var, register_secret
@@ -35,12 +36,6 @@ CONFIG_FILE_NAME = "config.toml"
 ProviderName = Literal["openai", "deepseek", "anthropic", "responses", "demo"]
 # Order of the automatic choice when no provider is configured.
 AUTO_PROVIDER_ORDER: tuple[str, ...] = ("anthropic", "openai", "deepseek")
-PROVIDER_KEY_ENV: dict[str, str] = {
-    "openai": "OPENAI_API_KEY",
-    "deepseek": "DEEPSEEK_API_KEY",
-    "anthropic": "ANTHROPIC_API_KEY",
-    "responses": "OPENAI_API_KEY",  # OpenAI's Responses API: same key as Chat Completions
-}
 PRICE_FIELDS = frozenset({"input", "cached_input", "cache_write", "output"})
 
 
