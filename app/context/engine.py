@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Awaitable, Callable, Literal
 
-from app.context.accounting import ContextAccounting, Ledger, Projection
+from app.context.accounting import USAGE_FLOOR_RATIO, USAGE_WINDOW_FACTOR, ContextAccounting, Ledger, Projection
 from app.context.audit import AuditResult, append_checked_facts, audit_summary
 from app.context.compaction import (
     CircuitBreaker,
@@ -318,6 +318,12 @@ class ContextEngine:
         if tokens is None:
             return
         event = self.context_event()
+        # Only a plausible figure moves the gauge early (the call's final usage is checked and
+        # flagged when it is not): never negative, under a few windows, not far below our estimate.
+        fields = (usage.input_tokens, usage.cache_read_tokens, usage.cache_write_tokens, usage.output_tokens)
+        if (any(v is not None and v < 0 for v in fields) or tokens > self.config.window * USAGE_WINDOW_FACTOR
+                or tokens < event.projected_tokens * USAGE_FLOOR_RATIO):
+            return
         t = self.thresholds
         self.emit(event.model_copy(update={
             "exact_tokens": tokens, "estimated_tokens": 0, "projected_tokens": tokens,
