@@ -258,6 +258,8 @@ class ContextEngine:
         self.ledger.add(agent, usage, cost)
         check = None
         if agent == "main":
+            if self._server_compaction_pending is not None or usage.server_edits:
+                self.accounting.server_shrank_the_request()
             check = self.accounting.record_usage(usage, len(self.history))
             if usage.known:
                 self._cached_prefix = (usage.cache_read_tokens or 0) + (usage.cache_write_tokens or 0)
