@@ -8,6 +8,7 @@ their own schema (from elsewhere) can still implement ``Tool`` directly.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Generic, Protocol, TypeVar
@@ -104,7 +105,17 @@ def args_schema(model: type[BaseModel]) -> dict[str, Any]:
 
     pydantic adds titles and defaults and spells optionals as anyOf; the model
     does not need them, and every token here is sent with every request.
+    Generated once per model (pydantic takes milliseconds), a fresh copy each call.
     """
+    if model not in _SCHEMAS:
+        _SCHEMAS[model] = _build_schema(model)
+    return copy.deepcopy(_SCHEMAS[model])
+
+
+_SCHEMAS: dict[type[BaseModel], dict[str, Any]] = {}
+
+
+def _build_schema(model: type[BaseModel]) -> dict[str, Any]:
     raw = model.model_json_schema()
     properties: dict[str, Any] = {}
     for name, prop in raw.get("properties", {}).items():
@@ -152,8 +163,8 @@ def describe_validation_error(tool_name: str, model: type[BaseModel], err: Valid
         elif kind == "value_error":
             problems.append(f"{name} {str(ctx.get('error', error['msg']))}")
         elif expected in _TYPE_WORDS:
-            got = "null" if value is None else type(value).__name__
-            problems.append(f"{name} must be {_TYPE_WORDS[expected]}, got {got} {_shown(value)}")
+            got = "null" if value is None else f"{type(value).__name__} {_shown(value)}"
+            problems.append(f"{name} must be {_TYPE_WORDS[expected]}, got {got}")
         else:
             problems.append(f"{name}: {error['msg']}")
     return f"Bad arguments for {tool_name}: {'; '.join(problems)}. Call {tool_name} again with them corrected."
