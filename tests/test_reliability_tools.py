@@ -482,6 +482,7 @@ def test_every_built_in_schema_comes_from_its_argument_model() -> None:
         ("read_file", {"path": "a.txt", "offset": "third"}, ["offset must be an integer, got str 'third'"]),
         ("run_bash", {"command": "true", "timeout": 2.5}, ["timeout must be an integer"]),
         ("edit_file", {"path": "a.txt", "old": None, "new": "x"}, ["old must be a string, got null"]),
+        ("write_file", {"content": "x"}, ["path is required"]),
     ],
 )
 async def test_bad_arguments_get_one_line_naming_each_argument(

@@ -23,7 +23,7 @@ from typing import IO, Any
 from app.messages import ToolSpec
 from app.redact import redact
 from app.sanitize import sanitize_for_model
-from app.tools.base import DEFAULT_MAX_SAVED_OUTPUT, Tool, ToolContext, ToolInputError, ToolOutput
+from app.tools.base import DEFAULT_MAX_SAVED_OUTPUT, ArgsTool, Tool, ToolContext, ToolInputError, ToolOutput
 from app.tools.workspace import output_limit
 
 DEFAULT_MAX_OUTPUT = 40_000
@@ -294,8 +294,9 @@ class ToolRegistry:
                 f"Call {name} again with a single valid JSON object matching its schema.",
                 is_error=True,
             )
+        # A tool with an argument model names what is missing itself, in its one-line error.
         missing = [key for key in tool.spec.input_schema.get("required", []) if key not in args]
-        if missing:
+        if missing and not isinstance(tool, ArgsTool):
             schema = json.dumps(tool.spec.input_schema.get("properties", {}))
             return ToolOutput(
                 f"{name} is missing required argument(s): {', '.join(missing)}. "
