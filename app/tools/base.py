@@ -184,7 +184,8 @@ class ArgsTool(Generic[A]):
     name: ClassVar[str]
     description: ClassVar[str]
     Args: ClassVar[type[ToolArgs]]
-    mutating: ClassVar[bool] = False
+    mutating: bool = False
+    spec: ToolSpec
 
     def __init__(self) -> None:
         self.spec = ToolSpec(name=self.name, description=self.description, input_schema=args_schema(self.Args))

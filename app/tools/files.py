@@ -15,7 +15,6 @@ import codecs
 import errno
 import hashlib
 import os
-import stat
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,7 +66,8 @@ def file_cache(ctx: ToolContext) -> FileReadCache:
     """The session's cache; created on first use when the engine did not set one."""
     if ctx.file_cache is None:
         ctx.file_cache = FileReadCache()
-    return ctx.file_cache
+    cache: FileReadCache = ctx.file_cache
+    return cache
 
 
 def _cache_key(opened: OpenedFile | Path) -> str:
