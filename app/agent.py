@@ -13,12 +13,15 @@ from typing import Awaitable, Callable, Literal
 from app.context.engine import ContextEngine
 from app.context.prices import Price
 from app.events import (
+    AgentState,
     AssistantMessageEvent,
     CompactionEvent,
     ContextEvent,
     ErrorEvent,
     Event,
-    NoticeEvent,
+    InterruptedEvent,
+    OutputLimitEvent,
+    PartialDiscardedEvent,
     ResultEvent,
     RetryEvent,
     StateEvent,
@@ -38,9 +41,12 @@ from app.providers.base import (
     TextDelta,
     ThinkingDelta,
     ToolCallStart,
+    UsageUpdate,
+    cut_call_result,
 )
 from app.tools.base import ToolContext
 from app.tools.registry import ToolRegistry
+from app.transcript import TranscriptWriter
 from app.usage import Usage
 
 Approval = Literal["yes", "always", "no"]
@@ -60,7 +66,7 @@ def retry_delay(attempt: int, retry_after: float | None, base: float, cap: float
     return (rng or random).uniform(ceiling / 2, ceiling)
 
 
-def summarize_args(name: str, args: dict) -> str:
+def summarize_args(name: str, args: dict[str, object]) -> str:
     """One short line for the UI: the argument that says most."""
     for key in ("command", "path", "pattern"):
         if key in args and isinstance(args[key], str):
@@ -81,6 +87,12 @@ class AgentOptions:
 
 @dataclass
 class Agent:
+    """The loop of one agent: model call, tool calls, repeat, every step through the engine.
+
+    It emits typed events through ``emit`` (the session's stream) and asks
+    ``approver`` about tools that change things; it knows no surface.
+    """
+
     provider: Provider
     registry: ToolRegistry
     engine: ContextEngine
@@ -89,26 +101,20 @@ class Agent:
     price: Price | None = None
     session_id: str = ""
     provider_label: str = ""
-    transcript: object | None = None
-    emit_host: Callable[[Event], None] = lambda _e: None
+    # History persistence (the engine writes the messages; the agent closes turns).
+    transcript: TranscriptWriter | None = None
+    emit: Callable[[Event], None] = lambda _e: None
     approver: Approver | None = None
-    restored: list[Event] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.engine.emit = self._emit
+        self.engine.emit = self._emit_from_engine
         self.tool_context.result_in_context = self.engine.result_in_context
-        self._always_allowed: set[str] = set()
         self.step = 0
-
-    # ---- host-facing surface ----
-
-    @property
-    def emit(self) -> Callable[[Event], None]:
-        return self.emit_host
-
-    @emit.setter
-    def emit(self, fn: Callable[[Event], None]) -> None:
-        self.emit_host = fn
+        self._pending_uses: list[ToolUseBlock] = []
+        self._pending_results: list[ToolResultBlock] = []
+        self._running_tool: str | None = None
+        # The reply streamed so far, as pieces: joined once, when it is needed.
+        self._partial: list[str] = []
 
     @property
     def model(self) -> str:
@@ -123,26 +129,18 @@ class Agent:
         return self.options.max_steps
 
     @property
-    def is_demo(self) -> bool:
-        return self.provider.name == "demo"
-
-    @property
     def history(self) -> list[Message]:
         return self.engine.history
 
     def context_event(self) -> ContextEvent:
         return self.engine.context_event()
 
-    def restored_events(self) -> list[Event]:
-        return list(self.restored)
+    def _emit_from_engine(self, event: Event) -> None:
+        self.emit(event)  # late-bound: the session sets ``emit`` after the engine exists
 
-    def _emit(self, event: Event) -> None:
-        if self.transcript is not None and not isinstance(event, (TextDeltaEvent, ThinkingDeltaEvent)):
-            self.transcript.append_event(event)  # type: ignore[attr-defined]
-        self.emit_host(event)
-
-    def _state(self, state: str, detail: str = "") -> None:
-        self._emit(StateEvent(state=state, step=self.step, max_steps=self.options.max_steps, detail=detail))  # type: ignore[arg-type]
+    def _state(self, state: AgentState, detail: str = "", **numbers: int | str) -> None:
+        self.emit(StateEvent(state=state, step=self.step, max_steps=self.options.max_steps, detail=detail,
+                             **numbers))  # type: ignore[arg-type]
 
     # ---- engine operations bound to keys ----
 
@@ -158,12 +156,13 @@ class Agent:
         self.engine.reset()
         self.step = 0
         self._end_turn()
+        self._state("idle")
 
     # ---- the loop ----
 
     async def run_turn(self, user_text: str) -> ResultEvent:
         self.engine.append_user_text(user_text)
-        self._emit(UserMessageEvent(text=user_text))
+        self.emit(UserMessageEvent(text=user_text))
         self.engine.emit_context()
         self.step = 0
         overflow_retries = 0
@@ -189,20 +188,20 @@ class Agent:
                 except ProviderError as err:
                     return self._error(str(err))
                 overflow_retries = 0
-                message = completed.message
+                message = with_unique_tool_ids(completed.message, self.history)
                 if not message.content:
                     message = Message.assistant_text("")
                 self.engine.append(message)
                 self.engine.record_usage("main", completed.usage, self.price)
                 self.engine.note_model_call()
                 uses = message.tool_uses
-                self._emit(AssistantMessageEvent(text=message.text, tool_calls=len(uses)))
+                self.emit(AssistantMessageEvent(text=message.text, tool_calls=len(uses)))
                 final_text = message.text or final_text
                 self.engine.emit_context()
                 if not uses:
                     if completed.stop_reason == "max_tokens":
-                        self._emit(NoticeEvent(level="warning", text="the model hit its output limit (max_tokens)"))
-                    return self._finish("end_turn", message.text)
+                        self.emit(OutputLimitEvent())
+                    return self._finish("refusal" if completed.stop_reason == "refusal" else "end_turn", message.text)
                 await self._run_tools(uses)
         except asyncio.CancelledError:
             self._repair_after_interrupt()
@@ -214,10 +213,12 @@ class Agent:
         self._pending_uses = uses
         self._pending_results = results
         for index, use in enumerate(uses, start=1):
-            self._state("tool", f"{use.name} ({index}/{len(uses)})")
-            self._emit(ToolStartEvent(id=use.id, name=use.name, input=use.input,
-                                      summary=summarize_args(use.name, use.input)))
-            refusal = await self._approval_refusal(use)
+            self._running_tool = use.name
+            self._state("tool", tool_name=use.name, tool_index=index, tool_count=len(uses))
+            self.emit(ToolStartEvent(id=use.id, name=use.name, input=use.input,
+                                     summary=summarize_args(use.name, use.input)))
+            # a call cut at the output limit is never run; the model is told to retry smaller
+            refusal = cut_call_result(use.name) if use.cut_at_output_limit else await self._approval_refusal(use)
             started = time.perf_counter()  # after approval: the duration is the tool's, not the user's
             if refusal is not None:
                 block = ToolResultBlock(tool_use_id=use.id, content=refusal, is_error=True)
@@ -233,34 +234,31 @@ class Agent:
                 original, truncated = run.original_chars, run.truncated or len(block.content) < len(run.content)
                 kept = len(block.content)
             results.append(block)
-            self._emit(ToolResultEvent(
+            self.emit(ToolResultEvent(
                 id=use.id, name=use.name, is_error=block.is_error, truncated=truncated,
                 original_chars=original, kept_chars=kept, full_output_path=block.full_output_path,
                 duration_ms=(time.perf_counter() - started) * 1000, content=block.content))
+        self._running_tool = None
         self.engine.append(Message(role="user", content=list(results)))
         self._pending_uses = []
         self._pending_results = []
         self.engine.emit_context()
 
     async def _approval_refusal(self, use: ToolUseBlock) -> str | None:
-        if not self.registry.is_mutating(use.name) or self.options.auto_approve or use.name in self._always_allowed:
+        if not self.registry.is_mutating(use.name) or self.options.auto_approve:
             return None
         if self.approver is None:
             return (f"{use.name} was refused: this session does not allow tools that change things. "
                     "Use read_file and list_files to investigate, or tell the user to restart tidegauge with --yes.")
-        self._state("waiting_approval", use.name)
-        answer = await self.approver(use)
-        if answer == "always":
-            self._always_allowed.add(use.name)
-            return None
-        if answer == "yes":
+        answer = await self.approver(use)  # the session says "waiting_approval" if it has to ask
+        if answer in ("yes", "always"):
             return None
         return f"The user declined this {use.name} call. Ask the user how to proceed or try another way."
 
     def _repair_after_interrupt(self) -> None:
         """Every tool call left without a result gets a synthetic one, so the next request is valid."""
-        uses = getattr(self, "_pending_uses", [])
-        results = getattr(self, "_pending_results", [])
+        uses, results = self._pending_uses, self._pending_results
+        running = self._running_tool
         if uses:
             answered = {r.tool_use_id for r in results}
             unanswered = [u for u in uses if u.id not in answered]
@@ -269,33 +267,35 @@ class Agent:
             # Tools run in order: the first unanswered one was running (its line on screen says
             # so); those after it never started and were never shown.
             for use in unanswered[:1]:
-                self._emit(ToolResultEvent(id=use.id, name=use.name, is_error=True, truncated=False,
-                                           original_chars=len(INTERRUPTED_RESULT), kept_chars=len(INTERRUPTED_RESULT),
-                                           content=INTERRUPTED_RESULT))
+                self.emit(ToolResultEvent(id=use.id, name=use.name, is_error=True, truncated=False,
+                                          original_chars=len(INTERRUPTED_RESULT), kept_chars=len(INTERRUPTED_RESULT),
+                                          content=INTERRUPTED_RESULT, interrupted=True))
             self.engine.append(Message(role="user", content=blocks))
             self._pending_uses = []
             self._pending_results = []
-        partial = getattr(self, "_partial_text", "")
-        if partial and self.engine.history and self.engine.history[-1].role == "user":
+        self._running_tool = None
+        partial = "".join(self._partial)
+        self._partial = []
+        kept = bool(partial) and bool(self.engine.history) and self.engine.history[-1].role == "user"
+        if kept:
             # Complete text without tool calls: keep it, marked, so the model knows it was cut.
             self.engine.append(Message.assistant_text(partial + "\n\n[interrupted by the user]"))
-        self._partial_text = ""
-        self._emit(NoticeEvent(level="warning", text="interrupted by the user"))
+        self.emit(InterruptedEvent(tool_name=running if uses else None, partial_kept=kept))
 
     def _finish(self, stop_reason: str, text: str) -> ResultEvent:
         event = ResultEvent(stop_reason=stop_reason, text=text, steps=self.step)  # type: ignore[arg-type]
         self._state("idle")
-        self._emit(event)  # last: stream-json consumers stop reading at the result
+        self.emit(event)  # last: stream-json consumers stop reading at the result
         self._end_turn()
         return event
 
     def _error(self, message: str) -> ResultEvent:
-        self._emit(ErrorEvent(message=message))
+        self.emit(ErrorEvent(message=message))
         return self._finish("error", message)
 
     def _end_turn(self) -> None:
         if self.transcript is not None:
-            self.transcript.end_turn()  # type: ignore[attr-defined]
+            self.transcript.end_turn()
 
     # ---- model calls ----
 
@@ -307,62 +307,78 @@ class Agent:
     async def _call_model(self, request: ModelRequest, *, stream_to_ui: bool) -> Completed:
         """One model call with retries for transient failures. Partial output never enters history."""
         attempt = 0
+        partial = self._partial
         while True:
             attempt += 1
-            self._partial_text = ""
+            partial.clear()
+            shown = 0  # characters of reply text shown on screen in this attempt
             tool_started = False
             try:
                 async for item in self.provider.stream(request):
                     if isinstance(item, TextDelta):
                         if stream_to_ui:
                             if not tool_started:
-                                self._partial_text += item.text
-                            self._emit(TextDeltaEvent(text=item.text))
+                                partial.append(item.text)
+                            shown += len(item.text)
+                            self.emit(TextDeltaEvent(text=item.text))
                     elif isinstance(item, ThinkingDelta):
                         if stream_to_ui:
-                            self._emit(ThinkingDeltaEvent(text=item.text))
+                            self.emit(ThinkingDeltaEvent(text=item.text))
                     elif isinstance(item, ToolCallStart):
                         # Text with a half-made tool call is not complete text: never keep it.
                         tool_started = True
-                        self._partial_text = ""
+                        partial.clear()
+                    elif isinstance(item, UsageUpdate):
+                        if stream_to_ui:  # the gauge moves as soon as the server says the prompt size
+                            self.engine.live_usage(item.usage)
                     elif isinstance(item, Completed):
-                        self._partial_text = ""
+                        partial.clear()
                         return item
                 raise ProviderError("the stream ended without a final message")
             except ProviderError as err:
-                if tool_started:
-                    self._partial_text = ""
-                if self._partial_text:
-                    self._emit(NoticeEvent(level="warning", text="the partial reply above was discarded (the stream failed)"))
-                    self._partial_text = ""
+                partial.clear()
+                if shown:
+                    self.emit(PartialDiscardedEvent(chars=shown))
                 if not err.retryable or attempt > self.options.max_retries:
                     raise
                 delay = retry_delay(attempt, err.retry_after, self.options.retry_base_delay)
-                self._emit(RetryEvent(attempt=attempt, max_attempts=self.options.max_retries, delay_s=delay,
-                                      reason=str(err)))
-                self._state("retrying", f"attempt {attempt + 1} in {delay:.1f}s")
+                # One set of numbers for every surface: retry N of the allowed retries.
+                self.emit(RetryEvent(attempt=attempt, max_attempts=self.options.max_retries, delay_s=delay,
+                                     reason=str(err)))
+                self._state("retrying", f"in {delay:.1f}s", attempt=attempt, max_attempts=self.options.max_retries)
                 await asyncio.sleep(delay)
-
-    # ---- reports for /usage and /context ----
-
-    def usage_report(self) -> str:
-        ev = self.engine.context_event()
-        return (f"{len(self.history)} messages, context ~{ev.projected_tokens:,} tokens "
-                f"(auto-compact at {ev.thresholds.auto_compact_line:,}, window {ev.thresholds.window:,}); "
-                f"cumulative input {ev.cumulative_input:,} (cached {ev.cumulative_cached:,}), "
-                f"output {ev.cumulative_output:,}, ~${ev.cost_usd:.4f} "
-                f"(compaction ${ev.compact_cost_usd:.4f})")
-
-    def context_report(self) -> str:
-        ev = self.engine.context_event()
-        t = ev.thresholds
-        parts = ", ".join(f"{k} {v:,}" for k, v in ev.breakdown.items())
-        exact = f"{ev.exact_tokens:,}" if ev.exact_tokens is not None else "none yet"
-        return (f"context ~{ev.projected_tokens:,} tokens (exact {exact} + ~{ev.estimated_tokens:,} since); "
-                f"warning {t.warning_line:,}, auto-compact {t.auto_compact_line:,}, blocking {t.blocking_line:,}, "
-                f"window {t.window:,}; by part: {parts}")
+                if stream_to_ui:
+                    self._state("streaming")
 
     async def aclose(self) -> None:
         await self.provider.aclose()
         if self.transcript is not None:
-            self.transcript.close()  # type: ignore[attr-defined]
+            self.transcript.close()
+
+
+def with_unique_tool_ids(message: Message, history: list[Message]) -> Message:
+    """Tool-call ids made unique within the message and against the live history.
+
+    Some servers repeat ids (``call_0`` in every turn, or twice in one message);
+    results are matched to calls by id, so a repeat would pair a result with the
+    wrong call. A repeated id gets a suffix before anything runs.
+    """
+    uses = message.tool_uses
+    if not uses:
+        return message
+    seen = {u.id for m in history if m.role == "assistant" for u in m.tool_uses}
+    blocks = []
+    changed = False
+    for block in message.content:
+        if isinstance(block, ToolUseBlock):
+            new_id = block.id or "call"
+            n = 1
+            while new_id in seen:
+                n += 1
+                new_id = f"{block.id}-{n}"
+            seen.add(new_id)
+            if new_id != block.id:
+                block = ToolUseBlock(id=new_id, name=block.name, input=block.input)
+                changed = True
+        blocks.append(block)
+    return message.copy_with(blocks) if changed else message

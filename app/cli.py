@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-outside", action="store_true", default=None, help="let file tools reach outside the working directory")
     p.add_argument("--output-format", choices=["text", "stream-json"], default="text")
     p.add_argument("--demo-speed", type=float, help="demo provider: tokens per second (0: no delay)")
+    p.add_argument("--thinking-budget", type=int, help="Anthropic extended thinking: budget in tokens (0: off, else >= 1024)")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--continue", dest="continue_latest", action="store_true",
                        help="resume the latest session of this directory")
@@ -39,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # CLI flag -> settings field
 FLAG_FIELDS = ("provider", "model", "base_url", "api_key_env", "max_output", "max_steps", "budget",
-               "window", "yes", "allow_outside", "demo_speed")
+               "window", "yes", "allow_outside", "demo_speed", "thinking_budget")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return run_headless(settings(), args.prompt, args.output_format,
                                 resume=args.resume, continue_latest=args.continue_latest)
-        from app.tui import run_dashboard
+        from app.dashboard.launch import run_dashboard
 
         return run_dashboard(settings, resume=args.resume, continue_latest=args.continue_latest)
     except (ConfigError, SetupError) as err:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
-from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
+from pydantic import Field, PrivateAttr, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -24,7 +24,8 @@ from pydantic_settings import (
 )
 
 from app.errors import ConfigError  # raised here; the CLI imports it from app.errors
-from app.tools.base import DEFAULT_MAX_SAVED_OUTPUT, DEFAULT_READ_MAX_BYTES
+from app.mcp.settings import McpServerConfig, check_server_names  # MCP servers (issue 16)
+from app.tools.base import DEFAULT_MAX_SAVED_OUTPUT, DEFAULT_READ_MAX_BYTES  # tool hardening (issue 12)
 from app.redact import redact, register_env_var, register_secret
 
 APP_NAME = "tidegauge"
@@ -96,6 +97,29 @@ class Settings(BaseSettings):
     # Keys saved by save_api_key ([api_keys] in config.toml); environment variables win.
     api_keys: dict[str, SecretStr] = Field(default_factory=dict)
 
+    # MCP servers (issue 16): one [mcp_servers.NAME] table per server, started with the
+    # session; and the share of the window over which MCP tool definitions are deferred
+    # (only names and one-line descriptions sent, plus load_tools for the full schemas).
+    mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+    tool_defer_share: float = Field(0.10, ge=0, le=1)
+    # Sub-agents (issue 16): the task tool's step limit and the size of the report it returns.
+    subagents: bool = True  # offer the task tool (a sub-agent in a fresh context)
+    subagent_max_steps: int = Field(20, ge=1)
+    subagent_report_tokens: int = Field(2_000, ge=100)
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _mcp_server_names(cls, value: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
+        return check_server_names(value)
+    # --- model parameters (branch providers) ---
+    # Anthropic extended thinking: budget_tokens per request, 0 = off (the API's minimum is 1024).
+    thinking_budget: int = Field(0, ge=0)
+    # OpenAI: send "max_completion_tokens" instead of "max_tokens" (None: by model name).
+    max_completion_tokens: bool | None = None
+    # Anthropic: cache_control breakpoints on tools, system prompt and the latest messages
+    # (None: on for api.anthropic.com, off for Anthropic-compatible servers).
+    prompt_caching: bool | None = None
+
     _config_dir: Path = PrivateAttr(default_factory=config_dir_path)
 
     @classmethod
@@ -117,6 +141,17 @@ class Settings(BaseSettings):
             return default_data_dir()
         if isinstance(value, (str, Path)):
             return Path(value).expanduser()
+        return value
+
+    @field_validator("thinking_budget")
+    @classmethod
+    def _thinking_budget_minimum(cls, value: int, info: ValidationInfo) -> int:
+        if 0 < value < 1024:
+            raise ValueError(f"must be 0 (off) or at least 1024, the API's minimum (got {value})")
+        max_tokens = info.data.get("max_tokens")
+        if value and isinstance(max_tokens, int) and value >= max_tokens:
+            # the API wants budget_tokens < max_tokens: every request would go without thinking
+            raise ValueError(f"must be below max_tokens ({max_tokens}) (got {value})")
         return value
 
     @field_validator("prices")

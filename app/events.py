@@ -11,8 +11,10 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, Field
 
-AgentName = Literal["main", "compact"]
-AgentState = Literal["idle", "streaming", "tool", "compacting", "waiting_approval", "retrying"]
+AgentName = Literal["main", "compact", "sub"]  # sub: a task tool's sub-agent
+AgentState = Literal["starting", "idle", "streaming", "tool", "compacting", "waiting_approval", "retrying",
+                     "interrupting"]
+PointKind = Literal["call", "compaction", "prune", "reset"]
 
 
 class TextDeltaEvent(BaseModel):
@@ -58,6 +60,8 @@ class ToolResultEvent(BaseModel):
     duration_ms: float = 0.0
     # Exactly what the model sees (may be large: up to the registry limit).
     content: str = ""
+    # The call never finished: the content is the synthetic "interrupted" result.
+    interrupted: bool = False
 
 
 class UsageEvent(BaseModel):
@@ -96,6 +100,10 @@ class ContextEvent(BaseModel):
     cumulative_output: int = 0
     cost_usd: float = 0.0
     compact_cost_usd: float = 0.0
+    # Figures from a usage update inside a stream (the prompt size, known before the call ends).
+    live: bool = False
+    # Tokens the deferred tool definitions save on every request (issue 16; 0: none deferred).
+    tool_tokens_saved: int = 0
 
 
 class CompactionEvent(BaseModel):
@@ -107,6 +115,8 @@ class CompactionEvent(BaseModel):
     tokens_before: int
     tokens_after: int
     reason: str | None = None
+    # Overflow recovery: how far over the server said the request was (None: it gave no figures).
+    gap_tokens: int | None = None
 
 
 class MicroCompactionEvent(BaseModel):
@@ -156,15 +166,24 @@ class RetryEvent(BaseModel):
 
 
 class StateEvent(BaseModel):
+    """What the session is doing. The only source of the step, tool and retry numbers."""
+
     type: Literal["state"] = "state"
     state: AgentState
     step: int
     max_steps: int
     detail: str = ""
+    tool_name: str = ""
+    tool_index: int = 0  # 1-based position of the running tool among this model call's calls
+    tool_count: int = 0
+    attempt: int = 0  # retrying: the attempt about to be made (2 = first retry)
+    max_attempts: int = 0
 
 
 class NoticeEvent(BaseModel):
-    """A visible line from the engine (info) or a problem (warning/error)."""
+    """A prose line. The core no longer emits it (every engine line is a typed event
+    worded by ``app.describe``); stream-json derives it after the typed events that
+    used to carry one, and transcripts written before keep parsing."""
 
     type: Literal["notice"] = "notice"
     level: Literal["info", "warning", "error"] = "info"
@@ -178,9 +197,132 @@ class ErrorEvent(BaseModel):
 
 class ResultEvent(BaseModel):
     type: Literal["result"] = "result"
-    stop_reason: Literal["end_turn", "max_steps", "error", "interrupted"]
+    stop_reason: Literal["end_turn", "max_steps", "error", "interrupted", "refusal"]
     text: str
     steps: int
+
+
+class SessionInfoEvent(BaseModel):
+    """Who and where: the first event of every session, and what a surface shows in its header."""
+
+    type: Literal["session"] = "session"
+    session_id: str
+    provider_label: str
+    model: str
+    workspace: str
+    transcript_path: str | None = None
+    max_steps: int = 0
+    # A provider's own welcome line (the offline demo lists its prompts).
+    banner: str | None = None
+    resumed: bool = False
+
+
+class ChartPointEvent(BaseModel):
+    """One point of the context history: after a model call, a compaction, a micro-compaction or a reset."""
+
+    type: Literal["chart_point"] = "chart_point"
+    tokens: int
+    kind: PointKind
+
+
+class CommandQueuedEvent(BaseModel):
+    """A command arrived while the session was busy (or still starting): it runs later."""
+
+    type: Literal["queued"] = "queued"
+    command: Literal["prompt", "compact", "reset"]
+    position: int  # 1 = runs next
+    waiting_for: Literal["turn", "start"] = "turn"
+    text: str = ""  # the prompt's own words (shown now; its turn shows it again when it runs)
+
+
+class ApprovalRequestEvent(BaseModel):
+    """A tool that changes things waits for an answer: submit ``Approve(request_id, ...)``."""
+
+    type: Literal["approval_request"] = "approval_request"
+    request_id: str
+    tool_id: str
+    name: str
+    input: dict[str, Any]
+    summary: str
+
+
+class ApprovalResolvedEvent(BaseModel):
+    type: Literal["approval_resolved"] = "approval_resolved"
+    request_id: str
+    decision: Literal["yes", "always", "no", "interrupted"]
+
+
+class InterruptedEvent(BaseModel):
+    """The turn was interrupted; the history was repaired so the next request is valid."""
+
+    type: Literal["interrupted"] = "interrupted"
+    tool_name: str | None = None  # the tool that was running, if any
+    partial_kept: bool = False  # the reply streamed so far was kept, marked as interrupted
+
+
+class OutputLimitEvent(BaseModel):
+    """The model stopped at its output limit (max_tokens)."""
+
+    type: Literal["output_limit"] = "output_limit"
+
+
+class PartialDiscardedEvent(BaseModel):
+    """A stream failed mid-reply: what it had shown is not in the history (a retry starts over)."""
+
+    type: Literal["partial_discarded"] = "partial_discarded"
+    chars: int
+
+
+class CompactionPausedEvent(BaseModel):
+    """Auto-compaction is due but paused by the circuit breaker (said once per pause)."""
+
+    type: Literal["compaction_paused"] = "compaction_paused"
+    failures: int
+    retry_in_s: float | None = None
+
+
+class ReportEvent(BaseModel):
+    """Answer to ``/usage`` or ``/context``: the figures; ``app.describe`` words them."""
+
+    type: Literal["report"] = "report"
+    kind: Literal["usage", "context"]
+    messages: int
+    context: ContextEvent
+
+
+class ConfigWarningEvent(BaseModel):
+    """A setting that cannot work as set (a budget below the fixed part of every request, a
+    provider-side option the provider does not have), said once when the session starts."""
+
+    type: Literal["config_warning"] = "config_warning"
+    setting: str
+    text: str
+
+
+class McpServerEvent(BaseModel):
+    """An MCP server started, failed or stopped (issue 16); a failure is never fatal."""
+
+    type: Literal["mcp_server"] = "mcp_server"
+    name: str
+    status: Literal["starting", "ready", "failed", "exited", "stopped"]  # exited: stopped on its own mid-session
+    detail: str = ""
+    tools: int = 0  # tools it offers (when ready)
+
+
+class SubAgentEvent(BaseModel):
+    """What a task tool's sub-agent is doing (issue 16): the dashboard folds it under the task call
+    and draws the sub-agent's own small gauge from it."""
+
+    type: Literal["sub_agent"] = "sub_agent"
+    call_id: str  # the task call it works for
+    status: Literal["started", "tool", "context", "finished"]
+    tool: str = ""  # status "tool": the tool it called
+    summary: str = ""  # "tool": its arguments in one line; "finished": the stop reason
+    step: int = 0
+    max_steps: int = 0
+    context_tokens: int = 0  # its own context now (projected)
+    auto_compact_line: int = 0
+    window: int = 0
 
 
 Event = Annotated[
@@ -189,6 +331,9 @@ Event = Annotated[
         ToolStartEvent, ToolResultEvent, UsageEvent, ContextEvent, CompactionEvent,
         MicroCompactionEvent, ResetEvent, WarningCrossedEvent, ResultCutEvent, BreakerEvent, RetryEvent,
         StateEvent, NoticeEvent, ErrorEvent, ResultEvent,
+        SessionInfoEvent, ChartPointEvent, CommandQueuedEvent, ApprovalRequestEvent, ApprovalResolvedEvent,
+        InterruptedEvent, OutputLimitEvent, PartialDiscardedEvent, CompactionPausedEvent, ReportEvent,
+        McpServerEvent, SubAgentEvent, ConfigWarningEvent,
     ],
     Field(discriminator="type"),
 ]

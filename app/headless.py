@@ -1,16 +1,27 @@
-"""Headless mode: one task, no dashboard. Text or stream-json on stdout."""
+"""Headless mode: one task, no dashboard. Text or stream-json on stdout.
+
+Both printers are subscribers of the session's event stream, like the
+dashboard; the words of text mode come from ``app.describe``.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
+from app.commands import Interrupt, Shutdown, UserInput
+from app.describe import describe, legacy_notice
 from app.events import Event, ResultEvent
 from app.redact import redact, redact_obj
 from app.sanitize import sanitize_for_display
+
+if TYPE_CHECKING:
+    from app.agent_session import AgentSession
+    from app.config import Settings
 
 EXIT_CODES = {"end_turn": 0, "error": 1, "max_steps": 3, "interrupted": 130}
 
@@ -21,52 +32,48 @@ class TextPrinter:
     def __init__(self, out: TextIO, err: TextIO) -> None:
         self.out, self.err = out, err
         self._mid_line = False
+        self._replies = 0  # assistant messages with text printed so far
+        self._in_reply = False
 
     def __call__(self, event: Event) -> None:
-        kind = event.type
-        if kind == "text_delta":
+        if event.type == "text_delta":
             text = sanitize_for_display(redact(event.text))
+            if not self._in_reply:
+                self._in_reply = True
+                if self._replies:
+                    self.out.write("\n")  # a blank line between the replies of one task
             self.out.write(text)
             self.out.flush()
             self._mid_line = not text.endswith("\n")
             return
-        if kind == "assistant_message" and self._mid_line:
-            self.out.write("\n")
-            self.out.flush()
-            self._mid_line = False
-        line = self._describe(event)
+        if event.type == "assistant_message":
+            if self._in_reply:
+                self._replies += 1
+            self._in_reply = False
+            if self._mid_line:
+                self.out.write("\n")
+                self.out.flush()
+                self._mid_line = False
+        line = self._line(event)
         if line:
             self.err.write(sanitize_for_display(redact(line)) + "\n")
             self.err.flush()
 
     @staticmethod
-    def _describe(event: Event) -> str | None:
-        kind = event.type
-        if kind == "tool_start":
+    def _line(event: Event) -> str | None:
+        if event.type == "tool_start":
             return f"⏺ {event.name} {event.summary}"
-        if kind == "tool_result":
+        if event.type == "tool_result":
+            if event.interrupted:
+                return "  ⎿ interrupted"
             size = f"{event.original_chars:,} chars"
             cut = f", truncated to {event.kept_chars:,} (full output: {event.full_output_path})" if event.truncated else ""
             status = "error" if event.is_error else "ok"
             return f"  ⎿ {status}, {size}{cut}, {event.duration_ms:.0f} ms"
-        if kind in ("notice",):
-            return f"[{event.level}] {event.text}"
-        if kind == "compaction" and not event.ok:
-            return f"[compaction failed: {event.reason}]"
-        if kind == "micro_compaction":
-            return (f"[micro-compaction ({event.trigger}): cleared {event.results_cleared} old tool results, "
-                    f"~{event.tokens_freed:,} tokens]")
-        if kind == "warning_crossed":
-            return f"[context {event.projected_tokens:,} tokens crossed the warning line {event.warning_line:,}]"
-        if kind == "breaker":
-            return "[auto-compaction paused: circuit breaker open]" if event.paused else "[auto-compaction resumed]"
-        if kind == "retry":
-            return f"[retry {event.attempt}/{event.max_attempts} in {event.delay_s:.1f}s: {event.reason}]"
-        if kind == "error":
-            return f"error: {event.message}"
-        if kind == "result" and event.stop_reason == "max_steps":
-            return f"step limit reached ({event.steps} steps)"
-        return None
+        line = describe(event)
+        if line is None:
+            return None
+        return line.text if line.kind in ("error", "info") or line.text.startswith("[") else f"[{line.text}]"
 
 
 class JsonPrinter:
@@ -76,50 +83,72 @@ class JsonPrinter:
         self.out = out
 
     def __call__(self, event: Event) -> None:
-        data = redact_obj(event.model_dump(mode="json"))
-        self.out.write(json.dumps(data, ensure_ascii=False) + "\n")
+        self._write(event.model_dump(mode="json"))
+        # Before engine lines were typed events, each of these came with a prose notice
+        # line after it; scripts read it, so it is still printed (worded by describe).
+        notice = legacy_notice(event)
+        if notice is not None:
+            self._write({"type": "notice", "level": notice[0], "text": notice[1]})
+
+    def _write(self, data: dict[str, object]) -> None:
+        line = json.dumps(redact_obj(data), ensure_ascii=False)
+        self.out.write(line + "\n")
         self.out.flush()
 
 
-async def run_task(agent, prompt: str) -> ResultEvent:
-    """Run one turn; SIGINT interrupts it cleanly (synthetic results, 'interrupted' result)."""
+async def run_task(session: "AgentSession", prompt: str) -> ResultEvent:
+    """Run one turn through the session, then stop it.
+
+    The first SIGINT interrupts the turn cleanly (synthetic results, an
+    ``interrupted`` result); a second one exits at once with code 130.
+    """
     loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    result: ResultEvent | None = None
-    captured: list[ResultEvent] = []
-    previous_emit = agent.emit
+    results: list[ResultEvent] = []
+    session.subscribe(lambda e: results.append(e) if e.type == "result" else None)  # type: ignore[func-returns-value]
+    interrupts = 0
 
-    def capture(event: Event) -> None:
-        if event.type == "result":
-            captured.append(event)  # type: ignore[arg-type]
-        previous_emit(event)
+    def on_sigint() -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if interrupts == 1:
+            session.submit(Interrupt())
+            return
+        _exit_now(130)
 
-    agent.emit = capture
-    inner = asyncio.ensure_future(agent.run_turn(prompt))
     try:
-        loop.add_signal_handler(signal.SIGINT, inner.cancel)
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
     except (NotImplementedError, RuntimeError):
         pass
+    session.submit(UserInput(prompt))
+    session.submit(Shutdown())
     try:
-        result = await inner
-    except asyncio.CancelledError:
-        if task is not None and task.cancelling():
-            raise
-        result = captured[-1] if captured else ResultEvent(stop_reason="interrupted", text="", steps=0)
+        await session.run()
     finally:
         try:
             loop.remove_signal_handler(signal.SIGINT)
         except (NotImplementedError, RuntimeError):
             pass
-        await agent.aclose()
-    return result
+    return results[-1] if results else ResultEvent(stop_reason="interrupted", text="", steps=0)
 
 
-def run_headless(settings, prompt: str, output_format: str, *, resume: str | None = None,
+def _exit_now(code: int) -> None:
+    """The second Ctrl-C: no cleanup beyond flushing what was printed, no traceback."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - exiting anyway
+            pass
+    os._exit(code)
+
+
+def run_headless(settings: "Settings", prompt: str, output_format: str, *, resume: str | None = None,
                  continue_latest: bool = False) -> int:
-    from app.runtime import build_agent
+    from app.runtime import build_session
 
     printer = JsonPrinter(sys.stdout) if output_format == "stream-json" else TextPrinter(sys.stdout, sys.stderr)
-    agent = build_agent(settings, emit=printer, resume=resume, continue_latest=continue_latest)
-    result = asyncio.run(run_task(agent, prompt))
+    session = build_session(settings, approvals=False, resume=resume, continue_latest=continue_latest)
+    session.subscribe(printer)
+    result = asyncio.run(run_task(session, prompt))
+    if output_format != "stream-json":
+        print(f"resume with: tidegauge --resume {session.info.session_id}", file=sys.stderr)
     return EXIT_CODES.get(result.stop_reason, 1)

@@ -23,11 +23,22 @@ class ThinkingBlock(BaseModel):
     signature: str | None = None
 
 
+class RedactedThinkingBlock(BaseModel):
+    """Thinking the safety system encrypted (Anthropic). Opaque: never shown, never
+    edited, sent back exactly as received with the rest of the thinking sequence."""
+
+    type: Literal["redacted_thinking"] = "redacted_thinking"
+    data: str
+
+
 class ToolUseBlock(BaseModel):
     type: Literal["tool_use"] = "tool_use"
     id: str
     name: str
     input: dict[str, Any] = Field(default_factory=dict)
+    # Set by the provider when the output limit cut this call's arguments mid-way:
+    # the agent must not run it (the arguments are not what the model meant).
+    cut_at_output_limit: bool = False
 
 
 class ToolResultBlock(BaseModel):
@@ -40,7 +51,7 @@ class ToolResultBlock(BaseModel):
 
 
 ContentBlock = Annotated[
-    Union[TextBlock, ThinkingBlock, ToolUseBlock, ToolResultBlock],
+    Union[TextBlock, ThinkingBlock, RedactedThinkingBlock, ToolUseBlock, ToolResultBlock],
     Field(discriminator="type"),
 ]
 

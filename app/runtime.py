@@ -7,6 +7,7 @@ import platform
 from pathlib import Path
 
 from app.agent import Agent, AgentOptions, Approver
+from app.agent_session import AgentSession, Closable, EventStream, transcript_recorder
 from app.config import Settings, api_key_for, provider_key_env_names, resolve_provider
 from app.context.engine import ContextEngine, EngineConfig
 from app.context.file_cache import FileReadCache
@@ -14,8 +15,9 @@ from app.context.memory import load_memory
 from app.context.prices import price_for
 from app.context.thresholds import context_window_for
 from app.errors import SetupError
-from app.events import Event
-from app.providers.factory import create_provider
+from app.events import Event, SessionInfoEvent
+from app.protocol import Listener
+from app.providers.factory import default_key_env, open_provider
 from app.redact import register_secret
 from app.session import Session, SessionStore
 from app.tools.base import ToolContext
@@ -26,7 +28,8 @@ SYSTEM_PROMPT = """You are tidegauge, a coding agent working in the user's termi
 Working directory: {cwd}
 Platform: {platform}
 
-Tools: read_file, list_files, run_bash, write_file, edit_file. Paths are relative to the working directory.
+Tools: read_file, list_files, run_bash, write_file, edit_file, and task (a sub-agent that investigates a side
+question in a fresh context and reports back) when offered. Paths are relative to the working directory.
 - Read files with read_file (with offset/limit for big ones), never with cat through run_bash.
 - Tool output over the limit is cut head+tail with a notice: follow the notice (grep, head/tail,
   read_file with offset/limit on the saved file) instead of repeating the same command.
@@ -42,9 +45,35 @@ def _tool_env(settings: Settings) -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in hidden and not k.endswith("_API_KEY")}
 
 
-def build_agent(settings: Settings, *, emit=None, approver: Approver | None = None,
+def build_agent(settings: Settings, *, emit: Listener | None = None, approver: Approver | None = None,
                 resume: str | None = None, continue_latest: bool = False,
                 cwd: Path | None = None) -> Agent:
+    """A ready agent whose events are recorded in its transcript, then passed to ``emit``
+    (tests drive the agent directly; surfaces go through ``build_session``)."""
+    return _build(settings, emit=emit, approver=approver, resume=resume, continue_latest=continue_latest,
+                  cwd=cwd).agent
+
+
+def build_session(settings: Settings, *, approvals: bool, resume: str | None = None,
+                  continue_latest: bool = False, cwd: Path | None = None) -> AgentSession:
+    """The session a surface drives: ``approvals`` when the surface answers approval requests."""
+    built = _build(settings, resume=resume, continue_latest=continue_latest, cwd=cwd)
+    agent = built.agent
+
+    async def start_services() -> Closable | None:
+        return await start_session_mcp(agent, settings) if settings.mcp_servers else None
+
+    return AgentSession(agent, stream=built.stream, info=built.info, restored=built.restored,
+                        approvals=approvals and not settings.yes, services=start_services)
+
+
+class _Built:
+    def __init__(self, agent: Agent, stream: EventStream, info: SessionInfoEvent, restored: list[Event]) -> None:
+        self.agent, self.stream, self.info, self.restored = agent, stream, info, restored
+
+
+def _build(settings: Settings, *, emit: Listener | None = None, approver: Approver | None = None,
+           resume: str | None = None, continue_latest: bool = False, cwd: Path | None = None) -> _Built:
     cwd = (cwd or Path.cwd()).resolve()
     provider_name = resolve_provider(settings)
     store = SessionStore(settings.data_dir_path)
@@ -58,7 +87,7 @@ def build_agent(settings: Settings, *, emit=None, approver: Approver | None = No
             raise SetupError(f"--continue: no earlier session for {cwd}")
 
     key = api_key_for(settings, provider_name)
-    if provider_name != "demo" and not key:
+    if not key and default_key_env(provider_name):  # "": the provider needs no key
         raise SetupError(f"provider {provider_name}: no API key (set {settings.api_key_env or provider_name.upper() + '_API_KEY'})")
     if key:
         register_secret(key)
@@ -66,27 +95,19 @@ def build_agent(settings: Settings, *, emit=None, approver: Approver | None = No
     registry = default_registry(settings.max_output)
     if session is None:
         session = store.create(cwd, provider_name, settings.model or "")
-    workspace = cwd
 
+    # The provider and what it brings: a plug-in may give a workspace, default limits and tools.
+    setup = open_provider(provider_name, settings, key, session_dir=session.dir)
+    provider = setup.provider
+    workspace = setup.workspace or cwd
+    for extra in setup.tools:
+        registry.register(extra.tool, max_output=extra.max_output)
     window = settings.window
-    budget = settings.budget
-    opts: dict = {}
-    if provider_name == "demo":
-        from app.demo_workspace import create_demo_workspace
-        from app.providers.demo import DemoProvider
-
-        workspace = create_demo_workspace(session.dir / "workspace", log_cache=settings.data_dir_path / "demo-cache")
-        if window is None:
-            window = DemoProvider.DEFAULT_WINDOW
-        # The demo enforces the window it is told, like a server would.
-        opts = {"speed": settings.demo_speed, "registry": registry, "window": window}
-        if "budget" not in settings.model_fields_set:
-            budget = DemoProvider.DEFAULT_BUDGET
-    provider = create_provider(provider_name, settings.model, settings.base_url, key,
-                               timeout_connect=settings.timeout_connect, timeout_read=settings.timeout_read,
-                               **opts)
     if window is None:
-        window = context_window_for(provider.model)
+        window = setup.default_window or context_window_for(provider.model)
+    budget = settings.budget
+    if setup.default_budget is not None and "budget" not in settings.model_fields_set:
+        budget = setup.default_budget
 
     memory = load_memory(workspace, settings.config_dir)
     system = SYSTEM_PROMPT.format(cwd=workspace, platform=platform.system())
@@ -123,7 +144,7 @@ def build_agent(settings: Settings, *, emit=None, approver: Approver | None = No
         env=_tool_env(settings),
         file_cache=FileReadCache(),
     )
-    label = getattr(provider, "label", None) or f"{provider.name} · {provider.model}"
+    label = provider.label
     agent = Agent(
         provider=provider,
         registry=registry,
@@ -136,8 +157,28 @@ def build_agent(settings: Settings, *, emit=None, approver: Approver | None = No
         provider_label=label,
         transcript=transcript,
         approver=approver,
-        restored=restored_events,
     )
+    if settings.subagents:
+        from app.subagent import register_task_tool
+
+        register_task_tool(agent, settings)
+    stream = EventStream()
+    stream.subscribe(transcript_recorder(transcript))  # first: persisted before any surface sees it
     if emit is not None:
-        agent.emit = emit
-    return agent
+        stream.subscribe(emit)
+    agent.emit = stream.emit
+    info = SessionInfoEvent(session_id=session.id, provider_label=label, model=provider.model,
+                            workspace=str(workspace), transcript_path=str(session.transcript_path),
+                            max_steps=settings.max_steps, banner=provider.banner,
+                            resumed=bool(resume or continue_latest))
+    return _Built(agent, stream, info, restored_events)
+
+
+# ---- MCP servers (issue 16): started with the session, stopped with it (hub.aclose()) ----
+
+async def start_session_mcp(agent: Agent, settings: Settings):  # -> app.mcp.hub.McpHub
+    """Start the configured MCP servers for this agent's session; failures are events, never raised."""
+    from app.mcp.hub import start_mcp
+
+    return await start_mcp(settings, agent.registry, agent.engine, agent.engine.emit,
+                           workspace=agent.workspace, log_dir=agent.tool_context.tool_results_dir.parent)

@@ -19,7 +19,7 @@ def run_cli_headless(argv: list[str], at_first_frame: Callable[[Any], None]) -> 
     """``app.cli.main(argv)`` with the dashboard headless; ``at_first_frame(app)`` once it is drawn."""
     from textual.app import App
 
-    import app.tui as tui
+    import app.dashboard.app as tui
 
     original_display = App._display
     original_run = App.run

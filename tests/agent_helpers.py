@@ -6,8 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from app.config import load_settings
-from app.events import Event
-from app.runtime import build_agent
+from app.describe import describe, legacy_notice
+from app.events import Event, NoticeEvent
+from app.runtime import build_agent, build_session
 
 TEST_KEY = "sk-test-fake-key-0123456789"
 
@@ -21,10 +22,34 @@ class EventLog(list):
     def of(self, kind: str) -> list[Any]:
         return [e for e in self if e.type == kind]
 
+    def notices(self) -> list[NoticeEvent]:
+        """The notice lines stream-json prints after typed events (worded by app.describe)."""
+        out = []
+        for event in self:
+            notice = legacy_notice(event)
+            if notice is not None:
+                out.append(NoticeEvent(level=notice[0], text=notice[1]))
+        return out
 
-def make_agent(fake_llm, tmp_path: Path, monkeypatch, *, provider: str = "openai", cwd: Path | None = None,
-               **overrides: Any):
-    """A real agent on ``provider`` talking to the fake server; returns (agent, events)."""
+    def lines(self) -> list[str]:
+        """Every engine line a surface shows, in order."""
+        return [line.text for line in map(describe, self) if line is not None]
+
+
+def make_session(fake_llm, tmp_path: Path, monkeypatch, *, provider: str = "openai", approvals: bool = True,
+                 **overrides: Any):
+    """A real session (runtime wiring) on ``provider`` talking to the fake server; returns (session, events)."""
+    settings = _settings(fake_llm, tmp_path, monkeypatch, provider, overrides)
+    workdir = tmp_path / "work"
+    workdir.mkdir(parents=True, exist_ok=True)
+    session = build_session(settings, approvals=approvals, cwd=workdir)
+    session.agent.options.retry_base_delay = 0.0
+    events = EventLog()
+    session.subscribe(events)
+    return session, events
+
+
+def _settings(fake_llm, tmp_path: Path, monkeypatch, provider: str, overrides: dict[str, Any]):
     monkeypatch.setenv("TIDEGAUGE_CONFIG_DIR", str(tmp_path / "config"))
     for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "DEEPSEEK_API_KEY"):
         monkeypatch.delenv(name, raising=False)
@@ -38,6 +63,13 @@ def make_agent(fake_llm, tmp_path: Path, monkeypatch, *, provider: str = "openai
         "max_retries": overrides.pop("max_retries", 2),
         **overrides,
     })
+    return settings
+
+
+def make_agent(fake_llm, tmp_path: Path, monkeypatch, *, provider: str = "openai", cwd: Path | None = None,
+               **overrides: Any):
+    """A real agent on ``provider`` talking to the fake server; returns (agent, events)."""
+    settings = _settings(fake_llm, tmp_path, monkeypatch, provider, overrides)
     workdir = cwd or (tmp_path / "work")
     workdir.mkdir(parents=True, exist_ok=True)
     events = EventLog()

@@ -374,6 +374,84 @@ def raw_sse(data: bytes, *, sizes: list[int] | None = None) -> Reply:
     return Reply(events=[data] if data else [], chunk_sizes=sizes)
 
 
+# Anthropic prompt caching ---------------------------------------------------
+
+class AnthropicPromptCache:
+    """Anthropic's prefix caching, as documented, for usage figures that follow the breakpoints.
+
+    The prompt is the sequence of blocks tools, system, messages (each content block one
+    block; a string content one block). A block with ``cache_control`` is a breakpoint.
+    A request reads from the cache the longest prefix that ends at a position whose whole
+    prefix was written before, looking back from each breakpoint up to ``lookback`` blocks;
+    it writes the prefix ending at each breakpoint past what it read. Prefixes under
+    ``min_tokens`` are never cached. Tokens are counted as ceil(chars/4) of each block's
+    JSON without its ``cache_control`` (deterministic, roughly tokenizer-sized). No TTL:
+    a scripted session runs well inside five minutes.
+
+    ``usage(body)`` -> dict(input=, cache_read=, cache_write=) for the reply builders.
+    """
+
+    def __init__(self, *, min_tokens: int = 1024, lookback: int = 20) -> None:
+        self.min_tokens = min_tokens
+        self.lookback = lookback
+        self._stored: dict[str, int] = {}  # prefix hash -> tokens of that prefix
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _blocks(body: dict[str, Any]) -> list[dict[str, Any]]:
+        blocks: list[dict[str, Any]] = list(body.get("tools") or [])
+        system = body.get("system")
+        if isinstance(system, str) and system:
+            blocks.append({"type": "text", "text": system})
+        elif isinstance(system, list):
+            blocks.extend(system)
+        for message in body.get("messages") or []:
+            content = message.get("content")
+            if isinstance(content, str):
+                blocks.append({"type": "text", "text": content, "role": message.get("role")})
+            else:
+                first = True
+                for block in content or []:
+                    # the role is part of the prefix: the same block in another role is another prompt
+                    blocks.append({**block, "role": message.get("role")} if first else block)
+                    first = False
+        return blocks
+
+    def usage(self, body: dict[str, Any]) -> dict[str, int]:
+        import hashlib
+
+        blocks = self._blocks(body)
+        hashes: list[str] = []
+        tokens: list[int] = []
+        digest = hashlib.sha256()
+        total = 0
+        breakpoints: list[int] = []
+        for position, block in enumerate(blocks):
+            if "cache_control" in block:
+                breakpoints.append(position)
+            plain = {k: v for k, v in block.items() if k != "cache_control"}
+            text = json.dumps(plain, sort_keys=True, ensure_ascii=False)
+            digest.update(text.encode("utf-8"))
+            hashes.append(digest.copy().hexdigest())
+            total += -(-len(text) // 4)
+            tokens.append(total)
+        with self._lock:
+            read_at = -1
+            for bp in breakpoints:
+                for position in range(bp, max(-1, bp - self.lookback - 1), -1):
+                    if hashes[position] in self._stored:
+                        read_at = max(read_at, position)
+                        break
+            read = tokens[read_at] if read_at >= 0 else 0
+            written_to = read_at
+            for bp in breakpoints:
+                if bp > read_at and tokens[bp] >= self.min_tokens:
+                    self._stored[hashes[bp]] = tokens[bp]
+                    written_to = max(written_to, bp)
+            write = (tokens[written_to] - read) if written_to > read_at else 0
+        return {"input": total - read - write, "cache_read": read, "cache_write": write}
+
+
 # ---- the server ----
 
 class RecordedRequest(NamedTuple):

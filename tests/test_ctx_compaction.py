@@ -141,6 +141,16 @@ def test_second_compaction_carries_the_quoted_words_forward() -> None:
     assert second.count(SUMMARY_INTRO) == 1
 
 
+def test_words_merged_into_a_summary_message_are_quoted_by_the_next_summary() -> None:
+    """A prompt typed right after a compaction joins the summary message (roles alternate):
+    it is the user's latest request and the next summary must quote it."""
+    [summary] = build_summary_history("S1", [Message.user("summarize the project")])
+    merged = summary.copy_with([*summary.content, TextBlock(text="flood")])
+    history = [merged, *tool_round(1, 30)]
+    recent = build_summary_history("S2", history)[0].text.split(RECENT_INTRO, 1)[1]
+    assert recent.index("summarize the project") < recent.index("flood")
+
+
 def test_summary_history_without_user_words() -> None:
     text = build_summary_history("S", [])[0].text
     assert RECENT_INTRO not in text and text.endswith(SUMMARY_OUTRO)

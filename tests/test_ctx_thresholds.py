@@ -72,7 +72,7 @@ def test_context_windows_by_prefix() -> None:
     assert context_window_for("claude-opus-4-1") == 200_000
     assert context_window_for("gpt-4.1-mini") == 1_047_576
     assert context_window_for("gpt-4o-2024-08-06") == 128_000
-    assert context_window_for("gpt-5-mini") == 400_000
+    assert context_window_for("gpt-5-mini") == 272_000  # 400K in all, input capped at 272K
     assert context_window_for("o4-mini") == 200_000
     assert context_window_for("deepseek-chat") == 128_000
     assert context_window_for("openai/gpt-4o") == 128_000

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from app.config import load_settings
 from app.context.compaction import build_compaction_request, build_summary_history
 from app.context.engine import ContextEngine, EngineConfig
 from app.context.memory import MemoryBundle
@@ -21,8 +22,17 @@ from app.context.overflow import DROPPED_NOTE
 from app.context.summarizer import extractive_summary
 from app.context.thresholds import compute_thresholds
 from app.context.tokens import count_tokens, estimate_message, estimate_tools
-from app.demo_workspace import LOG_ERROR_LINE, create_demo_workspace, project_files
-from app.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from app.demo.provider import DemoProvider
+from app.demo.scenarios import SCENARIOS, banner_text, pick_scenario
+from app.demo.tools import UNTRUNCATED_BASH, UntruncatedBashTool
+from app.demo.workspace import LOG_ERROR_LINE, create_demo_workspace, project_files
+from app.messages import (
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from app.providers.base import (
     Completed,
     ContextTooLongError,
@@ -32,8 +42,8 @@ from app.providers.base import (
     ToolCallDelta,
     ToolCallStart,
 )
-from app.providers.demo import DemoProvider
-from app.providers.factory import create_provider
+from app.providers.factory import default_key_env, provider_plugin
+from app.providers.plugin import PluginContext
 from app.providers.too_long import parse_too_long
 from app.tools.base import ToolContext
 from app.tools.registry import ToolRegistry, default_registry
@@ -46,13 +56,20 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return create_demo_workspace(tmp_path_factory.mktemp("demo") / "workspace")
 
 
+def demo_registry() -> ToolRegistry:
+    """The registry a demo session has: the built-in tools plus the plug-in's untruncated one."""
+    registry = default_registry()
+    registry.register(UntruncatedBashTool(), max_output=0)
+    return registry
+
+
 @dataclass
 class Driver:
     """Plays the agent's part: request in, stream out, tools run, results appended."""
 
     workspace: Path
     results_dir: Path
-    registry: ToolRegistry = field(default_factory=default_registry)
+    registry: ToolRegistry = field(default_factory=demo_registry)
     history: list[Message] = field(default_factory=list)
     calls: list[ToolUseBlock] = field(default_factory=list)
 
@@ -86,7 +103,7 @@ class Driver:
         raise AssertionError("the demo never finished")
 
     def fresh(self) -> DemoProvider:
-        return DemoProvider(speed=0, registry=self.registry)
+        return DemoProvider(speed=0)
 
 
 async def collect(provider: DemoProvider, request: ModelRequest) -> Completed:
@@ -156,7 +173,7 @@ async def test_summarize_carries_on_after_an_auto_compaction(workspace: Path, tm
     """Compact (with the demo's own summary, through the compaction request) once the
     request crosses a line, like the engine does, and check the demo picks up where it was."""
     driver = Driver(workspace, tmp_path / "tool-results")
-    provider = DemoProvider(speed=0, registry=driver.registry)
+    provider = DemoProvider(speed=0)
     line = 12_000
     driver.history.append(Message.user("summarize the project"))
     compactions = 0
@@ -181,32 +198,51 @@ async def test_summarize_carries_on_after_an_auto_compaction(workspace: Path, tm
     final = driver.history[-1].text
     assert "before the context was compacted" in final
     # A module read before the compaction is still described, from the summary.
-    early = next(p for p in read_before if p.endswith("models.py") or p.endswith("errors.py"))
+    early = next(p for p in read_before if p.endswith(("models.py", "errors.py")))
     assert f"`{early}`" in final
 
 
 # ---- scenario 3: flood ----
 
-async def test_flood_suspends_truncation_for_its_cat_only(workspace: Path, tmp_path: Path) -> None:
+async def test_flood_cats_through_the_untruncated_tool_and_every_other_call_stays_truncated(
+        workspace: Path, tmp_path: Path) -> None:
     driver = Driver(workspace, tmp_path / "tool-results")
     driver.history.append(Message.user("flood"))
-    provider = DemoProvider(speed=0, registry=driver.registry)
+    provider = DemoProvider(speed=0)
     for _ in range(3):
         completed = await collect(provider, driver.request())
         uses = completed.message.tool_uses
         driver.history.append(completed.message)
-        if uses[0].name == "run_bash":
+        if uses[0].name != "read_file":
             break
         await_results = [ToolResultBlock(tool_use_id=u.id, content="(read)") for u in uses]
         driver.history.append(Message(role="user", content=await_results))
-    assert uses[0].input == {"command": "cat app.log"}
-    # The next registry run is untruncated; the one after is truncated again.
-    driver.ctx.call_id = "probe1"
-    untruncated = await driver.registry.run("run_bash", {"command": "head -c 60000 app.log"}, driver.ctx)
-    driver.ctx.call_id = "probe2"
-    truncated = await driver.registry.run("run_bash", {"command": "head -c 60000 app.log"}, driver.ctx)
-    assert not untruncated.truncated and untruncated.original_chars >= 60_000
-    assert truncated.truncated
+    assert (uses[0].name, uses[0].input) == (UNTRUNCATED_BASH, {"command": "cat app.log"})
+    # That tool's results are never cut; run_bash's still are, before and after it ran.
+    probe = {"command": "head -c 60000 app.log"}
+    runs = []
+    for index, name in enumerate(("run_bash", UNTRUNCATED_BASH, UNTRUNCATED_BASH, "run_bash")):
+        driver.ctx.call_id = f"probe{index}"
+        runs.append(await driver.registry.run(name, probe, driver.ctx))
+    assert [run.truncated for run in runs] == [True, False, False, True]
+    assert runs[1].original_chars >= 60_000 and len(runs[1].content) >= 60_000
+
+
+async def test_flood_without_the_untruncated_tool_says_the_registry_cut_applies(workspace: Path) -> None:
+    """A session that lacks the plug-in's tool: the model uses run_bash and does not claim truncation was off."""
+    history = [Message.user("flood")]
+    tools = [spec for spec in default_registry().specs()]
+    reads = 0
+    while True:
+        completed = await collect(DemoProvider(speed=0), ModelRequest(system=SYSTEM, messages=history, tools=tools))
+        [use] = completed.message.tool_uses
+        if use.name != "read_file":
+            break
+        reads += 1
+        history += [completed.message,
+                    Message(role="user", content=[ToolResultBlock(tool_use_id=use.id, content="(read)")])]
+    assert reads and (use.name, use.input) == ("run_bash", {"command": "cat app.log"})
+    assert f"no `{UNTRUNCATED_BASH}` tool" in completed.message.text
 
 
 async def test_over_window_request_is_rejected_like_a_server() -> None:
@@ -230,7 +266,7 @@ async def test_flood_shows_the_cut_and_the_overflow_recovery(workspace: Path, tm
     """The whole story with the real context engine making its two moves: the cut
     before sending, then dropping the oldest rounds after the server's rejection."""
     driver = Driver(workspace, tmp_path / "tool-results")
-    provider = DemoProvider(speed=0, registry=driver.registry)
+    provider = DemoProvider(speed=0)
     events = []
     engine = ContextEngine(system_prompt=SYSTEM, memory=MemoryBundle(), tools=driver.registry.specs(),
                            config=EngineConfig(window=DemoProvider.DEFAULT_WINDOW, budget=DemoProvider.DEFAULT_BUDGET),
@@ -306,7 +342,7 @@ async def test_compaction_focus_reaches_the_summary() -> None:
 async def test_usage_is_the_tiktoken_count_of_the_request_with_the_prefix_cached(workspace: Path,
                                                                              tmp_path: Path) -> None:
     driver = Driver(workspace, tmp_path / "tool-results")
-    provider = DemoProvider(speed=0, registry=driver.registry)
+    provider = DemoProvider(speed=0)
     driver.history.append(Message.user("summarize the project"))
 
     def expected_total() -> int:
@@ -374,13 +410,25 @@ async def test_speed_paces_the_stream() -> None:
     assert sum(slept) == pytest.approx(final.usage.output_tokens / 40, rel=0.02)
 
 
-async def test_menu_lists_the_scenarios() -> None:
+async def test_menu_and_banner_list_every_scenario_and_each_prompt_picks_its_own() -> None:
     final = await collect(DemoProvider(speed=0),
                           ModelRequest(system=SYSTEM, messages=[Message.user("hello there")], tools=[]))
     text = final.message.text
-    for scenario in ("find errors in app.log", "summarize the project", "flood", "what did I ask first?"):
-        assert scenario in text
     assert final.message.tool_uses == []
+    assert DemoProvider().banner == banner_text()
+    assert len(SCENARIOS) == 4
+    for name, scenario in SCENARIOS.items():
+        assert f"**{scenario.prompt}**" in text
+        assert scenario.prompt in banner_text()
+        assert pick_scenario(scenario.prompt) == name
+    assert "what did I ask first?" in banner_text()  # the one the first banner left out
+
+
+async def test_recall_as_the_first_request_says_there_is_nothing_earlier() -> None:
+    final = await collect(DemoProvider(speed=0),
+                          ModelRequest(system=SYSTEM, messages=[Message.user("what did I ask first?")], tools=[]))
+    assert "first thing you've asked" in final.message.text
+    assert "Your first request was" not in final.message.text
 
 
 async def test_recall_after_compaction_quotes_the_first_request() -> None:
@@ -403,12 +451,27 @@ async def test_the_task_note_of_an_overflow_drop_is_not_taken_for_a_request(work
     assert final.message.tool_uses[0].input == {"command": "cat app.log"}
 
 
-def test_factory_builds_it_with_the_runtime_options() -> None:
-    registry = default_registry()
-    provider = create_provider("demo", None, None, None, speed=0, registry=registry,
-                               timeout_connect=5.0, timeout_read=60.0)
-    assert isinstance(provider, DemoProvider)
+def test_the_plug_in_gives_its_provider_workspace_limits_and_untruncated_tool(tmp_path: Path) -> None:
+    settings = load_settings({"provider": "demo", "demo_speed": 0, "data_dir": str(tmp_path / "data")})
+    plugin = provider_plugin("demo")
+    assert plugin is not None and default_key_env("demo") == ""
+    setup = plugin.setup(PluginContext(settings=settings, session_dir=tmp_path / "session",
+                                       data_dir=settings.data_dir_path))
+    provider = setup.provider
+    assert isinstance(provider, DemoProvider) and provider.speed == 0
     assert (provider.name, provider.label, provider.model) == ("demo", "demo (scripted model)", "demo-scripted")
-    assert provider.window == DemoProvider.DEFAULT_WINDOW and provider.registry is registry
+    assert provider.banner == banner_text()
+    assert setup.workspace == tmp_path / "session" / "workspace" and (setup.workspace / "app.log").is_file()
+    assert provider.window == setup.default_window == DemoProvider.DEFAULT_WINDOW
+    assert setup.default_budget == DemoProvider.DEFAULT_BUDGET
+    [extra] = setup.tools
+    assert (extra.tool.spec.name, extra.max_output, extra.tool.mutating) == (UNTRUNCATED_BASH, 0, True)
     t = compute_thresholds(DemoProvider.DEFAULT_WINDOW, DemoProvider.DEFAULT_BUDGET, 8_000)
     assert (t.warning_line, t.auto_compact_line) == (15_000, 20_000)
+
+
+def test_the_window_the_user_gives_is_the_one_the_scripted_server_enforces(tmp_path: Path) -> None:
+    settings = load_settings({"provider": "demo", "window": 30_000, "data_dir": str(tmp_path / "data")})
+    setup = provider_plugin("demo").setup(PluginContext(settings=settings, session_dir=tmp_path / "s",
+                                                        data_dir=settings.data_dir_path))
+    assert setup.provider.window == 30_000

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from app.demo_workspace import LOG_ERROR_LINE, create_demo_workspace, project_files
+from app.demo.workspace import LOG_ERROR_LINE, create_demo_workspace, project_files
 
 
 def test_app_log_has_300001_lines_with_the_error_last(tmp_path: Path) -> None:
@@ -49,7 +49,7 @@ def test_project_has_modules_memory_file_and_passing_tests(tmp_path: Path) -> No
 
 
 def test_log_cache_is_written_once_and_linked_into_each_workspace(tmp_path):
-    from app.demo_workspace import LOG_ERROR_LINE, create_demo_workspace
+    from app.demo.workspace import LOG_ERROR_LINE, create_demo_workspace
 
     cache = tmp_path / "cache"
     first = create_demo_workspace(tmp_path / "s1", log_cache=cache)

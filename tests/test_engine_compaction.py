@@ -110,7 +110,7 @@ async def test_budget_crossing_compacts_before_the_next_request(fake_llm, tmp_pa
     assert (ev.trigger, ev.ok, ev.messages_before, ev.messages_after) == ("auto", True, 3, 1)
     assert 0 < ev.tokens_after < ev.tokens_before
     assert ev.tokens_before >= agent.engine.thresholds.auto_compact_line
-    assert any(n.text.startswith("context compacted: 3 messages → 1 summary") for n in events.of("notice"))
+    assert any(n.text.startswith("context compacted: 3 messages → 1 summary") for n in events.notices())
     usage = events.of("usage")
     assert [u.agent for u in usage] == ["main", "compact", "main"]
 
@@ -130,7 +130,8 @@ async def test_instruction_goes_in_its_own_user_message_when_history_ends_with_t
         fake_llm, tmp_path, monkeypatch, provider):
     """Manual compaction after a finished turn: the history ends with the assistant's answer."""
     agent, events = make_agent(fake_llm, tmp_path, monkeypatch, provider=provider)
-    fake_llm.enqueue(text_reply(provider, "hello"), text_reply(provider, summary_text("M")))
+    # an answer longer than the summary: a summary that does not shrink the context fails
+    fake_llm.enqueue(text_reply(provider, "hello " + "and welcome aboard " * 100), text_reply(provider, summary_text("M")))
     await agent.run_turn("say hello")
     event = await agent.compact("the greeting")
     assert event.ok and event.trigger == "manual"
@@ -219,8 +220,8 @@ async def test_failed_auto_compaction_leaves_history_untouched(fake_llm, tmp_pat
     assert (ev.trigger, ev.ok, ev.messages_before, ev.messages_after) == ("auto", False, 3, 3)
     assert ev.tokens_after == ev.tokens_before
     assert FAILURE_REASONS[kind] in (ev.reason or "").lower()
-    assert any("compaction failed" in n.text and n.level == "error" for n in events.of("notice"))
-    assert not any("context compacted" in n.text for n in events.of("notice"))
+    assert any("compaction failed" in n.text and n.level == "error" for n in events.notices())
+    assert not any("context compacted" in n.text for n in events.notices())
     assert next_request_problems(agent.history) == []
     await agent.aclose()
 
@@ -273,6 +274,14 @@ def _turn_replies(provider: str, fake, compaction_reply=None) -> None:
     fake.enqueue(counted(provider, lambda u: text_reply(provider, "ok", usage=u)))
 
 
+def _seed_long_answer(agent) -> None:
+    """An earlier exchange whose long answer a summary can shrink (the user's own words it keeps verbatim)."""
+    from app.messages import Message
+
+    agent.engine.append(Message.user("describe the data"))
+    agent.engine.append(Message.assistant_text(" ".join(f"w{i % 89}" for i in range(1_400))))
+
+
 def _big_task(n_words: int) -> str:
     words = " ".join(f"w{i % 89}" for i in range(n_words))
     return f"Here is my long task description: {words}"
@@ -289,10 +298,11 @@ async def test_three_auto_failures_pause_auto_compaction_until_the_cooldown(fake
     def compactions_sent() -> int:
         return len(compaction_bodies(fake_llm))
 
-    # Every turn is over budget (the task alone weighs ~1,500 tokens) and every compaction fails.
+    # Every turn is over budget (a long earlier answer weighs ~1,500 tokens) and every compaction fails.
+    _seed_long_answer(agent)
     for turn in range(1, 4):
         _turn_replies(provider, fake_llm, server_error(provider))
-        result = await agent.run_turn(_big_task(1_400) if turn == 1 else f"turn {turn}")
+        result = await agent.run_turn(f"turn {turn}")
         assert result.stop_reason == "end_turn"
         assert compactions_sent() == turn
     breaker = events.of("breaker")
@@ -304,7 +314,7 @@ async def test_three_auto_failures_pause_auto_compaction_until_the_cooldown(fake
     requests_before = len(fake_llm.requests)
     await agent.run_turn("turn 4")
     assert len(fake_llm.requests) == requests_before + 1 and compactions_sent() == 3
-    assert any("auto-compaction paused" in n.text for n in events.of("notice"))
+    assert any("auto-compaction paused" in n.text for n in events.notices())
     assert agent.context_event().projected_tokens >= agent.engine.thresholds.auto_compact_line
 
     # A manual compaction always runs, even while paused (and its failure does not count).
@@ -341,9 +351,10 @@ async def test_three_auto_failures_pause_auto_compaction_until_the_cooldown(fake
 async def test_manual_compaction_while_paused_succeeds_and_closes_the_breaker(fake_llm, tmp_path, monkeypatch,
                                                                               provider):
     agent, events = make_agent(fake_llm, tmp_path, monkeypatch, provider=provider, max_retries=0, **SMALL)
+    _seed_long_answer(agent)
     for turn in range(1, 4):
         _turn_replies(provider, fake_llm, server_error(provider))
-        await agent.run_turn(_big_task(1_400) if turn == 1 else f"turn {turn}")
+        await agent.run_turn(f"turn {turn}")
     assert agent.engine.breaker.paused
     fake_llm.enqueue(text_reply(provider, summary_text("manual")))
     event = await agent.compact()
@@ -426,6 +437,6 @@ async def test_the_pause_is_said_once_not_before_every_request(fake_llm, tmp_pat
     await agent.run_turn("read a.txt three times")
     assert len(fake_llm.requests) == requests_before + 4 and len(compaction_bodies(fake_llm)) == 3
     assert all(e.level != "ok" for e in events.of("context")[-3:])  # over the line all along
-    paused_lines = [n for n in events.of("notice") if "auto-compaction paused" in n.text]
+    paused_lines = [n for n in events.notices() if "auto-compaction paused" in n.text]
     assert len(paused_lines) == 1
     await agent.aclose()

@@ -32,7 +32,7 @@ async def test_a_history_that_is_only_a_summary_is_not_compacted_again(fake_llm,
     agent, events = make_agent(fake_llm, tmp_path, monkeypatch, budget=300, window=20_000)
     fake_llm.enqueue(text_reply("openai", summary_text("S") + " detail" * 400))
     agent.engine.append(Message.user("first task " * 50))
-    agent.engine.append(Message.assistant_text("working on it " * 50))
+    agent.engine.append(Message.assistant_text("working on it " * 400))  # bigger than the summary
     agent.engine.append(Message(role="user", content=[TextBlock(text="go on")]))
     compacted = await agent.compact()
     assert compacted.ok and len(agent.history) == 1

@@ -68,7 +68,7 @@ async def test_too_long_main_request_drops_the_oldest_rounds_and_retries(fake_ll
     ev = reactive[0]
     assert ev.ok and ev.messages_before == 9 and ev.messages_after == 5
     assert ev.tokens_after < ev.tokens_before
-    assert any("prompt too long" in n.text and f"{gap[0]:,} tokens over" in n.text for n in events.of("notice"))
+    assert any("prompt too long" in n.text and f"{gap[0]:,} tokens over" in n.text for n in events.notices())
     assert next_request_problems(agent.history) == []
     # the dropped rounds stay in the transcript on disk
     on_disk = transcript_text(tmp_path)

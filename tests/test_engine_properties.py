@@ -107,11 +107,18 @@ async def _run_example(server: FakeLLMServer, agent, provider: str, ops: list) -
                 assert result.stop_reason == "end_turn", result
                 assert agent.history[-1].role == "assistant"
             elif op == "compact_ok":
-                script.compaction.append(text_reply(provider, summary_text(f"step{step}")))
+                summary = summary_text(f"step{step}")
+                script.compaction.append(text_reply(provider, summary))
+                # a summary that would not make the context smaller is a failed compaction
+                shrinks = bool(before) and (agent.engine.estimate_with_summary(summary)
+                                            < agent.engine.estimate_request(agent.history))
                 outcome = await agent.compact()
-                assert outcome.ok == bool(before)
-                if before:
+                assert outcome.ok == shrinks
+                if shrinks:
                     assert len(agent.history) == 1 and f"summary-step{step}" in agent.history[0].text
+                else:
+                    assert dump(agent.history) == before
+                    assert before == [] or "smaller" in (outcome.reason or "")
                 event(f"compact_ok ok={outcome.ok}")
             elif op == "compact_fail":
                 script.compaction.extend([_failure(provider, arg)] * 4)

@@ -189,6 +189,6 @@ async def test_a_result_that_would_cross_the_blocking_line_is_cut_before_sending
     assert log in saved  # the whole output on disk
     tool_event = events.of("tool_result")[0]
     assert tool_event.truncated and tool_event.kept_chars == len(output)
-    assert any("blocking line" in n.text for n in events.of("notice"))
+    assert any("blocking line" in n.text for n in events.notices())
     assert not events.of("compaction")
     await agent.aclose()

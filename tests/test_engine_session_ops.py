@@ -67,7 +67,7 @@ async def test_reset_clears_history_and_live_accounting_but_keeps_ledger_and_fil
     assert transcript_path(tmp_path).is_file()
     assert len(transcript_messages(tmp_path)) >= messages_on_disk
     assert any("BEGIN big" in str(m.model_dump()) for m in transcript_messages(tmp_path))
-    assert any("reset" in n.text for n in events.of("notice"))
+    assert any("reset" in n.text for n in events.notices())
 
     # the next request starts from nothing but the new message
     fake_llm.enqueue(text_reply(provider, "fresh start"))

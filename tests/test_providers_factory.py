@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from app.providers.anthropic import AnthropicProvider
-from app.providers.factory import create_provider, default_key_env
+from app.providers.factory import (
+    PROVIDER_NAMES,
+    PROVIDER_PLUGINS,
+    create_provider,
+    default_key_env,
+    provider_plugin,
+)
 from app.providers.openai import OpenAIProvider
 
 
@@ -56,7 +62,18 @@ def test_key_environment_variables() -> None:
         default_key_env("nope")
 
 
-def test_demo_is_built_lazily_with_its_options() -> None:
-    demo = pytest.importorskip("app.providers.demo")
-    provider = create_provider("demo", None, None, None, speed=0)
-    assert isinstance(provider, demo.DemoProvider) and provider.name == "demo"
+def test_a_plug_in_is_named_by_module_and_attribute_and_loaded_only_when_chosen() -> None:
+    assert "demo" in PROVIDER_NAMES and PROVIDER_PLUGINS["demo"] == "app.demo.plugin:DEMO_PLUGIN"
+    assert provider_plugin("openai") is None  # built-in: no plug-in
+    from app.demo.plugin import DEMO_PLUGIN
+
+    assert provider_plugin("demo") is DEMO_PLUGIN
+    with pytest.raises(ValueError, match="plug-in"):
+        create_provider("demo", None, None, None)  # plug-ins are opened with their session
+
+
+def test_every_real_provider_is_labelled_by_name_and_model_and_has_no_banner() -> None:
+    for name in ("openai", "deepseek", "anthropic"):
+        provider = create_provider(name, "some-model", None, "k")
+        assert provider.label == f"{name} · some-model"
+        assert provider.banner is None

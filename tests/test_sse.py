@@ -60,9 +60,16 @@ def test_an_event_with_no_data_is_not_dispatched() -> None:
     assert decode_sse([b"event: ping\n\nevent: x\ndata:\n\n"]) == [SSEEvent("x", "")]
 
 
-def test_last_event_without_blank_line_still_counts_but_a_partial_line_does_not() -> None:
+def test_last_event_without_blank_line_still_counts() -> None:
     assert decode_sse([b"data: [DONE]\n"]) == [SSEEvent("message", "[DONE]")]
-    assert decode_sse([b'data: {"a": 1}\n\ndata: {"cut mid-li']) == [SSEEvent("message", '{"a": 1}')]
+
+
+def test_a_last_line_without_newline_is_dispatched_marked_unterminated() -> None:
+    # the SDKs accept a final event with no newline at EOF; whether it is whole (it parses)
+    # or cut mid-line is for the assembler to judge, so the decoder says which it was
+    assert decode_sse([b'data: {"a": 1}\n\ndata: {"cut mid-li']) == [
+        SSEEvent("message", '{"a": 1}'), SSEEvent("message", '{"cut mid-li', unterminated=True)]
+    assert decode_sse([b"event: message_stop\ndata: {}"]) == [SSEEvent("message_stop", "{}", unterminated=True)]
 
 
 def test_byte_order_mark_at_start_is_skipped() -> None:

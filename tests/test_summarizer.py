@@ -137,6 +137,17 @@ def test_a_second_compaction_carries_the_first_summarys_facts_forward() -> None:
     assert list(facts.files_read) == ["inventory/models.py", "inventory/storage.py"]
 
 
+def test_an_empty_sections_placeholder_is_not_carried_as_a_fact() -> None:
+    """No requirements and no error lines: a second summary still has none (the
+    first one's "None stated." is a placeholder, not something the user said)."""
+    first = [Message.user("list the files"), Message.assistant_text("Done.")]
+    facts = parse_summary(extractive_summary(first))
+    assert facts is not None and facts.preferences == [] and facts.findings == []
+    compacted = build_summary_history(extractive_summary(first), first)
+    second = extractive_summary(compacted + [Message.assistant_text("ok")])
+    assert second.split(H_PREFS)[1].count("- ") == 1  # one placeholder line, not the old one carried too
+
+
 def test_an_earlier_summary_in_another_format_is_carried_as_text() -> None:
     llm_summary = "The user wants the import fixed. I found that Sku parsing fails on lower case."
     compacted = build_summary_history(llm_summary, [Message.user("fix the import")])

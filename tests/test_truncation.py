@@ -134,13 +134,28 @@ async def test_max_output_zero_disables_truncation(tmp_path: Path) -> None:
     assert run.content == "z" * 100_000 and not run.truncated
 
 
-async def test_suspend_truncation_applies_to_exactly_one_call(tmp_path: Path) -> None:
+class LoudEchoTool(EchoTool):
+    """The same echo under another name: a second tool with a limit of its own."""
+
+    spec = ToolSpec(name="loud_echo", description="echo", input_schema=EchoTool.spec.input_schema)
+
+
+@pytest.mark.parametrize("own_limit", [0, 400])
+async def test_a_tool_registered_with_its_own_limit_keeps_it_the_others_keep_the_registrys(
+    tmp_path: Path, own_limit: int
+) -> None:
     registry = echo_registry(100)
-    registry.suspend_truncation_once()
-    first = await registry.run("echo", {"text": "q" * 1_000}, make_ctx(tmp_path, "c1"))
-    second = await registry.run("echo", {"text": "q" * 1_000}, make_ctx(tmp_path, "c2"))
-    assert not first.truncated and len(first.content) == 1_000
-    assert second.truncated and len(second.content) < 1_000
+    registry.register(LoudEchoTool(), max_output=own_limit)
+    text = "q" * 1_000
+    own = await registry.run("loud_echo", {"text": text}, make_ctx(tmp_path, "c1"))
+    again = await registry.run("loud_echo", {"text": text}, make_ctx(tmp_path, "c2"))
+    other = await registry.run("echo", {"text": text}, make_ctx(tmp_path, "c3"))
+    if own_limit == 0:  # never truncated, call after call
+        assert own.content == again.content == text and not own.truncated and not again.truncated
+    else:  # cut to its own limit: more kept than the registry's 100 would keep
+        assert own.truncated and again.truncated and own.kept_chars == again.kept_chars
+        assert other.kept_chars < own.kept_chars <= own_limit
+    assert other.truncated and len(other.content) < len(text)
 
 
 async def test_results_are_sanitized_before_the_model_sees_them(tmp_path: Path) -> None:

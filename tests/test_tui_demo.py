@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.config import load_settings
-from app.runtime import build_agent
-from app.tui import TidegaugeApp
+from app.dashboard.app import TidegaugeApp
+from dashboard_helpers import demo_app, settle
 from widgets.approval_screen import ApprovalScreen
 from widgets.assistant_message import AssistantMessage
 from widgets.engine_line import EngineLine
@@ -17,9 +16,7 @@ SIZE = (160, 50)
 
 
 def make_app(tmp_path: Path, **overrides) -> TidegaugeApp:
-    settings = load_settings({"provider": "demo", "demo_speed": 0, "data_dir": str(tmp_path / "data"), **overrides})
-    agent = build_agent(settings, cwd=tmp_path)
-    return TidegaugeApp(agent, auto_approve=settings.yes, cursor_blink=False)
+    return demo_app(tmp_path, **overrides)
 
 
 async def send(pilot, text: str) -> None:
@@ -47,12 +44,11 @@ async def test_demo_find_errors_then_expand_the_15mb_output_without_touching_the
         header = app.query_one(HeaderBar)
         assert header.provider_label.startswith("demo (scripted model)")
         await send(pilot, "find errors in app.log")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
+        await settle(pilot)
         panel = app.query_one(ToolOutputPanel)
         cat = [info for info in panel.calls.values() if info.truncated]
         assert cat and cat[0].original_chars > 10_000_000
-        history, context = history_dump(app.agent), app.agent.context_event()
+        history, context = history_dump(app.session.agent), app.session.agent.context_event()
 
         panel.select_call(cat[0].id)
         await pilot.press("ctrl+o")
@@ -62,16 +58,15 @@ async def test_demo_find_errors_then_expand_the_15mb_output_without_touching_the
         await pilot.press("ctrl+o")
         await pilot.pause()
         assert not panel.expanded
-        assert history_dump(app.agent) == history
-        assert app.agent.context_event() == context
+        assert history_dump(app.session.agent) == history
+        assert app.session.agent.context_event() == context
 
 
 async def test_demo_summarize_climbs_through_the_warning_line_into_an_auto_compaction(tmp_path: Path) -> None:
     app = make_app(tmp_path, yes=True)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, "summarize the project")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
+        await settle(pilot)
         kinds = [line.kind for line in app.conversation.query(EngineLine)]
         assert "warning" in kinds and "compaction" in kinds
         # every reply is drawn, also those that arrived in one burst (demo speed 0)
@@ -91,11 +86,11 @@ async def test_demo_approval_then_interrupt_leaves_a_valid_session(tmp_path: Pat
         await send(pilot, "find errors in app.log")
         await until(pilot, lambda: isinstance(app.screen, ApprovalScreen))
         app.action_interrupt()  # escape would answer the modal; interrupt the turn itself
-        await until(pilot, lambda: not app.busy)
+        await settle(pilot)
         await pilot.pause()
         assert not isinstance(app.screen, ApprovalScreen)
         assert not app.busy
-        history = app.agent.history
+        history = app.session.agent.history
         uses = {b.id for m in history for b in m.tool_uses}
         results = {b.tool_use_id for m in history for b in m.tool_results}
         assert uses == results  # every call answered (a synthetic "interrupted" result)
@@ -103,6 +98,5 @@ async def test_demo_approval_then_interrupt_leaves_a_valid_session(tmp_path: Pat
         await send(pilot, "find errors in app.log")
         await until(pilot, lambda: isinstance(app.screen, ApprovalScreen))
         await pilot.press("n")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
+        await settle(pilot)
         assert not app.busy

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from app.tui import TidegaugeApp
-from snapshot_apps.fake_agent import Ask, FakeAgent, compaction_steps, session_steps
+from app.dashboard.app import TidegaugeApp
+from snapshot_apps.fake_agent import Ask, FakeSession, compaction_steps, session_steps
 
 SIZE = (160, 50)
 # A fixed path: it is shown on screen, so it must not vary between runs.
@@ -29,7 +29,7 @@ def full_output_file() -> Path:
     return FULL_OUTPUT
 
 
-def make_app(**turns) -> tuple[TidegaugeApp, FakeAgent]:
+def make_app(**turns) -> tuple[TidegaugeApp, FakeSession]:
     steps = session_steps(str(FULL_OUTPUT))
     scripted = {
         "under": steps[:13],  # two tool calls, context well under the warning line
@@ -37,7 +37,7 @@ def make_app(**turns) -> tuple[TidegaugeApp, FakeAgent]:
         "compact": compaction_steps(),
         "approve": [Ask("run_bash", {"command": "rm -rf build && make"})],
     }
-    agent = FakeAgent(scripted)
+    agent = FakeSession(scripted)
     return TidegaugeApp(agent, cursor_blink=False), agent
 
 

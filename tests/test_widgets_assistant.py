@@ -6,7 +6,7 @@ import asyncio
 
 from textual.app import App
 
-from app.tui import CSS_FILE
+from app.dashboard.app import CSS_FILE
 from widgets.assistant_message import (
     FENCE_SPLIT_CHARS,
     FORCE_CHARS,

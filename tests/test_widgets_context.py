@@ -5,7 +5,7 @@ from __future__ import annotations
 from textual.app import App
 
 from app import events as ev
-from app.tui import CSS_FILE
+from app.dashboard.app import CSS_FILE
 from snapshot_apps.fake_agent import context
 from widgets.context_breakdown import ContextBreakdown
 from widgets.context_history import ContextHistory

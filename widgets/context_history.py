@@ -11,7 +11,7 @@ from textual.widget import Widget
 
 from widgets.gauge_bar import human_tokens
 
-PointKind = Literal["call", "compaction", "prune"]
+PointKind = Literal["call", "compaction", "prune", "reset"]
 EIGHTHS = " ▁▂▃▄▅▆▇█"
 GUTTER = 7  # y-axis labels
 
@@ -98,6 +98,7 @@ class ContextHistory(Widget):
             "call": style("history--bar"),
             "compaction": style("history--compaction"),
             "prune": style("history--prune"),
+            "reset": style("history--prune"),  # a reset is a drop like pruning's, drawn alike
         }
         warn_bar, compact_bar = style("history--bar-warning"), style("history--bar-compact")
         warn_line, compact_line_style = style("history--warning-line"), style("history--compact-line")

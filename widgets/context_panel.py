@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from textual import on
 from textual.containers import Horizontal, Vertical
 
 from widgets.context_breakdown import ContextBreakdown
 from widgets.context_history import ContextHistory, PointKind
 from widgets.gauge_bar import LEVEL_CLASSES, GaugeBar
+from widgets.session_messages import ChartPoint, ContextChanged, UsageRecorded
 
 if TYPE_CHECKING:  # app.events (pydantic models) is not needed to draw the first frame
     from app.events import ContextEvent
@@ -46,3 +48,21 @@ class ContextPanel(Vertical):
 
     def clear_history(self) -> None:
         self.query_one(ContextHistory).clear()
+
+    # ------------------------------------------------------- session messages
+
+    @on(ContextChanged)
+    def _on_context(self, message: ContextChanged) -> None:
+        self.update_context(message.event)
+
+    @on(ChartPoint)
+    def _on_point(self, message: ChartPoint) -> None:
+        self.add_point(message.event.tokens, message.event.kind)
+
+    @on(UsageRecorded)
+    def _on_usage(self, message: UsageRecorded) -> None:
+        usage = message.event
+        if usage.agent == "compact":  # compaction's own cost, shown apart
+            self.add_compaction_usage(
+                (usage.input_tokens or 0) + (usage.cache_read_tokens or 0) + (usage.cache_write_tokens or 0),
+                usage.output_tokens or 0)

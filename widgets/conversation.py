@@ -11,14 +11,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from textual import events
+from textual import events, on
 from textual.containers import VerticalScroll
 from textual.widget import Widget
 
 from widgets._literal import literal
 from widgets.engine_line import EngineLine
 from widgets.thinking_line import ThinkingLine
-from widgets.tool_call_line import TOOL_STYLE_KEYS, ToolCallInfo, ToolCallLine
+from app.describe import describe
+from widgets.session_messages import (
+    Deltas,
+    EngineSaid,
+    ReplyDone,
+    ResultCut,
+    SessionStarted,
+    ToolFinished,
+    ToolStarted,
+    TurnEnded,
+    UserSaid,
+)
+from widgets.tool_call_line import TOOL_STYLE_KEYS, ToolCallInfo, ToolCallLine, apply_cut, apply_result, info_from_start
 from widgets.user_prompt import UserPrompt
 
 if TYPE_CHECKING:
@@ -64,14 +76,14 @@ class Conversation(VerticalScroll, can_focus=True):
         *,
         max_mounted: int = 200,
         slack: int = 50,
-        batch: int = 50,
+        load_batch: int = 50,
         transcript_path: str | None = None,
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
         self.max_mounted = max_mounted
         self.slack = slack
-        self.batch = batch
+        self.load_batch = load_batch  # items re-created per scroll-back step
         self.transcript_path = transcript_path
         self.items: list[ConversationItem] = []
         self._start = 0  # mounted window is items[_start:_end]
@@ -264,7 +276,7 @@ class Conversation(VerticalScroll, can_focus=True):
             return
         self._loading = True
         try:
-            count = min(self.batch, self._start)
+            count = min(self.load_batch, self._start)
             first = self._start - count
             widgets = []
             for item in self.items[first : self._start]:
@@ -291,7 +303,7 @@ class Conversation(VerticalScroll, can_focus=True):
             return
         self._loading = True
         try:
-            last = min(len(self.items), self._end + self.batch)
+            last = min(len(self.items), self._end + self.load_batch)
             widgets = []
             for item in self.items[self._end : last]:
                 item.widget = self._make_widget(item)
@@ -333,3 +345,59 @@ class Conversation(VerticalScroll, can_focus=True):
             self.call_later(self.load_earlier)
         elif event.widget is self._below:
             self.call_later(self.jump_to_end)
+
+    # ------------------------------------------------------- session messages
+
+    @on(SessionStarted)
+    def _on_session(self, message: SessionStarted) -> None:
+        info = message.event
+        self.transcript_path = info.transcript_path
+        if info.banner and not info.resumed:
+            self.add_engine("info", info.banner)
+
+    @on(UserSaid)
+    def _on_user(self, message: UserSaid) -> None:
+        self.add_user(message.event.text)
+
+    @on(Deltas)
+    def _on_deltas(self, batch: Deltas) -> None:
+        text = batch.take()  # the bridge starts a new batch for the next delta
+        if batch.kind == "text_delta":
+            self.append_assistant(text)
+        else:
+            self.append_thinking(text)
+
+    @on(ReplyDone)
+    async def _on_reply(self, message: ReplyDone) -> None:
+        if not self.streaming_assistant and message.event.text:
+            self.add_assistant_text(message.event.text)  # restored, or a reply that was not streamed
+        await self.end_assistant()
+
+    @on(ToolStarted)
+    def _on_tool_start(self, message: ToolStarted) -> None:
+        self.add_tool(info_from_start(message.event))
+
+    @on(ToolFinished)
+    def _on_tool_result(self, message: ToolFinished) -> None:
+        event = message.event
+        item = self._tools.get(event.id)
+        info = item.tool if item is not None and item.tool is not None else ToolCallInfo(event.id, event.name, "")
+        apply_result(info, event)
+        self.update_tool(info)
+
+    @on(ResultCut)
+    def _on_result_cut(self, message: ResultCut) -> None:
+        item = self._tools.get(message.event.id)
+        if item is not None and item.tool is not None:
+            apply_cut(item.tool, message.event)
+            self.update_tool(item.tool)
+
+    @on(EngineSaid)
+    def _on_engine_line(self, message: EngineSaid) -> None:
+        line = describe(message.event)
+        if line is not None:
+            self.add_engine(line.kind, line.text)
+
+    @on(TurnEnded)
+    def _on_turn_end(self, _message: TurnEnded) -> None:
+        self.end_turn_streams()

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from rich.text import Text
+from textual import on
 from textual.reactive import reactive, var
 from textual.widget import Widget
 
 from widgets._literal import sanitize
+from widgets.session_messages import BreakerChanged, SessionStarted, StateChanged
 
 STATE_LABELS = {
+    "starting": "starting…",
     "idle": "idle",
     "streaming": "streaming",
     "tool": "running tool",
@@ -37,12 +40,58 @@ class HeaderBar(Widget):
     detail: reactive[str] = reactive("")
     step: reactive[int] = reactive(0)
     max_steps: reactive[int] = reactive(0)
-    tool_number: reactive[int] = reactive(0)
+    tool_name: reactive[str] = reactive("")
+    tool_index: reactive[int] = reactive(0)
+    tool_count: reactive[int] = reactive(0)
+    attempt: reactive[int] = reactive(0)
+    max_attempts: reactive[int] = reactive(0)
     breaker_paused = var(False, toggle_class="-paused")
     busy = var(False, toggle_class="-busy")
 
     def watch_state(self, state: str) -> None:
-        self.busy = state != "idle"
+        self.busy = state not in ("idle", "starting")
+
+    @on(SessionStarted)
+    def _on_session(self, message: SessionStarted) -> None:
+        info = message.event
+        self.provider_label = info.provider_label
+        self.cwd = info.workspace
+        self.session_id = info.session_id
+        self.max_steps = info.max_steps
+
+    @on(StateChanged)
+    def _on_state(self, message: StateChanged) -> None:
+        event = message.event
+        with self.app.batch_update():
+            self.state = event.state
+            self.detail = event.detail
+            self.step = event.step
+            self.max_steps = event.max_steps
+            self.tool_name = event.tool_name
+            self.tool_index = event.tool_index
+            self.tool_count = event.tool_count
+            self.attempt = event.attempt
+            self.max_attempts = event.max_attempts
+
+    @on(BreakerChanged)
+    def _on_breaker(self, message: BreakerChanged) -> None:
+        self.breaker_paused = message.event.paused
+
+    def state_text(self) -> str:
+        """The state in words, with the numbers the session gave (the same as every other surface's)."""
+        state = STATE_LABELS.get(self.state, self.state)
+        tool = sanitize(self.tool_name)
+        of = f" ({self.tool_index}/{self.tool_count})" if self.tool_count > 1 else ""
+        if self.state == "tool" and tool:
+            return f"running {tool}{of}"
+        if self.state == "waiting_approval" and tool:
+            return f"waiting for approval: {tool}{of}"
+        if self.state == "retrying" and self.max_attempts:
+            detail = f" {sanitize(self.detail)}" if self.detail else ""
+            return f"retry {self.attempt}/{self.max_attempts}{detail}"
+        if self.detail and self.state not in ("idle", "streaming"):
+            return f"{state}: {sanitize(self.detail)}"
+        return state
 
     def watch_breaker_paused(self, _paused: bool) -> None:
         self.refresh()
@@ -54,11 +103,7 @@ class HeaderBar(Widget):
         state_style = self.get_component_rich_style("header--state")
         paused = self.get_component_rich_style("header--paused")
 
-        state = STATE_LABELS.get(self.state, self.state)
-        if self.state == "tool" and self.tool_number:
-            state = f"running tool {self.tool_number}"
-        if self.detail and self.state not in ("idle", "streaming"):
-            state = f"{state}: {sanitize(self.detail)}"
+        state = self.state_text()
         right = Text(no_wrap=True, end="")
         right.append(f" {state} ", state_style)
         if self.breaker_paused:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.message import Message
 from textual.widget import Widget
 
 from widgets._literal import sanitize
+
+if TYPE_CHECKING:
+    from app.events import ResultCutEvent, ToolResultEvent, ToolStartEvent
 
 
 def human_chars(count: int) -> str:
@@ -42,6 +46,27 @@ class ToolCallInfo:
     duration_ms: float = 0.0
     full_output_path: str | None = None
     cut_before_send: bool = False
+
+
+def info_from_start(event: "ToolStartEvent") -> ToolCallInfo:
+    return ToolCallInfo(id=event.id, name=event.name, summary=event.summary)
+
+
+def apply_result(info: ToolCallInfo, event: "ToolResultEvent") -> None:
+    info.status = "interrupted" if event.interrupted else ("error" if event.is_error else "ok")
+    info.truncated = event.truncated
+    info.original_chars = event.original_chars
+    info.kept_chars = event.kept_chars
+    info.duration_ms = event.duration_ms
+    info.full_output_path = event.full_output_path
+
+
+def apply_cut(info: ToolCallInfo, event: "ResultCutEvent") -> None:
+    """The result was cut before sending (it alone would have crossed the blocking line)."""
+    info.cut_before_send = True
+    info.truncated = True
+    info.kept_chars = event.kept_chars
+    info.full_output_path = event.full_output_path or info.full_output_path
 
 
 STATUS_ICONS = {"running": "⋯", "ok": "✓", "error": "✗", "interrupted": "⏹"}

@@ -19,7 +19,8 @@ from textual.worker import Worker, WorkerState
 
 from widgets._literal import literal
 from widgets.output_viewer import OutputViewer, prepare_lines
-from widgets.tool_call_line import ToolCallInfo
+from widgets.session_messages import ResultCut, ToolFinished, ToolStarted
+from widgets.tool_call_line import ToolCallInfo, apply_cut, apply_result, info_from_start
 from widgets.tool_call_list import ToolCallList
 
 
@@ -92,6 +93,24 @@ class ToolOutputPanel(Vertical):
         self.tool_list.clear()
         self.viewer.set_lines([], 0)
         self.status_line.update(literal("no tool calls yet"))
+
+    @on(ToolStarted)
+    def _on_tool_start(self, message: ToolStarted) -> None:
+        self.add_call(info_from_start(message.event))
+
+    @on(ToolFinished)
+    def _on_tool_result(self, message: ToolFinished) -> None:
+        event = message.event
+        info = self.calls.get(event.id) or ToolCallInfo(event.id, event.name, "")
+        apply_result(info, event)
+        self.update_call(info, event.content)
+
+    @on(ResultCut)
+    def _on_result_cut(self, message: ResultCut) -> None:
+        info = self.calls.get(message.event.id)
+        if info is not None:
+            apply_cut(info, message.event)
+            self.update_call(info)
 
     @on(ToolCallList.Highlighted)
     def _on_highlight(self, event: ToolCallList.Highlighted) -> None:

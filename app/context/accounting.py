@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from app.messages import Message, ToolResultBlock, ToolSpec
 from app.usage import Usage
@@ -144,15 +144,32 @@ class ContextAccounting:
         return Projection(None, whole, whole)
 
     def breakdown(self, system: str, memory_text: str, tools: Sequence[ToolSpec],
-                  history: Sequence[Message]) -> dict[str, int]:
-        """Estimated tokens by part, for the dashboard (never sent to the model)."""
+                  history: Sequence[Message],
+                  tool_owner: Callable[[str], str | None] | None = None) -> dict[str, int]:
+        """Estimated tokens by part, for the dashboard (never sent to the model).
+
+        With ``tool_owner`` (tool name -> MCP server, None for the built-ins) each
+        server's definitions get their own ``mcp:<server>`` key and ``tools`` keeps
+        the rest, so the parts still add up to the whole.
+        """
         self._sums.update(history)
-        return {
+        parts = {
             "system": self._system(system),
             "memory": self._memory(memory_text),
             "tools": _tokens.estimate_tools(tools),
             **self._sums.by_part,
         }
+        if tool_owner is not None:
+            by_server: dict[str, list[ToolSpec]] = {}
+            for spec in tools:
+                owner = tool_owner(spec.name)
+                if owner is not None:
+                    by_server.setdefault(owner, []).append(spec)
+            for owner, specs in by_server.items():
+                tokens = _tokens.estimate_tools(specs)
+                parts[f"mcp:{owner}"] = tokens
+                parts["tools"] -= tokens
+        return parts
 
     # ---- growth ----
 

@@ -86,6 +86,25 @@ def extract_summary(message: Message) -> str:
     return summary
 
 
+def summary_problem(summary: str, output_tokens: int | None, cap: int,
+                    tokens_before: int, tokens_after: int) -> str | None:
+    """Why a summary the model wrote is not a successful compaction (None when it is).
+
+    A small or misconfigured server may ignore the output cap, or write a "summary"
+    longer than what it summarizes; installing it would lose the history and gain
+    nothing. ``output_tokens`` is the server's count (estimated when it sent none);
+    ``tokens_after`` is the whole context with the summary installed.
+    """
+    produced = output_tokens if output_tokens is not None else _tokens.count_tokens(summary)
+    if produced > cap:
+        return (f"the summary is {produced:,} tokens, over its output cap of {cap:,} "
+                "(the server did not honour max_tokens)")
+    if tokens_after >= tokens_before:
+        return (f"the summary does not make the context smaller ({tokens_before:,} tokens before, "
+                f"~{tokens_after:,} with the summary)")
+    return None
+
+
 def is_summary_message(msg: Message) -> bool:
     return msg.role == "user" and msg.text.startswith(SUMMARY_INTRO)
 
@@ -115,12 +134,13 @@ def _genuine_user_texts(history: Sequence[Message]) -> list[str]:
     for msg in history:
         if msg.role != "user":
             continue
+        blocks = [b for b in msg.content if isinstance(b, TextBlock)]
         if is_summary_message(msg):
-            texts.extend(_quoted_in_summary(msg.text))
-            continue
-        for block in msg.content:
-            if not isinstance(block, TextBlock):
-                continue
+            texts.extend(_quoted_in_summary(blocks[0].text))
+            # What the user typed next may have been merged into the summary message
+            # (roles alternate): it comes after the summary, in its own blocks.
+            blocks = blocks[1:]
+        for block in blocks:
             text = block.text
             if text.startswith("[Context compaction]") or text == DROPPED_NOTE or not text.strip():
                 continue

@@ -9,6 +9,7 @@ in as ``summarize`` so this module never talks to a provider itself.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,21 +23,24 @@ from app.context.compaction import (
     build_summary_history,
     extract_summary,
     is_summary_message,
+    summary_problem,
 )
 from app.context.memory import MemoryBundle
 from app.context.overflow import drop_oldest_rounds
 from app.context.prices import Price, cost_usd
 from app.context.pruning import PruneResult, is_cleared, prune_by_size, prune_by_time, stub_for
 from app.context.summarizer import extractive_summary
-from app.context.thresholds import Thresholds, compute_thresholds, level
-from app.context.tokens import count_tokens
+from app.context.thresholds import MIN_SUMMARY_ROOM, Thresholds, budget_floor_warning, compute_thresholds, level
+from app.context.tokens import count_tokens, estimate_tools
 from app.events import (
     BreakerEvent,
+    ChartPointEvent,
     CompactionEvent,
+    CompactionPausedEvent,
     ContextEvent,
     Event,
     MicroCompactionEvent,
-    NoticeEvent,
+    PointKind,
     ResetEvent,
     ResultCutEvent,
     UsageEvent,
@@ -45,6 +49,7 @@ from app.events import (
 from app.messages import Message, TextBlock, ToolResultBlock, ToolSpec
 from app.providers.base import ContextTooLongError, ModelRequest, ProviderError
 from app.tools.registry import truncate_head_tail
+from app.transcript import TranscriptWriter
 from app.usage import Usage
 
 # A compaction call: request in, (assistant message, usage) out. Raises ProviderError.
@@ -89,16 +94,21 @@ class ContextEngine:
     price: Price | None = None
     compact_price: Price | None = None
     emit: Callable[[Event], None] = lambda _e: None
-    # Persists history changes (app.transcript.TranscriptWriter or None).
-    transcript: object | None = None
+    # Persists every history change.
+    transcript: TranscriptWriter | None = None
     tool_results_dir: Path | None = None
     clock: Callable[[], float] = time.time
     breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
     history: list[Message] = field(default_factory=list)
+    # MCP (issue 16): which server a tool comes from (the breakdown per server), and the
+    # tokens deferred tool definitions save on every request (the gauge). Set by start_mcp.
+    tool_owner: Callable[[str], str | None] | None = None
+    tool_tokens_saved: Callable[[], int] = lambda: 0
 
     def __post_init__(self) -> None:
         self.thresholds: Thresholds = compute_thresholds(
-            self.config.window, self.config.budget, self.config.compact_max_output
+            self.config.window, self.config.budget, self.config.compact_max_output,
+            fixed_tokens=self._fixed_tokens_if_budget_is_near(),
         )
         self.accounting = ContextAccounting()
         self.ledger = Ledger()
@@ -108,6 +118,38 @@ class ContextEngine:
         self._system_text = self.system_prompt + (
             "\n\n# Project and user rules (memory files)\n" + self.memory.text if self.memory.text else ""
         )
+
+    def fixed_tokens(self) -> int:
+        """Estimated tokens every request carries whatever the history: system prompt, memory files, tools."""
+        return (count_tokens(self.system_prompt) + count_tokens(self.memory.text)
+                + estimate_tools(self.tools))
+
+    def _fixed_tokens_if_budget_is_near(self) -> int:
+        """The fixed part, counted only when the budget could be below the compaction floor:
+        counting loads the tokenizer, which start-up should not wait for (a token is at
+        least one character, so the characters bound the count from above)."""
+        budget = self.config.budget
+        if budget <= 0:
+            return 0
+        upper = (len(self.system_prompt) + len(self.memory.text) + MIN_SUMMARY_ROOM
+                 + sum(len(t.name) + len(t.description) + len(json.dumps(t.input_schema)) + 64 for t in self.tools))
+        return self.fixed_tokens() if budget < upper else 0
+
+    def set_budget(self, budget: int) -> str | None:
+        """Change the budget mid-session: the lines move at once. Returns the floor warning
+        to show when the new budget is below the compaction floor (None otherwise)."""
+        self.config.budget = max(0, int(budget))
+        self.thresholds = compute_thresholds(self.config.window, self.config.budget, self.config.compact_max_output,
+                                             fixed_tokens=self._fixed_tokens_if_budget_is_near())
+        return self.budget_floor_warning()
+
+    def budget_floor_warning(self) -> str | None:
+        """A line for the user when the budget is below the compaction floor (None when fine).
+        The host says it once at start-up and again whenever the budget is set."""
+        fixed = self._fixed_tokens_if_budget_is_near()
+        if not fixed:
+            return None  # the budget is clearly above any floor (or off): nothing to count
+        return budget_floor_warning(self.config.budget, fixed, self.config.window, self.config.compact_max_output)
 
     # ---- what the model sees ----
 
@@ -131,7 +173,7 @@ class ContextEngine:
         if message.role == "assistant":
             self.last_assistant_at = self.clock()
         if self.transcript is not None:
-            self.transcript.append_message(message)  # type: ignore[attr-defined]
+            self.transcript.append_message(message)
 
     def append_user_text(self, text: str) -> None:
         """A user message; merged into a trailing user message (e.g. interrupted tool results)
@@ -146,7 +188,7 @@ class ContextEngine:
         self.history = new_history
         self.accounting.invalidate()
         if self.transcript is not None:
-            self.transcript.replace_history(new_history, reason)  # type: ignore[attr-defined]
+            self.transcript.replace_history(new_history, reason)
 
     def reset(self) -> None:
         """Clear the conversation and the live accounting; the ledger and files on disk stay."""
@@ -155,8 +197,7 @@ class ContextEngine:
         self.accounting.reset()  # the growth of the old conversation says nothing about the new one
         self.last_assistant_at = None
         self._warned = False
-        self.emit(NoticeEvent(text="conversation reset: context cleared (transcript and tool outputs kept on disk)"))
-        self.emit_context()
+        self._point(self.emit_context().projected_tokens, "reset")
 
     # ---- accounting ----
 
@@ -186,7 +227,8 @@ class ContextEngine:
             estimated_tokens=proj.estimated_tokens,
             projected_tokens=proj.projected_tokens,
             thresholds=t.to_model(),
-            breakdown=self.accounting.breakdown(self.system_prompt, self.memory.text, self.tools, self.history),
+            breakdown=self.accounting.breakdown(self.system_prompt, self.memory.text, self.tools, self.history,
+                                                tool_owner=self.tool_owner),
             level=level(proj.projected_tokens, t),
             turns_to_compact=self.accounting.turns_to(t.auto_compact_line, proj.projected_tokens),
             cumulative_input=total.input_tokens,
@@ -194,6 +236,7 @@ class ContextEngine:
             cumulative_output=total.output_tokens,
             cost_usd=total.cost_usd,
             compact_cost_usd=self.ledger.compact_cost_usd,
+            tool_tokens_saved=self.tool_tokens_saved(),
         )
 
     def emit_context(self) -> ContextEvent:
@@ -201,9 +244,28 @@ class ContextEngine:
         self.emit(event)
         return event
 
+    def live_usage(self, usage: Usage) -> None:
+        """A usage figure from inside a stream (Anthropic's message_start gives the prompt
+        size at once): the gauge shows it before the call ends. The call's final usage,
+        recorded after it, is what the accounting keeps."""
+        tokens = usage.context_tokens
+        if tokens is None:
+            return
+        event = self.context_event()
+        t = self.thresholds
+        self.emit(event.model_copy(update={
+            "exact_tokens": tokens, "estimated_tokens": 0, "projected_tokens": tokens,
+            "level": level(tokens, t), "live": True,
+        }))
+
     def note_model_call(self) -> None:
         """One point of the gauge's history per model call."""
-        self.accounting.record_point(self.projection().projected_tokens)
+        projected = self.projection().projected_tokens
+        self.accounting.record_point(projected)
+        self._point(projected, "call")
+
+    def _point(self, tokens: int, kind: PointKind) -> None:
+        self.emit(ChartPointEvent(tokens=tokens, kind=kind))
 
     # ---- tool results: the projection rescues what would not fit ----
 
@@ -227,9 +289,6 @@ class ContextEngine:
         cut = truncate_head_tail(block.content, max_chars, path)
         self.emit(ResultCutEvent(id=block.tool_use_id, name=tool_name, original_chars=len(block.content),
                                  kept_chars=len(cut), full_output_path=path))
-        self.emit(NoticeEvent(level="warning", text=(
-            f"{tool_name} result of {len(block.content):,} chars (~{result_tokens:,} tokens) would have pushed the "
-            f"request over the blocking line ({t.blocking_line:,}); cut to {len(cut):,} chars before sending")))
         return ToolResultBlock(tool_use_id=block.tool_use_id, content=cut, is_error=block.is_error,
                                full_output_path=path)
 
@@ -252,7 +311,7 @@ class ContextEngine:
             elif proj < t.blocking_line and self._pause_noted != self.breaker.retry_at:
                 # Said once per pause, not before every request of a long paused turn.
                 self._pause_noted = self.breaker.retry_at
-                self.emit(NoticeEvent(level="warning", text=self._breaker_text()))
+                self.emit(CompactionPausedEvent(failures=self.breaker.failures, retry_in_s=self.breaker.retry_in()))
         if proj >= t.blocking_line:
             # Never send a request that cannot fit. The breaker is open or the
             # compaction failed: fall back to the extractive summary so the
@@ -283,7 +342,7 @@ class ContextEngine:
         self._replace(self._save_cleared_outputs(self.history, result.history), "micro_compaction")
         self.emit(MicroCompactionEvent(trigger=trigger, results_cleared=result.results_cleared,
                                        tokens_freed=result.tokens_freed))
-        self.emit_context()
+        self._point(self.emit_context().projected_tokens, "prune")
 
     def _save_cleared_outputs(self, old: list[Message], new: list[Message]) -> list[Message]:
         """A cleared result whose full output was never saved (it was not truncated) is
@@ -328,12 +387,6 @@ class ContextEngine:
             return None
         return str(out)
 
-    def _breaker_text(self) -> str:
-        retry_in = self.breaker.retry_in()
-        wait = f"; one retry in {int(retry_in)}s" if retry_in is not None else ""
-        return (f"auto-compaction paused after {self.breaker.failures} failed attempts{wait}; "
-                "ctrl+s or /compact still runs it")
-
     # ---- compaction ----
 
     async def compact(self, summarize: Summarize, trigger: Trigger = "manual", focus: str | None = None) -> CompactionEvent:
@@ -360,6 +413,11 @@ class ContextEngine:
                 message, usage = await summarize(request)
                 self.record_usage("compact", usage, self.compact_price)
                 summary = extract_summary(message)
+                # a summary over its cap or no smaller than the history is a failure too
+                reason = summary_problem(summary, usage.output_tokens, self.config.compact_max_output,
+                                         self.estimate_request(self.history), self.estimate_with_summary(summary))
+                if reason is not None:
+                    summary = None
                 break
             except ContextTooLongError as err:
                 # The compaction request itself is too long: drop the oldest rounds of the copy and retry.
@@ -383,12 +441,20 @@ class ContextEngine:
                                     messages_after=before_msgs, tokens_before=tokens_before,
                                     tokens_after=tokens_before, reason=reason or "unknown failure")
             self.emit(event)
-            self.emit(NoticeEvent(level="error", text=f"compaction failed ({event.reason}); history unchanged"))
             return event
         if self.breaker.paused or self.breaker.failures:
             self.breaker.record_success()
             self.emit(BreakerEvent(paused=False, failures=0))
         return self._install_summary(summary, trigger, before_msgs, tokens_before)
+
+    def estimate_request(self, history: list[Message]) -> int:
+        """The whole request for ``history``, estimated (one measure for before and after:
+        the server's own figure may count with another tokenizer)."""
+        return ContextAccounting().project(self.system_prompt, self.tools, history, self.memory.text).projected_tokens
+
+    def estimate_with_summary(self, summary: str) -> int:
+        """The estimated context if ``summary`` replaced the history (nothing is changed)."""
+        return self.estimate_request(build_summary_history(summary, self.history, self.config.recent_user_budget))
 
     def fallback_compact(self) -> CompactionEvent:
         """Deterministic extractive summary: no model call, so it works when nothing else can."""
@@ -406,8 +472,7 @@ class ContextEngine:
                                 messages_after=len(new_history), tokens_before=tokens_before,
                                 tokens_after=tokens_after)
         self.emit(event)
-        self.emit(NoticeEvent(text=f"context compacted: {before_msgs} messages → 1 summary "
-                                   f"({tokens_before:,} → {tokens_after:,} tokens)"))
+        self._point(tokens_after, "compaction")
         self.emit_context()
         return event
 
@@ -431,11 +496,8 @@ class ContextEngine:
         tokens_after = self.projection().projected_tokens
         self.emit(CompactionEvent(trigger="reactive", ok=True, messages_before=before_msgs,
                                   messages_after=len(kept), tokens_before=tokens_before,
-                                  tokens_after=tokens_after, reason=err.message))
-        gap = f" (server reported {err.gap_tokens:,} tokens over)" if err.gap_tokens is not None else ""
-        self.emit(NoticeEvent(level="warning", text=(
-            f"prompt too long{gap}: dropped the {len(dropped)} oldest messages and retried "
-            "(they stay in the transcript on disk)")))
+                                  tokens_after=tokens_after, reason=err.message, gap_tokens=err.gap_tokens))
+        self._point(tokens_after, "compaction")
         self.emit_context()
         return True
 

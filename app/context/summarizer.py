@@ -85,6 +85,11 @@ class SummaryFacts:
         return self.later_requests[-1] if self.later_requests else self.first_request
 
 
+# What an empty section says; a placeholder, never parsed back as a finding or a requirement.
+NO_FINDINGS = "No error lines seen in tool results."
+NO_PREFERENCES = "None stated."
+
+
 # ---- small text helpers ----
 
 def _clip(text: str, limit: int) -> str:
@@ -220,7 +225,7 @@ def parse_summary(text: str) -> SummaryFacts | None:
             elif label == CARRIED_LABEL and line.startswith("> "):
                 facts.carried = (facts.carried + "\n" + line[2:]).strip()
             continue
-        if section == H_FINDINGS and line.startswith("- "):
+        if section == H_FINDINGS and line.startswith("- ") and line[2:].strip() != NO_FINDINGS:
             facts.findings.append(line[2:].strip())
         elif section == H_PROGRESS:
             if line.startswith("- Last action: "):
@@ -229,7 +234,7 @@ def parse_summary(text: str) -> SummaryFacts | None:
                 facts.next_step = line[len("- Next step: "):].strip()
             elif line.startswith("> "):
                 facts.last_assistant = ((facts.last_assistant or "") + "\n" + line[2:]).strip()
-        elif section == H_PREFS and line.startswith("- "):
+        elif section == H_PREFS and line.startswith("- ") and line[2:].strip() != NO_PREFERENCES:
             facts.preferences.append(line[2:].strip())
     close_quote()
     return facts
@@ -423,7 +428,7 @@ def render_summary(facts: SummaryFacts, focus: str | None = None, *, compact: bo
         words = [w.lower() for w in re.findall(r"\w{4,}", focus)]  # skips "the", "and"...
         findings = sorted(findings, key=lambda f: not any(w in f.lower() for w in words))
     findings = findings[-(4 if compact else MAX_FINDINGS):]
-    out += [f"- {f}" for f in findings] or ["- No error lines seen in tool results."]
+    out += [f"- {f}" for f in findings] or [f"- {NO_FINDINGS}"]
 
     out += ["", H_PROGRESS]
     if facts.last_assistant:
@@ -434,7 +439,7 @@ def render_summary(facts: SummaryFacts, focus: str | None = None, *, compact: bo
     out.append(f"- Next step: {facts.next_step or 'carry on with the latest request; re-read files as needed.'}")
 
     out += ["", H_PREFS]
-    out += [f"- {p}" for p in facts.preferences[-(5 if compact else MAX_PREFERENCES):]] or ["- None stated."]
+    out += [f"- {p}" for p in facts.preferences[-(5 if compact else MAX_PREFERENCES):]] or [f"- {NO_PREFERENCES}"]
     out += ["", END_MARK]
     return "\n".join(out)
 

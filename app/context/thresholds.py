@@ -41,13 +41,28 @@ class Thresholds:
         )
 
 
-def compute_thresholds(window: int, budget: int, compact_max_output: int) -> Thresholds:
+MIN_SUMMARY_ROOM = 500  # the shortest useful handoff summary, with the user's latest words
+
+
+def compaction_floor(fixed_tokens: int, window: int, compact_max_output: int) -> int:
+    """The smallest context a compaction can leave: the fixed part of every request
+    (system prompt, tools, memory files) plus room for a short summary. An auto-compact
+    line below it would compact on every turn without ever getting under it."""
+    if fixed_tokens <= 0:
+        return 0
+    room = min(MIN_SUMMARY_ROOM, int(compact_max_output), max(1, int(window)) // 2)
+    return fixed_tokens + max(0, room)
+
+
+def compute_thresholds(window: int, budget: int, compact_max_output: int, fixed_tokens: int = 0) -> Thresholds:
     """The lines for a context ``window``.
 
     ``budget`` > 0 caps the auto-compact line (0 turns budget-based compaction
     off, leaving only the window-based line). The fixed buffers (13K, 3K) are
     scaled down for very small windows (below ~52K effective) so the lines
     stay positive and ordered: warning <= auto-compact <= blocking <= effective.
+    ``fixed_tokens`` (system prompt + tools + memory) raises the auto-compact line
+    to the compaction floor when the budget is below it (never past blocking).
     """
     window = max(1, int(window))
     reserve = max(0, min(int(compact_max_output), MAX_SUMMARY_RESERVE, window // 2))
@@ -56,8 +71,11 @@ def compute_thresholds(window: int, budget: int, compact_max_output: int) -> Thr
     if budget > 0:
         auto = min(int(budget), auto)
     auto = max(1, auto)
-    warning = max(1, auto - min(WARNING_BUFFER, auto // 4))
     blocking = effective - min(BLOCKING_BUFFER, effective // 10)
+    floor = compaction_floor(fixed_tokens, window, compact_max_output)
+    if auto < floor:
+        auto = max(auto, min(floor, blocking))
+    warning = max(1, auto - min(WARNING_BUFFER, auto // 4))
     return Thresholds(
         window=window,
         reserve=reserve,
@@ -66,6 +84,20 @@ def compute_thresholds(window: int, budget: int, compact_max_output: int) -> Thr
         warning_line=warning,
         blocking_line=blocking,
     )
+
+
+def budget_floor_warning(budget: int, fixed_tokens: int, window: int, compact_max_output: int) -> str | None:
+    """One line for the user when the budget is below what compaction can reach, else None.
+
+    Say it once at start-up and whenever the budget is set (the engine's
+    ``budget_floor_warning()`` fills in its own figures).
+    """
+    floor = compaction_floor(fixed_tokens, window, compact_max_output)
+    if budget <= 0 or budget >= floor:
+        return None
+    return (f"budget {budget:,} tokens is below what compaction can reach: the system prompt, tools and memory "
+            f"files alone take ~{fixed_tokens:,} tokens, plus room for the summary; auto-compaction waits until "
+            f"~{floor:,} instead of compacting on every turn (raise --budget, or trim the memory files)")
 
 
 def level(projected: int, t: Thresholds) -> Level:
@@ -83,20 +115,26 @@ def level(projected: int, t: Thresholds) -> Level:
 # Context windows by model-name prefix (the longest matching prefix wins).
 # Overridable per run with --window; unknown models get DEFAULT_WINDOW.
 MODEL_WINDOWS: dict[str, int] = {
-    # Anthropic
+    # Anthropic (Sonnet 4/4.5 offer 1M only behind a beta header we do not send)
     "claude-": 200_000,
-    # OpenAI
-    "gpt-5": 400_000,
+    "claude-2": 100_000,
+    "claude-instant": 100_000,
+    # OpenAI. GPT-5 has 400K in all but input is capped at 272K (output has its own 128K):
+    # the input cap is what "prompt too long" is measured against.
+    "gpt-5": 272_000,
     "gpt-4.1": 1_047_576,
+    "gpt-4.5": 128_000,
     "gpt-4o": 128_000,
     "gpt-4-turbo": 128_000,
+    "gpt-4-32k": 32_768,
     "gpt-4": 8_192,
     "gpt-3.5-turbo": 16_385,
+    "gpt-oss-": 131_072,
     "o1-mini": 128_000,
     "o1": 200_000,
     "o3": 200_000,
     "o4-mini": 200_000,
-    # DeepSeek (the classic API names; newer models may be larger: use --window)
+    # DeepSeek (V3.x API models: 128K; names change, use --window for others)
     "deepseek-chat": 128_000,
     "deepseek-reasoner": 128_000,
     "deepseek-": 128_000,

@@ -91,7 +91,7 @@ def estimate_messages(msgs: Iterable[Message]) -> int:
 # The cache holds the spec objects themselves, so an id() cannot be reused
 # by another object while its entry lives.
 _TOOLS_CACHE: dict[tuple[int, ...], tuple[tuple[ToolSpec, ...], int]] = {}
-_TOOLS_CACHE_MAX = 8
+_TOOLS_CACHE_MAX = 32  # the full list, what is sent, and one list per MCP server
 
 
 def _estimate_tool(spec: ToolSpec) -> int:

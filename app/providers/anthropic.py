@@ -13,7 +13,7 @@ from typing import Any, Iterable
 
 import httpx
 
-from app.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from app.messages import Message, RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from app.providers.base import (
     Completed,
     ModelRequest,
@@ -26,7 +26,7 @@ from app.providers.base import (
     ToolCallStart,
     UsageUpdate,
 )
-from app.providers.openai import parse_tool_arguments
+from app.providers.openai import parse_tool_arguments, tool_use_block
 from app.providers.http_base import SseHttpProvider
 from app.providers.sse import SSEEvent, assemble_stream, error_from_payload
 from app.usage import Usage
@@ -54,6 +54,10 @@ def to_anthropic_messages(messages: list[Message], *, send_unsigned_thinking: bo
                 if block.signature:
                     thinking["signature"] = block.signature
                 blocks.append(thinking)
+            elif isinstance(block, RedactedThinkingBlock):
+                # opaque and signed by the server: back exactly as it came, in its place
+                if message.role == "assistant":
+                    blocks.append({"type": "redacted_thinking", "data": block.data})
             elif isinstance(block, ToolUseBlock):
                 if message.role == "assistant":
                     blocks.append({"type": "tool_use", "id": block.id, "name": block.name, "input": block.input})
@@ -77,11 +81,61 @@ def to_anthropic_messages(messages: list[Message], *, send_unsigned_thinking: bo
     return out
 
 
+# ---- prompt caching ----
+
+MAX_CACHE_BREAKPOINTS = 4  # the API rejects a request with more
+_EPHEMERAL = {"type": "ephemeral"}
+# Blocks that cannot carry cache_control (the API rejects it on them).
+_UNCACHEABLE = {"thinking", "redacted_thinking"}
+
+
+def add_cache_breakpoints(body: dict[str, Any]) -> int:
+    """Mark the stable prefix for Anthropic's prompt cache; returns how many marks were set.
+
+    Order of the prefix is tools, system, messages. One mark on the last tool and one
+    on the system prompt (they change only when the session does); one on the last
+    block of the latest message, which moves every turn, so the next request reads
+    everything up to it from the cache; and one on the latest message of the request
+    before (the previous user turn), so a turn that added more than the API's
+    20-block look-back still finds the previous prefix. Built fresh from the history
+    on every request, so compaction and micro-compaction (which rewrite the history)
+    can never leave a stale or a fifth mark.
+    """
+    used = 0
+    tools = body.get("tools")
+    if tools:
+        tools[-1] = {**tools[-1], "cache_control": _EPHEMERAL}
+        used += 1
+    system = body.get("system")
+    if isinstance(system, str) and system:
+        body["system"] = [{"type": "text", "text": system, "cache_control": _EPHEMERAL}]
+        used += 1
+    messages = body.get("messages") or []
+    user_turns = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    targets = [len(messages) - 1] if messages else []
+    if len(user_turns) >= 2 and user_turns[-2] not in targets:
+        targets.append(user_turns[-2])
+    for index in targets:
+        if used >= MAX_CACHE_BREAKPOINTS:
+            break
+        content = messages[index].get("content")
+        if not isinstance(content, list):
+            continue
+        for position in range(len(content) - 1, -1, -1):
+            block = content[position]
+            if block.get("type") in _UNCACHEABLE or (block.get("type") == "text" and not block.get("text")):
+                continue
+            content[position] = {**block, "cache_control": _EPHEMERAL}
+            used += 1
+            break
+    return used
+
+
 # ---- wire -> events ----
 
 @dataclass
 class _Block:
-    kind: str  # text | thinking | tool_use | other
+    kind: str  # text | thinking | redacted_thinking | tool_use | other
     parts: list[str] = field(default_factory=list)
     signature: str = ""
     id: str = ""
@@ -114,6 +168,8 @@ class AnthropicStreamAssembler:
         try:
             payload = json.loads(sse.data)
         except ValueError:
+            if sse.unterminated:
+                return []  # the stream was cut inside its last line: finish() judges what arrived
             raise ProviderError(f"malformed stream event (not JSON): {sse.data[:200]!r}", error_type="bad_response")
         if not isinstance(payload, dict):
             raise ProviderError(f"malformed stream event: {sse.data[:200]!r}", error_type="bad_response")
@@ -176,8 +232,11 @@ class AnthropicStreamAssembler:
             block = _Block("tool_use", id=call_id, name=name,
                            initial_input=initial if isinstance(initial, dict) else {})
             out.append(ToolCallStart(index=index, id=call_id, name=name))
+        elif kind == "redacted_thinking":
+            data = start.get("data")
+            block = _Block("redacted_thinking", parts=[data] if isinstance(data, str) else [])
         else:
-            block = _Block("other")  # redacted_thinking, server tools: nothing we can send back
+            block = _Block("other")  # server tools and future types: nothing we can send back
         self._blocks[index] = block
 
     def _block_delta(self, payload: dict[str, Any], out: list[StreamEvent]) -> None:
@@ -252,6 +311,7 @@ class AnthropicStreamAssembler:
                 raise StreamCutError("empty response: the server sent no events")
             raise StreamCutError("stream cut: it ended without message_stop")
         content: list[Any] = []
+        last_index = max(self._blocks) if self._blocks else None
         for index in sorted(self._blocks):
             block = self._blocks[index]
             joined = "".join(block.parts)
@@ -259,9 +319,14 @@ class AnthropicStreamAssembler:
                 content.append(TextBlock(text=joined))
             elif block.kind == "thinking" and (joined or block.signature):
                 content.append(ThinkingBlock(thinking=joined, signature=block.signature or None))
+            elif block.kind == "redacted_thinking" and joined:
+                content.append(RedactedThinkingBlock(data=joined))
             elif block.kind == "tool_use":
                 tool_input = parse_tool_arguments(joined) if block.parts else block.initial_input
-                content.append(ToolUseBlock(id=block.id, name=block.name, input=tool_input))
+                content.append(tool_use_block(block.id, block.name, tool_input,
+                                              cut=self._stop_reason == "max_tokens",
+                                              no_arguments_yet=(index == last_index and not joined.strip()
+                                                                and not block.initial_input)))
         has_tools = any(isinstance(b, ToolUseBlock) for b in content)
         stop_reason = self._stop_reason or ("tool_use" if has_tools else "end_turn")
         return Completed(
@@ -321,16 +386,24 @@ class AnthropicProvider(SseHttpProvider):
         extra_headers: dict[str, str] | None = None,
         extra_body: dict[str, Any] | None = None,
         send_unsigned_thinking: bool | None = None,
+        thinking_budget: int = 0,
+        prompt_caching: bool | None = None,
     ) -> None:
         super().__init__(model, base_url, api_key, timeout_connect=timeout_connect,
                          timeout_read=timeout_read, max_tokens=max_tokens,
                          extra_headers=extra_headers, extra_body=extra_body)
         # Anthropic signs all thinking and rejects unsigned blocks (they can only come from another
         # provider); compatible servers (DeepSeek's /anthropic) sign nothing and want their thinking back.
+        host = httpx.URL(self.base_url).host
+        is_anthropic = host == "anthropic.com" or host.endswith(".anthropic.com")
         if send_unsigned_thinking is None:
-            host = httpx.URL(self.base_url).host
-            send_unsigned_thinking = not (host == "anthropic.com" or host.endswith(".anthropic.com"))
+            send_unsigned_thinking = not is_anthropic
         self.send_unsigned_thinking = send_unsigned_thinking
+        # Extended thinking: 0 = off; else the budget_tokens of each request (>= 1024).
+        self.thinking_budget = thinking_budget
+        # Breakpoints pay off on Anthropic itself; compatible servers cache on their own
+        # (DeepSeek) or may not take a system prompt as blocks: there only when asked for.
+        self.prompt_caching = is_anthropic if prompt_caching is None else prompt_caching
 
     @property
     def url(self) -> str:
@@ -340,18 +413,25 @@ class AnthropicProvider(SseHttpProvider):
         return f"{self.base_url}/v1/messages"
 
     def build_body(self, request: ModelRequest) -> dict[str, Any]:
+        max_tokens = self.max_tokens or request.max_tokens
         body: dict[str, Any] = {
             "model": self.model,
-            "max_tokens": self.max_tokens or request.max_tokens,
+            "max_tokens": max_tokens,
             "messages": to_anthropic_messages(request.messages, send_unsigned_thinking=self.send_unsigned_thinking),
             "stream": True,
         }
+        # budget_tokens must stay under max_tokens: a call with a smaller cap (the compaction
+        # summary) runs without thinking rather than being rejected
+        if self.thinking_budget and max_tokens > self.thinking_budget:
+            body["thinking"] = {"type": "enabled", "budget_tokens": self.thinking_budget}
         if request.system:
             body["system"] = request.system
         if request.tools:
             body["tools"] = [{"name": t.name, "description": t.description, "input_schema": t.input_schema}
                              for t in request.tools]
             body["tool_choice"] = {"type": request.tool_choice}
+        if self.prompt_caching:
+            add_cache_breakpoints(body)
         body.update(self.extra_body)
         return body
 

@@ -65,7 +65,19 @@ class Completed:
 
     message: Message
     usage: Usage
-    stop_reason: str
+    stop_reason: str  # also "refusal": the model declined (its text is the refusal)
+
+    @property
+    def cut_tool_ids(self) -> list[str]:
+        """Tool calls whose arguments the output limit cut: they must not be run."""
+        return [u.id for u in self.message.tool_uses if u.cut_at_output_limit]
+
+
+def cut_call_result(name: str) -> str:
+    """What the model (and the user) get instead of running a call the output limit cut."""
+    return (f"This {name} call was not run: its arguments were cut off at the output token limit "
+            "(max_tokens) before they were complete. Retry with smaller arguments, e.g. write a large "
+            "file in several smaller edits or appends.")
 
 
 StreamEvent = Union[TextDelta, ThinkingDelta, ToolCallStart, ToolCallDelta, UsageUpdate, Completed]
@@ -137,6 +149,16 @@ class Provider(Protocol):
 
     name: str
     model: str
+
+    @property
+    def label(self) -> str:
+        """How the header names it, e.g. "anthropic · claude-sonnet-4-5"."""
+        ...
+
+    @property
+    def banner(self) -> str | None:
+        """A note the dashboard shows once when the session opens (None: nothing to say)."""
+        ...
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]: ...
 

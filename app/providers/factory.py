@@ -1,12 +1,30 @@
-"""Provider by name: what the CLI and config resolve ``--provider`` with."""
+"""Provider by name: what the CLI and config resolve ``--provider`` with.
+
+Built-in wire protocols are constructed here; anything that brings more than
+a wire protocol (a workspace, default limits, extra tools) is a plug-in named
+in ``PROVIDER_PLUGINS`` and imported only when chosen (see ``plugin.py``).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from importlib import import_module
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from app.providers.base import Provider
+from app.providers.plugin import PluginContext, ProviderPlugin, ProviderSetup
 
-PROVIDER_NAMES = ("openai", "deepseek", "anthropic", "demo")
+if TYPE_CHECKING:
+    from app.config import Settings
+
+BUILTIN_PROVIDERS = ("openai", "deepseek", "anthropic")
+
+# name -> "module:attribute" of an object following ``ProviderPlugin``.
+PROVIDER_PLUGINS: dict[str, str] = {
+    "demo": "app.demo.plugin:DEMO_PLUGIN",
+}
+
+PROVIDER_NAMES = (*BUILTIN_PROVIDERS, *PROVIDER_PLUGINS)
 
 DEFAULT_MODELS = {
     "openai": "gpt-4.1",
@@ -28,13 +46,27 @@ _KEY_ENVS = {
 
 
 def _unknown(name: str) -> ValueError:
-    return ValueError(f"unknown provider {name!r}: choose openai, deepseek, anthropic or demo")
+    return ValueError(f"unknown provider {name!r}: choose {', '.join(PROVIDER_NAMES[:-1])} or {PROVIDER_NAMES[-1]}")
+
+
+def provider_plugin(name: str) -> ProviderPlugin | None:
+    """The plug-in registered as ``name`` (imported now), or None for a built-in or unknown name."""
+    target = PROVIDER_PLUGINS.get(name)
+    if target is None:
+        return None
+    module_name, _, attribute = target.partition(":")
+    try:
+        plugin: ProviderPlugin = getattr(import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"provider plug-in {name!r} ({target}) could not be loaded: {exc}") from exc
+    return plugin
 
 
 def default_key_env(name: str) -> str:
-    """The environment variable holding the API key for ``name`` ("" for demo: it needs none)."""
-    if name == "demo":
-        return ""
+    """The environment variable holding the API key for ``name`` ("": the provider needs none)."""
+    plugin = provider_plugin(name)
+    if plugin is not None:
+        return plugin.key_env
     try:
         return _KEY_ENVS[name]
     except KeyError:
@@ -43,7 +75,7 @@ def default_key_env(name: str) -> str:
 
 def create_provider(name: str, model: str | None, base_url: str | None, api_key: str | None,
                     **opts: Any) -> Provider:
-    """Build a provider; ``opts`` go to its constructor (timeouts, max_tokens, extra headers...)."""
+    """Build a built-in provider; ``opts`` go to its constructor (timeouts, max_tokens, extra headers...)."""
     if name == "openai":
         from app.providers.openai import OpenAIProvider
 
@@ -58,8 +90,31 @@ def create_provider(name: str, model: str | None, base_url: str | None, api_key:
 
         return AnthropicProvider(model or DEFAULT_MODELS["anthropic"], base_url or DEFAULT_BASE_URLS["anthropic"],
                                  api_key, **opts)
-    if name == "demo":
-        from app.providers.demo import DemoProvider  # written separately; imported only when asked for
-
-        return DemoProvider(**opts)
+    if name in PROVIDER_PLUGINS:
+        raise ValueError(f"provider {name!r} is a plug-in: open it with open_provider()")
     raise _unknown(name)
+
+
+def open_provider(name: str, settings: Settings, api_key: str | None, *, session_dir: Path) -> ProviderSetup:
+    """The provider for a session and what it brings, built-in or plug-in alike."""
+    plugin = provider_plugin(name)
+    if plugin is not None:
+        return plugin.setup(PluginContext(settings=settings, session_dir=session_dir,
+                                          data_dir=settings.data_dir_path))
+    return ProviderSetup(create_provider(name, settings.model, settings.base_url, api_key,
+                                         timeout_connect=settings.timeout_connect,
+                                         timeout_read=settings.timeout_read,
+                                         **provider_options(settings, name)))
+
+
+def provider_options(settings: Any, name: str) -> dict[str, Any]:
+    """The model parameters from the settings that the provider ``name`` takes.
+
+    The host passes them to ``create_provider``: ``create_provider(name, ..., **provider_options(settings, name))``.
+    """
+    if name == "anthropic":
+        return {"thinking_budget": getattr(settings, "thinking_budget", 0) or 0,
+                "prompt_caching": getattr(settings, "prompt_caching", None)}
+    if name in ("openai", "deepseek"):
+        return {"max_completion_tokens": getattr(settings, "max_completion_tokens", None)}
+    return {}

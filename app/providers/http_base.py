@@ -19,6 +19,11 @@ class SseHttpProvider:
 
     name = ""
     assembler_class: Any = None
+    banner: str | None = None  # a real model needs no introduction
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} · {self.model}"
 
     def __init__(self, model: str, base_url: str, api_key: str | None, *, timeout_connect: float = 10.0,
                  timeout_read: float = 120.0, max_tokens: int | None = None,

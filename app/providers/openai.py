@@ -36,6 +36,22 @@ RAW_ARGUMENTS_KEY = "_raw_arguments"
 _STOP_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use", "length": "max_tokens"}
 
 
+# OpenAI reasoning models reject "max_tokens" and want "max_completion_tokens";
+# most OpenAI-compatible local servers only know "max_tokens". By model-name prefix
+# (a router prefix such as "openai/" is ignored); the setting overrides the table.
+MAX_COMPLETION_TOKENS_PREFIXES: tuple[str, ...] = ("o1", "o3", "o4", "gpt-5", "codex-")
+
+
+def max_tokens_param_for(model: str, setting: bool | None = None) -> str:
+    """The request field that caps the output for ``model`` (``setting`` True/False forces it)."""
+    if setting is not None:
+        return "max_completion_tokens" if setting else "max_tokens"
+    name = model.strip().lower().rsplit("/", 1)[-1]
+    if name.startswith(MAX_COMPLETION_TOKENS_PREFIXES):
+        return "max_completion_tokens"
+    return "max_tokens"
+
+
 # ---- history -> wire ----
 
 def to_openai_messages(system: str, messages: list[Message], *, deepseek_reasoning: bool = False) -> list[dict[str, Any]]:
@@ -106,19 +122,27 @@ def parse_openai_usage(raw: dict[str, Any]) -> Usage:
     hit = raw.get("prompt_cache_hit_tokens")
     miss = raw.get("prompt_cache_miss_tokens")
     details = raw.get("prompt_tokens_details") or {}
+    details = details if isinstance(details, dict) else {}
+    # Some servers (OpenRouter, newer OpenAI models) report the tokens written to the
+    # cache; like cached_tokens they are part of prompt_tokens.
+    written = details.get("cache_write_tokens")
+    written = written if isinstance(written, int) and written > 0 else 0
     if isinstance(hit, int):
         cached = hit
         uncached = miss if isinstance(miss, int) else (prompt - hit if isinstance(prompt, int) else None)
     else:
-        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        cached = details.get("cached_tokens")
         cached = cached if isinstance(cached, int) else 0
         uncached = prompt - cached if isinstance(prompt, int) else None
+    if uncached is not None and not isinstance(miss, int):
+        written = min(written, max(0, uncached))
+        uncached -= written
     if uncached is None and not isinstance(completion, int):
         return Usage()
     return Usage(
         input_tokens=max(0, uncached) if uncached is not None else None,
         cache_read_tokens=cached if uncached is not None else None,
-        cache_write_tokens=0 if uncached is not None else None,
+        cache_write_tokens=written if uncached is not None else None,
         output_tokens=completion if isinstance(completion, int) else None,
     )
 
@@ -137,6 +161,17 @@ def parse_tool_arguments(raw: str) -> dict[str, Any]:
     return value
 
 
+def tool_use_block(call_id: str, name: str, tool_input: dict[str, Any], *, cut: bool,
+                   no_arguments_yet: bool = False) -> ToolUseBlock:
+    """The assembled call. ``cut``: the output limit ended the message; a call whose
+    arguments then do not parse was cut mid-way and is marked so it is never run
+    (a complete call before the cut is still a good call). ``no_arguments_yet``: the
+    last call of the message, cut before a single argument character arrived."""
+    if cut and (RAW_ARGUMENTS_KEY in tool_input or no_arguments_yet):
+        return ToolUseBlock(id=call_id, name=name, input={}, cut_at_output_limit=True)
+    return ToolUseBlock(id=call_id, name=name, input=tool_input)
+
+
 class OpenAIStreamAssembler:
     """Decoded SSE events in, stream events out; ``finish()`` gives the Completed or raises.
 
@@ -148,6 +183,7 @@ class OpenAIStreamAssembler:
     def __init__(self, *, secret: str | None = None) -> None:
         self._secret = secret
         self._text: list[str] = []
+        self._refusal: list[str] = []
         self._thinking: list[str] = []
         self._calls: dict[int, _ToolCallState] = {}
         self._last_call_index: int | None = None
@@ -167,6 +203,8 @@ class OpenAIStreamAssembler:
         try:
             chunk = json.loads(data)
         except ValueError:
+            if sse.unterminated:
+                return []  # the stream was cut inside its last line: finish() judges what arrived
             raise ProviderError(f"malformed stream chunk (not JSON): {data[:200]!r}", error_type="bad_response")
         if not isinstance(chunk, dict):
             raise ProviderError(f"malformed stream chunk: {data[:200]!r}", error_type="bad_response")
@@ -198,6 +236,11 @@ class OpenAIStreamAssembler:
             if isinstance(content, str) and content:
                 self._text.append(content)
                 out.append(TextDelta(content))
+            # A safety refusal streams in its own field (content stays null): it is the reply.
+            refusal = delta.get("refusal")
+            if isinstance(refusal, str) and refusal:
+                self._refusal.append(refusal)
+                out.append(TextDelta(refusal))
             tool_calls = delta.get("tool_calls")
             if isinstance(tool_calls, list):
                 for call in tool_calls:
@@ -265,20 +308,23 @@ class OpenAIStreamAssembler:
         if thinking:
             content.append(ThinkingBlock(thinking=thinking))
         text = "".join(self._text)
-        if text:
-            content.append(TextBlock(text=text))
+        refusal = "".join(self._refusal)
+        if text or refusal:
+            content.append(TextBlock(text=text + ("\n\n" if text and refusal else "") + refusal))
+        last_call = max(self._calls) if self._calls else None
         for index in sorted(self._calls):
             state = self._calls[index]
             if not state.name:
                 raise ProviderError(f"tool call #{index} arrived without a name", error_type="bad_response")
-            content.append(ToolUseBlock(
-                id=state.id or f"call_{uuid.uuid4().hex[:24]}",
-                name=state.name,
-                input=parse_tool_arguments("".join(state.arguments)),
-            ))
+            content.append(tool_use_block(
+                state.id or f"call_{uuid.uuid4().hex[:24]}", state.name,
+                parse_tool_arguments("".join(state.arguments)), cut=self._finish_reason == "length",
+                no_arguments_yet=index == last_call and not "".join(state.arguments).strip()))
         stop_reason = _STOP_REASONS.get(self._finish_reason, self._finish_reason)
         if self._calls and stop_reason == "end_turn":
             stop_reason = "tool_use"  # some servers say "stop" after tool calls
+        if refusal and not self._calls and stop_reason == "end_turn":
+            stop_reason = "refusal"  # finish_reason says "stop": only the field tells
         return Completed(
             message=Message(role="assistant", content=content),
             usage=self._usage or Usage(),
@@ -335,14 +381,15 @@ class OpenAIProvider(SseHttpProvider):
         deepseek_reasoning: bool = False,
         extra_headers: dict[str, str] | None = None,
         extra_body: dict[str, Any] | None = None,
-        max_tokens_param: str = "max_tokens",
+        max_tokens_param: str | None = None,
+        max_completion_tokens: bool | None = None,
     ) -> None:
         super().__init__(model, base_url, api_key, timeout_connect=timeout_connect,
                          timeout_read=timeout_read, max_tokens=max_tokens,
                          extra_headers=extra_headers, extra_body=extra_body)
         self.deepseek_reasoning = deepseek_reasoning
         # newer OpenAI models take "max_completion_tokens"; local servers only know "max_tokens"
-        self.max_tokens_param = max_tokens_param
+        self.max_tokens_param = max_tokens_param or max_tokens_param_for(model, max_completion_tokens)
 
     @property
     def url(self) -> str:

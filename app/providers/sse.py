@@ -6,15 +6,18 @@ line dispatches; lines starting with ``:`` are comments (``: keep-alive``).
 Chunks may be split anywhere, including inside a CRLF pair or a UTF-8
 multibyte character.
 
-One leniency: at end of stream, an event whose lines were complete but which
-lacked the final blank line is still dispatched (some servers end with
-``data: [DONE]\\n``). A partial last line is dropped. Whether the stream
+One leniency: at end of stream, an event that lacked the final blank line is
+still dispatched (some servers end with ``data: [DONE]\\n``, others with no
+newline at all after the last line, which the official SDKs accept). An event
+whose last line had no newline is marked ``unterminated``: it may be cut
+mid-line, so the assemblers accept it only when it parses. Whether the stream
 *ended properly* is for the protocol assemblers to judge, not the decoder.
 """
 
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import email.utils
 import json
 import time
@@ -32,6 +35,9 @@ class SSEEvent:
     event: str  # "message" when the server sent no ``event:`` line
     data: str
     id: str | None = None
+    # The stream ended inside this event's last line (no newline at EOF): complete
+    # only if its data parses.
+    unterminated: bool = False
 
     def json(self) -> Any:
         return json.loads(self.data)
@@ -87,13 +93,18 @@ class SSEDecoder:
         return events
 
     def flush(self) -> list[SSEEvent]:
-        """End of stream: dispatch an event built from complete lines, drop a partial line."""
-        # a partial last line (or a multibyte char cut at the end) never becomes data
-        self._utf8.reset()
+        """End of stream: dispatch the pending event, its last line included even without
+        a newline (marked ``unterminated``: the assemblers keep it only if it parses)."""
+        self._utf8.reset()  # a multibyte char cut at the very end never becomes data
+        last_line = self._partial_line
         self._partial_line = ""
         self._pending_cr = False
         events: list[SSEEvent] = []
+        if last_line:
+            self._line(last_line, events)
         self._dispatch(events)
+        if last_line and events:
+            events[-1] = dataclasses.replace(events[-1], unterminated=True)
         return events
 
     def _line(self, line: str, events: list[SSEEvent]) -> None:

@@ -242,10 +242,23 @@ class ToolRegistry:
     def __init__(self, max_output: int = DEFAULT_MAX_OUTPUT) -> None:
         self.max_output = max_output
         self._tools: dict[str, Tool] = {}
-        self._skip_truncation_once = False
+        # Limits declared at registration, per tool name; the rest use ``max_output``.
+        self._output_limits: dict[str, int] = {}
 
-    def register(self, tool: Tool) -> None:
-        self._tools[tool.spec.name] = tool
+    def register(self, tool: Tool, *, max_output: int | None = None) -> None:
+        """Add ``tool``. ``max_output`` is its own character limit (0: never truncated),
+        for a tool whose output has another size than the rest (an MCP server's, a
+        plug-in's); None keeps the registry's limit, which ``--max-output`` sets."""
+        name = tool.spec.name
+        self._tools[name] = tool
+        if max_output is None:
+            self._output_limits.pop(name, None)
+        else:
+            self._output_limits[name] = max(0, max_output)
+
+    def output_limit_for(self, name: str) -> int:
+        """The character limit a result of tool ``name`` is cut to (0: none)."""
+        return self._output_limits.get(name, self.max_output)
 
     def specs(self) -> list[ToolSpec]:
         return [tool.spec for tool in self._tools.values()]
@@ -257,15 +270,10 @@ class ToolRegistry:
         tool = self._tools.get(name)
         return bool(tool and tool.mutating)
 
-    def suspend_truncation_once(self) -> None:
-        """The next call's result is not truncated (the demo's "flood" experiment)."""
-        self._skip_truncation_once = True
-
     async def run(self, name: str, args: Any, ctx: ToolContext) -> ToolRun:
         """Run one tool call. Never raises except for cancellation."""
         started = time.perf_counter()
-        limit = 0 if self._skip_truncation_once else self.max_output
-        self._skip_truncation_once = False
+        limit = self.output_limit_for(name)
         token = output_limit.set(limit)
         try:
             output = await self._run_tool(name, args, ctx)

@@ -1,10 +1,10 @@
-"""A small scripted stand-in for app.agent.Agent, for dashboard tests.
+"""A small scripted stand-in for the session, for dashboard tests.
 
-It implements the host-facing API the dashboard uses and emits scripted
-engine events, so the tests exercise the real App and widgets without a
-model. Steps of a turn are events (emitted as they come), ``Gate`` (wait until
-the test opens it: keeps a turn running), ``Ask`` (call the approver like the
-real agent does before a mutating tool) and ``Text`` (stream a reply in deltas).
+It implements ``app.protocol.SessionSurface`` (submit, subscribe, snapshot) and
+emits scripted engine events, so the tests exercise the real App and widgets
+without a model (a contract test checks it against the Protocol). Steps of a turn are events (emitted as they come), ``Gate`` (wait until
+the test opens it: keeps a turn running), ``Ask`` (ask for approval like the
+real session does before a mutating tool) and ``Text`` (stream a reply in deltas).
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from app import commands as cmd
 from app import events as ev
-from app.messages import ToolUseBlock
+from app.protocol import SessionSnapshot
 
 
 def thresholds(window: int = 200_000, budget: int = 150_000) -> ev.ThresholdsModel:
@@ -77,52 +78,145 @@ class Text:
 Step = Any  # an Event, Gate, Ask or Text
 
 
-class FakeAgent:
+class FakeSession:
+    """A scripted session: implements ``app.protocol.SessionSurface`` like the real one.
+
+    Prompts, compactions and resets run one at a time on the loop of the first
+    ``submit``; interrupts and approval answers act at once. What it was asked
+    is kept in ``calls`` and ``answers``.
+    """
+
     def __init__(self, turns: dict[str, list[Step]] | None = None, *, default: list[Step] | None = None,
                  start_context: ev.ContextEvent | None = None, restored: list[Any] | None = None,
-                 provider_label: str = "fake · scripted-model", is_demo: bool = False) -> None:
-        self.emit: Callable[[Any], None] = lambda _e: None
-        self.approver = None
-        self.provider_label = provider_label
-        self.model = "scripted-model"
-        self.workspace = Path("/home/user/project")
-        self.session_id = "20260101-000000-fixed"
-        self.transcript_path = "/home/user/.local/share/tidegauge/sessions/fixed/transcript.jsonl"
+                 provider_label: str = "fake · scripted-model", banner: str | None = None,
+                 approvals: bool = True) -> None:
+        self.info = ev.SessionInfoEvent(
+            session_id="20260101-000000-fixed", provider_label=provider_label, model="scripted-model",
+            workspace="/home/user/project",
+            transcript_path="/home/user/.local/share/tidegauge/sessions/fixed/transcript.jsonl",
+            max_steps=50, banner=banner)
         self.max_steps = 50
-        self.is_demo = is_demo
+        self.approvals = approvals
         self.turns = turns or {}
         self.default = default or [Text("Hello! I am a scripted agent.")]
         self._context = start_context or context(None, 4_800)
         self._restored = restored or []
+        self._state = ev.StateEvent(state="idle", step=0, max_steps=self.max_steps)
+        self._listeners: list[Callable[[Any], None]] = []
+        self._queue: asyncio.Queue[Any] | None = None
+        self._runner: asyncio.Task[None] | None = None
+        self._current: asyncio.Task[Any] | None = None
+        self._approvals: dict[str, asyncio.Future[str]] = {}
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.pending = 0  # commands submitted and not finished (the real session has it too)
         self.history: list[str] = []  # what the "model" would see
-        self.calls: list[tuple[str, Any]] = []
+        self.calls: list[tuple[str, Any]] = []  # the work done: run_turn, compact, reset
+        self.submitted: list[cmd.Command] = []
+        self.always_allowed: set[str] = set()
         self.answers: list[str] = []
         self.closed = False
 
-    # --- the host-facing API ---
+    # --- the SessionSurface Protocol ---
+
+    def submit(self, command: cmd.Command) -> int:
+        self.submitted.append(command)
+        if isinstance(command, cmd.Interrupt):
+            while self._queue is not None and not self._queue.empty():
+                self._queue.get_nowait()
+                self.pending -= 1
+            if self._current is not None and not self._current.done():
+                self._current.cancel()
+            return len(self.submitted)
+        if isinstance(command, cmd.Approve):
+            future = self._approvals.pop(command.request_id, None)
+            if future is not None and not future.done():
+                future.set_result(command.decision)
+            return len(self.submitted)
+        if isinstance(command, cmd.Report):
+            self.emit(ev.ReportEvent(kind=command.kind, messages=len(self.history), context=self._context))
+            return len(self.submitted)
+        if isinstance(command, cmd.Shutdown):
+            self.closed = True
+            if self._runner is not None:
+                self._runner.cancel()
+            return len(self.submitted)
+        if isinstance(command, cmd.Reset):  # like the real one: replaces what waits, ends what runs
+            while self._queue is not None and not self._queue.empty():
+                self._queue.get_nowait()
+                self.pending -= 1
+            if self._current is not None and not self._current.done():
+                self._current.cancel()
+        if self._queue is None:
+            self._queue = asyncio.Queue()
+            self._runner = asyncio.get_running_loop().create_task(self._consume())
+        if self._current is not None and not self._current.done():
+            kind = "prompt" if isinstance(command, cmd.UserInput) else (
+                "compact" if isinstance(command, cmd.Compact) else "reset")
+            self.emit(ev.CommandQueuedEvent(command=kind, position=self._queue.qsize() + 1,
+                                            text=command.text if isinstance(command, cmd.UserInput) else ""))
+        self._idle.clear()
+        self.pending += 1
+        self._queue.put_nowait(command)
+        return len(self.submitted)
+
+    def subscribe(self, listener: Callable[[Any], None]) -> Callable[[], None]:
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def snapshot(self) -> SessionSnapshot:
+        return SessionSnapshot(info=self.info, context=self._context, state=self._state,
+                               restored=list(self._restored),
+                               busy=self._current is not None and not self._current.done())
+
+    # --- test helpers ---
+
+    def emit(self, event: Any) -> None:
+        if event.type == "state":
+            self._state = event
+        for listener in list(self._listeners):
+            listener(event)
+
+    async def idle(self) -> None:
+        """Until every submitted command has run."""
+        await self._idle.wait()
 
     def context_event(self) -> ev.ContextEvent:
         return self._context
 
-    def restored_events(self) -> list[Any]:
-        return list(self._restored)
+    # --- the scripted work ---
 
-    def usage_report(self) -> str:
-        return "usage: in 1,000 · out 100 · $0.0010"
+    async def _consume(self) -> None:
+        assert self._queue is not None
+        while True:
+            command = await self._queue.get()
+            self._current = asyncio.ensure_future(self._execute(command))
+            try:
+                await self._current
+            except asyncio.CancelledError:
+                if self._runner is not None and self._runner.cancelling():
+                    raise
+            finally:
+                self._current = None
+                self.pending -= 1
+                if self._queue.empty():
+                    self._idle.set()
 
-    def context_report(self) -> str:
-        return "context: system 1,800 · tools 2,400 · messages 600"
-
-    async def aclose(self) -> None:
-        self.closed = True
+    async def _execute(self, command: Any) -> None:
+        if isinstance(command, cmd.UserInput):
+            await self.run_turn(command.text)
+        elif isinstance(command, cmd.Compact):
+            await self.compact(command.focus)
+        elif isinstance(command, cmd.Reset):
+            self.reset()
 
     def reset(self) -> None:
         self.calls.append(("reset", None))
         self.emit(ev.ResetEvent(messages_before=len(self.history)))
         self.history.clear()
         self._context = context(None, 4_800)
-        self.emit(ev.NoticeEvent(text="conversation reset: the model starts fresh"))
         self.emit(self._context)
+        self.emit(ev.ChartPointEvent(tokens=self._context.projected_tokens, kind="reset"))
 
     async def compact(self, focus: str | None = None) -> ev.CompactionEvent:
         self.calls.append(("compact", focus))
@@ -133,10 +227,33 @@ class FakeAgent:
                                    messages_after=1, tokens_before=before, tokens_after=6_000)
         self.history[:] = ["summary"]
         self.emit(event)
+        self.emit(ev.ChartPointEvent(tokens=6_000, kind="compaction"))
         self._context = context(None, 6_000)
         self.emit(self._context)
         self.emit(ev.StateEvent(state="idle", step=0, max_steps=self.max_steps))
         return event
+
+    async def _ask(self, step: Ask) -> str:
+        if not self.approvals:
+            return "no"
+        if step.name in self.always_allowed:
+            return "yes"
+        request_id = f"approval-{len(self.submitted)}"
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._approvals[request_id] = future
+        self.emit(ev.StateEvent(state="waiting_approval", step=1, max_steps=self.max_steps, tool_name=step.name,
+                                tool_index=1, tool_count=1))
+        self.emit(ev.ApprovalRequestEvent(request_id=request_id, tool_id=step.id, name=step.name,
+                                          input=step.input, summary=str(step.input)[:40]))
+        try:
+            answer = await future
+        except asyncio.CancelledError:
+            self.emit(ev.ApprovalResolvedEvent(request_id=request_id, decision="interrupted"))
+            raise
+        self.emit(ev.ApprovalResolvedEvent(request_id=request_id, decision=answer))  # type: ignore[arg-type]
+        if answer == "always":
+            self.always_allowed.add(step.name)
+        return answer
 
     async def run_turn(self, user_text: str) -> ev.ResultEvent:
         self.calls.append(("run_turn", user_text))
@@ -144,6 +261,7 @@ class FakeAgent:
         self.emit(ev.UserMessageEvent(text=user_text))
         steps = self.turns.get(user_text, self.default)
         final = ""
+        running_tool: str | None = None
         try:
             self.emit(ev.StateEvent(state="streaming", step=1, max_steps=self.max_steps))
             for step in steps:
@@ -152,8 +270,9 @@ class FakeAgent:
                     await step.event.wait()
                 elif isinstance(step, Ask):
                     self.emit(ev.ToolStartEvent(id=step.id, name=step.name, input=step.input, summary=str(step.input)[:40]))
-                    answer = "no" if self.approver is None else await self.approver(
-                        ToolUseBlock(id=step.id, name=step.name, input=step.input))
+                    running_tool = step.name
+                    answer = await self._ask(step)
+                    running_tool = None
                     self.answers.append(answer)
                     content = "done" if answer in ("yes", "always") else f"The user declined this {step.name} call."
                     self.emit(ev.ToolResultEvent(id=step.id, name=step.name, is_error=answer == "no",
@@ -169,16 +288,19 @@ class FakeAgent:
                     if isinstance(step, ev.ContextEvent):
                         self._context = step
                     self.emit(step)
+                    if isinstance(step, ev.UsageEvent) and step.agent == "main":
+                        self.emit(ev.ChartPointEvent(tokens=step.context_tokens or 0, kind="call"))
                     await asyncio.sleep(0)
             self.history.append(final)
             result = ev.ResultEvent(stop_reason="end_turn", text=final, steps=1)
-            self.emit(result)
             self.emit(ev.StateEvent(state="idle", step=1, max_steps=self.max_steps))
+            self.emit(result)
             return result
         except asyncio.CancelledError:
             self.history.append("[interrupted]")
-            self.emit(ev.ResultEvent(stop_reason="interrupted", text=final, steps=1))
+            self.emit(ev.InterruptedEvent(tool_name=running_tool))
             self.emit(ev.StateEvent(state="idle", step=1, max_steps=self.max_steps))
+            self.emit(ev.ResultEvent(stop_reason="interrupted", text=final, steps=1))
             raise
 
 
@@ -251,6 +373,7 @@ def compaction_steps() -> list[Step]:
                       output_tokens=2_100, context_tokens=144_100),
         ev.CompactionEvent(trigger="auto", ok=True, messages_before=26, messages_after=1, tokens_before=156_280,
                            tokens_after=7_400),
+        ev.ChartPointEvent(tokens=7_400, kind="compaction"),
         context(None, 7_400, turns=None, cost=0.31, compact_cost=0.09),
         Text("Compacted; carrying on from the summary."),
         ev.UsageEvent(input_tokens=7_400, cache_read_tokens=0, cache_write_tokens=0, output_tokens=120,

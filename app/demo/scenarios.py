@@ -1,39 +1,36 @@
-"""The offline demo provider: a scripted model; everything around it is real.
+"""The scripted model's scenarios: what it decides, from the request alone.
 
 Its decisions are canned, but it decides each call from the request it
-receives (the latest user request, the tool calls already made and their
+receives (the latest user request, the tool calls made since and their
 results, or the compaction summary that replaced them), exactly as a real
 model would have to. So it carries on after an auto-compaction, an overflow
-recovery or a resumed session. The tools it calls run for real in the demo
-workspace; its usage figures are tiktoken counts of the request it got, as
-a server would report them; and it enforces its context window like a
-server, raising the Anthropic-style "prompt is too long" error.
+recovery or a resumed session, and any prompt works after any other in one
+session: only the latest request picks the scenario, and only what happened
+since it counts as the scenario's own work.
 
-Scenarios (picked by keyword in the latest user request):
+Scenarios (``SCENARIOS``, in the order the menu lists them):
 1. "find errors in app.log" (seed 000, experiment 2): ``cat app.log`` meets
    the registry's head+tail truncation; it spots the ERROR in the tail and
    follows the notice with ``grep -n ERROR app.log``.
 2. "summarize the project" (experiment 3): reads file after file, so the
    context climbs through the warning line into an auto-compaction with the
    demo's small budget, then carries on from the summary.
-3. "flood" (experiment 1 made safe): turns truncation off for one ``cat`` of
-   the 15 MB log; the engine's projection cuts the result before sending,
-   and the request still overflows the demo server's real (smaller) window,
-   so the overflow recovery runs too. See ``FLOOD_SERVER_WINDOW``.
+3. "flood" (experiment 1 made safe): one ``cat`` of the 15 MB log through
+   ``run_bash_untruncated``, a tool the plug-in registers with no output
+   limit; the engine's projection cuts the result before sending, and the
+   request still overflows the demo server's real (smaller) window, so the
+   overflow recovery runs too (see ``DemoProvider.FLOOD_SERVER_WINDOW``).
 4. "what did I ask first?": answers from the history or the summary (the
    seed's check that compaction kept the user's words).
 """
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import json
 import re
-import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Any, AsyncIterator, Sequence
+from typing import Any
 
 from app.context.compaction import is_summary_message, recent_user_messages
 from app.context.overflow import DROPPED_NOTE
@@ -45,25 +42,13 @@ from app.context.summarizer import (
     parse_summary,
     strip_line_numbers,
 )
-from app.context.tokens import count_tokens, estimate_message, estimate_tools
-from app.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
-from app.providers.base import (
-    Completed,
-    ContextTooLongError,
-    ModelRequest,
-    StreamEvent,
-    TextDelta,
-    ThinkingDelta,
-    ToolCallDelta,
-    ToolCallStart,
-    UsageUpdate,
-)
-from app.usage import Usage
+from app.demo.tools import UNTRUNCATED_BASH
+from app.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from app.providers.base import ModelRequest
 
 COMPACTION_MARK = "[Context compaction]"
 MEMORY_HEADER = "# Project and user rules (memory files)"
-_FOCUS = re.compile(r"Focus especially on:\s*(.+)", re.S)
-_WORD = re.compile(r"\S+\s*|\s+")
+_FOCUS = re.compile(r"Focus especially on:\s*(.+)", re.DOTALL)
 _GREP_LINE = re.compile(r"^(\d+):(.*)$")
 _NOTICE = re.compile(r"… \[output truncated: [^\]]*\] …")
 # What "summarize the project" reads, and what it leaves alone.
@@ -71,25 +56,6 @@ _READABLE = (".py", ".md", ".toml", ".txt", ".cfg", ".ini", ".csv", ".json", ".y
 _MAX_FILES = 40
 # The flood scenario's warm-up: some ordinary history for the overflow recovery to drop.
 FLOOD_WARMUP = ("inventory/storage.py", "inventory/orders.py")
-
-SCENARIOS_TEXT = """\
-I'm the **demo model**: a scripted stand-in that needs no API key. My decisions are canned; \
-everything else is real — the tools run in a scratch workspace, tool output is truncated, \
-tokens are counted with tiktoken, and the context engine compacts and recovers for real. \
-Type one of these:
-
-1. **find errors in app.log** — I `cat` a 15 MB, 300,001-line log. The tool registry cuts it \
-to head + tail with a notice; I spot the ERROR in the tail and follow the notice with `grep -n`.
-2. **summarize the project** — I read the project file after file. Watch the gauge climb through \
-the warning line into an auto-compaction (the demo's budget is small), then see me carry on from \
-the summary.
-3. **flood** — the seed's crash experiment made safe: truncation off for one `cat` of the whole log. \
-The engine cuts the result before it is sent, and when the server still rejects the request as too \
-long, the overflow recovery drops old rounds and retries.
-4. **what did I ask first?** — after a compaction, check that your own words survived.
-
-Keys: ctrl+s compacts now, ctrl+r resets, ctrl+o expands a truncated output."""
-
 
 # ---- reading the request ----
 
@@ -114,35 +80,49 @@ class Turn:
     request: str
     start: int  # index of the message that holds it (-1: none)
     calls: list[ToolCall] = field(default_factory=list)
-    summary: SummaryFacts | None = None  # the turn starts at a compaction summary
-    from_summary: bool = False
+    # Set when a compaction happened during this request: the summary's record of its work.
+    summary: SummaryFacts | None = None
+    from_summary: bool = False  # the request itself is quoted by that summary
 
 
-def _genuine_texts(msg: Message) -> list[str]:
-    return [b.text for b in msg.content if isinstance(b, TextBlock) and b.text.strip()
-            and b.text != DROPPED_NOTE and not b.text.startswith(COMPACTION_MARK)]
+def _genuine(text: str) -> bool:
+    """Typed by the user: not the engine's drop note, not a compaction instruction."""
+    return bool(text.strip()) and text != DROPPED_NOTE and not text.startswith(COMPACTION_MARK)
+
+
+def user_requests(messages: Sequence[Message]) -> list[tuple[int, str, bool]]:
+    """Everything the user asked, oldest first: (index of the message that holds it,
+    the words, whether a compaction summary quotes them).
+
+    Block order is time order: a summary quotes what came before it, and a prompt
+    typed after a compaction is merged into the summary message as a later block;
+    the overflow recovery appends the words of the rounds it dropped to the task
+    message, after its note, and every round it kept is newer than those.
+    """
+    found: list[tuple[int, str, bool]] = []
+    for index, msg in enumerate(messages):
+        if msg.role != "user":
+            continue
+        blocks = [b for b in msg.content if isinstance(b, TextBlock)]
+        if is_summary_message(msg):
+            summary_text = blocks[0].text
+            quoted = recent_user_messages([Message.user(summary_text)], budget=10**9)
+            if not quoted:  # a summary that quotes nothing: its own record of the request
+                facts = parse_summary(summary_text)
+                quoted = [facts.latest_request] if facts and facts.latest_request else []
+            found += [(index, text, True) for text in quoted]
+            blocks = blocks[1:]
+        found += [(index, b.text, False) for b in blocks if _genuine(b.text)]
+    return found
 
 
 def read_turn(messages: Sequence[Message]) -> Turn:
-    """Find the latest thing the user asked and the tool calls made since."""
-    start = -1
-    request = ""
-    summary: SummaryFacts | None = None
-    from_summary = False
-    for index in range(len(messages) - 1, -1, -1):
-        msg = messages[index]
-        if msg.role != "user":
-            continue
-        if is_summary_message(msg):
-            quoted = recent_user_messages([msg], budget=10**9)
-            summary = parse_summary(msg.text)
-            request = quoted[-1] if quoted else (summary.latest_request if summary else "") or ""
-            start, from_summary = index, True
-            break
-        texts = _genuine_texts(msg)
-        if texts:
-            request, start = texts[-1], index
-            break
+    """The latest thing the user asked and the tool calls made since."""
+    requests = user_requests(messages)
+    start, request, from_summary = requests[-1] if requests else (-1, "", False)
+    # The summary's record of work counts only when the compaction happened during this
+    # request; a summary of earlier requests is their work, not this one's.
+    summary = parse_summary(messages[start].text) if from_summary else None
     results = {b.tool_use_id: b for m in messages[start + 1:] for b in m.tool_results}
     calls = [ToolCall(use, results.get(use.id))
              for m in messages[start + 1:] if m.role == "assistant" for use in m.tool_uses]
@@ -150,15 +130,12 @@ def read_turn(messages: Sequence[Message]) -> Turn:
 
 
 def pick_scenario(request: str) -> str:
+    """The scenario the request asks for ("menu" when none): the first that matches, in
+    ``MATCH_ORDER`` (so "flood app.log" floods, and "what did I ask first" is a recall)."""
     text = request.lower()
-    if "flood" in text or "淹" in text:
-        return "flood"
-    if re.search(r"remember|what did i (?:ask|say)|first (?:request|ask|question)|asked (?:you )?first|记得", text):
-        return "recall"
-    if re.search(r"\berrors?\b|app\.log|报错|错误", text):
-        return "errors"
-    if re.search(r"summar|project|总结|概括", text):
-        return "summarize"
+    for name in MATCH_ORDER:
+        if SCENARIOS[name].pattern.search(text):
+            return name
     return "menu"
 
 
@@ -168,7 +145,6 @@ def pick_scenario(request: str) -> str:
 class PlannedCall:
     name: str
     input: dict[str, Any]
-    suspend_truncation: bool = False
 
 
 @dataclass
@@ -271,8 +247,7 @@ def _listing(turn: Turn) -> list[str] | None:
             paths = []
             for line in call.result.content.splitlines()[1:]:
                 entry = line.strip()
-                if (not entry or entry.startswith("[") or entry.endswith("/") or "(skipped" in entry
-                        or entry.endswith("@")):
+                if not entry or entry.startswith("[") or entry.endswith(("/", "@")) or "(skipped" in entry:
                     continue
                 if entry.endswith(_READABLE) and not entry.startswith(("tool-results", ".")):
                     paths.append(entry)
@@ -398,23 +373,31 @@ def _project_summary(outlines: dict[str, str], turn: Turn) -> str:
     return "\n".join(lines)
 
 
-def _decide_flood(turn: Turn, dropped_note: bool, truncation_suspended: bool) -> Decision:
-    cat = next((c for c in turn.calls if c.use.name == "run_bash" and c.command.startswith("cat ")), None)
+def _decide_flood(turn: Turn, dropped_note: bool, untruncated_offered: bool) -> Decision:
+    cat = next((c for c in turn.calls if c.use.name in ("run_bash", UNTRUNCATED_BASH)
+                and c.command.startswith("cat ")), None)
     reads = [c for c in turn.calls if c.use.name == "read_file"]
     if cat is None:
         warm = [p for p in FLOOD_WARMUP if p not in {c.path for c in reads}]
-        if warm and not any(c.use.name == "run_bash" for c in turn.calls):
+        if warm and not any(c.use.name in ("run_bash", UNTRUNCATED_BASH) for c in turn.calls):
             intro = ("Experiment 1 from the seed, made safe. First some ordinary work, so there is older history "
                      "in the context: " if not reads else "")
             return Decision(thinking="Build up some history before the flood.",
                             text=f"{intro}reading `{warm[0]}`.",
                             calls=[PlannedCall("read_file", {"path": warm[0]})])
+        if not untruncated_offered:  # a session without the plug-in's tool: the registry's cut applies
+            return Decision(
+                thinking="No tool with the output limit off here; run_bash is cut by the registry.",
+                text=(f"This session has no `{UNTRUNCATED_BASH}` tool, so the registry's truncation stays on. "
+                      "Running `cat app.log` anyway: watch its cut."),
+                calls=[PlannedCall("run_bash", {"command": "cat app.log"})])
         return Decision(
             thinking="Now the crash test: one call with truncation off.",
-            text=("Now the flood: I'm turning the tool registry's truncation **off for this one call** and running "
-                  "`cat app.log` — 15 MB, about six million tokens. Without further defences the next request "
-                  "could never be sent. Watch the engine: its projection sees the result before it is sent."),
-            calls=[PlannedCall("run_bash", {"command": "cat app.log"}, suspend_truncation=True)])
+            text=(f"Now the flood: I'm running `cat app.log` through `{UNTRUNCATED_BASH}`, a tool registered with "
+                  "no output limit, so the tool registry's truncation is **off for this one call** — 15 MB, about "
+                  "six million tokens. Without further defences the next request could never be sent. Watch the "
+                  "engine: its projection sees the result before it is sent."),
+            calls=[PlannedCall(UNTRUNCATED_BASH, {"command": "cat app.log"})])
     if cat.result is None:
         return Decision(text="The `cat` produced no result.")
     refused = _refusal(cat)
@@ -424,7 +407,7 @@ def _decide_flood(turn: Turn, dropped_note: bool, truncation_suspended: bool) ->
     notice = _notice(content)
     error = _last_line_with(content, "ERROR")
     parts = [f"The `cat` result reached me as {len(content):,} characters, not 15 MB."]
-    if notice and truncation_suspended:
+    if notice and cat.use.name == UNTRUNCATED_BASH:
         parts.append("Truncation was off, so the cut came from the context engine: the result alone would have "
                      "pushed the request over the blocking line, so it was cut head+tail *before* being sent, "
                      f"with this notice:\n\n> {notice}")
@@ -445,6 +428,10 @@ def _decide_flood(turn: Turn, dropped_note: bool, truncation_suspended: bool) ->
 
 
 def _decide_recall(messages: Sequence[Message], system: str) -> Decision:
+    if len(user_requests(messages)) <= 1:
+        return Decision(thinking="Nothing came before this request.", text=(
+            "This is the first thing you've asked in this session, so there is nothing earlier to recall. "
+            "Ask me again after another prompt — or after a compaction, to check that your words survived it."))
     facts = collect_facts(list(messages))
     parts = []
     if facts.first_request:
@@ -457,7 +444,7 @@ def _decide_recall(messages: Sequence[Message], system: str) -> Decision:
     # Only the memory files' part of the system prompt (the engine puts them under this header).
     _, found, memory = system.partition(MEMORY_HEADER)
     rules = [line.strip("- ").strip() for line in (memory if found else "").splitlines()
-             if re.search(r"\b(never|always|must)\b", line, re.I) and line.lstrip().startswith("-")]
+             if re.search(r"\b(never|always|must)\b", line, re.IGNORECASE) and line.lstrip().startswith("-")]
     if rules:
         parts.append("Rules from the memory files (they live in the system prompt, so no compaction can drop "
                      "them):\n\n" + "\n".join(f"- {r}" for r in rules[:6]))
@@ -487,7 +474,7 @@ def _strip_instruction(messages: Sequence[Message]) -> tuple[list[Message], str 
     return history, focus
 
 
-def decide(request: ModelRequest, truncation_suspended: bool = True) -> Decision:
+def decide(request: ModelRequest) -> Decision:
     """The scripted model: what to say and which tools to call, from the request alone."""
     if request.tool_choice == "none":
         history, focus = _strip_instruction(request.messages)
@@ -502,134 +489,60 @@ def decide(request: ModelRequest, truncation_suspended: bool = True) -> Decision
     if scenario == "flood":
         dropped = any(isinstance(b, TextBlock) and b.text == DROPPED_NOTE
                       for m in request.messages for b in m.content)
-        return _decide_flood(turn, dropped, truncation_suspended)
+        offered = any(tool.name == UNTRUNCATED_BASH for tool in request.tools)
+        return _decide_flood(turn, dropped, offered)
     if scenario == "recall":
         return _decide_recall(request.messages, request.system)
-    return Decision(text=SCENARIOS_TEXT, thinking="No scenario asked for: offer the list.")
+    return Decision(text=menu_text(), thinking="No scenario asked for: offer the list.")
 
 
-# ---- the provider ----
+# ---- the scenarios, as the menu and the banner list them ----
 
-class DemoProvider:
-    """A scripted model behind the Provider protocol; see the module docstring."""
+@dataclass(frozen=True)
+class Scenario:
+    prompt: str  # what to type
+    pitch: str  # one paragraph for the menu (markdown)
+    pattern: re.Pattern[str]  # what in a request picks it (lower case)
 
-    name = "demo"
-    label = "demo (scripted model)"
-    # What the runtime uses when the user gave no --window / --budget. With the
-    # default compaction output (8,000) the lines are: warning 15,000,
-    # auto-compact 20,000 (the seed's "-budget 20000"), blocking 53,000.
-    # Measured with the runtime's system prompt and the five tools (~1,050 tokens):
-    # "find errors" peaks at ~14,300 (the truncated cat is ~12,700), just under the
-    # warning line; "summarize the project" crosses the warning line after 17 of
-    # 28 files and auto-compacts after 20 (about 26 s in at 40 tokens/s), then
-    # reads the last 9 from the summary and ends near 10,000.
-    DEFAULT_WINDOW = 64_000
-    DEFAULT_BUDGET = 20_000
-    # In the flood scenario the demo plays a server whose real context is
-    # smaller than its table entry (like a local server started with a small
-    # --ctx-size): the engine cuts the flood to fit under the warning line it
-    # computed from the advertised window, and this server still rejects it, so
-    # the reactive overflow recovery runs too. Tuned for the default budget.
-    FLOOD_SERVER_WINDOW = 11_000
-    COMPACTION_SPEEDUP = 10.0  # the summary is not shown while compacting: don't make the user wait
 
-    def __init__(self, model: str | None = "demo-scripted", *, speed: float = 40.0, registry: Any = None,
-                 window: int | None = None, **_ignored: Any) -> None:
-        # **_ignored: network options (timeouts) the factory passes to every provider.
-        self.model = model or "demo-scripted"
-        self.speed = max(0.0, float(speed))
-        self.registry = registry
-        self.window = window or self.DEFAULT_WINDOW
-        self.calls = 0  # harmless counters: the decisions never read them
-        self.rejected = 0
-        self._previous_prefix: list[tuple[str, int]] = []
-        self.sleep = asyncio.sleep  # the pacing clock (tests record it instead of waiting)
+SCENARIOS: dict[str, Scenario] = {
+    "errors": Scenario(
+        "find errors in app.log",
+        "I `cat` a 15 MB, 300,001-line log. The tool registry cuts it to head + tail with a notice; I spot the "
+        "ERROR in the tail and follow the notice with `grep -n`.",
+        re.compile(r"\berrors?\b|app\.log|报错|错误")),
+    "summarize": Scenario(
+        "summarize the project",
+        "I read the project file after file. Watch the gauge climb through the warning line into an "
+        "auto-compaction (the demo's budget is small), then see me carry on from the summary.",
+        re.compile(r"summar|project|总结|概括")),
+    "flood": Scenario(
+        "flood",
+        "the seed's crash experiment made safe: truncation off for one `cat` of the whole log. The engine cuts "
+        "the result before it is sent, and when the server still rejects the request as too long, the overflow "
+        "recovery drops old rounds and retries.",
+        re.compile(r"flood|淹")),
+    "recall": Scenario(
+        "what did I ask first?",
+        "after a compaction, check that your own words survived.",
+        re.compile(r"remember|what did i (?:ask|say)|first (?:request|ask|question)|asked (?:you )?first|记得")),
+}
+# Which scenario a request picks when several words match: the most specific first.
+MATCH_ORDER = ("flood", "recall", "errors", "summarize")
 
-    # ---- what the "server" counts ----
 
-    def _segments(self, request: ModelRequest) -> list[tuple[str, int]]:
-        """(fingerprint, tokens) of the request's parts in order: system+tools, then each message."""
-        head = hashlib.sha1((request.system + json.dumps([t.model_dump() for t in request.tools],
-                                                         sort_keys=True)).encode()).hexdigest()
-        segments = [(head, count_tokens(request.system) + estimate_tools(request.tools))]
-        for msg in request.messages:
-            digest = hashlib.sha1(msg.model_dump_json().encode()).hexdigest()
-            segments.append((digest, estimate_message(msg)))
-        return segments
+def menu_text() -> str:
+    """The scripted model's answer to anything that is not a scenario."""
+    items = "\n".join(f"{n}. **{s.prompt}** — {s.pitch}" for n, s in enumerate(SCENARIOS.values(), 1))
+    return ("I'm the **demo model**: a scripted stand-in that needs no API key. My decisions are canned; "
+            "everything else is real — the tools run in a scratch workspace, tool output is truncated, tokens "
+            "are counted with tiktoken, and the context engine compacts and recovers for real. Type one of these, "
+            "in any order:\n\n" + items + "\n\nKeys: ctrl+s compacts now, ctrl+r resets, ctrl+o expands a "
+            "truncated output.")
 
-    def count_request(self, request: ModelRequest) -> int:
-        """Input tokens of ``request`` (tiktoken, the same estimate the engine uses)."""
-        return sum(tokens for _fp, tokens in self._segments(request))
 
-    def server_limit(self, request: ModelRequest) -> int:
-        if request.tool_choice != "none" and pick_scenario(read_turn(request.messages).request) == "flood":
-            return min(self.window, self.FLOOD_SERVER_WINDOW)
-        return self.window
-
-    def _usage(self, segments: list[tuple[str, int]], output_tokens: int) -> Usage:
-        cached = 0
-        for (fp, tokens), (prev_fp, _prev) in zip(segments, self._previous_prefix):
-            if fp != prev_fp:
-                break
-            cached += tokens
-        total = sum(tokens for _fp, tokens in segments)
-        return Usage(input_tokens=total - cached, cache_read_tokens=cached, cache_write_tokens=0,
-                     output_tokens=output_tokens)
-
-    # ---- streaming ----
-
-    async def _paced(self, pieces: list[str], speedup: float = 1.0) -> AsyncIterator[str]:
-        """Yield ``pieces`` at ``speed`` tokens per second: the whole text's token count,
-        spread over the pieces by length (counting each piece alone would overcount)."""
-        whole = "".join(pieces)
-        seconds = count_tokens(whole) / (self.speed * speedup) if self.speed > 0 else 0.0
-        for piece in pieces:
-            yield piece
-            if seconds and whole:
-                await self.sleep(seconds * len(piece) / len(whole))
-
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
-        self.calls += 1
-        segments = self._segments(request)
-        total = sum(tokens for _fp, tokens in segments)
-        limit = self.server_limit(request)
-        if total > limit:
-            self.rejected += 1
-            raise ContextTooLongError(f"prompt is too long: {total} tokens > {limit} maximum", status=400,
-                                      error_type="invalid_request_error", actual_tokens=total, limit_tokens=limit)
-        decision = decide(request, truncation_suspended=self.registry is not None)
-        usage_in = self._usage(segments, 0)
-        yield UsageUpdate(usage_in)
-        speedup = self.COMPACTION_SPEEDUP if decision.is_summary else 1.0
-        content: list[Any] = []
-        if decision.thinking:
-            content.append(ThinkingBlock(thinking=decision.thinking))
-            async for piece in self._paced([decision.thinking], speedup):
-                yield ThinkingDelta(piece)
-        if decision.text:
-            content.append(TextBlock(text=decision.text))
-            pieces = decision.text.splitlines(keepends=True) if decision.is_summary else _WORD.findall(decision.text)
-            async for piece in self._paced(pieces, speedup):
-                yield TextDelta(piece)
-        for index, call in enumerate(decision.calls):
-            use = ToolUseBlock(id=f"toolu_demo_{uuid.uuid4().hex[:20]}", name=call.name, input=call.input)
-            content.append(use)
-            yield ToolCallStart(index=index, id=use.id, name=use.name)
-            arguments = json.dumps(call.input, ensure_ascii=False)
-            half = len(arguments) // 2
-            async for part in self._paced([arguments[:half], arguments[half:]]):
-                yield ToolCallDelta(index=index, partial_json=part)
-        output_tokens = (count_tokens(decision.thinking) + count_tokens(decision.text)
-                         + sum(count_tokens(c.name) + count_tokens(json.dumps(c.input)) for c in decision.calls))
-        usage = Usage(input_tokens=usage_in.input_tokens, cache_read_tokens=usage_in.cache_read_tokens,
-                      cache_write_tokens=0, output_tokens=output_tokens)
-        # A served request is cached for the next call's prefix (rejected ones are not).
-        self._previous_prefix = segments
-        for call in decision.calls:
-            if call.suspend_truncation and self.registry is not None:
-                self.registry.suspend_truncation_once()
-        yield Completed(message=Message(role="assistant", content=content), usage=usage,
-                        stop_reason="tool_use" if decision.calls else "end_turn")
-
-    async def aclose(self) -> None:
-        return None
+def banner_text() -> str:
+    """One line for the dashboard to show when the session opens: what this is and every prompt."""
+    prompts = " · ".join(s.prompt for s in SCENARIOS.values())
+    return ("demo (scripted model): a scripted model drives real tools; no API key needed. "
+            f"Try, in any order: {prompts}")

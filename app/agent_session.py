@@ -1,0 +1,325 @@
+"""The session: commands in, typed events out (codex's submission queue, in Python).
+
+``AgentSession`` owns everything a surface must not: the agent, the command
+queue, the run state (one source for step, tool and retry numbers), the
+always-allowed tools and the pending approvals. Surfaces talk to it only
+through ``app.protocol.SessionSurface``: ``submit`` a command, ``subscribe`` to
+the event stream, read a ``snapshot``.
+
+Threads: the session runs on one asyncio loop (its own thread under the
+dashboard, the main loop in headless mode). ``submit`` may be called from any
+thread; listeners are called on the session's loop, in order, the transcript
+recorder first, so every event is persisted before any surface sees it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from collections import deque
+from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
+
+from app.commands import Approve, Command, Compact, Decision, Interrupt, Report, Reset, Shutdown, UserInput
+from app.events import (
+    ApprovalRequestEvent,
+    ApprovalResolvedEvent,
+    ChartPointEvent,
+    CommandQueuedEvent,
+    ConfigWarningEvent,
+    Event,
+    ReportEvent,
+    SessionInfoEvent,
+    StateEvent,
+)
+from app.protocol import Listener, SessionSnapshot
+
+if TYPE_CHECKING:
+    from app.agent import Agent
+    from app.messages import ToolUseBlock
+    from app.transcript import TranscriptWriter
+
+# Deltas are not persisted (the assistant_message after them holds the whole text), nor
+# reports (answers to a question about the session, not part of it).
+_NOT_RECORDED = frozenset({"text_delta", "thinking_delta", "report"})
+# Restored events a surface redraws from; the rest was transient (or, for notices
+# written before the events were typed, a repeat of the typed event before it).
+_NOT_REPLAYED = frozenset({"text_delta", "thinking_delta", "state", "notice", "session",
+                           "approval_request", "approval_resolved", "queued"})
+
+
+class Closable(Protocol):
+    async def aclose(self) -> None: ...
+
+
+class EventStream:
+    """Fan-out of events to listeners, in order of subscription."""
+
+    def __init__(self) -> None:
+        self._listeners: list[Listener] = []
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return unsubscribe
+
+    def emit(self, event: Event) -> None:
+        for listener in tuple(self._listeners):
+            listener(event)
+
+
+def transcript_recorder(transcript: "TranscriptWriter") -> Listener:
+    """The first listener of every session: persist the event (deltas excepted)."""
+
+    def record(event: Event) -> None:
+        if event.type not in _NOT_RECORDED:
+            transcript.append_event(event)
+
+    return record
+
+
+def replayable(events: list[Event]) -> list[Event]:
+    """What a surface redraws a resumed session from, with the gauge's history points.
+
+    Sessions recorded before chart points were events get theirs derived here, from
+    the same events the engine records them on, so every surface draws the same chart.
+    """
+    kept = [e for e in events if e.type not in _NOT_REPLAYED]
+    if any(e.type == "chart_point" for e in kept):
+        return kept
+    out: list[Event] = []
+    pending_drop: str | None = None
+    last_projected = 0
+    for event in kept:
+        out.append(event)
+        if event.type == "usage" and event.agent == "main":
+            out.append(ChartPointEvent(tokens=event.context_tokens or last_projected, kind="call"))
+        elif event.type == "compaction" and event.ok:
+            out.append(ChartPointEvent(tokens=event.tokens_after, kind="compaction"))
+        elif event.type in ("micro_compaction", "reset"):
+            pending_drop = "prune" if event.type == "micro_compaction" else "reset"
+        elif event.type == "context":
+            last_projected = event.projected_tokens
+            if pending_drop is not None:
+                out.append(ChartPointEvent(tokens=event.projected_tokens,
+                                           kind="prune" if pending_drop == "prune" else "reset"))
+                pending_drop = None
+    return out
+
+
+class AgentSession:
+    """One agent, one queue of commands, one stream of events (implements ``SessionSurface``)."""
+
+    def __init__(self, agent: "Agent", *, stream: EventStream, info: SessionInfoEvent,
+                 restored: list[Event] | None = None, approvals: bool = True,
+                 services: "Callable[[], Awaitable[Closable | None]] | None" = None) -> None:
+        """``approvals``: a surface answers approval requests (the dashboard); without one
+        (headless), tools that change things are refused unless ``--yes``. ``services``:
+        started on the session's loop before the first command, closed when it stops
+        (the MCP servers)."""
+        self.agent = agent
+        self._start_services = services
+        # (setting, words) said once at start: settings that cannot work as set.
+        self.config_warnings: list[tuple[str, str]] = []
+        budget_warning = agent.engine.budget_floor_warning()
+        if budget_warning:
+            self.config_warnings.append(("budget", budget_warning))
+        self.stream = stream
+        self.info = info
+        self.restored = replayable(restored or [])
+        self.always_allowed: set[str] = set()
+        self._ids = itertools.count(1)
+        self._queue: deque[Command] = deque()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self._wake: asyncio.Event | None = None
+        self._current: asyncio.Task[object] | None = None
+        self._approvals: dict[str, tuple["asyncio.Future[Decision]", str]] = {}
+        self._stopping = False
+        # Prompts, compactions and resets submitted and not yet done (or dropped): counted
+        # at ``submit``, on the caller's thread, so "nothing pending" never races a submit.
+        self._pending = 0
+        self._pending_lock = threading.Lock()
+        self._last_state = StateEvent(state="idle", step=0, max_steps=agent.max_steps)
+        agent.emit = self._emit
+        if approvals:
+            agent.approver = self._ask_approval
+        else:
+            agent.approver = None
+
+    # ------------------------------------------------------------ the Protocol
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        return self.stream.subscribe(listener)
+
+    def snapshot(self) -> SessionSnapshot:
+        return SessionSnapshot(info=self.info, context=self.agent.context_event(), state=self._last_state,
+                               restored=list(self.restored), busy=self.busy, queued=len(self._queue))
+
+    def submit(self, command: Command) -> int:
+        command_id = next(self._ids)
+        if isinstance(command, (UserInput, Compact, Reset)):
+            self._count_pending(+1)
+        loop = self._loop
+        if loop is not None and threading.get_ident() != self._loop_thread:
+            loop.call_soon_threadsafe(self._accept, command)
+        else:
+            self._accept(command)
+        return command_id
+
+    # ------------------------------------------------------------ state
+
+    @property
+    def busy(self) -> bool:
+        return self._current is not None and not self._current.done()
+
+    @property
+    def pending(self) -> int:
+        """Prompts, compactions and resets submitted and not finished yet (any thread)."""
+        return self._pending
+
+    def _count_pending(self, change: int) -> None:
+        with self._pending_lock:
+            self._pending = max(0, self._pending + change)
+
+    def _drop_queue(self) -> None:
+        self._count_pending(-len(self._queue))
+        self._queue.clear()
+
+    def _emit(self, event: Event) -> None:
+        if event.type == "state":
+            self._last_state = event
+        self.stream.emit(event)
+
+    def _state(self, state: str, **fields: object) -> None:
+        self._emit(StateEvent(state=state, step=self.agent.step, max_steps=self.agent.max_steps,  # type: ignore[arg-type]
+                              **fields))  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------ commands
+
+    def _accept(self, command: Command) -> None:
+        """On the session's loop (or before it runs): act now, or queue."""
+        if isinstance(command, Interrupt):
+            self._drop_queue()
+            self._interrupt()
+        elif isinstance(command, Approve):
+            self._answer(command.request_id, command.decision)
+        elif isinstance(command, Report):
+            self._emit(ReportEvent(kind=command.kind, messages=len(self.agent.history),
+                                   context=self.agent.context_event()))
+        elif isinstance(command, Shutdown):
+            self._stopping = True
+            if command.now:
+                self._drop_queue()
+                self._interrupt()
+        else:
+            if isinstance(command, Reset):
+                # A confirmed reset replaces what was queued and ends the running turn.
+                self._drop_queue()
+                self._interrupt()
+            if self.busy:
+                kind = "prompt" if isinstance(command, UserInput) else (
+                    "compact" if isinstance(command, Compact) else "reset")
+                self._emit(CommandQueuedEvent(command=kind, position=len(self._queue) + 1,  # type: ignore[arg-type]
+                                              text=command.text if isinstance(command, UserInput) else ""))
+            # Before ``run`` starts a command just waits: nothing is running that it waits for.
+            self._queue.append(command)
+        if self._wake is not None:
+            self._wake.set()
+
+    def _interrupt(self) -> None:
+        if self.busy:
+            assert self._current is not None
+            self._state("interrupting")
+            self._current.cancel()
+
+    async def run(self) -> None:
+        """The consumer: runs queued commands one at a time until ``Shutdown``."""
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self._wake = asyncio.Event()
+        self._emit(self.info)
+        for setting, text in self.config_warnings:
+            self._emit(ConfigWarningEvent(setting=setting, text=text))
+        services = None
+        try:
+            if self._start_services is not None:
+                services = await self._start_services()  # their tools are in the first request
+            self.agent.engine.emit_context()
+            while True:
+                if not self._queue:
+                    if self._stopping:
+                        break
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                command = self._queue.popleft()
+                self._current = asyncio.ensure_future(self._execute(command))
+                try:
+                    await asyncio.shield(self._current)
+                except asyncio.CancelledError:
+                    task = asyncio.current_task()
+                    if task is not None and task.cancelling():
+                        self._current.cancel()  # the session itself is being stopped
+                        raise
+                except Exception as error:  # noqa: BLE001 - a bug in a turn must not end the session
+                    from app.events import ErrorEvent
+
+                    self._emit(ErrorEvent(message=f"{type(error).__name__}: {error}"))
+                    self._state("idle")
+                finally:
+                    self._current = None
+                    self._count_pending(-1)
+        finally:
+            for future, _tool in self._approvals.values():
+                if not future.done():
+                    future.cancel()
+            if services is not None:
+                await services.aclose()
+            await self.agent.aclose()
+
+    async def _execute(self, command: Command) -> None:
+        if isinstance(command, UserInput):
+            await self.agent.run_turn(command.text)
+        elif isinstance(command, Compact):
+            await self.agent.compact(command.focus)
+        elif isinstance(command, Reset):
+            self.agent.reset()
+
+    # ------------------------------------------------------------ approvals
+
+    async def _ask_approval(self, use: "ToolUseBlock") -> Decision:
+        if use.name in self.always_allowed:
+            return "yes"
+        from app.agent import summarize_args
+
+        assert self._loop is not None
+        request_id = f"approval-{next(self._ids)}"
+        future: asyncio.Future[Decision] = self._loop.create_future()
+        self._approvals[request_id] = (future, use.name)
+        running = self._last_state  # the agent's "tool" state: its numbers stay while we wait
+        self._state("waiting_approval", tool_name=use.name, tool_index=running.tool_index,
+                    tool_count=running.tool_count)
+        self._emit(ApprovalRequestEvent(request_id=request_id, tool_id=use.id, name=use.name,
+                                        input=dict(use.input), summary=summarize_args(use.name, use.input)))
+        try:
+            decision = await future
+        except asyncio.CancelledError:
+            self._emit(ApprovalResolvedEvent(request_id=request_id, decision="interrupted"))
+            raise
+        finally:
+            self._approvals.pop(request_id, None)
+        self._emit(ApprovalResolvedEvent(request_id=request_id, decision=decision))
+        self._state("tool", tool_name=use.name, tool_index=running.tool_index, tool_count=running.tool_count)
+        if decision == "always":
+            self.always_allowed.add(use.name)
+        return decision
+
+    def _answer(self, request_id: str, decision: Decision) -> None:
+        pending = self._approvals.get(request_id)
+        if pending is not None and not pending[0].done():
+            pending[0].set_result(decision)

@@ -1,0 +1,62 @@
+"""Commands: what a surface may ask of a session (``SessionSurface.submit``).
+
+Frozen dataclasses, no pydantic: the dashboard builds them before the core loads.
+Prompts, compactions and resets run one at a time, in order; an interrupt, an
+approval answer and a report act at once, whatever is running.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Union
+
+Decision = Literal["yes", "always", "no"]
+
+
+@dataclass(frozen=True)
+class UserInput:
+    """A prompt from the user: one turn of the agent loop."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Compact:
+    """Compact the conversation now (ctrl+s, /compact [focus]); always runs, breaker or not."""
+
+    focus: str | None = None
+
+
+@dataclass(frozen=True)
+class Reset:
+    """Forget the conversation (the transcript stays). Replaces whatever is queued and ends the running turn."""
+
+
+@dataclass(frozen=True)
+class Interrupt:
+    """End the running turn; the history is repaired so the next request is valid. Clears the queue."""
+
+
+@dataclass(frozen=True)
+class Approve:
+    """The answer to an ``ApprovalRequestEvent``."""
+
+    request_id: str
+    decision: Decision
+
+
+@dataclass(frozen=True)
+class Report:
+    """Ask for the figures of ``/usage`` or ``/context`` (answered by a ``ReportEvent``)."""
+
+    kind: Literal["usage", "context"]
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    """Stop the session after what is queued (``now``: interrupt and stop at once)."""
+
+    now: bool = False
+
+
+Command = Union[UserInput, Compact, Reset, Interrupt, Approve, Report, Shutdown]

@@ -1,0 +1,250 @@
+"""The words for every event: one place, used by headless text mode and the dashboard.
+
+``describe(event)`` gives the engine line a surface prints for an event (or None
+for events that draw something else: deltas, the gauge, tool lines). Surfaces
+never compose their own sentences from event fields and never parse event text.
+
+This module imports no pydantic at load time: the dashboard imports it before its
+first frame, and the events (pydantic models) load after it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Literal
+
+if TYPE_CHECKING:
+    from app import events as ev
+
+LineKind = Literal[
+    "info", "warning", "error", "compaction", "compaction-failed", "overflow", "micro", "cut",
+    "breaker", "retry", "interrupted", "queued",
+]
+
+
+@dataclass(frozen=True)
+class Line:
+    """One engine line: its kind (the dashboard's style class) and its words."""
+
+    kind: LineKind
+    text: str
+
+
+def human_tokens(count: int | float) -> str:
+    count = int(count)
+    if abs(count) >= 1_000_000:
+        return f"{count / 1_000_000:.2f}M"
+    if abs(count) >= 1_000:
+        return f"{count / 1_000:.1f}K"
+    return str(count)
+
+
+def plural(count: int, one: str, many: str | None = None) -> str:
+    """``1 message``, ``2 messages`` (``many`` for irregular plurals)."""
+    return f"{count:,} {one if count == 1 else (many or one + 's')}"
+
+
+# ---------------------------------------------------------------- per event
+
+
+def _compaction(e: "ev.CompactionEvent") -> Line:
+    if not e.ok:
+        if e.trigger == "reactive":
+            return Line("compaction-failed", f"overflow recovery failed: {e.reason or 'nothing left to drop'}")
+        return Line("compaction-failed",
+                    f"compaction failed ({e.trigger}): {e.reason or 'unknown reason'} — history unchanged")
+    if e.trigger == "reactive":
+        gap = f" ({e.gap_tokens:,} tokens over)" if e.gap_tokens is not None else ""
+        return Line("overflow",
+                    f"overflow recovery: prompt too long{gap}; dropped the oldest rounds, "
+                    f"{plural(e.messages_before, 'message')} → {e.messages_after:,}, "
+                    f"~{human_tokens(e.tokens_before)} → ~{human_tokens(e.tokens_after)} tokens "
+                    "(they stay in the transcript on disk)")
+    label = {"auto": "auto", "manual": "manual", "fallback": "fallback (extractive)"}.get(e.trigger, e.trigger)
+    return Line("compaction",
+                f"context compacted: {plural(e.messages_before, 'message')} → 1 summary"
+                f" ({label}, ~{human_tokens(e.tokens_before)} → ~{human_tokens(e.tokens_after)} tokens)")
+
+
+def _micro(e: "ev.MicroCompactionEvent") -> Line:
+    why = {"time": "an hour since the last reply", "size": "context crossed the warning line"}.get(e.trigger, e.trigger)
+    return Line("micro", f"micro-compaction ({why}): cleared {plural(e.results_cleared, 'old tool result')},"
+                         f" freed ~{human_tokens(e.tokens_freed)} tokens (full outputs stay on disk)")
+
+
+def _result_cut(e: "ev.ResultCutEvent") -> Line:
+    return Line("cut", f"result of {e.name} cut before sending: {e.original_chars:,} → {e.kept_chars:,}"
+                       f" characters (it alone would cross the blocking line); full output at {e.full_output_path}")
+
+
+def _breaker(e: "ev.BreakerEvent") -> Line:
+    if e.paused:
+        return Line("breaker", f"auto-compaction paused after {plural(e.failures, 'failure')} in a row"
+                               " (circuit breaker); one trial after the cooldown, ctrl+s or /compact always runs")
+    return Line("info", "auto-compaction resumed")
+
+
+def _compaction_paused(e: "ev.CompactionPausedEvent") -> Line:
+    wait = f"; one retry in {int(e.retry_in_s)}s" if e.retry_in_s is not None else ""
+    return Line("breaker", f"auto-compaction paused after {plural(e.failures, 'failed attempt')}{wait};"
+                           " ctrl+s or /compact still runs it")
+
+
+def _retry(e: "ev.RetryEvent") -> Line:
+    # The same numbers as the header's and stream-json's: retry N of the allowed retries.
+    return Line("retry", f"retry {e.attempt} of {e.max_attempts} in {e.delay_s:.1f}s: {e.reason}")
+
+
+def _warning_crossed(e: "ev.WarningCrossedEvent") -> Line:
+    return Line("warning", f"context crossed the warning line: ~{human_tokens(e.projected_tokens)}"
+                           f" ≥ {human_tokens(e.warning_line)}")
+
+
+def _reset(e: "ev.ResetEvent") -> Line:
+    return Line("info", f"conversation reset: {plural(e.messages_before, 'message')} cleared from the context"
+                        " (transcript and tool outputs kept on disk)")
+
+
+def _interrupted(e: "ev.InterruptedEvent") -> Line:
+    what = f" while {e.tool_name} ran" if e.tool_name else ""
+    kept = "; the partial reply is kept, marked as interrupted" if e.partial_kept else ""
+    return Line("interrupted", f"interrupted by the user{what}{kept}")
+
+
+def _queued(e: "ev.CommandQueuedEvent") -> Line:
+    what = {"prompt": "prompt", "compact": "compaction", "reset": "reset"}[e.command]
+    when = "as soon as the agent is ready" if e.waiting_for == "start" else "when this turn ends"
+    place = "" if e.position == 1 else f" (#{e.position} in the queue)"
+    words = ""
+    if e.text:
+        first = " ".join(e.text.split())
+        words = f": {first[:77] + '…' if len(first) > 80 else first}"
+    return Line("queued", f"{what} queued, runs {when}{place}{words}")
+
+
+def _result(e: "ev.ResultEvent") -> Line | None:
+    if e.stop_reason == "max_steps":
+        return Line("warning", f"step limit reached ({plural(e.steps, 'step')}): stopped before finishing")
+    return None
+
+
+def _report(e: "ev.ReportEvent") -> Line:
+    c = e.context
+    t = c.thresholds
+    if e.kind == "usage":
+        return Line("info",
+                    f"{plural(e.messages, 'message')}, context ~{c.projected_tokens:,} tokens "
+                    f"(auto-compact at {t.auto_compact_line:,}, window {t.window:,}); "
+                    f"cumulative input {c.cumulative_input:,} (cached {c.cumulative_cached:,}), "
+                    f"output {c.cumulative_output:,}, ~${c.cost_usd:.4f} (compaction ${c.compact_cost_usd:.4f})")
+    parts = ", ".join(f"{k} {v:,}" for k, v in c.breakdown.items())
+    exact = f"{c.exact_tokens:,}" if c.exact_tokens is not None else "none yet"
+    return Line("info",
+                f"context ~{c.projected_tokens:,} tokens (exact {exact} + ~{c.estimated_tokens:,} since); "
+                f"warning {t.warning_line:,}, auto-compact {t.auto_compact_line:,}, blocking {t.blocking_line:,}, "
+                f"window {t.window:,}; by part: {parts}")
+
+
+def _mcp_server(e: "ev.McpServerEvent") -> Line | None:
+    if e.status == "ready":
+        return Line("info", f"MCP server {e.name} ready: {plural(e.tools, 'tool')}")
+    if e.status == "failed":
+        return Line("warning", f"MCP server {e.name} did not start: {e.detail}; carrying on without its tools")
+    if e.status == "exited":
+        return Line("warning", f"MCP server {e.name} stopped: {e.detail}; its tools are unavailable for the rest"
+                               " of the session")
+    return None
+
+
+def _sub_agent(e: "ev.SubAgentEvent") -> Line | None:
+    if e.status == "started":
+        return Line("info", f"sub-agent started: {e.summary}" if e.summary else "sub-agent started")
+    if e.status == "finished":
+        return Line("info", f"sub-agent finished ({e.summary}) after {plural(e.step, 'step')}")
+    return None  # its tool calls and context are drawn under the task call
+
+
+def _notice(e: "ev.NoticeEvent") -> Line:
+    return Line(e.level, e.text)
+
+
+def _silent(_e: Any) -> None:
+    return None
+
+
+# Every event type has an entry (a test checks it against the Event union): a new
+# event type without words is a failing test, not a silent gap.
+DESCRIBERS: dict[str, Callable[[Any], Line | None]] = {
+    # drawn as their own widgets or figures, not as engine lines
+    "text_delta": _silent,
+    "thinking_delta": _silent,
+    "assistant_message": _silent,
+    "user_message": _silent,
+    "tool_start": _silent,
+    "tool_result": _silent,
+    "usage": _silent,
+    "context": _silent,
+    "state": _silent,
+    "session": _silent,
+    "chart_point": _silent,
+    "approval_request": _silent,
+    "approval_resolved": _silent,
+    # engine lines
+    "compaction": _compaction,
+    "micro_compaction": _micro,
+    "reset": _reset,
+    "warning_crossed": _warning_crossed,
+    "result_cut": _result_cut,
+    "breaker": _breaker,
+    "compaction_paused": _compaction_paused,
+    "retry": _retry,
+    "notice": _notice,
+    "error": lambda e: Line("error", f"error: {e.message}"),
+    "result": _result,
+    "queued": _queued,
+    "interrupted": _interrupted,
+    "output_limit": lambda _e: Line("warning", "the model hit its output limit (max_tokens)"),
+    "partial_discarded": lambda e: Line(
+        "warning", f"the partial reply above ({e.chars:,} characters) was discarded: the stream failed"),
+    "report": _report,
+    "mcp_server": _mcp_server,
+    "config_warning": lambda e: Line("warning", e.text),
+    "sub_agent": _sub_agent,
+}
+
+
+# The event types that draw an engine line (the dashboard routes them to the conversation).
+ENGINE_LINE_TYPES = frozenset(kind for kind, describer in DESCRIBERS.items() if describer is not _silent)
+
+
+def describe(event: Any) -> Line | None:
+    """The engine line for ``event``, or None when it draws no line."""
+    describer = DESCRIBERS.get(event.type)
+    return describer(event) if describer is not None else None
+
+
+# stream-json kept a prose ``notice`` line after these events before they were
+# typed; it still does (scripts read it), worded by ``describe``.
+LEGACY_NOTICE_LEVELS: dict[str, Callable[[Any], Literal["info", "warning", "error"] | None]] = {
+    "compaction": lambda e: ("info" if e.trigger != "reactive" else "warning") if e.ok else (
+        "error" if e.trigger != "reactive" else None),
+    "result_cut": lambda _e: "warning",
+    "reset": lambda _e: "info",
+    "compaction_paused": lambda _e: "warning",
+    "interrupted": lambda _e: "warning",
+    "output_limit": lambda _e: "warning",
+    "mcp_server": lambda e: "warning" if e.status in ("failed", "exited") else None,
+    "partial_discarded": lambda _e: "warning",
+}
+
+
+def legacy_notice(event: Any) -> tuple[Literal["info", "warning", "error"], str] | None:
+    """(level, text) of the notice stream-json prints after ``event``, if it printed one before."""
+    level_of = LEGACY_NOTICE_LEVELS.get(event.type)
+    if level_of is None:
+        return None
+    level = level_of(event)
+    line = describe(event)
+    if level is None or line is None:
+        return None
+    return level, line.text

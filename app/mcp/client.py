@@ -1,0 +1,379 @@
+"""One MCP server connection, owned by one background task.
+
+The SDK's transports are anyio context managers: they must be entered and left
+in the same task. So each server gets a runner task that enters the client,
+lists the tools, reports ready, and waits for ``aclose``; tool calls come from
+the agent's task and travel over the session's streams. Leaving the client
+runs the SDK's shutdown (close stdin, then terminate the whole process tree),
+shielded from cancellation, so a stopped session leaves no server behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Callable
+
+from app.mcp.settings import McpServerConfig
+from app.tools.base import ToolOutput
+
+
+class McpServerError(Exception):
+    """A server could not start, or stopped answering; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class RemoteTool:
+    """A tool as its server lists it (names unprefixed)."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    read_only: bool  # declared read-only (annotations.readOnlyHint); anything else asks first
+
+
+@dataclass
+class McpConnection:
+    name: str
+    config: McpServerConfig
+    workspace: Path
+    log_dir: Path | None = None  # the server's stderr goes to <log_dir>/mcp-<name>.log
+    tools: list[RemoteTool] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._client: Any = None
+        self._runner: asyncio.Task[None] | None = None
+        self._ready: asyncio.Future[None] | None = None
+        self._stop = asyncio.Event()
+        self._errlog: IO[str] | None = None
+        self.failure: str | None = None  # why it stopped, when it stopped on its own
+        self.stopped_cleanly = False  # stopped by aclose, after it was ready
+        self._pgid: int | None = None  # the stdio server's process group (it leads a new session)
+        self._dead = asyncio.Event()  # the server went away: pending calls stop waiting
+        # Called once when a server that was ready stops without being asked (the hub says so).
+        self.on_exit: Callable[[McpConnection, str], None] = lambda _c, _reason: None
+
+    @property
+    def alive(self) -> bool:
+        return self._client is not None and self._runner is not None and not self._runner.done()
+
+    @property
+    def log_path(self) -> Path | None:
+        return self.log_dir / f"mcp-{self.name}.log" if self.log_dir is not None else None
+
+    # ---- start and stop ----
+
+    async def start(self) -> None:
+        """Start the server and list its tools; raises McpServerError with one line on failure."""
+        loop = asyncio.get_running_loop()
+        self._ready = loop.create_future()
+        self._runner = asyncio.create_task(self._run(), name=f"mcp-{self.name}")
+        try:
+            await asyncio.wait_for(asyncio.shield(self._ready), self.config.startup_timeout)
+        except asyncio.TimeoutError:
+            # Still in the handshake: cancel it (the SDK's shutdown is shielded and bounded).
+            self._stop.set()
+            self._runner.cancel()
+            await asyncio.gather(self._runner, return_exceptions=True)
+            raise McpServerError(f"no answer within {self.config.startup_timeout:g} s") from None
+        except McpServerError:
+            await self.aclose()
+            raise
+
+    async def _run(self) -> None:
+        assert self._ready is not None
+        before = _session_leader_children()
+        # Found while the handshake runs, so even a server that hangs or dies in it has
+        # its process group ended afterwards.
+        finder = asyncio.create_task(self._find_group_soon(before), name=f"mcp-{self.name}-pgid")
+        try:
+            async with self._make_client() as client:
+                if self._pgid is None:
+                    self._pgid = self._find_server_group(before)
+                finder.cancel()
+                tools = await self._list_tools(client)
+                self._client = client
+                self.tools = tools
+                self._ready.set_result(None)
+                watcher = asyncio.create_task(self._watch_process(), name=f"mcp-{self.name}-watch")
+                try:
+                    await self._stop.wait()
+                finally:
+                    watcher.cancel()
+            self.stopped_cleanly = self.failure is None
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # an anyio ExceptionGroup too: one line, never a traceback
+            reason = describe_failure(exc)
+            if not self._ready.done():
+                self._ready.set_exception(McpServerError(reason))
+            elif not self._stop.is_set():
+                self.failure = reason
+                self.on_exit(self, reason)
+        finally:
+            finder.cancel()
+            self._client = None
+            if self._pgid is not None:
+                # The SDK kills the process group only when the server outlives its grace
+                # period; a server that exits in time leaves its own children behind.
+                await _end_process_group(self._pgid)
+                self._pgid = None
+            if self._ready is not None and not self._ready.done():
+                if self._stop.is_set():
+                    self._ready.cancel()  # start() gave up waiting: nobody will read an error
+                else:
+                    self._ready.set_exception(McpServerError(self.failure or "stopped before it was ready"))
+            if self._errlog is not None:
+                self._errlog.close()
+                self._errlog = None
+
+    def _make_client(self) -> Any:
+        from mcp import Client
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+
+        if self.config.url is not None:
+            return Client(self.config.url, read_timeout_seconds=self.config.tool_timeout)
+        cwd = self.workspace
+        if self.config.cwd:
+            cwd = (self.workspace / os.path.expanduser(self.config.cwd)).resolve()
+        params = StdioServerParameters(command=self.config.command or "", args=list(self.config.args),
+                                       env=dict(self.config.env) or None, cwd=str(cwd))
+        # The server's stderr must not reach the dashboard's screen: it goes to a file.
+        self._errlog = self._open_errlog()
+        return Client(stdio_client(params, errlog=self._errlog), read_timeout_seconds=self.config.tool_timeout)
+
+    async def _find_group_soon(self, before: set[int]) -> None:
+        if self.config.command is None or os.name != "posix":
+            return
+        while self._pgid is None:
+            self._pgid = self._find_server_group(before)
+            await asyncio.sleep(0.05)  # the SDK spawns the server at the start of the handshake
+
+    def _find_server_group(self, before: set[int]) -> int | None:
+        """The process group of the server just spawned: a new child of ours leading its own
+        session (the SDK starts servers with start_new_session) whose command line is ours."""
+        if self.config.command is None or os.name != "posix":
+            return None
+        import psutil
+
+        args = list(self.config.args)
+        command = os.path.basename(self.config.command)
+        for pid in _session_leader_children() - before:
+            try:
+                cmdline = psutil.Process(pid).cmdline()
+            except psutil.Error:
+                continue
+            if command in {os.path.basename(part) for part in cmdline} and (not args or cmdline[-len(args):] == args):
+                return pid
+        return None
+
+    def _open_errlog(self) -> IO[str]:
+        path = self.log_path
+        if path is not None:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                return open(path, "a", encoding="utf-8", errors="replace")
+            except OSError:
+                pass
+        return open(os.devnull, "w", encoding="utf-8")
+
+    @staticmethod
+    async def _list_tools(client: Any) -> list[RemoteTool]:
+        tools: list[RemoteTool] = []
+        cursor: str | None = None
+        for _ in range(100):  # a server that pages forever is a broken server
+            page = await client.list_tools(cursor=cursor)
+            for tool in page.tools:
+                annotations = tool.annotations
+                tools.append(RemoteTool(
+                    name=tool.name,
+                    description=tool.description or "",
+                    input_schema=dict(tool.input_schema or {"type": "object"}),
+                    read_only=bool(annotations is not None and annotations.read_only_hint is True),
+                ))
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return tools
+
+    async def aclose(self) -> None:
+        """Stop the server (whole process tree). Safe to call twice."""
+        self._stop.set()
+        runner = self._runner
+        if runner is None or runner.done():
+            return
+        try:
+            # The SDK bounds its own shutdown (stdin close, SIGTERM, SIGKILL): ~6 s at worst.
+            await asyncio.wait_for(asyncio.shield(runner), 15)
+        except asyncio.TimeoutError:
+            runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
+        except asyncio.CancelledError:
+            runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
+            raise
+
+    def _lost(self, reason: str) -> None:
+        """The server went away mid-session: say so once, then wind the connection down."""
+        if self.failure is None and not self._stop.is_set():
+            self.failure = reason
+            self.on_exit(self, reason)
+        self._client = None
+        self._dead.set()
+        self._stop.set()
+
+    async def _watch_process(self) -> None:
+        """Notice a stdio server that died: a child it left holding the pipe would hide the EOF,
+        and a call would wait for its whole timeout."""
+        pid = self._pgid
+        if pid is None:
+            return
+        import psutil
+
+        while not self._stop.is_set():
+            await asyncio.sleep(0.25)  # a liveness poll, four times a second, while the server runs
+            try:
+                gone = psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+            except psutil.NoSuchProcess:
+                gone = True
+            except psutil.Error:
+                gone = False
+            if gone:
+                self._lost("the server process exited")
+                return
+
+    # ---- calls ----
+
+    async def call_tool(self, tool_name: str, args: dict[str, Any]) -> ToolOutput:
+        """One tool call; a failure comes back as an error output the model can read."""
+        client = self._client
+        if client is None or not self.alive:
+            why = f" ({self.failure})" if self.failure else ""
+            return ToolOutput(f"MCP server {self.name!r} is not running{why}; its tools cannot be used now.",
+                              is_error=True)
+        from mcp.shared.exceptions import MCPError
+
+        try:
+            result = await self._unless_dead(client.call_tool(tool_name, args))
+        except asyncio.CancelledError:
+            raise
+        except _ServerGone:
+            return ToolOutput(f"MCP server {self.name!r} stopped during {tool_name} ({self.failure}); "
+                              "its tools cannot be used now.", is_error=True)
+        except MCPError as exc:
+            from mcp_types import CONNECTION_CLOSED
+
+            if exc.code == CONNECTION_CLOSED:  # the server process is gone
+                self._lost(str(exc) or "connection closed")
+                return ToolOutput(f"MCP server {self.name!r} stopped during {tool_name} ({self.failure}); "
+                                  "its tools cannot be used now.", is_error=True)
+            return ToolOutput(f"MCP server {self.name!r} refused {tool_name}: {exc}", is_error=True)
+        except TimeoutError:
+            return ToolOutput(f"MCP server {self.name!r}: {tool_name} took longer than "
+                              f"{self.config.tool_timeout:g} s and was abandoned.", is_error=True)
+        except Exception as exc:
+            return ToolOutput(f"MCP server {self.name!r} failed on {tool_name}: {describe_failure(exc)}",
+                              is_error=True)
+        return ToolOutput(result_text(result), is_error=bool(result.is_error))
+
+
+    async def _unless_dead(self, call: Any) -> Any:
+        """Await ``call`` unless the server dies first (then raise _ServerGone)."""
+        task = asyncio.ensure_future(call)
+        dead = asyncio.ensure_future(self._dead.wait())
+        try:
+            await asyncio.wait({task, dead}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            dead.cancel()
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        if task.cancelled():
+            raise _ServerGone()
+        return task.result()
+
+
+class _ServerGone(Exception):
+    pass
+
+
+def result_text(result: Any) -> str:
+    """A CallToolResult as the text the model sees (binary parts named, not inlined)."""
+    parts: list[str] = []
+    for block in result.content or []:
+        kind = getattr(block, "type", "")
+        if kind == "text":
+            parts.append(block.text)
+        elif kind in ("image", "audio"):
+            parts.append(f"[{kind} {block.mime_type}, {len(block.data) * 3 // 4:,} bytes: not shown]")
+        elif kind == "resource_link":
+            parts.append(f"[resource {block.uri}]")
+        elif kind == "resource":
+            resource = block.resource
+            text = getattr(resource, "text", None)
+            parts.append(text if text is not None else f"[resource {resource.uri}: binary, not shown]")
+    if not parts and result.structured_content is not None:
+        parts.append(json.dumps(result.structured_content, ensure_ascii=False, indent=1, default=str))
+    return "\n".join(parts)
+
+
+def describe_failure(exc: BaseException) -> str:
+    """One line for whatever a server start or call raised (exception groups unwrapped)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, FileNotFoundError):
+        return f"command not found: {exc.filename or exc}"
+    if isinstance(exc, PermissionError):
+        return f"command not executable: {exc.filename or exc}"
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _session_leader_children() -> set[int]:
+    """Our child processes that lead their own process group (how the SDK starts servers)."""
+    if os.name != "posix":
+        return set()
+    import psutil
+
+    leaders: set[int] = set()
+    for child in psutil.Process().children():
+        try:
+            if os.getpgid(child.pid) == child.pid:
+                leaders.add(child.pid)
+        except OSError:
+            continue
+    return leaders
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+async def _end_process_group(pgid: int, grace: float = 2.0) -> None:
+    """SIGTERM whatever is left of the server's process group, SIGKILL it after ``grace`` seconds."""
+    import signal
+
+    if not _group_alive(pgid):
+        return
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace
+    while _group_alive(pgid) and loop.time() < deadline:
+        await asyncio.sleep(0.02)  # polling the group's exit, bounded by the grace period
+    if _group_alive(pgid):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass

@@ -1,0 +1,132 @@
+"""All MCP servers of one session: started with it, their tools in the registry, stopped with it.
+
+``start_mcp`` is the one entry point: it starts every enabled server at once
+(a failure is an event and a warning line, never fatal), registers their
+tools under prefixed names, decides whether their definitions are deferred,
+and tells the engine which tools it sends, whose they are (the breakdown per
+server) and what the deferral saves (the gauge).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from app.events import Event, McpServerEvent
+from app.mcp.client import McpConnection, McpServerError
+from app.mcp.settings import McpServerConfig
+from app.mcp.tools import McpTool, prefixed_name
+from app.messages import ToolSpec
+from app.redact import register_secret
+from app.tools.deferral import LOAD_TOOLS, LoadToolsTool, ToolDeferral
+from app.tools.registry import ToolRegistry
+
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|AUTH|CREDENTIAL", re.IGNORECASE)
+
+
+@dataclass
+class McpHub:
+    emit: Callable[[Event], None] = lambda _e: None
+    connections: dict[str, McpConnection] = field(default_factory=dict)
+    tools: dict[str, McpTool] = field(default_factory=dict)  # prefixed name -> tool
+    deferral: ToolDeferral | None = None
+
+    def server_of(self, tool_name: str) -> str | None:
+        """The server a tool comes from (None for the built-ins and load_tools)."""
+        tool = self.tools.get(tool_name)
+        return tool.server if tool is not None else None
+
+    @property
+    def saved_tokens(self) -> int:
+        return self.deferral.saved_tokens if self.deferral is not None else 0
+
+    async def start(self, servers: dict[str, McpServerConfig], *, workspace: Path, log_dir: Path | None,
+                    registry: ToolRegistry) -> None:
+        enabled = {name: cfg for name, cfg in servers.items() if cfg.enabled}
+        for name, cfg in enabled.items():
+            for var, value in cfg.env.items():
+                if _SECRET_NAME.search(var):  # a token handed to a server never reaches the model or the disk
+                    register_secret(value)
+            where = re.sub(r"//[^/@]*@", "//", cfg.url) if cfg.url else cfg.command or ""  # no user:password
+            self.emit(McpServerEvent(name=name, status="starting", detail=where))
+            connection = McpConnection(name, cfg, workspace, log_dir)
+            connection.on_exit = self._exited
+            self.connections[name] = connection
+        outcomes = await asyncio.gather(*(c.start() for c in self.connections.values()), return_exceptions=True)
+        taken = {spec.name for spec in registry.specs()}
+        for connection, outcome in zip(list(self.connections.values()), outcomes):
+            if isinstance(outcome, BaseException):
+                if isinstance(outcome, asyncio.CancelledError):
+                    raise outcome
+                self._failed(connection, outcome)
+                continue
+            for remote in connection.tools:
+                tool = McpTool(connection, remote, prefixed_name(connection.name, remote.name, taken))
+                taken.add(tool.spec.name)
+                self.tools[tool.spec.name] = tool
+                registry.register(tool)
+            self.emit(McpServerEvent(name=connection.name, status="ready", tools=len(connection.tools),
+                                     detail=f"{len(connection.tools)} tools"))
+
+    def _failed(self, connection: McpConnection, error: BaseException) -> None:
+        reason = str(error) if isinstance(error, McpServerError) else f"{type(error).__name__}: {error}"
+        log = f" (server log: {connection.log_path})" if connection.log_path and connection.config.command else ""
+        self.emit(McpServerEvent(name=connection.name, status="failed", detail=f"{reason}{log}"))
+        self.connections.pop(connection.name, None)
+
+    def _exited(self, connection: McpConnection, reason: str) -> None:
+        """A server that stopped on its own mid-session: its tools answer with an error from now on."""
+        self.emit(McpServerEvent(name=connection.name, status="exited", detail=reason))
+
+    def defer(self, registry: ToolRegistry, window: int, share: float,
+              on_change: Callable[[list[ToolSpec]], None]) -> ToolDeferral:
+        """Decide what definitions the model sees; registers load_tools when they are deferred."""
+        deferrable = [tool.spec for tool in self.tools.values()]
+
+        def core() -> list[ToolSpec]:
+            return [spec for spec in registry.specs() if spec.name not in self.tools and spec.name != LOAD_TOOLS]
+
+        self.deferral = ToolDeferral(core=core(), deferrable=deferrable, window=window, share=share,
+                                     on_change=on_change, group_of=self.server_of, core_source=core)
+        if self.deferral.active:
+            registry.register(LoadToolsTool(self.deferral))
+        return self.deferral
+
+    async def aclose(self) -> None:
+        """Stop every server (each whole process tree) at once."""
+        connections = list(self.connections.values())
+        await asyncio.gather(*(c.aclose() for c in connections), return_exceptions=True)
+        for connection in connections:
+            if connection.stopped_cleanly:
+                self.emit(McpServerEvent(name=connection.name, status="stopped"))
+        self.connections.clear()
+
+
+async def start_mcp(settings: Any, registry: ToolRegistry, engine: Any, emit: Callable[[Event], None], *,
+                    workspace: Path, log_dir: Path | None = None) -> McpHub:
+    """Start the session's MCP servers and hand their tools to the registry and the engine.
+
+    ``settings`` needs ``mcp_servers`` and ``tool_defer_share``; ``engine`` is the
+    session's ContextEngine (its ``tools`` become what the deferral lets through).
+    Never raises for a server that fails: that is an event and a warning line.
+    """
+    hub = McpHub(emit=emit)
+    servers: dict[str, McpServerConfig] = dict(getattr(settings, "mcp_servers", {}) or {})
+    if not servers:
+        return hub
+    await hub.start(servers, workspace=workspace, log_dir=log_dir, registry=registry)
+
+    def send(specs: list[ToolSpec]) -> None:
+        engine.tools = specs
+        # The last exact figure was measured with the old definitions: estimate the whole
+        # request until the next call's usage, rather than miss what was just loaded.
+        engine.accounting.invalidate()
+
+    hub.defer(registry, engine.config.window, float(getattr(settings, "tool_defer_share", 0.10)), send)
+    engine.tool_owner = hub.server_of
+    engine.tool_tokens_saved = lambda: hub.saved_tokens
+    engine.emit_context()  # the gauge and the breakdown now include the servers' definitions
+    return hub

@@ -1,0 +1,58 @@
+"""MCP tools as registry tools: prefixed names, the read-only rule, the server's output as raw text.
+
+The registry does the rest exactly as for the built-ins: argument checks,
+head+tail truncation, the full output saved under tool-results/.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+from app.mcp.client import McpConnection, RemoteTool
+from app.messages import ToolSpec
+from app.tools.base import ToolContext, ToolOutput
+
+# What both APIs accept as a tool name (Anthropic and OpenAI: ^[a-zA-Z0-9_-]{1,64}$).
+MAX_TOOL_NAME = 64
+_INVALID = re.compile(r"[^A-Za-z0-9_-]")
+PREFIX_SEPARATOR = "__"
+
+
+def prefixed_name(server: str, tool: str, taken: set[str]) -> str:
+    """``server__tool``, made valid for both APIs and unique among ``taken``."""
+    base = _INVALID.sub("_", f"{server}{PREFIX_SEPARATOR}{tool}")
+    if len(base) > MAX_TOOL_NAME:
+        digest = hashlib.sha1(tool.encode()).hexdigest()[:8]
+        base = f"{base[:MAX_TOOL_NAME - 9]}_{digest}"
+    name, n = base, 1
+    while name in taken:  # two remote names that clean up to the same one
+        n += 1
+        suffix = f"_{n}"
+        name = base[:MAX_TOOL_NAME - len(suffix)] + suffix
+    return name
+
+
+def object_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """Both APIs want an object at the root of a tool's input schema."""
+    if schema.get("type") == "object":
+        return schema
+    return {**schema, "type": "object", "properties": dict(schema.get("properties") or {})}
+
+
+class McpTool:
+    """One remote tool; ``mutating`` unless the server declared it read-only."""
+
+    def __init__(self, connection: McpConnection, remote: RemoteTool, name: str) -> None:
+        self.connection = connection
+        self.remote = remote
+        self.server = connection.name
+        self.mutating = not remote.read_only
+        description = remote.description.strip() or f"{remote.name} (no description)"
+        self.spec = ToolSpec(name=name, description=f"[MCP {self.server}] {description}",
+                             input_schema=object_schema(remote.input_schema))
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        return await self.connection.call_tool(self.remote.name, args)
+

@@ -1,0 +1,50 @@
+"""Driving the dashboard under Pilot: type a prompt, wait until the session is done."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from widgets.engine_line import EngineLine
+
+
+async def send(pilot: Any, text: str) -> None:
+    prompt = pilot.app.query_one("#prompt")
+    prompt.value = text
+    prompt.focus()
+    await pilot.press("enter")
+
+
+async def settle(pilot: Any, rounds: int = 20_000) -> None:
+    """Until every command submitted has finished and the widgets drew what it sent.
+
+    The session may run on its own thread: wait on its ``pending`` count (taken at
+    submit, so it never races one), then let the App handle the posted messages.
+    """
+    app = pilot.app
+    for _ in range(rounds):
+        session = app.session
+        if session is not None and not session.pending:
+            break
+        await asyncio.sleep(0.005)  # polls the condition above; Pilot.pause would wait for a busy screen
+    else:
+        raise AssertionError("the session did not finish its commands")
+    await pilot.pause()
+    await pilot.pause()
+
+
+def engine_texts(app: Any, kind: str | None = None) -> list[str]:
+    return [line.text for line in app.query(EngineLine) if kind is None or line.kind == kind]
+
+
+def demo_app(tmp_path: Any, **overrides: Any) -> Any:
+    """The real App on a real session (demo provider, speed 0) running on its own thread,
+    as ``tidegauge`` runs it; the App's unmount stops the session."""
+    from app.config import load_settings
+    from app.dashboard.app import TidegaugeApp
+    from app.dashboard.launch import SessionThread
+    from app.runtime import build_session
+
+    settings = load_settings({"provider": "demo", "demo_speed": 0, "data_dir": str(tmp_path / "data"), **overrides})
+    session = SessionThread(build_session(settings, approvals=True, cwd=tmp_path)).start()
+    return TidegaugeApp(session, cursor_blink=False)

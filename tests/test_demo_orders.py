@@ -1,0 +1,174 @@
+"""Every demo prompt works after any other in one session: all 24 orders of the four.
+
+Each prompt goes through the headless CLI (``tidegauge -p PROMPT --continue
+--output-format stream-json --yes --demo-speed 0``), in-process so 96 runs do
+not pay 96 interpreter start-ups; the session carries over on disk exactly as
+between two processes. Orders that share their first prompts share those runs:
+a finished prefix's data dir is copied (big immutable files hard-linked, the
+append-only transcript copied) and each continuation runs in its own copy.
+
+The prompts come from the demo's scenario table, the same one the banner
+lists, so a prompt added to the banner is tested in every order too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from itertools import permutations
+from pathlib import Path
+
+import pytest
+
+from app.cli import main
+from app.demo.scenarios import SCENARIOS
+from app.demo.workspace import LOG_ERROR_LINE, project_files
+
+PROMPT_OF = {name: scenario.prompt for name, scenario in SCENARIOS.items()}
+ORDERS = list(permutations(PROMPT_OF))
+READABLE = sorted(p for p in project_files() if p.endswith((".py", ".md", ".toml", ".csv")))
+# Files above this size are never written again once made (the 15 MB log, saved
+# tool outputs): forks share them. Everything smaller is copied.
+LINK_ABOVE_BYTES = 1_000_000
+
+
+@dataclass
+class Run:
+    code: int
+    events: list[dict]
+
+    def of(self, kind: str) -> list[dict]:
+        return [e for e in self.events if e["type"] == kind]
+
+    @property
+    def result(self) -> dict:
+        assert self.events and self.events[-1]["type"] == "result", self.events[-3:]
+        return self.events[-1]
+
+    @property
+    def commands(self) -> list[str]:
+        return [str(e["input"].get("command") or e["input"].get("path")) for e in self.of("tool_start")]
+
+
+def _fork(source: Path, target: Path) -> None:
+    def copy(src: str, dst: str) -> None:
+        if os.path.getsize(src) > LINK_ABOVE_BYTES and not src.endswith(".jsonl"):
+            os.link(src, dst)
+        else:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(source, target, copy_function=copy)
+
+
+class Sessions:
+    """Runs prompt sequences, each prefix once: prefix -> (its data dir, its runs)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.cwd = root / "project-dir"
+        self.cwd.mkdir()
+        self.done: dict[tuple[str, ...], tuple[Path, list[Run]]] = {}
+
+    def run(self, order: tuple[str, ...]) -> list[Run]:
+        """The runs of ``order``'s prompts, one session: the prefix's runs reused, the last one run now."""
+        if order not in self.done:
+            prefix, name = order[:-1], order[-1]
+            earlier: list[Run] = []
+            data = self.root / "data-{}".format("-".join(order))
+            if prefix:
+                earlier = self.run(prefix)
+                _fork(self.done[prefix][0], data)
+            runs = [*earlier, self._prompt(data, PROMPT_OF[name], continue_session=bool(prefix))]
+            self.done[order] = (data, runs)
+        return self.done[order][1]
+
+    def _prompt(self, data: Path, prompt: str, *, continue_session: bool) -> Run:
+        argv = ["-p", prompt, "--demo-speed", "0", "--yes", "--output-format", "stream-json"]
+        if continue_session:
+            argv.append("--continue")
+        out = io.StringIO()
+        with pytest.MonkeyPatch.context() as mp:
+            for key in list(os.environ):
+                if key.endswith("_API_KEY") or key.startswith("TIDEGAUGE_"):
+                    mp.delenv(key)
+            mp.setenv("TIDEGAUGE_CONFIG_DIR", str(self.root / "config"))
+            mp.setenv("TIDEGAUGE_DATA_DIR", str(data))
+            mp.chdir(self.cwd)
+            with contextlib.redirect_stdout(out):
+                code = main(argv)
+        return Run(code, [json.loads(line) for line in out.getvalue().splitlines()])
+
+
+@pytest.fixture(scope="module")
+def sessions(tmp_path_factory: pytest.TempPathFactory) -> Sessions:
+    return Sessions(tmp_path_factory.mktemp("orders"))
+
+
+def check_errors(run: Run, earlier: list[str]) -> None:
+    assert "grep -n ERROR app.log" in run.commands
+    cat = [r for s, r in zip(run.of("tool_start"), run.of("tool_result")) if s["input"].get("command") == "cat app.log"]
+    assert all(r["truncated"] and r["original_chars"] > 15_000_000 for r in cat)  # the registry's cut
+    text = run.result["text"]
+    assert "Line 300001" in text and LOG_ERROR_LINE in text
+
+
+def check_summarize(run: Run, earlier: list[str]) -> None:
+    reads = [e["input"]["path"] for e in run.of("tool_start") if e["name"] == "read_file"]
+    assert len(reads) == len(set(reads))  # carried on from any summary: nothing read twice
+    text = run.result["text"]
+    assert text.startswith("## Summary of the project")
+    assert all(f"`{path}`" in text for path in READABLE)
+
+
+def check_flood(run: Run, earlier: list[str]) -> None:
+    [cut] = run.of("result_cut")  # truncation was off: the engine cut it before sending
+    assert cut["original_chars"] > 15_000_000 and cut["kept_chars"] < 100_000
+    assert any(c["trigger"] == "reactive" and c["ok"] for c in run.of("compaction"))
+    text = run.result["text"]
+    assert "Truncation was off" in text and LOG_ERROR_LINE in text and "prompt is too long" in text
+
+
+def check_recall(run: Run, earlier: list[str]) -> None:
+    text = run.result["text"]
+    assert run.of("tool_start") == []
+    if not earlier:
+        assert "first thing you've asked" in text
+        return
+    assert f"Your first request was:\n\n> {earlier[0]}" in text
+    for prompt in earlier[1:]:
+        assert f"> {prompt}" in text.split("Your first request was:", 1)[1]
+
+
+CHECKS = {"errors": check_errors, "summarize": check_summarize, "flood": check_flood, "recall": check_recall}
+
+
+@pytest.mark.parametrize("order", ORDERS, ids=["-".join(order) for order in ORDERS])
+def test_every_prompt_keeps_its_own_outcome_in_this_order(sessions: Sessions, order: tuple[str, ...]) -> None:
+    runs = sessions.run(order)
+    assert len(runs) == len(order)
+    for index, (name, run) in enumerate(zip(order, runs)):
+        assert run.code == 0 and run.result["stop_reason"] == "end_turn", (name, run.events[-3:])
+        CHECKS[name](run, [PROMPT_OF[n] for n in order[:index]])
+
+
+async def test_in_one_live_session_flood_after_summarize_floods(tmp_path: Path) -> None:
+    """The order the issue reported, in one agent that never leaves memory (as in the
+    dashboard): the prompt typed after the compaction is merged into the summary message."""
+    from app.config import load_settings
+    from app.runtime import build_agent
+
+    settings = load_settings({"provider": "demo", "demo_speed": 0, "yes": True, "data_dir": str(tmp_path / "data")})
+    events: list[dict] = []
+    agent = build_agent(settings, cwd=tmp_path, emit=lambda event: events.append(event.model_dump(mode="json")))
+    order = ("errors", "summarize", "flood")
+    try:
+        for index, name in enumerate(order):
+            events.clear()
+            await agent.run_turn(PROMPT_OF[name])
+            CHECKS[name](Run(0, list(events)), [PROMPT_OF[n] for n in order[:index]])
+    finally:
+        await agent.aclose()

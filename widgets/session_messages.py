@@ -1,0 +1,140 @@
+"""The Textual messages that carry session events to the widgets.
+
+The dashboard's bridge wraps each core event (``app.events``) in the messages
+listed for its type in ``MESSAGES_FOR`` and posts each one to the widgets that
+handle it (``@on(ToolStarted)`` and so on), as Toad does with its agent's
+updates. A widget never asks for events; it only declares handlers.
+
+Messages do not bubble: each is posted to the widget that handles it.
+This module imports no pydantic: the events are only types here.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from textual.message import Message
+
+from app.describe import ENGINE_LINE_TYPES
+
+if TYPE_CHECKING:
+    from app import events as ev
+
+
+class SessionMessage(Message, bubble=False):
+    """One session event on its way to a widget. ``restored``: replayed from an earlier run."""
+
+    def __init__(self, event: Any, *, restored: bool = False) -> None:
+        super().__init__()
+        self.event = event
+        self.restored = restored
+
+
+class SessionStarted(SessionMessage):
+    event: "ev.SessionInfoEvent"
+
+
+class StateChanged(SessionMessage):
+    event: "ev.StateEvent"
+
+
+class ContextChanged(SessionMessage):
+    event: "ev.ContextEvent"
+
+
+class ChartPoint(SessionMessage):
+    event: "ev.ChartPointEvent"
+
+
+class UsageRecorded(SessionMessage):
+    event: "ev.UsageEvent"
+
+
+class UserSaid(SessionMessage):
+    event: "ev.UserMessageEvent"
+
+
+class ReplyDone(SessionMessage):
+    event: "ev.AssistantMessageEvent"
+
+
+class ToolStarted(SessionMessage):
+    event: "ev.ToolStartEvent"
+
+
+class ToolFinished(SessionMessage):
+    event: "ev.ToolResultEvent"
+
+
+class ResultCut(SessionMessage):
+    event: "ev.ResultCutEvent"
+
+
+class BreakerChanged(SessionMessage):
+    event: "ev.BreakerEvent"
+
+
+class TurnEnded(SessionMessage):
+    event: "ev.ResultEvent"
+
+
+class EngineSaid(SessionMessage):
+    """An event with an engine line (``app.describe.describe`` gives its words)."""
+
+
+class ApprovalRequested(SessionMessage):
+    event: "ev.ApprovalRequestEvent"
+
+
+class ApprovalResolved(SessionMessage):
+    event: "ev.ApprovalResolvedEvent"
+
+
+class Deltas(Message, bubble=False):
+    """Text (or thinking) deltas that arrived in a row: one message, not one per delta.
+
+    The bridge ``add``s to it (from the session's thread) until the conversation
+    ``take``s the text; any other event seals the batch, so order holds. A fast
+    stream costs a list append per delta, not a message dispatch.
+    """
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.kind = kind
+        self._texts: list[str] = []
+        self._taken = False
+        self._lock = threading.Lock()
+
+    def add(self, text: str) -> bool:
+        """Append a delta; False once the text was taken (the caller starts a new batch)."""
+        with self._lock:
+            if self._taken:
+                return False
+            self._texts.append(text)
+            return True
+
+    def take(self) -> str:
+        with self._lock:
+            self._taken = True
+            return "".join(self._texts)
+
+
+MESSAGES_FOR: dict[str, tuple[type[SessionMessage], ...]] = {
+    "session": (SessionStarted,),
+    "state": (StateChanged,),
+    "context": (ContextChanged,),
+    "chart_point": (ChartPoint,),
+    "usage": (UsageRecorded,),
+    "user_message": (UserSaid,),
+    "assistant_message": (ReplyDone,),
+    "tool_start": (ToolStarted,),
+    "tool_result": (ToolFinished,),
+    "result_cut": (ResultCut, EngineSaid),
+    "breaker": (BreakerChanged, EngineSaid),
+    "result": (TurnEnded, EngineSaid),
+    "approval_request": (ApprovalRequested,),
+    "approval_resolved": (ApprovalResolved,),
+}
+for _type in ENGINE_LINE_TYPES:
+    MESSAGES_FOR.setdefault(_type, (EngineSaid,))
