@@ -32,6 +32,7 @@ from app.events import (
     UserMessageEvent,
 )
 from app.messages import Message, ToolResultBlock, ToolUseBlock
+from app.providers.sse import MAX_RETRY_AFTER
 from app.providers.base import (
     Completed,
     ContextTooLongError,
@@ -59,7 +60,7 @@ def retry_delay(attempt: int, retry_after: float | None, base: float, cap: float
                 rng: random.Random | None = None) -> float:
     """Exponential backoff with full jitter; the server's Retry-After wins when given."""
     if retry_after is not None:
-        return min(max(0.0, retry_after), 120.0)
+        return min(max(0.0, retry_after), MAX_RETRY_AFTER)
     if base <= 0:
         return 0.0
     ceiling = min(cap, base * (2 ** (attempt - 1)))
@@ -283,6 +284,7 @@ class Agent:
         self.emit(InterruptedEvent(tool_name=running if uses else None, partial_kept=kept))
 
     def _finish(self, stop_reason: str, text: str) -> ResultEvent:
+        self.engine.flush_background_events()  # a memory update's events come before the result, never after
         event = ResultEvent(stop_reason=stop_reason, text=text, steps=self.step)  # type: ignore[arg-type]
         self._state("idle")
         self.emit(event)  # last: stream-json consumers stop reading at the result
@@ -351,6 +353,7 @@ class Agent:
                     self._state("streaming")
 
     async def aclose(self) -> None:
+        await self.engine.cancel_background()  # a session-memory update still running
         await self.provider.aclose()
         if self.transcript is not None:
             self.transcript.close()

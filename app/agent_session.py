@@ -30,6 +30,7 @@ from app.events import (
     Event,
     ReportEvent,
     SessionInfoEvent,
+    SessionRepairedEvent,
     StateEvent,
 )
 from app.protocol import Listener, SessionSnapshot
@@ -123,6 +124,8 @@ class AgentSession:
         (the MCP servers)."""
         self.agent = agent
         self._start_services = services
+        # What restoring a damaged transcript repaired (said once at start).
+        self.repairs: list[str] = []
         # (setting, words) said once at start: settings that cannot work as set.
         self.config_warnings: list[tuple[str, str]] = []
         budget_warning = agent.engine.budget_floor_warning()
@@ -243,6 +246,8 @@ class AgentSession:
         self._loop_thread = threading.get_ident()
         self._wake = asyncio.Event()
         self._emit(self.info)
+        if self.repairs:
+            self._emit(SessionRepairedEvent(warnings=self.repairs))
         for setting, text in self.config_warnings:
             self._emit(ConfigWarningEvent(setting=setting, text=text))
         services = None

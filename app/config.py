@@ -33,15 +33,33 @@ ENV_PREFIX = "TIDEGAUGE_"
 CONFIG_DIR_ENV = "TIDEGAUGE_CONFIG_DIR"
 CONFIG_FILE_NAME = "config.toml"
 
-ProviderName = Literal["openai", "deepseek", "anthropic", "demo"]
+ProviderName = Literal["openai", "deepseek", "anthropic", "responses", "demo"]
 # Order of the automatic choice when no provider is configured.
 AUTO_PROVIDER_ORDER: tuple[str, ...] = ("anthropic", "openai", "deepseek")
 PROVIDER_KEY_ENV: dict[str, str] = {
     "openai": "OPENAI_API_KEY",
     "deepseek": "DEEPSEEK_API_KEY",
     "anthropic": "ANTHROPIC_API_KEY",
+    "responses": "OPENAI_API_KEY",  # OpenAI's Responses API: same key as Chat Completions
 }
 PRICE_FIELDS = frozenset({"input", "cached_input", "cache_write", "output"})
+
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Prefixes of the provider keys people paste (OpenAI, Anthropic, DeepSeek, Groq, xAI, Google...).
+_KEY_PREFIXES = ("sk-", "sk_", "sess-", "gsk_", "xai-", "AIza", "pk-", "rk-", "key-")
+
+
+def looks_like_a_key(value: str) -> bool:
+    """True for a value that is probably a secret rather than a variable name."""
+    text = value.strip()
+    if text.startswith(_KEY_PREFIXES):
+        return True
+    if len(text) >= 24 and not _ENV_NAME.match(text):
+        return True
+    # a long run of mixed-case letters and digits, as keys are and variable names are not
+    return (len(text) >= 32 and any(c.isdigit() for c in text) and any(c.islower() for c in text)
+            and any(c.isupper() for c in text))
 
 
 def config_dir_path() -> Path:
@@ -83,8 +101,8 @@ class Settings(BaseSettings):
     yes: bool = False
     allow_outside: bool = False
     demo_speed: float = Field(40.0, ge=0)  # tokens per second, 0 = no delay
-    timeout_connect: float = Field(10, gt=0)
-    timeout_read: float = Field(120, gt=0)
+    timeout_connect: float = Field(10, gt=0, allow_inf_nan=False)
+    timeout_read: float = Field(120, gt=0, allow_inf_nan=False)
     max_retries: int = Field(4, ge=0)
     # model-prefix -> {input, cached_input, cache_write, output} in USD per million tokens
     prices: dict[str, dict[str, float]] = Field(default_factory=dict)
@@ -96,6 +114,10 @@ class Settings(BaseSettings):
     read_max_bytes: int = Field(DEFAULT_READ_MAX_BYTES, ge=1024)
     # Keys saved by save_api_key ([api_keys] in config.toml); environment variables win.
     api_keys: dict[str, SecretStr] = Field(default_factory=dict)
+    # Session memory (issue 15): a background summary every N tokens of new context
+    # (0: off); a compaction from it keeps at least the last N tokens verbatim.
+    memory_update_tokens: int = Field(10_000, ge=0)
+    memory_keep_tokens: int = Field(4_000, ge=0)
 
     # MCP servers (issue 16): one [mcp_servers.NAME] table per server, started with the
     # session; and the share of the window over which MCP tool definitions are deferred
@@ -119,6 +141,29 @@ class Settings(BaseSettings):
     # Anthropic: cache_control breakpoints on tools, system prompt and the latest messages
     # (None: on for api.anthropic.com, off for Anthropic-compatible servers).
     prompt_caching: bool | None = None
+    # ---- provider-side context management (issue 17; applied by app/context/server_side.py) ----
+    # Let the server compact (Responses: context_management compaction; Anthropic: compact_20260112)
+    # at the auto-compact line instead of our own compaction. Off: ours is auditable and works everywhere.
+    server_compaction: bool = False
+    # Anthropic context editing: clear old tool uses server-side (clear_tool_uses_20250919).
+    anthropic_clear_tool_uses: bool = False
+    anthropic_clear_tool_uses_trigger: int | None = Field(None, ge=1)  # input tokens; None: the server's 100,000
+    anthropic_clear_tool_uses_keep: int | None = Field(None, ge=0)  # newest tool uses kept; None: the server's 3
+    anthropic_clear_tool_uses_clear_at_least: int | None = Field(None, ge=1)  # input tokens; None: no minimum
+    anthropic_clear_tool_uses_exclude: list[str] = Field(default_factory=list)  # tool names never cleared
+    # Anthropic context editing: clear thinking of older turns (clear_thinking_20251015).
+    anthropic_clear_thinking: bool = False
+    anthropic_clear_thinking_keep: int | None = Field(None, ge=1)  # newest thinking turns kept; None: the server's 1
+
+    # Bounded resources (issue 12): what one model call may cost at most. A server cannot
+    # make tidegauge hold unbounded memory or wait forever (keep-alives do not extend the
+    # deadline). Finite and positive; defaults in app.providers.sse (StreamLimits).
+    request_deadline: float = Field(900.0, gt=0, allow_inf_nan=False)  # seconds per model call
+    max_sse_line: int = Field(8 * 1024 * 1024, ge=1024)  # characters of one SSE line / event
+    max_response_body: int = Field(64 * 1024 * 1024, ge=1024)  # bytes of a non-streamed body, decompressed
+    max_reply_chars: int = Field(32 * 1024 * 1024, ge=1024)  # text + thinking + tool arguments of one reply
+    # --web: the port the browser dashboard is served on (127.0.0.1 only; 0: any free port)
+    web_port: int = Field(8765, ge=0, le=65535)
 
     _config_dir: Path = PrivateAttr(default_factory=config_dir_path)
 
@@ -152,6 +197,27 @@ class Settings(BaseSettings):
         if value and isinstance(max_tokens, int) and value >= max_tokens:
             # the API wants budget_tokens < max_tokens: every request would go without thinking
             raise ValueError(f"must be below max_tokens ({max_tokens}) (got {value})")
+        return value
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _key_env_is_a_name(cls, value: str | None) -> str | None:
+        # The name of a variable, never the key itself: a key pasted here would be echoed in
+        # errors and stored in config.toml. The message must not repeat it.
+        if value is None or value == "":
+            return None
+        if looks_like_a_key(value):
+            raise ValueError("looks like an API key, not the name of an environment variable; "
+                             "pass the variable's name (e.g. MY_API_KEY) and put the key in it")
+        if not _ENV_NAME.match(value):
+            raise ValueError("must be the name of an environment variable (letters, digits and _)")
+        return value
+
+    @field_validator("data_dir")
+    @classmethod
+    def _data_dir_is_a_folder(cls, value: Path) -> Path:
+        if value.exists() and not value.is_dir():
+            raise ValueError(f"{value} is a file, not a folder")
         return value
 
     @field_validator("prices")

@@ -13,6 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
+# The one sanitizer for what a terminal shows; widgets reach it here (they import only the
+# contract modules of app/).
+from app.sanitize import sanitize_for_display
+
+__all__ = ["Line", "describe", "human_tokens", "legacy_notice", "plural", "sanitize_for_display", "ENGINE_LINE_TYPES"]
+
 if TYPE_CHECKING:
     from app import events as ev
 
@@ -60,13 +66,28 @@ def _compaction(e: "ev.CompactionEvent") -> Line:
                     f"{plural(e.messages_before, 'message')} → {e.messages_after:,}, "
                     f"~{human_tokens(e.tokens_before)} → ~{human_tokens(e.tokens_after)} tokens "
                     "(they stay in the transcript on disk)")
+    tokens = f"~{human_tokens(e.tokens_before)} → ~{human_tokens(e.tokens_after)} tokens"
+    facts = ""
+    if e.facts_added:
+        facts = f"; the audit added {plural(e.facts_added, 'checked fact')} the summary missed"
+    elif e.facts_checked:
+        facts = f"; audit: all {plural(e.facts_checked, 'checked fact')} named"
+    if e.trigger == "server":
+        return Line("compaction", f"context compacted by the server: {plural(e.messages_before, 'message')}"
+                                  f" → 1 compaction item ({tokens}, as reported)")
+    if e.trigger == "memory":
+        return Line("compaction", f"context compacted from the session memory (no model call):"
+                                  f" {plural(e.messages_before, 'message')} → 1 summary + {e.messages_after - 1:,}"
+                                  f" recent kept ({tokens}){facts}")
     label = {"auto": "auto", "manual": "manual", "fallback": "fallback (extractive)"}.get(e.trigger, e.trigger)
     return Line("compaction",
-                f"context compacted: {plural(e.messages_before, 'message')} → 1 summary"
-                f" ({label}, ~{human_tokens(e.tokens_before)} → ~{human_tokens(e.tokens_after)} tokens)")
+                f"context compacted: {plural(e.messages_before, 'message')} → 1 summary ({label}, {tokens}){facts}")
 
 
 def _micro(e: "ev.MicroCompactionEvent") -> Line:
+    if e.trigger == "server":
+        return Line("micro", f"the server cleared {plural(e.results_cleared, 'tool result')} from the request"
+                             f" (~{human_tokens(e.tokens_freed)} tokens, as reported); the full history stays here")
     why = {"time": "an hour since the last reply", "size": "context crossed the warning line"}.get(e.trigger, e.trigger)
     return Line("micro", f"micro-compaction ({why}): cleared {plural(e.results_cleared, 'old tool result')},"
                          f" freed ~{human_tokens(e.tokens_freed)} tokens (full outputs stay on disk)")
@@ -164,6 +185,23 @@ def _sub_agent(e: "ev.SubAgentEvent") -> Line | None:
     return None  # its tool calls and context are drawn under the task call
 
 
+def _session_memory(e: "ev.SessionMemoryEvent") -> Line:
+    if not e.ok:
+        return Line("warning", f"session memory update failed ({e.reason}); it is retried after more new context")
+    return Line("info", f"session memory updated: ~{human_tokens(e.memory_tokens)} tokens covering"
+                        f" {plural(e.covered_messages, 'message')}")
+
+
+def _restore(e: "ev.RestoreEvent") -> Line:
+    who = "the model asked for" if e.by == "model" else "restored"
+    return Line("info", f"{who} the {e.name} result {e.id} back into the context"
+                        f" (+~{human_tokens(e.tokens)} tokens, ~{human_tokens(e.projected_after)} now)")
+
+
+def _repaired(e: "ev.SessionRepairedEvent") -> Line:
+    return Line("warning", f"the transcript was damaged and repaired on resume: {'; '.join(e.warnings)}")
+
+
 def _notice(e: "ev.NoticeEvent") -> Line:
     return Line(e.level, e.text)
 
@@ -209,6 +247,13 @@ DESCRIBERS: dict[str, Callable[[Any], Line | None]] = {
     "report": _report,
     "mcp_server": _mcp_server,
     "config_warning": lambda e: Line("warning", e.text),
+    "session_memory": _session_memory,
+    "restore": _restore,
+    "rule_attached": lambda e: Line("info", f"rule {e.rule_path} attached for {e.file_path}"
+                                            f" (~{human_tokens(e.tokens)} tokens)"),
+    "session_repaired": _repaired,
+    "usage_distrusted": lambda e: Line("warning", f"usage from the server not believed: {e.reason};"
+                                                  f" our estimate (~{human_tokens(e.estimated_tokens)}) stands in"),
     "sub_agent": _sub_agent,
 }
 

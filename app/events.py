@@ -108,7 +108,8 @@ class ContextEvent(BaseModel):
 
 class CompactionEvent(BaseModel):
     type: Literal["compaction"] = "compaction"
-    trigger: Literal["auto", "manual", "reactive", "fallback"]
+    # server: the provider compacted; memory: from the session memory, without a model call
+    trigger: Literal["auto", "manual", "reactive", "fallback", "server", "memory"]
     ok: bool
     messages_before: int
     messages_after: int
@@ -117,11 +118,21 @@ class CompactionEvent(BaseModel):
     reason: str | None = None
     # Overflow recovery: how far over the server said the request was (None: it gave no figures).
     gap_tokens: int | None = None
+    # Audited summaries (issue 15): facts the summary missed, appended to it as "checked facts".
+    facts_added: int = 0
+    facts_checked: int = 0  # facts the audit checked the summary against
+    checked_facts: list[str] = Field(default_factory=list)
+    # Cost before you compact (issue 15): the forecast made just before this compaction ran.
+    forecast_tokens_freed: int | None = None
+    cache_tokens_invalidated: int | None = None
+    next_request_cost_before_usd: float | None = None
+    next_request_cost_after_usd: float | None = None
+    compaction_call_cost_usd: float | None = None
 
 
 class MicroCompactionEvent(BaseModel):
     type: Literal["micro_compaction"] = "micro_compaction"
-    trigger: Literal["time", "size"]
+    trigger: Literal["time", "size", "server"]  # server: the provider's context editing, as it reported
     results_cleared: int
     tokens_freed: int
 
@@ -325,6 +336,58 @@ class SubAgentEvent(BaseModel):
     window: int = 0
 
 
+
+# ---- issue 15: session memory, reversible clearing, path-scoped rules ----
+
+class SessionMemoryEvent(BaseModel):
+    """The session memory was updated in the background (or the update failed)."""
+
+    type: Literal["session_memory"] = "session_memory"
+    ok: bool
+    memory_tokens: int  # size of the memory now
+    covered_messages: int  # leading messages of the live history it summarises
+    path: str | None = None  # the memory file in the session folder
+    reason: str | None = None
+
+
+class RestoreEvent(BaseModel):
+    """A cleared tool result was brought back into the context for the next request."""
+
+    type: Literal["restore"] = "restore"
+    id: str  # the tool call id
+    name: str  # the tool's name
+    tokens: int  # what the restored result adds
+    projected_before: int
+    projected_after: int
+    by: Literal["user", "model"] = "user"
+
+
+class RuleAttachedEvent(BaseModel):
+    """A path-scoped rule file was attached to the result of a read or edit of a matching file."""
+
+    type: Literal["rule_attached"] = "rule_attached"
+    id: str  # the tool call whose result carries it
+    rule_path: str
+    file_path: str
+    tokens: int
+
+
+class SessionRepairedEvent(BaseModel):
+    """A resumed transcript was damaged or cut short and was repaired (RestoredState.warnings)."""
+
+    type: Literal["session_repaired"] = "session_repaired"
+    warnings: list[str]
+
+
+class UsageDistrustedEvent(BaseModel):
+    """The server's usage figures were implausible; our own estimate stands in (once per kind)."""
+
+    type: Literal["usage_distrusted"] = "usage_distrusted"
+    reason: str  # one line: what was wrong
+    reported_tokens: int | None  # the context size the server's usage implied
+    estimated_tokens: int  # our estimate, used instead
+
+
 Event = Annotated[
     Union[
         TextDeltaEvent, ThinkingDeltaEvent, AssistantMessageEvent, UserMessageEvent,
@@ -334,6 +397,8 @@ Event = Annotated[
         SessionInfoEvent, ChartPointEvent, CommandQueuedEvent, ApprovalRequestEvent, ApprovalResolvedEvent,
         InterruptedEvent, OutputLimitEvent, PartialDiscardedEvent, CompactionPausedEvent, ReportEvent,
         McpServerEvent, SubAgentEvent, ConfigWarningEvent,
+        SessionMemoryEvent, RestoreEvent, RuleAttachedEvent,
+        SessionRepairedEvent, UsageDistrustedEvent,
     ],
     Field(discriminator="type"),
 ]

@@ -17,7 +17,7 @@ from app.commands import Interrupt, Shutdown, UserInput
 from app.describe import describe, legacy_notice
 from app.events import Event, ResultEvent
 from app.redact import redact, redact_obj
-from app.sanitize import sanitize_for_display
+from app.sanitize import sanitize_for_display, scrub_surrogates_obj
 
 if TYPE_CHECKING:
     from app.agent_session import AgentSession
@@ -91,7 +91,8 @@ class JsonPrinter:
             self._write({"type": "notice", "level": notice[0], "text": notice[1]})
 
     def _write(self, data: dict[str, object]) -> None:
-        line = json.dumps(redact_obj(data), ensure_ascii=False)
+        # A lone surrogate (a non-UTF-8 file name in a tool result) would make the line unwritable.
+        line = json.dumps(scrub_surrogates_obj(redact_obj(data)), ensure_ascii=False)
         self.out.write(line + "\n")
         self.out.flush()
 
@@ -148,6 +149,9 @@ def run_headless(settings: "Settings", prompt: str, output_format: str, *, resum
     printer = JsonPrinter(sys.stdout) if output_format == "stream-json" else TextPrinter(sys.stdout, sys.stderr)
     session = build_session(settings, approvals=False, resume=resume, continue_latest=continue_latest)
     session.subscribe(printer)
+    if output_format == "stream-json":  # repairs of a damaged transcript are said on stderr in both modes
+        session.subscribe(lambda e: print(describe(e).text, file=sys.stderr)  # type: ignore[union-attr]
+                          if e.type == "session_repaired" else None)
     result = asyncio.run(run_task(session, prompt))
     if output_format != "stream-json":
         print(f"resume with: tidegauge --resume {session.info.session_id}", file=sys.stderr)

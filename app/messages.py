@@ -50,8 +50,27 @@ class ToolResultBlock(BaseModel):
     full_output_path: str | None = None
 
 
+class OpaqueBlock(BaseModel):
+    """A provider's own item, kept verbatim and sent back only to that provider.
+
+    OpenAI Responses reasoning items (with ``encrypted_content``) and
+    compaction items, Anthropic compaction blocks: the other wire protocols
+    skip them, the transcript persists them like any block.
+    """
+
+    type: Literal["opaque"] = "opaque"
+    provider: str  # "responses" | "anthropic": the wire protocol that made it and reads it back
+    item: dict[str, Any]
+
+    @property
+    def kind(self) -> str:
+        """The item's own type ("reasoning", "compaction", ...)."""
+        kind = self.item.get("type")
+        return kind if isinstance(kind, str) else ""
+
+
 ContentBlock = Annotated[
-    Union[TextBlock, ThinkingBlock, RedactedThinkingBlock, ToolUseBlock, ToolResultBlock],
+    Union[TextBlock, ThinkingBlock, RedactedThinkingBlock, ToolUseBlock, ToolResultBlock, OpaqueBlock],
     Field(discriminator="type"),
 ]
 

@@ -4,20 +4,25 @@ from __future__ import annotations
 
 import os
 import platform
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.agent import Agent, AgentOptions, Approver
+from app.context.server_side import configure_server_context
 from app.agent_session import AgentSession, Closable, EventStream, transcript_recorder
 from app.config import Settings, api_key_for, provider_key_env_names, resolve_provider
 from app.context.engine import ContextEngine, EngineConfig
 from app.context.file_cache import FileReadCache
 from app.context.memory import load_memory
+from app.context.rules import load_rules
 from app.context.prices import price_for
 from app.context.thresholds import context_window_for
 from app.errors import SetupError
 from app.events import Event, SessionInfoEvent
 from app.protocol import Listener
 from app.providers.factory import default_key_env, open_provider
+from app.providers.http_base import SseHttpProvider
+from app.providers.sse import StreamLimits
 from app.redact import register_secret
 from app.session import Session, SessionStore
 from app.tools.base import ToolContext
@@ -63,13 +68,23 @@ def build_session(settings: Settings, *, approvals: bool, resume: str | None = N
     async def start_services() -> Closable | None:
         return await start_session_mcp(agent, settings) if settings.mcp_servers else None
 
-    return AgentSession(agent, stream=built.stream, info=built.info, restored=built.restored,
-                        approvals=approvals and not settings.yes, services=start_services)
+    session = AgentSession(agent, stream=built.stream, info=built.info, restored=built.restored,
+                           approvals=approvals and not settings.yes, services=start_services)
+    session.config_warnings.extend(built.warnings)
+    session.repairs = built.repairs
+    return session
 
 
+@dataclass
 class _Built:
-    def __init__(self, agent: Agent, stream: EventStream, info: SessionInfoEvent, restored: list[Event]) -> None:
-        self.agent, self.stream, self.info, self.restored = agent, stream, info, restored
+    agent: Agent
+    stream: EventStream
+    info: SessionInfoEvent
+    restored: list[Event]
+    # (setting, words): settings that cannot work as set, said once when the session starts
+    warnings: list[tuple[str, str]] = field(default_factory=list)
+    # what restoring a damaged transcript repaired, one line each
+    repairs: list[str] = field(default_factory=list)
 
 
 def _build(settings: Settings, *, emit: Listener | None = None, approver: Approver | None = None,
@@ -115,16 +130,28 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         system_prompt=system,
         memory=memory,
         tools=registry.specs(),
-        config=EngineConfig(window=window, budget=budget, compact_max_output=settings.compact_max_output),
+        config=EngineConfig(window=window, budget=budget, compact_max_output=settings.compact_max_output,
+                            memory_update_tokens=settings.memory_update_tokens,
+                            memory_keep_tokens=settings.memory_keep_tokens),
         price=price_for(provider.model, settings.prices),
         compact_price=price_for(provider.model, settings.prices),
         tool_results_dir=session.tool_results_dir,
     )
+    if isinstance(provider, SseHttpProvider):  # a server cannot make one call unbounded in memory or time
+        provider.limits = StreamLimits.from_settings(settings)
+    # Provider-side context management: thresholds from ours, unsupported options said once.
+    warnings = [("server context", line) for line in configure_server_context(provider, engine, settings)]
+    # Path-scoped rules: loaded only when a matching file is read or edited; unreadable ones said once.
+    rules = load_rules(workspace, settings.config_dir)
+    engine.use_rules(rules, workspace)
+    warnings += [("rules", f"{problem}; that rule is not loaded") for problem in rules.problems]
     restored_events: list[Event] = []
+    repairs: list[str] = []
     if resume or continue_latest:
         state = restore(session)
         engine.history = state.history
         restored_events = list(state.events)
+        repairs = list(state.warnings)
         for event in restored_events:
             if event.type == "usage":
                 from app.usage import Usage
@@ -162,6 +189,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         from app.subagent import register_task_tool
 
         register_task_tool(agent, settings)
+        engine.set_budget(engine.config.budget)  # the lines again, with the task tool in the fixed part
     stream = EventStream()
     stream.subscribe(transcript_recorder(transcript))  # first: persisted before any surface sees it
     if emit is not None:
@@ -171,7 +199,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
                             workspace=str(workspace), transcript_path=str(session.transcript_path),
                             max_steps=settings.max_steps, banner=provider.banner,
                             resumed=bool(resume or continue_latest))
-    return _Built(agent, stream, info, restored_events)
+    return _Built(agent, stream, info, restored_events, warnings, repairs)
 
 
 # ---- MCP servers (issue 16): started with the session, stopped with it (hub.aclose()) ----

@@ -72,5 +72,36 @@ def sanitize_for_display(text: str) -> str:
     The result is meant for plain ``rich.text.Text`` (never markup parsing), so
     ``[bold]`` or ``[link=...]`` stay literal characters.
     """
-    text = sanitize_for_model(text)
+    text = scrub_surrogates(sanitize_for_model(text))  # a terminal cannot be sent a lone surrogate
     return _BIDI_CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+# A lone surrogate: what a JSON "\ud800" escape or an undecodable byte of a file name
+# (os.fsdecode's surrogateescape, U+DC80-U+DCFF) becomes. Such a str cannot be UTF-8.
+_LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def _surrogate_stand_in(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    # an undecodable byte from the file system keeps its value, visibly: caf\xe9
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else "\ufffd"
+
+
+def scrub_surrogates(text: str) -> str:
+    """Text that encodes as UTF-8: an escaped byte (``\\xe9``) or U+FFFD for each lone surrogate."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return _LONE_SURROGATE.sub(_surrogate_stand_in, text)
+
+
+def scrub_surrogates_obj(value: object) -> object:
+    """``scrub_surrogates`` over every string (keys included) of JSON-like data."""
+    if isinstance(value, str):
+        return scrub_surrogates(value)
+    if isinstance(value, dict):
+        return {scrub_surrogates_obj(k): scrub_surrogates_obj(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [scrub_surrogates_obj(v) for v in value]
+    return value

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -21,10 +22,12 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from app.errors import SetupError
+from app.session_lock import SessionLocked
 from app.transcript import RestoredState, TranscriptWriter, restore
 
 __all__ = [
-    "Session", "SessionError", "SessionMeta", "SessionNotFound", "SessionStore",
+    "Session", "SessionError", "SessionLocked", "SessionMeta", "SessionNotFound", "SessionStore",
     "RestoredState", "restore", "new_session_id",
 ]
 
@@ -34,8 +37,8 @@ META_NAME = "meta.json"
 _ID_PATTERN = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{4,}$")
 
 
-class SessionError(Exception):
-    """A session that cannot be used; the message is one line for the user."""
+class SessionError(SetupError):
+    """A session that cannot be used; the message is one line for the user (exit code 2)."""
 
 
 class SessionNotFound(SessionError):
@@ -48,6 +51,7 @@ class SessionMeta(BaseModel):
     created: float  # epoch seconds
     provider: str = ""
     model: str = ""
+    forked_from: str = ""  # the session this one was copied from (--fork-session)
 
     def __getitem__(self, key: str) -> Any:  # meta["cwd"] works as well as meta.cwd
         return getattr(self, key)
@@ -90,27 +94,61 @@ class SessionStore:
         self.data_dir = Path(data_dir).expanduser()
         self.sessions_dir = self.data_dir / "sessions"
 
-    def create(self, cwd: Path | str, provider: str, model: str | None) -> Session:
-        """A new, empty session for ``cwd``: its folder, tool-results/ and meta.json."""
-        self.sessions_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    def create(self, cwd: Path | str, provider: str, model: str | None, *, forked_from: str = "") -> Session:
+        """A new, empty session for ``cwd``: its folder, tool-results/ and meta.json.
+
+        Raises SessionError (one line) when the data dir cannot hold it: a file where
+        a folder should be, no permission, a full disk.
+        """
         resolved = Path(cwd).expanduser().resolve()
-        for _ in range(100):
-            created = time.time()
-            session_id = new_session_id(created)
-            directory = self.sessions_dir / session_id
-            try:
-                # Transcripts hold the user's code and conversation: user-only.
-                directory.mkdir(mode=0o700)
-            except FileExistsError:
-                continue
-            break
-        else:  # pragma: no cover - 100 collisions of 16 random bits in one second
-            raise SessionError(f"cannot create a session folder in {self.sessions_dir}")
-        (directory / TOOL_RESULTS_NAME).mkdir(mode=0o700)
-        meta = SessionMeta(id=session_id, cwd=str(resolved), created=created,
-                           provider=provider or "", model=model or "")
-        _write_json_atomic(directory / META_NAME, meta.model_dump(mode="json"))
+        try:
+            self._make_sessions_dir()
+            for _ in range(100):
+                created = time.time()
+                session_id = new_session_id(created)
+                directory = self.sessions_dir / session_id
+                try:
+                    # Transcripts hold the user's code and conversation: user-only.
+                    directory.mkdir(mode=0o700)
+                except FileExistsError:
+                    continue
+                break
+            else:  # pragma: no cover - 100 collisions of 16 random bits in one second
+                raise SessionError(f"cannot create a session folder in {self.sessions_dir}")
+            (directory / TOOL_RESULTS_NAME).mkdir(mode=0o700)
+            meta = SessionMeta(id=session_id, cwd=str(resolved), created=created,
+                               provider=provider or "", model=model or "", forked_from=forked_from)
+            _write_json_atomic(directory / META_NAME, meta.model_dump(mode="json"))
+        except OSError as err:
+            raise SessionError(_os_problem(err, self.sessions_dir)) from None
         return self._session(directory, meta)
+
+    def fork(self, source: Session) -> Session:
+        """A new session with a copy of ``source``'s transcript and files, to continue apart.
+
+        Works while another process writes ``source``: the copy takes the transcript
+        as it is at this moment (a torn last line is skipped on restore, as after a kill).
+        """
+        session = self.create(source.cwd, source.meta.provider, source.meta.model, forked_from=source.id)
+        try:
+            for entry in source.dir.iterdir():
+                if entry.name in (META_NAME,) or entry.name.endswith(".lock") or entry.name.startswith("."):
+                    continue
+                target = session.dir / entry.name
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.copytree(entry, target, symlinks=True, dirs_exist_ok=True)
+                else:
+                    shutil.copy2(entry, target, follow_symlinks=False)
+        except OSError as err:
+            raise SessionError(f"--fork-session: cannot copy session {source.id}: "
+                               f"{_os_problem(err, session.dir)}") from None
+        return session
+
+    def _make_sessions_dir(self) -> None:
+        if self.data_dir.exists() and not self.data_dir.is_dir():
+            raise SessionError(f"data dir {_shown(self.data_dir)} is a file, not a folder "
+                               "(set TIDEGAUGE_DATA_DIR or data_dir in config.toml to a folder)")
+        self.sessions_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
 
     def open(self, session_id: str) -> Session:
         """The session with this id (or an unambiguous prefix of one)."""
@@ -169,6 +207,20 @@ class SessionStore:
         )
 
 
+def _shown(path: Path) -> str:
+    """A path for a message: undecodable bytes of the name shown escaped, never raised on."""
+    return os.fsencode(path).decode("utf-8", errors="backslashreplace")
+
+
+def _os_problem(err: OSError, where: Path) -> str:
+    """One line for an OSError while laying out sessions under ``where``."""
+    culprit = Path(err.filename) if err.filename else where
+    reason = err.strerror or type(err).__name__
+    if isinstance(err, (NotADirectoryError, FileExistsError)):
+        reason = "a file is in the way of a folder"
+    return f"cannot create the session folder {_shown(culprit)} ({reason}); check the data dir"
+
+
 def _read_meta(directory: Path) -> SessionMeta:
     raw = (directory / META_NAME).read_text(encoding="utf-8")
     try:
@@ -181,7 +233,9 @@ def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        payload = (json.dumps(data, ensure_ascii=False, indent=2) + "\n").encode("utf-8")
+        # ASCII escapes: a cwd with undecodable bytes (a lone surrogate once decoded) must not
+        # make meta.json unwritable, and it reads back as the same str.
+        payload = (json.dumps(data, ensure_ascii=True, indent=2) + "\n").encode("ascii")
         view = memoryview(payload)
         while view:
             view = view[os.write(fd, view):]

@@ -23,19 +23,23 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, Mapping, Protocol, Sequence, Union
+from typing import Annotated, Any, Callable, Literal, Mapping, Protocol, Sequence, Union
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from app.events import Event
-from app.messages import Message, TextBlock, ToolResultBlock
+from app import session_lock
+from app.context.validate import history_problems
+from app.messages import Message, OpaqueBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from app.redact import redact_obj
 
 # Reasons the engine replaces the live history. The field is a plain str so
 # a reason added later never makes older readers drop the line.
-HistoryReason = Literal["compaction", "micro_compaction", "overflow", "reset", "result_cut", "resume", "merge_user"]
+HistoryReason = Literal["compaction", "micro_compaction", "overflow", "reset", "result_cut", "resume", "merge_user",
+                        "server_compaction"]
 
 INTERRUPTED_RESULT = "interrupted: the session ended before this tool finished"
+LOST_START = "[the start of this conversation was lost from the session's transcript]"
 
 
 class MessageLine(BaseModel):
@@ -81,9 +85,16 @@ class TranscriptWriter:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._fd: int | None = os.open(
-            self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600
-        )
+        # One writer per session: refuses (SessionLocked, naming the process) while another
+        # live process writes this transcript. Held until close().
+        self._session_lock: Path | None = session_lock.acquire(self.path)
+        try:
+            self._fd: int | None = os.open(
+                self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600
+            )
+        except BaseException:
+            session_lock.release(self._session_lock)
+            raise
         # After a crash the file may end in a torn line; start on a fresh
         # line so that fragment is skipped alone and our first line is whole.
         if not _ends_with_newline(self.path):
@@ -120,6 +131,9 @@ class TranscriptWriter:
             finally:
                 os.close(self._fd)
                 self._fd = None
+                if self._session_lock is not None:
+                    session_lock.release(self._session_lock)
+                    self._session_lock = None
 
     @property
     def closed(self) -> bool:
@@ -280,15 +294,22 @@ class _HasTranscript(Protocol):
 class RestoredState:
     history: list[Message]
     events: list[Any]  # app.events.Event instances, in order
-    warnings: list[str]
+    warnings: list[str]  # every line skipped and every repair made: the caller shows them all
     turns: int
+
+
+# Results of finished tools, by the assistant message whose call they answer (keyed by
+# that message object's identity): servers reuse call ids across turns ("call_0" twice),
+# so an id alone could hand a later call the result of an earlier one.
+FinishedResults = Callable[[Message], Mapping[str, Any]]
 
 
 def restore(source: _HasTranscript | Path | str) -> RestoredState:
     """The live history, the events and the turn count recorded in a transcript.
 
     The live history is the last ``history`` line plus the messages after it,
-    repaired so the next request is valid (see ``repair_history``).
+    repaired so the next request is valid (see ``repair_history``): the
+    same validity check the engine and the tests use must find nothing.
     """
     path = source if isinstance(source, (str, Path)) else source.transcript_path
     read = read_transcript(path)
@@ -296,6 +317,7 @@ def restore(source: _HasTranscript | Path | str) -> RestoredState:
     history: list[Message] = []
     events: list[Any] = []
     turns = 0
+    finished_by_message: dict[int, dict[str, Any]] = {}
     for line in read.lines:
         if isinstance(line, MessageLine):
             history.append(line.message)
@@ -303,23 +325,38 @@ def restore(source: _HasTranscript | Path | str) -> RestoredState:
             history = list(line.messages)
         elif isinstance(line, EventLine):
             try:
-                events.append(_event_adapter.validate_python(line.event))
+                event = _event_adapter.validate_python(line.event)
             except ValidationError:
                 kind = line.event.get("type")
                 warnings.append(f"transcript: skipped an event this version cannot read (type {kind!r})")
+                continue
+            events.append(event)
+            if getattr(event, "type", None) == "tool_result":
+                # A tool's result event is written when the tool finishes, its results message
+                # only when every call of the round has: a kill in between must not lose
+                # finished work. It answers a call of the assistant message written just before.
+                owner = _last_assistant(history)
+                if owner is not None and any(u.id == event.id for u in owner.tool_uses):
+                    finished_by_message.setdefault(id(owner), {}).setdefault(event.id, event)
         else:
             turns += 1
-    # A tool's result event is written when the tool finishes, its results message only
-    # when every call of the round has: a kill in between must not lose finished work.
-    finished = {e.id: e for e in events if getattr(e, "type", None) == "tool_result"}
-    history, repairs = repair_history(history, finished)
+    history, repairs = repair_history(history, lambda m: finished_by_message.get(id(m), {}))
     warnings.extend(repairs)
     return RestoredState(history=history, events=events, warnings=warnings, turns=turns)
+
+
+def _last_assistant(history: Sequence[Message]) -> Message | None:
+    for message in reversed(history):
+        if message.role == "assistant":
+            return message
+    return None
 
 
 def _has_content(message: Message) -> bool:
     if message.tool_uses:
         return True
+    if any(isinstance(b, OpaqueBlock) and b.kind == "compaction" for b in message.content):
+        return True  # issue 17: a server's compaction item stands for the whole earlier conversation
     return any(isinstance(b, TextBlock) and b.text.strip() for b in message.content)
 
 
@@ -331,52 +368,295 @@ def _result_block(call_id: str, event: Any | None) -> ToolResultBlock:
                            full_output_path=event.full_output_path)
 
 
-def repair_history(history: Sequence[Message],
-                   finished: Mapping[str, Any] | None = None) -> tuple[list[Message], list[str]]:
-    """Make a history that was cut short sendable again; returns it and what was done.
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
-    - a trailing assistant message with no text and no tool calls is dropped;
-    - a tool call without a result gets its result from ``finished`` (its
-      tool_result event, by call id: the tool ran to the end before the kill), else a
-      synthetic error result ("interrupted: ..."), in a user message right
-      after the call, as after a kill -9 in the middle of a tool run.
-    """
-    finished = finished or {}
-    messages = list(history)
+
+def _clean_blocks(message: Message) -> tuple[Message, list[str]]:
+    """Blocks that may not stand where they are (a damaged or wrongly typed line) are removed."""
     notes: list[str] = []
+    kept: list[Any] = []
+    dropped: dict[str, int] = {}
+    for block in message.content:
+        if isinstance(block, TextBlock) and not block.text.strip():
+            continue  # an empty text block is rejected by both APIs; nothing is lost
+        wrong = (isinstance(block, ToolResultBlock) if message.role == "assistant"
+                 else isinstance(block, (ToolUseBlock, ThinkingBlock)))
+        if wrong:
+            dropped[block.type] = dropped.get(block.type, 0) + 1
+            continue
+        kept.append(block)
+    for kind, n in dropped.items():
+        notes.append(f"restore: dropped {_plural(n, kind + ' block')} found in a {message.role} message")
+    if message.role == "user":
+        # Results must come first in a user message; keep each group's own order.
+        results = [b for b in kept if isinstance(b, ToolResultBlock)]
+        others = [b for b in kept if not isinstance(b, ToolResultBlock)]
+        kept = results + others
+    if len(kept) == len(message.content) and all(a is b for a, b in zip(kept, message.content)):
+        return message, notes
+    return message.copy_with(kept), notes
+
+
+def _same(a: Message, b: Message) -> bool:
+    # block equality compares fields and stops at the first difference: cheap for unequal messages
+    return a.role == b.role and len(a.content) == len(b.content) and a.content == b.content
+
+
+def _merge(a: Message, b: Message) -> Message:
+    content = [*a.content, *b.content]
+    if a.role == "user":
+        content = ([x for x in content if isinstance(x, ToolResultBlock)]
+                   + [x for x in content if not isinstance(x, ToolResultBlock)])
+    merged = a.copy_with(content)
+    return merged
+
+
+def repair_history(history: Sequence[Message],
+                   finished: FinishedResults | Mapping[str, Any] | None = None) -> tuple[list[Message], list[str]]:
+    """Make a history that was cut short or damaged sendable again; returns it and what was done.
+
+    In order:
+    - blocks that cannot stand where they are (results in an assistant message, calls or
+      thinking in a user message, empty text) are dropped, and a user message's results
+      are put before its text;
+    - a message that repeats the one before it exactly (a duplicated line) is dropped;
+    - a history that starts with an assistant message gets a stand-in user message first,
+      and two messages of one role in a row are merged into one;
+    - a result that answers no call of the assistant message just before (an orphan) or
+      answers one twice is dropped;
+    - a tool call without a result gets its result from ``finished`` (its tool_result
+      event, recorded after that same assistant message: the tool ran to the end before
+      the kill), else a synthetic error result ("interrupted: ..."), as after a kill -9
+      in the middle of a tool run;
+    - a call id used earlier in the history (servers reuse ids across turns) is renamed
+      in the call and its result, so every id is unique;
+    - a trailing assistant message with no text and no tool calls is dropped.
+    If the validity check still finds a problem, the history is cut before it.
+    """
+    def nothing_finished(_message: Message) -> dict[str, Any]:
+        return {}
+
+    finished_for: FinishedResults
+    if finished is None:
+        finished_for = nothing_finished
+    elif callable(finished):
+        finished_for = finished
+    else:
+        by_id = finished
+
+        def finished_for(_message: Message) -> dict[str, Any]:  # type: ignore[misc]
+            return by_id
+    notes: list[str] = []
+    messages: list[Message] = []
+    # Which original message each working message came from (for its finished results).
+    origin: dict[int, tuple[Message, tuple[Message, ...]]] = {}  # id(working) -> (working, originals)
+    for original in history:
+        cleaned, block_notes = _clean_blocks(original)
+        notes.extend(block_notes)
+        if not cleaned.content:
+            notes.append(f"restore: dropped an empty {original.role} message")
+            continue
+        if messages and _same(messages[-1], cleaned):
+            notes.append(f"restore: dropped a duplicated {original.role} message")
+            continue
+        origin[id(cleaned)] = (cleaned, (original,))
+        messages.append(cleaned)
+
+    if messages and messages[0].role != "user":
+        # Its user message was lost (a damaged first line): a stand-in keeps the rest sendable.
+        messages.insert(0, Message.user(LOST_START))
+        notes.append("restore: the history began with an assistant message; a stand-in user message was put before it")
+
     while messages and messages[-1].role == "assistant" and not _has_content(messages[-1]):
         messages.pop()
         notes.append("restore: dropped an empty assistant message at the end of the history")
 
+    # Pair calls and results; dropping an orphan-only message can make two messages of one
+    # role meet, so merge and pair again until nothing changes (each pass only shrinks).
+    for _ in range(len(messages) + 2):
+        messages, changed = _merge_runs(messages, origin, notes)
+        messages, paired = _pair(messages, origin, finished_for, notes)
+        if not (changed or paired):
+            break
+
+    messages = _unique_ids(messages, notes)
+
+    while messages and messages[-1].role == "assistant" and not _has_content(messages[-1]):
+        messages.pop()
+        notes.append("restore: dropped an empty assistant message at the end of the history")
+
+    problems = sendable_problems(messages)
+    if problems:
+        first = _first_bad_index(messages)
+        notes.append(f"restore: {problems[0]}; kept the {_plural(first, 'message')} before it")
+        messages = messages[:first]
+    return messages, notes
+
+
+def _origin_of(origin: dict[int, tuple[Message, tuple[Message, ...]]], message: Message) -> tuple[Message, ...]:
+    """The messages of the input history a working message came from (the tuples keep the
+    objects alive, so an id is never reused for another object while the repair runs)."""
+    entry = origin.get(id(message))
+    return entry[1] if entry is not None and entry[0] is message else (message,)
+
+
+def _merge_runs(messages: list[Message], origin: dict[int, tuple[Message, tuple[Message, ...]]],
+                notes: list[str]) -> tuple[list[Message], bool]:
     out: list[Message] = []
-    for i in range(len(messages)):
+    changed = False
+    for message in messages:
+        if out and out[-1].role == message.role:
+            merged = _merge(out[-1], message)
+            # The merged message asks what both did: the results recorded after either count.
+            origin[id(merged)] = (merged, _origin_of(origin, out[-1]) + _origin_of(origin, message))
+            notes.append(f"restore: merged two {message.role} messages in a row")
+            out[-1] = merged
+            changed = True
+        else:
+            out.append(message)
+    return out, changed
+
+
+def _pair(messages: list[Message], origin: dict[int, tuple[Message, tuple[Message, ...]]], finished_for: FinishedResults,
+          notes: list[str]) -> tuple[list[Message], bool]:
+    out: list[Message] = []
+    changed = False
+    i = 0
+    while i < len(messages):
         message = messages[i]
+        i += 1
+        if message.role == "user":
+            prev = out[-1] if out and out[-1].role == "assistant" else None
+            asked = {u.id for u in prev.tool_uses} if prev is not None else set()
+            seen: set[str] = set()
+            kept: list[Any] = []
+            orphans = twice = 0
+            for block in message.content:
+                if isinstance(block, ToolResultBlock):
+                    if block.tool_use_id not in asked:
+                        orphans += 1
+                        continue
+                    if block.tool_use_id in seen:
+                        twice += 1
+                        continue
+                    seen.add(block.tool_use_id)
+                kept.append(block)
+            if orphans:
+                notes.append(f"restore: dropped {_plural(orphans, 'tool result')} answering no call just before")
+            if twice:
+                notes.append(f"restore: dropped {_plural(twice, 'second result')} for one call")
+            if orphans or twice:
+                changed = True
+                if not kept:
+                    continue
+                replacement = message.copy_with(kept)
+                origin[id(replacement)] = (replacement, _origin_of(origin, message))
+                message = replacement
+            out.append(message)
+            continue
         out.append(message)
-        uses = message.tool_uses if message.role == "assistant" else []
+        uses = message.tool_uses
         if not uses:
             continue
-        nxt = messages[i + 1] if i + 1 < len(messages) else None
+        nxt = messages[i] if i < len(messages) and messages[i].role == "user" else None
         existing: dict[str, ToolResultBlock] = {}
-        if nxt is not None and nxt.role == "user":
+        if nxt is not None:
             for block in nxt.tool_results:
                 existing.setdefault(block.tool_use_id, block)
         missing = [u for u in uses if u.id not in existing]
         if not missing:
             continue
-        recovered = [u for u in missing if u.id in finished]
-        lost = [u for u in missing if u.id not in finished]
+        changed = True
+        recorded: dict[str, Any] = {}
+        for source in _origin_of(origin, message):
+            for call_id, event in finished_for(source).items():
+                recorded.setdefault(call_id, event)
+        recovered = [u for u in missing if u.id in recorded]
+        lost = [u for u in missing if u.id not in recorded]
         if recovered:
             names = ", ".join(u.name for u in recovered)
             notes.append(f"restore: {len(recovered)} finished tool call(s) ({names}) given their recorded result")
         if lost:
             names = ", ".join(u.name for u in lost)
             notes.append(f"restore: {len(lost)} tool call(s) without a result ({names}) marked interrupted")
-        ordered: list[Any] = [existing.get(u.id) or _result_block(u.id, finished.get(u.id)) for u in uses]
-        if nxt is not None and nxt.role == "user":
+        answered: set[str] = set()
+        ordered: list[Any] = []
+        for u in uses:
+            if u.id in answered:
+                continue  # one id twice in one message: one result; the ids are made unique later
+            answered.add(u.id)
+            ordered.append(existing.get(u.id) or _result_block(u.id, recorded.get(u.id)))
+        if nxt is not None:
             own_ids = {u.id for u in uses}
-            rest = [b for b in nxt.content
-                    if not (isinstance(b, ToolResultBlock) and b.tool_use_id in own_ids)]
-            messages[i + 1] = nxt.copy_with(ordered + rest)
+            rest = [b for b in nxt.content if not (isinstance(b, ToolResultBlock) and b.tool_use_id in own_ids)]
+            replacement = nxt.copy_with(ordered + rest)
+            origin[id(replacement)] = (replacement, _origin_of(origin, nxt))
+            messages = messages[:i] + [replacement] + messages[i + 1:]
         else:
             out.append(Message(role="user", content=ordered))
-    return out, notes
+    return out, changed
+
+
+def _unique_ids(messages: list[Message], notes: list[str]) -> list[Message]:
+    """Rename a call id already used earlier (and its result in the next message)."""
+    seen: set[str] = set()
+    renamed = 0
+    out = list(messages)
+    for i, message in enumerate(out):
+        if message.role != "assistant" or not message.tool_uses:
+            continue
+        pairs: list[tuple[str, str]] = []
+        content: list[Any] = []
+        for block in message.content:
+            if isinstance(block, ToolUseBlock):
+                new_id, n = block.id, 1
+                while new_id in seen:
+                    n += 1
+                    new_id = f"{block.id}~{n}"
+                seen.add(new_id)
+                pairs.append((block.id, new_id))
+                if new_id != block.id:
+                    renamed += 1
+                    block = block.model_copy(update={"id": new_id})
+            content.append(block)
+        if all(old == new for old, new in pairs):
+            continue
+        out[i] = message.copy_with(content)
+        nxt = out[i + 1] if i + 1 < len(out) and out[i + 1].role == "user" else None
+        queues: dict[str, list[ToolResultBlock]] = {}
+        for block in (nxt.tool_results if nxt is not None else []):
+            queues.setdefault(block.tool_use_id, []).append(block)
+        results: list[Any] = []
+        for old, new in pairs:
+            queue = queues.get(old)
+            # one id twice in one message got one result: its twin gets the stand-in
+            block = queue.pop(0) if queue else _result_block(new, None)
+            results.append(block if block.tool_use_id == new else block.model_copy(update={"tool_use_id": new}))
+        others = [b for b in nxt.content if not isinstance(b, ToolResultBlock)] if nxt is not None else []
+        if nxt is not None:
+            out[i + 1] = nxt.copy_with(results + others)
+        else:
+            out.insert(i + 1, Message(role="user", content=results))
+    if renamed:
+        notes.append(f"restore: renamed {_plural(renamed, 'reused tool call id')} so every id is unique")
+    return out
+
+
+def sendable_problems(history: Sequence[Message]) -> list[str]:
+    """The validity check for a restored history: it is sent after the next user message."""
+    if not history:
+        return []
+    probe = list(history)
+    if probe[-1].role == "user":
+        return [p for p in history_problems(probe)]
+    return history_problems(probe + [Message.user("next")])
+
+
+def _first_bad_index(messages: list[Message]) -> int:
+    """The length of the longest prefix that passes the check (a last resort: quadratic)."""
+    good = 0
+    for n in range(1, len(messages) + 1):
+        if not sendable_problems(messages[:n]):
+            good = n
+    return good

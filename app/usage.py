@@ -3,6 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class ServerEdit:
+    """One context edit the server applied before the model saw the request."""
+
+    kind: str  # "clear_tool_uses_20250919" | "clear_thinking_20251015" | a future edit type
+    cleared_input_tokens: int = 0
+    cleared_tool_uses: int = 0
+    cleared_thinking_turns: int = 0
 
 
 @dataclass(frozen=True)
@@ -18,6 +29,13 @@ class Usage:
     cache_read_tokens: int | None = None
     cache_write_tokens: int | None = None
     output_tokens: int | None = None
+    # ---- what the server reported beyond the counts (issue 17: provider-side context management) ----
+    # Part of output_tokens spent on reasoning (Responses' output_tokens_details.reasoning_tokens).
+    reasoning_tokens: int | None = None
+    # Context edits the server applied to this request (Anthropic context_management.applied_edits).
+    server_edits: tuple["ServerEdit", ...] = ()
+    # A server-side compaction run inside this call (Anthropic usage.iterations of type "compaction").
+    compaction_usage: Optional["Usage"] = None
 
     @property
     def known(self) -> bool:

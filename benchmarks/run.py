@@ -44,6 +44,7 @@ BENCHMARKS: dict[str, list[tuple[str, str]]] = {
     ],
     "bench_startup": [("5 start-up to first frame", "<= 2.5× import textual.app")],
     "bench_compaction": [("6 compaction overhead", "< 50 ms at 150k tokens")],
+    "bench_memory_compaction": [("7 compaction from session memory", "<= 0.5× a normal compaction")],
 }
 
 _MARKER = "@@BENCH-RESULTS@@"

@@ -53,7 +53,8 @@ def _settings(fake_llm, tmp_path: Path, monkeypatch, provider: str, overrides: d
     monkeypatch.setenv("TIDEGAUGE_CONFIG_DIR", str(tmp_path / "config"))
     for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "DEEPSEEK_API_KEY"):
         monkeypatch.delenv(name, raising=False)
-    env_name = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "deepseek": "DEEPSEEK_API_KEY"}[provider]
+    env_name = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "deepseek": "DEEPSEEK_API_KEY",
+                "responses": "OPENAI_API_KEY"}[provider]
     monkeypatch.setenv(env_name, TEST_KEY)
     settings = load_settings({
         "provider": provider,

@@ -3,7 +3,9 @@
 It speaks both wire protocols with real SSE over chunked transfer encoding:
 OpenAI-compatible at ``/chat/completions`` and ``/v1/chat/completions``
 (any path ending in ``/chat/completions``), Anthropic at ``/v1/messages``
-(also under a prefix, e.g. DeepSeek's ``/anthropic/v1/messages``).
+(also under a prefix, e.g. DeepSeek's ``/anthropic/v1/messages``), and OpenAI's
+Responses API at any path ending in ``/responses`` (its replies are built by
+tests/fake_responses_server.py).
 
 Use the ``fake_llm`` fixture (tests/conftest.py)::
 
@@ -489,7 +491,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
         headers = {k.lower(): v for k, v in self.headers.items()}
         fake = self.server.fake
         number = fake._record(RecordedRequest(path, headers, body), self.client_address[1])
-        if not (path.endswith("/chat/completions") or path.endswith("/v1/messages")):
+        # "/responses": OpenAI's Responses API, scripted with tests/fake_responses_server.py
+        if not (path.endswith("/chat/completions") or path.endswith("/v1/messages") or path.endswith("/responses")):
             self._plain(404, {"error": {"message": f"fake_llm: unknown path {path}", "type": "not_found"}})
             return
         reply = fake._next_reply(body if isinstance(body, dict) else {}, path, number)
@@ -595,8 +598,8 @@ class FakeLLMServer:
         return f"http://{host}:{port}"
 
     def base_url(self, provider: str = "openai") -> str:
-        """Base URL for a provider name: openai -> /v1, deepseek -> root, anthropic -> root."""
-        return f"{self.url}/v1" if provider == "openai" else self.url
+        """Base URL for a provider name: openai and responses -> /v1, deepseek -> root, anthropic -> root."""
+        return f"{self.url}/v1" if provider in ("openai", "responses") else self.url
 
     def provider(self, name: str = "openai", *, api_key: str = "sk-test-fake-key-0123456789",
                  model: str = "fake-model", base_url: str | None = None, **opts: Any) -> Any:

@@ -271,3 +271,24 @@ def test_save_key_into_inline_table(config_dir: Path) -> None:
 
 def test_settings_is_constructible_directly(config_dir: Path) -> None:
     assert Settings(max_steps=5).max_steps == 5
+
+
+# ---------------------------------------------------------------- provider-side context management (issue 17)
+
+def test_responses_provider_reads_the_openai_key(config_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-test-0003")
+    settings = load_settings({"provider": "responses"})
+    assert resolve_provider(settings) == "responses"
+    assert api_key_for(settings, "responses") == "sk-openai-test-0003"
+
+
+def test_server_context_settings_from_toml_and_their_bad_values(config_dir: Path) -> None:
+    assert not load_settings({}).server_compaction  # off by default
+    write_toml(config_dir, "server_compaction = true\nanthropic_clear_tool_uses = true\n"
+                           "anthropic_clear_tool_uses_keep = 2\nanthropic_clear_tool_uses_exclude = [\"write_file\"]\n")
+    settings = load_settings({})
+    assert settings.server_compaction and settings.anthropic_clear_tool_uses
+    assert settings.anthropic_clear_tool_uses_keep == 2
+    assert settings.anthropic_clear_tool_uses_exclude == ["write_file"]
+    path = write_toml(config_dir, "anthropic_clear_tool_uses_trigger = 0\n")
+    assert config_error({}) == f"config: anthropic_clear_tool_uses_trigger: must be >= 1 (got 0) [from {path}]"

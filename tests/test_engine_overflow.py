@@ -24,7 +24,8 @@ from app.context.overflow import DROPPED_NOTE
 from app.context.tokens import estimate_messages
 
 # No budget line and a roomy window: nothing but the server's rejection shrinks the history.
-ROOMY = dict(budget=0, window=100_000)
+# Session memory off: these tests script every request the server gets, in order.
+ROOMY = dict(budget=0, window=100_000, memory_update_tokens=0)
 TASK = "task: read a.txt, b.txt, c.txt and d.txt, then compare them"
 
 

@@ -1,7 +1,9 @@
 """Property: a real Agent on the fake server, driven through random sequences of
 rounds (0-3 tool calls), manual compactions that succeed or fail, micro-compactions,
-overflow drops and resets, keeps a history that is a valid request, and every
-body the server receives is valid for its wire protocol.
+overflow drops, resets, server-side compactions (a reply carrying the provider's
+compaction item), restores of cleared results, session-memory updates and compactions from the
+memory, keeps a history that is a valid request, and every body the server receives is valid for
+its wire protocol (Chat Completions, Anthropic Messages, Responses).
 
 One fake server serves every example; each step scripts it through ``default``.
 """
@@ -15,7 +17,9 @@ from pathlib import Path
 
 import pytest
 from agent_helpers import make_agent
+from fake_anthropic_context import anthropic_compacted
 from fake_llm_server import FakeLLMServer
+from fake_responses_server import responses_text
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from test_engine_support import (
@@ -32,8 +36,10 @@ from test_engine_support import (
     wire_problems,
 )
 
+from app.context.engine import SERVER_COMPACTED_NOTE, RestoreError
 from app.context.pruning import is_cleared
-from app.messages import ToolResultBlock
+from app.context.session_memory import MEMORY_INTRO
+from app.messages import OpaqueBlock, ToolResultBlock
 
 CALLS = [
     ("list_files", {}),
@@ -52,6 +58,11 @@ OPS = st.one_of(
     st.tuples(st.just("micro"), st.sampled_from(["size", "time"]), st.none()),
     st.tuples(st.just("overflow"), st.sampled_from([None, 20, 100_000]), round_calls),
     st.tuples(st.just("reset"), st.none(), st.none()),
+    st.tuples(st.just("server_compact"), round_calls, st.none()),  # the turn's last reply carries a compaction
+    # this step's rounds, an idle-time clearing of every result, then restore one of them
+    st.tuples(st.just("restore"), st.integers(min_value=0, max_value=5), round_calls),
+    # keep tokens; this step's rounds first (so the memory has something to cover), then update and compact
+    st.tuples(st.just("memory"), st.sampled_from([0, 50, 400]), round_calls),
 )
 
 
@@ -75,6 +86,13 @@ class Script:
             return text_reply(self.provider, "done", usage=usage_for(self.provider, body))
         if isinstance(item, list):
             return tool_reply(self.provider, item, usage=usage_for(self.provider, body))
+        if item == "compacted":
+            usage = usage_for(self.provider, body)
+            if self.provider == "responses":
+                return responses_text("done", compaction="gAAAAAB-compacted", usage={**usage, "input": 300})
+            if self.provider == "anthropic":
+                return anthropic_compacted("Summary of the work so far.", "done", usage={**usage, "input": 300})
+            return text_reply(self.provider, "done", usage=usage)  # Chat Completions has no server compaction
         return item  # a prepared Reply (an error)
 
 
@@ -156,6 +174,57 @@ async def _run_example(server: FakeLLMServer, agent, provider: str, ops: list) -
             elif op == "reset":
                 agent.reset()
                 assert agent.history == []
+            elif op == "server_compact":
+                script.main.extend([*arg, "compacted"])
+                result = await agent.run_turn(f"step {step}: long work")
+                assert result.stop_reason == "end_turn", result
+                if provider != "openai":
+                    assert agent.history[0].text == SERVER_COMPACTED_NOTE and len(agent.history) == 2
+                    assert any(isinstance(b, OpaqueBlock) and b.kind == "compaction" for b in agent.history[1].content)
+                event(f"server_compact {provider}")
+            elif op == "restore":
+                engine = agent.engine
+                script.main.extend([*extra, "text"])
+                result = await agent.run_turn(f"step {step}: read")
+                assert result.stop_reason == "end_turn", result
+                keep_latest, engine.config.micro_keep_latest = engine.config.micro_keep_latest, 0
+                now[0] += 61 * 60
+                try:
+                    engine._micro_by_time()
+                finally:
+                    engine.config.micro_keep_latest = keep_latest
+                before = dump(agent.history)
+                cleared = engine.cleared_results()
+                if cleared:
+                    call_id = cleared[arg % len(cleared)]
+                    try:
+                        restored = agent.engine.restore_result(call_id)
+                    except RestoreError as err:
+                        assert "blocking line" in str(err)  # the only reason a listed result is refused
+                        assert dump(agent.history) == before
+                    else:
+                        assert restored.tokens >= 0
+                        block = next(b for m in agent.history for b in m.content
+                                     if isinstance(b, ToolResultBlock) and b.tool_use_id == call_id)
+                        assert not is_cleared(block)
+                        assert len(agent.history) == len(before)
+                event(f"restore of {len(cleared)} cleared")
+            elif op == "memory":
+                engine = agent.engine
+                script.main.extend([*extra, "text"])
+                result = await agent.run_turn(f"step {step}: remember")
+                assert result.stop_reason == "end_turn", result
+                engine.config.memory_update_tokens, engine.config.memory_keep_tokens = 1, arg
+                engine._memory_new_tokens = max(engine._memory_new_tokens, 1)
+                engine._maybe_start_memory_update(agent._summarize)
+                await engine.wait_memory_update()
+                outcome = engine.compact_from_memory()
+                if outcome is not None:
+                    assert outcome.trigger == "memory" and outcome.ok
+                    assert MEMORY_INTRO in agent.history[0].text
+                    assert len(agent.history) > 1 and agent.history[1].role == "assistant"
+                event(f"memory compaction={outcome is not None}")
+            await agent.engine.wait_memory_update()  # no background call may outlive its step
             assert next_request_problems(agent.history) == [], (op, next_request_problems(agent.history))
             for recorded in server.requests[first_request:]:
                 problems = wire_problems(recorded.json, provider)
@@ -166,7 +235,7 @@ async def _run_example(server: FakeLLMServer, agent, provider: str, ops: list) -
         await agent.aclose()
 
 
-@pytest.mark.parametrize("provider", PROTOCOLS)
+@pytest.mark.parametrize("provider", [*PROTOCOLS, "responses"])
 def test_random_operations_keep_every_request_valid(provider, tmp_path: Path, monkeypatch):
     server = FakeLLMServer().start()
     numbers = itertools.count()

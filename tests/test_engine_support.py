@@ -21,6 +21,8 @@ from fake_llm_server import (
     openai_tool_calls,
 )
 
+from fake_responses_server import responses_failed, responses_text, responses_tool_calls
+
 from app.context.tokens import count_tokens
 from app.context.validate import history_problems
 from app.messages import Message
@@ -30,7 +32,9 @@ PROTOCOLS = ["openai", "anthropic"]
 
 
 def protocol_of(provider: str) -> str:
-    return "anthropic" if provider == "anthropic" else "openai"
+    if provider in ("anthropic", "responses"):
+        return provider
+    return "openai"
 
 
 # ---- replies in either protocol ----
@@ -39,6 +43,8 @@ def text_reply(provider: str, text: str, usage: Any = "default") -> Reply:
     kwargs = {} if usage == "default" else {"usage": usage}
     if protocol_of(provider) == "anthropic":
         return anthropic_text(text, **kwargs)
+    if protocol_of(provider) == "responses":
+        return responses_text(text, **kwargs)
     return openai_text(text, **kwargs)
 
 
@@ -46,6 +52,8 @@ def tool_reply(provider: str, calls: list[tuple], usage: Any = "default") -> Rep
     kwargs = {} if usage == "default" else {"usage": usage}
     if protocol_of(provider) == "anthropic":
         return anthropic_tool_calls(calls, **kwargs)
+    if protocol_of(provider) == "responses":
+        return responses_tool_calls(calls, reasoning="", **kwargs)  # gpt-5 style: a reasoning item first
     return openai_tool_calls(calls, **kwargs)
 
 
@@ -61,6 +69,9 @@ def too_long_error(provider: str, actual: int | None = None, limit: int | None =
         message = (f"prompt is too long: {actual} tokens > {limit} maximum" if actual is not None
                    else "prompt is too long")
         return http_error(400, anthropic_error_body("invalid_request_error", message))
+    if provider == "responses":  # the Responses API says it without numbers, inside the stream
+        return responses_failed("context_length_exceeded", "Your input exceeds the context window of this model. "
+                                                           "Please adjust your input and try again.")
     if actual is None:
         return http_error(400, openai_error_body("Your input exceeds the context window of this model",
                                                  type="invalid_request_error", code="context_length_exceeded"))
@@ -76,7 +87,7 @@ def too_long_error(provider: str, actual: int | None = None, limit: int | None =
 def usage_for(provider: str, body: dict, output: int = 20) -> dict[str, int]:
     """Usage as a server would report it for this request (counted with tiktoken)."""
     prompt = request_tokens(body)
-    if protocol_of(provider) == "anthropic":
+    if protocol_of(provider) in ("anthropic", "responses"):
         return {"input": prompt, "output": output}
     return {"prompt": prompt, "completion": output}
 
@@ -136,7 +147,9 @@ def request_tokens(body: dict) -> int:
     """Size of a request the way a server would count it: every string in the
     system prompt, the messages and the tools, plus a little framing per message."""
     parts = [body.get("system", ""), body.get("messages", []), body.get("tools", [])]
-    return count_tokens(all_text(parts)) + 4 * len(body.get("messages", []))
+    if "input" in body:  # Responses: instructions + input items
+        parts += [body.get("instructions", ""), body["input"]]
+    return count_tokens(all_text(parts)) + 4 * len(body.get("messages", body.get("input", [])))
 
 
 def tool_outputs(body: dict) -> list[str]:
@@ -157,6 +170,8 @@ def wire_problems(body: dict, provider: str) -> list[str]:
     """What makes this request body invalid for its wire protocol ([] when valid)."""
     if protocol_of(provider) == "anthropic":
         return _anthropic_problems(body)
+    if protocol_of(provider) == "responses":
+        return _responses_problems(body)
     return _openai_problems(body)
 
 
@@ -193,6 +208,51 @@ def _openai_problems(body: dict) -> list[str]:
         if i > 0 and m["role"] == convo[i - 1]["role"] == "assistant":
             problems.append(f"message {i}: two assistant messages in a row")
         i += 1
+    return problems
+
+
+def _responses_problems(body: dict) -> list[str]:
+    """A stateless Responses input: every function_call answered by its output before the next
+    message, no output without its call, reasoning items carry their encrypted content, the
+    input ends with what the model should answer (a user message or tool outputs)."""
+    problems: list[str] = []
+    items = body["input"]
+    if not items:
+        return ["the input is empty"]
+    if body.get("store") is not False or "reasoning.encrypted_content" not in body.get("include", []):
+        problems.append("not stateless: store must be false with reasoning.encrypted_content included")
+    open_calls: list[str] = []
+    seen_calls: set[str] = set()
+    for i, item in enumerate(items):
+        kind = item.get("type")
+        if kind == "function_call":
+            if item["call_id"] in seen_calls:
+                problems.append(f"item {i}: duplicate call_id {item['call_id']}")
+            seen_calls.add(item["call_id"])
+            open_calls.append(item["call_id"])
+            if not isinstance(json.loads(item["arguments"]), dict):
+                problems.append(f"item {i}: arguments not a JSON object")
+        elif kind == "function_call_output":
+            if item["call_id"] not in open_calls:
+                problems.append(f"item {i}: output for {item['call_id']}, which is not an open call")
+            else:
+                open_calls.remove(item["call_id"])
+        elif kind == "message":
+            if open_calls:
+                problems.append(f"item {i}: a message while calls {open_calls} are unanswered")
+            content = item.get("content")
+            text = content if isinstance(content, str) else all_text(content)
+            if not text.strip():
+                problems.append(f"item {i}: empty message")
+        elif kind == "reasoning" and not item.get("encrypted_content"):
+            problems.append(f"item {i}: reasoning item without encrypted_content")
+        elif kind == "compaction" and i != 0:
+            problems.append(f"item {i}: something is sent before the compaction item")
+    if open_calls:
+        problems.append(f"calls {open_calls} never answered")
+    last = items[-1]
+    if not (last.get("type") == "function_call_output" or last.get("role") == "user"):
+        problems.append("the input does not end with a user message or a tool output")
     return problems
 
 

@@ -13,6 +13,7 @@ from app.providers.factory import (
     provider_plugin,
 )
 from app.providers.openai import OpenAIProvider
+from app.providers.responses import ResponsesProvider
 
 
 def test_openai_defaults() -> None:
@@ -41,6 +42,15 @@ def test_anthropic_defaults_and_deepseek_compatible_base() -> None:
     assert compatible.send_unsigned_thinking
 
 
+def test_responses_defaults_share_the_openai_key() -> None:
+    provider = create_provider("responses", None, None, "k")
+    assert isinstance(provider, ResponsesProvider) and provider.name == "responses"
+    assert provider.model == "gpt-5"
+    assert provider.url == "https://api.openai.com/v1/responses"
+    assert provider.compact_threshold is None  # server compaction only when chosen
+    assert default_key_env("responses") == default_key_env("openai") == "OPENAI_API_KEY"
+
+
 def test_model_base_url_and_options_are_passed_through() -> None:
     provider = create_provider("openai", "qwen3", "http://127.0.0.1:8080/v1/", None,
                                timeout_read=5, max_tokens=123)
@@ -50,7 +60,7 @@ def test_model_base_url_and_options_are_passed_through() -> None:
 
 
 def test_unknown_provider_names_the_choices() -> None:
-    with pytest.raises(ValueError, match="unknown provider 'gemini': choose openai, deepseek, anthropic or demo"):
+    with pytest.raises(ValueError, match="unknown provider .gemini.: choose openai, deepseek, anthropic, responses or demo"):
         create_provider("gemini", None, None, None)
 
 

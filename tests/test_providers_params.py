@@ -11,7 +11,7 @@ from agent_helpers import make_agent
 from app.cli import FLAG_FIELDS, build_parser
 from app.config import load_settings
 from app.errors import ConfigError
-from app.messages import Message, RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolSpec, ToolUseBlock
+from app.messages import Message, RedactedThinkingBlock, ThinkingBlock, ToolResultBlock, ToolSpec, ToolUseBlock
 from app.providers.anthropic import MAX_CACHE_BREAKPOINTS, AnthropicProvider
 from app.providers.base import ModelRequest
 from app.providers.factory import create_provider, provider_options

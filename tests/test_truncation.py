@@ -187,10 +187,10 @@ async def test_cancellation_is_not_swallowed(tmp_path: Path) -> None:
         await echo_registry().run("echo", {"text": "cancel"}, make_ctx(tmp_path))
 
 
-def test_default_registry_has_the_five_tools() -> None:
+def test_default_registry_has_the_six_tools() -> None:
     registry = default_registry(40_000)
     names = {spec.name for spec in registry.specs()}
-    assert names == {"read_file", "list_files", "run_bash", "write_file", "edit_file"}
+    assert names == {"read_file", "list_files", "run_bash", "write_file", "edit_file", "read_saved_output"}
     assert {n for n in names if registry.is_mutating(n)} == {"run_bash", "write_file", "edit_file"}
     assert registry.get("read_file") is not None and registry.get("nope") is None
     assert not registry.is_mutating("nope")

@@ -8,6 +8,8 @@ and look at the new SVGs before committing them.
 
 from __future__ import annotations
 
+import os
+import secrets
 from pathlib import Path
 
 import pytest
@@ -22,10 +24,21 @@ FULL_OUTPUT = Path("/tmp/tidegauge-snapshots/tool-results/call-1.txt")
 
 @pytest.fixture(autouse=True)
 def full_output_file() -> Path:
-    FULL_OUTPUT.parent.mkdir(parents=True, exist_ok=True)
+    """The file the snapshots show and open. Its path is fixed (it is drawn), so concurrent
+    suites share it: it is written whole under a private name and renamed into place, and only
+    when its content differs, so no run ever reads it half written or truncated by another."""
     lines = [f"2026-10-18 11:{(i // 60) % 60:02d}:{i % 60:02d} INFO request {i} handled" for i in range(3_000)]
     lines.append("2026-10-18 12:00:01 ERROR database connection refused")
-    FULL_OUTPUT.write_text("\n".join(lines) + "\n")
+    content = ("\n".join(lines) + "\n").encode()
+    FULL_OUTPUT.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        if FULL_OUTPUT.read_bytes() == content:
+            return FULL_OUTPUT
+    except OSError:
+        pass
+    private = FULL_OUTPUT.with_name(f".{FULL_OUTPUT.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    private.write_bytes(content)
+    os.replace(private, FULL_OUTPUT)
     return FULL_OUTPUT
 
 
@@ -41,13 +54,20 @@ def make_app(**turns) -> tuple[TidegaugeApp, FakeSession]:
     return TidegaugeApp(agent, cursor_blink=False), agent
 
 
-async def until(pilot, condition, attempts: int = 200) -> None:
-    """Let the app run until ``condition()`` holds (state, not time, decides)."""
+async def until(pilot, condition, attempts: int = 2_000) -> None:
+    """Let the app run until ``condition()`` holds (state, not time, decides).
+
+    It never gives up silently: a snapshot of a screen that had not reached its state
+    would fail as a confusing image diff, so it fails here, saying what it waited for.
+    """
     await pilot.app.workers.wait_for_complete()
     for _ in range(attempts):
         if condition():
             break
         await pilot.pause()
+    else:
+        raise AssertionError(f"until: the app never reached the state after {attempts} pauses "
+                             f"(screen: {type(pilot.app.screen).__name__})")
     await pilot.pause()
     await pilot.pause()
 

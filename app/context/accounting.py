@@ -20,6 +20,31 @@ from app.context import tokens as _tokens
 BREAKDOWN_KEYS = ("system", "memory", "tools", "user", "assistant", "tool_results")
 
 
+# Usage is checked, not trusted (a proxy once reported 13 input tokens for a request of
+# about 950; a hostile server 10**15 or negative counts). A figure is set aside when:
+USAGE_WINDOW_FACTOR = 4  # the context it implies is over this many times the window,
+MAX_PLAUSIBLE_TOKENS = 10_000_000  # (or over this when the window is not known),
+USAGE_FLOOR_RATIO = 0.25  # or the input is under this share of our estimate of the request
+USAGE_FLOOR_MARGIN = 256  # and under it by at least this many tokens (small requests vary).
+
+
+@dataclass(frozen=True)
+class UsageCheck:
+    """What ``record_usage`` made of a call's usage.
+
+    ``trusted`` False: the figure was set aside and our estimate stands in.
+    ``flag`` True the first time each kind of problem is seen in this accounting:
+    the engine emits one UsageDistrustedEvent then (later ones are silent).
+    """
+
+    trusted: bool
+    flag: bool = False
+    kind: str = ""  # "negative", "above_window", "below_estimate"
+    reason: str = ""  # one line for the user
+    reported_tokens: int | None = None
+    estimated_tokens: int = 0
+
+
 @dataclass(frozen=True)
 class Projection:
     exact_tokens: int | None  # last figure from usage; None when there is none
@@ -94,32 +119,76 @@ class ContextAccounting:
 
     GROWTH_WINDOW = 5  # model calls averaged for "auto-compact in ~N turns"
 
-    def __init__(self) -> None:
+    def __init__(self, window: int | None = None) -> None:
         self.exact_tokens: int | None = None
         self.exact_history_len = 0
         self.points: list[int] = []  # context size after each model call (the gauge's chart)
         self._sums = _RunningSums()
         self._system = _TextCount()
         self._memory = _TextCount()
+        # issue 17: tokens the server's context editing cleared from the last request, by part
+        self.server_cleared: dict[str, int] = {}
+        # The model's window, for the plausibility check of usage (None: an absolute cap).
+        self.window = window
+        # Our own estimate of the last request projected (what the next usage should cover).
+        self._request_estimate: int | None = None
+        self._flagged: set[str] = set()
 
     # ---- exact figure ----
 
-    def record_usage(self, usage: Usage, history_len: int) -> None:
+    def record_usage(self, usage: Usage, history_len: int) -> UsageCheck:
         """Record a call's usage; ``history_len`` is the history length the figure
-        covers (including the assistant message that call produced)."""
-        exact = usage.context_tokens
+        covers (including the assistant message that call produced).
+
+        The figure is checked first (see ``check_usage``): one that is negative, far
+        above the window or far below our estimate of the request just sent is set
+        aside, and the projection falls back to the estimate of the whole request, so
+        a bad figure can never trigger a cut or a compaction by itself.
+        """
+        check = self.check_usage(usage)
+        exact = usage.context_tokens if check.trusted else None
         if exact is None:
             self.exact_tokens = None
             self.exact_history_len = 0
         else:
             self.exact_tokens = exact
             self.exact_history_len = history_len
+        return check
+
+    def check_usage(self, usage: Usage) -> UsageCheck:
+        """Is this usage plausible for the request we just projected? (See the constants above.)"""
+        reported = usage.context_tokens
+        estimate = self._request_estimate or 0
+        if reported is None:
+            return UsageCheck(trusted=True, estimated_tokens=estimate)
+        fields = (usage.input_tokens, usage.cache_read_tokens, usage.cache_write_tokens, usage.output_tokens)
+        ceiling = self.window * USAGE_WINDOW_FACTOR if self.window else MAX_PLAUSIBLE_TOKENS
+        total_input = usage.total_input or 0
+        if any(v is not None and v < 0 for v in fields):
+            kind, reason = "negative", f"the server reported negative usage ({_fields_text(usage)})"
+        elif reported > ceiling:
+            kind = "above_window"
+            where = f"{USAGE_WINDOW_FACTOR}x the {self.window:,}-token window" if self.window else f"{ceiling:,} tokens"
+            reason = f"the server reported a context of {reported:,} tokens, over {where}"
+        elif (self._request_estimate is not None and total_input < estimate * USAGE_FLOOR_RATIO
+              and estimate - total_input >= USAGE_FLOOR_MARGIN):
+            kind = "below_estimate"
+            reason = (f"the server reported {total_input:,} input tokens for a request we estimate at "
+                      f"~{estimate:,} (system prompt and tools included)")
+        else:
+            return UsageCheck(trusted=True, reported_tokens=reported, estimated_tokens=estimate)
+        first = kind not in self._flagged
+        self._flagged.add(kind)
+        return UsageCheck(trusted=False, flag=first, kind=kind,
+                          reason=reason + "; using our own estimate instead",
+                          reported_tokens=reported, estimated_tokens=estimate)
 
     def invalidate(self) -> None:
         """The history was replaced (compaction, pruning, drop): estimate afresh."""
         self.exact_tokens = None
         self.exact_history_len = 0
         self._sums.clear()
+        self.server_cleared = {}  # issue 17: the server reports afresh for the new history
 
     def reset(self) -> None:
         """A conversation reset: forget everything, growth history included."""
@@ -133,14 +202,20 @@ class ContextAccounting:
         """The size of the next request.
 
         ``memory_text`` is counted only when there is no exact figure; pass ""
-        when ``system`` already contains it.
+        when ``system`` already contains it. The projection is never less than the
+        fixed part of the request (system prompt, memory, tools): a server's figure
+        below what we know we send is not believed.
         """
+        fixed = self._system(system) + self._memory(memory_text) + _tokens.estimate_tools(tools)
+        self._sums.update(history)
+        # Our own estimate of this request, kept to check the usage that comes back for it.
+        self._request_estimate = fixed + self._sums.total
         if self.exact_tokens is not None and self.exact_history_len <= len(history):
             since = _tokens.estimate_messages(history[self.exact_history_len:])
-            return Projection(self.exact_tokens, since, self.exact_tokens + since)
-        self._sums.update(history)
-        whole = (self._system(system) + self._memory(memory_text)
-                 + _tokens.estimate_tools(tools) + self._sums.total)
+            projected = max(self.exact_tokens + since, fixed)
+            return Projection(self.exact_tokens, projected - self.exact_tokens, projected)
+        # issue 17: what the server's context editing cleared is not in the request it sees
+        whole = max(fixed, self._request_estimate - sum(self.server_cleared.values()))
         return Projection(None, whole, whole)
 
     def breakdown(self, system: str, memory_text: str, tools: Sequence[ToolSpec],
@@ -169,7 +244,14 @@ class ContextAccounting:
                 tokens = _tokens.estimate_tools(specs)
                 parts[f"mcp:{owner}"] = tokens
                 parts["tools"] -= tokens
+        for part, cleared in self.server_cleared.items():  # issue 17: as the server saw it
+            parts[part] = max(0, parts[part] - cleared)
         return parts
+
+    def note_server_cleared(self, by_part: dict[str, int]) -> None:
+        """Issue 17: the server's context editing cleared these tokens (by breakdown part) from
+        the last request; the local history stays whole, the breakdown shows what was sent."""
+        self.server_cleared = {part: tokens for part, tokens in by_part.items() if tokens > 0}
 
     # ---- growth ----
 
@@ -210,6 +292,11 @@ class ContextAccounting:
         acc.exact_history_len = int(data.get("exact_history_len") or 0)
         acc.points = [int(p) for p in data.get("points", [])]
         return acc
+
+
+def _fields_text(usage: Usage) -> str:
+    names = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
+    return ", ".join(f"{n}={getattr(usage, n)}" for n in names if getattr(usage, n) is not None)
 
 
 # ---- the ledger: cumulative tokens and cost per agent ----
@@ -263,10 +350,11 @@ class Ledger:
         t = self.agents.setdefault(agent, AgentTotals())
         t.calls += 1
         if usage.known:
-            t.input_tokens += usage.total_input or 0
-            t.cached_tokens += usage.cache_read_tokens or 0
-            t.cache_write_tokens += usage.cache_write_tokens or 0
-            t.output_tokens += usage.output_tokens or 0
+            # A negative count (a broken server) never lowers the totals.
+            t.input_tokens += max(0, usage.total_input or 0)
+            t.cached_tokens += max(0, usage.cache_read_tokens or 0)
+            t.cache_write_tokens += max(0, usage.cache_write_tokens or 0)
+            t.output_tokens += max(0, usage.output_tokens or 0)
         if cost is None:
             t.cost_known = False
         else:

@@ -9,6 +9,7 @@ in as ``summarize`` so this module never talks to a provider itself.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Awaitable, Callable, Literal
 
 from app.context.accounting import ContextAccounting, Ledger, Projection
+from app.context.audit import AuditResult, append_checked_facts, audit_summary
 from app.context.compaction import (
     CircuitBreaker,
     CompactionFailed,
@@ -25,36 +27,50 @@ from app.context.compaction import (
     is_summary_message,
     summary_problem,
 )
+from app.context.forecast import Forecast, ForecastAction, forecast
 from app.context.memory import MemoryBundle
 from app.context.overflow import drop_oldest_rounds
 from app.context.prices import Price, cost_usd
 from app.context.pruning import PruneResult, is_cleared, prune_by_size, prune_by_time, stub_for
+from app.context.rules import RuleSet, attached_rule_paths
+from app.context.session_memory import (
+    MEMORY_FILE_NAME,
+    MEMORY_INTRO,
+    SessionMemory,
+    build_memory_request,
+    safe_cut,
+)
 from app.context.summarizer import extractive_summary
 from app.context.thresholds import MIN_SUMMARY_ROOM, Thresholds, budget_floor_warning, compute_thresholds, level
-from app.context.tokens import count_tokens, estimate_tools
+from app.context.tokens import count_tokens, estimate_message, estimate_messages, estimate_tools
 from app.events import (
     BreakerEvent,
     ChartPointEvent,
     CompactionEvent,
     CompactionPausedEvent,
+    ConfigWarningEvent,
     ContextEvent,
     Event,
     MicroCompactionEvent,
     PointKind,
     ResetEvent,
+    RestoreEvent,
     ResultCutEvent,
+    RuleAttachedEvent,
+    SessionMemoryEvent,
+    UsageDistrustedEvent,
     UsageEvent,
     WarningCrossedEvent,
 )
-from app.messages import Message, TextBlock, ToolResultBlock, ToolSpec
-from app.providers.base import ContextTooLongError, ModelRequest, ProviderError
+from app.messages import Message, OpaqueBlock, TextBlock, ToolResultBlock, ToolSpec
+from app.providers.base import Completed, ContextTooLongError, ModelRequest, ProviderError
 from app.tools.registry import truncate_head_tail
 from app.transcript import TranscriptWriter
-from app.usage import Usage
+from app.usage import ServerEdit, Usage
 
 # A compaction call: request in, (assistant message, usage) out. Raises ProviderError.
 Summarize = Callable[[ModelRequest], Awaitable[tuple[Message, Usage]]]
-Trigger = Literal["auto", "manual", "reactive", "fallback"]
+Trigger = Literal["auto", "manual", "reactive", "fallback", "memory"]
 
 MAX_OVERFLOW_RETRIES = 3
 # Exact counting of a 15 MB string costs seconds; above this size we sample.
@@ -81,6 +97,23 @@ class EngineConfig:
     micro_keep_tokens: int = 40_000
     micro_min_free: int = 20_000
     recent_user_budget: int = 4_000
+    # issue 17: the provider compacts server-side at the auto-compact line, so ours stands down
+    server_compaction: bool = False
+
+    # Session memory (issue 15): update every N tokens of new context (0: off); a memory
+    # compaction keeps at least this many tokens of the latest messages verbatim. Off unless
+    # the runtime passes Settings.memory_update_tokens (default 10,000) on: the dashboard must
+    # know the "memory" compaction trigger first.
+    memory_update_tokens: int = 0
+    memory_keep_tokens: int = 4_000
+    memory_max_output: int = 4_000
+    # Reversible clearing (issue 15): a restored output larger than this is cut head+tail.
+    restore_max_chars: int = 40_000
+
+
+# issue 17: what stands before a server's compaction item in the history (the item carries the rest).
+SERVER_COMPACTED_NOTE = ("[Context compaction] The conversation before this point was compacted by the server; "
+                         "its compaction item follows.")
 
 
 @dataclass
@@ -104,20 +137,30 @@ class ContextEngine:
     # tokens deferred tool definitions save on every request (the gauge). Set by start_mcp.
     tool_owner: Callable[[str], str | None] | None = None
     tool_tokens_saved: Callable[[], int] = lambda: 0
+    # Path-scoped rules (issue 15): set by the runtime with app.context.rules.load_rules;
+    # file paths in tool calls are relative to ``workspace``.
+    rules: RuleSet | None = None
+    workspace: Path | None = None
+    # The background memory update's model call; None: the ``summarize`` of before_request.
+    memory_summarize: Summarize | None = None
 
     def __post_init__(self) -> None:
         self.thresholds: Thresholds = compute_thresholds(
             self.config.window, self.config.budget, self.config.compact_max_output,
             fixed_tokens=self._fixed_tokens_if_budget_is_near(),
         )
-        self.accounting = ContextAccounting()
+        self.accounting = ContextAccounting(window=self.config.window)
         self.ledger = Ledger()
         self.last_assistant_at: float | None = None
         self._warned = False
         self._pause_noted: float | None = None  # the breaker pause the last paused notice was about
+        # issue 17: a server compaction seen in a reply, waiting for that call's usage (messages, tokens before)
+        self._server_compaction_pending: tuple[int, int] | None = None
+        self._server_edits_reported: tuple[ServerEdit, ...] = ()
         self._system_text = self.system_prompt + (
             "\n\n# Project and user rules (memory files)\n" + self.memory.text if self.memory.text else ""
         )
+        self._init_features()
 
     def fixed_tokens(self) -> int:
         """Estimated tokens every request carries whatever the history: system prompt, memory files, tools."""
@@ -169,7 +212,12 @@ class ContextEngine:
     # ---- history changes (every one persisted) ----
 
     def append(self, message: Message) -> None:
+        if message.role == "assistant" and _server_compaction_in(message):
+            self._install_server_compaction(message)
+            return
         self.history.append(message)
+        if self.config.memory_update_tokens > 0:
+            self._memory_new_tokens += estimate_message(message)
         if message.role == "assistant":
             self.last_assistant_at = self.clock()
         if self.transcript is not None:
@@ -185,10 +233,12 @@ class ContextEngine:
         self.append(Message.user(text))
 
     def _replace(self, new_history: list[Message], reason: str) -> None:
+        old_history = self.history
         self.history = new_history
         self.accounting.invalidate()
         if self.transcript is not None:
             self.transcript.replace_history(new_history, reason)
+        self._after_replace(old_history, reason)
 
     def reset(self) -> None:
         """Clear the conversation and the live accounting; the ledger and files on disk stay."""
@@ -197,6 +247,7 @@ class ContextEngine:
         self.accounting.reset()  # the growth of the old conversation says nothing about the new one
         self.last_assistant_at = None
         self._warned = False
+        self._cached_prefix = 0  # a new conversation shares no cached prefix beyond the system part
         self._point(self.emit_context().projected_tokens, "reset")
 
     # ---- accounting ----
@@ -204,8 +255,12 @@ class ContextEngine:
     def record_usage(self, agent: Literal["main", "compact"], usage: Usage, model_price: Price | None) -> UsageEvent:
         cost = cost_usd(usage, model_price) if model_price is not None and usage.known else None
         self.ledger.add(agent, usage, cost)
+        check = None
         if agent == "main":
-            self.accounting.record_usage(usage, len(self.history))
+            check = self.accounting.record_usage(usage, len(self.history))
+            if usage.known:
+                self._cached_prefix = (usage.cache_read_tokens or 0) + (usage.cache_write_tokens or 0)
+            self._pinned.clear()  # a restored result was seen by this call: prunable again
         event = UsageEvent(
             agent=agent,
             input_tokens=usage.input_tokens,
@@ -215,7 +270,15 @@ class ContextEngine:
             context_tokens=usage.context_tokens,
             cost_usd=cost,
         )
-        self.emit(event)
+        if agent == "compact" and self._in_background():
+            self._deferred.append(event)  # a background memory update: shown at the next step
+        else:
+            self.emit(event)
+        if check is not None and check.flag:  # implausible figures: said once per kind, the estimate stands in
+            self.emit(UsageDistrustedEvent(reason=check.reason, reported_tokens=check.reported_tokens,
+                                           estimated_tokens=check.estimated_tokens))
+        if agent == "main":
+            self._reconcile_server_report(usage, model_price)  # issue 17: after the call's own usage line
         return event
 
     def context_event(self) -> ContextEvent:
@@ -227,8 +290,9 @@ class ContextEngine:
             estimated_tokens=proj.estimated_tokens,
             projected_tokens=proj.projected_tokens,
             thresholds=t.to_model(),
-            breakdown=self.accounting.breakdown(self.system_prompt, self.memory.text, self.tools, self.history,
-                                                tool_owner=self.tool_owner),
+            breakdown=self._feature_breakdown(
+                self.accounting.breakdown(self.system_prompt, self.memory.text, self.tools, self.history,
+                                          tool_owner=self.tool_owner)),
             level=level(proj.projected_tokens, t),
             turns_to_compact=self.accounting.turns_to(t.auto_compact_line, proj.projected_tokens),
             cumulative_input=total.input_tokens,
@@ -240,6 +304,7 @@ class ContextEngine:
         )
 
     def emit_context(self) -> ContextEvent:
+        self.flush_background_events()
         event = self.context_event()
         self.emit(event)
         return event
@@ -275,6 +340,9 @@ class ContextEngine:
         It has not been sent yet, so it can still be saved: cut head+tail to fit
         under the warning line, full output on disk, and say so.
         """
+        return self._attach_rules(self._fit_tool_result(block, tool_name, pending), tool_name)
+
+    def _fit_tool_result(self, block: ToolResultBlock, tool_name: str, pending: list[Message]) -> ToolResultBlock:
         t = self.thresholds
         base = self.projection(pending).projected_tokens
         result_tokens = estimate_text_fast(block.content)
@@ -295,6 +363,7 @@ class ContextEngine:
     # ---- before every request: the lines of defence, lightest first ----
 
     async def before_request(self, summarize: Summarize) -> None:
+        self.flush_background_events()
         t = self.thresholds
         self._micro_by_time()
         proj = self.projection().projected_tokens
@@ -304,8 +373,14 @@ class ContextEngine:
         if proj >= t.warning_line:
             self._micro_by_size()
             proj = self.projection().projected_tokens
-        if proj >= t.auto_compact_line and not self._only_a_summary():
-            if self.breaker.allows_auto():
+        if proj >= t.auto_compact_line and not self._only_a_summary() and self._auto_compaction_is_ours():
+            plan = await self._memory_compaction_plan()
+            if plan is not None:
+                self.compact_from_memory(plan)
+                proj = self.projection().projected_tokens
+            if proj < t.auto_compact_line:
+                pass
+            elif self.breaker.allows_auto():
                 await self.compact(summarize, "auto")
                 proj = self.projection().projected_tokens
             elif proj < t.blocking_line and self._pause_noted != self.breaker.retry_at:
@@ -319,6 +394,53 @@ class ContextEngine:
             self.fallback_compact()
         if proj < t.warning_line:
             self._warned = False
+        self._maybe_start_memory_update(summarize)
+
+    def _auto_compaction_is_ours(self) -> bool:
+        """Issue 17: with server-side compaction on, the server compacts at this same line
+        (the request carries it as its threshold): ours stands down. The blocking-line
+        fallback stays, as the last line of defence."""
+        return not self.config.server_compaction
+
+    # ---- issue 17: what the provider did to the context, as it reported ----
+
+    def _install_server_compaction(self, message: Message) -> None:
+        """The reply carries a compaction item: it stands for everything before it, so the
+        history becomes a short note (roles must start with the user) and this reply. The old
+        messages stay in the transcript; the event waits for this call's usage (``record_usage``)."""
+        tokens_before = self.projection().projected_tokens  # the request the server just compacted
+        messages_before = len(self.history)
+        self._replace([Message.user(SERVER_COMPACTED_NOTE), message], "server_compaction")
+        self.last_assistant_at = self.clock()
+        self._warned = False
+        self._server_compaction_pending = (messages_before, tokens_before)
+
+    def _reconcile_server_report(self, usage: Usage, model_price: Price | None) -> None:
+        """Turn what the server reported with this call into events; the exact figure already
+        is the server's (``record_usage``), so the projection starts from it."""
+        if usage.compaction_usage is not None:
+            # the server's compaction run is compaction work: it counts apart, like ours
+            self.record_usage("compact", usage.compaction_usage, self.compact_price or model_price)
+        pending, self._server_compaction_pending = self._server_compaction_pending, None
+        if pending is not None:
+            messages_before, tokens_before = pending
+            reported = usage.context_tokens
+            tokens_after = reported if reported is not None else self.projection().projected_tokens
+            self.emit(CompactionEvent(trigger="server", ok=True, messages_before=messages_before,
+                                      messages_after=len(self.history), tokens_before=tokens_before,
+                                      tokens_after=tokens_after))
+            self._point(tokens_after, "compaction")
+        edits = usage.server_edits
+        tool_tokens = sum(e.cleared_input_tokens for e in edits if e.kind.startswith("clear_tool_uses"))
+        other_tokens = sum(e.cleared_input_tokens for e in edits) - tool_tokens
+        self.accounting.note_server_cleared({"tool_results": tool_tokens, "assistant": other_tokens})
+        if edits and edits != self._server_edits_reported:
+            # The server re-applies its edits to every request (the local history stays whole);
+            # a new event only when what it cleared changed.
+            uses = sum(e.cleared_tool_uses for e in edits)
+            freed = tool_tokens + other_tokens  # thinking turns the server cleared count here too
+            self.emit(MicroCompactionEvent(trigger="server", results_cleared=uses, tokens_freed=freed))
+        self._server_edits_reported = tuple(edits)
 
     def _only_a_summary(self) -> bool:
         """A history that is just a summary (plus the user's new words): compacting it
@@ -329,11 +451,13 @@ class ContextEngine:
         if self.last_assistant_at is None:
             return
         idle_min = (self.clock() - self.last_assistant_at) / 60.0
-        result = prune_by_time(self.history, idle_min, self.config.micro_idle_minutes, self.config.micro_keep_latest)
+        result = prune_by_time(self.history, idle_min, self.config.micro_idle_minutes, self.config.micro_keep_latest,
+                               keep_ids=frozenset(self._pinned))
         self._apply_prune(result, "time")
 
     def _micro_by_size(self) -> None:
-        result = prune_by_size(self.history, self.config.micro_keep_tokens, self.config.micro_min_free)
+        result = prune_by_size(self.history, self.config.micro_keep_tokens, self.config.micro_min_free,
+                               keep_ids=frozenset(self._pinned))
         self._apply_prune(result, "size")
 
     def _apply_prune(self, result: PruneResult, trigger: Literal["time", "size"]) -> None:
@@ -399,6 +523,7 @@ class ContextEngine:
                                     reason="nothing to compact")
             self.emit(event)
             return event
+        planned = self.forecast_compaction()
         work = list(self.history)
         if tokens_before > self.thresholds.blocking_line:
             # The compaction request carries the whole history: one over the blocking
@@ -445,7 +570,7 @@ class ContextEngine:
         if self.breaker.paused or self.breaker.failures:
             self.breaker.record_success()
             self.emit(BreakerEvent(paused=False, failures=0))
-        return self._install_summary(summary, trigger, before_msgs, tokens_before)
+        return self._install_summary(summary, trigger, before_msgs, tokens_before, planned)
 
     def estimate_request(self, history: list[Message]) -> int:
         """The whole request for ``history``, estimated (one measure for before and after:
@@ -463,14 +588,22 @@ class ContextEngine:
         summary = extractive_summary(self.history)
         return self._install_summary(summary, "fallback", before_msgs, tokens_before)
 
-    def _install_summary(self, summary: str, trigger: Trigger, before_msgs: int, tokens_before: int) -> CompactionEvent:
+    def _install_summary(self, summary: str, trigger: Trigger, before_msgs: int, tokens_before: int,
+                         planned: Forecast | None = None) -> CompactionEvent:
+        # Audited summaries: the checklist of what is replaced, against the summary and the
+        # user's words quoted after it; what is missing is appended as checked facts.
         new_history = build_summary_history(summary, self.history, self.config.recent_user_budget)
+        audit = audit_summary(self.history, new_history[0].text)
+        if audit.missing:
+            summary = append_checked_facts(summary, audit)
+            new_history = build_summary_history(summary, self.history, self.config.recent_user_budget)
+        self._summary_sizes.append(estimate_message(new_history[0]))  # cached: the accounting reuses it
         self._replace(new_history, "compaction")
         self._warned = False
         tokens_after = self.projection().projected_tokens
         event = CompactionEvent(trigger=trigger, ok=True, messages_before=before_msgs,
                                 messages_after=len(new_history), tokens_before=tokens_before,
-                                tokens_after=tokens_after)
+                                tokens_after=tokens_after, **_audit_fields(audit), **_forecast_fields(planned))
         self.emit(event)
         self._point(tokens_after, "compaction")
         self.emit_context()
@@ -512,6 +645,416 @@ class ContextEngine:
                 if isinstance(block, ToolResultBlock) and block.tool_use_id == tool_use_id:
                     return not is_cleared(block) and block.full_output_path is None
         return False
+
+    # ==== issue 15: session memory, audits, restore, forecasts, path-scoped rules ====
+    # (kept together here so other work on this file merges cleanly)
+
+    def _init_features(self) -> None:
+        memory_path = (self.tool_results_dir.parent / MEMORY_FILE_NAME) if self.tool_results_dir else None
+        self.session_memory = SessionMemory.load(memory_path)
+        self._memory_task: asyncio.Task[None] | None = None
+        self._memory_new_tokens = 0  # tokens of the live history the memory does not cover
+        self._generation = 0  # bumped when the history is rebuilt (compaction, drop, reset)
+        self._pinned: set[str] = set()  # restored results, kept through the next request
+        self._cached_prefix = 0  # prompt-cache tokens of the last main request
+        self._summary_sizes: list[int] = []
+        self._stable_tokens: int | None = None
+        self._attached_rules: set[str] = set()
+        # Events of the background memory update wait here until the agent next touches the
+        # engine, so they never land after a turn's final "result" event.
+        self._deferred: list[Event] = []
+
+    def _in_background(self) -> bool:
+        task = self._memory_task
+        try:
+            return task is not None and asyncio.current_task() is task
+        except RuntimeError:
+            return False
+
+    def flush_background_events(self) -> None:
+        """Emit what the background memory update reported since the last step.
+        The agent's next step does it anyway; a host may call it when a turn is over."""
+        pending, self._deferred = self._deferred, []
+        for event in pending:
+            self.emit(event)
+
+    def _after_replace(self, old_history: list[Message], reason: str) -> None:
+        """Keep what the features track about the history in step with a replacement."""
+        if reason in ("micro_compaction", "restore", "merge_user") and len(old_history) == len(self.history):
+            # Same messages, some blocks changed: the memory still covers the same positions.
+            covered = self.session_memory.covered_index(old_history)
+            if covered:
+                self.session_memory.covered = self.history[covered - 1]
+        else:
+            self._generation += 1
+            if reason != "memory_compaction":
+                self.session_memory.covered = None
+            if reason == "reset":
+                # A new conversation: the old memory must not seep into its first update.
+                if self._memory_task is not None and not self._memory_task.done():
+                    self._memory_task.cancel()
+                if self.session_memory.exists:
+                    self.session_memory.save("", None)
+        self._recount_memory_tokens()
+        if self.rules is not None and self.rules.rules:
+            self._attached_rules = attached_rule_paths(
+                [b.content for m in self.history if m.role == "user" for b in m.tool_results])
+
+    def _recount_memory_tokens(self) -> None:
+        if self.config.memory_update_tokens <= 0:
+            self._memory_new_tokens = 0
+            return
+        covered = self.session_memory.covered_index(self.history)
+        self._memory_new_tokens = estimate_messages(self.history[covered:])
+
+    # ---- session memory ----
+
+    def _maybe_start_memory_update(self, summarize: Summarize) -> None:
+        """Start a background update once enough new context has piled up.
+
+        Runs as an asyncio task beside the main request (never awaited here), so the
+        user's turn does not wait for it; a compaction that needs it waits for it.
+        """
+        if self.config.memory_update_tokens <= 0 or not self.history:
+            return
+        if self._memory_task is not None and not self._memory_task.done():
+            return
+        if self._memory_new_tokens < self.config.memory_update_tokens:
+            return
+        snapshot = list(self.history)
+        self._memory_task = asyncio.get_running_loop().create_task(
+            self._update_memory(self._memory_caller(summarize), snapshot, self._generation))
+
+    def _memory_caller(self, summarize: Summarize) -> Summarize:
+        """The background call. The agent's ``summarize`` announces a "compacting" state
+        (wrong while the main reply streams) and retries with visible notices; when it
+        belongs to an object with a provider, the update calls that provider directly,
+        quietly, once (a failure is simply retried after more context)."""
+        if self.memory_summarize is not None:
+            return self.memory_summarize
+        provider = getattr(getattr(summarize, "__self__", None), "provider", None)
+        if provider is None or not hasattr(provider, "stream"):
+            return summarize
+
+        async def quiet(request: ModelRequest) -> tuple[Message, Usage]:
+            async for item in provider.stream(request):
+                if isinstance(item, Completed):
+                    return item.message, item.usage
+            raise ProviderError("the stream ended without a final message")
+
+        return quiet
+
+    async def _update_memory(self, summarize: Summarize, snapshot: list[Message], generation: int) -> None:
+        request = build_memory_request(self.system_text, snapshot, self.tools, self.session_memory.text or None,
+                                       self.config.memory_max_output)
+        try:
+            message, usage = await summarize(request)
+            self.record_usage("compact", usage, self.compact_price)
+            text = extract_summary(message)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # a background failure must never reach the turn; it is shown instead
+            self._deferred.append(SessionMemoryEvent(
+                ok=False, memory_tokens=count_tokens(self.session_memory.text),
+                covered_messages=self.session_memory.covered_index(self.history),
+                reason=str(err) or type(err).__name__))
+            # Wait for another full interval before retrying (no retry storm on a failing server).
+            self._memory_new_tokens = 0
+            return
+        # The snapshot's last message, in today's history (blocks may have been cleared since;
+        # after a compaction the coverage is unknown and the memory waits for its next update).
+        covered = self.history[len(snapshot) - 1] if (
+            generation == self._generation and len(self.history) >= len(snapshot)) else None
+        self.session_memory.save(text, covered)
+        self._recount_memory_tokens()
+        self._deferred.append(SessionMemoryEvent(
+            ok=True, memory_tokens=count_tokens(self.session_memory.text),
+            covered_messages=self.session_memory.covered_index(self.history),
+            path=str(self.session_memory.path) if self.session_memory.path else None))
+
+    async def wait_memory_update(self) -> None:
+        """Wait for a running background memory update (tests, benchmarks, shutdown)."""
+        task = self._memory_task
+        if task is not None and not task.done():
+            await asyncio.shield(task)
+
+    async def cancel_background(self) -> None:
+        """Stop a running memory update (call before closing the provider)."""
+        task = self._memory_task
+        if task is not None and not task.done():
+            task.cancel()
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+
+    async def _memory_compaction_plan(self) -> MemoryPlan | None:
+        if self.config.memory_update_tokens <= 0:
+            return None
+        if self._memory_task is not None and not self._memory_task.done():
+            await self.wait_memory_update()  # started a step ago: cheaper to wait than to summarise anew
+        return self._memory_plan()
+
+    def _memory_plan(self) -> MemoryPlan | None:
+        """(cut, new history) of a compaction from the memory, or None when the memory
+        is not up to date or would not bring the context under the auto-compact line."""
+        memory = self.session_memory
+        if not memory.exists:
+            return None
+        covered = memory.covered_index(self.history)
+        cut = safe_cut(self.history, covered, self.config.memory_keep_tokens)
+        if cut is None:
+            return None
+        replaced, kept = self.history[:cut], self.history[cut:]
+        summary = f"{MEMORY_INTRO}\n\n{memory.text}"
+        head = build_summary_history(summary, replaced, self.config.recent_user_budget)
+        audit = audit_summary(replaced, head[0].text, kept)
+        if audit.missing:
+            summary = append_checked_facts(summary, audit)
+            head = build_summary_history(summary, replaced, self.config.recent_user_budget)
+        new_history = head + list(kept)
+        # Everything the memory does not cover stays verbatim, so a stale memory loses
+        # nothing; it is only used when that leaves real headroom (under the warning line).
+        after = self._stable_prefix() + estimate_messages(new_history)
+        if after >= self.thresholds.warning_line:
+            return None
+        return MemoryPlan(cut, new_history, audit)
+
+    def memory_compaction_available(self) -> bool:
+        """Can the context be compacted from the session memory now (no model call)?"""
+        return self._memory_plan() is not None
+
+    def compact_from_memory(self, plan: MemoryPlan | None = None) -> CompactionEvent | None:
+        """Compact without a model call: the memory replaces what it covers, the latest
+        messages stay verbatim. None when the memory is not usable (then compact normally)."""
+        plan = plan or self._memory_plan()
+        if plan is None:
+            return None
+        new_history, audit = plan.history, plan.audit
+        planned = self._forecast_compaction(plan)
+        before_msgs = len(self.history)
+        tokens_before = self.projection().projected_tokens
+        self._replace(new_history, "memory_compaction")
+        self.session_memory.covered = new_history[0]  # the memory covers its own summary message
+        self._recount_memory_tokens()
+        self._warned = False
+        tokens_after = self.projection().projected_tokens
+        event = CompactionEvent(trigger="memory", ok=True, messages_before=before_msgs,
+                                messages_after=len(new_history), tokens_before=tokens_before,
+                                tokens_after=tokens_after, **_audit_fields(audit), **_forecast_fields(planned))
+        self.emit(event)
+        self._point(tokens_after, "compaction")
+        self.emit_context()
+        return event
+
+    # ---- cost before you compact or reset ----
+
+    def _stable_prefix(self) -> int:
+        """Tokens every request starts with (system prompt with the memory files, tools); counted once."""
+        if self._stable_tokens is None:
+            self._stable_tokens = count_tokens(self.system_text) + estimate_tools(self.tools)
+        return self._stable_tokens
+
+    def forecast_compaction(self) -> Forecast:
+        """What ``compact`` (or, when the memory is up to date, a memory compaction) will do."""
+        return self._forecast_compaction(self._memory_plan() if self.config.memory_update_tokens > 0 else None)
+
+    def _forecast_compaction(self, plan: MemoryPlan | None) -> Forecast:
+        tokens_before = self.projection().projected_tokens
+        action: ForecastAction = "compact"
+        summary_tokens = 0
+        if plan is not None:
+            action = "memory_compact"
+            tokens_after = self._stable_prefix() + estimate_messages(plan.history)
+        else:
+            # The summary's size is not known before it is written: the average of this
+            # session's summaries, else a typical handoff summary.
+            history_tokens = max(0, tokens_before - self._stable_prefix())
+            summary_tokens = (sum(self._summary_sizes) // len(self._summary_sizes) if self._summary_sizes
+                              else min(1_500, self.config.compact_max_output, max(200, history_tokens // 3)))
+            # The user's words quoted after the summary: at most their budget (an upper bound,
+            # cheap: the exact pick would walk the whole history once more).
+            self.accounting._sums.update(self.history)
+            quoted = min(self.config.recent_user_budget, self.accounting._sums.by_part["user"])
+            tokens_after = self._stable_prefix() + summary_tokens + quoted + 60
+        return forecast(action, tokens_before=tokens_before, tokens_after=min(tokens_after, tokens_before),
+                        cached_prefix=self._cached_prefix, stable_prefix=self._stable_prefix(),
+                        price=self.price, summary_tokens=summary_tokens, compact_price=self.compact_price)
+
+    def forecast_reset(self) -> Forecast:
+        """What ``reset`` will do: everything but the system prompt, memory files and tools goes."""
+        tokens_before = self.projection().projected_tokens
+        return forecast("reset", tokens_before=tokens_before, tokens_after=min(self._stable_prefix(), tokens_before),
+                        cached_prefix=self._cached_prefix, stable_prefix=self._stable_prefix(), price=self.price)
+
+    # ---- reversible clearing ----
+
+    def _find_result(self, call_id: str) -> tuple[int, int, ToolResultBlock]:
+        for i in range(len(self.history) - 1, -1, -1):
+            for j, block in enumerate(self.history[i].content):
+                if isinstance(block, ToolResultBlock) and block.tool_use_id == call_id:
+                    return i, j, block
+        raise RestoreError(f"no tool result with call id {call_id!r} in the live context "
+                           "(it may have been compacted into a summary)")
+
+    def _restored_content(self, call_id: str) -> tuple[int, int, ToolResultBlock, str, str]:
+        i, j, block = self._find_result(call_id)
+        if not is_cleared(block):
+            raise RestoreError(f"the result of {call_id} is not cleared: it is already in the context")
+        if not block.full_output_path:
+            raise RestoreError(f"the result of {call_id} was cleared without a saved copy: nothing to restore")
+        try:
+            with open(block.full_output_path, encoding="utf-8", errors="replace", newline="") as f:
+                text = f.read()
+        except OSError as err:
+            raise RestoreError(f"cannot read the saved output {block.full_output_path}: "
+                               f"{err.strerror or err}") from None
+        if len(text) > self.config.restore_max_chars:
+            text = truncate_head_tail(text, self.config.restore_max_chars, block.full_output_path)
+        uses = {u.id: u for m in self.history if m.role == "assistant" for u in m.tool_uses}
+        name = uses[call_id].name if call_id in uses else "tool"
+        return i, j, block, text, name
+
+    def preview_restore(self, call_id: str) -> RestorePreview:
+        """What restoring a cleared result costs: its tokens and the projection after.
+        Raises RestoreError (one line saying why) when it cannot be restored."""
+        _i, _j, block, text, name = self._restored_content(call_id)
+        before = self.projection().projected_tokens
+        added = max(0, estimate_text_fast(text) - count_tokens(block.content))
+        after = before + added
+        t = self.thresholds
+        return RestorePreview(call_id=call_id, tool_name=name, tokens=added, projected_before=before,
+                              projected_after=after, level_after=level(after, t),
+                              fits=after < t.blocking_line)
+
+    def restore_result(self, call_id: str, by: Literal["user", "model"] = "user") -> RestorePreview:
+        """Bring a cleared result back for the next request (kept through it, then prunable
+        again). Returns its token cost and the new projection; the transcript records it."""
+        preview = self.preview_restore(call_id)
+        if not preview.fits:
+            raise RestoreError(f"restoring {call_id} (~{preview.tokens:,} tokens) would push the next request "
+                               f"to ~{preview.projected_after:,}, over the blocking line "
+                               f"({self.thresholds.blocking_line:,}); compact first")
+        i, j, block, text, _name = self._restored_content(call_id)
+        blocks = list(self.history[i].content)
+        blocks[j] = ToolResultBlock(tool_use_id=block.tool_use_id, content=text, is_error=block.is_error,
+                                    full_output_path=block.full_output_path)
+        new_history = list(self.history)
+        new_history[i] = self.history[i].copy_with(blocks)
+        self._replace(new_history, "restore")
+        self._pinned.add(call_id)
+        after = self.projection().projected_tokens
+        self.emit(RestoreEvent(id=call_id, name=preview.tool_name, tokens=preview.tokens,
+                               projected_before=preview.projected_before, projected_after=after, by=by))
+        self.emit_context()
+        return RestorePreview(call_id=call_id, tool_name=preview.tool_name, tokens=preview.tokens,
+                              projected_before=preview.projected_before, projected_after=after,
+                              level_after=level(after, self.thresholds), fits=True)
+
+    def cleared_results(self) -> list[str]:
+        """Call ids of the cleared results that can be restored (oldest first)."""
+        return [b.tool_use_id for m in self.history if m.role == "user" for b in m.tool_results
+                if is_cleared(b) and b.full_output_path]
+
+    # ---- path-scoped rules ----
+
+    def use_rules(self, rules: RuleSet, workspace: Path) -> None:
+        """Take the path-scoped rules (app.context.rules.load_rules) for tool paths relative to
+        ``workspace``; a rule file that could not be read is named in one warning line each."""
+        self.rules = rules
+        self.workspace = workspace
+        for problem in rules.problems:
+            self.emit(ConfigWarningEvent(setting="rules", text=f"{problem}; that rule is not loaded"))
+
+    def _attach_rules(self, block: ToolResultBlock, tool_name: str) -> ToolResultBlock:
+        if self.rules is None or not self.rules.rules or block.is_error:
+            return block
+        if tool_name not in ("read_file", "write_file", "edit_file"):
+            return block
+        use = next((u for m in reversed(self.history[-2:]) if m.role == "assistant"
+                    for u in m.tool_uses if u.id == block.tool_use_id), None)
+        raw = use.input.get("path") if use is not None else None
+        if not isinstance(raw, str) or not raw:
+            return block
+        path = Path(raw).expanduser()
+        if not path.is_absolute() and self.workspace is not None:
+            path = self.workspace / path
+        additions: list[str] = []
+        for rule in self.rules.matching(path):
+            key = str(rule.path)
+            if key in self._attached_rules or rule.path.resolve() in self.memory.sources:
+                continue  # already in the context (or in the system prompt through an import)
+            self._attached_rules.add(key)
+            additions.append(rule.attachment())
+            self.emit(RuleAttachedEvent(id=block.tool_use_id, rule_path=key, file_path=raw, tokens=rule.tokens))
+        if not additions:
+            return block
+        content = block.content + "\n\n" + "\n\n".join(additions)
+        return ToolResultBlock(tool_use_id=block.tool_use_id, content=content, is_error=block.is_error,
+                               full_output_path=block.full_output_path)
+
+    def _feature_breakdown(self, breakdown: dict[str, int]) -> dict[str, int]:
+        """The session memory's and the attached rules' tokens as parts of their own
+        (taken out of "user" and "tool_results", so the parts still add up)."""
+        out = dict(breakdown)
+        first = self.history[0] if self.history else None
+        if first is not None and first.role == "user" and MEMORY_INTRO in first.text:
+            tokens = min(estimate_message(first), out.get("user", 0))
+            out["user"] = out.get("user", 0) - tokens
+            out["session_memory"] = tokens
+        if self._attached_rules and self.rules is not None:
+            tokens = sum(r.tokens for r in self.rules.rules if str(r.path) in self._attached_rules)
+            tokens = min(tokens, out.get("tool_results", 0))
+            out["tool_results"] = out.get("tool_results", 0) - tokens
+            out["rules"] = tokens
+        return out
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """A compaction from the session memory, worked out but not applied."""
+
+    cut: int  # messages before this index are replaced by the memory
+    history: list[Message]  # the new history: the memory message, then the kept messages
+    audit: AuditResult
+
+
+class RestoreError(Exception):
+    """A cleared result cannot be restored; the message says why in one line."""
+
+
+@dataclass(frozen=True)
+class RestorePreview:
+    call_id: str
+    tool_name: str
+    tokens: int  # what the restore adds to the next request
+    projected_before: int
+    projected_after: int
+    level_after: str  # "ok", "warning", "compact", "blocking"
+    fits: bool  # False: it would push the request over the blocking line
+
+    def describe(self) -> str:
+        return (f"restore {self.tool_name} result {self.call_id}: +~{self.tokens:,} tokens, "
+                f"context ~{self.projected_before:,} → ~{self.projected_after:,} ({self.level_after})")
+
+
+def _audit_fields(audit: AuditResult) -> dict:
+    return {"facts_added": len(audit.missing), "checked_facts": audit.added, "facts_checked": len(audit.facts)}
+
+
+def _forecast_fields(planned: Forecast | None) -> dict:
+    if planned is None:
+        return {}
+    return {"forecast_tokens_freed": planned.tokens_freed,
+            "cache_tokens_invalidated": planned.cache_tokens_invalidated,
+            "next_request_cost_before_usd": planned.next_request_cost_before_usd,
+            "next_request_cost_after_usd": planned.next_request_cost_after_usd,
+            "compaction_call_cost_usd": planned.operation_cost_usd}
+
+
+def _server_compaction_in(message: Message) -> bool:
+    """Issue 17: a provider's compaction item (Responses) or block (Anthropic) in a reply."""
+    return any(isinstance(b, OpaqueBlock) and b.kind == "compaction" for b in message.content)
 
 
 def _safe_name(text: str) -> str:

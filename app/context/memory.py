@@ -8,6 +8,7 @@ The bundle goes into the system prompt, never into the history.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass, field
@@ -40,6 +41,9 @@ class MemoryFile:
 @dataclass
 class MemoryBundle:
     files: list[MemoryFile] = field(default_factory=list)
+    # Every file read into the bundle, imports included (resolved): a path-scoped
+    # rule already here is not attached to a tool result again.
+    sources: set[Path] = field(default_factory=set)
 
     @cached_property
     def text(self) -> str:
@@ -83,6 +87,9 @@ def _cap(text: str, limit: int, what: str) -> str:
 class _Loader:
     def __init__(self, max_file_chars: int, max_total_chars: int) -> None:
         self.seen: set[Path] = set()
+        # The same text under two paths (AGENTS.md copied to CLAUDE.md, a rule copied
+        # into two rules dirs) is loaded once: by content, not only by path.
+        self.seen_text: set[str] = set()
         self.max_file_chars = max_file_chars
         self.chars_left = max_total_chars
         self.capped = False
@@ -146,6 +153,10 @@ class _Loader:
         text = self.expand(resolved, 0, (resolved,)).strip()
         if not text:
             return None
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        if digest in self.seen_text:
+            return None
+        self.seen_text.add(digest)
         if len(text) > self.chars_left:
             text = _cap(text, self.chars_left, "memory files total")
             self.capped = True
@@ -177,7 +188,7 @@ def memory_candidates(cwd: Path, user_config_dir: Path | None,
 def load_memory(cwd: Path, user_config_dir: Path | None,
                 names: Sequence[str] = ("AGENTS.md", "CLAUDE.md"),
                 max_file_chars: int = MAX_FILE_CHARS,
-                max_total_chars: int = MAX_TOTAL_CHARS) -> MemoryBundle:
+                max_total_chars: int = MAX_TOTAL_CHARS, include_rules: bool = True) -> MemoryBundle:
     """All memory files in load order, each file once, imports inlined, size-capped."""
     loader = _Loader(max_file_chars, max_total_chars)
     files: list[MemoryFile] = []
@@ -185,4 +196,29 @@ def load_memory(cwd: Path, user_config_dir: Path | None,
         loaded = loader.load(path)
         if loaded is not None:
             files.append(loaded)
-    return MemoryBundle(files)
+    if include_rules:
+        files.extend(_unconditional_rules(loader, cwd, user_config_dir))
+    return MemoryBundle(files, sources=set(loader.seen))
+
+
+def _unconditional_rules(loader: _Loader, cwd: Path, user_config_dir: Path | None) -> list[MemoryFile]:
+    """Rule files without ``paths:`` apply everywhere: they join the memory files,
+    each once (a rule a memory file already imported is not loaded again)."""
+    from app.context.rules import load_rules  # rules imports this module
+
+    out: list[MemoryFile] = []
+    for rule in load_rules(cwd, user_config_dir).unconditional:
+        resolved = rule.path.resolve()
+        digest = hashlib.sha256(rule.body.encode()).hexdigest()
+        if resolved in loader.seen or digest in loader.seen_text or loader.chars_left <= 0:
+            continue
+        loader.seen.add(resolved)
+        loader.seen_text.add(digest)
+        text = rule.body
+        if len(text) > loader.chars_left:
+            text = _cap(text, loader.chars_left, "memory files total")
+            loader.chars_left = 0
+        else:
+            loader.chars_left -= len(text)
+        out.append(MemoryFile(path=rule.path, text=text))
+    return out

@@ -104,19 +104,29 @@ def _noop(history: Sequence[Message]) -> PruneResult:
     return PruneResult(list(history), 0, 0)
 
 
+def _without(history: Sequence[Message], positions: list[tuple[int, int]],
+             keep_ids: frozenset[str]) -> list[tuple[int, int]]:
+    """Positions minus the results pinned in the context (restored for the next request)."""
+    if not keep_ids:
+        return positions
+    return [(i, j) for i, j in positions
+            if history[i].content[j].tool_use_id not in keep_ids]  # type: ignore[union-attr]
+
+
 def prune_by_time(history: Sequence[Message], minutes_since_last_assistant: float,
-                  threshold_min: float = 60, keep_latest: int = 5) -> PruneResult:
+                  threshold_min: float = 60, keep_latest: int = 5,
+                  keep_ids: frozenset[str] = frozenset()) -> PruneResult:
     """After a long pause the provider's cache has expired anyway: clear all
-    tool results but the latest ``keep_latest``."""
+    tool results but the latest ``keep_latest`` (and any in ``keep_ids``)."""
     if minutes_since_last_assistant <= threshold_min:
         return _noop(history)
-    positions = _result_positions(history)
+    positions = _without(history, _result_positions(history), keep_ids)
     old = positions[: max(0, len(positions) - keep_latest)]
     return _clear(history, old) if old else _noop(history)
 
 
 def prune_by_size(history: Sequence[Message], keep_tokens: int = 40_000,
-                  min_free: int = 20_000) -> PruneResult:
+                  min_free: int = 20_000, keep_ids: frozenset[str] = frozenset()) -> PruneResult:
     """Keep the newest ``keep_tokens`` of tool results, clear the older ones,
     but only when that frees at least ``min_free`` tokens. The latest turn (the
     last user message holding results) is never touched; its results count
@@ -131,7 +141,7 @@ def prune_by_size(history: Sequence[Message], keep_tokens: int = 40_000,
         block = history[i].content[j]
         assert isinstance(block, ToolResultBlock)
         tokens = _block_tokens(history[i], block)
-        if i == latest_turn:
+        if i == latest_turn or block.tool_use_id in keep_ids:
             kept += tokens
             continue
         if to_clear or kept + tokens > keep_tokens:

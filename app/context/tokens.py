@@ -16,6 +16,7 @@ import tiktoken
 
 from app.messages import (
     Message,
+    OpaqueBlock,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
@@ -64,9 +65,22 @@ def estimate_block(block: Any) -> int:
         body = count_tokens(block.name) + count_tokens(_json(block.input))
     elif isinstance(block, ToolResultBlock):
         body = count_tokens(block.content)
+    elif isinstance(block, OpaqueBlock):
+        body = _estimate_opaque(block)
     else:  # an unknown block type: count whatever it serialises to
         body = count_tokens(_json(getattr(block, "model_dump", lambda: str(block))()))
     return body + BLOCK_OVERHEAD
+
+
+def _estimate_opaque(block: OpaqueBlock) -> int:
+    """A provider's opaque item: its readable text (a summary) is counted; encrypted content is
+    not text the model reads token for token, so it counts as a quarter of its characters
+    (a guess until the next usage figure replaces it)."""
+    item = block.item
+    readable = [item.get("content")] + [s.get("text") for s in item.get("summary") or [] if isinstance(s, dict)]
+    body = sum(count_tokens(t) for t in readable if isinstance(t, str))
+    encrypted = item.get("encrypted_content")
+    return body + (len(encrypted) // 4 if isinstance(encrypted, str) else 0)
 
 
 def estimate_message(msg: Message) -> int:

@@ -47,6 +47,8 @@ from app.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from app.providers.base import ModelRequest
 
 COMPACTION_MARK = "[Context compaction]"
+MEMORY_MARK = "[Session memory update]"  # app.context.session_memory.MEMORY_PROMPT_HEAD
+_INSTRUCTION_MARKS = (COMPACTION_MARK, MEMORY_MARK)
 MEMORY_HEADER = "# Project and user rules (memory files)"
 _FOCUS = re.compile(r"Focus especially on:\s*(.+)", re.DOTALL)
 _GREP_LINE = re.compile(r"^(\d+):(.*)$")
@@ -87,7 +89,7 @@ class Turn:
 
 def _genuine(text: str) -> bool:
     """Typed by the user: not the engine's drop note, not a compaction instruction."""
-    return bool(text.strip()) and text != DROPPED_NOTE and not text.startswith(COMPACTION_MARK)
+    return bool(text.strip()) and text != DROPPED_NOTE and not text.startswith(_INSTRUCTION_MARKS)
 
 
 def user_requests(messages: Sequence[Message]) -> list[tuple[int, str, bool]]:
@@ -228,7 +230,7 @@ def _decide_errors(turn: Turn) -> Decision:
     number, line = hits[-1]
     last_line = ""
     if cat is not None and cat.result is not None:
-        kept_tail = [l for l in cat.result.content.splitlines() if l.strip() and not l.startswith("[exit code")]
+        kept_tail = [row for row in cat.result.content.splitlines() if row.strip() and not row.startswith("[exit code")]
         if kept_tail and kept_tail[-1].strip() == line.strip():
             last_line = " It is the very last line of the file, which is why the head+tail truncation kept it."
     count = "one ERROR line" if len(hits) == 1 else f"{len(hits)} ERROR lines"
@@ -462,7 +464,7 @@ def _strip_instruction(messages: Sequence[Message]) -> tuple[list[Message], str 
         last = history[-1]
         kept = []
         for block in last.content:
-            if isinstance(block, TextBlock) and block.text.startswith(COMPACTION_MARK):
+            if isinstance(block, TextBlock) and block.text.startswith(_INSTRUCTION_MARKS):
                 match = _FOCUS.search(block.text)
                 focus = match.group(1).strip() if match else None
                 continue

@@ -370,7 +370,7 @@ async def _end_process_group(pgid: int, grace: float = 2.0) -> None:
         return
     loop = asyncio.get_running_loop()
     deadline = loop.time() + grace
-    while _group_alive(pgid) and loop.time() < deadline:
+    while _group_alive(pgid) and loop.time() < deadline:  # noqa: ASYNC110 - no event tells a group's exit
         await asyncio.sleep(0.02)  # polling the group's exit, bounded by the grace period
     if _group_alive(pgid):
         try:

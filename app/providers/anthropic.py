@@ -13,7 +13,7 @@ from typing import Any, Iterable
 
 import httpx
 
-from app.messages import Message, RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from app.messages import Message, OpaqueBlock, RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from app.providers.base import (
     Completed,
     ModelRequest,
@@ -29,9 +29,12 @@ from app.providers.base import (
 from app.providers.openai import parse_tool_arguments, tool_use_block
 from app.providers.http_base import SseHttpProvider
 from app.providers.sse import SSEEvent, assemble_stream, error_from_payload
-from app.usage import Usage
+from app.usage import ServerEdit, Usage
 
 ANTHROPIC_VERSION = "2023-06-01"
+# ---- provider-side context management (issue 17): the betas and the edit types that need them ----
+CONTEXT_MANAGEMENT_BETA = "context-management-2025-06-27"  # clear_tool_uses_20250919, clear_thinking_20251015
+COMPACTION_BETA = "compact-2026-01-12"  # compact_20260112
 
 
 # ---- history -> wire ----
@@ -61,6 +64,10 @@ def to_anthropic_messages(messages: list[Message], *, send_unsigned_thinking: bo
             elif isinstance(block, ToolUseBlock):
                 if message.role == "assistant":
                     blocks.append({"type": "tool_use", "id": block.id, "name": block.name, "input": block.input})
+            elif isinstance(block, OpaqueBlock):
+                # issue 17: our own compaction blocks go back verbatim (the server drops what precedes them)
+                if message.role == "assistant" and block.provider == "anthropic":
+                    blocks.append(dict(block.item))
             elif isinstance(block, ToolResultBlock):
                 if message.role == "user":
                     result: dict[str, Any] = {"type": "tool_result", "tool_use_id": block.tool_use_id,
@@ -141,6 +148,7 @@ class _Block:
     id: str = ""
     name: str = ""
     initial_input: dict[str, Any] = field(default_factory=dict)
+    compaction: dict[str, Any] = field(default_factory=dict)  # issue 17: a compaction block's content
 
 
 _USAGE_FIELDS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens")
@@ -160,6 +168,9 @@ class AnthropicStreamAssembler:
         self._stop_reason: str | None = None
         self._stopped = False
         self._events_seen = 0
+        # issue 17: what the server reported about its own context management
+        self._server_edits: tuple[ServerEdit, ...] = ()
+        self._compaction_usage: Usage | None = None
 
     def feed(self, sse: SSEEvent) -> list[StreamEvent]:
         self._events_seen += 1
@@ -170,7 +181,7 @@ class AnthropicStreamAssembler:
         except ValueError:
             if sse.unterminated:
                 return []  # the stream was cut inside its last line: finish() judges what arrived
-            raise ProviderError(f"malformed stream event (not JSON): {sse.data[:200]!r}", error_type="bad_response")
+            raise ProviderError(f"malformed stream event (not JSON): {sse.data[:200]!r}", error_type="bad_response") from None
         if not isinstance(payload, dict):
             raise ProviderError(f"malformed stream event: {sse.data[:200]!r}", error_type="bad_response")
         kind = payload.get("type") if isinstance(payload.get("type"), str) else sse.event
@@ -190,6 +201,7 @@ class AnthropicStreamAssembler:
             delta = payload.get("delta")
             if isinstance(delta, dict) and isinstance(delta.get("stop_reason"), str):
                 self._stop_reason = delta["stop_reason"]
+            self._note_context_management(payload)
             if self._merge_usage(payload.get("usage")):
                 out.append(UsageUpdate(self._current_usage()))
         elif kind == "message_stop":
@@ -235,6 +247,9 @@ class AnthropicStreamAssembler:
         elif kind == "redacted_thinking":
             data = start.get("data")
             block = _Block("redacted_thinking", parts=[data] if isinstance(data, str) else [])
+        elif kind == "compaction":  # issue 17: server-side compaction (compact_20260112)
+            block = _Block("compaction", compaction={k: start.get(k) for k in ("content", "encrypted_content")
+                                                     if start.get(k) is not None})
         else:
             block = _Block("other")  # server tools and future types: nothing we can send back
         self._blocks[index] = block
@@ -246,6 +261,11 @@ class AnthropicStreamAssembler:
             return
         kind = delta.get("type")
         block = self._blocks.get(index)
+        if kind == "compaction_delta":  # issue 17: the delta sets the block's content, it does not append
+            if block is not None and block.kind == "compaction":
+                block.compaction.update({k: delta[k] for k in ("content", "encrypted_content")
+                                         if delta.get(k) is not None})
+            return
         if block is None and kind in ("text_delta", "thinking_delta"):
             # tolerate a server that skips content_block_start for plain text
             block = self._blocks[index] = _Block("text" if kind == "text_delta" else "thinking")
@@ -298,7 +318,28 @@ class AnthropicStreamAssembler:
             cache_read_tokens=self._usage.get("cache_read_input_tokens", 0) if has_input else None,
             cache_write_tokens=self._usage.get("cache_creation_input_tokens", 0) if has_input else None,
             output_tokens=self._usage.get("output_tokens"),
+            server_edits=self._server_edits,
+            compaction_usage=self._compaction_usage,
         )
+
+    # ---- issue 17: context editing and compaction, as the server reports them ----
+
+    def _note_context_management(self, payload: dict[str, Any]) -> None:
+        """``context_management.applied_edits`` and ``usage.iterations`` of a message_delta."""
+        managed = payload.get("context_management")
+        edits = managed.get("applied_edits") if isinstance(managed, dict) else None
+        if isinstance(edits, list):
+            self._server_edits = tuple(_server_edit(e) for e in edits if isinstance(e, dict))
+        usage = payload.get("usage")
+        iterations = usage.get("iterations") if isinstance(usage, dict) else None
+        if isinstance(iterations, list):
+            runs = [i for i in iterations if isinstance(i, dict) and i.get("type") == "compaction"]
+            if runs:
+                self._compaction_usage = Usage(
+                    input_tokens=sum(_int(r, "input_tokens") for r in runs),
+                    cache_read_tokens=sum(_int(r, "cache_read_input_tokens") for r in runs),
+                    cache_write_tokens=sum(_int(r, "cache_creation_input_tokens") for r in runs),
+                    output_tokens=sum(_int(r, "output_tokens") for r in runs))
 
     @property
     def complete(self) -> bool:
@@ -327,6 +368,10 @@ class AnthropicStreamAssembler:
                                               cut=self._stop_reason == "max_tokens",
                                               no_arguments_yet=(index == last_index and not joined.strip()
                                                                 and not block.initial_input)))
+            elif block.kind == "compaction":  # issue 17: kept verbatim, sent back to this provider only
+                # "content" is always there: null marks a failed compaction, which the server treats as a no-op
+                item = {"type": "compaction", "content": block.compaction.get("content"), **block.compaction}
+                content.append(OpaqueBlock(provider="anthropic", item=item))
         has_tools = any(isinstance(b, ToolUseBlock) for b in content)
         stop_reason = self._stop_reason or ("tool_use" if has_tools else "end_turn")
         return Completed(
@@ -334,6 +379,19 @@ class AnthropicStreamAssembler:
             usage=self._current_usage(),
             stop_reason=stop_reason,
         )
+
+
+def _int(raw: dict[str, Any], key: str) -> int:
+    value = raw.get(key)
+    return value if isinstance(value, int) else 0
+
+
+def _server_edit(raw: dict[str, Any]) -> ServerEdit:
+    kind = raw.get("type")
+    return ServerEdit(kind=kind if isinstance(kind, str) else "unknown",
+                      cleared_input_tokens=_int(raw, "cleared_input_tokens"),
+                      cleared_tool_uses=_int(raw, "cleared_tool_uses"),
+                      cleared_thinking_turns=_int(raw, "cleared_thinking_turns"))
 
 
 def assemble_anthropic_stream(chunks: Iterable[bytes | str], *, secret: str | None = None) -> list[StreamEvent]:
@@ -388,6 +446,7 @@ class AnthropicProvider(SseHttpProvider):
         send_unsigned_thinking: bool | None = None,
         thinking_budget: int = 0,
         prompt_caching: bool | None = None,
+        context_edits: list[dict[str, Any]] | None = None,
     ) -> None:
         super().__init__(model, base_url, api_key, timeout_connect=timeout_connect,
                          timeout_read=timeout_read, max_tokens=max_tokens,
@@ -404,6 +463,8 @@ class AnthropicProvider(SseHttpProvider):
         # Breakpoints pay off on Anthropic itself; compatible servers cache on their own
         # (DeepSeek) or may not take a system prompt as blocks: there only when asked for.
         self.prompt_caching = is_anthropic if prompt_caching is None else prompt_caching
+        # issue 17: context_management.edits sent with every request (see app/context/server_side.py)
+        self.context_edits: list[dict[str, Any]] = list(context_edits or [])
 
     @property
     def url(self) -> str:
@@ -432,6 +493,8 @@ class AnthropicProvider(SseHttpProvider):
             body["tool_choice"] = {"type": request.tool_choice}
         if self.prompt_caching:
             add_cache_breakpoints(body)
+        if self.context_edits:  # issue 17
+            body["context_management"] = {"edits": [dict(e) for e in self.context_edits]}
         body.update(self.extra_body)
         return body
 
@@ -441,4 +504,18 @@ class AnthropicProvider(SseHttpProvider):
         if self.api_key:
             headers["x-api-key"] = self.api_key
         headers.update(self.extra_headers)
+        betas = self._context_betas()  # issue 17
+        if betas:
+            given = [b.strip() for b in headers.get("anthropic-beta", "").split(",") if b.strip()]
+            headers["anthropic-beta"] = ",".join(given + [b for b in betas if b not in given])
         return headers
+
+    def _context_betas(self) -> list[str]:
+        """The beta headers the configured context edits need (issue 17)."""
+        kinds = {e.get("type") for e in self.context_edits}
+        betas = []
+        if kinds & {"clear_tool_uses_20250919", "clear_thinking_20251015"}:
+            betas.append(CONTEXT_MANAGEMENT_BETA)
+        if "compact_20260112" in kinds:
+            betas.append(COMPACTION_BETA)
+        return betas

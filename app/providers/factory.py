@@ -17,7 +17,7 @@ from app.providers.plugin import PluginContext, ProviderPlugin, ProviderSetup
 if TYPE_CHECKING:
     from app.config import Settings
 
-BUILTIN_PROVIDERS = ("openai", "deepseek", "anthropic")
+BUILTIN_PROVIDERS = ("openai", "deepseek", "anthropic", "responses")
 
 # name -> "module:attribute" of an object following ``ProviderPlugin``.
 PROVIDER_PLUGINS: dict[str, str] = {
@@ -30,18 +30,21 @@ DEFAULT_MODELS = {
     "openai": "gpt-4.1",
     "deepseek": "deepseek-v4-flash",
     "anthropic": "claude-sonnet-4-5",
+    "responses": "gpt-5",
 }
 
 DEFAULT_BASE_URLS = {
     "openai": "https://api.openai.com/v1",
     "deepseek": "https://api.deepseek.com",
     "anthropic": "https://api.anthropic.com",
+    "responses": "https://api.openai.com/v1",
 }
 
 _KEY_ENVS = {
     "openai": "OPENAI_API_KEY",
     "deepseek": "DEEPSEEK_API_KEY",
     "anthropic": "ANTHROPIC_API_KEY",
+    "responses": "OPENAI_API_KEY",  # the same key as Chat Completions
 }
 
 
@@ -92,6 +95,11 @@ def create_provider(name: str, model: str | None, base_url: str | None, api_key:
                                  api_key, **opts)
     if name in PROVIDER_PLUGINS:
         raise ValueError(f"provider {name!r} is a plug-in: open it with open_provider()")
+    if name == "responses":
+        from app.providers.responses import ResponsesProvider
+
+        return ResponsesProvider(model or DEFAULT_MODELS["responses"], base_url or DEFAULT_BASE_URLS["responses"],
+                                 api_key, **opts)
     raise _unknown(name)
 
 

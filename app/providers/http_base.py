@@ -6,8 +6,8 @@ from typing import Any, AsyncIterator
 
 import httpx
 
-from app.providers.base import ModelRequest, StreamEvent
-from app.providers.sse import stream_sse_request
+from app.providers.base import ModelRequest, StreamEvent, TextDelta, ThinkingDelta, ToolCallDelta
+from app.providers.sse import LimitExceededError, StreamLimits, stream_sse_request
 
 
 class SseHttpProvider:
@@ -37,6 +37,8 @@ class SseHttpProvider:
         self.extra_headers = dict(extra_headers or {})
         self.extra_body = dict(extra_body or {})
         self._client: httpx.AsyncClient | None = None
+        # Caps and the total deadline of one call (Settings via StreamLimits.from_settings).
+        self.limits = StreamLimits()
 
     @property
     def url(self) -> str:
@@ -61,12 +63,21 @@ class SseHttpProvider:
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         assembler = self.assembler_class(secret=self.api_key)
+        reply_chars = 0
         async for event in stream_sse_request(
             self._http(), self.url, headers=self.headers(), body=self.build_body(request),
             secret=self.api_key, read_timeout=self.timeout_read,
             on_event=assembler.feed, non_sse_body=self.non_stream_to_events,
-            is_complete=lambda: assembler.complete,
+            is_complete=lambda: assembler.complete, limits=self.limits,
         ):
+            if isinstance(event, (TextDelta, ThinkingDelta)):
+                reply_chars += len(event.text)
+            elif isinstance(event, ToolCallDelta):
+                reply_chars += len(event.partial_json)
+            if reply_chars > self.limits.max_reply_chars:
+                raise LimitExceededError(
+                    f"the reply is over {self.limits.max_reply_chars:,} characters; stopped reading "
+                    "(limit: max_reply_chars)")
             yield event
         yield assembler.finish()
 

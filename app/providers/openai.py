@@ -205,7 +205,7 @@ class OpenAIStreamAssembler:
         except ValueError:
             if sse.unterminated:
                 return []  # the stream was cut inside its last line: finish() judges what arrived
-            raise ProviderError(f"malformed stream chunk (not JSON): {data[:200]!r}", error_type="bad_response")
+            raise ProviderError(f"malformed stream chunk (not JSON): {data[:200]!r}", error_type="bad_response") from None
         if not isinstance(chunk, dict):
             raise ProviderError(f"malformed stream chunk: {data[:200]!r}", error_type="bad_response")
         if chunk.get("error") or sse.event == "error":

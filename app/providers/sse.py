@@ -16,10 +16,12 @@ mid-line, so the assemblers accept it only when it parses. Whether the stream
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import dataclasses
 import email.utils
 import json
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Iterable, Mapping
@@ -28,6 +30,61 @@ import httpx
 
 from app.providers.base import APIError, ConnectError, ContextTooLongError, ProviderError, StreamCutError
 from app.providers.too_long import parse_too_long
+
+
+# Defaults of the stream limits (Settings carries the user's values; see StreamLimits).
+DEFAULT_MAX_SSE_LINE = 8 * 1024 * 1024  # one SSE line / one event's data, in characters
+DEFAULT_MAX_BODY = 64 * 1024 * 1024  # a whole non-streamed body, after decompression
+DEFAULT_MAX_REPLY_CHARS = 32 * 1024 * 1024  # text + thinking + tool arguments of one reply
+DEFAULT_REQUEST_DEADLINE = 900.0  # seconds for one model call, first byte to last
+
+
+@dataclass(frozen=True)
+class StreamLimits:
+    """What one model call may cost at most: a server cannot make it use unbounded memory or time."""
+
+    max_sse_line: int = DEFAULT_MAX_SSE_LINE
+    max_body: int = DEFAULT_MAX_BODY
+    max_reply_chars: int = DEFAULT_MAX_REPLY_CHARS
+    deadline_s: float = DEFAULT_REQUEST_DEADLINE
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> "StreamLimits":
+        return cls(max_sse_line=settings.max_sse_line, max_body=settings.max_response_body,
+                   max_reply_chars=settings.max_reply_chars, deadline_s=settings.request_deadline)
+
+
+class LimitExceededError(ProviderError):
+    """The server sent more than a limit allows (a line, a body, a reply): retrying would do it again."""
+
+    retryable = False
+
+
+class DeadlineError(ProviderError):
+    """The model call took longer than the total deadline (keep-alives do not extend it)."""
+
+    retryable = False
+
+
+# A JSON \u escape of a lone surrogate (an unpaired \ud800): json.loads would turn it into a
+# str that cannot be encoded as UTF-8 and would crash the printers and the transcript.
+# Pairs are matched first and kept; the backslash count makes sure the escape is real.
+_SURROGATE_ESCAPE = re.compile(
+    r"(?<!\\)((?:\\\\)*)(\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+    r"|\\u[dD][89a-fA-F][0-9a-fA-F]{2})")
+
+
+def _lone_surrogate_to_replacement(match: re.Match[str]) -> str:
+    if len(match.group(2)) == 12:
+        return match.group(0)
+    return match.group(1) + "\\ufffd"
+
+
+def fix_surrogate_escapes(data: str) -> str:
+    """JSON text with every unpaired surrogate escape replaced by ``\\ufffd`` (fast when there is none)."""
+    if "\\ud" not in data and "\\uD" not in data:
+        return data
+    return _SURROGATE_ESCAPE.sub(_lone_surrogate_to_replacement, data)
 
 
 @dataclass(frozen=True)
@@ -46,9 +103,14 @@ class SSEEvent:
 class SSEDecoder:
     """Feed it chunks (bytes or str) as they arrive; it returns the events completed so far."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_line: int | None = DEFAULT_MAX_SSE_LINE) -> None:
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._partial_line = ""
+        # The unterminated end of the stream, in pieces: one huge line arriving in many
+        # chunks is joined once, when its end comes (linear, not quadratic).
+        self._partial: list[str] = []
+        self._partial_len = 0
+        self._max_line = max_line
+        self._data_len = 0
         self._pending_cr = False  # last chunk ended in "\r": a following "\n" belongs to it
         self._started = False
         self._event = ""
@@ -68,8 +130,15 @@ class SSEDecoder:
             self._pending_cr = False
             if text.startswith("\n"):
                 text = text[1:]
+        if "\n" not in text and "\r" not in text:
+            self._partial.append(text)
+            self._partial_len += len(text)
+            self._check(self._partial_len + self._data_len)
+            return []
         events: list[SSEEvent] = []
-        buf = self._partial_line + text
+        buf = "".join(self._partial) + text if self._partial else text
+        self._partial.clear()
+        self._partial_len = 0
         n = len(buf)
         start = 0
         # find() over the buffer, keeping each terminator's next position: linear in the chunk
@@ -89,15 +158,26 @@ class SSEDecoder:
                 lf = buf.find("\n", start)
             if 0 <= cr < start:
                 cr = buf.find("\r", start)
-        self._partial_line = buf[start:]
+        rest = buf[start:]
+        if rest:
+            self._partial.append(rest)
+            self._partial_len = len(rest)
+            self._check(self._partial_len + self._data_len)
         return events
+
+    def _check(self, size: int) -> None:
+        if self._max_line is not None and size > self._max_line:
+            raise LimitExceededError(
+                f"the server sent an SSE line (or event) over {self._max_line:,} characters; "
+                "stopped reading (limit: max_sse_line)")
 
     def flush(self) -> list[SSEEvent]:
         """End of stream: dispatch the pending event, its last line included even without
         a newline (marked ``unterminated``: the assemblers keep it only if it parses)."""
         self._utf8.reset()  # a multibyte char cut at the very end never becomes data
-        last_line = self._partial_line
-        self._partial_line = ""
+        last_line = "".join(self._partial)
+        self._partial.clear()
+        self._partial_len = 0
         self._pending_cr = False
         events: list[SSEEvent] = []
         if last_line:
@@ -118,6 +198,8 @@ class SSEDecoder:
             value = value[1:]
         if field == "data":
             self._data.append(value)
+            self._data_len += len(value) + 1
+            self._check(self._data_len)
             self._has_data = True
         elif field == "event":
             self._event = value
@@ -128,9 +210,11 @@ class SSEDecoder:
 
     def _dispatch(self, events: list[SSEEvent]) -> None:
         if self._has_data:
-            events.append(SSEEvent(event=self._event or "message", data="\n".join(self._data), id=self._id))
+            data = fix_surrogate_escapes("\n".join(self._data))
+            events.append(SSEEvent(event=self._event or "message", data=data, id=self._id))
         self._event = ""
         self._data = []
+        self._data_len = 0
         self._has_data = False
 
 
@@ -189,6 +273,9 @@ def scrub(text: str, secret: str | None) -> str:
     return text
 
 
+# The longest wait a Retry-After may impose before a retry (the agent caps its delay here).
+MAX_RETRY_AFTER = 120.0
+
 # Error types that say "the request itself is wrong": retrying cannot help.
 _PERMANENT_TYPES = {"invalid_request_error", "authentication_error", "permission_error", "not_found_error",
                     "request_too_large", "billing_error", "insufficient_quota", "invalid_api_key",
@@ -230,6 +317,10 @@ def error_from_payload(payload: Any, *, status: int | None, fallback: str,
         actual, limit = too_long
         return ContextTooLongError(message, status=status, error_type=error_type or code,
                                    actual_tokens=actual, limit_tokens=limit)
+    if retry_after is not None and retry_after > MAX_RETRY_AFTER:
+        # said, not hidden: the retry line shows the capped wait and why it is not the server's
+        message = (f"{message} (the server asked to wait {retry_after:,.0f} s, over the "
+                   f"{MAX_RETRY_AFTER:g} s cap)")
     error = APIError(message, status=status, error_type=error_type, retry_after=retry_after)
     if in_stream and status is None and error_type not in _PERMANENT_TYPES and code not in _PERMANENT_TYPES:
         # the server accepted the request and failed while generating (overloaded, internal error)
@@ -253,6 +344,30 @@ def error_from_response(status: int, body: bytes, headers: Mapping[str, str], re
 MAX_ERROR_BODY = 64 * 1024
 
 
+def encode_body(body: dict[str, Any]) -> bytes:
+    """The request JSON as UTF-8. A lone surrogate (an undecodable byte of a file name, a bad
+    escape from a server) cannot be UTF-8: it is sent as an escaped byte or U+FFFD instead of
+    failing the call, and on every later --continue."""
+    try:
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    except UnicodeEncodeError:
+        from app.sanitize import scrub_surrogates_obj
+
+        return json.dumps(scrub_surrogates_obj(body), ensure_ascii=False, separators=(",", ":"),
+                          allow_nan=False).encode("utf-8")
+
+
+def describe_unexpected_body(raw: bytes, content_type: str) -> str:
+    """What a 200 answer that was neither events nor JSON held, for the error line."""
+    head = raw[:120]
+    shown = head.decode("utf-8", errors="backslashreplace")
+    shown = " ".join(shown.split())
+    shown = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in shown)
+    more = "..." if len(raw) > len(head) else ""
+    kind = content_type.split(";")[0].strip() or "no content type"
+    return f'the server answered 200 with {kind}, not an event stream: "{shown}{more}"'
+
+
 async def stream_sse_request(
     client: httpx.AsyncClient,
     url: str,
@@ -264,6 +379,7 @@ async def stream_sse_request(
     on_event: Callable[[SSEEvent], Iterable[Any]],
     non_sse_body: Callable[[bytes], Iterable[SSEEvent]] | None = None,
     is_complete: Callable[[], bool] = lambda: False,
+    limits: StreamLimits | None = None,
 ) -> AsyncIterator[Any]:
     """POST ``body`` and yield whatever ``on_event`` makes of each SSE event.
 
@@ -274,25 +390,44 @@ async def stream_sse_request(
     servers ignore ``stream: true``) into events. When ``is_complete()`` says
     the message already ended, a connection dropped or stalled afterwards
     (before ``[DONE]`` or the usage chunk) costs nothing: the stream just ends.
+
+    ``limits`` bound what the server can make this call cost: one SSE line, a
+    non-streamed body (after decompression) and the total time (a server
+    sending ``: keep-alive`` forever never resets it) -> LimitExceededError,
+    DeadlineError. A 200 answer that is neither events nor JSON (an HTML
+    page, random bytes) says what it was and is not retried.
     """
+    limits = limits or StreamLimits()
+    deadline = asyncio.get_running_loop().time() + limits.deadline_s
+    request_headers = {**dict(headers), "content-type": "application/json"}
     try:
-        async with client.stream("POST", url, json=body, headers=dict(headers)) as response:
+        async with _until(deadline, limits, url):
+            stream_cm = client.stream("POST", url, content=encode_body(body), headers=request_headers)
+            response = await stream_cm.__aenter__()
+        try:
             if response.status_code >= 300:
-                raw = await _read_capped(response)
+                async with _until(deadline, limits, url):
+                    raw = await _read_capped(response)
                 raise error_from_response(response.status_code, raw, response.headers,
                                           response.reason_phrase, secret=secret)
             content_type = response.headers.get("content-type", "")
             if "json" in content_type and non_sse_body is not None:
-                raw = await _read_capped(response, cap=None)
+                async with _until(deadline, limits, url):
+                    raw = await _read_capped(response, cap=limits.max_body, refuse_over=True)
                 _raise_if_error_body(raw, response.status_code, secret)
                 for sse in non_sse_body(raw):
                     for item in on_event(sse):
                         yield item
                 return
-            decoder = SSEDecoder()
+            decoder = SSEDecoder(max_line=limits.max_sse_line)
             sniff = bytearray()
             saw_event = False
-            async for chunk in response.aiter_bytes():
+            chunks = response.aiter_bytes()
+            while True:
+                async with _until(deadline, limits, url):
+                    chunk = await anext(chunks, None)
+                if chunk is None:
+                    break
                 if not saw_event and len(sniff) < MAX_ERROR_BODY:
                     sniff.extend(chunk[: MAX_ERROR_BODY - len(sniff)])
                 for sse in decoder.feed(chunk):
@@ -306,6 +441,10 @@ async def stream_sse_request(
             if not saw_event and sniff.strip():
                 # a 200 whose body is a JSON error rather than events
                 _raise_if_error_body(bytes(sniff), response.status_code, secret)
+                # ...or an HTML page, a proxy's banner, random bytes: say what it was, once
+                raise ProviderError(scrub(describe_unexpected_body(bytes(sniff), content_type), secret))
+        finally:
+            await stream_cm.__aexit__(None, None, None)
     except httpx.ConnectTimeout as exc:
         raise ConnectError(f"connect timeout: {_where(url)}") from exc
     except httpx.ConnectError as exc:
@@ -322,8 +461,36 @@ async def stream_sse_request(
         raise StreamCutError(scrub(f"stream cut: connection to {_where(url)} dropped ({exc})", secret)) from exc
     except (httpx.WriteError, httpx.WriteTimeout) as exc:
         raise ConnectError(scrub(f"could not send the request to {_where(url)}: {exc}", secret)) from exc
+    except httpx.DecodingError as exc:
+        raise ProviderError(scrub(f"the answer from {_where(url)} could not be decompressed ({exc})",
+                                  secret)) from exc
     except httpx.HTTPError as exc:
         raise ProviderError(scrub(f"HTTP failure talking to {_where(url)}: {exc}", secret)) from exc
+
+
+class _until:
+    """``asyncio.timeout_at`` for one await, turned into a DeadlineError naming the limit.
+
+    Used around each read only, never around a ``yield``: the consumer's own work between
+    events is not interrupted from here (it is still counted in the elapsed time).
+    """
+
+    def __init__(self, deadline: float, limits: StreamLimits, url: str) -> None:
+        self._timeout = asyncio.timeout_at(deadline)
+        self._limits = limits
+        self._url = url
+
+    async def __aenter__(self) -> None:
+        await self._timeout.__aenter__()
+
+    async def __aexit__(self, kind: Any, exc: Any, tb: Any) -> bool:
+        try:
+            await self._timeout.__aexit__(kind, exc, tb)
+        except TimeoutError:
+            raise DeadlineError(
+                f"the model call took longer than its deadline of {self._limits.deadline_s:g} s "
+                f"({_where(self._url)}); stopped waiting (limit: request_deadline)") from None
+        return False
 
 
 def _raise_if_error_body(raw: bytes, status: int, secret: str | None) -> None:
@@ -335,11 +502,21 @@ def _raise_if_error_body(raw: bytes, status: int, secret: str | None) -> None:
         raise error_from_payload(payload, status=None, fallback="error in a 200 response", secret=secret)
 
 
-async def _read_capped(response: httpx.Response, cap: int | None = MAX_ERROR_BODY) -> bytes:
+async def _read_capped(response: httpx.Response, cap: int | None = MAX_ERROR_BODY,
+                       refuse_over: bool = False) -> bytes:
+    """The body up to ``cap`` bytes (decompressed); over it, cut (error bodies) or refused."""
     data = bytearray()
     async for chunk in response.aiter_bytes():
         data.extend(chunk)
-        if cap is not None and len(data) >= cap:
+        if cap is None:
+            continue
+        if refuse_over:
+            if len(data) > cap:
+                raise LimitExceededError(
+                    f"the server's answer is over {cap:,} bytes (decompressed); stopped reading "
+                    "(limit: max_response_body)")
+        elif len(data) >= cap:
+            del data[cap:]
             break
     return bytes(data)
 

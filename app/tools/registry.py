@@ -367,11 +367,13 @@ class ToolRegistry:
 
 
 def default_registry(max_output: int = DEFAULT_MAX_OUTPUT) -> ToolRegistry:
-    """The five built-in tools."""
+    """The built-in tools: five for the workspace, one to re-read saved outputs."""
     from app.tools.bash import RunBashTool
     from app.tools.files import EditFileTool, ListFilesTool, ReadFileTool, WriteFileTool
+    from app.tools.saved_output import ReadSavedOutputTool
 
     registry = ToolRegistry(max_output)
-    for tool in (ReadFileTool(), ListFilesTool(), RunBashTool(), WriteFileTool(), EditFileTool()):
+    for tool in (ReadFileTool(), ListFilesTool(), RunBashTool(), WriteFileTool(), EditFileTool(),
+                 ReadSavedOutputTool()):
         registry.register(tool)
     return registry

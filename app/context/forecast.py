@@ -1,0 +1,89 @@
+"""What a compaction or a reset will cost, before it runs.
+
+Three figures the confirmation shows (and auto-compaction logs):
+
+- tokens freed: the projection now minus the projection after;
+- prompt-cache tokens invalidated: the cached prefix of the last request
+  that the new history no longer shares (only the system prompt and the tool
+  definitions survive a compaction; they are the start of every request);
+- the estimated cost of the next request before and after, with the model's
+  prices: the still-cached part at the cached price, the rest at the input
+  price (output is left out: it does not depend on the history). A
+  compaction that calls the model adds that call's own cost.
+
+Pure functions over numbers: the engine gathers them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from app.context.prices import Price
+
+ForecastAction = Literal["compact", "memory_compact", "reset"]
+
+
+@dataclass(frozen=True)
+class Forecast:
+    action: ForecastAction
+    tokens_before: int
+    tokens_after: int  # estimated
+    cache_tokens_invalidated: int
+    next_request_cost_before_usd: float | None  # None: no price known for the model
+    next_request_cost_after_usd: float | None
+    operation_cost_usd: float | None  # the compaction call itself (0 for a reset or a memory compaction)
+    model_call: bool  # does it call the model?
+
+    @property
+    def tokens_freed(self) -> int:
+        return max(0, self.tokens_before - self.tokens_after)
+
+    def describe(self) -> str:
+        """One line for a confirmation dialog or a log."""
+        what = {"compact": "compaction", "memory_compact": "compaction from session memory",
+                "reset": "reset"}[self.action]
+        parts = [f"{what}: frees ~{self.tokens_freed:,} tokens ({self.tokens_before:,} → ~{self.tokens_after:,})",
+                 f"invalidates {self.cache_tokens_invalidated:,} cached prompt tokens"]
+        if self.next_request_cost_before_usd is not None and self.next_request_cost_after_usd is not None:
+            parts.append(f"next request ~${self.next_request_cost_before_usd:.4f} → "
+                         f"~${self.next_request_cost_after_usd:.4f}")
+        if self.operation_cost_usd:
+            parts.append(f"the summary call ~${self.operation_cost_usd:.4f}")
+        elif not self.model_call:
+            parts.append("no model call")
+        return "; ".join(parts)
+
+
+def request_cost(tokens: int, cached_tokens: int, price: Price | None) -> float | None:
+    """Input cost of a request of ``tokens`` whose first ``cached_tokens`` are read from the cache."""
+    if price is None:
+        return None
+    cached = max(0, min(cached_tokens, tokens))
+    return ((tokens - cached) * price.input_per_mtok + cached * price.cached_input_per_mtok) / 1_000_000
+
+
+def forecast(action: ForecastAction, *, tokens_before: int, tokens_after: int, cached_prefix: int,
+             stable_prefix: int, price: Price | None, summary_tokens: int = 0,
+             compact_price: Price | None = None) -> Forecast:
+    """The figures for one action.
+
+    ``cached_prefix``: prompt-cache tokens the last request read or wrote (0 when
+    the provider reported none); ``stable_prefix``: tokens of what every request
+    starts with (system prompt, memory files, tool definitions), which stay cached.
+    ``summary_tokens``: the expected output of the compaction call (0: no call).
+    """
+    kept_cached = min(cached_prefix, stable_prefix)
+    invalidated = max(0, cached_prefix - kept_cached)
+    before = request_cost(tokens_before, cached_prefix, price)
+    after = request_cost(tokens_after, kept_cached, price)
+    model_call = action == "compact"
+    operation: float | None = 0.0
+    if model_call:
+        cp = compact_price or price
+        operation = request_cost(tokens_before, cached_prefix, cp)
+        if operation is not None and cp is not None:
+            operation += summary_tokens * cp.output_per_mtok / 1_000_000
+    return Forecast(action=action, tokens_before=tokens_before, tokens_after=tokens_after,
+                    cache_tokens_invalidated=invalidated, next_request_cost_before_usd=before,
+                    next_request_cost_after_usd=after, operation_cost_usd=operation, model_call=model_call)

@@ -1,0 +1,389 @@
+"""OpenAI Responses API over httpx, streaming (``--provider responses``).
+
+Same three parts as the other protocols: ``to_responses_input`` turns our
+history into input items, ``ResponsesStreamAssembler`` (pure, no I/O) turns
+the semantic SSE events into stream events and the final message, and
+``ResponsesProvider`` is the thin HTTP layer.
+
+What this protocol adds: items the client cannot read but must send back.
+Reasoning items carry ``encrypted_content`` (we ask for it with
+``include: ["reasoning.encrypted_content"]`` and ``store: false``, so nothing
+is kept on OpenAI's side), and with server-side compaction the stream
+returns an encrypted ``compaction`` item that stands for everything before
+it. Both are kept verbatim as ``OpaqueBlock(provider="responses")``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from app.messages import Message, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from app.providers.base import (
+    Completed,
+    ModelRequest,
+    ProviderError,
+    StreamCutError,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    ToolCallStart,
+    UsageUpdate,
+)
+from app.providers.http_base import SseHttpProvider
+from app.providers.openai import parse_tool_arguments
+from app.providers.sse import SSEEvent, assemble_stream, error_from_payload
+from app.usage import Usage
+
+PROTOCOL = "responses"
+# Items we keep opaque and send back unchanged (only to this protocol).
+OPAQUE_ITEM_TYPES = frozenset({"reasoning", "compaction"})
+_TERMINAL = frozenset({"response.completed", "response.incomplete"})
+
+
+# ---- history -> wire ----
+
+def to_responses_input(messages: list[Message]) -> list[dict[str, Any]]:
+    """Input items in history order.
+
+    User text -> an input message; a tool result -> ``function_call_output``;
+    assistant blocks in their own order -> reasoning/compaction items (verbatim),
+    an assistant message, ``function_call`` items. Thinking blocks from another
+    provider cannot be sent (Responses has no plain-text reasoning input).
+    Items before the latest compaction item are left out: the server says the
+    compaction item carries them.
+    """
+    items: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role == "user":
+            texts: list[str] = []
+            for block in message.content:
+                if isinstance(block, ToolResultBlock):
+                    items.append({"type": "function_call_output", "call_id": block.tool_use_id,
+                                  "output": _result_text(block)})
+                elif isinstance(block, TextBlock) and block.text:
+                    texts.append(block.text)
+            if texts:
+                items.append({"type": "message", "role": "user",
+                              "content": [{"type": "input_text", "text": "\n\n".join(texts)}]})
+            continue
+        for block in message.content:
+            if isinstance(block, OpaqueBlock):
+                if block.provider == PROTOCOL:
+                    items.append(dict(block.item))
+            elif isinstance(block, TextBlock):
+                if block.text:
+                    items.append({"type": "message", "role": "assistant", "content": block.text})
+            elif isinstance(block, ToolUseBlock):
+                items.append({"type": "function_call", "call_id": block.id, "name": block.name,
+                              "arguments": json.dumps(block.input, ensure_ascii=False)})
+    last_compaction = max((i for i, item in enumerate(items) if item.get("type") == "compaction"), default=None)
+    return items[last_compaction:] if last_compaction is not None else items
+
+
+def _result_text(block: ToolResultBlock) -> str:
+    # function_call_output has no error flag: say it in the text, once
+    if block.is_error and not block.content.lower().startswith("error"):
+        return f"Error: {block.content}"
+    return block.content
+
+
+# ---- wire -> events ----
+
+def parse_responses_usage(raw: Any) -> Usage:
+    """``input_tokens`` includes the cached part (and cache writes); ours is the uncached rest."""
+    if not isinstance(raw, dict):
+        return Usage()
+    total_in = raw.get("input_tokens")
+    out = raw.get("output_tokens")
+    details = raw.get("input_tokens_details") if isinstance(raw.get("input_tokens_details"), dict) else {}
+    out_details = raw.get("output_tokens_details") if isinstance(raw.get("output_tokens_details"), dict) else {}
+    cached = details.get("cached_tokens") if isinstance(details.get("cached_tokens"), int) else 0
+    written = details.get("cache_write_tokens") if isinstance(details.get("cache_write_tokens"), int) else 0
+    reasoning = out_details.get("reasoning_tokens")
+    if not isinstance(total_in, int) and not isinstance(out, int):
+        return Usage()
+    has_in = isinstance(total_in, int)
+    return Usage(
+        input_tokens=max(0, total_in - cached - written) if has_in else None,
+        cache_read_tokens=cached if has_in else None,
+        cache_write_tokens=written if has_in else None,
+        output_tokens=out if isinstance(out, int) else None,
+        reasoning_tokens=reasoning if isinstance(reasoning, int) else None,
+    )
+
+
+@dataclass
+class _Item:
+    """One output item as it streams: the ``added`` shape, deltas, then the ``done`` shape."""
+
+    item: dict[str, Any]
+    text: list[str] = field(default_factory=list)
+    arguments: list[str] = field(default_factory=list)
+    done: bool = False
+
+    @property
+    def kind(self) -> str:
+        kind = self.item.get("type")
+        return kind if isinstance(kind, str) else ""
+
+
+class ResponsesStreamAssembler:
+    """Decoded SSE events in, stream events out; ``finish()`` gives the Completed or raises.
+
+    Complete means ``response.completed`` (or ``response.incomplete``) arrived;
+    the Responses stream has no ``[DONE]``. The completed response's ``output``
+    is authoritative; the streamed items are the fallback.
+    """
+
+    def __init__(self, *, secret: str | None = None) -> None:
+        self._secret = secret
+        self._items: dict[int, _Item] = {}
+        self._final_output: list[Any] | None = None
+        self._usage = Usage()
+        self._status: str | None = None
+        self._incomplete_reason: str | None = None
+        self._events_seen = 0
+
+    def feed(self, sse: SSEEvent) -> list[StreamEvent]:
+        self._events_seen += 1
+        if self._status is not None:
+            return []
+        try:
+            payload = json.loads(sse.data)
+        except ValueError:
+            raise ProviderError(f"malformed stream event (not JSON): {sse.data[:200]!r}", error_type="bad_response") from None
+        if not isinstance(payload, dict):
+            raise ProviderError(f"malformed stream event: {sse.data[:200]!r}", error_type="bad_response")
+        kind = payload.get("type") if isinstance(payload.get("type"), str) else sse.event
+        out: list[StreamEvent] = []
+        if kind == "error" or sse.event == "error":
+            raise self._error(payload)
+        if kind == "response.failed":
+            response = payload.get("response") if isinstance(payload.get("response"), dict) else {}
+            raise self._error(response.get("error") if isinstance(response.get("error"), dict) else {})
+        if kind == "response.output_item.added":
+            self._added(payload, out)
+        elif kind == "response.output_text.delta":
+            delta = payload.get("delta")
+            state = self._item_for(payload, "message")
+            if isinstance(delta, str) and delta:
+                state.text.append(delta)
+                out.append(TextDelta(delta))
+        elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
+            delta = payload.get("delta")
+            if isinstance(delta, str) and delta:
+                out.append(ThinkingDelta(delta))
+        elif kind == "response.function_call_arguments.delta":
+            delta = payload.get("delta")
+            index = self._index(payload)
+            state = self._items.get(index)
+            if state is None or state.kind != "function_call":
+                raise ProviderError(f"arguments delta for output {index}, which is not a started function call",
+                                    error_type="bad_response")
+            if isinstance(delta, str) and delta:
+                state.arguments.append(delta)
+                out.append(ToolCallDelta(index=index, partial_json=delta))
+        elif kind == "response.output_item.done":
+            item = payload.get("item")
+            if isinstance(item, dict):
+                index = self._index(payload)
+                state = self._items.get(index)
+                if state is None:
+                    state = self._items[index] = _Item(item)
+                    self._announce(index, state, out)
+                state.item = item
+                state.done = True
+        elif kind in _TERMINAL:
+            response = payload.get("response") if isinstance(payload.get("response"), dict) else {}
+            self._status = "completed" if kind == "response.completed" else "incomplete"
+            if isinstance(response.get("output"), list):
+                self._final_output = response["output"]
+            details = response.get("incomplete_details")
+            if isinstance(details, dict) and isinstance(details.get("reason"), str):
+                self._incomplete_reason = details["reason"]
+            if isinstance(response.get("usage"), dict):
+                self._usage = parse_responses_usage(response["usage"])
+                out.append(UsageUpdate(self._usage))
+        # response.created / in_progress / content_part.* / *.done text events and unknown types change nothing
+        return out
+
+    def _error(self, err: dict[str, Any]) -> ProviderError:
+        # {"type": "error", "code", "message", "param"} or response.error {"code", "message"}
+        code = err.get("code")
+        body = {"error": {"message": err.get("message"), "code": code,
+                          "type": code if isinstance(code, str) else None}}
+        return error_from_payload(body, status=None, fallback="the response failed", secret=self._secret,
+                                  in_stream=True)
+
+    def _index(self, payload: dict[str, Any]) -> int:
+        """The output item an event is about: its ``output_index``; some compatible servers leave
+        it out, then the item with that ``item_id``, else the latest item (a new one for ``added``)."""
+        index = payload.get("output_index")
+        if isinstance(index, int):
+            return index
+        item_id = payload.get("item_id")
+        item = payload.get("item")
+        if item_id is None and isinstance(item, dict):
+            item_id = item.get("id")
+        if isinstance(item_id, str):
+            for known, state in self._items.items():
+                if state.item.get("id") == item_id:
+                    return known
+        if payload.get("type") == "response.output_item.added" or not self._items:
+            return max(self._items, default=-1) + 1
+        return max(self._items)
+
+    def _item_for(self, payload: dict[str, Any], kind: str) -> _Item:
+        """The item a delta belongs to; a text delta for an item never announced opens one."""
+        index = self._index(payload)
+        state = self._items.get(index)
+        if state is None:
+            item_id = payload.get("item_id")
+            state = self._items[index] = _Item({"type": kind, **({"id": item_id} if isinstance(item_id, str) else {})})
+        return state
+
+    def _added(self, payload: dict[str, Any], out: list[StreamEvent]) -> None:
+        item = payload.get("item")
+        if not isinstance(item, dict):
+            return
+        index = self._index(payload)
+        if index in self._items:
+            raise ProviderError(f"output item {index} added twice", error_type="bad_response")
+        state = self._items[index] = _Item(item)
+        self._announce(index, state, out)
+
+    def _announce(self, index: int, state: _Item, out: list[StreamEvent]) -> None:
+        if state.kind != "function_call":
+            return
+        call_id, name = state.item.get("call_id"), state.item.get("name")
+        if not (isinstance(call_id, str) and call_id and isinstance(name, str) and name):
+            raise ProviderError(f"function_call item {index} without call_id or name", error_type="bad_response")
+        out.append(ToolCallStart(index=index, id=call_id, name=name))
+        arguments = state.item.get("arguments")
+        if isinstance(arguments, str) and arguments:
+            state.arguments.append(arguments)
+            out.append(ToolCallDelta(index=index, partial_json=arguments))
+
+    @property
+    def complete(self) -> bool:
+        return self._status is not None
+
+    def finish(self) -> Completed:
+        if self._status is None:
+            if self._events_seen == 0:
+                raise StreamCutError("empty response: the server sent no events")
+            raise StreamCutError("stream cut: it ended without response.completed")
+        if self._final_output:  # an empty or missing output (some compatible servers): what streamed
+            items = [_Item(i, done=True) for i in self._final_output if isinstance(i, dict)]
+        else:
+            items = [self._items[i] for i in sorted(self._items)]
+        content: list[Any] = []
+        for state in items:
+            block = _block_of(state)
+            if block is not None:
+                content.append(block)
+        has_tools = any(isinstance(b, ToolUseBlock) for b in content)
+        if self._status == "incomplete":
+            reason = self._incomplete_reason or "incomplete"
+            stop_reason = "max_tokens" if reason == "max_output_tokens" else reason
+        else:
+            stop_reason = "tool_use" if has_tools else "end_turn"
+        return Completed(message=Message(role="assistant", content=content), usage=self._usage,
+                         stop_reason=stop_reason)
+
+
+def _block_of(state: _Item) -> Any | None:
+    item, kind = state.item, state.kind
+    if kind in OPAQUE_ITEM_TYPES:
+        return OpaqueBlock(provider=PROTOCOL, item=item)
+    if kind == "message":
+        parts = item.get("content") if isinstance(item.get("content"), list) else []
+        text = "".join(p.get("text", "") for p in parts
+                       if isinstance(p, dict) and p.get("type") == "output_text" and isinstance(p.get("text"), str))
+        refusal = "".join(p.get("refusal", "") for p in parts
+                          if isinstance(p, dict) and p.get("type") == "refusal" and isinstance(p.get("refusal"), str))
+        text = (text if state.done else "") or "".join(state.text) or refusal
+        return TextBlock(text=text) if text else None
+    if kind == "function_call":
+        call_id, name = item.get("call_id"), item.get("name")
+        if not (isinstance(call_id, str) and call_id and isinstance(name, str) and name):
+            raise ProviderError("function_call item without call_id or name", error_type="bad_response")
+        arguments = item.get("arguments")
+        raw = arguments if state.done and isinstance(arguments, str) else "".join(state.arguments)
+        return ToolUseBlock(id=call_id, name=name, input=parse_tool_arguments(raw))
+    return None  # hosted-tool items we never ask for
+
+
+def assemble_responses_stream(chunks: Iterable[bytes | str], *, secret: str | None = None) -> list[StreamEvent]:
+    """Decode and assemble a whole stream (tests, fuzzing); the last event is the Completed."""
+    return assemble_stream(ResponsesStreamAssembler(secret=secret), chunks)
+
+
+def non_stream_to_events(raw: bytes) -> list[SSEEvent]:
+    """A server that ignored ``stream: true`` answered with one response object: replay it as events."""
+    try:
+        payload = json.loads(raw.decode("utf-8", errors="replace"))
+    except ValueError:
+        return []
+    if not isinstance(payload, dict) or payload.get("object") != "response":
+        return []
+    status = payload.get("status")
+    if status == "failed":
+        kind = "response.failed"
+    else:
+        kind = "response.incomplete" if status == "incomplete" else "response.completed"
+    return [SSEEvent(kind, json.dumps({"type": kind, "response": payload}))]
+
+
+# ---- the HTTP layer ----
+
+class ResponsesProvider(SseHttpProvider):
+    """One streaming ``POST /responses`` per ``stream``; stateless (``store: false``)."""
+
+    name = PROTOCOL
+    assembler_class = ResponsesStreamAssembler
+    non_stream_to_events = staticmethod(non_stream_to_events)
+
+    def __init__(self, model: str, base_url: str, api_key: str | None, *, timeout_connect: float = 10.0,
+                 timeout_read: float = 120.0, max_tokens: int | None = None,
+                 extra_headers: dict[str, str] | None = None, extra_body: dict[str, Any] | None = None,
+                 compact_threshold: int | None = None) -> None:
+        super().__init__(model, base_url, api_key, timeout_connect=timeout_connect, timeout_read=timeout_read,
+                         max_tokens=max_tokens, extra_headers=extra_headers, extra_body=extra_body)
+        # Server-side compaction: on when set (the auto-compact line; see app/context/server_side.py).
+        self.compact_threshold = compact_threshold
+
+    @property
+    def url(self) -> str:
+        return f"{self.base_url}/responses"
+
+    def build_body(self, request: ModelRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "input": to_responses_input(request.messages),
+            "stream": True,
+            "store": False,
+            "include": ["reasoning.encrypted_content"],
+            "max_output_tokens": self.max_tokens or request.max_tokens,
+        }
+        if request.system:
+            body["instructions"] = request.system
+        if request.tools:
+            body["tools"] = [{"type": "function", "name": t.name, "description": t.description,
+                              "parameters": t.input_schema, "strict": False} for t in request.tools]
+            body["tool_choice"] = request.tool_choice
+        if self.compact_threshold is not None:
+            body["context_management"] = [{"type": "compaction", "compact_threshold": self.compact_threshold}]
+        body.update(self.extra_body)
+        return body
+
+    def headers(self) -> dict[str, str]:
+        headers = {"content-type": "application/json", "accept": "text/event-stream",
+                   "user-agent": "tidegauge/0.1"}
+        if self.api_key:
+            headers["authorization"] = f"Bearer {self.api_key}"
+        headers.update(self.extra_headers)
+        return headers

@@ -1,0 +1,444 @@
+"""Reliability probes on sessions: a real ``tidegauge -p`` process against the scripted server.
+
+Each probe is something an unlucky user or a hostile server did to a session:
+a kill -9 at a bad moment, a server that reuses tool-call ids, two processes on
+one session, a damaged transcript, bytes that are not UTF-8. After each, the
+next ``--continue`` must send a valid request and keep the conversation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fake_llm_server import openai_events, openai_text, openai_tool_calls
+
+from app.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from app.session import SessionStore
+from app.transcript import INTERRUPTED_RESULT, TranscriptWriter, restore, sendable_problems
+
+API_KEY = "sk-test-reliability-secret-2718281828"
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    variables = {k: v for k, v in os.environ.items()
+                 if not k.startswith("TIDEGAUGE_") and not k.endswith("_API_KEY")}
+    variables.update(TIDEGAUGE_DATA_DIR=str(tmp_path / "data"), TIDEGAUGE_CONFIG_DIR=str(tmp_path / "config"),
+                     OPENAI_API_KEY=API_KEY, PYTHONUNBUFFERED="1")
+    return variables
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    path = tmp_path / "project"
+    path.mkdir()
+    (path / "notes.txt").write_text("the first file\n")
+    return path
+
+
+def cli(fake_llm, *args: str) -> list[str]:
+    return [sys.executable, "-m", "app", "--provider", "openai", "--model", "fake-model",
+            "--base-url", fake_llm.base_url("openai"), "--output-format", "stream-json", *args]
+
+
+def wire_problems(messages: list[dict[str, Any]]) -> list[str]:
+    """What an OpenAI-compatible server would reject in a sent ``messages`` list."""
+    problems: list[str] = []
+    seen: set[str] = set()
+    open_calls: list[str] = []
+    for i, m in enumerate(messages):
+        if m["role"] == "tool":
+            if not open_calls or m["tool_call_id"] != open_calls[0]:
+                problems.append(f"message {i}: tool result {m['tool_call_id']!r} answers no pending call")
+            else:
+                open_calls.pop(0)
+            continue
+        if open_calls:
+            problems.append(f"message {i}: calls {open_calls} left without results")
+            open_calls = []
+        for call in m.get("tool_calls") or []:
+            if call["id"] in seen:
+                problems.append(f"message {i}: duplicate tool call id {call['id']!r}")
+            seen.add(call["id"])
+            open_calls.append(call["id"])
+    if open_calls:
+        problems.append(f"calls {open_calls} left without results at the end")
+    return problems
+
+
+class BlockingTool:
+    """A run_bash command that reports its pid through a FIFO, then sleeps: the process is mid-tool."""
+
+    def __init__(self, tmp_path: Path, name: str = "tool-started") -> None:
+        self.fifo = tmp_path / name
+        os.mkfifo(self.fifo)
+        self.command = f"echo $$ > {self.fifo}; exec sleep 600"
+        self.pid: list[int] = []
+
+    def wait(self, proc: subprocess.Popen) -> None:
+        reader = threading.Thread(target=lambda: self.pid.append(int(self.fifo.read_text().strip())), daemon=True)
+        reader.start()
+        reader.join(timeout=90)
+        if not self.pid:
+            if proc.poll() is None:
+                proc.kill()
+            out, err = proc.communicate(timeout=30)
+            pytest.fail(f"the tool never started: {err.decode(errors='replace')[-2000:]}")
+
+    def end(self) -> None:
+        for pid in self.pid:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.communicate(timeout=30)
+
+
+def start(fake_llm, project: Path, env: dict[str, str], *args: str) -> subprocess.Popen:
+    return subprocess.Popen(cli(fake_llm, *args), cwd=project, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+
+
+# ---------------------------------------------------------------- results matched by position
+
+def test_reused_call_id_after_kill_gets_its_own_interrupted_result(fake_llm, env, project, tmp_path) -> None:
+    """call_0 in turn 1 and again in turn 2; a kill during the second must not give it the first's result."""
+    fake_llm.enqueue(openai_tool_calls([("read_file", {"path": "notes.txt"}, "call_0")]),
+                     openai_text("The file says: the first file."))
+    first = subprocess.run(cli(fake_llm, "-p", "read notes.txt", "--yes"), cwd=project, env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+
+    tool = BlockingTool(tmp_path)
+    fake_llm.enqueue(openai_tool_calls([("run_bash", {"command": tool.command}, "call_0")]))
+    proc = start(fake_llm, project, env, "-p", "now run the long job", "--yes", "--continue")
+    try:
+        tool.wait(proc)
+    finally:
+        kill_group(proc)
+        tool.end()
+
+    fake_llm.enqueue(openai_text("It was interrupted."))
+    third = subprocess.run(cli(fake_llm, "-p", "what happened?", "--continue"), cwd=project, env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert third.returncode == 0, third.stderr
+    sent = fake_llm.last_json["messages"]
+    assert wire_problems(sent) == []
+    results = [m["content"] for m in sent if m["role"] == "tool"]
+    assert len(results) == 2
+    assert "the first file" in results[0]
+    assert INTERRUPTED_RESULT in results[1] and "the first file" not in results[1]
+
+
+# ---------------------------------------------------------------- one writer per session
+
+def test_second_process_on_a_live_session_refuses_naming_the_first(fake_llm, env, project, tmp_path) -> None:
+    tool = BlockingTool(tmp_path)
+    fake_llm.enqueue(openai_tool_calls([("run_bash", {"command": tool.command}, "call_long")]))
+    holder = start(fake_llm, project, env, "-p", "run the long job", "--yes")
+    try:
+        tool.wait(holder)
+        second = subprocess.run(cli(fake_llm, "-p", "another task", "--continue"), cwd=project, env=env,
+                                capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2
+        lines = second.stderr.strip().splitlines()
+        assert len(lines) == 1, second.stderr
+        assert f"process {holder.pid}" in lines[0] and "--fork-session" in lines[0]
+        assert "Traceback" not in second.stderr
+
+        # With --fork-session the same command continues in a copy, while the first still runs.
+        fake_llm.enqueue(openai_text("Forked and answered."))
+        forked = subprocess.run(cli(fake_llm, "-p", "another task", "--continue", "--fork-session"),
+                                cwd=project, env=env, capture_output=True, text=True, timeout=120)
+        assert forked.returncode == 0, forked.stderr
+        sent = fake_llm.last_json["messages"]
+        assert "run the long job" in json.dumps(sent)  # the copy has the earlier conversation
+        assert wire_problems(sent) == []
+    finally:
+        kill_group(holder)
+        tool.end()
+
+    store = SessionStore(tmp_path / "data")
+    sessions = store.list_for(project)
+    assert len(sessions) == 2
+    copy = next(s for s in sessions if s.meta.forked_from)
+    original = next(s for s in sessions if not s.meta.forked_from)
+    assert copy.meta.forked_from == original.id
+    assert "another task" not in original.transcript_path.read_text()  # the original was not touched
+    assert "another task" in copy.transcript_path.read_text()
+
+
+def test_two_concurrent_continues_never_merge_their_tasks(fake_llm, env, project) -> None:
+    fake_llm.enqueue(openai_text("Started."))
+    assert subprocess.run(cli(fake_llm, "-p", "start", "--yes"), cwd=project, env=env,
+                          capture_output=True, timeout=120).returncode == 0
+    fake_llm.default = lambda body, path: openai_text("Done.")
+    procs = [start(fake_llm, project, env, "-p", f"task number {n}", "--continue") for n in (1, 2)]
+    outcomes = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        outcomes.append((proc.returncode, err.decode(errors="replace")))
+    for code, err in outcomes:
+        assert code in (0, 2), err
+        if code == 2:
+            assert "is in use by process" in err and len(err.strip().splitlines()) == 1
+    assert any(code == 0 for code, _ in outcomes)
+
+    session = SessionStore(env["TIDEGAUGE_DATA_DIR"]).latest_for(project)
+    state = restore(session)
+    assert sendable_problems(state.history) == []
+    user_texts = [m.text for m in state.history if m.role == "user"]
+    for text in user_texts:
+        assert not ("task number 1" in text and "task number 2" in text), user_texts
+    finished = sum(code == 0 for code, _ in outcomes)
+    assert sum("task number" in t for t in user_texts) == finished
+
+
+def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path: Path) -> None:
+    transcript = tmp_path / "s" / "transcript.jsonl"
+    transcript.parent.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    lock = transcript.with_name(transcript.name + ".lock")
+    lock.write_text(json.dumps({"pid": dead.pid, "since": 0}))
+    with TranscriptWriter(transcript) as writer:
+        writer.append_message(Message.user("hello"))
+        assert json.loads(lock.read_text())["pid"] == os.getpid()
+
+
+def test_a_lock_held_by_a_live_process_refuses_in_another(tmp_path: Path) -> None:
+    transcript = tmp_path / "s" / "transcript.jsonl"
+    with TranscriptWriter(transcript):
+        code = ("import sys; from app.transcript import TranscriptWriter\n"
+                "try:\n    TranscriptWriter(sys.argv[1])\nexcept Exception as err:\n"
+                "    print(type(err).__name__, err); sys.exit(2)\n")
+        other = subprocess.run([sys.executable, "-c", code, str(transcript)], capture_output=True, text=True,
+                               timeout=60, cwd=Path(__file__).resolve().parents[1])
+        assert other.returncode == 2, other.stdout + other.stderr
+        assert other.stdout.startswith("SessionLocked") and f"process {os.getpid()}" in other.stdout
+    # released on close: now the other process can write
+    assert subprocess.run([sys.executable, "-c", code, str(transcript)], capture_output=True,
+                          timeout=60, cwd=Path(__file__).resolve().parents[1]).returncode == 0
+
+
+# ---------------------------------------------------------------- damaged transcripts
+
+def _conversation(path: Path) -> list[bytes]:
+    """A transcript of two tool rounds; returns its lines."""
+    with TranscriptWriter(path) as w:
+        w.append_message(Message.user("task"))
+        w.append_message(Message(role="assistant", content=[TextBlock(text="reading"),
+                                                            ToolUseBlock(id="call_0", name="read_file",
+                                                                         input={"path": "a"})]))
+        w.append_message(Message(role="user", content=[ToolResultBlock(tool_use_id="call_0", content="A")]))
+        w.append_message(Message(role="assistant", content=[ToolUseBlock(id="call_1", name="list_files",
+                                                                         input={})]))
+        w.append_message(Message(role="user", content=[ToolResultBlock(tool_use_id="call_1", content="B")]))
+        w.append_message(Message.assistant_text("done"))
+        w.end_turn()
+    return path.read_bytes().splitlines(keepends=True)
+
+
+def _message_line(message: Message) -> bytes:
+    return (json.dumps({"kind": "message", "ts": 1.0, "message": message.model_dump(mode="json")}) + "\n").encode()
+
+
+DAMAGES = {
+    "torn assistant line": lambda lines: lines[:3] + [lines[3][: len(lines[3]) // 2]],
+    "garbage for the assistant line": lambda lines: lines[:3] + [b"\x00\xff{{garbage\n"] + lines[4:],
+    "assistant line wrongly typed": lambda lines: lines[:3] + [lines[3].replace(b'"assistant"', b'"user"', 1)]
+    + lines[4:],
+    "assistant line with a result in it": lambda lines: lines[:3] + [_message_line(Message(
+        role="assistant", content=[ToolResultBlock(tool_use_id="call_0", content="A")]))] + lines[4:],
+    "duplicated assistant line": lambda lines: lines[:4] + [lines[3]] + lines[4:],
+    "duplicated results line": lambda lines: lines[:5] + [lines[4]] + lines[5:],
+    "results line lost": lambda lines: lines[:4] + lines[5:],
+    "assistant line lost": lambda lines: lines[:3] + lines[4:],
+    "first line lost": lambda lines: lines[1:],
+    "an id reused in one message": lambda lines: lines[:3] + [lines[3].replace(b'"call_1"', b'"call_0"')]
+    + [lines[4].replace(b'"call_1"', b'"call_0"')] + lines[5:],
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_a_damaged_transcript_restores_to_a_valid_history_with_warnings(tmp_path: Path, damage: str) -> None:
+    path = tmp_path / "transcript.jsonl"
+    lines = _conversation(path)
+    path.write_bytes(b"".join(DAMAGES[damage](lines)))
+    state = restore(path)
+    assert sendable_problems(state.history) == [], state.history
+    assert state.warnings, "a repair or a skipped line must be reported"
+    assert state.history and state.history[0].role == "user"
+
+
+def test_a_damaged_transcript_resumes_through_the_cli_with_a_valid_request(fake_llm, env, project) -> None:
+    fake_llm.enqueue(openai_tool_calls([("read_file", {"path": "notes.txt"}, "call_0")]),
+                     openai_text("Read it."))
+    assert subprocess.run(cli(fake_llm, "-p", "read notes.txt", "--yes"), cwd=project, env=env,
+                          capture_output=True, timeout=120).returncode == 0
+    session = SessionStore(env["TIDEGAUGE_DATA_DIR"]).latest_for(project)
+    lines = session.transcript_path.read_bytes().splitlines(keepends=True)
+    assistant = next(line for line in lines if b'"tool_calls"' not in line and b'"tool_use"' in line
+                     and b'"kind":"message"' in line)
+    # the assistant line written twice, and a garbage line after it
+    index = lines.index(assistant)
+    session.transcript_path.write_bytes(b"".join(lines[: index + 1] + [assistant, b"\xff\xfe{not json\n"]
+                                                 + lines[index + 1:]))
+    fake_llm.enqueue(openai_text("Still fine."))
+    resumed = subprocess.run(cli(fake_llm, "-p", "and now?", "--continue"), cwd=project, env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert wire_problems(fake_llm.last_json["messages"]) == []
+
+
+# ---------------------------------------------------------------- bytes that are not UTF-8
+
+SURROGATE_DELTA = '{"choices":[{"index":0,"delta":{"content":"half \\ud800 a pair"},"finish_reason":null}]}'
+
+
+def test_non_utf8_cwd_and_a_lone_surrogate_delta_keep_the_session_usable(fake_llm, env, tmp_path) -> None:
+    project = Path(os.fsdecode(os.fsencode(tmp_path) + b"/caf\xe9"))
+    project.mkdir()
+    fake_llm.enqueue(openai_events([{"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                                  "finish_reason": None}]},
+                                    SURROGATE_DELTA,
+                                    {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}]))
+    first = subprocess.run(cli(fake_llm, "-p", "hello"), cwd=project, env=env, capture_output=True, timeout=120)
+    assert first.returncode == 0, first.stderr.decode(errors="replace")
+    for line in first.stdout.splitlines():
+        json.loads(line.decode("utf-8"))  # strict UTF-8, valid JSON: one object per line
+    assert b"half " in first.stdout
+
+    for attempt in range(2):  # the session stays usable on every later --continue
+        fake_llm.enqueue(openai_text(f"Answer {attempt}."))
+        later = subprocess.run(cli(fake_llm, "-p", f"again {attempt}", "--continue"), cwd=project, env=env,
+                               capture_output=True, timeout=120)
+        assert later.returncode == 0, later.stderr.decode(errors="replace")
+        for line in later.stdout.splitlines():
+            json.loads(line.decode("utf-8"))
+        sent = json.dumps(fake_llm.last_json["messages"])
+        assert "half " in sent and "hello" in sent
+    assert len(SessionStore(env["TIDEGAUGE_DATA_DIR"]).list_for(project)) == 1
+
+
+# ---------------------------------------------------------------- kill -9 at many points
+
+def _scripted_task(body: dict, path: str):
+    """Answers by what was sent: a read, then a command, then the answer; a resume gets text."""
+    messages = body["messages"]
+    last_user = next((m for m in reversed(messages) if m["role"] == "user"), {})
+    if "resume check" in json.dumps(last_user.get("content", "")):
+        return openai_text("Resumed fine.")
+    calls = sum(len(m.get("tool_calls") or []) for m in messages if m["role"] == "assistant")
+    step = calls
+    if step == 0:
+        return openai_tool_calls([("read_file", {"path": "notes.txt"}, "call_0")], text="Reading.")
+    if step == 1:
+        return openai_tool_calls([("run_bash", {"command": "echo checked"}, "call_0"),
+                                  ("list_files", {}, "call_1")])
+    return openai_text("All done: " + "the notes are fine. " * 20)
+
+
+@pytest.mark.parametrize("kill_after_lines", [1, 2, 3, 5, 7, 9, 11, 13, 16, 20])
+def test_kill_9_at_many_points_then_continue_sends_a_valid_request(fake_llm, env, project, kill_after_lines) -> None:
+    """kill -9 after the Nth stream-json line (a state, not a delay), then --continue."""
+    fake_llm.default = _scripted_task
+    fake_llm.allow_unscripted = True
+    proc = start(fake_llm, project, env, "-p", "check the notes", "--yes")
+    seen = 0
+    try:
+        for _ in proc.stdout:
+            seen += 1
+            if seen >= kill_after_lines:
+                break
+    finally:
+        kill_group(proc)
+    session = SessionStore(env["TIDEGAUGE_DATA_DIR"]).latest_for(project)
+    assert session is not None
+    state = restore(session)
+    assert sendable_problems(state.history) == []
+
+    resumed = subprocess.run(cli(fake_llm, "-p", "resume check", "--continue", "--yes"), cwd=project, env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    sent = fake_llm.last_json["messages"]
+    assert wire_problems(sent) == []
+    assert "check the notes" in json.dumps(sent)
+
+
+# ---------------------------------------------------------------- random damage, as a property
+
+from hypothesis import given, strategies as st  # noqa: E402
+
+
+def _round_trip_lines(tmp: Path) -> list[bytes]:
+    path = tmp / "base.jsonl"
+    if not path.exists():
+        _conversation(path)
+    return path.read_bytes().splitlines(keepends=True)
+
+
+@pytest.fixture(scope="module")
+def base_lines(tmp_path_factory) -> list[bytes]:
+    return _round_trip_lines(tmp_path_factory.mktemp("base"))
+
+
+damage_op = st.one_of(
+    st.tuples(st.just("drop"), st.integers(0, 30)),
+    st.tuples(st.just("duplicate"), st.integers(0, 30)),
+    st.tuples(st.just("swap"), st.integers(0, 30)),
+    st.tuples(st.just("tear"), st.integers(0, 30), st.floats(0.05, 0.95)),
+    st.tuples(st.just("garbage"), st.integers(0, 30), st.binary(min_size=1, max_size=40)),
+    st.tuples(st.just("retype"), st.integers(0, 30)),
+)
+
+
+def _apply(lines: list[bytes], op: tuple) -> list[bytes]:
+    if not lines:
+        return lines
+    i = op[1] % len(lines)
+    kind = op[0]
+    if kind == "drop":
+        return lines[:i] + lines[i + 1:]
+    if kind == "duplicate":
+        return lines[:i + 1] + [lines[i]] + lines[i + 1:]
+    if kind == "swap" and i + 1 < len(lines):
+        return lines[:i] + [lines[i + 1], lines[i]] + lines[i + 2:]
+    if kind == "tear":
+        return lines[:i] + [lines[i][: max(1, int(len(lines[i]) * op[2]))]] + lines[i + 1:]
+    if kind == "garbage":
+        return lines[:i] + [op[2] + b"\n"] + lines[i:]
+    if kind == "retype":
+        line = lines[i]
+        flipped = (line.replace(b'"role":"assistant"', b'"role":"@"').replace(b'"role":"user"', b'"role":"assistant"')
+                   .replace(b'"role":"@"', b'"role":"user"'))
+        return lines[:i] + [flipped] + lines[i + 1:]
+    return lines
+
+
+@given(ops=st.lists(damage_op, min_size=1, max_size=6))
+def test_any_damage_restores_to_a_sendable_history(base_lines, tmp_path_factory, ops) -> None:
+    lines = list(base_lines)
+    for op in ops:
+        lines = _apply(lines, op)
+    path = tmp_path_factory.mktemp("damaged") / "transcript.jsonl"
+    path.write_bytes(b"".join(lines))
+    state = restore(path)
+    assert sendable_problems(state.history) == []
+    assert not state.history or state.history[0].role == "user"

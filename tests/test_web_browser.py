@@ -1,0 +1,107 @@
+"""``tidegauge --web`` in a real headless Chromium: the demo task, ctrl+o, ctrl+s, and stopping.
+
+One server and one page run the whole user flow (each step needs the one before:
+the output to expand and the context to compact come from the task). The page's
+screen is read from xterm.js's buffer and every step waits for what it shows.
+
+``TIDEGAUGE_WRITE_SCREENSHOTS=1`` also saves the page as screenshots/web-dashboard.png.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Iterator
+from urllib.parse import urlsplit
+
+import psutil
+import pytest
+
+from web_support import ROOT, START_TIMEOUT_S, BrowserTerminal, WebServer, browser_pages, require_chromium
+
+VIEWPORT = (1600, 1000)
+SCREENSHOT = ROOT / "screenshots" / "web-dashboard.png"
+
+pytestmark = pytest.mark.timeout(360)  # Chromium + the dashboard + a 15 MB demo log on a loaded machine
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[WebServer]:
+    require_chromium()
+    # --yes and --max-steps must reach every tab's dashboard (no approval dialog; "of 9" in the header)
+    web = WebServer.start(tmp_path, "--web-port", "0", "--provider", "demo", "--demo-speed", "0", "--yes",
+                          "--max-steps", "9")
+    try:
+        web.wait_for_address()
+        yield web
+    finally:
+        web.stop()
+
+
+@pytest.fixture
+def terminal() -> Iterator[BrowserTerminal]:
+    require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        for page in browser_pages(playwright, VIEWPORT):
+            yield BrowserTerminal(page)
+
+
+def test_the_demo_task_runs_in_the_browser_and_ctrl_o_and_ctrl_s_work(
+        server: WebServer, terminal: BrowserTerminal, tmp_path: Path) -> None:
+    terminal.open(server.url)
+    screen = terminal.wait_for_text("demo (scripted model)", "Ask tidegauge", "of 9", timeout_s=START_TIMEOUT_S)
+    assert "context" in screen and "auto-compact" in screen  # the gauge is there from the first screen
+
+    terminal.focus()
+    terminal.type("find errors in app.log")
+    terminal.press("Enter")
+    # The answer names the one error line, and the cat call is marked truncated.
+    terminal.wait_for_text("ERROR database connection refused", "truncated", "idle")
+
+    terminal.click_text("run_bash cat app.log")  # the call (in the tool list or the conversation)
+    terminal.press("Control+o")
+    # The viewer shows the whole saved output (15 MB of log), not the cut the model saw.
+    saved = max((tmp_path / "data" / "sessions").glob("*/tool-results/*"), key=lambda f: f.stat().st_size)
+    full_text = saved.read_text(encoding="utf-8")
+    terminal.wait_for_text(f"full output: {len(full_text):,} characters", full_text.split("\n", 1)[0])
+
+    shot = tmp_path / "web-dashboard.png"
+    terminal.page.screenshot(path=str(shot))
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    if os.environ.get("TIDEGAUGE_WRITE_SCREENSHOTS"):
+        shutil.copyfile(shot, SCREENSHOT)
+
+    terminal.press("Control+o")  # collapse again
+    terminal.press("Control+s")
+    terminal.wait_for_text("context compacted")
+
+    # Offline: the page, its script, styles and fonts all came from this server.
+    hosts = {urlsplit(url).netloc for url in terminal.requests if urlsplit(url).scheme in ("http", "https", "ws")}
+    assert hosts == {urlsplit(server.url).netloc}, terminal.requests
+
+
+def test_a_closed_tab_ends_its_dashboard_and_ctrl_c_on_the_server_ends_the_others(
+        server: WebServer, terminal: BrowserTerminal) -> None:
+    other = BrowserTerminal(terminal.page.context.new_page())
+    before = {p.pid for p in server.descendants()}
+    other.open(server.url)
+    other.wait_for_text("Ask tidegauge", timeout_s=START_TIMEOUT_S)
+    other_dashboards = [p for p in server.descendants() if p.pid not in before]
+    terminal.open(server.url)
+    terminal.wait_for_text("Ask tidegauge", timeout_s=START_TIMEOUT_S)
+    dashboards = [p for p in server.descendants() if p not in other_dashboards]
+    assert other_dashboards and dashboards, "every tab runs its own dashboard process"
+
+    other.page.close()
+    gone, alive = psutil.wait_procs(other_dashboards, timeout=START_TIMEOUT_S)
+    assert not alive, "closing a tab ends its dashboard"
+    assert all(p.is_running() for p in dashboards), "the other tab's dashboard runs on"
+
+    assert server.stop() == 0
+    assert "stopped" in server.output[-1]
+    gone, alive = psutil.wait_procs(dashboards, timeout=START_TIMEOUT_S)
+    assert not alive, f"left running after ctrl+c: {[p.pid for p in alive]}"
+    terminal.page.get_by_text("Session ended.").wait_for(state="visible", timeout=START_TIMEOUT_S * 1000)
