@@ -470,7 +470,7 @@ def test_every_built_in_schema_comes_from_its_argument_model() -> None:
         model_schema = tool.Args.model_json_schema()
         assert set(spec.input_schema["properties"]) == set(model_schema["properties"])
         assert spec.input_schema.get("required", []) == model_schema.get("required", [])
-        for name, prop in spec.input_schema["properties"].items():
+        for prop in spec.input_schema["properties"].values():
             assert prop["type"] in ("string", "integer") and prop["description"]
 
 

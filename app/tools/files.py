@@ -99,7 +99,7 @@ def _errors_to_tool_errors(raw: str, ctx: ToolContext, exc: OSError, *, action: 
 
 
 @dataclass
-class _ReadRange:
+class ReadRange:
     lines: list[str]  # formatted, line-numbered
     first_line: int
     last_line: int
@@ -193,8 +193,14 @@ def _read_line(f: IO[bytes], digest: Any, budget: _Budget, flag: CancelFlag) -> 
     return text, length, cut
 
 
-def _read_range(raw: str, ctx: ToolContext, offset: int, limit: int, flag: CancelFlag) -> _ReadRange:
-    opened = open_file_for_reading(raw, ctx)
+def _read_range(raw: str, ctx: ToolContext, offset: int, limit: int, flag: CancelFlag) -> ReadRange:
+    return read_opened_range(open_file_for_reading(raw, ctx), offset, limit, flag, ctx.read_max_bytes)
+
+
+def read_opened_range(
+    opened: OpenedFile, offset: int, limit: int, flag: CancelFlag, read_max_bytes: int
+) -> ReadRange:
+    """Numbered lines ``offset``.. of an open regular file (closed here), bounded in lines and bytes."""
     shown, st = opened.shown, opened.st
     with os.fdopen(opened.fd, "rb") as f:
         if b"\0" in f.read(BINARY_SNIFF_BYTES):
@@ -212,7 +218,7 @@ def _read_range(raw: str, ctx: ToolContext, offset: int, limit: int, flag: Cance
                 f"run_bash to get there, e.g. `tail -c 20000 {shown}` or `grep -n PATTERN {shown}`."
             )
         digest = hashlib.sha256()
-        budget = _Budget(max(1, ctx.read_max_bytes))
+        budget = _Budget(max(1, read_max_bytes))
         lines: list[str] = []
         budget_hit = False
         while len(lines) < limit:
@@ -242,7 +248,7 @@ def _read_range(raw: str, ctx: ToolContext, offset: int, limit: int, flag: Cance
             "Use a smaller offset."
         )
     last_line = offset + len(lines) - 1
-    return _ReadRange(
+    return ReadRange(
         lines=lines,
         first_line=offset,
         last_line=last_line,
