@@ -31,6 +31,7 @@ from app.events import (
     ToolStartEvent,
     UserMessageEvent,
 )
+from app.markers import INTERRUPTED_RESULT  # one text for a call that never finished
 from app.messages import Message, ToolResultBlock, ToolUseBlock
 from app.providers.sse import MAX_RETRY_AFTER
 from app.providers.base import (
@@ -53,7 +54,6 @@ from app.usage import Usage
 Approval = Literal["yes", "always", "no"]
 Approver = Callable[[ToolUseBlock], Awaitable[Approval]]
 
-INTERRUPTED_RESULT = "Interrupted by the user before this tool finished. Ask the user before running it again."
 
 
 def retry_delay(attempt: int, retry_after: float | None, base: float, cap: float = 30.0,

@@ -46,8 +46,8 @@ Be concise. When the task is done, say what you did and what you verified."""
 
 def _tool_env(settings: Settings) -> dict[str, str]:
     """The environment of run_bash: the user's, minus every provider key (also a custom --api-key-env)."""
-    hidden = provider_key_env_names(settings)
-    return {k: v for k, v in os.environ.items() if k not in hidden and not k.endswith("_API_KEY")}
+    hidden = provider_key_env_names(settings)  # run_bash drops anything that looks like a key as well
+    return {k: v for k, v in os.environ.items() if k not in hidden}
 
 
 def build_agent(settings: Settings, *, emit: Listener | None = None, approver: Approver | None = None,

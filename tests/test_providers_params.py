@@ -224,7 +224,7 @@ def test_a_thinking_budget_not_below_max_tokens_is_refused(tmp_path, monkeypatch
     assert load_settings({"thinking_budget": 8_000, "max_tokens": 16_000}).thinking_budget == 8_000
 
 
-@pytest.mark.parametrize("name", ["openai", "deepseek", "anthropic", "demo"])
+@pytest.mark.parametrize("name", ["openai", "deepseek", "anthropic", "responses"])  # plug-ins take no options
 def test_provider_options_fit_every_provider_constructor(name, tmp_path, monkeypatch) -> None:
     # the host passes them straight to create_provider: a wrong keyword would break start-up
     monkeypatch.setenv("TIDEGAUGE_CONFIG_DIR", str(tmp_path))

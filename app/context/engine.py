@@ -58,6 +58,7 @@ from app.events import (
     ResultCutEvent,
     RuleAttachedEvent,
     SessionMemoryEvent,
+    ThresholdsModel,
     UsageDistrustedEvent,
     UsageEvent,
     WarningCrossedEvent,
@@ -289,7 +290,7 @@ class ContextEngine:
             exact_tokens=proj.exact_tokens,
             estimated_tokens=proj.estimated_tokens,
             projected_tokens=proj.projected_tokens,
-            thresholds=t.to_model(),
+            thresholds=_thresholds_model(t),
             breakdown=self._feature_breakdown(
                 self.accounting.breakdown(self.system_prompt, self.memory.text, self.tools, self.history,
                                           tool_owner=self.tool_owner)),
@@ -1059,3 +1060,10 @@ def _server_compaction_in(message: Message) -> bool:
 
 def _safe_name(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)[:100] or "result"
+
+
+def _thresholds_model(t: Thresholds) -> ThresholdsModel:
+    """The lines as the event carries them (thresholds.py stays free of the event models)."""
+    return ThresholdsModel(window=t.window, reserve=t.reserve, effective_window=t.effective_window,
+                           auto_compact_line=t.auto_compact_line, warning_line=t.warning_line,
+                           blocking_line=t.blocking_line)

@@ -154,6 +154,8 @@ class ResponsesStreamAssembler:
         try:
             payload = json.loads(sse.data)
         except ValueError:
+            if sse.unterminated:
+                return []  # the stream was cut inside its last line: finish() judges what arrived
             raise ProviderError(f"malformed stream event (not JSON): {sse.data[:200]!r}", error_type="bad_response") from None
         if not isinstance(payload, dict):
             raise ProviderError(f"malformed stream event: {sse.data[:200]!r}", error_type="bad_response")
