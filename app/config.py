@@ -26,6 +26,7 @@ from pydantic_settings import (
 from app.providers.factory import PROVIDER_KEY_ENV  # the providers' key variables: one list
 from app.errors import ConfigError  # raised here; the CLI imports it from app.errors
 from app.mcp.settings import McpServerConfig, check_server_names  # MCP servers (issue 16)
+from app.tools.base import DEFAULT_MAX_SAVED_OUTPUT, DEFAULT_READ_MAX_BYTES  # tool hardening (issue 12)
 from app.redact import redact, register_env_var, register_secret
 
 APP_NAME = "tidegauge"
@@ -101,6 +102,11 @@ class Settings(BaseSettings):
     # model-prefix -> {input, cached_input, cache_write, output} in USD per million tokens
     prices: dict[str, dict[str, float]] = Field(default_factory=dict)
     data_dir: Path = Field(default_factory=default_data_dir)
+    # Tool hardening (issue 12): the saved full output of one tool call stops growing
+    # here (its tail is still kept), and read_file consumes at most this many bytes
+    # per call. Both reach the tools through ToolContext.
+    max_saved_output: int = Field(DEFAULT_MAX_SAVED_OUTPUT, ge=1024)
+    read_max_bytes: int = Field(DEFAULT_READ_MAX_BYTES, ge=1024)
     # Keys saved by save_api_key ([api_keys] in config.toml); environment variables win.
     api_keys: dict[str, SecretStr] = Field(default_factory=dict)
     # Session memory (issue 15): a background summary every N tokens of new context
