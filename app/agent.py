@@ -31,7 +31,7 @@ from app.events import (
     ToolStartEvent,
     UserMessageEvent,
 )
-from app.messages import Message, ToolResultBlock, ToolUseBlock
+from app.messages import ContentBlock, Message, ToolResultBlock, ToolUseBlock
 from app.providers.sse import MAX_RETRY_AFTER
 from app.providers.base import (
     Completed,
@@ -70,8 +70,9 @@ def retry_delay(attempt: int, retry_after: float | None, base: float, cap: float
 def summarize_args(name: str, args: dict[str, object]) -> str:
     """One short line for the UI: the argument that says most."""
     for key in ("command", "path", "pattern"):
-        if key in args and isinstance(args[key], str):
-            value = args[key].replace("\n", " ")
+        value = args.get(key)
+        if isinstance(value, str):
+            value = value.replace("\n", " ")
             return value if len(value) <= 80 else value[:77] + "…"
     text = json.dumps(args, ensure_ascii=False)
     return text if len(text) <= 80 else text[:77] + "…"
@@ -263,8 +264,8 @@ class Agent:
         if uses:
             answered = {r.tool_use_id for r in results}
             unanswered = [u for u in uses if u.id not in answered]
-            blocks = list(results) + [ToolResultBlock(tool_use_id=u.id, content=INTERRUPTED_RESULT, is_error=True)
-                                      for u in unanswered]
+            blocks: list[ContentBlock] = [*results, *(
+                ToolResultBlock(tool_use_id=u.id, content=INTERRUPTED_RESULT, is_error=True) for u in unanswered)]
             # Tools run in order: the first unanswered one was running (its line on screen says
             # so); those after it never started and were never shown.
             for use in unanswered[:1]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from datetime import date, time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -573,7 +574,7 @@ def _toml_value(value: Any) -> str:
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
         return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + "}"
-    if hasattr(value, "isoformat"):
+    if isinstance(value, (date, time)):  # TOML's own date and time values (datetime is a date)
         return value.isoformat()
     return toml_string(str(value))
 

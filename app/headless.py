@@ -105,7 +105,12 @@ async def run_task(session: "AgentSession", prompt: str) -> ResultEvent:
     """
     loop = asyncio.get_running_loop()
     results: list[ResultEvent] = []
-    session.subscribe(lambda e: results.append(e) if e.type == "result" else None)  # type: ignore[func-returns-value]
+
+    def keep_result(event: Event) -> None:
+        if isinstance(event, ResultEvent):
+            results.append(event)
+
+    session.subscribe(keep_result)
     interrupts = 0
 
     def on_sigint() -> None:
