@@ -50,6 +50,9 @@ from app.tools.registry import ToolRegistry
 from app.transcript import TranscriptWriter
 from app.usage import Usage
 
+# How a turn can end: values ResultEvent.stop_reason accepts (mypy checks each one against it).
+ResultStopReason = Literal["end_turn", "max_steps", "error", "interrupted", "refusal"]
+
 Approval = Literal["yes", "always", "no"]
 Approver = Callable[[ToolUseBlock], Awaitable[Approval]]
 
@@ -140,9 +143,11 @@ class Agent:
     def _emit_from_engine(self, event: Event) -> None:
         self.emit(event)  # late-bound: the session sets ``emit`` after the engine exists
 
-    def _state(self, state: AgentState, detail: str = "", **numbers: int | str) -> None:
+    def _state(self, state: AgentState, detail: str = "", *, tool_name: str = "", tool_index: int = 0,
+               tool_count: int = 0, attempt: int = 0, max_attempts: int = 0) -> None:
         self.emit(StateEvent(state=state, step=self.step, max_steps=self.options.max_steps, detail=detail,
-                             **numbers))  # type: ignore[arg-type]
+                             tool_name=tool_name, tool_index=tool_index, tool_count=tool_count,
+                             attempt=attempt, max_attempts=max_attempts))
 
     # ---- engine operations bound to keys ----
 
@@ -284,8 +289,8 @@ class Agent:
             self.engine.append(Message.assistant_text(partial + "\n\n[interrupted by the user]"))
         self.emit(InterruptedEvent(tool_name=running if uses else None, partial_kept=kept))
 
-    def _finish(self, stop_reason: str, text: str) -> ResultEvent:
-        event = ResultEvent(stop_reason=stop_reason, text=text, steps=self.step)  # type: ignore[arg-type]
+    def _finish(self, stop_reason: ResultStopReason, text: str) -> ResultEvent:
+        event = ResultEvent(stop_reason=stop_reason, text=text, steps=self.step)
         self._state("idle")
         self.emit(event)  # last: stream-json consumers stop reading at the result
         self._end_turn()
