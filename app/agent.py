@@ -31,6 +31,7 @@ from app.events import (
     ToolStartEvent,
     UserMessageEvent,
 )
+from app.markers import INTERRUPTED_RESULT  # one text for a call that never finished
 from app.messages import ContentBlock, Message, ToolResultBlock, ToolUseBlock
 from app.providers.sse import MAX_RETRY_AFTER
 from app.providers.base import (
@@ -56,7 +57,6 @@ ResultStopReason = Literal["end_turn", "max_steps", "error", "interrupted", "ref
 Approval = Literal["yes", "always", "no"]
 Approver = Callable[[ToolUseBlock], Awaitable[Approval]]
 
-INTERRUPTED_RESULT = "Interrupted by the user before this tool finished. Ask the user before running it again."
 
 
 def retry_delay(attempt: int, retry_after: float | None, base: float, cap: float = 30.0,
@@ -290,6 +290,7 @@ class Agent:
         self.emit(InterruptedEvent(tool_name=running if uses else None, partial_kept=kept))
 
     def _finish(self, stop_reason: ResultStopReason, text: str) -> ResultEvent:
+        self.engine.flush_background_events()  # a memory update's events come before the result, never after
         event = ResultEvent(stop_reason=stop_reason, text=text, steps=self.step)
         self._state("idle")
         self.emit(event)  # last: stream-json consumers stop reading at the result
@@ -358,6 +359,7 @@ class Agent:
                     self._state("streaming")
 
     async def aclose(self) -> None:
+        await self.engine.cancel_background()  # a session-memory update still running
         await self.provider.aclose()
         if self.transcript is not None:
             self.transcript.close()

@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from app.events import Event, ToolResultEvent
 from app import session_lock
 from app.context.validate import history_problems
+from app.markers import INTERRUPTED_RESULT  # one text for a call that never finished
 from app.messages import ContentBlock, Message, OpaqueBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from app.redact import redact_obj
 
@@ -38,7 +39,6 @@ from app.redact import redact_obj
 HistoryReason = Literal["compaction", "micro_compaction", "overflow", "reset", "result_cut", "resume", "merge_user",
                         "server_compaction"]
 
-INTERRUPTED_RESULT = "interrupted: the session ended before this tool finished"
 LOST_START = "[the start of this conversation was lost from the session's transcript]"
 
 

@@ -58,6 +58,7 @@ from app.events import (
     ResultCutEvent,
     RuleAttachedEvent,
     SessionMemoryEvent,
+    ThresholdsModel,
     UsageDistrustedEvent,
     UsageEvent,
     WarningCrossedEvent,
@@ -289,7 +290,7 @@ class ContextEngine:
             exact_tokens=proj.exact_tokens,
             estimated_tokens=proj.estimated_tokens,
             projected_tokens=proj.projected_tokens,
-            thresholds=t.to_model(),
+            thresholds=_thresholds_model(t),
             breakdown=self._feature_breakdown(
                 self.accounting.breakdown(self.system_prompt, self.memory.text, self.tools, self.history,
                                           tool_owner=self.tool_owner)),
@@ -1043,6 +1044,7 @@ class _AuditFields(TypedDict):
 
     facts_added: int
     checked_facts: list[str]
+    facts_checked: int
 
 
 class _ForecastFields(TypedDict, total=False):
@@ -1056,7 +1058,7 @@ class _ForecastFields(TypedDict, total=False):
 
 
 def _audit_fields(audit: AuditResult) -> _AuditFields:
-    return {"facts_added": len(audit.missing), "checked_facts": audit.added}
+    return {"facts_added": len(audit.missing), "checked_facts": audit.added, "facts_checked": len(audit.facts)}
 
 
 def _forecast_fields(planned: Forecast | None) -> _ForecastFields:
@@ -1076,3 +1078,10 @@ def _server_compaction_in(message: Message) -> bool:
 
 def _safe_name(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)[:100] or "result"
+
+
+def _thresholds_model(t: Thresholds) -> ThresholdsModel:
+    """The lines as the event carries them (thresholds.py stays free of the event models)."""
+    return ThresholdsModel(window=t.window, reserve=t.reserve, effective_window=t.effective_window,
+                           auto_compact_line=t.auto_compact_line, warning_line=t.warning_line,
+                           blocking_line=t.blocking_line)

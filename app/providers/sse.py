@@ -228,16 +228,6 @@ def decode_sse(chunks: Iterable[bytes | str]) -> list[SSEEvent]:
     return events
 
 
-async def aiter_sse(response: httpx.Response) -> AsyncIterator[SSEEvent]:
-    """Events of an httpx streaming response, as the bytes arrive."""
-    decoder = SSEDecoder()
-    async for chunk in response.aiter_bytes():
-        for event in decoder.feed(chunk):
-            yield event
-    for event in decoder.flush():
-        yield event
-
-
 # ---- errors: server answers -> typed ProviderErrors ----
 
 def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
