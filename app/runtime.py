@@ -6,6 +6,7 @@ import os
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.agent import Agent, AgentOptions, Approver
 from app.context.server_side import configure_server_context
@@ -28,6 +29,9 @@ from app.session import Session, SessionStore
 from app.tools.base import ToolContext
 from app.tools.registry import default_registry
 from app.transcript import TranscriptWriter, restore
+
+if TYPE_CHECKING:  # imported when a server is configured, not with every session
+    from app.mcp.hub import McpHub
 
 SYSTEM_PROMPT = """You are tidegauge, a coding agent working in the user's terminal.
 Working directory: {cwd}
@@ -204,7 +208,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
 
 # ---- MCP servers (issue 16): started with the session, stopped with it (hub.aclose()) ----
 
-async def start_session_mcp(agent: Agent, settings: Settings):  # -> app.mcp.hub.McpHub
+async def start_session_mcp(agent: Agent, settings: Settings) -> McpHub:
     """Start the configured MCP servers for this agent's session; failures are events, never raised."""
     from app.mcp.hub import start_mcp
 

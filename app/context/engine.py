@@ -14,7 +14,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Awaitable, Callable, Literal
+from typing import Awaitable, Callable, Literal, TypedDict
 
 from app.context.accounting import USAGE_FLOOR_RATIO, USAGE_WINDOW_FACTOR, ContextAccounting, Ledger, Projection
 from app.context.audit import AuditResult, append_checked_facts, audit_summary
@@ -1047,11 +1047,29 @@ class RestorePreview:
                 f"context ~{self.projected_before:,} → ~{self.projected_after:,} ({self.level_after})")
 
 
-def _audit_fields(audit: AuditResult) -> dict:
+class _AuditFields(TypedDict):
+    """The audit's fields of a CompactionEvent."""
+
+    facts_added: int
+    checked_facts: list[str]
+    facts_checked: int
+
+
+class _ForecastFields(TypedDict, total=False):
+    """The forecast's fields of a CompactionEvent (none when nothing was forecast)."""
+
+    forecast_tokens_freed: int
+    cache_tokens_invalidated: int
+    next_request_cost_before_usd: float | None
+    next_request_cost_after_usd: float | None
+    compaction_call_cost_usd: float | None
+
+
+def _audit_fields(audit: AuditResult) -> _AuditFields:
     return {"facts_added": len(audit.missing), "checked_facts": audit.added, "facts_checked": len(audit.facts)}
 
 
-def _forecast_fields(planned: Forecast | None) -> dict:
+def _forecast_fields(planned: Forecast | None) -> _ForecastFields:
     if planned is None:
         return {}
     return {"forecast_tokens_freed": planned.tokens_freed,

@@ -223,7 +223,7 @@ def parse_summary(text: str) -> SummaryFacts | None:
             elif line.startswith("- ") and label == COMMANDS_LABEL:
                 facts.commands.append(line[2:].strip())
             elif label == CARRIED_LABEL and line.startswith("> "):
-                facts.carried = (facts.carried + "\n" + line[2:]).strip()
+                facts.carried = ((facts.carried or "") + "\n" + line[2:]).strip()
             continue
         if section == H_FINDINGS and line.startswith("- ") and line[2:].strip() != NO_FINDINGS:
             facts.findings.append(line[2:].strip())
