@@ -20,7 +20,8 @@ from app.context.tokens import count_tokens
 from app.events import ContextEvent, Event, SubAgentEvent, ToolStartEvent, UsageEvent
 from app.messages import ToolSpec
 from app.tools.base import ToolContext, ToolInputError, ToolOutput
-from app.tools.registry import ToolRegistry, truncate_head_tail
+from app.context.truncation import truncate_head_tail
+from app.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:  # the agent module imports the tools; the sub-agent is built from it on use
     from app.agent import Agent

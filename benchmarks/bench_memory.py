@@ -31,7 +31,7 @@ MAX_CHILDREN = 300  # a few hundred mounted widgets at most, whatever the sessio
 
 def _turn_events(turn: int, workdir: Path, context: Any) -> list[Any]:
     from app import events as ev
-    from app.tools.registry import truncate_head_tail
+    from app.context.truncation import truncate_head_tail
 
     call_id = f"call_{turn}"
     if turn % 10 == 0:

@@ -65,7 +65,7 @@ from app.events import (
 )
 from app.messages import Message, OpaqueBlock, TextBlock, ToolResultBlock, ToolSpec
 from app.providers.base import Completed, ContextTooLongError, ModelRequest, ProviderError
-from app.tools.registry import truncate_head_tail
+from app.context.truncation import truncate_head_tail
 from app.transcript import TranscriptWriter
 from app.usage import ServerEdit, Usage
 

@@ -27,7 +27,8 @@ from pydantic import Field
 from app.redact import redact
 from app.tools import proctree
 from app.tools.base import DEFAULT_MAX_SAVED_OUTPUT, ArgsTool, ToolArgs, ToolContext, ToolInputError, ToolOutput
-from app.tools.registry import CappedFile, join_head_tail, open_private, safe_file_stem
+from app.context.truncation import join_head_tail
+from app.tools.registry import CappedFile, open_private, safe_file_stem
 from app.tools.workspace import output_limit
 
 DEFAULT_TIMEOUT_S = 120
