@@ -12,12 +12,8 @@ from hypothesis import strategies as st
 
 from app.messages import ToolSpec
 from app.tools.base import ToolContext, ToolInputError, ToolOutput
-from app.tools.registry import (
-    ToolRegistry,
-    default_registry,
-    truncate_head_tail,
-    truncation_notice,
-)
+from app.context.truncation import truncate_head_tail, truncation_notice
+from app.tools.registry import ToolRegistry, default_registry
 
 
 def make_ctx(tmp_path: Path, call_id: str = "call_1") -> ToolContext:
