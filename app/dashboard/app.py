@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import gc
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
 
 from textual import on, work
 from textual._styles_cache import StylesCache
@@ -176,7 +176,7 @@ class TidegaugeApp(App[int]):
         self.context_panel.border_title = "context"
         self.prompt_box.focus()
         if self._given_session is not None:
-            self._attach(self._given_session)
+            self._follow_session(self._given_session)
         else:
             # Paint first: building the session (imports, the session on disk, the token
             # encoder) happens in a thread after the first frame. Prompts typed meanwhile wait.
@@ -198,12 +198,15 @@ class TidegaugeApp(App[int]):
         if event.worker.group != "session-build":
             return
         if event.state == WorkerState.SUCCESS:
-            self._attach(event.worker.result)
+            session = event.worker.result
+            assert session is not None  # a successful build returns the session
+            self._follow_session(session)
         elif event.state in (WorkerState.ERROR, WorkerState.CANCELLED):
             self.startup_error = event.worker.error or RuntimeError("the session could not be built")
             self.exit(return_code=2)
 
-    def _attach(self, session: "SessionSurface") -> None:
+    # Not ``_attach``: that name is Textual's own (MessagePump._attach), as ``batch`` was Widget's.
+    def _follow_session(self, session: "SessionSurface") -> None:
         """Draw the session as it stands, then follow its events."""
         bridge = SessionBridge(
             targets=[self.header, self.conversation, self.tool_panel, self.context_panel, self],
@@ -237,7 +240,8 @@ class TidegaugeApp(App[int]):
         from app.describe import describe
         from app.events import CommandQueuedEvent
 
-        kind = "prompt" if isinstance(command, UserInput) else "compact" if isinstance(command, Compact) else "reset"
+        kind: Literal["prompt", "compact", "reset"] = (
+            "prompt" if isinstance(command, UserInput) else "compact" if isinstance(command, Compact) else "reset")
         text = command.text if isinstance(command, UserInput) else ""
         line = describe(CommandQueuedEvent(command=kind, position=len(self._waiting), waiting_for="start", text=text))
         if line is not None:
