@@ -121,6 +121,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"tidegauge: {err}", file=sys.stderr)
             return 2
         raise
+    finally:
+        # What run_bash started and left running (nohup, setsid) ends with tidegauge. Only
+        # when a run_bash ran: the module is not imported (or needed) otherwise.
+        proctree = sys.modules.get("app.tools.proctree")
+        if proctree is not None:
+            proctree.kill_all_descendants()
 
 
 def _serve_web(settings: "Settings", overrides: dict[str, Any], args: argparse.Namespace) -> int:

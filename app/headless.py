@@ -138,7 +138,11 @@ async def run_task(session: "AgentSession", prompt: str) -> ResultEvent:
 
 
 def _exit_now(code: int) -> None:
-    """The second Ctrl-C: no cleanup beyond flushing what was printed, no traceback."""
+    """The second Ctrl-C: no cleanup beyond flushing what was printed and ending what run_bash
+    started (whole process trees), no traceback."""
+    from app.tools.proctree import kill_all_descendants
+
+    kill_all_descendants()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

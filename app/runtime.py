@@ -174,6 +174,8 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         allow_outside=settings.allow_outside,
         env=_tool_env(settings),
         file_cache=FileReadCache(),
+        max_saved_output=settings.max_saved_output,
+        read_max_bytes=settings.read_max_bytes,
     )
     label = provider.label
     agent = Agent(
