@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-from typing import Literal
+from typing import Any, Literal
 
+from textual.app import ComposeResult
 from textual import on
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -19,7 +20,7 @@ Approval = Literal["yes", "always", "no"]
 ApprovalAnswer = Literal["yes", "always", "no", "interrupt"]
 
 
-def describe_call(name: str, tool_input: dict) -> str:
+def describe_call(name: str, tool_input: dict[str, Any]) -> str:
     """The call as the user should read it before approving."""
     if name == "run_bash" and "command" in tool_input:
         return f"$ {tool_input['command']}"
@@ -44,12 +45,12 @@ class ApprovalScreen(ModalScreen[ApprovalAnswer]):
         Binding("escape", "answer('interrupt')", "Interrupt the turn"),
     ]
 
-    def __init__(self, name: str, tool_input: dict, **kwargs) -> None:
+    def __init__(self, name: str, tool_input: dict[str, Any], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.tool_name = name
         self.tool_input = tool_input
 
-    def compose(self):
+    def compose(self) -> ComposeResult:
         with Vertical(id="approval-dialog", classes="dialog"):
             yield Static(literal(f"Allow {self.tool_name}?"), classes="dialog-question")
             with VerticalScroll(classes="dialog-body"):

@@ -22,10 +22,13 @@ every mounted widget, so without this a 100 KB reply would make each frame
 
 from __future__ import annotations
 
+from typing import Any
+
 import asyncio
 import re
 
 from markdown_it import MarkdownIt
+from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.events import Resize
 from textual.geometry import Size
@@ -167,7 +170,7 @@ def fence_reopening(segment_text: str) -> tuple[str, str]:
 class AssistantMessage(Vertical):
     """Markdown that grows by batched appends; never re-rendered whole per delta."""
 
-    def __init__(self, text: str = "", **kwargs) -> None:
+    def __init__(self, text: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._initial = sanitize(text)
         self._segments: list[ReplySegment | ParkedSegment] = []
@@ -208,7 +211,7 @@ class AssistantMessage(Vertical):
         self._fence_open = parts[-1].count("```") % 2 == 1
         self._segment_text = [parts[-1]]
 
-    def compose(self):
+    def compose(self) -> ComposeResult:
         yield from self._segments
 
     @property

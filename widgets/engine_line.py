@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual.widgets import Static
 
 from widgets._literal import literal
@@ -26,7 +28,7 @@ ENGINE_ICONS = {
 class EngineLine(Static):
     """One engine event as a visible line (``kind`` picks the style)."""
 
-    def __init__(self, kind: str, text: str, **kwargs) -> None:
+    def __init__(self, kind: str, text: str, **kwargs: Any) -> None:
         icon = ENGINE_ICONS.get(kind, "·")
         super().__init__(literal(f"{icon} {text}"), **kwargs)
         self.kind = kind

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
 from textual.reactive import var
 from textual.widget import Widget
@@ -14,7 +16,7 @@ class ThinkingLine(Widget):
 
     expanded = var(False, toggle_class="-expanded")
 
-    def __init__(self, text: str = "", **kwargs) -> None:
+    def __init__(self, text: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._parts: list[str] = [text] if text else []
         self._chars = len(text)

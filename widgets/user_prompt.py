@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual.widgets import Static
 
 from widgets._literal import literal
@@ -10,6 +12,6 @@ from widgets._literal import literal
 class UserPrompt(Static):
     """The user's message in the conversation."""
 
-    def __init__(self, text: str, **kwargs) -> None:
+    def __init__(self, text: str, **kwargs: Any) -> None:
         super().__init__(literal(text), **kwargs)
         self.text = text
