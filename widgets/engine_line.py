@@ -21,6 +21,7 @@ ENGINE_ICONS = {
     "retry": "↻",
     "error": "✗",
     "interrupted": "⏹",
+    "queued": "⏳",
     "hidden": "…",
 }
 
