@@ -46,6 +46,8 @@ class ToolCallInfo:
     duration_ms: float = 0.0
     full_output_path: str | None = None
     cut_before_send: bool = False
+    # micro-compaction cleared its result from the context; restorable (r in the tool list)
+    cleared: bool = False
 
 
 def info_from_start(event: "ToolStartEvent") -> ToolCallInfo:
@@ -102,6 +104,9 @@ def tool_call_text(
         if info.cut_before_send:
             text.append(" ")
             text.append(" cut " if compact else " cut before send ", styles.get("badge", ""))
+        if info.cleared:
+            text.append(" ")
+            text.append(" cleared " if compact else " cleared from context ", styles.get("badge", ""))
     return text
 
 
