@@ -300,8 +300,8 @@ class AgentSession:
             self._emit(RestorePreviewEvent(call_id=call_id, reason=str(error)))
             return
         reason = None if preview.fits else (
-            f"it would push the next request to ~{preview.projected_after:,} tokens, over the blocking line;"
-            " compact first")
+            f"restoring {call_id} would push the next request to ~{preview.projected_after:,} tokens, over the"
+            " blocking line; compact first")
         self._emit(RestorePreviewEvent(call_id=call_id, tool_name=preview.tool_name, tokens=preview.tokens,
                                        projected_before=preview.projected_before,
                                        projected_after=preview.projected_after,
@@ -312,7 +312,7 @@ class AgentSession:
         from app.context.engine import RestoreError
 
         if self.busy:
-            self._emit(RestorePreviewEvent(call_id=call_id, reason="the agent is busy: restore when this turn ends"))
+            self._emit(RestorePreviewEvent(call_id=call_id, reason=f"the agent is busy: restore {call_id} when this turn ends"))
             return
         try:
             self.agent.engine.restore_result(call_id, by="user")  # emits RestoreEvent and the new context

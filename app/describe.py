@@ -245,7 +245,7 @@ def restore_question(e: "ev.RestorePreviewEvent") -> str:
 
 def _restore_preview(e: "ev.RestorePreviewEvent") -> Line | None:
     if e.reason:
-        return Line("warning", f"cannot restore {e.call_id}: {e.reason}")
+        return Line("warning", f"cannot restore: {e.reason}")  # the reasons name the call
     return None  # the figures are the restore dialog's question (restore_question)
 
 
