@@ -62,6 +62,8 @@ def _compaction(e: "ev.CompactionEvent") -> Line:
                     "(they stay in the transcript on disk)")
     tokens = f"~{human_tokens(e.tokens_before)} → ~{human_tokens(e.tokens_after)} tokens"
     facts = f"; {plural(e.facts_added, 'checked fact')} added to the summary" if e.facts_added else ""
+    if e.trigger in ("auto", "memory"):  # nobody confirmed these: their cost is said afterwards
+        facts = _forecast_said(e) + facts
     if e.trigger == "server":
         return Line("compaction", f"context compacted by the server: {plural(e.messages_before, 'message')}"
                                   f" → 1 compaction item ({tokens}, as reported)")
@@ -73,6 +75,17 @@ def _compaction(e: "ev.CompactionEvent") -> Line:
     return Line("compaction",
                 f"context compacted: {plural(e.messages_before, 'message')} → 1 summary ({label}, {tokens}){facts}"
                 f"{_checked_facts(e)}")
+
+
+def _forecast_said(e: "ev.CompactionEvent") -> str:
+    """What the forecast made just before an unconfirmed compaction said it would cost."""
+    parts = []
+    if e.cache_tokens_invalidated:
+        parts.append(f"{human_tokens(e.cache_tokens_invalidated)} cached prompt tokens invalidated")
+    if e.next_request_cost_before_usd is not None and e.next_request_cost_after_usd is not None and (
+            e.next_request_cost_before_usd or e.next_request_cost_after_usd):
+        parts.append(f"next request ~${e.next_request_cost_before_usd:.4f} → ~${e.next_request_cost_after_usd:.4f}")
+    return "; " + ", ".join(parts) if parts else ""
 
 
 # Audited summaries: the facts themselves, one line each under the compaction line (the

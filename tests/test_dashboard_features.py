@@ -395,3 +395,13 @@ async def test_the_command_palette_switches_server_compaction_for_the_session() 
         await pilot.pause()
         assert agent.server_compaction is False
         assert any(t.startswith("server-side compaction off") for t in engine_texts(app))
+
+
+def test_an_auto_compaction_line_says_what_its_forecast_said_it_would_cost():
+    event = ev.CompactionEvent(trigger="auto", ok=True, messages_before=30, messages_after=1, tokens_before=150_000,
+                               tokens_after=7_000, forecast_tokens_freed=142_000, cache_tokens_invalidated=120_000,
+                               next_request_cost_before_usd=0.45, next_request_cost_after_usd=0.021)
+    text = describe(event).text
+    assert "120.0K cached prompt tokens invalidated" in text and "next request ~$0.4500 → ~$0.0210" in text
+    manual = event.model_copy(update={"trigger": "manual"})  # confirmed with these figures already
+    assert "invalidated" not in describe(manual).text
