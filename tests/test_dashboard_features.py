@@ -405,3 +405,15 @@ def test_an_auto_compaction_line_says_what_its_forecast_said_it_would_cost():
     assert "120.0K cached prompt tokens invalidated" in text and "next request ~$0.4500 → ~$0.0210" in text
     manual = event.model_copy(update={"trigger": "manual"})  # confirmed with these figures already
     assert "invalidated" not in describe(manual).text
+
+
+def test_a_resumed_session_recorded_without_chart_points_still_marks_memory_and_server_drops():
+    from app.agent_session import replayable
+
+    def drop(trigger: str, after: int) -> ev.CompactionEvent:
+        return ev.CompactionEvent(trigger=trigger, ok=True, messages_before=9, messages_after=3,
+                                  tokens_before=after * 5, tokens_after=after)
+
+    old = [drop("memory", 900), drop("server", 800), drop("auto", 700)]
+    points = [(e.kind, e.tokens) for e in replayable(old) if e.type == "chart_point"]
+    assert points == [("memory", 900), ("server", 800), ("compaction", 700)]
