@@ -55,6 +55,7 @@ from app.protocol import Listener, SessionSnapshot
 
 if TYPE_CHECKING:
     from app.agent import Agent
+    from app.events import PointKind
     from app.messages import ToolUseBlock
     from app.transcript import TranscriptWriter
 
@@ -133,9 +134,11 @@ def replayable(events: list[Event]) -> list[Event]:
     return out
 
 
-def _compaction_point_kind(trigger: str) -> str:
+def _compaction_point_kind(trigger: str) -> "PointKind":
     """The gauge's history marks compactions from the session memory and by the server apart."""
-    return {"memory": "memory", "server": "server"}.get(trigger, "compaction")
+    if trigger == "memory":
+        return "memory"
+    return "server" if trigger == "server" else "compaction"
 
 
 class AgentSession:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from agent_helpers import make_agent, make_session
 from app import events as ev
 from app.agent_session import AgentSession
