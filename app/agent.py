@@ -31,7 +31,8 @@ from app.events import (
     ToolStartEvent,
     UserMessageEvent,
 )
-from app.messages import Message, ToolResultBlock, ToolUseBlock
+from app.markers import INTERRUPTED_RESULT  # one text for a call that never finished
+from app.messages import ContentBlock, Message, ToolResultBlock, ToolUseBlock
 from app.providers.sse import MAX_RETRY_AFTER
 from app.providers.base import (
     Completed,
@@ -50,10 +51,12 @@ from app.tools.registry import ToolRegistry
 from app.transcript import TranscriptWriter
 from app.usage import Usage
 
+# How a turn can end: values ResultEvent.stop_reason accepts (mypy checks each one against it).
+ResultStopReason = Literal["end_turn", "max_steps", "error", "interrupted", "refusal"]
+
 Approval = Literal["yes", "always", "no"]
 Approver = Callable[[ToolUseBlock], Awaitable[Approval]]
 
-INTERRUPTED_RESULT = "Interrupted by the user before this tool finished. Ask the user before running it again."
 
 
 def retry_delay(attempt: int, retry_after: float | None, base: float, cap: float = 30.0,
@@ -70,8 +73,9 @@ def retry_delay(attempt: int, retry_after: float | None, base: float, cap: float
 def summarize_args(name: str, args: dict[str, object]) -> str:
     """One short line for the UI: the argument that says most."""
     for key in ("command", "path", "pattern"):
-        if key in args and isinstance(args[key], str):
-            value = args[key].replace("\n", " ")
+        value = args.get(key)
+        if isinstance(value, str):
+            value = value.replace("\n", " ")
             return value if len(value) <= 80 else value[:77] + "…"
     text = json.dumps(args, ensure_ascii=False)
     return text if len(text) <= 80 else text[:77] + "…"
@@ -139,9 +143,11 @@ class Agent:
     def _emit_from_engine(self, event: Event) -> None:
         self.emit(event)  # late-bound: the session sets ``emit`` after the engine exists
 
-    def _state(self, state: AgentState, detail: str = "", **numbers: int | str) -> None:
+    def _state(self, state: AgentState, detail: str = "", *, tool_name: str = "", tool_index: int = 0,
+               tool_count: int = 0, attempt: int = 0, max_attempts: int = 0) -> None:
         self.emit(StateEvent(state=state, step=self.step, max_steps=self.options.max_steps, detail=detail,
-                             **numbers))  # type: ignore[arg-type]
+                             tool_name=tool_name, tool_index=tool_index, tool_count=tool_count,
+                             attempt=attempt, max_attempts=max_attempts))
 
     # ---- engine operations bound to keys ----
 
@@ -263,8 +269,8 @@ class Agent:
         if uses:
             answered = {r.tool_use_id for r in results}
             unanswered = [u for u in uses if u.id not in answered]
-            blocks = list(results) + [ToolResultBlock(tool_use_id=u.id, content=INTERRUPTED_RESULT, is_error=True)
-                                      for u in unanswered]
+            blocks: list[ContentBlock] = [*results, *(
+                ToolResultBlock(tool_use_id=u.id, content=INTERRUPTED_RESULT, is_error=True) for u in unanswered)]
             # Tools run in order: the first unanswered one was running (its line on screen says
             # so); those after it never started and were never shown.
             for use in unanswered[:1]:
@@ -283,8 +289,9 @@ class Agent:
             self.engine.append(Message.assistant_text(partial + "\n\n[interrupted by the user]"))
         self.emit(InterruptedEvent(tool_name=running if uses else None, partial_kept=kept))
 
-    def _finish(self, stop_reason: str, text: str) -> ResultEvent:
-        event = ResultEvent(stop_reason=stop_reason, text=text, steps=self.step)  # type: ignore[arg-type]
+    def _finish(self, stop_reason: ResultStopReason, text: str) -> ResultEvent:
+        self.engine.flush_background_events()  # a memory update's events come before the result, never after
+        event = ResultEvent(stop_reason=stop_reason, text=text, steps=self.step)
         self._state("idle")
         self.emit(event)  # last: stream-json consumers stop reading at the result
         self._end_turn()
@@ -352,6 +359,7 @@ class Agent:
                     self._state("streaming")
 
     async def aclose(self) -> None:
+        await self.engine.cancel_background()  # a session-memory update still running
         await self.provider.aclose()
         if self.transcript is not None:
             self.transcript.close()

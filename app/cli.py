@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app import __version__
 
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         raise
 
 
-def _serve_web(settings: "Settings", overrides: dict, args: argparse.Namespace) -> int:
+def _serve_web(settings: "Settings", overrides: dict[str, Any], args: argparse.Namespace) -> int:
     """--web: check here what every tab would need (one line now, not an error in each tab), then serve."""
     from pathlib import Path
 

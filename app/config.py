@@ -23,8 +23,10 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from app.providers.factory import PROVIDER_KEY_ENV  # the providers' key variables: one list
 from app.errors import ConfigError  # raised here; the CLI imports it from app.errors
 from app.mcp.settings import McpServerConfig, check_server_names  # MCP servers (issue 16)
+from app.tools.base import DEFAULT_MAX_SAVED_OUTPUT, DEFAULT_READ_MAX_BYTES  # tool hardening (issue 12)
 from app.redact import redact, register_env_var, register_secret
 
 APP_NAME = "tidegauge"
@@ -35,12 +37,6 @@ CONFIG_FILE_NAME = "config.toml"
 ProviderName = Literal["openai", "deepseek", "anthropic", "responses", "demo"]
 # Order of the automatic choice when no provider is configured.
 AUTO_PROVIDER_ORDER: tuple[str, ...] = ("anthropic", "openai", "deepseek")
-PROVIDER_KEY_ENV: dict[str, str] = {
-    "openai": "OPENAI_API_KEY",
-    "deepseek": "DEEPSEEK_API_KEY",
-    "anthropic": "ANTHROPIC_API_KEY",
-    "responses": "OPENAI_API_KEY",  # OpenAI's Responses API: same key as Chat Completions
-}
 PRICE_FIELDS = frozenset({"input", "cached_input", "cache_write", "output"})
 
 
@@ -106,6 +102,11 @@ class Settings(BaseSettings):
     # model-prefix -> {input, cached_input, cache_write, output} in USD per million tokens
     prices: dict[str, dict[str, float]] = Field(default_factory=dict)
     data_dir: Path = Field(default_factory=default_data_dir)
+    # Tool hardening (issue 12): the saved full output of one tool call stops growing
+    # here (its tail is still kept), and read_file consumes at most this many bytes
+    # per call. Both reach the tools through ToolContext.
+    max_saved_output: int = Field(DEFAULT_MAX_SAVED_OUTPUT, ge=1024)
+    read_max_bytes: int = Field(DEFAULT_READ_MAX_BYTES, ge=1024)
     # Keys saved by save_api_key ([api_keys] in config.toml); environment variables win.
     api_keys: dict[str, SecretStr] = Field(default_factory=dict)
     # Session memory (issue 15): a background summary every N tokens of new context
@@ -446,152 +447,3 @@ def provider_key_env_names(settings: Settings | None = None) -> set[str]:
     return names
 
 
-def save_api_key(settings: Settings, provider: str, key: str) -> Path:
-    """Store ``key`` under ``[api_keys]`` in config.toml (file 0600, dir 0700); returns the path.
-
-    Other content of the file is kept (comments too, in the usual case).
-    """
-    if provider not in PROVIDER_KEY_ENV:
-        raise ConfigError(f"config: cannot save a key for provider {provider!r}")
-    key = key.strip()
-    if not key:
-        raise ConfigError("config: refusing to save an empty API key")
-    register_secret(key)
-    directory = settings.config_dir
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(directory, 0o700)
-    path = directory / CONFIG_FILE_NAME
-    try:
-        old_text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        old_text = ""
-    new_text = _with_table_key(old_text, "api_keys", provider, key)
-    if not _has_value(new_text, "api_keys", provider, key):
-        try:
-            data = tomllib.loads(old_text)
-        except tomllib.TOMLDecodeError as err:
-            raise ConfigError(_describe_toml_error(path, err)) from None
-        table = data.setdefault("api_keys", {})
-        if not isinstance(table, dict):
-            raise ConfigError(f"config: {path}: api_keys must be a table")
-        table[provider] = key
-        new_text = dump_toml(data)
-    _write_private(path, new_text)
-    return path
-
-
-def _has_value(text: str, table: str, key: str, value: str) -> bool:
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
-        return False
-    section = data.get(table)
-    return isinstance(section, dict) and section.get(key) == value
-
-
-def _with_table_key(text: str, table: str, key: str, value: str) -> str:
-    """Set ``key = value`` in ``[table]`` by editing lines, so comments survive."""
-    lines = text.splitlines(keepends=True)
-    new_line = f"{key} = {toml_string(value)}\n"
-    header = re.compile(rf"^\s*\[\s*{re.escape(table)}\s*\]\s*(#.*)?$")
-    key_line = re.compile(rf"""^\s*(?:{re.escape(key)}|"{re.escape(key)}"|'{re.escape(key)}')\s*=""")
-    for i, line in enumerate(lines):
-        if not header.match(line.rstrip("\r\n")):
-            continue
-        j = i + 1
-        while j < len(lines) and not lines[j].lstrip().startswith("["):
-            if key_line.match(lines[j]):
-                lines[j] = new_line
-                return "".join(lines)
-            j += 1
-        lines.insert(i + 1, new_line)
-        return "".join(lines)
-    if text and not text.endswith("\n"):
-        text += "\n"
-    separator = "\n" if text else ""
-    return f"{text}{separator}[{table}]\n{new_line}"
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Atomically replace ``path`` with a file only the user can read."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.unlink()
-    except FileNotFoundError:
-        pass
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        data = text.encode("utf-8")
-        while data:
-            written = os.write(fd, data)
-            data = data[written:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-
-
-# ---------------------------------------------------------------- a small TOML writer
-
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
-
-
-def toml_string(value: str) -> str:
-    out = ['"']
-    for ch in value:
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
-def _toml_key(key: str) -> str:
-    return key if _BARE_KEY.match(key) else toml_string(key)
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return toml_string(value)
-    if isinstance(value, Path):
-        return toml_string(str(value))
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + "}"
-    if hasattr(value, "isoformat"):
-        return value.isoformat()
-    return toml_string(str(value))
-
-
-def dump_toml(data: dict[str, Any]) -> str:
-    """Serialise the plain data tomllib produces (comments are not kept)."""
-    lines: list[str] = []
-    _dump_table(data, (), lines)
-    return "\n".join(lines).lstrip("\n") + "\n"
-
-
-def _dump_table(data: dict[str, Any], prefix: tuple[str, ...], lines: list[str]) -> None:
-    scalars = {k: v for k, v in data.items() if not isinstance(v, dict)}
-    tables = {k: v for k, v in data.items() if isinstance(v, dict)}
-    if prefix and (scalars or not tables):
-        lines.append("")
-        lines.append("[" + ".".join(_toml_key(p) for p in prefix) + "]")
-    for key, value in scalars.items():
-        lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
-    for key, value in tables.items():
-        _dump_table(value, prefix + (key,), lines)

@@ -13,6 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
+# The one sanitizer for what a terminal shows; widgets reach it here (they import only the
+# contract modules of app/).
+from app.sanitize import sanitize_for_display
+
+__all__ = ["Line", "describe", "human_tokens", "legacy_notice", "plural", "sanitize_for_display", "ENGINE_LINE_TYPES"]
+
 if TYPE_CHECKING:
     from app import events as ev
 
@@ -61,7 +67,11 @@ def _compaction(e: "ev.CompactionEvent") -> Line:
                     f"~{human_tokens(e.tokens_before)} → ~{human_tokens(e.tokens_after)} tokens "
                     "(they stay in the transcript on disk)")
     tokens = f"~{human_tokens(e.tokens_before)} → ~{human_tokens(e.tokens_after)} tokens"
-    facts = f"; {plural(e.facts_added, 'checked fact')} added to the summary" if e.facts_added else ""
+    facts = ""
+    if e.facts_added:
+        facts = f"; the audit added {plural(e.facts_added, 'checked fact')} the summary missed"
+    elif e.facts_checked:
+        facts = f"; audit: all {plural(e.facts_checked, 'checked fact')} named"
     if e.trigger in ("auto", "memory"):  # nobody confirmed these: their cost is said afterwards
         facts = _forecast_said(e) + facts
     if e.trigger == "server":

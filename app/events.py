@@ -120,6 +120,7 @@ class CompactionEvent(BaseModel):
     gap_tokens: int | None = None
     # Audited summaries (issue 15): facts the summary missed, appended to it as "checked facts".
     facts_added: int = 0
+    facts_checked: int = 0  # facts the audit checked the summary against
     checked_facts: list[str] = Field(default_factory=list)
     # Cost before you compact (issue 15): the forecast made just before this compaction ran.
     forecast_tokens_freed: int | None = None

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from app.commands import Interrupt, Shutdown, UserInput
 from app.describe import describe, legacy_notice
-from app.events import Event, ResultEvent
+from app.events import Event, ResultEvent, SessionRepairedEvent
 from app.redact import redact, redact_obj
 from app.sanitize import sanitize_for_display, scrub_surrogates_obj
 
@@ -105,7 +105,12 @@ async def run_task(session: "AgentSession", prompt: str) -> ResultEvent:
     """
     loop = asyncio.get_running_loop()
     results: list[ResultEvent] = []
-    session.subscribe(lambda e: results.append(e) if e.type == "result" else None)  # type: ignore[func-returns-value]
+
+    def keep_result(event: Event) -> None:
+        if isinstance(event, ResultEvent):
+            results.append(event)
+
+    session.subscribe(keep_result)
     interrupts = 0
 
     def on_sigint() -> None:
@@ -150,8 +155,12 @@ def run_headless(settings: "Settings", prompt: str, output_format: str, *, resum
     session = build_session(settings, approvals=False, resume=resume, continue_latest=continue_latest)
     session.subscribe(printer)
     if output_format == "stream-json":  # repairs of a damaged transcript are said on stderr in both modes
-        session.subscribe(lambda e: print(describe(e).text, file=sys.stderr)  # type: ignore[union-attr]
-                          if e.type == "session_repaired" else None)
+        def say_repairs(event: Event) -> None:
+            line = describe(event) if isinstance(event, SessionRepairedEvent) else None
+            if line is not None:
+                print(line.text, file=sys.stderr)
+
+        session.subscribe(say_repairs)
     result = asyncio.run(run_task(session, prompt))
     if output_format != "stream-json":
         print(f"resume with: tidegauge --resume {session.info.session_id}", file=sys.stderr)

@@ -6,7 +6,7 @@ else (engine, transcript, widgets) sees only these models.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
@@ -104,9 +104,9 @@ class Message(BaseModel):
     def tool_results(self) -> list[ToolResultBlock]:
         return [b for b in self.content if isinstance(b, ToolResultBlock)]
 
-    def copy_with(self, content: list[Any]) -> "Message":
+    def copy_with(self, content: Sequence[ContentBlock]) -> "Message":
         """A new message with other content (the token estimate is not carried over)."""
-        return Message(role=self.role, content=content)
+        return Message(role=self.role, content=list(content))
 
 
 class ToolSpec(BaseModel):

@@ -6,6 +6,7 @@ import os
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.agent import Agent, AgentOptions, Approver
 from app.context.server_side import configure_server_context
@@ -14,6 +15,7 @@ from app.config import Settings, api_key_for, provider_key_env_names, resolve_pr
 from app.context.engine import ContextEngine, EngineConfig
 from app.context.file_cache import FileReadCache
 from app.context.memory import load_memory
+from app.context.rules import load_rules
 from app.context.prices import price_for
 from app.context.thresholds import context_window_for
 from app.errors import SetupError
@@ -27,6 +29,9 @@ from app.session import Session, SessionStore
 from app.tools.base import ToolContext
 from app.tools.registry import default_registry
 from app.transcript import TranscriptWriter, restore
+
+if TYPE_CHECKING:  # imported when a server is configured, not with every session
+    from app.mcp.hub import McpHub
 
 SYSTEM_PROMPT = """You are tidegauge, a coding agent working in the user's terminal.
 Working directory: {cwd}
@@ -45,8 +50,8 @@ Be concise. When the task is done, say what you did and what you verified."""
 
 def _tool_env(settings: Settings) -> dict[str, str]:
     """The environment of run_bash: the user's, minus every provider key (also a custom --api-key-env)."""
-    hidden = provider_key_env_names(settings)
-    return {k: v for k, v in os.environ.items() if k not in hidden and not k.endswith("_API_KEY")}
+    hidden = provider_key_env_names(settings)  # run_bash drops anything that looks like a key as well
+    return {k: v for k, v in os.environ.items() if k not in hidden}
 
 
 def build_agent(settings: Settings, *, emit: Listener | None = None, approver: Approver | None = None,
@@ -129,7 +134,9 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         system_prompt=system,
         memory=memory,
         tools=registry.specs(),
-        config=EngineConfig(window=window, budget=budget, compact_max_output=settings.compact_max_output),
+        config=EngineConfig(window=window, budget=budget, compact_max_output=settings.compact_max_output,
+                            memory_update_tokens=settings.memory_update_tokens,
+                            memory_keep_tokens=settings.memory_keep_tokens),
         price=price_for(provider.model, settings.prices),
         compact_price=price_for(provider.model, settings.prices),
         tool_results_dir=session.tool_results_dir,
@@ -138,6 +145,10 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         provider.limits = StreamLimits.from_settings(settings)
     # Provider-side context management: thresholds from ours, unsupported options said once.
     warnings = [("server context", line) for line in configure_server_context(provider, engine, settings)]
+    # Path-scoped rules: loaded only when a matching file is read or edited; unreadable ones said once.
+    rules = load_rules(workspace, settings.config_dir)
+    engine.use_rules(rules, workspace)
+    warnings += [("rules", f"{problem}; that rule is not loaded") for problem in rules.problems]
     restored_events: list[Event] = []
     repairs: list[str] = []
     if resume or continue_latest:
@@ -182,6 +193,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         from app.subagent import register_task_tool
 
         register_task_tool(agent, settings)
+        engine.set_budget(engine.config.budget)  # the lines again, with the task tool in the fixed part
     stream = EventStream()
     stream.subscribe(transcript_recorder(transcript))  # first: persisted before any surface sees it
     if emit is not None:
@@ -196,7 +208,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
 
 # ---- MCP servers (issue 16): started with the session, stopped with it (hub.aclose()) ----
 
-async def start_session_mcp(agent: Agent, settings: Settings):  # -> app.mcp.hub.McpHub
+async def start_session_mcp(agent: Agent, settings: Settings) -> McpHub:
     """Start the configured MCP servers for this agent's session; failures are events, never raised."""
     from app.mcp.hub import start_mcp
 

@@ -72,7 +72,7 @@ def sanitize_for_display(text: str) -> str:
     The result is meant for plain ``rich.text.Text`` (never markup parsing), so
     ``[bold]`` or ``[link=...]`` stay literal characters.
     """
-    text = sanitize_for_model(text)
+    text = scrub_surrogates(sanitize_for_model(text))  # a terminal cannot be sent a lone surrogate
     return _BIDI_CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 

@@ -12,7 +12,7 @@ other events stay inside it.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from app.context.file_cache import FileReadCache
 from app.context.memory import MemoryBundle
@@ -21,6 +21,10 @@ from app.events import ContextEvent, Event, SubAgentEvent, ToolStartEvent, Usage
 from app.messages import ToolSpec
 from app.tools.base import ToolContext, ToolInputError, ToolOutput
 from app.tools.registry import ToolRegistry, truncate_head_tail
+
+if TYPE_CHECKING:  # the agent module imports the tools; the sub-agent is built from it on use
+    from app.agent import Agent
+    from app.config import Settings
 
 TASK_TOOL = "task"
 DEFAULT_REPORT_TOKENS = 2_000
@@ -62,7 +66,7 @@ class TaskTool:
 
     mutating = False  # the sub-agent itself can only read
 
-    def __init__(self, parent: Any, limits: SubAgentLimits | None = None) -> None:
+    def __init__(self, parent: Agent, limits: SubAgentLimits | None = None) -> None:
         self.parent = parent
         self.limits = limits or SubAgentLimits()
         self.spec = ToolSpec(
@@ -125,7 +129,7 @@ class TaskTool:
         report = bounded_report(result.text, self.limits.report_tokens, stopped)
         return ToolOutput(report)
 
-    def build_sub_agent(self, ctx: ToolContext) -> Any:
+    def build_sub_agent(self, ctx: ToolContext) -> Agent:
         from app.agent import Agent, AgentOptions
         from app.context.engine import ContextEngine, EngineConfig
 
@@ -162,7 +166,7 @@ class TaskTool:
         return agent
 
 
-def _forward(parent: Any, sub: Any, call_id: str) -> Callable[[Event], None]:
+def _forward(parent: Agent, sub: Agent, call_id: str) -> Callable[[Event], None]:
     """What leaves the sub-agent: its usage (ledger and stream, as agent "sub") and one-line
     progress (SubAgentEvent). Its text, tool outputs and engine lines stay inside it."""
     max_steps = sub.options.max_steps
@@ -185,7 +189,7 @@ def _forward(parent: Any, sub: Any, call_id: str) -> Callable[[Event], None]:
     return forward
 
 
-def register_task_tool(agent: Any, settings: Any = None) -> TaskTool:
+def register_task_tool(agent: Agent, settings: Settings | SubAgentLimits | None = None) -> TaskTool:
     """Add ``task`` to a main agent's tools (and to what its engine sends).
 
     ``settings``: the Settings (``subagent_max_steps``, ``subagent_report_tokens``) or SubAgentLimits.

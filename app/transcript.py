@@ -27,10 +27,11 @@ from typing import Annotated, Any, Callable, Literal, Mapping, Protocol, Sequenc
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
-from app.events import Event
+from app.events import Event, ToolResultEvent
 from app import session_lock
 from app.context.validate import history_problems
-from app.messages import Message, OpaqueBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from app.markers import INTERRUPTED_RESULT  # one text for a call that never finished
+from app.messages import ContentBlock, Message, OpaqueBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from app.redact import redact_obj
 
 # Reasons the engine replaces the live history. The field is a plain str so
@@ -38,7 +39,6 @@ from app.redact import redact_obj
 HistoryReason = Literal["compaction", "micro_compaction", "overflow", "reset", "result_cut", "resume", "merge_user",
                         "server_compaction"]
 
-INTERRUPTED_RESULT = "interrupted: the session ended before this tool finished"
 LOST_START = "[the start of this conversation was lost from the session's transcript]"
 
 
@@ -72,8 +72,8 @@ TranscriptLine = Annotated[
     Union[MessageLine, HistoryLine, EventLine, TurnEndLine],
     Field(discriminator="kind"),
 ]
-_line_adapter: TypeAdapter[Any] = TypeAdapter(TranscriptLine)
-_event_adapter: TypeAdapter[Any] = TypeAdapter(Event)
+_line_adapter: TypeAdapter[TranscriptLine] = TypeAdapter(TranscriptLine)
+_event_adapter: TypeAdapter[Event] = TypeAdapter(Event)
 
 
 # ---------------------------------------------------------------- writing
@@ -270,9 +270,9 @@ def _salvage(body: bytes) -> list[MessageLine | HistoryLine | EventLine | TurnEn
 
 def _reason(err: Exception) -> str:
     if isinstance(err, ValidationError):
-        first = err.errors()[0] if err.errors() else {}
-        loc = ".".join(str(p) for p in first.get("loc", ()))
-        msg = str(first.get("msg", "invalid"))
+        details = err.errors()
+        loc = ".".join(str(p) for p in details[0]["loc"]) if details else ""
+        msg = details[0]["msg"] if details else "invalid"
         return f"not a transcript line: {loc}: {msg}" if loc else f"not a transcript line: {msg}"
     if isinstance(err, UnicodeDecodeError):
         return "not UTF-8 text"
@@ -293,7 +293,7 @@ class _HasTranscript(Protocol):
 @dataclass
 class RestoredState:
     history: list[Message]
-    events: list[Any]  # app.events.Event instances, in order
+    events: list[Event]  # in order
     warnings: list[str]  # every line skipped and every repair made: the caller shows them all
     turns: int
 
@@ -301,7 +301,7 @@ class RestoredState:
 # Results of finished tools, by the assistant message whose call they answer (keyed by
 # that message object's identity): servers reuse call ids across turns ("call_0" twice),
 # so an id alone could hand a later call the result of an earlier one.
-FinishedResults = Callable[[Message], Mapping[str, Any]]
+FinishedResults = Callable[[Message], Mapping[str, ToolResultEvent]]
 
 
 def restore(source: _HasTranscript | Path | str) -> RestoredState:
@@ -315,9 +315,9 @@ def restore(source: _HasTranscript | Path | str) -> RestoredState:
     read = read_transcript(path)
     warnings = list(read.warnings)
     history: list[Message] = []
-    events: list[Any] = []
+    events: list[Event] = []
     turns = 0
-    finished_by_message: dict[int, dict[str, Any]] = {}
+    finished_by_message: dict[int, dict[str, ToolResultEvent]] = {}
     for line in read.lines:
         if isinstance(line, MessageLine):
             history.append(line.message)
@@ -331,7 +331,7 @@ def restore(source: _HasTranscript | Path | str) -> RestoredState:
                 warnings.append(f"transcript: skipped an event this version cannot read (type {kind!r})")
                 continue
             events.append(event)
-            if getattr(event, "type", None) == "tool_result":
+            if isinstance(event, ToolResultEvent):
                 # A tool's result event is written when the tool finishes, its results message
                 # only when every call of the round has: a kill in between must not lose
                 # finished work. It answers a call of the assistant message written just before.
@@ -360,7 +360,7 @@ def _has_content(message: Message) -> bool:
     return any(isinstance(b, TextBlock) and b.text.strip() for b in message.content)
 
 
-def _result_block(call_id: str, event: Any | None) -> ToolResultBlock:
+def _result_block(call_id: str, event: ToolResultEvent | None) -> ToolResultBlock:
     """The recorded result of a finished call, or the stand-in for one that never finished."""
     if event is None:
         return ToolResultBlock(tool_use_id=call_id, content=INTERRUPTED_RESULT, is_error=True)
@@ -375,7 +375,7 @@ def _plural(n: int, word: str) -> str:
 def _clean_blocks(message: Message) -> tuple[Message, list[str]]:
     """Blocks that may not stand where they are (a damaged or wrongly typed line) are removed."""
     notes: list[str] = []
-    kept: list[Any] = []
+    kept: list[ContentBlock] = []
     dropped: dict[str, int] = {}
     for block in message.content:
         if isinstance(block, TextBlock) and not block.text.strip():
@@ -413,7 +413,7 @@ def _merge(a: Message, b: Message) -> Message:
 
 
 def repair_history(history: Sequence[Message],
-                   finished: FinishedResults | Mapping[str, Any] | None = None) -> tuple[list[Message], list[str]]:
+                   finished: FinishedResults | Mapping[str, ToolResultEvent] | None = None) -> tuple[list[Message], list[str]]:
     """Make a history that was cut short or damaged sendable again; returns it and what was done.
 
     In order:
@@ -434,13 +434,12 @@ def repair_history(history: Sequence[Message],
     - a trailing assistant message with no text and no tool calls is dropped.
     If the validity check still finds a problem, the history is cut before it.
     """
-    if finished is None:
-        finished_for: FinishedResults = lambda _m: {}
-    elif callable(finished):
-        finished_for = finished
-    else:
-        by_id = finished
-        finished_for = lambda _m: by_id
+    def finished_for(message: Message) -> Mapping[str, ToolResultEvent]:
+        if finished is None:
+            return {}
+        if callable(finished):
+            return finished(message)
+        return finished
     notes: list[str] = []
     messages: list[Message] = []
     # Which original message each working message came from (for its finished results).
@@ -524,7 +523,7 @@ def _pair(messages: list[Message], origin: dict[int, tuple[Message, tuple[Messag
             prev = out[-1] if out and out[-1].role == "assistant" else None
             asked = {u.id for u in prev.tool_uses} if prev is not None else set()
             seen: set[str] = set()
-            kept: list[Any] = []
+            kept: list[ContentBlock] = []
             orphans = twice = 0
             for block in message.content:
                 if isinstance(block, ToolResultBlock):
@@ -562,7 +561,7 @@ def _pair(messages: list[Message], origin: dict[int, tuple[Message, tuple[Messag
         if not missing:
             continue
         changed = True
-        recorded: dict[str, Any] = {}
+        recorded: dict[str, ToolResultEvent] = {}
         for source in _origin_of(origin, message):
             for call_id, event in finished_for(source).items():
                 recorded.setdefault(call_id, event)
@@ -575,7 +574,7 @@ def _pair(messages: list[Message], origin: dict[int, tuple[Message, tuple[Messag
             names = ", ".join(u.name for u in lost)
             notes.append(f"restore: {len(lost)} tool call(s) without a result ({names}) marked interrupted")
         answered: set[str] = set()
-        ordered: list[Any] = []
+        ordered: list[ContentBlock] = []
         for u in uses:
             if u.id in answered:
                 continue  # one id twice in one message: one result; the ids are made unique later
@@ -601,7 +600,7 @@ def _unique_ids(messages: list[Message], notes: list[str]) -> list[Message]:
         if message.role != "assistant" or not message.tool_uses:
             continue
         pairs: list[tuple[str, str]] = []
-        content: list[Any] = []
+        content: list[ContentBlock] = []
         for block in message.content:
             if isinstance(block, ToolUseBlock):
                 new_id, n = block.id, 1
@@ -621,13 +620,14 @@ def _unique_ids(messages: list[Message], notes: list[str]) -> list[Message]:
         queues: dict[str, list[ToolResultBlock]] = {}
         for block in (nxt.tool_results if nxt is not None else []):
             queues.setdefault(block.tool_use_id, []).append(block)
-        results: list[Any] = []
+        results: list[ContentBlock] = []
         for old, new in pairs:
             queue = queues.get(old)
             # one id twice in one message got one result: its twin gets the stand-in
             block = queue.pop(0) if queue else _result_block(new, None)
             results.append(block if block.tool_use_id == new else block.model_copy(update={"tool_use_id": new}))
-        others = [b for b in nxt.content if not isinstance(b, ToolResultBlock)] if nxt is not None else []
+        others: list[ContentBlock] = (
+            [b for b in nxt.content if not isinstance(b, ToolResultBlock)] if nxt is not None else [])
         if nxt is not None:
             out[i + 1] = nxt.copy_with(results + others)
         else:

@@ -181,8 +181,13 @@ def _dashboard_server_class() -> type:
             service: TabService | None = None
             try:
                 await websocket.prepare(request)
+
+                async def close_tab() -> None:
+                    # AppService awaits a close that returns nothing; aiohttp's says whether it closed
+                    await websocket.close()
+
                 service = TabService(self.command, write_bytes=websocket.send_bytes,
-                                     write_str=websocket.send_str, close=websocket.close,
+                                     write_str=websocket.send_str, close=close_tab,
                                      download_manager=self.download_manager, debug=self.debug)
                 await service.start(width, height)
                 await self._process_messages(websocket, service)

@@ -116,8 +116,8 @@ async def _page_downs(app: Any, pilot: Any, clock: FrameClock, viewer: Any,
         start_y = viewer.scroll_offset.y
         # Where one page down stops: the viewport height further (bounded by the end).
         target = min(start_y + viewer.scrollable_content_region.height, viewer.max_scroll_y)
-        moved = clock.expect(lambda: viewer.scroll_offset.y > start_y)
-        arrived = clock.expect(lambda: viewer.scroll_offset.y >= target)
+        moved = clock.expect(lambda start_y=start_y: viewer.scroll_offset.y > start_y)
+        arrived = clock.expect(lambda target=target: viewer.scroll_offset.y >= target)
         started = time.perf_counter()
         await pilot.press("pagedown")
         times.append(await asyncio.wait_for(arrived, 10) - started)

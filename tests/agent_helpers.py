@@ -76,7 +76,4 @@ def make_agent(fake_llm, tmp_path: Path, monkeypatch, *, provider: str = "openai
     events = EventLog()
     agent = build_agent(settings, emit=events, cwd=workdir)
     agent.options.retry_base_delay = 0.0  # retries are tested for behaviour, not for waiting
-    # Until the runtime passes them on (issue 15), the session-memory settings reach the engine here.
-    agent.engine.config.memory_update_tokens = settings.memory_update_tokens
-    agent.engine.config.memory_keep_tokens = settings.memory_keep_tokens
     return agent, events

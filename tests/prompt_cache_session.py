@@ -95,7 +95,9 @@ async def run_session(turns: int, *, caching: bool, budget: int | None = None,
         for i in range(FILES):
             (work / "tides" / f"mod{i}.py").write_text(_source_file(i), encoding="utf-8")
         overrides: dict[str, Any] = {"provider": "anthropic", "model": MODEL, "base_url": server.base_url("anthropic"),
-                                     "data_dir": root / "data", "yes": True, "prompt_caching": caching}
+                                     "data_dir": root / "data", "yes": True, "prompt_caching": caching,
+                                     # caching is measured alone: no session-memory calls beside it
+                                     "memory_update_tokens": 0}
         if budget is not None:
             overrides["budget"] = budget
         settings = load_settings(overrides)

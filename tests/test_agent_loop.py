@@ -212,11 +212,11 @@ async def test_interrupt_while_a_tool_runs_gives_synthetic_results(fake_llm, tmp
         pass
     last = agent.history[-1]
     assert last.role == "user" and len(last.tool_results) == 2
-    assert all("Interrupted by the user" in r.content for r in last.tool_results)
+    assert all("Interrupted before this tool finished" in r.content for r in last.tool_results)
     assert history_problems(agent.history) == []
     # the running call's line ends (as interrupted); list_files never started, never shown
     (ended,) = events.of("tool_result")
-    assert ended.name == "run_bash" and ended.is_error and "Interrupted by the user" in ended.content
+    assert ended.name == "run_bash" and ended.is_error and "Interrupted before this tool finished" in ended.content
     assert [e.name for e in events.of("tool_start")] == ["run_bash"]
     fake_llm.enqueue(openai_text("ok"))
     assert (await agent.run_turn("what happened?")).stop_reason == "end_turn"

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import os
-import stat
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,6 @@ from app.config import (
     load_settings,
     provider_key_env_names,
     resolve_provider,
-    save_api_key,
 )
 
 KEY_VARS = ("OPENAI_API_KEY", "DEEPSEEK_API_KEY", "ANTHROPIC_API_KEY")
@@ -223,50 +220,16 @@ def test_provider_key_env_names(config_dir: Path) -> None:
 
 # ---------------------------------------------------------------- saving a key
 
-def test_saved_key_file_is_user_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in KEY_VARS:
-        monkeypatch.delenv(name, raising=False)
-    directory = tmp_path / "fresh" / "tidegauge"  # does not exist yet
-    monkeypatch.setenv("TIDEGAUGE_CONFIG_DIR", str(directory))
-    old_umask = os.umask(0)  # a careless umask must not widen the mode
-    try:
-        path = save_api_key(load_settings({}), "anthropic", "sk-ant-saved-key-0003")
-    finally:
-        os.umask(old_umask)
-        redact_mod.clear_secrets()
-    assert path == directory / "config.toml"
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
-
-
-def test_saved_key_is_used_and_other_settings_kept(config_dir: Path) -> None:
-    path = write_toml(config_dir, "# my settings\nmax_steps = 12\n")
-    save_api_key(load_settings({}), "deepseek", "sk-deepseek-saved-0004")
-    save_api_key(load_settings({}), "deepseek", "sk-deepseek-saved-0005")  # replaces, no duplicate key
-
-    text = path.read_text()
-    assert "# my settings" in text
-    assert tomllib.loads(text)["api_keys"] == {"deepseek": "sk-deepseek-saved-0005"}
+def test_a_key_in_the_config_file_is_used_and_the_environment_wins(config_dir: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    write_toml(config_dir, '# my settings\nmax_steps = 12\n[api_keys]\ndeepseek = "sk-deepseek-saved-0005"\n'
+                           'openai = "sk-openai-saved-0006"\n')
     settings = load_settings({})
     assert settings.max_steps == 12
-    assert resolve_provider(settings) == "deepseek"
     assert api_key_for(settings, "deepseek") == "sk-deepseek-saved-0005"
     assert "sk-deepseek-saved-0005" not in repr(settings)
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
-
-
-def test_environment_key_wins_over_saved_key(config_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    save_api_key(load_settings({}), "openai", "sk-openai-saved-0006")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-env-0007")
     assert api_key_for(load_settings({}), "openai") == "sk-openai-env-0007"
-
-
-def test_save_key_into_inline_table(config_dir: Path) -> None:
-    path = write_toml(config_dir, 'api_keys = { openai = "sk-openai-old-0008" }\nbudget = 9000\n')
-    save_api_key(load_settings({}), "anthropic", "sk-ant-new-0009")
-    data = tomllib.loads(path.read_text())
-    assert data["api_keys"] == {"openai": "sk-openai-old-0008", "anthropic": "sk-ant-new-0009"}
-    assert data["budget"] == 9000
 
 
 def test_settings_is_constructible_directly(config_dir: Path) -> None:

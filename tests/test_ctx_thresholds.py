@@ -58,9 +58,11 @@ def test_level_at_each_line() -> None:
     assert level(177_000, t) == "blocking"
 
 
-def test_to_model_carries_every_figure() -> None:
+def test_the_context_event_carries_every_figure_of_the_lines() -> None:
+    from app.context.engine import _thresholds_model
+
     t = compute_thresholds(200_000, 150_000, 8_000)
-    m = t.to_model()
+    m = _thresholds_model(t)
     assert isinstance(m, ThresholdsModel)
     assert m.model_dump() == {
         "window": 200_000, "reserve": 8_000, "effective_window": 192_000,

@@ -287,7 +287,7 @@ async def test_the_compaction_line_lists_the_checked_facts_added_to_the_summary(
         await send(pilot, "go")
         await settle(pilot)
         (line,) = [t for t in engine_texts(app, "compaction") if t.startswith("context compacted")]
-        assert f"{len(facts)} checked facts added" in line
+        assert f"the audit added {len(facts)} checked facts" in line
         assert [row.strip() for row in line.splitlines()[1:]] == [f"✓ {fact}" for fact in facts]
 
 

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 
-def run_demo(tmp_path: Path, prompt: str, *extra: str) -> tuple[int, list[dict]]:
+def run_demo(tmp_path: Path, prompt: str, *extra: str, **settings: str) -> tuple[int, list[dict]]:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("TIDEGAUGE_")}
     env.update(TIDEGAUGE_CONFIG_DIR=str(tmp_path / "config"), TIDEGAUGE_DATA_DIR=str(tmp_path / "data"))
+    env.update({f"TIDEGAUGE_{name.upper()}": value for name, value in settings.items()})
     proc = subprocess.run([sys.executable, "-m", "app", "-p", prompt, "--demo-speed", "0", "--yes",
                            "--output-format", "stream-json", *extra],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
@@ -35,14 +36,26 @@ def test_find_errors_cats_then_follows_the_notice_with_grep(tmp_path):
     result = events[-1]
     assert result["type"] == "result" and result["stop_reason"] == "end_turn"
     assert "300001" in result["text"]
-    # usage is reported for every model call, as a server would
-    assert len(of(events, "usage")) == result["steps"] and all(u["context_tokens"] for u in of(events, "usage"))
+    # usage is reported for every model call, as a server would (the session memory's own calls apart)
+    main_usage = [u for u in of(events, "usage") if u["agent"] == "main"]
+    assert len(main_usage) == result["steps"] and all(u["context_tokens"] for u in main_usage)
 
 
-def test_summarize_crosses_the_warning_line_and_auto_compacts_then_finishes(tmp_path):
+def test_summarize_crosses_the_warning_line_and_compacts_from_the_session_memory(tmp_path):
     code, events = run_demo(tmp_path, "summarize the project")
     assert code == 0
-    assert of(events, "warning_crossed")
+    assert of(events, "warning_crossed") and of(events, "session_memory")
+    compactions = of(events, "compaction")
+    assert compactions and compactions[0]["trigger"] == "memory" and compactions[0]["ok"]
+    assert compactions[0]["messages_after"] > 1 and compactions[0]["tokens_after"] < compactions[0]["tokens_before"]
+    assert compactions[0]["facts_checked"] > 0  # the audit checked the memory's summary too
+    assert events[-1]["stop_reason"] == "end_turn"
+
+
+def test_summarize_without_session_memory_auto_compacts_into_a_summary(tmp_path):
+    code, events = run_demo(tmp_path, "summarize the project", memory_update_tokens="0")
+    assert code == 0
+    assert of(events, "warning_crossed") and not of(events, "session_memory")
     compactions = of(events, "compaction")
     assert compactions and compactions[0]["trigger"] == "auto" and compactions[0]["ok"]
     assert compactions[0]["messages_after"] == 1 and compactions[0]["tokens_after"] < compactions[0]["tokens_before"]

@@ -22,9 +22,6 @@ async def test_summarize_the_project_compacts_from_the_session_memory(tmp_path: 
     work.mkdir()
     events = EventLog()
     agent = build_agent(settings, emit=events, cwd=work)
-    # Until the runtime passes it on, the setting reaches the engine here.
-    agent.engine.config.memory_update_tokens = settings.memory_update_tokens
-    agent.engine.config.memory_keep_tokens = settings.memory_keep_tokens
     try:
         result = await agent.run_turn("summarize the project")
         await agent.engine.wait_memory_update()
@@ -43,7 +40,7 @@ async def test_summarize_the_project_compacts_from_the_session_memory(tmp_path: 
     assert first.messages_after > 1  # the memory plus the latest messages verbatim
     # no summary was asked for: every compaction-ledger call is a memory update
     assert sum(1 for u in events.of("usage") if u.agent == "compact") == len(memory)
-    notice = next(n.text for n in events.of("notice") if "from the session memory" in n.text)
+    notice = next(line for line in events.lines() if "from the session memory" in line)
     assert "no model call" in notice and "audit" in notice  # the audit reports on the memory too
     reads = [e.input["path"] for e in events.of("tool_start") if e.name == "read_file"]
     assert len(reads) == len(set(reads))  # carried on from the memory: nothing read twice

@@ -17,7 +17,6 @@ from test_engine_support import (
     counted,
     dump,
     is_compaction,
-    main_bodies,
     next_request_problems,
     protocol_of,
     request_tokens,

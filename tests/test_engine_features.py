@@ -122,8 +122,8 @@ async def test_memory_written_in_the_background_then_compaction_needs_no_model_c
     first = compactions[0]
     assert first.tokens_before >= t.auto_compact_line > first.tokens_after
     assert first.messages_after > 1  # the memory plus the latest messages verbatim
-    assert any(n.text.startswith("context compacted from the session memory (no model call)")
-               for n in events.of("notice"))
+    assert any(line.startswith("context compacted from the session memory (no model call)")
+               for line in events.lines())
     memory_events = events.of("session_memory")
     assert memory_events and all(e.ok for e in memory_events)
     # The memory file in the session folder holds the latest memory.
@@ -192,7 +192,7 @@ async def test_a_failing_memory_update_is_shown_and_never_breaks_the_turn(fake_l
     assert result.stop_reason == "end_turn"
     failed = events.of("session_memory")
     assert failed and not failed[0].ok and failed[0].reason
-    assert any("session memory update failed" in n.text for n in events.of("notice"))
+    assert any("session memory update failed" in line for line in events.lines())
     await agent.aclose()
 
 
@@ -284,7 +284,7 @@ async def test_a_summary_missing_facts_gets_exactly_those_back(fake_llm, tmp_pat
     assert not any(a.startswith("the user's latest request") for a in added)
     summary = agent.history[0].text
     assert CHECKED_FACTS_HEADER in summary and all(a in summary for a in added)
-    assert any("the audit added" in n.text for n in events.of("notice"))
+    assert any("the audit added" in line for line in events.lines())
 
     # The next request carries them to the model.
     router.main.append("ok")
@@ -592,7 +592,7 @@ async def test_a_broken_rule_file_is_named_and_the_session_goes_on(fake_llm, tmp
     _write(work / "src" / "a.py", "A = 1\n")
     agent, events = make_agent(fake_llm, tmp_path, monkeypatch, provider=provider, cwd=work, memory_update_tokens=0)
     _with_rules(agent)
-    (warning,) = [n for n in events.of("notice") if n.level == "warning"]
+    (warning,) = events.of("config_warning")
     assert "broken.md" in warning.text and "never closed" in warning.text and "\n" not in warning.text
     router = Router(provider)
     router.main.extend([*reads("src/a.py"), "read"])

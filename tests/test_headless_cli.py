@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 from fake_llm_server import anthropic_text, openai_text, openai_tool_calls, stall_after
 
-from app.context.validate import history_problems
 
 KEY = "sk-test-fake-key-0123456789"
 

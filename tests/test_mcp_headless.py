@@ -16,10 +16,14 @@ from typing import Any
 
 from fake_llm_server import openai_text, openai_tool_calls
 
-from app.config import toml_string
 
 KEY = "sk-test-fake-key-0123456789"
 MANY_TOOLS = Path(__file__).parent / "mcp_servers" / "many_tools.py"
+
+
+def toml_string(value: str) -> str:
+    """A TOML basic string (JSON's escapes are valid TOML)."""
+    return json.dumps(value)
 
 
 def _tidegauge(args: list[str], tmp_path: Path, fake, tools: int) -> tuple[int, list[dict[str, Any]], str]:

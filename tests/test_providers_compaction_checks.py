@@ -38,7 +38,7 @@ async def test_a_summary_over_its_output_cap_fails_and_leaves_the_history(fake_l
     event = await agent.compact()
     assert not event.ok and dump(agent.history) == before
     assert "2,400" in event.reason and "1,000" in event.reason and "max_tokens" in event.reason
-    assert any("compaction failed" in n.text for n in events.of("notice"))
+    assert any("compaction failed" in n.text for n in events.notices())
 
 
 async def test_without_usage_the_summary_is_measured_by_estimate(fake_llm, tmp_path, monkeypatch) -> None:

@@ -11,7 +11,7 @@ from agent_helpers import make_agent
 from app.cli import FLAG_FIELDS, build_parser
 from app.config import load_settings
 from app.errors import ConfigError
-from app.messages import Message, RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolSpec, ToolUseBlock
+from app.messages import Message, RedactedThinkingBlock, ThinkingBlock, ToolResultBlock, ToolSpec, ToolUseBlock
 from app.providers.anthropic import MAX_CACHE_BREAKPOINTS, AnthropicProvider
 from app.providers.base import ModelRequest
 from app.providers.factory import create_provider, provider_options
@@ -224,7 +224,7 @@ def test_a_thinking_budget_not_below_max_tokens_is_refused(tmp_path, monkeypatch
     assert load_settings({"thinking_budget": 8_000, "max_tokens": 16_000}).thinking_budget == 8_000
 
 
-@pytest.mark.parametrize("name", ["openai", "deepseek", "anthropic", "demo"])
+@pytest.mark.parametrize("name", ["openai", "deepseek", "anthropic", "responses"])  # plug-ins take no options
 def test_provider_options_fit_every_provider_constructor(name, tmp_path, monkeypatch) -> None:
     # the host passes them straight to create_provider: a wrong keyword would break start-up
     monkeypatch.setenv("TIDEGAUGE_CONFIG_DIR", str(tmp_path))

@@ -200,9 +200,6 @@ async def test_keep_alives_do_not_hold_a_call_past_its_deadline(keepalive_server
     assert elapsed < keepalive_server.lasts / 4
 
 
-@pytest.mark.xfail(strict=True, raises=subprocess.TimeoutExpired,
-                   reason="app/runtime.py must set provider.limits = StreamLimits.from_settings(settings) "
-                          "(lead's merge); then this passes and the marker goes")
 def test_the_deadline_setting_reaches_the_user_as_one_error_line(keepalive_server, env, tmp_path) -> None:
     env["TIDEGAUGE_REQUEST_DEADLINE"] = "1.5"
     done = subprocess.run(cli(keepalive_server.base_url, "-p", "hi"), env=env, capture_output=True, text=True,
@@ -336,7 +333,8 @@ def _feed_one_long_line(size: int, chunk: int = 8 * 1024) -> float:
 
 
 def test_one_long_line_in_many_chunks_is_decoded_in_linear_time() -> None:
-    small = min(_feed_one_long_line(4 * 1024 * 1024) for _ in range(3))
+    small = min(_feed_one_long_line(2 * 1024 * 1024) for _ in range(3))
     big = min(_feed_one_long_line(16 * 1024 * 1024) for _ in range(3))
-    # 4x the bytes: linear is ~4x; re-joining the partial line at every chunk was ~16x
-    assert big / small < 8, (small, big)
+    # 8x the bytes: linear is ~8x (big strings cost a little more to allocate on a loaded
+    # machine); re-joining the partial line at every chunk was ~64x
+    assert big / small < 24, (small, big)

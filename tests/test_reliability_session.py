@@ -357,14 +357,18 @@ def _scripted_task(body: dict, path: str):
 
 @pytest.mark.parametrize("kill_after_lines", [1, 2, 3, 5, 7, 9, 11, 13, 16, 20])
 def test_kill_9_at_many_points_then_continue_sends_a_valid_request(fake_llm, env, project, kill_after_lines) -> None:
-    """kill -9 after the Nth stream-json line (a state, not a delay), then --continue."""
+    """kill -9 after the Nth stream-json line from the task's own (a state, not a delay), then --continue.
+
+    Counting starts at the user_message line: the lines before it (session, context) come
+    before the task is recorded, and a session killed there has no task to resume."""
     fake_llm.default = _scripted_task
     fake_llm.allow_unscripted = True
     proc = start(fake_llm, project, env, "-p", "check the notes", "--yes")
     seen = 0
     try:
-        for _ in proc.stdout:
-            seen += 1
+        for line in proc.stdout:
+            if seen or b'"type": "user_message"' in line:
+                seen += 1
             if seen >= kill_after_lines:
                 break
     finally:

@@ -67,7 +67,7 @@ def test_anthropic_edits_carry_every_chosen_parameter_and_the_auto_compact_line(
 
 
 async def test_a_provider_without_server_management_says_so_and_ours_stays_on(fake_llm, tmp_path, monkeypatch):
-    agent, _events = make_agent(fake_llm, tmp_path, monkeypatch, provider="openai")
+    agent, _events = make_agent(fake_llm, tmp_path, monkeypatch, memory_update_tokens=0, provider="openai")
     try:
         problems = configure_server_context(agent.provider, agent.engine,
                                             server_settings(server_compaction=True, anthropic_clear_tool_uses=True))
@@ -81,7 +81,7 @@ async def test_a_provider_without_server_management_says_so_and_ours_stays_on(fa
 
 async def test_anthropic_tool_clearing_gauge_agrees_with_what_the_server_reported(
         fake_llm, tmp_path: Path, monkeypatch) -> None:
-    agent, events = make_agent(fake_llm, tmp_path, monkeypatch, provider="anthropic", window=200_000, budget=0)
+    agent, events = make_agent(fake_llm, tmp_path, monkeypatch, memory_update_tokens=0, provider="anthropic", window=200_000, budget=0)
     configure_server_context(agent.provider, agent.engine,
                              server_settings(anthropic_clear_tool_uses=True, anthropic_clear_tool_uses_keep=1))
     for name in ("a.txt", "b.txt", "c.txt"):
@@ -154,7 +154,7 @@ async def test_responses_server_compaction_replaces_the_history_and_ours_stands_
         fake_llm, tmp_path: Path, monkeypatch) -> None:
     # a tiny budget: the projection crosses the auto-compact line at once; with server compaction
     # on, tidegauge makes no compaction call of its own
-    agent, events = make_agent(fake_llm, tmp_path, monkeypatch, provider="responses", window=400_000, budget=2_000)
+    agent, events = make_agent(fake_llm, tmp_path, monkeypatch, memory_update_tokens=0, provider="responses", window=400_000, budget=2_000)
     configure_server_context(agent.provider, agent.engine, server_settings(server_compaction=True))
     for name in ("a.txt", "b.txt"):
         write_words(agent.workspace / name, 1_500, name[0])
@@ -162,8 +162,8 @@ async def test_responses_server_compaction_replaces_the_history_and_ours_stands_
     fake_llm.enqueue(
         responses_tool_calls([("read_file", {"path": "a.txt"})], reasoning="", usage=dict(input=1_900, output=10)),
         responses_tool_calls([("read_file", {"path": "b.txt"})], reasoning="", usage=dict(input=4_100, output=10)),
-        responses_text("both read", compaction="gAAAAAB-compacted-fake", usage=dict(input=900, cached=0, output=8)),
-        responses_text("next answer", usage=dict(input=950, output=4)),
+        responses_text("both read", compaction="gAAAAAB-compacted-fake", usage=dict(input=1_500, cached=0, output=8)),
+        responses_text("next answer", usage=dict(input=1_550, output=4)),
     )
     try:
         result = await agent.run_turn("read a and b")
@@ -176,7 +176,7 @@ async def test_responses_server_compaction_replaces_the_history_and_ours_stands_
         assert [c.trigger for c in compaction] == ["server"]
         event = compaction[0]
         usage = events.of("usage")[-1]
-        assert event.tokens_after == usage.context_tokens == 900 + 8
+        assert event.tokens_after == usage.context_tokens == 1_500 + 8
         # before: what the last request weighed, as the gauge projected it just before
         projected = [e.projected_tokens for e in contexts_before if e.type == "context"]
         assert event.tokens_before == projected[-1] and event.tokens_before > event.tokens_after
@@ -203,7 +203,7 @@ async def test_responses_server_compaction_replaces_the_history_and_ours_stands_
 
 async def test_anthropic_server_compaction_counts_its_run_apart_and_sends_the_block_back(
         fake_llm, tmp_path: Path, monkeypatch) -> None:
-    agent, events = make_agent(fake_llm, tmp_path, monkeypatch, provider="anthropic", window=200_000, budget=0)
+    agent, events = make_agent(fake_llm, tmp_path, monkeypatch, memory_update_tokens=0, provider="anthropic", window=200_000, budget=0)
     configure_server_context(agent.provider, agent.engine, server_settings(server_compaction=True))
     fake_llm.enqueue(
         anthropic_text("first", usage=dict(input=60_000, output=30)),

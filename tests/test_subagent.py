@@ -55,7 +55,7 @@ async def test_task_runs_a_sub_agent_in_a_fresh_context_and_returns_a_bounded_re
     # Fresh context: the sub-agent sees its task, not the main conversation.
     assert [m["content"] for m in _messages(sub_first)] == ["Find where the importer rejects rows."]
     # Read-only tools by default; no task inside a task.
-    assert _tool_names(sub_first) == {"read_file", "list_files"}
+    assert _tool_names(sub_first) == {"read_file", "list_files", "read_saved_output"}
     assert TASK_TOOL in _tool_names(main_first)
     assert "MARKER-REJECT" in _tool_result(sub_second, "sub_read")
     assert "run_bash" in _tool_result(sub_last, "sub_bash") and "Unknown tool" in _tool_result(sub_last, "sub_bash")

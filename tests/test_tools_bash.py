@@ -94,7 +94,7 @@ async def test_timeout_kills_the_whole_process_group(ctx: ToolContext) -> None:
     run = await bash_run(ctx, STUBBORN_CHILD, timeout=1)
     child = int((ctx.workspace / "child.pid").read_text())
     assert run.is_error
-    assert "timed out after 1 s" in run.content and "process group were killed" in run.content
+    assert "timed out after 1 s" in run.content and "every process it started were killed" in run.content
     assert "background" in run.content  # says how to avoid it next time
     assert process_gone(child)
 

@@ -235,6 +235,7 @@ async def test_allow_outside_lets_file_tools_leave(ctx: ToolContext, tmp_path: P
 
 
 def test_resolve_path_stays_inside(ctx: ToolContext) -> None:
+    (ctx.workspace / "a").mkdir()
     assert resolve_path("a/../b.txt", ctx) == (ctx.workspace / "b.txt").resolve()
     assert resolve_path(".", ctx) == ctx.workspace.resolve()
     with pytest.raises(ToolInputError):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from textual.app import App
 
-from app import events as ev
 from app.dashboard.app import CSS_FILE
 from snapshot_apps.fake_agent import context
 from widgets.context_breakdown import ContextBreakdown

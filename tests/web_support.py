@@ -109,7 +109,7 @@ class WebServer:
             try:
                 line = self._lines.get(timeout=START_TIMEOUT_S)
             except queue.Empty:
-                raise AssertionError(f"--web printed no address in {START_TIMEOUT_S}s: {''.join(self.output)!r}")
+                raise AssertionError(f"--web printed no address in {START_TIMEOUT_S}s: {''.join(self.output)!r}") from None
             if line is None:
                 raise AssertionError(f"--web ended (exit {self.process.wait()}): {''.join(self.output)!r}")
             if "served on http://" in line:
@@ -125,7 +125,7 @@ class WebServer:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-            raise AssertionError("--web did not stop on ctrl+c")
+            raise AssertionError("--web did not stop on ctrl+c") from None
         if self._reader is not None:
             self._reader.join(timeout=START_TIMEOUT_S)
         return code
@@ -176,7 +176,7 @@ class BrowserTerminal:
     def click_text(self, text: str) -> None:
         """Click the middle of the first place ``text`` is shown (cells measured from the page)."""
         rows = self.screen_text().split("\n")
-        for row, line in enumerate(rows):
+        for row, line in enumerate(rows):  # noqa: B007 - row is read after the loop
             column = line.find(text)
             if column >= 0:
                 break

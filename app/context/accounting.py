@@ -155,6 +155,11 @@ class ContextAccounting:
             self.exact_history_len = history_len
         return check
 
+    def server_shrank_the_request(self) -> None:
+        """The server compacted or edited the request it got (provider-side context management):
+        a figure far below our estimate of what we sent is expected, not suspicious."""
+        self._request_estimate = None
+
     def check_usage(self, usage: Usage) -> UsageCheck:
         """Is this usage plausible for the request we just projected? (See the constants above.)"""
         reported = usage.context_tokens

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 import re
+
+from app.markers import EXIT_CODE
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -31,7 +33,7 @@ MAX_ITEM_CHARS = 200
 # A fact counts as named when this share of its significant words is in the summary.
 WORD_COVERAGE = 0.8
 
-_EXIT_RE = re.compile(r"\[exit code: (-?\d+|unknown)[^\]]*\]")
+_EXIT_RE = EXIT_CODE  # run_bash's marker (app.markers)
 _CONSTRAINT_RE = re.compile(
     r"\b(do not|don't|dont|never|always|must|must not|mustn't|only ever|avoid)\b", re.IGNORECASE)
 _FAILURE_RE = re.compile(r"error|fail|exit|not found|missing|does not exist|denied|refused|crash", re.IGNORECASE)
@@ -122,7 +124,7 @@ def _constraints(texts: Sequence[str]) -> list[str]:
 
 def _exit_code(content: str) -> str | None:
     matches = _EXIT_RE.findall(content[-400:])
-    return matches[-1] if matches else None
+    return matches[-1][0] if matches else None  # the code; the rest of the marker says how it ended
 
 
 def _error_line(content: str) -> str:
@@ -190,7 +192,7 @@ def extract_facts(history: Sequence[Message]) -> list[Fact]:
         code = _exit_code(result.content) if use.name == COMMAND_TOOL else None
         failed = result.is_error or (code is not None and code not in ("0",))
         last_outcome[(use.name, _call_key(use))] = (use, result, failed)
-    for (name, key), (use, result, failed) in last_outcome.items():
+    for (name, key), (_use, result, failed) in last_outcome.items():
         if not failed:
             continue
         line = _one_line(_error_line(result.content), 160)

@@ -14,9 +14,9 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Awaitable, Callable, Literal
+from typing import Awaitable, Callable, Literal, TypedDict
 
-from app.context.accounting import ContextAccounting, Ledger, Projection
+from app.context.accounting import USAGE_FLOOR_RATIO, USAGE_WINDOW_FACTOR, ContextAccounting, Ledger, Projection
 from app.context.audit import AuditResult, append_checked_facts, audit_summary
 from app.context.compaction import (
     CircuitBreaker,
@@ -58,6 +58,7 @@ from app.events import (
     ResultCutEvent,
     RuleAttachedEvent,
     SessionMemoryEvent,
+    ThresholdsModel,
     UsageDistrustedEvent,
     UsageEvent,
     WarningCrossedEvent,
@@ -257,6 +258,8 @@ class ContextEngine:
         self.ledger.add(agent, usage, cost)
         check = None
         if agent == "main":
+            if self._server_compaction_pending is not None or usage.server_edits:
+                self.accounting.server_shrank_the_request()
             check = self.accounting.record_usage(usage, len(self.history))
             if usage.known:
                 self._cached_prefix = (usage.cache_read_tokens or 0) + (usage.cache_write_tokens or 0)
@@ -289,7 +292,7 @@ class ContextEngine:
             exact_tokens=proj.exact_tokens,
             estimated_tokens=proj.estimated_tokens,
             projected_tokens=proj.projected_tokens,
-            thresholds=t.to_model(),
+            thresholds=_thresholds_model(t),
             breakdown=self._feature_breakdown(
                 self.accounting.breakdown(self.system_prompt, self.memory.text, self.tools, self.history,
                                           tool_owner=self.tool_owner)),
@@ -317,6 +320,12 @@ class ContextEngine:
         if tokens is None:
             return
         event = self.context_event()
+        # Only a plausible figure moves the gauge early (the call's final usage is checked and
+        # flagged when it is not): never negative, under a few windows, not far below our estimate.
+        fields = (usage.input_tokens, usage.cache_read_tokens, usage.cache_write_tokens, usage.output_tokens)
+        if (any(v is not None and v < 0 for v in fields) or tokens > self.config.window * USAGE_WINDOW_FACTOR
+                or tokens < event.projected_tokens * USAGE_FLOOR_RATIO):
+            return
         t = self.thresholds
         self.emit(event.model_copy(update={
             "exact_tokens": tokens, "estimated_tokens": 0, "projected_tokens": tokens,
@@ -830,7 +839,7 @@ class ContextEngine:
         plan = plan or self._memory_plan()
         if plan is None:
             return None
-        cut, new_history, audit = plan.cut, plan.history, plan.audit
+        new_history, audit = plan.history, plan.audit
         planned = self._forecast_compaction(plan)
         before_msgs = len(self.history)
         tokens_before = self.projection().projected_tokens
@@ -1038,11 +1047,29 @@ class RestorePreview:
                 f"context ~{self.projected_before:,} → ~{self.projected_after:,} ({self.level_after})")
 
 
-def _audit_fields(audit: AuditResult) -> dict:
-    return {"facts_added": len(audit.missing), "checked_facts": audit.added}
+class _AuditFields(TypedDict):
+    """The audit's fields of a CompactionEvent."""
+
+    facts_added: int
+    checked_facts: list[str]
+    facts_checked: int
 
 
-def _forecast_fields(planned: Forecast | None) -> dict:
+class _ForecastFields(TypedDict, total=False):
+    """The forecast's fields of a CompactionEvent (none when nothing was forecast)."""
+
+    forecast_tokens_freed: int
+    cache_tokens_invalidated: int
+    next_request_cost_before_usd: float | None
+    next_request_cost_after_usd: float | None
+    compaction_call_cost_usd: float | None
+
+
+def _audit_fields(audit: AuditResult) -> _AuditFields:
+    return {"facts_added": len(audit.missing), "checked_facts": audit.added, "facts_checked": len(audit.facts)}
+
+
+def _forecast_fields(planned: Forecast | None) -> _ForecastFields:
     if planned is None:
         return {}
     return {"forecast_tokens_freed": planned.tokens_freed,
@@ -1059,3 +1086,10 @@ def _server_compaction_in(message: Message) -> bool:
 
 def _safe_name(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)[:100] or "result"
+
+
+def _thresholds_model(t: Thresholds) -> ThresholdsModel:
+    """The lines as the event carries them (thresholds.py stays free of the event models)."""
+    return ThresholdsModel(window=t.window, reserve=t.reserve, effective_window=t.effective_window,
+                           auto_compact_line=t.auto_compact_line, warning_line=t.warning_line,
+                           blocking_line=t.blocking_line)

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from app.messages import Message, ToolResultBlock, ToolUseBlock
+from app.messages import ContentBlock, Message, ToolResultBlock, ToolUseBlock
 
 from app.context import tokens as _tokens
 
@@ -109,8 +109,12 @@ def _without(history: Sequence[Message], positions: list[tuple[int, int]],
     """Positions minus the results pinned in the context (restored for the next request)."""
     if not keep_ids:
         return positions
-    return [(i, j) for i, j in positions
-            if history[i].content[j].tool_use_id not in keep_ids]  # type: ignore[union-attr]
+    return [(i, j) for i, j in positions if _result_id(history[i].content[j]) not in keep_ids]
+
+
+def _result_id(block: ContentBlock) -> str | None:
+    """The call a block answers (positions name tool results; anything else answers none)."""
+    return block.tool_use_id if isinstance(block, ToolResultBlock) else None
 
 
 def prune_by_time(history: Sequence[Message], minutes_since_last_assistant: float,

@@ -133,11 +133,12 @@ def parse_front_matter(text: str, where: str = "rule file") -> tuple[dict[str, l
             continue
         stripped = line.strip()
         if stripped.startswith("- ") or stripped == "-":
-            if key is None or not isinstance(fields_.get(key), list):
+            items = fields_.get(key) if key is not None else None
+            if not isinstance(items, list):
                 raise RuleParseError(f"{where}: line {number}: a list item outside a list")
             item = _unquote(stripped[1:])
             if item:
-                fields_[key].append(item)  # type: ignore[union-attr]
+                items.append(item)
             continue
         name, sep, value = stripped.partition(":")
         if not sep or not name.strip():

@@ -21,7 +21,7 @@ from typing import Sequence
 
 from app.context import tokens as _tokens
 from app.context.compaction import COMPACT_PROMPT, build_compaction_request
-from app.messages import Message, ToolSpec
+from app.messages import Message, TextBlock, ToolSpec
 from app.providers.base import ModelRequest
 
 MEMORY_FILE_NAME = "session-memory.md"
@@ -52,9 +52,8 @@ def build_memory_request(system: str, history: Sequence[Message], tools: Sequenc
     request = build_compaction_request(system, history, tools, None, max_tokens)
     last = request.messages[-1]
     blocks = list(last.content)
-    text_block = blocks[-1]
     # build_compaction_request put the compaction instruction last: put ours in its place.
-    blocks[-1] = type(text_block)(text=memory_prompt(current))  # type: ignore[call-arg]
+    blocks[-1] = TextBlock(text=memory_prompt(current))
     request.messages[-1] = last.copy_with(blocks)
     return request
 

@@ -14,6 +14,8 @@ summary's facts forward, so nothing is lost across repeated compactions.
 from __future__ import annotations
 
 import re
+
+from app.markers import EXIT_CODE, TIMED_OUT, TRUNCATED
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -55,9 +57,7 @@ MAX_CARRIED_CHARS = 1_500
 _ERROR_LINE = re.compile(r"\b(ERROR|Error|Traceback|FAIL(?:ED)?|Exception|FATAL|panic)\b|error:")
 # read_file numbers its lines like cat -n: right-aligned number, a tab.
 _NUMBERED = re.compile(r"^\s*\d+\t")
-_EXIT = re.compile(r"\[exit code: (-?\d+|unknown)([^\]]*)\]")
-_TRUNCATED = re.compile(r"\[output truncated: ([\d,]+) characters in total, ([\d,]+) left out")
-_TIMED_OUT = re.compile(r"\[timed out after (\d+) s")
+_EXIT, _TRUNCATED, _TIMED_OUT = EXIT_CODE, TRUNCATED, TIMED_OUT  # what the tools write (app.markers)
 _PREFERENCE = re.compile(
     r"\b(never|always|don'?t|do not|must(?:n'?t)?|please|should(?:n'?t)?|avoid|make sure|prefer)\b", re.I)
 _NEXT_HINT = re.compile(r"^(next|then|now|i'll|i will|let me|continuing)\b", re.I)
@@ -223,7 +223,7 @@ def parse_summary(text: str) -> SummaryFacts | None:
             elif line.startswith("- ") and label == COMMANDS_LABEL:
                 facts.commands.append(line[2:].strip())
             elif label == CARRIED_LABEL and line.startswith("> "):
-                facts.carried = (facts.carried + "\n" + line[2:]).strip()
+                facts.carried = ((facts.carried or "") + "\n" + line[2:]).strip()
             continue
         if section == H_FINDINGS and line.startswith("- ") and line[2:].strip() != NO_FINDINGS:
             facts.findings.append(line[2:].strip())

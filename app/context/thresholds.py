@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from app.events import ThresholdsModel
 
 Level = Literal["ok", "warning", "compact", "blocking"]
 
@@ -30,15 +29,6 @@ class Thresholds:
     warning_line: int
     blocking_line: int
 
-    def to_model(self) -> ThresholdsModel:
-        return ThresholdsModel(
-            window=self.window,
-            reserve=self.reserve,
-            effective_window=self.effective_window,
-            auto_compact_line=self.auto_compact_line,
-            warning_line=self.warning_line,
-            blocking_line=self.blocking_line,
-        )
 
 
 MIN_SUMMARY_ROOM = 500  # the shortest useful handoff summary, with the user's latest words

@@ -230,7 +230,7 @@ def _decide_errors(turn: Turn) -> Decision:
     number, line = hits[-1]
     last_line = ""
     if cat is not None and cat.result is not None:
-        kept_tail = [l for l in cat.result.content.splitlines() if l.strip() and not l.startswith("[exit code")]
+        kept_tail = [row for row in cat.result.content.splitlines() if row.strip() and not row.startswith("[exit code")]
         if kept_tail and kept_tail[-1].strip() == line.strip():
             last_line = " It is the very last line of the file, which is why the head+tail truncation kept it."
     count = "one ERROR line" if len(hits) == 1 else f"{len(hits)} ERROR lines"

@@ -15,10 +15,17 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, TextIO, TypeVar
 
 from app.mcp.settings import McpServerConfig
 from app.tools.base import ToolOutput
+
+if TYPE_CHECKING:  # the SDK is imported only when a server is configured
+    from mcp import Client
+    from mcp_types import CallToolResult
+
+# What a call awaited by ``_unless_dead`` returns.
+CallResult = TypeVar("CallResult")
 
 
 class McpServerError(Exception):
@@ -44,11 +51,11 @@ class McpConnection:
     tools: list[RemoteTool] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._client: Any = None
+        self._client: Client | None = None
         self._runner: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[None] | None = None
         self._stop = asyncio.Event()
-        self._errlog: IO[str] | None = None
+        self._errlog: TextIO | None = None
         self.failure: str | None = None  # why it stopped, when it stopped on its own
         self.stopped_cleanly = False  # stopped by aclose, after it was ready
         self._pgid: int | None = None  # the stdio server's process group (it leads a new session)
@@ -130,7 +137,7 @@ class McpConnection:
                 self._errlog.close()
                 self._errlog = None
 
-    def _make_client(self) -> Any:
+    def _make_client(self) -> Client:
         from mcp import Client
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -170,7 +177,7 @@ class McpConnection:
                 return pid
         return None
 
-    def _open_errlog(self) -> IO[str]:
+    def _open_errlog(self) -> TextIO:
         path = self.log_path
         if path is not None:
             try:
@@ -181,7 +188,7 @@ class McpConnection:
         return open(os.devnull, "w", encoding="utf-8")
 
     @staticmethod
-    async def _list_tools(client: Any) -> list[RemoteTool]:
+    async def _list_tools(client: Client) -> list[RemoteTool]:
         tools: list[RemoteTool] = []
         cursor: str | None = None
         for _ in range(100):  # a server that pages forever is a broken server
@@ -280,7 +287,7 @@ class McpConnection:
         return ToolOutput(result_text(result), is_error=bool(result.is_error))
 
 
-    async def _unless_dead(self, call: Any) -> Any:
+    async def _unless_dead(self, call: Awaitable[CallResult]) -> CallResult:
         """Await ``call`` unless the server dies first (then raise _ServerGone)."""
         task = asyncio.ensure_future(call)
         dead = asyncio.ensure_future(self._dead.wait())
@@ -300,21 +307,22 @@ class _ServerGone(Exception):
     pass
 
 
-def result_text(result: Any) -> str:
+def result_text(result: CallToolResult) -> str:
     """A CallToolResult as the text the model sees (binary parts named, not inlined)."""
+    from mcp_types import AudioContent, EmbeddedResource, ImageContent, ResourceLink, TextContent, TextResourceContents
+
     parts: list[str] = []
     for block in result.content or []:
-        kind = getattr(block, "type", "")
-        if kind == "text":
+        if isinstance(block, TextContent):
             parts.append(block.text)
-        elif kind in ("image", "audio"):
-            parts.append(f"[{kind} {block.mime_type}, {len(block.data) * 3 // 4:,} bytes: not shown]")
-        elif kind == "resource_link":
+        elif isinstance(block, (ImageContent, AudioContent)):
+            parts.append(f"[{block.type} {block.mime_type}, {len(block.data) * 3 // 4:,} bytes: not shown]")
+        elif isinstance(block, ResourceLink):
             parts.append(f"[resource {block.uri}]")
-        elif kind == "resource":
+        elif isinstance(block, EmbeddedResource):
             resource = block.resource
-            text = getattr(resource, "text", None)
-            parts.append(text if text is not None else f"[resource {resource.uri}: binary, not shown]")
+            parts.append(resource.text if isinstance(resource, TextResourceContents)
+                         else f"[resource {resource.uri}: binary, not shown]")
     if not parts and result.structured_content is not None:
         parts.append(json.dumps(result.structured_content, ensure_ascii=False, indent=1, default=str))
     return "\n".join(parts)
@@ -370,7 +378,7 @@ async def _end_process_group(pgid: int, grace: float = 2.0) -> None:
         return
     loop = asyncio.get_running_loop()
     deadline = loop.time() + grace
-    while _group_alive(pgid) and loop.time() < deadline:
+    while _group_alive(pgid) and loop.time() < deadline:  # noqa: ASYNC110 - no event tells a group's exit
         await asyncio.sleep(0.02)  # polling the group's exit, bounded by the grace period
     if _group_alive(pgid):
         try:

@@ -13,7 +13,7 @@ import asyncio
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 
 from app.events import Event, McpServerEvent
 from app.mcp.client import McpConnection, McpServerError
@@ -23,6 +23,9 @@ from app.messages import ToolSpec
 from app.redact import register_secret
 from app.tools.deferral import LOAD_TOOLS, LoadToolsTool, ToolDeferral
 from app.tools.registry import ToolRegistry
+
+if TYPE_CHECKING:
+    from app.context.engine import ContextEngine
 
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|AUTH|CREDENTIAL", re.IGNORECASE)
 
@@ -105,7 +108,18 @@ class McpHub:
         self.connections.clear()
 
 
-async def start_mcp(settings: Any, registry: ToolRegistry, engine: Any, emit: Callable[[Event], None], *,
+class McpSettings(Protocol):
+    """What the hub reads of the session's settings (app.config.Settings has both)."""
+
+    @property
+    def mcp_servers(self) -> Mapping[str, McpServerConfig]: ...
+
+    @property
+    def tool_defer_share(self) -> float: ...
+
+
+async def start_mcp(settings: McpSettings, registry: ToolRegistry, engine: ContextEngine,
+                    emit: Callable[[Event], None], *,
                     workspace: Path, log_dir: Path | None = None) -> McpHub:
     """Start the session's MCP servers and hand their tools to the registry and the engine.
 
@@ -114,7 +128,7 @@ async def start_mcp(settings: Any, registry: ToolRegistry, engine: Any, emit: Ca
     Never raises for a server that fails: that is an event and a warning line.
     """
     hub = McpHub(emit=emit)
-    servers: dict[str, McpServerConfig] = dict(getattr(settings, "mcp_servers", {}) or {})
+    servers: dict[str, McpServerConfig] = dict(settings.mcp_servers or {})
     if not servers:
         return hub
     await hub.start(servers, workspace=workspace, log_dir=log_dir, registry=registry)
@@ -125,7 +139,7 @@ async def start_mcp(settings: Any, registry: ToolRegistry, engine: Any, emit: Ca
         # request until the next call's usage, rather than miss what was just loaded.
         engine.accounting.invalidate()
 
-    hub.defer(registry, engine.config.window, float(getattr(settings, "tool_defer_share", 0.10)), send)
+    hub.defer(registry, engine.config.window, float(settings.tool_defer_share), send)
     engine.tool_owner = hub.server_of
     engine.tool_tokens_saved = lambda: hub.saved_tokens
     engine.emit_context()  # the gauge and the breakdown now include the servers' definitions

@@ -28,6 +28,7 @@ from app.providers.base import (
 )
 from app.providers.openai import parse_tool_arguments, tool_use_block
 from app.providers.http_base import SseHttpProvider
+from app.providers.json_fields import object_field
 from app.providers.sse import SSEEvent, assemble_stream, error_from_payload
 from app.usage import ServerEdit, Usage
 
@@ -154,6 +155,11 @@ class _Block:
 _USAGE_FIELDS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens")
 
 
+# The kind of block each delta type may extend.
+_BLOCK_KIND_OF_DELTA = {"text_delta": "text", "thinking_delta": "thinking",
+                        "signature_delta": "thinking", "input_json_delta": "tool_use"}
+
+
 class AnthropicStreamAssembler:
     """Decoded SSE events in, stream events out; ``finish()`` gives the Completed or raises.
 
@@ -181,7 +187,7 @@ class AnthropicStreamAssembler:
         except ValueError:
             if sse.unterminated:
                 return []  # the stream was cut inside its last line: finish() judges what arrived
-            raise ProviderError(f"malformed stream event (not JSON): {sse.data[:200]!r}", error_type="bad_response")
+            raise ProviderError(f"malformed stream event (not JSON): {sse.data[:200]!r}", error_type="bad_response") from None
         if not isinstance(payload, dict):
             raise ProviderError(f"malformed stream event: {sse.data[:200]!r}", error_type="bad_response")
         kind = payload.get("type") if isinstance(payload.get("type"), str) else sse.event
@@ -273,8 +279,7 @@ class AnthropicStreamAssembler:
             if kind in ("input_json_delta", "signature_delta"):
                 raise ProviderError(f"{kind} for block {index}, which never started", error_type="bad_response")
             return
-        expected = {"text_delta": "text", "thinking_delta": "thinking",
-                    "signature_delta": "thinking", "input_json_delta": "tool_use"}.get(kind)
+        expected = _BLOCK_KIND_OF_DELTA.get(kind) if isinstance(kind, str) else None
         if expected is None:
             return  # citations_delta and future delta types
         if block.kind != expected:
@@ -411,7 +416,7 @@ def non_stream_to_events(raw: bytes) -> list[SSEEvent]:
     def event(data: dict[str, Any]) -> SSEEvent:
         return SSEEvent(data["type"], json.dumps(data))
 
-    usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
+    usage = object_field(payload, "usage")
     events = [event({"type": "message_start", "message": {**payload, "content": [], "usage": usage}})]
     for index, block in enumerate(payload.get("content") or []):
         if isinstance(block, dict):

@@ -40,7 +40,8 @@ DEFAULT_BASE_URLS = {
     "responses": "https://api.openai.com/v1",
 }
 
-_KEY_ENVS = {
+# The one list of the providers' key variables (config.py and run_bash's environment use it).
+PROVIDER_KEY_ENV: dict[str, str] = {
     "openai": "OPENAI_API_KEY",
     "deepseek": "DEEPSEEK_API_KEY",
     "anthropic": "ANTHROPIC_API_KEY",
@@ -71,7 +72,7 @@ def default_key_env(name: str) -> str:
     if plugin is not None:
         return plugin.key_env
     try:
-        return _KEY_ENVS[name]
+        return PROVIDER_KEY_ENV[name]
     except KeyError:
         raise _unknown(name) from None
 

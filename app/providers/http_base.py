@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Protocol
 
 import httpx
 
-from app.providers.base import ModelRequest, StreamEvent, TextDelta, ThinkingDelta, ToolCallDelta
-from app.providers.sse import LimitExceededError, StreamLimits, stream_sse_request
+from app.providers.base import Completed, ModelRequest, StreamEvent, TextDelta, ThinkingDelta, ToolCallDelta
+from app.providers.sse import LimitExceededError, SSEEvent, StreamLimits, stream_sse_request
+
+
+class StreamAssembler(Protocol):
+    """Turns one call's SSE events into stream events and, at the end, the whole reply."""
+
+    def feed(self, sse: SSEEvent) -> list[StreamEvent]: ...
+
+    @property
+    def complete(self) -> bool:
+        """The message has ended (what may still come is usage or the terminator)."""
+        ...
+
+    def finish(self) -> Completed: ...
+
+
+class StreamAssemblerFactory(Protocol):
+    """An assembler class: one fresh assembler per call, told the key to keep out of errors."""
+
+    def __call__(self, *, secret: str | None = None) -> StreamAssembler: ...
 
 
 class SseHttpProvider:
@@ -18,7 +37,7 @@ class SseHttpProvider:
     """
 
     name = ""
-    assembler_class: Any = None
+    assembler_class: StreamAssemblerFactory
     banner: str | None = None  # a real model needs no introduction
 
     @property
@@ -51,7 +70,7 @@ class SseHttpProvider:
         raise NotImplementedError
 
     @staticmethod
-    def non_stream_to_events(data: Any) -> Any:
+    def non_stream_to_events(raw: bytes) -> list[SSEEvent]:
         raise NotImplementedError
 
     def _http(self) -> httpx.AsyncClient:

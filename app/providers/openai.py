@@ -28,6 +28,7 @@ from app.providers.base import (
     UsageUpdate,
 )
 from app.providers.http_base import SseHttpProvider
+from app.providers.json_fields import int_field, object_field
 from app.providers.sse import SSEEvent, assemble_stream, error_from_payload
 from app.usage import Usage
 
@@ -121,8 +122,7 @@ def parse_openai_usage(raw: dict[str, Any]) -> Usage:
     completion = raw.get("completion_tokens")
     hit = raw.get("prompt_cache_hit_tokens")
     miss = raw.get("prompt_cache_miss_tokens")
-    details = raw.get("prompt_tokens_details") or {}
-    details = details if isinstance(details, dict) else {}
+    details = object_field(raw, "prompt_tokens_details")
     # Some servers (OpenRouter, newer OpenAI models) report the tokens written to the
     # cache; like cached_tokens they are part of prompt_tokens.
     written = details.get("cache_write_tokens")
@@ -131,8 +131,7 @@ def parse_openai_usage(raw: dict[str, Any]) -> Usage:
         cached = hit
         uncached = miss if isinstance(miss, int) else (prompt - hit if isinstance(prompt, int) else None)
     else:
-        cached = details.get("cached_tokens")
-        cached = cached if isinstance(cached, int) else 0
+        cached = int_field(details, "cached_tokens")
         uncached = prompt - cached if isinstance(prompt, int) else None
     if uncached is not None and not isinstance(miss, int):
         written = min(written, max(0, uncached))
@@ -205,7 +204,7 @@ class OpenAIStreamAssembler:
         except ValueError:
             if sse.unterminated:
                 return []  # the stream was cut inside its last line: finish() judges what arrived
-            raise ProviderError(f"malformed stream chunk (not JSON): {data[:200]!r}", error_type="bad_response")
+            raise ProviderError(f"malformed stream chunk (not JSON): {data[:200]!r}", error_type="bad_response") from None
         if not isinstance(chunk, dict):
             raise ProviderError(f"malformed stream chunk: {data[:200]!r}", error_type="bad_response")
         if chunk.get("error") or sse.event == "error":
@@ -269,7 +268,7 @@ class OpenAIStreamAssembler:
         # id and name are SET, never appended: some servers repeat them in every delta
         if call_id:
             state.id = call_id
-        function = call.get("function") if isinstance(call.get("function"), dict) else {}
+        function = object_field(call, "function")
         name = function.get("name")
         if isinstance(name, str) and name:
             state.name = name

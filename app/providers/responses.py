@@ -33,6 +33,7 @@ from app.providers.base import (
     UsageUpdate,
 )
 from app.providers.http_base import SseHttpProvider
+from app.providers.json_fields import int_field, list_field, object_field
 from app.providers.openai import parse_tool_arguments
 from app.providers.sse import SSEEvent, assemble_stream, error_from_payload
 from app.usage import Usage
@@ -98,16 +99,15 @@ def parse_responses_usage(raw: Any) -> Usage:
         return Usage()
     total_in = raw.get("input_tokens")
     out = raw.get("output_tokens")
-    details = raw.get("input_tokens_details") if isinstance(raw.get("input_tokens_details"), dict) else {}
-    out_details = raw.get("output_tokens_details") if isinstance(raw.get("output_tokens_details"), dict) else {}
-    cached = details.get("cached_tokens") if isinstance(details.get("cached_tokens"), int) else 0
-    written = details.get("cache_write_tokens") if isinstance(details.get("cache_write_tokens"), int) else 0
-    reasoning = out_details.get("reasoning_tokens")
+    details = object_field(raw, "input_tokens_details")
+    cached = int_field(details, "cached_tokens")
+    written = int_field(details, "cache_write_tokens")
+    reasoning = object_field(raw, "output_tokens_details").get("reasoning_tokens")
     if not isinstance(total_in, int) and not isinstance(out, int):
         return Usage()
     has_in = isinstance(total_in, int)
     return Usage(
-        input_tokens=max(0, total_in - cached - written) if has_in else None,
+        input_tokens=max(0, total_in - cached - written) if isinstance(total_in, int) else None,
         cache_read_tokens=cached if has_in else None,
         cache_write_tokens=written if has_in else None,
         output_tokens=out if isinstance(out, int) else None,
@@ -154,7 +154,9 @@ class ResponsesStreamAssembler:
         try:
             payload = json.loads(sse.data)
         except ValueError:
-            raise ProviderError(f"malformed stream event (not JSON): {sse.data[:200]!r}", error_type="bad_response")
+            if sse.unterminated:
+                return []  # the stream was cut inside its last line: finish() judges what arrived
+            raise ProviderError(f"malformed stream event (not JSON): {sse.data[:200]!r}", error_type="bad_response") from None
         if not isinstance(payload, dict):
             raise ProviderError(f"malformed stream event: {sse.data[:200]!r}", error_type="bad_response")
         kind = payload.get("type") if isinstance(payload.get("type"), str) else sse.event
@@ -162,8 +164,7 @@ class ResponsesStreamAssembler:
         if kind == "error" or sse.event == "error":
             raise self._error(payload)
         if kind == "response.failed":
-            response = payload.get("response") if isinstance(payload.get("response"), dict) else {}
-            raise self._error(response.get("error") if isinstance(response.get("error"), dict) else {})
+            raise self._error(object_field(object_field(payload, "response"), "error"))
         if kind == "response.output_item.added":
             self._added(payload, out)
         elif kind == "response.output_text.delta":
@@ -179,33 +180,35 @@ class ResponsesStreamAssembler:
         elif kind == "response.function_call_arguments.delta":
             delta = payload.get("delta")
             index = self._index(payload)
-            state = self._items.get(index)
-            if state is None or state.kind != "function_call":
+            call = self._items.get(index)
+            if call is None or call.kind != "function_call":
                 raise ProviderError(f"arguments delta for output {index}, which is not a started function call",
                                     error_type="bad_response")
             if isinstance(delta, str) and delta:
-                state.arguments.append(delta)
+                call.arguments.append(delta)
                 out.append(ToolCallDelta(index=index, partial_json=delta))
         elif kind == "response.output_item.done":
             item = payload.get("item")
             if isinstance(item, dict):
                 index = self._index(payload)
-                state = self._items.get(index)
-                if state is None:
-                    state = self._items[index] = _Item(item)
-                    self._announce(index, state, out)
-                state.item = item
-                state.done = True
+                finished = self._items.get(index)
+                if finished is None:
+                    finished = self._items[index] = _Item(item)
+                    self._announce(index, finished, out)
+                finished.item = item
+                finished.done = True
         elif kind in _TERMINAL:
-            response = payload.get("response") if isinstance(payload.get("response"), dict) else {}
+            response = object_field(payload, "response")
             self._status = "completed" if kind == "response.completed" else "incomplete"
-            if isinstance(response.get("output"), list):
-                self._final_output = response["output"]
-            details = response.get("incomplete_details")
-            if isinstance(details, dict) and isinstance(details.get("reason"), str):
-                self._incomplete_reason = details["reason"]
-            if isinstance(response.get("usage"), dict):
-                self._usage = parse_responses_usage(response["usage"])
+            output = response.get("output")
+            if isinstance(output, list):
+                self._final_output = output
+            reason = object_field(response, "incomplete_details").get("reason")
+            if isinstance(reason, str):
+                self._incomplete_reason = reason
+            usage = response.get("usage")
+            if isinstance(usage, dict):
+                self._usage = parse_responses_usage(usage)
                 out.append(UsageUpdate(self._usage))
         # response.created / in_progress / content_part.* / *.done text events and unknown types change nothing
         return out
@@ -300,7 +303,7 @@ def _block_of(state: _Item) -> Any | None:
     if kind in OPAQUE_ITEM_TYPES:
         return OpaqueBlock(provider=PROTOCOL, item=item)
     if kind == "message":
-        parts = item.get("content") if isinstance(item.get("content"), list) else []
+        parts = list_field(item, "content")
         text = "".join(p.get("text", "") for p in parts
                        if isinstance(p, dict) and p.get("type") == "output_text" and isinstance(p.get("text"), str))
         refusal = "".join(p.get("refusal", "") for p in parts

@@ -24,7 +24,7 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Iterable, Mapping
+from typing import Any, AsyncIterator, Callable, Iterable, Mapping, TypeVar
 
 import httpx
 
@@ -228,16 +228,6 @@ def decode_sse(chunks: Iterable[bytes | str]) -> list[SSEEvent]:
     return events
 
 
-async def aiter_sse(response: httpx.Response) -> AsyncIterator[SSEEvent]:
-    """Events of an httpx streaming response, as the bytes arrive."""
-    decoder = SSEDecoder()
-    async for chunk in response.aiter_bytes():
-        for event in decoder.feed(chunk):
-            yield event
-    for event in decoder.flush():
-        yield event
-
-
 # ---- errors: server answers -> typed ProviderErrors ----
 
 def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
@@ -368,6 +358,10 @@ def describe_unexpected_body(raw: bytes, content_type: str) -> str:
     return f'the server answered 200 with {kind}, not an event stream: "{shown}{more}"'
 
 
+# What a provider's assembler makes of one SSE event (its stream events).
+StreamItem = TypeVar("StreamItem")
+
+
 async def stream_sse_request(
     client: httpx.AsyncClient,
     url: str,
@@ -376,11 +370,11 @@ async def stream_sse_request(
     body: dict[str, Any],
     secret: str | None,
     read_timeout: float,
-    on_event: Callable[[SSEEvent], Iterable[Any]],
+    on_event: Callable[[SSEEvent], Iterable[StreamItem]],
     non_sse_body: Callable[[bytes], Iterable[SSEEvent]] | None = None,
     is_complete: Callable[[], bool] = lambda: False,
     limits: StreamLimits | None = None,
-) -> AsyncIterator[Any]:
+) -> AsyncIterator[StreamItem]:
     """POST ``body`` and yield whatever ``on_event`` makes of each SSE event.
 
     Transport failures become typed errors: connect problems -> ConnectError,

@@ -1,12 +1,26 @@
-"""The tool contract. Tools return raw output; the registry truncates it."""
+"""The tool contract. Tools return raw output; the registry truncates it.
+
+A built-in tool declares its arguments once, as a pydantic model: the model
+gives the JSON schema the LLM sees (``ToolSpec.input_schema``), the validation,
+and the one-line error the LLM gets back on bad arguments. Tools that bring
+their own schema (from elsewhere) can still implement ``Tool`` directly.
+"""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, ClassVar, Generic, Protocol, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from app.messages import ToolSpec
+
+# Saved full outputs stop growing here (the tail beyond it is still kept); see registry.
+DEFAULT_MAX_SAVED_OUTPUT = 1024**3
+# read_file consumes at most this many bytes for the lines it returns.
+DEFAULT_READ_MAX_BYTES = 4 * 1024 * 1024
 
 
 class ToolInputError(Exception):
@@ -26,6 +40,9 @@ class ToolContext:
     result_in_context: Callable[[str], bool] = lambda _id: False
     # app.context.file_cache.FileReadCache (typed loosely to keep tools free of the engine)
     file_cache: Any = None
+    # tool hardening (issue 12): Settings.max_saved_output / Settings.read_max_bytes
+    max_saved_output: int = DEFAULT_MAX_SAVED_OUTPUT
+    read_max_bytes: int = DEFAULT_READ_MAX_BYTES
 
 
 @dataclass
@@ -33,13 +50,15 @@ class ToolOutput:
     """Raw output of one tool run, before the registry's truncation.
 
     A tool that already spilled a huge output to disk (run_bash) passes the
-    path and the real size so the notice can name them.
+    path and the real size so the notice can name them; ``saved_note`` says
+    when that file is not the whole output (it hit ``max_saved_output``).
     """
 
     text: str
     is_error: bool = False
     full_output_path: Path | None = None
     original_chars: int | None = None
+    saved_note: str = ""
 
 
 class Tool(Protocol):
@@ -48,3 +67,137 @@ class Tool(Protocol):
     mutating: bool
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput: ...
+
+
+# --- arguments as one pydantic model per tool ------------------------------------------
+
+
+class ToolArgs(BaseModel):
+    """Base of every tool's argument model.
+
+    Lax on what models commonly get wrong but mean clearly (a number sent as
+    "5" or 5.0); strict on everything else (a bool is not a number, a number is
+    not a path). Unknown keys are ignored, as before.
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_numbers(cls, value: Any, info: Any) -> Any:
+        # pydantic accepts True as 1 for an int field; for a tool that is a mistake.
+        field_info = cls.model_fields.get(info.field_name)
+        if isinstance(value, bool) and field_info is not None and field_info.annotation in (int, int | None):
+            raise ValueError(f"must be an integer, got {value!r}")
+        if isinstance(value, str) and field_info is not None and field_info.annotation in (int, int | None):
+            stripped = value.strip()
+            if stripped.lstrip("-").isdigit():
+                return int(stripped)
+        return value
+
+
+# Schema keys the model sees, in the order it saw them before the models existed.
+_SCHEMA_KEYS = ("type", "minimum", "maximum", "description")
+
+
+def args_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The JSON schema of ``model`` as the LLM sees it: types, bounds, descriptions, required.
+
+    pydantic adds titles and defaults and spells optionals as anyOf; the model
+    does not need them, and every token here is sent with every request.
+    Generated once per model (pydantic takes milliseconds), a fresh copy each call.
+    """
+    if model not in _SCHEMAS:
+        _SCHEMAS[model] = _build_schema(model)
+    return copy.deepcopy(_SCHEMAS[model])
+
+
+_SCHEMAS: dict[type[BaseModel], dict[str, Any]] = {}
+
+
+def _build_schema(model: type[BaseModel]) -> dict[str, Any]:
+    raw = model.model_json_schema()
+    properties: dict[str, Any] = {}
+    for name, prop in raw.get("properties", {}).items():
+        if "anyOf" in prop:  # X | None: the model sees X (omitting it is how to say None)
+            typed = [p for p in prop["anyOf"] if p.get("type") != "null"]
+            prop = {**typed[0], **{k: v for k, v in prop.items() if k != "anyOf"}}
+        properties[name] = {key: prop[key] for key in _SCHEMA_KEYS if key in prop}
+        extra = model.model_fields[name].json_schema_extra
+        if isinstance(extra, dict):
+            properties[name].update({k: v for k, v in extra.items() if k in _SCHEMA_KEYS})
+            properties[name] = {key: properties[name][key] for key in _SCHEMA_KEYS if key in properties[name]}
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if raw.get("required"):
+        schema["required"] = list(raw["required"])
+    return schema
+
+
+_TYPE_WORDS = {"string": "a string", "integer": "an integer", "boolean": "true or false", "number": "a number"}
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def describe_validation_error(tool_name: str, model: type[BaseModel], err: ValidationError) -> str:
+    """One line naming each bad argument and what was wrong, then what to do."""
+    problems: list[str] = []
+    for error in err.errors(include_url=False):
+        name = ".".join(str(part) for part in error["loc"]) or "arguments"
+        kind = error["type"]
+        value = error.get("input")
+        ctx = error.get("ctx") or {}
+        expected = model.model_json_schema().get("properties", {}).get(name, {}).get("type")
+        if kind == "missing":
+            problems.append(f"{name} is required")
+        elif kind in ("greater_than_equal", "greater_than"):
+            bound = ctx.get("ge", ctx.get("gt"))
+            word = "at least" if kind == "greater_than_equal" else "more than"
+            problems.append(f"{name} must be {word} {bound}, got {_shown(value)}")
+        elif kind in ("less_than_equal", "less_than"):
+            bound = ctx.get("le", ctx.get("lt"))
+            word = "at most" if kind == "less_than_equal" else "less than"
+            problems.append(f"{name} must be {word} {bound}, got {_shown(value)}")
+        elif kind == "value_error":
+            problems.append(f"{name} {str(ctx.get('error', error['msg']))}")
+        elif expected in _TYPE_WORDS:
+            got = "null" if value is None else f"{type(value).__name__} {_shown(value)}"
+            problems.append(f"{name} must be {_TYPE_WORDS[expected]}, got {got}")
+        else:
+            problems.append(f"{name}: {error['msg']}")
+    return f"Bad arguments for {tool_name}: {'; '.join(problems)}. Call {tool_name} again with them corrected."
+
+
+A = TypeVar("A", bound=ToolArgs)
+
+
+class ArgsTool(Generic[A]):
+    """A tool whose arguments are the pydantic model ``Args``.
+
+    Subclasses set ``name``, ``description``, ``Args`` and ``mutating`` and
+    implement ``call``; ``spec`` and ``run`` (validation, the error text) come
+    from here.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    Args: ClassVar[type[ToolArgs]]
+    mutating: bool = False
+    spec: ToolSpec
+
+    def __init__(self) -> None:
+        self.spec = ToolSpec(name=self.name, description=self.description, input_schema=args_schema(self.Args))
+
+    def parse(self, args: dict[str, Any]) -> A:
+        try:
+            return self.Args.model_validate(args)  # type: ignore[return-value]
+        except ValidationError as err:
+            raise ToolInputError(describe_validation_error(self.name, self.Args, err)) from None
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        return await self.call(self.parse(args), ctx)
+
+    async def call(self, args: A, ctx: ToolContext) -> ToolOutput:
+        raise NotImplementedError

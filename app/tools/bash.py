@@ -1,7 +1,10 @@
-"""run_bash: a shell command in the workspace, bounded in time and in memory.
+"""run_bash: a shell command in the workspace, bounded in time, memory and disk.
 
-The command runs in its own process group so a timeout or an interrupt can
-kill everything it started. Output is taken from the pipe as it arrives: up
+The command runs in its own process group with a marker in its environment,
+and tidegauge is a child subreaper (see ``proctree``), so a timeout or an
+interrupt kills everything it started, also what left the group (setsid).
+The saved full output stops growing at ``max_saved_output`` bytes; the tail
+beyond it is still kept. Output is taken from the pipe as it arrives: up
 to twice ``keep`` characters stay in memory; past that the whole output
 streams to the tool-results file (secrets redacted) and only a head and a
 tail of ``keep`` characters each are held, so ``yes | head -c 200000000``
@@ -18,13 +21,14 @@ import signal
 import subprocess
 from collections import deque
 from pathlib import Path
-from typing import IO, Any
 
-from app.messages import ToolSpec
+from pydantic import Field
+
 from app.redact import redact
-from app.tools.base import ToolContext, ToolInputError, ToolOutput
-from app.tools.registry import join_head_tail, safe_file_stem
-from app.tools.workspace import int_arg, output_limit, str_arg
+from app.tools import proctree
+from app.tools.base import DEFAULT_MAX_SAVED_OUTPUT, ArgsTool, ToolArgs, ToolContext, ToolInputError, ToolOutput
+from app.tools.registry import CappedFile, join_head_tail, open_private, safe_file_stem
+from app.tools.workspace import output_limit
 
 DEFAULT_TIMEOUT_S = 120
 MAX_TIMEOUT_S = 600
@@ -32,6 +36,8 @@ MIN_KEEP_CHARS = 64 * 1024
 # With truncation off the model asked for everything: keep far more, still bounded.
 UNTRUNCATED_KEEP_CHARS = 16 * 1024 * 1024
 KILL_GRACE_S = 2.0
+# An interrupt is the user waiting: the tool must end well within a second.
+INTERRUPT_GRACE_S = 0.2
 # After bash exits, how long a background process holding the pipe open may delay us.
 EOF_GRACE_S = 1.0
 
@@ -53,10 +59,12 @@ def keep_chars_for(limit_chars: int) -> int:
     return max(MIN_KEEP_CHARS, limit_chars * 2 // 5 + 1)
 
 
-def child_env(env: dict[str, str]) -> dict[str, str]:
+def child_env(env: dict[str, str], marker: str = "") -> dict[str, str]:
     base = dict(env) if env else dict(os.environ)
     clean = {k: v for k, v in base.items() if not k.upper().endswith(_SECRET_SUFFIXES)}
     clean.update(_QUIET_TERMINAL)
+    if marker:
+        clean[proctree.MARKER_ENV] = marker
     return clean
 
 
@@ -82,9 +90,8 @@ class _RedactingWriter:
     _LONG_LINE = 1024 * 1024
     _KEY_WINDOW = 4096
 
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.file: IO[bytes] = open(path, "wb")
+    def __init__(self, path: Path, max_bytes: int = DEFAULT_MAX_SAVED_OUTPUT) -> None:
+        self.file = CappedFile(open_private(path), max_bytes)
         self.pending = ""
 
     def write(self, text: str) -> None:
@@ -115,9 +122,10 @@ class _OutputCollector:
     not UTF-8.
     """
 
-    def __init__(self, keep: int, spill_path: Path) -> None:
+    def __init__(self, keep: int, spill_path: Path, max_saved: int = DEFAULT_MAX_SAVED_OUTPUT) -> None:
         self.keep = keep
         self.spill_path = spill_path
+        self.max_saved = max_saved
         self.total_bytes = 0
         self.total_chars = 0
         self.spilled = False
@@ -153,7 +161,7 @@ class _OutputCollector:
         self._parts = []
         self.spilled = True
         try:
-            self.spill = _RedactingWriter(self.spill_path)
+            self.spill = _RedactingWriter(self.spill_path, self.max_saved)
             self.spill.write(everything)
         except OSError:
             self.spill = None  # the notice will say nothing was saved
@@ -180,17 +188,20 @@ class _OutputCollector:
         if tail.endswith("\n") and suffix.startswith("\n"):
             suffix = suffix[1:]
         path: str | None = None
+        saved_note = ""
         if self.spill is not None:
             with contextlib.suppress(OSError):
                 self.spill.write(suffix)
                 self.spill.close()
                 path = str(self.spill_path)
+                saved_note = self.spill.file.note()
             self.spill = None
         total = self.total_chars + len(suffix)
         return ToolOutput(
-            join_head_tail(_visible(self.head), _visible(tail) + suffix, total, path),
+            join_head_tail(_visible(self.head), _visible(tail) + suffix, total, path, saved_note),
             full_output_path=Path(path) if path else None,
             original_chars=total,
+            saved_note=saved_note,
         )
 
 
@@ -218,22 +229,31 @@ class _BashProtocol(asyncio.SubprocessProtocol):
             self.exited.set_result(None)
 
 
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
+async def _kill_tree(
+    marker: str, pid: int, exited: asyncio.Future[None], grace_s: float
+) -> None:
+    """SIGTERM the whole run, give it ``grace_s``, then SIGKILL whatever of it is left.
+
+    "The whole run" is bash's process group, its descendants, and everything
+    carrying the run's marker (what left the group with setsid and was
+    re-parented to us). The scans of /proc run in a thread so an interrupt
+    (cancel) cannot be held up by them, and they are shielded so the kill
+    always finishes.
+    """
+    kill = asyncio.ensure_future(_terminate_then_kill(marker, pid, exited, grace_s))
     try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass  # already gone
+        await asyncio.shield(kill)
+    except asyncio.CancelledError:
+        await kill  # a second interrupt: the SIGKILL is already on its way; let it land
+        raise
 
 
-async def _kill_group(pgid: int, exited: asyncio.Future[None]) -> None:
-    """SIGTERM the whole group, give bash a moment, then SIGKILL whatever is left."""
-    _signal_group(pgid, signal.SIGTERM)
-    try:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(exited), KILL_GRACE_S)
-    finally:
-        # Children may survive bash or ignore SIGTERM; the group goes regardless.
-        _signal_group(pgid, signal.SIGKILL)
+async def _terminate_then_kill(marker: str, pid: int, exited: asyncio.Future[None], grace_s: float) -> None:
+    await asyncio.to_thread(proctree.signal_run, marker, pid, signal.SIGTERM)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(exited), grace_s)
+    # Children may survive bash or ignore SIGTERM; the run goes regardless.
+    await asyncio.to_thread(proctree.kill_run, marker, pid, spare=pid)
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(asyncio.shield(exited), KILL_GRACE_S)
 
@@ -250,43 +270,42 @@ def _exit_line(returncode: int | None) -> str:
     return f"[exit code: {returncode}]"
 
 
-class RunBashTool:
-    mutating = True
-    spec = ToolSpec(
-        name="run_bash",
-        description=(
-            "Run a bash command in the workspace and return its combined stdout and stderr "
-            f"followed by the exit code. Default timeout {DEFAULT_TIMEOUT_S} s (timeout "
-            f"argument, at most {MAX_TIMEOUT_S}); on timeout the command and everything it "
-            "started are killed. stdin is empty: nothing interactive. Do NOT use it to read "
-            "files (no cat/head/less on source files): use read_file, which pages and numbers "
-            "lines. Long outputs are cut to their head and tail with the full output saved to "
-            "a file, so narrow them at the source: grep -n PATTERN, head, tail, wc -l. For a "
-            "long-running server, run it in the background with its output redirected to a "
-            "file: nohup CMD > server.log 2>&1 &"
-        ),
-        input_schema={
-            "type": "object",
-            "properties": {
-                "command": {"type": "string", "description": "The bash command to run."},
-                "timeout": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "maximum": MAX_TIMEOUT_S,
-                    "description": f"Seconds before the command is killed (default {DEFAULT_TIMEOUT_S}).",
-                },
-            },
-            "required": ["command"],
-        },
+class RunBashArgs(ToolArgs):
+    command: str = Field(description="The bash command to run.")
+    # Above the maximum is clamped, not refused.
+    timeout: int = Field(
+        DEFAULT_TIMEOUT_S,
+        ge=1,
+        description=f"Seconds before the command is killed (default {DEFAULT_TIMEOUT_S}).",
+        json_schema_extra={"maximum": MAX_TIMEOUT_S},
     )
 
-    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
-        command = str_arg(args, "command")
+
+class RunBashTool(ArgsTool[RunBashArgs]):
+    name = "run_bash"
+    Args = RunBashArgs
+    mutating = True
+    description = (
+        "Run a bash command in the workspace and return its combined stdout and stderr "
+        f"followed by the exit code. Default timeout {DEFAULT_TIMEOUT_S} s (timeout "
+        f"argument, at most {MAX_TIMEOUT_S}); on timeout the command and everything it "
+        "started are killed. stdin is empty: nothing interactive. Do NOT use it to read "
+        "files (no cat/head/less on source files): use read_file, which pages and numbers "
+        "lines. Long outputs are cut to their head and tail with the full output saved to "
+        "a file, so narrow them at the source: grep -n PATTERN, head, tail, wc -l. For a "
+        "long-running server, run it in the background with its output redirected to a "
+        "file: nohup CMD > server.log 2>&1 &"
+    )
+
+    async def call(self, args: RunBashArgs, ctx: ToolContext) -> ToolOutput:
+        command = args.command
         if not command.strip():
             raise ToolInputError("command is empty; give a bash command to run.")
-        timeout = min(int_arg(args, "timeout", DEFAULT_TIMEOUT_S), MAX_TIMEOUT_S)
+        timeout = min(args.timeout, MAX_TIMEOUT_S)
+        proctree.enable_subreaper()
+        marker = proctree.new_marker()
         spill_path = Path(ctx.tool_results_dir) / f"{safe_file_stem(ctx.call_id)}.txt"
-        collector = _OutputCollector(keep_chars_for(output_limit.get()), spill_path)
+        collector = _OutputCollector(keep_chars_for(output_limit.get()), spill_path, ctx.max_saved_output)
         loop = asyncio.get_running_loop()
         # The command is already running while its pipes connect; shielded so an
         # interrupt in that moment still finds the process group to kill.
@@ -300,7 +319,7 @@ class RunBashTool:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 cwd=ctx.workspace,
-                env=child_env(ctx.env),
+                env=child_env(ctx.env, marker),
                 start_new_session=True,  # its own process group: pgid == pid
             )
         )
@@ -313,19 +332,19 @@ class RunBashTool:
             with contextlib.suppress(OSError):
                 transport, protocol = await starting
                 try:
-                    await _kill_group(transport.get_pid(), protocol.exited)
+                    await _kill_tree(marker, transport.get_pid(), protocol.exited, INTERRUPT_GRACE_S)
                 finally:
                     transport.close()
             collector.close()
             raise
-        pgid = transport.get_pid()
+        pid = transport.get_pid()
         timed_out = held_open = False
         try:
             try:
                 await asyncio.wait_for(asyncio.shield(protocol.exited), timeout)
             except TimeoutError:
                 timed_out = True
-                await _kill_group(pgid, protocol.exited)
+                await _kill_tree(marker, pid, protocol.exited, KILL_GRACE_S)
             try:
                 await asyncio.wait_for(asyncio.shield(protocol.output_closed), EOF_GRACE_S)
             except TimeoutError:
@@ -333,16 +352,18 @@ class RunBashTool:
         except BaseException as exc:
             try:
                 if isinstance(exc, asyncio.CancelledError):
-                    await _kill_group(pgid, protocol.exited)
+                    await _kill_tree(marker, pid, protocol.exited, INTERRUPT_GRACE_S)
             finally:
                 collector.close()
             raise
         finally:
             transport.close()
+        # What it left running on purpose (nohup server &) lives on; remember it so it is reaped.
+        await asyncio.to_thread(proctree.adopt_orphans, marker, pid)
         returncode = transport.get_returncode()
         if timed_out:
             suffix = (
-                f"\n[timed out after {timeout} s: the command and its whole process group were "
+                f"\n[timed out after {timeout} s: the command and every process it started were "
                 "killed. Narrow it (grep/head/tail, smaller inputs), raise timeout (max "
                 f"{MAX_TIMEOUT_S}), or run it in the background with output to a file: "
                 "nohup CMD > out.log 2>&1 &]"

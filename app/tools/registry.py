@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from app.messages import ToolSpec
 from app.redact import redact
 from app.sanitize import sanitize_for_model
-from app.tools.base import Tool, ToolContext, ToolInputError, ToolOutput
+from app.tools.base import DEFAULT_MAX_SAVED_OUTPUT, ArgsTool, Tool, ToolContext, ToolInputError, ToolOutput
 from app.tools.workspace import output_limit
 
 DEFAULT_MAX_OUTPUT = 40_000
@@ -30,9 +32,16 @@ _NOTICE_START = "\n\n… [output truncated: "
 _NOTICE_END = "] …\n\n"
 
 
-def truncation_notice(total_chars: int, left_out: int, full_output_path: str | None) -> str:
-    """The one line put where the middle of a truncated output was."""
-    saved = f" Full output saved to {full_output_path}." if full_output_path else ""
+def truncation_notice(
+    total_chars: int, left_out: int, full_output_path: str | None, saved_note: str = ""
+) -> str:
+    """The one line put where the middle of a truncated output was.
+
+    ``saved_note`` says when the saved file is not the whole output (it hit the cap).
+    """
+    saved = ""
+    if full_output_path:
+        saved = f" Full output saved to {full_output_path}" + (f" ({saved_note})." if saved_note else ".")
     return (
         f"{_NOTICE_START}{total_chars:,} characters in total, {left_out:,} left out in the "
         f"middle.{saved} Narrow it down: grep for what you need, use head/tail, or read_file "
@@ -40,14 +49,20 @@ def truncation_notice(total_chars: int, left_out: int, full_output_path: str | N
     )
 
 
-def join_head_tail(head: str, tail: str, total_chars: int, full_output_path: str | None) -> str:
+def join_head_tail(
+    head: str, tail: str, total_chars: int, full_output_path: str | None, saved_note: str = ""
+) -> str:
     """``head`` + notice + ``tail``, for a caller that already holds only the two ends."""
     left_out = total_chars - len(head) - len(tail)
-    return head + truncation_notice(total_chars, left_out, full_output_path) + tail
+    return head + truncation_notice(total_chars, left_out, full_output_path, saved_note) + tail
 
 
 def _cut(
-    text: str, max_chars: int, full_output_path: str | None, original_chars: int | None
+    text: str,
+    max_chars: int,
+    full_output_path: str | None,
+    original_chars: int | None,
+    saved_note: str = "",
 ) -> tuple[str, int]:
     """The truncated text and how many characters of the output it kept."""
     if max_chars <= 0 or len(text) <= max_chars:
@@ -55,7 +70,7 @@ def _cut(
     keep = max_chars * 2 // 5
     total = max(original_chars or 0, len(text))
     head, tail = text[:keep], text[len(text) - keep :]
-    return join_head_tail(head, tail, total, full_output_path), 2 * keep
+    return join_head_tail(head, tail, total, full_output_path, saved_note), 2 * keep
 
 
 def truncate_head_tail(
@@ -86,16 +101,128 @@ def safe_file_stem(call_id: str) -> str:
     return stem or f"call-{uuid.uuid4().hex[:12]}"
 
 
-def save_full_output(text: str, tool_results_dir: Path, call_id: str) -> str | None:
-    """Write an untruncated output to ``tool_results_dir/<call id>.txt``; its path, or None on a disk error."""
+def open_private(target: Path) -> IO[bytes]:
+    """``target`` opened for writing, readable by its owner only (0600, whatever the umask).
+
+    Tool outputs can hold anything the commands printed; other users on the
+    machine must not read them. The folder is made 0700 when we create it.
+    """
+    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT
+    except OSError:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "wb")
+
+
+class CappedFile:
+    """A binary file that stops growing at ``max_bytes``: the head up to the cap, then the tail.
+
+    Past ``max_bytes - tail_bytes`` written bytes, what arrives is held in a
+    bounded in-memory tail instead; ``close`` writes a marker saying how much
+    was left out, then the tail. The tail is what matters most in a long
+    output (errors, summaries, exit codes), so it is never what gets dropped.
+    """
+
+    _MAX_TAIL_BYTES = 8 * 1024 * 1024
+
+    def __init__(self, file: IO[bytes], max_bytes: int) -> None:
+        self.file = file
+        self.max_bytes = max(1, max_bytes)
+        self.tail_bytes = max(1, min(self.max_bytes // 4, self._MAX_TAIL_BYTES))
+        self.head_bytes = self.max_bytes - self.tail_bytes
+        self.written = 0
+        self.dropped = 0
+        self._tail: deque[bytes] = deque()
+        self._tail_size = 0
+
+    def write(self, data: bytes) -> None:
+        room = self.head_bytes - self.written
+        if room > 0:
+            self.file.write(data[:room])
+            self.written += min(room, len(data))
+            data = data[room:]
+        if not data:
+            return
+        self._tail.append(data)
+        self._tail_size += len(data)
+        while self._tail_size - len(self._tail[0]) >= self.tail_bytes:
+            self.dropped += len(self._tail[0])
+            self._tail_size -= len(self._tail.popleft())
+
+    @property
+    def capped(self) -> bool:
+        return self.dropped > 0 or self._tail_size > self.tail_bytes
+
+    def close(self) -> None:
+        try:
+            tail = b"".join(self._tail)
+            if len(tail) > self.tail_bytes:
+                self.dropped += len(tail) - self.tail_bytes
+                tail = tail[-self.tail_bytes :]
+            if self.dropped:
+                self.file.write(self.marker().encode())
+            self.file.write(tail)
+            self._tail.clear()
+        finally:
+            self.file.close()
+
+    def marker(self) -> str:
+        return (
+            f"\n\n… [saved output capped at {self.max_bytes:,} bytes: {self.dropped:,} bytes left out "
+            f"here; the last {self.tail_bytes:,} bytes follow] …\n\n"
+        )
+
+    def note(self) -> str:
+        """For the truncation notice: '' when the file holds the whole output."""
+        if not self.dropped:
+            return ""
+        return (
+            f"capped at {self.max_bytes:,} bytes (max_saved_output): {self.dropped:,} bytes in the "
+            f"middle were not saved; the file keeps the first {self.head_bytes:,} and the last "
+            f"{self.tail_bytes:,} bytes"
+        )
+
+
+def save_full_output(
+    text: str, tool_results_dir: Path, call_id: str, max_bytes: int = DEFAULT_MAX_SAVED_OUTPUT
+) -> tuple[str | None, str]:
+    """Write an untruncated output to ``tool_results_dir/<call id>.txt`` (0600, capped).
+
+    Returns its path (None on a disk error) and the note saying what the cap left out.
+    """
     target = Path(tool_results_dir) / f"{safe_file_stem(call_id)}.txt"
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with open(target, "w", encoding="utf-8", errors="replace", newline="") as f:
-            f.write(text)
+        capped = CappedFile(open_private(target), max_bytes)
+        try:
+            capped.write(text.encode("utf-8", errors="replace"))
+        finally:
+            capped.close()
     except OSError:
-        return None  # the notice then names no path
-    return str(target)
+        return None, ""  # the notice then names no path
+    return str(target), capped.note()
+
+
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def _without_surrogates(text: str) -> str:
+    """Lone surrogates (undecodable bytes in names, bad escapes) as ``\\xNN`` text.
+
+    They cannot be encoded as UTF-8, so one of them in a result would break the
+    JSON of the next request and the transcript line.
+    """
+    if not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-8", "surrogateescape" if _only_escapes(text) else "backslashreplace").decode(
+        "utf-8", "backslashreplace"
+    )
+
+
+def _only_escapes(text: str) -> bool:
+    return all(0xDC80 <= ord(c) <= 0xDCFF for c in _SURROGATE.findall(text))
 
 
 @dataclass
@@ -175,8 +302,9 @@ class ToolRegistry:
                 f"Call {name} again with a single valid JSON object matching its schema.",
                 is_error=True,
             )
+        # A tool with an argument model names what is missing itself, in its one-line error.
         missing = [key for key in tool.spec.input_schema.get("required", []) if key not in args]
-        if missing:
+        if missing and not isinstance(tool, ArgsTool):
             schema = json.dumps(tool.spec.input_schema.get("properties", {}))
             return ToolOutput(
                 f"{name} is missing required argument(s): {', '.join(missing)}. "
@@ -209,20 +337,23 @@ class ToolRegistry:
             # output then costs about a millisecond here instead of ~200 ms.
             total_hint = max(total_hint, len(raw))
             raw = raw[:limit] + raw[-limit:]
-        text = redact(sanitize_for_model(raw))
+        text = redact(sanitize_for_model(_without_surrogates(raw)))
         total = max(total_hint, len(text))
         path = str(output.full_output_path) if output.full_output_path else None
+        saved_note = output.saved_note
         # A tool that spilled to disk already holds only the ends of its output.
         truncated = total > len(text)
         kept = len(text) - _notice_length(text) if truncated else len(text)
         if limit > 0 and (len(text) > limit or precut):
             if path is None:
-                path = save_full_output(redact(output.text), ctx.tool_results_dir, ctx.call_id)
+                path, saved_note = save_full_output(
+                    redact(output.text), ctx.tool_results_dir, ctx.call_id, ctx.max_saved_output
+                )
             if len(text) > limit:
-                text, kept = _cut(text, limit, path, total)
+                text, kept = _cut(text, limit, path, total, saved_note)
             else:  # cleaning shrank the ends below the limit: still say what was left out
                 half = len(text) // 2
-                text, kept = join_head_tail(text[:half], text[half:], total, path), len(text)
+                text, kept = join_head_tail(text[:half], text[half:], total, path, saved_note), len(text)
             truncated = True
         return ToolRun(
             content=text,

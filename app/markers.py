@@ -1,0 +1,20 @@
+"""The markers tools write into their results, and the one way to read them back.
+
+run_bash ends its result with ``[exit code: N]`` (or ``[timed out after N s…``), and
+the registry's cut leaves ``[output truncated: N characters in total, M left out…``.
+The summarizer, the summary audit and the demo read them; the patterns live here so a
+change of wording is one change.
+"""
+
+from __future__ import annotations
+
+import re
+
+EXIT_CODE = re.compile(r"\[exit code: (-?\d+|unknown)([^\]]*)\]")
+TRUNCATED = re.compile(r"\[output truncated: ([\d,]+) characters in total, ([\d,]+) left out")
+TIMED_OUT = re.compile(r"\[timed out after (\d+) s")
+
+# The result a call gets when it never finished: interrupted by the user, or the
+# session ended (killed) before it did. One text, whoever repairs the history.
+INTERRUPTED_RESULT = ("Interrupted before this tool finished (by the user, or the session ended). "
+                      "Ask the user before running it again.")

@@ -1,0 +1,231 @@
+"""Whole process trees: everything a run_bash command started dies with it.
+
+A process group is not enough: ``setsid sleep 1003 &`` leaves the group and,
+once bash exits, the kernel hands the orphan to init, out of our sight. So:
+
+- tidegauge becomes a *child subreaper* (``prctl(PR_SET_CHILD_SUBREAPER)``,
+  Linux): orphans of its descendants are re-parented to it instead of init;
+- every command runs with a marker in its environment (``TIDEGAUGE_TOOL_RUN``,
+  a token per call), which its children inherit;
+- killing a run kills, until none is left: bash's descendants, its process
+  group, and every descendant of tidegauge that carries the run's marker.
+  Processes are stopped (SIGSTOP) before they are killed, so none can fork
+  a new one between our look and our kill.
+
+Background processes a command leaves on purpose (``nohup server &``) live
+on until tidegauge exits: ``kill_all_descendants()`` ends every process that
+carries any run's marker (an ``atexit`` hook calls it; the app should call
+it on its own exit paths too). Re-parented orphans are reaped here, never a
+pid that someone else (asyncio's child watcher) waits for.
+
+Reads ``/proc`` directly; off Linux the marker and the group are all we have.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import threading
+import uuid
+
+MARKER_ENV = "TIDEGAUGE_TOOL_RUN"
+_PR_SET_CHILD_SUBREAPER = 36
+# Forks racing our kill are caught by looking again; this bounds the rounds.
+_MAX_KILL_ROUNDS = 50
+
+_lock = threading.Lock()
+_subreaper: bool | None = None
+# Orphans of finished runs that were handed to us: reaped once they exit.
+_adopted: set[int] = set()
+# Markers this process handed out: only their carriers are ever killed as "ours"
+# (a tidegauge started from another one's run_bash inherits that one's marker).
+_issued: set[str] = set()
+
+
+def enable_subreaper() -> bool:
+    """Make this process a child subreaper (once); True if the kernel agreed."""
+    global _subreaper
+    with _lock:
+        if _subreaper is not None:
+            return _subreaper
+        _subreaper = False
+        if sys.platform.startswith("linux"):
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                _subreaper = libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+            except (OSError, AttributeError):
+                _subreaper = False
+        atexit.register(kill_all_descendants)
+        return _subreaper
+
+
+def new_marker() -> str:
+    marker = uuid.uuid4().hex
+    with _lock:
+        _issued.add(marker)
+    return marker
+
+
+def _stat_fields(pid: int) -> tuple[str, int, int] | None:
+    """(state, ppid, pgid) from /proc/<pid>/stat, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # The command name may hold spaces and parentheses: fields follow the last ")".
+    fields = data[data.rfind(b")") + 2 :].split()
+    try:
+        return fields[0].decode(), int(fields[1]), int(fields[2])
+    except (IndexError, ValueError):
+        return None
+
+
+def _process_table() -> dict[int, tuple[str, int, int]]:
+    table: dict[int, tuple[str, int, int]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return table
+    for name in names:
+        if name.isdigit():
+            fields = _stat_fields(int(name))
+            if fields is not None:
+                table[int(name)] = fields
+    return table
+
+
+def _descendants(root: int, table: dict[int, tuple[str, int, int]]) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (_state, ppid, _pgid) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found: set[int] = set()
+    stack = [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found
+
+
+def _marker_of(pid: int) -> str | None:
+    """The run marker in a process's environment, if it has one (and we may read it)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            environ = f.read()
+    except OSError:
+        return None
+    key = MARKER_ENV.encode() + b"="
+    for entry in environ.split(b"\0"):
+        if entry.startswith(key):
+            return entry[len(key) :].decode(errors="replace")
+    return None
+
+
+def _members(marker: str | None, leader: int | None, table: dict[int, tuple[str, int, int]]) -> set[int]:
+    """Live processes of one run (``marker``), or of every run when ``marker`` is None."""
+    me = os.getpid()
+    members: set[int] = set()
+    if leader is not None:
+        members |= _descendants(leader, table)
+        members |= {pid for pid, (_s, _pp, pgid) in table.items() if pgid == leader}
+        if leader in table:
+            members.add(leader)
+    for pid in _descendants(me, table):
+        found = _marker_of(pid)
+        if found is not None and (found == marker or (marker is None and found in _issued)):
+            members.add(pid)
+            members |= _descendants(pid, table)
+    members.discard(me)
+    return {pid for pid in members if table.get(pid, ("Z",))[0] not in ("Z", "X")}
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+def signal_run(marker: str, leader: int | None, sig: signal.Signals) -> None:
+    """Send ``sig`` to every live process of the run (a polite SIGTERM first, say)."""
+    for pid in _members(marker, leader, _process_table()):
+        _signal(pid, sig)
+
+
+def kill_run(marker: str | None, leader: int | None, *, spare: int | None = None) -> int:
+    """SIGKILL every process of a run (every run when ``marker`` is None); how many were killed.
+
+    Everything found is stopped first, then looked for again (a fork in flight
+    shows up as a child of a stopped process), and killed once the set is
+    complete. ``spare`` is a pid not to reap (asyncio waits for bash itself).
+    """
+    stopped: set[int] = set()
+    for _ in range(_MAX_KILL_ROUNDS):
+        table = _process_table()
+        members = _members(marker, leader, table) | {p for p in stopped if p in table}
+        fresh = members - stopped
+        if not fresh:
+            break
+        for pid in fresh:
+            _signal(pid, signal.SIGSTOP)
+        stopped |= fresh
+    for pid in stopped:
+        _signal(pid, signal.SIGKILL)
+        _signal(pid, signal.SIGCONT)  # a stopped process handles SIGKILL anyway; harmless
+    me = os.getpid()
+    table = _process_table()
+    with _lock:
+        for pid in stopped:
+            if pid != spare and table.get(pid, ("", 0, 0))[1] == me:
+                _adopted.add(pid)
+    reap_adopted()
+    return len(stopped)
+
+
+def adopt_orphans(marker: str, spare: int | None = None) -> None:
+    """Remember the orphans of a finished run that are now our children, to reap them later."""
+    me = os.getpid()
+    table = _process_table()
+    with _lock:
+        for pid, (_state, ppid, _pgid) in table.items():
+            if ppid == me and pid != spare and _marker_of(pid) == marker:
+                _adopted.add(pid)
+    reap_adopted()
+
+
+def reap_adopted() -> None:
+    """Collect the exit status of adopted orphans that have ended (no zombies left behind)."""
+    with _lock:
+        for pid in list(_adopted):
+            try:
+                done, _status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                _adopted.discard(pid)  # not ours any more, or already collected
+                continue
+            if done:
+                _adopted.discard(pid)
+
+
+def kill_all_descendants() -> int:
+    """Kill every process any run_bash command left behind; call it when tidegauge exits.
+
+    Only processes that carry a run marker (and their children) are touched:
+    what the app started itself (say, a server it talks to) is left to the app.
+    Returns how many processes were killed.
+    """
+    if not sys.platform.startswith("linux"):
+        return 0
+    killed = kill_run(None, None)
+    # Give the kernel a moment to turn them into zombies we can collect.
+    for _ in range(100):
+        with _lock:
+            if not _adopted:
+                break
+        reap_adopted()
+        if _adopted:
+            threading.Event().wait(0.01)
+    return killed
