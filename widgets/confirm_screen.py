@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from textual import on
+from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
@@ -28,12 +29,12 @@ class ConfirmScreen(ModalScreen[bool]):
     # Which button has the focus (enter presses it): "no" for what cannot be undone.
     default_answer: Literal["yes", "no"] = "no"
 
-    def __init__(self, question: str, detail: str | None = None, **kwargs) -> None:
+    def __init__(self, question: str, detail: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.question = question
         self.detail = detail
 
-    def compose(self):
+    def compose(self) -> ComposeResult:
         with Vertical(id="confirm-dialog", classes="dialog"):
             yield Static(literal(self.question), classes="dialog-question")
             if self.detail is not None:
@@ -65,7 +66,7 @@ class ForecastConfirmScreen(ConfirmScreen):
     """Compact or reset? Shown at once; the session's ``ForecastEvent`` fills in the figures
     (tokens freed, prompt-cache tokens invalidated, next request's cost before/after)."""
 
-    def __init__(self, kind: Literal["compact", "reset"], focus: str | None = None, **kwargs) -> None:
+    def __init__(self, kind: Literal["compact", "reset"], focus: str | None = None, **kwargs: Any) -> None:
         if kind == "reset":
             question = "Reset the conversation? The model forgets it; the transcript stays on disk."
         else:

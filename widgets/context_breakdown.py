@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual.widget import Widget
@@ -47,7 +47,7 @@ class ContextBreakdown(Widget):
 
     COMPONENT_CLASSES = {"breakdown--bar", "breakdown--dim", "breakdown--figure", "breakdown--compaction"}
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.context: ContextEvent | None = None
         self.compaction_calls = 0

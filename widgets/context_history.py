@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from rich.style import Style
 from rich.text import Text
@@ -46,7 +46,7 @@ class ContextHistory(Widget):
         "history--title",
     }
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.points: list[HistoryPoint] = []
         self.warning_line = 0

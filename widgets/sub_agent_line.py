@@ -8,7 +8,7 @@ one line; a click unfolds it again.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual.reactive import var
@@ -112,7 +112,7 @@ class SubAgentLine(Widget):
 
     unfolded: var[bool | None] = var(None)  # None: follow the state (unfolded while running)
 
-    def __init__(self, state: SubAgentState, **kwargs) -> None:
+    def __init__(self, state: SubAgentState, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.state = state
 

@@ -7,6 +7,7 @@ costs the same with 10 calls or 10,000 (only visible rows are rendered).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from rich.segment import Segment
 from textual import events, on
@@ -57,7 +58,7 @@ class ToolCallList(ScrollView, can_focus=True):
 
     cursor: reactive[int | None] = reactive(None)
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.calls: list[ToolCallInfo] = []
         self._index: dict[str, int] = {}
