@@ -20,11 +20,29 @@ import threading
 from collections import deque
 from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
 
-from app.commands import Approve, Command, Compact, Decision, Interrupt, Report, Reset, Shutdown, UserInput
+from app.commands import (
+    Approve,
+    Command,
+    Compact,
+    Decision,
+    Interrupt,
+    Preview,
+    PreviewRestore,
+    Report,
+    Reset,
+    RestoreResult,
+    ServerCompaction,
+    Shutdown,
+    UserInput,
+)
 from app.events import (
     ApprovalRequestEvent,
     ApprovalResolvedEvent,
     ChartPointEvent,
+    ClearedResultsEvent,
+    ForecastEvent,
+    RestorePreviewEvent,
+    ServerCompactionEvent,
     CommandQueuedEvent,
     ConfigWarningEvent,
     Event,
@@ -37,16 +55,20 @@ from app.protocol import Listener, SessionSnapshot
 
 if TYPE_CHECKING:
     from app.agent import Agent
+    from app.events import PointKind
     from app.messages import ToolUseBlock
     from app.transcript import TranscriptWriter
 
 # Deltas are not persisted (the assistant_message after them holds the whole text), nor
-# reports (answers to a question about the session, not part of it).
-_NOT_RECORDED = frozenset({"text_delta", "thinking_delta", "report"})
+# reports and previews (answers to a question about the session, not part of it).
+_NOT_RECORDED = frozenset({"text_delta", "thinking_delta", "report", "forecast", "restore_preview"})
+# After these events the set of cleared (restorable) tool results may have changed.
+_CLEARING_EVENTS = frozenset({"micro_compaction", "compaction", "restore", "reset"})
 # Restored events a surface redraws from; the rest was transient (or, for notices
 # written before the events were typed, a repeat of the typed event before it).
 _NOT_REPLAYED = frozenset({"text_delta", "thinking_delta", "state", "notice", "session",
-                           "approval_request", "approval_resolved", "queued"})
+                           "approval_request", "approval_resolved", "queued", "forecast", "restore_preview",
+                           "server_compaction"})
 
 
 class Closable(Protocol):
@@ -100,7 +122,7 @@ def replayable(events: list[Event]) -> list[Event]:
         if event.type == "usage" and event.agent == "main":
             out.append(ChartPointEvent(tokens=event.context_tokens or last_projected, kind="call"))
         elif event.type == "compaction" and event.ok:
-            out.append(ChartPointEvent(tokens=event.tokens_after, kind="compaction"))
+            out.append(ChartPointEvent(tokens=event.tokens_after, kind=_compaction_point_kind(event.trigger)))
         elif event.type in ("micro_compaction", "reset"):
             pending_drop = "prune" if event.type == "micro_compaction" else "reset"
         elif event.type == "context":
@@ -110,6 +132,13 @@ def replayable(events: list[Event]) -> list[Event]:
                                            kind="prune" if pending_drop == "prune" else "reset"))
                 pending_drop = None
     return out
+
+
+def _compaction_point_kind(trigger: str) -> "PointKind":
+    """The gauge's history marks compactions from the session memory and by the server apart."""
+    if trigger == "memory":
+        return "memory"
+    return "server" if trigger == "server" else "compaction"
 
 
 class AgentSession:
@@ -148,6 +177,7 @@ class AgentSession:
         self._pending = 0
         self._pending_lock = threading.Lock()
         self._last_state = StateEvent(state="idle", step=0, max_steps=agent.max_steps)
+        self._cleared: list[str] = []  # the restorable results the surfaces were last told of
         agent.emit = self._emit
         if approvals:
             agent.approver = self._ask_approval
@@ -197,6 +227,15 @@ class AgentSession:
         if event.type == "state":
             self._last_state = event
         self.stream.emit(event)
+        if event.type in _CLEARING_EVENTS:
+            self._tell_cleared()
+
+    def _tell_cleared(self) -> None:
+        """Say which results are cleared and restorable, when that changed (the tool list marks them)."""
+        cleared = self.agent.engine.cleared_results()
+        if cleared != self._cleared:
+            self._cleared = cleared
+            self.stream.emit(ClearedResultsEvent(call_ids=cleared))
 
     def _state(self, state: str, **fields: object) -> None:
         self._emit(StateEvent(state=state, step=self.agent.step, max_steps=self.agent.max_steps,  # type: ignore[arg-type]
@@ -214,6 +253,14 @@ class AgentSession:
         elif isinstance(command, Report):
             self._emit(ReportEvent(kind=command.kind, messages=len(self.agent.history),
                                    context=self.agent.context_event()))
+        elif isinstance(command, Preview):
+            self._preview(command)
+        elif isinstance(command, PreviewRestore):
+            self._preview_restore(command.call_id)
+        elif isinstance(command, RestoreResult):
+            self._restore(command.call_id)
+        elif isinstance(command, ServerCompaction):
+            self._switch_server_compaction(command.on)
         elif isinstance(command, Shutdown):
             self._stopping = True
             if command.now:
@@ -233,6 +280,56 @@ class AgentSession:
             self._queue.append(command)
         if self._wake is not None:
             self._wake.set()
+
+    # ------------------------------------------------------------ previews, restore, server compaction
+
+    def _preview(self, command: Preview) -> None:
+        engine = self.agent.engine
+        planned = engine.forecast_reset() if command.kind == "reset" else engine.forecast_compaction()
+        self._emit(ForecastEvent(
+            kind=command.kind, action=planned.action, focus=command.focus, tokens_before=planned.tokens_before,
+            tokens_after=planned.tokens_after, tokens_freed=planned.tokens_freed,
+            cache_tokens_invalidated=planned.cache_tokens_invalidated,
+            next_request_cost_before_usd=planned.next_request_cost_before_usd,
+            next_request_cost_after_usd=planned.next_request_cost_after_usd,
+            operation_cost_usd=planned.operation_cost_usd, model_call=planned.model_call))
+
+    def _preview_restore(self, call_id: str) -> None:
+        from app.context.engine import RestoreError
+
+        try:
+            preview = self.agent.engine.preview_restore(call_id)
+        except RestoreError as error:
+            self._emit(RestorePreviewEvent(call_id=call_id, reason=str(error)))
+            return
+        reason = None if preview.fits else (
+            f"restoring {call_id} would push the next request to ~{preview.projected_after:,} tokens, over the"
+            " blocking line; compact first")
+        self._emit(RestorePreviewEvent(call_id=call_id, tool_name=preview.tool_name, tokens=preview.tokens,
+                                       projected_before=preview.projected_before,
+                                       projected_after=preview.projected_after,
+                                       level_after=preview.level_after, reason=reason))  # type: ignore[arg-type]
+
+    def _restore(self, call_id: str) -> None:
+        """Between turns only: a turn running now holds the request the history is built into."""
+        from app.context.engine import RestoreError
+
+        if self.busy:
+            self._emit(RestorePreviewEvent(call_id=call_id, reason=f"the agent is busy: restore {call_id} when this turn ends"))
+            return
+        try:
+            self.agent.engine.restore_result(call_id, by="user")  # emits RestoreEvent and the new context
+        except RestoreError as error:
+            self._emit(RestorePreviewEvent(call_id=call_id, reason=str(error)))
+
+    def _switch_server_compaction(self, on: bool) -> None:
+        from app.context.server_side import switch_server_compaction
+
+        provider = self.agent.provider
+        threshold, problem = switch_server_compaction(provider, self.agent.engine, on)
+        self._emit(ServerCompactionEvent(on=self.agent.engine.config.server_compaction,
+                                         provider=getattr(provider, "name", "") or "this",
+                                         threshold=threshold, reason=problem))
 
     def _interrupt(self) -> None:
         if self.busy:

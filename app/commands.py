@@ -59,4 +59,39 @@ class Shutdown:
     now: bool = False
 
 
-Command = Union[UserInput, Compact, Reset, Interrupt, Approve, Report, Shutdown]
+# ---- the dashboard side of issues 14-17: answered at once with a typed event ----
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What a compaction or a reset would do, before it runs (answered by a ``ForecastEvent``):
+    tokens freed, prompt-cache tokens invalidated, next request's cost before and after."""
+
+    kind: Literal["compact", "reset"]
+    focus: str | None = None  # /compact's focus, echoed in the answer
+
+
+@dataclass(frozen=True)
+class PreviewRestore:
+    """What bringing back a cleared tool result would cost (``RestorePreviewEvent``)."""
+
+    call_id: str
+
+
+@dataclass(frozen=True)
+class RestoreResult:
+    """Bring a cleared tool result back into the context for the next request (``RestoreEvent``,
+    or ``RestorePreviewEvent`` with the one-line reason it cannot be done)."""
+
+    call_id: str
+
+
+@dataclass(frozen=True)
+class ServerCompaction:
+    """Turn the provider's server-side compaction on or off for this session (``ServerCompactionEvent``)."""
+
+    on: bool
+
+
+Command = Union[UserInput, Compact, Reset, Interrupt, Approve, Report, Shutdown,
+                Preview, PreviewRestore, RestoreResult, ServerCompaction]

@@ -72,16 +72,45 @@ def _compaction(e: "ev.CompactionEvent") -> Line:
         facts = f"; the audit added {plural(e.facts_added, 'checked fact')} the summary missed"
     elif e.facts_checked:
         facts = f"; audit: all {plural(e.facts_checked, 'checked fact')} named"
+    if e.trigger in ("auto", "memory"):  # nobody confirmed these: their cost is said afterwards
+        facts = _forecast_said(e) + facts
     if e.trigger == "server":
         return Line("compaction", f"context compacted by the server: {plural(e.messages_before, 'message')}"
                                   f" → 1 compaction item ({tokens}, as reported)")
     if e.trigger == "memory":
         return Line("compaction", f"context compacted from the session memory (no model call):"
                                   f" {plural(e.messages_before, 'message')} → 1 summary + {e.messages_after - 1:,}"
-                                  f" recent kept ({tokens}){facts}")
+                                  f" recent kept ({tokens}){facts}{_checked_facts(e)}")
     label = {"auto": "auto", "manual": "manual", "fallback": "fallback (extractive)"}.get(e.trigger, e.trigger)
     return Line("compaction",
-                f"context compacted: {plural(e.messages_before, 'message')} → 1 summary ({label}, {tokens}){facts}")
+                f"context compacted: {plural(e.messages_before, 'message')} → 1 summary ({label}, {tokens}){facts}"
+                f"{_checked_facts(e)}")
+
+
+def _forecast_said(e: "ev.CompactionEvent") -> str:
+    """What the forecast made just before an unconfirmed compaction said it would cost."""
+    parts = []
+    if e.cache_tokens_invalidated:
+        parts.append(f"{human_tokens(e.cache_tokens_invalidated)} cached prompt tokens invalidated")
+    if e.next_request_cost_before_usd is not None and e.next_request_cost_after_usd is not None and (
+            e.next_request_cost_before_usd or e.next_request_cost_after_usd):
+        parts.append(f"next request ~${e.next_request_cost_before_usd:.4f} → ~${e.next_request_cost_after_usd:.4f}")
+    return "; " + ", ".join(parts) if parts else ""
+
+
+# Audited summaries: the facts themselves, one line each under the compaction line (the
+# count alone would not let the user judge what the summary had missed).
+CHECKED_FACTS_SHOWN = 8
+
+
+def _checked_facts(e: "ev.CompactionEvent") -> str:
+    if not e.checked_facts:
+        return ""
+    shown = [" ".join(fact.split()) for fact in e.checked_facts[:CHECKED_FACTS_SHOWN]]
+    lines = [f"  ✓ {fact[:117] + '…' if len(fact) > 120 else fact}" for fact in shown]
+    if len(e.checked_facts) > CHECKED_FACTS_SHOWN:
+        lines.append(f"  … and {len(e.checked_facts) - CHECKED_FACTS_SHOWN:,} more in the summary")
+    return ":\n" + "\n".join(lines)
 
 
 def _micro(e: "ev.MicroCompactionEvent") -> Line:
@@ -156,7 +185,8 @@ def _report(e: "ev.ReportEvent") -> Line:
         return Line("info",
                     f"{plural(e.messages, 'message')}, context ~{c.projected_tokens:,} tokens "
                     f"(auto-compact at {t.auto_compact_line:,}, window {t.window:,}); "
-                    f"cumulative input {c.cumulative_input:,} (cached {c.cumulative_cached:,}), "
+                    f"cumulative input {c.cumulative_input:,} (cached {c.cumulative_cached:,}"
+                    f"{cached_share(c.cumulative_cached, c.cumulative_input)}), "
                     f"output {c.cumulative_output:,}, ~${c.cost_usd:.4f} (compaction ${c.compact_cost_usd:.4f})")
     parts = ", ".join(f"{k} {v:,}" for k, v in c.breakdown.items())
     exact = f"{c.exact_tokens:,}" if c.exact_tokens is not None else "none yet"
@@ -164,6 +194,13 @@ def _report(e: "ev.ReportEvent") -> Line:
                 f"context ~{c.projected_tokens:,} tokens (exact {exact} + ~{c.estimated_tokens:,} since); "
                 f"warning {t.warning_line:,}, auto-compact {t.auto_compact_line:,}, blocking {t.blocking_line:,}, "
                 f"window {t.window:,}; by part: {parts}")
+
+
+def cached_share(cached: int, total_input: int) -> str:
+    """``, 62% of input`` (prompt caching, issue 14); "" before any input."""
+    if total_input <= 0:
+        return ""
+    return f", {cached / total_input:.0%} of input"
 
 
 def _mcp_server(e: "ev.McpServerEvent") -> Line | None:
@@ -200,6 +237,49 @@ def _restore(e: "ev.RestoreEvent") -> Line:
 
 def _repaired(e: "ev.SessionRepairedEvent") -> Line:
     return Line("warning", f"the transcript was damaged and repaired on resume: {'; '.join(e.warnings)}")
+
+
+# ---- the dashboard side of issues 14-17 ----
+
+
+def forecast_text(e: "ev.ForecastEvent") -> str:
+    """What a compaction or a reset will do, for its confirmation (same figures as auto-compaction logs)."""
+    what = {"compact": "compaction", "memory_compact": "compaction from the session memory",
+            "reset": "reset"}[e.action]
+    lines = [f"{what}: frees ~{e.tokens_freed:,} tokens (~{e.tokens_before:,} → ~{e.tokens_after:,})",
+             f"prompt cache: invalidates {e.cache_tokens_invalidated:,} cached tokens"]
+    if e.next_request_cost_before_usd is not None and e.next_request_cost_after_usd is not None:
+        lines.append(f"next request: ~${e.next_request_cost_before_usd:.4f} → ~${e.next_request_cost_after_usd:.4f}")
+    else:
+        lines.append("next request: cost unknown (no prices for this model)")
+    if e.model_call:
+        cost = f" (~${e.operation_cost_usd:.4f})" if e.operation_cost_usd else ""
+        lines.append(f"calls the model to write the summary{cost}")
+    else:
+        lines.append("no model call")
+    return "\n".join(lines)
+
+
+def restore_question(e: "ev.RestorePreviewEvent") -> str:
+    return (f"Restore the cleared {e.tool_name} result {e.call_id} into the context?\n\n"
+            f"+~{e.tokens:,} tokens: context ~{e.projected_before:,} → ~{e.projected_after:,}"
+            f" ({e.level_after}) for the next request")
+
+
+def _restore_preview(e: "ev.RestorePreviewEvent") -> Line | None:
+    if e.reason:
+        return Line("warning", f"cannot restore: {e.reason}")  # the reasons name the call
+    return None  # the figures are the restore dialog's question (restore_question)
+
+
+def _server_compaction(e: "ev.ServerCompactionEvent") -> Line:
+    if e.reason:
+        return Line("warning", f"server-side compaction not switched {'off' if e.on else 'on'}: {e.reason}")
+    if e.on:
+        at = f" at {e.threshold:,} tokens (the auto-compact line)" if e.threshold else ""
+        return Line("info", f"server-side compaction on for this session: the {e.provider} server compacts{at};"
+                            " tidegauge's own auto-compaction stands down")
+    return Line("info", "server-side compaction off: tidegauge compacts at the auto-compact line as usual")
 
 
 def _notice(e: "ev.NoticeEvent") -> Line:
@@ -255,6 +335,10 @@ DESCRIBERS: dict[str, Callable[[Any], Line | None]] = {
     "usage_distrusted": lambda e: Line("warning", f"usage from the server not believed: {e.reason};"
                                                   f" our estimate (~{human_tokens(e.estimated_tokens)}) stands in"),
     "sub_agent": _sub_agent,
+    "forecast": _silent,  # the confirmation dialog's question (forecast_question)
+    "cleared_results": _silent,  # the tool list marks them
+    "restore_preview": _restore_preview,
+    "server_compaction": _server_compaction,
 }
 
 

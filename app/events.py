@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 AgentName = Literal["main", "compact", "sub"]  # sub: a task tool's sub-agent
 AgentState = Literal["starting", "idle", "streaming", "tool", "compacting", "waiting_approval", "retrying",
                      "interrupting"]
-PointKind = Literal["call", "compaction", "prune", "reset"]
+PointKind = Literal["call", "compaction", "prune", "reset", "memory", "server"]  # memory/server: compactions from the session memory / by the provider
 
 
 class TextDeltaEvent(BaseModel):
@@ -388,6 +388,57 @@ class UsageDistrustedEvent(BaseModel):
     estimated_tokens: int  # our estimate, used instead
 
 
+# ---- the dashboard side of issues 14-17 (answers to app.commands Preview, PreviewRestore,
+# RestoreResult, ServerCompaction; and which results are cleared) ----
+
+class ForecastEvent(BaseModel):
+    """What a compaction or a reset would do (the answer to ``Preview``), before it runs."""
+
+    type: Literal["forecast"] = "forecast"
+    kind: Literal["compact", "reset"]
+    action: Literal["compact", "memory_compact", "reset"]  # memory_compact: from the session memory
+    focus: str | None = None
+    tokens_before: int
+    tokens_after: int  # estimated
+    tokens_freed: int
+    cache_tokens_invalidated: int
+    next_request_cost_before_usd: float | None = None  # None: no price known for the model
+    next_request_cost_after_usd: float | None = None
+    operation_cost_usd: float | None = None  # the summary call itself
+    model_call: bool = True
+
+
+class RestorePreviewEvent(BaseModel):
+    """What restoring a cleared tool result would cost, or (``reason``) why it cannot be done."""
+
+    type: Literal["restore_preview"] = "restore_preview"
+    call_id: str
+    tool_name: str = ""
+    tokens: int = 0
+    projected_before: int = 0
+    projected_after: int = 0
+    level_after: Literal["ok", "warning", "compact", "blocking"] = "ok"
+    reason: str | None = None  # set: it cannot be restored (one line)
+
+
+class ClearedResultsEvent(BaseModel):
+    """The tool calls whose results are cleared from the context and can be restored (oldest first);
+    sent when that set changes."""
+
+    type: Literal["cleared_results"] = "cleared_results"
+    call_ids: list[str]
+
+
+class ServerCompactionEvent(BaseModel):
+    """Server-side compaction was switched for this session (or could not be: ``reason``)."""
+
+    type: Literal["server_compaction"] = "server_compaction"
+    on: bool  # the state now
+    provider: str
+    threshold: int | None = None  # the auto-compact line the server compacts at
+    reason: str | None = None  # the switch was refused: why
+
+
 Event = Annotated[
     Union[
         TextDeltaEvent, ThinkingDeltaEvent, AssistantMessageEvent, UserMessageEvent,
@@ -399,6 +450,7 @@ Event = Annotated[
         McpServerEvent, SubAgentEvent, ConfigWarningEvent,
         SessionMemoryEvent, RestoreEvent, RuleAttachedEvent,
         SessionRepairedEvent, UsageDistrustedEvent,
+        ForecastEvent, RestorePreviewEvent, ClearedResultsEvent, ServerCompactionEvent,
     ],
     Field(discriminator="type"),
 ]

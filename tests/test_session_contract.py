@@ -15,7 +15,20 @@ import pytest
 from agent_helpers import make_session
 from app import events as ev
 from app.agent_session import AgentSession, replayable
-from app.commands import Approve, Compact, Interrupt, Report, Shutdown, UserInput
+from app.commands import (
+    Approve,
+    Command,
+    Compact,
+    Interrupt,
+    Preview,
+    PreviewRestore,
+    Report,
+    Reset,
+    RestoreResult,
+    ServerCompaction,
+    Shutdown,
+    UserInput,
+)
 from app.describe import DESCRIBERS, describe
 from app.protocol import SessionSurface
 from fake_llm_server import anthropic_text, openai_text, openai_tool_calls
@@ -243,3 +256,32 @@ async def test_the_fake_session_speaks_the_same_contract(make):
     await asyncio.wait_for(fake.idle(), 30)
     assert [e.type for e in seen][-2:] == ["state", "result"] and seen[-2].state == "idle"
     assert fake.snapshot().info.provider_label
+
+
+# Commands answered at once with a typed event (issues 14-17): the fake answers each with the
+# same event type as the real session, so dashboard tests on the fake mean the same thing.
+ANSWERED_AT_ONCE = [
+    (Preview("compact"), "forecast"),
+    (Preview("reset"), "forecast"),
+    (PreviewRestore("call-nope"), "restore_preview"),
+    (RestoreResult("call-nope"), "restore_preview"),
+    (ServerCompaction(True), "server_compaction"),
+]
+
+
+def test_every_command_is_one_the_fake_session_knows():
+    union = set(typing.get_args(Command))
+    assert {type(c) for c, _ in ANSWERED_AT_ONCE} | {UserInput, Compact, Reset, Interrupt, Approve, Report,
+                                                      Shutdown} == union
+
+
+@pytest.mark.parametrize("command,answer", ANSWERED_AT_ONCE, ids=lambda v: getattr(v, "__name__", str(v))[:40])
+async def test_the_real_and_the_fake_session_answer_a_question_with_the_same_event(
+        command, answer, fake_llm, tmp_path, monkeypatch):
+    session, events = make_session(fake_llm, tmp_path, monkeypatch)
+    session.submit(command)
+    fake, seen = FakeSession(), []
+    fake.subscribe(seen.append)
+    fake.submit(command)
+    assert [e.type for e in events][-1:] == [answer]
+    assert [e.type for e in seen][-1:] == [answer]

@@ -155,6 +155,8 @@ async def test_ctrl_s_compacts_and_shows_the_compaction_line() -> None:
     app = TidegaugeApp(agent, cursor_blink=False)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("ctrl+s")
+        await pilot.pause()
+        await pilot.press("y")  # it asks first, with what it frees and costs
         await settle(pilot)
         assert agent.calls == [("compact", None)]
         assert any("context compacted: 4 messages → 1 summary" in t for t in engine_texts(app, "compaction"))
@@ -167,6 +169,8 @@ async def test_slash_compact_passes_the_focus() -> None:
     app = TidegaugeApp(agent, cursor_blink=False)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, "/compact the failing test")
+        await pilot.pause()
+        await pilot.press("enter")  # enter answers yes to a compaction
         await settle(pilot)
         assert agent.calls == [("compact", "the failing test")]
 

@@ -1,37 +1,55 @@
-"""A yes/no question (used before reset)."""
+"""A yes/no question (before a reset, a compaction, a restore), with what it will do under it."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Literal
+
 from textual import on
+from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
+from app.describe import forecast_text
 from widgets._literal import literal
+
+if TYPE_CHECKING:
+    from app.events import ForecastEvent
 
 
 class ConfirmScreen(ModalScreen[bool]):
-    """Dismisses with True (yes) or False (no / escape)."""
+    """Dismisses with True (yes) or False (no / escape). ``detail``: a second block under the question."""
 
     BINDINGS = [
         Binding("y", "answer(True)", "Yes"),
         Binding("n,escape", "answer(False)", "No"),
     ]
 
-    def __init__(self, question: str, **kwargs) -> None:
+    # Which button has the focus (enter presses it): "no" for what cannot be undone.
+    default_answer: Literal["yes", "no"] = "no"
+
+    def __init__(self, question: str, detail: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.question = question
+        self.detail = detail
 
-    def compose(self):
+    def compose(self) -> ComposeResult:
         with Vertical(id="confirm-dialog", classes="dialog"):
             yield Static(literal(self.question), classes="dialog-question")
+            if self.detail is not None:
+                yield Static(literal(self.detail), id="confirm-detail", classes="dialog-detail")
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Yes (y)", id="yes", variant="error")
                 yield Button("No (n)", id="no", variant="primary")
 
     def on_mount(self) -> None:
-        self.query_one("#no", Button).focus()
+        self.query_one(f"#{self.default_answer}", Button).focus()
+
+    def set_detail(self, detail: str) -> None:
+        self.detail = detail
+        if self.is_mounted:
+            self.query_one("#confirm-detail", Static).update(literal(detail))
 
     def action_answer(self, answer: bool) -> None:
         self.dismiss(answer)
@@ -39,3 +57,27 @@ class ConfirmScreen(ModalScreen[bool]):
     @on(Button.Pressed)
     def _pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "yes")
+
+
+FORECAST_PENDING = "working out what it frees and costs…"
+
+
+class ForecastConfirmScreen(ConfirmScreen):
+    """Compact or reset? Shown at once; the session's ``ForecastEvent`` fills in the figures
+    (tokens freed, prompt-cache tokens invalidated, next request's cost before/after)."""
+
+    def __init__(self, kind: Literal["compact", "reset"], focus: str | None = None, **kwargs: Any) -> None:
+        if kind == "reset":
+            question = "Reset the conversation? The model forgets it; the transcript stays on disk."
+        else:
+            question = f"Compact the conversation now{f' (focus: {focus})' if focus else ''}?"
+        super().__init__(question, detail=FORECAST_PENDING, **kwargs)
+        self.kind = kind
+        self.focus_text = focus
+        # enter compacts (nothing is lost: the transcript keeps it all); a reset keeps "no" as the default
+        self.default_answer = "yes" if kind == "compact" else "no"
+        self.forecast: ForecastEvent | None = None
+
+    def show_forecast(self, event: "ForecastEvent") -> None:
+        self.forecast = event
+        self.set_detail(forecast_text(event))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual.widget import Widget
@@ -20,6 +20,26 @@ PART_LABELS = {
     "assistant": "assistant",
     "tool_results": "tool results",
 }
+# Parts that only some sessions have: shown when present (issues 15 and 16).
+EXTRA_LABELS = {
+    "session_memory": "session memory",
+    "rules": "path rules",
+}
+LABEL_WIDTH = 14
+
+
+def part_label(key: str) -> str:
+    """What a breakdown key is called on screen; ``mcp:NAME`` is an MCP server's tool definitions."""
+    label = PART_LABELS.get(key) or EXTRA_LABELS.get(key)
+    if label is None and key.startswith("mcp:"):
+        label = f"MCP {key[4:]}"
+    label = label or key.replace("_", " ")
+    return label if len(label) <= LABEL_WIDTH else label[: LABEL_WIDTH - 1] + "…"
+
+
+def cached_share(cached: int, total_input: int) -> str:
+    """``, 62%``: prompt caching's share of all input so far (issue 14), after the cached figure."""
+    return f", {cached / total_input:.0%}" if total_input > 0 else ""
 
 
 class ContextBreakdown(Widget):
@@ -27,7 +47,7 @@ class ContextBreakdown(Widget):
 
     COMPONENT_CLASSES = {"breakdown--bar", "breakdown--dim", "breakdown--figure", "breakdown--compaction"}
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.context: ContextEvent | None = None
         self.compaction_calls = 0
@@ -58,12 +78,14 @@ class ContextBreakdown(Widget):
         breakdown = dict(event.breakdown) if event is not None else {}
         total = sum(breakdown.values()) or 1
         bar_width = max(4, self.size.width - 28)
-        keys = list(PART_LABELS) + [k for k in breakdown if k not in PART_LABELS]
+        # the fixed parts, then the session memory and rules, then one line per MCP server
+        keys = (list(PART_LABELS) + [k for k in EXTRA_LABELS if k in breakdown]
+                + sorted(k for k in breakdown if k not in PART_LABELS and k not in EXTRA_LABELS))
         for key in keys:
             tokens = breakdown.get(key, 0)
-            label = PART_LABELS.get(key, key)
+            label = part_label(key)
             cells = round(tokens / total * bar_width)
-            text.append(f"{label:<14}", dim)
+            text.append(f"{label:<{LABEL_WIDTH}}", dim)
             text.append(f"{human_tokens(tokens):>7} ", figure)
             text.append(f"{tokens / total:>4.0%} ", dim)
             text.append("▇" * cells, bar)
@@ -71,10 +93,14 @@ class ContextBreakdown(Widget):
         if event is not None:
             text.append("tokens ", dim)
             text.append(
-                f"in {human_tokens(event.cumulative_input)} (cached {human_tokens(event.cumulative_cached)})"
+                f"in {human_tokens(event.cumulative_input)} (cached {human_tokens(event.cumulative_cached)}"
+                f"{cached_share(event.cumulative_cached, event.cumulative_input)})"
                 f" · out {human_tokens(event.cumulative_output)}\n",
                 figure,
             )
+            if event.tool_tokens_saved:
+                text.append("deferred tool definitions save ", dim)
+                text.append(f"~{human_tokens(event.tool_tokens_saved)} tokens\n", figure)
             text.append("cost ", dim)
             text.append(f"${event.cost_usd:.4f}", figure)
             text.append(f"  compaction ${event.compact_cost_usd:.4f}", compaction)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from rich.style import Style
 from rich.text import Text
@@ -11,7 +11,7 @@ from textual.widget import Widget
 
 from widgets.gauge_bar import human_tokens
 
-PointKind = Literal["call", "compaction", "prune", "reset"]
+PointKind = Literal["call", "compaction", "prune", "reset", "memory", "server"]
 EIGHTHS = " ▁▂▃▄▅▆▇█"
 GUTTER = 7  # y-axis labels
 
@@ -25,19 +25,28 @@ class HistoryPoint:
 class ContextHistory(Widget):
     """A block-character column chart drawn by hand (no plotting library)."""
 
+    # Compactions from the session memory (no model call) and by the provider's server are
+    # marked apart from ours (the app's stylesheet may override these defaults).
+    DEFAULT_CSS = """
+    ContextHistory > .history--memory { color: mediumseagreen; }
+    ContextHistory > .history--server { color: darkcyan; }
+    """
+
     COMPONENT_CLASSES = {
         "history--bar",
         "history--bar-warning",
         "history--bar-compact",
         "history--compaction",
         "history--prune",
+        "history--memory",
+        "history--server",
         "history--warning-line",
         "history--compact-line",
         "history--axis",
         "history--title",
     }
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.points: list[HistoryPoint] = []
         self.warning_line = 0
@@ -76,6 +85,11 @@ class ContextHistory(Widget):
         title.append(" compaction ", style("history--axis"))
         title.append("█", style("history--prune"))
         title.append(" pruning ", style("history--axis"))
+        # the rarer drops get a legend entry once the chart has one
+        for kind, label in (("memory", " memory "), ("server", " server ")):
+            if any(p.kind == kind for p in self.points):
+                title.append("█", style(f"history--{kind}"))
+                title.append(label, style("history--axis"))
         title.append("╌", style("history--warning-line"))
         title.append(" warn ", style("history--axis"))
         title.append("╌", style("history--compact-line"))
@@ -99,6 +113,8 @@ class ContextHistory(Widget):
             "compaction": style("history--compaction"),
             "prune": style("history--prune"),
             "reset": style("history--prune"),  # a reset is a drop like pruning's, drawn alike
+            "memory": style("history--memory"),
+            "server": style("history--server"),
         }
         warn_bar, compact_bar = style("history--bar-warning"), style("history--bar-compact")
         warn_line, compact_line_style = style("history--warning-line"), style("history--compact-line")

@@ -25,6 +25,7 @@ from widgets.session_messages import (
     ReplyDone,
     ResultCut,
     SessionStarted,
+    SubAgentUpdate,
     ToolFinished,
     ToolStarted,
     TurnEnded,
@@ -32,6 +33,7 @@ from widgets.session_messages import (
 )
 from widgets.tool_call_line import TOOL_STYLE_KEYS, ToolCallInfo, ToolCallLine, apply_cut, apply_result, info_from_start
 from widgets.user_prompt import UserPrompt
+from widgets.sub_agent_line import SubAgentLine, SubAgentState
 
 if TYPE_CHECKING:
     from widgets.assistant_message import AssistantMessage
@@ -45,7 +47,7 @@ def _assistant_message() -> "type[AssistantMessage]":
     return AssistantMessage
 
 
-ItemKind = Literal["user", "assistant", "thinking", "tool", "engine"]
+ItemKind = Literal["user", "assistant", "thinking", "tool", "engine", "sub"]
 
 
 @dataclass
@@ -56,6 +58,7 @@ class ConversationItem:
     chunks: list[str] = field(default_factory=list)
     engine_kind: str = ""
     tool: ToolCallInfo | None = None
+    sub: SubAgentState | None = None  # kind "sub": a task call's sub-agent, under the call
     widget: Widget | None = None
 
     @property
@@ -89,6 +92,7 @@ class Conversation(VerticalScroll, can_focus=True):
         self._start = 0  # mounted window is items[_start:_end]
         self._end = 0
         self._tools: dict[str, ConversationItem] = {}
+        self._subs: dict[str, ConversationItem] = {}  # by the task call's id
         self._assistant: ConversationItem | None = None
         self._thinking: ConversationItem | None = None
         self._loading = False
@@ -232,6 +236,9 @@ class Conversation(VerticalScroll, can_focus=True):
         if item.kind == "tool":
             assert item.tool is not None
             return ToolCallLine(item.tool)
+        if item.kind == "sub":
+            assert item.sub is not None
+            return SubAgentLine(item.sub)
         return EngineLine(item.engine_kind, item.text)
 
     def _trim_top(self, count: int) -> int:
@@ -397,6 +404,18 @@ class Conversation(VerticalScroll, can_focus=True):
         line = describe(message.event)
         if line is not None:
             self.add_engine(line.kind, line.text)
+
+    @on(SubAgentUpdate)
+    def _on_sub_agent(self, message: SubAgentUpdate) -> None:
+        item = self._subs.get(message.event.call_id)
+        if item is None:  # its first event comes while the task call runs: the item lands under it
+            item = self._subs[message.event.call_id] = ConversationItem("sub", sub=SubAgentState(message.event.call_id))
+            self._close_thinking()
+            self._add(item)
+        assert item.sub is not None
+        item.sub.apply(message.event)
+        if isinstance(item.widget, SubAgentLine):
+            item.widget.update_state()
 
     @on(TurnEnded)
     def _on_turn_end(self, _message: TurnEnded) -> None:

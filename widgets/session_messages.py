@@ -91,6 +91,24 @@ class ApprovalResolved(SessionMessage):
     event: "ev.ApprovalResolvedEvent"
 
 
+class ForecastReady(SessionMessage):
+    """What a compaction or reset will do (the answer to ``Preview``): the confirmation shows it."""
+
+    event: "ev.ForecastEvent"
+
+
+class RestorePreviewReady(SessionMessage):
+    event: "ev.RestorePreviewEvent"
+
+
+class ClearedResults(SessionMessage):
+    event: "ev.ClearedResultsEvent"
+
+
+class SubAgentUpdate(SessionMessage):
+    event: "ev.SubAgentEvent"
+
+
 class Deltas(Message, bubble=False):
     """Text (or thinking) deltas that arrived in a row: one message, not one per delta.
 
@@ -135,6 +153,11 @@ MESSAGES_FOR: dict[str, tuple[type[SessionMessage], ...]] = {
     "result": (TurnEnded, EngineSaid),
     "approval_request": (ApprovalRequested,),
     "approval_resolved": (ApprovalResolved,),
+    # issues 14-17 on the dashboard
+    "forecast": (ForecastReady,),
+    "restore_preview": (RestorePreviewReady, EngineSaid),  # EngineSaid: a refusal's one line
+    "cleared_results": (ClearedResults,),
+    "sub_agent": (SubAgentUpdate,),  # folded under the task call, started and finished included
 }
 for _type in ENGINE_LINE_TYPES:
     MESSAGES_FOR.setdefault(_type, (EngineSaid,))

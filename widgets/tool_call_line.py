@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual.message import Message
@@ -12,6 +12,10 @@ from textual.widget import Widget
 from widgets._literal import sanitize
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from rich.style import Style
+
     from app.events import ResultCutEvent, ToolResultEvent, ToolStartEvent
 
 
@@ -46,6 +50,8 @@ class ToolCallInfo:
     duration_ms: float = 0.0
     full_output_path: str | None = None
     cut_before_send: bool = False
+    # micro-compaction cleared its result from the context; restorable (r in the tool list)
+    cleared: bool = False
 
 
 def info_from_start(event: "ToolStartEvent") -> ToolCallInfo:
@@ -73,7 +79,7 @@ STATUS_ICONS = {"running": "⋯", "ok": "✓", "error": "✗", "interrupted": "�
 
 
 def tool_call_text(
-    info: ToolCallInfo, styles: dict[str, object], summary_width: int = 60, compact: bool = False
+    info: ToolCallInfo, styles: "Mapping[str, Style | str]", summary_width: int = 60, compact: bool = False
 ) -> Text:
     """The one-line form shared by the conversation and the tool list (``compact``: narrower)."""
     text = Text(no_wrap=True, overflow="ellipsis", end="")
@@ -102,6 +108,9 @@ def tool_call_text(
         if info.cut_before_send:
             text.append(" ")
             text.append(" cut " if compact else " cut before send ", styles.get("badge", ""))
+        if info.cleared:
+            text.append(" ")
+            text.append(" cleared " if compact else " cleared from context ", styles.get("badge", ""))
     return text
 
 
@@ -120,7 +129,7 @@ class ToolCallLine(Widget):
     class Selected(Message):
         call_id: str
 
-    def __init__(self, info: ToolCallInfo, **kwargs) -> None:
+    def __init__(self, info: ToolCallInfo, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.info = info
 

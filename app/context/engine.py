@@ -438,7 +438,7 @@ class ContextEngine:
             self.emit(CompactionEvent(trigger="server", ok=True, messages_before=messages_before,
                                       messages_after=len(self.history), tokens_before=tokens_before,
                                       tokens_after=tokens_after))
-            self._point(tokens_after, "compaction")
+            self._point(tokens_after, "server")  # drawn apart on the gauge's history
         edits = usage.server_edits
         tool_tokens = sum(e.cleared_input_tokens for e in edits if e.kind.startswith("clear_tool_uses"))
         other_tokens = sum(e.cleared_input_tokens for e in edits) - tool_tokens
@@ -852,7 +852,7 @@ class ContextEngine:
                                 messages_after=len(new_history), tokens_before=tokens_before,
                                 tokens_after=tokens_after, **_audit_fields(audit), **_forecast_fields(planned))
         self.emit(event)
-        self._point(tokens_after, "compaction")
+        self._point(tokens_after, "memory")  # drawn apart on the gauge's history: no model call
         self.emit_context()
         return event
 

@@ -96,3 +96,26 @@ def configure_server_context(provider: Any, engine: Any, settings: ServerContext
             problems.append(f"anthropic context editing is on but the provider is {name or 'not anthropic'}: "
                             "it is not sent")
     return problems
+
+
+def switch_server_compaction(provider: Any, engine: Any, on: bool) -> tuple[int | None, str | None]:
+    """Turn server-side compaction on or off mid-session (the dashboard's palette entry).
+
+    Returns (the threshold the server compacts at when on, None) or (None, why it cannot
+    be switched on this provider). Our own auto-compaction stands down exactly while it is on.
+    """
+    name = getattr(provider, "name", "")
+    threshold = engine.thresholds.auto_compact_line
+    if name == "responses":
+        provider.compact_threshold = threshold if on else None
+    elif name == "anthropic":
+        edits = [e for e in provider.context_edits if e.get("type") != "compact_20260112"]
+        if on:
+            threshold = max(ANTHROPIC_MIN_COMPACT_TRIGGER, threshold)
+            edits.append({"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": threshold}})
+        provider.context_edits = edits
+    elif on:
+        return None, (f"the {name or 'current'} provider has no server-side compaction (use responses or "
+                      "anthropic); tidegauge compacts as usual")
+    engine.config.server_compaction = on
+    return (threshold if on else None), None

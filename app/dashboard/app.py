@@ -23,13 +23,13 @@ from textual.widgets import Footer, Input
 from textual.worker import Worker, WorkerState
 
 import styles
-from app.commands import Approve, Compact, Interrupt, Report, Reset, Shutdown, UserInput
+from app.commands import Approve, Compact, Interrupt, Preview, Report, Reset, ServerCompaction, Shutdown, UserInput
 from app.dashboard.bridge import SessionBridge
 from widgets.context_panel import ContextPanel
 from widgets.conversation import Conversation
 from widgets.header_bar import HeaderBar
 from widgets.prompt_box import SLASH_COMMANDS, PromptBox
-from widgets.session_messages import ApprovalRequested, ApprovalResolved
+from widgets.session_messages import ApprovalRequested, ApprovalResolved, ForecastReady
 from widgets.tool_call_line import ToolCallLine
 from widgets.tool_output_panel import ToolOutputPanel
 
@@ -44,7 +44,8 @@ HELP_TEXT = "\n".join(
         "commands:",
         *(f"  {name:<9} {about}" for name, about in SLASH_COMMANDS.items()),
         "keys:",
-        "  ctrl+s   compact now          ctrl+r   reset (asks first)",
+        "  ctrl+s   compact (asks first) ctrl+r   reset (asks first)",
+        "  r        in the tool list: restore a cleared result (asks first)",
         "  ctrl+o   expand/collapse the selected tool output",
         "  escape   interrupt the running turn    ctrl+q   quit",
         "  tab      next region          ↑/↓      move in the tool list, prompt history",
@@ -209,7 +210,8 @@ class TidegaugeApp(App[int]):
     def _follow_session(self, session: "SessionSurface") -> None:
         """Draw the session as it stands, then follow its events."""
         bridge = SessionBridge(
-            targets=[self.header, self.conversation, self.tool_panel, self.context_panel, self],
+            targets=[self.header, self.conversation, self.tool_panel, self.tool_panel.tool_list, self.context_panel,
+                     self],
             deltas_target=self.conversation,
         )
         snapshot = session.snapshot()
@@ -293,7 +295,7 @@ class TidegaugeApp(App[int]):
         command = command.lower()
         rest = rest.strip()
         if command == "/compact":
-            self.submit(Compact(rest or None))
+            self.action_compact(rest or None)
         elif command == "/reset":
             self.action_reset()
         elif command in ("/usage", "/context"):
@@ -312,12 +314,22 @@ class TidegaugeApp(App[int]):
 
     # ---------------------------------------------------------------- actions
 
-    def action_compact(self) -> None:
-        """Compact the conversation into a summary now."""
-        self.submit(Compact())
+    def action_compact(self, focus: str | None = None) -> None:
+        """Compact the conversation into a summary, after a confirmation showing what it frees and costs."""
+        if self.session is None:  # nothing to forecast yet: it waits for the session, as before
+            self.submit(Compact(focus))
+            return
+
+        def confirmed(answer: bool | None) -> None:
+            if not answer:
+                self.conversation.add_engine("info", "compaction cancelled")
+                return
+            self.submit(Compact(focus))
+
+        self._confirm_with_forecast("compact", focus, confirmed)
 
     def action_reset(self) -> None:
-        """Reset the conversation after a yes/no confirmation."""
+        """Reset the conversation after a yes/no confirmation (with what it frees and costs)."""
 
         def confirmed(answer: bool | None) -> None:
             if not answer:
@@ -325,12 +337,27 @@ class TidegaugeApp(App[int]):
                 return
             self.submit(Reset())
 
-        from widgets.confirm_screen import ConfirmScreen
+        self._confirm_with_forecast("reset", None, confirmed)
 
-        self.push_screen(
-            ConfirmScreen("Reset the conversation? The model forgets it; the transcript stays on disk."),
-            callback=confirmed,
-        )
+    def _confirm_with_forecast(self, kind: str, focus: str | None, confirmed: Callable[[bool | None], None]) -> None:
+        """The question shows at once; the session's ForecastEvent fills in the figures."""
+        from widgets.confirm_screen import ForecastConfirmScreen
+
+        screen = ForecastConfirmScreen(kind, focus)  # type: ignore[arg-type]
+        self.push_screen(screen, callback=confirmed)
+        if self.session is not None:
+            self.session.submit(Preview(kind, focus))  # type: ignore[arg-type]
+        else:
+            screen.set_detail("the agent is still starting: no figures yet")
+
+    @on(ForecastReady)
+    def _on_forecast(self, message: ForecastReady) -> None:
+        from widgets.confirm_screen import ForecastConfirmScreen
+
+        for screen in reversed(self.screen_stack):
+            if isinstance(screen, ForecastConfirmScreen) and screen.kind == message.event.kind:
+                screen.show_forecast(message.event)
+                return
 
     def action_toggle_output(self) -> None:
         """Expand or collapse the selected tool output."""
@@ -349,3 +376,14 @@ class TidegaugeApp(App[int]):
         yield SystemCommand("Reset conversation", "Clear the conversation after asking (ctrl+r)", self.action_reset)
         yield SystemCommand("Expand / collapse tool output", "Full output of the selected call (ctrl+o)", self.action_toggle_output)
         yield SystemCommand("Interrupt", "Stop the running turn (escape)", self.action_interrupt)
+        yield SystemCommand("Server-side compaction: on", "The provider compacts at the auto-compact line "
+                            "(responses, anthropic); tidegauge's own auto-compaction stands down",
+                            lambda: self._server_compaction(True))
+        yield SystemCommand("Server-side compaction: off", "tidegauge compacts, auditably, as usual",
+                            lambda: self._server_compaction(False))
+
+    def _server_compaction(self, on: bool) -> None:
+        if self.session is None:
+            self.conversation.add_engine("info", "the agent is still starting: try again in a moment")
+        else:
+            self.session.submit(ServerCompaction(on))

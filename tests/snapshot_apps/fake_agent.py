@@ -116,6 +116,9 @@ class FakeSession:
         self.always_allowed: set[str] = set()
         self.answers: list[str] = []
         self.closed = False
+        # Cleared results the user may restore: call id -> (tool name, tokens it adds back).
+        self.restorable: dict[str, tuple[str, int]] = {}
+        self.server_compaction = False
 
     # --- the SessionSurface Protocol ---
 
@@ -135,6 +138,9 @@ class FakeSession:
             return len(self.submitted)
         if isinstance(command, cmd.Report):
             self.emit(ev.ReportEvent(kind=command.kind, messages=len(self.history), context=self._context))
+            return len(self.submitted)
+        if isinstance(command, (cmd.Preview, cmd.PreviewRestore, cmd.RestoreResult, cmd.ServerCompaction)):
+            self._answer_now(command)
             return len(self.submitted)
         if isinstance(command, cmd.Shutdown):
             self.closed = True
@@ -168,6 +174,43 @@ class FakeSession:
         return SessionSnapshot(info=self.info, context=self._context, state=self._state,
                                restored=list(self._restored),
                                busy=self._current is not None and not self._current.done())
+
+    def _answer_now(self, command: Any) -> None:
+        """Previews, restores and the server-compaction switch, answered at once like the real session."""
+        projected = self._context.projected_tokens
+        if isinstance(command, cmd.Preview):
+            after = min(projected, 6_000 if command.kind == "compact" else 4_800)
+            # what the last request read from the cache beyond the fixed parts (4,800) goes
+            invalidated = max(0, projected - 4_800) if self._context.cumulative_cached else 0
+            self.emit(ev.ForecastEvent(
+                kind=command.kind, action=command.kind, focus=command.focus, tokens_before=projected,
+                tokens_after=after, tokens_freed=projected - after, cache_tokens_invalidated=invalidated,
+                next_request_cost_before_usd=projected * 3 / 1e6, next_request_cost_after_usd=after * 3 / 1e6,
+                operation_cost_usd=projected * 3 / 1e6 if command.kind == "compact" else 0.0,
+                model_call=command.kind == "compact"))
+        elif isinstance(command, cmd.ServerCompaction):
+            self.server_compaction = command.on
+            self.emit(ev.ServerCompactionEvent(on=command.on, provider="fake",
+                                               threshold=self._context.thresholds.auto_compact_line if command.on
+                                               else None))
+        elif command.call_id not in self.restorable:
+            self.emit(ev.RestorePreviewEvent(call_id=command.call_id, reason=f"the result of {command.call_id} is "
+                                             "not cleared: it is already in the context"))
+        else:
+            name, tokens = self.restorable[command.call_id]
+            after = projected + tokens
+            if isinstance(command, cmd.PreviewRestore):
+                self.emit(ev.RestorePreviewEvent(call_id=command.call_id, tool_name=name, tokens=tokens,
+                                                 projected_before=projected, projected_after=after))
+                return
+            self.calls.append(("restore", command.call_id))
+            del self.restorable[command.call_id]
+            self.emit(ev.RestoreEvent(id=command.call_id, name=name, tokens=tokens, projected_before=projected,
+                                      projected_after=after))
+            self.emit(ev.ClearedResultsEvent(call_ids=list(self.restorable)))
+            self._context = self._context.model_copy(update={"estimated_tokens": self._context.estimated_tokens
+                                                             + tokens, "projected_tokens": after})
+            self.emit(self._context)
 
     # --- test helpers ---
 

@@ -1,0 +1,417 @@
+"""The dashboard side of issues 14-17: what the user sees of forecasts, restores, audited
+summaries, session memory, prompt caching, sub-agents, MCP and server-side compaction.
+
+Engine parts through a real session (runtime wiring, the loopback fake LLM server); the
+widgets and flows under Pilot with the scripted FakeSession.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from agent_helpers import make_agent, make_session
+from app import events as ev
+from app.agent_session import AgentSession
+from app.commands import Preview, PreviewRestore, RestoreResult, ServerCompaction, Shutdown, UserInput
+from app.dashboard.app import TidegaugeApp
+from app.describe import describe
+from dashboard_helpers import engine_texts, send, settle
+from snapshot_apps.fake_agent import FakeSession, Gate, Text, context
+from test_engine_features import MEMORY_SETUP, TAGS, TASK, Router, _clear_everything, reads
+from test_engine_support import bodies, write_words
+from fake_responses_server import responses_text, responses_tool_calls
+from widgets.confirm_screen import FORECAST_PENDING, ConfirmScreen, ForecastConfirmScreen
+from widgets.context_breakdown import ContextBreakdown
+from widgets.context_history import ContextHistory
+from widgets.sub_agent_line import SubAgentLine
+from widgets.tool_call_line import ToolCallLine
+from widgets.tool_call_list import ToolCallList
+
+SIZE = (160, 50)
+
+
+async def _run(session: AgentSession, *commands) -> None:
+    for command in commands:
+        session.submit(command)
+    session.submit(Shutdown())
+    await session.run()
+
+
+async def _settled(session: AgentSession) -> None:
+    """Until the running session has done every command it was given (a condition, polled)."""
+
+    async def done() -> None:
+        while session.pending or session.busy:
+            await asyncio.sleep(0.005)
+
+    await asyncio.wait_for(done(), 120)
+
+
+async def _stop(session: AgentSession, running: "asyncio.Task[None]") -> None:
+    session.submit(Shutdown())
+    await asyncio.wait_for(running, 60)
+
+
+def _dialog_text(screen: ConfirmScreen) -> str:
+    return f"{screen.question}\n{screen.detail or ''}"
+
+
+# ---------------------------------------------------------------- through the real session
+
+
+async def test_preview_answers_with_the_forecast_of_a_compaction_and_of_a_reset(fake_llm, tmp_path, monkeypatch):
+    session, events = make_session(fake_llm, tmp_path, monkeypatch, provider="openai")
+    write_words(session.agent.workspace / "notes.txt", 3_000, "note")
+    router = Router("openai")
+    router.main.extend([*reads("notes.txt"), "read it"])
+    fake_llm.default = router
+    await _run(session, UserInput("read notes.txt"))
+    projected = session.snapshot().context.projected_tokens
+
+    session.submit(Preview("compact", focus="the notes"))
+    session.submit(Preview("reset"))
+    compact, reset = events.of("forecast")
+    assert (compact.kind, compact.focus, reset.kind) == ("compact", "the notes", "reset")
+    assert compact.tokens_before == reset.tokens_before == projected
+    # a compaction keeps a summary, a reset only the fixed parts: both free tokens, the reset more
+    assert 0 < compact.tokens_freed < reset.tokens_freed
+    assert compact.tokens_after == compact.tokens_before - compact.tokens_freed
+    assert compact.model_call and not reset.model_call
+    # nothing happened to the conversation, and a preview is not part of the session's record
+    assert session.snapshot().context.projected_tokens == projected
+    assert not events.of("compaction") and not events.of("reset")
+    transcript = next((tmp_path / "data").rglob("transcript.jsonl")).read_text()
+    assert '"forecast"' not in transcript
+
+
+async def test_cleared_results_are_announced_previewed_and_restored_through_the_session(
+        fake_llm, tmp_path, monkeypatch):
+    session, events = make_session(fake_llm, tmp_path, monkeypatch, provider="openai", memory_update_tokens=0)
+    write_words(session.agent.workspace / "notes.txt", 600, "note")
+    write_words(session.agent.workspace / "other.txt", 600, "other")
+    router = Router("openai")
+    router.main.extend([*reads("notes.txt"), "read it", *reads("other.txt"), "read that"])
+    fake_llm.default = router
+    running = asyncio.ensure_future(session.run())
+    session.submit(UserInput("read notes.txt"))
+    session.submit(UserInput("read other.txt"))
+    await _settled(session)
+    first_call = events.of("tool_start")[0].id
+    latest_call = events.of("tool_start")[-1].id
+
+    _clear_everything(session.agent)  # micro-compaction, as the engine does it past the warning line
+    (announced,) = events.of("cleared_results")
+    assert announced.call_ids == [first_call]
+
+    session.submit(PreviewRestore(first_call))
+    preview = events.of("restore_preview")[-1]
+    assert preview.reason is None and preview.tool_name == "read_file" and preview.tokens > 0
+    assert preview.projected_after == preview.projected_before + preview.tokens
+    assert describe(preview) is None  # its figures are the dialog's question, not a line
+
+    session.submit(PreviewRestore(latest_call))  # still in the context: one line saying why not
+    refusal = events.of("restore_preview")[-1]
+    assert refusal.call_id == latest_call and "not cleared" in refusal.reason
+    assert describe(refusal).kind == "warning" and latest_call in describe(refusal).text
+
+    session.submit(RestoreResult(first_call))
+    restore = events.of("restore")[-1]
+    assert restore.id == first_call and restore.by == "user"
+    assert events.of("cleared_results")[-1].call_ids == []  # the tool list drops its mark
+    assert session.snapshot().context.projected_tokens > preview.projected_before
+    await _stop(session, running)
+
+
+async def test_server_compaction_is_switched_per_session_and_its_drop_is_marked_server(
+        fake_llm, tmp_path, monkeypatch):
+    session, events = make_session(fake_llm, tmp_path, monkeypatch, provider="responses", window=400_000,
+                                   budget=2_000)
+    engine = session.agent.engine
+    line = engine.thresholds.auto_compact_line
+    for name in ("a.txt", "b.txt"):
+        write_words(session.agent.workspace / name, 1_500, name[0])
+    fake_llm.enqueue(
+        responses_tool_calls([("read_file", {"path": "a.txt"})], reasoning="", usage=dict(input=1_900, output=10)),
+        responses_tool_calls([("read_file", {"path": "b.txt"})], reasoning="", usage=dict(input=4_100, output=10)),
+        responses_text("both read", compaction="gAAAAAB-compacted-fake", usage=dict(input=900, cached=0, output=8)),
+    )
+    session.submit(ServerCompaction(True))
+    switched = events.of("server_compaction")[-1]
+    assert (switched.on, switched.threshold, switched.reason) == (True, line, None)
+    assert "stands down" in describe(switched).text
+    running = asyncio.ensure_future(session.run())
+    session.submit(UserInput("read a and b"))
+    await _settled(session)
+    assert all(b["context_management"] == [{"type": "compaction", "compact_threshold": line}]
+               for b in bodies(fake_llm))
+    (compaction,) = events.of("compaction")
+    drop = [p for p in events.of("chart_point") if p.kind != "call"]
+    assert [(p.kind, p.tokens) for p in drop] == [("server", compaction.tokens_after)]
+
+    session.submit(ServerCompaction(False))
+    assert events.of("server_compaction")[-1].on is False
+    assert engine._auto_compaction_is_ours() and session.agent.provider.compact_threshold is None
+    await _stop(session, running)
+
+
+async def test_server_compaction_on_a_provider_without_it_is_refused_in_one_line(fake_llm, tmp_path, monkeypatch):
+    session, events = make_session(fake_llm, tmp_path, monkeypatch, provider="openai")
+    session.submit(ServerCompaction(True))
+    refused = events.of("server_compaction")[-1]
+    assert refused.on is False and "openai" in refused.reason
+    line = describe(refused)
+    assert line.kind == "warning" and "\n" not in line.text
+    assert session.agent.engine._auto_compaction_is_ours()
+
+
+async def test_a_compaction_from_the_session_memory_is_a_memory_point_on_the_history(
+        fake_llm, tmp_path, monkeypatch):
+    agent, events = make_agent(fake_llm, tmp_path, monkeypatch, provider="openai", **MEMORY_SETUP)
+    names = [f"f{i}.txt" for i in range(1, 7)]
+    for i, name in enumerate(names, start=1):
+        write_words(agent.workspace / name, 700, TAGS[i])
+    router = Router("openai")
+    router.main.extend([*reads(*names), "all read"])
+    fake_llm.default = router
+    try:
+        await agent.run_turn(TASK)
+        compactions = events.of("compaction")
+        assert compactions and {c.trigger for c in compactions} == {"memory"}
+        drops = [p for p in events.of("chart_point") if p.kind != "call"]
+        assert [(p.kind, p.tokens) for p in drops] == [("memory", c.tokens_after) for c in compactions]
+    finally:
+        await agent.aclose()
+
+
+# ---------------------------------------------------------------- on the dashboard
+
+
+async def test_ctrl_s_asks_first_with_what_the_compaction_frees_and_costs() -> None:
+    agent = FakeSession(start_context=context(120_000, 2_000))
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, ForecastConfirmScreen) and screen.forecast is not None
+        forecast = screen.forecast
+        shown = _dialog_text(screen)
+        assert FORECAST_PENDING not in shown
+        assert f"frees ~{forecast.tokens_freed:,} tokens" in shown
+        assert f"invalidates {forecast.cache_tokens_invalidated:,} cached tokens" in shown
+        assert f"~${forecast.next_request_cost_before_usd:.4f} → ~${forecast.next_request_cost_after_usd:.4f}" in shown
+        await pilot.press("n")
+        await settle(pilot)
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert agent.calls == [] and "compaction cancelled" in engine_texts(app)
+
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        await pilot.press("enter")  # enter answers yes to a compaction
+        await settle(pilot)
+        assert agent.calls == [("compact", None)]
+
+
+async def test_ctrl_r_shows_what_the_reset_frees_and_keeps_no_as_the_default() -> None:
+    agent = FakeSession(start_context=context(60_000, 0))
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, ForecastConfirmScreen) and screen.forecast is not None
+        assert screen.forecast.kind == "reset"
+        assert f"reset: frees ~{screen.forecast.tokens_freed:,} tokens" in _dialog_text(screen)
+        assert "no model call" in _dialog_text(screen)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert agent.calls == [] and "reset cancelled" in engine_texts(app)
+
+
+def _cleared_session() -> FakeSession:
+    steps = [
+        ev.ToolStartEvent(id="call-1", name="read_file", input={"path": "a.py"}, summary="a.py"),
+        ev.ToolResultEvent(id="call-1", name="read_file", is_error=False, truncated=False, original_chars=52_000,
+                           kept_chars=52_000, content="def a(): pass\n"),
+        ev.ToolStartEvent(id="call-2", name="read_file", input={"path": "b.py"}, summary="b.py"),
+        ev.ToolResultEvent(id="call-2", name="read_file", is_error=False, truncated=False, original_chars=400,
+                           kept_chars=400, content="def b(): pass\n"),
+        ev.MicroCompactionEvent(trigger="size", results_cleared=1, tokens_freed=13_000),
+        ev.ClearedResultsEvent(call_ids=["call-1"]),
+        Text("Read both."),
+    ]
+    agent = FakeSession({"read": steps}, start_context=context(40_000, 0))
+    agent.restorable["call-1"] = ("read_file", 13_000)
+    return agent
+
+
+async def test_the_tool_list_marks_cleared_calls_and_r_restores_one_after_showing_its_cost() -> None:
+    agent = _cleared_session()
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "read")
+        await settle(pilot)
+        tool_list = app.query_one(ToolCallList)
+        assert [(c.id, c.cleared) for c in tool_list.calls] == [("call-1", True), ("call-2", False)]
+        assert "cleared" in tool_list.render_line(0).text and "cleared" not in tool_list.render_line(1).text
+
+        tool_list.focus()
+        await pilot.press("home", "r")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, ConfirmScreen)
+        before = agent.context_event().projected_tokens
+        assert f"+~13,000 tokens: context ~{before:,} → ~{before + 13_000:,}" in _dialog_text(screen)
+        await pilot.press("y")
+        await settle(pilot)
+        assert agent.calls[-1] == ("restore", "call-1")
+        assert not tool_list.calls[0].cleared and "cleared" not in tool_list.render_line(0).text
+        assert any(t.startswith("restored the read_file result call-1") for t in engine_texts(app))
+        assert app.context_panel.last_context.projected_tokens == before + 13_000
+
+        await pilot.press("end", "r")  # not cleared: no dialog, one line saying why
+        await pilot.pause()
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert any(t.startswith("cannot restore: ") and "call-2" in t for t in engine_texts(app, "warning"))
+
+
+async def test_the_compaction_line_lists_the_checked_facts_added_to_the_summary() -> None:
+    facts = ["wrote parser_fix.py", "ran pytest -q (exit code 1)", "the user said: do not touch setup.py"]
+    compaction = ev.CompactionEvent(trigger="auto", ok=True, messages_before=12, messages_after=1,
+                                    tokens_before=150_000, tokens_after=7_000, facts_added=len(facts),
+                                    checked_facts=facts)
+    agent = FakeSession({"go": [compaction, Text("carrying on")]})
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "go")
+        await settle(pilot)
+        (line,) = [t for t in engine_texts(app, "compaction") if t.startswith("context compacted")]
+        assert f"the audit added {len(facts)} checked facts" in line
+        assert [row.strip() for row in line.splitlines()[1:]] == [f"✓ {fact}" for fact in facts]
+
+
+async def test_memory_and_server_drops_are_drawn_apart_with_their_legend() -> None:
+    steps = [ev.ChartPointEvent(tokens=90_000, kind="call"), ev.ChartPointEvent(tokens=9_000, kind="memory"),
+             ev.ChartPointEvent(tokens=70_000, kind="call"), ev.ChartPointEvent(tokens=8_000, kind="server")]
+    agent = FakeSession({"go": steps})
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        history = app.query_one(ContextHistory)
+        assert "memory" not in history.render().plain.splitlines()[0]
+        await send(pilot, "go")
+        await settle(pilot)
+        assert [p.kind for p in history.points][-4:] == ["call", "memory", "call", "server"]
+        legend = history.render().plain.splitlines()[0]
+        assert " memory " in legend and " server " in legend
+        styles = {kind: history.get_component_rich_style(f"history--{kind}")
+                  for kind in ("compaction", "memory", "server", "prune")}
+        assert len({str(s.color) for s in styles.values()}) == 4  # four drops, four colours
+
+
+async def test_the_breakdown_names_memory_rules_and_mcp_servers_and_shows_savings_and_cached_share() -> None:
+    base = context(40_000, 0)
+    parts = dict(base.breakdown, session_memory=1_200, rules=300, **{"mcp:git": 2_900, "mcp:time": 350})
+    start = base.model_copy(update={"breakdown": parts, "tool_tokens_saved": 12_000})
+    agent = FakeSession(start_context=start)
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        text = app.query_one(ContextBreakdown).render().plain
+        for label in ("session memory", "path rules", "MCP git", "MCP time"):
+            assert label in text
+        assert "mcp:" not in text
+        assert "deferred tool definitions save ~12.0K tokens" in text
+        share = f"{start.cumulative_cached / start.cumulative_input:.0%}"
+        assert f", {share})" in text
+
+        await send(pilot, "/usage")
+        await pilot.pause()
+        await pilot.pause()
+        assert any(f", {share} of input)" in t for t in engine_texts(app))
+
+
+async def test_a_sub_agent_is_folded_under_its_task_call_with_its_own_gauge_and_tool_calls() -> None:
+    gate = Gate()
+    steps = [
+        ev.ToolStartEvent(id="call-task", name="task", input={"description": "find the importer bug"},
+                          summary="find the importer bug"),
+        ev.SubAgentEvent(call_id="call-task", status="started", summary="find the importer bug", max_steps=20,
+                         window=200_000, auto_compact_line=150_000),
+        ev.SubAgentEvent(call_id="call-task", status="tool", tool="grep", summary="reject importer/", step=1,
+                         max_steps=20),
+        ev.SubAgentEvent(call_id="call-task", status="context", step=1, max_steps=20, context_tokens=30_000,
+                         window=200_000, auto_compact_line=150_000),
+        ev.SubAgentEvent(call_id="call-task", status="tool", tool="read_file", summary="importer/rows.py",
+                         step=2, max_steps=20),
+        gate,
+        ev.SubAgentEvent(call_id="call-task", status="finished", summary="end_turn", step=3, max_steps=20,
+                         context_tokens=41_000, window=200_000, auto_compact_line=150_000),
+        ev.ToolResultEvent(id="call-task", name="task", is_error=False, truncated=False, original_chars=900,
+                           kept_chars=900, content="rows.py rejects empty ids"),
+        Text("Found it."),
+    ]
+    agent = FakeSession({"delegate": steps})
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "delegate")
+        await gate.reached.wait()
+        await pilot.pause()
+        await pilot.pause()
+        conversation = app.conversation
+        children = list(conversation.children)
+        (task_line,) = [w for w in children if isinstance(w, ToolCallLine)]
+        (sub,) = app.query(SubAgentLine)
+        assert children.index(sub) == children.index(task_line) + 1  # right under the task call
+        running = sub.render().plain
+        assert "find the importer bug" in running and "step 2/20" in running
+        assert "30.0K / 200.0K" in running and "compacts at 150.0K" in running
+        assert "grep reject importer/" in running and "read_file importer/rows.py" in running
+
+        gate.open()
+        await settle(pilot)
+        done = sub.render().plain
+        assert "end_turn" in done and "41.0K / 200.0K" in done
+        assert "read_file importer/rows.py" not in done  # folded when it finished
+        await pilot.click(sub)
+        await pilot.pause()
+        assert "read_file importer/rows.py" in sub.render().plain  # a click unfolds it
+
+
+async def test_the_command_palette_switches_server_compaction_for_the_session() -> None:
+    agent = FakeSession()
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        commands = {c.title: c for c in app.get_system_commands(app.screen)}
+        commands["Server-side compaction: on"].callback()
+        await pilot.pause()
+        await pilot.pause()
+        assert agent.server_compaction is True
+        assert any(t.startswith("server-side compaction on for this session") for t in engine_texts(app))
+        commands["Server-side compaction: off"].callback()
+        await pilot.pause()
+        await pilot.pause()
+        assert agent.server_compaction is False
+        assert any(t.startswith("server-side compaction off") for t in engine_texts(app))
+
+
+def test_an_auto_compaction_line_says_what_its_forecast_said_it_would_cost():
+    event = ev.CompactionEvent(trigger="auto", ok=True, messages_before=30, messages_after=1, tokens_before=150_000,
+                               tokens_after=7_000, forecast_tokens_freed=142_000, cache_tokens_invalidated=120_000,
+                               next_request_cost_before_usd=0.45, next_request_cost_after_usd=0.021)
+    text = describe(event).text
+    assert "120.0K cached prompt tokens invalidated" in text and "next request ~$0.4500 → ~$0.0210" in text
+    manual = event.model_copy(update={"trigger": "manual"})  # confirmed with these figures already
+    assert "invalidated" not in describe(manual).text
+
+
+def test_a_resumed_session_recorded_without_chart_points_still_marks_memory_and_server_drops():
+    from app.agent_session import replayable
+
+    def drop(trigger: str, after: int) -> ev.CompactionEvent:
+        return ev.CompactionEvent(trigger=trigger, ok=True, messages_before=9, messages_after=3,
+                                  tokens_before=after * 5, tokens_after=after)
+
+    old = [drop("memory", 900), drop("server", 800), drop("auto", 700)]
+    points = [(e.kind, e.tokens) for e in replayable(old) if e.type == "chart_point"]
+    assert points == [("memory", 900), ("server", 800), ("compaction", 700)]
