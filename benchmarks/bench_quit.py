@@ -20,6 +20,7 @@ import termios
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 from benchmarks._fixtures import require
 from benchmarks.harness import Check, median, seconds
@@ -80,6 +81,15 @@ class Terminal:
                 self._changed.wait(min(left, 0.5))
             return len(self.output)
 
+    def wait_until(self, condition: "Callable[[], bool]", timeout: float = 90.0) -> None:
+        """Until ``condition()`` holds, checked whenever the terminal shows more (or every 0.1 s)."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not condition():
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise RuntimeError(f"gave up waiting (exit {self.proc.poll()})")
+                self._changed.wait(0.1)
+
     def type(self, data: bytes) -> None:
         os.write(self.master, data)
 
@@ -93,6 +103,11 @@ class Terminal:
             pass
 
 
+def _turn_started(tmp: Path) -> bool:
+    """The session has recorded the prompt: the turn is under way."""
+    return any(b'"role":"user"' in path.read_bytes() for path in (tmp / "data").glob("sessions/*/transcript.jsonl"))
+
+
 def quit_once(tmp: Path, busy: bool) -> float:
     """Seconds from ctrl+q written to the terminal to the process's exit."""
     term = Terminal(tmp, ["--demo-speed", "400" if busy else "0"])
@@ -100,13 +115,13 @@ def quit_once(tmp: Path, busy: bool) -> float:
         mark = term.wait_for(b"scripted model", b"idle")
         if busy:
             term.type(b"summarize the project\r")
-            term.wait_for(b"step 1 of", since=mark)  # the turn is under way
+            term.wait_until(lambda: _turn_started(tmp))  # the turn is under way
         started = time.perf_counter()
         term.type(CTRL_Q)
         code = term.proc.wait(timeout=30)
         elapsed = time.perf_counter() - started
         if code != 0:
-            tail = bytes(term.output[-600:]).decode(errors="replace")
+            tail = bytes(term.output[-3000:]).decode(errors="replace")
             raise RuntimeError(f"tidegauge exited {code} on ctrl+q: …{tail}")
         return elapsed
     finally:

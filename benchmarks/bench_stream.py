@@ -145,7 +145,7 @@ def run(quick: bool) -> list[Check]:
     require("app.agent_session")
     small_n = 5_000 if quick else 20_000
     # Single runs on this shared 2-core machine vary by +-25% (short quick runs by more): medians.
-    reps = 3 if quick else 5
+    reps = 3
     small, large = markdown_deltas(small_n), markdown_deltas(2 * small_n)
     lags: list[float] = []
 
