@@ -8,6 +8,7 @@ this is the model's side of the conversation.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -475,3 +476,22 @@ def test_the_window_the_user_gives_is_the_one_the_scripted_server_enforces(tmp_p
     setup = provider_plugin("demo").setup(PluginContext(settings=settings, session_dir=tmp_path / "s",
                                                         data_dir=settings.data_dir_path))
     assert setup.provider.window == 30_000
+
+
+async def test_late_wake_ups_are_caught_up_not_added_to_the_reply() -> None:
+    """When every wake-up comes late (another thread holding the GIL: the dashboard
+    drawing), the pacing asks for less sleep next time instead of adding each
+    lateness to the reply: the same reply must not take far longer in the dashboard."""
+    asked: list[float] = []
+    lateness = 0.005  # every wake-up 5 ms late, as on a busy machine
+
+    async def late_sleep(seconds: float) -> None:
+        asked.append(seconds)
+        await asyncio.sleep(seconds + lateness)
+
+    paced = DemoProvider(speed=4000)
+    paced.sleep = late_sleep
+    final = await collect(paced, ModelRequest(system=SYSTEM, messages=[Message.user("hi")], tools=[]))
+    budget = final.usage.output_tokens / 4000
+    assert len(asked) > 20
+    assert sum(asked) < budget / 2  # caught up; sleeping each share in full asks for the whole budget

@@ -209,6 +209,11 @@ class Conversation(VerticalScroll, can_focus=True):
         self._thinking = None
 
     def _add(self, item: ConversationItem) -> None:
+        if self._closing or self._pruning or not self.is_attached:
+            # The dashboard is closing: messages the session posted before it was told
+            # to stop are still handled while the widgets are removed, and mounting then
+            # raised MountError (exit code 1 on about one quit in eight mid-reply).
+            return
         was_live = self.live
         self.items.append(item)
         full = self.mounted_count >= self.max_mounted + self.slack

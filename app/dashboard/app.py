@@ -117,6 +117,8 @@ class TidegaugeApp(App[int]):
         self._waiting: list[Command] = []  # commands given before the session exists
         self._approval_screens: dict[str, Any] = {}
         self.startup_error: BaseException | None = None  # building the session failed (the app exits 2)
+        self._unsubscribe_bridge: Callable[[], None] | None = None
+        self._session_stopped = False
 
     # ------------------------------------------------------------------ layout
 
@@ -216,20 +218,41 @@ class TidegaugeApp(App[int]):
         )
         snapshot = session.snapshot()
         bridge.replay([snapshot.info, *snapshot.restored, snapshot.context, snapshot.state])
-        session.subscribe(bridge)
+        self._unsubscribe_bridge = session.subscribe(bridge)
         self.session = session
         waiting, self._waiting = self._waiting, []
         for command in waiting:
             session.submit(command)
         self.call_after_refresh(_freeze_what_start_up_built)  # start-up is over
 
+    def exit(self, result: int | None = None, return_code: int = 0, message: Any = None) -> None:
+        """Stop drawing the session and tell it to stop, then let Textual close.
+
+        Textual's shutdown first waits for its input thread (up to ~0.2 s here), then
+        removes the widgets: events the session kept sending meanwhile reached a
+        conversation being removed ("MountError: Can't mount widget(s) before
+        Conversation is mounted", exit code 1, on some quits). Stopping the session
+        here also lets it wind down while Textual closes instead of after.
+        """
+        if self._unsubscribe_bridge is not None:
+            self._unsubscribe_bridge()
+            self._unsubscribe_bridge = None
+        self._stop_session()
+        super().exit(result, return_code, message)
+
+    def _stop_session(self) -> None:
+        """Once: the session's loop closes soon after, and a command submitted to a closed
+        loop raises ("Event loop is closed")."""
+        if self.session is not None and not self._session_stopped:
+            self._session_stopped = True
+            self.session.submit(Shutdown(now=True))
+
     async def on_unmount(self) -> None:
         _release_styles_of_removed_widgets()  # ours, all removed now
         if hasattr(self, "_gc_thresholds"):
             gc.set_threshold(*self._gc_thresholds)
         gc.unfreeze()
-        if self.session is not None:
-            self.session.submit(Shutdown(now=True))
+        self._stop_session()
 
     # ------------------------------------------------------------------ commands
 
