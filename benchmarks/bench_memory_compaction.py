@@ -52,10 +52,10 @@ def _build_history(tokens: int) -> tuple[list[Any], int]:
 
 
 def run(quick: bool) -> list[Check]:
-    for module in ("app.context.engine", "app.context.session_memory", "app.providers.demo"):
+    for module in ("app.context.engine", "app.context.session_memory", "app.demo.provider"):
         require(module)
     from app.providers.base import Completed
-    from app.providers.demo import DemoProvider
+    from app.demo.provider import DemoProvider
 
     history, tokens = _build_history(QUICK_HISTORY_TOKENS if quick else HISTORY_TOKENS)
     reps = 5 if quick else 9

@@ -112,7 +112,7 @@ def quit_once(tmp: Path, busy: bool) -> float:
     """Seconds from ctrl+q written to the terminal to the process's exit."""
     term = Terminal(tmp, ["--demo-speed", "400" if busy else "0"])
     try:
-        mark = term.wait_for(b"scripted model", b"idle")
+        term.wait_for(b"scripted model", b"idle")
         if busy:
             term.type(b"summarize the project\r")
             term.wait_until(lambda: _turn_started(tmp))  # the turn is under way

@@ -128,7 +128,7 @@ async def paced_with_keys(tmp: Path, server: LoopbackLLM, deltas: list[str]) -> 
             char = keys[len(typed) % len(keys)]
             typed += char
             want = typed
-            echoed = clock.expect(lambda: drawn.value == want)
+            echoed = clock.expect(lambda want=want: drawn.value == want)
             key = events.Key(char, char)
             key.set_sender(app)
             pressed = time.perf_counter()
