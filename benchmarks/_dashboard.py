@@ -34,22 +34,25 @@ def isolate_user_dirs(tmp: Path) -> None:
 
 
 def build_app(tmp: Path, **app_kwargs: Any) -> Any:
-    """A TidegaugeApp around a real Agent (real engine, registry, transcript)."""
-    require("app.tui")
+    """A TidegaugeApp around a real session (real agent, engine, registry, transcript).
+
+    The session is not started on its thread: the benchmark feeds its event stream itself
+    (``emit``), as the agent does, and the bridge hands each event to the widgets."""
+    require("app.dashboard.app")
     require("app.runtime")
     from app.config import Settings
-    from app.runtime import build_agent
-    from app.tui import TidegaugeApp
+    from app.dashboard.app import TidegaugeApp
+    from app.runtime import build_session
 
     isolate_user_dirs(tmp)
     workspace = tmp / "work"
     workspace.mkdir(parents=True, exist_ok=True)
     settings = Settings(provider="openai", model="gpt-4o", base_url="http://127.0.0.1:9/v1",
                         api_key_env=_BENCH_KEY_ENV, data_dir=tmp / "data", yes=True)
-    agent = build_agent(settings, cwd=workspace)
-    app_kwargs.setdefault("auto_approve", True)
+    session = build_session(settings, approvals=False, cwd=workspace)
+    app_kwargs.pop("auto_approve", None)  # --yes: the session never asks
     app_kwargs.setdefault("cursor_blink", False)
-    return TidegaugeApp(agent, **app_kwargs)
+    return TidegaugeApp(session, **app_kwargs)
 
 
 class FrameClock:
@@ -88,8 +91,8 @@ class FrameClock:
 
 
 def emit(app: Any, event: Any) -> None:
-    """Send an engine event the way the agent's worker does."""
-    app.agent.emit(event)
+    """Send an engine event the way the agent does: into the session's event stream."""
+    app.session.stream.emit(event)
 
 
 class DashboardStopped(RuntimeError):

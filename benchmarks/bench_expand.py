@@ -72,7 +72,7 @@ async def _load_the_output(app: Any, pilot: Any, text: str) -> str:
 
     from benchmarks.bench_ingest import _LogTool
 
-    agent = app.agent
+    agent = app.session.agent
     agent.registry.register(_LogTool(text))
     use = ToolUseBlock(id="call_cat_app_log", name="cat_log", input={})
     agent.engine.append(Message.user("find errors in app.log"))
@@ -127,7 +127,7 @@ async def _page_downs(app: Any, pilot: Any, clock: FrameClock, viewer: Any,
 
 
 def run(quick: bool) -> list[Check]:
-    require("app.tui")
+    require("app.dashboard.app")
     require("widgets.tool_output_panel")
     lines = QUICK_LOG_LINES if quick else FULL_LOG_LINES
     reps = 3 if quick else 5

@@ -65,7 +65,7 @@ def _turn_events(turn: int, workdir: Path, context: Any) -> list[Any]:
 
 
 def run(quick: bool) -> list[Check]:
-    require("app.tui")
+    require("app.dashboard.app")
     import psutil
 
     turns = 300 if quick else 1_000  # quick: still past the point where pruning starts
@@ -77,7 +77,7 @@ def run(quick: bool) -> list[Check]:
             outputs.mkdir()
             async with app.run_test(size=SIZE) as pilot:
                 await pilot.pause()
-                context = app.agent.context_event()
+                context = app.session.agent.context_event()
                 for turn in range(1, turns + 1):
                     for event in _turn_events(turn, outputs, context):
                         emit(app, event)

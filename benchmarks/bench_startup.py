@@ -44,7 +44,7 @@ def _spawn_until_mark(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
 
 
 def run(quick: bool) -> list[Check]:
-    require("app.tui")
+    require("app.dashboard.app")
     require("app.cli")
     reps = 5 if quick else 7
     with tempfile.TemporaryDirectory(prefix="tidegauge-bench-") as tmp_name:
