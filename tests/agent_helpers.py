@@ -50,6 +50,9 @@ def make_session(fake_llm, tmp_path: Path, monkeypatch, *, provider: str = "open
 
 
 def _settings(fake_llm, tmp_path: Path, monkeypatch, provider: str, overrides: dict[str, Any]):
+    # Tests script every request the server gets: the session memory's background calls
+    # (on by default for users) come only where a test asks for them.
+    overrides.setdefault("memory_update_tokens", 0)
     monkeypatch.setenv("TIDEGAUGE_CONFIG_DIR", str(tmp_path / "config"))
     for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "DEEPSEEK_API_KEY"):
         monkeypatch.delenv(name, raising=False)
