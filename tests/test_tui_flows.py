@@ -103,7 +103,7 @@ async def test_ctrl_o_expands_the_full_output_and_collapses_it_without_touching_
         assert panel.expanded
         assert viewer.line_count == 300_000
         assert viewer.lines[-1] == "2026-10-18 12:00:01 ERROR database connection refused"
-        assert "ctrl+o to collapse" in str(app.query_one("#output-status").render())
+        assert "ctrl+o closes" in str(app.query_one("#output-status").render())
         viewer.scroll_end(animate=False, immediate=True)
         await pilot.pause()
         rendered = "".join(viewer.render_line(y).text for y in range(viewer.size.height))

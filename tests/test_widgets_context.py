@@ -43,9 +43,15 @@ async def test_markers_sit_where_the_thresholds_are_and_the_estimate_is_marked()
         assert set(bar[:exact_end]) == {"█"}
         assert bar[exact_end] == "~" and set(bar[exact_end + 1 : projected_end]) == {"▒"}
         assert set(bar[projected_end:round(th.warning_line / th.window * width)]) == {"─"}
-        assert "80.0K (~20.0K estimated) / 150.0K auto-compact / 200.0K window" in figures
-        assert "40%" in figures and "70.0K left until auto-compact" in figures
-        assert "▼warn 130.0K" in labels and "▼compact 150.0K" in labels and "▼block 177.0K" in labels
+        # one headline figure against the auto-compact line, the estimate said to be part of it
+        assert figures.startswith("context 80.0K of 150.0K auto-compact")
+        assert f"{80_000 / th.auto_compact_line:.0%}" in figures and "(incl. ~20.0K estimated)" in figures
+        assert "70.0K left" in figures and "window 200.0K" in figures
+        # the warning label ends at its marker, the others start at theirs
+        warn_column = round(th.warning_line / th.window * width)
+        assert labels.index("warn 130.0K▼") + len("warn 130.0K") == warn_column
+        assert labels.index("▼compact 150.0K") == round(th.auto_compact_line / th.window * width)
+        assert labels.index("▼block 177.0K") == round(th.blocking_line / th.window * width)
 
 
 async def test_colour_classes_change_at_the_warning_and_auto_compact_lines() -> None:
