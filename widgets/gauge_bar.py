@@ -94,12 +94,19 @@ class GaugeBar(Widget):
         line = max(1, th.auto_compact_line)
         left = th.auto_compact_line - projected
 
-        head = Text(no_wrap=True, end="")
-        head.append("context ", dim)
-        head.append(human_tokens(projected), figure)
-        head.append(" of ", dim)
-        head.append(f"{human_tokens(th.auto_compact_line)} auto-compact", compact)
-        head.append(f" {projected / line:.0%}", figure)
+        def headline_form(prefix: str, of: str, name: str) -> Text:
+            text = Text(no_wrap=True, end="")
+            text.append(prefix, dim)
+            text.append(human_tokens(projected), figure)
+            text.append(of, dim)
+            text.append(f"{human_tokens(th.auto_compact_line)}{name}", compact)
+            text.append(f" {projected / line:.0%}", figure)
+            return text
+
+        # the headline itself shortens on a very narrow gauge, its figures never
+        forms = [headline_form("context ", " of ", " auto-compact"), headline_form("", " of ", " auto-compact"),
+                 headline_form("", "/", " compact")]
+        head = next((form for form in forms if form.cell_len <= width), forms[-1])
         # each optional piece: its forms, longest first
         pieces: list[list[Text]] = []
         if event.estimated_tokens:

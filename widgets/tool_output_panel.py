@@ -65,6 +65,9 @@ class ToolOutputPanel(Vertical):
         # The user picked the selection (keys or a click). Until then the panel follows the
         # newest call, and ctrl+o opens the newest call whose output was cut.
         self.user_picked = False
+        # ctrl+o opened a full output: moving the selection shows each call's full output
+        # (or says it was not cut) until ctrl+o closes the view
+        self.full_view = False
 
     def compose(self):
         yield ShownToolCallList(id="tool-list")
@@ -89,7 +92,7 @@ class ToolOutputPanel(Vertical):
     def following(self) -> bool:
         """New calls are selected as they come (the selection is on the newest, nothing is open)."""
         on_newest = self.selected_id is None or self.selected_id == (self.order[-1] if self.order else None)
-        return on_newest and not (self.expanded or self.loading)
+        return on_newest and not (self.expanded or self.loading or self.full_view)
 
     def add_call(self, info: ToolCallInfo) -> None:
         follow = self.following
@@ -128,6 +131,7 @@ class ToolOutputPanel(Vertical):
         self.order.clear()
         self.selected_id = None
         self.user_picked = False
+        self.full_view = False
         self.expanded = False
         self.border_subtitle = ""
         self.tool_list.clear()
@@ -167,15 +171,14 @@ class ToolOutputPanel(Vertical):
         """The user chose a call. An open full output stays open: it shows the new call's
         (or says that call was not cut), never closes without a word."""
         self.user_picked = True
-        was_open = self.expanded or self.loading
         self._select(call_id)
-        if was_open:
+        if self.full_view:
             info = self.calls[call_id]
             if info.full_output_path:
                 self._open(call_id, info.full_output_path)
             else:
                 self.status_line.update(literal(f"{info.name}: nothing was cut, this is the whole output"
-                                                " (the full output view closed)"))
+                                                " (the full output view closed; ctrl+o closes it for good)"))
         self._say_following()
 
     def _select(self, call_id: str) -> None:
@@ -220,7 +223,8 @@ class ToolOutputPanel(Vertical):
         new calls) the newest call whose output was cut, which is what a reply's
         "ctrl+o expands it" is about.
         """
-        if self.expanded or self.loading:
+        if self.expanded or self.loading or self.full_view:
+            self.full_view = False
             call_id = self.selected_id
             assert call_id is not None
             refocus = self.viewer.has_focus
@@ -243,6 +247,7 @@ class ToolOutputPanel(Vertical):
         info = self.calls[call_id]
         if not info.full_output_path:
             return "nothing was cut: this is the whole output"
+        self.full_view = True
         self._open(call_id, info.full_output_path)
         return "expanding"
 

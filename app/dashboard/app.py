@@ -80,6 +80,11 @@ class MainScreen(Screen[None]):
         Binding("shift+tab", "app.focus_previous", "Previous region", group=Binding.Group("Region")),
     ]
 
+    def on_resize(self, _event: events.Resize) -> None:
+        fold = getattr(self.app, "_fold_context_details", None)
+        if fold is not None and self.is_mounted:
+            fold()
+
 
 # Garbage collection while the dashboard runs. A full collection walks every live
 # object: with what start-up built (modules, the agent, the first widgets; ~100K
@@ -397,10 +402,6 @@ class TidegaugeApp(App[int]):
         if show is None:
             show = context_details_fit(self.size.height)
         self.context_panel.folded = not show
-
-    def on_resize(self, _event: events.Resize) -> None:
-        if self.screen_stack:
-            self._fold_context_details()
 
     def action_scroll_conversation(self, direction: int) -> None:
         """Page keys from the prompt scroll the conversation."""
