@@ -125,10 +125,11 @@ async def context_states(data_dir: Path, size: tuple[int, int], names: dict[str,
                 holder.hold_when(names[state], condition)
         await send(pilot, "summarize the project")
         while holder.pending or holder.waiting:
-            if holder.waiting:
-                await save(app, pilot, holder.waiting)
+            held = holder.waiting
+            if held:
+                await save(app, pilot, held)
                 holder.release.set()
-                while holder.waiting:
+                while holder.waiting == held:  # (the next hold may come before this loop looks)
                     await pilot.pause(0.01)
             await pilot.pause(0.01)
             if not session.pending and not holder.waiting:
