@@ -55,6 +55,8 @@ def plural(count: int, one: str, many: str | None = None) -> str:
 
 def _compaction(e: "ev.CompactionEvent") -> Line:
     if not e.ok:
+        if (e.reason or "").startswith("nothing to compact"):  # not a failure: no model call was made
+            return Line("info", f"{e.reason} (no model call made)")
         if e.trigger == "reactive":
             return Line("compaction-failed", f"overflow recovery failed: {e.reason or 'nothing left to drop'}")
         return Line("compaction-failed",

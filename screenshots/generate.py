@@ -2,10 +2,12 @@
 
 Run from the repository root:  python screenshots/generate.py
 
-It drives the real App (headless, 160x50) with Pilot and saves SVGs with
-Textual's screenshot. Mid-task states are caught deterministically: the
-agent's next request is held at the start (the engine's ``before_request``
-is wrapped here, in this script only) while the screen is saved.
+It drives the real App (headless) with Pilot on a real session (demo provider) that
+runs on its own thread, as ``tidegauge`` runs it, and saves SVGs with Textual's
+screenshot, at the largest size people use (220x60) and the smallest (80x24).
+Mid-task states are caught deterministically: the session's next model request is
+held at the start (the engine's ``before_request`` is wrapped here, in this script
+only) while the screen is saved.
 """
 
 from __future__ import annotations
@@ -13,30 +15,32 @@ from __future__ import annotations
 import asyncio
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Callable
 
 from app import events as ev
+from app.agent_session import AgentSession
 from app.config import load_settings
-from app.runtime import build_agent
-from app.tui import TidegaugeApp
+from app.dashboard.app import TidegaugeApp
+from app.dashboard.launch import SessionThread
+from app.runtime import build_session
 
 OUT = Path(__file__).resolve().parent
-SIZE = (160, 50)
+LARGEST = (220, 60)
+SMALLEST = (80, 24)
 
 
 class Holder:
-    """Holds the agent before a model request when a condition on the UI's last events is met."""
+    """Holds the session before a model request when a condition on its last events is met."""
 
-    def __init__(self, agent) -> None:
-        self.agent = agent
+    def __init__(self, session: AgentSession) -> None:
         self.last_context: ev.ContextEvent | None = None
         self.compactions = 0
         self.tool_results = 0
         self.pending: list[tuple[str, Callable[["Holder"], bool]]] = []
         self.waiting: str | None = None
-        self.release = asyncio.Event()
-        original_emit = agent.emit
+        self.release = threading.Event()  # the session runs on its own thread (and loop)
 
         def watch(event) -> None:
             if isinstance(event, ev.ContextEvent):
@@ -45,16 +49,16 @@ class Holder:
                 self.compactions += 1
             elif isinstance(event, ev.ToolResultEvent):
                 self.tool_results += 1
-            original_emit(event)
 
-        agent.emit = watch
-        original_before = agent.engine.before_request
+        session.subscribe(watch)
+        engine = session.agent.engine
+        original_before = engine.before_request
 
         async def before_request(summarize):
             await self._maybe_hold()
             return await original_before(summarize)
 
-        agent.engine.before_request = before_request
+        engine.before_request = before_request
 
     def hold_when(self, name: str, condition: Callable[["Holder"], bool]) -> None:
         self.pending.append((name, condition))
@@ -62,15 +66,15 @@ class Holder:
     async def _maybe_hold(self) -> None:
         if self.pending and self.pending[0][1](self):
             name, _ = self.pending.pop(0)
-            self.waiting = name
             self.release.clear()
-            await self.release.wait()
+            self.waiting = name
+            await asyncio.get_running_loop().run_in_executor(None, self.release.wait)
             self.waiting = None
 
 
-async def settle(pilot, rounds: int = 6) -> None:
+async def settle(pilot, rounds: int = 12) -> None:
     for _ in range(rounds):
-        await pilot.pause()
+        await pilot.pause(0.02)
 
 
 async def save(app: TidegaugeApp, pilot, name: str) -> None:
@@ -79,10 +83,10 @@ async def save(app: TidegaugeApp, pilot, name: str) -> None:
     print(f"saved {Path(path).relative_to(Path.cwd()) if Path(path).is_relative_to(Path.cwd()) else path}")
 
 
-def make_app(data_dir: Path, **overrides) -> TidegaugeApp:
+def make_app(data_dir: Path, **overrides) -> tuple[TidegaugeApp, AgentSession]:
     settings = load_settings({"provider": "demo", "demo_speed": 0, "data_dir": str(data_dir), "yes": True, **overrides})
-    agent = build_agent(settings)
-    return TidegaugeApp(agent, auto_approve=True, cursor_blink=False)
+    session = build_session(settings, approvals=False, cwd=data_dir)
+    return TidegaugeApp(session, cursor_blink=False), session
 
 
 async def send(pilot, text: str) -> None:
@@ -92,64 +96,82 @@ async def send(pilot, text: str) -> None:
     await pilot.press("enter")
 
 
-async def context_states(data_dir: Path) -> None:
+async def until_idle(app: TidegaugeApp, pilot, session: AgentSession) -> None:
+    for _ in range(3_000):
+        if not session.pending:
+            break
+        await pilot.pause(0.01)
+    await settle(pilot)
+
+
+async def context_states(data_dir: Path, size: tuple[int, int], names: dict[str, str]) -> None:
     """summarize the project: the context climbs through the warning line into an auto-compaction."""
-    app = make_app(data_dir)
-    async with app.run_test(size=SIZE) as pilot:
-        holder = Holder(app.agent)
+    app, session = make_app(data_dir)
+    holder = Holder(session)
+    SessionThread(session).start()
+    async with app.run_test(size=size) as pilot:
 
         def level(name: str) -> Callable[[Holder], bool]:
             return lambda h: h.last_context is not None and h.last_context.level == name
 
-        holder.hold_when(
-            "gauge-under-warning",
-            lambda h: level("ok")(h) and h.tool_results >= 6
+        conditions = {
+            "under": lambda h: level("ok")(h) and h.tool_results >= 6
             and h.last_context.projected_tokens >= 0.6 * h.last_context.thresholds.warning_line,
-        )
-        holder.hold_when("gauge-over-warning", level("warning"))
-        holder.hold_when("after-auto-compaction", lambda h: h.compactions >= 1)
+            "over": level("warning"),
+            "after": lambda h: h.compactions >= 1,
+        }
+        for state, condition in conditions.items():
+            if state in names:
+                holder.hold_when(names[state], condition)
         await send(pilot, "summarize the project")
         while holder.pending or holder.waiting:
-            if holder.waiting:
-                await save(app, pilot, holder.waiting)
+            held = holder.waiting
+            if held:
+                await save(app, pilot, held)
                 holder.release.set()
-            await pilot.pause()
-            if not app.busy and not holder.waiting:
+                while holder.waiting == held:  # (the next hold may come before this loop looks)
+                    await pilot.pause(0.01)
+            await pilot.pause(0.01)
+            if not session.pending and not holder.waiting:
                 break
         missing = [name for name, _ in holder.pending]
-        await app.workers.wait_for_complete()
+        holder.pending.clear()
+        holder.release.set()
+        await until_idle(app, pilot, session)
         if missing:
             print(f"warning: never reached {missing}", file=sys.stderr)
 
 
-async def expanded_output(data_dir: Path) -> None:
-    """find errors in app.log: the 15 MB cat is truncated; ctrl+o opens the full output."""
-    app = make_app(data_dir)
-    async with app.run_test(size=SIZE) as pilot:
+async def expanded_output(data_dir: Path, size: tuple[int, int], name: str) -> None:
+    """find errors in app.log: the 15 MB cat is cut; ctrl+o (nothing picked) opens its full output."""
+    app, session = make_app(data_dir)
+    SessionThread(session).start()
+    async with app.run_test(size=size) as pilot:
         await send(pilot, "find errors in app.log")
-        await app.workers.wait_for_complete()
-        await settle(pilot)
-        panel = app.tool_panel
-        truncated = [cid for cid, info in panel.calls.items() if info.truncated and info.full_output_path]
-        if not truncated:
-            print("warning: no truncated output to expand", file=sys.stderr)
-            return
-        panel.select_call(truncated[0])
+        await until_idle(app, pilot, session)
         await pilot.press("ctrl+o")
-        for _ in range(400):
+        panel = app.tool_panel
+        for _ in range(1_000):
             if panel.expanded:
                 break
             await pilot.pause(0.01)
-        viewer = panel.viewer
-        viewer.focus()
-        viewer.scroll_end(animate=False, immediate=True)
-        await save(app, pilot, "truncated-output-expanded")
+        else:
+            print("warning: no cut output opened", file=sys.stderr)
+            return
+        panel.viewer.scroll_end(animate=False, immediate=True)
+        await save(app, pilot, name)
 
 
 async def main() -> int:
     with tempfile.TemporaryDirectory(prefix="tidegauge-screens-") as tmp:
-        await context_states(Path(tmp) / "a")
-        await expanded_output(Path(tmp) / "b")
+        # the largest size: every part of the dashboard, through a task's context states
+        await context_states(Path(tmp) / "a", LARGEST, {"under": "gauge-under-warning",
+                                                         "over": "gauge-over-warning",
+                                                         "after": "after-auto-compaction"})
+        await expanded_output(Path(tmp) / "b", LARGEST, "truncated-output-expanded")
+        # the smallest: the chart folded away, the conversation keeps its rows
+        await context_states(Path(tmp) / "c", SMALLEST, {"over": "dashboard-80x24"})
+        await expanded_output(Path(tmp) / "d", SMALLEST, "truncated-output-expanded-80x24")
     return 0
 
 

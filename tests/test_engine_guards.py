@@ -41,3 +41,25 @@ async def test_a_history_that_is_only_a_summary_is_not_compacted_again(fake_llm,
     assert result.stop_reason == "end_turn"
     assert len(compaction_bodies(fake_llm)) == 1  # only the manual one
     await agent.aclose()
+
+
+async def test_compact_on_a_lone_summary_says_there_is_nothing_to_compact_without_a_model_call(
+        fake_llm, tmp_path, monkeypatch):
+    from app.describe import describe
+
+    agent, events = make_agent(fake_llm, tmp_path, monkeypatch, budget=20_000, window=64_000)
+    fake_llm.enqueue(text_reply("openai", summary_text("S")))
+    agent.engine.append(Message.user("first task " * 50))
+    agent.engine.append(Message.assistant_text("working on it " * 400))
+    assert (await agent.compact()).ok and len(agent.history) == 1
+    requests_before = len(fake_llm.requests)
+    summary_before = list(agent.history)
+
+    again = await agent.compact()  # what /compact (or ctrl+s) does right after
+
+    assert not again.ok and len(fake_llm.requests) == requests_before  # no model call
+    assert agent.history == summary_before
+    line = describe(again)
+    assert line is not None and line.text.startswith("nothing to compact") and "summary" in line.text
+    assert line.kind == "info"  # not shown as a failure
+    await agent.aclose()

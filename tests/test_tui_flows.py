@@ -103,7 +103,7 @@ async def test_ctrl_o_expands_the_full_output_and_collapses_it_without_touching_
         assert panel.expanded
         assert viewer.line_count == 300_000
         assert viewer.lines[-1] == "2026-10-18 12:00:01 ERROR database connection refused"
-        assert "ctrl+o to collapse" in str(app.query_one("#output-status").render())
+        assert "ctrl+o closes" in str(app.query_one("#output-status").render())
         viewer.scroll_end(animate=False, immediate=True)
         await pilot.pause()
         rendered = "".join(viewer.render_line(y).text for y in range(viewer.size.height))
@@ -578,3 +578,213 @@ async def test_an_agent_that_cannot_be_built_ends_the_dashboard_with_its_error()
                 break
     assert app.return_code == 2
     assert "not writable" in str(app.startup_error)
+
+
+# ---------------------------------------------------------------- every terminal size, keys, words
+# (issue 13)
+
+from textual.widgets._footer import FooterKey  # noqa: E402
+
+from app.dashboard.app import CONVERSATION_MIN_ROWS, HELP_TEXT  # noqa: E402
+from widgets.context_history import ContextHistory  # noqa: E402
+from widgets.gauge_bar import GaugeBar, human_tokens  # noqa: E402
+
+
+def footer_keys(app: TidegaugeApp) -> set[str]:
+    return {key.key for key in app.screen.query(FooterKey)}
+
+
+def visible_rows(conversation) -> int:
+    return conversation.scrollable_content_region.height
+
+
+async def test_at_80x24_the_conversation_keeps_its_rows_and_the_gauge_stays_whole(log_file: Path) -> None:
+    agent = FakeSession({"go": session_steps(str(log_file))[:13]})
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await send(pilot, "go")
+        await settle(pilot)
+        assert visible_rows(app.conversation) >= CONVERSATION_MIN_ROWS
+        gauge = app.query_one(GaugeBar)
+        figures, labels, bar = gauge.render().plain.split("\n")
+        th = app.context_panel.last_context.thresholds
+        assert f"of {human_tokens(th.auto_compact_line)} auto-compact" in figures and "…" not in figures
+        assert f"▼compact {human_tokens(th.auto_compact_line)}" in labels
+        assert bar.count("┃") == 3
+        chart = app.query_one(ContextHistory)
+        assert app.context_panel.folded and chart.region.height == 0  # folded away
+        assert "ctrl+g" in str(app.context_panel.border_subtitle)
+
+        await pilot.press("ctrl+g")  # the chart and breakdown come back on request
+        await pilot.pause()
+        assert not app.context_panel.folded and chart.region.height > 0
+        await pilot.press("ctrl+g")
+        await pilot.pause()
+        assert app.context_panel.folded and visible_rows(app.conversation) >= CONVERSATION_MIN_ROWS
+
+
+async def test_the_chart_folds_with_the_terminal_height_and_the_palette_brings_it_back() -> None:
+    app = TidegaugeApp(FakeSession(), cursor_blink=False)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause()
+        assert not app.context_panel.folded
+        await pilot.resize_terminal(100, 30)
+        await pilot.pause()
+        assert app.context_panel.folded and visible_rows(app.conversation) >= CONVERSATION_MIN_ROWS
+        commands = {command.title: command for command in app.get_system_commands(app.screen)}
+        (title,) = [t for t in commands if "chart" in t.lower()]
+        commands[title].callback()
+        await pilot.pause()
+        assert not app.context_panel.folded
+        await pilot.resize_terminal(160, 50)  # the user's choice stays
+        await pilot.pause()
+        assert not app.context_panel.folded
+
+
+@pytest.mark.parametrize("region", ["#conversation", "#tool-list", "#output-viewer"])
+async def test_typing_in_any_region_goes_to_the_prompt(region: str) -> None:
+    app = TidegaugeApp(FakeSession(), cursor_blink=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.query_one(region).focus()
+        await pilot.pause()
+        await pilot.press("h", "e", "l", "l", "o", "space", "w")
+        await pilot.pause()
+        assert app.prompt_box.value == "hello w"
+        assert app.focused is app.prompt_box
+
+
+async def test_shift_tab_then_typing_is_not_lost_and_enter_sends_it() -> None:
+    agent = FakeSession()
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("shift+tab", "pageup", "h", "i", "enter")
+        await settle(pilot)
+        assert [c.text for c in agent.submitted if hasattr(c, "text")] == ["hi"]
+
+
+async def test_sending_a_prompt_scrolls_the_conversation_to_the_bottom() -> None:
+    agent = FakeSession(default=[Text("line of a long answer\n\n" * 40, size=500)])
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await send(pilot, "first")
+        await settle(pilot)
+        conversation = app.conversation
+        conversation.scroll_home(animate=False, immediate=True)
+        await pilot.pause()
+        assert conversation.max_scroll_y > 0 and conversation.scroll_y == 0
+        await send(pilot, "second")
+        await settle(pilot)
+        await pilot.pause()
+        assert conversation.scroll_y == conversation.max_scroll_y
+
+
+async def test_help_is_scrolled_into_view_from_its_first_line() -> None:
+    agent = FakeSession(default=[Text("line of a long answer\n\n" * 40, size=500)])
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await send(pilot, "first")
+        await settle(pilot)
+        conversation = app.conversation
+        conversation.scroll_home(animate=False, immediate=True)
+        await pilot.pause()
+        await send(pilot, "/help")
+        await pilot.pause()
+        await pilot.pause()
+        (help_line,) = [line for line in app.query(EngineLine) if line.text == HELP_TEXT]
+        view = conversation.content_region
+        assert view.y <= help_line.region.y < view.bottom  # its first line is on screen
+
+
+async def test_ctrl_o_with_no_selection_opens_the_latest_cut_output_and_the_viewer_takes_focus(log_file: Path) -> None:
+    agent = FakeSession({"go": session_steps(str(log_file))[:13]})  # call-1 cut, then call-2 whole
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await send(pilot, "go")
+        await settle(pilot)
+        panel = app.tool_panel
+        assert panel.selected_id == "call-2"  # following the newest call
+        await pilot.press("ctrl+o")
+        await settle(pilot)
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert panel.selected_id == "call-1" and panel.expanded
+        assert app.focused is panel.viewer
+        status = str(app.query_one("#output-status").render())
+        assert str(log_file) in status  # the whole file name
+        assert "PgUp/PgDn" in status and "Home/End" in status and "ctrl+o closes" in status
+        assert {"pageup", "pagedown", "home", "end"} <= footer_keys(app)  # the viewer's keys, in the footer
+
+
+async def test_moving_the_selection_while_a_full_output_is_open_says_what_happened(log_file: Path) -> None:
+    agent = FakeSession({"go": session_steps(str(log_file))[:13]})
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "go")
+        await settle(pilot)
+        panel = app.tool_panel
+        await pilot.press("ctrl+o")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert panel.expanded and panel.selected_id == "call-1"
+        panel.tool_list.focus()
+        await pilot.press("down")  # to call-2, whose output was not cut
+        await pilot.pause()
+        status = str(app.query_one("#output-status").render())
+        assert panel.selected_id == "call-2" and "nothing was cut" in status and "closed" in status
+        await pilot.press("up")  # back to the cut one: its full output opens again
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert panel.expanded and panel.selected_id == "call-1"
+
+
+async def test_picking_an_older_call_says_the_panel_stopped_following(log_file: Path) -> None:
+    agent = FakeSession({"go": session_steps(str(log_file))[:13], "more": session_steps(str(log_file))[13:17]})
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "go")
+        await settle(pilot)
+        panel = app.tool_panel
+        assert not panel.border_subtitle
+        panel.tool_list.focus()
+        await pilot.press("up")
+        await pilot.pause()
+        assert "not following" in str(panel.border_subtitle)
+        await send(pilot, "more")  # a new call does not take the selection away
+        await settle(pilot)
+        assert panel.selected_id == "call-1" and "not following" in str(panel.border_subtitle)
+        panel.tool_list.focus()
+        await pilot.press("end")  # the newest again: following resumes
+        await pilot.pause()
+        assert not panel.border_subtitle
+
+
+async def test_help_and_the_footer_list_the_keys_that_work() -> None:
+    agent = FakeSession({"approve": [Ask("run_bash", {"command": "make"})]})
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=(160, 50)) as pilot:
+        for words in ("ctrl+p", "PgUp/PgDn", "shift+tab", "ctrl+g", "ctrl+o", "y yes", "a always", "n no"):
+            assert words in HELP_TEXT
+        await pilot.pause()
+        in_prompt = footer_keys(app)
+        assert {"tab", "shift+tab", "pageup", "pagedown", "ctrl+o", "ctrl+g", "ctrl+s", "ctrl+p"} <= in_prompt
+        app.tool_panel.tool_list.focus()
+        await pilot.pause()
+        assert {"up", "down", "pageup", "home", "end"} <= footer_keys(app)
+        await send(pilot, "approve")
+        for _ in range(200):
+            if isinstance(app.screen, ApprovalScreen):
+                break
+            await pilot.pause()
+        await pilot.pause()
+        assert {"y", "a", "n", "escape"} <= footer_keys(app)
+        await pilot.press("n")
+        await settle(pilot)
+
+
+async def test_the_session_id_is_shown_in_full_at_80_columns() -> None:
+    agent = FakeSession()
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        screen_text = app.export_screenshot()
+        assert agent.info.session_id in screen_text

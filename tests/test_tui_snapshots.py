@@ -18,6 +18,8 @@ from app.dashboard.app import TidegaugeApp
 from snapshot_apps.fake_agent import Ask, FakeSession, compaction_steps, session_steps
 
 SIZE = (160, 50)
+# The terminal sizes people use, smallest to largest: the layout is checked at each.
+SIZES = {"80x24": (80, 24), "100x30": (100, 30), "160x50": (160, 50), "220x60": (220, 60)}
 # A fixed path: it is shown on screen, so it must not vary between runs.
 FULL_OUTPUT = Path("/tmp/tidegauge-snapshots/tool-results/call-1.txt")
 
@@ -101,9 +103,27 @@ def test_snapshot_under_the_warning_line(snap_compare) -> None:
     assert snap_compare(app, terminal_size=SIZE, run_before=drive("under"))
 
 
-def test_snapshot_over_the_warning_line(snap_compare) -> None:
+@pytest.mark.parametrize("size", list(SIZES))
+def test_snapshot_over_the_warning_line(snap_compare, size: str) -> None:
     app, _ = make_app()
-    assert snap_compare(app, terminal_size=SIZE, run_before=drive("over"))
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=drive("over"))
+
+
+def test_snapshot_truncated_output_opened_with_ctrl_o_at_80x24(snap_compare) -> None:
+    """ctrl+o with nothing picked: the latest cut output, the viewer focused, its keys and file shown."""
+    app, _ = make_app()
+
+    async def run_before(pilot) -> None:
+        await drive("under")(pilot)
+        await pilot.press("ctrl+o")
+        await until(pilot, lambda: pilot.app.tool_panel.expanded)
+
+    assert snap_compare(app, terminal_size=SIZES["80x24"], run_before=run_before)
+
+
+def test_snapshot_chart_brought_back_at_100x30(snap_compare) -> None:
+    app, _ = make_app()
+    assert snap_compare(app, terminal_size=SIZES["100x30"], run_before=drive("over", keys=("ctrl+g",)))
 
 
 def test_snapshot_after_auto_compaction(snap_compare) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from textual.app import App
 
 from app.dashboard.app import CSS_FILE
@@ -9,7 +10,7 @@ from snapshot_apps.fake_agent import context
 from widgets.context_breakdown import ContextBreakdown
 from widgets.context_history import ContextHistory
 from widgets.context_panel import ContextPanel
-from widgets.gauge_bar import GaugeBar
+from widgets.gauge_bar import GaugeBar, human_tokens
 
 
 class Host(App):
@@ -42,9 +43,15 @@ async def test_markers_sit_where_the_thresholds_are_and_the_estimate_is_marked()
         assert set(bar[:exact_end]) == {"█"}
         assert bar[exact_end] == "~" and set(bar[exact_end + 1 : projected_end]) == {"▒"}
         assert set(bar[projected_end:round(th.warning_line / th.window * width)]) == {"─"}
-        assert "80.0K (~20.0K estimated) / 150.0K auto-compact / 200.0K window" in figures
-        assert "40%" in figures and "70.0K left until auto-compact" in figures
-        assert "▼warn 130.0K" in labels and "▼compact 150.0K" in labels and "▼block 177.0K" in labels
+        # one headline figure against the auto-compact line, the estimate said to be part of it
+        assert figures.startswith("context 80.0K of 150.0K auto-compact")
+        assert f"{80_000 / th.auto_compact_line:.0%}" in figures and "(incl. ~20.0K estimated)" in figures
+        assert "70.0K left" in figures and "window 200.0K" in figures
+        # the warning label ends at its marker, the others start at theirs
+        warn_column = round(th.warning_line / th.window * width)
+        assert labels.index("warn 130.0K▼") + len("warn 130.0K") == warn_column
+        assert labels.index("▼compact 150.0K") == round(th.auto_compact_line / th.window * width)
+        assert labels.index("▼block 177.0K") == round(th.blocking_line / th.window * width)
 
 
 async def test_colour_classes_change_at_the_warning_and_auto_compact_lines() -> None:
@@ -102,3 +109,65 @@ async def test_breakdown_lists_every_part_and_compaction_cost_apart() -> None:
             assert label in text
         assert "$0.2500" in text and "compaction $0.0500" in text
         assert "compaction calls 1: in 40.0K · out 2.0K" in text
+
+
+def labels_of(gauge: GaugeBar) -> str:
+    return bar_lines(gauge)[1]
+
+
+@pytest.mark.parametrize("columns", [44, 60, 80, 100, 160, 220])
+@pytest.mark.parametrize("window,budget", [(64_000, 20_000), (200_000, 150_000), (48_000, 12_000)])
+async def test_the_compact_label_and_the_headline_stay_whole_at_every_width(columns, window, budget) -> None:
+    app = Host()
+    async with app.run_test(size=(columns, 12)) as pilot:
+        panel = app.query_one(ContextPanel)
+        event = context(budget // 2, budget // 10, window=window, budget=budget, turns=7)
+        panel.update_context(event)
+        await pilot.pause()
+        gauge = app.query_one(GaugeBar)
+        figures, labels, bar = bar_lines(gauge)
+        compact = f"compact {human_tokens(event.thresholds.auto_compact_line)}"
+        assert f"▼{compact}" in labels or f"{compact}▼" in labels, labels
+        assert bar.count("┃") == 3
+        # the headline is never cut: pieces that do not fit are left out whole
+        assert not figures.rstrip().endswith("…"), figures
+        headline = (f"{human_tokens(event.projected_tokens)} of {human_tokens(event.thresholds.auto_compact_line)}"
+                    " auto-compact")
+        assert headline in figures or columns < 60, figures
+        assert f"{event.projected_tokens / event.thresholds.auto_compact_line:.0%}" in figures
+        # the window, secondary, is always in the panel's title
+        assert f"window {human_tokens(window)}" in str(panel.border_title)
+
+
+async def test_turns_until_auto_compact_is_smoothed_not_jumping_with_each_reading() -> None:
+    app = Host()
+    async with app.run_test(size=(160, 12)) as pilot:
+        panel = app.query_one(ContextPanel)
+        gauge = app.query_one(GaugeBar)
+        shown = []
+        for tokens, turns in ((40_000, 12), (41_000, 12), (42_000, 11), (43_000, 2), (44_000, 11), (45_000, 85)):
+            panel.update_context(context(tokens, 0, turns=turns))
+            await pilot.pause()
+            shown.append(bar_lines(gauge)[0])
+        # one low and one high reading among steady ones do not move the figure
+        assert "in ~2 turns" not in shown[3] and "in ~85 turns" not in shown[5]
+        assert all("in ~1" in line for line in shown[3:]), shown
+        # a compaction (no figure) starts afresh
+        panel.update_context(context(10_000, 0, turns=None))
+        panel.update_context(context(11_000, 0, turns=30))
+        await pilot.pause()
+        assert "in ~30 turns" in bar_lines(gauge)[0]
+
+
+async def test_history_title_says_1_point_and_2_points() -> None:
+    app = Host()
+    async with app.run_test(size=(160, 24)) as pilot:
+        panel = app.query_one(ContextPanel)
+        panel.update_context(context(10_000))
+        history = app.query_one(ContextHistory)
+        panel.add_point(10_000)
+        await pilot.pause()
+        assert "(1 point)" in history.render().plain.split("\n")[0]
+        panel.add_point(12_000)
+        await pilot.pause()
+        assert "(2 points)" in history.render().plain.split("\n")[0]

@@ -10,7 +10,7 @@ from textual import on
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Static
+from textual.widgets import Button, Footer, Static
 
 from widgets._literal import literal
 
@@ -59,6 +59,7 @@ class ApprovalScreen(ModalScreen[ApprovalAnswer]):
                 yield Button("Yes (y)", id="yes", variant="success")
                 yield Button(literal(f"Always allow {self.tool_name} (a)"), id="always", variant="warning")
                 yield Button("No (n)", id="no", variant="error")
+        yield Footer(compact=True)  # y / a / n / escape, as everywhere else in the footer
 
     def on_mount(self) -> None:
         self.query_one("#yes", Button).focus()

@@ -9,6 +9,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.widget import Widget
 
+from app.describe import plural
 from widgets.gauge_bar import human_tokens
 
 PointKind = Literal["call", "compaction", "prune", "reset", "memory", "server"]
@@ -78,7 +79,7 @@ class ContextHistory(Widget):
         # few points: widen each column so the shape reads (up to 3 cells per call)
         column_width = max(1, min(3, plot_width // max(1, len(shown))))
         title = Text(no_wrap=True, overflow="ellipsis", end="")
-        title.append(f"context per model call ({len(self.points)} points) ", style("history--title"))
+        title.append(f"context per model call ({plural(len(self.points), 'point')}) ", style("history--title"))
         title.append("█", style("history--bar"))
         title.append(" call ", style("history--axis"))
         title.append("█", style("history--compaction"))

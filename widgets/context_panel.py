@@ -1,4 +1,8 @@
-"""The context region: gauge bar on top, history chart and breakdown under it."""
+"""The context region: gauge bar on top, history chart and breakdown under it.
+
+On a short terminal the chart and breakdown fold away (class ``-folded``) and only
+the gauge stays, so the conversation keeps its rows; the App decides when.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,11 @@ from typing import TYPE_CHECKING
 
 from textual import on
 from textual.containers import Horizontal, Vertical
+from textual.reactive import var
 
 from widgets.context_breakdown import ContextBreakdown
 from widgets.context_history import ContextHistory, PointKind
-from widgets.gauge_bar import LEVEL_CLASSES, GaugeBar
+from widgets.gauge_bar import LEVEL_CLASSES, GaugeBar, human_tokens
 from widgets.session_messages import ChartPoint, ContextChanged, UsageRecorded
 
 if TYPE_CHECKING:  # app.events (pydantic models) is not needed to draw the first frame
@@ -18,6 +23,9 @@ if TYPE_CHECKING:  # app.events (pydantic models) is not needed to draw the firs
 
 class ContextPanel(Vertical):
     """Everything about the context window; its level class colours the border."""
+
+    folded = var(False, toggle_class="-folded")
+    fold_key = "ctrl+g"  # shown in the border when folded (the App binds it)
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -38,7 +46,11 @@ class ContextPanel(Vertical):
         self.remove_class(*LEVEL_CLASSES)
         if event.level != "ok":
             self.add_class(f"-{event.level}")
-        self.border_title = "context"
+        # the window is secondary to the auto-compact line the gauge measures against: it is said here
+        self.border_title = f"context · window {human_tokens(th.window)}"
+
+    def watch_folded(self, folded: bool) -> None:
+        self.border_subtitle = f"{self.fold_key} shows the chart and breakdown" if folded else ""
 
     def add_point(self, tokens: int, kind: PointKind = "call") -> None:
         self.query_one(ContextHistory).add_point(tokens, kind)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from textual import events, on
+from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widget import Widget
 
@@ -73,6 +74,14 @@ class Conversation(VerticalScroll, can_focus=True):
 
     # Styles of the tool-call lines, resolved once here rather than per line.
     COMPONENT_CLASSES = {f"toolcall--{key}" for key in TOOL_STYLE_KEYS}
+
+    # The scroll keys a container has anyway, listed in the footer while the conversation has focus.
+    BINDINGS = [
+        Binding("pageup", "page_up", "Scroll", group=Binding.Group("Scroll")),
+        Binding("pagedown", "page_down", "Scroll", group=Binding.Group("Scroll")),
+        Binding("home", "scroll_home", "Top/end", group=Binding.Group("Top/end")),
+        Binding("end", "scroll_end", "Top/end", group=Binding.Group("Top/end")),
+    ]
 
     def __init__(
         self,
@@ -329,6 +338,20 @@ class Conversation(VerticalScroll, can_focus=True):
         finally:
             self._loading = False
 
+    def show_latest_from_its_top(self) -> None:
+        """Scroll the newest item into view from its first line (a /help taller than the view
+        would otherwise show only its end); the view stops following until the next prompt."""
+        widget = self.items[-1].widget if self.items else None
+
+        def scroll() -> None:
+            if widget is None or not widget.is_attached:
+                return
+            if widget.outer_size.height > self.scrollable_content_region.height:
+                self.release_anchor()
+                self.scroll_to_widget(widget, top=True, animate=False, immediate=True)
+
+        self.call_after_refresh(scroll)
+
     async def jump_to_end(self) -> None:
         """Show the newest items (used when the user sends a prompt)."""
         if not self.live:
@@ -364,6 +387,8 @@ class Conversation(VerticalScroll, can_focus=True):
     def _on_session(self, message: SessionStarted) -> None:
         info = message.event
         self.transcript_path = info.transcript_path
+        # in full (the header cuts it on a narrow terminal): it is what --resume needs
+        self.border_subtitle = literal(f"session {info.session_id}")
         if info.banner and not info.resumed:
             self.add_engine("info", info.banner)
 

@@ -7,6 +7,8 @@ exactly where things happen.
 
 from __future__ import annotations
 
+from collections import deque
+from statistics import median
 from typing import TYPE_CHECKING
 
 from rich.style import Style
@@ -19,6 +21,7 @@ if TYPE_CHECKING:  # app.events (pydantic models) is not needed to draw the firs
 
 
 LEVEL_CLASSES = ("-warning", "-compact", "-blocking")
+TURN_READINGS = 5  # readings of "turns until auto-compact" the shown figure is the median of
 
 
 def human_tokens(count: int | float) -> str:
@@ -49,14 +52,94 @@ class GaugeBar(Widget):
     context: reactive[ContextEvent | None] = reactive(None)
     level = var("ok")
 
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        # Recent "turns until auto-compact" readings: the engine's figure follows the last
+        # turn's growth, so it jumps (85, 20, 8 within seconds); the median of the last few is shown.
+        self._turn_readings: deque[int] = deque(maxlen=TURN_READINGS)
+
     def watch_context(self, event: ContextEvent | None) -> None:
         if event is not None:
             self.level = event.level
+            if event.turns_to_compact is None:
+                self._turn_readings.clear()  # after a compaction or a reset the old pace means nothing
+            else:
+                self._turn_readings.append(event.turns_to_compact)
+
+    @property
+    def turns_to_compact(self) -> int | None:
+        """The smoothed figure shown: the median of the recent readings (None without any)."""
+        if not self._turn_readings:
+            return None
+        return round(median(self._turn_readings))
 
     def watch_level(self, level: str) -> None:
         self.remove_class(*LEVEL_CLASSES)
         if level != "ok":
             self.add_class(f"-{level}")
+
+    def headline(self, width: int) -> Text:
+        """Line 1: one figure against the auto-compact line, then what fits of the rest.
+
+        The pieces are in order of importance; when the line is too narrow the least
+        important ones are shortened first, then dropped, so what stays is never cut.
+        """
+        event = self.context
+        assert event is not None
+        style = self.get_component_rich_style
+        figure, dim, compact = style("gauge--figure"), style("gauge--dim"), style("gauge--compact-line")
+        th = event.thresholds
+        exact = event.exact_tokens or 0
+        projected = max(event.projected_tokens, exact)
+        line = max(1, th.auto_compact_line)
+        left = th.auto_compact_line - projected
+
+        def headline_form(prefix: str, of: str, name: str) -> Text:
+            text = Text(no_wrap=True, end="")
+            text.append(prefix, dim)
+            text.append(human_tokens(projected), figure)
+            text.append(of, dim)
+            text.append(f"{human_tokens(th.auto_compact_line)}{name}", compact)
+            text.append(f" {projected / line:.0%}", figure)
+            return text
+
+        # the headline itself shortens on a very narrow gauge, its figures never
+        forms = [headline_form("context ", " of ", " auto-compact"), headline_form("", " of ", " auto-compact"),
+                 headline_form("", "/", " compact")]
+        head = next((form for form in forms if form.cell_len <= width), forms[-1])
+        # each optional piece: its forms, longest first
+        pieces: list[list[Text]] = []
+        if event.estimated_tokens:
+            estimate = human_tokens(event.estimated_tokens)
+            pieces.append([Text(f" (incl. ~{estimate} estimated)", dim, end=""),
+                           Text(f" (incl. ~{estimate} est.)", dim, end="")])
+        turns = self.turns_to_compact
+        if left <= 0:
+            pieces.append([Text(" · at the auto-compact line", compact, end="")])
+        elif turns is not None:
+            when = "next turn" if turns <= 1 else f"in ~{turns} turns"
+            short = "compacts next turn" if turns <= 1 else f"~{turns} turns to compact"
+            pieces.append([Text(f" · auto-compact {when}", dim, end=""), Text(f" · {short}", dim, end="")])
+        if left > 0:
+            pieces.append([Text(f" · {human_tokens(left)} left", dim, end="")])
+        pieces.append([Text(f" · window {human_tokens(th.window)}", dim, end="")])
+
+        chosen = [0] * len(pieces)
+        kept = len(pieces)
+
+        def total() -> int:
+            return head.cell_len + sum(pieces[i][chosen[i]].cell_len for i in range(kept))
+
+        while kept and total() > width:
+            shorter = next((i for i in range(kept - 1, -1, -1) if chosen[i] + 1 < len(pieces[i])), None)
+            if shorter is not None:
+                chosen[shorter] += 1
+            else:
+                kept -= 1
+        for i in range(kept):
+            head.append_text(pieces[i][chosen[i]])
+        head.truncate(width, overflow="ellipsis")
+        return head
 
     def render(self) -> Text:
         event = self.context
@@ -70,63 +153,58 @@ class GaugeBar(Widget):
             "compact": style("gauge--compact-line"),
             "blocking": style("gauge--blocking-line"),
         }
-        figure, dim = style("gauge--figure"), style("gauge--dim")
+        dim = style("gauge--dim")
         th = event.thresholds
         window = max(1, th.window)
         exact = event.exact_tokens or 0
         projected = max(event.projected_tokens, exact)
-
-        # line 1: the figures
-        figures = Text(no_wrap=True, overflow="ellipsis", end="")
-        figures.append("context ", dim)
-        figures.append(human_tokens(projected), figure)
-        if event.estimated_tokens:
-            figures.append(f" (~{human_tokens(event.estimated_tokens)} estimated)", dim)
-        figures.append(" / ", dim)
-        figures.append(f"{human_tokens(th.auto_compact_line)} auto-compact", marker_styles["compact"])
-        figures.append(" / ", dim)
-        figures.append(f"{human_tokens(window)} window", dim)
-        figures.append(f"  {projected / window:.0%}", figure)
-        left = th.auto_compact_line - projected
-        if left > 0:
-            figures.append(f"  {human_tokens(left)} left until auto-compact", dim)
-        else:
-            figures.append("  at the auto-compact line", marker_styles["compact"])
-        if event.turns_to_compact is not None and left > 0:
-            turns = event.turns_to_compact
-            when = "next turn" if turns <= 1 else f"in ~{turns} turns"
-            figures.append(f"  · auto-compact {when}", dim)
+        figures = self.headline(width)
 
         def column(tokens: int) -> int:
             return min(width - 1, max(0, round(tokens / window * width)))
 
-        markers = {
+        markers = {  # the compact line last: where two lines share a column, it is the one drawn
             column(th.warning_line): "warning",
-            column(th.auto_compact_line): "compact",
             column(th.blocking_line): "blocking",
         }
+        markers[column(th.auto_compact_line)] = "compact"
 
-        # line 2: marker labels, placed at their columns when there is room
+        # line 2: marker labels. The compact line's label is placed first and always
+        # (after its marker, or before it near the right edge); the others take what room is left,
+        # down to a bare ▼.
         labels = [" "] * width
         label_styles: list[Style | None] = [None] * width
+        taken = [False] * width
         names = {"warning": "warn", "compact": "compact", "blocking": "block"}
         values = {"warning": th.warning_line, "compact": th.auto_compact_line, "blocking": th.blocking_line}
-        next_free = 0
-        for col in sorted(markers):
-            kind = markers[col]
-            label = f"▼{names[kind]} {human_tokens(values[kind])}"
-            start = col
-            if start + len(label) > width:
-                start = max(next_free, width - len(label))
-            if start < next_free:
-                label = "▼"
-                start = col if col >= next_free else -1
-            if start < 0:
-                continue
-            for i, ch in enumerate(label[: width - start]):
+        columns = {kind: col for col, kind in markers.items()}
+
+        def free(start: int, length: int) -> bool:
+            # one blank cell either side keeps two labels apart
+            if start < 0 or start + length > width:
+                return False
+            return not any(taken[max(0, start - 1): min(width, start + length + 1)])
+
+        def put(start: int, label: str, kind: str) -> None:
+            for i, ch in enumerate(label):
                 labels[start + i] = ch
                 label_styles[start + i] = marker_styles[kind]
-            next_free = start + len(label) + 1
+                taken[start + i] = True
+
+        for kind in ("compact", "warning", "blocking"):
+            col = columns.get(kind)
+            if col is None:
+                continue
+            name, value = names[kind], human_tokens(values[kind])
+            after, before = f"▼{name} {value}", f"{name} {value}▼"
+            options = [(col, after), (col - len(before) + 1, before), (col, f"▼{name}"),
+                       (col - len(name), f"{name}▼"), (col, "▼")]
+            if kind == "warning":  # left of the compact line: its label reads best before its marker
+                options[0], options[1] = options[1], options[0]
+            for start, label in options:
+                if free(start, len(label)) or (kind == "compact" and 0 <= start <= width - len(label)):
+                    put(start, label, kind)
+                    break
         label_line = Text(no_wrap=True, end="")
         for ch, st in zip(labels, label_styles):
             label_line.append(ch, st or dim)
@@ -149,5 +227,4 @@ class GaugeBar(Widget):
                 bar.append("~" if col == exact_cells else "▒", est_style)
             else:
                 bar.append("─", empty_style)
-        figures.truncate(width, overflow="ellipsis")
         return Text("\n", no_wrap=True, end="").join([figures, label_line, bar])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from rich.cells import cell_len
 from rich.segment import Segment
+from textual.binding import Binding
 from textual.cache import LRUCache
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
@@ -51,6 +52,14 @@ def prepare_lines(text: str, wrap_at: int = WRAP_AT) -> tuple[list[str], int]:
 
 class OutputViewer(ScrollView, can_focus=True):
     """Shows lines of text; only the visible ones are ever rendered."""
+
+    # Listed in the footer while the viewer has focus (the full output takes it when opened).
+    BINDINGS = [
+        Binding("pageup", "page_up", "Page", group=Binding.Group("Page")),
+        Binding("pagedown", "page_down", "Page", group=Binding.Group("Page")),
+        Binding("home", "scroll_home", "Top/end", group=Binding.Group("Top/end")),
+        Binding("end", "scroll_end", "Top/end", group=Binding.Group("Top/end")),
+    ]
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)

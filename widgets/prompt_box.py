@@ -21,12 +21,18 @@ class PromptBox(Input):
     """Single-line prompt with slash-command completion and a history (up/down)."""
 
     BINDINGS = [
-        Binding("up", "history(-1)", "Previous prompt", show=False),
-        Binding("down", "history(1)", "Next prompt", show=False),
+        Binding("up", "history(-1)", "History", group=Binding.Group("History")),
+        Binding("down", "history(1)", "History", group=Binding.Group("History")),
+        # a one-line input has nothing to page through: page keys scroll the conversation
+        Binding("pageup", "app.scroll_conversation(-1)", "Scroll", group=Binding.Group("Scroll")),
+        Binding("pagedown", "app.scroll_conversation(1)", "Scroll", group=Binding.Group("Scroll")),
     ]
 
     def __init__(self, *, cursor_blink: bool = True, **kwargs) -> None:
         kwargs.setdefault("placeholder", "Ask tidegauge… (/help for commands)")
+        # typing elsewhere moves focus here with the first key: selecting on focus would let
+        # the second key replace the first
+        kwargs.setdefault("select_on_focus", False)
         super().__init__(
             suggester=SuggestFromList(list(SLASH_COMMANDS), case_sensitive=False),
             **kwargs,

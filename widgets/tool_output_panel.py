@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from textual import on, work
+from textual.binding import Binding
 from textual.containers import Vertical
 from textual.reactive import var
 from textual.widgets import Static
@@ -22,6 +23,22 @@ from widgets.output_viewer import OutputViewer, prepare_lines
 from widgets.session_messages import ResultCut, ToolFinished, ToolStarted
 from widgets.tool_call_line import ToolCallInfo, apply_cut, apply_result, info_from_start
 from widgets.tool_call_list import ToolCallList
+
+
+class ShownToolCallList(ToolCallList):
+    """The call list with its keys listed in the footer while it has focus."""
+
+    BINDINGS = [
+        Binding("up", "move(-1)", "Call", group=Binding.Group("Call")),
+        Binding("down", "move(1)", "Call", group=Binding.Group("Call")),
+        Binding("pageup", "move(-10)", "Page", group=Binding.Group("Page")),
+        Binding("pagedown", "move(10)", "Page", group=Binding.Group("Page")),
+        Binding("home", "first", "First/last", group=Binding.Group("First/last")),
+        Binding("end", "last", "First/last", group=Binding.Group("First/last")),
+    ]
+
+
+VIEWER_KEYS = "PgUp/PgDn Home/End · ctrl+o closes"
 
 
 @dataclass
@@ -45,9 +62,15 @@ class ToolOutputPanel(Vertical):
         self.contents: dict[str, str] = {}
         self.order: list[str] = []
         self.selected_id: str | None = None
+        # The user picked the selection (keys or a click). Until then the panel follows the
+        # newest call, and ctrl+o opens the newest call whose output was cut.
+        self.user_picked = False
+        # ctrl+o opened a full output: moving the selection shows each call's full output
+        # (or says it was not cut) until ctrl+o closes the view
+        self.full_view = False
 
     def compose(self):
-        yield ToolCallList(id="tool-list")
+        yield ShownToolCallList(id="tool-list")
         yield Static(literal("no tool calls yet"), id="output-status")
         yield OutputViewer(id="output-viewer")
 
@@ -65,14 +88,32 @@ class ToolOutputPanel(Vertical):
 
     # ---------------------------------------------------------------- updates
 
+    @property
+    def following(self) -> bool:
+        """New calls are selected as they come (the selection is on the newest, nothing is open)."""
+        on_newest = self.selected_id is None or self.selected_id == (self.order[-1] if self.order else None)
+        return on_newest and not (self.expanded or self.loading or self.full_view)
+
     def add_call(self, info: ToolCallInfo) -> None:
-        follow = self.selected_id is None or self.selected_id == (self.order[-1] if self.order else None)
+        follow = self.following
         self.calls[info.id] = info
         self.order.append(info.id)
         self.tool_list.add_call(info)
         if follow:
+            self.user_picked = False
             self.tool_list.cursor = len(self.order) - 1
             self._select(info.id)
+        self._say_following()
+
+    def _say_following(self) -> None:
+        """The border says when the panel has stopped following new calls, and how to resume."""
+        if self.following or self.selected_id not in self.calls:
+            self.border_subtitle = ""
+            return
+        position = self.order.index(self.selected_id) + 1
+        newer = len(self.order) - position
+        self.border_subtitle = literal(f"call {position}/{len(self.order)} · not following new calls"
+                                       if newer else f"call {position}/{len(self.order)} · new calls wait")
 
     def update_call(self, info: ToolCallInfo, content: str | None = None) -> None:
         if info.id not in self.calls:
@@ -89,7 +130,10 @@ class ToolOutputPanel(Vertical):
         self.contents.clear()
         self.order.clear()
         self.selected_id = None
+        self.user_picked = False
+        self.full_view = False
         self.expanded = False
+        self.border_subtitle = ""
         self.tool_list.clear()
         self.viewer.set_lines([], 0)
         self.status_line.update(literal("no tool calls yet"))
@@ -115,19 +159,35 @@ class ToolOutputPanel(Vertical):
     @on(ToolCallList.Highlighted)
     def _on_highlight(self, event: ToolCallList.Highlighted) -> None:
         if event.call_id != self.selected_id:
-            self._select(event.call_id)
+            self._pick(event.call_id)
 
     def select_call(self, call_id: str) -> None:
         """Select a call (from a click in the conversation)."""
         if call_id in self.calls:
             self.tool_list.cursor = self.tool_list.index_of(call_id)
-            self._select(call_id)
+            self._pick(call_id)
+
+    def _pick(self, call_id: str) -> None:
+        """The user chose a call. An open full output stays open: it shows the new call's
+        (or says that call was not cut), never closes without a word."""
+        self.user_picked = True
+        self._select(call_id)
+        if self.full_view:
+            info = self.calls[call_id]
+            if info.full_output_path:
+                self._open(call_id, info.full_output_path)
+            else:
+                self.status_line.update(literal(f"{info.name}: nothing was cut, this is the whole output"
+                                                " (the full output view closed; ctrl+o closes it for good)"))
+        self._say_following()
 
     def _select(self, call_id: str) -> None:
         self.selected_id = call_id
         self.expanded = False
         self.loading = False
+        self.workers.cancel_group(self, "output-load")
         self._show_model_view(call_id)
+        self._say_following()
 
     # ------------------------------------------------------------------ views
 
@@ -152,24 +212,49 @@ class ToolOutputPanel(Vertical):
         self.status_line.update(literal(status))
         self.viewer.set_text(content)
 
+    def latest_cut_call(self) -> str | None:
+        """The newest call whose output was cut (its full output is on disk)."""
+        return next((cid for cid in reversed(self.order) if self.calls[cid].full_output_path), None)
+
     def toggle_expand(self) -> str:
-        """ctrl+o: expand the selected call's full output, or collapse it. Returns what happened."""
-        call_id = self.selected_id
-        if call_id is None:
-            return "no tool call selected"
-        if self.expanded or self.loading:
+        """ctrl+o: open the full output, or close it. Returns what happened.
+
+        With a selection the user made, it is that call's; otherwise (the panel follows
+        new calls) the newest call whose output was cut, which is what a reply's
+        "ctrl+o expands it" is about.
+        """
+        if self.expanded or self.loading or self.full_view:
+            self.full_view = False
+            call_id = self.selected_id
+            assert call_id is not None
+            refocus = self.viewer.has_focus
             self.expanded = False
             self.loading = False
             self.workers.cancel_group(self, "output-load")
             self._show_model_view(call_id)
+            self._say_following()
+            if refocus:
+                self.tool_list.focus()
             return "collapsed"
+        if not self.user_picked:
+            latest_cut = self.latest_cut_call()
+            if latest_cut is not None and latest_cut != self.selected_id:
+                self.tool_list.cursor = self.tool_list.index_of(latest_cut)
+                self._select(latest_cut)
+        call_id = self.selected_id
+        if call_id is None:
+            return "no tool call yet"
         info = self.calls[call_id]
         if not info.full_output_path:
             return "nothing was cut: this is the whole output"
-        self.loading = True
-        self.status_line.update(literal(f"loading {info.full_output_path} …"))
-        self._load_full_output(call_id, info.full_output_path)
+        self.full_view = True
+        self._open(call_id, info.full_output_path)
         return "expanding"
+
+    def _open(self, call_id: str, path: str) -> None:
+        self.loading = True
+        self.status_line.update(literal(f"loading {path} …"))
+        self._load_full_output(call_id, path)
 
     @work(thread=True, exclusive=True, group="output-load", exit_on_error=False)
     def _load_full_output(self, call_id: str, path: str) -> LoadedOutput:
@@ -188,12 +273,14 @@ class ToolOutputPanel(Vertical):
             self.loading = False
             self.expanded = True
             self.viewer.set_lines(loaded.lines, loaded.width)
+            # the whole file name on a line of its own (it wraps rather than being cut), then the keys
             self.status_line.update(
                 literal(
-                    f"full output: {loaded.chars:,} characters, {len(loaded.lines):,} lines"
-                    f" from {loaded.path} — ctrl+o to collapse"
+                    f"{loaded.path}\n{loaded.chars:,} characters, {len(loaded.lines):,} lines · {VIEWER_KEYS}"
                 )
             )
+            self.viewer.focus()
+            self._say_following()
         elif event.state == WorkerState.ERROR and self.loading:
             self.loading = False
             self.status_line.update(literal(f"could not read the full output: {event.worker.error}"))

@@ -526,10 +526,13 @@ class ContextEngine:
         """Summarize the history into one message. On failure the history is exactly as it was."""
         before_msgs = len(self.history)
         tokens_before = self.projection().projected_tokens
-        if not self.history:
-            event = CompactionEvent(trigger=trigger, ok=False, messages_before=0, messages_after=0,
-                                    tokens_before=tokens_before, tokens_after=tokens_before,
-                                    reason="nothing to compact")
+        if not self.history or self._only_a_summary():
+            # A lone summary compacts to itself: a model call would gain nothing.
+            event = CompactionEvent(trigger=trigger, ok=False, messages_before=before_msgs,
+                                    messages_after=before_msgs, tokens_before=tokens_before,
+                                    tokens_after=tokens_before,
+                                    reason="nothing to compact" + (": the context is already one summary"
+                                                                    if self.history else ""))
             self.emit(event)
             return event
         planned = self.forecast_compaction()

@@ -13,11 +13,12 @@ import gc
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
 
-from textual import on, work
+from textual import events, on, work
 from textual._styles_cache import StylesCache
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Footer, Input
 from textual.worker import Worker, WorkerState
@@ -29,7 +30,7 @@ from widgets.context_panel import ContextPanel
 from widgets.conversation import Conversation
 from widgets.header_bar import HeaderBar
 from widgets.prompt_box import SLASH_COMMANDS, PromptBox
-from widgets.session_messages import ApprovalRequested, ApprovalResolved, ForecastReady
+from widgets.session_messages import ApprovalRequested, ApprovalResolved, ForecastReady, StateChanged
 from widgets.tool_call_line import ToolCallLine
 from widgets.tool_output_panel import ToolOutputPanel
 
@@ -43,14 +44,47 @@ HELP_TEXT = "\n".join(
     [
         "commands:",
         *(f"  {name:<9} {about}" for name, about in SLASH_COMMANDS.items()),
-        "keys:",
-        "  ctrl+s   compact (asks first) ctrl+r   reset (asks first)",
+        "keys (the footer shows those of the focused region):",
+        "  enter    send             ↑/↓      prompt history",
+        "  tab      next region      shift+tab  previous region",
+        "  PgUp/PgDn  scroll the conversation (or the focused list/output)",
+        "  Home/End   first/last tool call, top/end of an output",
+        "  ctrl+o   open/close the full output of the selected call",
+        "           (nothing selected: the latest cut output)",
+        "  ctrl+g   show/hide the context chart and breakdown",
+        "  ctrl+s   compact (asks first)  ctrl+r   reset (asks first)",
         "  r        in the tool list: restore a cleared result (asks first)",
-        "  ctrl+o   expand/collapse the selected tool output",
-        "  escape   interrupt the running turn    ctrl+q   quit",
-        "  tab      next region          ↑/↓      move in the tool list, prompt history",
+        "  escape   interrupt the running turn",
+        "  ctrl+p   command palette  ctrl+q   quit",
+        "  approval: y yes · a always (this session) · n no · escape interrupts",
+        "  typing anywhere goes to the prompt",
     ]
 )
+
+# The context panel's chart and breakdown fold away when, with them, the conversation
+# would have fewer rows than this (header, footer, prompt and borders counted).
+CONVERSATION_MIN_ROWS = 12
+CHROME_ROWS = 1 + 1 + 3 + 2  # header, footer, prompt box, the conversation's border
+CONTEXT_PANEL_ROWS = 15  # unfolded, as styles/tidegauge.tcss sets it
+
+
+def context_details_fit(terminal_height: int) -> bool:
+    """Whether the chart and breakdown fit with the conversation keeping its minimum rows."""
+    return terminal_height - CHROME_ROWS - CONTEXT_PANEL_ROWS >= CONVERSATION_MIN_ROWS
+
+
+class MainScreen(Screen[None]):
+    """The dashboard's screen: tab and shift+tab are listed in the footer."""
+
+    BINDINGS = [
+        Binding("tab", "app.focus_next", "Next region", group=Binding.Group("Region")),
+        Binding("shift+tab", "app.focus_previous", "Previous region", group=Binding.Group("Region")),
+    ]
+
+    def on_resize(self, _event: events.Resize) -> None:
+        fold = getattr(self.app, "_fold_context_details", None)
+        if fold is not None and self.is_mounted:
+            fold()
 
 
 # Garbage collection while the dashboard runs. A full collection walks every live
@@ -91,9 +125,12 @@ class TidegaugeApp(App[int]):
     ENABLE_COMMAND_PALETTE = True
 
     BINDINGS = [
+        Binding("pageup", "scroll_conversation(-1)", "Scroll", group=Binding.Group("Scroll")),
+        Binding("pagedown", "scroll_conversation(1)", "Scroll", group=Binding.Group("Scroll")),
+        Binding("ctrl+o", "toggle_output", "Full output"),
+        Binding("ctrl+g", "toggle_context_details", "Chart"),
         Binding("ctrl+s", "compact", "Compact"),
         Binding("ctrl+r", "reset", "Reset"),
-        Binding("ctrl+o", "toggle_output", "Expand output"),
         Binding("escape", "interrupt", "Interrupt"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
     ]
@@ -119,8 +156,13 @@ class TidegaugeApp(App[int]):
         self.startup_error: BaseException | None = None  # building the session failed (the app exits 2)
         self._unsubscribe_bridge: Callable[[], None] | None = None
         self._session_stopped = False
+        # ctrl+g's choice: None follows the terminal's height, True/False is the user's and stays
+        self._context_details: bool | None = None
 
     # ------------------------------------------------------------------ layout
+
+    def get_default_screen(self) -> Screen[Any]:
+        return MainScreen(id="_default")
 
     def compose(self) -> Iterable[Any]:
         yield HeaderBar(id="header")
@@ -130,7 +172,7 @@ class TidegaugeApp(App[int]):
                 yield PromptBox(id="prompt", cursor_blink=self._cursor_blink)
             yield ToolOutputPanel(id="tool-panel")
         yield ContextPanel(id="context-panel")
-        yield Footer()
+        yield Footer(compact=True)
 
     # The main widgets are looked up on the main screen, once: while a modal is
     # open, App.query_one would search the modal and find nothing.
@@ -177,6 +219,7 @@ class TidegaugeApp(App[int]):
         self.conversation.border_title = "conversation"
         self.tool_panel.border_title = "tool output"
         self.context_panel.border_title = "context"
+        self._fold_context_details()
         self.prompt_box.focus()
         if self._given_session is not None:
             self._follow_session(self._given_session)
@@ -299,6 +342,19 @@ class TidegaugeApp(App[int]):
 
     # ------------------------------------------------------------------ input
 
+    def on_key(self, event: events.Key) -> None:
+        """A printable key typed outside the prompt goes to the prompt (and focus with it),
+        as in the agents people already use: typing is never lost to the region in focus."""
+        if not event.is_printable or event.character is None or self.screen is not self.screen_stack[0]:
+            return
+        if isinstance(self.focused, Input):  # the prompt (or another text field) has it already
+            return
+        event.stop()
+        event.prevent_default()
+        prompt = self.prompt_box
+        prompt.focus()
+        prompt.insert_text_at_cursor(event.character)
+
     @on(Input.Submitted, "#prompt")
     async def _on_prompt(self, event: Input.Submitted) -> None:
         text = event.value.strip()
@@ -307,10 +363,11 @@ class TidegaugeApp(App[int]):
         if not text:
             return
         prompt.remember(text)
+        # whatever was sent, the user looks at the end of the conversation for its answer
+        await self.conversation.jump_to_end()
         if text.startswith("/"):
             self._slash_command(text)
             return
-        await self.conversation.jump_to_end()
         self.submit(UserInput(text))
 
     def _slash_command(self, text: str) -> None:
@@ -328,6 +385,7 @@ class TidegaugeApp(App[int]):
                 self.session.submit(Report("usage" if command == "/usage" else "context"))
         elif command == "/help":
             self.conversation.add_engine("info", HELP_TEXT)
+            self.conversation.show_latest_from_its_top()
         else:
             self.conversation.add_engine("warning", f"unknown command {command} — /help lists them")
 
@@ -383,10 +441,41 @@ class TidegaugeApp(App[int]):
                 return
 
     def action_toggle_output(self) -> None:
-        """Expand or collapse the selected tool output."""
+        """Open or close the full output of the selected call (none selected: the latest cut one)."""
         result = self.tool_panel.toggle_expand()
         if result not in ("expanding", "collapsed"):
             self.notify(result, timeout=3)
+
+    def action_toggle_context_details(self) -> None:
+        """Show or hide the context chart and breakdown (they fold away on a short terminal)."""
+        self._context_details = self.context_panel.folded
+        self._fold_context_details()
+
+    def _fold_context_details(self) -> None:
+        show = self._context_details
+        if show is None:
+            show = context_details_fit(self.size.height)
+        self.context_panel.folded = not show
+
+    def action_scroll_conversation(self, direction: int) -> None:
+        """Page keys from the prompt scroll the conversation."""
+        conversation = self.conversation
+        if direction < 0:
+            conversation.scroll_page_up(animate=False)
+        else:
+            conversation.scroll_page_down(animate=False)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "interrupt":
+            try:
+                return True if self.busy else False  # nothing to interrupt: escape is not offered
+            except NoMatches:  # before the widgets exist
+                return False
+        return True
+
+    @on(StateChanged)
+    def _on_state(self, _message: StateChanged) -> None:
+        self.refresh_bindings()  # escape (interrupt) is listed only while a turn runs
 
     def action_interrupt(self) -> None:
         """Interrupt the running turn."""
@@ -399,6 +488,8 @@ class TidegaugeApp(App[int]):
         yield SystemCommand("Reset conversation", "Clear the conversation after asking (ctrl+r)", self.action_reset)
         yield SystemCommand("Expand / collapse tool output", "Full output of the selected call (ctrl+o)", self.action_toggle_output)
         yield SystemCommand("Interrupt", "Stop the running turn (escape)", self.action_interrupt)
+        yield SystemCommand("Show / hide context chart and breakdown", "The history chart and the breakdown by part"
+                            " (ctrl+g)", self.action_toggle_context_details)
         yield SystemCommand("Server-side compaction: on", "The provider compacts at the auto-compact line "
                             "(responses, anthropic); tidegauge's own auto-compaction stands down",
                             lambda: self._server_compaction(True))
