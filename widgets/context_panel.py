@@ -6,8 +6,9 @@ the gauge stays, so the conversation keeps its rows; the App decides when.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
+from textual.app import ComposeResult
 from textual import on
 from textual.containers import Horizontal, Vertical
 from textual.reactive import var
@@ -27,11 +28,11 @@ class ContextPanel(Vertical):
     folded = var(False, toggle_class="-folded")
     fold_key = "ctrl+g"  # shown in the border when folded (the App binds it)
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.last_context: ContextEvent | None = None
 
-    def compose(self):
+    def compose(self) -> ComposeResult:
         yield GaugeBar(id="gauge-bar")
         with Horizontal(id="context-lower"):
             yield ContextHistory(id="context-history")

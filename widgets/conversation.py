@@ -9,8 +9,9 @@ the user scrolls back to them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Any, TYPE_CHECKING, Literal
 
+from textual.app import ComposeResult
 from textual import events, on
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -90,7 +91,7 @@ class Conversation(VerticalScroll, can_focus=True):
         slack: int = 50,
         load_batch: int = 50,
         transcript_path: str | None = None,
-        **kwargs,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.max_mounted = max_mounted
@@ -119,7 +120,7 @@ class Conversation(VerticalScroll, can_focus=True):
         super().notify_style_update()
         self._tool_styles = None
 
-    def compose(self):
+    def compose(self) -> ComposeResult:
         yield self._above
         yield self._below
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 from statistics import median
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 from rich.style import Style
 from rich.text import Text
@@ -52,7 +52,7 @@ class GaugeBar(Widget):
     context: reactive[ContextEvent | None] = reactive(None)
     level = var("ok")
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         # Recent "turns until auto-compact" readings: the engine's figure follows the last
         # turn's growth, so it jumps (85, 20, 8 within seconds); the median of the last few is shown.

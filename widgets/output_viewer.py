@@ -9,6 +9,8 @@ inert (escape sequences shown, never executed) when it is first drawn.
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.cells import cell_len
 from rich.segment import Segment
 from textual.binding import Binding
@@ -61,7 +63,7 @@ class OutputViewer(ScrollView, can_focus=True):
         Binding("end", "scroll_end", "Top/end", group=Binding.Group("Top/end")),
     ]
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._lines: list[str] = []
         self._cache: LRUCache[int, Strip] = LRUCache(1024)

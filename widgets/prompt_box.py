@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual.binding import Binding
 from textual.suggester import SuggestFromList
 from textual.widgets import Input
@@ -28,7 +30,7 @@ class PromptBox(Input):
         Binding("pagedown", "app.scroll_conversation(1)", "Scroll", group=Binding.Group("Scroll")),
     ]
 
-    def __init__(self, *, cursor_blink: bool = True, **kwargs) -> None:
+    def __init__(self, *, cursor_blink: bool = True, **kwargs: Any) -> None:
         kwargs.setdefault("placeholder", "Ask tidegauge… (/help for commands)")
         # typing elsewhere moves focus here with the first key: selecting on focus would let
         # the second key replace the first

@@ -8,9 +8,12 @@ the file: the model's context never changes.
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass
 from pathlib import Path
 
+from textual.app import ComposeResult
 from textual import on, work
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -56,7 +59,7 @@ class ToolOutputPanel(Vertical):
     expanded = var(False, toggle_class="-expanded")
     loading = var(False, toggle_class="-loading")
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.calls: dict[str, ToolCallInfo] = {}
         self.contents: dict[str, str] = {}
@@ -69,7 +72,7 @@ class ToolOutputPanel(Vertical):
         # (or says it was not cut) until ctrl+o closes the view
         self.full_view = False
 
-    def compose(self):
+    def compose(self) -> ComposeResult:
         yield ShownToolCallList(id="tool-list")
         yield Static(literal("no tool calls yet"), id="output-status")
         yield OutputViewer(id="output-viewer")
