@@ -349,6 +349,8 @@ class TidegaugeApp(App[int]):
             return
         if isinstance(self.focused, Input):  # the prompt (or another text field) has it already
             return
+        if event.key in self.active_bindings:  # a key the focused region binds (r in the tool list)
+            return
         event.stop()
         event.prevent_default()
         prompt = self.prompt_box
