@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with -p: the answer as text (default), or one JSON event per line")
     p.add_argument("--demo-speed", type=float, metavar="TOKENS_PER_S",
                    help="demo provider: typing speed in tokens per second (default 40; 0: no delay)")
-    # --web: the dashboard in a browser (app/web.py)
+    # --web: the dashboard in a browser (app/dashboard/web.py)
     p.add_argument("--web", action="store_true",
                    help="serve the dashboard to a browser on 127.0.0.1 instead of this terminal")
     p.add_argument("--web-port", type=int, metavar="PORT",
@@ -136,7 +136,7 @@ def _serve_web(settings: "Settings", overrides: dict[str, Any], args: argparse.N
     from app.config import api_key_for, resolve_provider
     from app.errors import SetupError
     from app.session import SessionStore
-    from app.web import serve_dashboard
+    from app.dashboard.web import serve_dashboard
 
     provider = resolve_provider(settings)
     if provider != "demo" and not api_key_for(settings, provider):

@@ -121,7 +121,7 @@ def bind_listener(port: int) -> socket.socket:
 
 
 def _dashboard_server_class() -> type:
-    """The textual-serve Server, adapted; built on call so ``import app.web`` stays light."""
+    """The textual-serve Server, adapted; built on call so ``import app.dashboard.web`` stays light."""
     import aiohttp_jinja2
     import jinja2
     from aiohttp import web
