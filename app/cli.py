@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             return _serve_web(settings(), overrides, args)
         from app.dashboard.launch import run_dashboard
 
-        return run_dashboard(settings, resume=args.resume, continue_latest=args.continue_latest)
+        return run_dashboard(overrides, resume=args.resume, continue_latest=args.continue_latest)
     except (ConfigError, SetupError) as err:
         print(f"tidegauge: {err}", file=sys.stderr)
         return 2

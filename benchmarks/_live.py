@@ -1,10 +1,11 @@
 """The real path for the dashboard benchmarks: a loopback SSE server, the OpenAI chat
-provider, the agent, an ``AgentSession`` on its own thread and the dashboard App.
+provider, the agent, an ``AgentSession`` in its own process and the dashboard App.
 
 Nothing is injected: the server (tests/fake_llm_server.py, real HTTP/1.1 with
 chunked SSE) streams a scripted reply, the provider parses it, the agent and
-the session turn it into events on the session's thread, and the bridge posts
-them to the widgets on the UI loop, exactly as ``tidegauge`` runs.
+the session turn it into events in the session process (``app.session_process``),
+they come over its pipe, and the bridge posts them to the widgets on the UI loop,
+exactly as ``tidegauge`` runs.
 
 The server records when it wrote the frame holding a marker (``perf_counter``,
 the same monotonic clock as the App's frames) so a benchmark can measure the
@@ -124,17 +125,17 @@ def isolate_user_dirs(tmp: Path) -> None:
 
 
 @asynccontextmanager
-async def live_dashboard(tmp: Path, settings: Any, size: tuple[int, int] = SIZE) -> AsyncIterator[tuple[Any, Any]]:
-    """The dashboard App (headless, ``run_test``) on a real session running on its own
-    thread, as ``app.dashboard.launch`` runs it. Yields (app, pilot) once the session is
-    attached; stops the session thread after the App has closed."""
+async def live_dashboard(tmp: Path, overrides: dict[str, Any],
+                         size: tuple[int, int] = SIZE) -> AsyncIterator[tuple[Any, Any]]:
+    """The dashboard App (headless, ``run_test``) on a real session in its own process,
+    as ``app.dashboard.launch`` runs it. Yields (app, pilot) once the session is
+    attached; stops the session process after the App has closed."""
     from app.dashboard.app import TidegaugeApp
-    from app.dashboard.launch import SessionThread
-    from app.runtime import build_session
+    from app.session_process import SessionProcess
 
     workspace = tmp / "work"
     workspace.mkdir(parents=True, exist_ok=True)
-    runner = SessionThread(build_session(settings, approvals=True, cwd=workspace))
+    runner = SessionProcess(overrides, cwd=workspace)
     app = TidegaugeApp(runner.start(), cursor_blink=False)
     try:
         async with app.run_test(size=size) as pilot:
@@ -144,16 +145,13 @@ async def live_dashboard(tmp: Path, settings: Any, size: tuple[int, int] = SIZE)
         runner.stop()
 
 
-def openai_settings(tmp: Path, server: LoopbackLLM) -> Any:
-    from app.config import Settings
-
+def openai_settings(tmp: Path, server: LoopbackLLM) -> dict[str, Any]:
+    """The settings (as the CLI's overrides) for the OpenAI chat provider on the loopback server."""
     isolate_user_dirs(tmp)
-    return Settings(provider="openai", model="gpt-4o", base_url=server.base_url("openai"),
-                    api_key_env=KEY_ENV, data_dir=tmp / "data", yes=True)
+    return {"provider": "openai", "model": "gpt-4o", "base_url": server.base_url("openai"),
+            "api_key_env": KEY_ENV, "data_dir": str(tmp / "data"), "yes": True}
 
 
-def demo_settings(tmp: Path, speed: float) -> Any:
-    from app.config import Settings
-
+def demo_settings(tmp: Path, speed: float) -> dict[str, Any]:
     isolate_user_dirs(tmp)
-    return Settings(provider="demo", demo_speed=speed, data_dir=tmp / "data", yes=True)
+    return {"provider": "demo", "demo_speed": speed, "data_dir": str(tmp / "data"), "yes": True}

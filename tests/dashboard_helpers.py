@@ -42,7 +42,7 @@ def demo_app(tmp_path: Any, **overrides: Any) -> Any:
     as ``tidegauge`` runs it; the App's unmount stops the session."""
     from app.config import load_settings
     from app.dashboard.app import TidegaugeApp
-    from app.dashboard.launch import SessionThread
+    from session_thread import SessionThread
     from app.runtime import build_session
 
     settings = load_settings({"provider": "demo", "demo_speed": 0, "data_dir": str(tmp_path / "data"), **overrides})

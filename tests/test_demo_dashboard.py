@@ -6,7 +6,7 @@ from pathlib import Path
 
 from app.config import load_settings
 from app.dashboard.app import TidegaugeApp
-from app.dashboard.launch import SessionThread
+from session_thread import SessionThread
 from app.runtime import build_session
 from dashboard_helpers import settle
 from widgets.context_history import ContextHistory

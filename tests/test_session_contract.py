@@ -49,8 +49,10 @@ def test_every_event_type_has_words_or_is_declared_silent():
     assert types == set(DESCRIBERS), "a new event type needs an entry in app.describe.DESCRIBERS"
 
 
-def test_real_session_and_test_fake_implement_the_surface_protocol():
-    for cls in (AgentSession, FakeSession):
+def test_real_session_its_process_client_and_test_fake_implement_the_surface_protocol():
+    from app.session_process import SessionProcess
+
+    for cls in (AgentSession, SessionProcess, FakeSession):
         for name in ("submit", "subscribe", "snapshot"):
             real = inspect.signature(getattr(SessionSurface, name))
             theirs = inspect.signature(getattr(cls, name))

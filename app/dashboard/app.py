@@ -3,8 +3,9 @@
 The App lays out the widgets, turns keys and prompts into session commands
 (``SessionSurface.submit``) and answers approval requests. Everything it draws
 reaches the widgets as messages from ``SessionBridge``; each widget handles
-its own (``@on``). The session runs on its own thread (see ``launch``), so the
-agent never waits for a frame and the widgets are only touched on the UI loop.
+its own (``@on``). The session runs in a process of its own (see ``launch``;
+tests run it on a thread), so the agent never waits for a frame, and events
+arrive on another thread: the widgets are only touched on the UI loop.
 """
 
 from __future__ import annotations

@@ -1,54 +1,17 @@
-"""Open the dashboard on a session that runs on its own thread.
+"""Open the dashboard on a session that runs in a process of its own.
 
-The session's loop lives on a thread of its own: the agent's work (streaming,
-token counting, tools) never waits for a frame, and a slow frame never slows the
-agent. The App reaches it only through ``submit`` and the bridge's messages.
+The session runs in a child process (``app.session_process``): the agent's work
+(streaming, token counting, tools) never waits for a frame, a slow frame never
+slows the agent, and the two never share an interpreter lock. The App reaches it
+only through ``submit`` and the bridge's messages.
 """
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import os
 import sys
-import threading
-from typing import TYPE_CHECKING, Callable
-
-if TYPE_CHECKING:
-    from app.agent_session import AgentSession
-    from app.config import Settings
-
-
-class SessionThread:
-    """Runs ``session.run()`` on a daemon thread with its own event loop."""
-
-    def __init__(self, session: "AgentSession") -> None:
-        self.session = session
-        self.thread = threading.Thread(target=self._main, name="tidegauge-session", daemon=True)
-        self.error: BaseException | None = None
-
-    def start(self) -> "AgentSession":
-        self.thread.start()
-        return self.session
-
-    def _main(self) -> None:
-        try:
-            asyncio.run(self.session.run())
-        except BaseException as error:  # noqa: BLE001 - reported on stderr after the screen closes
-            self.error = error
-
-    def stop(self, timeout: float = 2.0) -> None:
-        from app.commands import Shutdown
-
-        # The App's unmount has usually stopped the session already, and its loop may be
-        # closed by now: submitting to a closed loop raised "Event loop is closed" (a
-        # traceback and exit code 1 on ctrl+q, about one quit in two).
-        if self.thread.is_alive():
-            try:
-                self.session.submit(Shutdown(now=True))
-            except RuntimeError:  # the loop closed between the check and the submit
-                pass
-        self.thread.join(timeout)
+from typing import Any
 
 
 def _is_the_tidegauge_process() -> bool:
@@ -80,37 +43,35 @@ def exit_now(code: int) -> None:
     os._exit(code)
 
 
-def run_dashboard(load_settings: "Callable[[], Settings]", resume: str | None = None,
-                  continue_latest: bool = False) -> int:
+def run_dashboard(overrides: dict[str, Any], resume: str | None = None, continue_latest: bool = False) -> int:
     """Open the dashboard (the CLI calls this when there is no -p). Returns the exit code.
 
-    A new session paints first: the settings (pydantic and pydantic-settings take
-    ~150 ms to import here), the session and its first context figures are all
-    loaded in a thread after the first frame; a bad setting or a missing key then
-    closes the dashboard with one line on stderr. Resuming a session builds first,
-    so a bad session id is one line on stderr without the screen opening.
+    The session runs in a child process (``app.session_process``): the UI process
+    keeps its interpreter lock for drawing. A new session paints first: the child
+    (settings, session, token encoder) starts in a thread after the first frame, and
+    a bad setting or a missing key then closes the dashboard with the child's one
+    line on stderr. Resuming starts the child first, so a bad session id is one line
+    on stderr without the screen opening.
     """
     from app.dashboard.app import TidegaugeApp
+    from app.session_process import SessionProcess
 
-    runners: list[SessionThread] = []
+    runners: list[SessionProcess] = []
 
-    def build(settings: "Settings") -> "AgentSession":
-        from app.runtime import build_session
-
-        runner = SessionThread(build_session(settings, approvals=True, resume=resume,
-                                             continue_latest=continue_latest))
+    def build() -> SessionProcess:
+        runner = SessionProcess(overrides, resume=resume, continue_latest=continue_latest)
         runners.append(runner)
         return runner.start()
 
     if resume or continue_latest:
         try:
-            session = build(load_settings())
+            session = build()
         except Exception as error:  # a bad setting or session id: one line, no traceback
             print(f"tidegauge: {error}", file=sys.stderr)
             return 2
         app = TidegaugeApp(session)
     else:
-        app = TidegaugeApp(session_factory=lambda: build(load_settings()))
+        app = TidegaugeApp(session_factory=build)
     app.run()
     for runner in runners:
         runner.stop()
@@ -118,8 +79,11 @@ def run_dashboard(load_settings: "Callable[[], Settings]", resume: str | None = 
         print(f"tidegauge: {app.startup_error}", file=sys.stderr)
         return 2
     for runner in runners:
-        print(f"resume with: tidegauge --resume {runner.session.info.session_id}", file=sys.stderr)
+        if runner.returncode not in (0, None):
+            print(f"tidegauge: the session process ended with exit code {runner.returncode}: {runner.stderr_tail()}",
+                  file=sys.stderr)
+        print(f"resume with: tidegauge --resume {runner.info.session_id}", file=sys.stderr)
     code = app.return_code or 0
-    if _is_the_tidegauge_process() and all(not runner.thread.is_alive() for runner in runners):
+    if _is_the_tidegauge_process() and all(not runner.alive for runner in runners):
         exit_now(code)
     return code

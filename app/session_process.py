@@ -1,0 +1,400 @@
+"""The session in a process of its own, behind the same ``SessionSurface``.
+
+Under the dashboard the session used to run on a thread of the UI's process, and
+the two shared one interpreter lock: at 2,000 deltas/s the session's HTTP and
+SSE work (about 185 µs a delta here) and the dashboard's frames took turns, the
+screen fell a second behind the stream (benchmark 3b) and a demo turn took
+1.25× its headless time (benchmark 8). In a child process the session has a
+core of its own and the UI process only draws.
+
+The child (``python -m app.session_process REQUEST``) builds the session exactly
+as ``tidegauge`` does and speaks JSON lines, codex's app-server in small:
+
+- child → parent, stdout: first one control line, ``{"type": "@ready", ...the
+  snapshot}`` or ``{"type": "@failed", "message": one line}``; then every event
+  as its stream-json object. Deltas in a row are merged into one event (one
+  line per ``DELTA_WINDOW`` of a stream, not one per token).
+- parent → child, stdin: one command per line, ``{"command": "UserInput",
+  "fields": {...}}``. End of input (the dashboard closed, or died) is
+  ``Shutdown(now=True)``.
+
+The child ignores SIGINT and runs in a session of its own: a terminal's ctrl+c
+belongs to the dashboard, which decides what it means.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Callable
+
+from app import commands as cmd
+from app.errors import SetupError
+from app.protocol import Listener, SessionSnapshot
+
+if TYPE_CHECKING:
+    from app.events import Event, SessionInfoEvent
+
+DELTA_WINDOW = 0.008  # seconds a streamed delta may wait in the child to share a line with the next ones
+_DELTAS = ("text_delta", "thinking_delta")
+_COMMANDS: dict[str, type] = {kind.__name__: kind for kind in cmd.Command.__args__}  # type: ignore[attr-defined]
+
+
+def encode_command(command: cmd.Command) -> bytes:
+    return (json.dumps({"command": type(command).__name__, "fields": dataclasses.asdict(command)}) + "\n").encode()
+
+
+def decode_command(line: bytes) -> cmd.Command:
+    """One command line; ValueError naming what was wrong."""
+    try:
+        data = json.loads(line)
+        kind = _COMMANDS[data["command"]]
+        command: cmd.Command = kind(**data.get("fields", {}))
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"not a command line ({type(error).__name__}: {error}): {line[:80]!r}") from None
+    return command
+
+
+def _event_adapter() -> Any:
+    from pydantic import TypeAdapter
+
+    from app.events import Event
+
+    return TypeAdapter(Event)
+
+
+# ---------------------------------------------------------------------------------------- the child
+
+
+class EventWriter:
+    """A session listener that writes events as lines on a file descriptor, from its own thread.
+
+    The listener only queues (it runs on the session's loop, which must not wait on
+    a pipe); the thread serializes, merges deltas in a row and writes.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._queue: deque[Event] = deque()
+        self._ready = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._main, name="tidegauge-event-writer", daemon=True)
+        self._thread.start()
+
+    def __call__(self, event: "Event") -> None:
+        with self._ready:
+            self._queue.append(event)
+            self._ready.notify()
+
+    def close(self) -> None:
+        """Write what is queued, then stop."""
+        with self._ready:
+            self._closed = True
+            self._ready.notify()
+        self._thread.join()
+
+    def _main(self) -> None:
+        while True:
+            with self._ready:
+                while not self._queue and not self._closed:
+                    self._ready.wait()
+                batch = list(self._queue)
+                self._queue.clear()
+                closed = self._closed
+            if batch:
+                self._write(merged_lines(batch))
+            if closed:
+                return
+            if batch and batch[-1].type in _DELTAS:
+                time.sleep(DELTA_WINDOW)  # a stream is on: let its next deltas join one line
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                written = os.write(self._fd, view)
+            except BrokenPipeError:  # the dashboard is gone; the session stops on end of input
+                return
+            view = view[written:]
+
+
+def merged_lines(batch: "list[Event]") -> bytes:
+    """The events as JSON lines, deltas of one kind in a row merged into one event."""
+    lines: list[bytes] = []
+    run_kind: str | None = None
+    run: list[str] = []
+
+    def close_run() -> None:
+        if run_kind is not None:
+            lines.append(json.dumps({"type": run_kind, "text": "".join(run)}).encode())
+            run.clear()
+
+    for event in batch:
+        if event.type in _DELTAS:
+            if event.type != run_kind:
+                close_run()
+                run_kind = event.type
+            run.append(event.text)  # type: ignore[union-attr]
+            continue
+        close_run()
+        run_kind = None
+        lines.append(event.model_dump_json().encode())
+    close_run()
+    return b"".join(line + b"\n" for line in lines)
+
+
+def serve(request: dict[str, Any]) -> int:
+    """The child's main: build the session, say ``@ready`` (or ``@failed``), run it."""
+    import asyncio
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The protocol owns the real stdout; anything printed by accident goes to stderr.
+    out = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    def control(kind: str, **fields: Any) -> None:
+        os.write(out, (json.dumps({"type": kind, **fields}) + "\n").encode())
+
+    try:
+        from app.config import load_settings
+        from app.runtime import build_session
+
+        settings = load_settings(request.get("overrides") or {})
+        session = build_session(settings, approvals=True, resume=request.get("resume"),
+                                continue_latest=bool(request.get("continue_latest")))
+    except Exception as error:  # noqa: BLE001 - every setup failure is one line for the user
+        control("@failed", message=str(error) or type(error).__name__)
+        return 2
+    snapshot = session.snapshot()
+    control("@ready", info=snapshot.info.model_dump(mode="json"), context=snapshot.context.model_dump(mode="json"),
+            state=snapshot.state.model_dump(mode="json"),
+            restored=[event.model_dump(mode="json") for event in snapshot.restored],
+            busy=snapshot.busy, queued=snapshot.queued)
+    writer = EventWriter(out)
+    session.subscribe(writer)
+
+    def read_commands() -> None:
+        for line in sys.stdin.buffer:
+            if not line.strip():
+                continue
+            try:
+                session.submit(decode_command(line))
+            except ValueError as error:
+                print(f"tidegauge session: {error}", file=sys.stderr)
+        session.submit(cmd.Shutdown(now=True))
+
+    threading.Thread(target=read_commands, name="tidegauge-commands", daemon=True).start()
+    try:
+        asyncio.run(session.run())
+    finally:
+        writer.close()
+        proctree = sys.modules.get("app.tools.proctree")
+        if proctree is not None:  # what run_bash left running ends with the session
+            proctree.kill_all_descendants()
+    return 0
+
+
+# ---------------------------------------------------------------------------------------- the parent
+
+
+class SessionProcess:
+    """A ``SessionSurface`` whose session runs in a child process.
+
+    ``snapshot()`` is kept from the ``@ready`` line and the events since; listeners
+    are called on the reader thread, in order, as the in-process session calls
+    them on its own thread.
+    """
+
+    def __init__(self, overrides: dict[str, Any] | None = None, *, resume: str | None = None,
+                 continue_latest: bool = False, cwd: Path | None = None) -> None:
+        self._request = {"overrides": {k: (str(v) if isinstance(v, Path) else v) for k, v in (overrides or {}).items()},
+                         "resume": resume, "continue_latest": continue_latest}
+        self._cwd = cwd
+        self._process: subprocess.Popen[bytes] | None = None
+        self._listeners: list[Listener] = []
+        self._lock = threading.Lock()  # the mirror and the listener list change together
+        self._write_lock = threading.Lock()
+        self._ids = 0
+        self._snapshot: SessionSnapshot | None = None
+        self._reader: threading.Thread | None = None
+        self._stderr_tail: deque[str] = deque(maxlen=40)
+        self._stopping = False
+        self._adapter: Any = None
+
+    # ---------------------------------------------------------- start and stop
+
+    def start(self) -> "SessionProcess":
+        """Spawn the child and wait for its first line; SetupError with its one line if it failed."""
+        self._adapter = _event_adapter()
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "app.session_process", json.dumps(self._request)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self._cwd,
+            start_new_session=True)  # the terminal's ctrl+c is the dashboard's, not the session's
+        assert self._process.stdout is not None and self._process.stderr is not None
+        threading.Thread(target=self._drain_stderr, args=(self._process.stderr,), name="tidegauge-session-stderr",
+                         daemon=True).start()
+        first = self._process.stdout.readline()
+        if not first:
+            code = self._process.wait()
+            raise SetupError(f"the session process exited ({code}) before it started: {self.stderr_tail()}")
+        ready = json.loads(first)
+        if ready.get("type") == "@failed":
+            self._process.wait()
+            raise SetupError(ready["message"])
+        adapter = self._adapter
+        self._snapshot = SessionSnapshot(
+            info=adapter.validate_python(ready["info"]), context=adapter.validate_python(ready["context"]),
+            state=adapter.validate_python(ready["state"]),
+            restored=[adapter.validate_python(event) for event in ready["restored"]],
+            busy=ready["busy"], queued=ready["queued"])
+        self._reader = threading.Thread(target=self._read_events, args=(self._process.stdout,),
+                                        name="tidegauge-session-events", daemon=True)
+        self._reader.start()
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self._process is None else self._process.poll()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Shut the session down (interrupting what runs), wait for the child, kill it if it hangs."""
+        process = self._process
+        if process is None:
+            return
+        self._stopping = True
+        if process.poll() is None:
+            try:
+                self.submit(cmd.Shutdown(now=True))
+                assert process.stdin is not None
+                process.stdin.close()
+            except (OSError, ValueError):
+                pass
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self._reader is not None:
+            self._reader.join(timeout)
+
+    def stderr_tail(self) -> str:
+        """The child's last lines on stderr (a traceback, if it crashed), for the user."""
+        return " | ".join(self._stderr_tail) or "no output"
+
+    # ---------------------------------------------------------- the Protocol
+
+    @property
+    def info(self) -> "SessionInfoEvent":
+        assert self._snapshot is not None, "start() first"
+        return self._snapshot.info
+
+    def submit(self, command: cmd.Command) -> int:
+        process = self._process
+        assert process is not None and process.stdin is not None, "start() first"
+        with self._write_lock:
+            self._ids += 1
+            try:
+                process.stdin.write(encode_command(command))
+                process.stdin.flush()
+            except (BrokenPipeError, ValueError):
+                pass  # the child is gone; the reader says so as an error event
+            return self._ids
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        with self._lock:
+            self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if listener in self._listeners:
+                    self._listeners.remove(listener)
+
+        return unsubscribe
+
+    def snapshot(self) -> SessionSnapshot:
+        with self._lock:
+            assert self._snapshot is not None, "start() first"
+            return dataclasses.replace(self._snapshot, restored=list(self._snapshot.restored))
+
+    # ---------------------------------------------------------- threads
+
+    def _read_events(self, stdout: IO[bytes]) -> None:
+        adapter = self._adapter
+        for line in stdout:
+            try:
+                event = adapter.validate_json(line)
+            except ValueError as error:
+                self._stderr_tail.append(f"unreadable event line ({error.__class__.__name__}): {line[:80]!r}")
+                continue
+            self._dispatch(event)
+        code = self._process.wait() if self._process is not None else None
+        if not self._stopping:
+            from app.events import ErrorEvent
+
+            self._dispatch(ErrorEvent(message=f"the session process ended (exit {code}): {self.stderr_tail()}"))
+
+    def _dispatch(self, event: "Event") -> None:
+        with self._lock:
+            snapshot = self._snapshot
+            assert snapshot is not None
+            kind = event.type
+            if kind == "session":
+                snapshot.info = event  # type: ignore[assignment]
+            elif kind == "context":
+                snapshot.context = event  # type: ignore[assignment]
+            elif kind == "state":
+                snapshot.state = event  # type: ignore[assignment]
+                snapshot.busy = event.state not in ("idle", "starting")  # type: ignore[union-attr]
+                if not snapshot.busy:
+                    snapshot.queued = 0
+            elif kind == "queued":
+                snapshot.queued = max(snapshot.queued, event.position)  # type: ignore[union-attr]
+            listeners = tuple(self._listeners)
+        for listener in listeners:
+            listener(event)
+
+    def _drain_stderr(self, stderr: IO[bytes]) -> None:
+        for raw in stderr:
+            text = raw.decode(errors="replace").rstrip()
+            if text:
+                self._stderr_tail.append(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m app.session_process REQUEST_JSON (started by the dashboard)", file=sys.stderr)
+        return 2
+    return serve(json.loads(args[0]))
+
+
+def _end(code: int) -> None:
+    """Exit without finalizing the interpreter: the command reader is still blocked on
+    stdin, and a daemon thread holding stdin's lock at finalization aborts the process
+    (exit -6). Everything is written by now (transcripts are fsync'ed as they go)."""
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    _end(main())

@@ -1,0 +1,47 @@
+"""The session on a thread of the test's own process, for driving the App under Pilot.
+
+``tidegauge`` runs its session in a child process (``app.session_process``); the
+dashboard tests run it on a thread instead so they can read its state (``pending``,
+the agent) while the App draws. Both satisfy ``app.protocol.SessionSurface``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from app.agent_session import AgentSession
+
+
+class SessionThread:
+    """Runs ``session.run()`` on a daemon thread with its own event loop."""
+
+    def __init__(self, session: "AgentSession") -> None:
+        self.session = session
+        self.thread = threading.Thread(target=self._main, name="tidegauge-session", daemon=True)
+        self.error: BaseException | None = None
+
+    def start(self) -> "AgentSession":
+        self.thread.start()
+        return self.session
+
+    def _main(self) -> None:
+        try:
+            asyncio.run(self.session.run())
+        except BaseException as error:  # noqa: BLE001 - reported on stderr after the screen closes
+            self.error = error
+
+    def stop(self, timeout: float = 2.0) -> None:
+        from app.commands import Shutdown
+
+        # The App's unmount has usually stopped the session already, and its loop may be
+        # closed by now: submitting to a closed loop raised "Event loop is closed" (a
+        # traceback and exit code 1 on ctrl+q, about one quit in two).
+        if self.thread.is_alive():
+            try:
+                self.session.submit(Shutdown(now=True))
+            except RuntimeError:  # the loop closed between the check and the submit
+                pass
+        self.thread.join(timeout)
