@@ -476,8 +476,11 @@ def _decide_recall(messages: Sequence[Message], system: str) -> Decision:
 
 def _decide_delegate(turn: Turn, task_offered: bool) -> Decision:
     """The main agent's side: hand the search to a sub-agent, then quote its report."""
-    task = next((c for c in turn.calls if c.use.name == TASK_TOOL), None)
+    task = next((c for c in reversed(turn.calls) if c.use.name == TASK_TOOL), None)
     if task is None:
+        # Compacted right after the report arrived: the extractive summary keeps that I
+        # delegated (its last action), not the report, so the honest move is to ask again.
+        lost = bool(turn.summary and (turn.summary.last_action or "").split(" ")[0] == TASK_TOOL)
         if not task_offered:
             return Decision(thinking="No task tool in this session: sub-agents are off.", text=(
                 f"This session has no `{TASK_TOOL}` tool (sub-agents are off: `subagents = false` in the "
@@ -485,7 +488,10 @@ def _decide_delegate(turn: Turn, task_offered: bool) -> Decision:
                 "read the importer in a context of its own."))
         return Decision(
             thinking="A search through several files: delegate it, so the reading stays out of my context.",
-            text=("Finding that means reading the importer and whatever it validates rows with. I'm handing the "
+            text=("The context was compacted just after the sub-agent's report arrived, and the summary kept only "
+                  "that I had delegated the search, not the report. Asking a sub-agent again: its reading still "
+                  "stays out of my context, and only its report comes back." if lost else
+                  "Finding that means reading the importer and whatever it validates rows with. I'm handing the "
                   "search to a **sub-agent** with a fresh context of its own: its reading stays in its context, "
                   "and only its report comes back into mine."),
             calls=[PlannedCall(TASK_TOOL, {"description": DELEGATED_DESCRIPTION, "prompt": DELEGATED_TASK})])
