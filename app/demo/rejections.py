@@ -96,7 +96,7 @@ class Rejection:
     """One ``raise`` in the rejecting function."""
 
     line: int
-    field: str | None
+    column: str | None  # the field= it names (a CSV column)
     message: str | None  # None: it passes on what a callee raised
     callees: list[str] = field(default_factory=list)  # imported names its ``try`` body calls
 
@@ -232,7 +232,7 @@ def rejection_report(findings: Findings, followed: dict[str, SourceFile]) -> str
     lines = [f"Rows are rejected in `{source.path}`, by `{findings.function}` (lines {first}–{last}): "
              f"each check raises `{findings.error}` with the row number."]
     for rejection in findings.rejections:
-        label = f"line {rejection.line}" + (f" ({rejection.field})" if rejection.field else "")
+        label = f"line {rejection.line}" + (f" ({rejection.column})" if rejection.column else "")
         inner: list[tuple[str, list[tuple[int, str]]]] = []
         for name in rejection.callees:
             module = followed.get(findings.imports[name])

@@ -534,7 +534,7 @@ def _decide_sub_agent(turn: Turn) -> Decision:
     if importer not in read:
         return Decision(thinking=f"{importer} is the importer.", text=f"Reading `{importer}`.",
                         calls=[PlannedCall("read_file", {"path": importer})])
-    findings = find_rejections(SourceFile.from_read(importer, read[importer].content))  # type: ignore[union-attr]
+    findings = find_rejections(SourceFile.from_read(importer, read[importer].content))
     if findings is None:
         return Decision(text=f"`{importer}` raises nothing: I found no place where it rejects a row.")
     follow = [p for p in findings.modules_to_follow() if p in listing and p not in read]
