@@ -14,7 +14,7 @@ from app.config import load_settings
 from app.context.tokens import count_tokens
 from app.demo.provider import DemoProvider
 from app.demo.scenarios import SCENARIOS, pick_scenario
-from app.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from app.messages import Message, TextBlock, ToolResultBlock, ToolSpec, ToolUseBlock
 from app.providers.base import Completed, ModelRequest
 from app.runtime import build_agent
 from app.subagent import SUB_SYSTEM_PROMPT
@@ -61,6 +61,13 @@ def raise_lines(source: str, block: str) -> list[int]:
         if "raise ValidationError(" in text:
             numbers.append(n)
     return numbers
+
+
+async def final_message(provider: DemoProvider, request: ModelRequest) -> Completed:
+    async for event in provider.stream(request):
+        if isinstance(event, Completed):
+            return event
+    raise AssertionError("the stream ended without a Completed event")
 
 
 def line_of(source: str, needle: str) -> int:
@@ -145,11 +152,8 @@ async def test_the_scripted_sub_agent_says_which_task_it_knows() -> None:
     """A sub-agent request (its system prompt) with another task: a report that says so, no reading."""
     request = ModelRequest(system=SUB_SYSTEM_PROMPT.format(cwd="/w", report_tokens=2000),
                            messages=[Message.user("Count the lines of cli.py.")], tools=[])
-    final = None
-    async for event in DemoProvider(speed=0).stream(request):
-        if isinstance(event, Completed):
-            final = event
-    assert final is not None and final.message.tool_uses == []
+    final = await final_message(DemoProvider(speed=0), request)
+    assert final.message.tool_uses == []
     assert "only know one task" in final.message.text
 
 
@@ -157,3 +161,23 @@ def test_the_prompt_picks_the_delegate_scenario_and_the_others_keep_theirs() -> 
     assert pick_scenario(PROMPT) == "delegate"
     assert pick_scenario("find errors in app.log") == "errors"
     assert pick_scenario("summarize the project") == "summarize"
+
+
+async def test_a_compaction_that_drops_the_report_makes_it_delegate_again_and_say_why() -> None:
+    """After "summarize" the report can push the context over the auto-compact line; the demo's
+    extractive summary keeps that the task ran, not the report: the model asks again."""
+    from app.context.compaction import build_compaction_request, build_summary_history
+    from app.subagent import TASK_TOOL
+
+    provider = DemoProvider(speed=0)
+    use = ToolUseBlock(id="toolu_task", name=TASK_TOOL, input={"description": PROMPT, "prompt": "Find it."})
+    history = [Message.user(PROMPT), Message(role="assistant", content=[use]),
+               Message(role="user", content=[ToolResultBlock(tool_use_id=use.id, content="Rows are rejected …")])]
+    tools = [ToolSpec(name=TASK_TOOL, description="delegate", input_schema={"type": "object"})]
+    summary = await final_message(provider, build_compaction_request("system", history, tools))
+    compacted = build_summary_history(summary.message.text, history)
+
+    final = await final_message(provider, ModelRequest(system="system", messages=compacted, tools=tools))
+    [again] = final.message.tool_uses
+    assert again.name == TASK_TOOL
+    assert "compacted just after the sub-agent's report arrived" in final.message.text
