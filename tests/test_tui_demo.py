@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from pathlib import Path
 
 from app.dashboard.app import TidegaugeApp
+from app.demo.scenarios import SCENARIOS, serves_sub_agent
 from dashboard_helpers import demo_app, settle
 from widgets.approval_screen import ApprovalScreen
 from widgets.assistant_message import AssistantMessage
 from widgets.engine_line import EngineLine
 from widgets.header_bar import HeaderBar
+from widgets.sub_agent_line import SubAgentLine
+from widgets.tool_call_line import ToolCallLine
 from widgets.tool_output_panel import ToolOutputPanel
 
 SIZE = (160, 50)
@@ -101,3 +106,46 @@ async def test_demo_approval_then_interrupt_leaves_a_valid_session(tmp_path: Pat
         await pilot.press("n")
         await settle(pilot)
         await until(pilot, lambda: not app.busy and not isinstance(app.screen, ApprovalScreen))
+
+
+async def test_demo_delegate_folds_the_sub_agent_under_the_task_call_and_the_reply_quotes_its_report(
+        tmp_path: Path) -> None:
+    app = make_app(tmp_path, yes=True)
+    reached, release = threading.Event(), threading.Event()
+
+    async with app.run_test(size=SIZE) as pilot:
+        provider = app.session.agent.provider
+        scripted = provider.stream
+
+        async def held_mid_task(request):
+            # The sub-agent's call after it listed and read the importer: held here (on the session's
+            # thread) so the dashboard can be looked at while the sub-agent runs.
+            if serves_sub_agent(request) and sum(len(m.tool_results) for m in request.messages) == 2:
+                reached.set()
+                await asyncio.to_thread(release.wait)
+            async for event in scripted(request):
+                yield event
+
+        provider.stream = held_mid_task  # before the first prompt: the session is idle
+        try:
+            await send(pilot, SCENARIOS["delegate"].prompt)
+            assert await asyncio.to_thread(reached.wait, 120)
+            await until(pilot, lambda: any("inventory/importer.py" in sub.render().plain
+                                           for sub in app.query(SubAgentLine)))
+            children = list(app.conversation.children)
+            (task_line,) = [w for w in children if isinstance(w, ToolCallLine)]
+            (sub,) = app.query(SubAgentLine)
+            assert children.index(sub) == children.index(task_line) + 1  # folded right under the task call
+            running = sub.render().plain
+            assert "find where the importer rejects rows" in running and "2 tool calls" in running
+            assert "list_files ." in running and "read_file inventory/importer.py" in running
+            assert "end_turn" not in running and "compacts at" in running  # running, with its own gauge
+        finally:
+            release.set()
+        await settle(pilot)
+        done = sub.render().plain
+        assert "✓ end_turn" in done and "3 tool calls" in done
+        assert "read_file inventory/models.py" not in done  # folded once it finished
+        [report] = [b.content for m in app.session.agent.history for b in m.tool_results]
+        replies = [reply.text for reply in app.conversation.query(AssistantMessage) if reply.text.strip()]
+        assert replies and all(f"> {line}" in replies[-1] for line in report.splitlines() if line.strip())

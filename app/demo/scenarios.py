@@ -22,6 +22,13 @@ Scenarios (``SCENARIOS``, in the order the menu lists them):
    overflow recovery runs too (see ``DemoProvider.FLOOD_SERVER_WINDOW``).
 4. "what did I ask first?": answers from the history or the summary (the
    seed's check that compaction kept the user's words).
+5. "find where the importer rejects rows" (issue 16): delegates the search to
+   a sub-agent through the real ``task`` tool. The same scripted model then
+   serves the sub-agent: it knows it is one from the sub-agent's system prompt
+   (as a real model would), lists the workspace and reads the importer and the
+   module it validates rows with, and reports file and lines
+   (``app.demo.rejections``); the main model's answer quotes that report, and
+   none of the sub-agent's reading enters the main context.
 """
 
 from __future__ import annotations
@@ -42,9 +49,11 @@ from app.context.summarizer import (
     parse_summary,
     strip_line_numbers,
 )
+from app.demo.rejections import SourceFile, find_rejections, rejection_report
 from app.demo.tools import UNTRUNCATED_BASH
 from app.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from app.providers.base import ModelRequest
+from app.subagent import SUB_SYSTEM_PROMPT, TASK_TOOL
 
 COMPACTION_MARK = "[Context compaction]"
 MEMORY_MARK = "[Session memory update]"  # app.context.session_memory.MEMORY_PROMPT_HEAD
@@ -58,6 +67,15 @@ _READABLE = (".py", ".md", ".toml", ".txt", ".cfg", ".ini", ".csv", ".json", ".y
 _MAX_FILES = 40
 # The flood scenario's warm-up: some ordinary history for the overflow recovery to drop.
 FLOOD_WARMUP = ("inventory/storage.py", "inventory/orders.py")
+# How the scripted model knows it is serving a sub-agent: the sub-agent's system prompt
+# opens with this line (the same way a real model learns its role).
+SUB_AGENT_MARK = SUB_SYSTEM_PROMPT.split("\n", 1)[0]
+# What the delegate scenario hands the sub-agent: everything it needs, as the task tool asks.
+DELEGATED_DESCRIPTION = "find where the importer rejects rows"
+DELEGATED_TASK = (
+    "Find where the importer in this workspace rejects rows of a stock snapshot. List the files, read the "
+    "importer and the module it calls to validate a row, and report each place a row is rejected (file path "
+    "and line numbers, with the check) and what the import does once a row has been rejected.")
 
 # ---- reading the request ----
 
@@ -456,6 +474,78 @@ def _decide_recall(messages: Sequence[Message], system: str) -> Decision:
     return Decision(thinking="Look up the user's own words.", text="\n\n".join(parts))
 
 
+def _decide_delegate(turn: Turn, task_offered: bool) -> Decision:
+    """The main agent's side: hand the search to a sub-agent, then quote its report."""
+    task = next((c for c in reversed(turn.calls) if c.use.name == TASK_TOOL), None)
+    if task is None:
+        # Compacted right after the report arrived: the extractive summary keeps that I
+        # delegated (its last action), not the report, so the honest move is to ask again.
+        lost = bool(turn.summary and (turn.summary.last_action or "").split(" ")[0] == TASK_TOOL)
+        if not task_offered:
+            return Decision(thinking="No task tool in this session: sub-agents are off.", text=(
+                f"This session has no `{TASK_TOOL}` tool (sub-agents are off: `subagents = false` in the "
+                "config), so I can't delegate the search. Turn them on and ask again to see the sub-agent "
+                "read the importer in a context of its own."))
+        return Decision(
+            thinking="A search through several files: delegate it, so the reading stays out of my context.",
+            text=("The context was compacted just after the sub-agent's report arrived, and the summary kept only "
+                  "that I had delegated the search, not the report. Asking a sub-agent again: its reading still "
+                  "stays out of my context, and only its report comes back." if lost else
+                  "Finding that means reading the importer and whatever it validates rows with. I'm handing the "
+                  "search to a **sub-agent** with a fresh context of its own: its reading stays in its context, "
+                  "and only its report comes back into mine."),
+            calls=[PlannedCall(TASK_TOOL, {"description": DELEGATED_DESCRIPTION, "prompt": DELEGATED_TASK})])
+    if task.result is None:
+        return Decision(text="The sub-agent gave no report.")
+    if task.result.is_error:
+        return Decision(text=f"The sub-agent could not finish: {task.result.content.strip().splitlines()[0]}")
+    quoted = "\n".join(f"> {line}" if line.strip() else ">" for line in task.result.content.strip().splitlines())
+    return Decision(
+        thinking="The sub-agent reported; pass its findings on.",
+        text=(f"The sub-agent's report:\n\n{quoted}\n\nOnly this report entered my context: the files the "
+              "sub-agent listed and read stayed in its own, and its model calls are in the ledger as agent `sub`."))
+
+
+def _importer_in(listing: list[str], request: str) -> str | None:
+    """The file the task is about: the first word of the task that names a module (not a test)."""
+    modules = {PurePosixPath(p).stem: p for p in listing
+               if p.endswith(".py") and "tests" not in PurePosixPath(p).parts and not PurePosixPath(p).name.startswith("test")}
+    return next((modules[word] for word in re.findall(r"\w+", request.lower()) if word in modules), None)
+
+
+def _decide_sub_agent(turn: Turn) -> Decision:
+    """The sub-agent's side: list, read the importer, follow its validation, report file and lines."""
+    if pick_scenario(turn.request) != "delegate":
+        return Decision(thinking="Not a task this scripted sub-agent knows.", text=(
+            "I'm the demo's scripted sub-agent and I only know one task: finding where the importer rejects "
+            "rows. I did not investigate this one."))
+    listing = _listing(turn)
+    if listing is None:
+        return Decision(thinking="Fresh context: I know nothing of this workspace yet.",
+                        text="Listing the workspace to find the importer.",
+                        calls=[PlannedCall("list_files", {"path": "."})])
+    read = {c.path: c.result for c in turn.calls if c.use.name == "read_file" and c.result is not None}
+    failed = next(((path, result) for path, result in read.items() if result.is_error), None)
+    if failed:
+        return Decision(text=f"I could not read `{failed[0]}`: {failed[1].content.strip().splitlines()[0]}")
+    importer = _importer_in(listing, turn.request)
+    if importer is None:
+        return Decision(text=f"I listed {len(listing)} files and none of them is an importer.")
+    if importer not in read:
+        return Decision(thinking=f"{importer} is the importer.", text=f"Reading `{importer}`.",
+                        calls=[PlannedCall("read_file", {"path": importer})])
+    findings = find_rejections(SourceFile.from_read(importer, read[importer].content))
+    if findings is None:
+        return Decision(text=f"`{importer}` raises nothing: I found no place where it rejects a row.")
+    follow = [p for p in findings.modules_to_follow() if p in listing and p not in read]
+    if follow:
+        return Decision(thinking=f"{findings.function} validates through {follow[0]}; read it for the checks.",
+                        text=f"`{findings.function}` rejects rows; the checks it calls are in `{follow[0]}`.",
+                        calls=[PlannedCall("read_file", {"path": follow[0]})])
+    followed = {p: SourceFile.from_read(p, r.content) for p, r in read.items() if p != importer}
+    return Decision(thinking="Enough read; write the report.", text=rejection_report(findings, followed))
+
+
 def _strip_instruction(messages: Sequence[Message]) -> tuple[list[Message], str | None]:
     """A compaction request's history without the instruction, and the user's focus if any."""
     history = list(messages)
@@ -476,6 +566,11 @@ def _strip_instruction(messages: Sequence[Message]) -> tuple[list[Message], str 
     return history, focus
 
 
+def serves_sub_agent(request: ModelRequest) -> bool:
+    """Is this request a sub-agent's (the task tool's fresh context), not the main agent's?"""
+    return request.system.startswith(SUB_AGENT_MARK)
+
+
 def decide(request: ModelRequest) -> Decision:
     """The scripted model: what to say and which tools to call, from the request alone."""
     if request.tool_choice == "none":
@@ -483,7 +578,11 @@ def decide(request: ModelRequest) -> Decision:
         return Decision(text=extractive_summary(history, focus), is_summary=True,
                         thinking="Write the handoff summary from the transcript.")
     turn = read_turn(request.messages)
+    if serves_sub_agent(request):
+        return _decide_sub_agent(turn)
     scenario = pick_scenario(turn.request)
+    if scenario == "delegate":
+        return _decide_delegate(turn, task_offered=any(tool.name == TASK_TOOL for tool in request.tools))
     if scenario == "errors":
         return _decide_errors(turn)
     if scenario == "summarize":
@@ -528,9 +627,14 @@ SCENARIOS: dict[str, Scenario] = {
         "what did I ask first?",
         "after a compaction, check that your own words survived.",
         re.compile(r"remember|what did i (?:ask|say)|first (?:request|ask|question)|asked (?:you )?first|记得")),
+    "delegate": Scenario(
+        "find where the importer rejects rows",
+        "I hand the search to a **sub-agent** (the `task` tool): it reads the importer in a fresh context of its "
+        "own, folded under the call with its own small gauge, and only its short report enters my context.",
+        re.compile(r"\brejects?\b|\brejected\b|importer|sub-?agent|delegat|拒绝")),
 }
 # Which scenario a request picks when several words match: the most specific first.
-MATCH_ORDER = ("flood", "recall", "errors", "summarize")
+MATCH_ORDER = ("flood", "recall", "delegate", "errors", "summarize")
 
 
 def menu_text() -> str:
