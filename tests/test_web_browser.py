@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Iterator
 from urllib.parse import urlsplit
@@ -88,22 +89,43 @@ def test_the_demo_task_runs_in_the_browser_and_ctrl_o_and_ctrl_s_work(
 def test_a_closed_tab_ends_its_dashboard_and_ctrl_c_on_the_server_ends_the_others(
         server: WebServer, terminal: BrowserTerminal) -> None:
     other = BrowserTerminal(terminal.page.context.new_page())
-    before = {p.pid for p in server.descendants()}
     other.open(server.url)
     other.wait_for_text("Ask tidegauge", timeout_s=START_TIMEOUT_S)
-    other_dashboards = [p for p in server.descendants() if p.pid not in before]
     terminal.open(server.url)
     terminal.wait_for_text("Ask tidegauge", timeout_s=START_TIMEOUT_S)
-    dashboards = [p for p in server.descendants() if p not in other_dashboards]
-    assert other_dashboards and dashboards, "every tab runs its own dashboard process"
+    # Each tab is a dashboard process with its session process under it (started after
+    # the first frame): a tab's processes are one subtree of the server's.
+    tabs = _tab_trees(server, count=2)
+    other_tab, this_tab = tabs  # opened in this order: pids grow
+    assert all(len(tree) >= 2 for tree in tabs), "every tab runs its own dashboard and session processes"
 
     other.page.close()
-    gone, alive = psutil.wait_procs(other_dashboards, timeout=START_TIMEOUT_S)
-    assert not alive, "closing a tab ends its dashboard"
-    assert all(p.is_running() for p in dashboards), "the other tab's dashboard runs on"
+    gone, alive = psutil.wait_procs(other_tab, timeout=START_TIMEOUT_S)
+    assert not alive, "closing a tab ends its dashboard and its session"
+    assert all(p.is_running() for p in this_tab), "the other tab's dashboard runs on"
+    dashboards = this_tab
 
     assert server.stop() == 0
     assert "stopped" in server.output[-1]
     gone, alive = psutil.wait_procs(dashboards, timeout=START_TIMEOUT_S)
     assert not alive, f"left running after ctrl+c: {[p.pid for p in alive]}"
     terminal.page.get_by_text("Session ended.").wait_for(state="visible", timeout=START_TIMEOUT_S * 1000)
+
+
+def _tab_trees(server: WebServer, count: int) -> list[list["psutil.Process"]]:
+    """The server's ``count`` tab subtrees (dashboard + its session process), oldest first,
+    once each has its session process (the dashboard starts it after its first frame)."""
+    root = psutil.Process(server.process.pid)
+    for _ in range(int(START_TIMEOUT_S * 20)):
+        trees = []
+        for child in sorted(root.children(), key=lambda p: p.create_time()):
+            try:
+                tree = [child, *child.children(recursive=True)]
+                if any("app.session_process" in " ".join(p.cmdline()) for p in tree):
+                    trees.append(tree)
+            except psutil.NoSuchProcess:  # one ended while we looked: look again
+                continue
+        if len(trees) >= count:
+            return trees[:count]
+        time.sleep(0.05)  # polls the process table for the condition above
+    raise AssertionError(f"{count} tabs with a session process each did not appear")

@@ -179,6 +179,7 @@ class AssistantMessage(Vertical):
         self._stream: MarkdownStream | None = None
         self._chunks: list[str] = [text] if text else []
         self._pending: list[str] = []
+        self._backlog = ""  # made inert already, waiting for the next flush (one segment per flush)
         self._flush_timer: Timer | None = None
         self._finishing = False
         # The flush timer and finish() (awaited by the App) must not interleave: one
@@ -264,15 +265,24 @@ class AssistantMessage(Vertical):
             # A Markdown can only append once mounted; try again shortly (never block).
             self._flush_timer = self.set_timer(FLUSH_INTERVAL, self._flush)
             return
-        if self._pending:
-            fragment = sanitize("".join(self._pending))
+        if self._pending or self._backlog:
+            fragment = self._backlog + sanitize("".join(self._pending))
             self._pending.clear()
+            self._backlog = ""
             while fragment:
                 cut = cut_point(self._segment_chars, self._fence_open, fragment)
                 head, fragment = (fragment, "") if cut is None else (fragment[:cut], fragment[cut:])
                 await self._write(head)
                 if cut is not None:
                     await self._next_segment()
+                    if fragment:
+                        # At most one new segment per flush. A burst (a reply far ahead of the
+                        # screen: 40 KB in one flush) mounted ten segments' block widgets at once,
+                        # before any could be parked: 2,136 widgets and 840 ms layouts. The rest
+                        # waits for the next flush, after this segment is laid out and far ones parked.
+                        self._backlog = fragment
+                        self._flush_timer = self.set_timer(FLUSH_INTERVAL, self._flush)
+                        return
         if self._finishing and not self._pending:
             await self._stop_stream()
 
@@ -386,6 +396,12 @@ class AssistantMessage(Vertical):
             self._flush_timer.stop()
             self._flush_timer = None
         await self._flush()
+        while self._backlog and self.is_attached:  # the rest, one segment a frame as while streaming
+            await asyncio.sleep(FLUSH_INTERVAL)
+            if self._flush_timer is not None:
+                self._flush_timer.stop()
+                self._flush_timer = None
+            await self._flush()
 
     async def on_unmount(self) -> None:
         # Being removed: drop what is pending instead of appending to a dead widget.
