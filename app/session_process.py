@@ -306,12 +306,19 @@ class SessionProcess:
         assert process is not None and process.stdin is not None, "start() first"
         with self._write_lock:
             self._ids += 1
+            command_id = self._ids
             try:
                 process.stdin.write(encode_command(command))
                 process.stdin.flush()
+                return command_id
             except (BrokenPipeError, ValueError):
-                pass  # the child is gone; the reader says so as an error event
-            return self._ids
+                pass
+        if not self._stopping:  # the child is gone: say so again rather than drop the command
+            from app.events import ErrorEvent
+
+            self._dispatch(ErrorEvent(message=f"the session process has ended (exit {process.wait()}): "
+                                              f"quit and run tidegauge --resume {self.info.session_id}"))
+        return command_id
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         with self._lock:

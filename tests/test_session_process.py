@@ -141,6 +141,9 @@ def test_a_session_process_that_dies_says_so_as_an_error_event(tmp_path: Path) -
     os.kill(session._process.pid, signal.SIGKILL)
     error = events.wait_for("error")
     assert "the session process ended (exit -9)" in error.message
+    session.submit(UserInput("are you there?"))  # not dropped in silence
+    again = events.wait_for("error", count=2)
+    assert f"tidegauge --resume {session.info.session_id}" in again.message
     session.stop()
 
 
