@@ -72,7 +72,8 @@ def retry_delay(attempt: int, retry_after: float | None, base: float, cap: float
 
 def summarize_args(name: str, args: dict[str, object]) -> str:
     """One short line for the UI: the argument that says most."""
-    for key in ("command", "path", "pattern"):
+    # "description": the task tool's few words for its sub-agent (its "prompt" is the long brief)
+    for key in ("command", "path", "pattern", "description"):
         value = args.get(key)
         if isinstance(value, str):
             value = value.replace("\n", " ")

@@ -88,6 +88,7 @@ async def test_the_sub_agent_reads_the_importer_and_only_its_report_enters_the_m
     # The main agent made one call, the task; the sub-agent listed and read, with the real tools.
     [task] = events.of("tool_start")
     assert (task.name, task.input["description"]) == ("task", PROMPT)
+    assert task.summary == PROMPT  # the call's line reads as the task, not as its JSON arguments
     assert [(e.tool, e.summary) for e in events.of("sub_agent") if e.status == "tool"] == [
         ("list_files", "."), ("read_file", IMPORTER), ("read_file", MODELS)]
     # Its own context held both files it read.
