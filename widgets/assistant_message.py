@@ -316,6 +316,10 @@ class AssistantMessage(Vertical):
         await self.mount(segment)
         if reopen:
             await self._write(reopen)
+        # Each new segment is a moment to park far ones, here, under the flush lock we hold:
+        # parking only on the scroll and resize signals ran twice in a 40,000-delta reply
+        # streamed faster than the screen (53 segments, 15 parked, 1,960 widgets on screen).
+        await self._park_now()
 
     # ---------------------------------------------------------------- parking
 
@@ -339,9 +343,13 @@ class AssistantMessage(Vertical):
     async def _update_parking(self) -> None:
         self._parking_scheduled = False
         async with self._flush_lock:  # a flush may start a segment meanwhile
-            park, restore, width = self._parking_plan()
-            if park or restore:
-                await self._swap(park, restore, width)
+            await self._park_now()
+
+    async def _park_now(self) -> None:
+        """Park and restore segments by the plan (the caller holds the flush lock)."""
+        park, restore, width = self._parking_plan()
+        if park or restore:
+            await self._swap(park, restore, width)
         if restore:  # once the restored segments are laid out, look again (a width change
             self.schedule_parking(after_refresh=True)  # restores them all; most are parked again)
 
