@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import sys
 from typing import TYPE_CHECKING, TextIO
@@ -140,15 +139,11 @@ async def run_task(session: "AgentSession", prompt: str) -> ResultEvent:
 def _exit_now(code: int) -> None:
     """The second Ctrl-C: no cleanup beyond flushing what was printed and ending what run_bash
     started (whole process trees), no traceback."""
+    from app.process_exit import exit_without_teardown
     from app.tools.proctree import kill_all_descendants
 
     kill_all_descendants()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001 - exiting anyway
-            pass
-    os._exit(code)
+    exit_without_teardown(code, run_exit_handlers=False)
 
 
 def run_headless(settings: "Settings", prompt: str, output_format: str, *, resume: str | None = None,

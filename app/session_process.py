@@ -388,20 +388,9 @@ def main(argv: list[str] | None = None) -> int:
     return serve(json.loads(args[0]))
 
 
-def _end(code: int) -> None:
-    """Exit without finalizing the interpreter: the command reader is still blocked on
-    stdin, and a daemon thread holding stdin's lock at finalization aborts the process
-    (exit -6). Everything is written by now (transcripts are fsync'ed as they go)."""
-    import atexit
-
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)
-
-
 if __name__ == "__main__":
-    _end(main())
+    # No interpreter teardown: the command reader is still blocked on stdin, and a daemon
+    # thread holding stdin's lock at finalization aborts the process (exit -6).
+    from app.process_exit import exit_without_teardown
+
+    exit_without_teardown(main())

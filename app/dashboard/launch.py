@@ -8,7 +8,6 @@ only through ``submit`` and the bridge's messages.
 
 from __future__ import annotations
 
-import atexit
 import os
 import sys
 from typing import Any
@@ -25,22 +24,15 @@ def _is_the_tidegauge_process() -> bool:
 
 
 def exit_now(code: int) -> None:
-    """End the process without tearing the interpreter down.
+    """End the process once the dashboard has closed and the session process has stopped.
 
-    After the dashboard closes, Python's own finalization (freeing every module and
-    the ~80K objects the dashboard, the agent and the token encoder built) took about
-    1 s of the 1.1-3.4 s quit (issue 13), longer than everything before it. Nothing is
-    left for it to do: the session thread has stopped, transcripts are written with
-    ``os.write`` and fsync'ed, so the exit handlers run, the standard streams are
-    flushed and the process ends.
+    Python's own finalization (freeing every module and the ~80K objects the dashboard
+    built) took about 1 s of the 1.1-3.4 s quit (issue 13), longer than everything
+    before it, and nothing is left for it to do.
     """
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)
+    from app.process_exit import exit_without_teardown
+
+    exit_without_teardown(code)
 
 
 def run_dashboard(overrides: dict[str, Any], resume: str | None = None, continue_latest: bool = False) -> int:
