@@ -291,6 +291,9 @@ async def test_approval_modal_yes_always_no() -> None:
         screen = app.screen
         assert isinstance(screen, ApprovalScreen) and screen.tool_name == "run_bash"
         assert "$ make test" in str(screen.query_one("#approval-call").render())
+        # the tool panel does not claim the call runs while the user is being asked
+        assert str(app.tool_panel.status_line.render()) == "run_bash: waiting for approval"
+        assert len(app.screen_stack) == 2  # one modal for one request, however many widgets handle it
         await pilot.press("y")
         await pilot.pause()
         assert isinstance(app.screen, ApprovalScreen)

@@ -25,6 +25,12 @@ if TYPE_CHECKING:
 class SessionMessage(Message, bubble=False):
     """One session event on its way to a widget. ``restored``: replayed from an earlier run."""
 
+    def __init_subclass__(cls, bubble: bool | None = False, **kwargs: Any) -> None:
+        # Textual gives every subclass ``bubble=True`` unless it says otherwise: each message
+        # posted to a widget also reached the App, which then handled an approval request
+        # twice (two modals, one left open) once another widget handled it too.
+        super().__init_subclass__(bubble=bubble, **kwargs)
+
     def __init__(self, event: Any, *, restored: bool = False) -> None:
         super().__init__()
         self.event = event

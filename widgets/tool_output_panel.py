@@ -23,7 +23,7 @@ from textual.worker import Worker, WorkerState
 
 from widgets._literal import literal
 from widgets.output_viewer import OutputViewer, prepare_lines
-from widgets.session_messages import ResultCut, ToolFinished, ToolStarted
+from widgets.session_messages import ApprovalRequested, ApprovalResolved, ResultCut, ToolFinished, ToolStarted
 from widgets.tool_call_line import ToolCallInfo, apply_cut, apply_result, info_from_start
 from widgets.tool_call_list import ToolCallList
 
@@ -63,6 +63,7 @@ class ToolOutputPanel(Vertical):
         super().__init__(**kwargs)
         self.calls: dict[str, ToolCallInfo] = {}
         self.contents: dict[str, str] = {}
+        self._asking: dict[str, str] = {}  # approval request id -> the call waiting for it
         self.order: list[str] = []
         self.selected_id: str | None = None
         # The user picked the selection (keys or a click). Until then the panel follows the
@@ -152,6 +153,18 @@ class ToolOutputPanel(Vertical):
         apply_result(info, event)
         self.update_call(info, event.content)
 
+    @on(ApprovalRequested)
+    def _on_approval_asked(self, message: ApprovalRequested) -> None:
+        self._asking[message.event.request_id] = message.event.tool_id
+        if message.event.tool_id == self.selected_id and not self.expanded:
+            self._show_model_view(message.event.tool_id)
+
+    @on(ApprovalResolved)
+    def _on_approval_answered(self, message: ApprovalResolved) -> None:
+        call_id = self._asking.pop(message.event.request_id, None)
+        if call_id is not None and call_id == self.selected_id and call_id in self.calls and not self.expanded:
+            self._show_model_view(call_id)
+
     @on(ResultCut)
     def _on_result_cut(self, message: ResultCut) -> None:
         info = self.calls.get(message.event.id)
@@ -198,7 +211,8 @@ class ToolOutputPanel(Vertical):
         info = self.calls[call_id]
         content = self.contents.get(call_id)
         if info.status == "running":
-            status = f"{info.name}: running…"
+            waiting = call_id in self._asking.values()  # not running yet: the user is asked first
+            status = f"{info.name}: waiting for approval" if waiting else f"{info.name}: running…"
             content = ""
         elif content is None:
             status = f"{info.name}: output not available"
