@@ -7,9 +7,10 @@ Every event has a ``type`` and serialises with ``model_dump(mode="json")``.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, TypeAdapter
 
 AgentName = Literal["main", "compact", "sub"]  # sub: a task tool's sub-agent
 AgentState = Literal["starting", "idle", "streaming", "tool", "compacting", "waiting_approval", "retrying",
@@ -454,3 +455,10 @@ Event = Annotated[
     ],
     Field(discriminator="type"),
 ]
+
+
+@cache
+def event_adapter() -> TypeAdapter[Event]:
+    """The one validator of the ``Event`` union (the transcript reader and the session
+    process's pipe), built on first use rather than whenever this module is imported."""
+    return TypeAdapter(Event)

@@ -63,14 +63,6 @@ def decode_command(line: bytes) -> cmd.Command:
     return command
 
 
-def _event_adapter() -> Any:
-    from pydantic import TypeAdapter
-
-    from app.events import Event
-
-    return TypeAdapter(Event)
-
-
 # ---------------------------------------------------------------------------------------- the child
 
 
@@ -228,13 +220,13 @@ class SessionProcess:
         self._reader: threading.Thread | None = None
         self._stderr_tail: deque[str] = deque(maxlen=40)
         self._stopping = False
-        self._adapter: Any = None
 
     # ---------------------------------------------------------- start and stop
 
     def start(self) -> "SessionProcess":
         """Spawn the child and wait for its first line; SetupError with its one line if it failed."""
-        self._adapter = _event_adapter()
+        from app.events import ContextEvent, SessionInfoEvent, StateEvent, event_adapter
+
         self._process = subprocess.Popen(
             [sys.executable, "-m", "app.session_process", json.dumps(self._request)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self._cwd,
@@ -250,11 +242,10 @@ class SessionProcess:
         if ready.get("type") == "@failed":
             self._process.wait()
             raise SetupError(ready["message"])
-        adapter = self._adapter
         self._snapshot = SessionSnapshot(
-            info=adapter.validate_python(ready["info"]), context=adapter.validate_python(ready["context"]),
-            state=adapter.validate_python(ready["state"]),
-            restored=[adapter.validate_python(event) for event in ready["restored"]],
+            info=SessionInfoEvent.model_validate(ready["info"]), context=ContextEvent.model_validate(ready["context"]),
+            state=StateEvent.model_validate(ready["state"]),
+            restored=[event_adapter().validate_python(event) for event in ready["restored"]],
             busy=ready["busy"], queued=ready["queued"])
         self._reader = threading.Thread(target=self._read_events, args=(self._process.stdout,),
                                         name="tidegauge-session-events", daemon=True)
@@ -339,7 +330,9 @@ class SessionProcess:
     # ---------------------------------------------------------- threads
 
     def _read_events(self, stdout: IO[bytes]) -> None:
-        adapter = self._adapter
+        from app.events import event_adapter
+
+        adapter = event_adapter()
         for line in stdout:
             try:
                 event = adapter.validate_json(line)

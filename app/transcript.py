@@ -27,7 +27,7 @@ from typing import Annotated, Any, Callable, Literal, Mapping, Protocol, Sequenc
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
-from app.events import Event, ToolResultEvent
+from app.events import Event, ToolResultEvent, event_adapter
 from app import session_lock
 from app.context.validate import history_problems
 from app.markers import INTERRUPTED_RESULT  # one text for a call that never finished
@@ -73,7 +73,6 @@ TranscriptLine = Annotated[
     Field(discriminator="kind"),
 ]
 _line_adapter: TypeAdapter[TranscriptLine] = TypeAdapter(TranscriptLine)
-_event_adapter: TypeAdapter[Event] = TypeAdapter(Event)
 
 
 # ---------------------------------------------------------------- writing
@@ -325,7 +324,7 @@ def restore(source: _HasTranscript | Path | str) -> RestoredState:
             history = list(line.messages)
         elif isinstance(line, EventLine):
             try:
-                event = _event_adapter.validate_python(line.event)
+                event = event_adapter().validate_python(line.event)
             except ValidationError:
                 kind = line.event.get("type")
                 warnings.append(f"transcript: skipped an event this version cannot read (type {kind!r})")

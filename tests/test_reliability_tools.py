@@ -28,20 +28,14 @@ from app.config import Settings
 from app.tools import bash
 from app.tools.base import ArgsTool, ToolContext
 from app.tools.registry import ToolRun, default_registry
+from tool_helpers import tool_context
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
 def ctx(tmp_path: Path) -> ToolContext:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    return ToolContext(
-        workspace=workspace,
-        tool_results_dir=tmp_path / "tool-results",
-        env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)},
-        call_id="call_rel",
-    )
+    return tool_context(tmp_path, "call_rel")
 
 
 async def call(ctx: ToolContext, name: str, max_output: int = 0, **args: object) -> ToolRun:

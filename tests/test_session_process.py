@@ -40,10 +40,11 @@ class Collector:
         return [event for event in self.events if event.type == kind]
 
 
-def demo(tmp_path: Path, **overrides: Any) -> SessionProcess:
+def demo(tmp_path: Path, resume: str | None = None, **overrides: Any) -> SessionProcess:
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
-    return SessionProcess({"provider": "demo", "demo_speed": 0, "data_dir": tmp_path / "data", **overrides}, cwd=work)
+    return SessionProcess({"provider": "demo", "demo_speed": 0, "data_dir": tmp_path / "data", **overrides},
+                          resume=resume, cwd=work)
 
 
 @pytest.fixture(autouse=True)
@@ -92,9 +93,7 @@ def test_end_of_input_stops_the_session_and_resume_restores_it(tmp_path: Path) -
     assert process is not None and process.stdin is not None
     process.stdin.close()  # the dashboard went away without a word
     assert process.wait(WAIT) == 0
-    again = demo(tmp_path, yes=True)
-    again._request["resume"] = first.info.session_id
-    again.start()
+    again = demo(tmp_path, resume=first.info.session_id, yes=True).start()
     try:
         restored = again.snapshot().restored
         assert [e.text for e in restored if e.type == "user_message"] == ["what did I ask first?"]
@@ -126,10 +125,8 @@ def test_a_bad_setting_fails_start_with_one_line_naming_it(tmp_path: Path) -> No
 
 
 def test_an_unknown_session_id_fails_start_with_one_line(tmp_path: Path) -> None:
-    session = demo(tmp_path)
-    session._request["resume"] = "no-such-session"
     with pytest.raises(SetupError) as failed:
-        session.start()
+        demo(tmp_path, resume="no-such-session").start()
     assert "no-such-session" in str(failed.value) and "\n" not in str(failed.value)
 
 

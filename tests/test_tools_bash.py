@@ -17,20 +17,14 @@ import pytest
 from app.tools import bash
 from app.tools.base import ToolContext
 from app.tools.registry import ToolRun, default_registry
+from tool_helpers import tool_context
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
 def ctx(tmp_path: Path) -> ToolContext:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    return ToolContext(
-        workspace=workspace,
-        tool_results_dir=tmp_path / "tool-results",
-        env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)},
-        call_id="call_bash",
-    )
+    return tool_context(tmp_path, "call_bash")
 
 
 async def bash_run(ctx: ToolContext, command: str, max_output: int = 40_000, **extra: object) -> ToolRun:

@@ -397,25 +397,24 @@ class AssistantMessage(Vertical):
                 old.append(segment)
             await self.remove_children(old)
 
-    async def finish(self) -> None:
-        """The reply is complete: flush what is pending, then stop the stream."""
-        self._finishing = True
+    def _stop_flush_timer(self) -> None:
         if self._flush_timer is not None:
             self._flush_timer.stop()
             self._flush_timer = None
+
+    async def finish(self) -> None:
+        """The reply is complete: flush what is pending, then stop the stream."""
+        self._finishing = True
+        self._stop_flush_timer()
         await self._flush()
         while self._backlog and self.is_attached:  # the rest, one segment a frame as while streaming
             await asyncio.sleep(FLUSH_INTERVAL)
-            if self._flush_timer is not None:
-                self._flush_timer.stop()
-                self._flush_timer = None
+            self._stop_flush_timer()
             await self._flush()
 
     async def on_unmount(self) -> None:
         # Being removed: drop what is pending instead of appending to a dead widget.
-        if self._flush_timer is not None:
-            self._flush_timer.stop()
-            self._flush_timer = None
+        self._stop_flush_timer()
         self._pending.clear()
         if self._stream is not None:
             # Cancel without awaiting: the task may be appending to a Markdown that
