@@ -10,6 +10,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from app.describe import plural
+from widgets._runs import styled_runs
 from widgets.gauge_bar import human_tokens
 
 PointKind = Literal["call", "compaction", "prune", "reset", "memory", "server"]
@@ -147,16 +148,18 @@ class ContextHistory(Widget):
             else:
                 label, line_style = "", None
             line.append(f"{label:>{GUTTER - 2}} ┤"[:GUTTER], line_style or axis)
+            cells: list[tuple[str, Style | None]] = []
             for filled, bar_style in columns:
                 cell = filled - row * 8
                 if cell >= 8:
-                    line.append("█", bar_style)
+                    cells.append(("█", bar_style))
                 elif cell > 0:
-                    line.append(EIGHTHS[cell], bar_style)
+                    cells.append((EIGHTHS[cell], bar_style))
                 elif line_style is not None:
-                    line.append("╌", line_style)
+                    cells.append(("╌", line_style))
                 else:
-                    line.append(" ")
+                    cells.append((" ", None))
+            styled_runs(cells, line)
             if line_style is not None and len(columns) < plot_width:
                 line.append("╌" * (plot_width - len(columns)), line_style)
             lines.append(line)

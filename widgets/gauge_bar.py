@@ -16,6 +16,8 @@ from rich.text import Text
 from textual.reactive import reactive, var
 from textual.widget import Widget
 
+from widgets._runs import styled_runs
+
 if TYPE_CHECKING:  # app.events (pydantic models) is not needed to draw the first frame
     from app.events import ContextEvent
 
@@ -205,14 +207,12 @@ class GaugeBar(Widget):
                 if free(start, len(label)) or (kind == "compact" and 0 <= start <= width - len(label)):
                     put(start, label, kind)
                     break
-        label_line = Text(no_wrap=True, end="")
-        for ch, st in zip(labels, label_styles):
-            label_line.append(ch, st or dim)
+        label_line = styled_runs(zip(labels, (st or dim for st in label_styles)))
 
         # line 3: the bar; exact part solid, estimated part shaded (and marked ~)
         exact_cells = column(exact) if exact else 0
         projected_cells = column(projected)
-        bar = Text(no_wrap=True, end="")
+        cells: list[tuple[str, Style]] = []
         for col in range(width):
             if col in markers:
                 kind = markers[col]
@@ -220,11 +220,13 @@ class GaugeBar(Widget):
                 marker_style = marker_styles[kind]
                 if fill is not None and fill.color is not None:
                     marker_style = marker_style + Style(bgcolor=fill.color)
-                bar.append("┃", marker_style)
+                cells.append(("┃", marker_style))
             elif col < exact_cells:
-                bar.append("█", exact_style)
+                cells.append(("█", exact_style))
             elif col < projected_cells:
-                bar.append("~" if col == exact_cells else "▒", est_style)
+                cells.append(("~" if col == exact_cells else "▒", est_style))
             else:
-                bar.append("─", empty_style)
+                cells.append(("─", empty_style))
+        bar = styled_runs(cells)
         return Text("\n", no_wrap=True, end="").join([figures, label_line, bar])
+
