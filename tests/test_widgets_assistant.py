@@ -1,29 +1,21 @@
-"""Streaming replies: batched appends, segments for long replies, code blocks never cut."""
+"""Streaming replies: batched flushes, segments for long replies, code blocks cut only at line ends."""
 
 from __future__ import annotations
-
-import asyncio
 
 from textual.app import App
 
 from app.dashboard.app import CSS_FILE
-from widgets.assistant_message import (
-    FENCE_SPLIT_CHARS,
-    FORCE_CHARS,
-    SEGMENT_CHARS,
-    AssistantMessage,
-    cut_point,
-    fence_reopening,
-)
+from widgets._reply_markdown import FENCE_SPLIT_CHARS, FORCE_CHARS, SEGMENT_CHARS, cut_point, fence_reopening
+from widgets.assistant_message import AssistantMessage
 
 
 def test_cut_point_prefers_a_blank_line_and_never_cuts_a_code_block() -> None:
     assert cut_point(0, False, "short") is None
     text = "a" * SEGMENT_CHARS + "\n\nnext paragraph"
     assert text[: cut_point(0, False, text)].endswith("\n\n")
-    fenced = "```\n" + "code\n\n" * (SEGMENT_CHARS // 3) + "```\n\nafter"
+    fenced = "p" * (SEGMENT_CHARS - 10) + "\n\n```\n" + "code\n\n" * 20 + "```\n\nafter"
     cut = cut_point(0, False, fenced)
-    assert cut is not None and fenced[:cut].count("```") == 2  # cut after the block closed
+    assert cut is not None and fenced[:cut].count("```") == 2  # blank lines inside the block are not cuts
     one_paragraph = "word " * (FORCE_CHARS // 4)
     cut = cut_point(0, False, one_paragraph)
     assert cut is not None and FORCE_CHARS <= cut <= FORCE_CHARS + 5
@@ -35,7 +27,9 @@ def test_a_very_long_code_block_is_cut_at_a_line_end_and_reopened_with_its_langu
     assert cut is not None and FENCE_SPLIT_CHARS <= cut <= FENCE_SPLIT_CHARS + 20
     assert block[:cut].endswith("\n")
     assert fence_reopening(block[:cut]) == ("  ````\n", "  ````python\n")
-    assert cut_point(0, False, "```\n" + "x\n" * (FORCE_CHARS // 2)) is None  # long, but not that long
+    assert cut_point(0, False, "```\n" + "x\n" * (FENCE_SPLIT_CHARS // 3)) is None  # long, but not that long
+    # code is cut sooner than prose: the block being written is highlighted again on every flush
+    assert FENCE_SPLIT_CHARS < SEGMENT_CHARS < FORCE_CHARS
 
 
 def _code_lines(segments: list[str]) -> list[str]:
@@ -80,13 +74,13 @@ async def test_a_long_streamed_reply_is_split_into_segments_without_losing_text(
     app = Host()
     async with app.run_test(size=(120, 40)) as pilot:
         message = await stream_all(pilot, text, 5)
-        assert message.source == text
+        assert message.text == text
         assert message.segment_count > 5
-        assert message.appends < len(text) // 5  # batched, not one append per delta
-        # the code block sits whole in one segment
-        assert sum(1 for seg in message.query(".assistant-segment") if "```python" in seg.source) == 1
-        fence_segment = next(seg for seg in message.query(".assistant-segment") if "```python" in seg.source)
-        assert fence_segment.source.count("```") == 2
+        assert message.flushes < len(text) // 500  # batched, not one update per delta
+        # prose is cut only between paragraphs; the code block's pieces are each a closed block
+        assert all(s.endswith("\n\n") for s in message.segments if "```" not in s)
+        assert _code_lines(message.segments) == ["x = 1"] * 2_000
+        assert all(s.count("```") % 2 == 0 for s in message.segments)
 
 
 async def test_recreated_from_its_text_it_shows_the_same_segments() -> None:
@@ -98,49 +92,44 @@ async def test_recreated_from_its_text_it_shows_the_same_segments() -> None:
         assert message.source == text and message.segment_count > 1
 
 
-async def test_a_reply_completing_while_its_flush_timer_fires_is_drawn_whole_and_the_app_keeps_running() -> None:
-    # The flush timer and finish() (the reply's completion, handled by the App) can run at
-    # the same moment. Before flushes were serialised, finish() stopped the Markdown stream
-    # the timer had just started, whose task had not run yet: stop() then raised
-    # CancelledError, which ends the message loop of whoever awaited it (the App: it quits).
-    app = Host()
-    async with app.run_test(size=(120, 40)) as pilot:
+def _drawn(message: AssistantMessage, first: int, count: int) -> str:
+    return "\n".join(message.render_line(y).text.rstrip() for y in range(first, first + count))
+
+
+async def test_markdown_is_drawn_as_formatted_lines_with_one_blank_line_between_blocks() -> None:
+    text = ("# Title\n\nSome **bold** and `code`.\n\n- first\n- second\n\n"
+            "```python\ndef f():\n    return 1\n```\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\nEnd [link](https://x.org).")
+    app = Host(text)
+    async with app.run_test(size=(80, 30)) as pilot:
         await pilot.pause()
-        for round_ in range(20):
-            message = AssistantMessage()
-            await app.mount(message)
-            text = f"Reply {round_}: the **answer** is here."
-            message.append_text(text)
-            timer_flush = asyncio.create_task(message._flush())  # the timer fires ...
-            await asyncio.sleep(0)  # ... and is inside its first append
-            await message.finish()  # ... when the completion arrives
-            await timer_flush
-            await pilot.pause()
-            assert app.is_running
-            assert message.source == text
-            assert "answer" in "".join(block.source or "" for block in message.blocks)
+        message = app.query_one(AssistantMessage)
+        drawn = _drawn(message, 0, message.outer_size.height)
+        assert drawn.splitlines()[:5] == ["Title", "", "Some bold and code.", "", " • first"]
+        assert "**" not in drawn and "```" not in drawn and "|---" not in drawn
+        assert " def f():" in drawn and "     return 1" in drawn
+        assert "End link (https://x.org)." in drawn  # links as text: the conversation does not open them
+        assert "\n\n\n" not in drawn
+        assert message.outer_size.height == len(drawn.splitlines())
 
 
-async def test_stopping_a_stream_whose_task_never_ran_does_not_cancel_the_caller() -> None:
-    from textual.widgets import Markdown
+async def test_a_mouse_selection_copies_the_text_as_drawn_and_is_shown() -> None:
+    from textual.geometry import Offset
+    from textual.selection import Selection
 
-    from widgets.assistant_message import stop_stream
-
-    app = Host()
-    async with app.run_test(size=(120, 40)) as pilot:
-        markdown = Markdown()
-        await app.mount(markdown)
-        stream = Markdown.get_stream(markdown)
-        await stop_stream(stream)  # plain stream.stop() raises CancelledError here
-        await markdown.append("still *usable*")
+    app = Host("Some **bold** words.\n\n- first\n- second")
+    async with app.run_test(size=(80, 20)) as pilot:
         await pilot.pause()
-        assert app.is_running and "usable" in markdown.source
+        message = app.query_one(AssistantMessage)
+        plain = message.render_line(0)
+        app.screen.selections = {message: Selection(Offset(5, 0), Offset(8, 2))}
+        await pilot.pause()
+        assert app.screen.get_selected_text() == "bold words.\n\n • first"
+        marked = message.render_line(0)
+        assert marked.text == plain.text and list(marked) != list(plain)  # same words, highlighted
 
 
-async def test_a_long_reply_parks_segments_far_from_view_and_draws_them_again_when_scrolled_to() -> None:
+async def test_a_long_reply_is_one_widget_whose_flushes_render_only_what_changed() -> None:
     from textual.containers import VerticalScroll
-
-    from widgets.assistant_message import ParkedSegment
 
     class Scrolling(App):
         CSS_PATH = str(CSS_FILE)
@@ -158,33 +147,22 @@ async def test_a_long_reply_parks_segments_far_from_view_and_draws_them_again_wh
         message = app.query_one(AssistantMessage)
         for i in range(0, len(text), 200):
             message.append_text(text[i : i + 200])
-        await message.finish()
-        for _ in range(10):
+            message._flush()  # one flush per delta here: each must render one or two blocks, not all
             await pilot.pause()
         assert message.source == text
-        # far above the view: parked, so the mounted widgets do not grow with the reply
-        assert message.segment_count > 12 and message.segment_count - message.parked_count <= 6
-        widgets_at_the_end = len(list(message.walk_children()))
-        assert "Paragraph 119" in message.blocks[-1].source
+        assert not message.children  # no widget per block: layout sees one widget
+        assert message.block_renders <= message.flushes * 2 + 120
         height = message.outer_size.height
+        assert "Paragraph 119" in _drawn(message, height - 10, 10)
+        assert scroller.is_vertical_scroll_end  # anchored: the end is in view
         scroller.scroll_home(animate=False)
-        for _ in range(10):
-            await pilot.pause()
-        # the top is drawn again, the end parked; nothing moved
-        assert message.blocks and "Paragraph 0:" in (message.blocks[0].source or "")
-        assert message.outer_size.height == height
-        assert len(list(message.walk_children())) < widgets_at_the_end * 2
-        segments = list(message.query_children(".assistant-segment"))
-        assert not isinstance(segments[0], ParkedSegment) and isinstance(segments[-2], ParkedSegment)
-        # a narrower terminal: parked heights were measured at the old width, so they are
-        # measured again (the reply would otherwise leave gaps or overlap when scrolled)
+        await pilot.pause()
+        assert _drawn(message, 0, 1).startswith("Paragraph 0:")
+        # a narrower terminal: every block wrapped again at the new width, so the reply is longer
         await pilot.resize_terminal(80, 40)
-        for _ in range(10):
-            await pilot.pause()
-        width = message.outer_size.width
-        parked = [s for s in message.query_children(".assistant-segment") if isinstance(s, ParkedSegment)]
-        assert parked and all(s.parked_width == width for s in parked)
-        assert message.outer_size.height > height  # narrower: longer
+        await pilot.pause()
+        assert message.outer_size.height > height
+        assert "Paragraph 0:" in _drawn(message, 0, 1) and len(message.render_line(1).text) == message.size.width
 
 
 async def test_a_huge_streamed_code_block_stays_one_block_to_the_eye_and_each_segment_stays_small() -> None:
@@ -193,17 +171,21 @@ async def test_a_huge_streamed_code_block_stays_one_block_to_the_eye_and_each_se
     app = Host()
     async with app.run_test(size=(120, 40)) as pilot:
         message = await stream_all(pilot, text, 400)
-        sources = [seg.source for seg in message._segments]
+        sources = message.segments
         assert message.text == text  # what the model wrote is kept as written
         assert len(sources) >= 3
         assert max(len(source) for source in sources) <= FENCE_SPLIT_CHARS + 500
         assert all(source.count("```") % 2 == 0 for source in sources)  # every piece is a closed block
         assert all("```python" in source for source in sources[1:-1] if "```" in source)
         assert _code_lines(sources) == code.splitlines()  # no line lost, doubled or cut in two
+        drawn = _drawn(message, 0, message.outer_size.height).splitlines()
+        first = next(i for i, line in enumerate(drawn) if "row_0 = compute(0)" in line)
+        last = next(i for i, line in enumerate(drawn) if "row_4999 = compute(4999)" in line)
+        assert last - first == 4_999  # drawn as one block: no blank line where a piece ends
 
     restored = Host(text)
     async with restored.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         again = restored.query_one(AssistantMessage)
-        assert _code_lines([seg.source for seg in again._segments]) == code.splitlines()
-        assert max(len(seg.source) for seg in again._segments) <= FENCE_SPLIT_CHARS + 500
+        assert _code_lines(again.segments) == code.splitlines()
+        assert max(len(source) for source in again.segments) <= FENCE_SPLIT_CHARS + 500
