@@ -61,6 +61,7 @@ class FrameClock:
     def __init__(self, app: Any) -> None:
         self.app = app
         self.frames = 0
+        self.update: Any = None  # what the frame being looked at wrote to the screen
         self._waiters: list[tuple[Callable[[], bool], asyncio.Future[float]]] = []
         original = app._display
 
@@ -70,12 +71,22 @@ class FrameClock:
                 return
             now = time.perf_counter()
             self.frames += 1
+            self.update = renderable
             for predicate, future in list(self._waiters):
                 if not future.done() and predicate():
                     future.set_result(now)
             self._waiters = [(p, f) for p, f in self._waiters if not f.done()]
 
         app._display = display
+
+    def drew(self, text: str) -> bool:
+        """Does the frame being looked at write ``text`` on one line of the screen?"""
+        update = self.update
+        if hasattr(update, "chops"):  # a partial update: the changed spans of some lines
+            lines = (strips.values() for strips in update.chops)
+        else:  # a full one: every line of a region
+            lines = getattr(update, "strips", [])
+        return any(text in "".join(strip.text for strip in line if strip is not None) for line in lines)
 
     def expect(self, predicate: Callable[[], bool]) -> "asyncio.Future[float]":
         """A future resolved with the time of the first frame on which ``predicate()`` holds.

@@ -70,7 +70,7 @@ class _TimedHandler(fls._RequestHandler):
 
     def _chunk(self, data: bytes) -> None:
         fake = self.server.fake
-        assert isinstance(fake, LoopbackLLM)
+        assert isinstance(fake, _PacedServer)
         rate = fake.frames_per_second
         if rate:
             # Sleep only when ahead by more than a millisecond: at 2,000 frames/s a sleep
@@ -81,24 +81,24 @@ class _TimedHandler(fls._RequestHandler):
         super()._chunk(data)
         self._frames_sent += 1
         if fake.marker_bytes in data:
-            fake.marker_sent_at = time.perf_counter()
+            fake.marker_sent_at.value = time.perf_counter()
 
 
 class _TimedServer(fls._Server):
     pass
 
 
-class LoopbackLLM(fls.FakeLLMServer):
-    """``FakeLLMServer`` with pacing (``frames_per_second``, 0 = as fast as it can) and the
-    time the marker's frame was written (``marker_sent_at``)."""
+class _PacedServer(fls.FakeLLMServer):
+    """``FakeLLMServer`` with pacing (``frames_per_second``, 0 = as fast as it can), noting when
+    the marker's frame was written in ``marker_sent_at`` (shared with the benchmark's process)."""
 
-    def __init__(self, marker: str = MARKER) -> None:
+    def __init__(self, marker: bytes, marker_sent_at: Any) -> None:
         super().__init__()
         self.frames_per_second = 0.0
-        self.marker_bytes = marker.encode()
-        self.marker_sent_at: float | None = None
+        self.marker_bytes = marker
+        self.marker_sent_at = marker_sent_at
 
-    def start(self) -> "LoopbackLLM":
+    def start(self) -> "_PacedServer":
         import threading
 
         self._server = _TimedServer(("127.0.0.1", 0), _TimedHandler)
@@ -108,11 +108,62 @@ class LoopbackLLM(fls.FakeLLMServer):
         self._thread.start()
         return self
 
+
+def _serve(connection: Any, marker: bytes, marker_sent_at: Any) -> None:
+    """The server process: start, say where it listens, then script replies as told until told to stop."""
+    with _PacedServer(marker, marker_sent_at) as server:
+        connection.send(server.url)
+        while True:
+            message = connection.recv()
+            if message is None:
+                return
+            deltas, rate = message
+            server.frames_per_second = rate
+            server.enqueue(fls.openai_text(deltas, usage={"prompt": 2_000, "completion": len(deltas)}))
+            connection.send("queued")
+
+
+class LoopbackLLM:
+    """The loopback server in its own process, as a model's API is: a server thread in the
+    dashboard's process would take the UI's interpreter lock thousands of times a second.
+
+    ``reply_text`` scripts the next reply; ``marker_sent_at`` is when its frame holding
+    the marker was written (``perf_counter``: the same monotonic clock in every process)."""
+
+    def __init__(self, marker: str = MARKER) -> None:
+        import multiprocessing
+
+        self._context = multiprocessing.get_context("spawn")
+        self._marker = marker.encode()
+        self._marker_sent_at = self._context.Value("d", 0.0, lock=False)
+        self._url = ""
+
+    def __enter__(self) -> "LoopbackLLM":
+        self._connection, child = self._context.Pipe()
+        self._process = self._context.Process(target=_serve, args=(child, self._marker, self._marker_sent_at),
+                                              name="loopback-llm", daemon=True)
+        self._process.start()
+        self._url = self._connection.recv()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._connection.send(None)
+        self._process.join(timeout=10)
+        if self._process.is_alive():
+            self._process.kill()
+
+    def base_url(self, provider: str = "openai") -> str:
+        return f"{self._url}/v1" if provider in ("openai", "responses") else self._url
+
+    @property
+    def marker_sent_at(self) -> float | None:
+        return self._marker_sent_at.value or None
+
     def reply_text(self, deltas: list[str], frames_per_second: float = 0.0) -> None:
         """Script the next reply: these text deltas, one SSE frame (one HTTP chunk) each."""
-        self.frames_per_second = frames_per_second
-        self.marker_sent_at = None
-        self.enqueue(fls.openai_text(deltas, usage={"prompt": 2_000, "completion": len(deltas)}))
+        self._marker_sent_at.value = 0.0
+        self._connection.send((deltas, frames_per_second))
+        assert self._connection.recv() == "queued"
 
 
 def isolate_user_dirs(tmp: Path) -> None:

@@ -45,24 +45,6 @@ PACED_RATE = 2_000.0  # deltas (about tokens) per second
 KEY_GAP_S = 0.060  # a fast typist's gap between keys
 
 
-def marker_on_screen(app: Any, marker: str = MARKER) -> bool:
-    """The marker is in the last block of the newest reply, and that block is fully in view."""
-    from widgets.assistant_message import AssistantMessage
-
-    replies = [item.widget for item in app.conversation.items if isinstance(item.widget, AssistantMessage)]
-    if not replies:
-        return False
-    widget = replies[-1]
-    blocks = widget.blocks
-    if not blocks or marker not in blocks[-1]._content.plain:
-        return False
-    seen = app.screen._compositor.visible_widgets.get(blocks[-1])
-    if seen is None:
-        return False
-    region, clip = seen
-    return bool(region.bottom <= clip.bottom)
-
-
 async def stream_once(tmp: Path, server: LoopbackLLM, deltas: list[str]) -> tuple[float, float]:
     """(total: prompt submitted -> marker on screen, lag: marker's frame written -> marker on screen)."""
     from app.commands import UserInput
@@ -70,7 +52,7 @@ async def stream_once(tmp: Path, server: LoopbackLLM, deltas: list[str]) -> tupl
     server.reply_text(deltas)
     async with live_dashboard(tmp, openai_settings(tmp, server)) as (app, pilot):
         clock = FrameClock(app)
-        shown = clock.expect(lambda: marker_on_screen(app))
+        shown = clock.expect(lambda: clock.drew(MARKER))
         # Every run starts from a collected heap: what earlier runs left for the
         # collector must not be walked on this run's clock.
         gc.collect()
@@ -115,7 +97,7 @@ async def paced_with_keys(tmp: Path, server: LoopbackLLM, deltas: list[str]) -> 
         clock = FrameClock(app)
         prompt = app.prompt_box
         drawn = DrawnValue(prompt)
-        shown = clock.expect(lambda: marker_on_screen(app))
+        shown = clock.expect(lambda: clock.drew(MARKER))
         streaming = clock.expect(lambda: any(type(i.widget).__name__ == "AssistantMessage"
                                              for i in app.conversation.items))
         gc.collect()
