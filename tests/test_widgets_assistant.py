@@ -83,6 +83,27 @@ async def test_a_long_streamed_reply_is_split_into_segments_without_losing_text(
         assert all(s.count("```") % 2 == 0 for s in message.segments)
 
 
+async def test_a_reply_is_drawn_while_it_streams_not_only_when_it_ends() -> None:
+    app = Host()
+    async with app.run_test(size=(80, 20)) as pilot:
+        message = app.query_one(AssistantMessage)
+        for word in ("The ", "first ", "words ", "arrive."):
+            message.append_text(word)
+        for _ in range(20):  # the flush timer hands them over; finish() is never called here
+            await pilot.pause()
+            if message.flushes:
+                break
+        await pilot.pause()
+        assert _drawn(message, 0, 1) == "The first words arrive."
+        message.append_text(" More after a pause.")
+        for _ in range(20):
+            await pilot.pause()
+            if message.flushes > 1:
+                break
+        await pilot.pause()
+        assert _drawn(message, 0, 1) == "The first words arrive. More after a pause."
+
+
 async def test_recreated_from_its_text_it_shows_the_same_segments() -> None:
     text = "\n\n".join("para " * 400 for _ in range(10))
     app = Host(text)

@@ -50,6 +50,7 @@ class AssistantMessage(Widget):
         self._pending: list[str] = []
         self._flush_timer: Timer | None = None
         self._interval = FLUSH_INTERVAL
+        self._last_flush = 0.0  # time.monotonic() of the last flush
         self._segments: list[str] = []  # inert Markdown sources; the last is being written
         self._fence_open = False  # the segment being written ends inside a code block
         self._reopened = False  # ... and opens with a code block cut at the end of the one above
@@ -102,12 +103,17 @@ class AssistantMessage(Widget):
         self._chunks.append(delta)
         self._pending.append(delta)
         if self._flush_timer is None:
-            self._flush_timer = self.set_timer(self._interval, self._flush)
+            # Right away after a pause (the last words of a reply are not held back);
+            # in a steady stream, one interval after the last flush. (Never 0: a Textual timer of
+            # 0 s never fires, and the reply would show only when it ends.)
+            wait = max(0.001, self._last_flush + self._interval - time.monotonic())
+            self._flush_timer = self.set_timer(wait, self._flush)
 
     def _flush(self) -> None:
         self._flush_timer = None
         if not self._pending:
             return
+        self._last_flush = time.monotonic()
         started = time.perf_counter()
         fragment = sanitize("".join(self._pending))
         self._pending.clear()
@@ -118,6 +124,8 @@ class AssistantMessage(Widget):
         self.call_after_refresh(self._space_flushes, started)
 
     def _space_flushes(self, started: float) -> None:
+        # Until the frame showing it is drawn (the screen's next tick included): measured as CPU
+        # time instead, flushes came twice as often and key echo's p95 went from ~41 to ~55 ms.
         spent = time.perf_counter() - started
         self._interval = max(FLUSH_INTERVAL, min(0.25, spent * (1 - FLUSH_SHARE) / FLUSH_SHARE))
 
