@@ -23,8 +23,10 @@ from app import events as ev
 from app.agent_session import AgentSession
 from app.config import load_settings
 from app.dashboard.app import TidegaugeApp
-from app.dashboard.launch import SessionThread
 from app.runtime import build_session
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from session_thread import SessionThread  # noqa: E402  (tests/ is not a package; the Pilot tests' runner)
 
 OUT = Path(__file__).resolve().parent
 LARGEST = (220, 60)
@@ -45,7 +47,7 @@ class Holder:
         def watch(event) -> None:
             if isinstance(event, ev.ContextEvent):
                 self.last_context = event
-            elif isinstance(event, ev.CompactionEvent) and event.ok and event.trigger == "auto":
+            elif isinstance(event, ev.CompactionEvent) and event.ok and event.trigger in ("auto", "memory"):
                 self.compactions += 1
             elif isinstance(event, ev.ToolResultEvent):
                 self.tool_results += 1
