@@ -71,6 +71,23 @@ async def test_colour_classes_change_at_the_warning_and_auto_compact_lines() -> 
         assert "auto-compact in ~3 turns" in bar_lines(gauge)[0] or "at the auto-compact line" in bar_lines(gauge)[0]
 
 
+async def test_a_context_event_at_the_same_level_does_not_restyle_the_panel() -> None:
+    app = Host()
+    async with app.run_test(size=(160, 20)) as pilot:
+        panel = app.query_one(ContextPanel)
+        panel.update_context(context(135_000, 0, turns=3))
+        await pilot.pause()
+        restyled: list[object] = []
+        original = app.update_styles
+        app.update_styles = lambda node=None, animate=True: (restyled.append(node), original(node, animate))  # type: ignore[method-assign]
+        panel.update_context(context(136_000, 0, turns=3))  # still over the warning line
+        await pilot.pause()
+        assert panel not in restyled and panel.has_class("-warning")  # restyling recomputes its whole subtree
+        panel.update_context(context(155_000, 0, turns=3))
+        await pilot.pause()
+        assert panel in restyled and panel.has_class("-compact") and not panel.has_class("-warning")
+
+
 async def test_history_shows_one_column_per_call_and_the_compaction_drop() -> None:
     app = Host()
     async with app.run_test(size=(160, 24)) as pilot:

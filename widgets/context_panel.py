@@ -44,9 +44,10 @@ class ContextPanel(Vertical):
         th = event.thresholds
         self.query_one(ContextHistory).set_lines(th.warning_line, th.auto_compact_line, th.blocking_line)
         self.query_one(ContextBreakdown).update_context(event)
-        self.remove_class(*LEVEL_CLASSES)
-        if event.level != "ok":
-            self.add_class(f"-{event.level}")
+        # set, not removed and added again: each class change restyles the panel and everything in
+        # it, and a context event comes with every step and at the end of every turn
+        for name in LEVEL_CLASSES:
+            self.set_class(name == f"-{event.level}", name)
         # the window is secondary to the auto-compact line the gauge measures against: it is said here
         self.border_title = f"context · window {human_tokens(th.window)}"
 
