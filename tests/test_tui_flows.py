@@ -47,6 +47,27 @@ async def test_streamed_reply_appears_in_the_conversation_while_it_streams() -> 
         assert header.state == "idle"
 
 
+async def test_typing_while_a_reply_streams_spaces_its_redraws_and_loses_no_text() -> None:
+    from widgets.assistant_message import TYPING_INTERVAL
+
+    app = TidegaugeApp(FakeSession({}), cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        app.conversation.append_assistant("A reply ")  # open: its deltas keep coming
+        await pilot.pause()
+        (message,) = app.query(AssistantMessage)
+        await pilot.press("h", "i")  # typed while it streams
+        await pilot.pause()
+        assert app.prompt_box.value == "hi"
+        app.conversation.append_assistant("still ")
+        message._flush()  # a flush just now: the next delta waits at least the typing interval
+        app.conversation.append_assistant("streaming.")
+        assert message._flush_timer is not None and message._flush_timer._interval >= TYPING_INTERVAL * 0.9
+        await app.conversation.end_assistant()
+        await pilot.pause()
+        assert message.source == "A reply still streaming." and app.prompt_box.value == "hi"
+
+
 async def test_many_deltas_build_one_message_without_losing_text() -> None:
     text = "".join(f"word{i} " for i in range(3_000))
     agent = FakeSession({"long": [Text(text, size=2)]})

@@ -35,6 +35,10 @@ from widgets._reply_markdown import ReplyBlock, cut_point, fence_reopening, pars
 
 FLUSH_INTERVAL = 1 / 50  # seconds a delta waits, at most, before it is handed over (when flushes are cheap)
 FLUSH_SHARE = 0.3  # flushing takes at most this share of the UI loop: a slow flush spaces the next ones
+# While the user types, flushes come at most this often (for TYPING_HOLD seconds after a key):
+# the text keeps flowing, and a key's echo seldom waits behind a frame of the reply.
+TYPING_INTERVAL = 0.1
+TYPING_HOLD = 0.5
 
 
 class AssistantMessage(Widget):
@@ -51,6 +55,7 @@ class AssistantMessage(Widget):
         self._flush_timer: Timer | None = None
         self._interval = FLUSH_INTERVAL
         self._last_flush = 0.0  # time.monotonic() of the last flush
+        self._typing_until = 0.0  # flushes are spaced by TYPING_INTERVAL until then
         self._segments: list[str] = []  # inert Markdown sources; the last is being written
         self._fence_open = False  # the segment being written ends inside a code block
         self._reopened = False  # ... and opens with a code block cut at the end of the one above
@@ -106,8 +111,14 @@ class AssistantMessage(Widget):
             # Right away after a pause (the last words of a reply are not held back);
             # in a steady stream, one interval after the last flush. (Never 0: a Textual timer of
             # 0 s never fires, and the reply would show only when it ends.)
-            wait = max(0.001, self._last_flush + self._interval - time.monotonic())
+            now = time.monotonic()
+            interval = max(self._interval, TYPING_INTERVAL) if now < self._typing_until else self._interval
+            wait = max(0.001, self._last_flush + interval - now)
             self._flush_timer = self.set_timer(wait, self._flush)
+
+    def note_typing(self) -> None:
+        """A key was typed in the prompt: space the flushes for a moment."""
+        self._typing_until = time.monotonic() + TYPING_HOLD
 
     def _flush(self) -> None:
         self._flush_timer = None

@@ -178,6 +178,12 @@ class Conversation(VerticalScroll, can_focus=True):
         if isinstance(item.widget, _assistant_message()):
             item.widget.append_text(delta)
 
+    def note_typing(self) -> None:
+        """The user is typing: a reply streaming meanwhile spaces its redraws for a moment."""
+        item = self._assistant
+        if item is not None and isinstance(item.widget, _assistant_message()):
+            item.widget.note_typing()
+
     @property
     def streaming_assistant(self) -> bool:
         """True while an assistant message is receiving deltas."""

@@ -359,6 +359,12 @@ class TidegaugeApp(App[int]):
         prompt.focus()
         prompt.insert_text_at_cursor(event.character)
 
+    @on(Input.Changed, "#prompt")
+    def _on_typing(self, _event: Input.Changed) -> None:
+        # A reply streaming meanwhile is redrawn less often for a moment, so a key's echo
+        # seldom waits behind one of its frames (benchmark 3c).
+        self.conversation.note_typing()
+
     @on(Input.Submitted, "#prompt")
     async def _on_prompt(self, event: Input.Submitted) -> None:
         text = event.value.strip()
