@@ -61,8 +61,6 @@ def markdown_deltas(count: int, marker: str = MARKER) -> list[str]:
 class _TimedHandler(fls._RequestHandler):
     """The fake server's handler, pacing the frames of a reply and timing the marker."""
 
-    server: "_TimedServer"
-
     def _send(self, reply: fls.Reply) -> None:
         self._frames_sent = 0
         self._paced_from = time.perf_counter()
@@ -84,29 +82,17 @@ class _TimedHandler(fls._RequestHandler):
             fake.marker_sent_at.value = time.perf_counter()
 
 
-class _TimedServer(fls._Server):
-    pass
-
-
 class _PacedServer(fls.FakeLLMServer):
     """``FakeLLMServer`` with pacing (``frames_per_second``, 0 = as fast as it can), noting when
     the marker's frame was written in ``marker_sent_at`` (shared with the benchmark's process)."""
+
+    handler_class = _TimedHandler
 
     def __init__(self, marker: bytes, marker_sent_at: Any) -> None:
         super().__init__()
         self.frames_per_second = 0.0
         self.marker_bytes = marker
         self.marker_sent_at = marker_sent_at
-
-    def start(self) -> "_PacedServer":
-        import threading
-
-        self._server = _TimedServer(("127.0.0.1", 0), _TimedHandler)
-        self._server.fake = self
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="loopback-llm", daemon=True)
-        self._thread.start()
-        return self
 
 
 def _serve(connection: Any, marker: bytes, marker_sent_at: Any) -> None:
@@ -153,7 +139,7 @@ class LoopbackLLM:
             self._process.kill()
 
     def base_url(self, provider: str = "openai") -> str:
-        return f"{self._url}/v1" if provider in ("openai", "responses") else self._url
+        return fls.base_url_for(self._url, provider)
 
     @property
     def marker_sent_at(self) -> float | None:

@@ -553,8 +553,15 @@ class _RequestHandler(BaseHTTPRequestHandler):
             pass
 
 
+def base_url_for(url: str, provider: str = "openai") -> str:
+    """Base URL for a provider name: openai and responses -> /v1, deepseek -> root, anthropic -> root."""
+    return f"{url}/v1" if provider in ("openai", "responses") else url
+
+
 class FakeLLMServer:
     """The scripted server. ``start()``/``stop()``, or use the ``fake_llm`` fixture."""
+
+    handler_class: "type[_RequestHandler]" = _RequestHandler  # a subclass may pace or time what is sent
 
     def __init__(self) -> None:
         self.requests: list[RecordedRequest] = []
@@ -598,8 +605,7 @@ class FakeLLMServer:
         return f"http://{host}:{port}"
 
     def base_url(self, provider: str = "openai") -> str:
-        """Base URL for a provider name: openai and responses -> /v1, deepseek -> root, anthropic -> root."""
-        return f"{self.url}/v1" if provider in ("openai", "responses") else self.url
+        return base_url_for(self.url, provider)
 
     def provider(self, name: str = "openai", *, api_key: str = "sk-test-fake-key-0123456789",
                  model: str = "fake-model", base_url: str | None = None, **opts: Any) -> Any:
@@ -610,7 +616,7 @@ class FakeLLMServer:
 
     # lifecycle
     def start(self) -> "FakeLLMServer":
-        self._server = _Server(("127.0.0.1", 0), _RequestHandler)
+        self._server = _Server(("127.0.0.1", 0), self.handler_class)
         self._server.fake = self
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="fake-llm", daemon=True)

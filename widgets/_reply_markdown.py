@@ -164,16 +164,14 @@ class _BlockMarkdown(Markdown):
         self.inline_code_theme = "monokai"
 
 
-def render_block(console: Console, block: ReplyBlock, width: int) -> list[Strip]:
-    """The block's lines at ``width`` (kept on the block until the width changes)."""
-    if block.width != width or not block.lines:
-        options = console.options.update(width=width, highlight=False, height=None)
-        rendered = console.render_lines(_BlockMarkdown(block.tokens), options, pad=False, new_lines=False)
-        # Rich opens a list or a quote with an empty line and frames a table with blank rows:
-        # the spacing between blocks is the widget's (one blank line).
-        blank = [not "".join(segment.text for segment in line).strip() for line in rendered]
-        first = blank.index(False) if False in blank else len(rendered)
-        last = len(rendered) - blank[::-1].index(False) if False in blank else first
-        block.lines = [Strip(line) for line in rendered[first:last]]
-        block.width = width
-    return block.lines
+def render_block(console: Console, block: ReplyBlock, width: int) -> None:
+    """Render the block's lines at ``width`` onto it (``block.lines``, ``block.width``)."""
+    options = console.options.update(width=width, highlight=False, height=None)
+    rendered = console.render_lines(_BlockMarkdown(block.tokens), options, pad=False, new_lines=False)
+    # Rich opens a list or a quote with an empty line and frames a table with blank rows:
+    # the spacing between blocks is the widget's (one blank line).
+    blank = [not "".join(segment.text for segment in line).strip() for line in rendered]
+    first = blank.index(False) if False in blank else len(rendered)
+    last = len(rendered) - blank[::-1].index(False) if False in blank else first
+    block.lines = [Strip(line) for line in rendered[first:last]]
+    block.width = width

@@ -183,8 +183,8 @@ class AssistantMessage(Widget):
 
     def _lay_out(self, width: int) -> None:
         """Render the blocks not rendered at ``width`` and place every block's first line."""
-        if width <= 0:
-            return
+        if width <= 0 or (width == self._width and self._laid_out == len(self._blocks) == len(self._starts)):
+            return  # (every line drawn asks: nothing to do, as a rule)
         if width != self._width:
             self._width = width
             self._laid_out = 0
@@ -192,7 +192,7 @@ class AssistantMessage(Widget):
         line = self._starts[self._laid_out - 1] + len(self._blocks[self._laid_out - 1].lines) if self._laid_out else 0
         del self._starts[self._laid_out :]
         for block in self._blocks[self._laid_out :]:
-            if block.width != width or not block.lines:
+            if block.width != width:
                 render_block(console, block, width)
                 self.block_renders += 1
             if self._starts and not block.joined:
