@@ -68,6 +68,31 @@ async def test_typing_while_a_reply_streams_spaces_its_redraws_and_loses_no_text
         assert message.source == "A reply still streaming." and app.prompt_box.value == "hi"
 
 
+async def test_the_last_words_of_a_reply_show_as_soon_as_another_event_follows_them(monkeypatch) -> None:
+    # At the end of a reply the usage and the context come before the reply's own end:
+    # the frame they cause must already carry the last words, not wait for the flush timer.
+    monkeypatch.setattr("widgets.assistant_message.TYPING_INTERVAL", 60.0)  # a timer that never fires here
+    agent = FakeSession({})
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        agent.emit(ev.TextDeltaEvent(text="The answer "))
+        await pilot.pause()
+        (message,) = app.query(AssistantMessage)
+        await pilot.press("h")  # typing: the next flush waits TYPING_INTERVAL after the last one
+        app.conversation.append_assistant("is ")
+        message._flush()
+        agent.emit(ev.TextDeltaEvent(text="forty-two."))
+        agent.emit(context(40_000))
+        await pilot.pause()
+        assert message.source == "The answer is forty-two." and message._flush_timer is None
+        assert app.conversation.streaming_assistant  # paused, not ended: more deltas may follow
+        agent.emit(ev.TextDeltaEvent(text=" Indeed."))
+        agent.emit(ev.AssistantMessageEvent(text="The answer is forty-two. Indeed.", tool_calls=0))
+        await pilot.pause()
+        assert message.source == "The answer is forty-two. Indeed."
+
+
 async def test_many_deltas_build_one_message_without_losing_text() -> None:
     text = "".join(f"word{i} " for i in range(3_000))
     agent = FakeSession({"long": [Text(text, size=2)]})

@@ -246,10 +246,14 @@ class AssistantMessage(Widget):
             self._flush_timer.stop()
             self._flush_timer = None
 
-    async def finish(self) -> None:
-        """The reply is complete: hand over what is pending."""
+    def flush_now(self) -> None:
+        """The stream paused (or ended): hand over what is pending without waiting for the timer."""
         self._stop_flush_timer()
         self._flush()
+
+    async def finish(self) -> None:
+        """The reply is complete: hand over what is pending."""
+        self.flush_now()
 
     def on_unmount(self) -> None:
         # Being removed: drop what is pending instead of drawing on a dead widget.

@@ -23,6 +23,7 @@ from widgets.thinking_line import ThinkingLine
 from app.describe import describe
 from widgets.session_messages import (
     Deltas,
+    DeltasPaused,
     EngineSaid,
     ReplyDone,
     ResultCut,
@@ -410,6 +411,12 @@ class Conversation(VerticalScroll, can_focus=True):
             self.append_assistant(text)
         else:
             self.append_thinking(text)
+
+    @on(DeltasPaused)
+    def _on_deltas_paused(self, message: DeltasPaused) -> None:
+        item = self._assistant
+        if message.kind == "text_delta" and item is not None and isinstance(item.widget, _assistant_message()):
+            item.widget.flush_now()
 
     @on(ReplyDone)
     async def _on_reply(self, message: ReplyDone) -> None:

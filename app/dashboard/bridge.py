@@ -4,14 +4,14 @@ The bridge is a listener of the session: it is called on the session's thread
 and only posts messages (``post_message`` is thread-safe). Each event becomes
 the messages ``widgets.session_messages.MESSAGES_FOR`` lists for its type, each
 posted to the widgets whose class handles it. Deltas in a row share one
-``Deltas`` message.
+``Deltas`` message; the first other event after them is preceded by ``DeltasPaused``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable
 
-from widgets.session_messages import MESSAGES_FOR, Deltas, SessionMessage
+from widgets.session_messages import MESSAGES_FOR, Deltas, DeltasPaused, SessionMessage
 
 if TYPE_CHECKING:
     from textual.message_pump import MessagePump
@@ -47,7 +47,9 @@ class SessionBridge:
                 batch.add(event.text)
                 self._deltas_target.post_message(batch)
             return
-        self._batch = None  # sealed: deltas after this event come after it on screen
+        if self._batch is not None:  # sealed: deltas after this event come after it on screen
+            self._deltas_target.post_message(DeltasPaused(self._batch.kind))
+            self._batch = None
         for message_type, target in self._routes.get(kind, ()):
             target.post_message(message_type(event))
 
