@@ -133,6 +133,32 @@ async def test_markdown_is_drawn_as_formatted_lines_with_one_blank_line_between_
         assert message.outer_size.height == len(drawn.splitlines())
 
 
+def _background_of(message: AssistantMessage, y: int, text: str) -> tuple[int, int, int]:
+    (segment,) = [s for s in message.render_line(y) if s.text.strip() == text]
+    assert segment.style is not None and segment.style.bgcolor is not None
+    return segment.style.bgcolor.get_truecolor()
+
+
+async def test_code_takes_the_theme_colours_and_a_theme_change_draws_the_reply_again() -> None:
+    # Rich's own Markdown colours (inline code cyan on black, code blocks in monokai) ignore the
+    # theme: on a light theme they were black boxes in a light conversation.
+    app = Host("Some `inline` here.\n\n```python\nvalue = 1\n```")
+    async with app.run_test(size=(60, 10)) as pilot:
+        app.theme = "textual-dark"
+        await pilot.pause()
+        message = app.query_one(AssistantMessage)
+        dark_inline, dark_block = _background_of(message, 0, "inline"), _background_of(message, 2, "value")
+        app.theme = "textual-light"
+        await pilot.pause()
+        light_inline, light_block = _background_of(message, 0, "inline"), _background_of(message, 2, "value")
+        assert sum(dark_inline) < 3 * 80 and sum(dark_block) < 3 * 80  # dark boxes on the dark theme
+        assert sum(light_inline) > 3 * 180 and sum(light_block) > 3 * 180  # light ones on the light theme
+        renders = message.block_renders
+        message.notify_style_update()  # as on hover or focus: the same theme, nothing rendered again
+        await pilot.pause()
+        assert message.block_renders == renders
+
+
 async def test_a_mouse_selection_copies_the_text_as_drawn_and_is_shown() -> None:
     from textual.geometry import Offset
     from textual.selection import Selection

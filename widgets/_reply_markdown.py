@@ -6,7 +6,8 @@ Pure logic for ``widgets/assistant_message.py`` (no widget here):
   how a code block cut in two is closed and opened again;
 - ``parse_blocks``: a segment's top-level Markdown blocks (a paragraph, a list, a
   code block, a table ...), each with its source and its markdown-it tokens;
-- ``render_block``: one block as Rich renders it, as lines (``Strip``) at a width.
+- ``render_block``: one block as Rich renders it, as lines (``Strip``) at a width,
+  in a ``ReplyLook`` (the colours the widget takes from the Textual theme).
 
 A block is rendered from the tokens the split already produced (Rich's own
 ``Markdown`` would parse the text a second time, and builds a parser per call).
@@ -16,13 +17,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import ClassVar
 
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.markdown import CodeBlock, Heading, Markdown, MarkdownElement
+from rich.style import Style
 from rich.syntax import Syntax
+from rich.theme import Theme
 from textual.strip import Strip
 
 SEGMENT_CHARS = 4_000  # a segment ends at the first blank line (outside code) past this
@@ -97,6 +101,21 @@ def fence_reopening(segment_text: str) -> tuple[str, str]:
     return closing + "\n", opening + "\n"
 
 
+@dataclass(frozen=True)
+class ReplyLook:
+    """The colours a reply is rendered in: Rich's ``markdown.*`` styles and a code theme.
+
+    Rich's defaults (inline code cyan on black, magenta headings) ignore the dashboard's
+    theme; the widget builds one of these from its CSS, so a light theme gets light code."""
+
+    styles: dict[str, Style] = field(default_factory=dict)  # Rich style names, e.g. "markdown.code"
+    code_theme: str = "monokai"  # a Pygments style for code blocks
+
+    @cached_property
+    def rich_theme(self) -> Theme:
+        return Theme(self.styles, inherit=False)
+
+
 @dataclass
 class ReplyBlock:
     """One top-level block of a reply, and its lines once rendered at ``width``."""
@@ -153,21 +172,27 @@ class _BlockMarkdown(Markdown):
         "code_block": _CodeBlock,
     }
 
-    def __init__(self, tokens: list[Token]) -> None:  # noqa: D107  (no super().__init__: it parses)
+    def __init__(self, tokens: list[Token], code_theme: str) -> None:  # noqa: D107  (no super().__init__: it parses)
         self.markup = ""
         self.parsed = tokens
-        self.code_theme = "monokai"
+        self.code_theme = code_theme
         self.justify = None
         self.style = "none"
         self.hyperlinks = False  # links as "text (url)": the conversation does not open them
         self.inline_code_lexer = None
-        self.inline_code_theme = "monokai"
+        self.inline_code_theme = code_theme
 
 
-def render_block(console: Console, block: ReplyBlock, width: int) -> None:
+def render_block(console: Console, block: ReplyBlock, width: int, look: ReplyLook | None = None) -> None:
     """Render the block's lines at ``width`` onto it (``block.lines``, ``block.width``)."""
+    look = look or ReplyLook()
     options = console.options.update(width=width, highlight=False, height=None)
-    rendered = console.render_lines(_BlockMarkdown(block.tokens), options, pad=False, new_lines=False)
+    console.push_theme(look.rich_theme)  # (the App's console: popped before anything else renders)
+    try:
+        rendered = console.render_lines(_BlockMarkdown(block.tokens, look.code_theme), options,
+                                        pad=False, new_lines=False)
+    finally:
+        console.pop_theme()
     # Rich opens a list or a quote with an empty line and frames a table with blank rows:
     # the spacing between blocks is the widget's (one blank line).
     blank = [not "".join(segment.text for segment in line).strip() for line in rendered]

@@ -31,7 +31,7 @@ from textual.timer import Timer
 from textual.widget import Widget
 
 from widgets._literal import sanitize
-from widgets._reply_markdown import ReplyBlock, cut_point, fence_reopening, parse_blocks, render_block
+from widgets._reply_markdown import ReplyBlock, ReplyLook, cut_point, fence_reopening, parse_blocks, render_block
 
 FLUSH_INTERVAL = 1 / 50  # seconds a delta waits, at most, before it is handed over (when flushes are cheap)
 FLUSH_SHARE = 0.3  # flushing takes at most this share of the UI loop: a slow flush spaces the next ones
@@ -44,8 +44,25 @@ TYPING_HOLD = 0.5
 class AssistantMessage(Widget):
     """A reply that grows by batched flushes and draws only the lines in view."""
 
+    # The colours of the Markdown, from the theme (as Textual's own Markdown takes them):
+    # Rich's defaults (inline code cyan on black) are drawn as they are on any theme.
+    COMPONENT_CLASSES = {
+        "assistant-message--code", "assistant-message--h1", "assistant-message--h2",
+        "assistant-message--h3", "assistant-message--link", "assistant-message--quote",
+        "assistant-message--table",
+    }
     DEFAULT_CSS = """
-    AssistantMessage { height: auto; }
+    AssistantMessage {
+        height: auto;
+        &:dark > .assistant-message--code { background: $warning 10%; color: $text-warning 95%; }
+        &:light > .assistant-message--code { background: $error 5%; color: $text-error 95%; }
+        & > .assistant-message--h1 { color: $markdown-h1-color; text-style: $markdown-h1-text-style; }
+        & > .assistant-message--h2 { color: $markdown-h2-color; text-style: $markdown-h2-text-style; }
+        & > .assistant-message--h3 { color: $markdown-h3-color; text-style: $markdown-h3-text-style; }
+        & > .assistant-message--link { color: $text-accent; }
+        & > .assistant-message--quote { color: $text-muted; }
+        & > .assistant-message--table { color: $text-primary; }
+    }
     """
 
     def __init__(self, text: str = "", **kwargs: Any) -> None:
@@ -66,6 +83,8 @@ class AssistantMessage(Widget):
         self._width = 0
         self._laid_out = 0  # blocks whose start line is known (the rest changed since)
         self._base_style: Style | None = None
+        self._look: ReplyLook | None = None  # built from the CSS above, for ``_look_theme``
+        self._look_theme = ""
         self.flushes = 0  # flushes that handed text over (for tests and benchmarks)
         self.block_renders = 0  # blocks rendered by Rich (for tests and benchmarks)
         self._open_segment("")
@@ -189,11 +208,12 @@ class AssistantMessage(Widget):
             self._width = width
             self._laid_out = 0
         console = self.app.console
+        look = self._current_look()
         line = self._starts[self._laid_out - 1] + len(self._blocks[self._laid_out - 1].lines) if self._laid_out else 0
         del self._starts[self._laid_out :]
         for block in self._blocks[self._laid_out :]:
             if block.width != width:
-                render_block(console, block, width)
+                render_block(console, block, width, look)
                 self.block_renders += 1
             if self._starts and not block.joined:
                 line += 1  # a blank line between blocks
@@ -202,9 +222,46 @@ class AssistantMessage(Widget):
         self._laid_out = len(self._blocks)
         self._height = line
 
+    def _current_look(self) -> ReplyLook:
+        look = self._look
+        if look is None:
+
+            def ink(name: str, extra: Style | None = None) -> Style:
+                # colour and text style only: the line's background is the widget's (``render_line``)
+                full = self.get_component_rich_style(f"assistant-message--{name}")
+                style = Style(color=full.color, bold=full.bold, italic=full.italic, underline=full.underline)
+                return style + extra if extra else style
+
+            code = self.get_component_rich_style("assistant-message--code")  # with its own background
+            look = self._look = ReplyLook(
+                styles={
+                    "markdown.code": code,
+                    "markdown.kbd": code,
+                    **{f"markdown.h{level}": ink(f"h{min(level, 3)}") for level in range(1, 7)},
+                    "markdown.link": ink("link"),
+                    "markdown.link_url": ink("link", Style(underline=True)),
+                    "markdown.block_quote": ink("quote"),
+                    "markdown.list": Style(),
+                    "markdown.item.number": Style(bold=True),
+                    "markdown.table.border": ink("table"),
+                    "markdown.table.header": ink("table", Style(bold=True)),
+                },
+                code_theme="monokai" if self.app.current_theme.dark else "default",
+            )
+            self._look_theme = self.app.theme
+        return look
+
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._base_style = None
+        if self._look is not None and self.app.theme != self._look_theme:
+            # A new theme: every block is drawn again in its colours. (Only then: this is also
+            # called on hover and focus changes, and a long reply takes a while to render.)
+            self._look = None
+            for block in self._blocks:
+                block.width = 0
+            self._laid_out = 0
+            self.refresh(layout=True)
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         self._lay_out(width)
