@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.agent import Agent, AgentOptions, Approver
-from app.context.server_side import configure_server_context
+from app.context.server_side import configure_server_context, switch_server_compaction
 from app.agent_session import AgentSession, Closable, EventStream, transcript_recorder
 from app.config import Settings, api_key_for, provider_key_env_names, resolve_provider
 from app.context.engine import ContextEngine, EngineConfig
@@ -196,6 +196,12 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
 
         register_task_tool(agent, settings)
         engine.set_budget(engine.config.budget)  # the lines again, with the task tool in the fixed part
+    # Server-side compaction switched in the session (the palette) stays as it was left on resume.
+    switched = [e for e in restored_events if e.type == "server_compaction" and not e.reason]
+    if switched and switched[-1].on != engine.config.server_compaction:
+        _, problem = switch_server_compaction(provider, engine, switched[-1].on)
+        if problem:
+            warnings.append(("server context", f"this session had server-side compaction on, but {problem}"))
     stream = EventStream()
     stream.subscribe(transcript_recorder(transcript))  # first: persisted before any surface sees it
     if emit is not None:

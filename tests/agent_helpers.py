@@ -37,12 +37,12 @@ class EventLog(list):
 
 
 def make_session(fake_llm, tmp_path: Path, monkeypatch, *, provider: str = "openai", approvals: bool = True,
-                 **overrides: Any):
+                 resume: str | None = None, **overrides: Any):
     """A real session (runtime wiring) on ``provider`` talking to the fake server; returns (session, events)."""
     settings = _settings(fake_llm, tmp_path, monkeypatch, provider, overrides)
     workdir = tmp_path / "work"
     workdir.mkdir(parents=True, exist_ok=True)
-    session = build_session(settings, approvals=approvals, cwd=workdir)
+    session = build_session(settings, approvals=approvals, cwd=workdir, resume=resume)
     session.agent.options.retry_base_delay = 0.0
     events = EventLog()
     session.subscribe(events)

@@ -154,6 +154,26 @@ async def test_server_compaction_is_switched_per_session_and_its_drop_is_marked_
     await _stop(session, running)
 
 
+async def test_server_compaction_switched_in_a_session_stays_switched_when_it_is_resumed(
+        fake_llm, tmp_path, monkeypatch):
+    session, events = make_session(fake_llm, tmp_path, monkeypatch, provider="responses", window=400_000)
+    session_id = session.info.session_id
+    running = asyncio.ensure_future(session.run())
+    session.submit(ServerCompaction(True))
+    await _stop(session, running)  # the session ends: its transcript is closed, its lock let go
+    assert events.of("server_compaction")[-1].on
+    resumed, _ = make_session(fake_llm, tmp_path, monkeypatch, provider="responses", window=400_000,
+                              resume=session_id)
+    line = resumed.agent.engine.thresholds.auto_compact_line
+    assert resumed.agent.engine.config.server_compaction and resumed.agent.provider.compact_threshold == line
+    fake_llm.enqueue(responses_text("hello again", usage=dict(input=900, output=4)))
+    running = asyncio.ensure_future(resumed.run())
+    resumed.submit(UserInput("hello"))
+    await _settled(resumed)
+    assert bodies(fake_llm)[-1]["context_management"] == [{"type": "compaction", "compact_threshold": line}]
+    await _stop(resumed, running)
+
+
 async def test_server_compaction_on_a_provider_without_it_is_refused_in_one_line(fake_llm, tmp_path, monkeypatch):
     session, events = make_session(fake_llm, tmp_path, monkeypatch, provider="openai")
     session.submit(ServerCompaction(True))
