@@ -29,6 +29,11 @@ async def settle(pilot: Any, rounds: int = 20_000) -> None:
         await asyncio.sleep(0.005)  # polls the condition above; Pilot.pause would wait for a busy screen
     else:
         raise AssertionError("the session did not finish its commands")
+    for _ in range(rounds):  # the other widgets' messages held until a reply's text was drawn
+        bridge = app.bridge
+        if bridge is None or not bridge.holding:
+            break
+        await pilot.pause()
     await pilot.pause()
     await pilot.pause()
 

@@ -69,23 +69,43 @@ async def test_typing_while_a_reply_streams_spaces_its_redraws_and_loses_no_text
 
 
 async def test_the_last_words_of_a_reply_show_as_soon_as_another_event_follows_them(monkeypatch) -> None:
-    # At the end of a reply the usage and the context come before the reply's own end:
-    # the frame they cause must already carry the last words, not wait for the flush timer.
+    # At the end of a reply the usage and the context come before the reply's own end. The
+    # last words must not wait for the flush timer, nor for the gauge and the chart to be
+    # handled and drawn: they come in a frame of their own, the gauge in the next one.
+    from widgets.gauge_bar import GaugeBar
+
     monkeypatch.setattr("widgets.assistant_message.TYPING_INTERVAL", 60.0)  # a timer that never fires here
     agent = FakeSession({})
     app = TidegaugeApp(agent, cursor_blink=False)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
+        agent.emit(context(10_000))
         agent.emit(ev.TextDeltaEvent(text="The answer "))
         await pilot.pause()
         (message,) = app.query(AssistantMessage)
+        gauge = app.query_one(GaugeBar)
+        frames: list[tuple[str, int]] = []  # (the reply's text, the gauge's tokens) on each frame drawn
+        display = app._display
+
+        def recording_display(screen, renderable) -> None:
+            display(screen, renderable)
+            if renderable is not None:
+                frames.append((message.source, gauge.context.projected_tokens if gauge.context else 0))
+
+        app._display = recording_display  # type: ignore[method-assign]
         await pilot.press("h")  # typing: the next flush waits TYPING_INTERVAL after the last one
         app.conversation.append_assistant("is ")
         message._flush()
         agent.emit(ev.TextDeltaEvent(text="forty-two."))
         agent.emit(context(40_000))
-        await pilot.pause()
+        for _ in range(50):
+            await pilot.pause()
+            if frames and frames[-1][1] == 40_000:
+                break
         assert message.source == "The answer is forty-two." and message._flush_timer is None
+        first_with_words = next(i for i, (text, _) in enumerate(frames) if text.endswith("forty-two."))
+        assert frames[first_with_words][1] == 10_000  # drawn before the gauge moved
+        assert frames[-1] == ("The answer is forty-two.", 40_000)
         assert app.conversation.streaming_assistant  # paused, not ended: more deltas may follow
         agent.emit(ev.TextDeltaEvent(text=" Indeed."))
         agent.emit(ev.AssistantMessageEvent(text="The answer is forty-two. Indeed.", tool_calls=0))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_right
-from typing import Any
+from typing import Any, Callable
 
 from rich.segment import Segment
 from rich.style import Style
@@ -39,6 +39,8 @@ FLUSH_SHARE = 0.3  # flushing takes at most this share of the UI loop: a slow fl
 # the text keeps flowing, and a key's echo seldom waits behind a frame of the reply.
 TYPING_INTERVAL = 0.1
 TYPING_HOLD = 0.5
+# ``when_drawn`` waits at most this long: a reply scrolled out of view draws no line.
+DRAWN_WAIT = 0.1
 
 
 class AssistantMessage(Widget):
@@ -85,6 +87,9 @@ class AssistantMessage(Widget):
         self._base_style: Style | None = None
         self._look: ReplyLook | None = None  # built from the CSS above, for ``_look_theme``
         self._look_theme = ""
+        self._undrawn = False  # text was handed over that no frame has drawn yet
+        self._after_drawn: list[Callable[[], object]] = []  # ``when_drawn`` callbacks waiting
+        self._drawn_timer: Timer | None = None
         self.flushes = 0  # flushes that handed text over (for tests and benchmarks)
         self.block_renders = 0  # blocks rendered by Rich (for tests and benchmarks)
         self._open_segment("")
@@ -150,6 +155,7 @@ class AssistantMessage(Widget):
         self._take(fragment)
         self.flushes += 1
         self._refresh_grown()
+        self._undrawn = True
         # The lines are rendered in the frame that follows: it is counted as part of the flush.
         self.call_after_refresh(self._space_flushes, started)
 
@@ -268,6 +274,10 @@ class AssistantMessage(Widget):
         return self._height
 
     def render_line(self, y: int) -> Strip:
+        if self._undrawn:  # this frame draws what was handed over: after it, call who waits
+            self._undrawn = False
+            if self._after_drawn:
+                self.call_later(self._drawn)
         width = self.size.width
         self._lay_out(width)
         style = self._base_style
@@ -303,6 +313,24 @@ class AssistantMessage(Widget):
             self._flush_timer.stop()
             self._flush_timer = None
 
+    def when_drawn(self, callback: Callable[[], object]) -> None:
+        """Call ``callback`` after the frame that draws the text handed over so far
+        (at once if it is drawn; after ``DRAWN_WAIT`` at the latest)."""
+        if not self._undrawn:
+            callback()
+            return
+        self._after_drawn.append(callback)
+        if self._drawn_timer is None:
+            self._drawn_timer = self.set_timer(DRAWN_WAIT, self._drawn)
+
+    def _drawn(self) -> None:
+        if self._drawn_timer is not None:
+            self._drawn_timer.stop()
+            self._drawn_timer = None
+        callbacks, self._after_drawn = self._after_drawn, []
+        for callback in callbacks:
+            callback()
+
     def flush_now(self) -> None:
         """The stream paused (or ended): hand over what is pending without waiting for the timer."""
         self._stop_flush_timer()
@@ -313,6 +341,8 @@ class AssistantMessage(Widget):
         self.flush_now()
 
     def on_unmount(self) -> None:
-        # Being removed: drop what is pending instead of drawing on a dead widget.
+        # Being removed: drop what is pending instead of drawing on a dead widget; nobody
+        # waits on a frame that will never come.
         self._stop_flush_timer()
         self._pending.clear()
+        self._drawn()

@@ -417,6 +417,9 @@ class Conversation(VerticalScroll, can_focus=True):
         item = self._assistant
         if message.kind == "text_delta" and item is not None and isinstance(item.widget, _assistant_message()):
             item.widget.flush_now()
+            item.widget.when_drawn(message.release)  # the other widgets' messages wait for that frame
+        else:
+            message.release()
 
     @on(ReplyDone)
     async def _on_reply(self, message: ReplyDone) -> None:

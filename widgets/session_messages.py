@@ -19,6 +19,8 @@ from textual.message import Message
 from app.describe import ENGINE_LINE_TYPES
 
 if TYPE_CHECKING:
+    from textual.message_pump import MessagePump
+
     from app import events as ev
 
 
@@ -147,13 +149,43 @@ class Deltas(Message, bubble=False):
 class DeltasPaused(Message, bubble=False):
     """Another event came after a run of deltas: the text so far is all there is for now.
 
-    The reply shows it at once instead of on its flush timer. At the end of a reply the
-    usage and the chart point come before ``ReplyDone``; the frame they cause would
-    otherwise be drawn without the reply's last words (benchmark 3b: ~30 ms later)."""
+    The reply shows it at once instead of on its flush timer, and in a frame of its own:
+    the messages for the other widgets that come next (at the end of a reply: the usage,
+    the context, the chart point, the state) are ``hold``-ed here and posted by ``release``
+    once that frame is drawn. Otherwise the gauge, the chart and the header were handled
+    and drawn first, and the reply's last words waited for them (benchmark 3b).
+    """
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, after: "DeltasPaused | None" = None) -> None:
         super().__init__()
         self.kind = kind
+        self._after = after  # an earlier pause still holding: released first, so order holds
+        self._held: list[tuple["MessagePump", Message]] = []
+        self._released = False
+        self._lock = threading.Lock()
+
+    def hold(self, target: "MessagePump", message: Message) -> bool:
+        """Keep ``message`` for ``target`` until released; False once released (post it now)."""
+        with self._lock:
+            if self._released:
+                return False
+            self._held.append((target, message))
+            return True
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    def release(self) -> None:
+        """Post what was held, in order (under the lock: nothing posted meanwhile overtakes it)."""
+        if self._after is not None:
+            self._after.release()
+            self._after = None
+        with self._lock:
+            self._released = True
+            for target, message in self._held:
+                target.post_message(message)
+            self._held.clear()
 
 
 MESSAGES_FOR: dict[str, tuple[type[SessionMessage], ...]] = {

@@ -157,6 +157,7 @@ class TidegaugeApp(App[int]):
         self.startup_error: BaseException | None = None  # building the session failed (the app exits 2)
         self._listed_busy = False  # what the footer's bindings were last refreshed for
         self._unsubscribe_bridge: Callable[[], None] | None = None
+        self.bridge: SessionBridge | None = None
         self._session_stopped = False
         # ctrl+g's choice: None follows the terminal's height, True/False is the user's and stays
         self._context_details: bool | None = None
@@ -261,6 +262,7 @@ class TidegaugeApp(App[int]):
                      self],
             deltas_target=self.conversation,
         )
+        self.bridge = bridge
         snapshot = session.snapshot()
         bridge.replay([snapshot.info, *snapshot.restored, snapshot.context, snapshot.state])
         self._unsubscribe_bridge = session.subscribe(bridge)

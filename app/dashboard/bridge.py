@@ -4,7 +4,8 @@ The bridge is a listener of the session: it is called on the session's thread
 and only posts messages (``post_message`` is thread-safe). Each event becomes
 the messages ``widgets.session_messages.MESSAGES_FOR`` lists for its type, each
 posted to the widgets whose class handles it. Deltas in a row share one
-``Deltas`` message; the first other event after them is preceded by ``DeltasPaused``.
+``Deltas`` message. The first other event after them is preceded by ``DeltasPaused``,
+and the messages for other widgets wait in it until the reply has drawn its text.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class SessionBridge:
         }
         self._deltas_target = deltas_target
         self._batch: Deltas | None = None
+        self._paused: DeltasPaused | None = None  # holds other widgets' messages until released
 
     def __call__(self, event: Any) -> None:
         kind = event.type
@@ -48,10 +50,21 @@ class SessionBridge:
                 self._deltas_target.post_message(batch)
             return
         if self._batch is not None:  # sealed: deltas after this event come after it on screen
-            self._deltas_target.post_message(DeltasPaused(self._batch.kind))
+            self._paused = DeltasPaused(self._batch.kind, after=self._paused if self.holding else None)
+            self._deltas_target.post_message(self._paused)
             self._batch = None
         for message_type, target in self._routes.get(kind, ()):
-            target.post_message(message_type(event))
+            message = message_type(event)
+            if target is not self._deltas_target and self._paused is not None:
+                if self._paused.hold(target, message):
+                    continue
+                self._paused = None  # released: the reply's text is on screen
+            target.post_message(message)
+
+    @property
+    def holding(self) -> bool:
+        """Messages wait for a reply's text to be drawn (tests wait for them to go out)."""
+        return self._paused is not None and not self._paused.released
 
     def replay(self, events: Iterable[Any]) -> None:
         """Draw what an earlier run of a resumed session recorded (no deltas among them)."""
