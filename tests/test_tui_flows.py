@@ -658,7 +658,8 @@ from textual.widgets._footer import FooterKey  # noqa: E402
 
 from app.dashboard.app import CONVERSATION_MIN_ROWS, HELP_TEXT  # noqa: E402
 from widgets.context_history import ContextHistory  # noqa: E402
-from widgets.gauge_bar import GaugeBar, human_tokens  # noqa: E402
+from app.describe import human_tokens  # noqa: E402
+from widgets.gauge_bar import GaugeBar  # noqa: E402
 
 
 def footer_keys(app: TidegaugeApp) -> set[str]:

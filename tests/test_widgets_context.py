@@ -10,7 +10,8 @@ from snapshot_apps.fake_agent import context
 from widgets.context_breakdown import ContextBreakdown
 from widgets.context_history import ContextHistory
 from widgets.context_panel import ContextPanel
-from widgets.gauge_bar import GaugeBar, human_tokens
+from app.describe import human_tokens
+from widgets.gauge_bar import GaugeBar
 
 
 class Host(App):

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 from rich.text import Text
 from textual.widget import Widget
 
-from widgets.gauge_bar import human_tokens
+from app.describe import human_tokens
+
 
 if TYPE_CHECKING:  # app.events (pydantic models) is not needed to draw the first frame
     from app.events import ContextEvent

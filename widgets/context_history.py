@@ -9,9 +9,8 @@ from rich.style import Style
 from rich.text import Text
 from textual.widget import Widget
 
-from app.describe import plural
+from app.describe import human_tokens, plural
 from widgets._runs import styled_runs
-from widgets.gauge_bar import human_tokens
 
 PointKind = Literal["call", "compaction", "prune", "reset", "memory", "server"]
 EIGHTHS = " ▁▂▃▄▅▆▇█"

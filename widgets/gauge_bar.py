@@ -16,6 +16,7 @@ from rich.text import Text
 from textual.reactive import reactive, var
 from textual.widget import Widget
 
+from app.describe import human_tokens
 from widgets._runs import styled_runs
 
 if TYPE_CHECKING:  # app.events (pydantic models) is not needed to draw the first frame
@@ -24,15 +25,6 @@ if TYPE_CHECKING:  # app.events (pydantic models) is not needed to draw the firs
 
 LEVEL_CLASSES = ("-warning", "-compact", "-blocking")
 TURN_READINGS = 5  # readings of "turns until auto-compact" the shown figure is the median of
-
-
-def human_tokens(count: int | float) -> str:
-    count = int(count)
-    if abs(count) >= 1_000_000:
-        return f"{count / 1_000_000:.2f}M"
-    if abs(count) >= 1_000:
-        return f"{count / 1_000:.1f}K"
-    return str(count)
 
 
 class GaugeBar(Widget):

@@ -14,8 +14,9 @@ from rich.text import Text
 from textual.reactive import var
 from textual.widget import Widget
 
+from app.describe import human_tokens
+
 from widgets._literal import sanitize
-from widgets.gauge_bar import human_tokens
 
 if TYPE_CHECKING:
     from app.events import SubAgentEvent
