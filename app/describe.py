@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 # contract modules of app/).
 from app.sanitize import sanitize_for_display
 
-__all__ = ["Line", "describe", "human_tokens", "legacy_notice", "plural", "sanitize_for_display", "ENGINE_LINE_TYPES"]
+__all__ = ["Line", "describe", "human_tokens", "legacy_notice", "plural", "sanitize_for_display", "tool_result_text",
+           "tool_start_text", "ENGINE_LINE_TYPES"]
 
 if TYPE_CHECKING:
     from app import events as ev
@@ -55,8 +56,8 @@ def plural(count: int, one: str, many: str | None = None) -> str:
 
 def _compaction(e: "ev.CompactionEvent") -> Line:
     if not e.ok:
-        if (e.reason or "").startswith("nothing to compact"):  # not a failure: no model call was made
-            return Line("info", f"{e.reason} (no model call made)")
+        if e.nothing_to_compact:  # not a failure: no model call was made
+            return Line("info", f"{e.reason or 'nothing to compact'} (no model call made)")
         if e.trigger == "reactive":
             return Line("compaction-failed", f"overflow recovery failed: {e.reason or 'nothing left to drop'}")
         return Line("compaction-failed",
@@ -282,6 +283,20 @@ def _server_compaction(e: "ev.ServerCompactionEvent") -> Line:
         return Line("info", f"server-side compaction on for this session: the {e.provider} server compacts{at};"
                             " tidegauge's own auto-compaction stands down")
     return Line("info", "server-side compaction off: tidegauge compacts at the auto-compact line as usual")
+
+
+def tool_start_text(e: "ev.ToolStartEvent") -> str:
+    """A tool call's line in headless text mode (the dashboard draws it as a widget)."""
+    return f"⏺ {e.name} {e.summary}"
+
+
+def tool_result_text(e: "ev.ToolResultEvent") -> str:
+    """The line under a tool call in headless text mode: status, size, cut, duration."""
+    if e.interrupted:
+        return "  ⎿ interrupted"
+    size = f"{e.original_chars:,} chars"
+    cut = f", truncated to {e.kept_chars:,} (full output: {e.full_output_path})" if e.truncated else ""
+    return f"  ⎿ {'error' if e.is_error else 'ok'}, {size}{cut}, {e.duration_ms:.0f} ms"
 
 
 def _notice(e: "ev.NoticeEvent") -> Line:

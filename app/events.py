@@ -117,6 +117,8 @@ class CompactionEvent(BaseModel):
     tokens_before: int
     tokens_after: int
     reason: str | None = None
+    # Not a failure: the history was empty or already one summary, so no model call was made.
+    nothing_to_compact: bool = False
     # Overflow recovery: how far over the server said the request was (None: it gave no figures).
     gap_tokens: int | None = None
     # Audited summaries (issue 15): facts the summary missed, appended to it as "checked facts".

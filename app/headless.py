@@ -13,7 +13,7 @@ import sys
 from typing import TYPE_CHECKING, TextIO
 
 from app.commands import Interrupt, Shutdown, UserInput
-from app.describe import describe, legacy_notice
+from app.describe import LineKind, describe, legacy_notice, tool_result_text, tool_start_text
 from app.events import Event, ResultEvent, SessionRepairedEvent
 from app.redact import redact, redact_obj
 from app.sanitize import sanitize_for_display, scrub_surrogates_obj
@@ -21,6 +21,8 @@ from app.sanitize import sanitize_for_display, scrub_surrogates_obj
 if TYPE_CHECKING:
     from app.agent_session import AgentSession
     from app.config import Settings
+
+UNBRACKETED_KINDS: frozenset[LineKind] = frozenset({"error", "info"})
 
 EXIT_CODES = {"end_turn": 0, "error": 1, "max_steps": 3, "interrupted": 130}
 
@@ -61,18 +63,15 @@ class TextPrinter:
     @staticmethod
     def _line(event: Event) -> str | None:
         if event.type == "tool_start":
-            return f"⏺ {event.name} {event.summary}"
+            return tool_start_text(event)
         if event.type == "tool_result":
-            if event.interrupted:
-                return "  ⎿ interrupted"
-            size = f"{event.original_chars:,} chars"
-            cut = f", truncated to {event.kept_chars:,} (full output: {event.full_output_path})" if event.truncated else ""
-            status = "error" if event.is_error else "ok"
-            return f"  ⎿ {status}, {size}{cut}, {event.duration_ms:.0f} ms"
+            return tool_result_text(event)
         line = describe(event)
         if line is None:
             return None
-        return line.text if line.kind in ("error", "info") or line.text.startswith("[") else f"[{line.text}]"
+        # The engine's own doings (compaction, retries, cuts, ...) stand in brackets, apart from
+        # the tool lines; errors and plain information do not.
+        return line.text if line.kind in UNBRACKETED_KINDS else f"[{line.text}]"
 
 
 class JsonPrinter:

@@ -57,7 +57,7 @@ async def test_compact_on_a_lone_summary_says_there_is_nothing_to_compact_withou
 
     again = await agent.compact()  # what /compact (or ctrl+s) does right after
 
-    assert not again.ok and len(fake_llm.requests) == requests_before  # no model call
+    assert not again.ok and again.nothing_to_compact and len(fake_llm.requests) == requests_before  # no model call
     assert agent.history == summary_before
     line = describe(again)
     assert line is not None and line.text.startswith("nothing to compact") and "summary" in line.text

@@ -140,7 +140,7 @@ async def _run_example(server: FakeLLMServer, agent, provider: str, ops: list) -
                 else:
                     assert dump(agent.history) == before
                     assert before == [] or "smaller" in (outcome.reason or "") or (
-                        lone and "nothing to compact" in (outcome.reason or ""))
+                        lone and outcome.nothing_to_compact)
                     if lone:
                         script.compaction.clear()  # no model call was made for it
                 event(f"compact_ok ok={outcome.ok}")

@@ -530,7 +530,7 @@ class ContextEngine:
             # A lone summary compacts to itself: a model call would gain nothing.
             event = CompactionEvent(trigger=trigger, ok=False, messages_before=before_msgs,
                                     messages_after=before_msgs, tokens_before=tokens_before,
-                                    tokens_after=tokens_before,
+                                    tokens_after=tokens_before, nothing_to_compact=True,
                                     reason="nothing to compact" + (": the context is already one summary"
                                                                     if self.history else ""))
             self.emit(event)
