@@ -107,7 +107,7 @@ class Settings(BaseSettings):
     # per call. Both reach the tools through ToolContext.
     max_saved_output: int = Field(DEFAULT_MAX_SAVED_OUTPUT, ge=1024)
     read_max_bytes: int = Field(DEFAULT_READ_MAX_BYTES, ge=1024)
-    # Keys saved by save_api_key ([api_keys] in config.toml); environment variables win.
+    # Keys written by hand under [api_keys] in config.toml (kept 0600); environment variables win.
     api_keys: dict[str, SecretStr] = Field(default_factory=dict)
     # Session memory (issue 15): a background summary every N tokens of new context
     # (0: off); a compaction from it keeps at least the last N tokens verbatim.
@@ -240,7 +240,7 @@ class Settings(BaseSettings):
 
     @property
     def config_dir(self) -> Path:
-        """The directory whose config.toml was read (and where save_api_key writes)."""
+        """The directory whose config.toml was read."""
         return self._config_dir
 
     @property
@@ -390,6 +390,20 @@ def _source_of(field: str, cli: dict[str, Any], toml_data: dict[str, Any], path:
 
 
 # ---------------------------------------------------------------- providers and keys
+
+def exposed_keys_warning(settings: Settings) -> str | None:
+    """config.toml holds API keys but others may read it (as ssh says of a private key)."""
+    if not settings.api_keys:
+        return None
+    try:
+        mode = settings.config_file.stat().st_mode & 0o777
+    except OSError:
+        return None
+    if not mode & 0o077:
+        return None
+    return (f"{settings.config_file} holds API keys and is readable by others (mode {mode:04o}):"
+            f" chmod 600 {settings.config_file}")
+
 
 def resolve_provider(settings: Settings) -> str:
     """The configured provider, else the first of anthropic/openai/deepseek with a key, else demo.

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from app.agent import Agent, AgentOptions, Approver
 from app.context.server_side import configure_server_context, switch_server_compaction
 from app.agent_session import AgentSession, Closable, EventStream, transcript_recorder
-from app.config import Settings, api_key_for, provider_key_env_names, resolve_provider
+from app.config import Settings, api_key_for, exposed_keys_warning, provider_key_env_names, resolve_provider
 from app.context.engine import ContextEngine, EngineConfig
 from app.context.file_cache import FileReadCache
 from app.context.memory import load_memory
@@ -149,6 +149,8 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
     rules = load_rules(workspace, settings.config_dir)
     engine.use_rules(rules, workspace)
     warnings += [("rules", f"{problem}; that rule is not loaded") for problem in rules.problems]
+    if (exposed := exposed_keys_warning(settings)) is not None:
+        warnings.append(("api_keys", exposed))
     restored_events: list[Event] = []
     repairs: list[str] = []
     if resume or continue_latest:

@@ -155,3 +155,22 @@ def test_sigint_interrupts_headless_cleanly(fake_llm, tmp_path):
     assert proc.returncode == 130
     last = json.loads(rest.strip().splitlines()[-1])
     assert last["type"] == "result" and last["stop_reason"] == "interrupted"
+
+
+def test_a_key_file_others_can_read_is_said_at_start_and_the_task_still_runs(fake_llm, tmp_path):
+    """Like ssh with a private key: a config.toml holding API keys at mode 0644 is named with the fix."""
+    config = tmp_path / "config"
+    config.mkdir()
+    toml = config / "config.toml"
+    toml.write_text(f'[api_keys]\nopenai = "{KEY}"\n', encoding="utf-8")
+    toml.chmod(0o644)
+    fake_llm.enqueue(openai_text("done"), openai_text("done"))
+    args = ["-p", "hi", "--provider", "openai", "--model", "m", "--base-url", fake_llm.base_url("openai")]
+    proc = _run(args, tmp_path, _env(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    warning = [line for line in proc.stderr.splitlines() if "readable by others" in line]
+    assert warning == [f"[{toml} holds API keys and is readable by others (mode 0644): chmod 600 {toml}]"]
+    assert KEY not in proc.stderr and proc.stdout.strip() == "done"
+    toml.chmod(0o600)
+    quiet = _run(args, tmp_path, _env(tmp_path))
+    assert quiet.returncode == 0 and "readable by others" not in quiet.stderr

@@ -3,7 +3,8 @@
 The rules of Anthropic's Messages API and of OpenAI-compatible Chat
 Completions, in the internal format: roles alternate starting with the
 user, every tool call is answered right after it, no orphan results.
-Used by the engine as a guard before sending and by the property tests.
+Used when a transcript is read back (a damaged one is cut to its longest
+valid prefix and repaired, app/transcript.py) and by the property tests.
 """
 
 from __future__ import annotations
