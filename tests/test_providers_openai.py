@@ -10,12 +10,11 @@ from typing import Any
 
 import pytest
 
-from app.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolSpec, ToolUseBlock
+from app.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from app.providers.base import (
     APIError,
     ConnectError,
     ContextTooLongError,
-    ModelRequest,
     StreamCutError,
     ToolCallDelta,
     ToolCallStart,
@@ -36,21 +35,9 @@ from fake_llm_server import (
     stall_after,
     stream_error,
 )
+from provider_helpers import provider_fixture, request
 
-READ_FILE = ToolSpec(name="read_file", description="Read a file", input_schema={
-    "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})
-
-
-def request(*messages: Message, tools: list[ToolSpec] | None = None, **kw: Any) -> ModelRequest:
-    return ModelRequest(system="You are terse.", messages=list(messages) or [Message.user("hi")],
-                        tools=[READ_FILE] if tools is None else tools, **kw)
-
-
-@pytest.fixture
-async def provider(fake_llm):
-    p = fake_llm.provider("openai")
-    yield p
-    await p.aclose()
+provider = provider_fixture("openai")
 
 
 def openai_history_problems(messages: list[dict[str, Any]]) -> list[str]:

@@ -10,13 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_providers_fuzz import _calls, _mutations, _shaped, _text, mutate, split, terminated
 
-from app.messages import Message, OpaqueBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolSpec, ToolUseBlock
+from app.messages import Message, OpaqueBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from app.providers.anthropic import to_anthropic_messages
 from app.providers.base import (
     APIError,
     Completed,
     ContextTooLongError,
-    ModelRequest,
     ProviderError,
     StreamCutError,
     ToolCallDelta,
@@ -34,21 +33,9 @@ from fake_responses_server import (
     responses_text,
     responses_tool_calls,
 )
+from provider_helpers import READ_FILE, provider_fixture, request
 
-READ_FILE = ToolSpec(name="read_file", description="Read a file", input_schema={
-    "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})
-
-
-def request(*messages: Message, tools: list[ToolSpec] | None = None, **kw: Any) -> ModelRequest:
-    return ModelRequest(system="You are terse.", messages=list(messages) or [Message.user("hi")],
-                        tools=[READ_FILE] if tools is None else tools, **kw)
-
-
-@pytest.fixture
-async def provider(fake_llm):
-    p = fake_llm.provider("responses")
-    yield p
-    await p.aclose()
+provider = provider_fixture("responses")
 
 
 def responses_input_problems(items: list[dict[str, Any]]) -> list[str]:

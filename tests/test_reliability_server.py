@@ -322,6 +322,32 @@ def test_lone_surrogate_escapes_become_replacement_characters_and_pairs_survive(
         text.encode("utf-8")  # never raises
 
 
+# One whole reply from a server that ignored ``stream: true``, per protocol, with an unpaired
+# \ud800 escape in its text: read as U+FFFD, as the stream decoder reads one.
+LONE_SURROGATE_BODIES = {
+    "openai": {"object": "chat.completion", "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "@TEXT@"}, "finish_reason": "stop"}]},
+    "anthropic": {"type": "message", "role": "assistant", "content": [{"type": "text", "text": "@TEXT@"}],
+                  "stop_reason": "end_turn", "usage": {"input_tokens": 5, "output_tokens": 2}},
+    "responses": {"object": "response", "status": "completed", "output": [
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "@TEXT@"}]}]},
+}
+
+
+@pytest.mark.parametrize("protocol", sorted(LONE_SURROGATE_BODIES))
+async def test_a_lone_surrogate_escape_in_a_whole_json_reply_reads_as_a_replacement_character(
+        fake_llm, protocol: str) -> None:
+    body = json.dumps(LONE_SURROGATE_BODIES[protocol]).replace("@TEXT@", "caf\\ud800e").encode()
+    fake_llm.enqueue(Reply(body=body, content_type="application/json"))
+    provider = fake_llm.provider(protocol)
+    result = await run_stream(provider, request())
+    await provider.aclose()
+    assert result.error is None and result.completed is not None
+    (text,) = [block.text for block in result.completed.message.content if hasattr(block, "text")]
+    assert text == "caf\ufffde"
+    json.dumps(text, ensure_ascii=False).encode("utf-8")  # the next request can carry it
+
+
 def _feed_one_long_line(size: int, chunk: int = 8 * 1024) -> float:
     from app.providers.sse import SSEDecoder
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Unpack
 
 import httpx
 
@@ -18,7 +18,6 @@ from app.providers.base import (
     Completed,
     ModelRequest,
     ProviderError,
-    StreamCutError,
     StreamEvent,
     TextDelta,
     ThinkingDelta,
@@ -27,9 +26,9 @@ from app.providers.base import (
     UsageUpdate,
 )
 from app.providers.openai import parse_tool_arguments, tool_use_block
-from app.providers.http_base import SseHttpProvider
-from app.providers.json_fields import object_field
-from app.providers.sse import SSEEvent, assemble_stream, error_from_payload
+from app.providers.http_base import HttpSettings, SseHttpProvider
+from app.providers.json_fields import int_field, object_field
+from app.providers.sse import SSEEvent, assemble_stream, error_from_payload, event_object, stream_cut_error
 from app.usage import ServerEdit, Usage
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -182,14 +181,9 @@ class AnthropicStreamAssembler:
         self._events_seen += 1
         if self._stopped:
             return []
-        try:
-            payload = json.loads(sse.data)
-        except ValueError:
-            if sse.unterminated:
-                return []  # the stream was cut inside its last line: finish() judges what arrived
-            raise ProviderError(f"malformed stream event (not JSON): {sse.data[:200]!r}", error_type="bad_response") from None
-        if not isinstance(payload, dict):
-            raise ProviderError(f"malformed stream event: {sse.data[:200]!r}", error_type="bad_response")
+        payload = event_object(sse.data, unterminated=sse.unterminated)
+        if payload is None:
+            return []
         kind = payload.get("type") if isinstance(payload.get("type"), str) else sse.event
         if kind == "error" or sse.event == "error":
             raise error_from_payload(payload, status=None, fallback="error inside the stream",
@@ -230,16 +224,10 @@ class AnthropicStreamAssembler:
         kind = start.get("type")
         if kind == "text":
             block = _Block("text")
-            text = start.get("text")
-            if isinstance(text, str) and text:
-                block.parts.append(text)
-                out.append(TextDelta(text))
+            _extend_text(block, start.get("text"), out)
         elif kind == "thinking":
             block = _Block("thinking")
-            thinking = start.get("thinking")
-            if isinstance(thinking, str) and thinking:
-                block.parts.append(thinking)
-                out.append(ThinkingDelta(thinking))
+            _extend_text(block, start.get("thinking"), out)
             if isinstance(start.get("signature"), str):
                 block.signature = start["signature"]
         elif kind == "tool_use":
@@ -285,15 +273,9 @@ class AnthropicStreamAssembler:
         if block.kind != expected:
             raise ProviderError(f"{kind} for a {block.kind} block ({index})", error_type="bad_response")
         if kind == "text_delta":
-            text = delta.get("text")
-            if isinstance(text, str) and text:
-                block.parts.append(text)
-                out.append(TextDelta(text))
+            _extend_text(block, delta.get("text"), out)
         elif kind == "thinking_delta":
-            text = delta.get("thinking")
-            if isinstance(text, str) and text:
-                block.parts.append(text)
-                out.append(ThinkingDelta(text))
+            _extend_text(block, delta.get("thinking"), out)
         elif kind == "signature_delta":
             if isinstance(delta.get("signature"), str):
                 block.signature += delta["signature"]
@@ -341,10 +323,10 @@ class AnthropicStreamAssembler:
             runs = [i for i in iterations if isinstance(i, dict) and i.get("type") == "compaction"]
             if runs:
                 self._compaction_usage = Usage(
-                    input_tokens=sum(_int(r, "input_tokens") for r in runs),
-                    cache_read_tokens=sum(_int(r, "cache_read_input_tokens") for r in runs),
-                    cache_write_tokens=sum(_int(r, "cache_creation_input_tokens") for r in runs),
-                    output_tokens=sum(_int(r, "output_tokens") for r in runs))
+                    input_tokens=sum(int_field(r, "input_tokens") for r in runs),
+                    cache_read_tokens=sum(int_field(r, "cache_read_input_tokens") for r in runs),
+                    cache_write_tokens=sum(int_field(r, "cache_creation_input_tokens") for r in runs),
+                    output_tokens=sum(int_field(r, "output_tokens") for r in runs))
 
     @property
     def complete(self) -> bool:
@@ -353,9 +335,7 @@ class AnthropicStreamAssembler:
 
     def finish(self) -> Completed:
         if not self._stopped:
-            if self._events_seen == 0:
-                raise StreamCutError("empty response: the server sent no events")
-            raise StreamCutError("stream cut: it ended without message_stop")
+            raise stream_cut_error(self._events_seen, "message_stop")
         content: list[Any] = []
         last_index = max(self._blocks) if self._blocks else None
         for index in sorted(self._blocks):
@@ -386,17 +366,19 @@ class AnthropicStreamAssembler:
         )
 
 
-def _int(raw: dict[str, Any], key: str) -> int:
-    value = raw.get(key)
-    return value if isinstance(value, int) else 0
+def _extend_text(block: _Block, piece: Any, out: list[StreamEvent]) -> None:
+    """A streamed piece of a text or thinking block: kept in the block and passed on (an empty one is neither)."""
+    if isinstance(piece, str) and piece:
+        block.parts.append(piece)
+        out.append(TextDelta(piece) if block.kind == "text" else ThinkingDelta(piece))
 
 
 def _server_edit(raw: dict[str, Any]) -> ServerEdit:
     kind = raw.get("type")
     return ServerEdit(kind=kind if isinstance(kind, str) else "unknown",
-                      cleared_input_tokens=_int(raw, "cleared_input_tokens"),
-                      cleared_tool_uses=_int(raw, "cleared_tool_uses"),
-                      cleared_thinking_turns=_int(raw, "cleared_thinking_turns"))
+                      cleared_input_tokens=int_field(raw, "cleared_input_tokens"),
+                      cleared_tool_uses=int_field(raw, "cleared_tool_uses"),
+                      cleared_thinking_turns=int_field(raw, "cleared_thinking_turns"))
 
 
 def assemble_anthropic_stream(chunks: Iterable[bytes | str], *, secret: str | None = None) -> list[StreamEvent]:
@@ -404,13 +386,9 @@ def assemble_anthropic_stream(chunks: Iterable[bytes | str], *, secret: str | No
     return assemble_stream(AnthropicStreamAssembler(secret=secret), chunks)
 
 
-def non_stream_to_events(raw: bytes) -> list[SSEEvent]:
-    """A server that ignored ``stream: true`` answered with one message: replay it as events."""
-    try:
-        payload = json.loads(raw.decode("utf-8", errors="replace"))
-    except ValueError:
-        return []
-    if not isinstance(payload, dict) or payload.get("type") != "message":
+def message_to_events(payload: dict[str, Any]) -> list[SSEEvent]:
+    """One message (from a server that ignored ``stream: true``) replayed as the events of its stream."""
+    if payload.get("type") != "message":
         return []
 
     def event(data: dict[str, Any]) -> SSEEvent:
@@ -435,7 +413,8 @@ class AnthropicProvider(SseHttpProvider):
 
     name = "anthropic"
     assembler_class = AnthropicStreamAssembler
-    non_stream_to_events = staticmethod(non_stream_to_events)
+    replay_reply = staticmethod(message_to_events)
+    protocol_headers = {"anthropic-version": ANTHROPIC_VERSION}
 
     def __init__(
         self,
@@ -443,19 +422,13 @@ class AnthropicProvider(SseHttpProvider):
         base_url: str,
         api_key: str | None,
         *,
-        timeout_connect: float = 10.0,
-        timeout_read: float = 120.0,
-        max_tokens: int | None = None,
-        extra_headers: dict[str, str] | None = None,
-        extra_body: dict[str, Any] | None = None,
         send_unsigned_thinking: bool | None = None,
         thinking_budget: int = 0,
         prompt_caching: bool | None = None,
         context_edits: list[dict[str, Any]] | None = None,
+        **settings: Unpack[HttpSettings],
     ) -> None:
-        super().__init__(model, base_url, api_key, timeout_connect=timeout_connect,
-                         timeout_read=timeout_read, max_tokens=max_tokens,
-                         extra_headers=extra_headers, extra_body=extra_body)
+        super().__init__(model, base_url, api_key, **settings)
         # Anthropic signs all thinking and rejects unsigned blocks (they can only come from another
         # provider); compatible servers (DeepSeek's /anthropic) sign nothing and want their thinking back.
         host = httpx.URL(self.base_url).host
@@ -503,12 +476,12 @@ class AnthropicProvider(SseHttpProvider):
         body.update(self.extra_body)
         return body
 
+    def key_headers(self, api_key: str) -> dict[str, str]:
+        """The Messages API takes the key in its own header, not as a bearer token."""
+        return {"x-api-key": api_key}
+
     def headers(self) -> dict[str, str]:
-        headers = {"content-type": "application/json", "accept": "text/event-stream",
-                   "anthropic-version": ANTHROPIC_VERSION, "user-agent": "tidegauge/0.1"}
-        if self.api_key:
-            headers["x-api-key"] = self.api_key
-        headers.update(self.extra_headers)
+        headers = super().headers()
         betas = self._context_betas()  # issue 17
         if betas:
             given = [b.strip() for b in headers.get("anthropic-beta", "").split(",") if b.strip()]

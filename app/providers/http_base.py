@@ -1,13 +1,16 @@
-"""What the two HTTP wire protocols share: settings, one reused httpx client, the SSE call."""
+"""What the HTTP wire protocols share: settings, headers, one reused httpx client, the SSE call."""
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator, Protocol
+from typing import Any, AsyncIterator, ClassVar, Mapping, Protocol, TypedDict
 
 import httpx
 
 from app.providers.base import Completed, ModelRequest, StreamEvent, TextDelta, ThinkingDelta, ToolCallDelta
+from app.providers.json_fields import json_object
 from app.providers.sse import LimitExceededError, SSEEvent, StreamLimits, stream_sse_request
+
+USER_AGENT = "tidegauge/0.1"
 
 
 class StreamAssembler(Protocol):
@@ -29,16 +32,30 @@ class StreamAssemblerFactory(Protocol):
     def __call__(self, *, secret: str | None = None) -> StreamAssembler: ...
 
 
-class SseHttpProvider:
-    """Base of the OpenAI-compatible and Anthropic providers.
+class HttpSettings(TypedDict, total=False):
+    """The settings every protocol's provider takes and passes on to ``SseHttpProvider``: the
+    subclasses take them as ``**settings``, so their defaults are written once, in the base."""
 
-    Subclasses give ``url``, ``headers()``, ``build_body(request)``, an
-    ``assembler_class`` (feed/complete/finish) and ``non_stream_to_events``.
+    timeout_connect: float
+    timeout_read: float
+    max_tokens: int | None
+    extra_headers: dict[str, str] | None
+    extra_body: dict[str, Any] | None
+
+
+class SseHttpProvider:
+    """Base of the Chat Completions, Responses and Anthropic Messages providers.
+
+    Subclasses give ``url``, ``build_body(request)``, an ``assembler_class``
+    (feed/complete/finish) and ``replay_reply``; where the protocol carries the
+    key differently, ``key_headers`` and ``protocol_headers``.
     """
 
     name = ""
     assembler_class: StreamAssemblerFactory
     banner: str | None = None  # a real model needs no introduction
+    # Headers this protocol sends on every call (the user's extra headers may override them).
+    protocol_headers: ClassVar[Mapping[str, str]] = {}
 
     @property
     def label(self) -> str:
@@ -64,13 +81,31 @@ class SseHttpProvider:
         raise NotImplementedError
 
     def headers(self) -> dict[str, str]:
-        raise NotImplementedError
+        """JSON in, events out, the key as the protocol carries it; the user's extra headers win."""
+        headers = {"content-type": "application/json", "accept": "text/event-stream",
+                   **self.protocol_headers, "user-agent": USER_AGENT}
+        if self.api_key:  # local servers often need no key
+            headers.update(self.key_headers(self.api_key))
+        headers.update(self.extra_headers)
+        return headers
+
+    def key_headers(self, api_key: str) -> dict[str, str]:
+        """How the key goes with a call: a bearer token (OpenAI and the servers compatible with it)."""
+        return {"authorization": f"Bearer {api_key}"}
 
     def build_body(self, request: ModelRequest) -> dict[str, Any]:
         raise NotImplementedError
 
+    def non_stream_to_events(self, raw: bytes) -> list[SSEEvent]:
+        """A server that ignored ``stream: true`` answered with one JSON object: the events the
+        stream would have carried; none for a body that is not this protocol's reply (the
+        assembler then finds the stream empty)."""
+        reply = json_object(raw)
+        return [] if reply is None else self.replay_reply(reply)
+
     @staticmethod
-    def non_stream_to_events(raw: bytes) -> list[SSEEvent]:
+    def replay_reply(reply: dict[str, Any], /) -> list[SSEEvent]:
+        """This protocol's whole reply as the SSE events of a stream ([] when it is not one)."""
         raise NotImplementedError
 
     def _http(self) -> httpx.AsyncClient:

@@ -11,8 +11,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterable
-
+from typing import Any, Iterable, Unpack
 
 from app.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from app.providers.base import (
@@ -27,9 +26,9 @@ from app.providers.base import (
     ToolCallStart,
     UsageUpdate,
 )
-from app.providers.http_base import SseHttpProvider
+from app.providers.http_base import HttpSettings, SseHttpProvider
 from app.providers.json_fields import int_field, object_field
-from app.providers.sse import SSEEvent, assemble_stream, error_from_payload
+from app.providers.sse import SSEEvent, assemble_stream, error_from_payload, event_object, stream_cut_error
 from app.usage import Usage
 
 RAW_ARGUMENTS_KEY = "_raw_arguments"
@@ -72,7 +71,7 @@ def to_openai_messages(system: str, messages: list[Message], *, deepseek_reasoni
         texts: list[str] = []
         for block in message.content:
             if isinstance(block, ToolResultBlock):
-                out.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": _result_text(block)})
+                out.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": tool_result_text(block)})
             elif isinstance(block, TextBlock) and block.text:
                 texts.append(block.text)
         if texts:
@@ -98,8 +97,9 @@ def _assistant_message(message: Message, deepseek_reasoning: bool) -> dict[str, 
     return converted
 
 
-def _result_text(block: ToolResultBlock) -> str:
-    # Chat Completions has no is_error flag: say it in the text, once.
+def tool_result_text(block: ToolResultBlock) -> str:
+    """A tool result for a wire format without an error flag (Chat Completions, Responses):
+    a failed call says so in its text, once."""
     if block.is_error and not block.content.lower().startswith("error"):
         return f"Error: {block.content}"
     return block.content
@@ -199,14 +199,9 @@ class OpenAIStreamAssembler:
             return []
         if not data:
             return []
-        try:
-            chunk = json.loads(data)
-        except ValueError:
-            if sse.unterminated:
-                return []  # the stream was cut inside its last line: finish() judges what arrived
-            raise ProviderError(f"malformed stream chunk (not JSON): {data[:200]!r}", error_type="bad_response") from None
-        if not isinstance(chunk, dict):
-            raise ProviderError(f"malformed stream chunk: {data[:200]!r}", error_type="bad_response")
+        chunk = event_object(data, unterminated=sse.unterminated, what="chunk")
+        if chunk is None:
+            return []
         if chunk.get("error") or sse.event == "error":
             raise error_from_payload(chunk, status=None, fallback="error inside the stream",
                                      secret=self._secret, in_stream=True)
@@ -297,11 +292,9 @@ class OpenAIStreamAssembler:
 
     def finish(self) -> Completed:
         if self._finish_reason is None:
-            if self._events_seen == 0:
-                raise StreamCutError("empty response: the server sent no events")
-            if self._done:
+            if self._done:  # [DONE] is an event: the stream was not empty
                 raise StreamCutError("stream ended with [DONE] but no finish_reason")
-            raise StreamCutError("stream cut: it ended without a finish_reason or [DONE]")
+            raise stream_cut_error(self._events_seen, "a finish_reason or [DONE]")
         content: list[Any] = []
         thinking = "".join(self._thinking)
         if thinking:
@@ -336,13 +329,9 @@ def assemble_openai_stream(chunks: Iterable[bytes | str], *, secret: str | None 
     return assemble_stream(OpenAIStreamAssembler(secret=secret), chunks)
 
 
-def non_stream_to_events(raw: bytes) -> list[SSEEvent]:
-    """A server that ignored ``stream: true`` answered with one chat.completion: replay it as chunks."""
-    try:
-        payload = json.loads(raw.decode("utf-8", errors="replace"))
-    except ValueError:
-        return []
-    if not isinstance(payload, dict) or not isinstance(payload.get("choices"), list):
+def chat_completion_to_events(payload: dict[str, Any]) -> list[SSEEvent]:
+    """One chat.completion (from a server that ignored ``stream: true``) replayed as chunks."""
+    if not isinstance(payload.get("choices"), list):
         return []
     chunk: dict[str, Any] = {"choices": []}
     for choice in payload["choices"]:
@@ -366,7 +355,7 @@ class OpenAIProvider(SseHttpProvider):
 
     name = "openai"
     assembler_class = OpenAIStreamAssembler
-    non_stream_to_events = staticmethod(non_stream_to_events)
+    replay_reply = staticmethod(chat_completion_to_events)
 
     def __init__(
         self,
@@ -374,18 +363,12 @@ class OpenAIProvider(SseHttpProvider):
         base_url: str,
         api_key: str | None,
         *,
-        timeout_connect: float = 10.0,
-        timeout_read: float = 120.0,
-        max_tokens: int | None = None,
         deepseek_reasoning: bool = False,
-        extra_headers: dict[str, str] | None = None,
-        extra_body: dict[str, Any] | None = None,
         max_tokens_param: str | None = None,
         max_completion_tokens: bool | None = None,
+        **settings: Unpack[HttpSettings],
     ) -> None:
-        super().__init__(model, base_url, api_key, timeout_connect=timeout_connect,
-                         timeout_read=timeout_read, max_tokens=max_tokens,
-                         extra_headers=extra_headers, extra_body=extra_body)
+        super().__init__(model, base_url, api_key, **settings)
         self.deepseek_reasoning = deepseek_reasoning
         # newer OpenAI models take "max_completion_tokens"; local servers only know "max_tokens"
         self.max_tokens_param = max_tokens_param or max_tokens_param_for(model, max_completion_tokens)
@@ -412,11 +395,3 @@ class OpenAIProvider(SseHttpProvider):
             body["tool_choice"] = request.tool_choice
         body.update(self.extra_body)
         return body
-
-    def headers(self) -> dict[str, str]:
-        headers = {"content-type": "application/json", "accept": "text/event-stream",
-                   "user-agent": "tidegauge/0.1"}
-        if self.api_key:
-            headers["authorization"] = f"Bearer {self.api_key}"
-        headers.update(self.extra_headers)
-        return headers

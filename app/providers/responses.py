@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Unpack
 
 from app.messages import Message, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from app.providers.base import (
     Completed,
     ModelRequest,
     ProviderError,
-    StreamCutError,
     StreamEvent,
     TextDelta,
     ThinkingDelta,
@@ -32,10 +31,10 @@ from app.providers.base import (
     ToolCallStart,
     UsageUpdate,
 )
-from app.providers.http_base import SseHttpProvider
+from app.providers.http_base import HttpSettings, SseHttpProvider
 from app.providers.json_fields import int_field, list_field, object_field
-from app.providers.openai import parse_tool_arguments
-from app.providers.sse import SSEEvent, assemble_stream, error_from_payload
+from app.providers.openai import parse_tool_arguments, tool_result_text
+from app.providers.sse import SSEEvent, assemble_stream, error_from_payload, event_object, stream_cut_error
 from app.usage import Usage
 
 PROTOCOL = "responses"
@@ -63,7 +62,7 @@ def to_responses_input(messages: list[Message]) -> list[dict[str, Any]]:
             for block in message.content:
                 if isinstance(block, ToolResultBlock):
                     items.append({"type": "function_call_output", "call_id": block.tool_use_id,
-                                  "output": _result_text(block)})
+                                  "output": tool_result_text(block)})
                 elif isinstance(block, TextBlock) and block.text:
                     texts.append(block.text)
             if texts:
@@ -82,13 +81,6 @@ def to_responses_input(messages: list[Message]) -> list[dict[str, Any]]:
                               "arguments": json.dumps(block.input, ensure_ascii=False)})
     last_compaction = max((i for i, item in enumerate(items) if item.get("type") == "compaction"), default=None)
     return items[last_compaction:] if last_compaction is not None else items
-
-
-def _result_text(block: ToolResultBlock) -> str:
-    # function_call_output has no error flag: say it in the text, once
-    if block.is_error and not block.content.lower().startswith("error"):
-        return f"Error: {block.content}"
-    return block.content
 
 
 # ---- wire -> events ----
@@ -151,14 +143,9 @@ class ResponsesStreamAssembler:
         self._events_seen += 1
         if self._status is not None:
             return []
-        try:
-            payload = json.loads(sse.data)
-        except ValueError:
-            if sse.unterminated:
-                return []  # the stream was cut inside its last line: finish() judges what arrived
-            raise ProviderError(f"malformed stream event (not JSON): {sse.data[:200]!r}", error_type="bad_response") from None
-        if not isinstance(payload, dict):
-            raise ProviderError(f"malformed stream event: {sse.data[:200]!r}", error_type="bad_response")
+        payload = event_object(sse.data, unterminated=sse.unterminated)
+        if payload is None:
+            return []
         kind = payload.get("type") if isinstance(payload.get("type"), str) else sse.event
         out: list[StreamEvent] = []
         if kind == "error" or sse.event == "error":
@@ -276,9 +263,7 @@ class ResponsesStreamAssembler:
 
     def finish(self) -> Completed:
         if self._status is None:
-            if self._events_seen == 0:
-                raise StreamCutError("empty response: the server sent no events")
-            raise StreamCutError("stream cut: it ended without response.completed")
+            raise stream_cut_error(self._events_seen, "response.completed")
         if self._final_output:  # an empty or missing output (some compatible servers): what streamed
             items = [_Item(i, done=True) for i in self._final_output if isinstance(i, dict)]
         else:
@@ -325,13 +310,9 @@ def assemble_responses_stream(chunks: Iterable[bytes | str], *, secret: str | No
     return assemble_stream(ResponsesStreamAssembler(secret=secret), chunks)
 
 
-def non_stream_to_events(raw: bytes) -> list[SSEEvent]:
-    """A server that ignored ``stream: true`` answered with one response object: replay it as events."""
-    try:
-        payload = json.loads(raw.decode("utf-8", errors="replace"))
-    except ValueError:
-        return []
-    if not isinstance(payload, dict) or payload.get("object") != "response":
+def response_to_events(payload: dict[str, Any]) -> list[SSEEvent]:
+    """One response object (from a server that ignored ``stream: true``) replayed as its final event."""
+    if payload.get("object") != "response":
         return []
     status = payload.get("status")
     if status == "failed":
@@ -348,14 +329,11 @@ class ResponsesProvider(SseHttpProvider):
 
     name = PROTOCOL
     assembler_class = ResponsesStreamAssembler
-    non_stream_to_events = staticmethod(non_stream_to_events)
+    replay_reply = staticmethod(response_to_events)
 
-    def __init__(self, model: str, base_url: str, api_key: str | None, *, timeout_connect: float = 10.0,
-                 timeout_read: float = 120.0, max_tokens: int | None = None,
-                 extra_headers: dict[str, str] | None = None, extra_body: dict[str, Any] | None = None,
-                 compact_threshold: int | None = None) -> None:
-        super().__init__(model, base_url, api_key, timeout_connect=timeout_connect, timeout_read=timeout_read,
-                         max_tokens=max_tokens, extra_headers=extra_headers, extra_body=extra_body)
+    def __init__(self, model: str, base_url: str, api_key: str | None, *, compact_threshold: int | None = None,
+                 **settings: Unpack[HttpSettings]) -> None:
+        super().__init__(model, base_url, api_key, **settings)
         # Server-side compaction: on when set (the auto-compact line; see app/context/server_side.py).
         self.compact_threshold = compact_threshold
 
@@ -382,11 +360,3 @@ class ResponsesProvider(SseHttpProvider):
             body["context_management"] = [{"type": "compaction", "compact_threshold": self.compact_threshold}]
         body.update(self.extra_body)
         return body
-
-    def headers(self) -> dict[str, str]:
-        headers = {"content-type": "application/json", "accept": "text/event-stream",
-                   "user-agent": "tidegauge/0.1"}
-        if self.api_key:
-            headers["authorization"] = f"Bearer {self.api_key}"
-        headers.update(self.extra_headers)
-        return headers

@@ -1,4 +1,5 @@
-"""Server-sent events: an incremental decoder, and the thin httpx transport under both providers.
+"""Server-sent events: an incremental decoder, the thin httpx transport under the providers, and
+what every protocol's stream assembler does first and last (read an event's JSON, judge a cut stream).
 
 The decoder follows the WHATWG event-stream rules: lines end in ``\\n``,
 ``\\r\\n`` or ``\\r``; ``data:`` lines accumulate (joined by ``\\n``); a blank
@@ -21,7 +22,6 @@ import codecs
 import dataclasses
 import email.utils
 import json
-import re
 import time
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Iterable, Mapping, TypeVar
@@ -29,6 +29,7 @@ from typing import Any, AsyncIterator, Callable, Iterable, Mapping, TypeVar
 import httpx
 
 from app.providers.base import APIError, ConnectError, ContextTooLongError, ProviderError, StreamCutError
+from app.providers.json_fields import fix_surrogate_escapes, json_object
 from app.providers.too_long import parse_too_long
 
 
@@ -64,27 +65,6 @@ class DeadlineError(ProviderError):
     """The model call took longer than the total deadline (keep-alives do not extend it)."""
 
     retryable = False
-
-
-# A JSON \u escape of a lone surrogate (an unpaired \ud800): json.loads would turn it into a
-# str that cannot be encoded as UTF-8 and would crash the printers and the transcript.
-# Pairs are matched first and kept; the backslash count makes sure the escape is real.
-_SURROGATE_ESCAPE = re.compile(
-    r"(?<!\\)((?:\\\\)*)(\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}"
-    r"|\\u[dD][89a-fA-F][0-9a-fA-F]{2})")
-
-
-def _lone_surrogate_to_replacement(match: re.Match[str]) -> str:
-    if len(match.group(2)) == 12:
-        return match.group(0)
-    return match.group(1) + "\\ufffd"
-
-
-def fix_surrogate_escapes(data: str) -> str:
-    """JSON text with every unpaired surrogate escape replaced by ``\\ufffd`` (fast when there is none)."""
-    if "\\ud" not in data and "\\uD" not in data:
-        return data
-    return _SURROGATE_ESCAPE.sub(_lone_surrogate_to_replacement, data)
 
 
 @dataclass(frozen=True)
@@ -488,11 +468,8 @@ class _until:
 
 
 def _raise_if_error_body(raw: bytes, status: int, secret: str | None) -> None:
-    try:
-        payload = json.loads(raw.decode("utf-8", errors="replace"))
-    except ValueError:
-        return
-    if isinstance(payload, dict) and (payload.get("error") or payload.get("type") == "error"):
+    payload = json_object(raw)
+    if payload is not None and (payload.get("error") or payload.get("type") == "error"):
         raise error_from_payload(payload, status=None, fallback="error in a 200 response", secret=secret)
 
 
@@ -519,6 +496,32 @@ def _where(url: str) -> str:
     """The URL without query string or credentials, for messages."""
     parsed = httpx.URL(url)
     return str(parsed.copy_with(query=None, userinfo=b""))
+
+
+def event_object(data: str, *, unterminated: bool, what: str = "event") -> dict[str, Any] | None:
+    """The JSON object one SSE event carries (``what`` names it in the error: event or chunk).
+
+    None when the stream ended inside the event's last line and what arrived does not parse:
+    the assembler skips it and its ``finish()`` judges the stream by what came before. Any
+    other event that is not a JSON object is a malformed stream.
+    """
+    try:
+        payload = json.loads(data)
+    except ValueError:
+        if unterminated:
+            return None
+        raise ProviderError(f"malformed stream {what} (not JSON): {data[:200]!r}", error_type="bad_response") from None
+    if not isinstance(payload, dict):
+        raise ProviderError(f"malformed stream {what}: {data[:200]!r}", error_type="bad_response")
+    return payload
+
+
+def stream_cut_error(events_seen: int, missing: str) -> StreamCutError:
+    """Why a stream that ended before its message did is no reply: no event came at all, or
+    the stream stopped before ``missing``, the protocol's end-of-message event."""
+    if events_seen == 0:
+        return StreamCutError("empty response: the server sent no events")
+    return StreamCutError(f"stream cut: it ended without {missing}")
 
 
 def assemble_stream(assembler: Any, chunks: Iterable[bytes | str]) -> list[Any]:
