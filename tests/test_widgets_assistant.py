@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
 from textual.app import App
+from textual.containers import VerticalScroll
+from textual.selection import Selection
 
 from app.dashboard.app import CSS_FILE
 from widgets._reply_markdown import FENCE_SPLIT_CHARS, FORCE_CHARS, SEGMENT_CHARS, cut_point, fence_reopening
@@ -236,3 +241,199 @@ async def test_a_huge_streamed_code_block_stays_one_block_to_the_eye_and_each_se
         again = restored.query_one(AssistantMessage)
         assert _code_lines(again.segments) == code.splitlines()
         assert max(len(source) for source in again.segments) <= FENCE_SPLIT_CHARS + 500
+
+
+# ------------------------------------------------------------------ a resize of a long reply
+
+
+def _long_reply(paragraphs: int = 220) -> str:
+    """Hundreds of blocks of different lengths (paragraphs, lists, headings), a code block cut in pieces
+    half-way, and prose at the end (whose estimated heights are off by a line here and there)."""
+    words = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor".split()
+    code = "".join(f"row_{i} = compute({i}, k={i % 7})\n" for i in range(300))
+    blocks: list[str] = []
+    for i in range(paragraphs):
+        if i == paragraphs // 2:
+            blocks.append("```python\n" + code + "```")
+        elif i % 25 == 0:
+            blocks.append(f"## Part {i // 25}")
+        elif i % 17 == 0:
+            blocks.append("\n".join(f"- item {i}.{j}: " + " ".join(words[: 4 + 3 * j]) for j in range(4)))
+        else:
+            blocks.append(f"Paragraph {i}: " + " ".join(words[(i + j) % len(words)] for j in range(30 + (i * 37) % 150)))
+    return "\n\n".join(blocks) + "\n\nThe end."
+
+
+class ScrollingHost(App):
+    """A reply in a scrolling container, as in the conversation; ``anchored``: its end kept in view."""
+
+    CSS_PATH = str(CSS_FILE)
+
+    def __init__(self, text: str, anchored: bool = False, theme: str = "textual-dark") -> None:
+        super().__init__()
+        self.text = text
+        self.anchored = anchored
+        self.theme = theme
+
+    def compose(self):
+        with VerticalScroll():
+            yield AssistantMessage(self.text)
+
+    def on_mount(self) -> None:
+        if self.anchored:
+            self.query_one(VerticalScroll).anchor()
+
+
+async def _drawn_fresh(text: str, size: tuple[int, int]) -> tuple[list[str], int, str]:
+    """What a reply newly made from ``text`` draws at ``size``: its lines, its height, a whole selection."""
+    app = ScrollingHost(text)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        message = app.query_one(AssistantMessage)
+        await message.wait_rendered()  # (laid out again once its scrollbar showed)
+        await pilot.pause()
+        lines = _drawn(message, 0, message.size.height).splitlines()
+        selected = message.get_selection(Selection(None, None))
+        assert selected is not None
+        return lines, message.outer_size.height, selected[0]
+
+
+def _first_frame_at_a_new_width(
+    message: AssistantMessage, any_width: bool = False
+) -> asyncio.Future[tuple[int, int, list[str]]]:
+    """Resolved by the first frame that draws ``message`` at another width than now (``any_width``:
+    the next frame): the blocks rendered by then (``block_renders``), the first line drawn, and the
+    lines drawn (on screen)."""
+    frame: asyncio.Future[tuple[int, int, list[str]]] = asyncio.get_running_loop().create_future()
+    width = message.size.width
+    render_lines = message.render_lines
+
+    def spy(crop):
+        strips = render_lines(crop)
+        if (any_width or message.size.width != width) and not frame.done():
+            frame.set_result((message.block_renders, crop.y, [strip.text.rstrip() for strip in strips]))
+        return strips
+
+    message.render_lines = spy  # type: ignore[method-assign]
+    return frame
+
+
+@pytest.mark.parametrize("anchored", [False, True], ids=["read-from-the-top", "anchored-at-the-end"])
+async def test_a_resized_long_reply_renders_the_lines_in_view_for_the_frame_and_the_rest_after(anchored: bool) -> None:
+    # Rendering every block again before the frame froze the UI for 0.7-1.7 s per resize step.
+    text = _long_reply()
+    expected, expected_height, _ = await _drawn_fresh(text, (100, 40))
+    app = ScrollingHost(text, anchored)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.pause()
+        message = app.query_one(AssistantMessage)
+        blocks = len(message.blocks)
+        assert blocks > 200
+        before = message.block_renders
+        frame = _first_frame_at_a_new_width(message)
+        await pilot.resize_terminal(100, 40)
+        rendered, first_line, drawn = await frame
+        assert rendered - before <= 25  # the blocks in view and a margin, not all 220-odd
+        assert len(drawn) == 40 if not anchored else len(drawn) == 39  # (the reply's margin line below it)
+        if anchored:  # the reply's last lines, as rendered at 100 columns
+            assert drawn == expected[-len(drawn):] and "The end." in drawn
+        else:
+            assert first_line == 0 and drawn == expected[: len(drawn)]
+
+        await message.wait_rendered()
+        await pilot.pause()
+        assert message.estimated == 0
+        assert message.outer_size.height == expected_height  # the estimates are all gone
+        assert _drawn(message, 0, message.size.height).splitlines() == expected
+        assert message.block_renders - before == blocks  # each block rendered once at the new width
+
+
+async def test_a_second_resize_during_the_background_work_ends_right_for_the_last_width() -> None:
+    text = _long_reply()
+    expected, expected_height, _ = await _drawn_fresh(text, (130, 40))
+    app = ScrollingHost(text)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.pause()
+        message = app.query_one(AssistantMessage)
+        frame = _first_frame_at_a_new_width(message)
+        first = asyncio.ensure_future(pilot.resize_terminal(100, 40))
+        await frame
+        assert message.estimated > 100  # most blocks still wait for the background
+        frame = _first_frame_at_a_new_width(message)
+        second = asyncio.ensure_future(pilot.resize_terminal(130, 40))
+        _, _, drawn = await frame
+        assert drawn == expected[: len(drawn)]
+        await first
+        await second
+        await message.wait_rendered()
+        await pilot.pause()
+        assert message.outer_size.height == expected_height
+        assert _drawn(message, 0, message.size.height).splitlines() == expected
+
+
+async def test_a_selection_during_the_background_work_copies_the_whole_reply_as_drawn() -> None:
+    text = _long_reply()
+    _, _, expected = await _drawn_fresh(text, (100, 40))
+    app = ScrollingHost(text)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.pause()
+        message = app.query_one(AssistantMessage)
+        frame = _first_frame_at_a_new_width(message)
+        resizing = asyncio.ensure_future(pilot.resize_terminal(100, 40))
+        await frame
+        assert message.estimated > 100
+        assert message.get_selection(Selection(None, None)) == (expected, "\n")
+        assert message.estimated == 0  # (what was copied is what is drawn from now on)
+        await resizing
+
+
+async def test_a_reply_streamed_into_while_it_is_rendered_again_in_the_background_ends_right() -> None:
+    text = _long_reply()
+    more = "\n\n" + "\n\n".join(f"Streamed {i}: " + "more words here " * (5 + i) for i in range(20))
+    expected, expected_height, _ = await _drawn_fresh(text + more, (100, 40))
+    app = ScrollingHost(text, anchored=True)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.pause()
+        message = app.query_one(AssistantMessage)
+        frame = _first_frame_at_a_new_width(message)
+        resizing = asyncio.ensure_future(pilot.resize_terminal(100, 40))
+        await frame
+        assert message.estimated > 100
+        flushes = message.flushes
+        before = message.block_renders
+        for i in range(0, len(more), 97):
+            message.append_text(more[i : i + 97])
+            message.flush_now()
+        # each flush rendered what it changed (the last block or two), not the blocks waiting
+        assert message.block_renders - before <= 2 * (message.flushes - flushes)
+        assert message.estimated > 100
+        await resizing
+        await message.wait_rendered()
+        await pilot.pause()
+        assert message.text == text + more
+        assert message.outer_size.height == expected_height
+        assert _drawn(message, 0, message.size.height).splitlines() == expected
+
+
+async def test_a_theme_change_draws_a_long_reply_again_from_the_lines_in_view_then_the_rest() -> None:
+    text = _long_reply()
+    fresh = ScrollingHost(text, theme="textual-light")
+    async with fresh.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        message = fresh.query_one(AssistantMessage)
+        await message.wait_rendered()
+        expected = [list(message.render_line(y)) for y in range(message.size.height)]
+    app = ScrollingHost(text)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        message = app.query_one(AssistantMessage)
+        await message.wait_rendered()
+        before = message.block_renders
+        frame = _first_frame_at_a_new_width(message, any_width=True)
+        app.theme = "textual-light"
+        rendered, _, _ = await frame
+        assert rendered - before <= 25  # the blocks in view and a margin, in the new colours
+        await message.wait_rendered()
+        await pilot.pause()
+        assert message.block_renders - before == len(message.blocks)
+        assert [list(message.render_line(y)) for y in range(message.size.height)] == expected

@@ -7,7 +7,10 @@ Pure logic for ``widgets/assistant_message.py`` (no widget here):
 - ``parse_blocks``: a segment's top-level Markdown blocks (a paragraph, a list, a
   code block, a table ...), each with its source and its markdown-it tokens;
 - ``render_block``: one block as Rich renders it, as lines (``Strip``) at a width,
-  in a ``ReplyLook`` (the colours the widget takes from the Textual theme).
+  in a ``ReplyLook`` (the colours the widget takes from the Textual theme);
+- ``estimate_height``: how many lines a block will take at a width, without rendering
+  it (the widget lays out a long reply at a new width with these, and renders the
+  blocks in view at once and the others a few at a time).
 
 A block is rendered from the tokens the split already produced (Rich's own
 ``Markdown`` would parse the text a second time, and builds a parser per call).
@@ -125,6 +128,7 @@ class ReplyBlock:
     joined: bool = False  # continues the block above (a code block cut in two): no blank line between
     width: int = 0
     lines: list[Strip] = field(default_factory=list)
+    look: ReplyLook | None = None  # the look ``lines`` were rendered in (a new theme renders them again)
 
 
 def parse_blocks(source: str, continues_code: bool = False) -> list[ReplyBlock]:
@@ -200,3 +204,28 @@ def render_block(console: Console, block: ReplyBlock, width: int, look: ReplyLoo
     last = len(rendered) - blank[::-1].index(False) if False in blank else first
     block.lines = [Strip(line) for line in rendered[first:last]]
     block.width = width
+    block.look = look
+
+
+_CODE_TOKENS = ("fence", "code_block")
+
+
+def estimate_height(block: ReplyBlock, width: int) -> int:
+    """How many lines ``block`` takes at ``width``, without rendering it.
+
+    Exact if it is rendered at that width. A table keeps the rows it was rendered with
+    (its cells seldom wrap); anything else is counted from its source, each line wrapped
+    on its own at the width (code less its padding): prose from a model is a line per
+    paragraph or list item, so this is within a line or two of what Rich draws.
+    """
+    if block.width == width:
+        return len(block.lines)
+    first = block.tokens[0]
+    if first.type == "table_open" and block.lines:
+        return len(block.lines)
+    if first.type in _CODE_TOKENS:
+        text, room = first.content.rstrip(), width - 2
+    else:
+        text, room = block.source.strip(), width
+    room = max(1, room)
+    return max(1, sum(max(1, -(-len(line) // room)) for line in text.splitlines()))
