@@ -341,8 +341,7 @@ class AssistantMessage(Widget):
         self._redo = 0
         if self._rendered is not None:
             self._rendered.clear()
-        if self._redo_timer is None:
-            self._redo_timer = self.set_timer(SLICE_GAP, self._redo_slice)
+        self._schedule_slice()
 
     def _redo_slice(self) -> None:
         """Render blocks still at an estimated height, for ``SLICE_BUDGET`` seconds, then give the
@@ -372,9 +371,15 @@ class AssistantMessage(Widget):
             self._restack(first_moved)
         self._tell_moved()
         if self._redo < len(self._blocks):
-            self._redo_timer = self.set_timer(SLICE_GAP, self._redo_slice)
+            self._schedule_slice()
         elif self._rendered is not None:
             self._rendered.set()
+
+    def _schedule_slice(self) -> None:
+        """One slice timer at a time (a slice may already have been scheduled by a width change
+        during it: a second one would only render the same blocks)."""
+        if self._redo_timer is None and not self._unmounted:
+            self._redo_timer = self.set_timer(SLICE_GAP, self._redo_slice)
 
     def _render_estimated(self) -> None:
         """Render every block still at an estimated height now (what is copied must be what is drawn)."""
@@ -395,6 +400,11 @@ class AssistantMessage(Widget):
             self.refresh(layout=self._height != self._reported_height)
 
     @property
+    def line_count(self) -> int:
+        """Lines the reply takes at its width as laid out (exact once ``estimated`` is 0)."""
+        return self._height
+
+    @property
     def estimated(self) -> int:
         """Blocks placed at an estimated height, waiting to be rendered (after a width or theme change)."""
         look = self._look
@@ -407,6 +417,7 @@ class AssistantMessage(Widget):
             if self._rendered is None:
                 self._rendered = asyncio.Event()
             self._rendered.clear()
+            self._schedule_slice()  # (never wait on work that no timer will do)
             await self._rendered.wait()
 
     def _current_look(self) -> ReplyLook:
