@@ -467,6 +467,15 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     fake: "FakeLLMServer"
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that goes away mid-request (a test kills its process, a keep-alive connection
+        # closed between calls) is what a real server sees too: not worth a traceback on stderr.
+        import sys
+
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)
+
 
 class _RequestHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
