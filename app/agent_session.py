@@ -21,6 +21,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
 
 from app.commands import (
+    ApproveImport,
     Approve,
     Command,
     Compact,
@@ -36,6 +37,7 @@ from app.commands import (
     UserInput,
 )
 from app.events import (
+    MemoryImportEvent,
     ApprovalRequestEvent,
     ApprovalResolvedEvent,
     ChartPointEvent,
@@ -55,6 +57,8 @@ from app.protocol import Listener, SessionSnapshot
 
 if TYPE_CHECKING:
     from app.agent import Agent
+    from app.context.memory import ImportNotice
+    from app.runtime import MemorySource
     from app.events import PointKind
     from app.messages import ToolUseBlock
     from app.transcript import TranscriptWriter
@@ -146,12 +150,18 @@ class AgentSession:
 
     def __init__(self, agent: "Agent", *, stream: EventStream, info: SessionInfoEvent,
                  restored: list[Event] | None = None, approvals: bool = True,
-                 services: "Callable[[], Awaitable[Closable | None]] | None" = None) -> None:
+                 services: "Callable[[], Awaitable[Closable | None]] | None" = None,
+                 memory_source: "MemorySource | None" = None, asks_about_imports: bool = False) -> None:
         """``approvals``: a surface answers approval requests (the dashboard); without one
         (headless), tools that change things are refused unless ``--yes``. ``services``:
         started on the session's loop before the first command, closed when it stops
-        (the MCP servers)."""
+        (the MCP servers). ``memory_source``: reloads the memory files after the user
+        answers about an import outside the repository; ``asks_about_imports``: a surface
+        asks those questions (the dashboard, even with ``--yes``), else they are skipped
+        with a line saying how to allow them."""
         self.agent = agent
+        self._memory_source = memory_source
+        self._asks_about_imports = asks_about_imports and memory_source is not None
         self._start_services = services
         # What restoring a damaged transcript repaired (said once at start).
         self.repairs: list[str] = []
@@ -261,6 +271,8 @@ class AgentSession:
             self._restore(command.call_id)
         elif isinstance(command, ServerCompaction):
             self._switch_server_compaction(command.on)
+        elif isinstance(command, ApproveImport):
+            self._answer_import(command.path, command.approve)
         elif isinstance(command, Shutdown):
             self._stopping = True
             if command.now:
@@ -331,6 +343,35 @@ class AgentSession:
                                          provider=getattr(provider, "name", "") or "this",
                                          threshold=threshold, reason=problem))
 
+    # ------------------------------------------------------------ memory imports (issue 24)
+
+    def _tell_imports(self, notices: "list[ImportNotice]") -> None:
+        """Each import or rule file held back or cut, once: a question where a surface asks."""
+        for notice in notices:
+            skipped = notice.action == "ask" and not self._asks_about_imports
+            self._emit(MemoryImportEvent(action="skipped" if skipped else notice.action, path=str(notice.path),
+                                         importer=str(notice.importer), reason=notice.reason))
+
+    def _answer_import(self, path: str, approve: bool) -> None:
+        """Only a file the session asked about can be answered: a command cannot approve any path."""
+        engine = self.agent.engine
+        before = engine.memory.notices
+        notice = next((n for n in engine.memory.pending if str(n.path) == path), None)
+        if self._memory_source is None or notice is None:
+            return
+        self._memory_source.record(path, approve)
+        bundle = self._memory_source.load()
+        engine.memory = bundle
+        engine.rules = bundle.rules
+        engine.set_budget(engine.config.budget)  # the fixed part of every request changed
+        self._emit(MemoryImportEvent(action="approved" if approve else "declined", path=path,
+                                     importer=str(notice.importer), reason=notice.reason))
+        # What reading it brought along (its own imports from further out, a cut) is said too.
+        said = {(n.action, n.path) for n in before}
+        self._tell_imports([n for n in bundle.notices if (n.action, n.path) not in said
+                            and n.path != notice.path])
+        engine.emit_context()
+
     def _interrupt(self) -> None:
         if self.busy:
             assert self._current is not None
@@ -347,6 +388,7 @@ class AgentSession:
             self._emit(SessionRepairedEvent(warnings=self.repairs))
         for setting, text in self.config_warnings:
             self._emit(ConfigWarningEvent(setting=setting, text=text))
+        self._tell_imports(self.agent.engine.memory.notices)
         services = None
         try:
             if self._start_services is not None:
