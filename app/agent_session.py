@@ -162,6 +162,8 @@ class AgentSession:
         self.agent = agent
         self._memory_source = memory_source
         self._asks_about_imports = asks_about_imports and memory_source is not None
+        # path -> the answer to its question (asked once per session, before the first request)
+        self._import_questions: dict[str, asyncio.Future[bool]] = {}
         self._start_services = services
         # What restoring a damaged transcript repaired (said once at start).
         self.repairs: list[str] = []
@@ -346,11 +348,30 @@ class AgentSession:
     # ------------------------------------------------------------ memory imports (issue 24)
 
     def _tell_imports(self, notices: "list[ImportNotice]") -> None:
-        """Each import or rule file held back or cut, once: a question where a surface asks."""
+        """Each import or rule file held back or cut, once. Where a surface asks, the questions
+        wait for the first prompt (``_ask_about_imports``): by then it surely listens."""
         for notice in notices:
-            skipped = notice.action == "ask" and not self._asks_about_imports
-            self._emit(MemoryImportEvent(action="skipped" if skipped else notice.action, path=str(notice.path),
-                                         importer=str(notice.importer), reason=notice.reason))
+            if notice.action == "ask" and self._asks_about_imports:
+                continue
+            self._emit(MemoryImportEvent(action="skipped" if notice.action == "ask" else notice.action,
+                                         path=str(notice.path), importer=str(notice.importer), reason=notice.reason))
+
+    async def _ask_about_imports(self) -> None:
+        """Before the first request: ask about each import from outside the repository and wait
+        for the answers (``ApproveImport``), so that request already carries what was approved."""
+        if not self._asks_about_imports:
+            return
+        assert self._loop is not None
+        for notice in self.agent.engine.memory.pending:
+            path = str(notice.path)
+            asked = self._import_questions.get(path)
+            if asked is None or asked.cancelled():  # an interrupted turn's question is asked again
+                self._import_questions[path] = self._loop.create_future()
+                self._emit(MemoryImportEvent(action="ask", path=path, importer=str(notice.importer),
+                                             reason=notice.reason))
+        waiting = [future for future in self._import_questions.values() if not future.done()]
+        if waiting:
+            await asyncio.gather(*waiting)
 
     def _answer_import(self, path: str, approve: bool) -> None:
         """Only a file the session asked about can be answered: a command cannot approve any path."""
@@ -361,9 +382,8 @@ class AgentSession:
             return
         self._memory_source.record(path, approve)
         bundle = self._memory_source.load()
-        engine.memory = bundle
+        engine.use_memory(bundle)
         engine.rules = bundle.rules
-        engine.set_budget(engine.config.budget)  # the fixed part of every request changed
         self._emit(MemoryImportEvent(action="approved" if approve else "declined", path=path,
                                      importer=str(notice.importer), reason=notice.reason))
         # What reading it brought along (its own imports from further out, a cut) is said too.
@@ -371,6 +391,9 @@ class AgentSession:
         self._tell_imports([n for n in bundle.notices if (n.action, n.path) not in said
                             and n.path != notice.path])
         engine.emit_context()
+        question = self._import_questions.get(path)
+        if question is not None and not question.done():
+            question.set_result(approve)
 
     def _interrupt(self) -> None:
         if self.busy:
@@ -422,12 +445,16 @@ class AgentSession:
             for future, _tool in self._approvals.values():
                 if not future.done():
                     future.cancel()
+            for question in self._import_questions.values():
+                if not question.done():
+                    question.cancel()
             if services is not None:
                 await services.aclose()
             await self.agent.aclose()
 
     async def _execute(self, command: Command) -> None:
         if isinstance(command, UserInput):
+            await self._ask_about_imports()
             await self.agent.run_turn(command.text)
         elif isinstance(command, Compact):
             await self.agent.compact(command.focus)
