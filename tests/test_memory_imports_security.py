@@ -219,6 +219,20 @@ def test_the_users_own_memory_may_import_from_home_but_never_tidegauges_config(l
     assert {n.path.name for n in bundle.notices if n.action == "refused"} == {"config.toml", "id_ed25519"}
 
 
+def test_secrets_inside_the_repository_are_refused_too(layout):
+    (layout.repo / ".env").write_text("DATABASE_PASSWORD=env-secret-3b9f\n")
+    (layout.repo / "deploy_key").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nkey-body-8d2c\n")
+    (layout.repo / ".env.example").write_text("DATABASE_PASSWORD=change-me\n")
+    (layout.repo / "AGENTS.md").write_text("@.env\n@deploy_key\n@.env.example\n")
+
+    bundle = load_memory(layout.repo, layout.config_dir)
+
+    assert "env-secret-3b9f" not in bundle.text and "key-body-8d2c" not in bundle.text
+    assert "change-me" in bundle.text  # an example of the variables is no secret
+    refused = {n.path.name: n.reason for n in bundle.notices if n.action == "refused"}
+    assert refused.keys() == {".env", "deploy_key"} and "private key" in refused["deploy_key"]
+
+
 def test_answers_are_kept_per_project_in_a_file_only_the_user_can_read(tmp_path: Path):
     target = tmp_path / "outside" / "style.md"
     ImportApprovals(tmp_path / "data", tmp_path / "repo-a").record(target, True)
