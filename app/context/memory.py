@@ -242,7 +242,7 @@ class ImportPolicy:
         """May ``path`` (resolved) be read for ``importer``? When not, the reason is noted."""
         reason = self.secret_reason(path)
         if reason is not None:
-            self._note(ImportNotice("refused", path, importer, f"never imported: {reason}"))
+            self._note(ImportNotice("refused", path, importer, f"{reason}; never imported, approved or not"))
             return False
         place = self.placement(path, user_level=user_level)
         if place == "declined":
@@ -268,7 +268,8 @@ class ImportPolicy:
             return None
         self.bytes_left -= len(got.data)
         if _PRIVATE_KEY_MARK in got.data:
-            self._note(ImportNotice("refused", path, importer, "never imported: it holds a private key"))
+            self._note(ImportNotice("refused", path, importer,
+                                    "it holds a private key; never imported, approved or not"))
             return None
         if b"\0" in got.data[:8192]:
             return None  # binary: not a rules file
