@@ -243,3 +243,23 @@ def test_answers_are_kept_per_project_in_a_file_only_the_user_can_read(tmp_path:
     assert ImportApprovals(tmp_path / "data", tmp_path / "repo-b").decisions() == (set(), set())
     (tmp_path / "data" / APPROVALS_FILE).write_text("{not json")  # damaged: asked again, never approved
     assert ImportApprovals(tmp_path / "data", tmp_path / "repo-a").decisions() == (set(), set())
+
+
+def test_a_bad_allowed_import_is_one_line_naming_the_setting(layout, monkeypatch):
+    from app.config import load_settings
+    from app.errors import ConfigError
+
+    monkeypatch.setenv("TIDEGAUGE_CONFIG_DIR", str(layout.config_dir))
+    with pytest.raises(ConfigError) as caught:
+        load_settings({"memory_allowed_imports": ["~/notes.md", " "]})
+    message = str(caught.value)
+    assert "memory_allowed_imports" in message and "empty path" in message and "\n" not in message
+    assert ANTHROPIC_KEY not in message
+
+
+def test_the_answer_crosses_the_session_pipe_unchanged():
+    from app.commands import ApproveImport
+    from app.session_process import decode_command, encode_command
+
+    answer = ApproveImport("/home/me/notes/style.md", True)
+    assert decode_command(encode_command(answer)) == answer
