@@ -21,6 +21,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
 
 from app.commands import (
+    ApproveImport,
     Approve,
     Command,
     Compact,
@@ -36,6 +37,7 @@ from app.commands import (
     UserInput,
 )
 from app.events import (
+    MemoryImportEvent,
     ApprovalRequestEvent,
     ApprovalResolvedEvent,
     ChartPointEvent,
@@ -55,6 +57,8 @@ from app.protocol import Listener, SessionSnapshot
 
 if TYPE_CHECKING:
     from app.agent import Agent
+    from app.context.memory import ImportNotice
+    from app.runtime import MemorySource
     from app.events import PointKind
     from app.messages import ToolUseBlock
     from app.transcript import TranscriptWriter
@@ -146,12 +150,20 @@ class AgentSession:
 
     def __init__(self, agent: "Agent", *, stream: EventStream, info: SessionInfoEvent,
                  restored: list[Event] | None = None, approvals: bool = True,
-                 services: "Callable[[], Awaitable[Closable | None]] | None" = None) -> None:
+                 services: "Callable[[], Awaitable[Closable | None]] | None" = None,
+                 memory_source: "MemorySource | None" = None, asks_about_imports: bool = False) -> None:
         """``approvals``: a surface answers approval requests (the dashboard); without one
         (headless), tools that change things are refused unless ``--yes``. ``services``:
         started on the session's loop before the first command, closed when it stops
-        (the MCP servers)."""
+        (the MCP servers). ``memory_source``: reloads the memory files after the user
+        answers about an import outside the repository; ``asks_about_imports``: a surface
+        asks those questions (the dashboard, even with ``--yes``), else they are skipped
+        with a line saying how to allow them."""
         self.agent = agent
+        self._memory_source = memory_source
+        self._asks_about_imports = asks_about_imports and memory_source is not None
+        # path -> the answer to its question (asked once per session, before the first request)
+        self._import_questions: dict[str, asyncio.Future[bool]] = {}
         self._start_services = services
         # What restoring a damaged transcript repaired (said once at start).
         self.repairs: list[str] = []
@@ -261,6 +273,8 @@ class AgentSession:
             self._restore(command.call_id)
         elif isinstance(command, ServerCompaction):
             self._switch_server_compaction(command.on)
+        elif isinstance(command, ApproveImport):
+            self._answer_import(command.path, command.approve)
         elif isinstance(command, Shutdown):
             self._stopping = True
             if command.now:
@@ -331,6 +345,56 @@ class AgentSession:
                                          provider=getattr(provider, "name", "") or "this",
                                          threshold=threshold, reason=problem))
 
+    # ------------------------------------------------------------ memory imports (issue 24)
+
+    def _tell_imports(self, notices: "list[ImportNotice]") -> None:
+        """Each import or rule file held back or cut, once. Where a surface asks, the questions
+        wait for the first prompt (``_ask_about_imports``): by then it surely listens."""
+        for notice in notices:
+            if notice.action == "ask" and self._asks_about_imports:
+                continue
+            self._emit(MemoryImportEvent(action="skipped" if notice.action == "ask" else notice.action,
+                                         path=str(notice.path), importer=str(notice.importer), reason=notice.reason))
+
+    async def _ask_about_imports(self) -> None:
+        """Before the first request: ask about each import from outside the repository and wait
+        for the answers (``ApproveImport``), so that request already carries what was approved."""
+        if not self._asks_about_imports:
+            return
+        assert self._loop is not None
+        for notice in self.agent.engine.memory.pending:
+            path = str(notice.path)
+            asked = self._import_questions.get(path)
+            if asked is None or asked.cancelled():  # an interrupted turn's question is asked again
+                self._import_questions[path] = self._loop.create_future()
+                self._emit(MemoryImportEvent(action="ask", path=path, importer=str(notice.importer),
+                                             reason=notice.reason))
+        waiting = [future for future in self._import_questions.values() if not future.done()]
+        if waiting:
+            await asyncio.gather(*waiting)
+
+    def _answer_import(self, path: str, approve: bool) -> None:
+        """Only a file the session asked about can be answered: a command cannot approve any path."""
+        engine = self.agent.engine
+        before = engine.memory.notices
+        notice = next((n for n in engine.memory.pending if str(n.path) == path), None)
+        if self._memory_source is None or notice is None:
+            return
+        self._memory_source.record(path, approve)
+        bundle = self._memory_source.load()
+        engine.use_memory(bundle)
+        engine.rules = bundle.rules
+        self._emit(MemoryImportEvent(action="approved" if approve else "declined", path=path,
+                                     importer=str(notice.importer), reason=notice.reason))
+        # What reading it brought along (its own imports from further out, a cut) is said too.
+        said = {(n.action, n.path) for n in before}
+        self._tell_imports([n for n in bundle.notices if (n.action, n.path) not in said
+                            and n.path != notice.path])
+        engine.emit_context()
+        question = self._import_questions.get(path)
+        if question is not None and not question.done():
+            question.set_result(approve)
+
     def _interrupt(self) -> None:
         if self.busy:
             assert self._current is not None
@@ -347,6 +411,7 @@ class AgentSession:
             self._emit(SessionRepairedEvent(warnings=self.repairs))
         for setting, text in self.config_warnings:
             self._emit(ConfigWarningEvent(setting=setting, text=text))
+        self._tell_imports(self.agent.engine.memory.notices)
         services = None
         try:
             if self._start_services is not None:
@@ -380,12 +445,16 @@ class AgentSession:
             for future, _tool in self._approvals.values():
                 if not future.done():
                     future.cancel()
+            for question in self._import_questions.values():
+                if not question.done():
+                    question.cancel()
             if services is not None:
                 await services.aclose()
             await self.agent.aclose()
 
     async def _execute(self, command: Command) -> None:
         if isinstance(command, UserInput):
+            await self._ask_about_imports()
             await self.agent.run_turn(command.text)
         elif isinstance(command, Compact):
             await self.agent.compact(command.focus)

@@ -93,5 +93,14 @@ class ServerCompaction:
     on: bool
 
 
+@dataclass(frozen=True)
+class ApproveImport:
+    """The user's answer to a ``MemoryImportEvent`` asking about a file outside the repository:
+    remembered for this project; an approved file is in the next request."""
+
+    path: str
+    approve: bool
+
+
 Command = Union[UserInput, Compact, Reset, Interrupt, Approve, Report, Shutdown,
-                Preview, PreviewRestore, RestoreResult, ServerCompaction]
+                Preview, PreviewRestore, RestoreResult, ServerCompaction, ApproveImport]

@@ -113,6 +113,10 @@ class Settings(BaseSettings):
     # (0: off); a compaction from it keeps at least the last N tokens verbatim.
     memory_update_tokens: int = Field(10_000, ge=0)
     memory_keep_tokens: int = Field(4_000, ge=0)
+    # Memory imports and rule files outside the repository read without asking (issue 24):
+    # files or folders, "~" allowed, relative ones from the repository's root. Secret stores
+    # and tidegauge's own config are refused even when listed here.
+    memory_allowed_imports: list[str] = Field(default_factory=list)
 
     # MCP servers (issue 16): one [mcp_servers.NAME] table per server, started with the
     # session; and the share of the window over which MCP tool definitions are deferred
@@ -192,6 +196,16 @@ class Settings(BaseSettings):
         if value and isinstance(max_tokens, int) and value >= max_tokens:
             # the API wants budget_tokens < max_tokens: every request would go without thinking
             raise ValueError(f"must be below max_tokens ({max_tokens}) (got {value})")
+        return value
+
+    @field_validator("memory_allowed_imports")
+    @classmethod
+    def _allowed_imports_are_paths(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            if not entry.strip():
+                raise ValueError("an empty path; list files or folders, e.g. [\"~/notes/style.md\"]")
+            if "\0" in entry:
+                raise ValueError(f"{entry!r} is not a path (it holds a NUL character)")
         return value
 
     @field_validator("api_key_env")

@@ -307,6 +307,22 @@ def _silent(_e: Any) -> None:
     return None
 
 
+def _memory_import(e: "ev.MemoryImportEvent") -> Line:
+    where = f"memory import {e.path} (from {e.importer})"
+    if e.action == "ask":
+        return Line("warning", f"{where} is {e.reason}: approve or decline it")
+    if e.action == "skipped":
+        return Line("warning", f"{where} skipped: {e.reason}; to allow it, add \"{e.path}\" to "
+                               "memory_allowed_imports in config.toml")
+    if e.action == "refused":
+        return Line("warning", f"{where} refused: {e.reason}")
+    if e.action == "declined":
+        return Line("info", f"{where} not loaded: you declined it for this project")
+    if e.action == "cut":
+        return Line("cut", f"{where} cut: {e.reason}")
+    return Line("info", f"{where} approved for this project: it is in the next request")
+
+
 # Every event type has an entry (a test checks it against the Event union): a new
 # event type without words is a failing test, not a silent gap.
 DESCRIBERS: dict[str, Callable[[Any], Line | None]] = {
@@ -356,6 +372,7 @@ DESCRIBERS: dict[str, Callable[[Any], Line | None]] = {
     "cleared_results": _silent,  # the tool list marks them
     "restore_preview": _restore_preview,
     "server_compaction": _server_compaction,
+    "memory_import": _memory_import,  # issue 24: imports outside the repository, refused, cut
 }
 
 

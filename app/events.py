@@ -442,6 +442,21 @@ class ServerCompactionEvent(BaseModel):
     reason: str | None = None  # the switch was refused: why
 
 
+class MemoryImportEvent(BaseModel):
+    """A memory import or rule file that was not read whole (issue 24), said when the session
+    starts and when the user answers: ``ask`` (outside the repository; the dashboard asks,
+    answered with an ``ApproveImport`` command), ``skipped`` (the same without a surface that
+    asks: headless mode), ``refused`` (a secret store, tidegauge's config, a FIFO or device:
+    never read), ``declined`` (the user said no for this project), ``cut`` (only its head was
+    read), ``approved`` (read from the next request on)."""
+
+    type: Literal["memory_import"] = "memory_import"
+    action: Literal["ask", "skipped", "refused", "declined", "cut", "approved"]
+    path: str  # the real path (symlinks resolved): what would be read
+    importer: str  # the memory file naming it, or the rules directory holding it
+    reason: str = ""
+
+
 Event = Annotated[
     Union[
         TextDeltaEvent, ThinkingDeltaEvent, AssistantMessageEvent, UserMessageEvent,
@@ -454,6 +469,7 @@ Event = Annotated[
         SessionMemoryEvent, RestoreEvent, RuleAttachedEvent,
         SessionRepairedEvent, UsageDistrustedEvent,
         ForecastEvent, RestorePreviewEvent, ClearedResultsEvent, ServerCompactionEvent,
+        MemoryImportEvent,
     ],
     Field(discriminator="type"),
 ]

@@ -11,11 +11,17 @@ from typing import TYPE_CHECKING
 from app.agent import Agent, AgentOptions, Approver
 from app.context.server_side import configure_server_context, switch_server_compaction
 from app.agent_session import AgentSession, Closable, EventStream, transcript_recorder
-from app.config import Settings, api_key_for, exposed_keys_warning, provider_key_env_names, resolve_provider
+from app.config import (
+    Settings,
+    api_key_for,
+    exposed_keys_warning,
+    looks_like_a_key,
+    provider_key_env_names,
+    resolve_provider,
+)
 from app.context.engine import ContextEngine, EngineConfig
 from app.context.file_cache import FileReadCache
-from app.context.memory import load_memory
-from app.context.rules import load_rules
+from app.context.memory import ImportApprovals, ImportPolicy, MemoryBundle, find_repo_root, load_memory
 from app.context.prices import price_for
 from app.context.thresholds import context_window_for
 from app.errors import SetupError
@@ -48,6 +54,50 @@ question in a fresh context and reports back) when offered. Paths are relative t
 Be concise. When the task is done, say what you did and what you verified."""
 
 
+@dataclass
+class MemorySource:
+    """Where the session's memory files come from, and the user's answers about imports
+    outside the repository (issue 24): loaded at start and again after an answer."""
+
+    settings: Settings
+    workspace: Path
+
+    @property
+    def project(self) -> Path:
+        return find_repo_root(self.workspace) or self.workspace
+
+    @property
+    def approvals(self) -> ImportApprovals:
+        return ImportApprovals(self.settings.data_dir_path, self.project)
+
+    def allowed_by_config(self) -> list[Path]:
+        """memory_allowed_imports: "~" expanded, relative entries from the repository's root."""
+        return [self.project / Path(entry).expanduser() for entry in self.settings.memory_allowed_imports]
+
+    def load(self) -> MemoryBundle:
+        approved, declined = self.approvals.decisions()
+        policy = ImportPolicy.for_workspace(self.workspace, self.settings.config_dir,
+                                            data_dir=self.settings.data_dir_path,
+                                            allowed=[*self.allowed_by_config(), *approved], declined=declined)
+        return load_memory(self.workspace, self.settings.config_dir, policy=policy)
+
+    def record(self, path: str, approve: bool) -> None:
+        self.approvals.record(Path(path), approve)
+
+
+def _register_mcp_secrets(settings: Settings) -> None:
+    """A value handed to an MCP server that looks like a key is a secret from the start: the
+    request scrub replaces it even before (or without) the server starting."""
+    if not settings.mcp_servers:
+        return
+    from app.mcp.hub import _SECRET_NAME  # the hub's own rule, applied when a server starts
+
+    for server in settings.mcp_servers.values():
+        for name, value in server.env.items():
+            if _SECRET_NAME.search(name) or looks_like_a_key(value):
+                register_secret(value)
+
+
 def _tool_env(settings: Settings) -> dict[str, str]:
     """The environment of run_bash: the user's, minus every provider key (also a custom --api-key-env)."""
     hidden = provider_key_env_names(settings)  # run_bash drops anything that looks like a key as well
@@ -73,7 +123,8 @@ def build_session(settings: Settings, *, approvals: bool, resume: str | None = N
         return await start_session_mcp(agent, settings) if settings.mcp_servers else None
 
     session = AgentSession(agent, stream=built.stream, info=built.info, restored=built.restored,
-                           approvals=approvals and not settings.yes, services=start_services)
+                           approvals=approvals and not settings.yes, services=start_services,
+                           memory_source=built.memory_source, asks_about_imports=approvals)
     session.config_warnings.extend(built.warnings)
     session.repairs = built.repairs
     return session
@@ -89,6 +140,7 @@ class _Built:
     warnings: list[tuple[str, str]] = field(default_factory=list)
     # what restoring a damaged transcript repaired, one line each
     repairs: list[str] = field(default_factory=list)
+    memory_source: MemorySource | None = None
 
 
 def _build(settings: Settings, *, emit: Listener | None = None, approver: Approver | None = None,
@@ -128,7 +180,9 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
     if setup.default_budget is not None and "budget" not in settings.model_fields_set:
         budget = setup.default_budget
 
-    memory = load_memory(workspace, settings.config_dir)
+    memory_source = MemorySource(settings, workspace)
+    memory = memory_source.load()
+    _register_mcp_secrets(settings)
     system = SYSTEM_PROMPT.format(cwd=workspace, platform=platform.system())
     engine = ContextEngine(
         system_prompt=system,
@@ -146,7 +200,8 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
     # Provider-side context management: thresholds from ours, unsupported options said once.
     warnings = [("server context", line) for line in configure_server_context(provider, engine, settings)]
     # Path-scoped rules: loaded only when a matching file is read or edited; unreadable ones said once.
-    rules = load_rules(workspace, settings.config_dir)
+    rules = memory.rules
+    assert rules is not None  # load_memory read them with the memory files, under the same policy
     engine.use_rules(rules, workspace)
     warnings += [("rules", f"{problem}; that rule is not loaded") for problem in rules.problems]
     if (exposed := exposed_keys_warning(settings)) is not None:
@@ -213,7 +268,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
                             workspace=str(workspace), transcript_path=str(session.transcript_path),
                             max_steps=settings.max_steps, banner=provider.banner,
                             resumed=bool(resume or continue_latest))
-    return _Built(agent, stream, info, restored_events, warnings, repairs)
+    return _Built(agent, stream, info, restored_events, warnings, repairs, memory_source)
 
 
 # ---- MCP servers (issue 16): started with the session, stopped with it (hub.aclose()) ----

@@ -99,6 +99,13 @@ class ApprovalResolved(SessionMessage):
     event: "ev.ApprovalResolvedEvent"
 
 
+class MemoryImportSaid(SessionMessage):
+    """An import outside the repository (the App asks about it when the session does), or one
+    refused, cut or answered."""
+
+    event: "ev.MemoryImportEvent"
+
+
 class ForecastReady(SessionMessage):
     """What a compaction or reset will do (the answer to ``Preview``): the confirmation shows it."""
 
@@ -208,6 +215,7 @@ MESSAGES_FOR: dict[str, tuple[type[SessionMessage], ...]] = {
     "restore_preview": (RestorePreviewReady, EngineSaid),  # EngineSaid: a refusal's one line
     "cleared_results": (ClearedResults,),
     "sub_agent": (SubAgentUpdate,),  # folded under the task call, started and finished included
+    "memory_import": (MemoryImportSaid, EngineSaid),  # issue 24: the App asks, the conversation says
 }
 for _type in ENGINE_LINE_TYPES:
     MESSAGES_FOR.setdefault(_type, (EngineSaid,))

@@ -158,10 +158,19 @@ class ContextEngine:
         # issue 17: a server compaction seen in a reply, waiting for that call's usage (messages, tokens before)
         self._server_compaction_pending: tuple[int, int] | None = None
         self._server_edits_reported: tuple[ServerEdit, ...] = ()
-        self._system_text = self.system_prompt + (
-            "\n\n# Project and user rules (memory files)\n" + self.memory.text if self.memory.text else ""
-        )
+        self._system_text = self._with_memory(self.memory)
         self._init_features()
+
+    def _with_memory(self, memory: MemoryBundle) -> str:
+        return self.system_prompt + (
+            "\n\n# Project and user rules (memory files)\n" + memory.text if memory.text else "")
+
+    def use_memory(self, memory: MemoryBundle) -> None:
+        """Memory files read again mid-session (issue 24: an import the user approved): the next
+        request carries them, and the budget lines move with the fixed part."""
+        self.memory = memory
+        self._system_text = self._with_memory(memory)
+        self.set_budget(self.config.budget)
 
     def fixed_tokens(self) -> int:
         """Estimated tokens every request carries whatever the history: system prompt, memory files, tools."""

@@ -4,19 +4,31 @@ AGENTS.md / CLAUDE.md from the user's config dir, then from the repository
 root down to the working directory (nearer files later, so more specific
 rules come last). ``@relative/path`` imports are inlined where they appear.
 The bundle goes into the system prompt, never into the history.
+
+What goes into the system prompt goes to the provider with every request, so
+what may be read is decided by ``ImportPolicy`` (issue 24): inside the
+repository, or approved by the user; never a secret store or tidegauge's own
+config; never more than a byte cap; never a FIFO or a device.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Iterable, Literal, Sequence
+
+from pydantic import BaseModel, ValidationError
 
 from app.context.tokens import count_tokens
+
+if TYPE_CHECKING:
+    from app.context.rules import RuleSet
 
 MAX_IMPORT_DEPTH = 5
 MAX_FILE_CHARS = 40_000
@@ -44,6 +56,15 @@ class MemoryBundle:
     # Every file read into the bundle, imports included (resolved): a path-scoped
     # rule already here is not attached to a tool result again.
     sources: set[Path] = field(default_factory=set)
+    # What was held back or cut, one notice per file (imports needing approval among them).
+    notices: list[ImportNotice] = field(default_factory=list)
+    # The rule files read with the memory (None: not asked for); the runtime uses these.
+    rules: RuleSet | None = None
+
+    @property
+    def pending(self) -> list[ImportNotice]:
+        """Imports and rule files outside the repository that wait for the user's approval."""
+        return [n for n in self.notices if n.action == "ask"]
 
     @cached_property
     def text(self) -> str:
@@ -67,14 +88,206 @@ def find_repo_root(cwd: Path) -> Path | None:
     return None
 
 
-def _read(path: Path) -> str | None:
+# ---- where imports may come from (issue 24) ----
+
+# Bytes read from one memory file, import or rule file, and from all of them together: a 3 GB
+# import (or /dev/zero behind a symlink) must not be read whole before the first frame.
+MAX_FILE_BYTES = 256 * 1024
+MAX_TOTAL_BYTES = 1024 * 1024
+
+# Under the user's home: stores of keys and tokens. Never imported, approved or not.
+_HOME_SECRET_STORES = (
+    ".ssh", ".aws", ".gnupg", ".netrc", ".git-credentials", ".pgpass", ".docker", ".kube",
+    ".azure", ".npmrc", ".pypirc", ".password-store", ".terraform.d", ".vault-token",
+    ".config/gcloud", ".config/gh", ".config/hub", ".config/op", ".local/share/keyrings",
+)
+# File names that hold secrets wherever they are (a repository's .env as much as the home's).
+_SECRET_NAMES = frozenset({".env", ".netrc", ".git-credentials", ".pgpass", "credentials",
+                           "id_rsa", "id_dsa", "id_ecdsa", "id_ed25519"})
+_ENV_EXAMPLES = (".example", ".sample", ".template", ".dist")
+_PRIVATE_KEY_MARK = b"PRIVATE KEY-----"
+
+ImportAction = Literal["ask", "refused", "declined", "cut"]
+
+
+@dataclass(frozen=True)
+class ImportNotice:
+    """Something the user must hear about an import or a rule file: it needs their approval
+    (``ask``), it is never read (``refused``), they said no earlier (``declined``), or only
+    its head was read (``cut``)."""
+
+    action: ImportAction
+    path: Path  # resolved: what would be read
+    importer: Path  # the file naming it (for a rule file: its rules directory)
+    reason: str
+
+
+@dataclass
+class _Bounded:
+    data: bytes | None  # None: refused (``refusal`` says why)
+    size: int = 0
+    refusal: str = ""
+
+
+def read_bounded(path: Path, cap: int) -> _Bounded:
+    """At most ``cap`` bytes of a regular file. A FIFO, a device or a socket is refused
+    without blocking: opened non-blocking, checked with fstat before any read."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        data = path.read_bytes()
-    except OSError:
+        fd = os.open(path, flags)
+    except OSError as err:
+        return _Bounded(None, refusal=f"unreadable ({err.strerror or err})")
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return _Bounded(None, refusal="not a regular file (a FIFO, device or socket is never read)")
+        chunks: list[bytes] = []
+        left = max(0, min(cap, info.st_size if info.st_size else cap))
+        while left > 0:
+            chunk = os.read(fd, min(left, 64 * 1024))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return _Bounded(b"".join(chunks), size=info.st_size)
+    except OSError as err:
+        return _Bounded(None, refusal=f"unreadable ({err.strerror or err})")
+    finally:
+        os.close(fd)
+
+
+def _is_within(path: Path, folder: Path | None) -> bool:
+    if folder is None:
+        return False
+    return path == folder or folder in path.parents
+
+
+def _human_bytes(size: int) -> str:
+    for unit, step in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if size >= step:
+            return f"{size / step:.1f} {unit}"
+    return f"{size} bytes"
+
+
+@dataclass
+class ImportPolicy:
+    """Which files memory imports and rule files may read, and what was held back.
+
+    Inside the repository (or the workspace when it is not in one): read. The user's own
+    memory and rule files (in tidegauge's config dir) may import from the user's home too.
+    Anywhere else only with the user's approval (``allowed``: memory_allowed_imports and
+    the approvals remembered for this project). Secret stores, tidegauge's config and data
+    files and private keys: never. Paths are resolved first, so a symlink in the repository
+    pointing outside counts as outside.
+    """
+
+    workspace_root: Path
+    user_config_dir: Path | None = None
+    home: Path | None = None
+    data_dir: Path | None = None
+    allowed: frozenset[Path] = frozenset()
+    declined: frozenset[Path] = frozenset()
+    max_file_bytes: int = MAX_FILE_BYTES
+    bytes_left: int = MAX_TOTAL_BYTES
+    notices: list[ImportNotice] = field(default_factory=list)
+
+    @classmethod
+    def for_workspace(cls, cwd: Path, user_config_dir: Path | None, *, data_dir: Path | None = None,
+                      allowed: Iterable[Path] = (), declined: Iterable[Path] = ()) -> ImportPolicy:
+        cwd = cwd.resolve()
+        try:
+            home: Path | None = Path.home().resolve()
+        except (RuntimeError, KeyError):
+            home = None
+        return cls(workspace_root=find_repo_root(cwd) or cwd,
+                   user_config_dir=_real(user_config_dir) if user_config_dir is not None else None,
+                   home=home, data_dir=_real(data_dir) if data_dir is not None else None,
+                   allowed=frozenset(_real(p) for p in allowed),
+                   declined=frozenset(_real(p) for p in declined))
+
+    def _note(self, notice: ImportNotice) -> None:
+        if all((n.action, n.path) != (notice.action, notice.path) for n in self.notices):
+            self.notices.append(notice)
+
+    def secret_reason(self, path: Path) -> str | None:
+        """Why ``path`` (resolved) is never imported, or None."""
+        name = path.name
+        if self.data_dir is not None and _is_within(path, self.data_dir):
+            return "it is in tidegauge's data directory (sessions, approvals)"
+        if self.user_config_dir is not None and _is_within(path, self.user_config_dir) \
+                and path.suffix.lower() != ".md":
+            return "it is tidegauge's configuration (it holds API keys)"
+        if self.home is not None:
+            for store in _HOME_SECRET_STORES:
+                if _is_within(path, self.home / store):
+                    return f"~/{store} is a store of keys or tokens"
+        if name in _SECRET_NAMES or (name.startswith(".env.") and not name.endswith(_ENV_EXAMPLES)):
+            return f"a file named {name} holds secrets"
+        if name.endswith((".pem", ".key", ".p12", ".pfx")):
+            return f"a {path.suffix} file holds keys"
         return None
-    if b"\0" in data[:8192]:
-        return None  # binary: not a rules file
-    return data.decode("utf-8", errors="replace")
+
+    def placement(self, path: Path, *, user_level: bool) -> Literal["inside", "allowed", "declined", "outside"]:
+        if _is_within(path, self.workspace_root):
+            return "inside"
+        if any(_is_within(path, allowed) for allowed in self.allowed):  # a folder allows what is in it
+            return "allowed"
+        if self.user_config_dir is not None and _is_within(path, self.user_config_dir):
+            return "inside"
+        if user_level and self.home is not None and _is_within(path, self.home):
+            return "inside"
+        return "declined" if path in self.declined else "outside"
+
+    def admit(self, path: Path, importer: Path, *, user_level: bool) -> bool:
+        """May ``path`` (resolved) be read for ``importer``? When not, the reason is noted."""
+        reason = self.secret_reason(path)
+        if reason is not None:
+            self._note(ImportNotice("refused", path, importer, f"{reason}; never imported, approved or not"))
+            return False
+        place = self.placement(path, user_level=user_level)
+        if place == "declined":
+            self._note(ImportNotice("declined", path, importer, "you declined it for this project"))
+            return False
+        if place == "outside":
+            self._note(ImportNotice("ask", path, importer,
+                                    f"outside the repository {self.workspace_root}"))
+            return False
+        return True
+
+    def read(self, path: Path, importer: Path) -> str | None:
+        """The text of an admitted file, at most the byte caps of it (a notice when cut), or
+        None for a file that is refused (not regular, a private key) or not text."""
+        cap = min(self.max_file_bytes, max(self.bytes_left, 0))
+        if cap <= 0:
+            self._note(ImportNotice("cut", path, importer,
+                                    f"not read: the {_human_bytes(MAX_TOTAL_BYTES)} total for memory files is used up"))
+            return None
+        got = read_bounded(path, cap)
+        if got.data is None:
+            self._note(ImportNotice("refused", path, importer, got.refusal))
+            return None
+        self.bytes_left -= len(got.data)
+        if _PRIVATE_KEY_MARK in got.data:
+            self._note(ImportNotice("refused", path, importer,
+                                    "it holds a private key; never imported, approved or not"))
+            return None
+        if b"\0" in got.data[:8192]:
+            return None  # binary: not a rules file
+        text = got.data.decode("utf-8", errors="replace")
+        if got.size > len(got.data):
+            self._note(ImportNotice("cut", path, importer,
+                                    f"{_human_bytes(got.size)}, only the first {_human_bytes(len(got.data))} read"))
+            text += (f"\n[... cut: {path} is {_human_bytes(got.size)}; only the first "
+                     f"{_human_bytes(len(got.data))} were read ...]")
+        return text
+
+    def user_level(self, path: Path) -> bool:
+        """A file of the user's own (in tidegauge's config dir), not of the repository."""
+        return self.user_config_dir is not None and _is_within(_real(path), self.user_config_dir)
+
+
+def _real(path: Path) -> Path:
+    return Path(os.path.realpath(os.path.expanduser(path)))
 
 
 def _cap(text: str, limit: int, what: str) -> str:
@@ -85,7 +298,8 @@ def _cap(text: str, limit: int, what: str) -> str:
 
 
 class _Loader:
-    def __init__(self, max_file_chars: int, max_total_chars: int) -> None:
+    def __init__(self, max_file_chars: int, max_total_chars: int, policy: ImportPolicy) -> None:
+        self.policy = policy
         self.seen: set[Path] = set()
         # The same text under two paths (AGENTS.md copied to CLAUDE.md, a rule copied
         # into two rules dirs) is loaded once: by content, not only by path.
@@ -97,6 +311,8 @@ class _Loader:
         self.import_chars_left = max_total_chars
 
     def _resolve_import(self, raw: str, base_dir: Path) -> Path | None:
+        """The real path an import names (symlinks followed), or None when it names no file
+        ("@someone", a folder, nothing there): then it is plain text."""
         candidates = [raw]
         stripped = raw.rstrip(_TRAILING_PUNCT)
         if stripped and stripped != raw:
@@ -104,13 +320,18 @@ class _Loader:
         for cand in candidates:
             p = Path(os.path.expanduser(cand))
             p = p if p.is_absolute() else base_dir / p
-            if p.is_file():
-                return p.resolve()
+            try:
+                info = p.stat()  # follows symlinks; never opens (a FIFO does not block here)
+            except (OSError, ValueError):
+                continue
+            if not stat.S_ISDIR(info.st_mode):
+                return _real(p)
         return None
 
-    def expand(self, path: Path, depth: int, stack: tuple[Path, ...]) -> str:
+    def expand(self, path: Path, depth: int, stack: tuple[Path, ...], *, user_level: bool,
+               importer: Path) -> str:
         """The text of ``path`` with its imports inlined after the line naming them."""
-        text = _read(path)
+        text = self.policy.read(path, importer)
         if text is None:
             return ""
         text = _cap(text, self.max_file_chars, f"file {path}")
@@ -138,19 +359,27 @@ class _Loader:
                 elif depth + 1 > MAX_IMPORT_DEPTH:
                     out.append(f"(import of {target} skipped: imports nest deeper than "
                                f"{MAX_IMPORT_DEPTH})")
+                elif not self.policy.admit(target, path, user_level=user_level):
+                    out.append(f"(import of {match.group(1)} not loaded: outside the repository or a "
+                               "protected file)")
                 else:
                     self.seen.add(target)
-                    body = self.expand(target, depth + 1, (*stack, target))
+                    body = self.expand(target, depth + 1, (*stack, target), user_level=user_level,
+                                       importer=path)
                     self.import_chars_left -= len(body)
                     out.append(f"--- imported from {target} ---\n{body}\n--- end of {target} ---")
         return "\n".join(out)
 
     def load(self, path: Path) -> MemoryFile | None:
-        resolved = path.resolve()
+        resolved = _real(path)
         if resolved in self.seen or self.chars_left <= 0:
             return None
         self.seen.add(resolved)
-        text = self.expand(resolved, 0, (resolved,)).strip()
+        user_level = self.policy.user_level(path)
+        # AGENTS.md itself may be a symlink out of the repository: checked like an import.
+        if not self.policy.admit(resolved, path, user_level=user_level):
+            return None
+        text = self.expand(resolved, 0, (resolved,), user_level=user_level, importer=path).strip()
         if not text:
             return None
         digest = hashlib.sha256(text.encode()).hexdigest()
@@ -168,7 +397,8 @@ class _Loader:
 
 def memory_candidates(cwd: Path, user_config_dir: Path | None,
                       names: Sequence[str] = ("AGENTS.md", "CLAUDE.md")) -> list[Path]:
-    """Where memory files may be, in load order (existing files only)."""
+    """Where memory files may be, in load order (existing entries that are not folders:
+    a FIFO named AGENTS.md is refused when read, with a notice, rather than skipped unsaid)."""
     dirs: list[Path] = []
     if user_config_dir is not None:
         dirs.append(user_config_dir)
@@ -182,32 +412,39 @@ def memory_candidates(cwd: Path, user_config_dir: Path | None,
             break
         d = d.parent
     dirs.extend(reversed(chain))
-    return [d / name for d in dirs for name in names if (d / name).is_file()]
+    return [d / name for d in dirs for name in names if (d / name).exists() and not (d / name).is_dir()]
 
 
 def load_memory(cwd: Path, user_config_dir: Path | None,
                 names: Sequence[str] = ("AGENTS.md", "CLAUDE.md"),
                 max_file_chars: int = MAX_FILE_CHARS,
-                max_total_chars: int = MAX_TOTAL_CHARS, include_rules: bool = True) -> MemoryBundle:
-    """All memory files in load order, each file once, imports inlined, size-capped."""
-    loader = _Loader(max_file_chars, max_total_chars)
+                max_total_chars: int = MAX_TOTAL_CHARS, include_rules: bool = True,
+                policy: ImportPolicy | None = None) -> MemoryBundle:
+    """All memory files in load order, each file once, imports inlined, size-capped; what the
+    policy held back is in ``notices`` (default policy: the repository of ``cwd``, nothing
+    approved outside it)."""
+    if policy is None:
+        policy = ImportPolicy.for_workspace(cwd, user_config_dir)
+    loader = _Loader(max_file_chars, max_total_chars, policy)
     files: list[MemoryFile] = []
     for path in memory_candidates(cwd, user_config_dir, names):
         loaded = loader.load(path)
         if loaded is not None:
             files.append(loaded)
+    rules = None
     if include_rules:
-        files.extend(_unconditional_rules(loader, cwd, user_config_dir))
-    return MemoryBundle(files, sources=set(loader.seen))
+        from app.context.rules import load_rules  # rules imports this module
+
+        rules = load_rules(cwd, user_config_dir, policy=policy)
+        files.extend(_unconditional_rules(loader, rules))
+    return MemoryBundle(files, sources=set(loader.seen), notices=list(policy.notices), rules=rules)
 
 
-def _unconditional_rules(loader: _Loader, cwd: Path, user_config_dir: Path | None) -> list[MemoryFile]:
+def _unconditional_rules(loader: _Loader, rules: RuleSet) -> list[MemoryFile]:
     """Rule files without ``paths:`` apply everywhere: they join the memory files,
     each once (a rule a memory file already imported is not loaded again)."""
-    from app.context.rules import load_rules  # rules imports this module
-
     out: list[MemoryFile] = []
-    for rule in load_rules(cwd, user_config_dir).unconditional:
+    for rule in rules.unconditional:
         resolved = rule.path.resolve()
         digest = hashlib.sha256(rule.body.encode()).hexdigest()
         if resolved in loader.seen or digest in loader.seen_text or loader.chars_left <= 0:
@@ -222,3 +459,62 @@ def _unconditional_rules(loader: _Loader, cwd: Path, user_config_dir: Path | Non
             loader.chars_left -= len(text)
         out.append(MemoryFile(path=rule.path, text=text))
     return out
+
+
+# ---- the user's answers, remembered per project ----
+
+APPROVALS_FILE = "memory-imports.json"
+MAX_APPROVALS_BYTES = 1024 * 1024
+
+
+class _ProjectDecisions(BaseModel):
+    approved: list[str] = []
+    declined: list[str] = []
+
+
+class _DecisionsFile(BaseModel):
+    version: int = 1
+    projects: dict[str, _ProjectDecisions] = {}
+
+
+@dataclass
+class ImportApprovals:
+    """Imports from outside the repository the user approved or declined, per project (the
+    repository's root), in a 0600 file under the data directory: each is asked once."""
+
+    data_dir: Path
+    project: Path
+
+    @property
+    def path(self) -> Path:
+        return self.data_dir / APPROVALS_FILE
+
+    def _read(self) -> _DecisionsFile:
+        if not self.path.exists():
+            return _DecisionsFile()
+        got = read_bounded(self.path, MAX_APPROVALS_BYTES)
+        try:
+            return _DecisionsFile.model_validate_json(got.data or b"{}")
+        except ValidationError:
+            return _DecisionsFile()  # damaged: asked again, which is the safe side
+
+    def decisions(self) -> tuple[set[Path], set[Path]]:
+        """(approved, declined) for this project."""
+        mine = self._read().projects.get(str(self.project), _ProjectDecisions())
+        return {Path(p) for p in mine.approved}, {Path(p) for p in mine.declined}
+
+    def record(self, target: Path, approved: bool) -> None:
+        stored = self._read()
+        mine = stored.projects.setdefault(str(self.project), _ProjectDecisions())
+        name = str(target)
+        mine.approved = [p for p in mine.approved if p != name] + ([name] if approved else [])
+        mine.declined = [p for p in mine.declined if p != name] + ([] if approved else [name])
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        temporary = self.path.with_name(f".{APPROVALS_FILE}.{os.getpid()}.tmp")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            os.write(fd, json.dumps(stored.model_dump(), indent=1).encode())
+        finally:
+            os.close(fd)
+        os.replace(temporary, self.path)

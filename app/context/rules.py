@@ -25,7 +25,7 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from app.context.memory import find_repo_root
+from app.context.memory import ImportPolicy, find_repo_root
 from app.context.tokens import count_tokens
 
 RULE_DIRS = (".agents/rules", ".claude/rules")
@@ -249,12 +249,17 @@ def rule_dirs(cwd: Path, user_config_dir: Path | None) -> list[tuple[Path, Path]
 
 
 def _rule_files(directory: Path) -> Iterable[Path]:
-    return sorted(p for p in directory.rglob("*.md") if p.is_file())
+    # Not only regular files: a FIFO or a device among the rules is refused, and said, when read.
+    return sorted(p for p in directory.rglob("*.md") if p.exists() and not p.is_dir())
 
 
-def load_rules(cwd: Path, user_config_dir: Path | None) -> RuleSet:
+def load_rules(cwd: Path, user_config_dir: Path | None, *, policy: ImportPolicy | None = None) -> RuleSet:
     """Every rule file once: the same file reached through two directories (a
-    symlinked rules dir) or the same text in two places loads once."""
+    symlinked rules dir) or the same text in two places loads once. A rule file whose
+    real path is outside the repository (a symlink out of it) needs the user's approval,
+    as an import does (``policy``; its notices say what was held back)."""
+    if policy is None:
+        policy = ImportPolicy.for_workspace(cwd, user_config_dir)
     result = RuleSet()
     seen_paths: set[Path] = set()
     seen_text: set[str] = set()
@@ -265,14 +270,11 @@ def load_rules(cwd: Path, user_config_dir: Path | None) -> RuleSet:
             if resolved in seen_paths or count >= MAX_RULE_FILES:
                 continue
             seen_paths.add(resolved)
-            try:
-                raw = path.read_bytes()
-            except OSError as err:
-                result.problems.append(f"rule file {path}: unreadable ({err.strerror or err})")
+            if not policy.admit(resolved, directory, user_level=policy.user_level(directory)):
                 continue
-            if b"\0" in raw[:8192]:
+            text = policy.read(resolved, path)
+            if text is None:
                 continue
-            text = raw.decode("utf-8", errors="replace")
             try:
                 header, body = parse_front_matter(text, f"rule file {path}")
             except RuleParseError as err:

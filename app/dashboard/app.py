@@ -25,13 +25,24 @@ from textual.widgets import Footer, Input
 from textual.worker import Worker, WorkerState
 
 import styles
-from app.commands import Approve, Compact, Interrupt, Preview, Report, Reset, ServerCompaction, Shutdown, UserInput
+from app.commands import (
+    Approve,
+    ApproveImport,
+    Compact,
+    Interrupt,
+    Preview,
+    Report,
+    Reset,
+    ServerCompaction,
+    Shutdown,
+    UserInput,
+)
 from app.dashboard.bridge import SessionBridge
 from widgets.context_panel import ContextPanel
 from widgets.conversation import Conversation
 from widgets.header_bar import HeaderBar
 from widgets.prompt_box import SLASH_COMMANDS, PromptBox
-from widgets.session_messages import ApprovalRequested, ApprovalResolved, ForecastReady, StateChanged
+from widgets.session_messages import ApprovalRequested, ApprovalResolved, ForecastReady, MemoryImportSaid, StateChanged
 from widgets.tool_call_line import ToolCallLine
 from widgets.tool_output_panel import ToolOutputPanel
 
@@ -343,6 +354,19 @@ class TidegaugeApp(App[int]):
         screen = self._approval_screens.pop(message.event.request_id, None)
         if screen is not None and screen.is_attached and self.screen is screen:
             screen.dismiss(None)
+
+    @on(MemoryImportSaid)
+    async def _on_memory_import(self, message: MemoryImportSaid) -> None:
+        """A file outside the repository the session asks about: approve or decline, once."""
+        said = message.event
+        if said.action != "ask" or message.restored:  # an earlier run's question is not asked again
+            return
+        from widgets.import_approval_screen import ImportApprovalScreen  # modals: imported when first shown
+
+        def answered(approve: bool | None) -> None:
+            self.submit(ApproveImport(said.path, bool(approve)))
+
+        await self.push_screen(ImportApprovalScreen(said.path, said.importer, said.reason), callback=answered)
 
     # ------------------------------------------------------------------ input
 

@@ -9,6 +9,7 @@ import httpx
 from app.providers.base import Completed, ModelRequest, StreamEvent, TextDelta, ThinkingDelta, ToolCallDelta
 from app.providers.json_fields import json_object
 from app.providers.sse import LimitExceededError, SSEEvent, StreamLimits, stream_sse_request
+from app.redact import redact_obj
 
 USER_AGENT = "tidegauge/0.1"
 
@@ -118,8 +119,12 @@ class SseHttpProvider:
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         assembler = self.assembler_class(secret=self.api_key)
         reply_chars = 0
+        # The last line of defence (issue 24): whatever brought a secret tidegauge holds into the
+        # request (a memory import, a tool result, a prompt), its bytes never leave the process.
+        # Every protocol's body passes here, once, before it is serialized.
+        body = redact_obj(self.build_body(request))
         async for event in stream_sse_request(
-            self._http(), self.url, headers=self.headers(), body=self.build_body(request),
+            self._http(), self.url, headers=self.headers(), body=body,
             secret=self.api_key, read_timeout=self.timeout_read,
             on_event=assembler.feed, non_sse_body=self.non_stream_to_events,
             is_complete=lambda: assembler.complete, limits=self.limits,
