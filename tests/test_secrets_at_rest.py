@@ -280,19 +280,20 @@ def test_a_symlink_at_the_session_lock_is_refused(tmp_path):
     assert not transcript.exists()
 
 
-def test_a_fifo_planted_at_a_log_path_is_refused_at_once(tmp_path):
-    from app.private_files import open_private_fd
-
-    fifo = tmp_path / "mcp-x.log"
-    os.mkfifo(fifo)
-    done = threading.Event()
+def test_a_fifo_planted_at_the_transcript_is_refused_at_once(tmp_path):
+    """Opening a FIFO for writing waits for a reader: a planted one must be refused, not hang the session."""
+    transcript = tmp_path / "transcript.jsonl"
+    os.mkfifo(transcript)
+    refused: list[BaseException] = []
 
     def open_it() -> None:
-        with pytest.raises(OSError):
-            open_private_fd(fifo, os.O_WRONLY | os.O_APPEND)
-        done.set()
+        try:
+            TranscriptWriter(transcript).close()
+        except OSError as err:
+            refused.append(err)
 
     opener = threading.Thread(target=open_it, daemon=True)
     opener.start()
     opener.join(30)
-    assert done.is_set(), "opening a FIFO planted at a log path blocked (or did not refuse it)"
+    assert not opener.is_alive(), "opening the transcript blocked on a FIFO planted at its path"
+    assert refused, "a FIFO at the transcript's path was accepted as a transcript"
