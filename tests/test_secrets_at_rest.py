@@ -221,7 +221,7 @@ def test_a_token_in_an_mcp_url_is_in_no_output_and_no_file(fake_llm, tmp_path):
     events = [json.loads(line) for line in proc.stdout.splitlines()]
     remote = [e for e in events if e["type"] == "mcp_server"]
     assert remote[0]["status"] == "starting" and remote[0]["detail"].endswith("/mcp?token=***&api_key=***")
-    assert remote[-1]["status"] == "failed"
+    assert remote[-1]["status"] == "failed", remote
     written = [p for p in (tmp_path / "data").rglob("*") if p.is_file()]
     assert any(p.name == "transcript.jsonl" for p in written)
     for secret in ("SECRET", long_key, password):
@@ -297,3 +297,39 @@ def test_a_fifo_planted_at_the_transcript_is_refused_at_once(tmp_path):
     opener.join(30)
     assert not opener.is_alive(), "opening the transcript blocked on a FIFO planted at its path"
     assert refused, "a FIFO at the transcript's path was accepted as a transcript"
+
+
+def test_the_stderr_log_redacts_a_token_split_across_writes_and_inside_an_endless_line(tmp_path):
+    from app.mcp.stderr_log import ServerStderrLog
+
+    register_secret(GITHUB_TOKEN)
+    log = ServerStderrLog(tmp_path / "mcp-x.log", env_values=[GITHUB_PAT])
+    assert log.writer is not None
+    # No whitespace anywhere: one 500 KB "line", a token cut in two between writes, the server's own value.
+    log.writer.write("a" * 200_000 + GITHUB_TOKEN[:10])
+    log.writer.flush()
+    log.writer.write(GITHUB_TOKEN[10:] + "b" * 300_000 + GITHUB_PAT)
+    log.writer.flush()
+    log.close()
+    data = (tmp_path / "mcp-x.log").read_text()
+    assert GITHUB_TOKEN not in data and GITHUB_PAT not in data
+    assert data == "a" * 200_000 + REDACTED + "b" * 300_000 + REDACTED
+
+
+def test_an_error_that_repeats_the_mcp_url_shows_it_without_its_token():
+    from app.events import McpServerEvent
+    from app.mcp.client import McpConnection, McpServerError, describe_failure
+    from app.mcp.hub import McpHub
+    from app.mcp.settings import McpServerConfig
+
+    url = "https://bob:pw@mcp.example/sse?token=SECRET&region=eu"
+    said = describe_failure(RuntimeError(f"Client error '401 Unauthorized' for url '{url}'\nFor more information"))
+    assert said == "RuntimeError: Client error '401 Unauthorized' for url 'https://mcp.example/sse?token=***&region=***'"
+
+    events: list[McpServerEvent] = []
+    hub = McpHub(emit=events.append)  # type: ignore[arg-type]
+    connection = McpConnection("remote", McpServerConfig(url=url), Path("."))
+    hub._failed(connection, McpServerError(f"HTTPStatusError: 401 for url {url}"))
+    hub._exited(connection, f"lost {url}")
+    assert [e.detail for e in events] == ["HTTPStatusError: 401 for url https://mcp.example/sse?token=***&region=***",
+                                          "lost https://mcp.example/sse?token=***&region=***"]
