@@ -189,16 +189,15 @@ def test_an_mcp_servers_stderr_log_is_redacted_capped_and_private(fake_llm, tmp_
 
 def test_a_symlink_planted_at_the_mcp_log_path_is_not_followed(fake_llm, tmp_path):
     _noisy_server_config(tmp_path, 1000)
-    fake_llm.enqueue(openai_text("done"), openai_text("done again"))
-    first = _tidegauge(tmp_path, fake_llm, "-p", "hello")
-    assert first.returncode == 0, first.stderr
-    log = _session_dir(tmp_path) / "mcp-noisy.log"
+    fake_llm.enqueue(openai_text("done"))
+    (tmp_path / "work").mkdir()
+    session = SessionStore(tmp_path / "data").create(tmp_path / "work", "openai", "m")
+    log = session.dir / "mcp-noisy.log"
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")
-    log.unlink()
     log.symlink_to(victim)
 
-    resumed = _tidegauge(tmp_path, fake_llm, "--continue", "-p", "again")
+    resumed = _tidegauge(tmp_path, fake_llm, "--resume", session.id, "-p", "again")
 
     assert resumed.returncode == 0, resumed.stderr
     assert victim.read_text() == "precious\n", "the server's stderr was written through the planted symlink"
