@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -277,6 +278,7 @@ def load_settings(overrides: dict[str, Any] | None = None) -> Settings:
     """
     cli = {k: v for k, v in (overrides or {}).items() if v is not None}
     path = config_file_path()
+    check_config_trust(path)  # before anything of it is read, let alone obeyed
     toml_data = _read_toml(path)
     try:
         return Settings(**cli)
@@ -286,6 +288,64 @@ def load_settings(overrides: dict[str, Any] | None = None) -> Settings:
         raise ConfigError(_describe_toml_error(path, err)) from None
     except SettingsError as err:
         raise ConfigError(redact(f"config: {_describe_settings_error(err)}")) from None
+
+
+def check_config_trust(path: Path) -> None:
+    """Refuse a config file someone else could have written, as ssh does (StrictModes).
+
+    config.toml starts programs (``[mcp_servers]`` commands) and points at keys: a file
+    writable by group or others, owned by another user, or in a folder (any folder up
+    to /) that another user could write without the sticky bit, could have been written
+    by them. Raises ConfigError with one line naming the file and the fix. A missing
+    file is nothing to trust. Root's files and folders are trusted, as ssh trusts them.
+    """
+    if os.name != "posix":
+        return
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        raise ConfigError(f"config: {path}: cannot read ({err.strerror or err})") from None
+    me = os.geteuid()
+    refuse = f"config: refusing {path}"
+    if info.st_uid not in (me, 0):
+        raise ConfigError(f"{refuse}: it is owned by another user (uid {info.st_uid}); "
+                          f"fix: chown {_user_name(me)} {path} (and check what it holds)")
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o022:
+        raise ConfigError(f"{refuse}: others can write it (mode {mode:04o}); fix: chmod go-w {path}")
+    for folder in _folders_holding(path):
+        try:
+            held = os.stat(folder)
+        except OSError:
+            continue
+        folder_mode = stat.S_IMODE(held.st_mode)
+        if held.st_uid not in (me, 0):
+            raise ConfigError(f"{refuse}: its folder {folder} is owned by another user (uid {held.st_uid}); "
+                              f"fix: move the config (TIDEGAUGE_CONFIG_DIR) or chown {_user_name(me)} {folder}")
+        if folder_mode & 0o022 and not folder_mode & stat.S_ISVTX:
+            raise ConfigError(f"{refuse}: others can write its folder {folder} (mode {folder_mode:04o}) "
+                              f"and replace it; fix: chmod go-w {folder}")
+
+
+def _folders_holding(path: Path) -> list[Path]:
+    """Every folder from the file's up to /, for the path as given and as its symlinks resolve."""
+    folders: list[Path] = []
+    for start in (Path(os.path.abspath(path)), Path(os.path.realpath(path))):
+        for folder in start.parents:
+            if folder not in folders:
+                folders.append(folder)
+    return folders
+
+
+def _user_name(uid: int) -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        return str(uid)
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

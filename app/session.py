@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from app.errors import SetupError
+from app.private_files import make_private_dir, write_private_atomic
 from app.session_lock import SessionLocked
 from app.transcript import RestoredState, TranscriptWriter, restore
 
@@ -148,7 +149,7 @@ class SessionStore:
         if self.data_dir.exists() and not self.data_dir.is_dir():
             raise SessionError(f"data dir {_shown(self.data_dir)} is a file, not a folder "
                                "(set TIDEGAUGE_DATA_DIR or data_dir in config.toml to a folder)")
-        self.sessions_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_dir(self.sessions_dir)  # the data dir too, when we create it
 
     def open(self, session_id: str) -> Session:
         """The session with this id (or an unambiguous prefix of one)."""
@@ -230,16 +231,7 @@ def _read_meta(directory: Path) -> SessionMeta:
 
 
 def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        # ASCII escapes: a cwd with undecodable bytes (a lone surrogate once decoded) must not
-        # make meta.json unwritable, and it reads back as the same str.
-        payload = (json.dumps(data, ensure_ascii=True, indent=2) + "\n").encode("ascii")
-        view = memoryview(payload)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    # ASCII escapes: a cwd with undecodable bytes (a lone surrogate once decoded) must not
+    # make meta.json unwritable, and it reads back as the same str.
+    payload = (json.dumps(data, ensure_ascii=True, indent=2) + "\n").encode("ascii")
+    write_private_atomic(path, payload)  # 0600, a fresh temporary file: no symlink is followed

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.errors import SetupError
+from app.private_files import open_private_fd
 
 LOCK_SUFFIX = ".lock"
 
@@ -120,7 +121,7 @@ def release(lock_path: Path) -> None:
 
 def _take(lock_path: Path, transcript_path: Path) -> int:
     for attempt in range(2):
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+        fd = open_private_fd(lock_path, os.O_RDWR)  # 0600, never through a symlink
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -32,6 +32,7 @@ from app import session_lock
 from app.context.validate import history_problems
 from app.markers import INTERRUPTED_RESULT  # one text for a call that never finished
 from app.messages import ContentBlock, Message, OpaqueBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from app.private_files import make_private_dir, open_private_fd
 from app.redact import redact_obj
 
 # Reasons the engine replaces the live history. The field is a plain str so
@@ -82,15 +83,14 @@ class TranscriptWriter:
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dir(self.path.parent)
         self._lock = threading.Lock()
         # One writer per session: refuses (SessionLocked, naming the process) while another
         # live process writes this transcript. Held until close().
         self._session_lock: Path | None = session_lock.acquire(self.path)
         try:
-            self._fd: int | None = os.open(
-                self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600
-            )
+            # 0600 even when the file existed, and never through a symlink planted at the path.
+            self._fd: int | None = open_private_fd(self.path, os.O_WRONLY | os.O_APPEND)
         except BaseException:
             session_lock.release(self._session_lock)
             raise

@@ -13,8 +13,6 @@ compaction may cut (never between a tool call and its result).
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -22,9 +20,13 @@ from typing import Sequence
 from app.context import tokens as _tokens
 from app.context.compaction import COMPACT_PROMPT, build_compaction_request
 from app.messages import Message, TextBlock, ToolSpec
+from app.private_files import read_private, write_private_atomic
 from app.providers.base import ModelRequest
+from app.redact import redact
 
 MEMORY_FILE_NAME = "session-memory.md"
+# A memory is a few thousand tokens; a file far bigger than this is not one of ours.
+MAX_MEMORY_FILE_BYTES = 1024 * 1024
 # The request's marker: a reader of the wire (tests, a proxy) can tell a memory
 # update from a compaction by its first words.
 MEMORY_PROMPT_HEAD = "[Session memory update]"
@@ -86,18 +88,19 @@ class SessionMemory:
         return 0
 
     def save(self, text: str, covered: Message | None) -> None:
-        """Keep the new text; write it atomically (a crash leaves the old file or the new one)."""
+        """Keep the new text; write it atomically (a crash leaves the old file or the new one).
+
+        The file is redacted (the model's summary repeats what the user pasted, keys
+        included) and the owner's only; the text in RAM stays as the model wrote it,
+        like the live history it summarises.
+        """
         self.text = text.strip()
         self.covered = covered
         self.updates += 1
         if self.path is None:
             return
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".session-memory.", suffix=".tmp")
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(self.text + "\n")
-            os.replace(tmp, self.path)
+            write_private_atomic(self.path, (redact(self.text) + "\n").encode("utf-8", errors="replace"))
         except OSError:
             pass  # the memory still works from RAM; the file is a convenience for the user
 
@@ -108,9 +111,11 @@ class SessionMemory:
         text = ""
         if path is not None:
             try:
-                text = path.read_text(encoding="utf-8")
+                raw = read_private(path, MAX_MEMORY_FILE_BYTES)
+                # Redacted again: a file written by an older version may hold a key in clear.
+                text = redact(raw.decode("utf-8", errors="replace"))
             except OSError:
-                text = ""
+                text = ""  # missing, a symlink, not a file: start without a memory
         return cls(path=path, text=text.strip())
 
 

@@ -15,9 +15,10 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
-from app.mcp.settings import McpServerConfig
+from app.mcp.settings import McpServerConfig, hide_url_secrets
+from app.mcp.stderr_log import ServerStderrLog
 from app.tools.base import ToolOutput
 
 if TYPE_CHECKING:  # the SDK is imported only when a server is configured
@@ -55,7 +56,7 @@ class McpConnection:
         self._runner: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[None] | None = None
         self._stop = asyncio.Event()
-        self._errlog: TextIO | None = None
+        self._errlog: ServerStderrLog | None = None
         self.failure: str | None = None  # why it stopped, when it stopped on its own
         self.stopped_cleanly = False  # stopped by aclose, after it was ready
         self._pgid: int | None = None  # the stdio server's process group (it leads a new session)
@@ -98,6 +99,8 @@ class McpConnection:
         finder = asyncio.create_task(self._find_group_soon(before), name=f"mcp-{self.name}-pgid")
         try:
             async with self._make_client() as client:
+                if self._errlog is not None:
+                    self._errlog.spawned()  # the server's exit now ends its log
                 if self._pgid is None:
                     self._pgid = self._find_server_group(before)
                 finder.cancel()
@@ -134,8 +137,8 @@ class McpConnection:
                 else:
                     self._ready.set_exception(McpServerError(self.failure or "stopped before it was ready"))
             if self._errlog is not None:
-                self._errlog.close()
-                self._errlog = None
+                errlog, self._errlog = self._errlog, None
+                await asyncio.to_thread(errlog.close)  # waits for the server's last words, off the loop
 
     def _make_client(self) -> Client:
         from mcp import Client
@@ -148,9 +151,11 @@ class McpConnection:
             cwd = (self.workspace / os.path.expanduser(self.config.cwd)).resolve()
         params = StdioServerParameters(command=self.config.command or "", args=list(self.config.args),
                                        env=dict(self.config.env) or None, cwd=str(cwd))
-        # The server's stderr must not reach the dashboard's screen: it goes to a file.
-        self._errlog = self._open_errlog()
-        return Client(stdio_client(params, errlog=self._errlog), read_timeout_seconds=self.config.tool_timeout)
+        # The server's stderr must not reach the dashboard's screen: it goes to a file, redacted
+        # (its env values too: a server that prints its environment prints its token) and capped.
+        self._errlog = ServerStderrLog(self.log_path, self.config.env.values())
+        assert self._errlog.writer is not None
+        return Client(stdio_client(params, errlog=self._errlog.writer), read_timeout_seconds=self.config.tool_timeout)
 
     async def _find_group_soon(self, before: set[int]) -> None:
         if self.config.command is None or os.name != "posix":
@@ -176,16 +181,6 @@ class McpConnection:
             if command in {os.path.basename(part) for part in cmdline} and (not args or cmdline[-len(args):] == args):
                 return pid
         return None
-
-    def _open_errlog(self) -> TextIO:
-        path = self.log_path
-        if path is not None:
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                return open(path, "a", encoding="utf-8", errors="replace")
-            except OSError:
-                pass
-        return open(os.devnull, "w", encoding="utf-8")
 
     @staticmethod
     async def _list_tools(client: Client) -> list[RemoteTool]:
@@ -277,7 +272,8 @@ class McpConnection:
                 self._lost(str(exc) or "connection closed")
                 return ToolOutput(f"MCP server {self.name!r} stopped during {tool_name} ({self.failure}); "
                                   "its tools cannot be used now.", is_error=True)
-            return ToolOutput(f"MCP server {self.name!r} refused {tool_name}: {exc}", is_error=True)
+            return ToolOutput(f"MCP server {self.name!r} refused {tool_name}: {hide_url_secrets(str(exc))}",
+                              is_error=True)
         except TimeoutError:
             return ToolOutput(f"MCP server {self.name!r}: {tool_name} took longer than "
                               f"{self.config.tool_timeout:g} s and was abandoned.", is_error=True)
@@ -337,6 +333,7 @@ def describe_failure(exc: BaseException) -> str:
     if isinstance(exc, PermissionError):
         return f"command not executable: {exc.filename or exc}"
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    text = hide_url_secrets(text)  # an HTTP error names the URL, and a remote server's token may be in it
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 
 from app.events import Event, McpServerEvent
 from app.mcp.client import McpConnection, McpServerError
-from app.mcp.settings import McpServerConfig
+from app.mcp.settings import McpServerConfig, hide_url_secrets, shown_url, url_secrets
 from app.mcp.tools import McpTool, prefixed_name
 from app.messages import ToolSpec
 from app.redact import register_secret
@@ -53,7 +53,12 @@ class McpHub:
             for var, value in cfg.env.items():
                 if _SECRET_NAME.search(var):  # a token handed to a server never reaches the model or the disk
                     register_secret(value)
-            where = re.sub(r"//[^/@]*@", "//", cfg.url) if cfg.url else cfg.command or ""  # no user:password
+            if cfg.url:
+                # A token in the URL (?token=, user:password@) is a secret like an API key: an error
+                # message that repeats the URL is redacted too, wherever it goes.
+                for value in url_secrets(cfg.url):
+                    register_secret(value)
+            where = shown_url(cfg.url) if cfg.url else cfg.command or ""
             self.emit(McpServerEvent(name=name, status="starting", detail=where))
             connection = McpConnection(name, cfg, workspace, log_dir)
             connection.on_exit = self._exited
@@ -76,13 +81,14 @@ class McpHub:
 
     def _failed(self, connection: McpConnection, error: BaseException) -> None:
         reason = str(error) if isinstance(error, McpServerError) else f"{type(error).__name__}: {error}"
+        reason = hide_url_secrets(reason)  # the SDK's errors repeat the URL, a token too short to register included
         log = f" (server log: {connection.log_path})" if connection.log_path and connection.config.command else ""
         self.emit(McpServerEvent(name=connection.name, status="failed", detail=f"{reason}{log}"))
         self.connections.pop(connection.name, None)
 
     def _exited(self, connection: McpConnection, reason: str) -> None:
         """A server that stopped on its own mid-session: its tools answer with an error from now on."""
-        self.emit(McpServerEvent(name=connection.name, status="exited", detail=reason))
+        self.emit(McpServerEvent(name=connection.name, status="exited", detail=hide_url_secrets(reason)))
 
     def defer(self, registry: ToolRegistry, window: int, share: float,
               on_change: Callable[[list[ToolSpec]], None]) -> ToolDeferral:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -33,7 +34,7 @@ class McpServerConfig(BaseModel):
         if self.command is not None and not self.command.strip():
             raise ValueError("command is empty")
         if self.url is not None and not re.match(r"^https?://", self.url):
-            raise ValueError(f"url must start with http:// or https:// (got {self.url!r})")
+            raise ValueError(f"url must start with http:// or https:// (got {shown_url(self.url)!r})")
         return self
 
 
@@ -42,3 +43,44 @@ def check_server_names(servers: dict[str, McpServerConfig]) -> dict[str, McpServ
         if not SERVER_NAME.match(name):
             raise ValueError(f"server name {name!r}: use 1-24 letters, digits, _ or - (it prefixes the tool names)")
     return servers
+
+
+HIDDEN = "***"
+
+
+def shown_url(url: str) -> str:
+    """``url`` as it may be printed or recorded: no user:password (dropped), every query value ``***``.
+
+    Remote MCP servers are often given their token in the URL (``?token=``, ``?api_key=``,
+    ``https://user:token@host``); the path and the query's names stay, to tell servers apart.
+    """
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:  # not a URL we can take apart: show its scheme and host-ish part only
+        return re.sub(r"[?#].*", "?" + HIDDEN, re.sub(r"//[^/@]*@", "//", url), flags=re.S)
+    netloc = (f"[{host}]" if ":" in host else host) + (f":{port}" if port is not None else "")
+    query = "&".join(f"{name}={HIDDEN}" for name, _value in parse_qsl(parts.query, keep_blank_values=True))
+    fragment = HIDDEN if parts.fragment else ""
+    return urlunsplit((parts.scheme, netloc, parts.path, query, fragment))
+
+
+def url_secrets(url: str) -> list[str]:
+    """What ``shown_url`` hides: the password, the user name and every query value (to register as secrets)."""
+    try:
+        parts = urlsplit(url)
+        found = [parts.password or "", parts.username or "", parts.fragment]
+    except ValueError:
+        return []
+    found += [value for _name, value in parse_qsl(parts.query, keep_blank_values=True)]
+    found += [pair.partition("=")[2] for pair in re.split(r"[&;]", parts.query)]  # as written, still %-quoted
+    return [value for value in found if value]
+
+
+_URL_IN_TEXT = re.compile(r"""https?://[^\s'"<>`]+""")
+
+
+def hide_url_secrets(text: str) -> str:
+    """Every http(s) URL in ``text`` (an error message that repeats the server's URL) as ``shown_url``."""
+    return _URL_IN_TEXT.sub(lambda found: shown_url(found.group()), text)

@@ -1,0 +1,105 @@
+"""Files under the data directory: the owner's only, never through a planted symlink.
+
+Everything tidegauge keeps per session (transcript, session memory, meta.json,
+locks, MCP server logs) can hold the user's code, conversation or a secret.
+So every such file is created 0600 and re-chmodded 0600 when it already existed
+(``O_CREAT`` keeps an existing file's mode), folders we create are 0700, and
+every open has ``O_NOFOLLOW``: a symlink put at the path by another local user
+(or left by anything else) makes the open fail instead of redirecting the write.
+A path that is not a regular file (a FIFO, a device) is refused too.
+
+The saved tool outputs use ``app.tools.registry.open_private``, the same rules.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+# O_NONBLOCK: opening a FIFO planted at the path must fail at once, not wait for a reader.
+_SAFE_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
+
+
+def make_private_dir(path: Path) -> None:
+    """``path`` and the parents we create, 0700 (an existing folder keeps its mode: it may be the user's)."""
+    missing: list[Path] = []
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=DIR_MODE)
+        except FileExistsError:
+            continue
+        os.chmod(folder, DIR_MODE)  # mkdir's mode is cut by the umask; 0700 is what we mean
+
+
+def open_private_fd(path: Path, flags: int) -> int:
+    """A descriptor on ``path`` (created 0600 when missing), never through a symlink.
+
+    ``flags`` are the access flags (``os.O_WRONLY | os.O_APPEND``...). Raises OSError
+    (ELOOP for a symlink) and refuses what is not a regular file of ours.
+    """
+    fd = os.open(path, flags | os.O_CREAT | _SAFE_FLAGS, FILE_MODE)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{path}: not a regular file")
+        if stat.S_IMODE(info.st_mode) != FILE_MODE:
+            os.fchmod(fd, FILE_MODE)  # fails (EPERM) for a file another user owns: refused too
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def write_private_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` at once: a crash leaves the old file or the new one.
+
+    The temporary file is made by ``mkstemp`` (O_EXCL, 0600) and renamed over the
+    path; a rename replaces a symlink there rather than writing through it.
+    """
+    make_private_dir(path.parent)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+        os.close(fd)
+        fd = -1
+        os.replace(tmp, path)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def read_private(path: Path, max_bytes: int) -> bytes:
+    """At most ``max_bytes`` of a regular file, never through a symlink (OSError otherwise)."""
+    fd = os.open(path, os.O_RDONLY | _SAFE_FLAGS)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path}: not a regular file")
+        os.set_blocking(fd, True)
+        chunks: list[bytes] = []
+        left = max_bytes
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
