@@ -159,6 +159,8 @@ class Settings(BaseSettings):
     max_reply_chars: int = Field(32 * 1024 * 1024, ge=1024)  # text + thinking + tool arguments of one reply
     # --web: the port the browser dashboard is served on (127.0.0.1 only; 0: any free port)
     web_port: int = Field(8765, ge=0, le=65535)
+    # --web: browser tabs served at once, each a dashboard process (a further tab is refused and told why)
+    web_max_tabs: int = Field(4, ge=1, le=64)
 
     _config_dir: Path = PrivateAttr(default_factory=config_dir_path)
 
