@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -81,6 +82,17 @@ async def _next_text(websocket: aiohttp.ClientWebSocketResponse) -> aiohttp.WSMe
             return message
 
 
+async def _told_why_closed(websocket: aiohttp.ClientWebSocketResponse) -> tuple[str, int, str]:
+    """A tab the server closes: (what its page is told, the close code, the close frame's reason)."""
+    told = ""
+    while True:
+        message = await _next_text(websocket)
+        if message.type == aiohttp.WSMsgType.TEXT and json.loads(message.data)[0] == "tidegauge_closed":
+            told = json.loads(message.data)[1]
+        elif message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED):
+            return told, message.data, message.extra
+
+
 def test_without_the_token_the_page_and_the_websocket_are_refused(server: WebServer) -> None:
     origin = server.base_url
     page = httpx.get(server.base_url + "/", timeout=START_TIMEOUT_S)
@@ -128,8 +140,10 @@ def _dashboard_environments(web: WebServer) -> list[dict[str, str]]:
 
 
 async def _open_tab(web: WebServer, query: str = "") -> tuple[aiohttp.ClientSession, aiohttp.ClientWebSocketResponse]:
+    # The token in the query, as a script would pass it (the page puts it in the path: the browser test).
     client = aiohttp.ClientSession()
-    websocket = await client.ws_connect(_ws_url(web, "/ws/" + web.token, query), origin=web.base_url)
+    websocket = await client.ws_connect(_ws_url(web, "/ws", "&".join(filter(None, [f"token={web.token}", query]))),
+                                        origin=web.base_url)
     return client, websocket
 
 
@@ -155,11 +169,11 @@ def test_with_the_token_a_tab_runs_a_dashboard_at_a_clamped_size(server: WebServ
 
 
 def test_more_tabs_than_web_max_tabs_are_refused_with_the_reason(server: WebServer) -> None:
-    async def scenario() -> aiohttp.WSMessage:
+    async def scenario() -> tuple[str, int, str]:
         tabs = [await _open_tab(server) for _ in range(MAX_TABS)]
         server.wait_for_line(f"a tab opened ({MAX_TABS} of web_max_tabs {MAX_TABS} open)")
         client, extra = await _open_tab(server)
-        refused = await _next_text(extra)
+        refused = await _told_why_closed(extra)
         await _close_tab(client, extra)
         await _close_tab(*tabs.pop(0))  # a place is free once a tab closes
         server.wait_for_line(f"a tab closed ({MAX_TABS - 1} of")
@@ -169,11 +183,11 @@ def test_more_tabs_than_web_max_tabs_are_refused_with_the_reason(server: WebServ
             await _close_tab(*tab)
         return refused
 
-    refused = asyncio.run(scenario())
+    told, code, _ = asyncio.run(scenario())
     server.wait_for_line("a tab closed (0 of")
-    assert refused.type == aiohttp.WSMsgType.CLOSE and refused.data == 1013, refused
-    assert refused.extra == (f"{MAX_TABS} tabs are open, the most web_max_tabs allows: close one and press "
-                             "Restart, or raise web_max_tabs")
+    assert code == 1013  # try again later
+    assert told == (f"{MAX_TABS} tabs are open, the most web_max_tabs allows: close one and press "
+                    "Restart, or raise web_max_tabs")
     assert "a tab was refused: 2 tabs are open" in "".join(server.output)
 
 
@@ -220,13 +234,13 @@ def test_a_second_tab_on_a_resumed_session_is_told_why(tmp_path: Path) -> None:
     session = SessionStore(tmp_path / "data").create(tmp_path / "work", "demo", None)
     web = _start(tmp_path, "--resume", session.id)
 
-    async def scenario() -> aiohttp.WSMessage:
+    async def scenario() -> tuple[str, int, str]:
         first = await _open_tab(web)
         web.wait_for_line("a tab opened")
         drawn = await first[1].receive(timeout=START_TIMEOUT_S)  # its dashboard runs on the session
         assert drawn.type == aiohttp.WSMsgType.BINARY, drawn
         client, second = await _open_tab(web)
-        refused = await _next_text(second)
+        refused = await _told_why_closed(second)
         await _close_tab(client, second)
         await _close_tab(*first)
         return refused
@@ -235,9 +249,38 @@ def test_a_second_tab_on_a_resumed_session_is_told_why(tmp_path: Path) -> None:
         refused = asyncio.run(scenario())
     finally:
         web.stop()
-    assert refused.type == aiohttp.WSMsgType.CLOSE and refused.data == 1013, refused
-    assert refused.extra == (f"session {session.id} is open in another tab: close that tab, then press Restart "
-                             "(or serve a copy: --fork-session)")
+    told, code, _ = refused
+    assert code == 1013
+    assert told == (f"session {session.id} is open in another tab: close that tab, then press Restart "
+                    "(or serve a copy: --fork-session)")
+    _assert_log_is_clean(web)
+
+
+def test_a_tab_on_a_session_another_process_holds_shows_that_process_line(tmp_path: Path) -> None:
+    """The session lock refuses the tab's dashboard: its page says so instead of staying blank."""
+    from app import session_lock
+    from app.session import SessionStore
+
+    (tmp_path / "work").mkdir()
+    session = SessionStore(tmp_path / "data").create(tmp_path / "work", "demo", None)
+    lock = session_lock.acquire(session.transcript_path)  # as a terminal tidegauge on it would
+    web = _start(tmp_path, "--resume", session.id)
+    try:
+        async def scenario() -> tuple[str, int, str]:
+            client, websocket = await _open_tab(web)
+            try:
+                return await _told_why_closed(websocket)
+            finally:
+                await _close_tab(client, websocket)
+
+        told, code, reason = asyncio.run(scenario())
+    finally:
+        web.stop()
+        session_lock.release(lock)
+    assert told.startswith(f"session {session.id} is in use by process {os.getpid()} since ")
+    assert told.endswith("wait for it to end, or add --fork-session to continue in a copy of it")
+    assert code == 1011 and told.startswith(reason.removesuffix("..."))
+    assert f"a tab's dashboard ended by itself: {told}" in "".join(web.output)
     _assert_log_is_clean(web)
 
 

@@ -90,21 +90,34 @@ _PACKAGED_FONT_FACES = """\
     </style>"""
 
 
-# textual-serve's page shows only "Session ended." when its websocket closes; a refused
-# tab (the tab limit, the session open in another tab) says why with the close reason.
+# textual-serve's page shows only "Session ended." when its websocket closes. A tab closed by
+# the server (the tab limit, the resumed session open in another tab, a dashboard that could
+# not start) is first sent ["tidegauge_closed", why] (a close reason holds only 123 bytes);
+# the page shows that line on its closed dialog (as text, never as HTML).
+CLOSED_MESSAGE = "tidegauge_closed"
 _SHOW_CLOSE_REASON = """\
 <script>
       window.WebSocket = class extends window.WebSocket {
         constructor(...args) {
           super(...args);
+          let why = "";
+          this.addEventListener("message", (event) => {
+            if (typeof event.data !== "string") return;
+            try {
+              const [kind, text] = JSON.parse(event.data);
+              if (kind === "%s" && typeof text === "string") why = text;
+            } catch (error) {}
+          });
           this.addEventListener("close", (event) => {
             const message = document.querySelector(".closed-dialog .message");
-            if (event.reason && message) message.textContent = event.reason;
+            if ((why || event.reason) && message) message.textContent = why || event.reason;
           });
         }
       };
     </script>
-  </head>"""
+  </head>""" % CLOSED_MESSAGE
+# What a tab's dashboard wrote on stderr last is kept (its one-line error if it cannot start).
+STDERR_TAIL_BYTES = 4096
 
 
 def offline_index_template(template_text: str) -> str:
@@ -320,14 +333,38 @@ def _dashboard_server_class() -> type:
     from textual_serve.app_service import AppService
     from textual_serve.server import Server, log, to_int
 
+    class StderrTail:
+        """A process's stderr as textual-serve reads it, its last bytes kept."""
+
+        def __init__(self, reader: asyncio.StreamReader) -> None:
+            self.reader = reader
+            self.tail = b""
+
+        async def read(self, size: int = -1) -> bytes:
+            data = await self.reader.read(size)
+            self.tail = (self.tail + data)[-STDERR_TAIL_BYTES:]
+            return data
+
+        def last_line(self) -> str:
+            lines = [line for line in self.tail.decode("utf-8", errors="replace").splitlines() if line.strip()]
+            return lines[-1].strip() if lines else ""
+
     class TabService(AppService):
         """One tab's dashboard process: asked to quit, and killed if it has not within the grace time;
         its size clamped; ``on_ended`` told when the process is gone."""
 
         on_ended: Any = None
+        stderr_tail: StderrTail | None = None
 
         async def start(self, width: int, height: int) -> None:
             await super().start(*clamp_size(width, height))
+
+        async def _open_app_process(self, width: int = 80, height: int = 24) -> asyncio.subprocess.Process:
+            process = await super()._open_app_process(width, height)
+            assert process.stderr is not None
+            self.stderr_tail = StderrTail(process.stderr)
+            process.stderr = self.stderr_tail  # type: ignore[assignment]  # textual-serve only calls read()
+            return process
 
         async def set_terminal_size(self, width: int, height: int) -> None:
             await super().set_terminal_size(*clamp_size(width, height))
@@ -349,6 +386,16 @@ def _dashboard_server_class() -> type:
                     with contextlib.suppress(ProcessLookupError):
                         process.kill()
                     await process.wait()
+
+    async def end_tab(websocket: web.WebSocketResponse, code: int, why: str) -> None:
+        """Close a tab saying why, on its page (a text message) and in the close frame (cut)."""
+        from app.redact import redact
+        from app.sanitize import sanitize_for_display
+
+        why = redact(sanitize_for_display(why))
+        with contextlib.suppress(ConnectionError):
+            await websocket.send_json([CLOSED_MESSAGE, why])
+        await websocket.close(code=code, message=close_reason(why).encode("utf-8"))
 
     class DashboardServer(Server):
         """textual-serve's server on a socket bound here, with an offline page, behind the token and
@@ -482,12 +529,13 @@ def _dashboard_server_class() -> type:
             height = to_int(request.query.get("height", "24"), 24)
             service: TabService | None = None
             counted = False
+            stopping = False  # the tab or the server ends it: not a dashboard that ended by itself
             try:
                 await websocket.prepare(request)
                 refusal = self.tab_refusal()
                 if refusal is not None:
                     log.warning("a tab was refused: %s", refusal)
-                    await websocket.close(code=CLOSE_TRY_LATER, message=close_reason(refusal).encode("utf-8"))
+                    await end_tab(websocket, CLOSE_TRY_LATER, refusal)
                     return websocket
                 self.open_tabs += 1
                 self.resumed_session_open = self.resume is not None
@@ -499,11 +547,15 @@ def _dashboard_server_class() -> type:
                     await websocket.close()
 
                 async def dashboard_ended() -> None:
-                    # A dashboard that ends by itself closes its tab (a quit does that already);
-                    # one that could not start would otherwise leave a blank page.
-                    if not websocket.closed:
-                        reason = "the dashboard ended before it started: the server's output says why"
-                        await websocket.close(code=1011, message=close_reason(reason).encode("utf-8"))
+                    # A dashboard that ends by itself closes its tab (a quit does that already); one
+                    # that could not start (its session in use by another process) would otherwise
+                    # leave a blank page: the page shows the dashboard's own last line instead.
+                    if websocket.closed or stopping:
+                        return
+                    why = service.stderr_tail.last_line() if service and service.stderr_tail else ""
+                    why = why.removeprefix("tidegauge: ") or "the dashboard ended before it started"
+                    log.warning("a tab's dashboard ended by itself: %s", why)
+                    await end_tab(websocket, 1011, why)
 
                 service = TabService(self.command, write_bytes=websocket.send_bytes,
                                      write_str=websocket.send_str, close=close_tab,
@@ -521,6 +573,7 @@ def _dashboard_server_class() -> type:
                     self.open_tabs -= 1
                     self.resumed_session_open = False
                     log.info("a tab closed (%d of web_max_tabs %d open)", self.open_tabs, self.max_tabs)
+                stopping = True
                 if service is not None:
                     await asyncio.shield(service.stop())
                 if websocket.prepared:
