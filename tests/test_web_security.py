@@ -381,3 +381,13 @@ def test_in_chromium_only_the_served_page_with_the_token_reaches_the_dashboard(t
     attack_origin = f"Origin 'http://127.0.0.1:{attacker.server_address[1]}' is not the served origin"
     assert printed.count(attack_origin) == 3, printed
     _assert_log_is_clean(web)
+
+
+def test_the_page_that_holds_the_token_is_not_cached_framed_or_sent_as_a_referer(server: WebServer) -> None:
+    """A link the dashboard opens must not carry the page's address (and its token) to another site."""
+    page = httpx.get(server.url, timeout=START_TIMEOUT_S)
+    assert page.status_code == 200
+    assert page.headers["Referrer-Policy"] == "no-referrer"
+    assert page.headers["Cache-Control"] == "no-store"
+    assert page.headers["X-Frame-Options"] == "DENY"
+    assert f'data-session-websocket-url="ws://{urlsplit(server.base_url).netloc}/ws/{server.token}"' in page.text
