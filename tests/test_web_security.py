@@ -96,9 +96,10 @@ async def _told_why_closed(websocket: aiohttp.ClientWebSocketResponse) -> tuple[
 def test_without_the_token_the_page_and_the_websocket_are_refused(server: WebServer) -> None:
     origin = server.base_url
     page = httpx.get(server.base_url + "/", timeout=START_TIMEOUT_S)
-    assert (page.status_code, page.text.strip()) == (403, "tidegauge: refused: no token")
+    hint = " (open the address tidegauge --web printed: it ends in ?token=...)"
+    assert (page.status_code, page.text.strip()) == (403, "tidegauge: refused: no token" + hint)
     guessed = httpx.get(server.base_url + "/?token=" + "A" * len(server.token), timeout=START_TIMEOUT_S)
-    assert (guessed.status_code, guessed.text.strip()) == (403, "tidegauge: refused: wrong token")
+    assert (guessed.status_code, guessed.text.strip()) == (403, "tidegauge: refused: wrong token" + hint)
     assert asyncio.run(_refused_status(_ws_url(server, "/ws"), origin=origin)) == 403
     assert asyncio.run(_refused_status(_ws_url(server, "/ws/" + server.token[:-1] + "x"), origin=origin)) == 403
 

@@ -455,7 +455,8 @@ def _dashboard_server_class() -> type:
             if reason is not None:
                 what = "the websocket" if is_websocket else _quoted(request.path)
                 log.warning("refused %s %s from %s: %s", request.method, what, request.remote, reason)
-                return web.Response(status=403, text=f"tidegauge: refused: {reason}\n")
+                hint = " (open the address tidegauge --web printed: it ends in ?token=...)" if "token" in reason else ""
+                return web.Response(status=403, text=f"tidegauge: refused: {reason}{hint}\n")
             response: web.StreamResponse = await handler(request)
             return response
 
