@@ -40,9 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="demo provider: typing speed in tokens per second (default 40; 0: no delay)")
     # --web: the dashboard in a browser (app/dashboard/web.py)
     p.add_argument("--web", action="store_true",
-                   help="serve the dashboard to a browser on 127.0.0.1 instead of this terminal")
+                   help="serve the dashboard to a browser on 127.0.0.1 instead of this terminal "
+                        "(open the address it prints: it holds this run's token)")
     p.add_argument("--web-port", type=int, metavar="PORT",
                    help="with --web: the port to serve on (default 8765; 0: any free port)")
+    p.add_argument("--web-host", metavar="ADDR",
+                   help="with --web: the IP address to serve on (default 127.0.0.1); anyone who can reach "
+                        "it and holds the printed token can run commands as you")
     p.add_argument("--config-path", action="store_true", help="print the config file's path and exit")
     p.add_argument("--thinking-budget", type=int, metavar="N",
                    help="Anthropic extended thinking: budget in tokens per request (0: off, else >= 1024)")
@@ -90,6 +94,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.web and args.prompt is not None:
         parser.error("--web serves the dashboard; it cannot run a headless -p task")
+    if args.web_host is not None:
+        if not args.web:
+            parser.error("--web-host is for --web")
+        import ipaddress
+
+        try:
+            ipaddress.ip_address(args.web_host)
+        except ValueError:
+            parser.error(f"--web-host: {args.web_host!r} is not an IP address (e.g. 127.0.0.1, 192.168.1.5)")
 
     overrides = {name: getattr(args, name) for name in FLAG_FIELDS}
 
@@ -136,7 +149,7 @@ def _serve_web(settings: "Settings", overrides: dict[str, Any], args: argparse.N
     from app.config import api_key_for, resolve_provider
     from app.errors import SetupError
     from app.session import SessionStore
-    from app.dashboard.web import serve_dashboard
+    from app.dashboard.web import WEB_HOST, serve_dashboard
 
     provider = resolve_provider(settings)
     if provider != "demo" and not api_key_for(settings, provider):
@@ -148,4 +161,5 @@ def _serve_web(settings: "Settings", overrides: dict[str, Any], args: argparse.N
         if session is None:
             raise SetupError(f"--continue: no earlier session for {Path.cwd()}")
         resume = session.id
-    return serve_dashboard(settings.web_port, overrides, resume=resume)
+    return serve_dashboard(settings.web_port, overrides, host=args.web_host or WEB_HOST,
+                           max_tabs=settings.web_max_tabs, resume=resume)

@@ -162,8 +162,10 @@ class Settings(BaseSettings):
     max_sse_line: int = Field(8 * 1024 * 1024, ge=1024)  # characters of one SSE line / event
     max_response_body: int = Field(64 * 1024 * 1024, ge=1024)  # bytes of a non-streamed body, decompressed
     max_reply_chars: int = Field(32 * 1024 * 1024, ge=1024)  # text + thinking + tool arguments of one reply
-    # --web: the port the browser dashboard is served on (127.0.0.1 only; 0: any free port)
+    # --web: the port the browser dashboard is served on (127.0.0.1 unless --web-host; 0: any free port)
     web_port: int = Field(8765, ge=0, le=65535)
+    # --web: browser tabs served at once, each a dashboard process (a further tab is refused and told why)
+    web_max_tabs: int = Field(4, ge=1, le=64)
 
     _config_dir: Path = PrivateAttr(default_factory=config_dir_path)
 

@@ -116,6 +116,30 @@ class WebServer:
                 self.url = line.split("served on ", 1)[1].split()[0]
                 return self.url
 
+    @property
+    def base_url(self) -> str:
+        """The served address without the token (``url`` is the one printed, token included)."""
+        return self.url.split("/?", 1)[0]
+
+    @property
+    def token(self) -> str:
+        return self.url.split("token=", 1)[1]
+
+    def wait_for_line(self, text: str, timeout_s: float = START_TIMEOUT_S) -> str:
+        """The next line the server prints that contains ``text`` (lines before it are skipped)."""
+        seen: list[str] = []
+        while True:
+            try:
+                line = self._lines.get(timeout=timeout_s)
+            except queue.Empty:
+                raise AssertionError(f"--web printed no line with {text!r} in {timeout_s}s; "
+                                     f"since the last wait: {''.join(seen)!r}") from None
+            if line is None:
+                raise AssertionError(f"--web ended before printing {text!r}: {''.join(self.output)!r}")
+            seen.append(line)
+            if text in line:
+                return line
+
     def stop(self) -> int:
         """ctrl+c, as a user stops it; returns the exit code once all it printed is in ``output``."""
         if self.process.poll() is None:

@@ -10,6 +10,16 @@ asks a font CDN for Roboto Mono, which the package already ships among its
 static files; the template is served from here with that link replaced by
 ``@font-face`` rules on the packaged fonts (site-packages is left untouched).
 
+Whoever opens a tab runs commands as this user, so nothing is served to a
+client that has not shown this run's secret token (Jupyter's scheme): the URL
+printed at start carries it (``/?token=...``), the page passes it on in its
+websocket's path (``/ws/<token>``), and it is compared in constant time and
+never logged. Every request's ``Host`` must name the served address (a DNS
+rebinding name is refused) and a websocket's ``Origin`` must be the served
+origin (another page in the same browser is refused). A refusal is an HTTP 403
+and one log line. Tabs are bounded (``web_max_tabs``), a tab's terminal size is
+clamped, and a malformed websocket message is one log line, never a traceback.
+
 This module imports textual-serve (aiohttp, jinja2), never textual: the
 dashboard itself runs in the child processes.
 """
@@ -18,19 +28,36 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
+import ipaddress
 import json
+import logging
 import os
 import re
+import secrets
 import shlex
 import signal
 import socket
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from app.errors import SetupError
 
 WEB_HOST = "127.0.0.1"
+# A terminal size from a client is clamped to these (columns, rows): ?width=99999999 grew
+# one tab's dashboard past 2.2 GB in 40 s.
+MIN_COLUMNS, MAX_COLUMNS = 10, 1000
+MIN_ROWS, MAX_ROWS = 5, 500
+# One websocket message at most (a paste is one stdin message); aiohttp closes the tab above it.
+MAX_MESSAGE_BYTES = 1024 * 1024
+# A ping's payload is echoed back; a page sends a millisecond timestamp.
+MAX_PING_CHARS = 64
+# A websocket close reason is at most 123 bytes (RFC 6455); the page shows it.
+MAX_CLOSE_REASON_BYTES = 123
+# Try again later (RFC 6455 1013): the tab limit, or the resumed session open in another tab.
+CLOSE_TRY_LATER = 1013
 PAGE_TITLE = "tidegauge"
 # The template textual-serve renders for the page (its own, patched below).
 INDEX_TEMPLATE = "app_index.html"
@@ -63,13 +90,164 @@ _PACKAGED_FONT_FACES = """\
     </style>"""
 
 
+# textual-serve's page shows only "Session ended." when its websocket closes. A tab closed by
+# the server (the tab limit, the resumed session open in another tab, a dashboard that could
+# not start) is first sent ["tidegauge_closed", why] (a close reason holds only 123 bytes);
+# the page shows that line on its closed dialog (as text, never as HTML).
+CLOSED_MESSAGE = "tidegauge_closed"
+_SHOW_CLOSE_REASON = """\
+<script>
+      window.WebSocket = class extends window.WebSocket {
+        constructor(...args) {
+          super(...args);
+          let why = "";
+          this.addEventListener("message", (event) => {
+            if (typeof event.data !== "string") return;
+            try {
+              const [kind, text] = JSON.parse(event.data);
+              if (kind === "%s" && typeof text === "string") why = text;
+            } catch (error) {}
+          });
+          this.addEventListener("close", (event) => {
+            const message = document.querySelector(".closed-dialog .message");
+            if ((why || event.reason) && message) message.textContent = why || event.reason;
+          });
+        }
+      };
+    </script>
+  </head>""" % CLOSED_MESSAGE
+# What a tab's dashboard wrote on stderr last is kept (its one-line error if it cannot start).
+STDERR_TAIL_BYTES = 4096
+
+
 def offline_index_template(template_text: str) -> str:
-    """textual-serve's page template with its font CDN link replaced by the packaged fonts."""
+    """textual-serve's page template with its font CDN link replaced by the packaged fonts,
+    and the reason a tab was closed shown on its closed dialog."""
     patched = _REMOTE_FONT_LINK.sub(lambda _match: _PACKAGED_FONT_FACES, template_text, count=1)
     remote = _REMOTE_RESOURCE.search(patched)
     if remote:  # a template this launcher does not know: refuse rather than serve a page that reaches out
         raise SetupError(f"--web: textual-serve's page loads {remote.group(1)}; it cannot be served offline")
-    return patched
+    return patched.replace("</head>", _SHOW_CLOSE_REASON, 1)
+
+
+def clamp_size(width: int, height: int) -> tuple[int, int]:
+    """A client's terminal size within what a dashboard can draw without growing without bound."""
+    return min(max(width, MIN_COLUMNS), MAX_COLUMNS), min(max(height, MIN_ROWS), MAX_ROWS)
+
+
+def close_reason(text: str) -> str:
+    """``text`` cut to what a websocket close frame carries."""
+    data = text.encode("utf-8")
+    if len(data) <= MAX_CLOSE_REASON_BYTES:
+        return text
+    return data[:MAX_CLOSE_REASON_BYTES - 3].decode("utf-8", errors="ignore") + "..."
+
+
+def _quoted(value: str | None, limit: int = 80) -> str:
+    """A client's header value for a log line: cut, control characters escaped (repr)."""
+    if value is None:
+        return "none"
+    return repr(value[:limit] + ("..." if len(value) > limit else ""))
+
+
+@dataclass(frozen=True)
+class TabMessage:
+    """One message a tab's page sends: keys, a new size, a ping, focus or blur."""
+
+    kind: str
+    text: str = ""
+    width: int = 0
+    height: int = 0
+
+
+class BadTabMessage(ValueError):
+    """A websocket message that is not one the page sends; the text is one line for the log."""
+
+
+def parse_tab_message(raw: str) -> TabMessage:
+    """The page's JSON envelope (``["stdin", "ls"]``, ``["resize", {"width": 80, "height": 24}]``,
+    ``["ping", "123"]``, ``["focus"]``, ``["blur"]``), or BadTabMessage saying what was wrong."""
+    try:
+        envelope = json.loads(raw)
+    except ValueError:
+        raise BadTabMessage(f"not JSON ({len(raw)} characters)") from None
+    if not isinstance(envelope, list) or not envelope or not isinstance(envelope[0], str):
+        raise BadTabMessage(f"not a [type, data] list: {type(envelope).__name__}")
+    kind = envelope[0]
+    data = envelope[1] if len(envelope) > 1 else None
+    if kind == "stdin":
+        if not isinstance(data, str):
+            raise BadTabMessage(f"stdin data is {type(data).__name__}, not text")
+        return TabMessage("stdin", text=data)
+    if kind == "resize":
+        if not isinstance(data, dict):
+            raise BadTabMessage(f"resize data is {type(data).__name__}, not an object")
+        width, height = data.get("width"), data.get("height")
+        if type(width) is not int or type(height) is not int:  # bool is an int; JSON true is not a size
+            raise BadTabMessage("resize width and height must be whole numbers")
+        width, height = clamp_size(width, height)
+        return TabMessage("resize", width=width, height=height)
+    if kind == "ping":
+        if not isinstance(data, str) or len(data) > MAX_PING_CHARS:
+            raise BadTabMessage(f"ping data must be text of at most {MAX_PING_CHARS} characters")
+        return TabMessage("ping", text=data)
+    if kind in ("focus", "blur"):
+        return TabMessage(kind)
+    raise BadTabMessage(f"unknown message type {_quoted(kind, 40)}")
+
+
+@dataclass(frozen=True)
+class WebAccess:
+    """Who may use the server: the token, and the ``Host`` / ``Origin`` values of the served address."""
+
+    token: str
+    port: int
+    allowed_hosts: frozenset[str]  # exact "host:port" values of the Host header
+    any_ip_host: bool = False  # served on every address (0.0.0.0, ::): any IP literal, never a name
+
+    @classmethod
+    def for_address(cls, host: str, port: int, token: str | None = None) -> "WebAccess":
+        address = ipaddress.ip_address(host)
+        shown = f"[{address}]" if address.version == 6 else str(address)
+        hosts = {f"{shown}:{port}"}
+        if address.is_loopback:  # a browser may name the loopback address either way
+            hosts.add(f"localhost:{port}")
+        return cls(token=token or secrets.token_urlsafe(32), port=port, allowed_hosts=frozenset(hosts),
+                   any_ip_host=address.is_unspecified)
+
+    def host_allowed(self, host: str | None) -> bool:
+        if host is None:
+            return False
+        if host in self.allowed_hosts:
+            return True
+        if not self.any_ip_host:
+            return False
+        # A DNS rebinding attack needs a name it controls; an IP literal cannot be rebound.
+        name, _, port = host.rpartition(":")
+        if port != str(self.port):
+            return False
+        try:
+            ipaddress.ip_address(name[1:-1] if name.startswith("[") and name.endswith("]") else name)
+        except ValueError:
+            return False
+        return True
+
+    def token_matches(self, given: str | None) -> bool:
+        return given is not None and hmac.compare_digest(given.encode("utf-8"), self.token.encode("utf-8"))
+
+    def refusal(self, *, host: str | None, origin: str | None, token: str | None,
+                needs_token: bool, is_websocket: bool) -> str | None:
+        """Why this request is refused (one line without the token), or None to serve it."""
+        if not self.host_allowed(host):
+            return f"Host {_quoted(host)} is not the served address"
+        if origin is not None or is_websocket:
+            # A page's requests name its origin; only pages this server served may call it
+            # (the page builds its websocket's address from the Host it was served on).
+            if origin != f"http://{host}":
+                return f"Origin {_quoted(origin)} is not the served origin"
+        if needs_token and not self.token_matches(token):
+            return "no token" if not token else "wrong token"
+        return None
 
 
 def dashboard_command(*, resume: str | None = None) -> str:
@@ -104,32 +282,97 @@ def settings_environment(overrides: dict[str, Any]) -> dict[str, str]:
     return env
 
 
-def bind_listener(port: int) -> socket.socket:
-    """A listening socket on 127.0.0.1 (port 0: any free port), or one clear error line."""
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+def bind_listener(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host`` (port 0: any free port), or one clear error line."""
+    shown = f"[{host}]" if ":" in host else host
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        listener.bind((WEB_HOST, port))
+        listener.bind((host, port))
         listener.listen(128)
     except OSError as err:
         listener.close()
         reason = err.strerror or str(err)
-        raise SetupError(f"--web: cannot listen on {WEB_HOST}:{port} ({reason.lower()}); "
+        raise SetupError(f"--web: cannot listen on {shown}:{port} ({reason.lower()}); "
                          "choose another port with --web-port") from None
     listener.set_inheritable(False)
     return listener
+
+
+def non_loopback_warning(host: str, port: int) -> str | None:
+    """The one line a user must read before serving on an address others can reach."""
+    if ipaddress.ip_address(host).is_loopback:
+        return None
+    shown = f"[{host}]" if ":" in host else host
+    return (f"tidegauge: warning: --web-host {host} is not loopback: anyone who can reach "
+            f"{shown}:{port} and holds the token can run commands as this user")
+
+
+class OneLineFormatter(logging.Formatter):
+    """Every log record as one line: an exception as its type and message (never a traceback,
+    whose local variables would hold the request and the token), controls escaped, the token
+    and API keys redacted."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from app.redact import redact
+        from app.sanitize import sanitize_for_display
+
+        message = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            error = record.exc_info[1]
+            message += f" ({type(error).__name__}: {error})"
+        return "tidegauge --web: " + " ".join(redact(sanitize_for_display(message)).split())
 
 
 def _dashboard_server_class() -> type:
     """The textual-serve Server, adapted; built on call so ``import app.dashboard.web`` stays light."""
     import aiohttp_jinja2
     import jinja2
-    from aiohttp import web
+    from aiohttp import WSMsgType, web
     from textual_serve.app_service import AppService
     from textual_serve.server import Server, log, to_int
 
+    class StderrTail:
+        """A process's stderr as textual-serve reads it, its last bytes kept."""
+
+        def __init__(self, reader: asyncio.StreamReader) -> None:
+            self.reader = reader
+            self.tail = b""
+
+        async def read(self, size: int = -1) -> bytes:
+            data = await self.reader.read(size)
+            self.tail = (self.tail + data)[-STDERR_TAIL_BYTES:]
+            return data
+
+        def last_line(self) -> str:
+            lines = [line for line in self.tail.decode("utf-8", errors="replace").splitlines() if line.strip()]
+            return lines[-1].strip() if lines else ""
+
     class TabService(AppService):
-        """One tab's dashboard process: asked to quit, and killed if it has not within the grace time."""
+        """One tab's dashboard process: asked to quit, and killed if it has not within the grace time;
+        its size clamped; ``on_ended`` told when the process is gone."""
+
+        on_ended: Any = None
+        stderr_tail: StderrTail | None = None
+
+        async def start(self, width: int, height: int) -> None:
+            await super().start(*clamp_size(width, height))
+
+        async def _open_app_process(self, width: int = 80, height: int = 24) -> asyncio.subprocess.Process:
+            process = await super()._open_app_process(width, height)
+            assert process.stderr is not None
+            self.stderr_tail = StderrTail(process.stderr)
+            process.stderr = self.stderr_tail  # type: ignore[assignment]  # textual-serve only calls read()
+            return process
+
+        async def set_terminal_size(self, width: int, height: int) -> None:
+            await super().set_terminal_size(*clamp_size(width, height))
+
+        async def run(self) -> None:
+            await super().run()
+            if self.on_ended is not None:
+                await self.on_ended()
 
         async def stop(self) -> None:
             process = self._process
@@ -144,59 +387,194 @@ def _dashboard_server_class() -> type:
                         process.kill()
                     await process.wait()
 
-    class DashboardServer(Server):
-        """textual-serve's server on a socket bound here, with an offline page; every tab's
-        dashboard ends with its tab or with the server."""
+    async def end_tab(websocket: web.WebSocketResponse, code: int, why: str) -> None:
+        """Close a tab saying why, on its page (a text message) and in the close frame (cut)."""
+        from app.redact import redact
+        from app.sanitize import sanitize_for_display
 
-        def __init__(self, command: str, listener: socket.socket) -> None:
-            port = listener.getsockname()[1]
-            super().__init__(command, host=WEB_HOST, port=port, title=PAGE_TITLE)
+        why = redact(sanitize_for_display(why))
+        with contextlib.suppress(ConnectionError):
+            await websocket.send_json([CLOSED_MESSAGE, why])
+        await websocket.close(code=code, message=close_reason(why).encode("utf-8"))
+
+    class DashboardServer(Server):
+        """textual-serve's server on a socket bound here, with an offline page, behind the token and
+        the Host/Origin checks; at most ``max_tabs`` tabs, and one tab on a resumed session; every
+        tab's dashboard ends with its tab or with the server."""
+
+        def __init__(self, command: str, listener: socket.socket, access: WebAccess, *,
+                     max_tabs: int, resume: str | None = None) -> None:
+            host, port = listener.getsockname()[:2]
+            shown = f"[{host}]" if ":" in host else host
+            super().__init__(command, host=host, port=port, title=PAGE_TITLE,
+                             public_url=f"http://{shown}:{port}")
             self.listener = listener
+            self.access = access
+            self.max_tabs = max_tabs
+            self.resume = resume
+            self.open_tabs = 0
+            self.resumed_session_open = False
             self.tab_tasks: set[asyncio.Task[Any]] = set()
 
+        def initialize_logging(self) -> None:
+            # textual-serve's rich handler prints tracebacks with local variables (the request,
+            # its path, the token): every record here is one line instead.
+            from app.redact import register_secret
+
+            register_secret(self.access.token)
+            handler = logging.StreamHandler(sys.stdout)
+            handler.setFormatter(OneLineFormatter())
+            logging.basicConfig(level=logging.DEBUG if self.debug else logging.INFO, handlers=[handler],
+                                force=True)
+
         async def _make_app(self) -> web.Application:
-            app = await super()._make_app()
+            app = web.Application(middlewares=[self.guard])
             template = (Path(self.templates_path) / INDEX_TEMPLATE).read_text(encoding="utf-8")
             loader = jinja2.DictLoader({INDEX_TEMPLATE: offline_index_template(template)})
             aiohttp_jinja2.setup(app, loader=loader)
+            app.add_routes([
+                web.get("/", self.handle_index, name="index"),
+                web.get("/ws", self.handle_websocket, name="websocket"),  # refused below: no token
+                web.get("/ws/{token}", self.handle_websocket, name="tab"),
+                web.get("/download/{key}", self.handle_download, name="download"),
+                web.static("/static", self.statics_path, name="static"),
+            ])
+            app.on_startup.append(self.on_startup)
+            app.on_shutdown.append(self.on_shutdown)
             return app
 
+        @web.middleware
+        async def guard(self, request: web.Request, handler: Any) -> web.StreamResponse:
+            """Every request: Host and Origin; the page and the websocket: the token."""
+            route = request.match_info.route.name
+            is_websocket = route in ("websocket", "tab")
+            token = request.match_info.get("token") or request.query.get("token")
+            reason = self.access.refusal(host=request.headers.get("Host"), origin=request.headers.get("Origin"),
+                                         token=token, needs_token=route in ("index", "websocket", "tab"),
+                                         is_websocket=is_websocket)
+            if reason is not None:
+                what = "the websocket" if is_websocket else _quoted(request.path)
+                log.warning("refused %s %s from %s: %s", request.method, what, request.remote, reason)
+                hint = " (open the address tidegauge --web printed: it ends in ?token=...)" if "token" in reason else ""
+                return web.Response(status=403, text=f"tidegauge: refused: {reason}{hint}\n")
+            response: web.StreamResponse = await handler(request)
+            return response
+
+        async def handle_index(self, request: web.Request) -> web.Response:
+            """The page; its websocket's address carries the token, on the Host it was opened by."""
+            context = {
+                "font_size": to_int(request.query.get("fontsize", "16"), 16),
+                "app_websocket_url": f"ws://{request.host}/ws/{self.access.token}",
+                "config": {"static": {"url": "/static/"}},
+                "application": {"name": self.title},
+            }
+            response = aiohttp_jinja2.render_template(INDEX_TEMPLATE, request, context)
+            # The page holds the token: not cached, not framed by another page, and its address
+            # (with the token) never sent as a Referer to a link the dashboard opens.
+            response.headers.update({"Cache-Control": "no-store", "Referrer-Policy": "no-referrer",
+                                     "X-Frame-Options": "DENY",
+                                     "Content-Security-Policy": "frame-ancestors 'none'"})
+            return response
+
         async def on_startup(self, app: web.Application) -> None:
-            # One line a user (and the browser test) reads the address from.
-            print(f"tidegauge: the dashboard is served on {self.public_url} (ctrl+c stops it)", flush=True)
+            # One line a user (and the tests) reads the address from; the only place the token is shown.
+            print(f"tidegauge: the dashboard is served on {self.public_url}/?token={self.access.token} "
+                  "(ctrl+c stops it)", flush=True)
 
         async def on_shutdown(self, app: web.Application) -> None:
             # A tab's websocket would otherwise hold the shutdown open until aiohttp's timeout.
             for task in list(self.tab_tasks):
                 task.cancel()
 
+        def tab_refusal(self) -> str | None:
+            """Why one more tab cannot open now (the reason its page shows), or None."""
+            if self.resume is not None and self.resumed_session_open:
+                return (f"session {self.resume} is open in another tab: close that tab, then press Restart "
+                        "(or serve a copy: --fork-session)")
+            if self.open_tabs >= self.max_tabs:
+                return (f"{self.open_tabs} tabs are open, the most web_max_tabs allows: close one and "
+                        "press Restart, or raise web_max_tabs")
+            return None
+
+        async def _process_messages(self, websocket: web.WebSocketResponse, app_service: AppService) -> None:
+            """The page's messages to its dashboard; one that is malformed is one log line and skipped."""
+            async for message in websocket:
+                if message.type == WSMsgType.ERROR:  # e.g. over MAX_MESSAGE_BYTES: aiohttp closes the tab
+                    log.warning("a tab's websocket failed, its tab is closed: %s", websocket.exception())
+                    return
+                if message.type != WSMsgType.TEXT:
+                    continue
+                try:
+                    parsed = parse_tab_message(message.data)
+                except BadTabMessage as error:
+                    log.warning("a tab sent a malformed message (%s): ignored", error)
+                    continue
+                if parsed.kind == "stdin":
+                    await app_service.send_bytes(parsed.text.encode("utf-8"))
+                elif parsed.kind == "resize":
+                    await app_service.set_terminal_size(parsed.width, parsed.height)
+                elif parsed.kind == "ping":
+                    await websocket.send_json(["pong", parsed.text])
+                elif parsed.kind == "blur":
+                    await app_service.blur()
+                elif parsed.kind == "focus":
+                    await app_service.focus()
+
         async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
-            """textual-serve's handler, with TabService for the process and the task tracked."""
+            """One tab: its own dashboard process, relayed both ways (the guard checked the token)."""
             task = asyncio.current_task()
             assert task is not None
             self.tab_tasks.add(task)
-            websocket = web.WebSocketResponse(heartbeat=15)
+            websocket = web.WebSocketResponse(heartbeat=15, max_msg_size=MAX_MESSAGE_BYTES)
             width = to_int(request.query.get("width", "80"), 80)
             height = to_int(request.query.get("height", "24"), 24)
             service: TabService | None = None
+            counted = False
+            stopping = False  # the tab or the server ends it: not a dashboard that ended by itself
             try:
                 await websocket.prepare(request)
+                refusal = self.tab_refusal()
+                if refusal is not None:
+                    log.warning("a tab was refused: %s", refusal)
+                    await end_tab(websocket, CLOSE_TRY_LATER, refusal)
+                    return websocket
+                self.open_tabs += 1
+                self.resumed_session_open = self.resume is not None
+                counted = True
+                log.info("a tab opened (%d of web_max_tabs %d open)", self.open_tabs, self.max_tabs)
 
                 async def close_tab() -> None:
                     # AppService awaits a close that returns nothing; aiohttp's says whether it closed
                     await websocket.close()
 
+                async def dashboard_ended() -> None:
+                    # A dashboard that ends by itself closes its tab (a quit does that already); one
+                    # that could not start (its session in use by another process) would otherwise
+                    # leave a blank page: the page shows the dashboard's own last line instead.
+                    if websocket.closed or stopping:
+                        return
+                    why = service.stderr_tail.last_line() if service and service.stderr_tail else ""
+                    why = why.removeprefix("tidegauge: ") or "the dashboard ended before it started"
+                    log.warning("a tab's dashboard ended by itself: %s", why)
+                    await end_tab(websocket, 1011, why)
+
                 service = TabService(self.command, write_bytes=websocket.send_bytes,
                                      write_str=websocket.send_str, close=close_tab,
                                      download_manager=self.download_manager, debug=self.debug)
+                service.on_ended = dashboard_ended
                 await service.start(width, height)
                 await self._process_messages(websocket, service)
             except asyncio.CancelledError:  # the server stops: end this tab's dashboard below
                 pass
-            except Exception as error:  # one tab's failure is logged; the server serves on
-                log.exception(error)
+            except Exception as error:  # one tab's failure is one line; the server serves on
+                log.error("a tab failed: %s: %s", type(error).__name__, error)
             finally:
                 self.tab_tasks.discard(task)
+                if counted:  # the tab's place is free once its page is gone, while its process quits
+                    self.open_tabs -= 1
+                    self.resumed_session_open = False
+                    log.info("a tab closed (%d of web_max_tabs %d open)", self.open_tabs, self.max_tabs)
+                stopping = True
                 if service is not None:
                     await asyncio.shield(service.stop())
                 if websocket.prepared:
@@ -221,10 +599,17 @@ def _dashboard_server_class() -> type:
     return DashboardServer
 
 
-def serve_dashboard(port: int, overrides: dict[str, Any], *, resume: str | None = None) -> int:
-    """Serve the dashboard on 127.0.0.1:``port`` until ctrl+c; returns the exit code."""
-    listener = bind_listener(port)
+def serve_dashboard(port: int, overrides: dict[str, Any], *, host: str = WEB_HOST, max_tabs: int = 4,
+                    resume: str | None = None) -> int:
+    """Serve the dashboard on ``host``:``port`` until ctrl+c; returns the exit code."""
+    listener = bind_listener(host, port)
+    bound_port = listener.getsockname()[1]
+    warning = non_loopback_warning(host, bound_port)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     os.environ.update(settings_environment(overrides))
-    server = _dashboard_server_class()(dashboard_command(resume=resume), listener)
+    access = WebAccess.for_address(host, bound_port)
+    server = _dashboard_server_class()(dashboard_command(resume=resume), listener, access,
+                                       max_tabs=max_tabs, resume=resume)
     server.serve()
     return 0
