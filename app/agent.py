@@ -388,7 +388,7 @@ def with_unique_tool_ids(message: Message, history: list[Message]) -> Message:
                 new_id = f"{block.id}-{n}"
             seen.add(new_id)
             if new_id != block.id:
-                block = ToolUseBlock(id=new_id, name=block.name, input=block.input)
+                block = block.model_copy(update={"id": new_id})  # everything else as the model sent it
                 changed = True
         blocks.append(block)
     return message.copy_with(blocks) if changed else message
