@@ -190,13 +190,19 @@ def _report(e: "ev.ReportEvent") -> Line:
                     f"(auto-compact at {t.auto_compact_line:,}, window {t.window:,}); "
                     f"cumulative input {c.cumulative_input:,} (cached {c.cumulative_cached:,}"
                     f"{cached_share(c.cumulative_cached, c.cumulative_input)}), "
-                    f"output {c.cumulative_output:,}, ~${c.cost_usd:.4f} (compaction ${c.compact_cost_usd:.4f})")
+                    f"output {c.cumulative_output:,}{reasoning_share(c.cumulative_reasoning)}, "
+                    f"~${c.cost_usd:.4f} (compaction ${c.compact_cost_usd:.4f})")
     parts = ", ".join(f"{k} {v:,}" for k, v in c.breakdown.items())
     exact = f"{c.exact_tokens:,}" if c.exact_tokens is not None else "none yet"
     return Line("info",
                 f"context ~{c.projected_tokens:,} tokens (exact {exact} + ~{c.estimated_tokens:,} since); "
                 f"warning {t.warning_line:,}, auto-compact {t.auto_compact_line:,}, blocking {t.blocking_line:,}, "
                 f"window {t.window:,}; by part: {parts}")
+
+
+def reasoning_share(reasoning: int) -> str:
+    """`` (reasoning 1,024)``: the part of the output the servers said was reasoning; "" when none said."""
+    return f" (reasoning {reasoning:,})" if reasoning > 0 else ""
 
 
 def cached_share(cached: int, total_input: int) -> str:

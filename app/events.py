@@ -74,6 +74,9 @@ class UsageEvent(BaseModel):
     output_tokens: int | None
     context_tokens: int | None
     cost_usd: float | None = None
+    # The part of output_tokens spent on reasoning (Responses' reasoning_tokens, Anthropic's
+    # thinking_tokens); left out of the line when the server did not say (older consumers match).
+    reasoning_tokens: int | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
 class ThresholdsModel(BaseModel):
@@ -99,6 +102,7 @@ class ContextEvent(BaseModel):
     cumulative_input: int = 0
     cumulative_cached: int = 0
     cumulative_output: int = 0
+    cumulative_reasoning: int = 0  # of cumulative_output: reasoning the servers reported
     cost_usd: float = 0.0
     compact_cost_usd: float = 0.0
     # Figures from a usage update inside a stream (the prompt size, known before the call ends).

@@ -162,7 +162,8 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
             if event.type == "usage":
                 from app.usage import Usage
                 engine.ledger.add(event.agent, Usage(event.input_tokens, event.cache_read_tokens,
-                                                     event.cache_write_tokens, event.output_tokens),
+                                                     event.cache_write_tokens, event.output_tokens,
+                                                     reasoning_tokens=event.reasoning_tokens),
                                   event.cost_usd)
     transcript = TranscriptWriter(session.transcript_path)
     engine.transcript = transcript

@@ -40,7 +40,8 @@ Anthropic
     anthropic_text(text | [deltas], *, thinking=None, signature="sig-fake", usage=DEFAULT_USAGE, stop_reason="end_turn")
     anthropic_tool_calls([(name, args) | (name, args, id), ...], *, text=None, thinking=None, usage=DEFAULT_USAGE,
                          fragments=3)
-        ``usage``: dict(input=472, output=89, cache_read=2048, cache_write=0); None sends none.
+        ``usage``: dict(input=472, output=89, cache_read=2048, cache_write=0, thinking=40); None sends none
+        (``thinking``: ``output_tokens_details.thinking_tokens`` in the final usage).
     anthropic_events([event dicts])             low level: each dict has its "type"
 Failures (either protocol)
     http_error(status, body=None, headers=None)            body: dict (JSON) or str
@@ -256,6 +257,8 @@ def _anthropic_message(blocks: list[list[dict[str, Any]]], stop_reason: str,
     delta: dict[str, Any] = {"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": None}}
     if usage is not None:
         delta["usage"] = {"output_tokens": usage.get("output", 0)}
+        if "thinking" in usage:  # the reasoning part of the output, where the API reports it
+            delta["usage"]["output_tokens_details"] = {"thinking_tokens": usage["thinking"]}
     events += [delta, {"type": "message_stop"}]
     return anthropic_events(events)
 

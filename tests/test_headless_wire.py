@@ -117,3 +117,17 @@ def test_chat_completions_sends_back_the_arguments_as_written(fake_llm, tmp_path
     assert proc.returncode == 0, proc.stderr
     assistant = [m for m in fake_llm.requests[1].json["messages"] if m["role"] == "assistant"][0]
     assert [c["function"]["arguments"] for c in assistant["tool_calls"]] == [written]
+
+
+# ---- reasoning: summary parts apart, reasoning tokens on the usage line ----
+
+def test_stream_json_shows_the_summary_parts_apart_and_the_reasoning_tokens(fake_llm, tmp_path) -> None:
+    fake_llm.enqueue(responses_text("A map.", reasoning=("Looking at the street.", "**Explaining the map**"),
+                                    usage=dict(input=300, output=120, reasoning=96)))
+    proc = _run(fake_llm, tmp_path, "responses", "-p", "explain", "--output-format", "stream-json")
+    assert proc.returncode == 0, proc.stderr
+    events = _stream_json(proc)
+    thinking = "".join(e["text"] for e in events if e["type"] == "thinking_delta")
+    assert thinking == "Looking at the street.\n\n**Explaining the map**", thinking
+    usage = [e for e in events if e["type"] == "usage"][-1]
+    assert usage["reasoning_tokens"] == 96 and usage["output_tokens"] == 120, usage

@@ -272,6 +272,7 @@ class ContextEngine:
             output_tokens=usage.output_tokens,
             context_tokens=usage.context_tokens,
             cost_usd=cost,
+            reasoning_tokens=usage.reasoning_tokens,
         )
         if agent == "compact" and self._in_background():
             self._deferred.append(event)  # a background memory update: shown at the next step
@@ -301,6 +302,7 @@ class ContextEngine:
             cumulative_input=total.input_tokens,
             cumulative_cached=total.cached_tokens,
             cumulative_output=total.output_tokens,
+            cumulative_reasoning=total.reasoning_tokens,
             cost_usd=total.cost_usd,
             compact_cost_usd=self.ledger.compact_cost_usd,
             tool_tokens_saved=self.tool_tokens_saved(),

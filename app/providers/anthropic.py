@@ -294,6 +294,10 @@ class AnthropicStreamAssembler:
             if isinstance(value, int):
                 self._usage[name] = value
                 changed = True
+        # the part of output_tokens spent thinking, where the server reports it
+        thinking = object_field(raw, "output_tokens_details").get("thinking_tokens")
+        if isinstance(thinking, int):
+            self._usage["thinking_tokens"] = thinking
         return changed
 
     def _current_usage(self) -> Usage:
@@ -305,6 +309,7 @@ class AnthropicStreamAssembler:
             cache_read_tokens=self._usage.get("cache_read_input_tokens", 0) if has_input else None,
             cache_write_tokens=self._usage.get("cache_creation_input_tokens", 0) if has_input else None,
             output_tokens=self._usage.get("output_tokens"),
+            reasoning_tokens=self._usage.get("thinking_tokens"),
             server_edits=self._server_edits,
             compaction_usage=self._compaction_usage,
         )

@@ -1,0 +1,138 @@
+"""Issue 28 (wire fidelity, second round): the provider and the agent against the loopback server,
+with streams shaped like the real services'. The same items through the real process are in
+tests/test_headless_wire.py."""
+
+from __future__ import annotations
+
+import pytest
+from agent_helpers import make_agent
+from fake_llm_server import anthropic_text, run_stream
+from fake_responses_server import responses_error, responses_failed, responses_refusal, responses_text
+from provider_helpers import provider_fixture, request
+from test_widgets_context import Host
+
+from app.describe import describe
+from app.events import ReportEvent
+from app.messages import Message, TextBlock, ToolUseBlock
+from app.providers.base import APIError
+from app.providers.openai import to_openai_messages
+from app.providers.responses import to_responses_input
+from snapshot_apps.fake_agent import context
+from widgets.context_breakdown import ContextBreakdown
+from widgets.context_panel import ContextPanel
+
+provider = provider_fixture("responses")
+
+QUOTA = "You exceeded your current quota, please check your plan and billing details."
+
+
+# ---- errors inside a Responses stream ----
+
+@pytest.mark.parametrize("reply, retryable", [
+    (responses_error("insufficient_quota", QUOTA), False),
+    (responses_error("invalid_api_key", "Incorrect API key provided: sk-te***", error_type="invalid_request_error"),
+     False),
+    (responses_error("rate_limit_exceeded", "Rate limit reached for gpt-5 on tokens per min (TPM).",
+                     error_type="tokens"), True),
+    (responses_error("too_many_requests", "Too Many Requests"), True),
+    (responses_failed("server_error", "The server had an error processing your request."), True),
+    (responses_failed("invalid_prompt", "Invalid prompt: your prompt was flagged."), False),
+], ids=["quota", "bad_key", "rate_limit_tpm", "too_many_requests", "failed_server_error", "failed_invalid_prompt"])
+async def test_a_nested_stream_error_keeps_the_services_words_and_retries_only_what_can_pass(
+        fake_llm, provider, reply, retryable: bool) -> None:
+    fake_llm.enqueue(reply)
+    result = await run_stream(provider, request())
+    assert isinstance(result.error, APIError), result.error
+    assert result.error.message != "the response failed"
+    assert result.error.retryable is retryable, str(result.error)
+    said = reply.events[-1].decode()
+    assert result.error.message.split(":")[0] in said, (result.error.message, said)
+
+
+async def test_an_error_event_with_no_words_names_its_code(fake_llm, provider) -> None:
+    fake_llm.enqueue(responses_error("insufficient_quota", ""))
+    result = await run_stream(provider, request())
+    assert isinstance(result.error, APIError) and not result.error.retryable
+    assert "insufficient_quota" in str(result.error)
+
+
+# ---- refusals ----
+
+async def test_a_responses_refusal_streams_and_finishes_as_a_refusal(fake_llm, provider) -> None:
+    fake_llm.enqueue(responses_refusal(["I'm sorry,", " I can't", " help with that."]))
+    result = await run_stream(provider, request())
+    assert result.text == "I'm sorry, I can't help with that."  # as it came, delta by delta
+    assert result.completed.message.text == "I'm sorry, I can't help with that."
+    assert result.completed.stop_reason == "refusal"
+
+
+# ---- reasoning: the summary parts apart, the tokens counted ----
+
+async def test_reasoning_summary_parts_are_kept_apart_by_a_blank_line(fake_llm, provider) -> None:
+    fake_llm.enqueue(responses_text("A map.", reasoning=(["Looking at ", "the street."],
+                                                         ["**Explaining the map**", " Now the legend."])))
+    result = await run_stream(provider, request())
+    assert result.thinking == "Looking at the street.\n\n**Explaining the map** Now the legend."
+
+
+@pytest.mark.parametrize("protocol, reply", [
+    ("responses", responses_text("Done.", usage=dict(input=300, output=120, reasoning=96))),
+    ("anthropic", anthropic_text("Done.", thinking="Hmm.", usage=dict(input=300, output=120, thinking=96))),
+])
+async def test_reasoning_tokens_reach_the_usage_event_the_ledger_and_its_words(
+        fake_llm, tmp_path, monkeypatch, protocol: str, reply) -> None:
+    fake_llm.enqueue(reply)
+    agent, events = make_agent(fake_llm, tmp_path, monkeypatch, provider=protocol)
+    try:
+        await agent.run_turn("think")
+    finally:
+        await agent.aclose()
+    usage = events.of("usage")[-1]
+    assert usage.reasoning_tokens == 96 and usage.output_tokens == 120
+    assert usage.model_dump(mode="json")["reasoning_tokens"] == 96  # the stream-json line and the transcript
+    figures = agent.engine.context_event()
+    assert figures.cumulative_reasoning == 96
+    line = describe(ReportEvent(kind="usage", messages=2, context=figures))
+    assert line is not None and "output 120 (reasoning 96)" in line.text, line
+
+
+def test_a_usage_line_without_reasoning_keeps_its_old_keys() -> None:
+    from app.events import UsageEvent
+
+    line = UsageEvent(input_tokens=1, cache_read_tokens=0, cache_write_tokens=0, output_tokens=2,
+                      context_tokens=3).model_dump(mode="json")
+    assert "reasoning_tokens" not in line
+
+
+async def test_the_breakdown_shows_the_reasoning_share_of_the_output() -> None:
+    app = Host()
+    async with app.run_test(size=(160, 24)) as pilot:
+        figures = context(50_000).model_copy(update={"cumulative_output": 2_500, "cumulative_reasoning": 1_800})
+        app.query_one(ContextPanel).update_context(figures)
+        await pilot.pause()
+        text = app.query_one(ContextBreakdown).render().plain
+        assert "out 2.5K (reasoning 1.8K)" in text, text
+
+
+# ---- phase and argument bytes in the wire formats ----
+
+def test_phase_goes_back_on_the_assistant_message_and_only_where_it_was() -> None:
+    history = [Message.user("hi"),
+               Message(role="assistant", content=[TextBlock(text="Looking.", phase="commentary")]),
+               Message.user("go on"),
+               Message(role="assistant", content=[TextBlock(text="Old model.")])]
+    said = [i for i in to_responses_input(history) if i.get("role") == "assistant"]
+    assert said == [{"type": "message", "role": "assistant", "content": "Looking.", "phase": "commentary"},
+                    {"type": "message", "role": "assistant", "content": "Old model."}]
+    # kept through the transcript's JSON (resume) and absent from it where there was none
+    again = Message.model_validate_json(history[1].model_dump_json())
+    assert again.content[0] == TextBlock(text="Looking.", phase="commentary")
+    assert "phase" not in history[3].model_dump_json()
+
+
+def test_arguments_changed_since_the_model_wrote_them_are_written_from_the_input() -> None:
+    use = ToolUseBlock(id="c1", name="read_file", input={"path": "b.txt"}, raw_arguments='{"path":"a.txt"}')
+    history = [Message.user("hi"), Message(role="assistant", content=[use])]
+    chat = to_openai_messages("", history)[-1]["tool_calls"][0]["function"]["arguments"]
+    responses = [i for i in to_responses_input(history) if i["type"] == "function_call"][0]["arguments"]
+    assert chat == responses == '{"path": "b.txt"}'
