@@ -78,8 +78,10 @@ def _compaction(e: "ev.CompactionEvent") -> Line:
     if e.trigger in ("auto", "memory"):  # nobody confirmed these: their cost is said afterwards
         facts = _forecast_said(e) + facts
     if e.trigger == "server":
+        source = ("after estimated from what was kept, until the next call reports" if e.tokens_after_estimated
+                  else "as reported")
         return Line("compaction", f"context compacted by the server: {plural(e.messages_before, 'message')}"
-                                  f" → 1 compaction item ({tokens}, as reported)")
+                                  f" → 1 compaction item ({tokens}, {source})")
     if e.trigger == "memory":
         return Line("compaction", f"context compacted from the session memory (no model call):"
                                   f" {plural(e.messages_before, 'message')} → 1 summary + {e.messages_after - 1:,}"

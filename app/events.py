@@ -120,6 +120,9 @@ class CompactionEvent(BaseModel):
     messages_after: int
     tokens_before: int
     tokens_after: int
+    # tokens_after is our estimate of what was kept, not a server's figure (server-side compaction on
+    # OpenAI Responses: the call's usage is the size before; the next call's usage gives the real one).
+    tokens_after_estimated: bool = False
     reason: str | None = None
     # Not a failure: the history was empty or already one summary, so no model call was made.
     nothing_to_compact: bool = False

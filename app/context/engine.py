@@ -436,10 +436,20 @@ class ContextEngine:
         if pending is not None:
             messages_before, tokens_before = pending
             reported = usage.context_tokens
-            tokens_after = reported if reported is not None else self.projection().projected_tokens
+            estimated = reported is None or usage.compaction_usage is None
+            if reported is not None and not estimated:
+                tokens_after = reported  # Anthropic: the compaction run apart, this figure is the compacted request
+            else:
+                # Without the compaction run split out (OpenAI Responses), this call's usage is the
+                # request the server compacted: the size before. The compacted size is estimated
+                # from what was kept until the next call reports.
+                if reported is not None:
+                    tokens_before = reported
+                    self.accounting.invalidate()
+                tokens_after = self.projection().projected_tokens
             self.emit(CompactionEvent(trigger="server", ok=True, messages_before=messages_before,
                                       messages_after=len(self.history), tokens_before=tokens_before,
-                                      tokens_after=tokens_after))
+                                      tokens_after=tokens_after, tokens_after_estimated=estimated))
             self._point(tokens_after, "server")  # drawn apart on the gauge's history
         edits = usage.server_edits
         tool_tokens = sum(e.cleared_input_tokens for e in edits if e.kind.startswith("clear_tool_uses"))
