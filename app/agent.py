@@ -22,6 +22,7 @@ from app.events import (
     InterruptedEvent,
     OutputLimitEvent,
     PartialDiscardedEvent,
+    PromptCacheOffEvent,
     ResultEvent,
     RetryEvent,
     StateEvent,
@@ -38,6 +39,7 @@ from app.providers.base import (
     Completed,
     ContextTooLongError,
     ModelRequest,
+    PromptCacheOff,
     Provider,
     ProviderError,
     TextDelta,
@@ -340,6 +342,8 @@ class Agent:
                     elif isinstance(item, UsageUpdate):
                         if stream_to_ui:  # the gauge moves as soon as the server says the prompt size
                             self.engine.live_usage(item.usage)
+                    elif isinstance(item, PromptCacheOff):  # said whichever call hit it (a summary too)
+                        self.emit(PromptCacheOffEvent(provider=self.provider.name, reason=item.reason))
                     elif isinstance(item, Completed):
                         partial.clear()
                         return item

@@ -364,6 +364,9 @@ DESCRIBERS: dict[str, Callable[[Any], Line | None]] = {
     "cleared_results": _silent,  # the tool list marks them
     "restore_preview": _restore_preview,
     "server_compaction": _server_compaction,
+    "prompt_cache_off": lambda e: Line("warning", f"prompt caching off for this session: the {e.provider} server"
+                                                  f" rejected the cache breakpoints ({e.reason}); the call was"
+                                                  " sent again without them"),
 }
 
 

@@ -439,6 +439,15 @@ class ClearedResultsEvent(BaseModel):
     call_ids: list[str]
 
 
+class PromptCacheOffEvent(BaseModel):
+    """The server rejected the prompt-cache breakpoints: the call went again without them and
+    the rest of the session sends none (``reason``: the server's words)."""
+
+    type: Literal["prompt_cache_off"] = "prompt_cache_off"
+    provider: str
+    reason: str
+
+
 class ServerCompactionEvent(BaseModel):
     """Server-side compaction was switched for this session (or could not be: ``reason``)."""
 
@@ -460,7 +469,7 @@ Event = Annotated[
         McpServerEvent, SubAgentEvent, ConfigWarningEvent,
         SessionMemoryEvent, RestoreEvent, RuleAttachedEvent,
         SessionRepairedEvent, UsageDistrustedEvent,
-        ForecastEvent, RestorePreviewEvent, ClearedResultsEvent, ServerCompactionEvent,
+        ForecastEvent, RestorePreviewEvent, ClearedResultsEvent, ServerCompactionEvent, PromptCacheOffEvent,
     ],
     Field(discriminator="type"),
 ]

@@ -47,6 +47,8 @@ Failures (either protocol)
     http_error(status, body=None, headers=None)            body: dict (JSON) or str
         with openai_error_body(message, type=..., code=...) / anthropic_error_body(type, message)
     stream_error("openai" | "anthropic", message, error_type="overloaded_error", after_text="Partial ")
+    refusing_cache_control(*replies)         a handler: 400 for a request with cache_control marks
+                                             (a gateway that takes none), else the replies in order
     cut_after(reply, n_events, abort=True)   first n events, then the connection is dropped mid-body
                                              (abort=False: the body ends cleanly, still without terminator)
     stall_after(reply, n_events)             first n events, then silence until ``fake_llm.release()`` (or
@@ -353,6 +355,25 @@ def stream_error(protocol: Literal["openai", "anthropic"], message: str = "Overl
     events = text.events[: 4 if after_text else 2]  # message_start, ping, block start, one delta
     events.append(_frame(_dumps(anthropic_error_body(error_type, message)), "error"))
     return Reply(events=events)
+
+
+CACHE_CONTROL_REFUSAL = "messages.0.content.0.text.cache_control: Extra inputs are not permitted"
+
+
+def refusing_cache_control(*replies: Reply, message: str = CACHE_CONTROL_REFUSAL) -> Handler:
+    """A gateway in front of an Anthropic-protocol model that takes no prompt-cache marks: a request
+    carrying ``cache_control`` (or the system prompt as blocks) gets a 400 in the Messages API's
+    error shape with ``message``; the others get ``replies`` in order. Use as ``fake_llm.default``."""
+    waiting = deque(replies)
+
+    def answer(body: dict[str, Any], path: str) -> Reply:
+        if "cache_control" in _dumps(body) or isinstance(body.get("system"), list):
+            return http_error(400, anthropic_error_body("invalid_request_error", message))
+        if not waiting:
+            return http_error(500, {"error": {"message": "refusing_cache_control: no reply left"}})
+        return waiting.popleft()
+
+    return answer
 
 
 def cut_after(reply: Reply, n_events: int, *, abort: bool = True) -> Reply:

@@ -11,7 +11,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_llm_server import Reply, openai_chunk, openai_events, openai_text, openai_tool_calls, openai_usage
+from fake_llm_server import (
+    CACHE_CONTROL_REFUSAL,
+    Reply,
+    anthropic_text,
+    anthropic_tool_calls,
+    openai_chunk,
+    openai_events,
+    openai_text,
+    openai_tool_calls,
+    openai_usage,
+    refusing_cache_control,
+)
 from fake_responses_server import (
     responses_error,
     responses_failed,
@@ -33,7 +44,8 @@ def _cli(fake_llm: Any, provider: str, *args: str) -> list[str]:
 def _run(fake_llm: Any, tmp_path: Path, provider: str, *args: str) -> subprocess.CompletedProcess[str]:
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
-    return subprocess.run(_cli(fake_llm, provider, *args), cwd=work, env=_env(tmp_path, OPENAI_API_KEY=KEY),
+    return subprocess.run(_cli(fake_llm, provider, *args), cwd=work,
+                          env=_env(tmp_path, OPENAI_API_KEY=KEY, ANTHROPIC_API_KEY=KEY),
                           capture_output=True, text=True, timeout=120)
 
 
@@ -131,3 +143,43 @@ def test_stream_json_shows_the_summary_parts_apart_and_the_reasoning_tokens(fake
     assert thinking == "Looking at the street.\n\n**Explaining the map**", thinking
     usage = [e for e in events if e["type"] == "usage"][-1]
     assert usage["reasoning_tokens"] == 96 and usage["output_tokens"] == 120, usage
+
+
+# ---- prompt caching behind a gateway ----
+
+def _marked(request: Any) -> bool:
+    return "cache_control" in json.dumps(request.json) or isinstance(request.json.get("system"), list)
+
+
+def test_cache_marks_go_to_any_anthropic_server_and_a_refusal_turns_them_off_for_the_session(
+        fake_llm, tmp_path) -> None:
+    fake_llm.default = refusing_cache_control(
+        anthropic_tool_calls([("list_files", {"path": "."})], usage=dict(input=900, output=12)),
+        anthropic_text("Two files.", usage=dict(input=200, cache_read=800, output=5)),
+        anthropic_text("Still two.", usage=dict(input=250, cache_read=800, output=4)),
+    )
+    first = _run(fake_llm, tmp_path, "anthropic", "-p", "what is here?")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip() == "Two files."
+    lines = [line for line in first.stderr.splitlines() if "prompt caching off" in line]
+    assert len(lines) == 1, first.stderr  # said once, not on every call
+    assert CACHE_CONTROL_REFUSAL in lines[0] and "sent again without them" in lines[0]
+    # the first request carried the marks (a gateway host, not anthropic.com); after the 400, none did
+    assert [_marked(r) for r in fake_llm.requests] == [True, False, False]
+    assert fake_llm.requests[1].json["system"] == fake_llm.requests[2].json["system"]
+    assert isinstance(fake_llm.requests[1].json["system"], str)
+
+    resumed = _run(fake_llm, tmp_path, "anthropic", "-p", "and now?", "--continue", "--output-format", "stream-json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert [_marked(r) for r in fake_llm.requests[3:]] == [False], "a resumed session tried the marks again"
+    assert KEY not in first.stdout + first.stderr + resumed.stdout + resumed.stderr
+
+
+def test_stream_json_carries_the_cache_fallback_as_a_typed_line(fake_llm, tmp_path) -> None:
+    fake_llm.default = refusing_cache_control(anthropic_text("Hi."), message="system: Input should be a valid string")
+    proc = _run(fake_llm, tmp_path, "anthropic", "-p", "hello", "--output-format", "stream-json")
+    assert proc.returncode == 0, proc.stderr
+    [line] = [e for e in _stream_json(proc) if e["type"] == "prompt_cache_off"]
+    assert line == {"type": "prompt_cache_off", "provider": "anthropic",
+                    "reason": "system: Input should be a valid string"}
+    assert len(fake_llm.requests) == 2

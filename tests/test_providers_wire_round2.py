@@ -4,9 +4,18 @@ tests/test_headless_wire.py."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from agent_helpers import make_agent
-from fake_llm_server import anthropic_text, run_stream
+from fake_llm_server import (
+    CACHE_CONTROL_REFUSAL,
+    anthropic_error_body,
+    anthropic_text,
+    http_error,
+    refusing_cache_control,
+    run_stream,
+)
 from fake_responses_server import responses_error, responses_failed, responses_refusal, responses_text
 from provider_helpers import provider_fixture, request
 from test_widgets_context import Host
@@ -14,7 +23,7 @@ from test_widgets_context import Host
 from app.describe import describe
 from app.events import ReportEvent
 from app.messages import Message, TextBlock, ToolUseBlock
-from app.providers.base import APIError
+from app.providers.base import APIError, PromptCacheOff
 from app.providers.openai import to_openai_messages
 from app.providers.responses import to_responses_input
 from snapshot_apps.fake_agent import context
@@ -136,3 +145,55 @@ def test_arguments_changed_since_the_model_wrote_them_are_written_from_the_input
     chat = to_openai_messages("", history)[-1]["tool_calls"][0]["function"]["arguments"]
     responses = [i for i in to_responses_input(history) if i["type"] == "function_call"][0]["arguments"]
     assert chat == responses == '{"path": "b.txt"}'
+
+
+# ---- prompt caching behind a gateway ----
+
+anthropic_provider = provider_fixture("anthropic")
+
+
+def _has_marks(body: dict) -> bool:
+    return "cache_control" in json.dumps(body) or isinstance(body.get("system"), list)
+
+
+async def test_a_cache_refusal_is_retried_once_without_marks_and_remembered(fake_llm, anthropic_provider) -> None:
+    fake_llm.default = refusing_cache_control(anthropic_text("one"), anthropic_text("two"))
+    first = await run_stream(anthropic_provider, request())
+    second = await run_stream(anthropic_provider, request())
+    assert first.completed.message.text == "one" and second.completed.message.text == "two"
+    notes = [e for e in first.events if isinstance(e, PromptCacheOff)]
+    assert [n.reason for n in notes] == [CACHE_CONTROL_REFUSAL]
+    assert not any(isinstance(e, PromptCacheOff) for e in second.events)  # said once per session
+    assert [_has_marks(r.json) for r in fake_llm.requests] == [True, False, False]
+
+
+@pytest.mark.parametrize("message", ["prompt is too long: 200251 tokens > 200000 maximum",
+                                     "max_tokens: 64000 > 32000, which is the maximum allowed"])
+async def test_a_400_about_something_else_is_not_retried_and_caching_stays_on(
+        fake_llm, anthropic_provider, message: str) -> None:
+    fake_llm.enqueue(http_error(400, anthropic_error_body("invalid_request_error", message)))
+    result = await run_stream(anthropic_provider, request())
+    assert isinstance(result.error, APIError) and message in result.error.message
+    assert len(fake_llm.requests) == 1 and anthropic_provider.prompt_caching
+
+
+async def test_a_refusal_when_no_marks_were_sent_is_the_error_itself(fake_llm, anthropic_provider) -> None:
+    anthropic_provider.prompt_caching = False
+    fake_llm.enqueue(http_error(400, anthropic_error_body("invalid_request_error", CACHE_CONTROL_REFUSAL)))
+    result = await run_stream(anthropic_provider, request())
+    assert isinstance(result.error, APIError) and len(fake_llm.requests) == 1
+
+
+async def test_the_fallback_event_has_words_and_the_ledger_keeps_the_cached_share(
+        fake_llm, tmp_path, monkeypatch) -> None:
+    fake_llm.default = refusing_cache_control(anthropic_text("hi", usage=dict(input=200, cache_read=600, output=5)))
+    agent, events = make_agent(fake_llm, tmp_path, monkeypatch, provider="anthropic")
+    try:
+        await agent.run_turn("hello")
+    finally:
+        await agent.aclose()
+    [off] = events.of("prompt_cache_off")
+    line = describe(off)
+    assert line is not None and line.kind == "warning" and CACHE_CONTROL_REFUSAL in line.text
+    report = describe(ReportEvent(kind="usage", messages=2, context=agent.engine.context_event()))
+    assert report is not None and "cached 600, 75% of input" in report.text, report
