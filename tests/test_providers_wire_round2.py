@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import openai
 import pytest
 from agent_helpers import make_agent
 from fake_llm_server import (
@@ -197,3 +198,91 @@ async def test_the_fallback_event_has_words_and_the_ledger_keeps_the_cached_shar
     assert line is not None and line.kind == "warning" and CACHE_CONTROL_REFUSAL in line.text
     report = describe(ReportEvent(kind="usage", messages=2, context=agent.engine.context_event()))
     assert report is not None and "cached 600, 75% of input" in report.text, report
+
+
+# ---- the official SDK reads the same bytes the same way (the oracle for the shapes above) ----
+
+async def _sdk_events(fake_llm, reply) -> list:
+    client = openai.AsyncOpenAI(api_key="sk-test-fake-key-0123456789", base_url=fake_llm.base_url("responses"),
+                                max_retries=0)
+    try:
+        stream = await client.responses.create(model="fake-model", input="hi", stream=True)
+        return [event async for event in stream]
+    finally:
+        await client.close()
+
+
+async def _ours(fake_llm, provider, reply):
+    fake_llm.enqueue(reply)
+    return await run_stream(provider, request())
+
+
+async def test_the_sdk_sees_the_nested_error_with_the_words_we_show(fake_llm, provider) -> None:
+    reply = responses_error("insufficient_quota", QUOTA)
+    fake_llm.enqueue(reply)
+    with pytest.raises(openai.APIError) as raised:
+        await _sdk_events(fake_llm, reply)
+    assert raised.value.body["code"] == "insufficient_quota"
+    ours = await _ours(fake_llm, provider, reply)
+    assert ours.error.message == raised.value.message == QUOTA
+
+
+async def test_the_sdk_sees_the_refusal_phase_and_summary_parts_we_keep(fake_llm, provider) -> None:
+    refusal = responses_refusal(["I'm sorry,", " I can't."])
+    fake_llm.enqueue(refusal)
+    final = (await _sdk_events(fake_llm, refusal))[-1].response
+    [part] = final.output[0].content
+    ours = await _ours(fake_llm, provider, refusal)
+    assert part.type == "refusal" and part.refusal == ours.completed.message.text == ours.text
+    assert ours.completed.stop_reason == "refusal"
+
+    phased = responses_text("Looking first.", phase="commentary",
+                            reasoning=("Looking at the street.", "**Explaining the map**"))
+    fake_llm.enqueue(phased)
+    final = (await _sdk_events(fake_llm, phased))[-1].response
+    ours = await _ours(fake_llm, provider, phased)
+    message = next(o for o in final.output if o.type == "message")
+    assert message.phase == "commentary" == ours.completed.message.content[-1].phase
+    summary = next(o for o in final.output if o.type == "reasoning").summary
+    assert [s.text for s in summary] == ["Looking at the street.", "**Explaining the map**"]
+    assert ours.thinking == "\n\n".join(s.text for s in summary)
+
+
+async def test_phase_survives_a_server_compaction_and_goes_back_after_it(fake_llm, tmp_path, monkeypatch) -> None:
+    from test_server_context import server_settings
+
+    from app.context.server_side import configure_server_context
+
+    agent, _events = make_agent(fake_llm, tmp_path, monkeypatch, memory_update_tokens=0, provider="responses")
+    configure_server_context(agent.provider, agent.engine, server_settings(server_compaction=True))
+    fake_llm.enqueue(responses_text("Done reading.", compaction="gAAAAAB-compacted-fake", phase="final_answer"),
+                     responses_text("Next.", phase="final_answer"))
+    try:
+        await agent.run_turn("read")
+        await agent.run_turn("and then?")
+    finally:
+        await agent.aclose()
+    sent = fake_llm.requests[-1].json["input"]
+    assert sent[0]["type"] == "compaction"
+    assert [(i["content"], i.get("phase")) for i in sent if i.get("role") == "assistant"] == [
+        ("Done reading.", "final_answer")]
+
+
+# ---- as an attacker would: a hostile server ----
+
+async def test_a_server_that_always_refuses_the_marks_gets_one_retry_not_a_loop(fake_llm, anthropic_provider) -> None:
+    fake_llm.default = refusing_cache_control()  # refuses marked requests; any other gets a 500 (no reply left)
+    fake_llm.allow_unscripted = True
+    first = await run_stream(anthropic_provider, request())
+    assert isinstance(first.error, APIError) and len(fake_llm.requests) == 2  # the call and one retry without
+    fake_llm.default = lambda body, path: http_error(400, anthropic_error_body("invalid_request_error",
+                                                                               CACHE_CONTROL_REFUSAL))
+    second = await run_stream(anthropic_provider, request())
+    assert isinstance(second.error, APIError) and len(fake_llm.requests) == 3  # off for good: no second retry
+
+
+@pytest.mark.parametrize("phase", ["x" * 5_000, "commentary\n\x1b]52;c;aGk=\x07", "Final Answer"])
+async def test_a_phase_that_is_not_a_word_is_not_carried(fake_llm, provider, phase: str) -> None:
+    fake_llm.enqueue(responses_text("Hi.", phase=phase))
+    result = await run_stream(provider, request())
+    assert result.completed.message.content[-1] == TextBlock(text="Hi.")

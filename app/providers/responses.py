@@ -16,6 +16,7 @@ it. Both are kept verbatim as ``OpaqueBlock(provider="responses")``.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Unpack
 
@@ -47,6 +48,9 @@ _TERMINAL = frozenset({"response.completed", "response.incomplete"})
 _TRANSIENT_ERRORS = frozenset({"server_error", "rate_limit_exceeded", "rate_limit_error", "too_many_requests",
                                "overloaded_error", "api_error", "service_unavailable", "vector_store_timeout",
                                "timeout", "internal_error"})
+# A message item's phase as the API names them ("commentary", "final_answer"): a word, kept and sent
+# back; anything else a server put there (a blob, control characters) is not carried in the history.
+_PHASE = re.compile(r"[a-z][a-z_]{0,31}")
 # Between two reasoning summary parts (they stream with no separator of their own).
 SUMMARY_PART_BREAK = "\n\n"
 
@@ -335,7 +339,8 @@ def _block_of(state: _Item) -> Any | None:
         refusal = _refusal_of(state)
         text = text + ("\n\n" if text and refusal else "") + refusal  # as Chat Completions joins them
         phase = item.get("phase")
-        return TextBlock(text=text, phase=phase if isinstance(phase, str) and phase else None) if text else None
+        kept_phase = phase if isinstance(phase, str) and _PHASE.fullmatch(phase) else None
+        return TextBlock(text=text, phase=kept_phase) if text else None
     if kind == "function_call":
         call_id, name = item.get("call_id"), item.get("name")
         if not (isinstance(call_id, str) and call_id and isinstance(name, str) and name):
