@@ -25,7 +25,6 @@ from fake_llm_server import (
 )
 from fake_responses_server import (
     responses_error,
-    responses_failed,
     responses_refusal,
     responses_text,
     responses_tool_calls,
@@ -55,14 +54,9 @@ def _stream_json(proc: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]
 
 # ---- errors inside a Responses stream ----
 
-@pytest.mark.parametrize("reply", [
-    responses_error("insufficient_quota", QUOTA),  # what the service sends: nested under "error"
-    responses_error("insufficient_quota", QUOTA, nested=False),  # the API reference's flat shape
-    responses_failed("insufficient_quota", QUOTA),  # response.failed with response.error
-], ids=["nested", "flat", "response.failed"])
-def test_a_quota_error_in_the_stream_is_shown_in_the_services_words_and_never_retried(
-        fake_llm, tmp_path, reply: Reply) -> None:
-    fake_llm.enqueue(reply)
+def test_a_quota_error_in_the_stream_is_shown_in_the_services_words_and_never_retried(fake_llm, tmp_path) -> None:
+    # what the service sends: nested under "error" (the flat shape and response.failed: test_providers_wire_round2)
+    fake_llm.enqueue(responses_error("insufficient_quota", QUOTA))
     proc = _run(fake_llm, tmp_path, "responses", "-p", "hello")
     assert proc.returncode == 1, (proc.returncode, proc.stderr)
     assert QUOTA in proc.stderr, proc.stderr

@@ -40,6 +40,8 @@ QUOTA = "You exceeded your current quota, please check your plan and billing det
 
 @pytest.mark.parametrize("reply, retryable", [
     (responses_error("insufficient_quota", QUOTA), False),
+    (responses_error("insufficient_quota", QUOTA, nested=False), False),  # the API reference's flat shape
+    (responses_failed("insufficient_quota", QUOTA), False),
     (responses_error("invalid_api_key", "Incorrect API key provided: sk-te***", error_type="invalid_request_error"),
      False),
     (responses_error("rate_limit_exceeded", "Rate limit reached for gpt-5 on tokens per min (TPM).",
@@ -47,7 +49,7 @@ QUOTA = "You exceeded your current quota, please check your plan and billing det
     (responses_error("too_many_requests", "Too Many Requests"), True),
     (responses_failed("server_error", "The server had an error processing your request."), True),
     (responses_failed("invalid_prompt", "Invalid prompt: your prompt was flagged."), False),
-], ids=["quota", "bad_key", "rate_limit_tpm", "too_many_requests", "failed_server_error", "failed_invalid_prompt"])
+], ids=["quota", "quota_flat", "quota_failed", "bad_key", "rate_limit_tpm", "too_many_requests", "failed_server_error", "failed_invalid_prompt"])
 async def test_a_nested_stream_error_keeps_the_services_words_and_retries_only_what_can_pass(
         fake_llm, provider, reply, retryable: bool) -> None:
     fake_llm.enqueue(reply)
