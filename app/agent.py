@@ -22,6 +22,7 @@ from app.events import (
     InterruptedEvent,
     OutputLimitEvent,
     PartialDiscardedEvent,
+    PromptCacheOffEvent,
     ResultEvent,
     RetryEvent,
     StateEvent,
@@ -38,6 +39,7 @@ from app.providers.base import (
     Completed,
     ContextTooLongError,
     ModelRequest,
+    PromptCacheOff,
     Provider,
     ProviderError,
     TextDelta,
@@ -340,6 +342,8 @@ class Agent:
                     elif isinstance(item, UsageUpdate):
                         if stream_to_ui:  # the gauge moves as soon as the server says the prompt size
                             self.engine.live_usage(item.usage)
+                    elif isinstance(item, PromptCacheOff):  # said whichever call hit it (a summary too)
+                        self.emit(PromptCacheOffEvent(provider=self.provider.name, reason=item.reason))
                     elif isinstance(item, Completed):
                         partial.clear()
                         return item
@@ -388,7 +392,7 @@ def with_unique_tool_ids(message: Message, history: list[Message]) -> Message:
                 new_id = f"{block.id}-{n}"
             seen.add(new_id)
             if new_id != block.id:
-                block = ToolUseBlock(id=new_id, name=block.name, input=block.input)
+                block = block.model_copy(update={"id": new_id})  # everything else as the model sent it
                 changed = True
         blocks.append(block)
     return message.copy_with(blocks) if changed else message

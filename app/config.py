@@ -139,7 +139,8 @@ class Settings(BaseSettings):
     # OpenAI: send "max_completion_tokens" instead of "max_tokens" (None: by model name).
     max_completion_tokens: bool | None = None
     # Anthropic: cache_control breakpoints on tools, system prompt and the latest messages
-    # (None: on for api.anthropic.com, off for Anthropic-compatible servers).
+    # (None: on for every Anthropic-protocol server; one that rejects them is retried without, and caching
+    # stays off for the session).
     prompt_caching: bool | None = None
     # ---- provider-side context management (issue 17; applied by app/context/server_side.py) ----
     # Let the server compact (Responses: context_management compaction; Anthropic: compact_20260112)

@@ -78,8 +78,10 @@ def _compaction(e: "ev.CompactionEvent") -> Line:
     if e.trigger in ("auto", "memory"):  # nobody confirmed these: their cost is said afterwards
         facts = _forecast_said(e) + facts
     if e.trigger == "server":
+        source = ("after estimated from what was kept, until the next call reports" if e.tokens_after_estimated
+                  else "as reported")
         return Line("compaction", f"context compacted by the server: {plural(e.messages_before, 'message')}"
-                                  f" → 1 compaction item ({tokens}, as reported)")
+                                  f" → 1 compaction item ({tokens}, {source})")
     if e.trigger == "memory":
         return Line("compaction", f"context compacted from the session memory (no model call):"
                                   f" {plural(e.messages_before, 'message')} → 1 summary + {e.messages_after - 1:,}"
@@ -190,13 +192,19 @@ def _report(e: "ev.ReportEvent") -> Line:
                     f"(auto-compact at {t.auto_compact_line:,}, window {t.window:,}); "
                     f"cumulative input {c.cumulative_input:,} (cached {c.cumulative_cached:,}"
                     f"{cached_share(c.cumulative_cached, c.cumulative_input)}), "
-                    f"output {c.cumulative_output:,}, ~${c.cost_usd:.4f} (compaction ${c.compact_cost_usd:.4f})")
+                    f"output {c.cumulative_output:,}{reasoning_share(c.cumulative_reasoning)}, "
+                    f"~${c.cost_usd:.4f} (compaction ${c.compact_cost_usd:.4f})")
     parts = ", ".join(f"{k} {v:,}" for k, v in c.breakdown.items())
     exact = f"{c.exact_tokens:,}" if c.exact_tokens is not None else "none yet"
     return Line("info",
                 f"context ~{c.projected_tokens:,} tokens (exact {exact} + ~{c.estimated_tokens:,} since); "
                 f"warning {t.warning_line:,}, auto-compact {t.auto_compact_line:,}, blocking {t.blocking_line:,}, "
                 f"window {t.window:,}; by part: {parts}")
+
+
+def reasoning_share(reasoning: int) -> str:
+    """`` (reasoning 1,024)``: the part of the output the servers said was reasoning; "" when none said."""
+    return f" (reasoning {reasoning:,})" if reasoning > 0 else ""
 
 
 def cached_share(cached: int, total_input: int) -> str:
@@ -373,6 +381,9 @@ DESCRIBERS: dict[str, Callable[[Any], Line | None]] = {
     "restore_preview": _restore_preview,
     "server_compaction": _server_compaction,
     "memory_import": _memory_import,  # issue 24: imports outside the repository, refused, cut
+    "prompt_cache_off": lambda e: Line("warning", f"prompt caching off for this session: the {e.provider} server"
+                                                  f" rejected the cache breakpoints ({e.reason}); the call was"
+                                                  " sent again without them"),
 }
 
 

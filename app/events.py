@@ -74,6 +74,9 @@ class UsageEvent(BaseModel):
     output_tokens: int | None
     context_tokens: int | None
     cost_usd: float | None = None
+    # The part of output_tokens spent on reasoning (Responses' reasoning_tokens, Anthropic's
+    # thinking_tokens); left out of the line when the server did not say (older consumers match).
+    reasoning_tokens: int | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
 class ThresholdsModel(BaseModel):
@@ -99,6 +102,7 @@ class ContextEvent(BaseModel):
     cumulative_input: int = 0
     cumulative_cached: int = 0
     cumulative_output: int = 0
+    cumulative_reasoning: int = 0  # of cumulative_output: reasoning the servers reported
     cost_usd: float = 0.0
     compact_cost_usd: float = 0.0
     # Figures from a usage update inside a stream (the prompt size, known before the call ends).
@@ -116,6 +120,9 @@ class CompactionEvent(BaseModel):
     messages_after: int
     tokens_before: int
     tokens_after: int
+    # tokens_after is our estimate of what was kept, not a server's figure (server-side compaction on
+    # OpenAI Responses: the call's usage is the size before; the next call's usage gives the real one).
+    tokens_after_estimated: bool = False
     reason: str | None = None
     # Not a failure: the history was empty or already one summary, so no model call was made.
     nothing_to_compact: bool = False
@@ -432,6 +439,15 @@ class ClearedResultsEvent(BaseModel):
     call_ids: list[str]
 
 
+class PromptCacheOffEvent(BaseModel):
+    """The server rejected the prompt-cache breakpoints: the call went again without them and
+    the rest of the session sends none (``reason``: the server's words)."""
+
+    type: Literal["prompt_cache_off"] = "prompt_cache_off"
+    provider: str
+    reason: str
+
+
 class ServerCompactionEvent(BaseModel):
     """Server-side compaction was switched for this session (or could not be: ``reason``)."""
 
@@ -469,7 +485,7 @@ Event = Annotated[
         SessionMemoryEvent, RestoreEvent, RuleAttachedEvent,
         SessionRepairedEvent, UsageDistrustedEvent,
         ForecastEvent, RestorePreviewEvent, ClearedResultsEvent, ServerCompactionEvent,
-        MemoryImportEvent,
+        MemoryImportEvent, PromptCacheOffEvent,
     ],
     Field(discriminator="type"),
 ]

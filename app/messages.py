@@ -14,6 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 class TextBlock(BaseModel):
     type: Literal["text"] = "text"
     text: str
+    # OpenAI Responses: the output message's ``phase`` ("commentary" | "final_answer"), which the API
+    # wants back on every assistant message; left out of the JSON when absent (older transcripts match).
+    phase: str | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
 class ThinkingBlock(BaseModel):
@@ -39,6 +42,9 @@ class ToolUseBlock(BaseModel):
     # Set by the provider when the output limit cut this call's arguments mid-way:
     # the agent must not run it (the arguments are not what the model meant).
     cut_at_output_limit: bool = False
+    # The arguments exactly as the model wrote them (Chat Completions and Responses carry a string):
+    # sent back byte for byte, not re-serialised from ``input``. None: the protocol gave an object.
+    raw_arguments: str | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
 class ToolResultBlock(BaseModel):

@@ -217,7 +217,8 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
             if event.type == "usage":
                 from app.usage import Usage
                 engine.ledger.add(event.agent, Usage(event.input_tokens, event.cache_read_tokens,
-                                                     event.cache_write_tokens, event.output_tokens),
+                                                     event.cache_write_tokens, event.output_tokens,
+                                                     reasoning_tokens=event.reasoning_tokens),
                                   event.cost_usd)
     transcript = TranscriptWriter(session.transcript_path)
     engine.transcript = transcript
@@ -259,6 +260,9 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         _, problem = switch_server_compaction(provider, engine, switched[-1].on)
         if problem:
             warnings.append(("server context", f"this session had server-side compaction on, but {problem}"))
+    # A server that rejected the prompt-cache breakpoints still does on resume: none are sent.
+    if any(e.type == "prompt_cache_off" for e in restored_events) and hasattr(provider, "prompt_caching"):
+        provider.prompt_caching = False
     stream = EventStream()
     stream.subscribe(transcript_recorder(transcript))  # first: persisted before any surface sees it
     if emit is not None:

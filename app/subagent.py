@@ -176,7 +176,8 @@ def _forward(parent: Agent, sub: Agent, call_id: str) -> Callable[[Event], None]
         if isinstance(event, UsageEvent):
             from app.usage import Usage
 
-            usage = Usage(event.input_tokens, event.cache_read_tokens, event.cache_write_tokens, event.output_tokens)
+            usage = Usage(event.input_tokens, event.cache_read_tokens, event.cache_write_tokens, event.output_tokens,
+                          reasoning_tokens=event.reasoning_tokens)
             parent.engine.ledger.add("sub", usage, event.cost_usd)
             parent.engine.emit(event.model_copy(update={"agent": "sub"}))
         elif isinstance(event, ToolStartEvent):

@@ -40,12 +40,15 @@ Anthropic
     anthropic_text(text | [deltas], *, thinking=None, signature="sig-fake", usage=DEFAULT_USAGE, stop_reason="end_turn")
     anthropic_tool_calls([(name, args) | (name, args, id), ...], *, text=None, thinking=None, usage=DEFAULT_USAGE,
                          fragments=3)
-        ``usage``: dict(input=472, output=89, cache_read=2048, cache_write=0); None sends none.
+        ``usage``: dict(input=472, output=89, cache_read=2048, cache_write=0, thinking=40); None sends none
+        (``thinking``: ``output_tokens_details.thinking_tokens`` in the final usage).
     anthropic_events([event dicts])             low level: each dict has its "type"
 Failures (either protocol)
     http_error(status, body=None, headers=None)            body: dict (JSON) or str
         with openai_error_body(message, type=..., code=...) / anthropic_error_body(type, message)
     stream_error("openai" | "anthropic", message, error_type="overloaded_error", after_text="Partial ")
+    refusing_cache_control(*replies)         a handler: 400 for a request with cache_control marks
+                                             (a gateway that takes none), else the replies in order
     cut_after(reply, n_events, abort=True)   first n events, then the connection is dropped mid-body
                                              (abort=False: the body ends cleanly, still without terminator)
     stall_after(reply, n_events)             first n events, then silence until ``fake_llm.release()`` (or
@@ -256,6 +259,8 @@ def _anthropic_message(blocks: list[list[dict[str, Any]]], stop_reason: str,
     delta: dict[str, Any] = {"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": None}}
     if usage is not None:
         delta["usage"] = {"output_tokens": usage.get("output", 0)}
+        if "thinking" in usage:  # the reasoning part of the output, where the API reports it
+            delta["usage"]["output_tokens_details"] = {"thinking_tokens": usage["thinking"]}
     events += [delta, {"type": "message_stop"}]
     return anthropic_events(events)
 
@@ -350,6 +355,25 @@ def stream_error(protocol: Literal["openai", "anthropic"], message: str = "Overl
     events = text.events[: 4 if after_text else 2]  # message_start, ping, block start, one delta
     events.append(_frame(_dumps(anthropic_error_body(error_type, message)), "error"))
     return Reply(events=events)
+
+
+CACHE_CONTROL_REFUSAL = "messages.0.content.0.text.cache_control: Extra inputs are not permitted"
+
+
+def refusing_cache_control(*replies: Reply, message: str = CACHE_CONTROL_REFUSAL) -> Handler:
+    """A gateway in front of an Anthropic-protocol model that takes no prompt-cache marks: a request
+    carrying ``cache_control`` (or the system prompt as blocks) gets a 400 in the Messages API's
+    error shape with ``message``; the others get ``replies`` in order. Use as ``fake_llm.default``."""
+    waiting = deque(replies)
+
+    def answer(body: dict[str, Any], path: str) -> Reply:
+        if "cache_control" in _dumps(body) or isinstance(body.get("system"), list):
+            return http_error(400, anthropic_error_body("invalid_request_error", message))
+        if not waiting:
+            return http_error(500, {"error": {"message": "refusing_cache_control: no reply left"}})
+        return waiting.popleft()
+
+    return answer
 
 
 def cut_after(reply: Reply, n_events: int, *, abort: bool = True) -> Reply:

@@ -22,12 +22,18 @@ Builders:
     responses_tool_calls([(name, args) | (name, args, call_id), ...], *, text=None, reasoning=None,
                          compaction=None, usage=DEFAULT_USAGE, fragments=3)
         ``reasoning``: summary text (str or deltas) of a reasoning item with encrypted_content;
-        ``reasoning=""`` gives a reasoning item with an empty summary (what gpt-5 sends by default).
+        ``reasoning=""`` gives a reasoning item with an empty summary (what gpt-5 sends by default);
+        a tuple is several summary parts (each a str or deltas), streamed one after the other.
+        ``phase``: the message item's ``phase`` ("commentary" | "final_answer", gpt-5.3-codex and later).
         ``compaction``: the encrypted_content of a compaction item, sent first (server-side compaction).
         ``usage``: dict(input=.., output=.., cached=.., cache_write=.., reasoning=..); None: "usage": null.
     responses_events([event dicts])                 low level: each dict's "type" is its event line
     responses_failed(code, message)                 response.created, then response.failed
-    responses_error(code, message)                  an ``error`` event (e.g. rate limit mid-stream)
+    responses_error(code, message, nested=True)     an ``error`` event (e.g. rate limit mid-stream), nested
+                                                    under "error" as the service sends it; ``nested=False``:
+                                                    the flat shape of the API reference
+    responses_refusal(text | [deltas])              a message whose only part is a refusal
+                                                    (``response.refusal.delta`` / ``.done``)
 """
 
 from __future__ import annotations
@@ -84,25 +90,27 @@ def response_object(response_id: str, status: str, output: list[dict[str, Any]],
             "metadata": {}}
 
 
-def _reasoning_events(index: int, summary: str | list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _reasoning_events(index: int, summary: str | list[str] | tuple[str | list[str], ...]
+                      ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     item_id = f"rs_{_hex()}"
-    deltas = _pieces(summary)
-    text = "".join(deltas)
+    parts = [_pieces(part) for part in (summary if isinstance(summary, tuple) else (summary,))]
+    texts = ["".join(deltas) for deltas in parts if "".join(deltas)]
     encrypted = f"gAAAAAB-fake-encrypted-{item_id}"
     done = {"id": item_id, "type": "reasoning", "encrypted_content": encrypted,
-            "summary": [{"type": "summary_text", "text": text}] if text else []}
+            "summary": [{"type": "summary_text", "text": text} for text in texts]}
     events: list[dict[str, Any]] = [{"type": "response.output_item.added", "output_index": index,
                                      "item": {"id": item_id, "type": "reasoning",
                                               "encrypted_content": encrypted[:20], "summary": []}}]
-    if deltas:
+    for number, deltas in enumerate(d for d in parts if d):
+        text = "".join(deltas)
         events.append({"type": "response.reasoning_summary_part.added", "item_id": item_id, "output_index": index,
-                       "summary_index": 0, "part": {"type": "summary_text", "text": ""}})
+                       "summary_index": number, "part": {"type": "summary_text", "text": ""}})
         events += [{"type": "response.reasoning_summary_text.delta", "item_id": item_id, "output_index": index,
-                    "summary_index": 0, "delta": d, "obfuscation": "fake"} for d in deltas]
+                    "summary_index": number, "delta": d, "obfuscation": "fake"} for d in deltas]
         events.append({"type": "response.reasoning_summary_text.done", "item_id": item_id, "output_index": index,
-                       "summary_index": 0, "text": text})
+                       "summary_index": number, "text": text})
         events.append({"type": "response.reasoning_summary_part.done", "item_id": item_id, "output_index": index,
-                       "summary_index": 0, "part": {"type": "summary_text", "text": text}})
+                       "summary_index": number, "part": {"type": "summary_text", "text": text}})
     events.append({"type": "response.output_item.done", "output_index": index, "item": done})
     return events, done
 
@@ -113,23 +121,36 @@ def _compaction_events(index: int, encrypted: str) -> tuple[list[dict[str, Any]]
              {"type": "response.output_item.done", "output_index": index, "item": item}], item)
 
 
-def _message_events(index: int, text: str | list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _message_events(index: int, text: str | list[str], *, phase: str | None = None,
+                    refusal: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A message item; ``refusal``: its one part is a refusal (``response.refusal.*`` events)."""
     item_id = f"msg_{_hex()}"
     deltas = _pieces(text)
     full = "".join(deltas)
-    part = {"type": "output_text", "annotations": [], "logprobs": [], "text": full}
-    done = {"id": item_id, "type": "message", "status": "completed", "content": [part], "role": "assistant"}
+    if refusal:
+        part: dict[str, Any] = {"type": "refusal", "refusal": full}
+        empty_part: dict[str, Any] = {"type": "refusal", "refusal": ""}
+        delta_type, done_event = "response.refusal.delta", {"type": "response.refusal.done", "refusal": full}
+    else:
+        part = {"type": "output_text", "annotations": [], "logprobs": [], "text": full}
+        empty_part = {**part, "text": ""}
+        delta_type, done_event = "response.output_text.delta", {"type": "response.output_text.done", "text": full,
+                                                                "logprobs": []}
+    with_phase = {"phase": phase} if phase is not None else {}
+    done = {"id": item_id, "type": "message", "status": "completed", "content": [part], **with_phase,
+            "role": "assistant"}
     events: list[dict[str, Any]] = [
         {"type": "response.output_item.added", "output_index": index,
-         "item": {"id": item_id, "type": "message", "status": "in_progress", "content": [], "role": "assistant"}},
+         "item": {"id": item_id, "type": "message", "status": "in_progress", "content": [], **with_phase,
+                  "role": "assistant"}},
         {"type": "response.content_part.added", "item_id": item_id, "output_index": index, "content_index": 0,
-         "part": {**part, "text": ""}},
+         "part": empty_part},
     ]
-    events += [{"type": "response.output_text.delta", "item_id": item_id, "output_index": index,
-                "content_index": 0, "delta": d, "logprobs": [], "obfuscation": "fake"} for d in deltas]
+    events += [{"type": delta_type, "item_id": item_id, "output_index": index, "content_index": 0, "delta": d,
+                **({} if refusal else {"logprobs": []}), "obfuscation": "fake"} for d in deltas]
     events += [
-        {"type": "response.output_text.done", "item_id": item_id, "output_index": index, "content_index": 0,
-         "text": full, "logprobs": []},
+        {"type": done_event["type"], "item_id": item_id, "output_index": index, "content_index": 0,
+         **{k: v for k, v in done_event.items() if k != "type"}},
         {"type": "response.content_part.done", "item_id": item_id, "output_index": index, "content_index": 0,
          "part": part},
         {"type": "response.output_item.done", "output_index": index, "item": done},
@@ -170,7 +191,7 @@ def _response(parts: list[tuple[list[dict[str, Any]], dict[str, Any]]], usage: d
     return responses_events(events)
 
 
-def _head(reasoning: str | list[str] | None, compaction: str | None) -> list[Any]:
+def _head(reasoning: str | list[str] | tuple[str | list[str], ...] | None, compaction: str | None) -> list[Any]:
     parts: list[Any] = []
     if compaction is not None:
         parts.append(_compaction_events(len(parts), compaction))
@@ -179,22 +200,28 @@ def _head(reasoning: str | list[str] | None, compaction: str | None) -> list[Any
     return parts
 
 
-def responses_text(text: str | list[str], *, reasoning: str | list[str] | None = None,
+def responses_text(text: str | list[str], *, reasoning: str | list[str] | tuple[str | list[str], ...] | None = None,
                    compaction: str | None = None, usage: dict[str, int] | None = DEFAULT_USAGE,
-                   status: str = "completed") -> Reply:
+                   status: str = "completed", phase: str | None = None) -> Reply:
     """A streamed text answer, after an optional compaction item and reasoning item."""
     parts = _head(reasoning, compaction)
-    parts.append(_message_events(len(parts), text))
+    parts.append(_message_events(len(parts), text, phase=phase))
     return _response(parts, usage, status)
 
 
+def responses_refusal(text: str | list[str], *, usage: dict[str, int] | None = DEFAULT_USAGE) -> Reply:
+    """The model declined: a message whose one content part is a ``refusal`` (status "completed")."""
+    return _response([_message_events(0, text, refusal=True)], usage)
+
+
 def responses_tool_calls(calls: list[tuple], *, text: str | list[str] | None = None,
-                         reasoning: str | list[str] | None = None, compaction: str | None = None,
-                         usage: dict[str, int] | None = DEFAULT_USAGE, fragments: int = 3) -> Reply:
+                         reasoning: str | list[str] | tuple[str | list[str], ...] | None = None,
+                         compaction: str | None = None, usage: dict[str, int] | None = DEFAULT_USAGE,
+                         fragments: int = 3, phase: str | None = None) -> Reply:
     """function_call items whose arguments arrive as ``function_call_arguments.delta`` fragments."""
     parts = _head(reasoning, compaction)
     if text:
-        parts.append(_message_events(len(parts), text))
+        parts.append(_message_events(len(parts), text, phase=phase))
     for call_id, name, raw in _calls(calls):
         parts.append(_call_events(len(parts), call_id or f"call_{_hex()[-24:]}", name, raw, fragments))
     return _response(parts, usage)
@@ -211,12 +238,19 @@ def responses_failed(code: str, message: str) -> Reply:
     ])
 
 
-def responses_error(code: str, message: str, *, after_text: str | None = None) -> Reply:
-    """An ``error`` event (optionally after some text): the stream ends there."""
+def responses_error(code: str, message: str, *, after_text: str | None = None, nested: bool = True,
+                    error_type: str | None = None) -> Reply:
+    """An ``error`` event (optionally after some text): the stream ends there. The service nests
+    the error (``{"type":"error","error":{"type","code","message","param"},"sequence_number"}``);
+    ``nested=False`` sends the flat shape the API reference documents."""
     parts = [_message_events(0, after_text)] if after_text else []
     events: list[dict[str, Any]] = [
         {"type": "response.created", "response": response_object(f"resp_{_hex()}", "in_progress", [], None)}]
     for part_events, _item in parts:
         events += part_events[:3]  # added, content_part.added, the first delta: cut mid-message
-    events.append({"type": "error", "code": code, "message": message, "param": None})
+    if nested:
+        events.append({"type": "error", "error": {"type": error_type or code, "code": code, "message": message,
+                                                  "param": None}})
+    else:
+        events.append({"type": "error", "code": code, "message": message, "param": None})
     return responses_events(events)

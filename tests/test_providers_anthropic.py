@@ -56,6 +56,7 @@ def anthropic_history_problems(messages: list[dict[str, Any]]) -> list[str]:
 # ---- streaming, request shape ----
 
 async def test_text_and_signed_thinking_stream_and_complete(fake_llm, provider) -> None:
+    provider.prompt_caching = False  # the wire shape without cache marks (they are tested in test_providers_params)
     fake_llm.enqueue(anthropic_text(["Hel", "lo"], thinking="Simple greeting.", signature="sig-123"))
     result = await run_stream(provider, request())
     assert result.text == "Hello" and result.thinking == "Simple greeting."
@@ -179,6 +180,7 @@ async def test_history_is_valid_for_the_messages_api(fake_llm, provider) -> None
                                       ToolResultBlock(tool_use_id="t1", content="boom", is_error=True)]),
     ]
     fake_llm.enqueue(anthropic_text("ok"))
+    provider.prompt_caching = False  # the blocks as converted, without cache marks
     await run_stream(provider, request(*history))
     sent = fake_llm.requests[0].json["messages"]
     assert anthropic_history_problems(sent) == []

@@ -201,11 +201,12 @@ def test_prompt_caching_can_be_turned_off() -> None:
     assert _marks(body) == [] and body["system"] == "You are terse."
 
 
-async def test_caching_is_on_for_anthropic_itself_and_asked_for_elsewhere(fake_llm) -> None:
+async def test_caching_is_on_for_every_anthropic_protocol_server_unless_turned_off(fake_llm) -> None:
+    # issue 28: gateways in front of Anthropic cache too; one that rejects the marks turns them off itself
     assert AnthropicProvider("m", "https://api.anthropic.com", "k").prompt_caching
-    assert not AnthropicProvider("m", "https://api.deepseek.com/anthropic", "k").prompt_caching
+    assert AnthropicProvider("m", "https://api.deepseek.com/anthropic", "k").prompt_caching
     fake_llm.enqueue(anthropic_text("a"), anthropic_text("b"))
-    for caching in (None, True):
+    for caching in (False, None):
         provider = fake_llm.provider("anthropic", prompt_caching=caching)
         try:
             await run_stream(provider, request())

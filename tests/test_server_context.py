@@ -22,6 +22,7 @@ from test_engine_support import (
 from app.context.accounting import ContextAccounting
 from app.context.server_side import ANTHROPIC_MIN_COMPACT_TRIGGER, anthropic_context_edits, configure_server_context
 from app.context.thresholds import compute_thresholds
+from app.describe import describe
 from app.messages import OpaqueBlock, ToolResultBlock
 from app.transcript import restore
 
@@ -162,7 +163,8 @@ async def test_responses_server_compaction_replaces_the_history_and_ours_stands_
     fake_llm.enqueue(
         responses_tool_calls([("read_file", {"path": "a.txt"})], reasoning="", usage=dict(input=1_900, output=10)),
         responses_tool_calls([("read_file", {"path": "b.txt"})], reasoning="", usage=dict(input=4_100, output=10)),
-        responses_text("both read", compaction="gAAAAAB-compacted-fake", usage=dict(input=1_500, cached=0, output=8)),
+        # the compacting call's usage is the request the server compacted (the size before), as the service reports it
+        responses_text("both read", compaction="gAAAAAB-compacted-fake", usage=dict(input=4_600, cached=0, output=8)),
         responses_text("next answer", usage=dict(input=1_550, output=4)),
     )
     try:
@@ -176,12 +178,15 @@ async def test_responses_server_compaction_replaces_the_history_and_ours_stands_
         assert [c.trigger for c in compaction] == ["server"]
         event = compaction[0]
         usage = events.of("usage")[-1]
-        assert event.tokens_after == usage.context_tokens == 1_500 + 8
-        # before: what the last request weighed, as the gauge projected it just before
-        projected = [e.projected_tokens for e in contexts_before if e.type == "context"]
-        assert event.tokens_before == projected[-1] and event.tokens_before > event.tokens_after
+        # before: the server's figure for the request it compacted; after: our estimate of what was
+        # kept (the call's usage is not it), said to be one, until the next call's usage
+        assert event.tokens_before == usage.context_tokens == 4_600 + 8
+        assert contexts_before and event.tokens_after_estimated
+        assert 0 < event.tokens_after < 1_500, event.tokens_after
+        assert "estimated" in describe(event).text and "as reported" not in describe(event).text
         assert event.messages_before == 5 and event.messages_after == len(agent.history) == 2
-        assert events.of("context")[-1].exact_tokens == event.tokens_after
+        gauge = events.of("context")[-1]
+        assert gauge.exact_tokens is None and gauge.projected_tokens == event.tokens_after
         assert agent.engine.accounting.points[-1] == event.tokens_after
 
         # the item is kept in place of what it replaced, persisted, and goes back first
@@ -191,6 +196,7 @@ async def test_responses_server_compaction_replaces_the_history_and_ours_stands_
         assert any(isinstance(b, OpaqueBlock) and b.kind == "compaction" for m in on_disk for b in m.content)
         assert any("a0" in m.model_dump_json() for m in on_disk)  # the replaced messages stay on disk
         await agent.run_turn("and then?")
+        assert events.of("context")[-1].exact_tokens == 1_550 + 4  # the next figure is the server's again
         sent = fake_llm.requests[-1].json["input"]
         assert sent[0] == {"id": sent[0]["id"], "type": "compaction", "encrypted_content": "gAAAAAB-compacted-fake"}
         assert wire_problems(fake_llm.requests[-1].json, "responses") == []

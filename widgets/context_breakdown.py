@@ -96,7 +96,8 @@ class ContextBreakdown(Widget):
             text.append(
                 f"in {human_tokens(event.cumulative_input)} (cached {human_tokens(event.cumulative_cached)}"
                 f"{cached_share(event.cumulative_cached, event.cumulative_input)})"
-                f" · out {human_tokens(event.cumulative_output)}\n",
+                f" · out {human_tokens(event.cumulative_output)}"
+                f"{f' (reasoning {human_tokens(event.cumulative_reasoning)})' if event.cumulative_reasoning else ''}\n",
                 figure,
             )
             if event.tool_tokens_saved:

@@ -315,6 +315,7 @@ class AgentTotals:
     output_tokens: int = 0
     cost_usd: float = 0.0
     cost_known: bool = True  # False once any call had no price or no usage
+    reasoning_tokens: int = 0  # of output_tokens: reasoning, where the server reported it
 
     # Short names (the engine reads these).
     @property
@@ -342,6 +343,7 @@ class AgentTotals:
             output_tokens=self.output_tokens + other.output_tokens,
             cost_usd=self.cost_usd + other.cost_usd,
             cost_known=self.cost_known and other.cost_known,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
         )
 
 
@@ -360,6 +362,7 @@ class Ledger:
             t.cached_tokens += max(0, usage.cache_read_tokens or 0)
             t.cache_write_tokens += max(0, usage.cache_write_tokens or 0)
             t.output_tokens += max(0, usage.output_tokens or 0)
+            t.reasoning_tokens += max(0, usage.reasoning_tokens or 0)
         if cost is None:
             t.cost_known = False
         else:

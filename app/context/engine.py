@@ -281,6 +281,7 @@ class ContextEngine:
             output_tokens=usage.output_tokens,
             context_tokens=usage.context_tokens,
             cost_usd=cost,
+            reasoning_tokens=usage.reasoning_tokens,
         )
         if agent == "compact" and self._in_background():
             self._deferred.append(event)  # a background memory update: shown at the next step
@@ -310,6 +311,7 @@ class ContextEngine:
             cumulative_input=total.input_tokens,
             cumulative_cached=total.cached_tokens,
             cumulative_output=total.output_tokens,
+            cumulative_reasoning=total.reasoning_tokens,
             cost_usd=total.cost_usd,
             compact_cost_usd=self.ledger.compact_cost_usd,
             tool_tokens_saved=self.tool_tokens_saved(),
@@ -443,10 +445,20 @@ class ContextEngine:
         if pending is not None:
             messages_before, tokens_before = pending
             reported = usage.context_tokens
-            tokens_after = reported if reported is not None else self.projection().projected_tokens
+            estimated = reported is None or usage.compaction_usage is None
+            if reported is not None and not estimated:
+                tokens_after = reported  # Anthropic: the compaction run apart, this figure is the compacted request
+            else:
+                # Without the compaction run split out (OpenAI Responses), this call's usage is the
+                # request the server compacted: the size before. The compacted size is estimated
+                # from what was kept until the next call reports.
+                if reported is not None:
+                    tokens_before = reported
+                    self.accounting.invalidate()
+                tokens_after = self.projection().projected_tokens
             self.emit(CompactionEvent(trigger="server", ok=True, messages_before=messages_before,
                                       messages_after=len(self.history), tokens_before=tokens_before,
-                                      tokens_after=tokens_after))
+                                      tokens_after=tokens_after, tokens_after_estimated=estimated))
             self._point(tokens_after, "server")  # drawn apart on the gauge's history
         edits = usage.server_edits
         tool_tokens = sum(e.cleared_input_tokens for e in edits if e.kind.startswith("clear_tool_uses"))

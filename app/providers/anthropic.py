@@ -8,15 +8,18 @@ format, ``AnthropicStreamAssembler`` (pure) for the events, and a thin
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Unpack
+from typing import Any, AsyncIterator, Iterable, Unpack
 
 import httpx
 
 from app.messages import Message, OpaqueBlock, RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from app.providers.base import (
+    APIError,
     Completed,
     ModelRequest,
+    PromptCacheOff,
     ProviderError,
     StreamEvent,
     TextDelta,
@@ -94,6 +97,20 @@ MAX_CACHE_BREAKPOINTS = 4  # the API rejects a request with more
 _EPHEMERAL = {"type": "ephemeral"}
 # Blocks that cannot carry cache_control (the API rejects it on them).
 _UNCACHEABLE = {"thinking", "redacted_thinking"}
+
+
+# A 400 (or a gateway's 422) that names the cache marks or the system prompt's block form: what a
+# server or gateway that does not take them says ("…cache_control: Extra inputs are not permitted",
+# "system: Input should be a valid string").
+_CACHE_FIELD = re.compile(r"cache_control", re.IGNORECASE)
+_SYSTEM_BLOCKS = re.compile(r"\bsystem\b.*\b(string|str|array|list|blocks?|type)\b", re.IGNORECASE | re.DOTALL)
+
+
+def rejects_cache_breakpoints(error: ProviderError) -> bool:
+    """Did the server refuse the request for its cache breakpoints (not for anything else)?"""
+    if error.status not in (400, 422):
+        return False
+    return bool(_CACHE_FIELD.search(error.message) or _SYSTEM_BLOCKS.search(error.message))
 
 
 def add_cache_breakpoints(body: dict[str, Any]) -> int:
@@ -294,6 +311,10 @@ class AnthropicStreamAssembler:
             if isinstance(value, int):
                 self._usage[name] = value
                 changed = True
+        # the part of output_tokens spent thinking, where the server reports it
+        thinking = object_field(raw, "output_tokens_details").get("thinking_tokens")
+        if isinstance(thinking, int):
+            self._usage["thinking_tokens"] = thinking
         return changed
 
     def _current_usage(self) -> Usage:
@@ -305,6 +326,7 @@ class AnthropicStreamAssembler:
             cache_read_tokens=self._usage.get("cache_read_input_tokens", 0) if has_input else None,
             cache_write_tokens=self._usage.get("cache_creation_input_tokens", 0) if has_input else None,
             output_tokens=self._usage.get("output_tokens"),
+            reasoning_tokens=self._usage.get("thinking_tokens"),
             server_edits=self._server_edits,
             compaction_usage=self._compaction_usage,
         )
@@ -438,9 +460,9 @@ class AnthropicProvider(SseHttpProvider):
         self.send_unsigned_thinking = send_unsigned_thinking
         # Extended thinking: 0 = off; else the budget_tokens of each request (>= 1024).
         self.thinking_budget = thinking_budget
-        # Breakpoints pay off on Anthropic itself; compatible servers cache on their own
-        # (DeepSeek) or may not take a system prompt as blocks: there only when asked for.
-        self.prompt_caching = is_anthropic if prompt_caching is None else prompt_caching
+        # Breakpoints are sent to every server of this protocol (gateways in front of Anthropic cache
+        # too); one that rejects them gets the call again without, and no more of them (``stream``).
+        self.prompt_caching = True if prompt_caching is None else prompt_caching
         # issue 17: context_management.edits sent with every request (see app/context/server_side.py)
         self.context_edits: list[dict[str, Any]] = list(context_edits or [])
 
@@ -475,6 +497,25 @@ class AnthropicProvider(SseHttpProvider):
             body["context_management"] = {"edits": [dict(e) for e in self.context_edits]}
         body.update(self.extra_body)
         return body
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        """One call; when the server rejects the cache breakpoints, once more without them, and
+        caching stays off for the rest of the session (said once, with the server's words)."""
+        marked = self.prompt_caching
+        streamed = False
+        try:
+            async for event in super().stream(request):
+                streamed = True
+                yield event
+            return
+        except APIError as err:
+            if not marked or streamed or not rejects_cache_breakpoints(err):
+                raise
+            reason = " ".join(err.message.split())[:200]
+        self.prompt_caching = False
+        yield PromptCacheOff(reason=reason)
+        async for event in super().stream(request):
+            yield event
 
     def key_headers(self, api_key: str) -> dict[str, str]:
         """The Messages API takes the key in its own header, not as a bearer token."""

@@ -80,7 +80,16 @@ def cut_call_result(name: str) -> str:
             "file in several smaller edits or appends.")
 
 
-StreamEvent = Union[TextDelta, ThinkingDelta, ToolCallStart, ToolCallDelta, UsageUpdate, Completed]
+@dataclass
+class PromptCacheOff:
+    """The server rejected the prompt-cache breakpoints (``cache_control``, the system prompt as
+    blocks): the call was made again without them, and so is every later call of the session.
+    ``reason`` is the server's own words."""
+
+    reason: str
+
+
+StreamEvent = Union[TextDelta, ThinkingDelta, ToolCallStart, ToolCallDelta, UsageUpdate, PromptCacheOff, Completed]
 
 
 # ---- errors ----

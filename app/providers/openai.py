@@ -83,8 +83,7 @@ def _assistant_message(message: Message, deepseek_reasoning: bool) -> dict[str, 
     texts = [b.text for b in message.content if isinstance(b, TextBlock) and b.text]
     thinking = "".join(b.thinking for b in message.content if isinstance(b, ThinkingBlock))
     calls = [
-        {"id": b.id, "type": "function",
-         "function": {"name": b.name, "arguments": json.dumps(b.input, ensure_ascii=False)}}
+        {"id": b.id, "type": "function", "function": {"name": b.name, "arguments": wire_arguments(b)}}
         for b in message.content if isinstance(b, ToolUseBlock)
     ]
     if not texts and not calls:
@@ -95,6 +94,20 @@ def _assistant_message(message: Message, deepseek_reasoning: bool) -> dict[str, 
         if deepseek_reasoning:
             converted["reasoning_content"] = thinking
     return converted
+
+
+def wire_arguments(block: ToolUseBlock) -> str:
+    """A call's arguments as a protocol that carries them as a string sends them back: the model's
+    own bytes when they still say what ``input`` says (a call whose input was changed, or whose text
+    was not a JSON object, is written from ``input``)."""
+    raw = block.raw_arguments
+    if raw is not None:
+        try:
+            if json.loads(raw) == block.input:
+                return raw
+        except ValueError:
+            pass
+    return json.dumps(block.input, ensure_ascii=False)
 
 
 def tool_result_text(block: ToolResultBlock) -> str:
@@ -161,14 +174,15 @@ def parse_tool_arguments(raw: str) -> dict[str, Any]:
 
 
 def tool_use_block(call_id: str, name: str, tool_input: dict[str, Any], *, cut: bool,
-                   no_arguments_yet: bool = False) -> ToolUseBlock:
+                   no_arguments_yet: bool = False, raw_arguments: str | None = None) -> ToolUseBlock:
     """The assembled call. ``cut``: the output limit ended the message; a call whose
     arguments then do not parse was cut mid-way and is marked so it is never run
     (a complete call before the cut is still a good call). ``no_arguments_yet``: the
     last call of the message, cut before a single argument character arrived."""
     if cut and (RAW_ARGUMENTS_KEY in tool_input or no_arguments_yet):
         return ToolUseBlock(id=call_id, name=name, input={}, cut_at_output_limit=True)
-    return ToolUseBlock(id=call_id, name=name, input=tool_input)
+    keep_raw = raw_arguments is not None and RAW_ARGUMENTS_KEY not in tool_input and raw_arguments.strip() != ""
+    return ToolUseBlock(id=call_id, name=name, input=tool_input, raw_arguments=raw_arguments if keep_raw else None)
 
 
 class OpenAIStreamAssembler:
@@ -308,10 +322,11 @@ class OpenAIStreamAssembler:
             state = self._calls[index]
             if not state.name:
                 raise ProviderError(f"tool call #{index} arrived without a name", error_type="bad_response")
+            raw = "".join(state.arguments)
             content.append(tool_use_block(
                 state.id or f"call_{uuid.uuid4().hex[:24]}", state.name,
-                parse_tool_arguments("".join(state.arguments)), cut=self._finish_reason == "length",
-                no_arguments_yet=index == last_call and not "".join(state.arguments).strip()))
+                parse_tool_arguments(raw), cut=self._finish_reason == "length",
+                no_arguments_yet=index == last_call and not raw.strip(), raw_arguments=raw))
         stop_reason = _STOP_REASONS.get(self._finish_reason, self._finish_reason)
         if self._calls and stop_reason == "end_turn":
             stop_reason = "tool_use"  # some servers say "stop" after tool calls

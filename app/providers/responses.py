@@ -16,6 +16,7 @@ it. Both are kept verbatim as ``OpaqueBlock(provider="responses")``.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Unpack
 
@@ -33,7 +34,7 @@ from app.providers.base import (
 )
 from app.providers.http_base import HttpSettings, SseHttpProvider
 from app.providers.json_fields import int_field, list_field, object_field
-from app.providers.openai import parse_tool_arguments, tool_result_text
+from app.providers.openai import parse_tool_arguments, tool_result_text, tool_use_block, wire_arguments
 from app.providers.sse import SSEEvent, assemble_stream, error_from_payload, event_object, stream_cut_error
 from app.usage import Usage
 
@@ -41,6 +42,17 @@ PROTOCOL = "responses"
 # Items we keep opaque and send back unchanged (only to this protocol).
 OPAQUE_ITEM_TYPES = frozenset({"reasoning", "compaction"})
 _TERMINAL = frozenset({"response.completed", "response.incomplete"})
+# Codes and types of an in-stream failure that a new attempt can cure (load, limits, a server
+# fault). Anything else the service named (quota, key, a bad request) fails at once; a failure
+# that names nothing is taken as the server's fault.
+_TRANSIENT_ERRORS = frozenset({"server_error", "rate_limit_exceeded", "rate_limit_error", "too_many_requests",
+                               "overloaded_error", "api_error", "service_unavailable", "vector_store_timeout",
+                               "timeout", "internal_error"})
+# A message item's phase as the API names them ("commentary", "final_answer"): a word, kept and sent
+# back; anything else a server put there (a blob, control characters) is not carried in the history.
+_PHASE = re.compile(r"[a-z][a-z_]{0,31}")
+# Between two reasoning summary parts (they stream with no separator of their own).
+SUMMARY_PART_BREAK = "\n\n"
 
 
 # ---- history -> wire ----
@@ -75,10 +87,13 @@ def to_responses_input(messages: list[Message]) -> list[dict[str, Any]]:
                     items.append(dict(block.item))
             elif isinstance(block, TextBlock):
                 if block.text:
-                    items.append({"type": "message", "role": "assistant", "content": block.text})
+                    message_item: dict[str, Any] = {"type": "message", "role": "assistant", "content": block.text}
+                    if block.phase:  # the API asks for it back on every assistant message that had one
+                        message_item["phase"] = block.phase
+                    items.append(message_item)
             elif isinstance(block, ToolUseBlock):
                 items.append({"type": "function_call", "call_id": block.id, "name": block.name,
-                              "arguments": json.dumps(block.input, ensure_ascii=False)})
+                              "arguments": wire_arguments(block)})
     last_compaction = max((i for i, item in enumerate(items) if item.get("type") == "compaction"), default=None)
     return items[last_compaction:] if last_compaction is not None else items
 
@@ -113,6 +128,7 @@ class _Item:
 
     item: dict[str, Any]
     text: list[str] = field(default_factory=list)
+    refusal: list[str] = field(default_factory=list)
     arguments: list[str] = field(default_factory=list)
     done: bool = False
 
@@ -138,6 +154,9 @@ class ResponsesStreamAssembler:
         self._status: str | None = None
         self._incomplete_reason: str | None = None
         self._events_seen = 0
+        # The reasoning summary part that streamed last ((output index, summary index)): a new
+        # part starts after a blank line, so "…street." and "**Explaining…" stay apart.
+        self._summary_part: tuple[int, Any] | None = None
 
     def feed(self, sse: SSEEvent) -> list[StreamEvent]:
         self._events_seen += 1
@@ -151,7 +170,7 @@ class ResponsesStreamAssembler:
         if kind == "error" or sse.event == "error":
             raise self._error(payload)
         if kind == "response.failed":
-            raise self._error(object_field(object_field(payload, "response"), "error"))
+            raise self._error({"error": object_field(object_field(payload, "response"), "error")})
         if kind == "response.output_item.added":
             self._added(payload, out)
         elif kind == "response.output_text.delta":
@@ -160,9 +179,20 @@ class ResponsesStreamAssembler:
             if isinstance(delta, str) and delta:
                 state.text.append(delta)
                 out.append(TextDelta(delta))
+        elif kind == "response.refusal.delta":
+            # a safety refusal streams in its own events (no output_text): it is the reply
+            delta = payload.get("delta")
+            state = self._item_for(payload, "message")
+            if isinstance(delta, str) and delta:
+                state.refusal.append(delta)
+                out.append(TextDelta(delta))
         elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
             delta = payload.get("delta")
             if isinstance(delta, str) and delta:
+                part = (self._index(payload), payload.get("summary_index", payload.get("content_index")))
+                if self._summary_part is not None and part != self._summary_part:
+                    out.append(ThinkingDelta(SUMMARY_PART_BREAK))
+                self._summary_part = part
                 out.append(ThinkingDelta(delta))
         elif kind == "response.function_call_arguments.delta":
             delta = payload.get("delta")
@@ -200,13 +230,23 @@ class ResponsesStreamAssembler:
         # response.created / in_progress / content_part.* / *.done text events and unknown types change nothing
         return out
 
-    def _error(self, err: dict[str, Any]) -> ProviderError:
-        # {"type": "error", "code", "message", "param"} or response.error {"code", "message"}
-        code = err.get("code")
-        body = {"error": {"message": err.get("message"), "code": code,
-                          "type": code if isinstance(code, str) else None}}
-        return error_from_payload(body, status=None, fallback="the response failed", secret=self._secret,
-                                  in_stream=True)
+    def _error(self, payload: dict[str, Any]) -> ProviderError:
+        """An ``error`` event or a failed response. The service nests the error under ``error``
+        (``{"type":"error","error":{"type","code","message","param"}}``, ``response.error``);
+        the API reference shows it flat (``{"type":"error","code","message"}``): both are read."""
+        nested = payload.get("error")
+        err = nested if isinstance(nested, dict) else payload
+        code = err.get("code") if isinstance(err.get("code"), str) else None
+        err_type = err.get("type") if isinstance(err.get("type"), str) and err is nested else None
+        name = code or err_type  # "insufficient_quota", "rate_limit_exceeded", "server_error" ...
+        message = err.get("message") if isinstance(err.get("message"), str) and err.get("message") else None
+        body = {"error": {"message": message or (f"the response failed ({name})" if name else None),
+                          "code": code, "type": name}}
+        error = error_from_payload(body, status=None, fallback="the response failed", secret=self._secret,
+                                   in_stream=True)
+        if name is not None and name not in _TRANSIENT_ERRORS:
+            error.retryable = False  # the service said what is wrong: the same request fails the same way
+        return error
 
     def _index(self, payload: dict[str, Any]) -> int:
         """The output item an event is about: its ``output_index``; some compatible servers leave
@@ -277,8 +317,12 @@ class ResponsesStreamAssembler:
         if self._status == "incomplete":
             reason = self._incomplete_reason or "incomplete"
             stop_reason = "max_tokens" if reason == "max_output_tokens" else reason
+        elif has_tools:
+            stop_reason = "tool_use"
         else:
-            stop_reason = "tool_use" if has_tools else "end_turn"
+            # only a refusal part tells (the status says "completed"): as on Chat Completions
+            refused = any(_refusal_of(state) for state in items)
+            stop_reason = "refusal" if refused else "end_turn"
         return Completed(message=Message(role="assistant", content=content), usage=self._usage,
                          stop_reason=stop_reason)
 
@@ -291,18 +335,29 @@ def _block_of(state: _Item) -> Any | None:
         parts = list_field(item, "content")
         text = "".join(p.get("text", "") for p in parts
                        if isinstance(p, dict) and p.get("type") == "output_text" and isinstance(p.get("text"), str))
-        refusal = "".join(p.get("refusal", "") for p in parts
-                          if isinstance(p, dict) and p.get("type") == "refusal" and isinstance(p.get("refusal"), str))
-        text = (text if state.done else "") or "".join(state.text) or refusal
-        return TextBlock(text=text) if text else None
+        text = (text if state.done else "") or "".join(state.text)
+        refusal = _refusal_of(state)
+        text = text + ("\n\n" if text and refusal else "") + refusal  # as Chat Completions joins them
+        phase = item.get("phase")
+        kept_phase = phase if isinstance(phase, str) and _PHASE.fullmatch(phase) else None
+        return TextBlock(text=text, phase=kept_phase) if text else None
     if kind == "function_call":
         call_id, name = item.get("call_id"), item.get("name")
         if not (isinstance(call_id, str) and call_id and isinstance(name, str) and name):
             raise ProviderError("function_call item without call_id or name", error_type="bad_response")
         arguments = item.get("arguments")
         raw = arguments if state.done and isinstance(arguments, str) else "".join(state.arguments)
-        return ToolUseBlock(id=call_id, name=name, input=parse_tool_arguments(raw))
+        return tool_use_block(call_id, name, parse_tool_arguments(raw), cut=False, raw_arguments=raw)
     return None  # hosted-tool items we never ask for
+
+
+def _refusal_of(state: _Item) -> str:
+    """A message item's refusal text: its ``refusal`` parts once done, else what streamed."""
+    if state.kind != "message":
+        return ""
+    refusal = "".join(p.get("refusal", "") for p in list_field(state.item, "content")
+                      if isinstance(p, dict) and p.get("type") == "refusal" and isinstance(p.get("refusal"), str))
+    return (refusal if state.done else "") or "".join(state.refusal)
 
 
 def assemble_responses_stream(chunks: Iterable[bytes | str], *, secret: str | None = None) -> list[StreamEvent]:
