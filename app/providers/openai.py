@@ -27,7 +27,13 @@ from app.providers.base import (
     UsageUpdate,
 )
 from app.providers.http_base import HttpSettings, SseHttpProvider
-from app.providers.json_fields import int_field, object_field
+from app.providers.json_fields import (
+    BAD_ARGUMENTS_KEY,
+    ArgumentBuffer,
+    argument_problem,
+    int_field,
+    object_field,
+)
 from app.providers.sse import SSEEvent, assemble_stream, error_from_payload, event_object, stream_cut_error
 from app.usage import Usage
 
@@ -112,7 +118,7 @@ class _ToolCallState:
     index: int
     id: str = ""
     name: str = ""
-    arguments: list[str] = field(default_factory=list)
+    arguments: ArgumentBuffer = field(default_factory=ArgumentBuffer)  # held up to a cap
     started: bool = False
 
 
@@ -146,14 +152,22 @@ def parse_openai_usage(raw: dict[str, Any]) -> Usage:
     )
 
 
-def parse_tool_arguments(raw: str) -> dict[str, Any]:
+def parse_tool_arguments(raw: str | ArgumentBuffer) -> dict[str, Any]:
     """Arguments JSON -> input. Anything but a JSON object keeps the raw text under
-    ``_raw_arguments`` so the registry can tell the model its arguments were bad."""
+    ``_raw_arguments`` so the registry can tell the model its arguments were bad.
+    Arguments too big or too deep are never parsed: ``_bad_arguments`` says why."""
+    if isinstance(raw, ArgumentBuffer):
+        if raw.over_cap:  # its fragments were not kept
+            return {BAD_ARGUMENTS_KEY: argument_problem(raw.total_chars, None, max_chars=raw.max_chars)}
+        raw = "".join(raw)
+    problem = argument_problem(len(raw), raw)
+    if problem is not None:
+        return {BAD_ARGUMENTS_KEY: problem}
     if raw.strip() == "":
         return {}
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {RAW_ARGUMENTS_KEY: raw}
     if not isinstance(value, dict):
         return {RAW_ARGUMENTS_KEY: raw}
@@ -310,7 +324,7 @@ class OpenAIStreamAssembler:
                 raise ProviderError(f"tool call #{index} arrived without a name", error_type="bad_response")
             content.append(tool_use_block(
                 state.id or f"call_{uuid.uuid4().hex[:24]}", state.name,
-                parse_tool_arguments("".join(state.arguments)), cut=self._finish_reason == "length",
+                parse_tool_arguments(state.arguments), cut=self._finish_reason == "length",
                 no_arguments_yet=index == last_call and not "".join(state.arguments).strip()))
         stop_reason = _STOP_REASONS.get(self._finish_reason, self._finish_reason)
         if self._calls and stop_reason == "end_turn":

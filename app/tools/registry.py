@@ -26,6 +26,7 @@ from app.context.truncation import (  # the cut itself is pure logic; the regist
     join_head_tail,
 )
 from app.messages import ToolSpec
+from app.providers.json_fields import BAD_ARGUMENTS_KEY
 from app.redact import redact
 from app.sanitize import sanitize_for_model
 from app.tools.base import DEFAULT_MAX_SAVED_OUTPUT, ArgsTool, Tool, ToolContext, ToolInputError, ToolOutput
@@ -230,6 +231,12 @@ class ToolRegistry:
             return ToolOutput(
                 f"The arguments of {name} must be a JSON object, got {type(args).__name__}. "
                 f"Call {name} again with an object matching its schema.",
+                is_error=True,
+            )
+        if BAD_ARGUMENTS_KEY in args:  # too big or too deep: the provider never parsed them
+            return ToolOutput(
+                f"The arguments of your {name} call were refused and nothing was run: {args[BAD_ARGUMENTS_KEY]}. "
+                f"Call {name} again with smaller, flatter arguments (split a large file into several calls).",
                 is_error=True,
             )
         if "_raw_arguments" in args:

@@ -1,0 +1,108 @@
+"""Issue 24: what a model sends (arguments, reports) and what the tools save stay bounded."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from agent_helpers import make_agent
+from fake_llm_server import anthropic_text, anthropic_tool_calls, openai_text, openai_tool_calls
+
+KEY = "sk-test-fake-key-0123456789"
+MB = 1024 * 1024
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("TIDEGAUGE_")}
+    env.update({"TIDEGAUGE_CONFIG_DIR": str(tmp_path / "config"), "TIDEGAUGE_DATA_DIR": str(tmp_path / "data"),
+                "PYTHONUNBUFFERED": "1", "OPENAI_API_KEY": KEY})
+    return env
+
+
+def _run_measuring_peak_rss(args: list[str], tmp_path: Path, timeout: float = 120) -> tuple[int, int, list[dict]]:
+    """Run ``python -m app`` to its end: (exit code, peak RSS in bytes from the kernel, stream-json events).
+
+    The peak is the child's own ``ru_maxrss`` (os.wait4), so no sample can miss it.
+    """
+    work = tmp_path / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    out_path = tmp_path / "stdout.jsonl"
+    with open(out_path, "wb") as out, open(tmp_path / "stderr.txt", "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "app", *args], cwd=work, env=_env(tmp_path),
+                                stdout=out, stderr=err)
+    ended: list[tuple[int, int, object]] = []
+    waiter = threading.Thread(target=lambda: ended.append(os.wait4(proc.pid, 0)), daemon=True)
+    waiter.start()
+    waiter.join(timeout)
+    if not ended:
+        proc.kill()
+        waiter.join(10)
+        pytest.fail(f"tidegauge still running after {timeout:.0f} s; its output so far: "
+                    f"{out_path.read_text()[-2000:]!r}")
+    _pid, status, usage = ended[0]
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+    events = [json.loads(line) for line in out_path.read_text().splitlines()]
+    return proc.returncode, usage.ru_maxrss * 1024, events  # type: ignore[attr-defined]
+
+
+def test_a_30_mb_and_a_900_level_argument_go_back_to_the_model_and_the_turn_goes_on(fake_llm, tmp_path):
+    huge = json.dumps({"path": "big.txt", "content": "a" * (30 * MB)})
+    deep = '{"path": "deep.txt", "content": ' + "[" * 900 + "]" * 900 + "}"
+    fake_llm.enqueue(
+        # 64 KB fragments, as a server streams them (one SSE event each)
+        openai_tool_calls([("write_file", huge, "call_huge"), ("write_file", deep, "call_deep")],
+                          fragments=len(huge) // (64 * 1024)),
+        openai_text("I will write it in smaller parts."),
+    )
+    code, peak_rss, events = _run_measuring_peak_rss(
+        ["-p", "write the files", "--provider", "openai", "--model", "m", "--base-url", fake_llm.base_url("openai"),
+         "--output-format", "stream-json", "--yes"], tmp_path)
+
+    stderr = (tmp_path / "stderr.txt").read_text()
+    assert code == 0, f"exit {code}; stderr: {stderr[-2000:]}"
+    assert events[-1] == {"type": "result", "stop_reason": "end_turn", "text": "I will write it in smaller parts.",
+                          "steps": 2}
+    assert not [e for e in events if e["type"] == "error"]
+    results = {e["id"]: e for e in events if e["type"] == "tool_result"}
+    assert results["call_huge"]["is_error"] and "31,457,3" in results["call_huge"]["content"]
+    assert "over the limit of 2,097,152 characters" in results["call_huge"]["content"]
+    assert results["call_deep"]["is_error"] and "more than 64 levels deep" in results["call_deep"]["content"]
+    assert not (tmp_path / "work" / "big.txt").exists() and not (tmp_path / "work" / "deep.txt").exists()
+    # The model was told, in the tool results of its next request; the arguments it gets back are small.
+    sent = fake_llm.requests[1].json["messages"]
+    told = {m["tool_call_id"]: m["content"] for m in sent if m["role"] == "tool"}
+    assert "refused and nothing was run" in told["call_huge"] and "levels deep" in told["call_deep"]
+    assert len(json.dumps(fake_llm.requests[1].json)) < 64 * 1024
+    assert peak_rss < 300 * MB, f"peak RSS {peak_rss / MB:.0f} MB"
+
+
+async def test_brackets_inside_strings_are_text_not_depth_and_such_a_file_is_written(fake_llm, tmp_path, monkeypatch):
+    agent, events = make_agent(fake_llm, tmp_path, monkeypatch, yes=True)
+    content = "[" * 5000 + '{"a": "\\"]"}' + "]" * 5000
+    fake_llm.enqueue(openai_tool_calls([("write_file", {"path": "brackets.txt", "content": content}, "call_w")]),
+                     openai_text("Written."))
+
+    result = await agent.run_turn("write it")
+
+    assert result.stop_reason == "end_turn"
+    assert (tmp_path / "work" / "brackets.txt").read_text() == content
+    assert not events.of("tool_result")[0].is_error
+
+
+async def test_too_deep_anthropic_arguments_are_refused_and_the_model_is_told(fake_llm, tmp_path, monkeypatch):
+    agent, events = make_agent(fake_llm, tmp_path, monkeypatch, provider="anthropic")
+    deep = '{"path": ' + "[" * 900 + "]" * 900 + "}"
+    fake_llm.enqueue(anthropic_tool_calls([("read_file", deep, "toolu_deep")]), anthropic_text("Sorry."))
+
+    result = await agent.run_turn("read it")
+
+    assert result.stop_reason == "end_turn"
+    (tool_result,) = events.of("tool_result")
+    assert tool_result.is_error and "more than 64 levels deep" in tool_result.content
+    answer = fake_llm.requests[1].json["messages"][2]["content"][0]
+    assert answer["tool_use_id"] == "toolu_deep" and "levels deep" in answer["content"]
