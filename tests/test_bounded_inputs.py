@@ -106,3 +106,30 @@ async def test_too_deep_anthropic_arguments_are_refused_and_the_model_is_told(fa
     assert tool_result.is_error and "more than 64 levels deep" in tool_result.content
     answer = fake_llm.requests[1].json["messages"][2]["content"][0]
     assert answer["tool_use_id"] == "toolu_deep" and "levels deep" in answer["content"]
+
+
+async def test_an_output_the_engine_saves_is_0600_and_never_follows_a_planted_symlink(fake_llm, tmp_path, monkeypatch):
+    # No registry truncation, a small window: the engine itself cuts and saves each result.
+    agent, events = make_agent(fake_llm, tmp_path, monkeypatch, max_output=0, budget=0, window=20_000)
+    lines = "".join(f"line {i:05d} of a long file that alone crosses the blocking line\n" for i in range(1, 1_801))
+    (agent.workspace / "big.txt").write_text(lines)
+    saved_dir = agent.tool_context.tool_results_dir
+    saved_dir.mkdir(parents=True, exist_ok=True)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("someone else's file\n")
+    (saved_dir / "call_planted.txt").symlink_to(victim)
+    fake_llm.enqueue(
+        openai_tool_calls([("read_file", {"path": "big.txt"}, "call_planted")]),
+        openai_tool_calls([("read_file", {"path": "big.txt", "offset": 2}, "call_clean")]),
+        openai_text("Read twice."),
+    )
+
+    result = await agent.run_turn("read big.txt twice")
+
+    assert result.stop_reason == "end_turn"
+    planted, clean = events.of("result_cut")
+    assert victim.read_text() == "someone else's file\n"  # nothing written through the link
+    assert (saved_dir / "call_planted.txt").is_symlink() and planted.full_output_path is None
+    assert clean.full_output_path == str(saved_dir / "call_clean.txt")
+    assert (saved_dir / "call_clean.txt").stat().st_mode & 0o777 == 0o600
+    assert "line 01800" in (saved_dir / "call_clean.txt").read_text()

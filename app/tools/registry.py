@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import time
 import uuid
@@ -26,6 +25,7 @@ from app.context.truncation import (  # the cut itself is pure logic; the regist
     join_head_tail,
 )
 from app.messages import ToolSpec
+from app.private_file import open_private  # re-exported: run_bash opens its spill with it
 from app.providers.json_fields import BAD_ARGUMENTS_KEY
 from app.redact import redact
 from app.sanitize import sanitize_for_model
@@ -38,22 +38,6 @@ def safe_file_stem(call_id: str) -> str:
     """A file name stem from a tool call id (ids come from the model's server)."""
     stem = re.sub(r"[^A-Za-z0-9_.-]", "_", call_id).strip(".")[:120]
     return stem or f"call-{uuid.uuid4().hex[:12]}"
-
-
-def open_private(target: Path) -> IO[bytes]:
-    """``target`` opened for writing, readable by its owner only (0600, whatever the umask).
-
-    Tool outputs can hold anything the commands printed; other users on the
-    machine must not read them. The folder is made 0700 when we create it.
-    """
-    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-    try:
-        os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT
-    except OSError:
-        os.close(fd)
-        raise
-    return os.fdopen(fd, "wb")
 
 
 class CappedFile:
