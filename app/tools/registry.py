@@ -25,7 +25,7 @@ from app.context.truncation import (  # the cut itself is pure logic; the regist
     join_head_tail,
 )
 from app.messages import ToolSpec
-from app.private_file import open_private  # re-exported: run_bash opens its spill with it
+from app.private_file import open_private as open_private  # re-exported: run_bash opens its spill with it
 from app.providers.json_fields import BAD_ARGUMENTS_KEY
 from app.redact import redact
 from app.sanitize import sanitize_for_model
