@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from agent_helpers import make_agent
+from app.subagent import TASK_TOOL, SubAgentLimits, register_task_tool
 from fake_llm_server import anthropic_text, anthropic_tool_calls, openai_text, openai_tool_calls
 
 KEY = "sk-test-fake-key-0123456789"
@@ -133,3 +134,59 @@ async def test_an_output_the_engine_saves_is_0600_and_never_follows_a_planted_sy
     assert clean.full_output_path == str(saved_dir / "call_clean.txt")
     assert (saved_dir / "call_clean.txt").stat().st_mode & 0o777 == 0o600
     assert "line 01800" in (saved_dir / "call_clean.txt").read_text()
+
+
+def _tool_result(body: dict, call_id: str) -> str:
+    [content] = [m["content"] for m in body["messages"] if m["role"] == "tool" and m["tool_call_id"] == call_id]
+    return content
+
+
+async def test_a_10_mb_sub_agent_report_is_cut_for_the_parent_and_saved_whole(fake_llm, tmp_path, monkeypatch):
+    agent, events = make_agent(fake_llm, tmp_path, monkeypatch)
+    register_task_tool(agent, SubAgentLimits(report_tokens=500))
+    report = "FIRST: the importer drops rows at importer.py:203.\n" + "detail line of the report\n" * 420_000 \
+        + "LAST: nothing else found.\n"
+    assert len(report) > 10 * MB
+    fake_llm.enqueue(
+        openai_tool_calls([(TASK_TOOL, {"description": "find it", "prompt": "Find the drop."}, "call_task")]),
+        openai_text(report),  # the sub-agent's report
+        openai_text("Found it."),
+    )
+
+    result = await agent.run_turn("why are rows missing?")
+
+    assert result.stop_reason == "end_turn"
+    seen = _tool_result(fake_llm.requests[-1].json, "call_task")
+    assert len(seen) < 500 * 4 + 1_000  # the report's limit (~4 characters a token) and the notice
+    assert seen.startswith("FIRST: the importer drops rows") and seen.rstrip().endswith("LAST: nothing else found.")
+    (tool_result,) = events.of("tool_result")
+    assert tool_result.truncated and tool_result.full_output_path
+    assert tool_result.full_output_path in seen  # the notice names the file
+    assert Path(tool_result.full_output_path).read_text() == report.strip()
+
+
+async def test_a_sub_agent_and_its_parent_using_the_same_call_id_each_read_their_own_saved_output(
+        fake_llm, tmp_path, monkeypatch):
+    agent, _events = make_agent(fake_llm, tmp_path, monkeypatch, max_output=2_000)
+    register_task_tool(agent, SubAgentLimits())
+    (agent.workspace / "parent.txt").write_text("".join(f"PARENT line {i}\n" for i in range(1, 501)))
+    (agent.workspace / "sub.txt").write_text("".join(f"SUB line {i}\n" for i in range(1, 501)))
+    fake_llm.enqueue(
+        openai_tool_calls([("read_file", {"path": "parent.txt"}, "call_same")]),
+        openai_tool_calls([(TASK_TOOL, {"prompt": "Read sub.txt whole."}, "call_task")]),
+        # the sub-agent: the same call id as the parent's first call
+        openai_tool_calls([("read_file", {"path": "sub.txt"}, "call_same")]),
+        openai_tool_calls([("read_saved_output", {"call_id": "call_same", "offset": 250, "limit": 1}, "sub_read")]),
+        openai_text("The sub file has 500 lines."),
+        # back in the parent
+        openai_tool_calls([("read_saved_output", {"call_id": "call_same", "offset": 250, "limit": 1}, "main_read")]),
+        openai_text("Both read."),
+    )
+
+    result = await agent.run_turn("read both")
+
+    assert result.stop_reason == "end_turn"
+    sub_read = _tool_result(fake_llm.requests[4].json, "sub_read")
+    main_read = _tool_result(fake_llm.requests[6].json, "main_read")
+    assert "SUB line 250" in sub_read and "PARENT" not in sub_read
+    assert "PARENT line 250" in main_read and "SUB" not in main_read

@@ -171,9 +171,12 @@ class ToolRegistry:
     def register(self, tool: Tool, *, max_output: int | None = None) -> None:
         """Add ``tool``. ``max_output`` is its own character limit (0: never truncated),
         for a tool whose output has another size than the rest (an MCP server's, a
-        plug-in's); None keeps the registry's limit, which ``--max-output`` sets."""
+        plug-in's); None takes the tool's own ``output_limit`` if it has one, else the
+        registry's limit, which ``--max-output`` sets."""
         name = tool.spec.name
         self._tools[name] = tool
+        if max_output is None:  # a tool may declare its own (the task tool: its report's size)
+            max_output = getattr(tool, "output_limit", None)
         if max_output is None:
             self._output_limits.pop(name, None)
         else:
