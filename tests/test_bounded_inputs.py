@@ -190,3 +190,35 @@ async def test_a_sub_agent_and_its_parent_using_the_same_call_id_each_read_their
     main_read = _tool_result(fake_llm.requests[6].json, "main_read")
     assert "SUB line 250" in sub_read and "PARENT" not in sub_read
     assert "PARENT line 250" in main_read and "SUB" not in main_read
+
+
+async def test_past_the_session_cap_outputs_are_cut_but_not_saved_and_the_notice_says_why(
+        fake_llm, tmp_path, monkeypatch):
+    agent, events = make_agent(fake_llm, tmp_path, monkeypatch, max_output=2_000, yes=True,
+                               max_session_saved_output=100_000)
+    for name in ("a", "b", "c"):  # ~57 KB of numbered lines each, as read_file returns them
+        (agent.workspace / f"{name}.txt").write_text("".join(f"{name} line {i:05d} of 2000\n" for i in range(1, 2_001)))
+    fake_llm.enqueue(
+        openai_tool_calls([("read_file", {"path": "a.txt"}, "call_a")]),
+        openai_tool_calls([("read_file", {"path": "b.txt"}, "call_b")]),
+        openai_tool_calls([("read_file", {"path": "c.txt"}, "call_c")]),
+        openai_tool_calls([("run_bash", {"command": "seq 1 100000"}, "call_bash")]),
+        openai_text("Read them."),
+    )
+
+    result = await agent.run_turn("read them all")
+
+    assert result.stop_reason == "end_turn"
+    a, b, c, bash = events.of("tool_result")
+    saved_dir = agent.tool_context.tool_results_dir
+    assert a.full_output_path == str(saved_dir / "call_a.txt") and "c line" not in a.content
+    assert b.full_output_path == str(saved_dir / "call_b.txt")  # what was left of the cap, and it says so
+    assert "what was left of this session's cap of 100,000 bytes, max_session_saved_output" in b.content
+    for capped in (c, bash):  # still cut for the model, but nothing saved
+        assert capped.truncated and capped.full_output_path is None and len(capped.content) < 3_000
+        assert ("The full output was not saved: this session's saved outputs reached their cap of 100,000 bytes "
+                "(the max_session_saved_output setting raises it)") in capped.content
+    assert sorted(p.name for p in saved_dir.iterdir()) == ["call_a.txt", "call_b.txt"]
+    assert sum(p.stat().st_size for p in saved_dir.iterdir()) < 100_000 + 1_024  # the cap, and b's marker
+    told = _tool_result(fake_llm.requests[-1].json, "call_bash")
+    assert "max_session_saved_output" in told
