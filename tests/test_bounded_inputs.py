@@ -7,10 +7,15 @@ import os
 import subprocess
 import sys
 import threading
+import tracemalloc
 from pathlib import Path
 
 import pytest
 from agent_helpers import make_agent
+from app.providers.anthropic import AnthropicStreamAssembler
+from app.providers.json_fields import BAD_ARGUMENTS_KEY
+from app.providers.openai import OpenAIStreamAssembler
+from app.providers.sse import SSEDecoder
 from app.subagent import TASK_TOOL, SubAgentLimits, register_task_tool
 from fake_llm_server import anthropic_text, anthropic_tool_calls, openai_text, openai_tool_calls
 
@@ -222,3 +227,27 @@ async def test_past_the_session_cap_outputs_are_cut_but_not_saved_and_the_notice
     assert sum(p.stat().st_size for p in saved_dir.iterdir()) < 100_000 + 1_024  # the cap, and b's marker
     told = _tool_result(fake_llm.requests[-1].json, "call_bash")
     assert "max_session_saved_output" in told
+
+
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
+def test_the_stream_does_not_hold_a_30_mb_argument_past_the_cap(protocol):
+    raw = json.dumps({"path": "big.txt", "content": "a" * (30 * MB)})
+    build = openai_tool_calls if protocol == "openai" else anthropic_tool_calls
+    chunks = build([("write_file", raw, "call_huge")], fragments=len(raw) // (64 * 1024)).events
+    assembler = OpenAIStreamAssembler() if protocol == "openai" else AnthropicStreamAssembler()
+
+    tracemalloc.start()
+    try:
+        decoder = SSEDecoder()  # chunk by chunk, as the provider reads them
+        for chunk in chunks:
+            for event in decoder.feed(chunk):
+                assembler.feed(event)  # the deltas it gives out are dropped here, as the agent drops them
+        completed = assembler.finish()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+    (use,) = completed.message.tool_uses
+    assert use.input == {BAD_ARGUMENTS_KEY: f"they were {len(raw):,} characters, over the limit of 2,097,152 "
+                                            "characters for one call"}
+    assert peak < 8 * MB, f"{peak / MB:.0f} MB allocated at the peak for a {len(raw) / MB:.0f} MB argument"

@@ -103,6 +103,9 @@ class ArgumentBuffer(list[str]):
         super().clear()
         self.total_chars = 0
 
+    def __bool__(self) -> bool:  # something arrived, even when it was not kept
+        return self.total_chars > 0
+
 
 def json_too_deep(raw: str, max_depth: int = MAX_ARGUMENT_DEPTH) -> bool:
     """Does ``raw`` nest arrays/objects deeper than ``max_depth``? A scan of the brackets

@@ -152,13 +152,13 @@ def parse_openai_usage(raw: dict[str, Any]) -> Usage:
     )
 
 
-def parse_tool_arguments(raw: str | ArgumentBuffer) -> dict[str, Any]:
+def parse_tool_arguments(raw: str | list[str]) -> dict[str, Any]:
     """Arguments JSON -> input. Anything but a JSON object keeps the raw text under
     ``_raw_arguments`` so the registry can tell the model its arguments were bad.
     Arguments too big or too deep are never parsed: ``_bad_arguments`` says why."""
-    if isinstance(raw, ArgumentBuffer):
-        if raw.over_cap:  # its fragments were not kept
-            return {BAD_ARGUMENTS_KEY: argument_problem(raw.total_chars, None, max_chars=raw.max_chars)}
+    if isinstance(raw, ArgumentBuffer) and raw.over_cap:  # its fragments were not kept
+        return {BAD_ARGUMENTS_KEY: argument_problem(raw.total_chars, None, max_chars=raw.max_chars)}
+    if isinstance(raw, list):  # the fragments as they streamed
         raw = "".join(raw)
     problem = argument_problem(len(raw), raw)
     if problem is not None:
