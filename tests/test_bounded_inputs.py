@@ -178,7 +178,8 @@ async def test_a_sub_agent_and_its_parent_using_the_same_call_id_each_read_their
     (agent.workspace / "sub.txt").write_text("".join(f"SUB line {i}\n" for i in range(1, 501)))
     fake_llm.enqueue(
         openai_tool_calls([("read_file", {"path": "parent.txt"}, "call_same")]),
-        openai_tool_calls([(TASK_TOOL, {"prompt": "Read sub.txt whole."}, "call_task")]),
+        # the task call's id names the sub-agent's folder: one that climbs stays inside
+        openai_tool_calls([(TASK_TOOL, {"prompt": "Read sub.txt whole."}, "../../escape")]),
         # the sub-agent: the same call id as the parent's first call
         openai_tool_calls([("read_file", {"path": "sub.txt"}, "call_same")]),
         openai_tool_calls([("read_saved_output", {"call_id": "call_same", "offset": 250, "limit": 1}, "sub_read")]),
@@ -195,6 +196,9 @@ async def test_a_sub_agent_and_its_parent_using_the_same_call_id_each_read_their
     main_read = _tool_result(fake_llm.requests[6].json, "main_read")
     assert "SUB line 250" in sub_read and "PARENT" not in sub_read
     assert "PARENT line 250" in main_read and "SUB" not in main_read
+    saved_dir = agent.tool_context.tool_results_dir
+    [sub_saved] = [p for p in saved_dir.rglob("call_same.txt") if p.parent != saved_dir]
+    assert sub_saved.parent.parent == saved_dir / "agents" and "SUB line 250" in sub_saved.read_text()
 
 
 async def test_past_the_session_cap_outputs_are_cut_but_not_saved_and_the_notice_says_why(
