@@ -255,3 +255,23 @@ def test_the_stream_does_not_hold_a_30_mb_argument_past_the_cap(protocol):
     assert use.input == {BAD_ARGUMENTS_KEY: f"they were {len(raw):,} characters, over the limit of 2,097,152 "
                                             "characters for one call"}
     assert peak < 8 * MB, f"{peak / MB:.0f} MB allocated at the peak for a {len(raw) / MB:.0f} MB argument"
+
+
+async def test_a_refused_call_is_never_put_to_the_user_for_approval(fake_llm, tmp_path, monkeypatch):
+    agent, events = make_agent(fake_llm, tmp_path, monkeypatch)
+    asked: list[str] = []
+
+    async def approver(use):
+        asked.append(use.id)
+        return "yes"
+
+    agent.approver = approver
+    big = json.dumps({"path": "big.txt", "content": "b" * (3 * MB)})
+    fake_llm.enqueue(openai_tool_calls([("write_file", big, "call_big")], fragments=64), openai_text("Smaller then."))
+
+    result = await agent.run_turn("write it")
+
+    assert result.stop_reason == "end_turn"
+    assert asked == []  # nothing to approve: the call cannot run
+    assert "over the limit of 2,097,152 characters" in events.of("tool_result")[0].content
+    assert not (tmp_path / "work" / "big.txt").exists()
