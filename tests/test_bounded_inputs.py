@@ -275,3 +275,30 @@ async def test_a_refused_call_is_never_put_to_the_user_for_approval(fake_llm, tm
     assert asked == []  # nothing to approve: the call cannot run
     assert "over the limit of 2,097,152 characters" in events.of("tool_result")[0].content
     assert not (tmp_path / "work" / "big.txt").exists()
+
+
+async def test_a_resumed_session_counts_the_outputs_it_already_saved_against_its_cap(fake_llm, tmp_path, monkeypatch):
+    from agent_helpers import EventLog, _settings
+
+    from app.runtime import build_agent
+
+    options = {"max_output": 2_000, "max_session_saved_output": 60_000}
+    first, _ = make_agent(fake_llm, tmp_path, monkeypatch, **options)
+    (first.workspace / "a.txt").write_text("".join(f"a line {i:05d} of 2000\n" for i in range(1, 2_001)))
+    fake_llm.enqueue(openai_tool_calls([("read_file", {"path": "a.txt"}, "call_a")]), openai_text("Read."))
+    await first.run_turn("read a")
+    await first.aclose()
+    assert (first.tool_context.tool_results_dir / "call_a.txt").stat().st_size > 50_000
+
+    events = EventLog()
+    second = build_agent(_settings(fake_llm, tmp_path, monkeypatch, "openai", dict(options)), emit=events,
+                         resume=first.session_id, cwd=first.workspace)
+    fake_llm.enqueue(openai_tool_calls([("read_file", {"path": "a.txt"}, "call_again")]), openai_text("Again."))
+    await second.run_turn("read it again")
+    await second.aclose()
+
+    (again,) = events.of("tool_result")
+    # ~56 KB of the 60,000 were used before the resume: only what is left is saved, and it says so
+    assert "what was left of this session's cap of 60,000 bytes, max_session_saved_output" in again.content
+    saved_dir = second.tool_context.tool_results_dir
+    assert sum(p.stat().st_size for p in saved_dir.iterdir()) < 60_000 + 1_024
