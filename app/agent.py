@@ -34,6 +34,7 @@ from app.events import (
 )
 from app.markers import INTERRUPTED_RESULT  # one text for a call that never finished
 from app.messages import ContentBlock, Message, ToolResultBlock, ToolUseBlock
+from app.providers.json_fields import BAD_ARGUMENTS_KEY
 from app.providers.sse import MAX_RETRY_AFTER
 from app.providers.base import (
     Completed,
@@ -74,6 +75,9 @@ def retry_delay(attempt: int, retry_after: float | None, base: float, cap: float
 
 def summarize_args(name: str, args: dict[str, object]) -> str:
     """One short line for the UI: the argument that says most."""
+    bad = args.get(BAD_ARGUMENTS_KEY)
+    if isinstance(bad, str):
+        return f"arguments refused: {bad}"[:80]
     # "description": the task tool's few words for its sub-agent (its "prompt" is the long brief)
     for key in ("command", "path", "pattern", "description"):
         value = args.get(key)
@@ -257,6 +261,8 @@ class Agent:
     async def _approval_refusal(self, use: ToolUseBlock) -> str | None:
         if not self.registry.is_mutating(use.name) or self.options.auto_approve:
             return None
+        if BAD_ARGUMENTS_KEY in use.input:
+            return None  # nothing to approve: the registry refuses the call without running it
         if self.approver is None:
             return (f"{use.name} was refused: this session does not allow tools that change things. "
                     "Use read_file and list_files to investigate, or tell the user to restart tidegauge with --yes.")

@@ -27,7 +27,11 @@ from pydantic_settings import (
 from app.providers.factory import PROVIDER_KEY_ENV  # the providers' key variables: one list
 from app.errors import ConfigError  # raised here; the CLI imports it from app.errors
 from app.mcp.settings import McpServerConfig, check_server_names  # MCP servers (issue 16)
-from app.tools.base import DEFAULT_MAX_SAVED_OUTPUT, DEFAULT_READ_MAX_BYTES  # tool hardening (issue 12)
+from app.tools.base import (  # tool hardening (issues 12, 24)
+    DEFAULT_MAX_SAVED_OUTPUT,
+    DEFAULT_MAX_SESSION_SAVED_OUTPUT,
+    DEFAULT_READ_MAX_BYTES,
+)
 from app.redact import redact, register_env_var, register_secret
 
 APP_NAME = "tidegauge"
@@ -108,6 +112,8 @@ class Settings(BaseSettings):
     # per call. Both reach the tools through ToolContext.
     max_saved_output: int = Field(DEFAULT_MAX_SAVED_OUTPUT, ge=1024)
     read_max_bytes: int = Field(DEFAULT_READ_MAX_BYTES, ge=1024)
+    # All saved outputs of one session (its sub-agents' too); past it outputs are still cut, not saved.
+    max_session_saved_output: int = Field(DEFAULT_MAX_SESSION_SAVED_OUTPUT, ge=0)
     # Keys written by hand under [api_keys] in config.toml (kept 0600); environment variables win.
     api_keys: dict[str, SecretStr] = Field(default_factory=dict)
     # Session memory (issue 15): a background summary every N tokens of new context

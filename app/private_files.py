@@ -8,7 +8,9 @@ every open has ``O_NOFOLLOW``: a symlink put at the path by another local user
 (or left by anything else) makes the open fail instead of redirecting the write.
 A path that is not a regular file (a FIFO, a device) is refused too.
 
-The saved tool outputs use ``app.tools.registry.open_private``, the same rules.
+Saved tool outputs (the registry's, ``run_bash``'s and the engine's) are opened
+with ``open_private``. This module sits below ``app.tools`` and ``app.context``,
+so both use it without importing each other.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import IO
 
 FILE_MODE = 0o600
 DIR_MODE = 0o700
@@ -57,6 +60,12 @@ def open_private_fd(path: Path, flags: int) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def open_private(target: Path) -> IO[bytes]:
+    """``target`` opened for writing from its start (a saved tool output), by the same rules."""
+    make_private_dir(target.parent)
+    return os.fdopen(open_private_fd(target, os.O_WRONLY | os.O_TRUNC), "wb")
 
 
 def write_private_atomic(path: Path, data: bytes) -> None:

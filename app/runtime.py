@@ -32,7 +32,7 @@ from app.providers.http_base import SseHttpProvider
 from app.providers.sse import StreamLimits
 from app.redact import register_secret
 from app.session import Session, SessionStore
-from app.tools.base import ToolContext
+from app.tools.base import SavedOutputBudget, ToolContext
 from app.tools.registry import default_registry
 from app.transcript import TranscriptWriter, restore
 
@@ -234,6 +234,8 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         file_cache=FileReadCache(),
         max_saved_output=settings.max_saved_output,
         read_max_bytes=settings.read_max_bytes,
+        # a resumed session's outputs already saved count too
+        saved_output_budget=SavedOutputBudget.for_folder(session.tool_results_dir, settings.max_session_saved_output),
     )
     label = provider.label
     agent = Agent(

@@ -12,16 +12,15 @@ other events stay inside it.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from app.context.file_cache import FileReadCache
 from app.context.memory import MemoryBundle
-from app.context.tokens import count_tokens
 from app.events import ContextEvent, Event, SubAgentEvent, ToolStartEvent, UsageEvent
 from app.messages import ToolSpec
 from app.tools.base import ToolContext, ToolInputError, ToolOutput
-from app.context.truncation import truncate_head_tail
-from app.tools.registry import ToolRegistry
+from app.tools.registry import ToolRegistry, safe_file_stem
 
 if TYPE_CHECKING:  # the agent module imports the tools; the sub-agent is built from it on use
     from app.agent import Agent
@@ -30,6 +29,8 @@ if TYPE_CHECKING:  # the agent module imports the tools; the sub-agent is built 
 TASK_TOOL = "task"
 DEFAULT_REPORT_TOKENS = 2_000
 DEFAULT_SUB_STEPS = 20
+# The report's limit in characters for the registry's cut (a token is ~4 characters of prose).
+REPORT_CHARS_PER_TOKEN = 4
 
 SUB_SYSTEM_PROMPT = """You are a sub-agent of tidegauge, a coding agent. Another agent delegated one task to you.
 Working directory: {cwd}
@@ -47,15 +48,20 @@ class SubAgentLimits:
     max_tokens: int = 8_000  # output tokens per model call
 
 
-def bounded_report(text: str, report_tokens: int, stopped: str | None = None) -> str:
-    """The report as the main agent gets it: cut head+tail to about ``report_tokens`` tokens."""
+def report_text(text: str, stopped: str | None = None) -> str:
+    """The whole report as the sub-agent wrote it, with a note when it stopped early.
+
+    Not cut here: the registry cuts it to ``TaskTool.output_limit`` like every
+    tool result, and saves it whole under the parent's tool-results/.
+    """
     note = f"[the sub-agent {stopped}; its report may be incomplete]\n\n" if stopped else ""
-    text = text.strip() or "(the sub-agent wrote no report)"
-    tokens = count_tokens(text)
-    if tokens > report_tokens:
-        chars_per_token = len(text) / max(1, tokens)
-        text = truncate_head_tail(text, max(200, int(report_tokens * chars_per_token)), None, len(text))
-    return note + text
+    return note + (text.strip() or "(the sub-agent wrote no report)")
+
+
+def sub_agent_results_dir(tool_results_dir: Path, task_call_id: str) -> Path:
+    """Where a sub-agent saves its outputs: its own folder, named by the parent's task call, so
+    the same call id in the parent and a sub-agent never names the same file."""
+    return Path(tool_results_dir) / "agents" / safe_file_stem(task_call_id)
 
 
 class TaskTool:
@@ -70,6 +76,8 @@ class TaskTool:
     def __init__(self, parent: Agent, limits: SubAgentLimits | None = None) -> None:
         self.parent = parent
         self.limits = limits or SubAgentLimits()
+        # The registry cuts the report to this (head+tail, the whole report saved), as any result.
+        self.output_limit = self.limits.report_tokens * REPORT_CHARS_PER_TOKEN
         self.spec = ToolSpec(
             name=TASK_TOOL,
             description=(
@@ -127,8 +135,7 @@ class TaskTool:
             stopped = f"stopped at its step limit ({self.limits.max_steps} steps)"
         elif result.stop_reason == "error":
             return ToolOutput(f"The sub-agent failed: {result.text}", is_error=True)
-        report = bounded_report(result.text, self.limits.report_tokens, stopped)
-        return ToolOutput(report)
+        return ToolOutput(report_text(result.text, stopped))
 
     def build_sub_agent(self, ctx: ToolContext) -> Agent:
         from app.agent import Agent, AgentOptions
@@ -137,6 +144,7 @@ class TaskTool:
         parent = self.parent
         registry = self.read_only_registry()
         parent_config = parent.engine.config
+        results_dir = sub_agent_results_dir(ctx.tool_results_dir, ctx.call_id)
         engine = ContextEngine(
             system_prompt=SUB_SYSTEM_PROMPT.format(cwd=ctx.workspace, report_tokens=self.limits.report_tokens),
             memory=MemoryBundle(),
@@ -146,10 +154,11 @@ class TaskTool:
                                 compact_max_output=parent_config.compact_max_output),
             price=parent.engine.price,
             compact_price=parent.engine.compact_price,
-            tool_results_dir=ctx.tool_results_dir,
+            tool_results_dir=results_dir,
         )
         # A fresh context: the parent's file-read cache would answer "unchanged, see above".
-        tool_context = replace(ctx, call_id="", file_cache=FileReadCache())
+        # Its saved outputs count against the same per-session cap (the budget is shared).
+        tool_context = replace(ctx, call_id="", file_cache=FileReadCache(), tool_results_dir=results_dir)
         agent = Agent(
             provider=parent.provider,
             registry=registry,

@@ -51,6 +51,7 @@ BENCHMARKS: dict[str, list[tuple[str, str]]] = {
         ("9a quit: ctrl+q to exit, idle", "< 0.5 s"),
         ("9b quit: ctrl+q to exit, mid-reply", "< 0.5 s"),
     ],
+    "bench_arguments": [("10 30 MB tool argument refused", "<= 4× reading the bytes")],
 }
 
 _MARKER = "@@BENCH-RESULTS@@"

@@ -64,6 +64,7 @@ from app.events import (
     WarningCrossedEvent,
 )
 from app.messages import Message, OpaqueBlock, TextBlock, ToolResultBlock, ToolSpec
+from app.private_files import open_private
 from app.providers.base import Completed, ContextTooLongError, ModelRequest, ProviderError
 from app.context.truncation import truncate_head_tail
 from app.transcript import TranscriptWriter
@@ -533,10 +534,9 @@ class ContextEngine:
         if self.tool_results_dir is None:
             return None
         out = self.tool_results_dir / f"{_safe_name(tool_use_id)}.txt"
-        try:
-            self.tool_results_dir.mkdir(parents=True, exist_ok=True)
-            with open(out, "w", encoding="utf-8", errors="replace", newline="") as f:
-                f.write(content)
+        try:  # 0600, and a symlink planted at ``out`` is not followed (as the registry's saves)
+            with open_private(out) as f:
+                f.write(content.encode("utf-8", errors="replace"))
         except OSError:
             return None
         return str(out)

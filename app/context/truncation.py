@@ -23,6 +23,8 @@ def truncation_notice(
     saved = ""
     if full_output_path:
         saved = f" Full output saved to {full_output_path}" + (f" ({saved_note})." if saved_note else ".")
+    elif saved_note:  # why there is no file (the session's cap on saved outputs was reached)
+        saved = f" {saved_note[:1].upper()}{saved_note[1:]}."
     return (
         f"{_NOTICE_START}{total_chars:,} characters in total, {left_out:,} left out in the "
         f"middle.{saved} Narrow it down: grep for what you need, use head/tail, or read_file "

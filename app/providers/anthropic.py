@@ -28,6 +28,7 @@ from app.providers.base import (
     ToolCallStart,
     UsageUpdate,
 )
+from app.providers.json_fields import ArgumentBuffer  # issue 24: arguments held up to a cap
 from app.providers.openai import parse_tool_arguments, tool_use_block
 from app.providers.http_base import HttpSettings, SseHttpProvider
 from app.providers.json_fields import int_field, object_field
@@ -252,7 +253,7 @@ class AnthropicStreamAssembler:
             if not (isinstance(call_id, str) and call_id and isinstance(name, str) and name):
                 raise ProviderError(f"tool_use block {index} without id or name", error_type="bad_response")
             initial = start.get("input")
-            block = _Block("tool_use", id=call_id, name=name,
+            block = _Block("tool_use", id=call_id, name=name, parts=ArgumentBuffer(),  # held up to a cap
                            initial_input=initial if isinstance(initial, dict) else {})
             out.append(ToolCallStart(index=index, id=call_id, name=name))
         elif kind == "redacted_thinking":
@@ -370,7 +371,7 @@ class AnthropicStreamAssembler:
             elif block.kind == "redacted_thinking" and joined:
                 content.append(RedactedThinkingBlock(data=joined))
             elif block.kind == "tool_use":
-                tool_input = parse_tool_arguments(joined) if block.parts else block.initial_input
+                tool_input = parse_tool_arguments(block.parts) if block.parts else block.initial_input
                 content.append(tool_use_block(block.id, block.name, tool_input,
                                               cut=self._stop_reason == "max_tokens",
                                               no_arguments_yet=(index == last_index and not joined.strip()

@@ -59,3 +59,73 @@ def int_field(obj: Mapping[str, Any], key: str) -> int:
     """``obj[key]`` when it is a whole number, else 0."""
     value = obj.get(key)
     return value if isinstance(value, int) else 0
+
+
+# ---- a tool call's arguments: bounded before they are held or parsed ----
+
+# A model's arguments are text it wrote: a whole file for write_file is a few hundred KB at
+# most (output limits are ~128k tokens). Past this the call is refused, not run.
+MAX_ARGUMENT_CHARS = 2 * 1024 * 1024
+# Real schemas nest a few levels; 900 levels broke the event encoder and ended the turn.
+MAX_ARGUMENT_DEPTH = 64
+# The input of a call refused for its size or depth: the registry answers the model with it.
+BAD_ARGUMENTS_KEY = "_bad_arguments"
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_A_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+class ArgumentBuffer(list[str]):
+    """The fragments of one tool call's arguments, held up to ``max_chars``.
+
+    A list (``"".join(buffer)`` still works) whose ``append`` stops keeping
+    fragments once the total passes the cap: a 30 MB argument costs its count,
+    not 30 MB held and parsed. ``total_chars`` is what arrived.
+    """
+
+    def __init__(self, max_chars: int = MAX_ARGUMENT_CHARS) -> None:
+        super().__init__()
+        self.max_chars = max_chars
+        self.total_chars = 0
+
+    @property
+    def over_cap(self) -> bool:
+        return self.total_chars > self.max_chars
+
+    def append(self, fragment: str) -> None:
+        self.total_chars += len(fragment)
+        if self.over_cap:
+            super().clear()  # what was kept can no longer be used either
+        else:
+            super().append(fragment)
+
+    def clear(self) -> None:
+        super().clear()
+        self.total_chars = 0
+
+    def __bool__(self) -> bool:  # something arrived, even when it was not kept
+        return self.total_chars > 0
+
+
+def json_too_deep(raw: str, max_depth: int = MAX_ARGUMENT_DEPTH) -> bool:
+    """Does ``raw`` nest arrays/objects deeper than ``max_depth``? A scan of the brackets
+    outside strings, stopped at the first level past the limit (json.loads would recurse)."""
+    if raw.count("[") + raw.count("{") <= max_depth:
+        return False
+    depth = 0
+    for bracket in _NOT_A_BRACKET.sub("", _JSON_STRING.sub("", raw)):
+        depth += 1 if bracket in "[{" else -1
+        if depth > max_depth:
+            return True
+    return False
+
+
+def argument_problem(total_chars: int, raw: str | None, *, max_chars: int = MAX_ARGUMENT_CHARS,
+                     max_depth: int = MAX_ARGUMENT_DEPTH) -> str | None:
+    """Why arguments of ``total_chars`` characters (text ``raw`` when it was kept) must not be
+    parsed, in words for the model; None when they may be."""
+    if total_chars > max_chars:
+        return f"they were {total_chars:,} characters, over the limit of {max_chars:,} characters for one call"
+    if raw is not None and json_too_deep(raw, max_depth):
+        return f"they nest arrays/objects more than {max_depth} levels deep (the limit)"
+    return None

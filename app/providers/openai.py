@@ -27,7 +27,13 @@ from app.providers.base import (
     UsageUpdate,
 )
 from app.providers.http_base import HttpSettings, SseHttpProvider
-from app.providers.json_fields import int_field, object_field
+from app.providers.json_fields import (
+    BAD_ARGUMENTS_KEY,
+    ArgumentBuffer,
+    argument_problem,
+    int_field,
+    object_field,
+)
 from app.providers.sse import SSEEvent, assemble_stream, error_from_payload, event_object, stream_cut_error
 from app.usage import Usage
 
@@ -125,7 +131,7 @@ class _ToolCallState:
     index: int
     id: str = ""
     name: str = ""
-    arguments: list[str] = field(default_factory=list)
+    arguments: ArgumentBuffer = field(default_factory=ArgumentBuffer)  # held up to a cap
     started: bool = False
 
 
@@ -159,14 +165,22 @@ def parse_openai_usage(raw: dict[str, Any]) -> Usage:
     )
 
 
-def parse_tool_arguments(raw: str) -> dict[str, Any]:
+def parse_tool_arguments(raw: str | list[str]) -> dict[str, Any]:
     """Arguments JSON -> input. Anything but a JSON object keeps the raw text under
-    ``_raw_arguments`` so the registry can tell the model its arguments were bad."""
+    ``_raw_arguments`` so the registry can tell the model its arguments were bad.
+    Arguments too big or too deep are never parsed: ``_bad_arguments`` says why."""
+    if isinstance(raw, ArgumentBuffer) and raw.over_cap:  # its fragments were not kept
+        return {BAD_ARGUMENTS_KEY: argument_problem(raw.total_chars, None, max_chars=raw.max_chars)}
+    if isinstance(raw, list):  # the fragments as they streamed
+        raw = "".join(raw)
+    problem = argument_problem(len(raw), raw)
+    if problem is not None:
+        return {BAD_ARGUMENTS_KEY: problem}
     if raw.strip() == "":
         return {}
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {RAW_ARGUMENTS_KEY: raw}
     if not isinstance(value, dict):
         return {RAW_ARGUMENTS_KEY: raw}
@@ -181,7 +195,8 @@ def tool_use_block(call_id: str, name: str, tool_input: dict[str, Any], *, cut: 
     last call of the message, cut before a single argument character arrived."""
     if cut and (RAW_ARGUMENTS_KEY in tool_input or no_arguments_yet):
         return ToolUseBlock(id=call_id, name=name, input={}, cut_at_output_limit=True)
-    keep_raw = raw_arguments is not None and RAW_ARGUMENTS_KEY not in tool_input and raw_arguments.strip() != ""
+    keep_raw = (raw_arguments is not None and raw_arguments.strip() != ""
+                and RAW_ARGUMENTS_KEY not in tool_input and BAD_ARGUMENTS_KEY not in tool_input)
     return ToolUseBlock(id=call_id, name=name, input=tool_input, raw_arguments=raw_arguments if keep_raw else None)
 
 
@@ -325,7 +340,7 @@ class OpenAIStreamAssembler:
             raw = "".join(state.arguments)
             content.append(tool_use_block(
                 state.id or f"call_{uuid.uuid4().hex[:24]}", state.name,
-                parse_tool_arguments(raw), cut=self._finish_reason == "length",
+                parse_tool_arguments(state.arguments), cut=self._finish_reason == "length",
                 no_arguments_yet=index == last_call and not raw.strip(), raw_arguments=raw))
         stop_reason = _STOP_REASONS.get(self._finish_reason, self._finish_reason)
         if self._calls and stop_reason == "end_turn":

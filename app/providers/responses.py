@@ -33,7 +33,7 @@ from app.providers.base import (
     UsageUpdate,
 )
 from app.providers.http_base import HttpSettings, SseHttpProvider
-from app.providers.json_fields import int_field, list_field, object_field
+from app.providers.json_fields import ArgumentBuffer, int_field, list_field, object_field
 from app.providers.openai import parse_tool_arguments, tool_result_text, tool_use_block, wire_arguments
 from app.providers.sse import SSEEvent, assemble_stream, error_from_payload, event_object, stream_cut_error
 from app.usage import Usage
@@ -129,7 +129,7 @@ class _Item:
     item: dict[str, Any]
     text: list[str] = field(default_factory=list)
     refusal: list[str] = field(default_factory=list)
-    arguments: list[str] = field(default_factory=list)
+    arguments: list[str] = field(default_factory=ArgumentBuffer)  # issue 24: held up to a cap
     done: bool = False
 
     @property
@@ -346,8 +346,9 @@ def _block_of(state: _Item) -> Any | None:
         if not (isinstance(call_id, str) and call_id and isinstance(name, str) and name):
             raise ProviderError("function_call item without call_id or name", error_type="bad_response")
         arguments = item.get("arguments")
-        raw = arguments if state.done and isinstance(arguments, str) else "".join(state.arguments)
-        return tool_use_block(call_id, name, parse_tool_arguments(raw), cut=False, raw_arguments=raw)
+        raw = arguments if state.done and isinstance(arguments, str) else state.arguments
+        text = raw if isinstance(raw, str) else "".join(raw)
+        return tool_use_block(call_id, name, parse_tool_arguments(raw), cut=False, raw_arguments=text)
     return None  # hosted-tool items we never ask for
 
 

@@ -19,12 +19,46 @@ from app.messages import ToolSpec
 
 # Saved full outputs stop growing here (the tail beyond it is still kept); see registry.
 DEFAULT_MAX_SAVED_OUTPUT = 1024**3
+# All the full outputs one session saves (its sub-agents' too) stop here; see SavedOutputBudget.
+DEFAULT_MAX_SESSION_SAVED_OUTPUT = 1024**3
 # read_file consumes at most this many bytes for the lines it returns.
 DEFAULT_READ_MAX_BYTES = 4 * 1024 * 1024
 
 
 class ToolInputError(Exception):
     """Bad arguments or a refused path; the message tells the model what to do next."""
+
+
+@dataclass
+class SavedOutputBudget:
+    """The bytes one session's saved full outputs may take (``max_session_saved_output``).
+
+    ``max_saved_output`` caps one call; three calls at that cap wrote 3.1 GB. One budget is
+    shared by a session's agent and its sub-agents; the registry counts every saved file.
+    """
+
+    limit: int = DEFAULT_MAX_SESSION_SAVED_OUTPUT
+    used: int = 0
+
+    @property
+    def room(self) -> int:
+        return max(0, self.limit - self.used)
+
+    def not_saved_note(self) -> str:
+        return (f"the full output was not saved: this session's saved outputs reached their cap of "
+                f"{self.limit:,} bytes (the max_session_saved_output setting raises it)")
+
+    @classmethod
+    def for_folder(cls, folder: Path, limit: int) -> SavedOutputBudget:
+        """A budget for a session whose folder may already hold saved outputs (a resumed one)."""
+        used = 0
+        try:
+            for path in folder.rglob("*"):
+                if path.is_file() and not path.is_symlink():
+                    used += path.stat().st_size
+        except OSError:
+            pass  # an unreadable folder: count what was seen
+        return cls(limit=limit, used=used)
 
 
 @dataclass
@@ -43,6 +77,8 @@ class ToolContext:
     # tool hardening (issue 12): Settings.max_saved_output / Settings.read_max_bytes
     max_saved_output: int = DEFAULT_MAX_SAVED_OUTPUT
     read_max_bytes: int = DEFAULT_READ_MAX_BYTES
+    # Settings.max_session_saved_output; shared, not copied, when a sub-agent's context is made
+    saved_output_budget: SavedOutputBudget = field(default_factory=SavedOutputBudget)
 
 
 @dataclass

@@ -123,8 +123,10 @@ class _OutputCollector:
     not UTF-8.
     """
 
-    def __init__(self, keep: int, spill_path: Path, max_saved: int = DEFAULT_MAX_SAVED_OUTPUT) -> None:
+    def __init__(self, keep: int, spill_path: Path, max_saved: int = DEFAULT_MAX_SAVED_OUTPUT,
+                 not_saved_note: str = "") -> None:
         self.keep = keep
+        self.not_saved_note = not_saved_note  # says why, when max_saved is 0 (the session's cap)
         self.spill_path = spill_path
         self.max_saved = max_saved
         self.total_bytes = 0
@@ -162,8 +164,9 @@ class _OutputCollector:
         self._parts = []
         self.spilled = True
         try:
-            self.spill = _RedactingWriter(self.spill_path, self.max_saved)
-            self.spill.write(everything)
+            if self.max_saved > 0:  # 0: the session's saved outputs reached their cap
+                self.spill = _RedactingWriter(self.spill_path, self.max_saved)
+                self.spill.write(everything)
         except OSError:
             self.spill = None  # the notice will say nothing was saved
         self.head = everything[: self.keep]
@@ -189,7 +192,7 @@ class _OutputCollector:
         if tail.endswith("\n") and suffix.startswith("\n"):
             suffix = suffix[1:]
         path: str | None = None
-        saved_note = ""
+        saved_note = self.not_saved_note if self.max_saved <= 0 else ""
         if self.spill is not None:
             with contextlib.suppress(OSError):
                 self.spill.write(suffix)
@@ -306,7 +309,8 @@ class RunBashTool(ArgsTool[RunBashArgs]):
         proctree.enable_subreaper()
         marker = proctree.new_marker()
         spill_path = Path(ctx.tool_results_dir) / f"{safe_file_stem(ctx.call_id)}.txt"
-        collector = _OutputCollector(keep_chars_for(output_limit.get()), spill_path, ctx.max_saved_output)
+        collector = _OutputCollector(keep_chars_for(output_limit.get()), spill_path, ctx.max_saved_output,
+                                     ctx.saved_output_budget.not_saved_note())
         loop = asyncio.get_running_loop()
         # The command is already running while its pipes connect; shielded so an
         # interrupt in that moment still finds the process group to kill.

@@ -16,7 +16,7 @@ import re
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -26,9 +26,19 @@ from app.context.truncation import (  # the cut itself is pure logic; the regist
     join_head_tail,
 )
 from app.messages import ToolSpec
+from app.private_files import open_private as open_private  # re-exported: run_bash opens its spill with it
+from app.providers.json_fields import BAD_ARGUMENTS_KEY
 from app.redact import redact
 from app.sanitize import sanitize_for_model
-from app.tools.base import DEFAULT_MAX_SAVED_OUTPUT, ArgsTool, Tool, ToolContext, ToolInputError, ToolOutput
+from app.tools.base import (
+    DEFAULT_MAX_SAVED_OUTPUT,
+    ArgsTool,
+    SavedOutputBudget,
+    Tool,
+    ToolContext,
+    ToolInputError,
+    ToolOutput,
+)
 from app.tools.workspace import output_limit
 
 DEFAULT_MAX_OUTPUT = 40_000
@@ -37,22 +47,6 @@ def safe_file_stem(call_id: str) -> str:
     """A file name stem from a tool call id (ids come from the model's server)."""
     stem = re.sub(r"[^A-Za-z0-9_.-]", "_", call_id).strip(".")[:120]
     return stem or f"call-{uuid.uuid4().hex[:12]}"
-
-
-def open_private(target: Path) -> IO[bytes]:
-    """``target`` opened for writing, readable by its owner only (0600, whatever the umask).
-
-    Tool outputs can hold anything the commands printed; other users on the
-    machine must not read them. The folder is made 0700 when we create it.
-    """
-    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-    try:
-        os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT
-    except OSError:
-        os.close(fd)
-        raise
-    return os.fdopen(fd, "wb")
 
 
 class CappedFile:
@@ -186,9 +180,12 @@ class ToolRegistry:
     def register(self, tool: Tool, *, max_output: int | None = None) -> None:
         """Add ``tool``. ``max_output`` is its own character limit (0: never truncated),
         for a tool whose output has another size than the rest (an MCP server's, a
-        plug-in's); None keeps the registry's limit, which ``--max-output`` sets."""
+        plug-in's); None takes the tool's own ``output_limit`` if it has one, else the
+        registry's limit, which ``--max-output`` sets."""
         name = tool.spec.name
         self._tools[name] = tool
+        if max_output is None:  # a tool may declare its own (the task tool: its report's size)
+            max_output = getattr(tool, "output_limit", None)
         if max_output is None:
             self._output_limits.pop(name, None)
         else:
@@ -212,12 +209,20 @@ class ToolRegistry:
         """Run one tool call. Never raises except for cancellation."""
         started = time.perf_counter()
         limit = self.output_limit_for(name)
+        budget = ctx.saved_output_budget
+        # Near the session's cap a call may save only what is left of it (0: nothing).
+        call_ctx = ctx if budget.room >= ctx.max_saved_output else replace(ctx, max_saved_output=budget.room)
         token = output_limit.set(limit)
         try:
-            output = await self._run_tool(name, args, ctx)
+            output = await self._run_tool(name, args, call_ctx)
         finally:
             output_limit.reset(token)
-        run = self._finish(output, ctx, limit)
+        by_session_cap = call_ctx is not ctx
+        if by_session_cap and output.saved_note:
+            output = _session_capped(output, budget)
+        run = self._finish(output, call_ctx, limit, by_session_cap=by_session_cap)
+        if run.full_output_path is not None:
+            budget.used += _file_size(run.full_output_path)
         run.duration_ms = (time.perf_counter() - started) * 1000
         return run
 
@@ -230,6 +235,12 @@ class ToolRegistry:
             return ToolOutput(
                 f"The arguments of {name} must be a JSON object, got {type(args).__name__}. "
                 f"Call {name} again with an object matching its schema.",
+                is_error=True,
+            )
+        if BAD_ARGUMENTS_KEY in args:  # too big or too deep: the provider never parsed them
+            return ToolOutput(
+                f"The arguments of your {name} call were refused and nothing was run: {args[BAD_ARGUMENTS_KEY]}. "
+                f"Call {name} again with smaller, flatter arguments (split a large file into several calls).",
                 is_error=True,
             )
         if "_raw_arguments" in args:
@@ -265,7 +276,7 @@ class ToolRegistry:
             return ToolOutput(f"{name} returned no output (internal error).", is_error=True)
         return output
 
-    def _finish(self, output: ToolOutput, ctx: ToolContext, limit: int) -> ToolRun:
+    def _finish(self, output: ToolOutput, ctx: ToolContext, limit: int, *, by_session_cap: bool = False) -> ToolRun:
         # A provider key never needs to reach the model, the screen or the disk.
         raw = output.text
         total_hint = output.original_chars or 0
@@ -283,10 +294,14 @@ class ToolRegistry:
         truncated = total > len(text)
         kept = len(text) - _notice_length(text) if truncated else len(text)
         if limit > 0 and (len(text) > limit or precut):
-            if path is None:
+            if path is None and ctx.max_saved_output <= 0:
+                saved_note = ctx.saved_output_budget.not_saved_note()
+            elif path is None:
                 path, saved_note = save_full_output(
                     redact(output.text), ctx.tool_results_dir, ctx.call_id, ctx.max_saved_output
                 )
+                if saved_note and by_session_cap:
+                    saved_note = _session_note(saved_note, ctx.saved_output_budget)
             if len(text) > limit:
                 text, kept = _cut(text, limit, path, total, saved_note)
             else:  # cleaning shrank the ends below the limit: still say what was left out
@@ -302,6 +317,27 @@ class ToolRegistry:
             full_output_path=path if truncated else None,
             duration_ms=0.0,
         )
+
+
+def _session_note(note: str, budget: SavedOutputBudget) -> str:
+    """A per-call cap's note, for a file capped by what was left of the session's cap instead."""
+    return note.replace("(max_saved_output)", f"(what was left of this session's cap of {budget.limit:,} bytes, "
+                        "max_session_saved_output)")
+
+
+def _session_capped(output: ToolOutput, budget: SavedOutputBudget) -> ToolOutput:
+    """A tool's output whose own saved file (run_bash's) hit the session's cap, saying so."""
+    if output.full_output_path is None:
+        return output
+    note = _session_note(output.saved_note, budget)
+    return replace(output, text=output.text.replace(output.saved_note, note, 1), saved_note=note)
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 def default_registry(max_output: int = DEFAULT_MAX_OUTPUT) -> ToolRegistry:
