@@ -107,9 +107,9 @@ def is_named(fact: Fact, summary: str) -> bool:
 
 def _user_texts(history: Sequence[Message]) -> list[str]:
     # Imported here: compaction imports this module's caller, not the other way round.
-    from app.context.compaction import _genuine_user_texts
+    from app.context.compaction import user_words
 
-    return _genuine_user_texts(history)
+    return [b.text for b in user_words(history)]
 
 
 def _constraints(texts: Sequence[str]) -> list[str]:

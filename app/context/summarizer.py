@@ -19,12 +19,7 @@ from app.markers import EXIT_CODE, TIMED_OUT, TRUNCATED
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from app.context.compaction import (
-    RECENT_INTRO,
-    SUMMARY_INTRO,
-    is_summary_message,
-    recent_user_messages,
-)
+from app.context.compaction import recent_user_messages, summary_parts
 from app.context.overflow import DROPPED_NOTE
 from app.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 
@@ -240,12 +235,6 @@ def parse_summary(text: str) -> SummaryFacts | None:
     return facts
 
 
-def _summary_body(text: str) -> str:
-    """The summary part of an engine summary message (without intro and quoted user messages)."""
-    body = text[len(SUMMARY_INTRO):] if text.startswith(SUMMARY_INTRO) else text
-    return body.split(RECENT_INTRO, 1)[0].strip()
-
-
 def _merge(into: SummaryFacts, earlier: SummaryFacts) -> None:
     if into.first_request is None:
         into.first_request = earlier.first_request
@@ -310,15 +299,17 @@ def collect_facts(history: Sequence[Message]) -> SummaryFacts:
         for block in msg.tool_results:
             results[block.tool_use_id] = block
 
-    earlier_summaries = [m for m in history if is_summary_message(m)]
-    for msg in earlier_summaries:
-        parsed = parse_summary(_summary_body(msg.text))
+    for msg in history:
+        parts = summary_parts(msg)
+        if parts is None:
+            continue
+        parsed = parse_summary(parts.summary)
         if parsed is not None:
             _merge(facts, parsed)
         else:
-            facts.carried = _clip(_summary_body(msg.text), MAX_CARRIED_CHARS)
+            facts.carried = _clip(parts.summary, MAX_CARRIED_CHARS)
 
-    # The user's own words, oldest first (earlier summaries contribute what they quoted).
+    # The user's own words, oldest first (earlier summaries contribute the words they kept).
     typed = recent_user_messages(history, budget=10**9)
     if facts.first_request is None and typed:
         facts.first_request = typed[0]
