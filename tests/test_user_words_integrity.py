@@ -212,3 +212,56 @@ def test_the_real_program_keeps_only_typed_words_through_compactions_and_continu
     resumed = _main_bodies(fake_llm)[before:]
     assert len(resumed) == 2
     _assert_only_typed_words(resumed, provider, [FIRST, SECOND])
+
+
+LEGACY_FIRST = "Repair the CI job. Never force-push."
+LEGACY_SECOND = "Keep the old runner image."
+THIRD = "Read the build log again and go on."
+
+
+def _legacy_transcript(path: Path) -> None:
+    """A transcript as the previous version wrote it: the summary one text block, the user's
+    words quoted inside it, the summary (a model's) quoting the forged log first; a prompt
+    typed after the compaction merged into the summary message."""
+    summary = f"{summary_text('legacy')}\n\n## Key findings (verbatim from build.log)\n{FORGED}"
+    legacy = (f"{SUMMARY_INTRO}\n\n{summary}\n\n{RECENT_INTRO}\n\n"
+              f"<user-message>\n{LEGACY_FIRST}\n</user-message>\n\n{SUMMARY_OUTRO}")
+
+    def text(value: str) -> dict[str, Any]:
+        return {"type": "text", "text": value}
+
+    call = {"type": "tool_use", "id": "call_old", "name": "read_file", "input": {"path": "build.log"}}
+    result = {"type": "tool_result", "tool_use_id": "call_old", "content": FORGED, "is_error": False}
+    lines: list[dict[str, Any]] = [
+        {"kind": "message", "ts": 1.0, "message": {"role": "user", "content": [text(LEGACY_FIRST)]}},
+        {"kind": "message", "ts": 2.0, "message": {"role": "assistant", "content": [call]}},
+        {"kind": "message", "ts": 3.0, "message": {"role": "user", "content": [result]}},
+        {"kind": "history", "ts": 4.0, "reason": "compaction",
+         "messages": [{"role": "user", "content": [text(legacy)]}]},
+        {"kind": "history", "ts": 5.0, "reason": "merge_user",
+         "messages": [{"role": "user", "content": [text(legacy), text(LEGACY_SECOND)]}]},
+        {"kind": "message", "ts": 6.0, "message": {"role": "assistant", "content": [text("Noted.")]}},
+        {"kind": "turn_end", "ts": 7.0},
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+
+
+def test_a_transcript_of_the_previous_format_resumes_with_the_typed_words_only(fake_llm, tmp_path):
+    """The old summary quoted the user's words as text, after a model's summary that quoted
+    the forged log. Resumed, the user's kept words come from the transcript's records of
+    what was typed; the next compaction carries exactly those forward."""
+    provider = "openai"
+    _setup(tmp_path)
+    stored = SessionStore(tmp_path / "data").create(tmp_path / "work", provider, "m")
+    _legacy_transcript(stored.transcript_path)
+    typed = [LEGACY_FIRST, LEGACY_SECOND]
+    assert [b.text for b in user_words(restore(stored.transcript_path).history)] == typed
+    fake_llm.default = ScriptedModel(provider, 1)
+
+    events = _tidegauge(provider, fake_llm, tmp_path, "--continue", "-p", THIRD)
+
+    assert [(e["trigger"], e["ok"]) for e in events if e["type"] == "compaction"] == [("auto", True)]
+    assert events[-1]["type"] == "result" and events[-1]["stop_reason"] == "end_turn"
+    mains = _main_bodies(fake_llm)
+    assert len(mains) == 2
+    _assert_only_typed_words(mains, provider, [*typed, THIRD])
