@@ -54,6 +54,8 @@ SUMMARY_OUTRO = "Continue the task from here. Re-read files if you need their ex
 # these tags: a summary may quote a tool output that imitates them.
 _QUOTE_OPEN = "<user-message>"
 _QUOTE_CLOSE = "</user-message>"
+# What ends a summary's first block when user words follow it.
+_FRAME_HEAD = f"\n\n{RECENT_INTRO}\n\n{_QUOTE_OPEN}\n"
 _INTERRUPTED_RESULT = "(not run: the conversation is being compacted)"
 
 
@@ -221,8 +223,7 @@ def _summary_message(summary: str, recent: Sequence[TextBlock]) -> list[Message]
     head = f"{SUMMARY_INTRO}\n\n{defuse_frame_lookalikes(summary.strip())}"
     if not recent:
         return [Message(role="user", content=[TextBlock(text=f"{head}\n\n{SUMMARY_OUTRO}", in_summary=True)])]
-    blocks: list[ContentBlock] = [TextBlock(text=head, in_summary=True),
-                                  TextBlock(text=f"\n\n{RECENT_INTRO}\n\n{_QUOTE_OPEN}\n", in_summary=True)]
+    blocks: list[ContentBlock] = [TextBlock(text=head + _FRAME_HEAD, in_summary=True)]
     for index, words in enumerate(recent):
         blocks.append(words)
         after = f"{_QUOTE_OPEN}\n" if index < len(recent) - 1 else SUMMARY_OUTRO
@@ -287,8 +288,8 @@ def summary_parts(msg: Message) -> SummaryParts | None:
     last_frame = max(i for i, b in enumerate(texts) if b.in_summary)
     first = next(b for b in texts if b.in_summary)
     body = first.text[len(SUMMARY_INTRO):] if first.text.startswith(SUMMARY_INTRO) else first.text
-    if last_frame == 0:  # nothing kept: the outro shares the block
-        body = body.strip().removesuffix(SUMMARY_OUTRO)
+    # the engine's own frame ends the block (exactly these words, never looked for inside it)
+    body = body.removesuffix(_FRAME_HEAD) if last_frame > 0 else body.strip().removesuffix(SUMMARY_OUTRO)
     kept = [b for b in texts[:last_frame] if not b.in_summary]
     return SummaryParts(summary=body.strip(), kept=kept, later=texts[last_frame + 1:])
 
