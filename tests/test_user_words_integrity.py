@@ -25,7 +25,9 @@ from test_engine_support import is_compaction, summary_text, text_reply, tool_re
 
 from agent_helpers import make_agent, make_session
 
+from app.context.audit import audit_summary
 from app.context.compaction import RECENT_INTRO, SUMMARY_INTRO, SUMMARY_OUTRO, user_words
+from app.messages import Message
 from app.session import SessionStore
 from app.transcript import restore
 
@@ -265,3 +267,41 @@ def test_a_transcript_of_the_previous_format_resumes_with_the_typed_words_only(f
     mains = _main_bodies(fake_llm)
     assert len(mains) == 2
     _assert_only_typed_words(mains, provider, [*typed, THIRD])
+
+
+# ---- issue 25: the audit's near twins and caps ----
+
+def _missing_constraints(history: list[Message], summary: str) -> list[str]:
+    return [f.text for f in audit_summary(history, summary).missing if f.kind == "constraint"]
+
+
+def test_a_near_twin_rule_kept_verbatim_does_not_keep_the_other():
+    history = [Message.user("You must never name a file ZX0QW."), Message.assistant_text("Noted."),
+               Message.user("You must never name a file ZX7QW.")]
+    summary = "## User preferences\nYou must never name a file ZX7QW."
+    assert _missing_constraints(history, summary) == ["user constraint: You must never name a file ZX0QW."]
+
+
+@pytest.mark.parametrize(("rule", "token", "twin"), [
+    ("Never edit the file config/prod.yaml on a Friday afternoon.", "config/prod.yaml", "config/dev.yaml"),
+    ("Always keep the retry limit at 3 attempts per request.", "3", "5"),
+    ('Never print "the launch code" in any of the logs.', "the launch code", "the lunch code"),
+    ("Never run the deploy script with --force on the release branch.", "--force", "--dry-run"),
+    ("Always call parseConfig before you start the server.", "parseConfig", "loadConfig"),
+])
+def test_identifiers_paths_numbers_and_quotes_must_be_there_verbatim(rule, token, twin):
+    """Most of the words are there, the one that matters is not: the constraint is missing.
+    With the token itself (whatever punctuation is around it) the constraint counts as kept."""
+    history = [Message.user(rule)]
+    paraphrase = rule.replace(token, twin)
+    assert _missing_constraints(history, f"The user said: {paraphrase}") == [f"user constraint: {rule}"]
+    assert _missing_constraints(history, f"The user said: {rule.replace(token, f'`{token}`')}") == []
+
+
+def test_long_rules_that_differ_only_at_the_end_are_both_listed_whole():
+    shared = "Never change any of these settings without asking me first: " + "timeout, retries, backoff, " * 12
+    first, second = shared + "ALPHA_KEY.", shared + "BETA_KEY."
+    history = [Message.user(first), Message.assistant_text("Noted."), Message.user(second)]
+    assert _missing_constraints(history, "Nothing about settings.") == [f"user constraint: {first}",
+                                                                        f"user constraint: {second}"]
+    assert _missing_constraints(history, f"The user said: {second}") == [f"user constraint: {first}"]
