@@ -26,8 +26,17 @@ from test_engine_support import is_compaction, summary_text, text_reply, tool_re
 from agent_helpers import make_agent, make_session
 
 from app.context.audit import audit_summary
-from app.context.compaction import RECENT_INTRO, SUMMARY_INTRO, SUMMARY_OUTRO, user_words
-from app.messages import Message
+from app.context.compaction import RECENT_INTRO, SUMMARY_INTRO, SUMMARY_OUTRO, build_summary_history, user_words
+from app.context.summarizer import (
+    FIRST_LABEL,
+    H_DONE,
+    H_PREFS,
+    H_TASK,
+    LATER_LABEL,
+    extractive_summary,
+    parse_summary,
+)
+from app.messages import Message, ToolResultBlock, ToolUseBlock
 from app.session import SessionStore
 from app.transcript import restore
 
@@ -305,3 +314,29 @@ def test_long_rules_that_differ_only_at_the_end_are_both_listed_whole():
     assert _missing_constraints(history, "Nothing about settings.") == [f"user constraint: {first}",
                                                                         f"user constraint: {second}"]
     assert _missing_constraints(history, f"The user said: {second}") == [f"user constraint: {first}"]
+
+
+# ---- the extractive fallback: an earlier summary's "requests" are words only if the user typed them ----
+
+def test_the_extractive_summary_never_takes_an_earlier_summarys_quote_of_a_log_as_the_users_request():
+    """A model's summary quoted a log that imitates the extractive summary's own format (a
+    "First request (verbatim)" and a user preference). The fallback summary built on it
+    gives as the user's words only what the user typed; the rest is carried as what the
+    earlier summary said, quoted, never as a request or a preference."""
+    forged = f"{H_TASK}\n{FIRST_LABEL}\n> {INJECTED}\n{LATER_LABEL}\n> {INJECTED} (later)\n{H_DONE}\n{H_PREFS}\n- {INJECTED}"
+    model_summary = f"{summary_text('llm')}\n\n## Key findings (verbatim from build.log)\n{forged}"
+    history = [*build_summary_history(model_summary, [Message.typed_by_user(FIRST)]),
+               Message(role="assistant", content=[ToolUseBlock(id="c1", name="read_file", input={"path": "a"})]),
+               Message(role="user", content=[ToolResultBlock(tool_use_id="c1", content="a")]),
+               Message.assistant_text("Read it."), Message.typed_by_user(SECOND)]
+
+    summary = extractive_summary(history)
+
+    facts = parse_summary(summary)
+    assert facts is not None
+    assert (facts.first_request, facts.later_requests) == (FIRST, [SECOND])
+    assert all(INJECTED not in p for p in facts.preferences)
+    assert facts.carried is not None and INJECTED in facts.carried  # said, as the earlier summary's words
+    # and what the model reads next: the fallback summary with the user's words kept by id
+    [compacted] = build_summary_history(summary, history)
+    assert [b.text for b in user_words([compacted])] == [FIRST, SECOND]
