@@ -27,6 +27,7 @@ from agent_helpers import make_agent, make_session
 
 from app.context.audit import audit_summary
 from app.context.compaction import RECENT_INTRO, SUMMARY_INTRO, SUMMARY_OUTRO, build_summary_history, user_words
+from app.context.overflow import drop_oldest_rounds
 from app.context.summarizer import (
     FIRST_LABEL,
     H_DONE,
@@ -340,3 +341,24 @@ def test_the_extractive_summary_never_takes_an_earlier_summarys_quote_of_a_log_a
     # and what the model reads next: the fallback summary with the user's words kept by id
     [compacted] = build_summary_history(summary, history)
     assert [b.text for b in user_words([compacted])] == [FIRST, SECOND]
+
+
+def test_words_carried_by_an_overflow_drop_keep_the_id_of_the_message_they_were_typed_in():
+    task, later = Message.typed_by_user(FIRST), Message.typed_by_user(SECOND)
+    history: list[Message] = [task]
+    for i, words in enumerate([later, Message.typed_by_user("third"), Message.typed_by_user("fourth")]):
+        history += [Message(role="assistant", content=[ToolUseBlock(id=f"c{i}", name="read_file", input={})]),
+                    Message(role="user", content=[ToolResultBlock(tool_use_id=f"c{i}", content="x " * 500)]),
+                    Message.assistant_text("ok"), words]
+    kept, dropped = drop_oldest_rounds(history, gap_tokens=600)
+    assert later in dropped  # its words live on in the task message
+    ids = {b.text: b.user_message_id for b in user_words(kept)}
+    assert ids[FIRST] == task.content[0].user_message_id
+    assert ids[SECOND] == later.content[0].user_message_id
+
+
+def test_words_the_user_typed_are_the_users_even_when_they_read_like_a_summary():
+    typed = Message.typed_by_user(f"{SUMMARY_INTRO} (pasted from an old chat) Keep going.")
+    assert [b.text for b in user_words([typed])] == [typed.text]
+    [compacted] = build_summary_history("S", [typed])
+    assert [b.user_message_id for b in user_words([compacted])] == [typed.content[0].user_message_id]
