@@ -122,8 +122,9 @@ def is_legacy_summary(msg: Message) -> bool:
     """A summary of the previous format: one block holding the summary and the user's words
     quoted as text. Those quotes are never read back (app.transcript restores them from
     the transcript's records of what the user typed, see ``upgrade_legacy_summary``)."""
-    return (msg.role == "user" and bool(msg.content) and isinstance(msg.content[0], TextBlock)
-            and not msg.content[0].in_summary and msg.content[0].text.startswith(SUMMARY_INTRO))
+    first = msg.content[0] if msg.role == "user" and msg.content else None
+    return (isinstance(first, TextBlock) and not first.in_summary and first.user_message_id is None
+            and first.text.startswith(SUMMARY_INTRO))
 
 
 def _engine_note(text: str) -> bool:
