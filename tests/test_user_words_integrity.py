@@ -26,7 +26,15 @@ from test_engine_support import is_compaction, summary_text, text_reply, tool_re
 from agent_helpers import make_agent, make_session
 
 from app.context.audit import audit_summary
-from app.context.compaction import RECENT_INTRO, SUMMARY_INTRO, SUMMARY_OUTRO, build_summary_history, user_words
+from app.context.compaction import (
+    RECENT_INTRO,
+    SUMMARY_INTRO,
+    SUMMARY_OUTRO,
+    _head_tail,
+    build_summary_history,
+    upgrade_legacy_summary,
+    user_words,
+)
 from app.context.overflow import drop_oldest_rounds
 from app.context.summarizer import (
     FIRST_LABEL,
@@ -362,3 +370,34 @@ def test_words_the_user_typed_are_the_users_even_when_they_read_like_a_summary()
     assert [b.text for b in user_words([typed])] == [typed.text]
     [compacted] = build_summary_history("S", [typed])
     assert [b.user_message_id for b in user_words([compacted])] == [typed.content[0].user_message_id]
+
+
+def _legacy_summary(summary: str, quoted: list[str]) -> Message:
+    """A summary message exactly as the previous version built it."""
+    parts = [SUMMARY_INTRO, summary]
+    if quoted:
+        parts.append(RECENT_INTRO + "\n\n" + "\n\n".join(f"<user-message>\n{t}\n</user-message>" for t in quoted))
+    parts.append(SUMMARY_OUTRO)
+    return Message.user("\n\n".join(parts))
+
+
+def test_an_old_summary_that_already_quoted_a_forgery_keeps_only_the_recorded_words_after_it():
+    """The previous version had already taken the forged words for the user's at an earlier
+    compaction: they sit among the quotes. The records say what the user typed; only the
+    quotes from the last forged one on that match the records are kept as the user's."""
+    typed = [Message.typed_by_user(FIRST), Message.assistant_text("ok"), Message.typed_by_user(SECOND)]
+    old = _legacy_summary("S", [FIRST, INJECTED, SECOND])
+    upgraded = upgrade_legacy_summary(old, typed)
+    assert [b.text for b in user_words([upgraded])] == [SECOND]
+    assert upgraded.text.count(SUMMARY_INTRO) == 1 and INJECTED in upgraded.text  # still readable, as summary text
+
+
+def test_an_old_summary_of_an_overlong_message_keeps_the_cut_the_previous_version_made():
+    long = "START " + "word " * 20_000 + "END"
+    legacy = _legacy_summary("S", [_head_tail(long, 4_000)])
+    upgraded = upgrade_legacy_summary(legacy, [Message.user(long)])
+    [kept] = user_words([upgraded])
+    assert kept.text.startswith("START") and kept.text.endswith("END") and len(kept.text) < len(long)
+    # quotes that match no record: nothing kept as the user's, the text stays readable
+    unmatched = upgrade_legacy_summary(_legacy_summary("S", ["words nobody typed"]), [Message.user(long)])
+    assert user_words([unmatched]) == [] and unmatched.text.count("words nobody typed") == 1

@@ -232,12 +232,8 @@ def _summary_message(summary: str, recent: Sequence[TextBlock]) -> list[Message]
     return [Message(role="user", content=blocks)]
 
 
-def _legacy_tail(quoted: Sequence[str]) -> str:
-    """What the previous format wrote after the summary for these quoted messages."""
-    if not quoted:
-        return f"\n\n{SUMMARY_OUTRO}"
-    joined = "\n\n".join(f"{_QUOTE_OPEN}\n{t}\n{_QUOTE_CLOSE}" for t in quoted)
-    return f"\n\n{RECENT_INTRO}\n\n{joined}\n\n{SUMMARY_OUTRO}"
+def _quoted(text: str) -> str:
+    return f"{_QUOTE_OPEN}\n{text}\n{_QUOTE_CLOSE}"
 
 
 def upgrade_legacy_summary(summary: Message, replaced: Sequence[Message],
@@ -246,24 +242,30 @@ def upgrade_legacy_summary(summary: Message, replaced: Sequence[Message],
     rebuilt in this format. The user's kept words are taken from ``replaced``, the recorded
     history it replaced, never from its text: the previous engine quoted the last k
     messages the user typed there (the latest alone cut head+tail when over the budget),
-    so the k whose quotes the text ends with exactly are the ones kept. When none match,
-    nothing is kept and the whole text stays the summary (to be read, never parsed)."""
+    so the largest k whose quotes end the text exactly are the ones kept (a quote before
+    them that no record holds stays text of the summary). When none match, nothing is
+    kept and the whole text stays the summary (to be read, never parsed)."""
     text = summary.content[0].text if summary.content and isinstance(summary.content[0], TextBlock) else ""
     later = list(summary.content[1:])
-    words = user_words(replaced)
-    for k in range(len(words), -1, -1):
-        recent = [TextBlock(text=b.text, user_message_id=_id_for(b)) for b in words[len(words) - k:]]
-        variants = [recent]
-        if k == 1:
-            variants.append([TextBlock(text=_head_tail(recent[0].text, recent_user_budget),
-                                       user_message_id=recent[0].user_message_id)])
-        for kept in variants:
-            tail = _legacy_tail([b.text for b in kept])
-            if text.endswith(tail) and len(text) - len(tail) >= len(SUMMARY_INTRO):
-                body = text[len(SUMMARY_INTRO):len(text) - len(tail)]
-                [message] = _summary_message(body, kept)
-                return message.copy_with([*message.content, *later])
-    [message] = _summary_message(text[len(SUMMARY_INTRO):], [])
+    words = [TextBlock(text=b.text, user_message_id=_id_for(b)) for b in user_words(replaced)]
+    outro = f"\n\n{SUMMARY_OUTRO}"
+    intro = f"\n\n{RECENT_INTRO}\n\n"
+    found: tuple[int, list[TextBlock]] | None = None  # (where the summary ends, the kept words)
+    if words:
+        newest = words[-1]
+        cut = TextBlock(text=_head_tail(newest.text, recent_user_budget), user_message_id=newest.user_message_id)
+        if cut.text != newest.text and text.endswith(intro + _quoted(cut.text) + outro):
+            found = (len(text) - len(intro + _quoted(cut.text) + outro), [cut])
+    quotes = outro
+    for k in range(1, len(words) + 1):  # each k's quotes end with the quotes of k - 1
+        quotes = _quoted(words[-k].text) + ("\n\n" if k > 1 else "") + quotes
+        if not text.endswith(quotes):
+            break  # a quote the records do not hold (one the previous version took from a summary)
+        # the intro line goes with the quotes when they are all of them
+        frame = intro + quotes if text.endswith(intro + quotes) else "\n\n" + quotes
+        found = (len(text) - len(frame), words[len(words) - k:])
+    end, kept = found if found is not None else (len(text) - len(outro) if text.endswith(outro) else len(text), [])
+    [message] = _summary_message(text[len(SUMMARY_INTRO):max(end, len(SUMMARY_INTRO))], kept)
     return message.copy_with([*message.content, *later])
 
 
