@@ -6,6 +6,7 @@ else (engine, transcript, widgets) sees only these models.
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated, Any, Literal, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
@@ -17,6 +18,13 @@ class TextBlock(BaseModel):
     # OpenAI Responses: the output message's ``phase`` ("commentary" | "final_answer"), which the API
     # wants back on every assistant message; left out of the JSON when absent (older transcripts match).
     phase: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    # Words the user typed carry the id of the message they typed them in, and keep it when
+    # a compaction keeps them: the engine knows the user's words by this field, never by
+    # reading text (a summary may quote anything a tool printed or a model wrote).
+    user_message_id: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    # A block of a compaction summary: the summary a model (or the extractive summarizer)
+    # wrote, and the engine's frame around the user's kept words. Never the user's words.
+    in_summary: bool = Field(default=False, exclude_if=lambda value: not value)
 
 
 class ThinkingBlock(BaseModel):
@@ -94,6 +102,11 @@ class Message(BaseModel):
         return cls(role="user", content=[TextBlock(text=text)])
 
     @classmethod
+    def typed_by_user(cls, text: str) -> "Message":
+        """A message the user typed: its block carries a new id, kept through compactions."""
+        return cls(role="user", content=[TextBlock(text=text, user_message_id=new_user_message_id())])
+
+    @classmethod
     def assistant_text(cls, text: str) -> "Message":
         return cls(role="assistant", content=[TextBlock(text=text)])
 
@@ -113,6 +126,10 @@ class Message(BaseModel):
     def copy_with(self, content: Sequence[ContentBlock]) -> "Message":
         """A new message with other content (the token estimate is not carried over)."""
         return Message(role=self.role, content=list(content))
+
+
+def new_user_message_id() -> str:
+    return f"u-{uuid.uuid4().hex[:20]}"
 
 
 class ToolSpec(BaseModel):

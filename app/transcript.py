@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from app.events import Event, ToolResultEvent, event_adapter
 from app import session_lock
+from app.context.compaction import is_legacy_summary, upgrade_legacy_summary
 from app.context.validate import history_problems
 from app.markers import INTERRUPTED_RESULT  # one text for a call that never finished
 from app.messages import ContentBlock, Message, OpaqueBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
@@ -317,11 +318,12 @@ def restore(source: _HasTranscript | Path | str) -> RestoredState:
     events: list[Event] = []
     turns = 0
     finished_by_message: dict[int, dict[str, ToolResultEvent]] = {}
+    upgraded: dict[str, Message] = {}
     for line in read.lines:
         if isinstance(line, MessageLine):
             history.append(line.message)
         elif isinstance(line, HistoryLine):
-            history = list(line.messages)
+            history = _upgrade_legacy_summary(list(line.messages), history, upgraded)
         elif isinstance(line, EventLine):
             try:
                 event = event_adapter().validate_python(line.event)
@@ -342,6 +344,24 @@ def restore(source: _HasTranscript | Path | str) -> RestoredState:
     history, repairs = repair_history(history, lambda m: finished_by_message.get(id(m), {}))
     warnings.extend(repairs)
     return RestoredState(history=history, events=events, warnings=warnings, turns=turns)
+
+
+def _upgrade_legacy_summary(new: list[Message], before: list[Message], upgraded: dict[str, Message]) -> list[Message]:
+    """A history line that starts with a summary of the previous format (the user's kept
+    words quoted inside its text) gets it in today's format, the user's words taken from
+    the records of the history it replaced (``before``), never from the summary's text.
+    Later lines repeat that summary (more words merged in, results cleared): the first
+    upgrade of a summary text serves them all."""
+    if not new or not is_legacy_summary(new[0]):
+        return new
+    legacy = new[0]
+    key = legacy.content[0].text if isinstance(legacy.content[0], TextBlock) else ""
+    if key not in upgraded:
+        kept_after = len(new) - 1  # a memory compaction keeps the newest messages as they were
+        replaced = before[:len(before) - kept_after] if 0 < kept_after <= len(before) else before
+        upgraded[key] = upgrade_legacy_summary(legacy.copy_with(legacy.content[:1]), replaced)
+    head = upgraded[key]
+    return [head.copy_with([*head.content, *legacy.content[1:]]), *new[1:]]
 
 
 def _last_assistant(history: Sequence[Message]) -> Message | None:

@@ -14,6 +14,7 @@ same items, in the order they happened.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -53,6 +54,9 @@ class Fact:
     words: tuple[str, ...] = ()  # or WORD_COVERAGE of these words
     # or one of these (the failing call's command or path) with a word saying it failed
     failed_call: tuple[str, ...] = ()
+    # Tokens that tell this fact from a near twin (identifiers, paths, numbers, quoted
+    # strings): most of the words are not enough unless every one of these is there verbatim.
+    distinctive: tuple[str, ...] = ()
 
 
 @dataclass
@@ -99,26 +103,67 @@ def is_named(fact: Fact, summary: str) -> bool:
             c and _normalise(c) in norm for c in fact.failed_call):
         return True
     if fact.words:
+        if fact.distinctive and not _all_verbatim(fact.distinctive, summary):
+            return False  # "never name a file ZX0QW" is not kept by a rule about ZX7QW
         present = set(_significant_words(summary))
         hits = sum(1 for w in fact.words if w in present)
         return hits >= max(1, math.ceil(WORD_COVERAGE * len(fact.words) - 1e-9))
     return False
 
 
+# Quoted strings; a single quote opens only where no letter precedes it (so "don't" does not).
+_QUOTED_RE = re.compile(r'"([^"\n]+)"|`([^`\n]+)`|“([^”\n]+)”|(?<!\w)\'([^\'\n]+)\'(?!\w)')
+_TOKEN_EDGES = ".,;:!?()[]{}<>\"'`“”"
+
+
+def _is_distinctive(token: str) -> bool:
+    """An identifier, path, number or flag: a digit, a path or name separator, a dot inside
+    a name, an inner capital (camelCase), or a leading dash (--force)."""
+    return bool(re.search(r"\d|[/\\_]|\w\.\w|[a-z][A-Z]", token) or re.match(r"-+[A-Za-z]", token))
+
+
+@functools.lru_cache(maxsize=8)
+def _tokens_of(summary: str) -> frozenset[str]:
+    return frozenset(t.strip(_TOKEN_EDGES) for t in summary.split())
+
+
+def _all_verbatim(tokens: Sequence[str], summary: str) -> bool:
+    """Every token in ``summary`` as a whole token (a "3" inside "2023" is not a 3);
+    a quoted string of several words as it stands."""
+    words = _tokens_of(summary)
+    return all((t in summary) if any(c.isspace() for c in t) else (t in words) for t in tokens)
+
+
+def distinctive_tokens(text: str) -> tuple[str, ...]:
+    """What must appear verbatim in a summary for ``text`` to count as named."""
+    found: dict[str, None] = {}
+    for match in _QUOTED_RE.finditer(text):
+        quoted = next(g for g in match.groups() if g is not None).strip()
+        if quoted:
+            found.setdefault(quoted, None)
+    for raw in text.split():
+        token = raw.strip(_TOKEN_EDGES)
+        if token and _is_distinctive(token):
+            found.setdefault(token, None)
+    return tuple(found)
+
+
 def _user_texts(history: Sequence[Message]) -> list[str]:
     # Imported here: compaction imports this module's caller, not the other way round.
-    from app.context.compaction import _genuine_user_texts
+    from app.context.compaction import user_words
 
-    return _genuine_user_texts(history)
+    return [b.text for b in user_words(history)]
 
 
 def _constraints(texts: Sequence[str]) -> list[str]:
+    """Every constraint sentence of the user, whole: a cap on its length would make two
+    rules that differ only after it one, and drop the other."""
     found: dict[str, None] = {}
     for text in texts:
         for sentence in _SENTENCE_SPLIT.split(text):
-            sentence = sentence.strip(" -*\t")
+            sentence = " ".join(sentence.strip(" -*\t").split())
             if sentence and _CONSTRAINT_RE.search(sentence):
-                found.setdefault(_one_line(sentence), None)
+                found.setdefault(sentence, None)
     return list(found)
 
 
@@ -207,10 +252,11 @@ def extract_facts(history: Sequence[Message]) -> list[Fact]:
     if texts:
         latest = texts[-1]
         facts.append(Fact("request", f"the user's latest request: {_one_line(latest)}",
-                          needles=(_one_line(latest, 10_000),), words=_significant_words(latest)))
+                          needles=(_one_line(latest, 10_000),), words=_significant_words(latest),
+                          distinctive=distinctive_tokens(latest)))
     for sentence in _constraints(texts):
         facts.append(Fact("constraint", f"user constraint: {sentence}", needles=(sentence,),
-                          words=_significant_words(sentence)))
+                          words=_significant_words(sentence), distinctive=distinctive_tokens(sentence)))
     return facts
 
 

@@ -9,10 +9,13 @@ one user message: the summary plus the user's own latest words verbatim.
 
 from __future__ import annotations
 
+import hashlib
+import re
 import time
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from app.messages import Message, TextBlock, ToolResultBlock, ToolSpec
+from app.messages import ContentBlock, Message, TextBlock, ToolResultBlock, ToolSpec
 from app.providers.base import ModelRequest
 
 from app.context import tokens as _tokens
@@ -46,10 +49,13 @@ SUMMARY_INTRO = ("This is a summary of an earlier conversation that was compacte
                  "the context grew too long.")
 RECENT_INTRO = "The user's most recent messages, verbatim:"
 SUMMARY_OUTRO = "Continue the task from here. Re-read files if you need their exact content."
-# Each verbatim user message sits between these lines, so a later compaction
-# can carry the user's words forward again.
+# Each kept user message sits between these lines, for the model to read. The engine
+# itself knows the user's words by their blocks (TextBlock.user_message_id), never by
+# these tags: a summary may quote a tool output that imitates them.
 _QUOTE_OPEN = "<user-message>"
 _QUOTE_CLOSE = "</user-message>"
+# What ends a summary's first block when user words follow it.
+_FRAME_HEAD = f"\n\n{RECENT_INTRO}\n\n{_QUOTE_OPEN}\n"
 _INTERRUPTED_RESULT = "(not run: the conversation is being compacted)"
 
 
@@ -106,46 +112,45 @@ def summary_problem(summary: str, output_tokens: int | None, cap: int,
 
 
 def is_summary_message(msg: Message) -> bool:
-    return msg.role == "user" and msg.text.startswith(SUMMARY_INTRO)
+    """A compaction summary (this format, or the previous one of a resumed transcript)."""
+    if msg.role != "user":
+        return False
+    return any(isinstance(b, TextBlock) and b.in_summary for b in msg.content) or is_legacy_summary(msg)
 
 
-def _quoted_in_summary(text: str) -> list[str]:
-    """The verbatim user messages a previous summary carried, oldest first."""
-    _, sep, rest = text.partition(RECENT_INTRO)
-    if not sep:
-        return []
-    found: list[str] = []
-    while True:
-        start = rest.find(_QUOTE_OPEN + "\n")
-        if start < 0:
-            return found
-        rest = rest[start + len(_QUOTE_OPEN) + 1:]
-        end = rest.find("\n" + _QUOTE_CLOSE)
-        if end < 0:
-            return found
-        found.append(rest[:end])
-        rest = rest[end + len(_QUOTE_CLOSE) + 1:]
+def is_legacy_summary(msg: Message) -> bool:
+    """A summary of the previous format: one block holding the summary and the user's words
+    quoted as text. Those quotes are never read back (app.transcript restores them from
+    the transcript's records of what the user typed, see ``upgrade_legacy_summary``)."""
+    first = msg.content[0] if msg.role == "user" and msg.content else None
+    return (isinstance(first, TextBlock) and not first.in_summary and first.user_message_id is None
+            and first.text.startswith(SUMMARY_INTRO))
 
 
-def _genuine_user_texts(history: Sequence[Message]) -> list[str]:
-    """What the user typed, oldest first: no tool results, no compaction
-    instruction, no engine notes; earlier summaries contribute the words they quoted."""
-    texts: list[str] = []
+def _engine_note(text: str) -> bool:
+    return text.startswith("[Context compaction]") or text == DROPPED_NOTE or not text.strip()
+
+
+def user_words(history: Sequence[Message]) -> list[TextBlock]:
+    """The blocks holding what the user typed, oldest first (block order is time order).
+
+    A block is the user's when it carries the id of a message the user typed; a text block
+    of a user message without one (a history from before ids, a test) is the user's unless
+    the engine wrote it (a note, an instruction). A summary's own blocks never are, whatever
+    their text says: the user's words it keeps are blocks of their own, with their ids.
+    """
+    found: list[TextBlock] = []
     for msg in history:
         if msg.role != "user":
             continue
-        blocks = [b for b in msg.content if isinstance(b, TextBlock)]
-        if is_summary_message(msg):
-            texts.extend(_quoted_in_summary(blocks[0].text))
-            # What the user typed next may have been merged into the summary message
-            # (roles alternate): it comes after the summary, in its own blocks.
-            blocks = blocks[1:]
-        for block in blocks:
-            text = block.text
-            if text.startswith("[Context compaction]") or text == DROPPED_NOTE or not text.strip():
+        legacy = is_legacy_summary(msg)
+        for index, block in enumerate(msg.content):
+            if not isinstance(block, TextBlock) or block.in_summary or (legacy and index == 0):
                 continue
-            texts.append(text)
-    return texts
+            if block.user_message_id is None and _engine_note(block.text):
+                continue
+            found.append(block)
+    return found
 
 
 def _head_tail(text: str, budget: int) -> str:
@@ -158,35 +163,138 @@ def _head_tail(text: str, budget: int) -> str:
     return f"{text[:half]}\n[... {omitted} characters of this message left out ...]\n{text[-half:]}"
 
 
-def recent_user_messages(history: Sequence[Message], budget: int = 4_000) -> list[str]:
-    """The user's latest messages that fit in ``budget`` tokens, oldest first.
+def _id_for(block: TextBlock) -> str:
+    """The block's own id; words from before ids get one from their text (the same every
+    time, so a summary built twice keeps the same ids)."""
+    if block.user_message_id is not None:
+        return block.user_message_id
+    return "u-" + hashlib.sha256(block.text.encode("utf-8", "surrogatepass")).hexdigest()[:20]
+
+
+def recent_user_words(history: Sequence[Message], budget: int = 4_000) -> list[TextBlock]:
+    """The user's latest words that fit in ``budget`` tokens, oldest first, as blocks with
+    the id of the message each was typed in.
 
     The newest is always included (cut head+tail if alone it is too long).
     """
-    picked: list[str] = []
+    picked: list[TextBlock] = []
     left = budget
-    for text in reversed(_genuine_user_texts(history)):
-        cost = _tokens.count_tokens(text)
+    for block in reversed(user_words(history)):
+        cost = _tokens.count_tokens(block.text)
         if cost > left:
             if not picked and budget > 0:
-                picked.append(_head_tail(text, budget))
+                picked.append(TextBlock(text=_head_tail(block.text, budget), user_message_id=_id_for(block)))
             break
-        picked.append(text)
+        picked.append(TextBlock(text=block.text, user_message_id=_id_for(block)))
         left -= cost
     picked.reverse()
     return picked
 
 
+def recent_user_messages(history: Sequence[Message], budget: int = 4_000) -> list[str]:
+    """The text of ``recent_user_words``."""
+    return [b.text for b in recent_user_words(history, budget)]
+
+
+# A tag or intro that imitates the frame around the user's kept words, in text a model or a
+# tool wrote: any case, any spacing, "_" or " " for "-", attributes. Shown defused, so the
+# model reading a summary sees one list of the user's words: the engine's.
+_FRAME_LOOKALIKE = re.compile(r"<(\s*/?\s*user[\s_-]*message\b[^<>]*)>", re.IGNORECASE)
+_INTRO_LOOKALIKE = re.compile(r"the\s+user[’']?s\s+most\s+recent\s+messages", re.IGNORECASE)
+
+
+def defuse_frame_lookalikes(text: str) -> str:
+    """``text`` with every imitation of the engine's frame made visibly inert."""
+    text = _FRAME_LOOKALIKE.sub(lambda m: f"‹{m.group(1)}›", text)
+    return _INTRO_LOOKALIKE.sub(lambda m: f"(quoted) {m.group(0)}", text)
+
+
 def build_summary_history(summary: str, history: Sequence[Message],
                           recent_user_budget: int = 4_000) -> list[Message]:
-    """The whole new history: one user message with the summary and the user's own words."""
-    parts = [SUMMARY_INTRO, summary.strip()]
-    recent = recent_user_messages(history, recent_user_budget)
-    if recent:
-        quoted = "\n\n".join(f"{_QUOTE_OPEN}\n{t}\n{_QUOTE_CLOSE}" for t in recent)
-        parts.append(f"{RECENT_INTRO}\n\n{quoted}")
-    parts.append(SUMMARY_OUTRO)
-    return [Message.user("\n\n".join(parts))]
+    """The whole new history: one user message with the summary and the user's own words.
+
+    The user's words are blocks of their own (with the ids of the messages they were typed
+    in), between frame blocks that show the model where each begins and ends; joined, the
+    blocks read as one text: the summary, then each message in <user-message> tags.
+    """
+    return _summary_message(summary, recent_user_words(history, recent_user_budget))
+
+
+def _summary_message(summary: str, recent: Sequence[TextBlock]) -> list[Message]:
+    head = f"{SUMMARY_INTRO}\n\n{defuse_frame_lookalikes(summary.strip())}"
+    if not recent:
+        return [Message(role="user", content=[TextBlock(text=f"{head}\n\n{SUMMARY_OUTRO}", in_summary=True)])]
+    blocks: list[ContentBlock] = [TextBlock(text=head + _FRAME_HEAD, in_summary=True)]
+    for index, words in enumerate(recent):
+        blocks.append(words)
+        after = f"{_QUOTE_OPEN}\n" if index < len(recent) - 1 else SUMMARY_OUTRO
+        blocks.append(TextBlock(text=f"\n{_QUOTE_CLOSE}\n\n{after}", in_summary=True))
+    return [Message(role="user", content=blocks)]
+
+
+def _quoted(text: str) -> str:
+    return f"{_QUOTE_OPEN}\n{text}\n{_QUOTE_CLOSE}"
+
+
+def upgrade_legacy_summary(summary: Message, replaced: Sequence[Message],
+                           recent_user_budget: int = 4_000) -> Message:
+    """A summary of the previous format (one text block, the user's words quoted in it),
+    rebuilt in this format. The user's kept words are taken from ``replaced``, the recorded
+    history it replaced, never from its text: the previous engine quoted the last k
+    messages the user typed there (the latest alone cut head+tail when over the budget),
+    so the largest k whose quotes end the text exactly are the ones kept (a quote before
+    them that no record holds stays text of the summary). When none match, nothing is
+    kept and the whole text stays the summary (to be read, never parsed)."""
+    text = summary.content[0].text if summary.content and isinstance(summary.content[0], TextBlock) else ""
+    later = list(summary.content[1:])
+    words = [TextBlock(text=b.text, user_message_id=_id_for(b)) for b in user_words(replaced)]
+    outro = f"\n\n{SUMMARY_OUTRO}"
+    intro = f"\n\n{RECENT_INTRO}\n\n"
+    found: tuple[int, list[TextBlock]] | None = None  # (where the summary ends, the kept words)
+    if words:
+        newest = words[-1]
+        cut = TextBlock(text=_head_tail(newest.text, recent_user_budget), user_message_id=newest.user_message_id)
+        if cut.text != newest.text and text.endswith(intro + _quoted(cut.text) + outro):
+            found = (len(text) - len(intro + _quoted(cut.text) + outro), [cut])
+    quotes = outro
+    for k in range(1, len(words) + 1):  # each k's quotes end with the quotes of k - 1
+        quotes = _quoted(words[-k].text) + ("\n\n" if k > 1 else "") + quotes
+        if not text.endswith(quotes):
+            break  # a quote the records do not hold (one the previous version took from a summary)
+        # the intro line goes with the quotes when they are all of them
+        frame = intro + quotes if text.endswith(intro + quotes) else "\n\n" + quotes
+        found = (len(text) - len(frame), words[len(words) - k:])
+    end, kept = found if found is not None else (len(text) - len(outro) if text.endswith(outro) else len(text), [])
+    [message] = _summary_message(text[len(SUMMARY_INTRO):max(end, len(SUMMARY_INTRO))], kept)
+    return message.copy_with([*message.content, *later])
+
+
+@dataclass(frozen=True)
+class SummaryParts:
+    """A summary message taken apart by its blocks (never by reading its text)."""
+
+    summary: str  # the summary's own text (without the intro)
+    kept: list[TextBlock]  # the user's words it keeps, oldest first
+    later: list[TextBlock]  # text blocks after it: words typed since, engine notes
+
+
+def summary_parts(msg: Message) -> SummaryParts | None:
+    """The parts of a summary message (None when ``msg`` is not one)."""
+    if not is_summary_message(msg):
+        return None
+    texts = [b for b in msg.content if isinstance(b, TextBlock)]
+    if is_legacy_summary(msg):
+        # One block: the summary, then (after the first intro line, possibly one a tool
+        # printed: at worst the summary is cut short) the quotes, which are not read.
+        body = texts[0].text[len(SUMMARY_INTRO):].split(RECENT_INTRO, 1)[0]
+        return SummaryParts(summary=body.strip(), kept=[], later=texts[1:])
+    last_frame = max(i for i, b in enumerate(texts) if b.in_summary)
+    first = next(b for b in texts if b.in_summary)
+    body = first.text[len(SUMMARY_INTRO):] if first.text.startswith(SUMMARY_INTRO) else first.text
+    # the engine's own frame ends the block (exactly these words, never looked for inside it)
+    body = body.removesuffix(_FRAME_HEAD) if last_frame > 0 else body.strip().removesuffix(SUMMARY_OUTRO)
+    kept = [b for b in texts[:last_frame] if not b.in_summary]
+    return SummaryParts(summary=body.strip(), kept=kept, later=texts[last_frame + 1:])
 
 
 class CircuitBreaker:

@@ -63,7 +63,7 @@ from app.events import (
     UsageEvent,
     WarningCrossedEvent,
 )
-from app.messages import Message, OpaqueBlock, TextBlock, ToolResultBlock, ToolSpec
+from app.messages import Message, OpaqueBlock, ToolResultBlock, ToolSpec
 from app.private_files import open_private
 from app.providers.base import Completed, ContextTooLongError, ModelRequest, ProviderError
 from app.context.truncation import truncate_head_tail
@@ -237,11 +237,12 @@ class ContextEngine:
     def append_user_text(self, text: str) -> None:
         """A user message; merged into a trailing user message (e.g. interrupted tool results)
         so roles keep alternating."""
+        typed = Message.typed_by_user(text)
         if self.history and self.history[-1].role == "user":
-            merged = self.history[-1].copy_with([*self.history[-1].content, TextBlock(text=text)])
+            merged = self.history[-1].copy_with([*self.history[-1].content, *typed.content])
             self._replace(self.history[:-1] + [merged], "merge_user")
             return
-        self.append(Message.user(text))
+        self.append(typed)
 
     def _replace(self, new_history: list[Message], reason: str) -> None:
         old_history = self.history

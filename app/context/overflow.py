@@ -49,7 +49,8 @@ def _with_note(task: Message, carried: Sequence[TextBlock] = ()) -> Message:
 
 def _user_texts(messages: Sequence[Message]) -> list[TextBlock]:
     """Text the user typed in these messages (not tool results, not our own note)."""
-    return [TextBlock(text=b.text) for m in messages if m.role == "user" for b in m.content
+    return [TextBlock(text=b.text, user_message_id=b.user_message_id) for m in messages if m.role == "user"
+            for b in m.content
             if isinstance(b, TextBlock) and b.text.strip() and b.text != DROPPED_NOTE]
 
 

@@ -19,12 +19,7 @@ from app.markers import EXIT_CODE, TIMED_OUT, TRUNCATED
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from app.context.compaction import (
-    RECENT_INTRO,
-    SUMMARY_INTRO,
-    is_summary_message,
-    recent_user_messages,
-)
+from app.context.compaction import recent_user_messages, summary_parts
 from app.context.overflow import DROPPED_NOTE
 from app.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 
@@ -43,6 +38,8 @@ READ_LABEL = "Files read"
 WRITTEN_LABEL = "Files written or edited"
 COMMANDS_LABEL = "Commands run"
 CARRIED_LABEL = "Earlier summary (carried forward):"
+UNCONFIRMED_NOTE = ("An earlier summary gave these as the user's words; they are in none of the user's "
+                    "messages kept here:")
 
 MAX_REQUEST_CHARS = 1_200
 MAX_LATER_REQUESTS = 4
@@ -240,10 +237,27 @@ def parse_summary(text: str) -> SummaryFacts | None:
     return facts
 
 
-def _summary_body(text: str) -> str:
-    """The summary part of an engine summary message (without intro and quoted user messages)."""
-    body = text[len(SUMMARY_INTRO):] if text.startswith(SUMMARY_INTRO) else text
-    return body.split(RECENT_INTRO, 1)[0].strip()
+def _typed(quoted: str, typed: Sequence[str]) -> bool:
+    """Are these words (as a summary quotes them: whole, a sentence, or cut with "…")
+    in a message the user typed?"""
+    words = quoted[:-1].rstrip() if quoted.endswith("…") else quoted
+    return bool(words) and any(words in text for text in typed)
+
+
+def _drop_words_not_typed(parsed: SummaryFacts, typed: Sequence[str]) -> list[str]:
+    """An earlier summary's record of the user's requests and preferences is only text: a
+    model wrote it, and it may quote a tool output that imitates this format. Words found
+    in no message the user typed stop being the user's here; they are returned, to be
+    carried as what the earlier summary said."""
+    unconfirmed: list[str] = []
+    if parsed.first_request is not None and not _typed(parsed.first_request, typed):
+        unconfirmed.append(parsed.first_request)
+        parsed.first_request = None
+    for field_name in ("later_requests", "preferences"):
+        items: list[str] = getattr(parsed, field_name)
+        unconfirmed += [w for w in items if not _typed(w, typed)]
+        setattr(parsed, field_name, [w for w in items if _typed(w, typed)])
+    return unconfirmed
 
 
 def _merge(into: SummaryFacts, earlier: SummaryFacts) -> None:
@@ -310,16 +324,22 @@ def collect_facts(history: Sequence[Message]) -> SummaryFacts:
         for block in msg.tool_results:
             results[block.tool_use_id] = block
 
-    earlier_summaries = [m for m in history if is_summary_message(m)]
-    for msg in earlier_summaries:
-        parsed = parse_summary(_summary_body(msg.text))
-        if parsed is not None:
-            _merge(facts, parsed)
-        else:
-            facts.carried = _clip(_summary_body(msg.text), MAX_CARRIED_CHARS)
-
-    # The user's own words, oldest first (earlier summaries contribute what they quoted).
+    # The user's own words, oldest first (earlier summaries contribute the words they kept).
     typed = recent_user_messages(history, budget=10**9)
+    for msg in history:
+        parts = summary_parts(msg)
+        if parts is None:
+            continue
+        parsed = parse_summary(parts.summary)
+        if parsed is not None:
+            unconfirmed = _drop_words_not_typed(parsed, typed)
+            _merge(facts, parsed)
+            if unconfirmed:
+                facts.carried = "\n".join(filter(None, [facts.carried, UNCONFIRMED_NOTE,
+                                                         *(f"- {w}" for w in unconfirmed)]))
+        else:
+            facts.carried = _clip(parts.summary, MAX_CARRIED_CHARS)
+
     if facts.first_request is None and typed:
         facts.first_request = typed[0]
     for text in typed:

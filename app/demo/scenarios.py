@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
-from app.context.compaction import is_summary_message, recent_user_messages
+from app.context.compaction import is_summary_message, summary_parts
 from app.context.overflow import DROPPED_NOTE
 from app.context.summarizer import (
     SummaryFacts,
@@ -124,14 +124,14 @@ def user_requests(messages: Sequence[Message]) -> list[tuple[int, str, bool]]:
         if msg.role != "user":
             continue
         blocks = [b for b in msg.content if isinstance(b, TextBlock)]
-        if is_summary_message(msg):
-            summary_text = blocks[0].text
-            quoted = recent_user_messages([Message.user(summary_text)], budget=10**9)
+        parts = summary_parts(msg)
+        if parts is not None:
+            quoted = [b.text for b in parts.kept]
             if not quoted:  # a summary that quotes nothing: its own record of the request
-                facts = parse_summary(summary_text)
+                facts = parse_summary(parts.summary)
                 quoted = [facts.latest_request] if facts and facts.latest_request else []
             found += [(index, text, True) for text in quoted]
-            blocks = blocks[1:]
+            blocks = parts.later
         found += [(index, b.text, False) for b in blocks if _genuine(b.text)]
     return found
 
