@@ -9,7 +9,7 @@ from typing import Any, Literal
 from textual.app import ComposeResult
 from textual import on
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Footer, Static
 
@@ -41,6 +41,12 @@ class ApprovalScreen(ModalScreen[ApprovalAnswer]):
     """Dismisses with (decision, save) or "interrupt" (escape). ``choices``: (decision, words)
     in order, as ``app.describe.approval_choices`` gives them; yes / always / no without."""
 
+    DEFAULT_CSS = """
+    #approval-choices { height: auto; }
+    #approval-choices Button { width: auto; min-width: 0; margin: 0 0 0 2; }
+    #approval-choices Checkbox { margin: 1 0 0 2; }
+    """
+
     BINDINGS = [
         Binding("y", "answer('yes')", "Yes"),
         Binding("e", "answer('always_exact')", "Always this command", show=False),
@@ -64,14 +70,14 @@ class ApprovalScreen(ModalScreen[ApprovalAnswer]):
             yield Static(literal(f"Allow {self.tool_name}?"), classes="dialog-question")
             with VerticalScroll(classes="dialog-body"):
                 yield Static(literal(describe_call(self.tool_name, self.tool_input)), id="approval-call")
-            with Vertical(classes="dialog-buttons", id="approval-choices"):
+            # one line per answer: five full-size buttons would not fit a small terminal
+            with Vertical(id="approval-choices"):
                 for decision, words in self.choices:
                     variant: Literal["success", "error", "warning"] = (
                         "success" if decision == "yes" else "error" if decision == "no" else "warning")
                     yield Button(literal(f"{words} ({ANSWER_KEYS.get(decision, '?')})"), id=decision,
-                                 variant=variant)
-            with Horizontal(classes="dialog-buttons"):
-                yield Checkbox("Save an \"always\" for this project (s)", id="approval-save")
+                                 variant=variant, compact=True)
+                yield Checkbox("Save an \"always\" for this project (s)", id="approval-save", compact=True)
         yield Footer(compact=True)  # the keys, as everywhere else in the footer
 
     def on_mount(self) -> None:
