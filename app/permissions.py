@@ -15,8 +15,10 @@ A shell command is split on ``;``, ``&&``, ``||``, ``|``, ``&``, newlines, ``$(.
 backticks and ``<(...)``/``>(...)`` (quotes respected): an allow rule with a command
 pattern allows the command only when *every* part matches an allow rule, and never a part
 that redirects output to a file. So ``run_bash(git status:*)`` does not allow
-``git status; rm -rf ~``. A deny rule refuses the command when *any* part matches. Deny
-rules on commands are a guard, not a sandbox: ``bash -c "rm …"`` is one part, ``bash``.
+``git status; rm -rf ~``. A deny rule refuses the command when *any* part matches, and a
+command that cannot be split (an open quote, too long, nested too deep) when there is a deny
+rule with a command pattern. Deny rules on commands are a guard, not a sandbox:
+``bash -c "rm …"`` is one part, ``bash``.
 
 Where rules come from (``/permissions`` shows each with its source):
 
@@ -76,6 +78,11 @@ _TWO_WORD_COMMANDS = frozenset({"git", "npm", "pnpm", "yarn", "cargo", "go", "do
 _RUNS_ANYTHING = frozenset({"bash", "sh", "zsh", "fish", "dash", "ksh", "eval", "exec", "sudo", "doas", "su", "env",
                             "xargs", "command", "builtin", "nohup", "time", "timeout", "nice", "watch", "python",
                             "python3", "node", "perl", "ruby", "php", "source", ".", "ssh", "find", "awk", "sed"})
+
+# A command line longer, or nested deeper, than this is not parsed (so never allowed by a
+# command pattern): a model's command cannot make the matcher slow or recurse without end.
+MAX_COMMAND_CHARS = 64 * 1024
+MAX_NESTING = 16
 
 _RULE = re.compile(r"^(?P<tool>[A-Za-z0-9_*-]+)(?:\((?P<argument>.*)\))?$", re.DOTALL)
 _HARMLESS_REDIRECT = re.compile(r">>?\s*(?:&\d|/dev/null(?![^\s;&|)]))")
@@ -203,8 +210,10 @@ def _closing_backtick(command: str, opening: int) -> int | None:
     return None
 
 
-def _scan(command: str, parts: list[CommandPart]) -> bool:
+def _scan(command: str, parts: list[CommandPart], depth: int = 0) -> bool:
     """Append the simple commands of ``command`` (substitutions' insides too); False if it does not parse."""
+    if depth > MAX_NESTING:
+        return False
     current: list[str] = []
     writes = False
     quote: str | None = None
@@ -233,14 +242,14 @@ def _scan(command: str, parts: list[CommandPart]) -> bool:
             continue
         if char == "`":
             end = _closing_backtick(command, index)
-            if end is None or not _scan(command[index + 1:end], parts):
+            if end is None or not _scan(command[index + 1:end], parts, depth + 1):
                 return False
             current.append(command[index:end + 1])
             index = end + 1
             continue
         if command.startswith(("$(", "<(", ">("), index):
             end = _closing_paren(command, index + 1)
-            if end is None or not _scan(command[index + 2:end], parts):
+            if end is None or not _scan(command[index + 2:end], parts, depth + 1):
                 return False
             current.append(command[index:end + 1])
             index = end + 1
@@ -280,6 +289,8 @@ def _scan(command: str, parts: list[CommandPart]) -> bool:
 
 def command_parts(command: str) -> list[CommandPart] | None:
     """The simple commands a command line runs; None when it does not parse (an open quote)."""
+    if len(command) > MAX_COMMAND_CHARS:
+        return None
     parts: list[CommandPart] = []
     return parts if _scan(command, parts) else None
 
@@ -395,8 +406,15 @@ class Permissions:
                 return None
             matched = [next((r for r in rules if _command_matches(r.argument or "", part)), None) for part in parts]
             return matched[0] if all(matched) else None
-        candidates = parts if parts else [CommandPart(_words(command), True)]
-        for part in candidates:
+        if parts is None:
+            if effect == "deny":  # what cannot be checked against a deny rule does not run, --yes or not
+                rule = rules[0]
+                return Rule(effect="deny", source=rule.source, tool=rule.tool, argument=rule.argument,
+                            text=f"{rule.text} (the command could not be checked against it: an open quote, "
+                                 f"or longer than {MAX_COMMAND_CHARS // 1024} KiB, or nested deeper than "
+                                 f"{MAX_NESTING})")
+            parts = [CommandPart(_words(command), True)]
+        for part in parts:
             for rule in rules:
                 if _command_matches(rule.argument or "", part):
                     return rule
@@ -412,14 +430,17 @@ class Permissions:
         if tool_name in COMMAND_TOOLS:
             parts = command_parts(str(tool_input.get("command", "")))
             if parts and not any(part.writes for part in parts):
-                offered["exact"] = _unique(f"{tool_name}({part.text})" for part in parts)
+                # a command that reads as a pattern ("rm:*") would be a prefix rule, not itself
+                if not any(part.text.endswith(":*") for part in parts):
+                    offered["exact"] = _unique(f"{tool_name}({part.text})" for part in parts)
                 prefixes = [_prefix_of(part.text) for part in parts]
                 if all(prefixes):
                     offered["prefix"] = _unique(f"{tool_name}({prefix}:*)" for prefix in prefixes)
         elif tool_name in PATH_TOOLS and isinstance(tool_input.get("path"), str):
             allow_forms, _ = _path_forms(str(tool_input["path"]), self.workspace)
             relative = next((form for form in allow_forms if not form.startswith("/")), None)
-            if relative and relative != ".":
+            # a name holding * or ? would be a glob as a rule, not that file
+            if relative and relative != "." and not any(char in relative for char in "*?"):
                 offered["exact"] = [f"{tool_name}({relative})"]
                 folder = Path(relative).parent.as_posix()
                 if folder != ".":
@@ -498,16 +519,17 @@ class SavedRules:
 
 def _project_rules(project: Path) -> tuple[list[Rule], list[str]]:
     """The project file's ask and deny rules, and a warning for its allow rules (never applied)."""
+    from app.context.memory import read_bounded  # a FIFO or a device is refused without blocking
+
     path = project / PROJECT_SETTINGS
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_SETTINGS_BYTES + 1)
-    except FileNotFoundError:
+    if not path.exists():
         return [], []
-    except OSError as error:
-        raise RuleError(f"{path}: cannot read ({error.strerror or error})") from None
-    if len(raw) > MAX_SETTINGS_BYTES:
+    got = read_bounded(path, MAX_SETTINGS_BYTES)
+    if got.data is None:
+        raise RuleError(f"{path}: {got.refusal}")
+    if got.size > MAX_SETTINGS_BYTES:
         raise RuleError(f"{path}: larger than {MAX_SETTINGS_BYTES // 1024} KiB")
+    raw = got.data
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as error:

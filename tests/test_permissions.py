@@ -96,9 +96,35 @@ def test_a_denied_command_anywhere_in_a_line_is_denied(before, join):
 def test_an_open_quote_is_never_allowed_and_deny_beats_allow(tmp_path):
     rules = rules_for(tmp_path, allow=["run_bash(echo:*)"], deny=["run_bash(echo secret)"])
     assert command_parts('echo "unterminated; rm -rf ~') is None
-    assert bash(rules, 'echo "unterminated; rm -rf ~') == "ask"
+    assert bash(rules_for(tmp_path, allow=["run_bash(echo:*)"]), 'echo "unterminated; rm -rf ~') == "ask"
     assert bash(rules, "echo fine && echo secret") == "deny"
     assert bash(rules, "echo fine") == "allow"
+
+
+def test_a_command_that_cannot_be_split_is_never_allowed_and_denied_under_deny_rules(tmp_path):
+    """A hostile model pads, nests or leaves a quote open to slip past the rules."""
+    rules = rules_for(tmp_path, allow=["run_bash(echo:*)"], deny=["run_bash(rm:*)"])
+    padded = "echo a; " * 10_000 + "rm -rf ~"  # longer than the matcher splits
+    nested = "echo " + "$(echo " * 40 + "rm -rf ~" + ")" * 40  # deeper than it follows
+    for command in (padded, nested, 'echo "open; rm -rf ~'):
+        verdict = rules.decide("run_bash", {"command": command}, mutating=True)
+        assert verdict.effect == "deny" and verdict.rule is not None and "could not be checked" in verdict.rule.text
+    allow_only = rules_for(tmp_path, allow=["run_bash(echo:*)"])
+    assert bash(allow_only, padded) == "ask" and bash(allow_only, nested) == "ask"
+
+
+def test_a_call_that_reads_like_a_pattern_is_not_offered_as_itself(tmp_path):
+    """Saved as "this exact command", ``rm:*`` would be a prefix rule; ``src/*.py`` a glob."""
+    rules = rules_for(tmp_path)
+    assert "exact" not in rules.choices("run_bash", {"command": "rm:*"})
+    assert rules.choices("write_file", {"path": "src/*.py", "content": ""}) == {"tool": ["write_file"]}
+
+
+def test_a_fifo_as_the_projects_settings_is_refused_without_blocking(tmp_path):
+    (tmp_path / ".tidegauge").mkdir()
+    os.mkfifo(tmp_path / ".tidegauge" / "settings.toml")
+    with pytest.raises(RuleError, match="not a regular file"):
+        rules_for(tmp_path)
 
 
 # ---------------------------------------------------------------- paths and names
