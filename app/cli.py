@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=int, metavar="TOKENS",
                    help="auto-compact when the context reaches this (default 150000; 0: window only)")
     p.add_argument("--window", type=int, metavar="TOKENS", help="context window in tokens (default: per model)")
-    p.add_argument("--yes", action="store_true", default=None, help="allow tools that change things without asking")
+    p.add_argument("--yes", action="store_true", default=None, help="allow tools that change things without asking (deny rules still refuse)")
     p.add_argument("--allowed-tools", action="append", metavar="RULES",
                    help='allow these tool calls without asking, this run only, e.g. "run_bash(git status:*), '
                         'write_file(src/**)" (repeatable; see /permissions)')
