@@ -326,3 +326,56 @@ def test_a_bad_rule_on_the_command_line_is_one_line(fake_llm, tmp_path):
     assert len(lines) == 1 and "allowed_tools" in lines[0] and "run_bash(git status && rm -rf ~)" in lines[0]
     assert "--allowed-tools" in lines[0]
     assert fake_llm.requests == []
+
+
+# ---------------------------------------------------------------- where rules come from
+
+
+def test_a_bad_rule_in_config_toml_is_one_line_naming_the_setting_and_the_file(tmp_path, monkeypatch):
+    from app.config import load_settings
+    from app.errors import ConfigError
+
+    (tmp_path / "config.toml").write_text('[permissions]\ndeny = ["git__push(main)"]\n')
+    monkeypatch.setenv("TIDEGAUGE_CONFIG_DIR", str(tmp_path))
+    with pytest.raises(ConfigError) as raised:
+        load_settings({})
+    message = str(raised.value)
+    assert "\n" not in message and "permissions.deny" in message and "'git__push(main)'" in message
+    assert str(tmp_path / "config.toml") in message
+
+
+def test_slash_permissions_lists_every_rule_with_where_it_came_from(tmp_path, monkeypatch):
+    from app.commands import Report
+    from app.config import load_settings
+    from app.describe import describe
+    from app.runtime import build_session
+
+    work, data, config = tmp_path / "work", tmp_path / "data", tmp_path / "config"
+    (work / ".git").mkdir(parents=True)
+    (work / ".tidegauge").mkdir()
+    (work / ".tidegauge" / "settings.toml").write_text('[permissions]\ndeny = ["run_bash(curl:*)"]\n')
+    config.mkdir()
+    (config / "config.toml").write_text('[permissions]\nask = ["read_file(notes/**)"]\n')
+    SavedRules(data, work.resolve()).add(["run_bash(git status:*)"])
+    monkeypatch.setenv("TIDEGAUGE_CONFIG_DIR", str(config))
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    settings = load_settings({"provider": "openai", "model": "m", "base_url": "http://127.0.0.1:9/v1",
+                              "data_dir": str(data), "allowed_tools": ["write_file(src/**)"],
+                              "disallowed_tools": ["git__push"]})
+    session = build_session(settings, approvals=True, cwd=work)
+    session.permissions.allow(["run_bash(ls:*)"], save=False)  # as an "always" in the dialog does
+    said: list[Any] = []
+    session.subscribe(said.append)
+    session.submit(Report("permissions"))
+    listing = describe(said[-1])
+    assert listing is not None
+    lines = listing.text.splitlines()
+    assert lines[1:7] == [
+        "  deny  git__push   (--allowed-tools/--disallowed-tools)",
+        "  deny  run_bash(curl:*)   (the project's .tidegauge/settings.toml)",
+        "  ask   read_file(notes/**)   (config.toml)",
+        "  allow write_file(src/**)   (--allowed-tools/--disallowed-tools)",
+        "  allow run_bash(git status:*)   (saved for this project)",
+        "  allow run_bash(ls:*)   (chosen this session)",
+    ]
+    assert str(data / "permissions.json") in listing.text
