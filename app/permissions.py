@@ -274,7 +274,7 @@ def _scan(command: str, parts: list[CommandPart], depth: int = 0) -> bool:
             current.append(char)
             index += 1
             continue
-        separator = next((s for s in _SEPARATORS if command.startswith(s, index)), None)
+        separator = next((s for s in _SEPARATORS if command.startswith(s, index)), None) if char in "&|;\n\r" else None
         if separator is not None:
             flush()
             index += len(separator)
