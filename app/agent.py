@@ -35,6 +35,7 @@ from app.events import (
 from app.markers import INTERRUPTED_RESULT  # one text for a call that never finished
 from app.messages import ContentBlock, Message, ToolResultBlock, ToolUseBlock
 from app.providers.json_fields import BAD_ARGUMENTS_KEY
+from app.permissions import Permissions, source_words
 from app.providers.sse import MAX_RETRY_AFTER
 from app.providers.base import (
     Completed,
@@ -117,6 +118,8 @@ class Agent:
     transcript: TranscriptWriter | None = None
     emit: Callable[[Event], None] = lambda _e: None
     approver: Approver | None = None
+    # The rules in force (issue 27): checked for every call, before --yes and before asking.
+    permissions: "Permissions | None" = None
 
     def __post_init__(self) -> None:
         self.engine.emit = self._emit_from_engine
@@ -259,10 +262,21 @@ class Agent:
         self.engine.emit_context()
 
     async def _approval_refusal(self, use: ToolUseBlock) -> str | None:
-        if not self.registry.is_mutating(use.name) or self.options.auto_approve:
-            return None
         if BAD_ARGUMENTS_KEY in use.input:
-            return None  # nothing to approve: the registry refuses the call without running it
+            return None  # nothing to approve or deny: the registry refuses the call without running it
+        mutating = self.registry.is_mutating(use.name)
+        if self.permissions is not None:
+            verdict = self.permissions.decide(use.name, use.input, mutating=mutating)
+            if verdict.effect == "deny" and verdict.rule is not None:  # deny wins, over --yes too
+                return (f"{use.name} was refused by the permission rule deny {verdict.rule.text} "
+                        f"(from {source_words(verdict.rule.source)}). Do not retry it; try another way "
+                        "or ask the user.")
+            if verdict.effect == "allow":
+                return None
+        elif not mutating:
+            return None
+        if self.options.auto_approve:
+            return None
         if self.approver is None:
             return (f"{use.name} was refused: this session does not allow tools that change things. "
                     "Use read_file and list_files to investigate, or tell the user to restart tidegauge with --yes.")

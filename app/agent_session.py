@@ -2,7 +2,7 @@
 
 ``AgentSession`` owns everything a surface must not: the agent, the command
 queue, the run state (one source for step, tool and retry numbers), the
-always-allowed tools and the pending approvals. Surfaces talk to it only
+permission rules chosen in the approval dialog and the pending approvals. Surfaces talk to it only
 through ``app.protocol.SessionSurface``: ``submit`` a command, ``subscribe`` to
 the event stream, read a ``snapshot``.
 
@@ -18,12 +18,13 @@ import asyncio
 import itertools
 import threading
 from collections import deque
-from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
+from typing import TYPE_CHECKING, Awaitable, Callable, Literal, Protocol
 
 from app.commands import (
     ApproveImport,
     Approve,
     Command,
+    DECISIONS,
     Compact,
     Decision,
     Interrupt,
@@ -48,11 +49,14 @@ from app.events import (
     CommandQueuedEvent,
     ConfigWarningEvent,
     Event,
+    PermissionRuleLine,
+    PermissionsEvent,
     ReportEvent,
     SessionInfoEvent,
     SessionRepairedEvent,
     StateEvent,
 )
+from app.permissions import EFFECTS, PROJECT_SETTINGS, Permissions
 from app.protocol import Listener, SessionSnapshot
 
 if TYPE_CHECKING:
@@ -65,7 +69,10 @@ if TYPE_CHECKING:
 
 # Deltas are not persisted (the assistant_message after them holds the whole text), nor
 # reports and previews (answers to a question about the session, not part of it).
-_NOT_RECORDED = frozenset({"text_delta", "thinking_delta", "report", "forecast", "restore_preview"})
+_NOT_RECORDED = frozenset({"text_delta", "thinking_delta", "report", "forecast", "restore_preview", "permissions"})
+# An "always" answer -> which of the request's offered rules it adds (issue 27).
+_ALWAYS_KINDS: dict[str, str] = {"always": "tool", "always_tool": "tool", "always_exact": "exact",
+                                 "always_prefix": "prefix"}
 # After these events the set of cleared (restorable) tool results may have changed.
 _CLEARING_EVENTS = frozenset({"micro_compaction", "compaction", "restore", "reset"})
 # Restored events a surface redraws from; the rest was transient (or, for notices
@@ -175,14 +182,17 @@ class AgentSession:
         self.stream = stream
         self.info = info
         self.restored = replayable(restored or [])
-        self.always_allowed: set[str] = set()
         self._ids = itertools.count(1)
         self._queue: deque[Command] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._wake: asyncio.Event | None = None
         self._current: asyncio.Task[object] | None = None
-        self._approvals: dict[str, tuple["asyncio.Future[Decision]", str]] = {}
+        # request id -> (the answer and whether to save its rule, the tool's name)
+        self._approvals: dict[str, tuple["asyncio.Future[tuple[Decision, bool]]", str]] = {}
+        if agent.permissions is None:  # an agent built without rules: the default ones, answers kept here
+            agent.permissions = Permissions(workspace=agent.workspace)
+        self.permissions: Permissions = agent.permissions
         self._stopping = False
         # Prompts, compactions and resets submitted and not yet done (or dropped): counted
         # at ``submit``, on the caller's thread, so "nothing pending" never races a submit.
@@ -261,8 +271,10 @@ class AgentSession:
             self._drop_queue()
             self._interrupt()
         elif isinstance(command, Approve):
-            self._answer(command.request_id, command.decision)
-        elif isinstance(command, Report):
+            self._answer(command.request_id, command.decision, command.save)
+        elif isinstance(command, Report) and command.kind == "permissions":
+            self._emit(self._permissions_report())
+        elif isinstance(command, Report) and command.kind != "permissions":
             self._emit(ReportEvent(kind=command.kind, messages=len(self.agent.history),
                                    context=self.agent.context_event()))
         elif isinstance(command, Preview):
@@ -463,34 +475,48 @@ class AgentSession:
 
     # ------------------------------------------------------------ approvals
 
-    async def _ask_approval(self, use: "ToolUseBlock") -> Decision:
-        if use.name in self.always_allowed:
-            return "yes"
+    async def _ask_approval(self, use: "ToolUseBlock") -> Literal["yes", "no"]:
+        """Asked by the agent (and its sub-agents) when the rules say ask; an "always" answer adds
+        the allow rules this request offered, for the session (and saved, if asked to)."""
         from app.agent import summarize_args
 
         assert self._loop is not None
         request_id = f"approval-{next(self._ids)}"
-        future: asyncio.Future[Decision] = self._loop.create_future()
+        future: asyncio.Future[tuple[Decision, bool]] = self._loop.create_future()
         self._approvals[request_id] = (future, use.name)
+        choices = self.permissions.choices(use.name, use.input)
         running = self._last_state  # the agent's "tool" state: its numbers stay while we wait
         self._state("waiting_approval", tool_name=use.name, tool_index=running.tool_index,
                     tool_count=running.tool_count)
         self._emit(ApprovalRequestEvent(request_id=request_id, tool_id=use.id, name=use.name,
-                                        input=dict(use.input), summary=summarize_args(use.name, use.input)))
+                                        input=dict(use.input), summary=summarize_args(use.name, use.input),
+                                        choices=choices))
         try:
-            decision = await future
+            decision, save = await future
         except asyncio.CancelledError:
             self._emit(ApprovalResolvedEvent(request_id=request_id, decision="interrupted"))
             raise
         finally:
             self._approvals.pop(request_id, None)
-        self._emit(ApprovalResolvedEvent(request_id=request_id, decision=decision))
+        kind = _ALWAYS_KINDS.get(decision)
+        added = self.permissions.allow(choices.get(kind, []), save=save) if kind else []
+        self._emit(ApprovalResolvedEvent(request_id=request_id, decision=decision, rules=[r.text for r in added],
+                                         saved=any(r.source == "saved" for r in added)))
         self._state("tool", tool_name=use.name, tool_index=running.tool_index, tool_count=running.tool_count)
-        if decision == "always":
-            self.always_allowed.add(use.name)
-        return decision
+        return "no" if decision == "no" else "yes"
 
-    def _answer(self, request_id: str, decision: Decision) -> None:
+    def _answer(self, request_id: str, decision: str, save: bool = False) -> None:
         pending = self._approvals.get(request_id)
         if pending is not None and not pending[0].done():
-            pending[0].set_result(decision)
+            # a value no dialog offers (from a pipe) is a no
+            pending[0].set_result((decision if decision in DECISIONS else "no", bool(save)))  # type: ignore[arg-type]
+
+    def _permissions_report(self) -> PermissionsEvent:
+        """/permissions: the rules in force, strongest first, each with where it came from."""
+        order = {effect: index for index, effect in enumerate(EFFECTS)}
+        rules = sorted(self.permissions.rules, key=lambda rule: order[rule.effect])
+        saved = self.permissions.saved
+        return PermissionsEvent(
+            rules=[PermissionRuleLine(effect=r.effect, rule=r.text, source=r.source) for r in rules],
+            saved_file=str(saved.path) if saved is not None else None,
+            project_file=str((saved.project if saved is not None else self.permissions.workspace) / PROJECT_SETTINGS))

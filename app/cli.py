@@ -32,7 +32,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=int, metavar="TOKENS",
                    help="auto-compact when the context reaches this (default 150000; 0: window only)")
     p.add_argument("--window", type=int, metavar="TOKENS", help="context window in tokens (default: per model)")
-    p.add_argument("--yes", action="store_true", default=None, help="allow tools that change things without asking")
+    p.add_argument("--yes", action="store_true", default=None, help="allow tools that change things without asking (deny rules still refuse)")
+    p.add_argument("--allowed-tools", action="append", metavar="RULES",
+                   help='allow these tool calls without asking, this run only, e.g. "run_bash(git status:*), '
+                        'write_file(src/**)" (repeatable; see /permissions)')
+    p.add_argument("--disallowed-tools", action="append", metavar="RULES",
+                   help='refuse these tool calls, even with --yes, e.g. "run_bash(rm:*), git__push" (repeatable)')
     p.add_argument("--allow-outside", action="store_true", default=None, help="let file tools reach outside the working directory")
     p.add_argument("--output-format", choices=["text", "stream-json"], default="text",
                    help="with -p: the answer as text (default), or one JSON event per line")
@@ -63,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
 # CLI flag -> settings field
 FLAG_FIELDS = ("provider", "model", "base_url", "api_key_env", "max_output", "max_steps", "budget",
                "window", "yes", "allow_outside", "demo_speed", "thinking_budget",
-               "web_port")
+               "web_port", "allowed_tools", "disallowed_tools")
 
 
 def _fork(args: argparse.Namespace, settings: "Settings") -> str:

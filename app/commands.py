@@ -10,7 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Union
 
-Decision = Literal["yes", "always", "no"]
+# "always" (kept for older surfaces) is "always_tool"; the other "always" answers add the
+# rules the request offered (``ApprovalRequestEvent.choices``), never a rule a surface wrote.
+Decision = Literal["yes", "always", "always_exact", "always_prefix", "always_tool", "no"]
+DECISIONS: tuple[str, ...] = ("yes", "always", "always_exact", "always_prefix", "always_tool", "no")
 
 
 @dataclass(frozen=True)
@@ -43,13 +46,15 @@ class Approve:
 
     request_id: str
     decision: Decision
+    save: bool = False  # an "always" rule also saved for the project (used in later sessions)
 
 
 @dataclass(frozen=True)
 class Report:
-    """Ask for the figures of ``/usage`` or ``/context`` (answered by a ``ReportEvent``)."""
+    """Ask for the figures of ``/usage`` or ``/context`` (answered by a ``ReportEvent``), or
+    the rules of ``/permissions`` (answered by a ``PermissionsEvent``)."""
 
-    kind: Literal["usage", "context"]
+    kind: Literal["usage", "context", "permissions"]
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
-from pydantic import Field, PrivateAttr, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -33,6 +33,7 @@ from app.tools.base import (  # tool hardening (issues 12, 24)
     DEFAULT_READ_MAX_BYTES,
 )
 from app.redact import redact, register_env_var, register_secret
+from app.permissions import RuleError, parse_rule, split_rule_list  # permission rules (issue 27)
 
 APP_NAME = "tidegauge"
 ENV_PREFIX = "TIDEGAUGE_"
@@ -76,6 +77,31 @@ def config_file_path() -> Path:
 
 def default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir(APP_NAME))
+
+
+class PermissionRules(BaseModel):
+    """``[permissions]`` in config.toml: lists of rules such as ``run_bash(git status:*)`` (issue 27)."""
+
+    model_config = ConfigDict(extra="forbid")
+    allow: list[str] = Field(default_factory=list)
+    ask: list[str] = Field(default_factory=list)
+    deny: list[str] = Field(default_factory=list)
+
+    @field_validator("allow", "ask", "deny")
+    @classmethod
+    def _rules_parse(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        for text in value:
+            parse_rule(text, info.field_name, "config")  # type: ignore[arg-type]  # RuleError is a ValueError
+        return value
+
+
+def _check_rule_flag(value: list[str]) -> list[str]:
+    for text in split_rule_list(value):
+        try:
+            parse_rule(text, "allow", "flag")
+        except RuleError as error:
+            raise ValueError(str(error)) from None
+    return value
 
 
 class Settings(BaseSettings):
@@ -134,6 +160,16 @@ class Settings(BaseSettings):
     subagents: bool = True  # offer the task tool (a sub-agent in a fresh context)
     subagent_max_steps: int = Field(20, ge=1)
     subagent_report_tokens: int = Field(2_000, ge=100)
+    # Permission rules (issue 27, app/permissions.py): [permissions] allow/ask/deny in
+    # config.toml; --allowed-tools / --disallowed-tools add allow / deny rules for one run.
+    permissions: PermissionRules = Field(default_factory=PermissionRules)
+    allowed_tools: list[str] = Field(default_factory=list)
+    disallowed_tools: list[str] = Field(default_factory=list)
+
+    @field_validator("allowed_tools", "disallowed_tools")
+    @classmethod
+    def _tool_rules_parse(cls, value: list[str]) -> list[str]:
+        return _check_rule_flag(value)
 
     @field_validator("mcp_servers")
     @classmethod

@@ -331,6 +331,56 @@ def _memory_import(e: "ev.MemoryImportEvent") -> Line:
     return Line("info", f"{where} approved for this project: it is in the next request")
 
 
+# ---- permissions (issue 27)
+
+_EFFECT_WORDS = {"allow": "allow", "ask": "ask  ", "deny": "deny "}
+
+
+def _permissions(e: "ev.PermissionsEvent") -> Line:
+    """/permissions: the rules in force, strongest first, each with where it came from."""
+    from app.permissions import source_words
+
+    if e.rules:
+        lines = [f"  {_EFFECT_WORDS[r.effect]} {r.rule}   ({source_words(r.source)})" for r in e.rules]
+    else:
+        lines = ["  no rules: tools that change things ask, the rest run"]
+    head = "permission rules (deny wins over ask, ask over allow; deny also over --yes):"
+    where = []
+    if e.project_file:
+        where.append(f"project rules (ask and deny only): {e.project_file}")
+    if e.saved_file:
+        where.append(f"rules saved from the approval dialog: {e.saved_file}")
+    return Line("info", sanitize_for_display("\n".join([head, *lines, *where])))
+
+
+def _approval_resolved(e: "ev.ApprovalResolvedEvent") -> Line | None:
+    if not e.rules:
+        return None
+    where = "saved for this project" if e.saved else "for this session"
+    return Line("info", sanitize_for_display(f"allowed without asking from now on ({where}): {', '.join(e.rules)}"))
+
+
+def approval_choices(e: "ev.ApprovalRequestEvent") -> list[tuple[str, str]]:
+    """(decision, words) of each answer the approval dialog offers, in order."""
+    offered: list[tuple[str, str]] = [("yes", "Yes, this once")]
+    exact, prefix = e.choices.get("exact"), e.choices.get("prefix")
+    command = e.name in ("run_bash", "run_bash_untruncated")
+    if exact:
+        offered.append(("always_exact", "Always this exact command" if command else "Always this file"))
+    if prefix:
+        shown = ", ".join(_pattern_of(rule).removesuffix(":*") + " …" for rule in prefix)
+        folder = ", ".join(_pattern_of(rule).removesuffix("**") for rule in prefix)
+        offered.append(("always_prefix", f"Always commands starting with {shown}" if command
+                        else f"Always files in {folder}"))
+    offered.append(("always", f"Always {e.name}, any call"))  # "always": the tool, as before
+    offered.append(("no", "No"))
+    return offered
+
+
+def _pattern_of(rule: str) -> str:
+    return rule[rule.index("(") + 1:-1] if rule.endswith(")") and "(" in rule else rule
+
+
 # Every event type has an entry (a test checks it against the Event union): a new
 # event type without words is a failing test, not a silent gap.
 DESCRIBERS: dict[str, Callable[[Any], Line | None]] = {
@@ -347,7 +397,7 @@ DESCRIBERS: dict[str, Callable[[Any], Line | None]] = {
     "session": _silent,
     "chart_point": _silent,
     "approval_request": _silent,
-    "approval_resolved": _silent,
+    "approval_resolved": _approval_resolved,  # a line only when an "always" added rules
     # engine lines
     "compaction": _compaction,
     "micro_compaction": _micro,
@@ -384,6 +434,7 @@ DESCRIBERS: dict[str, Callable[[Any], Line | None]] = {
     "prompt_cache_off": lambda e: Line("warning", f"prompt caching off for this session: the {e.provider} server"
                                                   f" rejected the cache breakpoints ({e.reason}); the call was"
                                                   " sent again without them"),
+    "permissions": _permissions,  # issue 27: /permissions
 }
 
 

@@ -265,12 +265,32 @@ class ApprovalRequestEvent(BaseModel):
     name: str
     input: dict[str, Any]
     summary: str
+    # The allow rules each "always" answer would add (issue 27): "exact" (this command / file),
+    # "prefix" (commands starting with its first word(s) / files in its folder), "tool".
+    choices: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class ApprovalResolvedEvent(BaseModel):
     type: Literal["approval_resolved"] = "approval_resolved"
     request_id: str
-    decision: Literal["yes", "always", "no", "interrupted"]
+    decision: Literal["yes", "always", "always_exact", "always_prefix", "always_tool", "no", "interrupted"]
+    rules: list[str] = Field(default_factory=list)  # the allow rules an "always" added
+    saved: bool = False  # ... and saved for the project
+
+
+class PermissionRuleLine(BaseModel):
+    effect: Literal["allow", "ask", "deny"]
+    rule: str
+    source: Literal["flag", "config", "project", "saved", "session"]
+
+
+class PermissionsEvent(BaseModel):
+    """Answer to ``/permissions``: the rules in force, each with where it came from (issue 27)."""
+
+    type: Literal["permissions"] = "permissions"
+    rules: list[PermissionRuleLine]
+    saved_file: str | None = None  # where rules saved from the approval dialog go
+    project_file: str | None = None  # the project's settings (ask and deny rules only)
 
 
 class InterruptedEvent(BaseModel):
@@ -485,7 +505,7 @@ Event = Annotated[
         SessionMemoryEvent, RestoreEvent, RuleAttachedEvent,
         SessionRepairedEvent, UsageDistrustedEvent,
         ForecastEvent, RestorePreviewEvent, ClearedResultsEvent, ServerCompactionEvent,
-        MemoryImportEvent, PromptCacheOffEvent,
+        MemoryImportEvent, PromptCacheOffEvent, PermissionsEvent,
     ],
     Field(discriminator="type"),
 ]

@@ -24,7 +24,8 @@ from app.context.file_cache import FileReadCache
 from app.context.memory import ImportApprovals, ImportPolicy, MemoryBundle, find_repo_root, load_memory
 from app.context.prices import price_for
 from app.context.thresholds import context_window_for
-from app.errors import SetupError
+from app.errors import ConfigError, SetupError
+from app.permissions import Permissions, RuleError, load_permissions
 from app.events import Event, SessionInfoEvent
 from app.protocol import Listener
 from app.providers.factory import default_key_env, open_provider
@@ -83,6 +84,17 @@ class MemorySource:
 
     def record(self, path: str, approve: bool) -> None:
         self.approvals.record(Path(path), approve)
+
+
+def _permissions(settings: Settings, workspace: Path, project: Path) -> Permissions:
+    """The rules in force (issue 27): a bad one, wherever it is written, is one line at start."""
+    try:
+        return load_permissions(workspace=workspace, project=project,
+                                config_rules=settings.permissions.model_dump(),
+                                allowed_tools=settings.allowed_tools, disallowed_tools=settings.disallowed_tools,
+                                data_dir=settings.data_dir_path)
+    except RuleError as error:
+        raise ConfigError(f"config: {error}") from None
 
 
 def _register_mcp_secrets(settings: Settings) -> None:
@@ -181,6 +193,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         budget = setup.default_budget
 
     memory_source = MemorySource(settings, workspace)
+    permissions = _permissions(settings, workspace, memory_source.project)
     memory = memory_source.load()
     _register_mcp_secrets(settings)
     system = SYSTEM_PROMPT.format(cwd=workspace, platform=platform.system())
@@ -250,7 +263,9 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         provider_label=label,
         transcript=transcript,
         approver=approver,
+        permissions=permissions,
     )
+    warnings += [("permissions", warning) for warning in permissions.warnings]
     if settings.subagents:
         from app.subagent import register_task_tool
 

@@ -165,13 +165,17 @@ class TaskTool:
             engine=engine,
             tool_context=tool_context,
             options=AgentOptions(max_steps=self.limits.max_steps, max_tokens=self.limits.max_tokens,
-                                 auto_approve=False, max_retries=parent.options.max_retries,
+                                 auto_approve=parent.options.auto_approve, max_retries=parent.options.max_retries,
                                  retry_base_delay=parent.options.retry_base_delay),
             price=parent.price,
             session_id=parent.session_id,
             provider_label=parent.provider_label,
             transcript=None,
-            approver=None,  # anything that changes things is refused, never asked about
+            # The session's rules and the user's answers hold inside it too (issue 27): a deny
+            # rule refuses, an ask rule asks the user as the main agent would. (Its tools only
+            # read; a tool that changes things is not lent to it at all.)
+            approver=parent.approver,
+            permissions=parent.permissions,
         )
         return agent
 

@@ -15,6 +15,7 @@ SLASH_COMMANDS: dict[str, str] = {
     "/reset": "clear the conversation (asks first)",
     "/usage": "tokens and cost so far",
     "/context": "what the context holds, by part",
+    "/permissions": "the permission rules in force, and where each came from",
     "/help": "commands and keys",
 }
 

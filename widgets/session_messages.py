@@ -209,7 +209,7 @@ MESSAGES_FOR: dict[str, tuple[type[SessionMessage], ...]] = {
     "breaker": (BreakerChanged, EngineSaid),
     "result": (TurnEnded, EngineSaid),
     "approval_request": (ApprovalRequested,),
-    "approval_resolved": (ApprovalResolved,),
+    "approval_resolved": (ApprovalResolved, EngineSaid),  # EngineSaid: the rules an "always" added
     # issues 14-17 on the dashboard
     "forecast": (ForecastReady,),
     "restore_preview": (RestorePreviewReady, EngineSaid),  # EngineSaid: a refusal's one line

@@ -337,14 +337,19 @@ class TidegaugeApp(App[int]):
         request = message.event
         from widgets.approval_screen import ApprovalScreen  # modals: imported when first shown
 
-        def answered(answer: str | None) -> None:
+        from app.describe import approval_choices
+
+        def answered(answer: "tuple[str, bool] | str | None") -> None:
             self._approval_screens.pop(request.request_id, None)
             if answer == "interrupt":  # escape in the modal stops the turn, as everywhere else
                 self.submit(Interrupt())
-            else:
-                self.submit(Approve(request.request_id, answer or "no"))  # type: ignore[arg-type]
+            elif isinstance(answer, tuple):
+                decision, save = answer
+                self.submit(Approve(request.request_id, decision, save))  # type: ignore[arg-type]
+            else:  # answered elsewhere, or gone
+                self.submit(Approve(request.request_id, "no"))
 
-        screen = ApprovalScreen(request.name, dict(request.input))
+        screen = ApprovalScreen(request.name, dict(request.input), approval_choices(request))
         self._approval_screens[request.request_id] = screen
         await self.push_screen(screen, callback=answered)
 
@@ -414,11 +419,11 @@ class TidegaugeApp(App[int]):
             self.action_compact(rest or None)
         elif command == "/reset":
             self.action_reset()
-        elif command in ("/usage", "/context"):
+        elif command in ("/usage", "/context", "/permissions"):
             if self.session is None:
                 self.conversation.add_engine("info", "the agent is still starting: try again in a moment")
             else:
-                self.session.submit(Report("usage" if command == "/usage" else "context"))
+                self.session.submit(Report(command.removeprefix("/")))  # type: ignore[arg-type]
         elif command == "/help":
             self.conversation.add_engine("info", HELP_TEXT)
             self.conversation.show_latest_from_its_top()

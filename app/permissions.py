@@ -1,0 +1,582 @@
+"""Permission rules (issue 27): ``allow``, ``ask`` and ``deny`` patterns, as Claude Code's.
+
+A rule names a tool, optionally with an argument pattern::
+
+    run_bash                    every shell command
+    run_bash(git status)        exactly that command
+    run_bash(npm test:*)        commands starting with the words "npm test"
+    write_file(src/**)          a path argument, as a glob relative to the workspace
+    git__*   mcp__git__*        tools by name (an MCP tool is named SERVER__TOOL)
+
+Every tool call is checked before it runs: **deny** wins over everything (``--yes`` too),
+then **ask**, then **allow**; with no rule, tools that change things ask and the rest run.
+
+A shell command is split on ``;``, ``&&``, ``||``, ``|``, ``&``, newlines, ``$(...)``,
+backticks and ``<(...)``/``>(...)`` (quotes respected): an allow rule with a command
+pattern allows the command only when *every* part matches an allow rule, and never a part
+that redirects output to a file. So ``run_bash(git status:*)`` does not allow
+``git status; rm -rf ~``. A deny rule refuses the command when *any* part matches, and a
+command that cannot be split (an open quote, too long, nested too deep) when there is a deny
+rule with a command pattern. Deny rules on commands are a guard, not a sandbox:
+``bash -c "rm …"`` is one part, ``bash``.
+
+Where rules come from (``/permissions`` shows each with its source):
+
+- ``--allowed-tools`` / ``--disallowed-tools``: this run only.
+- ``config.toml`` ``[permissions]``: the user's own file.
+- the project's ``.tidegauge/settings.toml`` ``[permissions]``: **only ``ask`` and
+  ``deny``**. The file comes with the repository, and a hostile repository that could
+  ship ``allow = ["run_bash"]`` would switch approval off for whoever opens it; its
+  ``allow`` rules are ignored and said so at start.
+- rules the user saved from the approval dialog: per project in ``permissions.json``
+  under the data directory (0600). Not inside the repository, because a repository can
+  ship any file it likes, including one named like a local settings file.
+- rules chosen in the dialog for this session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+Effect = Literal["allow", "ask", "deny"]
+Source = Literal["flag", "config", "project", "saved", "session"]
+EFFECTS: tuple[Effect, ...] = ("deny", "ask", "allow")
+
+# Where a rule came from, as /permissions and a refusal name it.
+SOURCE_WORDS: dict[str, str] = {
+    "flag": "--allowed-tools/--disallowed-tools",
+    "config": "config.toml",
+    "project": "the project's .tidegauge/settings.toml",
+    "saved": "saved for this project",
+    "session": "chosen this session",
+}
+
+
+def source_words(source: str) -> str:
+    return SOURCE_WORDS.get(source, source)
+
+
+PROJECT_SETTINGS = Path(".tidegauge") / "settings.toml"
+SAVED_RULES_FILE = "permissions.json"
+MAX_SETTINGS_BYTES = 256 * 1024
+
+# Tools whose rules may carry a pattern, and the argument the pattern is matched against.
+COMMAND_TOOLS = frozenset({"run_bash", "run_bash_untruncated"})
+PATH_TOOLS = frozenset({"read_file", "write_file", "edit_file", "list_files"})
+# First words after which the second word is the command (git status, npm test): the
+# "always commands starting with" choice takes both.
+_TWO_WORD_COMMANDS = frozenset({"git", "npm", "pnpm", "yarn", "cargo", "go", "docker", "kubectl", "uv", "pip",
+                                "pip3", "poetry", "make", "gh", "bun", "deno", "dotnet", "mvn", "gradle"})
+# First words that run whatever follows them: a prefix rule on these would allow anything.
+_RUNS_ANYTHING = frozenset({"bash", "sh", "zsh", "fish", "dash", "ksh", "eval", "exec", "sudo", "doas", "su", "env",
+                            "xargs", "command", "builtin", "nohup", "time", "timeout", "nice", "watch", "python",
+                            "python3", "node", "perl", "ruby", "php", "source", ".", "ssh", "find", "awk", "sed"})
+
+# A command line longer, or nested deeper, than this is not parsed (so never allowed by a
+# command pattern): a model's command cannot make the matcher slow or recurse without end.
+MAX_COMMAND_CHARS = 64 * 1024
+MAX_NESTING = 16
+
+_RULE = re.compile(r"^(?P<tool>[A-Za-z0-9_*-]+)(?:\((?P<argument>.*)\))?$", re.DOTALL)
+_HARMLESS_REDIRECT = re.compile(r">>?\s*(?:&\d|/dev/null(?![^\s;&|)]))")
+_SEPARATORS = ("&&", "||", "|&", ";;", ";", "|", "&", "\n", "\r")
+
+
+class RuleError(ValueError):
+    """A rule that cannot be read: the message is one line naming it and what is wrong."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    effect: Effect
+    text: str  # as the user wrote it (an ``mcp__`` prefix kept): what /permissions shows
+    source: Source
+    tool: str  # a tool name, or a pattern with * (mcp__ prefix dropped)
+    argument: str | None = None  # None: every call of the tool
+
+    def names(self, tool_name: str) -> bool:
+        return fnmatchcase(tool_name, self.tool)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    effect: Effect
+    rule: Rule | None = None  # None: the default (tools that change things ask)
+
+
+def parse_rule(text: str, effect: Effect, source: Source) -> Rule:
+    """``run_bash(git status:*)`` and the like; RuleError naming the rule otherwise."""
+    written = text.strip()
+    match = _RULE.match(written)
+    if not written or match is None:
+        raise RuleError(f"permission rule {text!r}: expected a tool name, optionally with a pattern in "
+                        "parentheses, e.g. run_bash(git status:*) or write_file(src/**)")
+    tool = match.group("tool")
+    if tool.startswith("mcp__"):  # Claude Code's naming; here an MCP tool is SERVER__TOOL
+        tool = tool.removeprefix("mcp__")
+    argument = match.group("argument")
+    if argument is not None:
+        argument = argument.strip()
+        if argument in ("", "*", "**", ":*"):
+            argument = None  # the whole tool
+        elif "*" in tool:
+            raise RuleError(f"permission rule {written!r}: a pattern in parentheses needs one tool's name, not {tool!r}")
+        elif tool in COMMAND_TOOLS:
+            parts = command_parts(argument.removesuffix(":*"))
+            if parts is None or len(parts) != 1 or parts[0].writes or parts[0].text != _words(argument.removesuffix(":*")):
+                raise RuleError(f"permission rule {written!r}: a command pattern is one simple command "
+                                "(write one rule per command; ;, &&, |, $(...) and > are not allowed in it)")
+        elif tool not in PATH_TOOLS:
+            raise RuleError(f"permission rule {written!r}: only {', '.join(sorted(COMMAND_TOOLS | PATH_TOOLS))} "
+                            f"take a pattern; write {tool} alone to match every call")
+    return Rule(effect=effect, text=written, source=source, tool=tool, argument=argument)
+
+
+def split_rule_list(values: list[str]) -> list[str]:
+    """``--allowed-tools "read_file, run_bash(git status:*)"``: commas and spaces outside parentheses separate."""
+    found: list[str] = []
+    for value in values:
+        depth, current = 0, list[str]()
+        for char in value:
+            if char == "(":
+                depth += 1
+            elif char == ")":
+                depth = max(0, depth - 1)
+            if depth == 0 and (char == "," or char.isspace()):
+                if "".join(current).strip():
+                    found.append("".join(current).strip())
+                current = []
+                continue
+            current.append(char)
+        if "".join(current).strip():
+            found.append("".join(current).strip())
+    return found
+
+
+# ---------------------------------------------------------------- shell commands
+
+
+@dataclass(frozen=True)
+class CommandPart:
+    """One simple command of a command line, words separated by single spaces."""
+
+    text: str
+    writes: bool = False  # it redirects output to a file (never allowed by a command pattern)
+
+
+def _words(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _closing_paren(command: str, opening: int) -> int | None:
+    """Index of the ``)`` closing the ``(`` at ``opening``; quotes and escapes respected."""
+    depth, quote, index = 0, None, opening
+    while index < len(command):
+        char = command[index]
+        if char == "\\" and quote != "'":
+            index += 2
+            continue
+        if quote:
+            if char == quote:
+                quote = None
+        elif char in "'\"":
+            quote = char
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+            if depth == 0:
+                return index
+        index += 1
+    return None
+
+
+def _closing_backtick(command: str, opening: int) -> int | None:
+    index = opening + 1
+    while index < len(command):
+        if command[index] == "\\":
+            index += 2
+            continue
+        if command[index] == "`":
+            return index
+        index += 1
+    return None
+
+
+def _scan(command: str, parts: list[CommandPart], depth: int = 0) -> bool:
+    """Append the simple commands of ``command`` (substitutions' insides too); False if it does not parse."""
+    if depth > MAX_NESTING:
+        return False
+    current: list[str] = []
+    writes = False
+    quote: str | None = None
+
+    def flush() -> None:
+        nonlocal current, writes
+        text = _words("".join(current))
+        if text:
+            parts.append(CommandPart(text, writes))
+        current, writes = [], False
+
+    index = 0
+    while index < len(command):
+        char = command[index]
+        if quote == "'":
+            current.append(char)
+            quote = None if char == "'" else quote
+            index += 1
+            continue
+        if char == "\\":
+            if command.startswith("\\\n", index):
+                index += 2  # a line continuation
+                continue
+            current.append(command[index:index + 2])
+            index += 2
+            continue
+        if char == "`":
+            end = _closing_backtick(command, index)
+            if end is None or not _scan(command[index + 1:end], parts, depth + 1):
+                return False
+            current.append(command[index:end + 1])
+            index = end + 1
+            continue
+        if command.startswith(("$(", "<(", ">("), index):
+            end = _closing_paren(command, index + 1)
+            if end is None or not _scan(command[index + 2:end], parts, depth + 1):
+                return False
+            current.append(command[index:end + 1])
+            index = end + 1
+            continue
+        if quote == '"':
+            current.append(char)
+            quote = None if char == '"' else quote
+            index += 1
+            continue
+        if char in "'\"":
+            quote = char
+            current.append(char)
+            index += 1
+            continue
+        if char == ">":
+            harmless = _HARMLESS_REDIRECT.match(command, index)
+            if harmless:
+                current.append(harmless.group())
+                index = harmless.end()
+                continue
+            writes = True
+            current.append(char)
+            index += 1
+            continue
+        separator = next((s for s in _SEPARATORS if command.startswith(s, index)), None) if char in "&|;\n\r" else None
+        if separator is not None:
+            flush()
+            index += len(separator)
+            continue
+        current.append(char)
+        index += 1
+    if quote is not None:
+        return False
+    flush()
+    return True
+
+
+def command_parts(command: str) -> list[CommandPart] | None:
+    """The simple commands a command line runs; None when it does not parse (an open quote)."""
+    if len(command) > MAX_COMMAND_CHARS:
+        return None
+    parts: list[CommandPart] = []
+    return parts if _scan(command, parts) else None
+
+
+def _command_matches(pattern: str, part: CommandPart) -> bool:
+    if pattern.endswith(":*"):
+        prefix = _words(pattern[:-2])
+        return part.text == prefix or part.text.startswith(prefix + " ")
+    return part.text == _words(pattern)
+
+
+# ---------------------------------------------------------------- paths
+
+
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    out, index = [], 0
+    while index < len(pattern):
+        if pattern.startswith("**/", index):
+            out.append("(?:.*/)?")
+            index += 3
+        elif pattern.startswith("**", index):
+            out.append(".*")
+            index += 2
+        elif pattern[index] == "*":
+            out.append("[^/]*")
+            index += 1
+        elif pattern[index] == "?":
+            out.append("[^/]")
+            index += 1
+        else:
+            out.append(re.escape(pattern[index]))
+            index += 1
+    # a folder's pattern also names what is under it
+    return re.compile("".join(out).rstrip("/") + "(?:/.*)?", re.DOTALL)
+
+
+def _path_forms(value: str, workspace: Path) -> tuple[list[str], list[str]]:
+    """(forms an allow rule must match, forms any of which a deny rule may match).
+
+    The real path (symlinks followed): a link inside ``src/`` to a file elsewhere is not in
+    ``src/``. For deny, the path as written too (normalised)."""
+    raw = Path(value).expanduser()
+    written = Path(os.path.normpath(raw if raw.is_absolute() else workspace / raw))
+    real = Path(os.path.realpath(written))
+    root = Path(os.path.realpath(workspace))
+
+    def forms(path: Path) -> list[str]:
+        found = [path.as_posix()]
+        for base in (root, workspace):
+            try:
+                found.append(path.relative_to(base).as_posix())
+            except ValueError:
+                continue
+        return found
+
+    return forms(real), forms(real) + forms(written)
+
+
+def _path_matches(pattern: str, forms: list[str], workspace: Path) -> bool:
+    absolute = pattern.startswith(("/", "~"))
+    if absolute:
+        pattern = Path(pattern).expanduser().as_posix() if not pattern.startswith("/") else pattern
+    regex = _glob_regex(pattern.removeprefix("./"))
+    return any(regex.fullmatch(form) for form in forms if form.startswith("/") == absolute)
+
+
+# ---------------------------------------------------------------- the rules in force
+
+
+@dataclass
+class Permissions:
+    """The rules in force for one session, and the file the user's saved rules go to."""
+
+    workspace: Path
+    rules: list[Rule] = field(default_factory=list)
+    saved: "SavedRules | None" = None
+    # what was set and is not applied, said once at start
+    warnings: list[str] = field(default_factory=list)
+
+    def decide(self, tool_name: str, tool_input: Mapping[str, Any], *, mutating: bool) -> Verdict:
+        """deny > ask > allow > the default (tools that change things ask, the rest run)."""
+        for effect in EFFECTS:
+            rule = self._first_match(effect, tool_name, tool_input)
+            if rule is not None:
+                return Verdict(effect, rule)
+        return Verdict("ask" if mutating else "allow")
+
+    def _first_match(self, effect: Effect, tool_name: str, tool_input: Mapping[str, Any]) -> Rule | None:
+        rules = [r for r in self.rules if r.effect == effect and r.names(tool_name)]
+        whole = next((r for r in rules if r.argument is None), None)
+        if whole is not None:
+            return whole
+        patterned = [r for r in rules if r.argument is not None]
+        if not patterned:
+            return None
+        if tool_name in COMMAND_TOOLS:
+            return self._command_match(effect, patterned, str(tool_input.get("command", "")))
+        value = tool_input.get("path")
+        if tool_name == "list_files" and value in (None, ""):
+            value = "."
+        if not isinstance(value, str) or "\0" in value:
+            return None
+        allow_forms, deny_forms = _path_forms(value, self.workspace)
+        forms = allow_forms if effect == "allow" else deny_forms
+        return next((r for r in patterned if _path_matches(r.argument or "", forms, self.workspace)), None)
+
+    @staticmethod
+    def _command_match(effect: Effect, rules: list[Rule], command: str) -> Rule | None:
+        parts = command_parts(command)
+        if effect == "allow":
+            # every part allowed, none writing a file; a line that does not parse is never allowed
+            if not parts or any(part.writes for part in parts):
+                return None
+            matched = [next((r for r in rules if _command_matches(r.argument or "", part)), None) for part in parts]
+            return matched[0] if all(matched) else None
+        if parts is None:
+            if effect == "deny":  # what cannot be checked against a deny rule does not run, --yes or not
+                rule = rules[0]
+                return Rule(effect="deny", source=rule.source, tool=rule.tool, argument=rule.argument,
+                            text=f"{rule.text} (the command could not be checked against it: an open quote, "
+                                 f"or longer than {MAX_COMMAND_CHARS // 1024} KiB, or nested deeper than "
+                                 f"{MAX_NESTING})")
+            parts = [CommandPart(_words(command), True)]
+        for part in parts:
+            for rule in rules:
+                if _command_matches(rule.argument or "", part):
+                    return rule
+        return None
+
+    # ---- what the dialog offers, and remembering a choice
+
+    def choices(self, tool_name: str, tool_input: Mapping[str, Any]) -> dict[str, list[str]]:
+        """The rules "always" would add: ``exact`` (this command / this file), ``prefix`` (commands
+        starting with the first word(s) / files in this folder), ``tool`` (every call). A choice
+        that cannot be a rule is left out (a command writing a file, ``bash -c …``)."""
+        offered: dict[str, list[str]] = {}
+        if tool_name in COMMAND_TOOLS:
+            parts = command_parts(str(tool_input.get("command", "")))
+            if parts and not any(part.writes for part in parts):
+                # a command that reads as a pattern ("rm:*") would be a prefix rule, not itself
+                if not any(part.text.endswith(":*") for part in parts):
+                    offered["exact"] = _unique(f"{tool_name}({part.text})" for part in parts)
+                prefixes = [_prefix_of(part.text) for part in parts]
+                if all(prefixes):
+                    offered["prefix"] = _unique(f"{tool_name}({prefix}:*)" for prefix in prefixes)
+        elif tool_name in PATH_TOOLS and isinstance(tool_input.get("path"), str):
+            allow_forms, _ = _path_forms(str(tool_input["path"]), self.workspace)
+            relative = next((form for form in allow_forms if not form.startswith("/")), None)
+            # a name holding * or ? would be a glob as a rule, not that file
+            if relative and relative != "." and not any(char in relative for char in "*?"):
+                offered["exact"] = [f"{tool_name}({relative})"]
+                folder = Path(relative).parent.as_posix()
+                if folder != ".":
+                    offered["prefix"] = [f"{tool_name}({folder}/**)"]
+        offered["tool"] = [tool_name]
+        return offered
+
+    def allow(self, texts: list[str], *, save: bool) -> list[Rule]:
+        """Add allow rules chosen in the dialog: for this session, and saved for the project when ``save``."""
+        source: Source = "saved" if save and self.saved is not None else "session"
+        added = [parse_rule(text, "allow", source) for text in texts]
+        self.rules.extend(added)
+        if source == "saved" and self.saved is not None:
+            self.saved.add([rule.text for rule in added])
+        return added
+
+
+def _unique(texts: Any) -> list[str]:
+    return list(dict.fromkeys(texts))
+
+
+def _prefix_of(command: str) -> str | None:
+    """The first word(s) of a simple command, or None when a prefix rule would allow anything."""
+    words = command.split()
+    if not words or words[0] in _RUNS_ANYTHING or "=" in words[0] or not re.fullmatch(r"[\w./+-]+", words[0]):
+        return None
+    if words[0] in _TWO_WORD_COMMANDS and len(words) > 1 and re.fullmatch(r"[\w.:+-]+", words[1]) \
+            and not words[1].startswith("-"):
+        return f"{words[0]} {words[1]}"
+    return words[0]
+
+
+# ---------------------------------------------------------------- sources
+
+
+@dataclass
+class SavedRules:
+    """Allow rules the user saved from the dialog, per project (the repository's root), in a
+    0600 JSON file under the data directory: outside any repository, so none can ship one."""
+
+    data_dir: Path
+    project: Path
+
+    @property
+    def path(self) -> Path:
+        return self.data_dir / SAVED_RULES_FILE
+
+    def _read(self) -> dict[str, list[str]]:
+        try:
+            with open(self.path, "rb") as handle:
+                raw = handle.read(MAX_SETTINGS_BYTES + 1)
+            data = json.loads(raw) if len(raw) <= MAX_SETTINGS_BYTES else {}
+        except (OSError, ValueError):
+            return {}  # missing or damaged: nothing is allowed by it, the safe side
+        if not isinstance(data, dict):
+            return {}
+        return {k: [r for r in v if isinstance(r, str)] for k, v in data.items() if isinstance(v, list)}
+
+    def rules(self) -> list[str]:
+        return self._read().get(str(self.project), [])
+
+    def add(self, texts: list[str]) -> None:
+        stored = self._read()
+        mine = stored.setdefault(str(self.project), [])
+        mine.extend(text for text in texts if text not in mine)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        temporary = self.path.with_name(f".{SAVED_RULES_FILE}.{os.getpid()}.tmp")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            os.write(fd, json.dumps(stored, indent=1).encode())
+        finally:
+            os.close(fd)
+        os.replace(temporary, self.path)
+
+
+def _project_rules(project: Path) -> tuple[list[Rule], list[str]]:
+    """The project file's ask and deny rules, and a warning for its allow rules (never applied)."""
+    from app.context.memory import read_bounded  # a FIFO or a device is refused without blocking
+
+    path = project / PROJECT_SETTINGS
+    if not path.exists():
+        return [], []
+    got = read_bounded(path, MAX_SETTINGS_BYTES)
+    if got.data is None:
+        raise RuleError(f"{path}: {got.refusal}")
+    if got.size > MAX_SETTINGS_BYTES:
+        raise RuleError(f"{path}: larger than {MAX_SETTINGS_BYTES // 1024} KiB")
+    raw = got.data
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        raise RuleError(f"{path}: invalid TOML ({error})") from None
+    table = data.get("permissions", {})
+    if not isinstance(table, dict):
+        raise RuleError(f"{path}: [permissions] must be a table of allow/ask/deny lists")
+    rules: list[Rule] = []
+    for effect in ("ask", "deny"):
+        rules += [_checked(text, effect, "project", path) for text in _rule_list(table, effect, path)]
+    allowed = _rule_list(table, "allow", path)
+    warnings = []
+    if allowed:
+        warnings.append(f"{path}: allow rules from the repository are not applied ({', '.join(allowed)}): "
+                        "a repository cannot approve its own commands; choose \"always\" in the approval "
+                        "dialog and save it, or put them in config.toml")
+    return rules, warnings
+
+
+def _rule_list(table: Mapping[str, Any], effect: str, where: Path | str) -> list[str]:
+    value = table.get(effect, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise RuleError(f"{where}: permissions.{effect} must be a list of rules (strings)")
+    return value
+
+
+def _checked(text: str, effect: Effect, source: Source, where: Path | str) -> Rule:
+    try:
+        return parse_rule(text, effect, source)
+    except RuleError as error:
+        raise RuleError(f"{where}: {error}") from None
+
+
+def load_permissions(*, workspace: Path, project: Path, config_rules: Mapping[str, list[str]],
+                     allowed_tools: list[str], disallowed_tools: list[str], data_dir: Path | None) -> Permissions:
+    """Every source's rules, in the order /permissions lists them; RuleError (one line) on a bad one."""
+    rules = [parse_rule(t, "allow", "flag") for t in split_rule_list(allowed_tools)]
+    rules += [parse_rule(t, "deny", "flag") for t in split_rule_list(disallowed_tools)]
+    for effect in EFFECTS:
+        rules += [parse_rule(text, effect, "config") for text in config_rules.get(effect, [])]
+    project_rules, warnings = _project_rules(project)
+    rules += project_rules
+    saved = SavedRules(data_dir, project) if data_dir is not None else None
+    if saved is not None:
+        for text in saved.rules():
+            try:
+                rules.append(parse_rule(text, "allow", "saved"))
+            except RuleError as error:
+                warnings.append(f"{saved.path}: {error}; not applied")
+    return Permissions(workspace=workspace, rules=rules, saved=saved, warnings=warnings)
