@@ -27,7 +27,9 @@ async def next_dialog(pilot: Any, command: str) -> ApprovalScreen:
     """Bounded wait for the dialog about ``command`` (the session runs on its own thread)."""
     for _ in range(4_000):
         screen = pilot.app.screen
-        if isinstance(screen, ApprovalScreen) and screen.tool_input.get("command") == command:
+        # the screen is current before its buttons are mounted: wait for them too
+        if (isinstance(screen, ApprovalScreen) and screen.tool_input.get("command") == command
+                and screen.query(Button)):
             return screen
         await pilot.pause()
     raise AssertionError(f"no approval dialog for {command!r}; the screen is {pilot.app.screen!r}")
