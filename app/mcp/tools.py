@@ -1,4 +1,4 @@
-"""MCP tools as registry tools: prefixed names, the read-only rule, the server's output as raw text.
+"""MCP tools as registry tools: prefixed names, the read-only rule, progress and user-only content.
 
 The registry does the rest exactly as for the built-ins: argument checks,
 head+tail truncation, the full output saved under tool-results/.
@@ -54,5 +54,26 @@ class McpTool:
                              input_schema=object_schema(remote.input_schema))
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
-        return await self.connection.call_tool(self.remote.name, args)
+        call_id = ctx.call_id
+
+        def progress(done: float, total: float | None, message: str) -> None:
+            ctx.on_progress(call_id, done, total, message)
+
+        output = await self.connection.call_tool(self.remote.name, args, on_progress=progress)
+        if output.for_user:
+            ctx.on_user_content(call_id, output.for_user)
+        return output
+
+
+def offered(remote: RemoteTool) -> bool:
+    """Whether the model may be offered this tool (a task-only tool would fail every call)."""
+    return not remote.task_required
+
+
+def not_offered_note(remotes: list[RemoteTool]) -> str:
+    """One line naming the tools left out and why ("" when none)."""
+    names = [r.name for r in remotes if not offered(r)]
+    if not names:
+        return ""
+    return (f"not offered: {', '.join(names)} (they run only as MCP tasks, which tidegauge does not support)")
 

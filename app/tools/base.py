@@ -43,6 +43,18 @@ class ToolContext:
     # tool hardening (issue 12): Settings.max_saved_output / Settings.read_max_bytes
     max_saved_output: int = DEFAULT_MAX_SAVED_OUTPUT
     read_max_bytes: int = DEFAULT_READ_MAX_BYTES
+    # Set by the agent: a long tool says how far it got (call_id, progress, total, message), and
+    # content meant for the user alone reaches the screen (call_id, text), never the model.
+    on_progress: Callable[[str, float, float | None, str], None] = lambda _id, _done, _total, _message: None
+    on_user_content: Callable[[str, str], None] = lambda _id, _text: None
+
+
+@dataclass(frozen=True)
+class ToolImage:
+    """An image a tool returned for the model: base64 data and its media type (image/png...)."""
+
+    media_type: str
+    data: str
 
 
 @dataclass
@@ -59,6 +71,10 @@ class ToolOutput:
     full_output_path: Path | None = None
     original_chars: int | None = None
     saved_note: str = ""
+    # Images for the model (MCP image content); the text names each one where it stood.
+    images: list[ToolImage] = field(default_factory=list)
+    # Content for the user alone (MCP ``audience: ["user"]``): shown, never sent to the model.
+    for_user: str = ""
 
 
 class Tool(Protocol):
