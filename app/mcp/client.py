@@ -153,7 +153,9 @@ class McpConnection:
 
     def _make_client(self) -> Client:
         from mcp import Client
-        from mcp.client.stdio import StdioServerParameters, stdio_client
+        from mcp.client.stdio import StdioServerParameters
+
+        from app.mcp.bounded_stdio import bounded_stdio_client
 
         if self.config.url is not None:
             return Client(self.config.url, read_timeout_seconds=self.config.tool_timeout, **self._log_options())
@@ -166,8 +168,10 @@ class McpConnection:
         # (its env values too: a server that prints its environment prints its token) and capped.
         self._errlog = ServerStderrLog(self.log_path, self.config.env.values())
         assert self._errlog.writer is not None
-        return Client(stdio_client(params, errlog=self._errlog.writer), read_timeout_seconds=self.config.tool_timeout,
-                      **self._log_options())
+        # Our reader, not the SDK's: linear in the answer's size, and one over the cap goes to a file.
+        spill_dir = self.log_dir / "tool-results" if self.log_dir is not None else None
+        transport = bounded_stdio_client(params, self._errlog.writer, spill_dir=spill_dir)
+        return Client(transport, read_timeout_seconds=self.config.tool_timeout, **self._log_options())
 
     def _log_options(self) -> dict[str, Any]:
         """The server's ``notifications/message`` go to its log file (info and up), never to the screen."""

@@ -92,10 +92,10 @@ def tool_output_from_result(result: CallToolResult) -> ToolOutput:
                         for_user="\n".join(for_user))
     cut = (result.meta or {}).get(CUT_META_KEY) if isinstance(result.meta, dict) else None
     if isinstance(cut, dict):
-        path, size = cut.get("path"), cut.get("bytes")
+        path, full_size = cut.get("path"), cut.get("bytes")
         output.full_output_path = Path(path) if isinstance(path, str) else None
-        if isinstance(size, int):
-            output.original_chars = size
+        if isinstance(full_size, int):
+            output.original_chars = full_size
     return output
 
 

@@ -12,12 +12,16 @@ from typing import Any
 
 from app.mcp.client import McpConnection, RemoteTool
 from app.messages import ToolSpec
+from app.redact import redact
+from app.sanitize import sanitize_for_display
 from app.tools.base import ToolContext, ToolOutput
 
 # What both APIs accept as a tool name (Anthropic and OpenAI: ^[a-zA-Z0-9_-]{1,64}$).
 MAX_TOOL_NAME = 64
 _INVALID = re.compile(r"[^A-Za-z0-9_-]")
 PREFIX_SEPARATOR = "__"
+# Content for the user alone is a line in the conversation, not a file: this much is shown.
+MAX_USER_CONTENT_CHARS = 20_000
 
 
 def prefixed_name(server: str, tool: str, taken: set[str]) -> str:
@@ -61,7 +65,10 @@ class McpTool:
 
         output = await self.connection.call_tool(self.remote.name, args, on_progress=progress)
         if output.for_user:
-            ctx.on_user_content(call_id, output.for_user)
+            shown = redact(sanitize_for_display(output.for_user))
+            if len(shown) > MAX_USER_CONTENT_CHARS:
+                shown = f"{shown[:MAX_USER_CONTENT_CHARS]}\n… [{len(shown) - MAX_USER_CONTENT_CHARS:,} more characters not shown]"
+            ctx.on_user_content(call_id, shown)
         return output
 
 
