@@ -243,7 +243,7 @@ class Agent:
                 self.tool_context.call_id = use.id
                 run = await self.registry.run(use.name, use.input, self.tool_context)
                 block = ToolResultBlock(tool_use_id=use.id, content=run.content, is_error=run.is_error,
-                                        full_output_path=run.full_output_path)
+                                        full_output_path=run.full_output_path, images=run.images)
                 pending = [Message(role="user", content=list(results))] if results else []
                 block = self.engine.fit_tool_result(block, use.name, pending)
                 original, truncated = run.original_chars, run.truncated or len(block.content) < len(run.content)

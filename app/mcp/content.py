@@ -8,7 +8,7 @@
 - A ``resource_link`` becomes a line naming the URI and saying it is not read
   here (reading resources is not a tool tidegauge offers yet), so the model
   asks the user or uses another tool rather than guessing its content.
-- Images become ``ToolImage``s for the providers; audio and binary resources are
+- Images become ``ToolResultImage``s for the providers; audio and binary resources are
   named with their size.
 - A result the transport cut (``bounded_stdio`` marks it in ``_meta``) carries the
   path of the full response and its size.
@@ -22,7 +22,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.tools.base import ToolImage, ToolOutput
+from app.messages import ToolResultImage
+from app.tools.base import ToolOutput
 
 if TYPE_CHECKING:
     from mcp_types import CallToolResult
@@ -59,7 +60,7 @@ def tool_output_from_result(result: CallToolResult) -> ToolOutput:
 
     for_model: list[str] = []
     for_user: list[str] = []
-    images: list[ToolImage] = []
+    images: list[ToolResultImage] = []
     for block in result.content or []:
         parts = for_user if _for_user_only(block) else for_model
         if isinstance(block, TextContent):
@@ -68,8 +69,8 @@ def tool_output_from_result(result: CallToolResult) -> ToolOutput:
             size = _decoded_size(block.data)
             usable = block.mime_type in MODEL_IMAGE_TYPES and size <= MAX_IMAGE_BYTES and _is_base64(block.data)
             if usable and parts is for_model:
-                images.append(ToolImage(media_type=block.mime_type, data=block.data))
-                parts.append(f"[image {block.mime_type}, {size:,} bytes: attached]")
+                images.append(ToolResultImage(media_type=block.mime_type, data=block.data))
+                parts.append(f"[image {block.mime_type}, {size:,} bytes]")
             else:
                 why = "for the user" if parts is for_user else "not a type or size the model takes"
                 parts.append(f"[image {block.mime_type}, {size:,} bytes: {why}, not sent]")

@@ -15,7 +15,7 @@ from typing import Any, Callable, ClassVar, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from app.messages import ToolSpec
+from app.messages import ToolResultImage, ToolSpec
 
 # Saved full outputs stop growing here (the tail beyond it is still kept); see registry.
 DEFAULT_MAX_SAVED_OUTPUT = 1024**3
@@ -49,14 +49,6 @@ class ToolContext:
     on_user_content: Callable[[str, str], None] = lambda _id, _text: None
 
 
-@dataclass(frozen=True)
-class ToolImage:
-    """An image a tool returned for the model: base64 data and its media type (image/png...)."""
-
-    media_type: str
-    data: str
-
-
 @dataclass
 class ToolOutput:
     """Raw output of one tool run, before the registry's truncation.
@@ -72,7 +64,7 @@ class ToolOutput:
     original_chars: int | None = None
     saved_note: str = ""
     # Images for the model (MCP image content); the text names each one where it stood.
-    images: list[ToolImage] = field(default_factory=list)
+    images: list[ToolResultImage] = field(default_factory=list)
     # Content for the user alone (MCP ``audience: ["user"]``): shown, never sent to the model.
     for_user: str = ""
 

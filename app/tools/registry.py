@@ -16,7 +16,7 @@ import re
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -25,7 +25,7 @@ from app.context.truncation import (  # the cut itself is pure logic; the regist
     _notice_length,
     join_head_tail,
 )
-from app.messages import ToolSpec
+from app.messages import ToolResultImage, ToolSpec
 from app.redact import redact
 from app.sanitize import sanitize_for_model
 from app.tools.base import DEFAULT_MAX_SAVED_OUTPUT, ArgsTool, Tool, ToolContext, ToolInputError, ToolOutput
@@ -174,6 +174,7 @@ class ToolRun:
     kept_chars: int
     full_output_path: str | None
     duration_ms: float
+    images: list[ToolResultImage] = field(default_factory=list)  # for the model, beside the text
 
 
 class ToolRegistry:
@@ -301,6 +302,7 @@ class ToolRegistry:
             kept_chars=kept,
             full_output_path=path if truncated else None,
             duration_ms=0.0,
+            images=list(output.images),
         )
 
 
