@@ -181,7 +181,9 @@ def cut_answer(message: _Message) -> dict[str, Any] | None:
     if message.path is not None:
         meta["path"] = str(message.path)
     return {"jsonrpc": "2.0", "id": request_id,
-            "result": {"content": [{"type": "text", "text": text}], "resultType": "complete",
+            # isError: the SDK then skips checking it against the tool's output schema (the
+            # structured part was cut away); app.mcp.content clears it again for a cut answer.
+            "result": {"content": [{"type": "text", "text": text}], "resultType": "complete", "isError": True,
                        "_meta": {CUT_META_KEY: meta}}}
 
 

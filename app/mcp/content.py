@@ -10,8 +10,8 @@
   asks the user or uses another tool rather than guessing its content.
 - Images become ``ToolResultImage``s for the providers; audio and binary resources are
   named with their size.
-- A result the transport cut (``bounded_stdio`` marks it in ``_meta``) carries the
-  path of the full response and its size.
+- A result the transport cut (``bounded_stdio`` marks it in ``_meta`` under a key the
+  server cannot know) carries the path of the full response and its size.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,8 +29,9 @@ from app.tools.base import ToolOutput
 if TYPE_CHECKING:
     from mcp_types import CallToolResult
 
-# The ``_meta`` key under which the transport says it cut a result.
-CUT_META_KEY = "tidegauge/cut"
+# The ``_meta`` key under which the transport says it cut a result: random per process, so a
+# server cannot forge it (its path would become the "full output" the viewer opens).
+CUT_META_KEY = f"tidegauge/cut-{secrets.token_hex(8)}"
 # Image types the three wire protocols accept (Anthropic's list; OpenAI takes the same).
 MODEL_IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 # Larger images are named, not sent: Anthropic refuses an image over 5 MB.
@@ -93,6 +95,7 @@ def tool_output_from_result(result: CallToolResult) -> ToolOutput:
                         for_user="\n".join(for_user))
     cut = (result.meta or {}).get(CUT_META_KEY) if isinstance(result.meta, dict) else None
     if isinstance(cut, dict):
+        output.is_error = False  # the transport marked it an error only to skip the SDK's schema check
         path, full_size = cut.get("path"), cut.get("bytes")
         output.full_output_path = Path(path) if isinstance(path, str) else None
         if isinstance(full_size, int):
