@@ -51,6 +51,10 @@ BENCHMARKS: dict[str, list[tuple[str, str]]] = {
         ("9a quit: ctrl+q to exit, idle", "< 0.5 s"),
         ("9b quit: ctrl+q to exit, mid-reply", "< 0.5 s"),
     ],
+    "bench_mcp_stdio": [
+        ("10a MCP stdio: 100 MB result", "<= 3× the time of 10 MB"),
+        ("10b MCP stdio: 100 MB result, RSS", "< 300 MB"),
+    ],
 }
 
 _MARKER = "@@BENCH-RESULTS@@"
