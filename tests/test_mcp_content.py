@@ -384,3 +384,46 @@ def test_server_filesystem_reads_a_file_once_and_a_huge_one_is_cut_at_the_transp
     assert "huge 00000000 yyy" in huge.text  # the start of the file's text, for the model
     saved = json.loads(Path(str(huge.full_output_path)).read_text())
     assert saved["result"]["content"][0]["text"].endswith("huge 00099999 " + "y" * 50)
+
+
+# ---- progress: bounded in rate, and the hard limit of a call that keeps reporting ----
+
+def run_content_tool(tmp_path: Path, tool: str, args: dict[str, Any], tool_timeout: float) -> tuple[Any, list[Any]]:
+    """One call of a content-server tool through McpTool, as the agent makes it; its progress reports too."""
+    from app.mcp.tools import McpTool
+    from app.tools.base import ToolContext
+
+    reports: list[tuple[str, float, float | None, str]] = []
+
+    async def call() -> Any:
+        config = McpServerConfig(command=sys.executable, args=[str(CONTENT_SERVER)], startup_timeout=120,
+                                 tool_timeout=tool_timeout)
+        connection = McpConnection("c", config, tmp_path, tmp_path / "session")
+        await connection.start()
+        try:
+            remote = next(r for r in connection.tools if r.name == tool)
+            ctx = ToolContext(workspace=tmp_path, tool_results_dir=tmp_path / "tool-results", call_id="call_1",
+                              on_progress=lambda *report: reports.append(report))
+            return await McpTool(connection, remote, f"c__{tool}").run(args, ctx)
+        finally:
+            await connection.aclose()
+
+    return asyncio.run(call()), reports
+
+
+def test_a_flood_of_progress_notifications_reaches_the_session_bounded_and_ends_complete(tmp_path):
+    output, reports = run_content_tool(tmp_path, "progress", {"steps": 300, "every_ms": 0}, tool_timeout=60)
+
+    assert output.text == "finished 300 steps"
+    assert 1 <= len(reports) < 300, f"{len(reports)} progress reports for 300 notifications"
+    assert reports[-1] == ("call_1", 300.0, 300.0, "step 300")
+
+
+def test_a_call_that_keeps_reporting_progress_stops_at_the_hard_limit_worded_as_a_timeout(tmp_path):
+    # 1 s without a word would time it out; progress every 0.1 s keeps it going up to 4 × 1 s.
+    output, reports = run_content_tool(tmp_path, "progress", {"steps": 300, "every_ms": 100}, tool_timeout=1.0)
+
+    assert output.is_error
+    assert "timed out: still reporting progress past the 4 s limit" in output.text, output.text
+    assert "refused" not in output.text
+    assert 3 <= len(reports) < 300, reports

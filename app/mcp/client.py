@@ -303,10 +303,13 @@ class McpConnection:
             if on_progress is not None:
                 on_progress(progress, total, sanitize_for_display(redact(message or ""))[:200])
 
-        def timed_out() -> ToolOutput:
+        def timed_out(at_hard_limit: bool = False) -> ToolOutput:
+            if at_hard_limit:
+                return ToolOutput(f"MCP server {self.name!r}: {tool_name} timed out: still reporting progress "
+                                  f"past the {hard_max:g} s limit ({PROGRESS_MAX_FACTOR} × tool_timeout); "
+                                  "the call was cancelled.", is_error=True)
             if progressed:
-                return ToolOutput(f"MCP server {self.name!r}: {tool_name} timed out: no progress for {idle:g} s "
-                                  f"(or past the {hard_max:g} s limit for a call that reports progress); "
+                return ToolOutput(f"MCP server {self.name!r}: {tool_name} timed out: no progress for {idle:g} s; "
                                   "the call was cancelled.", is_error=True)
             return ToolOutput(f"MCP server {self.name!r}: {tool_name} timed out after {idle:g} s without an "
                               "answer; the call was cancelled.", is_error=True)
@@ -336,11 +339,11 @@ class McpConnection:
                 return ToolOutput(f"MCP server {self.name!r} stopped during {tool_name} ({self.failure}); "
                                   "its tools cannot be used now.", is_error=True)
             if exc.code == REQUEST_TIMEOUT:  # the hard limit, reached while progress kept coming
-                return timed_out()
+                return timed_out(at_hard_limit=True)
             return ToolOutput(f"MCP server {self.name!r} answered {tool_name} with an error: "
                               f"{hide_url_secrets(str(exc))}", is_error=True)
         except TimeoutError:
-            return timed_out()
+            return timed_out(at_hard_limit=True)
         except Exception as exc:
             return ToolOutput(f"MCP server {self.name!r} failed on {tool_name}: {describe_failure(exc)}",
                               is_error=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 from typing import Any
 
 from app.mcp.client import McpConnection, RemoteTool
@@ -22,6 +23,8 @@ _INVALID = re.compile(r"[^A-Za-z0-9_-]")
 PREFIX_SEPARATOR = "__"
 # Content for the user alone is a line in the conversation, not a file: this much is shown.
 MAX_USER_CONTENT_CHARS = 20_000
+# Progress notifications of one call reach the session at most this often (seconds).
+PROGRESS_INTERVAL = 0.1
 
 
 def prefixed_name(server: str, tool: str, taken: set[str]) -> str:
@@ -59,9 +62,16 @@ class McpTool:
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         call_id = ctx.call_id
+        last_shown = -PROGRESS_INTERVAL
 
         def progress(done: float, total: float | None, message: str) -> None:
-            ctx.on_progress(call_id, done, total, message)
+            # A server may send thousands a second: each is an event on the stream, the transcript
+            # and the screen, so at most one per interval goes on (and the last one, complete).
+            nonlocal last_shown
+            now = time.monotonic()
+            if now - last_shown >= PROGRESS_INTERVAL or (total is not None and done >= total):
+                last_shown = now
+                ctx.on_progress(call_id, done, total, message)
 
         output = await self.connection.call_tool(self.remote.name, args, on_progress=progress)
         if output.for_user:
