@@ -217,9 +217,9 @@ def cached_share(cached: int, total_input: int) -> str:
 
 def _mcp_server(e: "ev.McpServerEvent") -> Line | None:
     if e.status == "ready":
-        left_out = e.detail.partition("; not offered: ")[2]  # tools that run only as tasks
-        return Line("info", f"MCP server {e.name} ready: {plural(e.tools, 'tool')}"
-                            + (f"; not offered: {left_out}" if left_out else ""))
+        left_out = (f"; not offered: {', '.join(e.not_offered)} (they run only as MCP tasks, which tidegauge "
+                    "does not support)") if e.not_offered else ""
+        return Line("info", f"MCP server {e.name} ready: {plural(e.tools, 'tool')}{left_out}")
     if e.status == "failed":
         return Line("warning", f"MCP server {e.name} did not start: {e.detail}; carrying on without its tools")
     if e.status == "exited":

@@ -346,6 +346,9 @@ class McpServerEvent(BaseModel):
     status: Literal["starting", "ready", "failed", "exited", "stopped"]  # exited: stopped on its own mid-session
     detail: str = ""
     tools: int = 0  # tools it offers (when ready)
+    # Tools it lists that are not offered to the model: they run only as MCP tasks (taskSupport
+    # "required"), which tidegauge does not make, so every call would fail.
+    not_offered: list[str] = Field(default_factory=list)
 
 
 class SubAgentEvent(BaseModel):

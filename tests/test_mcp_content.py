@@ -299,9 +299,8 @@ def test_progress_is_drawn_on_the_running_tools_line_in_describes_words():
 
 
 def test_the_ready_line_names_tools_left_out_because_they_need_tasks():
-    line = describe(McpServerEvent(name="every", status="ready", tools=12, detail=(
-        "12 tools; not offered: simulate-research-query (they run only as MCP tasks, which tidegauge "
-        "does not support)")))
+    line = describe(McpServerEvent(name="every", status="ready", tools=12, detail="12 tools",
+                                   not_offered=["simulate-research-query"]))
 
     assert line is not None
     assert line.text == ("MCP server every ready: 12 tools; not offered: simulate-research-query (they run only "
@@ -343,7 +342,7 @@ def test_server_everything_through_the_cli_images_progress_and_task_only_tools(n
     assert "every__get-tiny-image" in offered
     assert "every__simulate-research-query" not in offered  # taskSupport "required": every call would fail
     ready = [e for e in events if e["type"] == "mcp_server" and e["status"] == "ready"]
-    assert "not offered: simulate-research-query" in ready[0]["detail"]
+    assert ready[0]["not_offered"] == ["simulate-research-query"]
     # The image follows the tool messages as a user message the model can see.
     messages = second["messages"]
     tool_index = max(i for i, m in enumerate(messages) if m["role"] == "tool")

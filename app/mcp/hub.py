@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 from app.events import Event, McpServerEvent
 from app.mcp.client import McpConnection, McpServerError
 from app.mcp.settings import McpServerConfig, hide_url_secrets, shown_url, url_secrets
-from app.mcp.tools import McpTool, not_offered_note, offered, prefixed_name
+from app.mcp.tools import McpTool, offered, prefixed_name
 from app.messages import ToolSpec
 from app.redact import register_secret
 from app.tools.deferral import LOAD_TOOLS, LoadToolsTool, ToolDeferral
@@ -77,9 +77,9 @@ class McpHub:
                 self.tools[tool.spec.name] = tool
                 registry.register(tool)
             count = sum(map(offered, connection.tools))
-            note = not_offered_note(connection.tools)
-            self.emit(McpServerEvent(name=connection.name, status="ready", tools=count,
-                                     detail=f"{count} tools" + (f"; {note}" if note else "")))
+            left_out = [remote.name for remote in connection.tools if not offered(remote)]
+            self.emit(McpServerEvent(name=connection.name, status="ready", tools=count, detail=f"{count} tools",
+                                     not_offered=left_out))
 
     def _failed(self, connection: McpConnection, error: BaseException) -> None:
         reason = str(error) if isinstance(error, McpServerError) else f"{type(error).__name__}: {error}"

@@ -87,10 +87,3 @@ def offered(remote: RemoteTool) -> bool:
     return not remote.task_required
 
 
-def not_offered_note(remotes: list[RemoteTool]) -> str:
-    """One line naming the tools left out and why ("" when none)."""
-    names = [r.name for r in remotes if not offered(r)]
-    if not names:
-        return ""
-    return (f"not offered: {', '.join(names)} (they run only as MCP tasks, which tidegauge does not support)")
-
