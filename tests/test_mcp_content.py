@@ -233,6 +233,18 @@ def test_a_server_cannot_forge_the_transports_cut_mark():
     assert output.full_output_path is None and output.original_chars is None and output.is_error
 
 
+def test_a_result_entirely_for_the_user_tells_the_model_it_was_shown_to_them():
+    from mcp_types import Annotations, CallToolResult, TextContent
+
+    result = CallToolResult(content=[TextContent(type="text", text="your diff", annotations=Annotations(
+        audience=["user"]))])
+
+    output = tool_output_from_result(result)
+
+    assert output.for_user == "your diff" and "your diff" not in output.text
+    assert output.text == "[1 part(s) of this result were for the user only: shown to them, not sent to you]"
+
+
 # ---- images on each wire protocol, and on the gauge ----
 
 def image_history() -> list[Message]:

@@ -91,6 +91,9 @@ def tool_output_from_result(result: CallToolResult) -> ToolOutput:
                              f"{_decoded_size(resource.blob):,} bytes: binary, not sent]")
     if not for_model and not images and result.structured_content is not None:
         for_model.append(json.dumps(result.structured_content, ensure_ascii=False, indent=1, default=str))
+    if not for_model and for_user:  # an empty result would read as "nothing happened"
+        for_model.append(f"[{len(for_user)} part(s) of this result were for the user only: shown to them, "
+                         "not sent to you]")
     output = ToolOutput("\n".join(for_model), is_error=bool(result.is_error), images=images,
                         for_user="\n".join(for_user))
     cut = (result.meta or {}).get(CUT_META_KEY) if isinstance(result.meta, dict) else None
