@@ -438,3 +438,30 @@ def test_a_call_that_keeps_reporting_progress_stops_at_the_hard_limit_worded_as_
     assert "timed out: still reporting progress past the 4 s limit" in output.text, output.text
     assert "refused" not in output.text
     assert 3 <= len(reports) < 300, reports
+
+
+# ---- on the dashboard ----
+
+async def test_the_dashboard_draws_progress_on_the_tools_line_and_user_content_as_a_line() -> None:
+    from app import events as ev
+    from app.dashboard.app import TidegaugeApp
+    from dashboard_helpers import engine_texts, settle
+    from snapshot_apps.fake_agent import FakeSession
+    from widgets.tool_call_line import ToolCallLine
+
+    agent = FakeSession()
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause()
+        agent.emit(ev.ToolStartEvent(id="t1", name="c__index", summary="repo", input={}))
+        agent.emit(ev.ToolProgressEvent(id="t1", progress=2, total=4, message="step 2"))
+        await settle(pilot)
+        line = app.query_one(ToolCallLine)
+        assert "2 of 4 (50%): step 2" in line.render().plain
+
+        agent.emit(ev.ToolUserContentEvent(id="t1", text="PRIVATE-DIFF-FOR-THE-USER-ONLY"))
+        agent.emit(ev.ToolResultEvent(id="t1", name="c__index", is_error=False, truncated=False,
+                                      original_chars=10, kept_chars=10, content="indexed 10"))
+        await settle(pilot)
+        assert "step 2" not in line.render().plain  # done: its size and duration instead
+        assert any("PRIVATE-DIFF-FOR-THE-USER-ONLY" in text for text in engine_texts(app))
