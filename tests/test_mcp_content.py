@@ -322,12 +322,14 @@ def test_the_ready_line_names_tools_left_out_because_they_need_tasks():
 # ---- the reference servers from npm ----
 
 @pytest.fixture(scope="session")
-def npm_servers(request) -> Path:
-    """The two reference servers, installed once into pytest's cache (pinned versions)."""
+def npm_servers(request, tmp_path_factory) -> Path:
+    """The two reference servers, installed once into pytest's cache (pinned versions), or into
+    this run's temporary folder when the cache is off (-p no:cacheprovider)."""
     npm = shutil.which("npm")
     if npm is None or shutil.which("node") is None:
         pytest.skip("npm/node not installed: the reference MCP servers come from npm")
-    folder = Path(request.config.cache.mkdir("mcp-npm-servers"))
+    cache = getattr(request.config, "cache", None)
+    folder = Path(cache.mkdir("mcp-npm-servers")) if cache is not None else tmp_path_factory.mktemp("mcp-npm")
     bins = folder / "node_modules" / ".bin"
     if not (bins / "mcp-server-everything").exists() or not (bins / "mcp-server-filesystem").exists():
         done = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix", str(folder), *NPM_PACKAGES],
