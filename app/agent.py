@@ -28,8 +28,10 @@ from app.events import (
     StateEvent,
     TextDeltaEvent,
     ThinkingDeltaEvent,
+    ToolProgressEvent,
     ToolResultEvent,
     ToolStartEvent,
+    ToolUserContentEvent,
     UserMessageEvent,
 )
 from app.markers import INTERRUPTED_RESULT  # one text for a call that never finished
@@ -124,6 +126,9 @@ class Agent:
     def __post_init__(self) -> None:
         self.engine.emit = self._emit_from_engine
         self.tool_context.result_in_context = self.engine.result_in_context
+        self.tool_context.on_progress = lambda call_id, done, total, message: self.emit(
+            ToolProgressEvent(id=call_id, progress=done, total=total, message=message))
+        self.tool_context.on_user_content = lambda call_id, text: self.emit(ToolUserContentEvent(id=call_id, text=text))
         self.step = 0
         self._pending_uses: list[ToolUseBlock] = []
         self._pending_results: list[ToolResultBlock] = []
@@ -245,7 +250,7 @@ class Agent:
                 self.tool_context.call_id = use.id
                 run = await self.registry.run(use.name, use.input, self.tool_context)
                 block = ToolResultBlock(tool_use_id=use.id, content=run.content, is_error=run.is_error,
-                                        full_output_path=run.full_output_path)
+                                        full_output_path=run.full_output_path, images=run.images)
                 pending = [Message(role="user", content=list(results))] if results else []
                 block = self.engine.fit_tool_result(block, use.name, pending)
                 original, truncated = run.original_chars, run.truncated or len(block.content) < len(run.content)

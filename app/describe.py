@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 # contract modules of app/).
 from app.sanitize import sanitize_for_display
 
-__all__ = ["Line", "describe", "human_tokens", "legacy_notice", "plural", "sanitize_for_display", "tool_result_text",
+__all__ = ["Line", "describe", "human_tokens", "legacy_notice", "plural", "sanitize_for_display", "tool_progress_text",
+           "tool_result_text",
            "tool_start_text", "ENGINE_LINE_TYPES"]
 
 if TYPE_CHECKING:
@@ -216,7 +217,9 @@ def cached_share(cached: int, total_input: int) -> str:
 
 def _mcp_server(e: "ev.McpServerEvent") -> Line | None:
     if e.status == "ready":
-        return Line("info", f"MCP server {e.name} ready: {plural(e.tools, 'tool')}")
+        left_out = (f"; not offered: {', '.join(e.not_offered)} (they run only as MCP tasks, which tidegauge "
+                    "does not support)") if e.not_offered else ""
+        return Line("info", f"MCP server {e.name} ready: {plural(e.tools, 'tool')}{left_out}")
     if e.status == "failed":
         return Line("warning", f"MCP server {e.name} did not start: {e.detail}; carrying on without its tools")
     if e.status == "exited":
@@ -307,6 +310,18 @@ def tool_result_text(e: "ev.ToolResultEvent") -> str:
     return f"  ⎿ {'error' if e.is_error else 'ok'}, {size}{cut}, {e.duration_ms:.0f} ms"
 
 
+def tool_progress_text(e: "ev.ToolProgressEvent") -> str:
+    """How far a running tool got: ``3 of 10 (30%): indexing``, or ``3: indexing`` with no total."""
+    done = f"{e.progress:g}"
+    if e.total is not None and e.total > 0:
+        done = f"{done} of {e.total:g} ({min(e.progress / e.total, 1.0):.0%})"
+    return f"{done}: {e.message}" if e.message else done
+
+
+def _tool_user_content(e: "ev.ToolUserContentEvent") -> Line:
+    return Line("info", f"tool output for you (not sent to the model): {e.text}")
+
+
 def _notice(e: "ev.NoticeEvent") -> Line:
     return Line(e.level, e.text)
 
@@ -391,6 +406,8 @@ DESCRIBERS: dict[str, Callable[[Any], Line | None]] = {
     "user_message": _silent,
     "tool_start": _silent,
     "tool_result": _silent,
+    "tool_progress": _silent,  # drawn on the tool's own line (tool_progress_text)
+    "tool_user_content": _tool_user_content,
     "usage": _silent,
     "context": _silent,
     "state": _silent,

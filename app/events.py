@@ -65,6 +65,24 @@ class ToolResultEvent(BaseModel):
     interrupted: bool = False
 
 
+class ToolProgressEvent(BaseModel):
+    """A running tool said how far it got (an MCP server's progress notification)."""
+
+    type: Literal["tool_progress"] = "tool_progress"
+    id: str  # the tool call
+    progress: float
+    total: float | None = None
+    message: str = ""  # the server's words, cleaned and cut to 200 characters
+
+
+class ToolUserContentEvent(BaseModel):
+    """Content a tool returned for the user alone (MCP ``audience: ["user"]``): shown, never sent to the model."""
+
+    type: Literal["tool_user_content"] = "tool_user_content"
+    id: str  # the tool call
+    text: str
+
+
 class UsageEvent(BaseModel):
     type: Literal["usage"] = "usage"
     agent: AgentName = "main"
@@ -348,6 +366,9 @@ class McpServerEvent(BaseModel):
     status: Literal["starting", "ready", "failed", "exited", "stopped"]  # exited: stopped on its own mid-session
     detail: str = ""
     tools: int = 0  # tools it offers (when ready)
+    # Tools it lists that are not offered to the model: they run only as MCP tasks (taskSupport
+    # "required"), which tidegauge does not make, so every call would fail.
+    not_offered: list[str] = Field(default_factory=list)
 
 
 class SubAgentEvent(BaseModel):
@@ -496,7 +517,7 @@ class MemoryImportEvent(BaseModel):
 Event = Annotated[
     Union[
         TextDeltaEvent, ThinkingDeltaEvent, AssistantMessageEvent, UserMessageEvent,
-        ToolStartEvent, ToolResultEvent, UsageEvent, ContextEvent, CompactionEvent,
+        ToolStartEvent, ToolResultEvent, ToolProgressEvent, ToolUserContentEvent, UsageEvent, ContextEvent, CompactionEvent,
         MicroCompactionEvent, ResetEvent, WarningCrossedEvent, ResultCutEvent, BreakerEvent, RetryEvent,
         StateEvent, NoticeEvent, ErrorEvent, ResultEvent,
         SessionInfoEvent, ChartPointEvent, CommandQueuedEvent, ApprovalRequestEvent, ApprovalResolvedEvent,

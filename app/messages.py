@@ -55,6 +55,13 @@ class ToolUseBlock(BaseModel):
     raw_arguments: str | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
+class ToolResultImage(BaseModel):
+    """An image a tool returned for the model (an MCP image): base64 data and its media type."""
+
+    media_type: str  # image/png, image/jpeg, image/gif or image/webp
+    data: str  # base64
+
+
 class ToolResultBlock(BaseModel):
     type: Literal["tool_result"] = "tool_result"
     tool_use_id: str
@@ -62,6 +69,9 @@ class ToolResultBlock(BaseModel):
     is_error: bool = False
     # Path of the full output on disk when the content was truncated or cleared.
     full_output_path: str | None = None
+    # Images for the model, sent the way each wire protocol allows (see the providers);
+    # left out of the JSON when there are none (older transcripts match).
+    images: list[ToolResultImage] = Field(default_factory=list, exclude_if=lambda value: not value)
 
 
 class OpaqueBlock(BaseModel):

@@ -52,6 +52,10 @@ BENCHMARKS: dict[str, list[tuple[str, str]]] = {
         ("9b quit: ctrl+q to exit, mid-reply", "< 0.5 s"),
     ],
     "bench_arguments": [("10 30 MB tool argument refused", "<= 4× reading the bytes")],
+    "bench_mcp_stdio": [
+        ("11a MCP stdio: 100 MB result", "<= 3× the time of 10 MB"),
+        ("11b MCP stdio: 100 MB result, RSS", "< 300 MB"),
+    ],
 }
 
 _MARKER = "@@BENCH-RESULTS@@"

@@ -30,11 +30,20 @@ from widgets.session_messages import (
     SessionStarted,
     SubAgentUpdate,
     ToolFinished,
+    ToolProgressed,
     ToolStarted,
     TurnEnded,
     UserSaid,
 )
-from widgets.tool_call_line import TOOL_STYLE_KEYS, ToolCallInfo, ToolCallLine, apply_cut, apply_result, info_from_start
+from widgets.tool_call_line import (
+    TOOL_STYLE_KEYS,
+    ToolCallInfo,
+    ToolCallLine,
+    apply_cut,
+    apply_progress,
+    apply_result,
+    info_from_start,
+)
 from widgets.user_prompt import UserPrompt
 from widgets.sub_agent_line import SubAgentLine, SubAgentState
 
@@ -438,6 +447,13 @@ class Conversation(VerticalScroll, can_focus=True):
         info = item.tool if item is not None and item.tool is not None else ToolCallInfo(event.id, event.name, "")
         apply_result(info, event)
         self.update_tool(info)
+
+    @on(ToolProgressed)
+    def _on_tool_progress(self, message: ToolProgressed) -> None:
+        item = self._tools.get(message.event.id)
+        if item is not None and item.tool is not None and item.tool.status == "running":
+            apply_progress(item.tool, message.event)
+            self.update_tool(item.tool)
 
     @on(ResultCut)
     def _on_result_cut(self, message: ResultCut) -> None:

@@ -75,6 +75,10 @@ class ToolFinished(SessionMessage):
     event: "ev.ToolResultEvent"
 
 
+class ToolProgressed(SessionMessage):
+    event: "ev.ToolProgressEvent"
+
+
 class ResultCut(SessionMessage):
     event: "ev.ResultCutEvent"
 
@@ -205,6 +209,7 @@ MESSAGES_FOR: dict[str, tuple[type[SessionMessage], ...]] = {
     "assistant_message": (ReplyDone,),
     "tool_start": (ToolStarted,),
     "tool_result": (ToolFinished,),
+    "tool_progress": (ToolProgressed,),
     "result_cut": (ResultCut, EngineSaid),
     "breaker": (BreakerChanged, EngineSaid),
     "result": (TurnEnded, EngineSaid),

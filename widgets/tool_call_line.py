@@ -9,6 +9,7 @@ from rich.text import Text
 from textual.message import Message
 from textual.widget import Widget
 
+from app.describe import tool_progress_text
 from widgets._literal import sanitize
 
 if TYPE_CHECKING:
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
 
     from rich.style import Style
 
-    from app.events import ResultCutEvent, ToolResultEvent, ToolStartEvent
+    from app.events import ResultCutEvent, ToolProgressEvent, ToolResultEvent, ToolStartEvent
 
 
 def human_chars(count: int) -> str:
@@ -52,6 +53,8 @@ class ToolCallInfo:
     cut_before_send: bool = False
     # micro-compaction cleared its result from the context; restorable (r in the tool list)
     cleared: bool = False
+    # while it runs: how far it got, in describe's words ("3 of 10 (30%): indexing")
+    progress: str = ""
 
 
 def info_from_start(event: "ToolStartEvent") -> ToolCallInfo:
@@ -65,6 +68,11 @@ def apply_result(info: ToolCallInfo, event: "ToolResultEvent") -> None:
     info.kept_chars = event.kept_chars
     info.duration_ms = event.duration_ms
     info.full_output_path = event.full_output_path
+
+
+def apply_progress(info: ToolCallInfo, event: "ToolProgressEvent") -> None:
+    """A running call said how far it got; the words are describe's, the line only draws them."""
+    info.progress = tool_progress_text(event)
 
 
 def apply_cut(info: ToolCallInfo, event: "ResultCutEvent") -> None:
@@ -90,6 +98,8 @@ def tool_call_text(
         summary = summary[: summary_width - 1] + "…"
     if summary:
         text.append(f" {summary}")
+    if info.status == "running" and info.progress:
+        text.append(f"  {sanitize(info.progress).replace(chr(10), ' ')}", styles.get("dim", ""))
     if info.status == "interrupted":
         # its size and duration would describe the stand-in result, not the tool
         text.append("  interrupted", styles.get("dim", ""))

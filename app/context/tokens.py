@@ -29,6 +29,10 @@ from app.messages import (
 MESSAGE_OVERHEAD = 4
 BLOCK_OVERHEAD = 3
 TOOL_OVERHEAD = 8
+# One image in a tool result, whatever its size: Anthropic counts width*height/750 tokens and
+# scales an image down to about 1.15 megapixels first, so ~1,600 is the most one costs; OpenAI's
+# high detail costs at most a few hundred more for a large image. The next usage figure replaces it.
+IMAGE_TOKENS = 1_600
 
 
 @lru_cache(maxsize=1)
@@ -64,7 +68,7 @@ def estimate_block(block: Any) -> int:
     elif isinstance(block, ToolUseBlock):
         body = count_tokens(block.name) + count_tokens(_json(block.input))
     elif isinstance(block, ToolResultBlock):
-        body = count_tokens(block.content)
+        body = count_tokens(block.content) + IMAGE_TOKENS * len(block.images)
     elif isinstance(block, OpaqueBlock):
         body = _estimate_opaque(block)
     else:  # an unknown block type: count whatever it serialises to

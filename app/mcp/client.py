@@ -19,14 +19,22 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
 from app.mcp.settings import McpServerConfig, hide_url_secrets
 from app.mcp.stderr_log import ServerStderrLog
+from app.redact import redact
+from app.sanitize import sanitize_for_display
 from app.tools.base import ToolOutput
 
 if TYPE_CHECKING:  # the SDK is imported only when a server is configured
     from mcp import Client
-    from mcp_types import CallToolResult
+    from mcp_types import LoggingMessageNotificationParams
 
 # What a call awaited by ``_unless_dead`` returns.
 CallResult = TypeVar("CallResult")
+# How a call's progress is reported upward: (progress, total, message), message cleaned.
+ProgressReport = Callable[[float, "float | None", str], None]
+# A call that keeps reporting progress may run this many times its tool_timeout in all.
+PROGRESS_MAX_FACTOR = 4
+# One log notification keeps at most this much in the server's log.
+MAX_LOG_MESSAGE_CHARS = 8192
 
 
 class McpServerError(Exception):
@@ -41,6 +49,9 @@ class RemoteTool:
     description: str
     input_schema: dict[str, Any]
     read_only: bool  # declared read-only (annotations.readOnlyHint); anything else asks first
+    # execution.taskSupport == "required": callable only as a task, which tidegauge does not
+    # make (the call fails with -32601), so the tool is not offered to the model.
+    task_required: bool = False
 
 
 @dataclass
@@ -142,10 +153,12 @@ class McpConnection:
 
     def _make_client(self) -> Client:
         from mcp import Client
-        from mcp.client.stdio import StdioServerParameters, stdio_client
+        from mcp.client.stdio import StdioServerParameters
+
+        from app.mcp.bounded_stdio import bounded_stdio_client
 
         if self.config.url is not None:
-            return Client(self.config.url, read_timeout_seconds=self.config.tool_timeout)
+            return Client(self.config.url, read_timeout_seconds=self.config.tool_timeout, **self._log_options())
         cwd = self.workspace
         if self.config.cwd:
             cwd = (self.workspace / os.path.expanduser(self.config.cwd)).resolve()
@@ -155,7 +168,17 @@ class McpConnection:
         # (its env values too: a server that prints its environment prints its token) and capped.
         self._errlog = ServerStderrLog(self.log_path, self.config.env.values())
         assert self._errlog.writer is not None
-        return Client(stdio_client(params, errlog=self._errlog.writer), read_timeout_seconds=self.config.tool_timeout)
+        # Our reader, not the SDK's: linear in the answer's size, and one over the cap goes to a file.
+        spill_dir = self.log_dir / "tool-results" if self.log_dir is not None else None
+        transport = bounded_stdio_client(params, self._errlog.writer, spill_dir=spill_dir)
+        return Client(transport, read_timeout_seconds=self.config.tool_timeout, **self._log_options())
+
+    def _log_options(self) -> dict[str, Any]:
+        """The server's ``notifications/message`` go to its log file (info and up), never to the screen."""
+        async def on_log(params: LoggingMessageNotificationParams) -> None:
+            self.server_log_message(params)
+
+        return {"logging_callback": on_log, "log_level": "info"}
 
     async def _find_group_soon(self, before: set[int]) -> None:
         if self.config.command is None or os.name != "posix":
@@ -195,6 +218,7 @@ class McpConnection:
                     description=tool.description or "",
                     input_schema=dict(tool.input_schema or {"type": "object"}),
                     read_only=bool(annotations is not None and annotations.read_only_hint is True),
+                    task_required=tool.execution is not None and tool.execution.task_support == "required",
                 ))
             cursor = page.next_cursor
             if cursor is None:
@@ -249,18 +273,60 @@ class McpConnection:
 
     # ---- calls ----
 
-    async def call_tool(self, tool_name: str, args: dict[str, Any]) -> ToolOutput:
-        """One tool call; a failure comes back as an error output the model can read."""
+    async def call_tool(self, tool_name: str, args: dict[str, Any],
+                        on_progress: ProgressReport | None = None) -> ToolOutput:
+        """One tool call; a failure comes back as an error output the model can read.
+
+        A progress token goes with every call. The call is abandoned after ``tool_timeout``
+        seconds without a word from the server; each progress notification starts that
+        wait again, up to ``PROGRESS_MAX_FACTOR`` times ``tool_timeout`` in all.
+        """
         client = self._client
         if client is None or not self.alive:
             why = f" ({self.failure})" if self.failure else ""
             return ToolOutput(f"MCP server {self.name!r} is not running{why}; its tools cannot be used now.",
                               is_error=True)
         from mcp.shared.exceptions import MCPError
+        from mcp_types import REQUEST_TIMEOUT
 
+        from app.mcp.content import tool_output_from_result
+
+        loop = asyncio.get_running_loop()
+        idle = self.config.tool_timeout
+        hard_max = idle * PROGRESS_MAX_FACTOR
+        heard = loop.time()
+        progressed = False
+
+        async def server_progress(progress: float, total: float | None, message: str | None) -> None:
+            nonlocal heard, progressed
+            heard, progressed = loop.time(), True
+            if on_progress is not None:
+                on_progress(progress, total, sanitize_for_display(redact(message or ""))[:200])
+
+        def timed_out(at_hard_limit: bool = False) -> ToolOutput:
+            if at_hard_limit:
+                return ToolOutput(f"MCP server {self.name!r}: {tool_name} timed out: still reporting progress "
+                                  f"past the {hard_max:g} s limit ({PROGRESS_MAX_FACTOR} × tool_timeout); "
+                                  "the call was cancelled.", is_error=True)
+            if progressed:
+                return ToolOutput(f"MCP server {self.name!r}: {tool_name} timed out: no progress for {idle:g} s; "
+                                  "the call was cancelled.", is_error=True)
+            return ToolOutput(f"MCP server {self.name!r}: {tool_name} timed out after {idle:g} s without an "
+                              "answer; the call was cancelled.", is_error=True)
+
+        call = asyncio.ensure_future(self._unless_dead(
+            client.call_tool(tool_name, args, read_timeout_seconds=hard_max, progress_callback=server_progress)))
         try:
-            result = await self._unless_dead(client.call_tool(tool_name, args))
+            while not call.done():
+                wait = heard + idle - loop.time()
+                if wait <= 0:
+                    call.cancel()  # the SDK sends the server a notifications/cancelled
+                    await asyncio.gather(call, return_exceptions=True)
+                    return timed_out()
+                await asyncio.wait({call}, timeout=wait)
+            result = call.result()
         except asyncio.CancelledError:
+            call.cancel()
             raise
         except _ServerGone:
             return ToolOutput(f"MCP server {self.name!r} stopped during {tool_name} ({self.failure}); "
@@ -272,16 +338,25 @@ class McpConnection:
                 self._lost(str(exc) or "connection closed")
                 return ToolOutput(f"MCP server {self.name!r} stopped during {tool_name} ({self.failure}); "
                                   "its tools cannot be used now.", is_error=True)
-            return ToolOutput(f"MCP server {self.name!r} refused {tool_name}: {hide_url_secrets(str(exc))}",
-                              is_error=True)
+            if exc.code == REQUEST_TIMEOUT:  # the hard limit, reached while progress kept coming
+                return timed_out(at_hard_limit=True)
+            return ToolOutput(f"MCP server {self.name!r} answered {tool_name} with an error: "
+                              f"{hide_url_secrets(str(exc))}", is_error=True)
         except TimeoutError:
-            return ToolOutput(f"MCP server {self.name!r}: {tool_name} took longer than "
-                              f"{self.config.tool_timeout:g} s and was abandoned.", is_error=True)
+            return timed_out(at_hard_limit=True)
         except Exception as exc:
             return ToolOutput(f"MCP server {self.name!r} failed on {tool_name}: {describe_failure(exc)}",
                               is_error=True)
-        return ToolOutput(result_text(result), is_error=bool(result.is_error))
+        return tool_output_from_result(result)
 
+    def server_log_message(self, params: LoggingMessageNotificationParams) -> None:
+        """A ``notifications/message`` from the server: one line in its log file (redacted, capped)."""
+        if self._errlog is None:
+            return
+        data = params.data if isinstance(params.data, str) else json.dumps(params.data, ensure_ascii=False,
+                                                                              default=str)
+        source = f" {params.logger}" if params.logger else ""
+        self._errlog.write_line(f"[mcp log {params.level}{source}] {data[:MAX_LOG_MESSAGE_CHARS]}")
 
     async def _unless_dead(self, call: Awaitable[CallResult]) -> CallResult:
         """Await ``call`` unless the server dies first (then raise _ServerGone)."""
@@ -301,27 +376,6 @@ class McpConnection:
 
 class _ServerGone(Exception):
     pass
-
-
-def result_text(result: CallToolResult) -> str:
-    """A CallToolResult as the text the model sees (binary parts named, not inlined)."""
-    from mcp_types import AudioContent, EmbeddedResource, ImageContent, ResourceLink, TextContent, TextResourceContents
-
-    parts: list[str] = []
-    for block in result.content or []:
-        if isinstance(block, TextContent):
-            parts.append(block.text)
-        elif isinstance(block, (ImageContent, AudioContent)):
-            parts.append(f"[{block.type} {block.mime_type}, {len(block.data) * 3 // 4:,} bytes: not shown]")
-        elif isinstance(block, ResourceLink):
-            parts.append(f"[resource {block.uri}]")
-        elif isinstance(block, EmbeddedResource):
-            resource = block.resource
-            parts.append(resource.text if isinstance(resource, TextResourceContents)
-                         else f"[resource {resource.uri}: binary, not shown]")
-    if not parts and result.structured_content is not None:
-        parts.append(json.dumps(result.structured_content, ensure_ascii=False, indent=1, default=str))
-    return "\n".join(parts)
 
 
 def describe_failure(exc: BaseException) -> str:

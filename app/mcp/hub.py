@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 from app.events import Event, McpServerEvent
 from app.mcp.client import McpConnection, McpServerError
 from app.mcp.settings import McpServerConfig, hide_url_secrets, shown_url, url_secrets
-from app.mcp.tools import McpTool, prefixed_name
+from app.mcp.tools import McpTool, offered, prefixed_name
 from app.messages import ToolSpec
 from app.redact import register_secret
 from app.tools.deferral import LOAD_TOOLS, LoadToolsTool, ToolDeferral
@@ -71,13 +71,15 @@ class McpHub:
                     raise outcome
                 self._failed(connection, outcome)
                 continue
-            for remote in connection.tools:
+            for remote in filter(offered, connection.tools):
                 tool = McpTool(connection, remote, prefixed_name(connection.name, remote.name, taken))
                 taken.add(tool.spec.name)
                 self.tools[tool.spec.name] = tool
                 registry.register(tool)
-            self.emit(McpServerEvent(name=connection.name, status="ready", tools=len(connection.tools),
-                                     detail=f"{len(connection.tools)} tools"))
+            count = sum(map(offered, connection.tools))
+            left_out = [remote.name for remote in connection.tools if not offered(remote)]
+            self.emit(McpServerEvent(name=connection.name, status="ready", tools=count, detail=f"{count} tools",
+                                     not_offered=left_out))
 
     def _failed(self, connection: McpConnection, error: BaseException) -> None:
         reason = str(error) if isinstance(error, McpServerError) else f"{type(error).__name__}: {error}"

@@ -60,6 +60,7 @@ class ServerStderrLog:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._pending = ""
         self._stop = threading.Event()
+        self._file_lock = threading.Lock()  # the reader thread and write_line share the file
         self._reader = threading.Thread(target=self._read_all, name="mcp-stderr-log", daemon=True)
         self._reader.start()
 
@@ -82,6 +83,10 @@ class ServerStderrLog:
             return None
         raw: IO[bytes] = os.fdopen(fd, "ab", buffering=0)  # unbuffered: the log is current while it runs
         return _CappedLog(raw, max(1024, max_bytes - existing - _MARKER_ROOM))
+
+    def write_line(self, text: str) -> None:
+        """A line from tidegauge itself (the server's log notifications): redacted and capped like stderr."""
+        self._flush(text.rstrip("\n") + "\n")
 
     def spawned(self) -> None:
         """The server process holds its own copy of the pipe: drop ours, so its exit is an EOF."""
@@ -123,9 +128,11 @@ class ServerStderrLog:
             pass  # a disk error: the server runs on, its log stops here
         finally:
             os.close(self._read_fd)
-            if self.file is not None:
+            with self._file_lock:
+                file, self.file = self.file, None
+            if file is not None:
                 try:
-                    self.file.close()
+                    file.close()
                 except OSError:
                     pass
 
@@ -145,7 +152,10 @@ class ServerStderrLog:
 
     def _flush(self, text: str) -> None:
         if text and self.file is not None:
-            self.file.write(self._redact(text).encode("utf-8", errors="replace"))
+            data = self._redact(text).encode("utf-8", errors="replace")
+            with self._file_lock:
+                if self.file is not None:
+                    self.file.write(data)
 
     def _redact(self, text: str) -> str:
         text = redact(text)

@@ -1,4 +1,4 @@
-"""MCP tools as registry tools: prefixed names, the read-only rule, the server's output as raw text.
+"""MCP tools as registry tools: prefixed names, the read-only rule, progress and user-only content.
 
 The registry does the rest exactly as for the built-ins: argument checks,
 head+tail truncation, the full output saved under tool-results/.
@@ -8,16 +8,23 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 from typing import Any
 
 from app.mcp.client import McpConnection, RemoteTool
 from app.messages import ToolSpec
+from app.redact import redact
+from app.sanitize import sanitize_for_display
 from app.tools.base import ToolContext, ToolOutput
 
 # What both APIs accept as a tool name (Anthropic and OpenAI: ^[a-zA-Z0-9_-]{1,64}$).
 MAX_TOOL_NAME = 64
 _INVALID = re.compile(r"[^A-Za-z0-9_-]")
 PREFIX_SEPARATOR = "__"
+# Content for the user alone is a line in the conversation, not a file: this much is shown.
+MAX_USER_CONTENT_CHARS = 20_000
+# Progress notifications of one call reach the session at most this often (seconds).
+PROGRESS_INTERVAL = 0.1
 
 
 def prefixed_name(server: str, tool: str, taken: set[str]) -> str:
@@ -54,5 +61,29 @@ class McpTool:
                              input_schema=object_schema(remote.input_schema))
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
-        return await self.connection.call_tool(self.remote.name, args)
+        call_id = ctx.call_id
+        last_shown = -PROGRESS_INTERVAL
+
+        def progress(done: float, total: float | None, message: str) -> None:
+            # A server may send thousands a second: each is an event on the stream, the transcript
+            # and the screen, so at most one per interval goes on (and the last one, complete).
+            nonlocal last_shown
+            now = time.monotonic()
+            if now - last_shown >= PROGRESS_INTERVAL or (total is not None and done >= total):
+                last_shown = now
+                ctx.on_progress(call_id, done, total, message)
+
+        output = await self.connection.call_tool(self.remote.name, args, on_progress=progress)
+        if output.for_user:
+            shown = redact(sanitize_for_display(output.for_user))
+            if len(shown) > MAX_USER_CONTENT_CHARS:
+                shown = f"{shown[:MAX_USER_CONTENT_CHARS]}\n… [{len(shown) - MAX_USER_CONTENT_CHARS:,} more characters not shown]"
+            ctx.on_user_content(call_id, shown)
+        return output
+
+
+def offered(remote: RemoteTool) -> bool:
+    """Whether the model may be offered this tool (a task-only tool would fail every call)."""
+    return not remote.task_required
+
 

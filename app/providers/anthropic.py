@@ -76,6 +76,10 @@ def to_anthropic_messages(messages: list[Message], *, send_unsigned_thinking: bo
                 if message.role == "user":
                     result: dict[str, Any] = {"type": "tool_result", "tool_use_id": block.tool_use_id,
                                               "content": block.content}
+                    if block.images:  # Messages takes image blocks inside a tool_result
+                        result["content"] = [{"type": "text", "text": block.content}, *(
+                            {"type": "image", "source": {"type": "base64", "media_type": image.media_type,
+                                                         "data": image.data}} for image in block.images)]
                     if block.is_error:
                         result["is_error"] = True
                     blocks.append(result)

@@ -60,11 +60,14 @@ def max_tokens_param_for(model: str, setting: bool | None = None) -> str:
 
 # ---- history -> wire ----
 
-def to_openai_messages(system: str, messages: list[Message], *, deepseek_reasoning: bool = False) -> list[dict[str, Any]]:
+def to_openai_messages(system: str, messages: list[Message], *, deepseek_reasoning: bool = False,
+                       images: bool = True) -> list[dict[str, Any]]:
     """Chat Completions messages: system first; each tool result becomes a ``tool`` message
     right after the assistant message that called it; user text after the results follows
     as a user message. With ``deepseek_reasoning`` an assistant turn that made tool calls
-    carries its ``reasoning_content`` (DeepSeek rejects the request otherwise)."""
+    carries its ``reasoning_content`` (DeepSeek rejects the request otherwise). A tool result's
+    images follow its tool messages as a user message (``images``: False for servers without
+    image input)."""
     out: list[dict[str, Any]] = []
     if system:
         out.append({"role": "system", "content": system})
@@ -75,11 +78,18 @@ def to_openai_messages(system: str, messages: list[Message], *, deepseek_reasoni
                 out.append(converted)
             continue
         texts: list[str] = []
+        image_parts: list[dict[str, Any]] = []
         for block in message.content:
             if isinstance(block, ToolResultBlock):
                 out.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": tool_result_text(block)})
+                if images:
+                    image_parts.extend(_tool_image_parts(block))
             elif isinstance(block, TextBlock) and block.text:
                 texts.append(block.text)
+        if image_parts:
+            # A tool message carries text only: the images follow, after the last tool message of
+            # the turn, as a user message naming the call each came from.
+            out.append({"role": "user", "content": image_parts})
         if texts:
             out.append({"role": "user", "content": "\n\n".join(texts)})
     return out
@@ -114,6 +124,16 @@ def wire_arguments(block: ToolUseBlock) -> str:
         except ValueError:
             pass
     return json.dumps(block.input, ensure_ascii=False)
+
+
+def _tool_image_parts(block: ToolResultBlock) -> list[dict[str, Any]]:
+    """The images of one tool result as parts of a user message, after a line naming the call."""
+    if not block.images:
+        return []
+    label = f"Images returned by tool call {block.tool_use_id} ({len(block.images)}):"
+    return [{"type": "text", "text": label}, *(
+        {"type": "image_url", "image_url": {"url": f"data:{image.media_type};base64,{image.data}"}}
+        for image in block.images)]
 
 
 def tool_result_text(block: ToolResultBlock) -> str:
@@ -411,7 +431,8 @@ class OpenAIProvider(SseHttpProvider):
         body: dict[str, Any] = {
             "model": self.model,
             "messages": to_openai_messages(request.system, request.messages,
-                                           deepseek_reasoning=self.deepseek_reasoning),
+                                           deepseek_reasoning=self.deepseek_reasoning,
+                                           images=not self.deepseek_reasoning),  # DeepSeek takes no images
             "stream": True,
             "stream_options": {"include_usage": True},
             self.max_tokens_param: self.max_tokens or request.max_tokens,

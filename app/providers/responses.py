@@ -73,8 +73,12 @@ def to_responses_input(messages: list[Message]) -> list[dict[str, Any]]:
             texts: list[str] = []
             for block in message.content:
                 if isinstance(block, ToolResultBlock):
-                    items.append({"type": "function_call_output", "call_id": block.tool_use_id,
-                                  "output": tool_result_text(block)})
+                    output: str | list[dict[str, Any]] = tool_result_text(block)
+                    if block.images:  # function_call_output takes input_text and input_image parts
+                        output = [{"type": "input_text", "text": output}, *(
+                            {"type": "input_image", "image_url": f"data:{image.media_type};base64,{image.data}"}
+                            for image in block.images)]
+                    items.append({"type": "function_call_output", "call_id": block.tool_use_id, "output": output})
                 elif isinstance(block, TextBlock) and block.text:
                     texts.append(block.text)
             if texts:

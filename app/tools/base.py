@@ -15,7 +15,7 @@ from typing import Any, Callable, ClassVar, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from app.messages import ToolSpec
+from app.messages import ToolResultImage, ToolSpec
 
 # Saved full outputs stop growing here (the tail beyond it is still kept); see registry.
 DEFAULT_MAX_SAVED_OUTPUT = 1024**3
@@ -79,6 +79,10 @@ class ToolContext:
     read_max_bytes: int = DEFAULT_READ_MAX_BYTES
     # Settings.max_session_saved_output; shared, not copied, when a sub-agent's context is made
     saved_output_budget: SavedOutputBudget = field(default_factory=SavedOutputBudget)
+    # Set by the agent: a long tool says how far it got (call_id, progress, total, message), and
+    # content meant for the user alone reaches the screen (call_id, text), never the model.
+    on_progress: Callable[[str, float, float | None, str], None] = lambda _id, _done, _total, _message: None
+    on_user_content: Callable[[str, str], None] = lambda _id, _text: None
 
 
 @dataclass
@@ -95,6 +99,10 @@ class ToolOutput:
     full_output_path: Path | None = None
     original_chars: int | None = None
     saved_note: str = ""
+    # Images for the model (MCP image content); the text names each one where it stood.
+    images: list[ToolResultImage] = field(default_factory=list)
+    # Content for the user alone (MCP ``audience: ["user"]``): shown, never sent to the model.
+    for_user: str = ""
 
 
 class Tool(Protocol):

@@ -16,7 +16,7 @@ import re
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -25,7 +25,7 @@ from app.context.truncation import (  # the cut itself is pure logic; the regist
     _notice_length,
     join_head_tail,
 )
-from app.messages import ToolSpec
+from app.messages import ToolResultImage, ToolSpec
 from app.private_files import open_private as open_private  # re-exported: run_bash opens its spill with it
 from app.providers.json_fields import BAD_ARGUMENTS_KEY
 from app.redact import redact
@@ -168,6 +168,7 @@ class ToolRun:
     kept_chars: int
     full_output_path: str | None
     duration_ms: float
+    images: list[ToolResultImage] = field(default_factory=list)  # for the model, beside the text
 
 
 class ToolRegistry:
@@ -316,6 +317,7 @@ class ToolRegistry:
             kept_chars=kept,
             full_output_path=path if truncated else None,
             duration_ms=0.0,
+            images=list(output.images),
         )
 
 

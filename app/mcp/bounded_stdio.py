@@ -1,0 +1,296 @@
+"""The stdio transport for MCP servers: the SDK's, with a reader that is linear and bounded.
+
+The SDK's reader re-splits its whole buffer on every chunk, so one 100 MB line cost
+240 s and 685 MB. This reader looks for the newline in each new chunk only, and a
+message over ``max_message_bytes`` goes to a file under ``spill_dir`` as it arrives
+(0600, no-follow, secrets redacted) instead of into memory. The session then gets, in place of that
+message, an answer to the same request: the start of its text, the size, and
+``_meta["tidegauge/cut"]`` naming the file (``app.mcp.content`` turns that into the
+tool output's full-output path). Memory stays at the cap plus a few chunks whatever
+the server sends.
+
+Start-up and shutdown are the SDK's own (``mcp.client.stdio``): the same process
+group, the same bounded close, stdin first.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import uuid
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import IO, Any, TextIO
+
+import anyio
+import anyio.lowlevel
+
+from app.mcp.content import CUT_META_KEY
+
+logger = logging.getLogger(__name__)
+
+# One message from a server larger than this is cut at the transport (a tool result of
+# 8 MiB is already 200 times what the registry shows the model).
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+# What is kept of a cut message: its start (the text the model gets a preview of, and the
+# id when it comes first) and its end (the id, when the server writes it last).
+_HEAD_BYTES = 64 * 1024
+_TAIL_BYTES = 512
+# The answer's id, at the start ({"jsonrpc":"2.0","id":7,...}, the Python SDK) or at the end
+# ({"result":...,"jsonrpc":"2.0","id":7}, the TypeScript SDK).
+_ID = r'(-?\d+|"(?:[^"\\]|\\.)*")'
+_ID_AT_START = re.compile(rb'^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*' + _ID.encode())
+_ID_AT_END = re.compile(rb'"id"\s*:\s*' + _ID.encode() + rb'\s*\}\s*$')
+_TEXT_START = re.compile(rb'"text"\s*:\s*"')
+
+
+class _RedactingFile:
+    """A file written in pieces with every registered secret redacted, one cut across two pieces too.
+
+    Text is held back until a cut point no secret crosses: the last ``_WINDOW`` characters
+    wait for the next piece (a secret is far shorter), and a cut that splits a match moves back.
+    """
+
+    _WINDOW = 4096
+
+    def __init__(self, file: IO[bytes]) -> None:
+        import codecs
+
+        self.file = file
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.pending = ""
+
+    def write(self, data: bytes) -> None:
+        from app.redact import redact
+
+        pending = self.pending + self.decoder.decode(data)
+        cut = len(pending) - self._WINDOW
+        while cut > 0:
+            left, right = pending[max(0, cut - self._WINDOW):cut], pending[cut:cut + self._WINDOW]
+            if redact(left) + redact(right) == redact(left + right):
+                break  # no secret lies across the cut
+            cut -= self._WINDOW // 2
+        if cut > 0:
+            self.file.write(redact(pending[:cut]).encode("utf-8"))
+            pending = pending[cut:]
+        self.pending = pending
+
+    def close(self) -> None:
+        from app.redact import redact
+
+        self.file.write(redact(self.pending + self.decoder.decode(b"", final=True)).encode("utf-8"))
+        self.file.close()
+
+
+class _Message:
+    """One line from the server as it arrives: in memory up to the cap, then in a file."""
+
+    def __init__(self, max_bytes: int, spill_dir: Path | None) -> None:
+        self.max_bytes = max_bytes
+        self.spill_dir = spill_dir
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.head = b""
+        self.tail = b""
+        self.file: _RedactingFile | None = None
+        self.path: Path | None = None
+        self.spilled = False
+
+    def add(self, data: bytes) -> None:
+        if not data:
+            return
+        self.size += len(data)
+        if self.spilled:
+            self._keep_tail(data)
+            if self.file is not None:
+                self.file.write(data)
+            return
+        self.parts.append(data)
+        if self.size > self.max_bytes:
+            self._spill()
+
+    def _keep_tail(self, data: bytes) -> None:
+        self.tail = (self.tail + data[-_TAIL_BYTES:])[-_TAIL_BYTES:]
+
+    def _spill(self) -> None:
+        from app.tools.registry import open_private
+
+        whole = b"".join(self.parts)
+        self.parts = []
+        self.spilled = True
+        self.head = whole[:_HEAD_BYTES]
+        self._keep_tail(whole)
+        if self.spill_dir is not None:
+            self.path = self.spill_dir / f"mcp-answer-{uuid.uuid4().hex[:12]}.json"
+            try:
+                self.file = _RedactingFile(open_private(self.path))
+                self.file.write(whole)
+            except OSError:
+                self.file, self.path = None, None  # a planted symlink or a full disk: nothing saved
+
+    def finish(self) -> bytes | None:
+        """The whole line (None when it was cut: see ``cut_answer``)."""
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+        if self.spilled:
+            return None
+        return b"".join(self.parts)
+
+
+def _answer_id(head: bytes, tail: bytes) -> int | str | None:
+    match = _ID_AT_START.match(head) or _ID_AT_END.search(tail)
+    if match is None:
+        return None
+    value = json.loads(match.group(1))
+    return value if isinstance(value, (int, str)) else None
+
+
+def _text_preview(head: bytes) -> str:
+    """The start of the first ``"text"`` string in ``head``, decoded (it is cut mid-string)."""
+    match = _TEXT_START.search(head)
+    if match is None:
+        return ""
+    raw = head[match.end():].decode("utf-8", errors="ignore")
+    end = re.search(r'(?<!\\)(?:\\\\)*"', raw)
+    if end is not None:
+        raw = raw[:end.end() - 1]
+    for trim in range(8):  # a cut escape sequence (\u12) at the end: drop it
+        try:
+            text = json.loads(f'"{raw[:len(raw) - trim]}"')
+        except ValueError:
+            continue
+        return text if isinstance(text, str) else ""
+    return ""
+
+
+def cut_answer(message: _Message) -> dict[str, Any] | None:
+    """A JSON-RPC answer standing in for a message cut at the transport (None: no id to answer)."""
+    request_id = _answer_id(message.head, message.tail)
+    if request_id is None:
+        return None
+    preview = _text_preview(message.head)
+    where = (f"the whole answer, as the server sent it (JSON), is in {message.path}" if message.path
+             else "it could not be saved")
+    text = (f"[tidegauge: the server's answer was {message.size:,} bytes, over the {message.max_bytes:,}-byte "
+            f"limit for one MCP message, and was cut at the transport; {where}. "
+            f"The start of its text follows.]\n{preview}")
+    meta: dict[str, Any] = {"bytes": message.size}
+    if message.path is not None:
+        meta["path"] = str(message.path)
+    return {"jsonrpc": "2.0", "id": request_id,
+            # isError: the SDK then skips checking it against the tool's output schema (the
+            # structured part was cut away); app.mcp.content clears it again for a cut answer.
+            "result": {"content": [{"type": "text", "text": text}], "resultType": "complete", "isError": True,
+                       "_meta": {CUT_META_KEY: meta}}}
+
+
+async def read_lines(stdout: Any, deliver: Any, max_bytes: int, spill_dir: Path | None) -> None:
+    """Every line of ``stdout`` (an anyio byte stream) to ``deliver(line_or_answer)``.
+
+    Linear in what arrives: each chunk is searched for newlines once. ``deliver`` gets
+    bytes for a whole line, or a dict for the answer standing in for a cut one.
+    """
+    message = _Message(max_bytes, spill_dir)
+    async for chunk in stdout:
+        start = 0
+        while True:
+            newline = chunk.find(b"\n", start)
+            if newline < 0:
+                message.add(chunk[start:])
+                break
+            message.add(chunk[start:newline])
+            start = newline + 1
+            line = message.finish()
+            if line is not None:
+                if line.strip():
+                    await deliver(line)
+            else:
+                answer = cut_answer(message)
+                if answer is not None:
+                    await deliver(answer)
+                else:
+                    logger.warning("an MCP message of %d bytes was over the limit and had no id; dropped",
+                                   message.size)
+            message = _Message(max_bytes, spill_dir)
+    message.finish()
+
+
+@asynccontextmanager
+async def bounded_stdio_client(server: Any, errlog: TextIO, *, spill_dir: Path | None,
+                               max_message_bytes: int = MAX_MESSAGE_BYTES) -> AsyncGenerator[Any, None]:
+    """``mcp.client.stdio.stdio_client`` with ``read_lines`` as its reader."""
+    import mcp_types as types
+    from mcp.client import stdio as sdk
+    from mcp.shared.message import SessionMessage
+
+    command = await sdk._get_executable_command(server.command)
+    process = await sdk._create_platform_compatible_process(
+        command=command, args=server.args, env=sdk.get_default_environment() | (server.env or {}),
+        errlog=errlog, cwd=server.cwd)
+    # No awaits until the task group is entered, or a cancellation in the gap would leak the process.
+    read_stream_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_stream, write_stream_reader = anyio.create_memory_object_stream[SessionMessage](0)
+    shutting_down = False
+    writer_done = anyio.Event()
+
+    async def deliver(line: bytes | dict[str, Any]) -> None:
+        try:
+            if isinstance(line, dict):
+                item: SessionMessage | Exception = SessionMessage(types.jsonrpc_message_adapter.validate_python(line))
+            else:
+                item = sdk._parse_line(line.decode("utf-8", errors="replace"))
+        except ValueError as exc:
+            item = exc
+        await read_stream_writer.send(item)
+
+    async def stdout_reader() -> None:
+        assert process.stdout, "Opened process is missing stdout"
+        try:
+            async with read_stream_writer:
+                try:
+                    await read_lines(process.stdout, deliver, max_message_bytes, spill_dir)
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    return  # the session is gone; only the drain below remains
+                finally:
+                    await sdk._drain_stdout(process)
+        except anyio.ClosedResourceError:
+            pass  # our own shutdown closed the stdout stream under the read
+        except (anyio.BrokenResourceError, ConnectionError):
+            if not shutting_down:
+                logger.exception("Reading from the MCP server's stdout failed mid-session")
+
+    async def stdin_writer() -> None:
+        assert process.stdin, "Opened process is missing stdin"
+        try:
+            async with write_stream_reader:
+                async for session_message in write_stream_reader:
+                    data = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                    await process.stdin.send((data + "\n").encode("utf-8"))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            await read_stream_writer.aclose()  # the session sees the connection end, not a hang
+        finally:
+            writer_done.set()
+
+    async def shutdown() -> None:
+        read_stream.close()
+        write_stream.close()
+        with anyio.move_on_after(sdk._WRITER_FLUSH_TIMEOUT):
+            await writer_done.wait()
+        await sdk._stop_server_process(process)
+        await sdk._aclose_all(read_stream, write_stream, read_stream_writer, write_stream_reader)
+        await anyio.lowlevel.checkpoint()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stdout_reader)
+        tg.start_soon(stdin_writer)
+        try:
+            yield read_stream, write_stream
+        finally:
+            shutting_down = True
+            with anyio.CancelScope(shield=True):  # bounded inside: the server never outlives us
+                await shutdown()
+            tg.cancel_scope.cancel()
+    await anyio.lowlevel.cancel_shielded_checkpoint()
