@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 # contract modules of app/).
 from app.sanitize import sanitize_for_display
 
-__all__ = ["Line", "describe", "human_tokens", "legacy_notice", "plural", "sanitize_for_display", "tool_result_text",
+__all__ = ["Line", "denials_text", "describe", "human_tokens", "session_row", "legacy_notice", "plural", "sanitize_for_display", "tool_result_text",
            "tool_start_text", "ENGINE_LINE_TYPES"]
 
 if TYPE_CHECKING:
@@ -179,6 +179,31 @@ def _result(e: "ev.ResultEvent") -> Line | None:
     if e.stop_reason == "max_steps":
         return Line("warning", f"step limit reached ({plural(e.steps, 'step')}): stopped before finishing")
     return None
+
+
+def denials_text(e: "ev.ResultEvent") -> str:
+    """The one line saying which tool calls of a run were refused for want of approval."""
+    counts: dict[str, int] = {}
+    for denial in e.permission_denials:
+        counts[denial.tool_name] = counts.get(denial.tool_name, 0) + 1
+    names = ", ".join(name if n == 1 else f"{name} ×{n}" for name, n in counts.items())
+    return (f"{plural(len(e.permission_denials), 'tool call')} refused for want of approval ({names}): "
+            "not run; --yes allows tools that change things")
+
+
+def short_title(text: str, width: int = 60) -> str:
+    """A prompt as a one-line title: whitespace folded, cut at ``width`` with an ellipsis."""
+    folded = " ".join(sanitize_for_display(text).split())
+    return folded if len(folded) <= width else folded[:width - 1] + "…"
+
+
+def session_row(*, session_id: str, started: str, last_active: str, title: str, turns: int,
+                context_tokens: int | None, cost_usd: float | None) -> str:
+    """One session in ``tidegauge sessions`` and the dashboard's picker."""
+    context = human_tokens(context_tokens) if context_tokens is not None else "?"
+    cost = f"${cost_usd:.2f}" if cost_usd is not None else "$?"
+    return (f"{session_id}  {started} → {last_active}  {plural(turns, 'turn')}, {context} tokens, {cost}  "
+            f"{short_title(title)}")
 
 
 def _report(e: "ev.ReportEvent") -> Line:

@@ -281,6 +281,7 @@ class ContextEngine:
             output_tokens=usage.output_tokens,
             context_tokens=usage.context_tokens,
             cost_usd=cost,
+            reasoning_tokens=usage.reasoning_tokens,
         )
         if agent == "compact" and self._in_background():
             self._deferred.append(event)  # a background memory update: shown at the next step
