@@ -137,15 +137,15 @@ def _run_setup(step: "Callable[[], int]") -> int:
         return 2
 
 
-def _refuse_idle_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """A flag that does nothing in this mode is refused (one line), not silently ignored."""
-    headless = args.prompt is not None
-    if headless:
+def _idle_flag(args: argparse.Namespace) -> str | None:
+    """What is wrong when a flag given does nothing in this mode (refused, not silently ignored)."""
+    if args.prompt is not None:
         for flag, attr in (("--web-port", "web_port"), ("--web-host", "web_host")):
             if getattr(args, attr, None) is not None:
-                parser.error(f"{flag} is for --web; it does nothing with -p")
+                return f"{flag} is for --web; it does nothing with -p"
     elif args.output_format is not None:
-        parser.error("--output-format is for -p (headless); the dashboard has no output format")
+        return "--output-format is for -p (headless); the dashboard has no output format"
+    return None
 
 
 def _headless_prompt(prompt: str) -> str:
@@ -170,7 +170,10 @@ def main(argv: list[str] | None = None) -> int:
         return _run_setup(lambda: _sessions(argv[1:]))
     parser = build_parser()
     args = parser.parse_args(argv)
-    _refuse_idle_flags(parser, args)
+    idle = _idle_flag(args)
+    if idle is not None:
+        print(f"tidegauge: {idle}", file=sys.stderr)
+        return 2
     from app.errors import ConfigError, SetupError
 
     if args.config_path:
