@@ -102,28 +102,16 @@ def _sessions(argv: list[str]) -> int:
 def _print_sessions(settings: "Settings", *, every_directory: bool, out: Any) -> int:
     from pathlib import Path
 
-    from app.describe import session_row
-    from app.session import SessionStore
+    from app.session import session_rows
 
     cwd = Path.cwd()
-    summaries = SessionStore(settings.data_dir_path).summaries(None if every_directory else cwd)
-    if not summaries:
+    rows = session_rows(settings.data_dir_path, None if every_directory else cwd)
+    if not rows:
         where = "" if every_directory else f" for {cwd} (--all: every directory)"
         print(f"no sessions{where}", file=sys.stderr)
-        return 0
-    for summary in summaries:
-        session = summary.session
-        row = session_row(session_id=session.id, started=_when(session.meta.created),
-                          last_active=_when(session.last_activity), title=summary.title, turns=summary.turns,
-                          context_tokens=summary.context_tokens, cost_usd=summary.cost_usd)
-        print(row + (f"  ({session.meta.cwd})" if every_directory else ""), file=out)
+    for _session_id, line in rows:
+        print(line, file=out)
     return 0
-
-
-def _when(epoch: float) -> str:
-    import time
-
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(epoch))
 
 
 def _run_setup(step: "Callable[[], int]") -> int:

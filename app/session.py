@@ -165,6 +165,25 @@ def _holds_prompt(path: Path) -> bool:
         return False
 
 
+def session_rows(data_dir: Path | str, cwd: Path | str | None) -> list[tuple[str, str]]:
+    """(id, line) of the sessions of ``cwd`` (None: every directory, the directory at the end),
+    newest first: what ``tidegauge sessions`` prints and the dashboard's picker lists."""
+    from app.describe import session_row
+
+    rows = []
+    for summary in SessionStore(data_dir).summaries(cwd):
+        session = summary.session
+        line = session_row(session_id=session.id, started=_local_time(session.meta.created),
+                           last_active=_local_time(session.last_activity), title=summary.title, turns=summary.turns,
+                           context_tokens=summary.context_tokens, cost_usd=summary.cost_usd)
+        rows.append((session.id, line + (f"  ({_shown(session.cwd)})" if cwd is None else "")))
+    return rows
+
+
+def _local_time(epoch: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(epoch))
+
+
 def remove_if_empty(directory: Path) -> bool:
     """Remove a session's folder if nothing was typed in it and no process holds it.
 

@@ -107,10 +107,14 @@ def _open_and_close_without_a_prompt(home: Path) -> str:
 def test_a_session_nothing_was_typed_in_is_not_kept_and_continue_takes_the_last_real_one(fake_llm, home):
     project = home / "project"
     real = task(home, project, fake_llm, "remember 7")
+    sessions = home / "data" / "sessions"
+    not_a_session = sessions / "20261202-030303-abcd"  # named like one, but no meta.json: never removed
+    not_a_session.mkdir()
+    (not_a_session / "notes.txt").write_text("keep me")
     empty = _open_and_close_without_a_prompt(home)
     assert empty != real
-    sessions = home / "data" / "sessions"
-    assert sorted(p.name for p in sessions.iterdir()) == [real]
+    assert sorted(p.name for p in sessions.iterdir()) == sorted([real, not_a_session.name])
+    assert (not_a_session / "notes.txt").read_text() == "keep me"
 
     fake_llm.enqueue(openai_text("7"))
     proc = tidegauge(home, project, "-p", "what was it?", "--continue", fake_llm=fake_llm)
@@ -157,9 +161,87 @@ def test_an_empty_session_another_process_holds_is_never_removed(home):
     assert not session.dir.exists()
 
 
-def test_only_a_session_folder_is_ever_removed(home, tmp_path):
-    not_a_session = tmp_path / "20261202-030303-abcd"
-    not_a_session.mkdir()
-    (not_a_session / "notes.txt").write_text("keep me")
-    assert remove_if_empty(not_a_session) is False  # no meta.json: not a session
-    assert (not_a_session / "notes.txt").read_text() == "keep me"
+# ---------------------------------------------------------------- the dashboard's picker
+
+SIZE = (140, 40)
+
+
+async def _until(pilot: Any, condition: Any, what: str) -> None:
+    """Bounded polling of the app, failing with what was awaited and the screen it is on."""
+    for _ in range(2_000):
+        if condition():
+            return
+        await pilot.pause()
+    raise AssertionError(f"never {what}; the screen is {type(pilot.app.screen).__name__}")
+
+
+def _two_sessions(home: Path, fake_llm: Any) -> list[str]:
+    project = home / "project"
+    older = task(home, project, fake_llm, "first [bold]task[/bold] \x1b[31mred")
+    newer = task(home, project, fake_llm, "second task")
+    return [newer, older]
+
+
+async def test_resume_without_an_id_opens_the_picker_and_enter_opens_the_highlighted_session(fake_llm, home):
+    from app.dashboard.app import TidegaugeApp
+    from app.session import session_rows
+    from snapshot_apps.fake_agent import FakeSession
+    from textual.widgets import OptionList
+    from widgets.session_picker import SessionPicker
+
+    newer, older = _two_sessions(home, fake_llm)
+    opened: list[str] = []
+
+    def resume(session_id: str) -> FakeSession:
+        opened.append(session_id)
+        return FakeSession()
+
+    app = TidegaugeApp(resume_factory=resume, list_sessions=lambda: session_rows(home / "data", home / "project"),
+                       pick_session=True, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await _until(pilot, lambda: isinstance(app.screen, SessionPicker), "showed the session picker")
+        options = app.screen.query_one(OptionList)
+        assert [options.get_option_at_index(i).id for i in range(options.option_count)] == [newer, older]
+        shown = str(options.get_option_at_index(1).prompt)
+        assert "[bold]task[/bold]" in shown and "\x1b" not in shown  # the title as typed, inert
+        await pilot.press("down", "enter")
+        await _until(pilot, lambda: app.session is not None, "built the chosen session")
+    assert opened == [older]
+
+
+async def test_escape_in_the_picker_at_start_quits_without_a_session(fake_llm, home):
+    from app.dashboard.app import TidegaugeApp
+    from widgets.session_picker import SessionPicker
+
+    opened: list[str] = []
+    app = TidegaugeApp(resume_factory=lambda session_id: opened.append(session_id),  # type: ignore[arg-type,func-returns-value]
+                       list_sessions=lambda: [], pick_session=True, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await _until(pilot, lambda: isinstance(app.screen, SessionPicker), "showed the session picker")
+        assert "No session with a prompt" in str(app.screen.query_one(".dialog-question").render())
+        await pilot.press("escape")
+        await _until(pilot, lambda: app.return_code == 0, "quit")
+    assert opened == [] and app.session is None
+
+
+async def test_slash_resume_picks_another_session_and_escape_keeps_this_one(fake_llm, home):
+    from app.dashboard.app import TidegaugeApp
+    from app.session import session_rows
+    from dashboard_helpers import send
+    from snapshot_apps.fake_agent import FakeSession
+    from widgets.session_picker import SessionPicker
+
+    newer, _older = _two_sessions(home, fake_llm)
+    app = TidegaugeApp(FakeSession(), list_sessions=lambda: session_rows(home / "data", home / "project"),
+                       cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "/resume")
+        await _until(pilot, lambda: isinstance(app.screen, SessionPicker), "showed the session picker")
+        await pilot.press("escape")
+        await _until(pilot, lambda: not isinstance(app.screen, SessionPicker), "closed the picker")
+        assert app.resume_request is None and app.return_code is None
+        await send(pilot, "/resume")
+        await _until(pilot, lambda: isinstance(app.screen, SessionPicker), "showed the picker again")
+        await pilot.press("enter")
+        await _until(pilot, lambda: app.return_code == 0, "closed to open the chosen session")
+    assert app.resume_request == newer

@@ -15,6 +15,7 @@ SLASH_COMMANDS: dict[str, str] = {
     "/reset": "clear the conversation (asks first)",
     "/usage": "tokens and cost so far",
     "/context": "what the context holds, by part",
+    "/resume": "open another session of this directory (a list: enter opens)",
     "/help": "commands and keys",
 }
 
