@@ -107,7 +107,9 @@ def _print_sessions(settings: "Settings", *, every_directory: bool, out: Any) ->
     cwd = Path.cwd()
     rows = session_rows(settings.data_dir_path, None if every_directory else cwd)
     if not rows:
-        where = "" if every_directory else f" for {cwd} (--all: every directory)"
+        from app.sanitize import sanitize_for_display
+
+        where = "" if every_directory else f" for {sanitize_for_display(str(cwd))} (--all: every directory)"
         print(f"no sessions{where}", file=sys.stderr)
     for _session_id, line in rows:
         print(line, file=out)

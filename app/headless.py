@@ -43,6 +43,8 @@ class TextPrinter:
         if event.type == "text_delta":
             self._streamed.append(event.text)
             return
+        if event.type == "partial_discarded":  # a failed attempt's text: the retry streams it anew
+            self._streamed = []
         if event.type == "assistant_message":
             self._streamed = []
             if event.text:

@@ -168,7 +168,7 @@ def _holds_prompt(path: Path) -> bool:
 def session_rows(data_dir: Path | str, cwd: Path | str | None) -> list[tuple[str, str]]:
     """(id, line) of the sessions of ``cwd`` (None: every directory, the directory at the end),
     newest first: what ``tidegauge sessions`` prints and the dashboard's picker lists."""
-    from app.describe import session_row
+    from app.describe import sanitize_for_display, session_row
 
     rows = []
     for summary in SessionStore(data_dir).summaries(cwd):
@@ -176,7 +176,8 @@ def session_rows(data_dir: Path | str, cwd: Path | str | None) -> list[tuple[str
         line = session_row(session_id=session.id, started=_local_time(session.meta.created),
                            last_active=_local_time(session.last_activity), title=summary.title, turns=summary.turns,
                            context_tokens=summary.context_tokens, cost_usd=summary.cost_usd)
-        rows.append((session.id, line + (f"  ({_shown(session.cwd)})" if cwd is None else "")))
+        where = f"  ({sanitize_for_display(_shown(session.cwd))})" if cwd is None else ""
+        rows.append((session.id, line + where))
     return rows
 
 

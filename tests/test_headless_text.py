@@ -61,3 +61,12 @@ def test_tool_lines_and_the_narration_go_to_stderr_and_the_answer_to_stdout() ->
     assert out == "Two errors.\n"
     assert lines == ["Looking", "⏺ run_bash cat app.log",
                      "  ⎿ ok, 15,188,963 chars, truncated to 40,000 (full output: /s/tool-results/c1.txt), 812 ms"]
+
+
+def test_an_interrupted_reply_goes_to_stderr_without_a_failed_attempts_text() -> None:
+    from app.events import PartialDiscardedEvent, ResultEvent
+
+    out, lines = _print(TextDeltaEvent(text="garbled "), PartialDiscardedEvent(chars=8),
+                        TextDeltaEvent(text="half an ans"), ResultEvent(stop_reason="interrupted", text="", steps=1))
+    assert out == ""  # stdout is for a final answer only
+    assert lines[-1] == "half an ans" and not any("garbled" in line for line in lines)

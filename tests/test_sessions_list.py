@@ -77,6 +77,20 @@ def test_sessions_lists_this_directorys_sessions_newest_first_and_all_lists_ever
     assert str(elsewhere) in every.stdout.splitlines()[2]
 
 
+def test_a_hostile_first_prompt_is_one_inert_line_in_the_list(home):
+    """A prompt is often piped text (a diff, a log): its escape sequences must not reach the terminal."""
+    from app.events import UserMessageEvent
+
+    session = SessionStore(home / "data").create(home / "project", "demo", None)
+    with session.writer() as writer:
+        writer.append_event(UserMessageEvent(text="\x1b]0;pwned\x07\x1b[2Jreview\nthis\u202e diff"))
+    proc = tidegauge(home, home / "project", "sessions")
+    assert proc.returncode == 0, proc.stderr
+    (row,) = proc.stdout.splitlines()
+    assert row.startswith(session.id) and "\x1b" not in row and "\x07" not in row and "\u202e" not in row
+    assert "review this" in row
+
+
 def test_sessions_with_none_says_so_on_stderr(home):
     proc = tidegauge(home, home / "project", "sessions")
     assert proc.returncode == 0 and proc.stdout == ""
