@@ -189,21 +189,31 @@ async def _until(pilot: Any, condition: Any, what: str) -> None:
     raise AssertionError(f"never {what}; the screen is {type(pilot.app.screen).__name__}")
 
 
-def _two_sessions(home: Path, fake_llm: Any) -> list[str]:
-    project = home / "project"
-    older = task(home, project, fake_llm, "first [bold]task[/bold] \x1b[31mred")
-    newer = task(home, project, fake_llm, "second task")
-    return [newer, older]
+def _two_sessions(home: Path) -> list[str]:
+    """Two sessions of the project with a prompt each (written as a run writes them), newest first.
+    The listing itself is tested through the real program above."""
+    from app.events import UserMessageEvent
+
+    store = SessionStore(home / "data")
+    ids = []
+    for n, prompt in enumerate(("first [bold]task[/bold] \x1b[31mred", "second task")):
+        session = store.create(home / "project", "demo", None)
+        with session.writer() as writer:
+            writer.append_event(UserMessageEvent(text=prompt))
+        stamp = session.meta.created + 60 * (n + 1)  # created in the same second: activity orders them
+        os.utime(session.transcript_path, (stamp, stamp))
+        ids.append(session.id)
+    return ids[::-1]
 
 
-async def test_resume_without_an_id_opens_the_picker_and_enter_opens_the_highlighted_session(fake_llm, home):
+async def test_resume_without_an_id_opens_the_picker_and_enter_opens_the_highlighted_session(home):
     from app.dashboard.app import TidegaugeApp
     from app.session import session_rows
     from snapshot_apps.fake_agent import FakeSession
     from textual.widgets import OptionList
     from widgets.session_picker import SessionPicker
 
-    newer, older = _two_sessions(home, fake_llm)
+    newer, older = _two_sessions(home)
     opened: list[str] = []
 
     def resume(session_id: str) -> FakeSession:
@@ -223,7 +233,7 @@ async def test_resume_without_an_id_opens_the_picker_and_enter_opens_the_highlig
     assert opened == [older]
 
 
-async def test_escape_in_the_picker_at_start_quits_without_a_session(fake_llm, home):
+async def test_escape_in_the_picker_at_start_quits_without_a_session(home):
     from app.dashboard.app import TidegaugeApp
     from widgets.session_picker import SessionPicker
 
@@ -238,14 +248,14 @@ async def test_escape_in_the_picker_at_start_quits_without_a_session(fake_llm, h
     assert opened == [] and app.session is None
 
 
-async def test_slash_resume_picks_another_session_and_escape_keeps_this_one(fake_llm, home):
+async def test_slash_resume_picks_another_session_and_escape_keeps_this_one(home):
     from app.dashboard.app import TidegaugeApp
     from app.session import session_rows
     from dashboard_helpers import send
     from snapshot_apps.fake_agent import FakeSession
     from widgets.session_picker import SessionPicker
 
-    newer, _older = _two_sessions(home, fake_llm)
+    newer, _older = _two_sessions(home)
     app = TidegaugeApp(FakeSession(), list_sessions=lambda: session_rows(home / "data", home / "project"),
                        cursor_blink=False)
     async with app.run_test(size=SIZE) as pilot:
