@@ -201,7 +201,8 @@ def session_row(*, session_id: str, started: str, last_active: str, title: str, 
                 context_tokens: int | None, cost_usd: float | None) -> str:
     """One session in ``tidegauge sessions`` and the dashboard's picker."""
     context = human_tokens(context_tokens) if context_tokens is not None else "?"
-    cost = "$?" if cost_usd is None else f"${cost_usd:.4f}" if cost_usd < 0.01 else f"${cost_usd:.2f}"
+    # a cent or more to the cent; under a cent to four places, so it does not read as nothing
+    cost = "$?" if cost_usd is None else f"${cost_usd:.4f}" if 0 < cost_usd < 0.01 else f"${cost_usd:.2f}"
     return (f"{session_id}  {started} → {last_active}  {plural(turns, 'turn')}, {context} tokens, {cost}  "
             f"{short_title(title)}")
 
