@@ -259,7 +259,8 @@ class Agent:
             self.emit(ToolResultEvent(
                 id=use.id, name=use.name, is_error=block.is_error, truncated=truncated,
                 original_chars=original, kept_chars=kept, full_output_path=block.full_output_path,
-                duration_ms=(time.perf_counter() - started) * 1000, content=block.content))
+                duration_ms=(time.perf_counter() - started) * 1000, content=block.content,
+                refused=refusal is not None and not use.cut_at_output_limit))
         self._running_tool = None
         self.engine.append(Message(role="user", content=list(results)))
         self._pending_uses = []

@@ -17,8 +17,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
+import time
 from collections import deque
-from typing import TYPE_CHECKING, Awaitable, Callable, Literal, Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Literal, Protocol
 
 from app.commands import (
     ApproveImport,
@@ -49,12 +51,15 @@ from app.events import (
     CommandQueuedEvent,
     ConfigWarningEvent,
     Event,
+    PermissionDenial,
     PermissionRuleLine,
     PermissionsEvent,
     ReportEvent,
+    ResultEvent,
     SessionInfoEvent,
     SessionRepairedEvent,
     StateEvent,
+    TokenTotals,
 )
 from app.permissions import EFFECTS, PROJECT_SETTINGS, Permissions
 from app.protocol import Listener, SessionSnapshot
@@ -152,6 +157,93 @@ def _compaction_point_kind(trigger: str) -> "PointKind":
     return "server" if trigger == "server" else "compaction"
 
 
+@dataclass
+class RunFigures:
+    """What one run (a prompt, until its result) took: time, model calls, tokens, cost, refusals.
+
+    Fed from the events the run emits, so the result's figures are the ones every surface saw.
+    """
+
+    started: float = field(default_factory=time.monotonic)
+    api_at_start: float = 0.0  # the session's API clock when the run began
+    replies: int = 0
+    cost_usd: float | None = None
+    by_agent: dict[str, TokenTotals] = field(default_factory=dict)
+    denials: list[PermissionDenial] = field(default_factory=list)
+    started_tools: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
+
+    def count_usage(self, agent: str, input_tokens: int | None, cache_read: int | None, cache_write: int | None,
+                    output: int | None, reasoning: int | None, cost: float | None) -> None:
+        totals = self.by_agent.setdefault(agent, TokenTotals())
+        totals.input_tokens += input_tokens or 0
+        totals.cache_read_tokens += cache_read or 0
+        totals.cache_write_tokens += cache_write or 0
+        totals.output_tokens += output or 0
+        totals.reasoning_tokens += reasoning or 0
+        if cost is not None:
+            self.cost_usd = (self.cost_usd or 0.0) + cost
+
+    def completed(self, result: ResultEvent, session_id: str, api_seconds: float) -> ResultEvent:
+        total = TokenTotals()
+        for totals in self.by_agent.values():
+            for name in TokenTotals.model_fields:
+                setattr(total, name, getattr(total, name) + getattr(totals, name))
+        return result.model_copy(update={
+            "session_id": session_id,
+            "duration_ms": round((time.monotonic() - self.started) * 1000, 1),
+            "duration_api_ms": round(api_seconds * 1000, 1),
+            "num_turns": self.replies,
+            "total_cost_usd": None if self.cost_usd is None else round(self.cost_usd, 6),
+            "usage": total,
+            "usage_by_agent": dict(self.by_agent),
+            "permission_denials": list(self.denials),
+        })
+
+
+class ApiClock:
+    """Wall time with at least one model call in flight (a background memory update may overlap
+    a main call: the overlap counts once)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._in_flight = 0
+        self._since = 0.0
+
+    def now(self) -> float:
+        """The total so far, a call still in flight included."""
+        return self.seconds + (time.monotonic() - self._since if self._in_flight else 0.0)
+
+    def timed(self, stream: "Callable[[Any], AsyncIterator[Any]]") -> "Callable[[Any], AsyncIterator[Any]]":
+        from app.providers.base import Completed
+
+        clock = self
+
+        async def timed_stream(request: Any) -> AsyncIterator[Any]:
+            clock._begin()
+            running = True
+            try:
+                async for item in stream(request):
+                    if isinstance(item, Completed) and running:
+                        running = False  # the caller stops reading here: the call is over
+                        clock._end()
+                    yield item
+            finally:
+                if running:
+                    clock._end()
+
+        return timed_stream
+
+    def _begin(self) -> None:
+        if self._in_flight == 0:
+            self._since = time.monotonic()
+        self._in_flight += 1
+
+    def _end(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self.seconds += time.monotonic() - self._since
+
+
 class AgentSession:
     """One agent, one queue of commands, one stream of events (implements ``SessionSurface``)."""
 
@@ -200,6 +292,12 @@ class AgentSession:
         self._pending_lock = threading.Lock()
         self._last_state = StateEvent(state="idle", step=0, max_steps=agent.max_steps)
         self._cleared: list[str] = []  # the restorable results the surfaces were last told of
+        self._run: RunFigures | None = None  # the figures of the run in progress
+        self._api_clock = ApiClock()
+        try:  # every model call (main, compaction, memory, sub-agents) goes through this provider
+            agent.provider.stream = self._api_clock.timed(agent.provider.stream)  # type: ignore[method-assign,assignment]
+        except (AttributeError, TypeError):  # a provider that cannot be wrapped: no API share measured
+            pass
         agent.emit = self._emit
         if approvals:
             agent.approver = self._ask_approval
@@ -248,9 +346,28 @@ class AgentSession:
     def _emit(self, event: Event) -> None:
         if event.type == "state":
             self._last_state = event
+        if self._run is not None:
+            event = self._count(self._run, event)
         self.stream.emit(event)
         if event.type in _CLEARING_EVENTS:
             self._tell_cleared()
+
+    def _count(self, run: RunFigures, event: Event) -> Event:
+        """Add the event to the run's figures; the result leaves with them."""
+        if event.type == "usage":
+            run.count_usage(event.agent, event.input_tokens, event.cache_read_tokens, event.cache_write_tokens,
+                            event.output_tokens, event.reasoning_tokens, event.cost_usd)
+        elif event.type == "assistant_message":
+            run.replies += 1
+        elif event.type == "tool_start":
+            run.started_tools[event.id] = (event.name, dict(event.input))
+        elif event.type == "tool_result" and event.refused:
+            name, tool_input = run.started_tools.get(event.id, (event.name, {}))
+            run.denials.append(PermissionDenial(tool_name=name, tool_use_id=event.id, tool_input=tool_input))
+        elif event.type == "result":
+            self._run = None
+            return run.completed(event, self.info.session_id, self._api_clock.now() - run.api_at_start)
+        return event
 
     def _tell_cleared(self) -> None:
         """Say which results are cleared and restorable, when that changed (the tool list marks them)."""
@@ -463,9 +580,17 @@ class AgentSession:
             if services is not None:
                 await services.aclose()
             await self.agent.aclose()
+            if self.info.transcript_path and not self.info.resumed:
+                # A session in which nothing was typed is not kept: it would be the next --continue.
+                from pathlib import Path
+
+                from app.session import remove_if_empty
+
+                remove_if_empty(Path(self.info.transcript_path).parent)
 
     async def _execute(self, command: Command) -> None:
         if isinstance(command, UserInput):
+            self._run = RunFigures(api_at_start=self._api_clock.now())
             await self._ask_about_imports()
             await self.agent.run_turn(command.text)
         elif isinstance(command, Compact):

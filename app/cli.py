@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from app import __version__
 
@@ -19,8 +19,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "With no -p it opens the dashboard (on the offline demo model when no API key is set).",
         epilog="Every setting flag can also come from the environment (TIDEGAUGE_MAX_STEPS=20) or from "
                "the config file (tidegauge --config-path prints where it is); flags win over the "
-               "environment, the environment over the file.")
-    p.add_argument("-p", "--prompt", metavar="PROMPT", help="run one task headless, print the answer and exit")
+               "environment, the environment over the file. `tidegauge sessions` (--all: every directory) "
+               "lists the sessions --resume takes.")
+    p.add_argument("-p", "--prompt", metavar="PROMPT",
+                   help="run one task headless, print the answer and exit (text piped in is appended "
+                        "to PROMPT; -p - reads the whole prompt from standard input)")
     p.add_argument("--provider", help="openai, deepseek, anthropic, responses (OpenAI Responses API) or demo (default: by API key, else demo)")
     p.add_argument("--model", help="model name sent to the provider (default: the provider's usual model)")
     p.add_argument("--base-url", metavar="URL",
@@ -39,8 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--disallowed-tools", action="append", metavar="RULES",
                    help='refuse these tool calls, even with --yes, e.g. "run_bash(rm:*), git__push" (repeatable)')
     p.add_argument("--allow-outside", action="store_true", default=None, help="let file tools reach outside the working directory")
-    p.add_argument("--output-format", choices=["text", "stream-json"], default="text",
-                   help="with -p: the answer as text (default), or one JSON event per line")
+    p.add_argument("--output-format", choices=["text", "json", "stream-json"],
+                   help="with -p: the answer as text (default), one JSON object at the end (json), "
+                        "or one JSON event per line (stream-json)")
     p.add_argument("--demo-speed", type=float, metavar="TOKENS_PER_S",
                    help="demo provider: typing speed in tokens per second (default 40; 0: no delay)")
     # --web: the dashboard in a browser (app/dashboard/web.py)
@@ -58,7 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     group = p.add_mutually_exclusive_group()
     group.add_argument("--continue", dest="continue_latest", action="store_true",
                        help="resume the latest session of this directory")
-    group.add_argument("--resume", metavar="ID", help="resume the session with this id")
+    group.add_argument("--resume", metavar="ID", nargs="?", const="",
+                       help="resume the session with this id (no id: pick one in the dashboard; "
+                            "`tidegauge sessions` lists them)")
     p.add_argument("--fork-session", action="store_true",
                    help="with --continue/--resume: continue in a new session copied from that one")
     p.add_argument("--version", action="version", version=f"tidegauge {__version__}")
@@ -87,9 +93,87 @@ def _fork(args: argparse.Namespace, settings: "Settings") -> str:
     return store.fork(source).id
 
 
+def build_sessions_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tidegauge sessions",
+                                description="The sessions of this directory, newest first (those in which "
+                                            "something was typed): pass an id to --resume.")
+    p.add_argument("--all", action="store_true", help="the sessions of every directory")
+    return p
+
+
+def _sessions(argv: list[str]) -> int:
+    """`tidegauge sessions [--all]`."""
+    args = build_sessions_parser().parse_args(argv)
+    from app.config import load_settings
+
+    return _print_sessions(load_settings({}), every_directory=args.all, out=sys.stdout)
+
+
+def _print_sessions(settings: "Settings", *, every_directory: bool, out: Any) -> int:
+    from pathlib import Path
+
+    from app.session import session_rows
+
+    cwd = Path.cwd()
+    rows = session_rows(settings.data_dir_path, None if every_directory else cwd)
+    if not rows:
+        from app.sanitize import sanitize_for_display
+
+        where = "" if every_directory else f" for {sanitize_for_display(str(cwd))} (--all: every directory)"
+        print(f"no sessions{where}", file=sys.stderr)
+    for _session_id, line in rows:
+        print(line, file=out)
+    return 0
+
+
+def _run_setup(step: "Callable[[], int]") -> int:
+    """Run ``step``; a setup problem is one line on stderr and exit code 2."""
+    from app.errors import ConfigError, SetupError
+
+    try:
+        return step()
+    except (ConfigError, SetupError) as err:
+        print(f"tidegauge: {err}", file=sys.stderr)
+        return 2
+
+
+def _idle_flag(args: argparse.Namespace) -> str | None:
+    """What is wrong when a flag given does nothing in this mode (refused, not silently ignored)."""
+    if args.prompt is not None:
+        for flag, attr in (("--web-port", "web_port"), ("--web-host", "web_host")):
+            if getattr(args, attr, None) is not None:
+                return f"{flag} is for --web; it does nothing with -p"
+    elif args.output_format is not None:
+        return "--output-format is for -p (headless); the dashboard has no output format"
+    return None
+
+
+def _headless_prompt(prompt: str) -> str:
+    """-p's prompt with what was piped in: appended (as Claude Code does), or all of it with -p -."""
+    from app.errors import SetupError
+    from app.headless import piped_input
+
+    if prompt == "-":
+        prompt = piped_input(sys.stdin.buffer, required=True) or ""
+    elif prompt.strip():
+        piped = piped_input(sys.stdin.buffer, required=False)
+        if piped and piped.strip():
+            prompt = f"{prompt}\n\n{piped}"
+    if not prompt.strip():
+        raise SetupError("-p: the prompt is empty")
+    return prompt
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["sessions"]:
+        return _run_setup(lambda: _sessions(argv[1:]))
     parser = build_parser()
     args = parser.parse_args(argv)
+    idle = _idle_flag(args)
+    if idle is not None:
+        print(f"tidegauge: {idle}", file=sys.stderr)
+        return 2
     from app.errors import ConfigError, SetupError
 
     if args.config_path:
@@ -122,9 +206,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.prompt is not None:
             from app.headless import run_headless
 
-            return run_headless(settings(), args.prompt, args.output_format,
+            prompt = _headless_prompt(args.prompt)
+            if args.resume == "":  # --resume without an id: no picker here, so the list and how to pass one
+                _print_sessions(settings(), every_directory=False, out=sys.stderr)
+                raise SetupError("--resume needs a session id with -p (one of those above; "
+                                 "`tidegauge sessions --all` lists every directory's)")
+            return run_headless(settings(), prompt, args.output_format or "text",
                                 resume=args.resume, continue_latest=args.continue_latest)
         if args.web:
+            if args.resume == "":
+                raise SetupError("--resume needs a session id with --web (`tidegauge sessions` lists them)")
             return _serve_web(settings(), overrides, args)
         from app.dashboard.launch import run_dashboard
 

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 # contract modules of app/).
 from app.sanitize import sanitize_for_display
 
-__all__ = ["Line", "describe", "human_tokens", "legacy_notice", "plural", "sanitize_for_display", "tool_progress_text",
-           "tool_result_text",
+__all__ = ["Line", "denials_text", "describe", "human_tokens", "legacy_notice", "plural", "sanitize_for_display",
+           "session_row", "tool_progress_text", "tool_result_text",
            "tool_start_text", "ENGINE_LINE_TYPES"]
 
 if TYPE_CHECKING:
@@ -182,6 +182,32 @@ def _result(e: "ev.ResultEvent") -> Line | None:
     if e.stop_reason == "max_steps":
         return Line("warning", f"step limit reached ({plural(e.steps, 'step')}): stopped before finishing")
     return None
+
+
+def denials_text(e: "ev.ResultEvent") -> str:
+    """The one line saying which tool calls of a run were refused for want of approval."""
+    counts: dict[str, int] = {}
+    for denial in e.permission_denials:
+        counts[denial.tool_name] = counts.get(denial.tool_name, 0) + 1
+    names = ", ".join(name if n == 1 else f"{name} ×{n}" for name, n in counts.items())
+    return (f"{plural(len(e.permission_denials), 'tool call')} refused ({names}): not run; --yes allows tools "
+            "that change things, except those a deny rule refuses (/permissions lists the rules)")
+
+
+def short_title(text: str, width: int = 60) -> str:
+    """A prompt as a one-line title: whitespace folded, cut at ``width`` with an ellipsis."""
+    folded = " ".join(sanitize_for_display(text).split())
+    return folded if len(folded) <= width else folded[:width - 1] + "…"
+
+
+def session_row(*, session_id: str, started: str, last_active: str, title: str, turns: int,
+                context_tokens: int | None, cost_usd: float | None) -> str:
+    """One session in ``tidegauge sessions`` and the dashboard's picker."""
+    context = human_tokens(context_tokens) if context_tokens is not None else "?"
+    # a cent or more to the cent; under a cent to four places, so it does not read as nothing
+    cost = "$?" if cost_usd is None else f"${cost_usd:.4f}" if 0 < cost_usd < 0.01 else f"${cost_usd:.2f}"
+    return (f"{session_id}  {started} → {last_active}  {plural(turns, 'turn')}, {context} tokens, {cost}  "
+            f"{short_title(title)}")
 
 
 def _report(e: "ev.ReportEvent") -> Line:

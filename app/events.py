@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, Field, TypeAdapter
+from pydantic import BaseModel, Field, TypeAdapter, model_validator
 
 AgentName = Literal["main", "compact", "sub"]  # sub: a task tool's sub-agent
 AgentState = Literal["starting", "idle", "streaming", "tool", "compacting", "waiting_approval", "retrying",
@@ -63,6 +63,8 @@ class ToolResultEvent(BaseModel):
     content: str = ""
     # The call never finished: the content is the synthetic "interrupted" result.
     interrupted: bool = False
+    # Refused unrun for want of approval (no one to ask, a "no", a deny rule); left out when false.
+    refused: bool = Field(default=False, exclude_if=lambda value: not value)
 
 
 class ToolProgressEvent(BaseModel):
@@ -234,11 +236,61 @@ class ErrorEvent(BaseModel):
     message: str
 
 
+ResultSubtype = Literal["success", "error_max_steps", "error_during_execution", "refusal", "interrupted"]
+_SUBTYPE_OF_STOP: dict[str, ResultSubtype] = {
+    "end_turn": "success", "max_steps": "error_max_steps", "error": "error_during_execution",
+    "refusal": "refusal", "interrupted": "interrupted",
+}
+
+
+class TokenTotals(BaseModel):
+    """Tokens of the model calls of one run (``input_tokens``: the uncached part)."""
+
+    input_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0  # part of output_tokens, where the server says it
+
+
+class PermissionDenial(BaseModel):
+    """A tool call refused for want of approval (headless without --yes, or "no" in the dashboard)."""
+
+    tool_name: str
+    tool_use_id: str
+    tool_input: dict[str, Any] = Field(default_factory=dict)
+
+
 class ResultEvent(BaseModel):
+    """The last event of a run: how it ended and what it cost (what a script needs, as Claude Code's).
+
+    The agent gives stop_reason, text and steps; the session adds the run's figures.
+    """
+
     type: Literal["result"] = "result"
     stop_reason: Literal["end_turn", "max_steps", "error", "interrupted", "refusal"]
     text: str
     steps: int
+    # Filled from stop_reason when not given (older transcripts, the agent itself).
+    subtype: ResultSubtype = "success"
+    is_error: bool = False
+    session_id: str = ""
+    duration_ms: float = 0.0
+    duration_api_ms: float = 0.0  # wall time with at least one model call in flight
+    num_turns: int = 0  # model replies of the main agent in this run
+    total_cost_usd: float | None = None  # None: no call of the run had a known price
+    usage: TokenTotals = Field(default_factory=TokenTotals)
+    # "main", "compact" (compaction and the session memory) and "sub" (the task tool's agents)
+    usage_by_agent: dict[str, TokenTotals] = Field(default_factory=dict)
+    permission_denials: list[PermissionDenial] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derive_outcome(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "stop_reason" in data:
+            subtype = _SUBTYPE_OF_STOP.get(str(data["stop_reason"]), "error_during_execution")
+            data = {"subtype": subtype, "is_error": subtype != "success", **data}
+        return data
 
 
 class SessionInfoEvent(BaseModel):

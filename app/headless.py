@@ -10,10 +10,10 @@ import asyncio
 import json
 import signal
 import sys
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, BinaryIO, Callable, TextIO
 
 from app.commands import Interrupt, Shutdown, UserInput
-from app.describe import LineKind, describe, legacy_notice, tool_result_text, tool_start_text
+from app.describe import LineKind, denials_text, describe, legacy_notice, tool_result_text, tool_start_text
 from app.events import Event, ResultEvent, SessionRepairedEvent
 from app.redact import redact, redact_obj
 from app.sanitize import sanitize_for_display, scrub_surrogates_obj
@@ -28,37 +28,40 @@ EXIT_CODES = {"end_turn": 0, "error": 1, "max_steps": 3, "interrupted": 130}
 
 
 class TextPrinter:
-    """The answer on stdout as it streams; tool calls and engine lines on stderr."""
+    """The final answer on stdout; everything else on stderr: the narration of the replies that
+    call tools, tool calls, engine lines, and what was refused.
+
+    A reply is printed when it ends (only then is it known whether it calls tools), so stdout
+    holds the answer alone: ``answer=$(tidegauge -p …)`` takes nothing else.
+    """
 
     def __init__(self, out: TextIO, err: TextIO) -> None:
         self.out, self.err = out, err
-        self._mid_line = False
-        self._replies = 0  # assistant messages with text printed so far
-        self._in_reply = False
+        self._streamed: list[str] = []  # the reply streaming now (said on stderr if it never ends)
 
     def __call__(self, event: Event) -> None:
         if event.type == "text_delta":
-            text = sanitize_for_display(redact(event.text))
-            if not self._in_reply:
-                self._in_reply = True
-                if self._replies:
-                    self.out.write("\n")  # a blank line between the replies of one task
-            self.out.write(text)
-            self.out.flush()
-            self._mid_line = not text.endswith("\n")
+            self._streamed.append(event.text)
             return
+        if event.type == "partial_discarded":  # a failed attempt's text: the retry streams it anew
+            self._streamed = []
         if event.type == "assistant_message":
-            if self._in_reply:
-                self._replies += 1
-            self._in_reply = False
-            if self._mid_line:
-                self.out.write("\n")
-                self.out.flush()
-                self._mid_line = False
+            self._streamed = []
+            if event.text:
+                self._write(self.err if event.tool_calls else self.out, event.text)
+        elif event.type == "result" and self._streamed:  # an interrupted reply: what came of it
+            self._write(self.err, "".join(self._streamed))
+            self._streamed = []
         line = self._line(event)
         if line:
-            self.err.write(sanitize_for_display(redact(line)) + "\n")
-            self.err.flush()
+            self._write(self.err, line)
+        if isinstance(event, ResultEvent) and event.permission_denials:
+            self._write(self.err, denials_text(event))
+
+    def _write(self, stream: TextIO, text: str) -> None:
+        text = sanitize_for_display(redact(text))
+        stream.write(text if text.endswith("\n") else text + "\n")
+        stream.flush()
 
     @staticmethod
     def _line(event: Event) -> str | None:
@@ -145,21 +148,94 @@ def _exit_now(code: int) -> None:
     exit_without_teardown(code, run_exit_handlers=False)
 
 
+class ResultJsonPrinter:
+    """``--output-format json``: one object at the end, the result's fields and the answer
+    (``result``); nothing else on stdout."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, ResultEvent):
+            write_result_object(self.out, event)
+
+
+def write_result_object(out: TextIO, result: ResultEvent) -> None:
+    data = result.model_dump(mode="json")
+    data["result"] = data["text"] if result.stop_reason in ("end_turn", "refusal") else ""
+    out.write(json.dumps(scrub_surrogates_obj(redact_obj(data)), ensure_ascii=False) + "\n")
+    out.flush()
+
+
+def stderr_notes(err: TextIO, *, errors: bool) -> "Callable[[Event], None]":
+    """What the JSON formats also say on stderr, for the person watching: repairs of a damaged
+    transcript, refused tool calls (and, with ``errors``, the error lines)."""
+
+    def say(event: Event) -> None:
+        text: str | None = None
+        if isinstance(event, SessionRepairedEvent) or (errors and event.type == "error"):
+            line = describe(event)
+            text = line.text if line is not None else None
+        elif isinstance(event, ResultEvent) and event.permission_denials:
+            text = denials_text(event)
+        if text:
+            err.write(sanitize_for_display(redact(text)) + "\n")
+            err.flush()
+
+    return say
+
+
 def run_headless(settings: "Settings", prompt: str, output_format: str, *, resume: str | None = None,
                  continue_latest: bool = False) -> int:
+    """Exit codes: 0 the model finished (also when tool calls were refused for want of approval:
+    the result's ``permission_denials`` and a stderr line say so), 1 an error or a refusal, 3 the
+    step limit, 130 interrupted; 2 (before any model call) bad input or setup."""
     from app.runtime import build_session
 
-    printer = JsonPrinter(sys.stdout) if output_format == "stream-json" else TextPrinter(sys.stdout, sys.stderr)
     session = build_session(settings, approvals=False, resume=resume, continue_latest=continue_latest)
-    session.subscribe(printer)
-    if output_format == "stream-json":  # repairs of a damaged transcript are said on stderr in both modes
-        def say_repairs(event: Event) -> None:
-            line = describe(event) if isinstance(event, SessionRepairedEvent) else None
-            if line is not None:
-                print(line.text, file=sys.stderr)
-
-        session.subscribe(say_repairs)
+    if output_format == "stream-json":
+        session.subscribe(JsonPrinter(sys.stdout))
+        session.subscribe(stderr_notes(sys.stderr, errors=False))
+    elif output_format == "json":
+        session.subscribe(ResultJsonPrinter(sys.stdout))
+        session.subscribe(stderr_notes(sys.stderr, errors=True))
+    else:
+        session.subscribe(TextPrinter(sys.stdout, sys.stderr))
     result = asyncio.run(run_task(session, prompt))
-    if output_format != "stream-json":
+    if not result.session_id:  # no result event came (stopped before the turn ran)
+        result = result.model_copy(update={"session_id": session.info.session_id})
+        if output_format == "json":
+            write_result_object(sys.stdout, result)
+    if output_format == "text":
         print(f"resume with: tidegauge --resume {session.info.session_id}", file=sys.stderr)
     return EXIT_CODES.get(result.stop_reason, 1)
+
+
+MAX_STDIN_BYTES = 10 * 1024 * 1024
+
+
+def piped_input(stdin: "BinaryIO", *, required: bool) -> str | None:
+    """The text piped to tidegauge (None when stdin is a terminal or nothing can be piped).
+
+    Read only from a pipe or a file: a terminal would wait for typing, and /dev/null or a
+    closed stdin hold nothing. Raises SetupError (one line) above MAX_STDIN_BYTES.
+    """
+    import os
+    import stat
+
+    from app.errors import SetupError
+
+    try:
+        mode = os.fstat(stdin.fileno()).st_mode
+    except (OSError, ValueError):
+        mode = 0
+    if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
+        if required:
+            raise SetupError("-p -: no prompt piped in (standard input is "
+                             f"{'a terminal' if mode and stat.S_ISCHR(mode) and stdin.isatty() else 'not a pipe or a file'})")
+        return None
+    data = stdin.read(MAX_STDIN_BYTES + 1)
+    if len(data) > MAX_STDIN_BYTES:
+        raise SetupError(f"standard input is over {MAX_STDIN_BYTES // (1024 * 1024)} MB: "
+                         "give the model a file to read instead")
+    return data.decode("utf-8", errors="replace")

@@ -28,7 +28,7 @@ from app.session_lock import SessionLocked
 from app.transcript import RestoredState, TranscriptWriter, restore
 
 __all__ = [
-    "Session", "SessionError", "SessionLocked", "SessionMeta", "SessionNotFound", "SessionStore",
+    "Session", "SessionError", "SessionLocked", "SessionMeta", "SessionNotFound", "SessionStore", "SessionSummary",
     "RestoredState", "restore", "new_session_id",
 ]
 
@@ -81,6 +81,136 @@ class Session:
             return max(self.meta.created, self.transcript_path.stat().st_mtime)
         except OSError:
             return self.meta.created
+
+
+@dataclass
+class SessionSummary:
+    """What ``tidegauge sessions`` and the dashboard's picker show of a session, read from its transcript."""
+
+    session: Session
+    title: str = ""  # the first prompt
+    turns: int = 0  # prompts typed
+    context_tokens: int | None = None  # the context's size when it was last measured
+    cost_usd: float | None = None  # every model call of the session (None: no known price)
+
+    @property
+    def has_prompt(self) -> bool:
+        return self.turns > 0
+
+
+# The transcript lines a summary reads (written compact, by app.transcript.encode_line).
+_EVENT_LINE = b'{"kind":"event"'
+_SUMMARY_TYPES = (b'"type":"user_message"', b'"type":"usage"', b'"type":"context"')
+# A message the user typed (a tool result is a user message too, but not a typed one).
+_MESSAGE_LINE = b'{"kind":"message"'
+_TYPED_MESSAGE = b'"message":{"role":"user","content":[{"type":"text"'
+
+
+def _is_prompt_line(raw: bytes) -> bool:
+    return ((raw.startswith(_EVENT_LINE) and _SUMMARY_TYPES[0] in raw)
+            or (raw.startswith(_MESSAGE_LINE) and _TYPED_MESSAGE in raw))
+
+
+def summarize(session: Session) -> SessionSummary:
+    """The session's title, prompts, last context size and cost (a damaged line is skipped)."""
+    summary = SessionSummary(session=session)
+    try:
+        transcript = session.transcript_path.open("rb")
+    except OSError:
+        return summary
+    typed: list[str] = []  # the user's messages, for a transcript without user_message events
+    with transcript:
+        for raw in transcript:
+            if raw.startswith(_MESSAGE_LINE) and _TYPED_MESSAGE in raw:
+                typed.append(_message_text(raw))
+                continue
+            if not raw.startswith(_EVENT_LINE) or not any(kind in raw for kind in _SUMMARY_TYPES):
+                continue
+            try:
+                event = json.loads(raw).get("event")
+            except ValueError:
+                continue
+            if not isinstance(event, dict):
+                continue
+            kind = event.get("type")
+            if kind == "user_message" and isinstance(event.get("text"), str):
+                summary.turns += 1
+                summary.title = summary.title or event["text"]
+            elif kind == "context" and isinstance(event.get("projected_tokens"), int):
+                summary.context_tokens = event["projected_tokens"]
+            elif kind == "usage" and isinstance(event.get("cost_usd"), (int, float)):
+                summary.cost_usd = (summary.cost_usd or 0.0) + float(event["cost_usd"])
+    if not summary.turns and typed:
+        summary.turns, summary.title = len(typed), typed[0]
+    return summary
+
+
+def _message_text(raw: bytes) -> str:
+    try:
+        content = json.loads(raw)["message"]["content"]
+        return " ".join(block.get("text", "") for block in content if isinstance(block, dict))
+    except (ValueError, KeyError, TypeError):
+        return ""
+
+
+def holds_a_prompt(session: Session) -> bool:
+    """Whether anything was ever typed in the session (a cheap scan: no line is parsed)."""
+    return _holds_prompt(session.transcript_path)
+
+
+def _holds_prompt(path: Path) -> bool:
+    try:
+        with path.open("rb") as transcript:
+            return any(_is_prompt_line(raw) for raw in transcript)
+    except OSError:
+        return False
+
+
+def session_rows(data_dir: Path | str, cwd: Path | str | None) -> list[tuple[str, str]]:
+    """(id, line) of the sessions of ``cwd`` (None: every directory, the directory at the end),
+    newest first: what ``tidegauge sessions`` prints and the dashboard's picker lists."""
+    from app.describe import sanitize_for_display, session_row
+
+    rows = []
+    for summary in SessionStore(data_dir).summaries(cwd):
+        session = summary.session
+        line = session_row(session_id=session.id, started=_local_time(session.meta.created),
+                           last_active=_local_time(session.last_activity), title=summary.title, turns=summary.turns,
+                           context_tokens=summary.context_tokens, cost_usd=summary.cost_usd)
+        where = f"  ({sanitize_for_display(_shown(session.cwd))})" if cwd is None else ""
+        rows.append((session.id, line + where))
+    return rows
+
+
+def _local_time(epoch: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(epoch))
+
+
+def remove_if_empty(directory: Path) -> bool:
+    """Remove a session's folder if nothing was typed in it and no process holds it.
+
+    Called when the session has ended (its own writer closed): the lock is taken again
+    here, so a process that opened the session meanwhile (``--resume ID``) keeps it. Only
+    a folder that is a session (its id as name, a meta.json) is ever removed.
+    """
+    from app.session_lock import acquire, release
+
+    transcript = directory / TRANSCRIPT_NAME
+    if not _ID_PATTERN.match(directory.name) or not (directory / META_NAME).is_file():
+        return False
+    if _holds_prompt(transcript):
+        return False
+    try:
+        lock = acquire(transcript)
+    except (SessionLocked, OSError):
+        return False
+    try:
+        if _holds_prompt(transcript):
+            return False
+        shutil.rmtree(directory, ignore_errors=True)
+        return True
+    finally:
+        release(lock)
 
 
 def new_session_id(now: float | None = None) -> str:
@@ -185,9 +315,14 @@ class SessionStore:
         return [s for s in self.list_all() if s.meta.cwd == resolved]
 
     def latest_for(self, cwd: Path | str) -> Session | None:
-        """The most recently active session of ``cwd``, or None."""
-        sessions = self.list_for(cwd)
-        return sessions[0] if sessions else None
+        """The most recently active session of ``cwd`` in which something was typed, or None
+        (one opened and closed without a prompt is nothing to continue)."""
+        return next((s for s in self.list_for(cwd) if holds_a_prompt(s)), None)
+
+    def summaries(self, cwd: Path | str | None) -> list[SessionSummary]:
+        """The sessions of ``cwd`` (None: of every directory) that hold a prompt, newest first."""
+        sessions = self.list_all() if cwd is None else self.list_for(cwd)
+        return [summary for summary in map(summarize, sessions) if summary.has_prompt]
 
     # -- internals
 

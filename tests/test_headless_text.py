@@ -10,7 +10,7 @@ import io
 
 from app.describe import describe
 from app.events import (
-    CompactionEvent, ErrorEvent, NoticeEvent, RetryEvent, TextDeltaEvent, ToolResultEvent, ToolStartEvent,
+    AssistantMessageEvent, CompactionEvent, ErrorEvent, NoticeEvent, RetryEvent, TextDeltaEvent, ToolResultEvent, ToolStartEvent,
 )
 from app.headless import TextPrinter
 
@@ -48,13 +48,25 @@ def test_nothing_to_compact_is_information_not_a_failure() -> None:
     assert lines == ["nothing to compact: the context is already one summary (no model call made)"]
 
 
-def test_tool_lines_and_the_answer_go_to_their_streams() -> None:
+def test_tool_lines_and_the_narration_go_to_stderr_and_the_answer_to_stdout() -> None:
     out, lines = _print(
         TextDeltaEvent(text="Looking"),
+        AssistantMessageEvent(text="Looking", tool_calls=1),
         ToolStartEvent(id="c1", name="run_bash", input={"command": "cat app.log"}, summary="cat app.log"),
         ToolResultEvent(id="c1", name="run_bash", is_error=False, truncated=True, original_chars=15_188_963,
                         kept_chars=40_000, full_output_path="/s/tool-results/c1.txt", duration_ms=812.4),
+        TextDeltaEvent(text="Two errors."),
+        AssistantMessageEvent(text="Two errors.", tool_calls=0),
     )
-    assert out == "Looking"
-    assert lines == ["⏺ run_bash cat app.log",
+    assert out == "Two errors.\n"
+    assert lines == ["Looking", "⏺ run_bash cat app.log",
                      "  ⎿ ok, 15,188,963 chars, truncated to 40,000 (full output: /s/tool-results/c1.txt), 812 ms"]
+
+
+def test_an_interrupted_reply_goes_to_stderr_without_a_failed_attempts_text() -> None:
+    from app.events import PartialDiscardedEvent, ResultEvent
+
+    out, lines = _print(TextDeltaEvent(text="garbled "), PartialDiscardedEvent(chars=8),
+                        TextDeltaEvent(text="half an ans"), ResultEvent(stop_reason="interrupted", text="", steps=1))
+    assert out == ""  # stdout is for a final answer only
+    assert lines[-1] == "half an ans" and not any("garbled" in line for line in lines)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.messages import Message
-from app.session import SessionError, SessionNotFound, SessionStore, new_session_id, restore
+from app.session import Session, SessionError, SessionNotFound, SessionStore, new_session_id, restore
 
 
 @pytest.fixture
@@ -40,10 +40,17 @@ def test_create_lays_out_the_folder(store: SessionStore, project: Path) -> None:
     assert stat.S_IMODE(session.dir.stat().st_mode) == 0o700
 
 
+def _typed_in(session: Session) -> Session:
+    """A prompt in the session: --continue passes over sessions in which nothing was typed."""
+    with session.writer() as writer:
+        writer.append_message(Message.user("a prompt"))
+    return session
+
+
 def test_cwd_is_resolved_through_symlinks(store: SessionStore, project: Path, tmp_path: Path) -> None:
     link = tmp_path / "link-to-project"
     link.symlink_to(project)
-    session = store.create(link, "demo", None)
+    session = _typed_in(store.create(link, "demo", None))
     assert session.cwd == project.resolve()
     assert store.latest_for(project).id == session.id
     assert store.latest_for(link).id == session.id
@@ -59,9 +66,12 @@ def test_latest_for_picks_the_newest_session_of_that_directory(store: SessionSto
                                                                 tmp_path: Path) -> None:
     other = tmp_path / "elsewhere"
     other.mkdir()
-    first = store.create(project, "demo", None)
-    second = store.create(project, "demo", None)
-    elsewhere = store.create(other, "demo", None)
+    first = _typed_in(store.create(project, "demo", None))
+    second = _typed_in(store.create(project, "demo", None))
+    elsewhere = _typed_in(store.create(other, "demo", None))
+    later = second.meta.created + 60  # the same second: activity must not reorder them
+    os.utime(first.transcript_path, (later - 1, later - 1))
+    os.utime(second.transcript_path, (later, later))
 
     assert store.latest_for(project).id == second.id
     assert store.latest_for(other).id == elsewhere.id

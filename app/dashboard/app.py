@@ -154,10 +154,21 @@ class TidegaugeApp(App[int]):
         session_factory: "Callable[[], SessionSurface] | None" = None,
         max_mounted: int = 200,
         cursor_blink: bool = True,
+        resume_factory: "Callable[[str], SessionSurface] | None" = None,
+        list_sessions: "Callable[[], list[tuple[str, str]]] | None" = None,
+        pick_session: bool = False,
     ) -> None:
+        """``list_sessions``: (id, line) of the sessions one may resume (the picker's list);
+        ``pick_session`` (with ``resume_factory``): the picker first, then the chosen session
+        is built (``--resume`` without an id)."""
         super().__init__()
-        if session is None and session_factory is None:
+        if session is None and session_factory is None and not (pick_session and resume_factory):
             raise ValueError("TidegaugeApp needs a session or a session_factory")
+        self._resume_factory = resume_factory
+        self._list_sessions = list_sessions
+        self._pick_session = pick_session
+        # /resume's choice: the dashboard closes and is opened again on that session
+        self.resume_request: str | None = None
         self.session: SessionSurface | None = None
         self._given_session = session
         self._session_factory = session_factory
@@ -237,12 +248,42 @@ class TidegaugeApp(App[int]):
         self.prompt_box.focus()
         if self._given_session is not None:
             self._follow_session(self._given_session)
+        elif self._pick_session and self._resume_factory is not None:
+            self.header.provider_label = "pick a session…"
+            self._open_picker(self._resume_chosen_at_start)
         else:
             # Paint first: building the session (imports, the session on disk, the token
             # encoder) happens in a thread after the first frame. Prompts typed meanwhile wait.
             self.header.state = "starting"
             self.header.provider_label = "starting…"
             self.call_after_refresh(self._build_session)
+
+    def _open_picker(self, chosen: "Callable[[str | None], None]") -> None:
+        from widgets.session_picker import SessionPicker
+
+        rows = self._list_sessions() if self._list_sessions is not None else []
+        self.push_screen(SessionPicker(rows), chosen)
+
+    def _resume_chosen_at_start(self, session_id: str | None) -> None:
+        """--resume without an id: the chosen session is built as a new one would be; escape quits."""
+        if session_id is None or self._resume_factory is None:
+            self.exit(return_code=0)
+            return
+        resume_factory = self._resume_factory
+        self._session_factory = lambda: resume_factory(session_id)
+        self.header.state = "starting"
+        self.header.provider_label = "starting…"
+        self.call_after_refresh(self._build_session)
+
+    def _resume_chosen(self, session_id: str | None) -> None:
+        """/resume: another session is opened in a fresh dashboard (this one closes first)."""
+        if session_id is None:
+            return
+        if self.session is not None and session_id == self.session.snapshot().info.session_id:
+            self.conversation.add_engine("info", f"session {session_id} is the one open")
+            return
+        self.resume_request = session_id
+        self.exit(return_code=0)
 
     @work(thread=True, exclusive=True, group="session-build", exit_on_error=False)
     def _build_session(self) -> "SessionSurface":
@@ -424,6 +465,11 @@ class TidegaugeApp(App[int]):
                 self.conversation.add_engine("info", "the agent is still starting: try again in a moment")
             else:
                 self.session.submit(Report(command.removeprefix("/")))  # type: ignore[arg-type]
+        elif command == "/resume":
+            if self._list_sessions is None:
+                self.conversation.add_engine("info", "/resume: quit and run tidegauge --resume (tidegauge sessions lists them)")
+            else:
+                self._open_picker(self._resume_chosen)
         elif command == "/help":
             self.conversation.add_engine("info", HELP_TEXT)
             self.conversation.show_latest_from_its_top()

@@ -50,20 +50,30 @@ def run_dashboard(overrides: dict[str, Any], resume: str | None = None, continue
 
     runners: list[SessionProcess] = []
 
-    def build() -> SessionProcess:
-        runner = SessionProcess(overrides, resume=resume, continue_latest=continue_latest)
+    def build(resume_id: str | None = resume) -> SessionProcess:
+        runner = SessionProcess(overrides, resume=resume_id or None, continue_latest=continue_latest and not resume_id)
         runners.append(runner)
         return runner.start()
 
-    if resume or continue_latest:
+    def sessions_here() -> list[tuple[str, str]]:  # /resume's and --resume's list (issue 27)
+        from pathlib import Path
+
+        from app.config import load_settings
+        from app.session import session_rows
+
+        return session_rows(load_settings(overrides).data_dir_path, Path.cwd())
+
+    if resume == "":  # --resume without an id: the picker first
+        app = TidegaugeApp(resume_factory=build, list_sessions=sessions_here, pick_session=True)
+    elif resume or continue_latest:
         try:
             session = build()
         except Exception as error:  # a bad setting or session id: one line, no traceback
             print(f"tidegauge: {error}", file=sys.stderr)
             return 2
-        app = TidegaugeApp(session)
+        app = TidegaugeApp(session, list_sessions=sessions_here)
     else:
-        app = TidegaugeApp(session_factory=build)
+        app = TidegaugeApp(session_factory=build, list_sessions=sessions_here)
     app.run()
     for runner in runners:
         runner.stop()
@@ -76,6 +86,8 @@ def run_dashboard(overrides: dict[str, Any], resume: str | None = None, continue
                   file=sys.stderr)
         print(f"resume with: tidegauge --resume {runner.info.session_id}", file=sys.stderr)
     code = app.return_code or 0
+    if app.resume_request is not None and app.startup_error is None:  # /resume: open the chosen one
+        return run_dashboard(overrides, resume=app.resume_request)
     if _is_the_tidegauge_process() and all(not runner.alive for runner in runners):
         exit_now(code)
     return code
