@@ -353,19 +353,21 @@ def _feed_one_long_line(size: int, chunk: int = 8 * 1024) -> float:
 
     decoder = SSEDecoder(max_line=None)
     piece = "x" * chunk
-    started = time.perf_counter()
+    # CPU seconds of this process: another process's load does not count (wall time did: a
+    # loaded machine once made a linear decoder look 29x slower for 8x the bytes)
+    started = time.process_time()
     decoder.feed("data: ")
     for _ in range(size // chunk):
         decoder.feed(piece)
     events = decoder.feed("\n\n")
-    elapsed = time.perf_counter() - started
+    elapsed = time.process_time() - started
     assert len(events) == 1 and len(events[0].data) == size // chunk * chunk
     return elapsed
 
 
 def test_one_long_line_in_many_chunks_is_decoded_in_linear_time() -> None:
-    small = min(_feed_one_long_line(2 * 1024 * 1024) for _ in range(3))
+    small = min(_feed_one_long_line(1024 * 1024) for _ in range(3))
     big = min(_feed_one_long_line(16 * 1024 * 1024) for _ in range(3))
-    # 8x the bytes: linear is ~8x (big strings cost a little more to allocate on a loaded
-    # machine); re-joining the partial line at every chunk was ~64x
-    assert big / small < 24, (small, big)
+    # 16x the bytes: linear is ~16x (big strings cost a little more to allocate); re-joining
+    # the partial line at every chunk is ~256x. The wide gap leaves room for noise both ways.
+    assert big / small < 80, (small, big)
