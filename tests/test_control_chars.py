@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 import psutil
+import pytest
 from textual.app import App
 from textual.widgets import Input
 
@@ -87,6 +88,7 @@ async def _stream(text: str, budget: float | None) -> tuple[float, str, str, str
                 process.memory_info().rss - rss_before)
 
 
+@pytest.mark.timeout(60)  # the code before this change spent minutes in markdown-it here
 async def test_a_megabyte_of_bel_streams_at_the_cost_of_plain_text_and_a_key_still_echoes() -> None:
     plain_cost, *_ = await _stream("a" * MEGABYTE, None)
     _, text, drawn, typed, rss_growth = await _stream("\x07" * MEGABYTE, max(COST_FACTOR * plain_cost, 1.0))
