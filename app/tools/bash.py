@@ -322,6 +322,9 @@ class RunBashTool(ArgsTool[RunBashArgs]):
                 cwd=ctx.workspace,
                 env=child_env(ctx.env, marker),
                 start_new_session=True,  # its own process group: pgid == pid
+                # Killed by the kernel if tidegauge is (kill -9, the OOM killer): relative to this
+                # thread, the event loop's, which lives as long as the session can run a tool.
+                preexec_fn=proctree.die_with_parent(),
             )
         )
         try:
