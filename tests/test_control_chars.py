@@ -96,3 +96,22 @@ async def test_a_megabyte_of_bel_streams_at_the_cost_of_plain_text_and_a_key_sti
     assert rss_growth < 200 * MEGABYTE, f"RSS grew by {rss_growth / MEGABYTE:.0f} MB"
     assert text == "\x07" * MEGABYTE  # kept as received; only the drawing is collapsed
     assert "\\x07\u00d7" in drawn and "\x07" not in drawn, drawn[:80]
+
+
+async def test_an_endless_line_in_a_code_block_is_cut_into_bounded_segments_each_a_closed_block() -> None:
+    app = _ReplyAndPrompt()
+    async with app.run_test(size=(100, 30)) as pilot:
+        message = app.query_one(AssistantMessage)
+        text = "```\n" + "\x07" * 20_000 + "y" * 3 * HARD_CHARS + "\n```\n\nafter"
+        for start in range(0, len(text), DELTA):
+            message.append_text(text[start : start + DELTA])
+        await message.finish()
+        await pilot.pause()
+        segments = message.segments
+        assert len(segments) > 3 and max(map(len, segments)) <= HARD_CHARS + 16, [len(s) for s in segments]
+        for source in segments:  # each piece a closed code block: the fence closes on a line of its own
+            fences = [line for line in source.splitlines() if "```" in line]
+            assert len(fences) % 2 == 0 and all(line.strip() == "```" for line in fences), fences
+        drawn = [message.render_line(y).text for y in range(message.line_count)]
+        assert not any("```" in line for line in drawn)
+        assert drawn[-1].strip() == "after"
