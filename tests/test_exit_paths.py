@@ -76,8 +76,8 @@ def _cmdline(process: psutil.Process) -> str:
         return "?"
 
 
-def _started_tree(root: int) -> list[psutil.Process]:
-    """Every process below ``root`` once the tool's and the server's processes all run."""
+def _started_tree(root: int, expected: tuple[str, ...] = EXPECTED) -> list[psutil.Process]:
+    """Every process below ``root`` once the ``expected`` ones (the tool's and the server's) all run."""
     seen: list[psutil.Process] = []
 
     def everything_runs() -> bool:
@@ -86,9 +86,9 @@ def _started_tree(root: int) -> list[psutil.Process]:
         except psutil.NoSuchProcess:
             return False
         lines = [_cmdline(p) for p in seen]
-        return all(any(name in line for line in lines) for name in EXPECTED)
+        return all(any(name in line for line in lines) for name in expected)
 
-    _poll(everything_runs, lambda: f"not all of {EXPECTED} started below {root}: {[_cmdline(p) for p in seen]}")
+    _poll(everything_runs, lambda: f"not all of {expected} started below {root}: {[_cmdline(p) for p in seen]}")
     return list(seen)
 
 
@@ -112,8 +112,9 @@ def _assert_all_end(processes: list[psutil.Process]) -> None:
 # ------------------------------------------------------------------------------------------- headless
 
 
-def _headless(tmp_path: Path, fake_llm) -> subprocess.Popen[bytes]:
-    _write_config(tmp_path)
+def _headless(tmp_path: Path, fake_llm, *, mcp: bool = True) -> subprocess.Popen[bytes]:
+    if mcp:
+        _write_config(tmp_path)
     (tmp_path / "work").mkdir(exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("TIDEGAUGE_")}
     env.update({"TIDEGAUGE_CONFIG_DIR": str(tmp_path / "config"), "TIDEGAUGE_DATA_DIR": str(tmp_path / "data"),
@@ -216,10 +217,10 @@ def test_kill_9_of_headless_tidegauge_kills_the_running_tool_command(tmp_path, f
     (PR_SET_PDEATHSIG). What that command had put in the background, and MCP servers' own
     children, have nobody left to end them (the dashboard's session process has: above)."""
     _script_the_model(fake_llm)
-    proc = _headless(tmp_path, fake_llm)
+    proc = _headless(tmp_path, fake_llm, mcp=False)  # no server: its children could not be ended anyway
     tree: list[psutil.Process] = []
     try:
-        tree = _started_tree(proc.pid)
+        tree = _started_tree(proc.pid, ("sleep 1000", "sleep 1001", "sleep 1002"))
         tool = next(p for p in tree if "sleep 1002" in _cmdline(p))
         proc.kill()
         proc.wait(timeout=WAIT_S)
