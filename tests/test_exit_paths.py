@@ -85,8 +85,9 @@ def _started_tree(root: int, expected: tuple[str, ...] = EXPECTED) -> list[psuti
             seen[:] = psutil.Process(root).children(recursive=True)
         except psutil.NoSuchProcess:
             return False
-        lines = [_cmdline(p) for p in seen]
-        return all(any(name in line for line in lines) for name in expected)
+        lines = [_cmdline(p) for p in seen]  # exact: bash's own command line names every sleep
+        return all(any(line == name or (name.endswith(".py") and name in line) for line in lines)
+                   for name in expected)
 
     _poll(everything_runs, lambda: f"not all of {expected} started below {root}: {[_cmdline(p) for p in seen]}")
     return list(seen)
@@ -131,7 +132,7 @@ def test_headless_ended_by_a_signal_ends_its_tools_and_mcp_servers(tmp_path, fak
     proc = _headless(tmp_path, fake_llm)
     try:
         tree = _started_tree(proc.pid)
-        tool = next(p for p in tree if "sleep 1002" in _cmdline(p))
+        tool = next(p for p in tree if _cmdline(p) == "sleep 1002")
         proc.send_signal(signals[0])
         if len(signals) > 1:  # the second ctrl+c once the first has stopped the tool (two at once are one)
             _poll(lambda: _gone(tool) or proc.poll() is not None, lambda: "the first ctrl+c never stopped the tool")
@@ -221,7 +222,7 @@ def test_kill_9_of_headless_tidegauge_kills_the_running_tool_command(tmp_path, f
     tree: list[psutil.Process] = []
     try:
         tree = _started_tree(proc.pid, ("sleep 1000", "sleep 1001", "sleep 1002"))
-        tool = next(p for p in tree if "sleep 1002" in _cmdline(p))
+        tool = next(p for p in tree if _cmdline(p) == "sleep 1002")
         proc.kill()
         proc.wait(timeout=WAIT_S)
         _poll(lambda: _gone(tool), lambda: f"the tool's command {tool.pid} outlived tidegauge")
