@@ -204,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.fork_session:
             args.resume, args.continue_latest = _fork(args, settings()), False
         if args.prompt is not None:
+            _end_everything_with_tidegauge()
             from app.headless import run_headless
 
             prompt = _headless_prompt(args.prompt)
@@ -236,6 +237,22 @@ def main(argv: list[str] | None = None) -> int:
         proctree = sys.modules.get("app.tools.proctree")
         if proctree is not None:
             proctree.kill_all_descendants()
+
+
+def _end_everything_with_tidegauge() -> None:
+    """Headless: every process this run starts (tools, MCP servers, their children) ends with it,
+    also on SIGTERM or SIGHUP (closing the terminal). Only in tidegauge's own process: a program
+    that calls ``main`` keeps its own children and signals."""
+    import signal
+
+    from app.process_exit import end_everything_on, is_the_tidegauge_process
+
+    if not is_the_tidegauge_process():
+        return
+    from app.tools import proctree
+
+    proctree.claim_every_descendant()
+    end_everything_on(signal.SIGTERM, signal.SIGHUP)
 
 
 def _serve_web(settings: "Settings", overrides: dict[str, Any], args: argparse.Namespace) -> int:

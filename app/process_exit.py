@@ -3,15 +3,28 @@
 Used where everything that matters is already written (transcripts are written with
 ``os.write`` and fsync'ed as they go) and Python's own finalization would only cost time
 or fail: freeing ~80K objects after the dashboard closes (~1 s of a quit), a daemon thread
-still blocked on stdin's lock in the session process (an abort, exit -6), a second ctrl+c.
+still blocked on stdin's lock in the session process (an abort, exit -6), a second ctrl+c,
+a SIGTERM or a SIGHUP (the terminal closed).
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import signal
 import sys
+from types import FrameType
 from typing import NoReturn
+
+
+def is_the_tidegauge_process() -> bool:
+    """Was this process started as ``tidegauge`` (the console script or ``python -m app``),
+    rather than tidegauge's code running inside another program (a test run)?"""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name == "app.__main__":
+        return True
+    return os.path.basename(getattr(main, "__file__", "") or "") == "tidegauge"
 
 
 def exit_without_teardown(code: int, *, run_exit_handlers: bool = True) -> NoReturn:
@@ -24,3 +37,27 @@ def exit_without_teardown(code: int, *, run_exit_handlers: bool = True) -> NoRet
         except (OSError, ValueError):
             pass
     os._exit(code)
+
+
+def end_everything_on(*signums: signal.Signals) -> None:
+    """On these signals, end every process this one started, then this one (exit 128 + the signal).
+
+    Without it a SIGTERM or SIGHUP ended tidegauge at once and left its tool processes and
+    MCP servers (with their children) running. Which processes are "started by this one" is
+    ``app.tools.proctree``'s call (every descendant, in tidegauge's own processes).
+    """
+    for signum in signums:
+        signal.signal(signum, _end_everything)
+
+
+def _end_everything(signum: int, _frame: FrameType | None) -> None:
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # a second signal must not cut this short
+        signal.signal(sig, signal.SIG_IGN)
+    try:
+        print(f"tidegauge: stopped by {signal.Signals(signum).name}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):  # SIGHUP: the terminal may be gone
+        pass
+    proctree = sys.modules.get("app.tools.proctree")
+    if proctree is not None:
+        proctree.kill_all_descendants()
+    exit_without_teardown(128 + signum, run_exit_handlers=False)

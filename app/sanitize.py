@@ -29,6 +29,28 @@ _ESCAPE_SEQUENCE = re.compile(
 _CONTROL_RUN = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]+")
 _CONTROL_ESCAPES = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x20), *range(0x7F, 0xA0)]}
 
+# On the screen a run of one control character repeated is drawn once with its count
+# (``\\x07×1048576``), and a long run of mixed ones as its first few and their number: 1 MB
+# of BEL in a reply was 4 MB of stand-ins, a Markdown token for each backslash, and froze the
+# dashboard. Shorter runs keep one stand-in per character.
+_REPEATED_CONTROL = re.compile(r"([\x00-\x08\x0b-\x1f\x7f-\x9f])\1{3,}")
+_SHOWN_OF_A_MIXED_RUN = 8
+
+
+def _count_repeats(match: re.Match[str]) -> str:
+    return f"{_CONTROL_ESCAPES[ord(match.group(1))]}\u00d7{len(match.group())}"
+
+
+def _escape_control_run(match: re.Match[str]) -> str:
+    run = match.group()
+    if len(run) < 4:
+        return run.translate(_CONTROL_ESCAPES)
+    if run.count(run[0]) == len(run) or len(run) <= 2 * _SHOWN_OF_A_MIXED_RUN:
+        return _REPEATED_CONTROL.sub(_count_repeats, run).translate(_CONTROL_ESCAPES)
+    shown = run[:_SHOWN_OF_A_MIXED_RUN].translate(_CONTROL_ESCAPES)
+    return f"{shown}\u2026[{len(run)} control characters]"
+
+
 # Bidirectional overrides can make displayed text read differently from what it
 # is ("Trojan Source"); shown as escapes on the terminal only.
 _BIDI_CONTROL = re.compile(r"[\u202a-\u202e\u2066-\u2069]")
@@ -57,22 +79,28 @@ def _escape_controls(match: re.Match[str]) -> str:
     return match.group().translate(_CONTROL_ESCAPES)
 
 
-def sanitize_for_model(text: str) -> str:
-    """Strip escape sequences, normalise CRs, and make other control characters visible."""
+def _strip_escapes(text: str) -> str:
     if "\x1b" in text:
         text = _ESCAPE_SEQUENCE.sub("", text)
     if "\r" in text:
         text = _collapse_carriage_returns(text)
-    return _CONTROL_RUN.sub(_escape_controls, text)
+    return text
+
+
+def sanitize_for_model(text: str) -> str:
+    """Strip escape sequences, normalise CRs, and make other control characters visible."""
+    return _CONTROL_RUN.sub(_escape_controls, _strip_escapes(text))
 
 
 def sanitize_for_display(text: str) -> str:
-    """Like :func:`sanitize_for_model`, and also defuse bidi overrides.
+    """Like :func:`sanitize_for_model`, and also defuse bidi overrides; a run of one control
+    character repeated 4 times or more is one stand-in and its count (``\\x07×5000``), a run of
+    more than 16 mixed ones its first 8 and their number (``\\x00\\x07…[5000 control characters]``).
 
     The result is meant for plain ``rich.text.Text`` (never markup parsing), so
     ``[bold]`` or ``[link=...]`` stay literal characters.
     """
-    text = scrub_surrogates(sanitize_for_model(text))  # a terminal cannot be sent a lone surrogate
+    text = scrub_surrogates(_CONTROL_RUN.sub(_escape_control_run, _strip_escapes(text)))  # a terminal cannot be sent a lone surrogate
     return _BIDI_CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 

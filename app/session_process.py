@@ -148,6 +148,13 @@ def serve(request: dict[str, Any]) -> int:
     import asyncio
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Everything the session starts (tools, MCP servers, what they leave) ends with it: at the
+    # end of input (the dashboard closed, or killed), a Shutdown, a SIGTERM or a SIGHUP.
+    from app.process_exit import end_everything_on
+    from app.tools import proctree
+
+    proctree.claim_every_descendant()
+    end_everything_on(signal.SIGTERM, signal.SIGHUP)
     # The protocol owns the real stdout; anything printed by accident goes to stderr.
     out = os.dup(1)
     os.dup2(2, 1)
@@ -189,13 +196,20 @@ def serve(request: dict[str, Any]) -> int:
         asyncio.run(session.run())
     finally:
         writer.close()
-        proctree = sys.modules.get("app.tools.proctree")
-        if proctree is not None:  # what run_bash left running ends with the session
-            proctree.kill_all_descendants()
+        proctree.kill_all_descendants()  # what run_bash or a server left running ends with the session
     return 0
 
 
 # ---------------------------------------------------------------------------------------- the parent
+
+
+def _end_what_it_left() -> None:
+    """The session process has ended: what it started and left behind (killed with -9, its
+    tools and servers were handed to us, a subreaper) ends too. In tidegauge's own process every
+    descendant is the session's (``proctree.claim_every_descendant``); elsewhere, only run_bash's."""
+    proctree = sys.modules.get("app.tools.proctree")
+    if proctree is not None:
+        proctree.kill_all_descendants()
 
 
 class SessionProcess:
@@ -278,6 +292,7 @@ class SessionProcess:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        _end_what_it_left()
         if self._reader is not None:
             self._reader.join(timeout)
 
@@ -341,6 +356,7 @@ class SessionProcess:
                 continue
             self._dispatch(event)
         code = self._process.wait() if self._process is not None else None
+        _end_what_it_left()
         if not self._stopping:
             from app.events import ErrorEvent
 

@@ -34,6 +34,9 @@ from textual.strip import Strip
 
 SEGMENT_CHARS = 4_000  # a segment ends at the first blank line (outside code) past this
 FORCE_CHARS = 8_000  # ... or at a line or word break past this (one very long paragraph)
+# ... or right there, past this with no break at all (a run of one character, base64, stand-ins
+# for control characters): a segment without an end was parsed again whole on every flush.
+HARD_CHARS = 2 * FORCE_CHARS
 # A code block is cut sooner: highlighting is the costliest rendering per character, and the
 # block being written is rendered again on every flush.
 FENCE_SPLIT_CHARS = 2_400
@@ -63,16 +66,17 @@ def cut_point(segment_chars: int, fence_open: bool, fragment: str) -> int | None
     At a blank line outside code blocks once the segment passes SEGMENT_CHARS;
     inside a code block once the segment passes FENCE_SPLIT_CHARS, at a line end
     (the caller closes the block and reopens it); past FORCE_CHARS at a line or
-    word break.
+    word break; past HARD_CHARS wherever it is.
     """
     room = SEGMENT_CHARS - segment_chars
     if len(fragment) <= room and segment_chars + len(fragment) <= FENCE_SPLIT_CHARS:
         return None
     force = max(0, FORCE_CHARS - segment_chars)
     split = max(0, FENCE_SPLIT_CHARS - segment_chars)
+    hard = max(split, HARD_CHARS - segment_chars)
     if len(fragment) > split and fence_open ^ (fragment.count("```", 0, split) % 2 == 1):
         # in a code block at the split point: cut at the next line end unless it closes first
-        index = fragment.find("\n", split)
+        index = fragment.find("\n", split, hard)
         closes = fragment.find("```", split, index if index >= 0 else len(fragment))
         if index >= 0 and closes < 0:
             return index + 1
@@ -84,10 +88,10 @@ def cut_point(segment_chars: int, fence_open: bool, fragment: str) -> int | None
     if segment_chars + len(fragment) <= FORCE_CHARS:
         return None
     for separator in ("\n", " "):
-        index = fragment.find(separator, force)
+        index = fragment.find(separator, force, hard)
         if index >= 0:
             return index + 1
-    return None
+    return hard if len(fragment) > hard else None
 
 
 _FENCE = re.compile(r"[ \t]*`{3,}")

@@ -213,6 +213,8 @@ class AssistantMessage(Widget):
             reopen = ""
             if self._fence_open:  # the cut fell inside a (long) code block: close it, open it again
                 closing, reopen = fence_reopening(self._segments[-1])
+                if not self._segments[-1].endswith("\n"):  # cut inside one endless line: the fence
+                    closing = "\n" + closing  # closes on a line of its own
                 self._segments[-1] += closing
             self._parse_tail()
             self._open_segment(reopen)

@@ -8,19 +8,8 @@ only through ``submit`` and the bridge's messages.
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
-
-
-def _is_the_tidegauge_process() -> bool:
-    """Was this process started as ``tidegauge`` (the console script or ``python -m app``),
-    rather than the dashboard being opened inside another program (a test run)?"""
-    main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    if spec is not None and spec.name == "app.__main__":
-        return True
-    return os.path.basename(getattr(main, "__file__", "") or "") == "tidegauge"
 
 
 def exit_now(code: int) -> None:
@@ -35,6 +24,28 @@ def exit_now(code: int) -> None:
     exit_without_teardown(code)
 
 
+def _quit_on_signals(app: Any) -> None:
+    """SIGTERM and SIGHUP (the terminal closed) quit as ctrl+q does: the session process stops
+    with its tools and MCP servers, the terminal is restored. A second one, or one while no App
+    runs, ends every process at once (``process_exit.end_everything_on``)."""
+    import asyncio
+    import signal
+
+    from app.process_exit import end_everything_on
+
+    def quit_app(signum: int, _frame: object) -> None:
+        end_everything_on(signal.SIGTERM, signal.SIGHUP)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not in the App's loop: no orderly quit to ask for
+            signal.raise_signal(signum)
+            return
+        loop.call_soon_threadsafe(app.exit, None, 128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, quit_app)
+
+
 def run_dashboard(overrides: dict[str, Any], resume: str | None = None, continue_latest: bool = False) -> int:
     """Open the dashboard (the CLI calls this when there is no -p). Returns the exit code.
 
@@ -46,11 +57,16 @@ def run_dashboard(overrides: dict[str, Any], resume: str | None = None, continue
     on stderr without the screen opening.
     """
     from app.dashboard.app import TidegaugeApp
+    from app.process_exit import is_the_tidegauge_process
     from app.session_process import SessionProcess
 
     runners: list[SessionProcess] = []
 
     def build(resume_id: str | None = resume) -> SessionProcess:
+        if is_the_tidegauge_process():  # all below is the session's; orphans it leaves come to us
+            from app.tools import proctree
+
+            proctree.claim_every_descendant()
         runner = SessionProcess(overrides, resume=resume_id or None, continue_latest=continue_latest and not resume_id)
         runners.append(runner)
         return runner.start()
@@ -74,9 +90,13 @@ def run_dashboard(overrides: dict[str, Any], resume: str | None = None, continue
         app = TidegaugeApp(session, list_sessions=sessions_here)
     else:
         app = TidegaugeApp(session_factory=build, list_sessions=sessions_here)
-    app.run()
-    for runner in runners:
-        runner.stop()
+    if is_the_tidegauge_process():
+        _quit_on_signals(app)
+    try:
+        app.run()
+    finally:  # also when the App fails: the session process (and all it started) never outlives us
+        for runner in runners:
+            runner.stop()
     if app.startup_error is not None:
         print(f"tidegauge: {app.startup_error}", file=sys.stderr)
         return 2
@@ -88,6 +108,6 @@ def run_dashboard(overrides: dict[str, Any], resume: str | None = None, continue
     code = app.return_code or 0
     if app.resume_request is not None and app.startup_error is None:  # /resume: open the chosen one
         return run_dashboard(overrides, resume=app.resume_request)
-    if _is_the_tidegauge_process() and all(not runner.alive for runner in runners):
+    if is_the_tidegauge_process() and all(not runner.alive for runner in runners):
         exit_now(code)
     return code

@@ -18,6 +18,15 @@ carries any run's marker (an ``atexit`` hook calls it; the app should call
 it on its own exit paths too). Re-parented orphans are reaped here, never a
 pid that someone else (asyncio's child watcher) waits for.
 
+In tidegauge's own processes (the CLI and the dashboard's session process, not
+a program that imports a session, such as a test run) ``claim_every_descendant()``
+makes every descendant "ours": MCP servers and their children, what a server
+left behind, the session process and all it started. Exit paths then end them all.
+
+A SIGKILL leaves no time for any of that: ``die_with_parent`` (a ``preexec_fn``)
+asks the kernel to kill bash when the thread that started it dies, and whoever
+tidegauge's orphans are handed to (the dashboard, a subreaper) ends the rest.
+
 Reads ``/proc`` directly; off Linux the marker and the group are all we have.
 """
 
@@ -31,19 +40,56 @@ import signal
 import sys
 import threading
 import uuid
+from typing import Callable
 
 MARKER_ENV = "TIDEGAUGE_TOOL_RUN"
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_PDEATHSIG = 1
 # Forks racing our kill are caught by looking again; this bounds the rounds.
 _MAX_KILL_ROUNDS = 50
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entrant: an exit on a signal may come while this thread holds it
 _subreaper: bool | None = None
 # Orphans of finished runs that were handed to us: reaped once they exit.
 _adopted: set[int] = set()
 # Markers this process handed out: only their carriers are ever killed as "ours"
 # (a tidegauge started from another one's run_bash inherits that one's marker).
 _issued: set[str] = set()
+# Set in tidegauge's own processes: every descendant was started by us and ends with us.
+_every_descendant_is_ours = False
+_libc: ctypes.CDLL | None = None
+
+
+def _linux_libc() -> ctypes.CDLL | None:
+    global _libc
+    if _libc is None and sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError):
+            _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc
+
+
+def claim_every_descendant() -> None:
+    """This process is tidegauge itself: whatever runs below it at exit is killed (and it becomes
+    a subreaper, so what its children leave behind stays below it)."""
+    global _every_descendant_is_ours
+    _every_descendant_is_ours = True
+    enable_subreaper()
+
+
+def die_with_parent() -> "Callable[[], None]":
+    """A ``preexec_fn``: the child gets SIGKILL when the thread that forked it ends (a SIGKILL of
+    tidegauge, the OOM killer), and ends at once if that already happened before it asked."""
+    parent = os.getpid()
+    libc = _linux_libc()
+
+    def in_the_child() -> None:
+        if libc is None:
+            return
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:  # the parent died between fork and prctl: nobody would tell us
+            os._exit(137)
+
+    return in_the_child
 
 
 def enable_subreaper() -> bool:
@@ -53,11 +99,11 @@ def enable_subreaper() -> bool:
         if _subreaper is not None:
             return _subreaper
         _subreaper = False
-        if sys.platform.startswith("linux"):
+        libc = _linux_libc()
+        if libc is not None:
             try:
-                libc = ctypes.CDLL(None, use_errno=True)
                 _subreaper = libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-            except (OSError, AttributeError):
+            except AttributeError:
                 _subreaper = False
         atexit.register(kill_all_descendants)
         return _subreaper
@@ -136,7 +182,11 @@ def _members(marker: str | None, leader: int | None, table: dict[int, tuple[str,
         members |= {pid for pid, (_s, _pp, pgid) in table.items() if pgid == leader}
         if leader in table:
             members.add(leader)
-    for pid in _descendants(me, table):
+    every = _descendants(me, table)
+    if marker is None and _every_descendant_is_ours:
+        members |= every
+        every = set()
+    for pid in every:
         found = _marker_of(pid)
         if found is not None and (found == marker or (marker is None and found in _issued)):
             members.add(pid)
@@ -214,7 +264,8 @@ def kill_all_descendants() -> int:
     """Kill every process any run_bash command left behind; call it when tidegauge exits.
 
     Only processes that carry a run marker (and their children) are touched:
-    what the app started itself (say, a server it talks to) is left to the app.
+    what the app started itself (say, a server it talks to) is left to the app,
+    unless ``claim_every_descendant()`` said that everything below is ours.
     Returns how many processes were killed.
     """
     if not sys.platform.startswith("linux"):

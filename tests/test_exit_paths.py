@@ -1,0 +1,235 @@
+"""Every way tidegauge ends, ends every process it started: tools, MCP servers and their children.
+
+The real program in a child process (``python -m app``: headless against the loopback
+fake LLM, or the dashboard on a pseudo-terminal with its session process), an MCP
+server from config.toml that starts a child of its own (tests/mcp_servers/process_tree.py),
+and a model that runs ``sleep 1000 & setsid sleep 1001 & exec sleep 1002``. Once all of
+them run, the test ends tidegauge one way (a signal, a key, kill -9 of the session
+process or of the dashboard) and waits, bounded, until every process recorded is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import psutil
+import pytest
+
+from fake_llm_server import openai_text, openai_tool_calls
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.bench_quit import CTRL_Q, Terminal  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+
+KEY = "sk-test-fake-key-0123456789"
+KEY_ENV = "TIDEGAUGE_EXIT_TEST_KEY"
+PROCESS_TREE = Path(__file__).parent / "mcp_servers" / "process_tree.py"
+COMMAND = "sleep 1000 & setsid sleep 1001 & exec sleep 1002"
+EXPECTED = ("sleep 1000", "sleep 1001", "sleep 1002", "sleep 600", "process_tree.py")  # 600: the server's child
+WAIT_S = 60.0  # a bound, never a sleep: the conditions are polled
+
+
+def _poll(condition: Callable[[], bool], what: Callable[[], str], timeout: float = WAIT_S) -> None:
+    """Until ``condition()`` holds; fails with ``what()`` (what was seen) after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(what())
+        time.sleep(0.05)  # polls the condition above
+
+
+def _write_config(tmp_path: Path) -> None:
+    config = tmp_path / "config"
+    config.mkdir(exist_ok=True)
+    (config / "config.toml").write_text(
+        f"[mcp_servers.tree]\ncommand = {json.dumps(sys.executable)}\nargs = [{json.dumps(str(PROCESS_TREE))}]\n"
+        "startup_timeout = 60\n", encoding="utf-8")
+
+
+def _script_the_model(fake_llm) -> None:
+    fake_llm.enqueue(openai_tool_calls([("run_bash", {"command": COMMAND, "timeout": 600}, "call_sleep")]),
+                     openai_text("done"))
+    fake_llm.allow_unscripted = True  # an interrupted turn may never ask for its answer
+
+
+def _model_args(fake_llm) -> list[str]:
+    return ["--provider", "openai", "--model", "m", "--base-url", fake_llm.base_url("openai"),
+            "--api-key-env", KEY_ENV, "--yes"]
+
+
+def _cmdline(process: psutil.Process) -> str:
+    try:
+        return " ".join(process.cmdline())
+    except psutil.Error:
+        return "?"
+
+
+def _started_tree(root: int, expected: tuple[str, ...] = EXPECTED) -> list[psutil.Process]:
+    """Every process below ``root`` once the ``expected`` ones (the tool's and the server's) all run."""
+    seen: list[psutil.Process] = []
+
+    def everything_runs() -> bool:
+        try:
+            seen[:] = psutil.Process(root).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return False
+        lines = [_cmdline(p) for p in seen]  # exact: bash's own command line names every sleep
+        return all(any(line == name or (name.endswith(".py") and name in line) for line in lines)
+                   for name in expected)
+
+    _poll(everything_runs, lambda: f"not all of {expected} started below {root}: {[_cmdline(p) for p in seen]}")
+    return list(seen)
+
+
+def _gone(process: psutil.Process) -> bool:
+    try:
+        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _assert_all_end(processes: list[psutil.Process]) -> None:
+    try:
+        _poll(lambda: all(_gone(p) for p in processes),
+              lambda: f"still running: {[(p.pid, _cmdline(p)) for p in processes if not _gone(p)]}")
+    finally:
+        for process in processes:  # never leave one behind for the next test
+            if not _gone(process):
+                process.kill()
+
+
+# ------------------------------------------------------------------------------------------- headless
+
+
+def _headless(tmp_path: Path, fake_llm, *, mcp: bool = True) -> subprocess.Popen[bytes]:
+    if mcp:
+        _write_config(tmp_path)
+    (tmp_path / "work").mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("TIDEGAUGE_")}
+    env.update({"TIDEGAUGE_CONFIG_DIR": str(tmp_path / "config"), "TIDEGAUGE_DATA_DIR": str(tmp_path / "data"),
+                KEY_ENV: KEY})
+    return subprocess.Popen([sys.executable, "-m", "app", *_model_args(fake_llm), "--output-format", "stream-json",
+                             "-p", "sleep a while"], cwd=tmp_path / "work", env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+
+@pytest.mark.parametrize("signals", [(signal.SIGTERM,), (signal.SIGHUP,), (signal.SIGINT, signal.SIGINT)],
+                         ids=["SIGTERM", "SIGHUP", "ctrl+c twice"])
+def test_headless_ended_by_a_signal_ends_its_tools_and_mcp_servers(tmp_path, fake_llm, signals) -> None:
+    _script_the_model(fake_llm)
+    proc = _headless(tmp_path, fake_llm)
+    try:
+        tree = _started_tree(proc.pid)
+        tool = next(p for p in tree if _cmdline(p) == "sleep 1002")
+        proc.send_signal(signals[0])
+        if len(signals) > 1:  # the second ctrl+c once the first has stopped the tool (two at once are one)
+            _poll(lambda: _gone(tool) or proc.poll() is not None, lambda: "the first ctrl+c never stopped the tool")
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signals[1])
+        _, stderr = proc.communicate(timeout=WAIT_S)
+        assert proc.returncode != 0, stderr.decode(errors="replace")
+        assert b"Traceback" not in stderr, stderr.decode(errors="replace")
+        _assert_all_end(tree)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+# ------------------------------------------------------------------------------------------- dashboard
+
+
+def _dashboard(tmp_path: Path, fake_llm, monkeypatch) -> Terminal:
+    _write_config(tmp_path)
+    monkeypatch.setenv(KEY_ENV, KEY)  # the Terminal drops the usual key names from its environment
+    term = Terminal(tmp_path, _model_args(fake_llm))
+    term.wait_for(b"idle")
+    term.type(b"sleep a while\r")
+    return term
+
+
+def _session_process(dashboard: int) -> psutil.Process:
+    (child,) = [p for p in psutil.Process(dashboard).children() if "app.session_process" in _cmdline(p)]
+    return child
+
+
+def _end_by_key(term: Terminal) -> None:
+    term.type(CTRL_Q)
+
+
+def _signal(signum: signal.Signals) -> Callable[[Terminal], None]:
+    def send(term: Terminal) -> None:
+        term.proc.send_signal(signum)
+
+    return send
+
+
+@pytest.mark.parametrize(("end", "code"), [(_end_by_key, 0), (_signal(signal.SIGTERM), 128 + signal.SIGTERM),
+                                           (_signal(signal.SIGHUP), 128 + signal.SIGHUP),
+                                           (_signal(signal.SIGKILL), -signal.SIGKILL)],
+                         ids=["ctrl+q", "SIGTERM", "SIGHUP", "kill -9 of the dashboard"])
+def test_the_dashboard_ended_any_way_ends_its_session_process_tools_and_mcp_servers(
+        tmp_path, fake_llm, monkeypatch, end, code) -> None:
+    _script_the_model(fake_llm)
+    term = _dashboard(tmp_path, fake_llm, monkeypatch)
+    try:
+        tree = _started_tree(term.proc.pid)
+        end(term)
+        assert term.proc.wait(timeout=WAIT_S) == code
+        _assert_all_end(tree)
+        output = bytes(term.output).decode(errors="replace")
+        assert "Traceback" not in output, output[-800:]
+        if code > 0:  # quit as ctrl+q quits (a signal too): the terminal restored, how to resume said
+            assert "resume with: tidegauge --resume " in output, output[-800:]
+    finally:
+        term.close()
+
+
+def test_kill_9_of_the_session_process_ends_its_tools_and_mcp_servers_and_the_dashboard_says_so(
+        tmp_path, fake_llm, monkeypatch) -> None:
+    _script_the_model(fake_llm)
+    term = _dashboard(tmp_path, fake_llm, monkeypatch)
+    try:
+        tree = _started_tree(term.proc.pid)
+        session = _session_process(term.proc.pid)
+        mark = len(term.output)
+        session.kill()
+        _assert_all_end(tree)
+        term.wait_for(b"session process ended", since=mark)
+        assert term.proc.poll() is None  # the dashboard stays, to say how to resume
+    finally:
+        term.close()
+
+
+def test_kill_9_of_headless_tidegauge_kills_the_running_tool_command(tmp_path, fake_llm) -> None:
+    """Nothing of tidegauge runs after a SIGKILL: the kernel ends the command it was running
+    (PR_SET_PDEATHSIG). What that command had put in the background, and MCP servers' own
+    children, have nobody left to end them (the dashboard's session process has: above)."""
+    _script_the_model(fake_llm)
+    proc = _headless(tmp_path, fake_llm, mcp=False)  # no server: its children could not be ended anyway
+    tree: list[psutil.Process] = []
+    try:
+        tree = _started_tree(proc.pid, ("sleep 1000", "sleep 1001", "sleep 1002"))
+        tool = next(p for p in tree if _cmdline(p) == "sleep 1002")
+        proc.kill()
+        proc.wait(timeout=WAIT_S)
+        _poll(lambda: _gone(tool), lambda: f"the tool's command {tool.pid} outlived tidegauge")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for process in tree:
+            if not _gone(process):
+                process.kill()
