@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
-from app.mcp.settings import McpServerConfig, hide_url_secrets
+from app import __version__
+from app.mcp.settings import McpServerConfig, MissingEnvironment, hide_url_secrets, resolved_headers
 from app.mcp.stderr_log import ServerStderrLog
 from app.tools.base import ToolOutput
 
@@ -31,6 +32,13 @@ CallResult = TypeVar("CallResult")
 
 class McpServerError(Exception):
     """A server could not start, or stopped answering; the message says which and why."""
+
+
+# How long the 2026 ``server/discover`` probe may go unanswered before the plain ``initialize``
+# handshake follows on the same connection. The SDK waits 10 s, which every server that drops
+# unknown methods would cost at each start; a modern server that is merely slow to start still
+# connects (the SDK re-probes when the initialize is answered with its versions).
+PROBE_TIMEOUT = 2.0
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,18 @@ class McpConnection:
         self._dead = asyncio.Event()  # the server went away: pending calls stop waiting
         # Called once when a server that was ready stops without being asked (the hub says so).
         self.on_exit: Callable[[McpConnection, str], None] = lambda _c, _reason: None
+        # "auto" probes server/discover first; "legacy" only initializes: a server that dropped
+        # the connection on the probe (MCP Python SDK 1.9.0 and earlier crash on it) is started
+        # again in legacy mode, and stays in it for the session.
+        self.mode = "auto"
+        self._closed_in_handshake = False
+        self._unauthorized: str | None = None  # the WWW-Authenticate of the last 401, for the message
+        self._http: Any = None  # a url server's httpx2 client, closed when its runner ends
+        # Requests to a url server that surely never ran: the connection was refused, or the server
+        # answered 404 to our session id (it restarted and forgot it). A call lost that way is sent again.
+        self._undelivered = 0
+        self._reconnecting = asyncio.Lock()
+        self.on_reconnect: Callable[[McpConnection], None] = lambda _c: None
 
     @property
     def alive(self) -> bool:
@@ -77,10 +97,34 @@ class McpConnection:
     async def start(self) -> None:
         """Start the server and list its tools; raises McpServerError with one line on failure."""
         loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.startup_timeout
+        try:
+            await self._start_once(deadline)
+        except McpServerError:
+            if not (self._closed_in_handshake and self.mode == "auto"):
+                raise
+            self.mode = "legacy"
+            self._reset()
+            await self._start_once(deadline)
+
+    def _reset(self) -> None:
+        """Forget a finished runner's state, so the connection can be started again."""
+        self._client = None
+        self._runner = None
+        self._ready = None
+        self._stop = asyncio.Event()
+        self._dead = asyncio.Event()
+        self.failure = None
+        self.stopped_cleanly = False
+        self._closed_in_handshake = False
+        self._unauthorized = None
+
+    async def _start_once(self, deadline: float) -> None:
+        loop = asyncio.get_running_loop()
         self._ready = loop.create_future()
         self._runner = asyncio.create_task(self._run(), name=f"mcp-{self.name}")
         try:
-            await asyncio.wait_for(asyncio.shield(self._ready), self.config.startup_timeout)
+            await asyncio.wait_for(asyncio.shield(self._ready), max(deadline - loop.time(), 0.001))
         except asyncio.TimeoutError:
             # Still in the handshake: cancel it (the SDK's shutdown is shielded and bounded).
             self._stop.set()
@@ -117,15 +161,20 @@ class McpConnection:
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # an anyio ExceptionGroup too: one line, never a traceback
-            reason = describe_failure(exc)
+            reason = self._explain(exc)
             if not self._ready.done():
+                self._closed_in_handshake = _connection_closed(exc)
                 self._ready.set_exception(McpServerError(reason))
             elif not self._stop.is_set():
                 self.failure = reason
-                self.on_exit(self, reason)
+                if self.config.url is None:  # a url server is reconnected at its next call instead
+                    self.on_exit(self, reason)
         finally:
             finder.cancel()
             self._client = None
+            if self._http is not None:
+                http, self._http = self._http, None
+                await http.aclose()
             if self._pgid is not None:
                 # The SDK kills the process group only when the server outlives its grace
                 # period; a server that exits in time leaves its own children behind.
@@ -140,12 +189,32 @@ class McpConnection:
                 errlog, self._errlog = self._errlog, None
                 await asyncio.to_thread(errlog.close)  # waits for the server's last words, off the loop
 
+    def _explain(self, exc: BaseException) -> str:
+        """One line for a failure; a 401 says what to set rather than the SDK's "error response"."""
+        if self._unauthorized is not None:
+            return (f"authorization required (HTTP 401{self._unauthorized}): give the server a token with "
+                    f"bearer_token_env_var or headers in [mcp_servers.{self.name}]")
+        while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+            exc = exc.exceptions[0]
+        if isinstance(exc, MissingEnvironment):
+            return str(exc)
+        return describe_failure(exc)
+
     def _make_client(self) -> Client:
+        import mcp.client.session
         from mcp import Client
         from mcp.client.stdio import StdioServerParameters, stdio_client
+        from mcp_types import Implementation
 
+        mcp.client.session.DISCOVER_TIMEOUT_SECONDS = PROBE_TIMEOUT  # see PROBE_TIMEOUT
+        client_info = Implementation(name="tidegauge", version=__version__)
         if self.config.url is not None:
-            return Client(self.config.url, read_timeout_seconds=self.config.tool_timeout)
+            from mcp.client.streamable_http import streamable_http_client
+
+            self._http = self._http_client()  # ours to close: the SDK leaves a client it was given open
+            transport = streamable_http_client(self.config.url, http_client=self._http)
+            return Client(transport, read_timeout_seconds=self.config.tool_timeout, client_info=client_info,
+                          mode=self.mode)
         cwd = self.workspace
         if self.config.cwd:
             cwd = (self.workspace / os.path.expanduser(self.config.cwd)).resolve()
@@ -155,7 +224,34 @@ class McpConnection:
         # (its env values too: a server that prints its environment prints its token) and capped.
         self._errlog = ServerStderrLog(self.log_path, self.config.env.values())
         assert self._errlog.writer is not None
-        return Client(stdio_client(params, errlog=self._errlog.writer), read_timeout_seconds=self.config.tool_timeout)
+        return Client(stdio_client(params, errlog=self._errlog.writer), read_timeout_seconds=self.config.tool_timeout,
+                      client_info=client_info, mode=self.mode)
+
+    def _http_client(self) -> Any:
+        """The HTTP client of a url server: its headers (tokens from the environment), the SDK's
+        timeouts, and a hook that notes a 401 (the SDK reports it as a bare "error response")."""
+        import httpx2
+
+        async def note_response(response: httpx2.Response) -> None:
+            if response.status_code == 404 and response.request.method == "POST" and "mcp-session-id" in response.request.headers:
+                self._undelivered += 1
+            if response.status_code == 401:
+                challenge = response.headers.get("www-authenticate", "")
+                scheme = challenge.split(None, 1)[0] if challenge.strip() else ""
+                self._unauthorized = f", {scheme} expected" if scheme else ""
+
+        connection = self
+
+        class NotingRefusals(httpx2.AsyncHTTPTransport):
+            async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+                try:
+                    return await super().handle_async_request(request)
+                except httpx2.ConnectError:
+                    connection._undelivered += 1  # no connection: the server never saw the request
+                    raise
+
+        return httpx2.AsyncClient(headers=resolved_headers(self.config), timeout=httpx2.Timeout(30.0, read=300.0),
+                                  event_hooks={"response": [note_response]}, transport=NotingRefusals())
 
     async def _find_group_soon(self, before: set[int]) -> None:
         if self.config.command is None or os.name != "posix":
@@ -222,7 +318,8 @@ class McpConnection:
         """The server went away mid-session: say so once, then wind the connection down."""
         if self.failure is None and not self._stop.is_set():
             self.failure = reason
-            self.on_exit(self, reason)
+            if self.config.url is None:  # a url server is reconnected at its next call instead
+                self.on_exit(self, reason)
         self._client = None
         self._dead.set()
         self._stop.set()
@@ -250,7 +347,48 @@ class McpConnection:
     # ---- calls ----
 
     async def call_tool(self, tool_name: str, args: dict[str, Any]) -> ToolOutput:
-        """One tool call; a failure comes back as an error output the model can read."""
+        """One tool call; a failure comes back as an error output the model can read.
+
+        A url server that restarted is reconnected (a new handshake) once per call, and the call
+        is sent again when it surely never reached the server.
+        """
+        if self.config.url is None:
+            return await self._call_tool_once(tool_name, args)
+        if not self.alive:
+            failure = await self._reconnect()
+            if failure is not None:
+                return ToolOutput(f"MCP server {self.name!r} is unreachable ({failure}); {tool_name} was not sent. "
+                                  "It is tried again at the next call.", is_error=True)
+        undelivered = self._undelivered
+        output = await self._call_tool_once(tool_name, args)
+        if not self._dead.is_set():
+            return output
+        delivered = self._undelivered == undelivered
+        failure = await self._reconnect()
+        if failure is not None:
+            return ToolOutput(f"MCP server {self.name!r} was lost during {tool_name} and could not be reconnected "
+                              f"({failure}). It is tried again at the next call.", is_error=True)
+        if not delivered:
+            return await self._call_tool_once(tool_name, args)
+        return ToolOutput(f"MCP server {self.name!r} was lost during {tool_name}, which may have run: it was not "
+                          "sent again. The server is reconnected; its tools work again.", is_error=True)
+
+    async def _reconnect(self) -> str | None:
+        """Start a url server's connection anew (one at a time); None when it is ready, else why not."""
+        dead = self._dead
+        async with self._reconnecting:
+            if self.alive and self._dead is not dead:
+                return None  # another call reconnected while this one waited
+            await self.aclose()
+            self._reset()
+            try:
+                await self.start()
+            except McpServerError as exc:
+                return hide_url_secrets(str(exc))
+        self.on_reconnect(self)
+        return None
+
+    async def _call_tool_once(self, tool_name: str, args: dict[str, Any]) -> ToolOutput:
         client = self._client
         if client is None or not self.alive:
             why = f" ({self.failure})" if self.failure else ""
@@ -272,6 +410,11 @@ class McpConnection:
                 self._lost(str(exc) or "connection closed")
                 return ToolOutput(f"MCP server {self.name!r} stopped during {tool_name} ({self.failure}); "
                                   "its tools cannot be used now.", is_error=True)
+            if self.config.url is not None and exc.error.message == "Session terminated":
+                self._lost("the server no longer knows this session (it restarted)")
+                return ToolOutput(f"MCP server {self.name!r} restarted during {tool_name}.", is_error=True)
+            if self._unauthorized is not None:
+                return ToolOutput(f"MCP server {self.name!r}: {self._explain(exc)}", is_error=True)
             return ToolOutput(f"MCP server {self.name!r} refused {tool_name}: {hide_url_secrets(str(exc))}",
                               is_error=True)
         except TimeoutError:
@@ -335,6 +478,16 @@ def describe_failure(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     text = hide_url_secrets(text)  # an HTTP error names the URL, and a remote server's token may be in it
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _connection_closed(exc: BaseException) -> bool:
+    """Whether ``exc`` (an exception group too) says the server closed the connection."""
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import CONNECTION_CLOSED
+
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED
 
 
 def _session_leader_children() -> set[int]:
