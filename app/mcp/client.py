@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
@@ -236,9 +237,9 @@ class McpConnection:
             if response.status_code == 404 and response.request.method == "POST" and "mcp-session-id" in response.request.headers:
                 self._undelivered += 1
             if response.status_code == 401:
-                challenge = response.headers.get("www-authenticate", "")
-                scheme = challenge.split(None, 1)[0] if challenge.strip() else ""
-                self._unauthorized = f", {scheme} expected" if scheme else ""
+                # Only the scheme's name is repeated, and only when it is one: the rest is the server's text.
+                found = re.match(r"\s*([A-Za-z][A-Za-z0-9-]{0,19})(?:\s|,|$)", response.headers.get("www-authenticate", ""))
+                self._unauthorized = f", {found.group(1)} expected" if found else ""
 
         connection = self
 
@@ -361,9 +362,9 @@ class McpConnection:
                                   "It is tried again at the next call.", is_error=True)
         undelivered = self._undelivered
         output = await self._call_tool_once(tool_name, args)
-        if not self._dead.is_set():
-            return output
         delivered = self._undelivered == undelivered
+        if delivered and not self._dead.is_set():
+            return output
         failure = await self._reconnect()
         if failure is not None:
             return ToolOutput(f"MCP server {self.name!r} was lost during {tool_name} and could not be reconnected "
@@ -410,9 +411,6 @@ class McpConnection:
                 self._lost(str(exc) or "connection closed")
                 return ToolOutput(f"MCP server {self.name!r} stopped during {tool_name} ({self.failure}); "
                                   "its tools cannot be used now.", is_error=True)
-            if self.config.url is not None and exc.error.message == "Session terminated":
-                self._lost("the server no longer knows this session (it restarted)")
-                return ToolOutput(f"MCP server {self.name!r} restarted during {tool_name}.", is_error=True)
             if self._unauthorized is not None:
                 return ToolOutput(f"MCP server {self.name!r}: {self._explain(exc)}", is_error=True)
             return ToolOutput(f"MCP server {self.name!r} refused {tool_name}: {hide_url_secrets(str(exc))}",

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 
 def main() -> None:
@@ -31,7 +32,7 @@ def main() -> None:
 
     for line in sys.stdin:
         message = json.loads(line)
-        record.write(json.dumps(message) + "\n")
+        record.write(json.dumps({**message, "received_at": time.time()}) + "\n")
         record.flush()
         method, request_id = message.get("method"), message.get("id")
         if request_id is None:
