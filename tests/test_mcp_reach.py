@@ -311,7 +311,9 @@ async def test_a_call_while_the_http_server_is_down_says_so_and_the_next_one_rec
 
     down = await session.run("web__echo", {"text": "lost"})
 
-    assert down.is_error and "could not be reconnected" in down.content and "tried again at the next call" in down.content
+    assert down.is_error and "web__echo" not in down.content
+    assert "could not be reached" in down.content and "echo was not sent" in down.content, down.content
+    assert "tried again at the next call" in down.content
     assert http_server.received("tools/call") == []
     await http_server.start()
     back = await session.run("web__echo", {"text": "back"}, "call-2")
@@ -319,3 +321,29 @@ async def test_a_call_while_the_http_server_is_down_says_so_and_the_next_one_rec
     assert [r["headers"]["authorization"] for r in http_server.received("tools/call")] == [f"Bearer {TOKEN}"]
     assert not any(isinstance(e, McpServerEvent) and e.status == "exited" for e in session.events)
 
+
+
+async def test_a_call_the_server_got_before_it_died_is_not_sent_again(
+        session: Session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TG_REACH_TOKEN", TOKEN)
+    server = HttpServer(tmp_path, legacy=True)
+    await server.start()
+    try:
+        await session.start({"web": McpServerConfig(url=server.url, bearer_token_env_var="TG_REACH_TOKEN",
+                                                    startup_timeout=START, tool_timeout=120)})
+        call = asyncio.create_task(session.run("web__hold", {"seconds": 600}))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60
+        while not server.received("tools/call") and loop.time() < deadline and not call.done():
+            await asyncio.sleep(0.05)  # polling the server's record for the call's arrival, bounded
+        assert server.received("tools/call"), f"the call never reached the server (done: {call.done()})"
+        server.kill()
+
+        out = await asyncio.wait_for(call, 120)
+
+        assert out.is_error and "lost during hold, which may have run" in out.content, out.content
+        await server.start()
+        assert (await session.run("web__echo", {"text": "after"}, "call-2")).content == "echo: after"
+        assert len(server.received("tools/call")) == 2  # hold once (not repeated), then echo
+    finally:
+        server.kill()

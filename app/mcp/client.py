@@ -366,9 +366,12 @@ class McpConnection:
         if delivered and not self._dead.is_set():
             return output
         failure = await self._reconnect()
+        if failure is not None and delivered:
+            return ToolOutput(f"MCP server {self.name!r} was lost during {tool_name}, which may have run; it could not "
+                              f"be reconnected ({failure}) and is tried again at the next call.", is_error=True)
         if failure is not None:
-            return ToolOutput(f"MCP server {self.name!r} was lost during {tool_name} and could not be reconnected "
-                              f"({failure}). It is tried again at the next call.", is_error=True)
+            return ToolOutput(f"MCP server {self.name!r} could not be reached ({failure}); {tool_name} was not sent. "
+                              "It is tried again at the next call.", is_error=True)
         if not delivered:
             return await self._call_tool_once(tool_name, args)
         return ToolOutput(f"MCP server {self.name!r} was lost during {tool_name}, which may have run: it was not "

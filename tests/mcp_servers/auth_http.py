@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 
+import anyio
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 
@@ -32,6 +33,11 @@ def main() -> None:
     @server.tool(description="Says back what it is given.")
     def echo(text: str) -> str:
         return f"echo: {text}"
+
+    @server.tool(description="Answers after that many seconds (a call a test can kill the server during).")
+    async def hold(seconds: float) -> str:
+        await anyio.sleep(seconds)
+        return "held"
 
     app = server.streamable_http_app()
     record = open(args.record, "a", encoding="utf-8")
