@@ -233,30 +233,23 @@ async def test_headers_from_the_environment_reach_the_server_and_the_token_is_sh
             assert TOKEN not in path.read_text(errors="replace"), f"the token was written to {path}"
 
 
-async def test_a_401_says_authorization_required_and_what_to_set(fake_llm, tmp_path: Path,
-                                                                 http_server: HttpServer) -> None:
+async def test_a_401_says_authorization_required_and_an_unset_token_variable_is_named(
+        fake_llm, tmp_path: Path, http_server: HttpServer) -> None:
     fake_llm.enqueue(openai_text("Fine."))
 
     code, events, output = await asyncio.to_thread(
-        _tidegauge, tmp_path, fake_llm, f"[mcp_servers.web]\nurl = {toml_string(http_server.url)}\n", "hi")
+        _tidegauge, tmp_path, fake_llm,
+        f"[mcp_servers.web]\nurl = {toml_string(http_server.url)}\n\n"
+        f"[mcp_servers.gh]\nurl = {toml_string(http_server.url)}\nbearer_token_env_var = \"TG_REACH_UNSET\"\n", "hi")
 
     assert code == 0, output
     [failed] = [d for s, d in _statuses(events, "web") if s == "failed"]
     assert failed.startswith("authorization required (HTTP 401, Bearer expected)"), failed
     assert "bearer_token_env_var or headers in [mcp_servers.web]" in failed
     assert "did not start: authorization required" in output  # the warning line a user reads
-
-
-def test_a_token_variable_that_is_not_set_is_named(fake_llm, tmp_path: Path) -> None:
-    fake_llm.enqueue(openai_text("Fine."))
-
-    code, events, output = _tidegauge(
-        tmp_path, fake_llm,
-        "[mcp_servers.gh]\nurl = \"http://127.0.0.1:9/mcp\"\nbearer_token_env_var = \"TG_REACH_UNSET\"\n", "hi")
-
-    assert code == 0, output
-    [failed] = [d for s, d in _statuses(events, "gh") if s == "failed"]
-    assert failed == "bearer_token_env_var needs the environment variable TG_REACH_UNSET, which is not set"
+    [unset] = [d for s, d in _statuses(events, "gh") if s == "failed"]
+    assert unset == "bearer_token_env_var needs the environment variable TG_REACH_UNSET, which is not set"
+    assert not [r for r in _records(http_server.record) if "authorization" in r["headers"]]  # no empty token sent
 
 
 @pytest.mark.parametrize(("table", "says"), [
@@ -297,7 +290,7 @@ async def test_a_restarted_http_server_is_reconnected_and_the_call_it_never_got_
         assert not out.is_error and out.content == "echo: two", out.content
         assert len(server.received("initialize")) == 2  # handshake again with the new process
         statuses = [(e.status, e.detail) for e in session.server_events("web")]
-        assert statuses[-1] == ("ready", "reconnected, 1 tools") and "exited" not in dict(statuses)
+        assert statuses[-1] == ("ready", "reconnected, 2 tools") and "exited" not in dict(statuses)
     finally:
         server.kill()
 

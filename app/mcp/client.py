@@ -358,9 +358,10 @@ class McpConnection:
         if not self.alive:
             failure = await self._reconnect()
             if failure is not None:
-                return ToolOutput(f"MCP server {self.name!r} is unreachable ({failure}); {tool_name} was not sent. "
-                                  "It is tried again at the next call.", is_error=True)
+                return ToolOutput(f"MCP server {self.name!r} could not be reached ({failure}); {tool_name} was not "
+                                  "sent. It is tried again at the next call.", is_error=True)
         undelivered = self._undelivered
+        self._unauthorized = None  # a 401 is news only when this call meets it
         output = await self._call_tool_once(tool_name, args)
         delivered = self._undelivered == undelivered
         if delivered and not self._dead.is_set():
