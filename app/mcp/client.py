@@ -13,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
-from app.mcp.settings import McpServerConfig, hide_url_secrets
+from app import __version__
+from app.mcp.settings import McpServerConfig, MissingEnvironment, hide_url_secrets, resolved_headers
 from app.mcp.stderr_log import ServerStderrLog
 from app.redact import redact
 from app.sanitize import sanitize_for_display
@@ -39,6 +41,13 @@ MAX_LOG_MESSAGE_CHARS = 8192
 
 class McpServerError(Exception):
     """A server could not start, or stopped answering; the message says which and why."""
+
+
+# How long the 2026 ``server/discover`` probe may go unanswered before the plain ``initialize``
+# handshake follows on the same connection. The SDK waits 10 s, which every server that drops
+# unknown methods would cost at each start; a modern server that is merely slow to start still
+# connects (the SDK re-probes when the initialize is answered with its versions).
+PROBE_TIMEOUT = 2.0
 
 
 @dataclass(frozen=True)
@@ -74,6 +83,18 @@ class McpConnection:
         self._dead = asyncio.Event()  # the server went away: pending calls stop waiting
         # Called once when a server that was ready stops without being asked (the hub says so).
         self.on_exit: Callable[[McpConnection, str], None] = lambda _c, _reason: None
+        # "auto" probes server/discover first; "legacy" only initializes: a server that dropped
+        # the connection on the probe (MCP Python SDK 1.9.0 and earlier crash on it) is started
+        # again in legacy mode, and stays in it for the session.
+        self.mode = "auto"
+        self._closed_in_handshake = False
+        self._unauthorized: str | None = None  # the WWW-Authenticate of the last 401, for the message
+        self._http: Any = None  # a url server's httpx2 client, closed when its runner ends
+        # Requests to a url server that surely never ran: the connection was refused, or the server
+        # answered 404 to our session id (it restarted and forgot it). A call lost that way is sent again.
+        self._undelivered = 0
+        self._reconnecting = asyncio.Lock()
+        self.on_reconnect: Callable[[McpConnection], None] = lambda _c: None
 
     @property
     def alive(self) -> bool:
@@ -88,10 +109,34 @@ class McpConnection:
     async def start(self) -> None:
         """Start the server and list its tools; raises McpServerError with one line on failure."""
         loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.startup_timeout
+        try:
+            await self._start_once(deadline)
+        except McpServerError:
+            if not (self._closed_in_handshake and self.mode == "auto"):
+                raise
+            self.mode = "legacy"
+            self._reset()
+            await self._start_once(deadline)
+
+    def _reset(self) -> None:
+        """Forget a finished runner's state, so the connection can be started again."""
+        self._client = None
+        self._runner = None
+        self._ready = None
+        self._stop = asyncio.Event()
+        self._dead = asyncio.Event()
+        self.failure = None
+        self.stopped_cleanly = False
+        self._closed_in_handshake = False
+        self._unauthorized = None
+
+    async def _start_once(self, deadline: float) -> None:
+        loop = asyncio.get_running_loop()
         self._ready = loop.create_future()
         self._runner = asyncio.create_task(self._run(), name=f"mcp-{self.name}")
         try:
-            await asyncio.wait_for(asyncio.shield(self._ready), self.config.startup_timeout)
+            await asyncio.wait_for(asyncio.shield(self._ready), max(deadline - loop.time(), 0.001))
         except asyncio.TimeoutError:
             # Still in the handshake: cancel it (the SDK's shutdown is shielded and bounded).
             self._stop.set()
@@ -128,15 +173,20 @@ class McpConnection:
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # an anyio ExceptionGroup too: one line, never a traceback
-            reason = describe_failure(exc)
+            reason = self._explain(exc)
             if not self._ready.done():
+                self._closed_in_handshake = _connection_closed(exc)
                 self._ready.set_exception(McpServerError(reason))
             elif not self._stop.is_set():
                 self.failure = reason
-                self.on_exit(self, reason)
+                if self.config.url is None:  # a url server is reconnected at its next call instead
+                    self.on_exit(self, reason)
         finally:
             finder.cancel()
             self._client = None
+            if self._http is not None:
+                http, self._http = self._http, None
+                await http.aclose()
             if self._pgid is not None:
                 # The SDK kills the process group only when the server outlives its grace
                 # period; a server that exits in time leaves its own children behind.
@@ -151,14 +201,34 @@ class McpConnection:
                 errlog, self._errlog = self._errlog, None
                 await asyncio.to_thread(errlog.close)  # waits for the server's last words, off the loop
 
+    def _explain(self, exc: BaseException) -> str:
+        """One line for a failure; a 401 says what to set rather than the SDK's "error response"."""
+        if self._unauthorized is not None:
+            return (f"authorization required (HTTP 401{self._unauthorized}): give the server a token with "
+                    f"bearer_token_env_var or headers in [mcp_servers.{self.name}]")
+        while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+            exc = exc.exceptions[0]
+        if isinstance(exc, MissingEnvironment):
+            return str(exc)
+        return describe_failure(exc)
+
     def _make_client(self) -> Client:
+        import mcp.client.session
         from mcp import Client
         from mcp.client.stdio import StdioServerParameters
+        from mcp_types import Implementation
 
         from app.mcp.bounded_stdio import bounded_stdio_client
 
+        mcp.client.session.DISCOVER_TIMEOUT_SECONDS = PROBE_TIMEOUT  # see PROBE_TIMEOUT
+        client_info = Implementation(name="tidegauge", version=__version__)
         if self.config.url is not None:
-            return Client(self.config.url, read_timeout_seconds=self.config.tool_timeout, **self._log_options())
+            from mcp.client.streamable_http import streamable_http_client
+
+            self._http = self._http_client()  # ours to close: the SDK leaves a client it was given open
+            transport = streamable_http_client(self.config.url, http_client=self._http)
+            return Client(transport, read_timeout_seconds=self.config.tool_timeout, client_info=client_info,
+                          mode=self.mode, **self._log_options())
         cwd = self.workspace
         if self.config.cwd:
             cwd = (self.workspace / os.path.expanduser(self.config.cwd)).resolve()
@@ -171,7 +241,8 @@ class McpConnection:
         # Our reader, not the SDK's: linear in the answer's size, and one over the cap goes to a file.
         spill_dir = self.log_dir / "tool-results" if self.log_dir is not None else None
         transport = bounded_stdio_client(params, self._errlog.writer, spill_dir=spill_dir)
-        return Client(transport, read_timeout_seconds=self.config.tool_timeout, **self._log_options())
+        return Client(transport, read_timeout_seconds=self.config.tool_timeout, client_info=client_info,
+                      mode=self.mode, **self._log_options())
 
     def _log_options(self) -> dict[str, Any]:
         """The server's ``notifications/message`` go to its log file (info and up), never to the screen."""
@@ -179,6 +250,32 @@ class McpConnection:
             self.server_log_message(params)
 
         return {"logging_callback": on_log, "log_level": "info"}
+
+    def _http_client(self) -> Any:
+        """The HTTP client of a url server: its headers (tokens from the environment), the SDK's
+        timeouts, and a hook that notes a 401 (the SDK reports it as a bare "error response")."""
+        import httpx2
+
+        async def note_response(response: httpx2.Response) -> None:
+            if response.status_code == 404 and response.request.method == "POST" and "mcp-session-id" in response.request.headers:
+                self._undelivered += 1
+            if response.status_code == 401:
+                # Only the scheme's name is repeated, and only when it is one: the rest is the server's text.
+                found = re.match(r"\s*([A-Za-z][A-Za-z0-9-]{0,19})(?:\s|,|$)", response.headers.get("www-authenticate", ""))
+                self._unauthorized = f", {found.group(1)} expected" if found else ""
+
+        connection = self
+
+        class NotingRefusals(httpx2.AsyncHTTPTransport):
+            async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+                try:
+                    return await super().handle_async_request(request)
+                except httpx2.ConnectError:
+                    connection._undelivered += 1  # no connection: the server never saw the request
+                    raise
+
+        return httpx2.AsyncClient(headers=resolved_headers(self.config), timeout=httpx2.Timeout(30.0, read=300.0),
+                                  event_hooks={"response": [note_response]}, transport=NotingRefusals())
 
     async def _find_group_soon(self, before: set[int]) -> None:
         if self.config.command is None or os.name != "posix":
@@ -246,7 +343,8 @@ class McpConnection:
         """The server went away mid-session: say so once, then wind the connection down."""
         if self.failure is None and not self._stop.is_set():
             self.failure = reason
-            self.on_exit(self, reason)
+            if self.config.url is None:  # a url server is reconnected at its next call instead
+                self.on_exit(self, reason)
         self._client = None
         self._dead.set()
         self._stop.set()
@@ -277,9 +375,54 @@ class McpConnection:
                         on_progress: ProgressReport | None = None) -> ToolOutput:
         """One tool call; a failure comes back as an error output the model can read.
 
-        A progress token goes with every call. The call is abandoned after ``tool_timeout``
-        seconds without a word from the server; each progress notification starts that
-        wait again, up to ``PROGRESS_MAX_FACTOR`` times ``tool_timeout`` in all.
+        A url server that restarted is reconnected (a new handshake) once per call, and the call
+        is sent again when it surely never reached the server.
+        """
+        if self.config.url is None:
+            return await self._call_tool_once(tool_name, args, on_progress)
+        if not self.alive:
+            failure = await self._reconnect()
+            if failure is not None:
+                return ToolOutput(f"MCP server {self.name!r} could not be reached ({failure}); {tool_name} was not "
+                                  "sent. It is tried again at the next call.", is_error=True)
+        undelivered = self._undelivered
+        self._unauthorized = None  # a 401 is news only when this call meets it
+        output = await self._call_tool_once(tool_name, args, on_progress)
+        delivered = self._undelivered == undelivered
+        if delivered and not self._dead.is_set():
+            return output
+        failure = await self._reconnect()
+        if failure is not None and delivered:
+            return ToolOutput(f"MCP server {self.name!r} was lost during {tool_name}, which may have run; it could not "
+                              f"be reconnected ({failure}) and is tried again at the next call.", is_error=True)
+        if failure is not None:
+            return ToolOutput(f"MCP server {self.name!r} could not be reached ({failure}); {tool_name} was not sent. "
+                              "It is tried again at the next call.", is_error=True)
+        if not delivered:
+            return await self._call_tool_once(tool_name, args, on_progress)
+        return ToolOutput(f"MCP server {self.name!r} was lost during {tool_name}, which may have run: it was not "
+                          "sent again. The server is reconnected; its tools work again.", is_error=True)
+
+    async def _reconnect(self) -> str | None:
+        """Start a url server's connection anew (one at a time); None when it is ready, else why not."""
+        dead = self._dead
+        async with self._reconnecting:
+            if self.alive and self._dead is not dead:
+                return None  # another call reconnected while this one waited
+            await self.aclose()
+            self._reset()
+            try:
+                await self.start()
+            except McpServerError as exc:
+                return hide_url_secrets(str(exc))
+        self.on_reconnect(self)
+        return None
+
+    async def _call_tool_once(self, tool_name: str, args: dict[str, Any],
+                              on_progress: ProgressReport | None = None) -> ToolOutput:
+        """One attempt. A progress token goes with every call. The call is abandoned after
+        ``tool_timeout`` seconds without a word from the server; each progress notification starts
+        that wait again, up to ``PROGRESS_MAX_FACTOR`` times ``tool_timeout`` in all.
         """
         client = self._client
         if client is None or not self.alive:
@@ -340,6 +483,8 @@ class McpConnection:
                                   "its tools cannot be used now.", is_error=True)
             if exc.code == REQUEST_TIMEOUT:  # the hard limit, reached while progress kept coming
                 return timed_out(at_hard_limit=True)
+            if self._unauthorized is not None:
+                return ToolOutput(f"MCP server {self.name!r}: {self._explain(exc)}", is_error=True)
             return ToolOutput(f"MCP server {self.name!r} answered {tool_name} with an error: "
                               f"{hide_url_secrets(str(exc))}", is_error=True)
         except TimeoutError:
@@ -389,6 +534,16 @@ def describe_failure(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     text = hide_url_secrets(text)  # an HTTP error names the URL, and a remote server's token may be in it
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _connection_closed(exc: BaseException) -> bool:
+    """Whether ``exc`` (an exception group too) says the server closed the connection."""
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import CONNECTION_CLOSED
+
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED
 
 
 def _session_leader_children() -> set[int]:

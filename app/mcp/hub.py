@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 
 from app.events import Event, McpServerEvent
 from app.mcp.client import McpConnection, McpServerError
-from app.mcp.settings import McpServerConfig, hide_url_secrets, shown_url, url_secrets
+from app.mcp.settings import McpServerConfig, header_secrets, hide_url_secrets, shown_url, url_secrets
 from app.mcp.tools import McpTool, offered, prefixed_name
 from app.messages import ToolSpec
 from app.redact import register_secret
@@ -58,10 +58,18 @@ class McpHub:
                 # message that repeats the URL is redacted too, wherever it goes.
                 for value in url_secrets(cfg.url):
                     register_secret(value)
+                # Header values read from the environment, and those written in config.toml under a
+                # name like Authorization or X-Api-Key, never reach the model, a log or the screen.
+                for value in header_secrets(cfg):
+                    register_secret(value)
+                for header, value in cfg.headers.items():
+                    if _SECRET_NAME.search(header):
+                        register_secret(value.split(None, 1)[-1] if value.lower().startswith("bearer ") else value)
             where = shown_url(cfg.url) if cfg.url else cfg.command or ""
             self.emit(McpServerEvent(name=name, status="starting", detail=where))
             connection = McpConnection(name, cfg, workspace, log_dir)
             connection.on_exit = self._exited
+            connection.on_reconnect = self._reconnected
             self.connections[name] = connection
         outcomes = await asyncio.gather(*(c.start() for c in self.connections.values()), return_exceptions=True)
         taken = {spec.name for spec in registry.specs()}
@@ -91,6 +99,11 @@ class McpHub:
     def _exited(self, connection: McpConnection, reason: str) -> None:
         """A server that stopped on its own mid-session: its tools answer with an error from now on."""
         self.emit(McpServerEvent(name=connection.name, status="exited", detail=hide_url_secrets(reason)))
+
+    def _reconnected(self, connection: McpConnection) -> None:
+        """A url server that was lost answers again (it restarted): its tools work from now on."""
+        self.emit(McpServerEvent(name=connection.name, status="ready", tools=len(connection.tools),
+                                 detail=f"reconnected, {len(connection.tools)} tools"))
 
     def defer(self, registry: ToolRegistry, window: int, share: float,
               on_change: Callable[[list[ToolSpec]], None]) -> ToolDeferral:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
@@ -23,6 +24,12 @@ class McpServerConfig(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None  # relative to the working directory; default: the working directory
     url: str | None = None
+    # HTTP headers sent to a url server. ``${NAME}`` is replaced by the environment variable NAME
+    # when the server starts: tokens stay out of config.toml, and their values are secrets
+    # (redacted wherever they could be printed or written).
+    headers: dict[str, str] = Field(default_factory=dict)
+    # The name of an environment variable holding a bearer token: ``Authorization: Bearer <value>``.
+    bearer_token_env_var: str | None = None
     enabled: bool = True
     startup_timeout: float = Field(30.0, gt=0)  # seconds to start and list the tools
     tool_timeout: float = Field(300.0, gt=0)  # seconds one tool call may take
@@ -35,7 +42,64 @@ class McpServerConfig(BaseModel):
             raise ValueError("command is empty")
         if self.url is not None and not re.match(r"^https?://", self.url):
             raise ValueError(f"url must start with http:// or https:// (got {shown_url(self.url)!r})")
+        if self.url is None and (self.headers or self.bearer_token_env_var):
+            raise ValueError("headers and bearer_token_env_var apply only to a url server")
+        for name, value in self.headers.items():
+            if not HEADER_NAME.match(name):
+                raise ValueError(f"headers: {name!r} is not a valid HTTP header name")
+            if "\r" in value or "\n" in value:
+                raise ValueError(f"headers: the value of {name} has a line break")
+            for unclosed in re.findall(r"\$\{([^}]*)$", value):
+                raise ValueError(f"headers: the value of {name} has an unclosed ${{{unclosed}")
+            for var in ENV_REFERENCE.findall(value):
+                if not ENV_NAME.match(var):
+                    raise ValueError(f"headers: ${{{var}}} in {name} is not an environment variable name")
+        if self.bearer_token_env_var is not None and not ENV_NAME.match(self.bearer_token_env_var):
+            raise ValueError(f"bearer_token_env_var: {self.bearer_token_env_var!r} is not an environment variable name")
+        if self.bearer_token_env_var is not None and any(n.lower() == "authorization" for n in self.headers):
+            raise ValueError("set either bearer_token_env_var or an Authorization header, not both")
         return self
+
+
+HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token (RFC 9110)
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_REFERENCE = re.compile(r"\$\{([^}]*)\}")
+
+
+class MissingEnvironment(ValueError):
+    """A header names an environment variable that is not set (or is empty)."""
+
+
+def resolved_headers(config: McpServerConfig, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The headers a url server is sent, ``${NAME}`` and ``bearer_token_env_var`` read from the environment.
+
+    Raises MissingEnvironment naming the variable: an empty token would only earn a 401 later.
+    """
+    env = dict(os.environ) if environ is None else environ
+
+    def value_of(var: str, where: str) -> str:
+        value = env.get(var, "")
+        if not value:
+            raise MissingEnvironment(f"{where} needs the environment variable {var}, which is not set")
+        return value
+
+    headers: dict[str, str] = {}
+    for name, value in config.headers.items():
+        for var in ENV_REFERENCE.findall(value):
+            value = value.replace("${" + var + "}", value_of(var, f"header {name}"))
+        headers[name] = value
+    if config.bearer_token_env_var is not None:
+        headers["Authorization"] = "Bearer " + value_of(config.bearer_token_env_var, "bearer_token_env_var")
+    return headers
+
+
+def header_secrets(config: McpServerConfig, environ: dict[str, str] | None = None) -> list[str]:
+    """The values from the environment that ``resolved_headers`` puts in headers (to register as secrets)."""
+    env = dict(os.environ) if environ is None else environ
+    names = [var for value in config.headers.values() for var in ENV_REFERENCE.findall(value)]
+    if config.bearer_token_env_var is not None:
+        names.append(config.bearer_token_env_var)
+    return [env[var] for var in names if env.get(var)]
 
 
 def check_server_names(servers: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:

