@@ -658,7 +658,8 @@ def main(argv: list[str] | None = None) -> int:
             with _sigterm_exits():
                 run, reasons, timings = check(args, Path(folder))
     except CannotRun as err:
-        print(f"local_llama: {err}", file=sys.stderr)
+        one_line = " | ".join(part.strip() for part in str(err).splitlines() if part.strip())
+        print(f"local_llama: {one_line}", file=sys.stderr)
         return 2
     print(format_report(run, reasons))
     print("timings: " + ", ".join(f"{name} {value:.1f}" for name, value in timings.items()))
