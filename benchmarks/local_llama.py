@@ -12,11 +12,12 @@ It starts ``python -m llama_cpp.server`` on a free loopback port with the GGUF t
 knows no tools), waits until it answers, and runs ``tidegauge -p ... --provider openai
 --output-format stream-json`` in a scratch folder with a small window and budget, so that the
 context crosses the auto-compact line. It prints the tool calls the model made, the compactions,
-and for every main request the gauge's figure against the model's own tokenizer (the server's
-``/extras/tokenize/count``) over the request as sent, and the prompt size the server reported.
+and for every main request the gauge's figure against the prompt size the server reported
+(``usage.prompt_tokens``: what it evaluated) and against the model's own tokenizer (the server's
+``/extras/tokenize/count``) over everything the request carries.
 
-Exit 0 when the targets hold (a compaction shrank the context, by the gauge and by the server's
-tokenizer; the gauge within 10% of the tokenizer on every request), 1 with the reasons when not,
+Exit 0 when the targets hold (a compaction shrank the context, by the gauge and by the prompt size
+the server reported; the gauge within 10% of the server's prompt size on every request), 1 with the reasons when not,
 2 when it cannot run (a missing package, a bad argument). Every process it starts is ended on
 every path.
 
@@ -105,6 +106,13 @@ WORKSPACE_FILES = {
 }
 
 
+# A station's daily readings: list_files answers with a long listing, so the context grows on
+# every call even when the model does nothing but list.
+for _day in range(1, 31):
+    WORKSPACE_FILES[f"readings-2026-11-{_day:02d}-harbour-north.jsonl"] = (
+        '{"station": "harbour-north", "time": "2026-11-%02dT00:00:00Z", "level_mm": 1520, "quality": "good"}\n' % _day)
+
+
 class CannotRun(Exception):
     """Why the check cannot run at all (exit 2): one line for the user."""
 
@@ -163,6 +171,20 @@ def request_text(body: dict[str, Any]) -> str:
     return "".join(parts) + "<|im_start|>assistant\n"
 
 
+def without_null_contents(messages: Any) -> tuple[Any, int]:
+    """The messages with an assistant's ``"content": null`` (a tool call without text, valid in
+    the OpenAI API) sent as ``""``: llama-cpp-python's server answers null with HTTP 500 (seven
+    validation errors), and its chatml-function-calling template fails on a missing content."""
+    if not isinstance(messages, list):
+        return messages, 0
+    out, rewritten = [], 0
+    for message in messages:
+        if isinstance(message, dict) and message.get("role") == "assistant" and message.get("content", "") is None:
+            message, rewritten = {**message, "content": ""}, rewritten + 1
+        out.append(message)
+    return out, rewritten
+
+
 def is_main_request(body: dict[str, Any]) -> bool:
     """The agent's own turns offer the tools; a compaction call sends them with tool_choice none."""
     return bool(body.get("tools")) and body.get("tool_choice", "auto") != "none"
@@ -191,10 +213,16 @@ class Exchange:
     status: int = 0
     reply: dict[str, Any] | None = None
     error: str | None = None
+    nulls_rewritten: int = 0  # assistant contents sent as "" instead of null
 
     @property
     def answered(self) -> bool:
         return self.status == 200 and self.reply is not None
+
+    @property
+    def tool_calls(self) -> int:
+        choices = (self.reply or {}).get("choices") or [{}]
+        return len(((choices[0] or {}).get("message") or {}).get("tool_calls") or [])
 
     @property
     def prompt_tokens(self) -> int | None:
@@ -209,13 +237,23 @@ class RequestFigures:
 
     number: int
     gauge: int
-    tokenizer: int  # the model's tokenizer over request_text(): what the request carries
-    server_prompt: int | None  # the prompt size the server reported for the prompt it built
+    tokenizer: int  # the model's tokenizer over request_text(): everything the request carries
+    server_prompt: int | None  # the prompt size the server reported: what it evaluated
     messages: int
+    calls: int = 0  # tool calls in the reply: past one, the server's prompt_tokens is a sum over them
+
+    @property
+    def comparable(self) -> bool:
+        return self.server_prompt is not None and self.server_prompt > 0 and self.calls <= 1
 
     @property
     def error(self) -> float:
-        return (self.gauge - self.tokenizer) / self.tokenizer if self.tokenizer else float("inf")
+        """The gauge against the server's own prompt size (the target)."""
+        return (self.gauge - self.server_prompt) / self.server_prompt if self.comparable and self.server_prompt else 0.0
+
+    @property
+    def tokenizer_error(self) -> float:
+        return (self.gauge - self.tokenizer) / self.tokenizer if self.tokenizer else 0.0
 
 
 @dataclass
@@ -226,9 +264,11 @@ class CompactionFigures:
     gauge_after: int
     messages_before: int
     messages_after: int
-    tokenizer_before: int | None = None  # the compaction request: the whole history it replaces
-    tokenizer_after: int | None = None  # the first main request after it
+    tokenizer_before: int | None = None  # the model's tokenizer: last main request before, first after
+    tokenizer_after: int | None = None
     reason: str | None = None
+    server_before: int | None = None  # the server's prompt size: last main request before, first after
+    server_after: int | None = None
 
 
 @dataclass
@@ -237,8 +277,10 @@ class RunFigures:
     compactions: list[CompactionFigures] = field(default_factory=list)
     tool_calls: list[str] = field(default_factory=list)
     stop_reason: str | None = None
+    result_text: str = ""
     exit_code: int | None = None
     steps: int | None = None
+    nulls_rewritten: int = 0
 
 
 def verdict(run: RunFigures, tolerance: float = GAUGE_TOLERANCE) -> list[str]:
@@ -249,33 +291,44 @@ def verdict(run: RunFigures, tolerance: float = GAUGE_TOLERANCE) -> list[str]:
         seen = "; ".join(f"{c.trigger} ok={c.ok} {c.gauge_before}->{c.gauge_after}"
                          + (f" ({c.reason})" if c.reason else "") for c in run.compactions) or "none"
         reasons.append(f"no compaction shrank the context by the gauge (compactions: {seen})")
-    elif not any(c.tokenizer_before is not None and c.tokenizer_after is not None
-                 and c.tokenizer_after < c.tokenizer_before for c in shrank):
-        seen = "; ".join(f"{c.tokenizer_before}->{c.tokenizer_after}" for c in shrank)
-        reasons.append(f"no compaction shrank the request by the server's tokenizer ({seen})")
-    if not run.requests:
-        reasons.append("no main request was answered, so the gauge was never compared")
+    elif not any(c.server_before is not None and c.server_after is not None
+                 and c.server_after < c.server_before for c in shrank):
+        seen = "; ".join(f"{c.server_before}->{c.server_after}" for c in shrank)
+        reasons.append(f"no compaction shrank the prompt the server evaluated ({seen})")
+    if not any(r.comparable for r in run.requests):
+        reasons.append("no main request with the server's own prompt size, so the gauge was never compared")
     for figures in run.requests:
-        if abs(figures.error) > tolerance:
-            reasons.append(f"request {figures.number}: gauge {figures.gauge:,} vs server tokenizer "
-                           f"{figures.tokenizer:,} ({figures.error:+.1%}, limit ±{tolerance:.0%})")
+        if figures.comparable and abs(figures.error) > tolerance:
+            reasons.append(f"request {figures.number}: gauge {figures.gauge:,} vs server prompt "
+                           f"{figures.server_prompt:,} ({figures.error:+.1%}, limit ±{tolerance:.0%})")
     return reasons
 
 
 def format_report(run: RunFigures, reasons: list[str]) -> str:
-    lines = [f"tidegauge exit {run.exit_code}, stop reason {run.stop_reason}, {run.steps} steps",
+    ended = f"tidegauge exit {run.exit_code}, stop reason {run.stop_reason}, {run.steps} steps"
+    if run.stop_reason == "error" and run.result_text:
+        ended += ": " + run.result_text.splitlines()[0][:200]
+    lines = [ended,
+             f"adapter: {run.nulls_rewritten} requests had an assistant content null, sent as \"\" "
+             "(llama-cpp-python answers null with HTTP 500)",
              f"tool calls ({len(run.tool_calls)}): " + (", ".join(run.tool_calls) or "none: the model never called a tool"),
              "",
-             f"{'request':>7}  {'msgs':>4}  {'gauge':>7}  {'tokenizer':>9}  {'error':>7}  {'server prompt':>13}"]
+             f"{'request':>7}  {'msgs':>4}  {'gauge':>7}  {'server prompt':>13}  {'error':>7}  {'tokenizer':>9}  {'error':>7}"]
     for r in run.requests:
         server = f"{r.server_prompt:,}" if r.server_prompt is not None else "-"
-        lines.append(f"{r.number:>7}  {r.messages:>4}  {r.gauge:>7,}  {r.tokenizer:>9,}  {r.error:>+7.1%}  {server:>13}")
+        error = f"{r.error:+.1%}" if r.comparable else f"n/a ({r.calls} calls)" if r.calls > 1 else "n/a"
+        lines.append(f"{r.number:>7}  {r.messages:>4}  {r.gauge:>7,}  {server:>13}  {error:>7}  {r.tokenizer:>9,}"
+                     f"  {r.tokenizer_error:>+7.1%}")
+    lines.append("server prompt: the prompt_tokens the server reported (what it evaluated; the target); "
+                 "tokenizer: the model's tokenizer over everything the request carries (ChatML, tools as JSON)")
     lines.append("")
     if not run.compactions:
         lines.append("compactions: none")
     for c in run.compactions:
-        server = (f"; server tokenizer {c.tokenizer_before:,} -> {c.tokenizer_after:,}"
-                  if c.tokenizer_before is not None and c.tokenizer_after is not None else "")
+        server = (f"; server prompt {c.server_before:,} -> {c.server_after:,}"
+                  if c.server_before is not None and c.server_after is not None else "")
+        server += (f"; tokenizer {c.tokenizer_before:,} -> {c.tokenizer_after:,}"
+                   if c.tokenizer_before is not None and c.tokenizer_after is not None else "")
         lines.append(f"compaction ({c.trigger}, {'ok' if c.ok else 'failed'}): gauge {c.gauge_before:,} -> "
                      f"{c.gauge_after:,} tokens, {c.messages_before} -> {c.messages_after} messages{server}"
                      + (f" ({c.reason})" if c.reason else ""))
@@ -347,6 +400,7 @@ class _AdapterHandler(BaseHTTPRequestHandler):
             adapter.exchanges.append(exchange)
         whole = {k: v for k, v in body.items() if k != "stream_options"}
         whole["stream"] = False
+        whole["messages"], exchange.nulls_rewritten = without_null_contents(body.get("messages"))
         try:
             response = adapter.client.post(f"{adapter.upstream}/v1/chat/completions", json=whole)
         except httpx.HTTPError as err:
@@ -526,6 +580,8 @@ def collect(events: list[dict[str, Any]], exchanges: list[Exchange], exit_code: 
     result = next((e for e in reversed(events) if e.get("type") == "result"), None)
     if result is not None:
         run.stop_reason, run.steps = result.get("stop_reason"), result.get("steps")
+        run.result_text = str(result.get("text") or "")
+    run.nulls_rewritten = sum(1 for x in exchanges if x.nulls_rewritten)
     gauges = gauge_figures(events)
     main = [x for x in exchanges if x.answered and is_main_request(x.request)]
     if len(main) != len(gauges):
@@ -533,10 +589,9 @@ def collect(events: list[dict[str, Any]], exchanges: list[Exchange], exit_code: 
     for number, (exchange, gauge) in enumerate(zip(main, gauges), start=1):
         run.requests.append(RequestFigures(number=number, gauge=gauge, tokenizer=count(request_text(exchange.request)),
                                            server_prompt=exchange.prompt_tokens,
-                                           messages=len(exchange.request.get("messages") or [])))
-    # A compaction's request carries the whole history it replaces: it is the last compaction
-    # request answered before the first main request after the compaction event, which is what the
-    # history became.
+                                           messages=len(exchange.request.get("messages") or []),
+                                           calls=exchange.tool_calls))
+    # Before and after a compaction: the last main request before it and the first after it.
     main_before = 0
     for event in events:
         if event.get("type") == "usage" and event.get("agent", "main") == "main":
@@ -547,14 +602,10 @@ def collect(events: list[dict[str, Any]], exchanges: list[Exchange], exit_code: 
                                     gauge_after=event["tokens_after"], messages_before=event["messages_before"],
                                     messages_after=event["messages_after"], reason=event.get("reason"))
         run.compactions.append(figures)
-        if not figures.ok or main_before >= len(main):
-            continue
-        after = main[main_before]
-        start = exchanges.index(main[main_before - 1]) + 1 if main_before else 0
-        between = [x for x in exchanges[start:exchanges.index(after)] if x.answered and not is_main_request(x.request)]
-        if between:
-            figures.tokenizer_before = count(request_text(between[-1].request))
-            figures.tokenizer_after = count(request_text(after.request))
+        if figures.ok and 0 < main_before < len(main):
+            before, after = run.requests[main_before - 1], run.requests[main_before]
+            figures.server_before, figures.server_after = before.server_prompt, after.server_prompt
+            figures.tokenizer_before, figures.tokenizer_after = before.tokenizer, after.tokenizer
     return run
 
 
@@ -573,7 +624,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--ready-timeout", type=float, default=180.0, help="seconds to wait for the server (default 180)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds tidegauge may run (default 900)")
     p.add_argument("--json", type=Path, help="also write the figures to this file")
+    p.add_argument("--keep", type=Path, metavar="DIR",
+                   help="work in this new folder and keep it (server log, tidegauge's events and stderr, requests)")
     args = p.parse_args(argv)
+    if args.keep is not None and args.keep.exists():
+        raise CannotRun(f"--keep {args.keep}: already exists (give a new folder)")
     if args.gguf is not None and not args.gguf.is_file():
         raise CannotRun(f"--gguf {args.gguf}: no such file")
     for name in ("window", "budget", "compact_max_output", "max_steps"):
@@ -638,6 +693,8 @@ def check(args: argparse.Namespace, scratch: Path) -> tuple[RunFigures, list[str
                                                   args.timeout)
         timings["tidegauge s"] = time.monotonic() - began
         (scratch / "tidegauge.stderr").write_text(stderr)
+        (scratch / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+        (scratch / "exchanges.jsonl").write_text("".join(json.dumps(vars(x)) + "\n" for x in started.adapter.exchanges))
         if not events:
             raise CannotRun(f"tidegauge printed no events (exit {exit_code}): {stderr.strip()[-300:]}")
         with httpx.Client(timeout=60.0) as client:
@@ -654,9 +711,13 @@ def main(argv: list[str] | None = None) -> int:
         missing = missing_requirements()
         if missing:
             raise CannotRun(f"missing {', '.join(missing)}; install with: {INSTALL_HINT}")
-        with tempfile.TemporaryDirectory(prefix="local-llama-") as folder:
-            with _sigterm_exits():
-                run, reasons, timings = check(args, Path(folder))
+        with _sigterm_exits():
+            if args.keep is not None:
+                args.keep.mkdir(parents=True)
+                run, reasons, timings = check(args, args.keep)
+            else:
+                with tempfile.TemporaryDirectory(prefix="local-llama-") as folder:
+                    run, reasons, timings = check(args, Path(folder))
     except CannotRun as err:
         one_line = " | ".join(part.strip() for part in str(err).splitlines() if part.strip())
         print(f"local_llama: {one_line}", file=sys.stderr)
