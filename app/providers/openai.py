@@ -104,7 +104,9 @@ def _assistant_message(message: Message, deepseek_reasoning: bool) -> dict[str, 
     ]
     if not texts and not calls:
         return None  # an empty assistant turn is rejected by several servers
-    converted: dict[str, Any] = {"role": "assistant", "content": "\n\n".join(texts) if texts else None}
+    # "" rather than null for a turn of tool calls alone: llama.cpp's server (llama-cpp-python)
+    # answers a null content with HTTP 500, and every other server takes "" as no text.
+    converted: dict[str, Any] = {"role": "assistant", "content": "\n\n".join(texts)}
     if calls:
         converted["tool_calls"] = calls
         if deepseek_reasoning:
