@@ -71,8 +71,10 @@ def test_a_30_mb_and_a_900_level_argument_go_back_to_the_model_and_the_turn_goes
 
     stderr = (tmp_path / "stderr.txt").read_text()
     assert code == 0, f"exit {code}; stderr: {stderr[-2000:]}"
-    assert events[-1] == {"type": "result", "stop_reason": "end_turn", "text": "I will write it in smaller parts.",
-                          "steps": 2}
+    result = events[-1]
+    assert {k: result.get(k) for k in ("type", "stop_reason", "text", "steps", "subtype", "is_error")} == {
+        "type": "result", "stop_reason": "end_turn", "text": "I will write it in smaller parts.", "steps": 2,
+        "subtype": "success", "is_error": False}
     assert not [e for e in events if e["type"] == "error"]
     results = {e["id"]: e for e in events if e["type"] == "tool_result"}
     assert results["call_huge"]["is_error"] and "31,457,3" in results["call_huge"]["content"]

@@ -160,6 +160,10 @@ async def test_server_compaction_switched_in_a_session_stays_switched_when_it_is
     session_id = session.info.session_id
     running = asyncio.ensure_future(session.run())
     session.submit(ServerCompaction(True))
+    # something typed: a session in which nothing was typed is not kept
+    fake_llm.enqueue(responses_text("hi", usage=dict(input=900, output=4)))
+    session.submit(UserInput("hi"))
+    await _settled(session)
     await _stop(session, running)  # the session ends: its transcript is closed, its lock let go
     assert events.of("server_compaction")[-1].on
     resumed, _ = make_session(fake_llm, tmp_path, monkeypatch, provider="responses", window=400_000,

@@ -84,7 +84,10 @@ def test_a_refusal_ends_as_a_refusal_with_exit_1_on_either_protocol(fake_llm, tm
     proc = _run(fake_llm, tmp_path, provider, "-p", "do something bad", "--output-format", "stream-json")
     events = _stream_json(proc)
     assert proc.returncode == 1, (proc.returncode, proc.stderr)
-    assert events[-1] == {"type": "result", "stop_reason": "refusal", "text": REFUSAL, "steps": 1}, events[-1]
+    result = events[-1]
+    assert {k: result.get(k) for k in ("type", "stop_reason", "text", "steps", "subtype", "is_error")} == {
+        "type": "result", "stop_reason": "refusal", "text": REFUSAL, "steps": 1, "subtype": "refusal",
+        "is_error": True}, result
     streamed = "".join(e["text"] for e in events if e["type"] == "text_delta")
     assert streamed == REFUSAL, f"the refusal did not stream as it came: {streamed!r}"
 

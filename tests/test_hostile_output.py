@@ -7,7 +7,7 @@ import io
 from agent_helpers import make_agent
 from fake_llm_server import openai_text, openai_tool_calls
 
-from app.events import TextDeltaEvent, ToolResultEvent
+from app.events import AssistantMessageEvent, TextDeltaEvent, ToolResultEvent
 from app.headless import TextPrinter
 
 HOSTILE_SHELL = r"printf '\033]0;pwned\007\033]52;c;ZXZpbA==\007\033[31mred\033[0m\033[2J [bold]x[/bold] nul:\000: bad:\377\376:'"
@@ -28,7 +28,9 @@ async def test_escape_sequences_from_a_tool_never_reach_the_model_raw(fake_llm, 
 def test_text_mode_printer_never_writes_escape_sequences():
     out, err = io.StringIO(), io.StringIO()
     printer = TextPrinter(out, err)
-    printer(TextDeltaEvent(text="hello \x1b]52;c;ZXZpbA==\x07\x1b[2J world [link=https://x]y[/link]\n"))
+    reply = "hello \x1b]52;c;ZXZpbA==\x07\x1b[2J world [link=https://x]y[/link]\n"
+    printer(TextDeltaEvent(text=reply))
+    printer(AssistantMessageEvent(text=reply))  # the answer is printed when its reply ends
     printer(ToolResultEvent(id="t1", name="run_bash", is_error=False, truncated=False, original_chars=10,
                             kept_chars=10, content="\x1b]0;title\x07"))
     printer(ToolResultEvent(id="t2", name="run\x1b[31mbash", is_error=False, truncated=False, original_chars=1,
@@ -40,5 +42,7 @@ def test_text_mode_printer_never_writes_escape_sequences():
 
 def test_a_single_10mb_line_goes_through_the_printer():
     out, err = io.StringIO(), io.StringIO()
-    TextPrinter(out, err)(TextDeltaEvent(text="a" * 10_000_000))
-    assert len(out.getvalue()) == 10_000_000
+    printer = TextPrinter(out, err)
+    printer(TextDeltaEvent(text="a" * 10_000_000))
+    printer(AssistantMessageEvent(text="a" * 10_000_000))
+    assert out.getvalue() == "a" * 10_000_000 + "\n"  # the answer whole, ended by a newline

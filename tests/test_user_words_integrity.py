@@ -263,7 +263,8 @@ def _legacy_transcript(path: Path) -> None:
         {"kind": "message", "ts": 6.0, "message": {"role": "assistant", "content": [text("Noted.")]}},
         {"kind": "turn_end", "ts": 7.0},
     ]
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    # compact, as app.transcript.encode_line writes every line (the session list scans for it)
+    path.write_text("".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines), encoding="utf-8")
 
 
 def test_a_transcript_of_the_previous_format_resumes_with_the_typed_words_only(fake_llm, tmp_path):
