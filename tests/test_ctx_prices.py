@@ -59,3 +59,16 @@ def test_cost_counts_cache_reads_writes_and_output() -> None:
 def test_cost_unknown_without_price_or_usage() -> None:
     assert cost_usd(Usage(input_tokens=10, output_tokens=1), None) is None
     assert cost_usd(Usage(), Price(1, 1, 1, 1)) is None
+
+
+def test_an_unknown_models_name_is_shown_inert_in_what_is_said() -> None:
+    """The model name is the user's (flag, env, config) but lands on a terminal: no escape runs."""
+    from app.context.prices import assumed_price_warning
+    from app.context.thresholds import assumed_window_warning
+
+    name = "evil\x1b]52;c;aGk=\x07model"
+    for line in (assumed_price_warning(name), assumed_window_warning(name)):
+        assert line is not None and "\x1b" not in line and "\x07" not in line and "\n" not in line
+        assert "\\u001b]52" in line
+    assert assumed_price_warning("gpt-4o") is None and assumed_window_warning("gpt-4o") is None
+    assert assumed_price_warning("my-model", {"my-": {"input": 1, "output": 2}}) is None
