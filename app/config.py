@@ -7,6 +7,7 @@ what was wrong and where the value came from, never a traceback.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import stat
@@ -285,6 +286,8 @@ class Settings(BaseSettings):
                     f"{prefix}: unknown price {unknown[0]!r} (expected {', '.join(sorted(PRICE_FIELDS))})"
                 )
             for name, price in table.items():
+                if not math.isfinite(price):  # TOML has inf and nan: a cost of nan is no JSON number
+                    raise ValueError(f"{prefix}.{name}: must be a finite number (got {price})")
                 if price < 0:
                     raise ValueError(f"{prefix}.{name}: must be >= 0 (got {price})")
         return value

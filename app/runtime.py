@@ -22,8 +22,8 @@ from app.config import (
 from app.context.engine import ContextEngine, EngineConfig
 from app.context.file_cache import FileReadCache
 from app.context.memory import ImportApprovals, ImportPolicy, MemoryBundle, find_repo_root, load_memory
-from app.context.prices import price_for
-from app.context.thresholds import context_window_for
+from app.context.prices import assumed_price_warning, price_for
+from app.context.thresholds import assumed_window_warning, context_window_for
 from app.errors import ConfigError, SetupError
 from app.permissions import Permissions, RuleError, load_permissions
 from app.events import Event, SessionInfoEvent
@@ -219,6 +219,11 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
     warnings += [("rules", f"{problem}; that rule is not loaded") for problem in rules.problems]
     if (exposed := exposed_keys_warning(settings)) is not None:
         warnings.append(("api_keys", exposed))
+    # A model the price catalogue does not know: what was assumed, once, with the setting that changes it.
+    if settings.window is None and not setup.default_window and (assumed := assumed_window_warning(provider.model)):
+        warnings.append(("window", assumed))
+    if (unpriced := assumed_price_warning(provider.model, settings.prices)) is not None:
+        warnings.append(("prices", unpriced))
     restored_events: list[Event] = []
     repairs: list[str] = []
     if resume or continue_latest:

@@ -60,7 +60,8 @@ def request_cost(tokens: int, cached_tokens: int, price: Price | None) -> float 
     if price is None:
         return None
     cached = max(0, min(cached_tokens, tokens))
-    return ((tokens - cached) * price.input_per_mtok + cached * price.cached_input_per_mtok) / 1_000_000
+    rates = price.rates_for(tokens)  # a long request is billed at its tier's rates (e.g. above 200K)
+    return ((tokens - cached) * rates.input_per_mtok + cached * rates.cached_input_per_mtok) / 1_000_000
 
 
 def forecast(action: ForecastAction, *, tokens_before: int, tokens_after: int, cached_prefix: int,
@@ -83,7 +84,7 @@ def forecast(action: ForecastAction, *, tokens_before: int, tokens_after: int, c
         cp = compact_price or price
         operation = request_cost(tokens_before, cached_prefix, cp)
         if operation is not None and cp is not None:
-            operation += summary_tokens * cp.output_per_mtok / 1_000_000
+            operation += summary_tokens * cp.rates_for(tokens_before).output_per_mtok / 1_000_000
     return Forecast(action=action, tokens_before=tokens_before, tokens_after=tokens_after,
                     cache_tokens_invalidated=invalidated, next_request_cost_before_usd=before,
                     next_request_cost_after_usd=after, operation_cost_usd=operation, model_call=model_call)

@@ -1,16 +1,41 @@
-"""Rough public list prices, USD per million tokens, by model-name prefix.
+"""What a model costs, USD per million tokens, from pydantic's ``genai-prices`` catalogue.
 
-Prices change often and vary by provider: this table is only a default.
-Users override it in config (``prices = {"model-prefix" = {...}}``), and
-``price_for`` merges the override over the built-in entry.
+The catalogue (prices with tiers, cache read and write rates, context windows) is
+maintained upstream and ships inside the package: only the bundled copy is read.
+Its auto-update (``UpdatePrices``) fetches from the internet and is never started,
+and a snapshot another library in the process may have fetched is not used either:
+a session never phones home. The package costs ~0.2 s to import, so it is imported
+on the first lookup of a model it could know, not with this module.
+
+Users override a price in config (``[prices."model-prefix"]`` with input,
+cached_input, cache_write, output); ``price_for`` merges the override over the
+catalogue's entry, the longest matching prefix winning. A model nobody prices
+has no cost (None), and ``assumed_price_warning`` says so once with the setting.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from app.usage import Usage
+
+if TYPE_CHECKING:  # the catalogue's types, for mypy only: importing them costs ~0.2 s
+    from genai_prices.data_snapshot import DataSnapshot
+    from genai_prices.types import ModelPrice
+
+
+@dataclass(frozen=True)
+class PriceTier:
+    """Rates that replace the base ones for a call whose whole input (uncached, cache
+    reads and cache writes) is above ``above_input_tokens`` (e.g. long-context rates
+    above 200K): as the providers bill it, every token of that call at these rates."""
+
+    above_input_tokens: int
+    rates: Price
 
 
 @dataclass(frozen=True)
@@ -19,6 +44,14 @@ class Price:
     cached_input_per_mtok: float
     cache_write_per_mtok: float
     output_per_mtok: float
+    tiers: tuple[PriceTier, ...] = ()  # ascending by above_input_tokens
+
+    def rates_for(self, total_input_tokens: int) -> Price:
+        """The flat rates a call with this much input is billed at: the highest tier it is above."""
+        for tier in reversed(self.tiers):
+            if total_input_tokens > tier.above_input_tokens:
+                return tier.rates
+        return replace(self, tiers=()) if self.tiers else self
 
 
 def _p(inp: float, cached: float, write: float | None, out: float) -> Price:
@@ -26,35 +59,15 @@ def _p(inp: float, cached: float, write: float | None, out: float) -> Price:
     return Price(inp, cached, inp if write is None else write, out)
 
 
-# Overridable: see the module docstring. Longest matching prefix wins.
-BUILTIN_PRICES: dict[str, Price] = {
-    # Anthropic (cache write = 1.25x input, cache read = 0.1x input)
-    "claude-opus-4-5": _p(5.0, 0.5, 6.25, 25.0),
-    "claude-opus-4": _p(15.0, 1.5, 18.75, 75.0),
-    "claude-3-opus": _p(15.0, 1.5, 18.75, 75.0),
-    "claude-sonnet-4": _p(3.0, 0.3, 3.75, 15.0),
-    "claude-3-7-sonnet": _p(3.0, 0.3, 3.75, 15.0),
-    "claude-3-5-sonnet": _p(3.0, 0.3, 3.75, 15.0),
-    "claude-haiku-4": _p(1.0, 0.1, 1.25, 5.0),
-    "claude-3-5-haiku": _p(0.8, 0.08, 1.0, 4.0),
-    "claude-3-haiku": _p(0.25, 0.03, 0.3, 1.25),
-    # OpenAI
-    "gpt-5-nano": _p(0.05, 0.005, None, 0.4),
-    "gpt-5-mini": _p(0.25, 0.025, None, 2.0),
-    "gpt-5": _p(1.25, 0.125, None, 10.0),
-    "gpt-4.1-nano": _p(0.1, 0.025, None, 0.4),
-    "gpt-4.1-mini": _p(0.4, 0.1, None, 1.6),
-    "gpt-4.1": _p(2.0, 0.5, None, 8.0),
-    "gpt-4o-mini": _p(0.15, 0.075, None, 0.6),
-    "gpt-4o": _p(2.5, 1.25, None, 10.0),
-    "o4-mini": _p(1.1, 0.275, None, 4.4),
-    "o3-mini": _p(1.1, 0.55, None, 4.4),
-    "o3": _p(2.0, 0.5, None, 8.0),
-    # DeepSeek (cache hit / miss pricing)
-    "deepseek-": _p(0.28, 0.028, None, 0.42),
+# Prices the catalogue cannot have: models of tidegauge's own. Looked at first, so
+# the demo never imports the catalogue.
+LOCAL_PRICES: dict[str, Price] = {
     # The offline demo provider's scripted model costs nothing.
     "demo": _p(0.0, 0.0, 0.0, 0.0),
 }
+
+# Longer names are no model of the catalogue's; bounding them keeps its regexes cheap.
+MAX_MODEL_NAME = 200
 
 _ALIASES = {
     "input": "input_per_mtok",
@@ -63,7 +76,12 @@ _ALIASES = {
     "cache_write": "cache_write_per_mtok",
     "output": "output_per_mtok",
 }
-_FIELDS = {f.name for f in fields(Price)}
+_FIELDS = {f.name for f in fields(Price)} - {"tiers"}
+
+
+def model_key(model: str) -> str:
+    """The name prices and windows are looked up by: lower case, a router prefix ("openai/...") dropped."""
+    return model.strip().lower().rsplit("/", 1)[-1]
 
 
 def _longest_prefix(name: str, keys: Any) -> str | None:
@@ -75,15 +93,92 @@ def _longest_prefix(name: str, keys: Any) -> str | None:
     return best
 
 
+# ---- the catalogue ----
+
+@dataclass(frozen=True)
+class CatalogueModel:
+    """What the catalogue says of one model (its figures at lookup time)."""
+
+    provider_id: str
+    model_id: str
+    price: Price | None  # None: the catalogue has no token prices for it
+    context_window: int | None
+
+
+@functools.cache
+def _bundled_catalogue() -> DataSnapshot:
+    # The data shipped in the package, built here rather than through get_snapshot(), which
+    # would return prices fetched by an UpdatePrices someone else started in this process.
+    from genai_prices.data import providers
+    from genai_prices.data_snapshot import DataSnapshot
+
+    return DataSnapshot(providers=providers, from_auto_update=False)
+
+
+@functools.lru_cache(maxsize=64)
+def catalogue_model(model: str) -> CatalogueModel | None:
+    """The catalogue's entry for ``model`` (matched as the catalogue matches names), or None."""
+    name = model_key(model)
+    if not name or len(name) > MAX_MODEL_NAME:
+        return None
+    try:
+        provider, info = _bundled_catalogue().find_provider_model(name, None, None, None)
+        model_price = info.get_prices(datetime.now(UTC))
+    except (LookupError, ValueError):  # not in the catalogue
+        return None
+    return CatalogueModel(provider_id=provider.id, model_id=info.id, price=_from_catalogue(model_price),
+                          context_window=info.context_window)
+
+
+def _rate_at(value: Any, input_tokens: int | None) -> float | None:
+    """A catalogue rate (a number or tiered prices) for a call with this much input (None: base)."""
+    from genai_prices.types import TieredPrices
+
+    if value is None:
+        return None
+    if not isinstance(value, TieredPrices):
+        return float(value)
+    rate = value.base
+    if input_tokens is not None:
+        for tier in value.tiers:
+            if input_tokens > tier.start:
+                rate = tier.price
+    return float(rate)
+
+
+def _from_catalogue(model_price: ModelPrice) -> Price | None:
+    from genai_prices.types import TieredPrices
+
+    keys = ("input_mtok", "cache_read_mtok", "cache_write_mtok", "output_mtok")
+    values = [getattr(model_price, key, None) for key in keys]
+    if values[0] is None or values[3] is None:
+        return None
+
+    def rates(input_tokens: int | None) -> Price:
+        inp, read, write, out = (_rate_at(value, input_tokens) for value in values)
+        assert inp is not None and out is not None
+        # No cache rate listed: cached tokens bill as plain input (OpenAI bills no cache writes).
+        return Price(inp, inp if read is None else read, inp if write is None else write, out)
+
+    starts = sorted({tier.start for value in values if isinstance(value, TieredPrices) for tier in value.tiers})
+    # A tier's rates hold from just above its start: evaluate every field there.
+    tiers = tuple(PriceTier(start, rates(start + 1)) for start in starts)
+    return replace(rates(None), tiers=tiers)
+
+
+# ---- overrides and lookup ----
+
 def _apply(base: Price | None, override: dict[str, Any]) -> Price:
-    values: dict[str, float] = {}
+    values: dict[str, Any] = {}  # field name -> rate (Any: mypy would match it against tiers too)
     for key, value in override.items():
         name = _ALIASES.get(key, key)
         if name not in _FIELDS:
             raise ValueError(f"unknown price field {key!r} (expected one of {sorted(_FIELDS)})")
         values[name] = float(value)
     if base is not None:
-        return replace(base, **values)
+        # The user's rate wins at every size: above a tier too (fields not given keep the catalogue's).
+        tiers = tuple(replace(tier, rates=replace(tier.rates, **values)) for tier in base.tiers)
+        return replace(replace(base, **values), tiers=tiers)
     if "input_per_mtok" not in values or "output_per_mtok" not in values:
         raise ValueError("a price for a new model needs at least input_per_mtok and output_per_mtok")
     inp = values["input_per_mtok"]
@@ -95,16 +190,23 @@ def _apply(base: Price | None, override: dict[str, Any]) -> Price:
     )
 
 
+def _known_price(name: str) -> Price | None:
+    local_key = _longest_prefix(name, LOCAL_PRICES)
+    if local_key is not None:
+        return LOCAL_PRICES[local_key]
+    entry = catalogue_model(name)
+    return entry.price if entry is not None else None
+
+
 def price_for(model: str, overrides: dict[str, dict[str, Any]] | None = None) -> Price | None:
-    """The price of ``model``: the user's override (by prefix) over the built-in entry.
+    """The price of ``model``: the user's override (by prefix) over the catalogue's entry.
 
     Override fields may use the full names or the short ones (input,
-    cached_input, cache_write, output); missing fields keep the built-in value.
+    cached_input, cache_write, output); missing fields keep the catalogue's value.
     Raises ValueError for a malformed override so config can name it.
     """
-    name = model.strip().lower().rsplit("/", 1)[-1]
-    builtin_key = _longest_prefix(name, BUILTIN_PRICES)
-    base = BUILTIN_PRICES[builtin_key] if builtin_key is not None else None
+    name = model_key(model)
+    base = _known_price(name)
     if overrides:
         over_key = _longest_prefix(name, overrides)
         if over_key is not None:
@@ -112,13 +214,23 @@ def price_for(model: str, overrides: dict[str, dict[str, Any]] | None = None) ->
     return base
 
 
+def assumed_price_warning(model: str, overrides: dict[str, dict[str, Any]] | None = None) -> str | None:
+    """One line for the user when nobody prices ``model`` (say it once, at start-up), else None."""
+    if price_for(model, overrides) is not None:
+        return None
+    name = json.dumps(model_key(model)[:MAX_MODEL_NAME])  # a TOML key as typed, control characters escaped
+    return (f"model {name} has no price in the catalogue: its cost is shown as unknown "
+            f"(set [prices.{name}] input = ... and output = ..., USD per million tokens, in config.toml)")
+
+
 def cost_usd(usage: Usage, price: Price | None) -> float | None:
     """Cost of one call; None when the price or the usage is unknown."""
     if price is None or not usage.known:
         return None
+    rates = price.rates_for(usage.total_input or 0)
     return (
-        (usage.input_tokens or 0) * price.input_per_mtok
-        + (usage.cache_read_tokens or 0) * price.cached_input_per_mtok
-        + (usage.cache_write_tokens or 0) * price.cache_write_per_mtok
-        + (usage.output_tokens or 0) * price.output_per_mtok
+        (usage.input_tokens or 0) * rates.input_per_mtok
+        + (usage.cache_read_tokens or 0) * rates.cached_input_per_mtok
+        + (usage.cache_write_tokens or 0) * rates.cache_write_per_mtok
+        + (usage.output_tokens or 0) * rates.output_per_mtok
     ) / 1_000_000

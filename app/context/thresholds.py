@@ -7,8 +7,11 @@ warning 147,000, auto-compact 167,000, blocking 177,000 (seed 001).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Literal
+
+from app.context.prices import MAX_MODEL_NAME, catalogue_model, model_key
 
 
 Level = Literal["ok", "warning", "compact", "blocking"]
@@ -102,45 +105,62 @@ def level(projected: int, t: Thresholds) -> Level:
     return "ok"
 
 
-# Context windows by model-name prefix (the longest matching prefix wins).
-# Overridable per run with --window; unknown models get DEFAULT_WINDOW.
-MODEL_WINDOWS: dict[str, int] = {
-    # Anthropic (Sonnet 4/4.5 offer 1M only behind a beta header we do not send)
-    "claude-": 200_000,
-    "claude-2": 100_000,
-    "claude-instant": 100_000,
-    # OpenAI. GPT-5 has 400K in all but input is capped at 272K (output has its own 128K):
-    # the input cap is what "prompt too long" is measured against.
+# Context windows come from the genai-prices catalogue (app.context.prices); these are the
+# models where it has no window or one that is not what a request is measured against.
+# Longest matching prefix wins, before the catalogue. Overridable per run with --window
+# (or window = N in config.toml); a model known nowhere gets DEFAULT_WINDOW, said once.
+WINDOW_CORRECTIONS: dict[str, int] = {
+    # GPT-5 has 400K in all (the catalogue's figure) but input is capped at 272K (output has its
+    # own 128K): the input cap is what "prompt too long" is measured against.
     "gpt-5": 272_000,
+    # The catalogue rounds to 1M; the API's limit is 1,047,576.
     "gpt-4.1": 1_047_576,
-    "gpt-4.5": 128_000,
-    "gpt-4o": 128_000,
-    "gpt-4-turbo": 128_000,
-    "gpt-4-32k": 32_768,
-    "gpt-4": 8_192,
-    "gpt-3.5-turbo": 16_385,
-    "gpt-oss-": 131_072,
-    "o1-mini": 128_000,
-    "o1": 200_000,
-    "o3": 200_000,
-    "o4-mini": 200_000,
-    # DeepSeek (V3.x API models: 128K; names change, use --window for others)
-    "deepseek-chat": 128_000,
-    "deepseek-reasoner": 128_000,
+    # The catalogue still has V3's 64K; the API's V3.x models take 128K.
     "deepseek-": 128_000,
-    # Google
+    # Not in the catalogue.
+    "claude-instant": 100_000,
+    "gpt-4.5": 128_000,
+    # Gemini: the catalogue has no window for most of them.
     "gemini-1.5-pro": 2_097_152,
     "gemini-1.5-flash": 1_048_576,
     "gemini-2": 1_048_576,
 }
 
 
-def context_window_for(model: str, table: dict[str, int] | None = None) -> int:
-    """Window of ``model`` by longest prefix; a router prefix ("openai/...") is ignored."""
-    table = MODEL_WINDOWS if table is None else table
-    name = model.strip().lower().rsplit("/", 1)[-1]
+def _correction(name: str, table: dict[str, int]) -> int | None:
     best = ""
     for prefix in table:
         if name.startswith(prefix) and len(prefix) > len(best):
             best = prefix
-    return table[best] if best else DEFAULT_WINDOW
+    return table[best] if best else None
+
+
+def known_context_window(model: str) -> int | None:
+    """The window of ``model`` from the corrections above, else the catalogue; None when unknown."""
+    name = model_key(model)
+    corrected = _correction(name, WINDOW_CORRECTIONS)
+    if corrected is not None:
+        return corrected
+    entry = catalogue_model(name)
+    if entry is not None and entry.context_window:
+        return entry.context_window
+    return None
+
+
+def context_window_for(model: str, table: dict[str, int] | None = None) -> int:
+    """Window of ``model`` (a router prefix "openai/..." is ignored); DEFAULT_WINDOW when unknown.
+
+    ``table`` replaces the corrections and the catalogue (longest prefix wins).
+    """
+    if table is not None:
+        return _correction(model_key(model), table) or DEFAULT_WINDOW
+    return known_context_window(model) or DEFAULT_WINDOW
+
+
+def assumed_window_warning(model: str) -> str | None:
+    """One line for the user when ``model``'s window is known nowhere (say it once, at start-up)."""
+    if known_context_window(model) is not None:
+        return None
+    name = json.dumps(model_key(model)[:MAX_MODEL_NAME])
+    return (f"model {name} has no context window in the catalogue: assuming {DEFAULT_WINDOW:,} tokens "
+            f"(set --window N, or window = N in config.toml)")
