@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, Field, TypeAdapter, model_validator
 
-AgentName = Literal["main", "compact", "sub"]  # sub: a task tool's sub-agent
+AgentName = Literal["main", "compact", "sub", "memory"]  # sub: a task tool's sub-agent; memory: the session memory's updates
 AgentState = Literal["starting", "idle", "streaming", "tool", "compacting", "waiting_approval", "retrying",
                      "interrupting"]
 PointKind = Literal["call", "compaction", "prune", "reset", "memory", "server"]  # memory/server: compactions from the session memory / by the provider
@@ -280,7 +280,7 @@ class ResultEvent(BaseModel):
     num_turns: int = 0  # model replies of the main agent in this run
     total_cost_usd: float | None = None  # None: no call of the run had a known price
     usage: TokenTotals = Field(default_factory=TokenTotals)
-    # "main", "compact" (compaction and the session memory) and "sub" (the task tool's agents)
+    # "main", "compact" (compaction), "sub" (the task tool's agents) and "memory" (the session memory's updates)
     usage_by_agent: dict[str, TokenTotals] = Field(default_factory=dict)
     permission_denials: list[PermissionDenial] = Field(default_factory=list)
 
