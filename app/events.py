@@ -125,6 +125,10 @@ class ContextEvent(BaseModel):
     cumulative_reasoning: int = 0  # of cumulative_output: reasoning the servers reported
     cost_usd: float = 0.0
     compact_cost_usd: float = 0.0
+    # issue 27: the session memory's background updates, apart (also counted in the totals above)
+    memory_updates: int = 0
+    memory_input_tokens: int = 0
+    memory_cost_usd: float = 0.0
     # Figures from a usage update inside a stream (the prompt size, known before the call ends).
     live: bool = False
     # Tokens the deferred tool definitions save on every request (issue 16; 0: none deferred).
@@ -509,6 +513,10 @@ class ForecastEvent(BaseModel):
     next_request_cost_after_usd: float | None = None
     operation_cost_usd: float | None = None  # the summary call itself
     model_call: bool = True
+    # issue 27: what the session memory's background updates cost so far (0 updates: off or none yet)
+    memory_updates: int = 0
+    memory_input_tokens: int = 0
+    memory_cost_usd: float | None = None
 
 
 class RestorePreviewEvent(BaseModel):

@@ -203,3 +203,72 @@ def test_nothing_is_missed_across_a_compaction_and_a_resume(fake_llm, tmp_path):
     assert_nothing_skipped(first_updates + second_updates)
     # The whole first run was seen before the second run's updates began.
     assert_nothing_skipped(first_updates + second_updates[:1], upto=first_run)
+
+
+class Collector:
+    """Events from the session process; waits are bounded and say what they saw."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+        self.changed = threading.Condition()
+
+    def __call__(self, event: Any) -> None:
+        with self.changed:
+            self.events.append(event)
+            self.changed.notify_all()
+
+    def of(self, kind: str) -> list[Any]:
+        return [e for e in self.events if e.type == kind]
+
+    def wait_for(self, kind: str, count: int = 1) -> Any:
+        with self.changed:
+            ok = self.changed.wait_for(lambda: len(self.of(kind)) >= count, 60)
+            assert ok, f"no {kind} event #{count}; saw {[e.type for e in self.events][-15:]}"
+            return self.of(kind)[count - 1]
+
+
+def test_usage_and_the_compaction_forecast_show_the_memory_apart_with_its_off_switch(
+        fake_llm, tmp_path, monkeypatch):
+    from app.commands import Preview, Report, UserInput
+    from app.describe import describe, forecast_text
+    from app.session_process import SessionProcess
+
+    steps = 6
+    work = tmp_path / "work"
+    work.mkdir()
+    write_files(work, 1, steps)
+    script = ScriptedSession(1, steps)
+    fake_llm.default = script
+    for name, value in env_for(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    session = SessionProcess({"provider": "openai", "model": "m", "base_url": fake_llm.base_url("openai"),
+                              "yes": True, "memory_update_tokens": 3_000, "window": 1_000_000, "budget": 0},
+                             cwd=work).start()
+    events = Collector()
+    session.subscribe(events)
+    try:
+        session.submit(UserInput(f"read f001.txt to f{steps:03d}.txt"))
+        result = events.wait_for("result")
+        assert result.usage_by_agent["memory"].input_tokens > 0 and "compact" not in result.usage_by_agent
+        # An update may still be running when the turn ends: ask again until the ledger has them all.
+        answered = len(script.answered_updates)
+        reports: list[Any] = []
+        while len(reports) < 50:
+            session.submit(Report(kind="usage"))
+            reports.append(events.wait_for("report", len(reports) + 1))
+            if reports[-1].context.memory_updates >= answered:
+                break
+        usage = reports[-1].context
+        assert usage.memory_updates == answered >= 2, f"ledger {usage.memory_updates}, server {answered}"
+        line = describe(reports[-1]).text
+        assert (f"session memory {answered} updates: input {usage.memory_input_tokens:,}" in line
+                and "memory_update_tokens = 0 turns them off" in line), line
+        assert usage.compact_cost_usd == 0.0  # no compaction ran: the memory is not compaction's cost
+        session.submit(Preview(kind="compact"))
+        forecast = events.wait_for("forecast")
+        assert forecast.memory_updates == answered and forecast.memory_input_tokens == usage.memory_input_tokens
+        text = forecast_text(forecast)
+        assert (f"session memory so far: {answered} background updates, {usage.memory_input_tokens:,} input tokens"
+                in text and "memory_update_tokens = 0 turns them off" in text), text
+    finally:
+        session.stop()

@@ -319,6 +319,9 @@ class ContextEngine:
             cumulative_reasoning=total.reasoning_tokens,
             cost_usd=total.cost_usd,
             compact_cost_usd=self.ledger.compact_cost_usd,
+            memory_updates=self.ledger.memory.calls,
+            memory_input_tokens=self.ledger.memory.input_tokens,
+            memory_cost_usd=self.ledger.memory.cost_usd,
             tool_tokens_saved=self.tool_tokens_saved(),
         )
 
@@ -950,9 +953,12 @@ class ContextEngine:
             self.accounting._sums.update(self.history)
             quoted = min(self.config.recent_user_budget, self.accounting._sums.by_part["user"])
             tokens_after = self._stable_prefix() + summary_tokens + quoted + 60
+        memory = self.ledger.memory
         return forecast(action, tokens_before=tokens_before, tokens_after=min(tokens_after, tokens_before),
                         cached_prefix=self._cached_prefix, stable_prefix=self._stable_prefix(),
-                        price=self.price, summary_tokens=summary_tokens, compact_price=self.compact_price)
+                        price=self.price, summary_tokens=summary_tokens, compact_price=self.compact_price,
+                        memory_updates=memory.calls, memory_input_tokens=memory.input_tokens,
+                        memory_cost_usd=memory.cost_usd if memory.cost_known else None)
 
     def forecast_reset(self) -> Forecast:
         """What ``reset`` will do: everything but the system prompt, memory files and tools goes."""
