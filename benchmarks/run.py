@@ -56,6 +56,7 @@ BENCHMARKS: dict[str, list[tuple[str, str]]] = {
         ("11a MCP stdio: 100 MB result", "<= 3× the time of 10 MB"),
         ("11b MCP stdio: 100 MB result, RSS", "< 300 MB"),
     ],
+    "bench_memory_updates": [("12 session memory updates' input", "<= 0.2× the main requests' input")],
 }
 
 _MARKER = "@@BENCH-RESULTS@@"
