@@ -727,6 +727,8 @@ class ContextEngine:
 
     def _after_replace(self, old_history: list[Message], reason: str) -> None:
         """Keep what the features track about the history in step with a replacement."""
+        if self.config.memory_update_tokens > 0:
+            self._unseen(old_history)  # a resumed history replaced before any append: still unseen
         if reason in ("micro_compaction", "restore", "merge_user") and len(old_history) == len(self.history):
             # Same messages, some blocks changed: the memory still covers the same positions.
             # (A clearing leaves the unseen messages as they were sent: the memory sees the output.)
@@ -763,10 +765,13 @@ class ContextEngine:
             return
         self._memory_new_tokens = self._unseen().tokens()
 
-    def _unseen(self) -> UnseenMessages:
+    def _unseen(self, history_before: list[Message] | None = None) -> UnseenMessages:
+        """The unseen messages; at first use, the history (before a replacement being applied)."""
         if not self._memory_unseen_ready:
             self._memory_unseen_ready = True
-            self._memory_unseen.messages = list(self.history)
+            self._memory_unseen.messages = list(self.history if history_before is None else history_before)
+            if self.config.memory_update_tokens > 0:  # a resumed history: due at the next request
+                self._memory_new_tokens = self._memory_unseen.tokens()
         return self._memory_unseen
 
     def _in_history(self, message: Message | None) -> bool:
