@@ -324,3 +324,49 @@ def test_words_typed_into_a_message_the_memory_saw_still_reach_it() -> None:
     unseen = UnseenMessages([results])
     unseen.merged(results, merged)
     assert unseen.batch(10_000) == [merged]
+
+
+async def test_a_result_cleared_while_an_update_runs_keeps_the_memory_usable() -> None:
+    """Guard of the old behaviour through the new bookkeeping: an update's last message
+    cleared (same position, new blocks) while the update runs still counts as covered, so a
+    compaction from the memory stays possible; the next update then sends only what came after."""
+    import asyncio
+
+    from app.context.engine import ContextEngine, EngineConfig
+    from app.context.memory import MemoryBundle
+    from app.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+    from app.usage import Usage
+
+    engine = ContextEngine(system_prompt="system", memory=MemoryBundle([]), tools=[],
+                           config=EngineConfig(window=100_000, budget=0, memory_update_tokens=50))
+    engine.append(Message.typed_by_user("USERWORDS read a"))
+    engine.append(Message(role="assistant", content=[ToolUseBlock(id="c1", name="read_file", input={"path": "a"})]))
+    engine.append(Message(role="user", content=[ToolResultBlock(tool_use_id="c1", content="OUT-001 " * 100)]))
+    release = asyncio.Event()
+    sent: list[Any] = []
+
+    async def summarize(request: Any) -> tuple[Message, Usage]:
+        sent.append(request)
+        await release.wait()
+        return Message.assistant_text(f"memory-v{len(sent)}"), Usage(input_tokens=10, output_tokens=2)
+
+    engine.memory_summarize = summarize
+    await engine.before_request(summarize)
+    for _ in range(100):  # the update is a task beside the turn: let it reach the server call
+        if sent:
+            break
+        await asyncio.sleep(0)
+    assert len(sent) == 1, "the first update did not start"
+    cleared = engine.history[-1].copy_with([ToolResultBlock(tool_use_id="c1", content="[cleared]")])
+    engine._replace([*engine.history[:-1], cleared], "micro_compaction")
+    release.set()
+    await engine.wait_memory_update()
+    assert engine.session_memory.covered_index(engine.history) == len(engine.history)
+
+    engine.append(Message(role="assistant", content=[TextBlock(text="SAID-002 " * 40)]))
+    engine.append(Message.typed_by_user("USERWORDS-2 go on"))
+    await engine.before_request(summarize)
+    await engine.wait_memory_update()
+    assert len(sent) == 2, "the second update did not start"
+    text = " ".join(m.text for m in sent[1].messages)
+    assert "SAID-002" in text and "memory-v1" in text and "OUT-001" not in text and "read a" not in text

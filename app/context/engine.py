@@ -699,9 +699,9 @@ class ContextEngine:
         # (which part the memory file covers is not known).
         self._memory_unseen = UnseenMessages()
         self._memory_unseen_ready = False
-        # While an update runs: message replaced (a clearing, a restore) → its new version, so the
-        # update's last message is still found in the history (keys: ids of live messages).
-        self._memory_replaced: dict[int, Message] = {}
+        # The running update's last message as the history holds it now (a clearing or a restore
+        # replaces a message with a new version), so its coverage is found when it ends.
+        self._memory_batch_last: Message | None = None
         self._pinned: set[str] = set()  # restored results, kept through the next request
         self._cached_prefix = 0  # prompt-cache tokens of the last main request
         self._summary_sizes: list[int] = []
@@ -739,10 +739,11 @@ class ContextEngine:
             if merged and covered == len(old_history):
                 covered -= 1  # what the user typed into the last message is not covered yet
             self.session_memory.covered = self.history[covered - 1] if covered else None
-            if not merged:
+            if not merged and self._memory_batch_last is not None:
                 for old, new in zip(old_history, self.history):
-                    if old is not new:
-                        self._memory_replaced[id(old)] = new
+                    if old is self._memory_batch_last:
+                        self._memory_batch_last = new
+                        break
         else:
             if reason != "memory_compaction" and not self._in_history(self.session_memory.covered):
                 self.session_memory.covered = None
@@ -796,7 +797,7 @@ class ContextEngine:
         batch = self._unseen().batch(max(self.config.memory_update_tokens, self.config.window // 2))
         if not batch:
             return
-        self._memory_replaced = {}
+        self._memory_batch_last = batch[-1]
         self._memory_task = asyncio.get_running_loop().create_task(
             self._update_memory(self._memory_caller(summarize), batch))
 
@@ -835,17 +836,13 @@ class ContextEngine:
                 reason=str(err) or type(err).__name__))
             # Wait for another full interval before retrying (no retry storm on a failing server).
             self._memory_new_tokens = 0
+            self._memory_batch_last = None  # its messages stay unseen: the next update sends them
             return
         self._memory_unseen.seen(batch)
         # The batch's last message, if the live history still holds it: everything before it
         # there is seen (or a summary of what was). Else (compacted away since) the coverage is
         # unknown and the memory waits for its next update.
-        last = batch[-1]
-        for _ in range(len(self._memory_replaced)):
-            if id(last) not in self._memory_replaced:
-                break
-            last = self._memory_replaced[id(last)]
-        self._memory_replaced = {}
+        last, self._memory_batch_last = self._memory_batch_last, None
         self.session_memory.save(text, last if self._in_history(last) else None)
         self._recount_memory_tokens()
         self._deferred.append(SessionMemoryEvent(
