@@ -435,7 +435,9 @@ class AgentSession:
             cache_tokens_invalidated=planned.cache_tokens_invalidated,
             next_request_cost_before_usd=planned.next_request_cost_before_usd,
             next_request_cost_after_usd=planned.next_request_cost_after_usd,
-            operation_cost_usd=planned.operation_cost_usd, model_call=planned.model_call))
+            operation_cost_usd=planned.operation_cost_usd, model_call=planned.model_call,
+            memory_updates=planned.memory_updates, memory_input_tokens=planned.memory_input_tokens,
+            memory_cost_usd=planned.memory_cost_usd))
 
     def _preview_restore(self, call_id: str) -> None:
         from app.context.engine import RestoreError

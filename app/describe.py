@@ -220,13 +220,21 @@ def _report(e: "ev.ReportEvent") -> Line:
                     f"cumulative input {c.cumulative_input:,} (cached {c.cumulative_cached:,}"
                     f"{cached_share(c.cumulative_cached, c.cumulative_input)}), "
                     f"output {c.cumulative_output:,}{reasoning_share(c.cumulative_reasoning)}, "
-                    f"~${c.cost_usd:.4f} (compaction ${c.compact_cost_usd:.4f})")
+                    f"~${c.cost_usd:.4f} (compaction ${c.compact_cost_usd:.4f})" + _memory_usage(c))
     parts = ", ".join(f"{k} {v:,}" for k, v in c.breakdown.items())
     exact = f"{c.exact_tokens:,}" if c.exact_tokens is not None else "none yet"
     return Line("info",
                 f"context ~{c.projected_tokens:,} tokens (exact {exact} + ~{c.estimated_tokens:,} since); "
                 f"warning {t.warning_line:,}, auto-compact {t.auto_compact_line:,}, blocking {t.blocking_line:,}, "
                 f"window {t.window:,}; by part: {parts}")
+
+
+def _memory_usage(c: "ev.ContextEvent") -> str:
+    """The session memory's updates, apart (issue 27), and the setting that turns them off."""
+    if not c.memory_updates:
+        return ""
+    return (f"; session memory {plural(c.memory_updates, 'update')}: input {c.memory_input_tokens:,}, "
+            f"${c.memory_cost_usd:.4f} (memory_update_tokens = 0 turns them off)")
 
 
 def reasoning_share(reasoning: int) -> str:
@@ -297,6 +305,10 @@ def forecast_text(e: "ev.ForecastEvent") -> str:
         lines.append(f"calls the model to write the summary{cost}")
     else:
         lines.append("no model call")
+    if e.kind == "compact" and e.memory_updates:
+        cost = f", ~${e.memory_cost_usd:.4f}" if e.memory_cost_usd else ""
+        lines.append(f"session memory so far: {plural(e.memory_updates, 'background update')}, "
+                     f"{e.memory_input_tokens:,} input tokens{cost} (memory_update_tokens = 0 turns them off)")
     return "\n".join(lines)
 
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, Field, TypeAdapter, model_validator
 
-AgentName = Literal["main", "compact", "sub"]  # sub: a task tool's sub-agent
+AgentName = Literal["main", "compact", "sub", "memory"]  # sub: a task tool's sub-agent; memory: the session memory's updates
 AgentState = Literal["starting", "idle", "streaming", "tool", "compacting", "waiting_approval", "retrying",
                      "interrupting"]
 PointKind = Literal["call", "compaction", "prune", "reset", "memory", "server"]  # memory/server: compactions from the session memory / by the provider
@@ -125,6 +125,10 @@ class ContextEvent(BaseModel):
     cumulative_reasoning: int = 0  # of cumulative_output: reasoning the servers reported
     cost_usd: float = 0.0
     compact_cost_usd: float = 0.0
+    # issue 27: the session memory's background updates, apart (also counted in the totals above)
+    memory_updates: int = 0
+    memory_input_tokens: int = 0
+    memory_cost_usd: float = 0.0
     # Figures from a usage update inside a stream (the prompt size, known before the call ends).
     live: bool = False
     # Tokens the deferred tool definitions save on every request (issue 16; 0: none deferred).
@@ -280,7 +284,7 @@ class ResultEvent(BaseModel):
     num_turns: int = 0  # model replies of the main agent in this run
     total_cost_usd: float | None = None  # None: no call of the run had a known price
     usage: TokenTotals = Field(default_factory=TokenTotals)
-    # "main", "compact" (compaction and the session memory) and "sub" (the task tool's agents)
+    # "main", "compact" (compaction), "sub" (the task tool's agents) and "memory" (the session memory's updates)
     usage_by_agent: dict[str, TokenTotals] = Field(default_factory=dict)
     permission_denials: list[PermissionDenial] = Field(default_factory=list)
 
@@ -509,6 +513,10 @@ class ForecastEvent(BaseModel):
     next_request_cost_after_usd: float | None = None
     operation_cost_usd: float | None = None  # the summary call itself
     model_call: bool = True
+    # issue 27: what the session memory's background updates cost so far (0 updates: off or none yet)
+    memory_updates: int = 0
+    memory_input_tokens: int = 0
+    memory_cost_usd: float | None = None
 
 
 class RestorePreviewEvent(BaseModel):

@@ -57,6 +57,7 @@ BENCHMARKS: dict[str, list[tuple[str, str]]] = {
         ("11b MCP stdio: 100 MB result, RSS", "< 300 MB"),
     ],
     "bench_headless": [("12 one-turn headless run", "<= 2.5× import httpx, pydantic")],
+    "bench_memory_updates": [("13 session memory updates' input", "<= 0.2× the main requests' input")],
 }
 
 _MARKER = "@@BENCH-RESULTS@@"

@@ -38,8 +38,9 @@ async def test_summarize_the_project_compacts_from_the_session_memory(tmp_path: 
     first = compactions[0]
     assert first.tokens_after < agent.engine.thresholds.warning_line <= first.tokens_before
     assert first.messages_after > 1  # the memory plus the latest messages verbatim
-    # no summary was asked for: every compaction-ledger call is a memory update
-    assert sum(1 for u in events.of("usage") if u.agent == "compact") == len(memory)
+    # no summary was asked for: no compaction call, and every memory-ledger call is a memory update
+    assert sum(1 for u in events.of("usage") if u.agent == "memory") == len(memory)
+    assert not any(u.agent == "compact" for u in events.of("usage"))
     notice = next(line for line in events.lines() if "from the session memory" in line)
     assert "no model call" in notice and "audit" in notice  # the audit reports on the memory too
     reads = [e.input["path"] for e in events.of("tool_start") if e.name == "read_file"]

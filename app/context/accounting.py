@@ -349,7 +349,8 @@ class AgentTotals:
 
 @dataclass
 class Ledger:
-    """Cumulative usage by agent ("main", "compact"), kept across resets."""
+    """Cumulative usage by agent ("main", "compact", "memory": the session memory's updates),
+    kept across resets."""
 
     agents: dict[str, AgentTotals] = field(default_factory=dict)
 
@@ -389,6 +390,11 @@ class Ledger:
     @property
     def compact_cost_usd(self) -> float:
         return self.get("compact").cost_usd
+
+    @property
+    def memory(self) -> AgentTotals:
+        """The session memory's background updates (issue 27: a line of their own)."""
+        return self.get("memory")
 
     def to_dict(self) -> dict[str, Any]:
         return {name: vars(t).copy() for name, t in self.agents.items()}

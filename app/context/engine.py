@@ -37,6 +37,7 @@ from app.context.session_memory import (
     MEMORY_FILE_NAME,
     MEMORY_INTRO,
     SessionMemory,
+    UnseenMessages,
     build_memory_request,
     safe_cut,
 )
@@ -226,9 +227,10 @@ class ContextEngine:
         if message.role == "assistant" and _server_compaction_in(message):
             self._install_server_compaction(message)
             return
-        self.history.append(message)
         if self.config.memory_update_tokens > 0:
+            self._unseen().add(message)  # before the append: a resumed history is unseen too
             self._memory_new_tokens += estimate_message(message)
+        self.history.append(message)
         if message.role == "assistant":
             self.last_assistant_at = self.clock()
         if self.transcript is not None:
@@ -264,7 +266,8 @@ class ContextEngine:
 
     # ---- accounting ----
 
-    def record_usage(self, agent: Literal["main", "compact"], usage: Usage, model_price: Price | None) -> UsageEvent:
+    def record_usage(self, agent: Literal["main", "compact", "memory"], usage: Usage,
+                     model_price: Price | None) -> UsageEvent:
         cost = cost_usd(usage, model_price) if model_price is not None and usage.known else None
         self.ledger.add(agent, usage, cost)
         check = None
@@ -285,7 +288,7 @@ class ContextEngine:
             cost_usd=cost,
             reasoning_tokens=usage.reasoning_tokens,
         )
-        if agent == "compact" and self._in_background():
+        if agent != "main" and self._in_background():
             self._deferred.append(event)  # a background memory update: shown at the next step
         else:
             self.emit(event)
@@ -316,6 +319,9 @@ class ContextEngine:
             cumulative_reasoning=total.reasoning_tokens,
             cost_usd=total.cost_usd,
             compact_cost_usd=self.ledger.compact_cost_usd,
+            memory_updates=self.ledger.memory.calls,
+            memory_input_tokens=self.ledger.memory.input_tokens,
+            memory_cost_usd=self.ledger.memory.cost_usd,
             tool_tokens_saved=self.tool_tokens_saved(),
         )
 
@@ -687,8 +693,15 @@ class ContextEngine:
         memory_path = (self.tool_results_dir.parent / MEMORY_FILE_NAME) if self.tool_results_dir else None
         self.session_memory = SessionMemory.load(memory_path)
         self._memory_task: asyncio.Task[None] | None = None
-        self._memory_new_tokens = 0  # tokens of the live history the memory does not cover
-        self._generation = 0  # bumped when the history is rebuilt (compaction, drop, reset)
+        self._memory_new_tokens = 0  # tokens of the messages the memory has not seen
+        # The messages the memory has not seen (issue 27: an update sends only these). Filled
+        # from the history at first use, which after a resume is the whole restored history
+        # (which part the memory file covers is not known).
+        self._memory_unseen = UnseenMessages()
+        self._memory_unseen_ready = False
+        # The running update's last message as the history holds it now (a clearing or a restore
+        # replaces a message with a new version), so its coverage is found when it ends.
+        self._memory_batch_last: Message | None = None
         self._pinned: set[str] = set()  # restored results, kept through the next request
         self._cached_prefix = 0  # prompt-cache tokens of the last main request
         self._summary_sizes: list[int] = []
@@ -714,19 +727,32 @@ class ContextEngine:
 
     def _after_replace(self, old_history: list[Message], reason: str) -> None:
         """Keep what the features track about the history in step with a replacement."""
+        if self.config.memory_update_tokens > 0:
+            self._unseen(old_history)  # a resumed history replaced before any append: still unseen
         if reason in ("micro_compaction", "restore", "merge_user") and len(old_history) == len(self.history):
             # Same messages, some blocks changed: the memory still covers the same positions.
+            # (A clearing leaves the unseen messages as they were sent: the memory sees the output.)
             covered = self.session_memory.covered_index(old_history)
-            if covered:
-                self.session_memory.covered = self.history[covered - 1]
+            merged = reason == "merge_user" and bool(old_history) and old_history[-1] is not self.history[-1]
+            if merged and self.config.memory_update_tokens > 0:
+                self._unseen().merged(old_history[-1], self.history[-1])
+            if merged and covered == len(old_history):
+                covered -= 1  # what the user typed into the last message is not covered yet
+            self.session_memory.covered = self.history[covered - 1] if covered else None
+            if not merged and self._memory_batch_last is not None:
+                for old, new in zip(old_history, self.history):
+                    if old is self._memory_batch_last:
+                        self._memory_batch_last = new
+                        break
         else:
-            self._generation += 1
-            if reason != "memory_compaction":
+            if reason != "memory_compaction" and not self._in_history(self.session_memory.covered):
                 self.session_memory.covered = None
             if reason == "reset":
                 # A new conversation: the old memory must not seep into its first update.
                 if self._memory_task is not None and not self._memory_task.done():
                     self._memory_task.cancel()
+                self._memory_unseen.clear()
+                self._memory_unseen_ready = True
                 if self.session_memory.exists:
                     self.session_memory.save("", None)
         self._recount_memory_tokens()
@@ -738,8 +764,19 @@ class ContextEngine:
         if self.config.memory_update_tokens <= 0:
             self._memory_new_tokens = 0
             return
-        covered = self.session_memory.covered_index(self.history)
-        self._memory_new_tokens = estimate_messages(self.history[covered:])
+        self._memory_new_tokens = self._unseen().tokens()
+
+    def _unseen(self, history_before: list[Message] | None = None) -> UnseenMessages:
+        """The unseen messages; at first use, the history (before a replacement being applied)."""
+        if not self._memory_unseen_ready:
+            self._memory_unseen_ready = True
+            self._memory_unseen.messages = list(self.history if history_before is None else history_before)
+            if self.config.memory_update_tokens > 0:  # a resumed history: due at the next request
+                self._memory_new_tokens = self._memory_unseen.tokens()
+        return self._memory_unseen
+
+    def _in_history(self, message: Message | None) -> bool:
+        return message is not None and any(m is message for m in reversed(self.history))
 
     # ---- session memory ----
 
@@ -755,9 +792,14 @@ class ContextEngine:
             return
         if self._memory_new_tokens < self.config.memory_update_tokens:
             return
-        snapshot = list(self.history)
+        # Only what the memory has not seen, a bounded batch (after failed updates or a resume
+        # the rest follows in the next one).
+        batch = self._unseen().batch(max(self.config.memory_update_tokens, self.config.window // 2))
+        if not batch:
+            return
+        self._memory_batch_last = batch[-1]
         self._memory_task = asyncio.get_running_loop().create_task(
-            self._update_memory(self._memory_caller(summarize), snapshot, self._generation))
+            self._update_memory(self._memory_caller(summarize), batch))
 
     def _memory_caller(self, summarize: Summarize) -> Summarize:
         """The background call. The agent's ``summarize`` announces a "compacting" state
@@ -778,12 +820,12 @@ class ContextEngine:
 
         return quiet
 
-    async def _update_memory(self, summarize: Summarize, snapshot: list[Message], generation: int) -> None:
-        request = build_memory_request(self.system_text, snapshot, self.tools, self.session_memory.text or None,
+    async def _update_memory(self, summarize: Summarize, batch: list[Message]) -> None:
+        request = build_memory_request(self.system_text, batch, self.tools, self.session_memory.text or None,
                                        self.config.memory_max_output)
         try:
             message, usage = await summarize(request)
-            self.record_usage("compact", usage, self.compact_price)
+            self.record_usage("memory", usage, self.compact_price)
             text = extract_summary(message)
         except asyncio.CancelledError:
             raise
@@ -794,12 +836,14 @@ class ContextEngine:
                 reason=str(err) or type(err).__name__))
             # Wait for another full interval before retrying (no retry storm on a failing server).
             self._memory_new_tokens = 0
+            self._memory_batch_last = None  # its messages stay unseen: the next update sends them
             return
-        # The snapshot's last message, in today's history (blocks may have been cleared since;
-        # after a compaction the coverage is unknown and the memory waits for its next update).
-        covered = self.history[len(snapshot) - 1] if (
-            generation == self._generation and len(self.history) >= len(snapshot)) else None
-        self.session_memory.save(text, covered)
+        self._memory_unseen.seen(batch)
+        # The batch's last message, if the live history still holds it: everything before it
+        # there is seen (or a summary of what was). Else (compacted away since) the coverage is
+        # unknown and the memory waits for its next update.
+        last, self._memory_batch_last = self._memory_batch_last, None
+        self.session_memory.save(text, last if self._in_history(last) else None)
         self._recount_memory_tokens()
         self._deferred.append(SessionMemoryEvent(
             ok=True, memory_tokens=count_tokens(self.session_memory.text),
@@ -911,9 +955,12 @@ class ContextEngine:
             self.accounting._sums.update(self.history)
             quoted = min(self.config.recent_user_budget, self.accounting._sums.by_part["user"])
             tokens_after = self._stable_prefix() + summary_tokens + quoted + 60
+        memory = self.ledger.memory
         return forecast(action, tokens_before=tokens_before, tokens_after=min(tokens_after, tokens_before),
                         cached_prefix=self._cached_prefix, stable_prefix=self._stable_prefix(),
-                        price=self.price, summary_tokens=summary_tokens, compact_price=self.compact_price)
+                        price=self.price, summary_tokens=summary_tokens, compact_price=self.compact_price,
+                        memory_updates=memory.calls, memory_input_tokens=memory.input_tokens,
+                        memory_cost_usd=memory.cost_usd if memory.cost_known else None)
 
     def forecast_reset(self) -> Forecast:
         """What ``reset`` will do: everything but the system prompt, memory files and tools goes."""

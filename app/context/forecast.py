@@ -34,6 +34,20 @@ class Forecast:
     next_request_cost_after_usd: float | None
     operation_cost_usd: float | None  # the compaction call itself (0 for a reset or a memory compaction)
     model_call: bool  # does it call the model?
+    # What the session memory's background updates cost so far (issue 27): a compaction from
+    # the memory makes no call because these were paid for already. 0 updates: off or none yet.
+    memory_updates: int = 0
+    memory_input_tokens: int = 0
+    memory_cost_usd: float | None = None  # None: some update had no price or no usage
+
+    def memory_text(self) -> str:
+        """The memory's own spend, and the setting that turns it off ("" when there were no updates)."""
+        if not self.memory_updates:
+            return ""
+        cost = f", ~${self.memory_cost_usd:.4f}" if self.memory_cost_usd else ""
+        return (f"session memory so far: {self.memory_updates:,} background update"
+                f"{'' if self.memory_updates == 1 else 's'}, {self.memory_input_tokens:,} input tokens{cost} "
+                "(memory_update_tokens = 0 turns them off)")
 
     @property
     def tokens_freed(self) -> int:
@@ -52,6 +66,8 @@ class Forecast:
             parts.append(f"the summary call ~${self.operation_cost_usd:.4f}")
         elif not self.model_call:
             parts.append("no model call")
+        if self.action != "reset" and self.memory_text():
+            parts.append(self.memory_text())
         return "; ".join(parts)
 
 
@@ -66,13 +82,15 @@ def request_cost(tokens: int, cached_tokens: int, price: Price | None) -> float 
 
 def forecast(action: ForecastAction, *, tokens_before: int, tokens_after: int, cached_prefix: int,
              stable_prefix: int, price: Price | None, summary_tokens: int = 0,
-             compact_price: Price | None = None) -> Forecast:
+             compact_price: Price | None = None, memory_updates: int = 0, memory_input_tokens: int = 0,
+             memory_cost_usd: float | None = None) -> Forecast:
     """The figures for one action.
 
     ``cached_prefix``: prompt-cache tokens the last request read or wrote (0 when
     the provider reported none); ``stable_prefix``: tokens of what every request
     starts with (system prompt, memory files, tool definitions), which stay cached.
     ``summary_tokens``: the expected output of the compaction call (0: no call).
+    ``memory_*``: the session memory's updates so far, from the ledger (shown, not added in).
     """
     kept_cached = min(cached_prefix, stable_prefix)
     invalidated = max(0, cached_prefix - kept_cached)
@@ -87,4 +105,6 @@ def forecast(action: ForecastAction, *, tokens_before: int, tokens_after: int, c
             operation += summary_tokens * cp.rates_for(tokens_before).output_per_mtok / 1_000_000
     return Forecast(action=action, tokens_before=tokens_before, tokens_after=tokens_after,
                     cache_tokens_invalidated=invalidated, next_request_cost_before_usd=before,
-                    next_request_cost_after_usd=after, operation_cost_usd=operation, model_call=model_call)
+                    next_request_cost_after_usd=after, operation_cost_usd=operation, model_call=model_call,
+                    memory_updates=memory_updates, memory_input_tokens=memory_input_tokens,
+                    memory_cost_usd=memory_cost_usd)

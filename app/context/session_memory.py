@@ -7,19 +7,25 @@ context later reaches the auto-compact line and the memory is up to date, the
 compaction needs no model call: the memory replaces the history it covers and
 the most recent messages stay verbatim.
 
-This module holds the pure parts: the update request, the file, and where a
-compaction may cut (never between a tool call and its result).
+Updates are incremental (issue 27): a request carries the memory so far and only
+the messages it has not seen, so an update costs what is new, not the whole
+history. The engine keeps the unseen messages (``UnseenMessages``) in the order
+they were appended, as they were then: a compaction, a clearing or an overflow
+drop between two updates never hides one from the memory.
+
+This module holds the pure parts: the update request, the file, the unseen
+messages, and where a compaction may cut (never between a tool call and its result).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 from app.context import tokens as _tokens
-from app.context.compaction import COMPACT_PROMPT, build_compaction_request
-from app.messages import Message, TextBlock, ToolSpec
+from app.context.compaction import COMPACT_PROMPT, build_compaction_request, build_summary_history
+from app.messages import ContentBlock, Message, TextBlock, ToolResultBlock, ToolSpec
 from app.private_files import read_private, write_private_atomic
 from app.providers.base import ModelRequest
 from app.redact import redact
@@ -34,30 +40,127 @@ MEMORY_INTRO = ("This is the session memory: a running summary of the earlier pa
                 "kept up to date while it went on and put here because the context grew too long.")
 
 
+# Where the memory so far stands in an update request: the head of the conversation it is
+# sent with, framed as the summary a memory compaction installs (one shape for both).
+MEMORY_SO_FAR_INTRO = ("This is the session memory as it stands: a running summary of the conversation "
+                       "up to the messages that follow it, which it does not cover yet.")
+# Where the update's first message is a model turn (no memory yet to stand before it).
+CONTINUED_NOTE = "[The conversation continues from an earlier part the session memory covers.]"
+EARLIER_RESULT_HEAD = "(the result of a tool call made before these messages)"
+
+
 def memory_prompt(current: str | None) -> str:
-    """The update instruction: the handoff prompt's sections, plus the memory so far."""
+    """The update instruction: the handoff prompt's sections; with a memory, update it from what is new."""
     sections = COMPACT_PROMPT.split("\n\n", 1)[1]  # "use exactly these sections", the list, the rules
-    text = (f"{MEMORY_PROMPT_HEAD} Update the session memory: a handoff summary of the whole conversation so far "
-            "that a successor could continue from if the earlier messages were removed.\n\n" + sections)
     if current and current.strip():
-        text += ("\n\nThe memory as it stands (keep what is still true, add what happened since, "
-                 f"drop what is obsolete):\n\n<memory>\n{current.strip()}\n</memory>")
-    return text
+        return (f"{MEMORY_PROMPT_HEAD} Update the session memory at the start of this conversation with "
+                "the messages after it, so it stays a handoff summary of the whole conversation so far "
+                "that a successor could continue from if the earlier messages were removed (keep what is "
+                "still true, add what happened since, drop what is obsolete).\n\n" + sections)
+    return (f"{MEMORY_PROMPT_HEAD} Update the session memory: a handoff summary of the whole conversation so far "
+            "that a successor could continue from if the earlier messages were removed.\n\n" + sections)
 
 
-def build_memory_request(system: str, history: Sequence[Message], tools: Sequence[ToolSpec],
-                         current: str | None, max_tokens: int) -> ModelRequest:
-    """The update call: the history (a copy) plus the instruction, tools present, tool choice none.
+def update_messages(new_messages: Sequence[Message], current: str | None) -> list[Message]:
+    """The conversation an update is sent: the memory so far, then the messages it has not seen.
 
-    The same prefix as the main requests, so a provider's prompt cache serves most of it.
+    The messages may start anywhere in the conversation: a tool result whose call the memory
+    already covers is sent as text (a result without its call is an invalid request for
+    every protocol), and the first message is a user one, as every protocol wants.
     """
-    request = build_compaction_request(system, history, tools, None, max_tokens)
+    messages = list(new_messages)
+    if not messages:
+        raise ValueError("a memory update needs at least one new message")
+    first = messages[0]
+    if first.role == "user" and first.tool_results:
+        messages[0] = first.copy_with([_as_text(b) for b in first.content])
+    head: list[ContentBlock] = []
+    if current and current.strip():
+        head = list(build_summary_history(f"{MEMORY_SO_FAR_INTRO}\n\n{current.strip()}", [])[0].content)
+    elif messages[0].role != "user":
+        head = [TextBlock(text=CONTINUED_NOTE)]
+    if not head:
+        return messages
+    if messages[0].role == "user":
+        messages[0] = messages[0].copy_with([*head, *messages[0].content])
+        return messages
+    return [Message(role="user", content=head), *messages]
+
+
+def _as_text(block: ContentBlock) -> ContentBlock:
+    if not isinstance(block, ToolResultBlock):
+        return block
+    status = " (an error)" if block.is_error else ""
+    return TextBlock(text=f"{EARLIER_RESULT_HEAD}{status}\n{block.content}")
+
+
+def build_memory_request(system: str, new_messages: Sequence[Message], tools: Sequence[ToolSpec],
+                         current: str | None, max_tokens: int) -> ModelRequest:
+    """The update call: the memory so far, the messages it has not seen, then the instruction;
+    tools present, tool choice none.
+
+    The system prompt and the tools are the main requests' own, so a provider's prompt cache
+    serves that prefix; the history is not resent (its part of the prefix would be read from
+    the cache at a tenth of the price, but it grows with every turn).
+    """
+    request = build_compaction_request(system, update_messages(new_messages, current), tools, None, max_tokens)
     last = request.messages[-1]
     blocks = list(last.content)
     # build_compaction_request put the compaction instruction last: put ours in its place.
     blocks[-1] = TextBlock(text=memory_prompt(current))
     request.messages[-1] = last.copy_with(blocks)
     return request
+
+
+@dataclass
+class UnseenMessages:
+    """The messages the memory has not seen, oldest first, as they were when appended.
+
+    Kept apart from the live history so that what a compaction, a clearing or an overflow
+    drop takes out of the context before the next update still reaches the memory.
+    """
+
+    messages: list[Message] = field(default_factory=list)
+
+    def add(self, message: Message) -> None:
+        self.messages.append(message)
+
+    def merged(self, old: Message, new: Message) -> None:
+        """``new`` is ``old`` with blocks appended (the user typed after an interrupted turn):
+        a message not yet seen is replaced; one already seen is followed by just what was added."""
+        for i in range(len(self.messages) - 1, -1, -1):
+            if self.messages[i] is old:
+                self.messages[i] = new
+                return
+        added = new.content[len(old.content):]
+        if added:
+            self.messages.append(new.copy_with(added))
+
+    def batch(self, max_tokens: int) -> list[Message]:
+        """The next update's messages: from the oldest, within ``max_tokens`` where the
+        messages allow, ending after a user message (never between a tool call and its result)."""
+        end = 0
+        tokens = 0
+        for i, message in enumerate(self.messages):
+            tokens += _tokens.estimate_message(message)
+            if message.role == "user":
+                if end and tokens > max_tokens:
+                    break
+                end = i + 1
+        return self.messages[:end] if end else list(self.messages)
+
+    def seen(self, sent: Sequence[Message]) -> None:
+        """The memory now covers ``sent`` (the leading messages of an earlier ``batch``)."""
+        n = 0
+        while n < len(sent) and n < len(self.messages) and self.messages[n] is sent[n]:
+            n += 1
+        del self.messages[:n]
+
+    def clear(self) -> None:
+        self.messages.clear()
+
+    def tokens(self) -> int:
+        return _tokens.estimate_messages(self.messages)
 
 
 @dataclass
