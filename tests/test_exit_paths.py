@@ -213,19 +213,75 @@ def test_kill_9_of_the_session_process_ends_its_tools_and_mcp_servers_and_the_da
         term.close()
 
 
-def test_kill_9_of_headless_tidegauge_kills_the_running_tool_command(tmp_path, fake_llm) -> None:
-    """Nothing of tidegauge runs after a SIGKILL: the kernel ends the command it was running
-    (PR_SET_PDEATHSIG). What that command had put in the background, and MCP servers' own
-    children, have nobody left to end them (the dashboard's session process has: above)."""
+WATCHDOG = "app/watchdog.py"
+TOKEN_ENV = "TIDEGAUGE_RUN_TOKEN"
+
+
+def _same_user_process(env: dict[str, str]) -> psutil.Process:
+    """A process of this user, outside tidegauge's tree, with ``env`` as its whole environment."""
+    started = subprocess.Popen(["sleep", "1003"], env={"PATH": os.environ["PATH"], **env},
+                               start_new_session=True)
+    return psutil.Process(started.pid)
+
+
+def test_kill_9_of_headless_tidegauge_ends_everything_it_started_and_only_that(tmp_path, fake_llm) -> None:
+    """The OOM killer's path: nothing of tidegauge runs after it, so the watchdog ends every
+    process carrying this run's token (the tool's background, setsid too, the MCP server and
+    its child) and then itself. A process of the same user with another token, a token that
+    only starts like this one, the token under another name, or none, is never touched."""
     _script_the_model(fake_llm)
-    proc = _headless(tmp_path, fake_llm, mcp=False)  # no server: its children could not be ended anyway
+    proc = _headless(tmp_path, fake_llm)
     tree: list[psutil.Process] = []
+    bystanders: list[psutil.Process] = []
     try:
-        tree = _started_tree(proc.pid, ("sleep 1000", "sleep 1001", "sleep 1002"))
-        tool = next(p for p in tree if _cmdline(p) == "sleep 1002")
+        tree = _started_tree(proc.pid)
+        cmdlines = [_cmdline(p) for p in tree]
+        token = next(p for p in tree if _cmdline(p) == "sleep 1001").environ().get(TOKEN_ENV, "")
+        bystanders = [_same_user_process({TOKEN_ENV: "0" * 32}), _same_user_process({TOKEN_ENV: token + "0"}),
+                      _same_user_process({TOKEN_ENV: token[:-1]}), _same_user_process({"OTHER": token}),
+                      _same_user_process({})]
         proc.kill()
         proc.wait(timeout=WAIT_S)
-        _poll(lambda: _gone(tool), lambda: f"the tool's command {tool.pid} outlived tidegauge")
+        _assert_all_end(tree)  # the watchdog among them: it exits once done
+        assert any(line.endswith(WATCHDOG) for line in cmdlines), cmdlines
+        assert len(token) == 32, f"no run token in the tool's environment: {token!r}"
+        alive = [(p.pid, p.environ()) for p in bystanders if not _gone(p)]
+        assert len(alive) == len(bystanders), f"a process without this run's exact token was killed: {alive}"
+        stdout, stderr = proc.communicate(timeout=WAIT_S)
+        assert token.encode() not in stdout + stderr  # the token is never printed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for process in tree + bystanders:
+            if not _gone(process):
+                process.kill()
+
+
+def test_a_normal_headless_exit_leaves_no_watchdog_and_no_process(tmp_path, fake_llm) -> None:
+    fifo = tmp_path / "go"
+    os.mkfifo(fifo)
+    fake_llm.enqueue(openai_tool_calls([("run_bash", {"command": f"sleep 1000 & read go < {fifo}", "timeout": 600},
+                                         "call_wait")]), openai_text("done"))
+    proc = _headless(tmp_path, fake_llm, mcp=False)
+    tree: list[psutil.Process] = []
+    try:
+        tree = _started_tree(proc.pid, ("sleep 1000", WATCHDOG))
+        writer: list[int] = []
+
+        def command_reads() -> bool:  # never a blocking open: tidegauge may have died instead
+            with contextlib.suppress(OSError):  # ENXIO: the command has not opened it yet
+                writer.append(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            return bool(writer) or proc.poll() is not None
+
+        _poll(command_reads, lambda: "the command never opened its fifo")
+        assert writer, f"tidegauge ended early: {proc.communicate()}"
+        os.write(writer[0], b"go\n")  # the command ends, the model answers, tidegauge exits
+        os.close(writer[0])
+        stdout, stderr = proc.communicate(timeout=WAIT_S)
+        assert proc.returncode == 0, stderr.decode(errors="replace")
+        assert b"done" in stdout
+        _assert_all_end(tree)
     finally:
         if proc.poll() is None:
             proc.kill()
