@@ -23,15 +23,13 @@ this user may not read (a setuid program), or another user's.
 
 from __future__ import annotations
 
+# Only what the watchdog itself needs at module level: it starts on every headless run.
 import os
-import re
 import signal
-import subprocess
 import sys
-from pathlib import Path
 
 RUN_TOKEN_ENV = "TIDEGAUGE_RUN_TOKEN"
-_TOKEN = re.compile(r"[0-9a-f]{32}")
+_TOKEN_LENGTH = 32  # secrets.token_hex(16)
 _MAX_TOKEN_LINE = 64
 
 # The write end of the pipe, held (never written after the token) until this process ends.
@@ -55,6 +53,7 @@ def start_watchdog() -> int | None:
     if _pipe_to_watchdog is not None or not sys.platform.startswith("linux"):
         return None
     import secrets
+    import subprocess
 
     from app.tools import proctree
 
@@ -65,7 +64,7 @@ def start_watchdog() -> int | None:
     env = {k: v for k, v in os.environ.items() if k != RUN_TOKEN_ENV}
     try:
         # -I -S: no site-packages, no PYTHON* variables, no cwd on the path (~10 ms, not ~40).
-        watchdog = subprocess.Popen([sys.executable, "-I", "-S", str(Path(__file__).resolve())],
+        watchdog = subprocess.Popen([sys.executable, "-I", "-S", os.path.realpath(__file__)],
                                     stdin=read_end, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                     env=env, cwd="/", start_new_session=True)
     except OSError:
@@ -88,7 +87,7 @@ def _read_token(fd: int) -> str | None:
             return None
         line += chunk
     token = line.strip().decode("ascii", errors="replace")
-    return token if _TOKEN.fullmatch(token) else None
+    return token if len(token) == _TOKEN_LENGTH and set(token) <= set("0123456789abcdef") else None
 
 
 def watch(fd: int = 0) -> int:
@@ -108,5 +107,5 @@ def watch(fd: int = 0) -> int:
 
 if __name__ == "__main__":
     # Started as a file with -I -S: the package is found from here, nothing else is on the path.
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
     sys.exit(watch())

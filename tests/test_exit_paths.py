@@ -5,7 +5,7 @@ fake LLM, or the dashboard on a pseudo-terminal with its session process), an MC
 server from config.toml that starts a child of its own (tests/mcp_servers/process_tree.py),
 and a model that runs ``sleep 1000 & setsid sleep 1001 & exec sleep 1002``. Once all of
 them run, the test ends tidegauge one way (a signal, a key, kill -9 of the session
-process or of the dashboard) and waits, bounded, until every process recorded is gone.
+process, of the dashboard or of headless tidegauge) and waits, bounded, until every process recorded is gone.
 """
 
 from __future__ import annotations
@@ -224,7 +224,9 @@ def _same_user_process(env: dict[str, str]) -> psutil.Process:
     return psutil.Process(started.pid)
 
 
-def test_kill_9_of_headless_tidegauge_ends_everything_it_started_and_only_that(tmp_path, fake_llm) -> None:
+@pytest.mark.parametrize("kill", [lambda proc: proc.kill(), lambda proc: os.killpg(proc.pid, signal.SIGKILL)],
+                         ids=["the process", "its process group"])
+def test_kill_9_of_headless_tidegauge_ends_everything_it_started_and_only_that(tmp_path, fake_llm, kill) -> None:
     """The OOM killer's path: nothing of tidegauge runs after it, so the watchdog ends every
     process carrying this run's token (the tool's background, setsid too, the MCP server and
     its child) and then itself. A process of the same user with another token, a token that
@@ -240,7 +242,7 @@ def test_kill_9_of_headless_tidegauge_ends_everything_it_started_and_only_that(t
         bystanders = [_same_user_process({TOKEN_ENV: "0" * 32}), _same_user_process({TOKEN_ENV: token + "0"}),
                       _same_user_process({TOKEN_ENV: token[:-1]}), _same_user_process({"OTHER": token}),
                       _same_user_process({})]
-        proc.kill()
+        kill(proc)
         proc.wait(timeout=WAIT_S)
         _assert_all_end(tree)  # the watchdog among them: it exits once done
         assert any(line.endswith(WATCHDOG) for line in cmdlines), cmdlines

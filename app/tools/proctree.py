@@ -42,7 +42,10 @@ import signal
 import sys
 import threading
 import uuid
-from typing import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Callable
 
 MARKER_ENV = "TIDEGAUGE_TOOL_RUN"
 _PR_SET_CHILD_SUBREAPER = 36
