@@ -247,6 +247,7 @@ def test_kill_9_of_headless_tidegauge_ends_everything_it_started_and_only_that(t
         _assert_all_end(tree)  # the watchdog among them: it exits once done
         assert any(line.endswith(WATCHDOG) for line in cmdlines), cmdlines
         assert len(token) == 32, f"no run token in the tool's environment: {token!r}"
+        assert not [line for line in cmdlines if token in line]  # ps shows every user's command lines
         alive = [(p.pid, p.environ()) for p in bystanders if not _gone(p)]
         assert len(alive) == len(bystanders), f"a process without this run's exact token was killed: {alive}"
         stdout, stderr = proc.communicate(timeout=WAIT_S)
@@ -291,3 +292,18 @@ def test_a_normal_headless_exit_leaves_no_watchdog_and_no_process(tmp_path, fake
         for process in tree:
             if not _gone(process):
                 process.kill()
+
+
+@pytest.mark.parametrize("said", [b"", b"\n", b"x" * 200 + b"\n", b"0" * 31 + b"\n", b"Z" * 32 + b"\n"],
+                         ids=["nothing", "an empty line", "a long line", "31 digits", "not hex"])
+def test_the_watchdog_told_no_token_kills_nothing(said) -> None:
+    """Whatever reaches its stdin other than a token (tidegauge died before it spoke), the watchdog
+    exits without a look: an empty token would match every ``TIDEGAUGE_RUN_TOKEN=`` entry."""
+    bystander = _same_user_process({TOKEN_ENV: ""})
+    try:
+        watchdog = subprocess.run([sys.executable, "-I", "-S", str(ROOT / WATCHDOG)], input=said,
+                                  capture_output=True, timeout=WAIT_S)
+        assert (watchdog.returncode, watchdog.stderr) == (2, b""), watchdog  # quietly: nobody reads it
+        assert not _gone(bystander)
+    finally:
+        bystander.kill()
