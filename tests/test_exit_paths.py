@@ -217,6 +217,21 @@ WATCHDOG = "app/watchdog.py"
 TOKEN_ENV = "TIDEGAUGE_RUN_TOKEN"
 
 
+def _end_what_is_left(proc: subprocess.Popen[bytes], recorded: list[psutil.Process]) -> None:
+    """A failed test leaves nothing running: what was recorded, and what runs below tidegauge
+    (recorded or not: the test may have failed before it could look)."""
+    below: list[psutil.Process] = []
+    with contextlib.suppress(psutil.Error):
+        below = psutil.Process(proc.pid).children(recursive=True)
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for process in recorded + below:
+        with contextlib.suppress(psutil.Error):
+            if not _gone(process):
+                process.kill()
+
+
 def _same_user_process(env: dict[str, str]) -> psutil.Process:
     """A process of this user, outside tidegauge's tree, with ``env`` as its whole environment."""
     started = subprocess.Popen(["sleep", "1003"], env={"PATH": os.environ["PATH"], **env},
@@ -253,12 +268,7 @@ def test_kill_9_of_headless_tidegauge_ends_everything_it_started_and_only_that(t
         stdout, stderr = proc.communicate(timeout=WAIT_S)
         assert token.encode() not in stdout + stderr  # the token is never printed
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for process in tree + bystanders:
-            if not _gone(process):
-                process.kill()
+        _end_what_is_left(proc, tree + bystanders)
 
 
 def test_a_normal_headless_exit_leaves_no_watchdog_and_no_process(tmp_path, fake_llm) -> None:
@@ -286,12 +296,7 @@ def test_a_normal_headless_exit_leaves_no_watchdog_and_no_process(tmp_path, fake
         assert b"done" in stdout
         _assert_all_end(tree)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for process in tree:
-            if not _gone(process):
-                process.kill()
+        _end_what_is_left(proc, tree)
 
 
 @pytest.mark.parametrize("said", [b"", b"\n", b"x" * 200 + b"\n", b"0" * 31 + b"\n", b"Z" * 32 + b"\n"],
