@@ -241,8 +241,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _end_everything_with_tidegauge() -> None:
     """Headless: every process this run starts (tools, MCP servers, their children) ends with it,
-    also on SIGTERM or SIGHUP (closing the terminal), and on a kill -9 (``app/watchdog.py``). Only in tidegauge's own process: a program
-    that calls ``main`` keeps its own children and signals."""
+    also on SIGTERM or SIGHUP (closing the terminal), and on a kill -9 (``app/watchdog.py``).
+    Only in tidegauge's own process: a program that calls ``main`` keeps its own children and signals."""
     import signal
 
     from app.process_exit import end_everything_on, is_the_tidegauge_process
