@@ -242,8 +242,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _end_everything_with_tidegauge() -> None:
     """Headless: every process this run starts (tools, MCP servers, their children) ends with it,
-    also on SIGTERM or SIGHUP (closing the terminal). Only in tidegauge's own process: a program
-    that calls ``main`` keeps its own children and signals."""
+    also on SIGTERM or SIGHUP (closing the terminal), and on a kill -9 (``app/watchdog.py``).
+    Only in tidegauge's own process: a program that calls ``main`` keeps its own children and signals."""
     import signal
 
     from app.process_exit import end_everything_on, is_the_tidegauge_process
@@ -251,9 +251,11 @@ def _end_everything_with_tidegauge() -> None:
     if not is_the_tidegauge_process():
         return
     from app.tools import proctree
+    from app.watchdog import start_watchdog
 
     proctree.claim_every_descendant()
     end_everything_on(signal.SIGTERM, signal.SIGHUP)
+    start_watchdog()  # and on a kill -9, which leaves no time: the watchdog ends them
 
 
 def _skip_httpx_command_line() -> None:

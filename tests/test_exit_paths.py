@@ -5,7 +5,7 @@ fake LLM, or the dashboard on a pseudo-terminal with its session process), an MC
 server from config.toml that starts a child of its own (tests/mcp_servers/process_tree.py),
 and a model that runs ``sleep 1000 & setsid sleep 1001 & exec sleep 1002``. Once all of
 them run, the test ends tidegauge one way (a signal, a key, kill -9 of the session
-process or of the dashboard) and waits, bounded, until every process recorded is gone.
+process, of the dashboard or of headless tidegauge) and waits, bounded, until every process recorded is gone.
 """
 
 from __future__ import annotations
@@ -213,23 +213,102 @@ def test_kill_9_of_the_session_process_ends_its_tools_and_mcp_servers_and_the_da
         term.close()
 
 
-def test_kill_9_of_headless_tidegauge_kills_the_running_tool_command(tmp_path, fake_llm) -> None:
-    """Nothing of tidegauge runs after a SIGKILL: the kernel ends the command it was running
-    (PR_SET_PDEATHSIG). What that command had put in the background, and MCP servers' own
-    children, have nobody left to end them (the dashboard's session process has: above)."""
-    _script_the_model(fake_llm)
-    proc = _headless(tmp_path, fake_llm, mcp=False)  # no server: its children could not be ended anyway
-    tree: list[psutil.Process] = []
-    try:
-        tree = _started_tree(proc.pid, ("sleep 1000", "sleep 1001", "sleep 1002"))
-        tool = next(p for p in tree if _cmdline(p) == "sleep 1002")
+WATCHDOG = "app/watchdog.py"
+TOKEN_ENV = "TIDEGAUGE_RUN_TOKEN"
+
+
+def _end_what_is_left(proc: subprocess.Popen[bytes], recorded: list[psutil.Process]) -> None:
+    """A failed test leaves nothing running: what was recorded, and what runs below tidegauge
+    (recorded or not: the test may have failed before it could look)."""
+    below: list[psutil.Process] = []
+    with contextlib.suppress(psutil.Error):
+        below = psutil.Process(proc.pid).children(recursive=True)
+    if proc.poll() is None:
         proc.kill()
-        proc.wait(timeout=WAIT_S)
-        _poll(lambda: _gone(tool), lambda: f"the tool's command {tool.pid} outlived tidegauge")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for process in tree:
+        proc.wait()
+    for process in recorded + below:
+        with contextlib.suppress(psutil.Error):
             if not _gone(process):
                 process.kill()
+
+
+def _same_user_process(env: dict[str, str]) -> psutil.Process:
+    """A process of this user, outside tidegauge's tree, with ``env`` as its whole environment."""
+    started = subprocess.Popen(["sleep", "1003"], env={"PATH": os.environ["PATH"], **env},
+                               start_new_session=True)
+    return psutil.Process(started.pid)
+
+
+@pytest.mark.parametrize("kill", [lambda proc: proc.kill(), lambda proc: os.killpg(proc.pid, signal.SIGKILL)],
+                         ids=["the process", "its process group"])
+def test_kill_9_of_headless_tidegauge_ends_everything_it_started_and_only_that(tmp_path, fake_llm, kill) -> None:
+    """The OOM killer's path: nothing of tidegauge runs after it, so the watchdog ends every
+    process carrying this run's token (the tool's background, setsid too, the MCP server and
+    its child) and then itself. A process of the same user with another token, a token that
+    only starts like this one, the token under another name, or none, is never touched."""
+    _script_the_model(fake_llm)
+    proc = _headless(tmp_path, fake_llm)
+    tree: list[psutil.Process] = []
+    bystanders: list[psutil.Process] = []
+    try:
+        tree = _started_tree(proc.pid)
+        cmdlines = [_cmdline(p) for p in tree]
+        token = next(p for p in tree if _cmdline(p) == "sleep 1001").environ().get(TOKEN_ENV, "")
+        bystanders = [_same_user_process({TOKEN_ENV: "0" * 32}), _same_user_process({TOKEN_ENV: token + "0"}),
+                      _same_user_process({TOKEN_ENV: token[:-1]}), _same_user_process({"OTHER": token}),
+                      _same_user_process({})]
+        kill(proc)
+        proc.wait(timeout=WAIT_S)
+        _assert_all_end(tree)  # the watchdog among them: it exits once done
+        assert any(line.endswith(WATCHDOG) for line in cmdlines), cmdlines
+        assert len(token) == 32, f"no run token in the tool's environment: {token!r}"
+        assert not [line for line in cmdlines if token in line]  # ps shows every user's command lines
+        alive = [(p.pid, p.environ()) for p in bystanders if not _gone(p)]
+        assert len(alive) == len(bystanders), f"a process without this run's exact token was killed: {alive}"
+        stdout, stderr = proc.communicate(timeout=WAIT_S)
+        assert token.encode() not in stdout + stderr  # the token is never printed
+    finally:
+        _end_what_is_left(proc, tree + bystanders)
+
+
+def test_a_normal_headless_exit_leaves_no_watchdog_and_no_process(tmp_path, fake_llm) -> None:
+    fifo = tmp_path / "go"
+    os.mkfifo(fifo)
+    fake_llm.enqueue(openai_tool_calls([("run_bash", {"command": f"sleep 1000 & read go < {fifo}", "timeout": 600},
+                                         "call_wait")]), openai_text("done"))
+    proc = _headless(tmp_path, fake_llm, mcp=False)
+    tree: list[psutil.Process] = []
+    try:
+        tree = _started_tree(proc.pid, ("sleep 1000", WATCHDOG))
+        writer: list[int] = []
+
+        def command_reads() -> bool:  # never a blocking open: tidegauge may have died instead
+            with contextlib.suppress(OSError):  # ENXIO: the command has not opened it yet
+                writer.append(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            return bool(writer) or proc.poll() is not None
+
+        _poll(command_reads, lambda: "the command never opened its fifo")
+        assert writer, f"tidegauge ended early: {proc.communicate()}"
+        os.write(writer[0], b"go\n")  # the command ends, the model answers, tidegauge exits
+        os.close(writer[0])
+        stdout, stderr = proc.communicate(timeout=WAIT_S)
+        assert proc.returncode == 0, stderr.decode(errors="replace")
+        assert b"done" in stdout
+        _assert_all_end(tree)
+    finally:
+        _end_what_is_left(proc, tree)
+
+
+@pytest.mark.parametrize("said", [b"", b"\n", b"x" * 200 + b"\n", b"0" * 31 + b"\n", b"Z" * 32 + b"\n"],
+                         ids=["nothing", "an empty line", "a long line", "31 digits", "not hex"])
+def test_the_watchdog_told_no_token_kills_nothing(said) -> None:
+    """Whatever reaches its stdin other than a token (tidegauge died before it spoke), the watchdog
+    exits without a look: an empty token would match every ``TIDEGAUGE_RUN_TOKEN=`` entry."""
+    bystander = _same_user_process({TOKEN_ENV: ""})
+    try:
+        watchdog = subprocess.run([sys.executable, "-I", "-S", str(ROOT / WATCHDOG)], input=said,
+                                  capture_output=True, timeout=WAIT_S)
+        assert (watchdog.returncode, watchdog.stderr) == (2, b""), watchdog  # quietly: nobody reads it
+        assert not _gone(bystander)
+    finally:
+        bystander.kill()

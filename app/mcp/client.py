@@ -232,8 +232,12 @@ class McpConnection:
         cwd = self.workspace
         if self.config.cwd:
             cwd = (self.workspace / os.path.expanduser(self.config.cwd)).resolve()
+        # The run's token too (the SDK gives a server a minimal environment): after a kill -9 of
+        # headless tidegauge, the watchdog finds the server and its children by it. Ours wins.
+        from app.watchdog import token_env
+
         params = StdioServerParameters(command=self.config.command or "", args=list(self.config.args),
-                                       env=dict(self.config.env) or None, cwd=str(cwd))
+                                       env=(dict(self.config.env) | token_env()) or None, cwd=str(cwd))
         # The server's stderr must not reach the dashboard's screen: it goes to a file, redacted
         # (its env values too: a server that prints its environment prints its token) and capped.
         self._errlog = ServerStderrLog(self.log_path, self.config.env.values())
