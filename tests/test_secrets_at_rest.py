@@ -123,6 +123,18 @@ def test_a_resumed_session_does_not_reload_a_key_from_its_memory_file(fake_llm, 
     assert KEY not in memory.read_text(encoding="utf-8")
 
 
+def test_a_memory_file_holding_a_key_in_clear_is_rewritten_redacted_when_it_is_loaded(tmp_path):
+    """An older version's file: the key leaves the disk at resume, not only at the next update
+    (which a short run may never finish)."""
+    register_secret(KEY)
+    old = tmp_path / MEMORY_FILE_NAME
+    old.write_text(f"## Task\nDeploy with the API key {KEY}.\n", encoding="utf-8")
+    loaded = SessionMemory.load(old)
+    assert loaded.text == f"## Task\nDeploy with the API key {REDACTED}."
+    assert old.read_text(encoding="utf-8") == f"## Task\nDeploy with the API key {REDACTED}.\n"
+    assert _mode(old) == 0o600
+
+
 def test_session_memory_is_not_read_through_a_symlink_nor_without_bound(tmp_path):
     register_secret(KEY)
     elsewhere = tmp_path / "someone-elses.txt"

@@ -211,14 +211,21 @@ class SessionMemory:
     def load(cls, path: Path | None) -> "SessionMemory":
         """A memory file from an earlier run is read, but covers nothing of a resumed history
         (which message it reached is not known): it is the starting text of the next update."""
-        text = ""
-        if path is not None:
+        if path is None:
+            return cls(path=path, text="")
+        try:
+            raw = read_private(path, MAX_MEMORY_FILE_BYTES).decode("utf-8", errors="replace")
+        except OSError:
+            return cls(path=path, text="")  # missing, a symlink, not a file: start without a memory
+        # Redacted again: a file written by an older version may hold a key in clear; and written
+        # back at once, so the key leaves the disk at resume, not at the next update (which a
+        # short run may never finish).
+        text = redact(raw)
+        if text != raw:
             try:
-                raw = read_private(path, MAX_MEMORY_FILE_BYTES)
-                # Redacted again: a file written by an older version may hold a key in clear.
-                text = redact(raw.decode("utf-8", errors="replace"))
+                write_private_atomic(path, (text.strip() + "\n").encode("utf-8", errors="replace"))
             except OSError:
-                text = ""  # missing, a symlink, not a file: start without a memory
+                pass  # the memory still works from RAM
         return cls(path=path, text=text.strip())
 
 
