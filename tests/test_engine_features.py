@@ -10,6 +10,7 @@ import asyncio
 import json
 from collections import deque
 from pathlib import Path
+from typing import Any
 
 import pytest
 from agent_helpers import make_agent
@@ -99,6 +100,16 @@ async def test_memory_written_in_the_background_then_compaction_needs_no_model_c
     router = Router(provider)
     router.main.extend([*reads(*names), "all read"])
     fake_llm.default = router
+    # Each update lands before the next request: on a starved machine a late one left the memory
+    # short of the line, and the engine rightly fell back to a summary (what this test is not about).
+    engine = agent.engine
+    unhurried = engine.before_request
+
+    async def after_the_memory_update(summarize: Any) -> None:
+        await engine.wait_memory_update()
+        await unhurried(summarize)
+
+    monkeypatch.setattr(engine, "before_request", after_the_memory_update)
 
     result = await agent.run_turn(TASK)
     await agent.engine.wait_memory_update()
