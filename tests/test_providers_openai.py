@@ -389,3 +389,25 @@ async def test_unscripted_request_fails_loudly(fake_llm, provider) -> None:
     assert isinstance(error, APIError) and error.status == 500
     assert "no scripted reply left" in error.message
     assert fake_llm.unscripted
+
+
+def test_reasoning_tokens_are_read_from_completion_tokens_details() -> None:
+    """Issue 28: OpenAI reasoning models and DeepSeek's reasoner report the reasoning share of the
+    output under completion_tokens_details; it reaches the usage line like Responses' does."""
+    from app.providers.openai import parse_openai_usage
+
+    openai_o = {"prompt_tokens": 1200, "completion_tokens": 300, "total_tokens": 1500,
+                "prompt_tokens_details": {"cached_tokens": 1024, "audio_tokens": 0},
+                "completion_tokens_details": {"reasoning_tokens": 192, "audio_tokens": 0,
+                                              "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}}
+    usage = parse_openai_usage(openai_o)
+    assert (usage.input_tokens, usage.cache_read_tokens, usage.output_tokens, usage.reasoning_tokens) == (
+        176, 1024, 300, 192)
+    deepseek = {"prompt_tokens": 40, "completion_tokens": 900, "prompt_cache_hit_tokens": 0,
+                "prompt_cache_miss_tokens": 40, "completion_tokens_details": {"reasoning_tokens": 850}}
+    assert parse_openai_usage(deepseek).reasoning_tokens == 850
+    # absent, or not a count: unknown, never a guess
+    assert parse_openai_usage({"prompt_tokens": 5, "completion_tokens": 2}).reasoning_tokens is None
+    for bad in (True, -1, "7", None, 1.5):
+        shaped = {"prompt_tokens": 5, "completion_tokens": 2, "completion_tokens_details": {"reasoning_tokens": bad}}
+        assert parse_openai_usage(shaped).reasoning_tokens is None

@@ -179,11 +179,15 @@ def parse_openai_usage(raw: dict[str, Any]) -> Usage:
         uncached -= written
     if uncached is None and not isinstance(completion, int):
         return Usage()
+    # The part of completion_tokens spent on reasoning (OpenAI reasoning models, DeepSeek's reasoner).
+    reasoning = object_field(raw, "completion_tokens_details").get("reasoning_tokens")
     return Usage(
         input_tokens=max(0, uncached) if uncached is not None else None,
         cache_read_tokens=cached if uncached is not None else None,
         cache_write_tokens=written if uncached is not None else None,
         output_tokens=completion if isinstance(completion, int) else None,
+        reasoning_tokens=reasoning if isinstance(reasoning, int) and not isinstance(reasoning, bool)
+        and reasoning >= 0 else None,
     )
 
 
