@@ -177,18 +177,12 @@ class ResponsesStreamAssembler:
             raise self._error({"error": object_field(object_field(payload, "response"), "error")})
         if kind == "response.output_item.added":
             self._added(payload, out)
-        elif kind == "response.output_text.delta":
+        elif kind in ("response.output_text.delta", "response.refusal.delta"):
+            # a safety refusal streams in its own events (no output_text): it is the reply too
             delta = payload.get("delta")
             state = self._item_for(payload, "message")
             if isinstance(delta, str) and delta:
-                state.text.append(delta)
-                out.append(TextDelta(delta))
-        elif kind == "response.refusal.delta":
-            # a safety refusal streams in its own events (no output_text): it is the reply
-            delta = payload.get("delta")
-            state = self._item_for(payload, "message")
-            if isinstance(delta, str) and delta:
-                state.refusal.append(delta)
+                (state.text if kind == "response.output_text.delta" else state.refusal).append(delta)
                 out.append(TextDelta(delta))
         elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
             delta = payload.get("delta")
