@@ -45,6 +45,8 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
+from app.private_files import write_private_atomic
+
 Effect = Literal["allow", "ask", "deny"]
 Source = Literal["flag", "config", "project", "saved", "session"]
 EFFECTS: tuple[Effect, ...] = ("deny", "ask", "allow")
@@ -506,15 +508,7 @@ class SavedRules:
         stored = self._read()
         mine = stored.setdefault(str(self.project), [])
         mine.extend(text for text in texts if text not in mine)
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        temporary = self.path.with_name(f".{SAVED_RULES_FILE}.{os.getpid()}.tmp")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
-        try:
-            os.fchmod(fd, 0o600)
-            os.write(fd, json.dumps(stored, indent=1).encode())
-        finally:
-            os.close(fd)
-        os.replace(temporary, self.path)
+        write_private_atomic(self.path, json.dumps(stored, indent=1).encode())  # 0600, never through a link
 
 
 def _project_rules(project: Path) -> tuple[list[Rule], list[str]]:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Iterable, Literal, Sequence
 from pydantic import BaseModel, ValidationError
 
 from app.context.tokens import count_tokens
+from app.private_files import write_private_atomic
 
 if TYPE_CHECKING:
     from app.context.rules import RuleSet
@@ -509,12 +510,4 @@ class ImportApprovals:
         name = str(target)
         mine.approved = [p for p in mine.approved if p != name] + ([name] if approved else [])
         mine.declined = [p for p in mine.declined if p != name] + ([] if approved else [name])
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        temporary = self.path.with_name(f".{APPROVALS_FILE}.{os.getpid()}.tmp")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
-        try:
-            os.fchmod(fd, 0o600)
-            os.write(fd, json.dumps(stored.model_dump(), indent=1).encode())
-        finally:
-            os.close(fd)
-        os.replace(temporary, self.path)
+        write_private_atomic(self.path, json.dumps(stored.model_dump(), indent=1).encode())  # 0600, never through a link
