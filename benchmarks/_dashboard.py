@@ -38,11 +38,11 @@ def build_app(tmp: Path, **app_kwargs: Any) -> Any:
 
     The session is not started on its thread: the benchmark feeds its event stream itself
     (``emit``), as the agent does, and the bridge hands each event to the widgets."""
-    require("app.dashboard.app")
-    require("app.runtime")
-    from app.config import Settings
-    from app.dashboard.app import TidegaugeApp
-    from app.runtime import build_session
+    require("app.surfaces.dashboard.app")
+    require("app.wiring.runtime")
+    from app.wiring.config import Settings
+    from app.surfaces.dashboard.app import TidegaugeApp
+    from app.wiring.runtime import build_session
 
     isolate_user_dirs(tmp)
     workspace = tmp / "work"
@@ -103,7 +103,7 @@ class FrameClock:
 
 def emit(app: Any, event: Any) -> None:
     """Send an engine event the way the agent does: into the session's event stream."""
-    app.session.stream.emit(event)
+    app.session.store.stream.emit(event)
 
 
 class DashboardStopped(RuntimeError):

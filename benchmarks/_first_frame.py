@@ -16,10 +16,10 @@ from typing import Any, Callable
 
 
 def run_cli_headless(argv: list[str], at_first_frame: Callable[[Any], None]) -> int:
-    """``app.cli.main(argv)`` with the dashboard headless; ``at_first_frame(app)`` once it is drawn."""
+    """``app.wiring.cli.main(argv)`` with the dashboard headless; ``at_first_frame(app)`` once it is drawn."""
     from textual.app import App
 
-    import app.dashboard.app as tui
+    import app.surfaces.dashboard.app as tui
 
     original_display = App._display
     original_run = App.run
@@ -37,7 +37,7 @@ def run_cli_headless(argv: list[str], at_first_frame: Callable[[Any], None]) -> 
     tui.TidegaugeApp._display = display  # type: ignore[method-assign]
     tui.TidegaugeApp.run = run_headless  # type: ignore[method-assign]
 
-    from app.cli import main as cli_main
+    from app.wiring.cli import main as cli_main
 
     return cli_main(argv)
 

@@ -3,7 +3,7 @@ provider, the agent, an ``AgentSession`` in its own process and the dashboard Ap
 
 Nothing is injected: the server (tests/fake_llm_server.py, real HTTP/1.1 with
 chunked SSE) streams a scripted reply, the provider parses it, the agent and
-the session turn it into events in the session process (``app.session_process``),
+the session turn it into events in the session process (``app.session.process``),
 they come over its pipe, and the bridge posts them to the widgets on the UI loop,
 exactly as ``tidegauge`` runs.
 
@@ -165,10 +165,10 @@ def isolate_user_dirs(tmp: Path) -> None:
 async def live_dashboard(tmp: Path, overrides: dict[str, Any],
                          size: tuple[int, int] = SIZE) -> AsyncIterator[tuple[Any, Any]]:
     """The dashboard App (headless, ``run_test``) on a real session in its own process,
-    as ``app.dashboard.launch`` runs it. Yields (app, pilot) once the session is
+    as ``app.surfaces.dashboard.launch`` runs it. Yields (app, pilot) once the session is
     attached; stops the session process after the App has closed."""
-    from app.dashboard.app import TidegaugeApp
-    from app.session_process import SessionProcess
+    from app.surfaces.dashboard.app import TidegaugeApp
+    from app.session.process import SessionProcess
 
     workspace = tmp / "work"
     workspace.mkdir(parents=True, exist_ok=True)

@@ -37,7 +37,7 @@ def new_engine(tool_results_dir: Path | None = None, transcript_path: Path | Non
                            config=EngineConfig(window=window, budget=budget),
                            tool_results_dir=tool_results_dir)
     if transcript_path is not None:
-        from app.transcript import TranscriptWriter
+        from app.session.transcript import TranscriptWriter
 
         engine.transcript = TranscriptWriter(transcript_path)
     return engine
@@ -45,7 +45,7 @@ def new_engine(tool_results_dir: Path | None = None, transcript_path: Path | Non
 
 def round_messages(turn: int, tag: str = "") -> tuple[Any, Any]:
     """(assistant message with one read_file call, user message with its result)."""
-    from app.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+    from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 
     call_id = f"call_{turn}"
     assistant = Message(role="assistant", content=[
@@ -58,7 +58,7 @@ def round_messages(turn: int, tag: str = "") -> tuple[Any, Any]:
 
 def usage_for(context_tokens: int) -> Any:
     """A usage record as a server would send it for a request of ``context_tokens`` (mostly cached)."""
-    from app.usage import Usage
+    from app.kernel.usage import Usage
 
     output = 60
     cached = max(0, context_tokens - output - 500)

@@ -48,7 +48,7 @@ def run(quick: bool) -> list[Check]:
     import httpx
 
     import fake_llm_server as fls  # noqa: E402  (tests/ is not a package)
-    from app.messages import Message
+    from app.kernel.messages import Message
     from app.providers.base import Completed, ModelRequest
     from app.tools.base import ToolContext
     from app.tools.registry import default_registry

@@ -33,7 +33,7 @@ _SUMMARY = "\n".join(
 def _build_history() -> tuple[list[Any], int]:
     """A session's messages up to ~150,000 tokens, played through an engine (so the
     estimates are cached on the messages, as in a live session)."""
-    from app.messages import Message
+    from app.kernel.messages import Message
 
     engine = new_engine()
     engine.append(Message.user("Find why requests fail in this service and fix it. Keep the public API."))
@@ -47,10 +47,10 @@ def _build_history() -> tuple[list[Any], int]:
 
 
 def run(quick: bool) -> list[Check]:
-    for module in ("app.context.engine", "app.context.compaction", "app.transcript"):
+    for module in ("app.context.engine", "app.context.compaction", "app.session.transcript"):
         require(module)
-    from app.messages import Message
-    from app.usage import Usage
+    from app.kernel.messages import Message
+    from app.kernel.usage import Usage
 
     history, tokens = _build_history()
     reps = 5 if quick else 9

@@ -65,7 +65,7 @@ def headless_once(tmp: Path, speed: float) -> float:
 
 async def dashboard_once(tmp: Path, speed: float) -> float:
     """Seconds from the session's ``user_message`` event to the first frame after its ``result``."""
-    from app.commands import UserInput
+    from app.kernel.commands import UserInput
 
     marks: dict[str, float] = {}
 
@@ -75,7 +75,7 @@ async def dashboard_once(tmp: Path, speed: float) -> float:
             marks[kind] = time.perf_counter()
 
     async with live_dashboard(tmp, demo_settings(tmp, speed)) as (app, pilot):
-        app.session.subscribe(note)
+        app.session.store.subscribe(note)
         clock = FrameClock(app)
         done = clock.expect(lambda: "result" in marks)
         app.submit(UserInput(text=PROMPT))
@@ -84,7 +84,7 @@ async def dashboard_once(tmp: Path, speed: float) -> float:
 
 
 def run(quick: bool) -> list[Check]:
-    require("app.dashboard.app")
+    require("app.surfaces.dashboard.app")
     require("app.demo")
     speed = 800.0 if quick else 400.0
     reps = 2 if quick else 3

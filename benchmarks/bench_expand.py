@@ -68,11 +68,11 @@ async def _baseline_rep(path: Path, line_count: int) -> float:
 
 async def _load_the_output(app: Any, pilot: Any, text: str) -> str:
     """One real tool step in the app's agent: registry truncation, the file on disk, the events."""
-    from app.messages import Message, ToolUseBlock
+    from app.kernel.messages import Message, ToolUseBlock
 
     from benchmarks.bench_ingest import _LogTool
 
-    agent = app.session.agent
+    agent = app.session.store.agent
     agent.registry.register(_LogTool(text))
     use = ToolUseBlock(id="call_cat_app_log", name="cat_log", input={})
     agent.engine.append(Message.user("find errors in app.log"))
@@ -127,7 +127,7 @@ async def _page_downs(app: Any, pilot: Any, clock: FrameClock, viewer: Any,
 
 
 def run(quick: bool) -> list[Check]:
-    require("app.dashboard.app")
+    require("app.surfaces.dashboard.app")
     require("widgets.tool_output_panel")
     lines = QUICK_LOG_LINES if quick else FULL_LOG_LINES
     reps = 3 if quick else 5

@@ -49,7 +49,7 @@ def _timed(cmd: list[str], cwd: Path, env: dict[str, str], expect_stdout: str | 
 
 
 def run(quick: bool) -> list[Check]:
-    require("app.cli")
+    require("app.wiring.cli")
     from benchmarks._live import LoopbackLLM
 
     reps = 7

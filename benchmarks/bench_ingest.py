@@ -31,7 +31,7 @@ class _LogTool:
     mutating = False
 
     def __init__(self, text: str) -> None:
-        from app.messages import ToolSpec
+        from app.kernel.messages import ToolSpec
         from app.tools.base import ToolOutput
 
         self.spec = ToolSpec(name="cat_log", description="prints app.log", input_schema={"type": "object"})
@@ -50,13 +50,13 @@ class _NoModel:
 
 
 def _make_agent(text: str, workdir: Path, rep: int) -> Any:
-    from app.agent import Agent, AgentOptions
+    from app.agent.loop import Agent, AgentOptions
     from app.context.engine import ContextEngine, EngineConfig
     from app.context.memory import MemoryBundle
-    from app.messages import Message, ToolUseBlock
+    from app.kernel.messages import Message, ToolUseBlock
     from app.tools.base import ToolContext
     from app.tools.registry import DEFAULT_MAX_OUTPUT, ToolRegistry
-    from app.transcript import TranscriptWriter
+    from app.session.transcript import TranscriptWriter
 
     registry = ToolRegistry(DEFAULT_MAX_OUTPUT)
     registry.register(_LogTool(text))
@@ -78,10 +78,10 @@ def _make_agent(text: str, workdir: Path, rep: int) -> Any:
 
 
 def run(quick: bool) -> list[Check]:
-    for module in ("app.agent", "app.context.engine", "app.tools.registry", "app.transcript"):
+    for module in ("app.agent.loop", "app.context.engine", "app.tools.registry", "app.session.transcript"):
         require(module)
     from app.context.tokens import count_tokens
-    from app.redact import register_secret
+    from app.kernel.redact import register_secret
 
     # A session on a real provider has its API key registered, so the registry's
     # redaction pass really searches the output (as it does for the user).

@@ -30,7 +30,7 @@ MAX_CHILDREN = 300  # a few hundred mounted widgets at most, whatever the sessio
 
 
 def _turn_events(turn: int, workdir: Path, context: Any) -> list[Any]:
-    from app import events as ev
+    from app.kernel import events as ev
     from app.context.truncation import truncate_head_tail
 
     call_id = f"call_{turn}"
@@ -65,7 +65,7 @@ def _turn_events(turn: int, workdir: Path, context: Any) -> list[Any]:
 
 
 def run(quick: bool) -> list[Check]:
-    require("app.dashboard.app")
+    require("app.surfaces.dashboard.app")
     import psutil
 
     turns = 300 if quick else 1_000  # quick: still past the point where pruning starts
@@ -77,7 +77,7 @@ def run(quick: bool) -> list[Check]:
             outputs.mkdir()
             async with app.run_test(size=SIZE) as pilot:
                 await pilot.pause()
-                context = app.session.agent.context_event()
+                context = app.session.store.agent.context_event()
                 for turn in range(1, turns + 1):
                     for event in _turn_events(turn, outputs, context):
                         emit(app, event)

@@ -40,7 +40,7 @@ MEMORY = "\n".join(
 
 
 def _build_history(tokens: int) -> tuple[list[Any], int]:
-    from app.messages import Message
+    from app.kernel.messages import Message
 
     engine = new_engine()
     engine.append(Message.user("Find why requests fail in this service and fix it. Keep the public API."))

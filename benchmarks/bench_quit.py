@@ -129,7 +129,7 @@ def quit_once(tmp: Path, busy: bool) -> float:
 
 
 def run(quick: bool) -> list[Check]:
-    require("app.dashboard.launch")
+    require("app.surfaces.dashboard.launch")
     reps = 3 if quick else 5
     idle: list[float] = []
     busy: list[float] = []

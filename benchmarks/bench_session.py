@@ -24,7 +24,7 @@ MAX_TURN_RATIO = 2.0
 
 
 def _engine_at(turn: int, tag: str, workdir: Path) -> Any:
-    from app.messages import Message
+    from app.kernel.messages import Message
 
     engine = new_engine(workdir / "tool-results", workdir / f"transcript-{tag}.jsonl")
     engine.append(Message.user("Read every module and find the handler that drops requests."))
@@ -66,6 +66,6 @@ def _per_turn(quick: bool) -> Check:
 
 
 def run(quick: bool) -> list[Check]:
-    for module in ("app.context.engine", "app.transcript"):
+    for module in ("app.context.engine", "app.session.transcript"):
         require(module)
     return [_per_turn(quick)]

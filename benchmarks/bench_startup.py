@@ -44,8 +44,8 @@ def _spawn_until_mark(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
 
 
 def run(quick: bool) -> list[Check]:
-    require("app.dashboard.app")
-    require("app.cli")
+    require("app.surfaces.dashboard.app")
+    require("app.wiring.cli")
     reps = 5 if quick else 7
     with tempfile.TemporaryDirectory(prefix="tidegauge-bench-") as tmp_name:
         tmp = Path(tmp_name)

@@ -47,7 +47,7 @@ KEY_GAP_S = 0.060  # a fast typist's gap between keys
 
 async def stream_once(tmp: Path, server: LoopbackLLM, deltas: list[str]) -> tuple[float, float]:
     """(total: prompt submitted -> marker on screen, lag: marker's frame written -> marker on screen)."""
-    from app.commands import UserInput
+    from app.kernel.commands import UserInput
 
     server.reply_text(deltas)
     async with live_dashboard(tmp, openai_settings(tmp, server)) as (app, pilot):
@@ -90,7 +90,7 @@ async def paced_with_keys(tmp: Path, server: LoopbackLLM, deltas: list[str]) -> 
     streaming at ``PACED_RATE`` while keys are typed into the prompt."""
     from textual import events
 
-    from app.commands import UserInput
+    from app.kernel.commands import UserInput
 
     server.reply_text(deltas, frames_per_second=PACED_RATE)
     async with live_dashboard(tmp, openai_settings(tmp, server)) as (app, pilot):
@@ -123,8 +123,8 @@ async def paced_with_keys(tmp: Path, server: LoopbackLLM, deltas: list[str]) -> 
 
 
 def run(quick: bool) -> list[Check]:
-    require("app.dashboard.app")
-    require("app.agent_session")
+    require("app.surfaces.dashboard.app")
+    require("app.session.agent_session")
     small_n = 5_000 if quick else 20_000
     # Single runs on this shared 2-core machine vary by +-25% (short quick runs by more): medians.
     reps = 3

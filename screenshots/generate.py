@@ -19,11 +19,11 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from app import events as ev
-from app.agent_session import AgentSession
-from app.config import load_settings
-from app.dashboard.app import TidegaugeApp
-from app.runtime import build_session
+from app.kernel import events as ev
+from app.session.agent_session import AgentSession
+from app.wiring.config import load_settings
+from app.surfaces.dashboard.app import TidegaugeApp
+from app.wiring.runtime import build_session
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from session_thread import SessionThread  # noqa: E402  (tests/ is not a package; the Pilot tests' runner)

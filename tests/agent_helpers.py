@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from app.config import load_settings
-from app.describe import describe, legacy_notice
-from app.events import Event, NoticeEvent
-from app.runtime import build_agent, build_session
+from app.wiring.config import load_settings
+from app.kernel.describe import describe, legacy_notice
+from app.kernel.events import Event, NoticeEvent
+from app.wiring.runtime import build_agent, build_session
 
 TEST_KEY = "sk-test-fake-key-0123456789"
 
@@ -23,7 +23,7 @@ class EventLog(list):
         return [e for e in self if e.type == kind]
 
     def notices(self) -> list[NoticeEvent]:
-        """The notice lines stream-json prints after typed events (worded by app.describe)."""
+        """The notice lines stream-json prints after typed events (worded by app.kernel.describe)."""
         out = []
         for event in self:
             notice = legacy_notice(event)

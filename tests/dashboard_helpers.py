@@ -23,7 +23,7 @@ async def settle(pilot: Any, rounds: int = 20_000) -> None:
     """
     app = pilot.app
     for _ in range(rounds):
-        session = app.session
+        session = app.session.store
         if session is not None and not session.pending:
             break
         await asyncio.sleep(0.005)  # polls the condition above; Pilot.pause would wait for a busy screen
@@ -45,10 +45,10 @@ def engine_texts(app: Any, kind: str | None = None) -> list[str]:
 def demo_app(tmp_path: Any, **overrides: Any) -> Any:
     """The real App on a real session (demo provider, speed 0) running on its own thread,
     as ``tidegauge`` runs it; the App's unmount stops the session."""
-    from app.config import load_settings
-    from app.dashboard.app import TidegaugeApp
+    from app.wiring.config import load_settings
+    from app.surfaces.dashboard.app import TidegaugeApp
     from session_thread import SessionThread
-    from app.runtime import build_session
+    from app.wiring.runtime import build_session
 
     settings = load_settings({"provider": "demo", "demo_speed": 0, "data_dir": str(tmp_path / "data"), **overrides})
     session = SessionThread(build_session(settings, approvals=True, cwd=tmp_path)).start()

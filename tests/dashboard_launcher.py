@@ -1,4 +1,4 @@
-"""Run ``tidegauge`` (the dashboard path of app.cli) headless, for tests in a child process.
+"""Run ``tidegauge`` (the dashboard path of app.wiring.cli) headless, for tests in a child process.
 
 Prints ``FIRST_FRAME pydantic=<loaded?>`` at the dashboard's first frame, then
 exits there when TIDEGAUGE_TEST_EXIT_AT_FIRST_FRAME is set; otherwise the app

@@ -76,8 +76,8 @@ def _script(cache: AnthropicPromptCache, seen: list[dict[str, Any]]):
 
 async def run_session(turns: int, *, caching: bool, budget: int | None = None,
                       workdir: Path | None = None) -> SessionCost:
-    from app.config import load_settings
-    from app.runtime import build_agent
+    from app.wiring.config import load_settings
+    from app.wiring.runtime import build_agent
 
     temp = tempfile.TemporaryDirectory() if workdir is None else None
     root = Path(temp.name) if temp is not None else workdir

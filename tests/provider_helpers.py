@@ -6,7 +6,7 @@ from typing import Any, AsyncIterator, Callable
 
 import pytest
 
-from app.messages import Message, ToolSpec
+from app.kernel.messages import Message, ToolSpec
 from app.providers.base import ModelRequest, Provider
 from fake_llm_server import FakeLLMServer
 

@@ -1,8 +1,8 @@
 """The session on a thread of the test's own process, for driving the App under Pilot.
 
-``tidegauge`` runs its session in a child process (``app.session_process``); the
+``tidegauge`` runs its session in a child process (``app.session.process``); the
 dashboard tests run it on a thread instead so they can read its state (``pending``,
-the agent) while the App draws. Both satisfy ``app.protocol.SessionSurface``.
+the agent) while the App draws. Both satisfy ``app.kernel.protocol.SessionSurface``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from app.agent_session import AgentSession
+    from app.session.agent_session import AgentSession
 
 
 class SessionThread:
@@ -34,7 +34,7 @@ class SessionThread:
             self.error = error
 
     def stop(self, timeout: float = 2.0) -> None:
-        from app.commands import Shutdown
+        from app.kernel.commands import Shutdown
 
         # The App's unmount has usually stopped the session already, and its loop may be
         # closed by now: submitting to a closed loop raised "Event loop is closed" (a

@@ -19,7 +19,7 @@ from fake_llm_server import (
 )
 
 from app.context.validate import history_problems
-from app.messages import Message
+from app.kernel.messages import Message
 
 
 def _next_request_problems(history: list[Message]) -> list[str]:

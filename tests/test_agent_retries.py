@@ -8,7 +8,7 @@ import pytest
 from agent_helpers import make_agent
 from fake_llm_server import anthropic_error_body, anthropic_text, http_error, openai_error_body, openai_text
 
-from app.agent import retry_delay
+from app.agent.loop import retry_delay
 
 
 @pytest.mark.parametrize("status", [408, 409, 429, 500, 502, 503])

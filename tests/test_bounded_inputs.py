@@ -16,7 +16,7 @@ from app.providers.anthropic import AnthropicStreamAssembler
 from app.providers.json_fields import BAD_ARGUMENTS_KEY
 from app.providers.openai import OpenAIStreamAssembler
 from app.providers.sse import SSEDecoder
-from app.subagent import TASK_TOOL, SubAgentLimits, register_task_tool
+from app.agent.subagent import TASK_TOOL, SubAgentLimits, register_task_tool
 from fake_llm_server import anthropic_text, anthropic_tool_calls, openai_text, openai_tool_calls
 
 KEY = "sk-test-fake-key-0123456789"
@@ -282,7 +282,7 @@ async def test_a_refused_call_is_never_put_to_the_user_for_approval(fake_llm, tm
 async def test_a_resumed_session_counts_the_outputs_it_already_saved_against_its_cap(fake_llm, tmp_path, monkeypatch):
     from agent_helpers import EventLog, _settings
 
-    from app.runtime import build_agent
+    from app.wiring.runtime import build_agent
 
     options = {"max_output": 2_000, "max_session_saved_output": 60_000}
     first, _ = make_agent(fake_llm, tmp_path, monkeypatch, **options)

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from app.cli import build_parser
+from app.wiring.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 

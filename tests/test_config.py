@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from app import redact as redact_mod
-from app.config import (
+from app.kernel import redact as redact_mod
+from app.wiring.config import (
     ConfigError,
     Settings,
     api_key_for,

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from app.config import load_settings
-from app.errors import ConfigError
+from app.wiring.config import load_settings
+from app.kernel.errors import ConfigError
 
 
 def _config_starting_a_server(config_dir: Path, ran: Path) -> Path:

@@ -14,8 +14,8 @@ import pytest
 from textual.app import App
 from textual.widgets import Input
 
-from app.dashboard.app import CSS_FILE
-from app.sanitize import sanitize_for_display, sanitize_for_model
+from app.surfaces.dashboard.app import CSS_FILE
+from app.kernel.sanitize import sanitize_for_display, sanitize_for_model
 from widgets._reply_markdown import FORCE_CHARS, HARD_CHARS, cut_point
 from widgets.assistant_message import AssistantMessage
 

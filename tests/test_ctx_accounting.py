@@ -7,8 +7,8 @@ import pytest
 from app.context import tokens
 from app.context.accounting import ContextAccounting, Ledger
 from app.context.prices import cost_usd, price_for
-from app.messages import Message, TextBlock, ToolResultBlock, ToolSpec
-from app.usage import Usage
+from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolSpec
+from app.kernel.usage import Usage
 
 from test_ctx_support import filler, history_of, tool_round
 

@@ -7,7 +7,7 @@ back; a summary that names everything gets nothing appended.
 from __future__ import annotations
 
 from app.context.audit import CHECKED_FACTS_HEADER, append_checked_facts, audit_summary, extract_facts
-from app.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 
 
 def call(call_id: str, name: str, **args) -> Message:
@@ -20,10 +20,10 @@ def result(call_id: str, content: str, is_error: bool = False) -> Message:
 
 HISTORY = [
     Message.user("Refactor the config loader. Do not change the public API. You must keep Python 3.9 support."),
-    call("c1", "read_file", path="app/config.py"),
+    call("c1", "read_file", path="app/wiring/config.py"),
     result("c1", "1\timport os\n"),
-    call("c2", "edit_file", path="app/config.py", old="a", new="b"),
-    result("c2", "edited app/config.py"),
+    call("c2", "edit_file", path="app/wiring/config.py", old="a", new="b"),
+    result("c2", "edited app/wiring/config.py"),
     call("c3", "write_file", path="tests/test_loader.py", content="..."),
     result("c3", "wrote tests/test_loader.py"),
     call("c4", "run_bash", command="pytest -q tests/test_loader.py"),
@@ -43,7 +43,7 @@ HISTORY = [
 COMPLETE = """## Task goal and acceptance criteria
 Refactor the config loader; do not change the public API; must keep Python 3.9 support.
 ## Done so far
-Edited app/config.py. Wrote tests/test_loader.py. Ran pytest -q tests/test_loader.py (exit code 1):
+Edited app/wiring/config.py. Wrote tests/test_loader.py. Ran pytest -q tests/test_loader.py (exit code 1):
 AssertionError: expected 3 got 4. Ran ruff check app (exit 0). python -m build failed, then passed.
 docs/missing.md does not exist (read failed).
 ## In progress / next step
@@ -58,7 +58,7 @@ def kinds(items) -> list[str]:
 def test_the_checklist_holds_each_kind_of_fact_in_order():
     facts = extract_facts(HISTORY)
     texts = [f.text for f in facts]
-    assert texts[:2] == ["file edited: app/config.py", "file written: tests/test_loader.py"]
+    assert texts[:2] == ["file edited: app/wiring/config.py", "file written: tests/test_loader.py"]
     assert "ran `pytest -q tests/test_loader.py` → exit code 1" in texts
     assert "ran `ruff check app` → exit code 0" in texts
     assert "ran `python -m build` → exit code 2" in texts and "ran `python -m build` → exit code 0" in texts
@@ -83,11 +83,11 @@ def test_a_summary_naming_everything_gets_nothing_appended():
 
 def test_deliberate_omissions_come_back_exactly():
     omitted = (COMPLETE
-               .replace("Edited app/config.py. ", "")
+               .replace("Edited app/wiring/config.py. ", "")
                .replace("docs/missing.md does not exist (read failed).\n", "")
                .replace("; must keep Python 3.9 support", ""))
     audit = audit_summary(HISTORY, omitted)
-    assert audit.added == ["file edited: app/config.py",
+    assert audit.added == ["file edited: app/wiring/config.py",
                            "unresolved error from read_file(docs/missing.md): File not found: docs/missing.md",
                            "user constraint: You must keep Python 3.9 support."]
     text = append_checked_facts(omitted, audit)

@@ -17,7 +17,7 @@ from app.context.compaction import (
 )
 from app.context.tokens import count_tokens
 from app.context.validate import history_problems
-from app.messages import Message, TextBlock, ThinkingBlock, ToolSpec, ToolUseBlock
+from app.kernel.messages import Message, TextBlock, ThinkingBlock, ToolSpec, ToolUseBlock
 
 from test_ctx_support import history_of, tool_round
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from app.context import tokens
 from app.context.overflow import DROPPED_NOTE, drop_oldest_rounds, group_rounds
 from app.context.validate import history_problems
-from app.messages import Message
+from app.kernel.messages import Message
 
 from test_ctx_support import history_of, tool_round
 
@@ -82,7 +82,7 @@ def test_tool_pairs_are_never_split() -> None:
 
 def test_user_instructions_in_dropped_rounds_are_carried_to_the_task():
     """A later user request inside a dropped round must not vanish from the context."""
-    from app.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+    from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 
     big = "x " * 3000
     history = [Message.user("task: fix the parser")]

@@ -6,7 +6,7 @@ import pytest
 
 from app.context.forecast import forecast, request_cost
 from app.context.prices import Price, cost_usd, price_for
-from app.usage import Usage
+from app.kernel.usage import Usage
 
 
 def test_catalogue_prices_by_model_name() -> None:

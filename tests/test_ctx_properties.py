@@ -17,7 +17,7 @@ from app.context.compaction import build_compaction_request, build_summary_histo
 from app.context.overflow import drop_oldest_rounds
 from app.context.pruning import prune_by_size, prune_by_time
 from app.context.validate import history_problems
-from app.messages import Message, ToolSpec
+from app.kernel.messages import Message, ToolSpec
 
 from test_ctx_support import histories, rounds_strategy
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from app.context import tokens
 from app.context.pruning import CLEARED_PREFIX, prune_by_size, prune_by_time
 from app.context.validate import history_problems
-from app.messages import Message, ToolResultBlock
+from app.kernel.messages import Message, ToolResultBlock
 
 from test_ctx_support import history_of, tool_round
 

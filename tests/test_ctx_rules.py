@@ -13,7 +13,7 @@ from app.context.memory import load_memory
 from app.context.prices import Price
 from app.context.rules import RuleParseError, glob_matches, load_rules, parse_front_matter
 from app.context.session_memory import SessionMemory, safe_cut
-from app.messages import Message, ToolResultBlock, ToolUseBlock
+from app.kernel.messages import Message, ToolResultBlock, ToolUseBlock
 
 
 def write(path: Path, text: str) -> Path:

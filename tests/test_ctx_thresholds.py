@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.context.thresholds import Thresholds, compute_thresholds, context_window_for, level
-from app.events import ThresholdsModel
+from app.kernel.events import ThresholdsModel
 
 
 def test_seed_001_figures_for_a_200k_window() -> None:

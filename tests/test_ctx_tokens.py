@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.context import tokens
-from app.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolSpec, ToolUseBlock
+from app.kernel.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolSpec, ToolUseBlock
 
 
 def test_encoder_is_the_offline_one() -> None:

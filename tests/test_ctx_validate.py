@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.context.validate import history_problems
-from app.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from app.kernel.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 
 from test_ctx_support import history_of
 

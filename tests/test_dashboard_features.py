@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 
 from agent_helpers import make_agent, make_session
-from app import events as ev
-from app.agent_session import AgentSession
-from app.commands import Preview, PreviewRestore, RestoreResult, ServerCompaction, Shutdown, UserInput
-from app.dashboard.app import TidegaugeApp
-from app.describe import describe
+from app.kernel import events as ev
+from app.session.agent_session import AgentSession
+from app.kernel.commands import Preview, PreviewRestore, RestoreResult, ServerCompaction, Shutdown, UserInput
+from app.surfaces.dashboard.app import TidegaugeApp
+from app.kernel.describe import describe
 from dashboard_helpers import engine_texts, send, settle
 from snapshot_apps.fake_agent import FakeSession, Gate, Text, context
 from test_engine_features import MEMORY_SETUP, TAGS, TASK, Router, _clear_everything, reads
@@ -430,7 +430,7 @@ def test_an_auto_compaction_line_says_what_its_forecast_said_it_would_cost():
 
 
 def test_a_resumed_session_recorded_without_chart_points_still_marks_memory_and_server_drops():
-    from app.agent_session import replayable
+    from app.session.agent_session import replayable
 
     def drop(trigger: str, after: int) -> ev.CompactionEvent:
         return ev.CompactionEvent(trigger=trigger, ok=True, messages_before=9, messages_after=3,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.config import load_settings
-from app.dashboard.app import TidegaugeApp
+from app.wiring.config import load_settings
+from app.surfaces.dashboard.app import TidegaugeApp
 from session_thread import SessionThread
-from app.runtime import build_session
+from app.wiring.runtime import build_session
 from dashboard_helpers import settle
 from widgets.context_history import ContextHistory
 from widgets.engine_line import EngineLine
@@ -42,7 +42,7 @@ async def test_flood_shows_the_cut_and_the_recovery_lines(tmp_path):
         assert "15,188,963" in lines["cut"] and "tool-results" in lines["cut"]
         assert "dropped the oldest rounds" in lines["overflow"]
         # the gauge never showed a context above the blocking line
-        event = app.session.agent.context_event()
+        event = app.session.store.agent.context_event()
         assert event.projected_tokens < event.thresholds.blocking_line
 
 

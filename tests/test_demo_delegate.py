@@ -10,14 +10,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-from app.config import load_settings
+from app.wiring.config import load_settings
 from app.context.tokens import count_tokens
 from app.demo.provider import DemoProvider
 from app.demo.scenarios import SCENARIOS, pick_scenario
-from app.messages import Message, TextBlock, ToolResultBlock, ToolSpec, ToolUseBlock
+from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolSpec, ToolUseBlock
 from app.providers.base import Completed, ModelRequest
-from app.runtime import build_agent
-from app.subagent import SUB_SYSTEM_PROMPT
+from app.wiring.runtime import build_agent
+from app.agent.subagent import SUB_SYSTEM_PROMPT
 
 PROMPT = SCENARIOS["delegate"].prompt
 IMPORTER = "inventory/importer.py"
@@ -168,7 +168,7 @@ async def test_a_compaction_that_drops_the_report_makes_it_delegate_again_and_sa
     """After "summarize" the report can push the context over the auto-compact line; the demo's
     extractive summary keeps that the task ran, not the report: the model asks again."""
     from app.context.compaction import build_compaction_request, build_summary_history
-    from app.subagent import TASK_TOOL
+    from app.agent.subagent import TASK_TOOL
 
     provider = DemoProvider(speed=0)
     use = ToolUseBlock(id="toolu_task", name=TASK_TOOL, input={"description": PROMPT, "prompt": "Find it."})

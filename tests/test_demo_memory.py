@@ -9,8 +9,8 @@ from pathlib import Path
 
 from agent_helpers import EventLog
 
-from app.config import load_settings
-from app.runtime import build_agent
+from app.wiring.config import load_settings
+from app.wiring.runtime import build_agent
 
 
 async def test_summarize_the_project_compacts_from_the_session_memory(tmp_path: Path, monkeypatch):

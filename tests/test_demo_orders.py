@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
+from app.wiring.cli import main
 from app.demo.scenarios import SCENARIOS
 from app.demo.workspace import LOG_ERROR_LINE, project_files
 
@@ -193,8 +193,8 @@ def test_every_prompt_keeps_its_own_outcome_in_this_order(sessions: Sessions, or
 async def test_in_one_live_session_flood_after_summarize_floods(tmp_path: Path) -> None:
     """The order the issue reported, in one agent that never leaves memory (as in the
     dashboard): the prompt typed after the compaction is merged into the summary message."""
-    from app.config import load_settings
-    from app.runtime import build_agent
+    from app.wiring.config import load_settings
+    from app.wiring.runtime import build_agent
 
     settings = load_settings({"provider": "demo", "demo_speed": 0, "yes": True, "data_dir": str(tmp_path / "data")})
     events: list[dict] = []

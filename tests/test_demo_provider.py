@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from app.config import load_settings
+from app.wiring.config import load_settings
 from app.context.compaction import build_compaction_request, build_summary_history
 from app.context.engine import ContextEngine, EngineConfig
 from app.context.memory import MemoryBundle
@@ -27,7 +27,7 @@ from app.demo.provider import DemoProvider
 from app.demo.scenarios import SCENARIOS, banner_text, pick_scenario
 from app.demo.tools import UNTRUNCATED_BASH, UntruncatedBashTool
 from app.demo.workspace import LOG_ERROR_LINE, create_demo_workspace, project_files
-from app.messages import (
+from app.kernel.messages import (
     Message,
     TextBlock,
     ThinkingBlock,

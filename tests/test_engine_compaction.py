@@ -275,7 +275,7 @@ def _turn_replies(provider: str, fake, compaction_reply=None) -> None:
 
 def _seed_long_answer(agent) -> None:
     """An earlier exchange whose long answer a summary can shrink (the user's own words it keeps verbatim)."""
-    from app.messages import Message
+    from app.kernel.messages import Message
 
     agent.engine.append(Message.user("describe the data"))
     agent.engine.append(Message.assistant_text(" ".join(f"w{i % 89}" for i in range(1_400))))

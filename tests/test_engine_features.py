@@ -39,7 +39,7 @@ from app.context.rules import load_rules
 from app.context.session_memory import MEMORY_INTRO, MEMORY_PROMPT_HEAD
 from app.context.thresholds import compute_thresholds
 from app.context.tokens import count_tokens
-from app.transcript import read_transcript
+from app.session.transcript import read_transcript
 
 
 def is_memory_update(body: dict) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from agent_helpers import make_agent
 from test_engine_support import compaction_bodies, request_tokens, summary_text, text_reply
 
-from app.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 
 
 async def test_compaction_request_is_trimmed_under_the_blocking_line(fake_llm, tmp_path, monkeypatch):
@@ -45,7 +45,7 @@ async def test_a_history_that_is_only_a_summary_is_not_compacted_again(fake_llm,
 
 async def test_compact_on_a_lone_summary_says_there_is_nothing_to_compact_without_a_model_call(
         fake_llm, tmp_path, monkeypatch):
-    from app.describe import describe
+    from app.kernel.describe import describe
 
     agent, events = make_agent(fake_llm, tmp_path, monkeypatch, budget=20_000, window=64_000)
     fake_llm.enqueue(text_reply("openai", summary_text("S")))

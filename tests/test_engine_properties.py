@@ -40,7 +40,7 @@ from test_engine_support import (
 from app.context.engine import SERVER_COMPACTED_NOTE, RestoreError
 from app.context.pruning import is_cleared
 from app.context.session_memory import MEMORY_INTRO
-from app.messages import OpaqueBlock, ToolResultBlock
+from app.kernel.messages import OpaqueBlock, ToolResultBlock
 
 CALLS = [
     ("list_files", {}),

@@ -25,8 +25,8 @@ from fake_responses_server import responses_failed, responses_text, responses_to
 
 from app.context.tokens import count_tokens
 from app.context.validate import history_problems
-from app.messages import Message
-from app.transcript import read_transcript
+from app.kernel.messages import Message
+from app.session.transcript import read_transcript
 
 PROTOCOLS = ["openai", "anthropic"]
 

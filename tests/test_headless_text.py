@@ -1,6 +1,6 @@
 """Headless text mode: the answer on stdout, tool calls and the engine's lines on stderr.
 
-The words come from ``app.describe``; which lines stand in brackets is decided by their
+The words come from ``app.kernel.describe``; which lines stand in brackets is decided by their
 kind, never by looking at their text.
 """
 
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import io
 
-from app.describe import describe
-from app.events import (
+from app.kernel.describe import describe
+from app.kernel.events import (
     AssistantMessageEvent, CompactionEvent, ErrorEvent, NoticeEvent, RetryEvent, TextDeltaEvent, ToolResultEvent, ToolStartEvent,
 )
-from app.headless import TextPrinter
+from app.surfaces.headless import TextPrinter
 
 
 def _print(*events: object) -> tuple[str, list[str]]:
@@ -64,7 +64,7 @@ def test_tool_lines_and_the_narration_go_to_stderr_and_the_answer_to_stdout() ->
 
 
 def test_an_interrupted_reply_goes_to_stderr_without_a_failed_attempts_text() -> None:
-    from app.events import PartialDiscardedEvent, ResultEvent
+    from app.kernel.events import PartialDiscardedEvent, ResultEvent
 
     out, lines = _print(TextDeltaEvent(text="garbled "), PartialDiscardedEvent(chars=8),
                         TextDeltaEvent(text="half an ans"), ResultEvent(stop_reason="interrupted", text="", steps=1))

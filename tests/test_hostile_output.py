@@ -7,8 +7,8 @@ import io
 from agent_helpers import make_agent
 from fake_llm_server import openai_text, openai_tool_calls
 
-from app.events import AssistantMessageEvent, TextDeltaEvent, ToolResultEvent
-from app.headless import TextPrinter
+from app.kernel.events import AssistantMessageEvent, TextDeltaEvent, ToolResultEvent
+from app.surfaces.headless import TextPrinter
 
 HOSTILE_SHELL = r"printf '\033]0;pwned\007\033]52;c;ZXZpbA==\007\033[31mred\033[0m\033[2J [bold]x[/bold] nul:\000: bad:\377\376:'"
 

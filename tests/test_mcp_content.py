@@ -24,16 +24,16 @@ import pytest
 from fake_llm_server import anthropic_text, anthropic_tool_calls, openai_text, openai_tool_calls
 
 from app.context.tokens import IMAGE_TOKENS, estimate_block
-from app.describe import describe, tool_progress_text
-from app.events import McpServerEvent, ToolProgressEvent
+from app.kernel.describe import describe, tool_progress_text
+from app.kernel.events import McpServerEvent, ToolProgressEvent
 from app.mcp.bounded_stdio import read_lines
 from app.mcp.content import CUT_META_KEY, tool_output_from_result
 from app.mcp.client import McpConnection
 from app.mcp.settings import McpServerConfig
-from app.messages import Message, TextBlock, ToolResultBlock, ToolResultImage, ToolUseBlock
+from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolResultImage, ToolUseBlock
 from app.providers.openai import to_openai_messages
 from app.providers.responses import to_responses_input
-from app.redact import clear_secrets, register_secret
+from app.kernel.redact import clear_secrets, register_secret
 from widgets.tool_call_line import ToolCallInfo, apply_progress, tool_call_text
 
 SERVERS = Path(__file__).parent / "mcp_servers"
@@ -445,8 +445,8 @@ def test_a_call_that_keeps_reporting_progress_stops_at_the_hard_limit_worded_as_
 # ---- on the dashboard ----
 
 async def test_the_dashboard_draws_progress_on_the_tools_line_and_user_content_as_a_line() -> None:
-    from app import events as ev
-    from app.dashboard.app import TidegaugeApp
+    from app.kernel import events as ev
+    from app.surfaces.dashboard.app import TidegaugeApp
     from dashboard_helpers import engine_texts, settle
     from snapshot_apps.fake_agent import FakeSession
     from widgets.tool_call_line import ToolCallLine

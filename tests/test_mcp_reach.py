@@ -31,9 +31,9 @@ from test_mcp_headless import KEY, toml_string
 from test_mcp_servers import START, Session, _free_port, _wait_listening
 
 import app
-from app.events import McpServerEvent
+from app.kernel.events import McpServerEvent
 from app.mcp.settings import McpServerConfig
-from app.redact import clear_secrets
+from app.kernel.redact import clear_secrets
 
 SERVERS = Path(__file__).parent / "mcp_servers"
 LEGACY_STDIO = SERVERS / "legacy_stdio.py"

@@ -25,15 +25,15 @@ import pytest
 from app.context.engine import ContextEngine, EngineConfig
 from app.context.memory import MemoryBundle
 from app.context.tokens import estimate_tools
-from app.describe import describe
-from app.events import McpServerEvent
+from app.kernel.describe import describe
+from app.kernel.events import McpServerEvent
 from app.mcp.hub import McpHub, start_mcp
 from app.mcp.settings import McpServerConfig
-from app.redact import clear_secrets, redact
+from app.kernel.redact import clear_secrets, redact
 from app.tools.base import ToolContext
 from app.tools.deferral import LOAD_TOOLS
 from app.tools.registry import ToolRegistry, default_registry
-from app.usage import Usage
+from app.kernel.usage import Usage
 
 SERVERS = Path(__file__).parent / "mcp_servers"
 BIN = Path(sys.executable).parent

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from app import redact as redact_mod
-from app.config import ConfigError, load_settings
+from app.kernel import redact as redact_mod
+from app.wiring.config import ConfigError, load_settings
 from app.context.accounting import ContextAccounting
 from app.context.tokens import estimate_tools
 from app.mcp.tools import MAX_TOOL_NAME, prefixed_name
-from app.messages import ToolSpec
+from app.kernel.messages import ToolSpec
 from app.tools.base import ToolContext, ToolInputError
 from app.tools.deferral import LOAD_TOOLS, LoadToolsTool, ToolDeferral
 

@@ -13,11 +13,11 @@ from fake_llm_server import openai_text
 from session_thread import SessionThread
 from test_memory_imports_security import OPENAI_KEY, OUTSIDE_MARKER, Layout
 
-from app.commands import ApproveImport
-from app.config import load_settings
+from app.kernel.commands import ApproveImport
+from app.wiring.config import load_settings
 from app.context.memory import APPROVALS_FILE
-from app.dashboard.app import TidegaugeApp
-from app.runtime import build_session
+from app.surfaces.dashboard.app import TidegaugeApp
+from app.wiring.runtime import build_session
 from widgets.import_approval_screen import ImportApprovalScreen
 
 

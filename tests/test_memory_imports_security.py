@@ -246,8 +246,8 @@ def test_answers_are_kept_per_project_in_a_file_only_the_user_can_read(tmp_path:
 
 
 def test_a_bad_allowed_import_is_one_line_naming_the_setting(layout, monkeypatch):
-    from app.config import load_settings
-    from app.errors import ConfigError
+    from app.wiring.config import load_settings
+    from app.kernel.errors import ConfigError
 
     monkeypatch.setenv("TIDEGAUGE_CONFIG_DIR", str(layout.config_dir))
     with pytest.raises(ConfigError) as caught:
@@ -258,8 +258,8 @@ def test_a_bad_allowed_import_is_one_line_naming_the_setting(layout, monkeypatch
 
 
 def test_the_answer_crosses_the_session_pipe_unchanged():
-    from app.commands import ApproveImport
-    from app.session_process import decode_command, encode_command
+    from app.kernel.commands import ApproveImport
+    from app.session.process import decode_command, encode_command
 
     answer = ApproveImport("/home/me/notes/style.md", True)
     assert decode_command(encode_command(answer)) == answer

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings as hypothesis_settings, strategies as st
 
 from fake_llm_server import openai_text, openai_tool_calls
-from app.permissions import (
+from app.agent.permissions import (
     Permissions,
     RuleError,
     SavedRules,
@@ -332,8 +332,8 @@ def test_a_bad_rule_on_the_command_line_is_one_line(fake_llm, tmp_path):
 
 
 def test_a_bad_rule_in_config_toml_is_one_line_naming_the_setting_and_the_file(tmp_path, monkeypatch):
-    from app.config import load_settings
-    from app.errors import ConfigError
+    from app.wiring.config import load_settings
+    from app.kernel.errors import ConfigError
 
     (tmp_path / "config.toml").write_text('[permissions]\ndeny = ["git__push(main)"]\n')
     monkeypatch.setenv("TIDEGAUGE_CONFIG_DIR", str(tmp_path))
@@ -345,10 +345,10 @@ def test_a_bad_rule_in_config_toml_is_one_line_naming_the_setting_and_the_file(t
 
 
 def test_slash_permissions_lists_every_rule_with_where_it_came_from(tmp_path, monkeypatch):
-    from app.commands import Report
-    from app.config import load_settings
-    from app.describe import describe
-    from app.runtime import build_session
+    from app.kernel.commands import Report
+    from app.wiring.config import load_settings
+    from app.kernel.describe import describe
+    from app.wiring.runtime import build_session
 
     work, data, config = tmp_path / "work", tmp_path / "data", tmp_path / "config"
     (work / ".git").mkdir(parents=True)

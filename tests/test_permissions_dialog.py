@@ -14,9 +14,9 @@ from dashboard_helpers import engine_texts, send, settle
 from fake_llm_server import openai_text, openai_tool_calls
 from session_thread import SessionThread
 
-from app.config import load_settings
-from app.dashboard.app import TidegaugeApp
-from app.runtime import build_session
+from app.wiring.config import load_settings
+from app.surfaces.dashboard.app import TidegaugeApp
+from app.wiring.runtime import build_session
 from widgets.approval_screen import ApprovalScreen
 from textual.widgets import Button
 

@@ -23,7 +23,7 @@ from fake_llm_server import anthropic_text, openai_text
 
 from app.context.prices import cost_usd, price_for
 from app.context.thresholds import DEFAULT_WINDOW, context_window_for
-from app.usage import Usage
+from app.kernel.usage import Usage
 
 KEY = "sk-test-fake-key-0123456789"
 ENV_OF = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from app.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from app.kernel.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from app.providers.base import (
     APIError,
     ContextTooLongError,
@@ -16,7 +16,7 @@ from app.providers.base import (
     UsageUpdate,
 )
 from app.providers.too_long import parse_too_long
-from app.usage import Usage
+from app.kernel.usage import Usage
 from fake_llm_server import (
     anthropic_error_body,
     anthropic_events,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from agent_helpers import make_agent
 from app.context.thresholds import budget_floor_warning, compaction_floor, compute_thresholds
-from app.messages import Message
+from app.kernel.messages import Message
 from fake_llm_server import openai_events, openai_chunk, openai_text, openai_tool_calls, openai_usage
 from test_engine_support import dump, is_compaction, summary_text
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.messages import Message, ThinkingBlock, ToolUseBlock
+from app.kernel.messages import Message, ThinkingBlock, ToolUseBlock
 from app.providers.anthropic import assemble_anthropic_stream
 from app.providers.base import (
     Completed,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from app.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from app.kernel.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from app.providers.base import (
     APIError,
     ConnectError,
@@ -20,7 +20,7 @@ from app.providers.base import (
     ToolCallStart,
     UsageUpdate,
 )
-from app.usage import Usage
+from app.kernel.usage import Usage
 from fake_llm_server import (
     Reply,
     cut_after,

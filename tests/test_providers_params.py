@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from agent_helpers import make_agent
-from app.cli import FLAG_FIELDS, build_parser
-from app.config import load_settings
-from app.errors import ConfigError
-from app.messages import Message, RedactedThinkingBlock, ThinkingBlock, ToolResultBlock, ToolSpec, ToolUseBlock
+from app.wiring.cli import FLAG_FIELDS, build_parser
+from app.wiring.config import load_settings
+from app.kernel.errors import ConfigError
+from app.kernel.messages import Message, RedactedThinkingBlock, ThinkingBlock, ToolResultBlock, ToolSpec, ToolUseBlock
 from app.providers.anthropic import MAX_CACHE_BREAKPOINTS, AnthropicProvider
 from app.providers.base import ModelRequest
 from app.providers.factory import create_provider, provider_options

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.messages import Message, ToolResultBlock, ToolSpec, ToolUseBlock
+from app.kernel.messages import Message, ToolResultBlock, ToolSpec, ToolUseBlock
 from app.providers.anthropic import AnthropicProvider
 from app.providers.base import ModelRequest
 from fake_llm_server import AnthropicPromptCache

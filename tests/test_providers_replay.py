@@ -19,7 +19,7 @@ import openai
 import pytest
 from openai.lib.streaming.chat import ChatCompletionStreamState
 
-from app.messages import Message, RedactedThinkingBlock, ThinkingBlock, ToolResultBlock, ToolSpec
+from app.kernel.messages import Message, RedactedThinkingBlock, ThinkingBlock, ToolResultBlock, ToolSpec
 from app.providers.base import Completed, ModelRequest
 from app.providers.openai import _STOP_REASONS
 from fake_llm_server import anthropic_text, openai_text, raw_sse, rechunk, run_stream

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_providers_fuzz import _calls, _mutations, _shaped, _text, mutate, split, terminated
 
-from app.messages import Message, OpaqueBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from app.kernel.messages import Message, OpaqueBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from app.providers.anthropic import to_anthropic_messages
 from app.providers.base import (
     APIError,

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from agent_helpers import make_agent
-from app.messages import Message, RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolSpec, ToolUseBlock
+from app.kernel.messages import Message, RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolSpec, ToolUseBlock
 from app.providers.base import ModelRequest
 from fake_llm_server import (
     anthropic_events,

@@ -21,9 +21,9 @@ from fake_responses_server import responses_error, responses_failed, responses_r
 from provider_helpers import provider_fixture, request
 from test_widgets_context import Host
 
-from app.describe import describe
-from app.events import ReportEvent
-from app.messages import Message, TextBlock, ToolUseBlock
+from app.kernel.describe import describe
+from app.kernel.events import ReportEvent
+from app.kernel.messages import Message, TextBlock, ToolUseBlock
 from app.providers.base import APIError, PromptCacheOff
 from app.providers.openai import to_openai_messages
 from app.providers.responses import to_responses_input
@@ -109,7 +109,7 @@ async def test_reasoning_tokens_reach_the_usage_event_the_ledger_and_its_words(
 
 
 def test_a_usage_line_without_reasoning_keeps_its_old_keys() -> None:
-    from app.events import UsageEvent
+    from app.kernel.events import UsageEvent
 
     line = UsageEvent(input_tokens=1, cache_read_tokens=0, cache_write_tokens=0, output_tokens=2,
                       context_tokens=3).model_dump(mode="json")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app import redact as redact_mod
-from app.redact import REDACTED, clear_secrets, redact, redact_obj, register_secret
+from app.kernel import redact as redact_mod
+from app.kernel.redact import REDACTED, clear_secrets, redact, redact_obj, register_secret
 
 KEY_VARS = ("OPENAI_API_KEY", "DEEPSEEK_API_KEY", "ANTHROPIC_API_KEY")
 

@@ -23,7 +23,7 @@ import pytest
 
 from fake_llm_server import Reply, http_error, openai_text, openai_tool_calls, rechunk, run_stream
 
-from app.messages import Message
+from app.kernel.messages import Message
 from app.providers.base import ModelRequest
 from app.providers.sse import DeadlineError, LimitExceededError, StreamLimits
 
@@ -55,7 +55,7 @@ def cli(base_url: str, *args: str) -> list[str]:
 # would carry over the parent's peak, and the parent holds the whole scripted reply).
 STREAM_CHILD = r"""
 import asyncio, os, sys, time
-from app.messages import Message
+from app.kernel.messages import Message
 from app.providers.base import Completed, ModelRequest
 from app.providers.factory import create_provider
 

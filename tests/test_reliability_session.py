@@ -21,9 +21,9 @@ import pytest
 
 from fake_llm_server import openai_events, openai_text, openai_tool_calls
 
-from app.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
-from app.session import SessionStore
-from app.transcript import INTERRUPTED_RESULT, TranscriptWriter, restore, sendable_problems
+from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from app.session.store import SessionStore
+from app.session.transcript import INTERRUPTED_RESULT, TranscriptWriter, restore, sendable_problems
 
 API_KEY = "sk-test-reliability-secret-2718281828"
 
@@ -225,7 +225,7 @@ def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path: Path) -> None:
 def test_a_lock_held_by_a_live_process_refuses_in_another(tmp_path: Path) -> None:
     transcript = tmp_path / "s" / "transcript.jsonl"
     with TranscriptWriter(transcript):
-        code = ("import sys; from app.transcript import TranscriptWriter\n"
+        code = ("import sys; from app.session.transcript import TranscriptWriter\n"
                 "try:\n    TranscriptWriter(sys.argv[1])\nexcept Exception as err:\n"
                 "    print(type(err).__name__, err); sys.exit(2)\n")
         other = subprocess.run([sys.executable, "-c", code, str(transcript)], capture_output=True, text=True,

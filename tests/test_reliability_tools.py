@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from app.config import Settings
+from app.wiring.config import Settings
 from app.tools import bash
 from app.tools.base import ArgsTool, ToolContext
 from app.tools.registry import ToolRun, default_registry

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from app.context.accounting import ContextAccounting, Ledger
 from app.context import tokens
-from app.messages import Message, ToolSpec
-from app.usage import Usage
+from app.kernel.messages import Message, ToolSpec
+from app.kernel.usage import Usage
 
 SYSTEM = "You are tidegauge, a coding agent. " * 40
 TOOLS = [ToolSpec(name=f"tool_{i}", description="does a thing with a file " * 10,

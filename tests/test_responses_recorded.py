@@ -17,7 +17,7 @@ from typing import Any
 import openai
 import pytest
 
-from app.messages import Message, OpaqueBlock
+from app.kernel.messages import Message, OpaqueBlock
 from app.providers.base import ModelRequest
 from fake_llm_server import Reply, run_stream
 from fake_responses_server import responses_text, responses_tool_calls

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 from rich.text import Text
 
-from app.sanitize import decode_bytes, sanitize_for_display, sanitize_for_model
+from app.kernel.sanitize import decode_bytes, sanitize_for_display, sanitize_for_model
 
 # Anything a terminal could act on: ESC, other C0 controls (not \t, \n), DEL, C1.
 _ACTIONABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")

@@ -23,10 +23,10 @@ from fake_llm_server import Reply, openai_text
 
 from app.context.session_memory import MAX_MEMORY_FILE_BYTES, MEMORY_FILE_NAME, MEMORY_PROMPT_HEAD, SessionMemory
 from app.mcp.stderr_log import MAX_LOG_BYTES
-from app.redact import REDACTED, register_secret
-from app.session import SessionStore
-from app.session_lock import lock_path_for
-from app.transcript import TranscriptWriter
+from app.kernel.redact import REDACTED, register_secret
+from app.session.store import SessionStore
+from app.session.lock import lock_path_for
+from app.session.transcript import TranscriptWriter
 
 KEY = "sk-test-fake-key-0123456789"  # the provider key: OPENAI_API_KEY, so registered as a secret
 
@@ -243,8 +243,8 @@ def test_a_token_in_an_mcp_url_is_in_no_output_and_no_file(fake_llm, tmp_path):
 
 
 def test_a_bad_mcp_url_is_named_without_its_token(tmp_path, monkeypatch):
-    from app.config import load_settings
-    from app.errors import ConfigError
+    from app.wiring.config import load_settings
+    from app.kernel.errors import ConfigError
 
     monkeypatch.setenv("TIDEGAUGE_CONFIG_DIR", str(tmp_path / "config"))
     _write_config(tmp_path, '[mcp_servers.remote]\nurl = "ftp://mcp.example/sse?token=SECRET"\n')
@@ -328,7 +328,7 @@ def test_the_stderr_log_redacts_a_token_split_across_writes_and_inside_an_endles
 
 
 def test_an_error_that_repeats_the_mcp_url_shows_it_without_its_token():
-    from app.events import McpServerEvent
+    from app.kernel.events import McpServerEvent
     from app.mcp.client import McpConnection, McpServerError, describe_failure
     from app.mcp.hub import McpHub
     from app.mcp.settings import McpServerConfig

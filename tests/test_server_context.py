@@ -22,13 +22,13 @@ from test_engine_support import (
 from app.context.accounting import ContextAccounting
 from app.context.server_side import ANTHROPIC_MIN_COMPACT_TRIGGER, anthropic_context_edits, configure_server_context
 from app.context.thresholds import compute_thresholds
-from app.describe import describe
-from app.messages import OpaqueBlock, ToolResultBlock
-from app.transcript import restore
+from app.kernel.describe import describe
+from app.kernel.messages import OpaqueBlock, ToolResultBlock
+from app.session.transcript import restore
 
 
 def server_settings(**chosen: Any) -> SimpleNamespace:
-    """The issue-17 settings with their defaults (as in app.config.Settings), some chosen."""
+    """The issue-17 settings with their defaults (as in app.wiring.config.Settings), some chosen."""
     values: dict[str, Any] = dict(
         server_compaction=False, anthropic_clear_tool_uses=False, anthropic_clear_tool_uses_trigger=None,
         anthropic_clear_tool_uses_keep=None, anthropic_clear_tool_uses_clear_at_least=None,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from app.messages import Message
-from app.session import Session, SessionError, SessionNotFound, SessionStore, new_session_id, restore
+from app.kernel.messages import Message
+from app.session.store import Session, SessionError, SessionNotFound, SessionStore, new_session_id, restore
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ import typing
 import pytest
 
 from agent_helpers import make_session
-from app import events as ev
-from app.agent_session import AgentSession, replayable
-from app.commands import (
+from app.kernel import events as ev
+from app.session.agent_session import AgentSession, replayable
+from app.kernel.commands import (
     Approve,
     ApproveImport,
     Command,
@@ -30,8 +30,8 @@ from app.commands import (
     Shutdown,
     UserInput,
 )
-from app.describe import DESCRIBERS, describe
-from app.protocol import SessionSurface
+from app.kernel.describe import DESCRIBERS, describe
+from app.kernel.protocol import SessionSurface
 from fake_llm_server import anthropic_text, openai_text, openai_tool_calls
 from snapshot_apps.fake_agent import FakeSession
 
@@ -47,11 +47,11 @@ async def _run(session: AgentSession, *commands) -> None:
 def test_every_event_type_has_words_or_is_declared_silent():
     union = typing.get_args(typing.get_args(ev.Event)[0])
     types = {cls.model_fields["type"].default for cls in union}
-    assert types == set(DESCRIBERS), "a new event type needs an entry in app.describe.DESCRIBERS"
+    assert types == set(DESCRIBERS), "a new event type needs an entry in app.kernel.describe.DESCRIBERS"
 
 
 def test_real_session_its_process_client_and_test_fake_implement_the_surface_protocol():
-    from app.session_process import SessionProcess
+    from app.session.process import SessionProcess
 
     for cls in (AgentSession, SessionProcess, FakeSession):
         for name in ("submit", "subscribe", "snapshot"):

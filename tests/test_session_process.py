@@ -1,4 +1,4 @@
-"""The session in its own process (``app.session_process``), as ``tidegauge`` runs it
+"""The session in its own process (``app.session.process``), as ``tidegauge`` runs it
 under the dashboard: a real child process, real pipes, the demo model driving real tools."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from app.commands import Approve, Interrupt, UserInput
-from app.errors import SetupError
-from app.events import StateEvent, TextDeltaEvent, ThinkingDeltaEvent
-from app.session_process import SessionProcess, decode_command, encode_command, merged_lines
+from app.kernel.commands import Approve, Interrupt, UserInput
+from app.kernel.errors import SetupError
+from app.kernel.events import StateEvent, TextDeltaEvent, ThinkingDeltaEvent
+from app.session.process import SessionProcess, decode_command, encode_command, merged_lines
 
 WAIT = 120  # seconds: a hang guard only; each wait ends on an event
 

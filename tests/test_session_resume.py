@@ -19,8 +19,8 @@ import pytest
 
 from fake_llm_server import openai_text, openai_tool_calls
 
-from app.session import SessionStore
-from app.transcript import INTERRUPTED_RESULT, restore
+from app.session.store import SessionStore
+from app.session.transcript import INTERRUPTED_RESULT, restore
 
 API_KEY = "sk-test-resume-secret-31415926"
 

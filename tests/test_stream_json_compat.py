@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from app.events import event_adapter
-from app.headless import JsonPrinter
+from app.kernel.events import event_adapter
+from app.surfaces.headless import JsonPrinter
 
 WAVE1_LINES = [json.loads(line) for line in (Path(__file__).parent / "stream_json_wave1.jsonl").read_text().splitlines()]
 WAVE1_TYPES = {

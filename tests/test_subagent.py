@@ -10,7 +10,7 @@ from agent_helpers import make_agent
 from fake_llm_server import openai_text, openai_tool_calls, stall_after
 
 from app.context.tokens import count_tokens
-from app.subagent import TASK_TOOL, SubAgentLimits, TaskTool, register_task_tool
+from app.agent.subagent import TASK_TOOL, SubAgentLimits, TaskTool, register_task_tool
 
 IMPORTER = "\n".join([f"# filler line {i}" for i in range(200)] + [
     "def import_row(row):",

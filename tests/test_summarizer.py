@@ -16,7 +16,7 @@ from app.context.summarizer import (
     extractive_summary,
     parse_summary,
 )
-from app.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 
 ERROR_LINE = "2026-10-18 12:00:01 ERROR database connection refused"
 

@@ -207,7 +207,7 @@ async def test_spilled_bytes_that_are_not_utf8_land_on_disk_unchanged(ctx: ToolC
 
 
 async def test_a_secret_in_the_output_is_redacted_on_screen_and_on_disk(ctx: ToolContext) -> None:
-    from app import redact
+    from app.kernel import redact
 
     secret = "sk-live-0123456789abcdefghijklmnop"
     redact.register_secret(secret)

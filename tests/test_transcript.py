@@ -12,10 +12,10 @@ from typing import Sequence
 
 import pytest
 
-from app.events import CompactionEvent, NoticeEvent, ToolResultEvent, UsageEvent
-from app.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
-from app.redact import REDACTED, clear_secrets, register_secret
-from app.transcript import (
+from app.kernel.events import CompactionEvent, NoticeEvent, ToolResultEvent, UsageEvent
+from app.kernel.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from app.kernel.redact import REDACTED, clear_secrets, register_secret
+from app.session.transcript import (
     INTERRUPTED_RESULT,
     EventLine,
     MessageLine,
@@ -207,8 +207,8 @@ def test_killed_writer_leaves_a_readable_file(path: Path) -> None:
     """kill -9 in the middle of a stream of writes: every complete line survives."""
     script = textwrap.dedent(f"""
         import sys
-        from app.messages import Message
-        from app.transcript import TranscriptWriter
+        from app.kernel.messages import Message
+        from app.session.transcript import TranscriptWriter
         writer = TranscriptWriter({str(path)!r})
         i = 0
         while True:

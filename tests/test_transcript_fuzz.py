@@ -9,9 +9,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.events import NoticeEvent, UsageEvent
-from app.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
-from app.transcript import (
+from app.kernel.events import NoticeEvent, UsageEvent
+from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from app.session.transcript import (
     EventLine,
     HistoryLine,
     MessageLine,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.messages import ToolSpec
+from app.kernel.messages import ToolSpec
 from app.tools.base import ToolContext, ToolInputError, ToolOutput
 from app.context.truncation import truncate_head_tail, truncation_notice
 from app.tools.registry import ToolRegistry, default_registry
@@ -217,7 +217,7 @@ async def test_cat_of_a_15_mb_log_keeps_head_error_tail_and_the_notice(tmp_path:
 
 
 async def test_a_secret_never_reaches_the_model_or_the_saved_file(tmp_path: Path) -> None:
-    from app import redact
+    from app.kernel import redact
 
     secret = "sk-ant-0123456789abcdefghij"
     redact.register_secret(secret)
@@ -236,7 +236,7 @@ async def test_escape_heavy_output_that_cleans_below_the_limit_still_says_it_was
     from app.tools.registry import ToolRegistry
 
     class Noisy:
-        from app.messages import ToolSpec
+        from app.kernel.messages import ToolSpec
         spec = ToolSpec(name="noisy", description="d", input_schema={"type": "object", "properties": {}})
         mutating = False
 

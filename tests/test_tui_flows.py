@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from app import events as ev
-from app.dashboard.app import TidegaugeApp
+from app.kernel import events as ev
+from app.surfaces.dashboard.app import TidegaugeApp
 from dashboard_helpers import engine_texts, send, settle
 from widgets.session_messages import Deltas, SessionMessage
 from snapshot_apps.fake_agent import Ask, FakeSession, Gate, Text, big_log, compaction_steps, context, session_steps
@@ -657,9 +657,9 @@ async def test_an_agent_that_cannot_be_built_ends_the_dashboard_with_its_error()
 
 from textual.widgets._footer import FooterKey  # noqa: E402
 
-from app.dashboard.app import CONVERSATION_MIN_ROWS, HELP_TEXT  # noqa: E402
+from app.surfaces.dashboard.app import CONVERSATION_MIN_ROWS, HELP_TEXT  # noqa: E402
 from widgets.context_history import ContextHistory  # noqa: E402
-from app.describe import human_tokens  # noqa: E402
+from app.kernel.describe import human_tokens  # noqa: E402
 from widgets.gauge_bar import GaugeBar  # noqa: E402
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from app.dashboard.app import TidegaugeApp
+from app.surfaces.dashboard.app import TidegaugeApp
 from snapshot_apps.fake_agent import Ask, FakeSession, compaction_steps, session_steps
 
 SIZE = (160, 50)

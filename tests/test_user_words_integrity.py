@@ -45,9 +45,9 @@ from app.context.summarizer import (
     extractive_summary,
     parse_summary,
 )
-from app.messages import Message, ToolResultBlock, ToolUseBlock
-from app.session import SessionStore
-from app.transcript import restore
+from app.kernel.messages import Message, ToolResultBlock, ToolUseBlock
+from app.session.store import SessionStore
+from app.session.transcript import restore
 
 PROTOCOLS = ["openai", "deepseek", "anthropic", "responses"]
 KEY = "sk-test-user-words-0123456789"
@@ -263,7 +263,7 @@ def _legacy_transcript(path: Path) -> None:
         {"kind": "message", "ts": 6.0, "message": {"role": "assistant", "content": [text("Noted.")]}},
         {"kind": "turn_end", "ts": 7.0},
     ]
-    # compact, as app.transcript.encode_line writes every line (the session list scans for it)
+    # compact, as app.session.transcript.encode_line writes every line (the session list scans for it)
     path.write_text("".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines), encoding="utf-8")
 
 

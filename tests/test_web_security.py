@@ -229,7 +229,7 @@ def test_a_malformed_message_is_one_log_line_and_the_server_serves_on(server: We
 
 
 def test_a_second_tab_on_a_resumed_session_is_told_why(tmp_path: Path) -> None:
-    from app.session import SessionStore
+    from app.session.store import SessionStore
 
     (tmp_path / "work").mkdir()
     session = SessionStore(tmp_path / "data").create(tmp_path / "work", "demo", None)
@@ -259,8 +259,8 @@ def test_a_second_tab_on_a_resumed_session_is_told_why(tmp_path: Path) -> None:
 
 def test_a_tab_on_a_session_another_process_holds_shows_that_process_line(tmp_path: Path) -> None:
     """The session lock refuses the tab's dashboard: its page says so instead of staying blank."""
-    from app import session_lock
-    from app.session import SessionStore
+    from app.session import lock as session_lock
+    from app.session.store import SessionStore
 
     (tmp_path / "work").mkdir()
     session = SessionStore(tmp_path / "data").create(tmp_path / "work", "demo", None)
@@ -310,7 +310,7 @@ def test_web_host_that_is_not_an_address_is_one_line(tmp_path: Path) -> None:
 
 
 def test_a_resize_to_any_size_is_clamped() -> None:
-    from app.dashboard.web import parse_tab_message
+    from app.surfaces.dashboard.web import parse_tab_message
 
     huge = parse_tab_message(json.dumps(["resize", {"width": 99999999, "height": 99999999}]))
     tiny = parse_tab_message(json.dumps(["resize", {"width": -5, "height": 0}]))

@@ -96,8 +96,8 @@ def test_the_page_loads_nothing_from_outside_the_server(server: WebServer) -> No
 
 def test_a_page_template_that_would_load_from_outside_is_refused_with_one_line() -> None:
     """If textual-serve's page ever names another remote file, --web says so instead of serving it."""
-    from app.errors import SetupError
-    from app.dashboard.web import offline_index_template
+    from app.kernel.errors import SetupError
+    from app.surfaces.dashboard.web import offline_index_template
 
     template = '<link rel="stylesheet" href="https://fonts.example/css?family=Roboto%20Mono" />' \
                '<script src="https://cdn.example/term.js"></script>'

@@ -10,7 +10,7 @@ from textual.app import App
 from textual.containers import VerticalScroll
 from textual.selection import Selection
 
-from app.dashboard.app import CSS_FILE
+from app.surfaces.dashboard.app import CSS_FILE
 from widgets._reply_markdown import FENCE_SPLIT_CHARS, FORCE_CHARS, SEGMENT_CHARS, cut_point, fence_reopening
 from widgets.assistant_message import AssistantMessage
 

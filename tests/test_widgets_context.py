@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from textual.app import App
 
-from app.dashboard.app import CSS_FILE
+from app.surfaces.dashboard.app import CSS_FILE
 from snapshot_apps.fake_agent import context
 from widgets.context_breakdown import ContextBreakdown
 from widgets.context_history import ContextHistory
 from widgets.context_panel import ContextPanel
-from app.describe import human_tokens
+from app.kernel.describe import human_tokens
 from widgets.gauge_bar import GaugeBar
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.app import App
 
-from app.dashboard.app import CSS_FILE
+from app.surfaces.dashboard.app import CSS_FILE
 from snapshot_apps.fake_agent import big_log
 from widgets.output_viewer import WRAP_AT, OutputViewer, prepare_lines
 from widgets.tool_call_line import ToolCallInfo, tool_call_text

@@ -18,7 +18,7 @@ from widgets._literal import literal
 # What the modal dismisses with: (decision, save the "always" rule for the project), or
 # "interrupt" (escape stops the whole turn, as escape does everywhere else in the dashboard).
 ApprovalAnswer = tuple[str, bool] | Literal["interrupt"]
-# The key of each answer (the words come from app.describe.approval_choices).
+# The key of each answer (the words come from app.kernel.describe.approval_choices).
 ANSWER_KEYS: dict[str, str] = {"yes": "y", "always_exact": "e", "always_prefix": "p", "always": "a", "no": "n"}
 
 
@@ -39,7 +39,7 @@ def describe_call(name: str, tool_input: dict[str, Any]) -> str:
 
 class ApprovalScreen(ModalScreen[ApprovalAnswer]):
     """Dismisses with (decision, save) or "interrupt" (escape). ``choices``: (decision, words)
-    in order, as ``app.describe.approval_choices`` gives them; yes / always / no without."""
+    in order, as ``app.kernel.describe.approval_choices`` gives them; yes / always / no without."""
 
     DEFAULT_CSS = """
     #approval-choices { height: auto; }

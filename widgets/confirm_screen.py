@@ -11,11 +11,11 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-from app.describe import forecast_text
+from app.kernel.describe import forecast_text
 from widgets._literal import literal
 
 if TYPE_CHECKING:
-    from app.events import ForecastEvent
+    from app.kernel.events import ForecastEvent
 
 
 class ConfirmScreen(ModalScreen[bool]):

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any
 from rich.text import Text
 from textual.widget import Widget
 
-from app.describe import human_tokens
+from app.kernel.describe import human_tokens
 
 
-if TYPE_CHECKING:  # app.events (pydantic models) is not needed to draw the first frame
-    from app.events import ContextEvent
+if TYPE_CHECKING:  # app.kernel.events (pydantic models) is not needed to draw the first frame
+    from app.kernel.events import ContextEvent
 
 PART_LABELS = {
     "system": "system prompt",

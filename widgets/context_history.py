@@ -9,7 +9,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.widget import Widget
 
-from app.describe import human_tokens, plural
+from app.kernel.describe import human_tokens, plural
 from widgets._runs import styled_runs
 
 PointKind = Literal["call", "compaction", "prune", "reset", "memory", "server"]

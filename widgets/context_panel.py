@@ -13,14 +13,14 @@ from textual import on
 from textual.containers import Horizontal, Vertical
 from textual.reactive import var
 
-from app.describe import human_tokens
+from app.kernel.describe import human_tokens
 from widgets.context_breakdown import ContextBreakdown
 from widgets.context_history import ContextHistory, PointKind
 from widgets.gauge_bar import LEVEL_CLASSES, GaugeBar
 from widgets.session_messages import ChartPoint, ContextChanged, UsageRecorded
 
-if TYPE_CHECKING:  # app.events (pydantic models) is not needed to draw the first frame
-    from app.events import ContextEvent
+if TYPE_CHECKING:  # app.kernel.events (pydantic models) is not needed to draw the first frame
+    from app.kernel.events import ContextEvent
 
 
 class ContextPanel(Vertical):

@@ -20,7 +20,7 @@ from textual.widget import Widget
 from widgets._literal import literal
 from widgets.engine_line import EngineLine
 from widgets.thinking_line import ThinkingLine
-from app.describe import describe
+from app.kernel.describe import describe
 from widgets.session_messages import (
     Deltas,
     DeltasPaused,

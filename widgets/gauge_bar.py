@@ -16,11 +16,11 @@ from rich.text import Text
 from textual.reactive import reactive, var
 from textual.widget import Widget
 
-from app.describe import human_tokens
+from app.kernel.describe import human_tokens
 from widgets._runs import styled_runs
 
-if TYPE_CHECKING:  # app.events (pydantic models) is not needed to draw the first frame
-    from app.events import ContextEvent
+if TYPE_CHECKING:  # app.kernel.events (pydantic models) is not needed to draw the first frame
+    from app.kernel.events import ContextEvent
 
 
 LEVEL_CLASSES = ("-warning", "-compact", "-blocking")

@@ -1,6 +1,6 @@
 """The Textual messages that carry session events to the widgets.
 
-The dashboard's bridge wraps each core event (``app.events``) in the messages
+The dashboard's bridge wraps each core event (``app.kernel.events``) in the messages
 listed for its type in ``MESSAGES_FOR`` and posts each one to the widgets that
 handle it (``@on(ToolStarted)`` and so on), as Toad does with its agent's
 updates. A widget never asks for events; it only declares handlers.
@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
 
-from app.describe import ENGINE_LINE_TYPES
+from app.kernel.describe import ENGINE_LINE_TYPES
 
 if TYPE_CHECKING:
     from textual.message_pump import MessagePump
 
-    from app import events as ev
+    from app.kernel import events as ev
 
 
 class SessionMessage(Message, bubble=False):

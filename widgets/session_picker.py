@@ -18,7 +18,7 @@ from widgets._literal import literal
 class SessionPicker(ModalScreen["str | None"]):
     """Dismisses with the chosen session's id, or None (escape).
 
-    ``rows``: (session id, its line) newest first, the lines worded by ``app.describe.session_row``;
+    ``rows``: (session id, its line) newest first, the lines worded by ``app.kernel.describe.session_row``;
     a title is the user's own first prompt, so it is shown literally (no markup, no escapes).
     """
 

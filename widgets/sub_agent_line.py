@@ -14,12 +14,12 @@ from rich.text import Text
 from textual.reactive import var
 from textual.widget import Widget
 
-from app.describe import human_tokens
+from app.kernel.describe import human_tokens
 
 from widgets._literal import sanitize
 
 if TYPE_CHECKING:
-    from app.events import SubAgentEvent
+    from app.kernel.events import SubAgentEvent
 
 GAUGE_CELLS = 20
 TOOLS_SHOWN = 6  # the latest calls; older ones are counted

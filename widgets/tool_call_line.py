@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.message import Message
 from textual.widget import Widget
 
-from app.describe import tool_progress_text
+from app.kernel.describe import tool_progress_text
 from widgets._literal import sanitize
 
 if TYPE_CHECKING:
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from rich.style import Style
 
-    from app.events import ResultCutEvent, ToolProgressEvent, ToolResultEvent, ToolStartEvent
+    from app.kernel.events import ResultCutEvent, ToolProgressEvent, ToolResultEvent, ToolStartEvent
 
 
 def human_chars(count: int) -> str:

@@ -19,8 +19,8 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from app.commands import PreviewRestore, RestoreResult
-from app.describe import restore_question
+from app.kernel.commands import PreviewRestore, RestoreResult
+from app.kernel.describe import restore_question
 from widgets.session_messages import ClearedResults, RestorePreviewReady
 from widgets.tool_call_line import ToolCallInfo, tool_call_text
 

@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from app.messages import Message, ToolResultBlock, ToolSpec
-from app.usage import Usage
+from app.kernel.messages import Message, ToolResultBlock, ToolSpec
+from app.kernel.usage import Usage
 
 from app.context import tokens as _tokens
 

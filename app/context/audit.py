@@ -18,11 +18,11 @@ import functools
 import math
 import re
 
-from app.markers import EXIT_CODE
+from app.kernel.markers import EXIT_CODE
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from app.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 
 CHECKED_FACTS_HEADER = "## Checked facts"
 CHECKED_FACTS_NOTE = ("(added by tidegauge: facts from the replaced history that the summary above did not "
@@ -34,7 +34,7 @@ MAX_ITEM_CHARS = 200
 # A fact counts as named when this share of its significant words is in the summary.
 WORD_COVERAGE = 0.8
 
-_EXIT_RE = EXIT_CODE  # run_bash's marker (app.markers)
+_EXIT_RE = EXIT_CODE  # run_bash's marker (app.kernel.markers)
 _CONSTRAINT_RE = re.compile(
     r"\b(do not|don't|dont|never|always|must|must not|mustn't|only ever|avoid)\b", re.IGNORECASE)
 _FAILURE_RE = re.compile(r"error|fail|exit|not found|missing|does not exist|denied|refused|crash", re.IGNORECASE)

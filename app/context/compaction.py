@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from app.messages import ContentBlock, Message, TextBlock, ToolResultBlock, ToolSpec
+from app.kernel.messages import ContentBlock, Message, TextBlock, ToolResultBlock, ToolSpec
 from app.providers.base import ModelRequest
 
 from app.context import tokens as _tokens
@@ -120,7 +120,7 @@ def is_summary_message(msg: Message) -> bool:
 
 def is_legacy_summary(msg: Message) -> bool:
     """A summary of the previous format: one block holding the summary and the user's words
-    quoted as text. Those quotes are never read back (app.transcript restores them from
+    quoted as text. Those quotes are never read back (app.session.transcript restores them from
     the transcript's records of what the user typed, see ``upgrade_legacy_summary``)."""
     first = msg.content[0] if msg.role == "user" and msg.content else None
     return (isinstance(first, TextBlock) and not first.in_summary and first.user_message_id is None

@@ -44,7 +44,7 @@ from app.context.session_memory import (
 from app.context.summarizer import extractive_summary
 from app.context.thresholds import MIN_SUMMARY_ROOM, Thresholds, budget_floor_warning, compute_thresholds, level
 from app.context.tokens import count_tokens, estimate_message, estimate_messages, estimate_tools
-from app.events import (
+from app.kernel.events import (
     BreakerEvent,
     ChartPointEvent,
     CompactionEvent,
@@ -64,12 +64,12 @@ from app.events import (
     UsageEvent,
     WarningCrossedEvent,
 )
-from app.messages import Message, OpaqueBlock, ToolResultBlock, ToolSpec
-from app.private_files import open_private
+from app.kernel.messages import Message, OpaqueBlock, ToolResultBlock, ToolSpec
+from app.kernel.private_files import open_private
 from app.providers.base import Completed, ContextTooLongError, ModelRequest, ProviderError
 from app.context.truncation import truncate_head_tail
-from app.transcript import TranscriptWriter
-from app.usage import ServerEdit, Usage
+from app.session.transcript import TranscriptWriter
+from app.kernel.usage import ServerEdit, Usage
 
 # A compaction call: request in, (assistant message, usage) out. Raises ProviderError.
 Summarize = Callable[[ModelRequest], Awaitable[tuple[Message, Usage]]]

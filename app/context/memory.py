@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Iterable, Literal, Sequence
 from pydantic import BaseModel, ValidationError
 
 from app.context.tokens import count_tokens
-from app.private_files import write_private_atomic
+from app.kernel.private_files import write_private_atomic
 
 if TYPE_CHECKING:
     from app.context.rules import RuleSet

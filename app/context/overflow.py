@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from app.messages import Message, TextBlock
+from app.kernel.messages import Message, TextBlock
 
 from app.context import tokens as _tokens
 

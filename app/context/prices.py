@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from app.usage import Usage
+from app.kernel.usage import Usage
 
 if TYPE_CHECKING:  # the catalogue's types, for mypy only: importing them costs ~0.2 s
     from genai_prices.data_snapshot import DataSnapshot

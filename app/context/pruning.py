@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from app.messages import ContentBlock, Message, ToolResultBlock, ToolUseBlock
+from app.kernel.messages import ContentBlock, Message, ToolResultBlock, ToolUseBlock
 
 from app.context import tokens as _tokens
 

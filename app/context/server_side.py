@@ -27,7 +27,7 @@ ANTHROPIC_MIN_COMPACT_TRIGGER = 50_000
 
 
 class ServerContextSettings(Protocol):
-    """The fields of ``app.config.Settings`` this module reads."""
+    """The fields of ``app.wiring.config.Settings`` this module reads."""
 
     server_compaction: bool
     anthropic_clear_tool_uses: bool

@@ -25,10 +25,10 @@ from typing import Sequence
 
 from app.context import tokens as _tokens
 from app.context.compaction import COMPACT_PROMPT, build_compaction_request, build_summary_history
-from app.messages import ContentBlock, Message, TextBlock, ToolResultBlock, ToolSpec
-from app.private_files import read_private, write_private_atomic
+from app.kernel.messages import ContentBlock, Message, TextBlock, ToolResultBlock, ToolSpec
+from app.kernel.private_files import read_private, write_private_atomic
 from app.providers.base import ModelRequest
-from app.redact import redact
+from app.kernel.redact import redact
 
 MEMORY_FILE_NAME = "session-memory.md"
 # A memory is a few thousand tokens; a file far bigger than this is not one of ours.

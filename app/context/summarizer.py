@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import re
 
-from app.markers import EXIT_CODE, TIMED_OUT, TRUNCATED
+from app.kernel.markers import EXIT_CODE, TIMED_OUT, TRUNCATED
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from app.context.compaction import recent_user_messages, summary_parts
 from app.context.overflow import DROPPED_NOTE
-from app.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 
 MAX_SUMMARY_CHARS = 6_000
 END_MARK = "(end of summary)"
@@ -54,7 +54,7 @@ MAX_CARRIED_CHARS = 1_500
 _ERROR_LINE = re.compile(r"\b(ERROR|Error|Traceback|FAIL(?:ED)?|Exception|FATAL|panic)\b|error:")
 # read_file numbers its lines like cat -n: right-aligned number, a tab.
 _NUMBERED = re.compile(r"^\s*\d+\t")
-_EXIT, _TRUNCATED, _TIMED_OUT = EXIT_CODE, TRUNCATED, TIMED_OUT  # what the tools write (app.markers)
+_EXIT, _TRUNCATED, _TIMED_OUT = EXIT_CODE, TRUNCATED, TIMED_OUT  # what the tools write (app.kernel.markers)
 _PREFERENCE = re.compile(
     r"\b(never|always|don'?t|do not|must(?:n'?t)?|please|should(?:n'?t)?|avoid|make sure|prefer)\b", re.I)
 _NEXT_HINT = re.compile(r"^(next|then|now|i'll|i will|let me|continuing)\b", re.I)

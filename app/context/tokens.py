@@ -12,7 +12,7 @@ import json
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from app.messages import (
+from app.kernel.messages import (
     Message,
     OpaqueBlock,
     TextBlock,

@@ -4,14 +4,14 @@ The rules of Anthropic's Messages API and of OpenAI-compatible Chat
 Completions, in the internal format: roles alternate starting with the
 user, every tool call is answered right after it, no orphan results.
 Used when a transcript is read back (a damaged one is cut to its longest
-valid prefix and repaired, app/transcript.py) and by the property tests.
+valid prefix and repaired, app/session/transcript.py) and by the property tests.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from app.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from app.kernel.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 
 
 def history_problems(history: Sequence[Message]) -> list[str]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from app.context.tokens import count_tokens, estimate_message, estimate_tools
 from app.demo.scenarios import banner_text, decide, pick_scenario, read_turn
-from app.messages import Message, TextBlock, ThinkingBlock, ToolUseBlock
+from app.kernel.messages import Message, TextBlock, ThinkingBlock, ToolUseBlock
 from app.providers.base import (
     Completed,
     ContextTooLongError,
@@ -31,7 +31,7 @@ from app.providers.base import (
     ToolCallStart,
     UsageUpdate,
 )
-from app.usage import Usage
+from app.kernel.usage import Usage
 
 _WORD = re.compile(r"\S+\s*|\s+")
 

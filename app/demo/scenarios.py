@@ -51,9 +51,9 @@ from app.context.summarizer import (
 )
 from app.demo.rejections import SourceFile, find_rejections, rejection_report
 from app.demo.tools import UNTRUNCATED_BASH
-from app.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from app.providers.base import ModelRequest
-from app.subagent import SUB_SYSTEM_PROMPT, TASK_TOOL
+from app.agent.subagent import SUB_SYSTEM_PROMPT, TASK_TOOL
 
 COMPACTION_MARK = "[Context compaction]"
 MEMORY_MARK = "[Session memory update]"  # app.context.session_memory.MEMORY_PROMPT_HEAD

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.messages import ToolSpec
+from app.kernel.messages import ToolSpec
 from app.tools.base import ToolContext, ToolOutput
 from app.tools.bash import RunBashTool
 

@@ -63,7 +63,7 @@ class _RedactingFile:
         self.pending = ""
 
     def write(self, data: bytes) -> None:
-        from app.redact import redact
+        from app.kernel.redact import redact
 
         pending = self.pending + self.decoder.decode(data)
         cut = len(pending) - self._WINDOW
@@ -78,7 +78,7 @@ class _RedactingFile:
         self.pending = pending
 
     def close(self) -> None:
-        from app.redact import redact
+        from app.kernel.redact import redact
 
         self.file.write(redact(self.pending + self.decoder.decode(b"", final=True)).encode("utf-8"))
         self.file.close()

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 from app import __version__
 from app.mcp.settings import McpServerConfig, MissingEnvironment, hide_url_secrets, resolved_headers
 from app.mcp.stderr_log import ServerStderrLog
-from app.redact import redact
-from app.sanitize import sanitize_for_display
+from app.kernel.redact import redact
+from app.kernel.sanitize import sanitize_for_display
 from app.tools.base import ToolOutput
 
 if TYPE_CHECKING:  # the SDK is imported only when a server is configured
@@ -234,7 +234,7 @@ class McpConnection:
             cwd = (self.workspace / os.path.expanduser(self.config.cwd)).resolve()
         # The run's token too (the SDK gives a server a minimal environment): after a kill -9 of
         # headless tidegauge, the watchdog finds the server and its children by it. Ours wins.
-        from app.watchdog import token_env
+        from app.wiring.watchdog import token_env
 
         params = StdioServerParameters(command=self.config.command or "", args=list(self.config.args),
                                        env=(dict(self.config.env) | token_env()) or None, cwd=str(cwd))

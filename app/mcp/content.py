@@ -23,7 +23,7 @@ import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.messages import ToolResultImage
+from app.kernel.messages import ToolResultImage
 from app.tools.base import ToolOutput
 
 if TYPE_CHECKING:

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 
-from app.events import Event, McpServerEvent
+from app.kernel.events import Event, McpServerEvent
 from app.mcp.client import McpConnection, McpServerError
 from app.mcp.settings import McpServerConfig, header_secrets, hide_url_secrets, shown_url, url_secrets
 from app.mcp.tools import McpTool, offered, prefixed_name
-from app.messages import ToolSpec
-from app.redact import register_secret
+from app.kernel.messages import ToolSpec
+from app.kernel.redact import register_secret
 from app.tools.deferral import LOAD_TOOLS, LoadToolsTool, ToolDeferral
 from app.tools.registry import ToolRegistry
 
@@ -130,7 +130,7 @@ class McpHub:
 
 
 class McpSettings(Protocol):
-    """What the hub reads of the session's settings (app.config.Settings has both)."""
+    """What the hub reads of the session's settings (app.wiring.config.Settings has both)."""
 
     @property
     def mcp_servers(self) -> Mapping[str, McpServerConfig]: ...

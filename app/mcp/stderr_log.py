@@ -5,7 +5,7 @@ here reads it, redacts every registered secret and the values of the server's
 own ``env`` table (a server that prints its environment prints its token),
 and writes through a cap: the first part of the log, then the newest part, with
 a line saying how much was left out between them (``MAX_LOG_BYTES`` in all).
-The file is opened 0600 with ``O_NOFOLLOW`` (app.private_files): a symlink
+The file is opened 0600 with ``O_NOFOLLOW`` (app.kernel.private_files): a symlink
 planted at the path leaves the log unwritten, never the link's target written.
 """
 
@@ -19,8 +19,8 @@ import threading
 from pathlib import Path
 from typing import IO, Iterable, TextIO
 
-from app.private_files import make_private_dir, open_private_fd
-from app.redact import MIN_SECRET_LENGTH, REDACTED, redact
+from app.kernel.private_files import make_private_dir, open_private_fd
+from app.kernel.redact import MIN_SECRET_LENGTH, REDACTED, redact
 from app.tools.registry import CappedFile
 
 MAX_LOG_BYTES = 1024 * 1024

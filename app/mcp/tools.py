@@ -12,9 +12,9 @@ import time
 from typing import Any
 
 from app.mcp.client import McpConnection, RemoteTool
-from app.messages import ToolSpec
-from app.redact import redact
-from app.sanitize import sanitize_for_display
+from app.kernel.messages import ToolSpec
+from app.kernel.redact import redact
+from app.kernel.sanitize import sanitize_for_display
 from app.tools.base import ToolContext, ToolOutput
 
 # What both APIs accept as a tool name (Anthropic and OpenAI: ^[a-zA-Z0-9_-]{1,64}$).

@@ -14,7 +14,7 @@ from typing import Any, AsyncIterator, Iterable, Unpack
 
 import httpx
 
-from app.messages import Message, OpaqueBlock, RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from app.kernel.messages import Message, OpaqueBlock, RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from app.providers.base import (
     APIError,
     Completed,
@@ -33,7 +33,7 @@ from app.providers.openai import parse_tool_arguments, tool_use_block
 from app.providers.http_base import HttpSettings, SseHttpProvider
 from app.providers.json_fields import int_field, object_field
 from app.providers.sse import SSEEvent, assemble_stream, error_from_payload, event_object, stream_cut_error
-from app.usage import ServerEdit, Usage
+from app.kernel.usage import ServerEdit, Usage
 
 ANTHROPIC_VERSION = "2023-06-01"
 # ---- provider-side context management (issue 17): the betas and the edit types that need them ----

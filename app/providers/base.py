@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import AsyncIterator, Literal, Protocol, Union
 
-from app.messages import Message, ToolSpec
-from app.usage import Usage
+from app.kernel.messages import Message, ToolSpec
+from app.kernel.usage import Usage
 
 ToolChoice = Literal["auto", "none"]
 

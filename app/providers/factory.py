@@ -15,7 +15,7 @@ from app.providers.base import Provider
 from app.providers.plugin import PluginContext, ProviderPlugin, ProviderSetup
 
 if TYPE_CHECKING:
-    from app.config import Settings
+    from app.wiring.config import Settings
 
 BUILTIN_PROVIDERS = ("openai", "deepseek", "anthropic", "responses")
 

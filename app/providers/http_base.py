@@ -9,7 +9,7 @@ import httpx
 from app.providers.base import Completed, ModelRequest, StreamEvent, TextDelta, ThinkingDelta, ToolCallDelta
 from app.providers.json_fields import json_object
 from app.providers.sse import LimitExceededError, SSEEvent, StreamLimits, stream_sse_request
-from app.redact import redact_obj
+from app.kernel.redact import redact_obj
 
 USER_AGENT = "tidegauge/0.1"
 

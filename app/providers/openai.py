@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Unpack
 
-from app.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from app.kernel.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from app.providers.base import (
     Completed,
     ModelRequest,
@@ -35,7 +35,7 @@ from app.providers.json_fields import (
     object_field,
 )
 from app.providers.sse import SSEEvent, assemble_stream, error_from_payload, event_object, stream_cut_error
-from app.usage import Usage
+from app.kernel.usage import Usage
 
 RAW_ARGUMENTS_KEY = "_raw_arguments"
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 from app.providers.base import Provider
 
 if TYPE_CHECKING:  # the settings module imports nothing from providers; keep it that way at run time
-    from app.config import Settings
+    from app.wiring.config import Settings
     from app.tools.base import Tool  # types only: providers sit below tools
 
 

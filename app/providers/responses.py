@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Unpack
 
-from app.messages import Message, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from app.kernel.messages import Message, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from app.providers.base import (
     Completed,
     ModelRequest,
@@ -36,7 +36,7 @@ from app.providers.http_base import HttpSettings, SseHttpProvider
 from app.providers.json_fields import ArgumentBuffer, int_field, list_field, object_field
 from app.providers.openai import parse_tool_arguments, tool_result_text, tool_use_block, wire_arguments
 from app.providers.sse import SSEEvent, assemble_stream, error_from_payload, event_object, stream_cut_error
-from app.usage import Usage
+from app.kernel.usage import Usage
 
 PROTOCOL = "responses"
 # Items we keep opaque and send back unchanged (only to this protocol).

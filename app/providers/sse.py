@@ -321,7 +321,7 @@ def encode_body(body: dict[str, Any]) -> bytes:
     try:
         return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
     except UnicodeEncodeError:
-        from app.sanitize import scrub_surrogates_obj
+        from app.kernel.sanitize import scrub_surrogates_obj
 
         return json.dumps(scrub_surrogates_obj(body), ensure_ascii=False, separators=(",", ":"),
                           allow_nan=False).encode("utf-8")

@@ -15,7 +15,7 @@ from typing import Any, Callable, ClassVar, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from app.messages import ToolResultImage, ToolSpec
+from app.kernel.messages import ToolResultImage, ToolSpec
 
 # Saved full outputs stop growing here (the tail beyond it is still kept); see registry.
 DEFAULT_MAX_SAVED_OUTPUT = 1024**3

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from app.redact import redact
+from app.kernel.redact import redact
 from app.tools import proctree
 from app.tools.base import DEFAULT_MAX_SAVED_OUTPUT, ArgsTool, ToolArgs, ToolContext, ToolInputError, ToolOutput
 from app.context.truncation import join_head_tail

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from app.context.tokens import estimate_tools
-from app.messages import ToolSpec
+from app.kernel.messages import ToolSpec
 from app.tools.base import ToolContext, ToolInputError, ToolOutput
 
 LOAD_TOOLS = "load_tools"

@@ -25,11 +25,11 @@ from app.context.truncation import (  # the cut itself is pure logic; the regist
     _notice_length,
     join_head_tail,
 )
-from app.messages import ToolResultImage, ToolSpec
-from app.private_files import open_private as open_private  # re-exported: run_bash opens its spill with it
+from app.kernel.messages import ToolResultImage, ToolSpec
+from app.kernel.private_files import open_private as open_private  # re-exported: run_bash opens its spill with it
 from app.providers.json_fields import BAD_ARGUMENTS_KEY
-from app.redact import redact
-from app.sanitize import sanitize_for_model
+from app.kernel.redact import redact
+from app.kernel.sanitize import sanitize_for_model
 from app.tools.base import (
     DEFAULT_MAX_SAVED_OUTPUT,
     ArgsTool,

@@ -1,6 +1,6 @@
 """A small scripted stand-in for the session, for dashboard tests.
 
-It implements ``app.protocol.SessionSurface`` (submit, subscribe, snapshot) and
+It implements ``app.kernel.protocol.SessionSurface`` (submit, subscribe, snapshot) and
 emits scripted engine events, so the tests exercise the real App and widgets
 without a model (a contract test checks it against the Protocol). Steps of a turn are events (emitted as they come), ``Gate`` (wait until
 the test opens it: keeps a turn running), ``Ask`` (ask for approval like the
@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from app import commands as cmd
-from app import events as ev
-from app.protocol import SessionSnapshot
+from app.kernel import commands as cmd
+from app.kernel import events as ev
+from app.kernel.protocol import SessionSnapshot
 
 
 def thresholds(window: int = 200_000, budget: int = 150_000) -> ev.ThresholdsModel:
@@ -79,7 +79,7 @@ Step = Any  # an Event, Gate, Ask or Text
 
 
 class FakeSession:
-    """A scripted session: implements ``app.protocol.SessionSurface`` like the real one.
+    """A scripted session: implements ``app.kernel.protocol.SessionSurface`` like the real one.
 
     Prompts, compactions and resets run one at a time on the loop of the first
     ``submit``; interrupts and approval answers act at once. What it was asked

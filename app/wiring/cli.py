@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from app import __version__
 
 if TYPE_CHECKING:
-    from app.config import Settings
+    from app.wiring.config import Settings
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "or one JSON event per line (stream-json)")
     p.add_argument("--demo-speed", type=float, metavar="TOKENS_PER_S",
                    help="demo provider: typing speed in tokens per second (default 40; 0: no delay)")
-    # --web: the dashboard in a browser (app/dashboard/web.py)
+    # --web: the dashboard in a browser (app/surfaces/dashboard/web.py)
     p.add_argument("--web", action="store_true",
                    help="serve the dashboard to a browser on 127.0.0.1 instead of this terminal "
                         "(open the address it prints: it holds this run's token)")
@@ -81,8 +81,8 @@ def _fork(args: argparse.Namespace, settings: "Settings") -> str:
     """--fork-session: copy the session --continue/--resume would open; returns the copy's id."""
     from pathlib import Path
 
-    from app.errors import SetupError
-    from app.session import SessionStore
+    from app.kernel.errors import SetupError
+    from app.session.store import SessionStore
 
     if not (args.resume or args.continue_latest):
         raise SetupError("--fork-session needs --continue or --resume ID")
@@ -104,7 +104,7 @@ def build_sessions_parser() -> argparse.ArgumentParser:
 def _sessions(argv: list[str]) -> int:
     """`tidegauge sessions [--all]`."""
     args = build_sessions_parser().parse_args(argv)
-    from app.config import load_settings
+    from app.wiring.config import load_settings
 
     return _print_sessions(load_settings({}), every_directory=args.all, out=sys.stdout)
 
@@ -112,12 +112,12 @@ def _sessions(argv: list[str]) -> int:
 def _print_sessions(settings: "Settings", *, every_directory: bool, out: Any) -> int:
     from pathlib import Path
 
-    from app.session import session_rows
+    from app.session.store import session_rows
 
     cwd = Path.cwd()
     rows = session_rows(settings.data_dir_path, None if every_directory else cwd)
     if not rows:
-        from app.sanitize import sanitize_for_display
+        from app.kernel.sanitize import sanitize_for_display
 
         where = "" if every_directory else f" for {sanitize_for_display(str(cwd))} (--all: every directory)"
         print(f"no sessions{where}", file=sys.stderr)
@@ -128,7 +128,7 @@ def _print_sessions(settings: "Settings", *, every_directory: bool, out: Any) ->
 
 def _run_setup(step: "Callable[[], int]") -> int:
     """Run ``step``; a setup problem is one line on stderr and exit code 2."""
-    from app.errors import ConfigError, SetupError
+    from app.kernel.errors import ConfigError, SetupError
 
     try:
         return step()
@@ -150,8 +150,8 @@ def _idle_flag(args: argparse.Namespace) -> str | None:
 
 def _headless_prompt(prompt: str) -> str:
     """-p's prompt with what was piped in: appended (as Claude Code does), or all of it with -p -."""
-    from app.errors import SetupError
-    from app.headless import piped_input
+    from app.kernel.errors import SetupError
+    from app.surfaces.headless import piped_input
 
     if prompt == "-":
         prompt = piped_input(sys.stdin.buffer, required=True) or ""
@@ -174,10 +174,10 @@ def main(argv: list[str] | None = None) -> int:
     if idle is not None:
         print(f"tidegauge: {idle}", file=sys.stderr)
         return 2
-    from app.errors import ConfigError, SetupError
+    from app.kernel.errors import ConfigError, SetupError
 
     if args.config_path:
-        from app.config import config_file_path
+        from app.wiring.config import config_file_path
 
         print(config_file_path())
         return 0
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides = {name: getattr(args, name) for name in FLAG_FIELDS}
 
     def settings() -> "Settings":  # imported on use: the dashboard paints before pydantic is loaded
-        from app.config import load_settings
+        from app.wiring.config import load_settings
 
         return load_settings(overrides)
 
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.prompt is not None:
             _end_everything_with_tidegauge()
             _skip_httpx_command_line()
-            from app.headless import run_headless
+            from app.surfaces.headless import run_headless
 
             prompt = _headless_prompt(args.prompt)
             if args.resume == "":  # --resume without an id: no picker here, so the list and how to pass one
@@ -219,14 +219,14 @@ def main(argv: list[str] | None = None) -> int:
             if args.resume == "":
                 raise SetupError("--resume needs a session id with --web (`tidegauge sessions` lists them)")
             return _serve_web(settings(), overrides, args)
-        from app.dashboard.launch import run_dashboard
+        from app.surfaces.dashboard.launch import run_dashboard
 
         return run_dashboard(overrides, resume=args.resume, continue_latest=args.continue_latest)
     except (ConfigError, SetupError) as err:
         print(f"tidegauge: {err}", file=sys.stderr)
         return 2
     except Exception as err:  # a clear line instead of a traceback for setup failures
-        from app.session import SessionNotFound
+        from app.session.store import SessionNotFound
 
         if isinstance(err, (SessionNotFound, ValueError)):
             print(f"tidegauge: {err}", file=sys.stderr)
@@ -242,16 +242,16 @@ def main(argv: list[str] | None = None) -> int:
 
 def _end_everything_with_tidegauge() -> None:
     """Headless: every process this run starts (tools, MCP servers, their children) ends with it,
-    also on SIGTERM or SIGHUP (closing the terminal), and on a kill -9 (``app/watchdog.py``).
+    also on SIGTERM or SIGHUP (closing the terminal), and on a kill -9 (``app/wiring/watchdog.py``).
     Only in tidegauge's own process: a program that calls ``main`` keeps its own children and signals."""
     import signal
 
-    from app.process_exit import end_everything_on, is_the_tidegauge_process
+    from app.wiring.process_exit import end_everything_on, is_the_tidegauge_process
 
     if not is_the_tidegauge_process():
         return
     from app.tools import proctree
-    from app.watchdog import start_watchdog
+    from app.wiring.watchdog import start_watchdog
 
     proctree.claim_every_descendant()
     end_everything_on(signal.SIGTERM, signal.SIGHUP)
@@ -264,7 +264,7 @@ def _skip_httpx_command_line() -> None:
     ``httpx.main``; httpx's ``__init__`` falls back to a stub when that import fails. Only in
     tidegauge's own process and before httpx is loaded: a program that calls ``main`` keeps its
     httpx whole."""
-    from app.process_exit import is_the_tidegauge_process
+    from app.wiring.process_exit import is_the_tidegauge_process
 
     if "httpx" not in sys.modules and is_the_tidegauge_process():
         sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]  # None: "not importable"
@@ -274,10 +274,10 @@ def _serve_web(settings: "Settings", overrides: dict[str, Any], args: argparse.N
     """--web: check here what every tab would need (one line now, not an error in each tab), then serve."""
     from pathlib import Path
 
-    from app.config import api_key_for, resolve_provider
-    from app.errors import SetupError
-    from app.session import SessionStore
-    from app.dashboard.web import WEB_HOST, serve_dashboard
+    from app.wiring.config import api_key_for, resolve_provider
+    from app.kernel.errors import SetupError
+    from app.session.store import SessionStore
+    from app.surfaces.dashboard.web import WEB_HOST, serve_dashboard
 
     provider = resolve_provider(settings)
     if provider != "demo" and not api_key_for(settings, provider):

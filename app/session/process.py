@@ -7,7 +7,7 @@ screen fell a second behind the stream (benchmark 3b) and a demo turn took
 1.25× its headless time (benchmark 8). In a child process the session has a
 core of its own and the UI process only draws.
 
-The child (``python -m app.session_process REQUEST``) builds the session exactly
+The child (``python -m app.session.process REQUEST``) builds the session exactly
 as ``tidegauge`` does and speaks JSON lines, codex's app-server in small:
 
 - child → parent, stdout: first one control line, ``{"type": "@ready", ...the
@@ -36,12 +36,12 @@ from collections import deque
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable
 
-from app import commands as cmd
-from app.errors import SetupError
-from app.protocol import Listener, SessionSnapshot
+from app.kernel import commands as cmd
+from app.kernel.errors import SetupError
+from app.kernel.protocol import Listener, SessionSnapshot
 
 if TYPE_CHECKING:
-    from app.events import Event, SessionInfoEvent
+    from app.kernel.events import Event, SessionInfoEvent
 
 DELTA_WINDOW = 0.008  # seconds a streamed delta may wait in the child to share a line with the next ones
 _DELTAS = ("text_delta", "thinking_delta")
@@ -150,7 +150,7 @@ def serve(request: dict[str, Any]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Everything the session starts (tools, MCP servers, what they leave) ends with it: at the
     # end of input (the dashboard closed, or killed), a Shutdown, a SIGTERM or a SIGHUP.
-    from app.process_exit import end_everything_on
+    from app.wiring.process_exit import end_everything_on
     from app.tools import proctree
 
     proctree.claim_every_descendant()
@@ -164,8 +164,8 @@ def serve(request: dict[str, Any]) -> int:
         os.write(out, (json.dumps({"type": kind, **fields}) + "\n").encode())
 
     try:
-        from app.config import load_settings
-        from app.runtime import build_session
+        from app.wiring.config import load_settings
+        from app.wiring.runtime import build_session
 
         settings = load_settings(request.get("overrides") or {})
         session = build_session(settings, approvals=True, resume=request.get("resume"),
@@ -239,10 +239,10 @@ class SessionProcess:
 
     def start(self) -> "SessionProcess":
         """Spawn the child and wait for its first line; SetupError with its one line if it failed."""
-        from app.events import ContextEvent, SessionInfoEvent, StateEvent, event_adapter
+        from app.kernel.events import ContextEvent, SessionInfoEvent, StateEvent, event_adapter
 
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "app.session_process", json.dumps(self._request)],
+            [sys.executable, "-m", "app.session.process", json.dumps(self._request)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self._cwd,
             start_new_session=True)  # the terminal's ctrl+c is the dashboard's, not the session's
         assert self._process.stdout is not None and self._process.stderr is not None
@@ -320,7 +320,7 @@ class SessionProcess:
             except (BrokenPipeError, ValueError):
                 pass
         if not self._stopping:  # the child is gone: say so again rather than drop the command
-            from app.events import ErrorEvent
+            from app.kernel.events import ErrorEvent
 
             self._dispatch(ErrorEvent(message=f"the session process has ended (exit {process.wait()}): "
                                               f"quit and run tidegauge --resume {self.info.session_id}"))
@@ -345,7 +345,7 @@ class SessionProcess:
     # ---------------------------------------------------------- threads
 
     def _read_events(self, stdout: IO[bytes]) -> None:
-        from app.events import event_adapter
+        from app.kernel.events import event_adapter
 
         adapter = event_adapter()
         for line in stdout:
@@ -358,7 +358,7 @@ class SessionProcess:
         code = self._process.wait() if self._process is not None else None
         _end_what_it_left()
         if not self._stopping:
-            from app.events import ErrorEvent
+            from app.kernel.events import ErrorEvent
 
             self._dispatch(ErrorEvent(message=f"the session process ended (exit {code}): {self.stderr_tail()}"))
 
@@ -392,7 +392,7 @@ class SessionProcess:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m app.session_process REQUEST_JSON (started by the dashboard)", file=sys.stderr)
+        print("usage: python -m app.session.process REQUEST_JSON (started by the dashboard)", file=sys.stderr)
         return 2
     return serve(json.loads(args[0]))
 
@@ -400,6 +400,6 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     # No interpreter teardown: the command reader is still blocked on stdin, and a daemon
     # thread holding stdin's lock at finalization aborts the process (exit -6).
-    from app.process_exit import exit_without_teardown
+    from app.wiring.process_exit import exit_without_teardown
 
     exit_without_teardown(main())

@@ -27,14 +27,14 @@ from typing import Annotated, Any, Callable, Literal, Mapping, Protocol, Sequenc
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
-from app.events import Event, ToolResultEvent, event_adapter
-from app import session_lock
+from app.kernel.events import Event, ToolResultEvent, event_adapter
+from app.session import lock as session_lock
 from app.context.compaction import is_legacy_summary, upgrade_legacy_summary
 from app.context.validate import history_problems
-from app.markers import INTERRUPTED_RESULT  # one text for a call that never finished
-from app.messages import ContentBlock, Message, OpaqueBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
-from app.private_files import make_private_dir, open_private_fd
-from app.redact import redact_obj
+from app.kernel.markers import INTERRUPTED_RESULT  # one text for a call that never finished
+from app.kernel.messages import ContentBlock, Message, OpaqueBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from app.kernel.private_files import make_private_dir, open_private_fd
+from app.kernel.redact import redact_obj
 
 # Reasons the engine replaces the live history. The field is a plain str so
 # a reason added later never makes older readers drop the line.

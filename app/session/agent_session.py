@@ -3,7 +3,7 @@
 ``AgentSession`` owns everything a surface must not: the agent, the command
 queue, the run state (one source for step, tool and retry numbers), the
 permission rules chosen in the approval dialog and the pending approvals. Surfaces talk to it only
-through ``app.protocol.SessionSurface``: ``submit`` a command, ``subscribe`` to
+through ``app.kernel.protocol.SessionSurface``: ``submit`` a command, ``subscribe`` to
 the event stream, read a ``snapshot``.
 
 Threads: the session runs on one asyncio loop (its own thread under the
@@ -22,7 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Literal, Protocol
 
-from app.commands import (
+from app.kernel.commands import (
     ApproveImport,
     Approve,
     Command,
@@ -39,7 +39,7 @@ from app.commands import (
     Shutdown,
     UserInput,
 )
-from app.events import (
+from app.kernel.events import (
     MemoryImportEvent,
     ApprovalRequestEvent,
     ApprovalResolvedEvent,
@@ -61,16 +61,16 @@ from app.events import (
     StateEvent,
     TokenTotals,
 )
-from app.permissions import EFFECTS, PROJECT_SETTINGS, Permissions
-from app.protocol import Listener, SessionSnapshot
+from app.agent.permissions import EFFECTS, PROJECT_SETTINGS, Permissions
+from app.kernel.protocol import Listener, SessionSnapshot
 
 if TYPE_CHECKING:
-    from app.agent import Agent
+    from app.agent.loop import Agent
     from app.context.memory import ImportNotice
-    from app.runtime import MemorySource
-    from app.events import PointKind
-    from app.messages import ToolUseBlock
-    from app.transcript import TranscriptWriter
+    from app.wiring.runtime import MemorySource
+    from app.kernel.events import PointKind
+    from app.kernel.messages import ToolUseBlock
+    from app.session.transcript import TranscriptWriter
 
 # Deltas are not persisted (the assistant_message after them holds the whole text), nor
 # reports and previews (answers to a question about the session, not part of it).
@@ -565,7 +565,7 @@ class AgentSession:
                         self._current.cancel()  # the session itself is being stopped
                         raise
                 except Exception as error:  # noqa: BLE001 - a bug in a turn must not end the session
-                    from app.events import ErrorEvent
+                    from app.kernel.events import ErrorEvent
 
                     self._emit(ErrorEvent(message=f"{type(error).__name__}: {error}"))
                     self._state("idle")
@@ -586,7 +586,7 @@ class AgentSession:
                 # A session in which nothing was typed is not kept: it would be the next --continue.
                 from pathlib import Path
 
-                from app.session import remove_if_empty
+                from app.session.store import remove_if_empty
 
                 remove_if_empty(Path(self.info.transcript_path).parent)
 
@@ -605,7 +605,7 @@ class AgentSession:
     async def _ask_approval(self, use: "ToolUseBlock") -> Literal["yes", "no"]:
         """Asked by the agent (and its sub-agents) when the rules say ask; an "always" answer adds
         the allow rules this request offered, for the session (and saved, if asked to)."""
-        from app.agent import summarize_args
+        from app.agent.loop import summarize_args
 
         assert self._loop is not None
         request_id = f"approval-{next(self._ids)}"

@@ -1,6 +1,6 @@
 """The setup errors the CLI turns into one line on stderr.
 
-Kept apart from app.config and app.runtime (pydantic, the whole agent) so the
+Kept apart from app.wiring.config and app.wiring.runtime (pydantic, the whole agent) so the
 CLI can catch them without importing either before the dashboard's first frame.
 """
 

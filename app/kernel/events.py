@@ -227,7 +227,7 @@ class StateEvent(BaseModel):
 
 class NoticeEvent(BaseModel):
     """A prose line. The core no longer emits it (every engine line is a typed event
-    worded by ``app.describe``); stream-json derives it after the typed events that
+    worded by ``app.kernel.describe``); stream-json derives it after the typed events that
     used to carry one, and transcripts written before keep parsing."""
 
     type: Literal["notice"] = "notice"
@@ -397,7 +397,7 @@ class CompactionPausedEvent(BaseModel):
 
 
 class ReportEvent(BaseModel):
-    """Answer to ``/usage`` or ``/context``: the figures; ``app.describe`` words them."""
+    """Answer to ``/usage`` or ``/context``: the figures; ``app.kernel.describe`` words them."""
 
     type: Literal["report"] = "report"
     kind: Literal["usage", "context"]
@@ -495,7 +495,7 @@ class UsageDistrustedEvent(BaseModel):
     estimated_tokens: int  # our estimate, used instead
 
 
-# ---- the dashboard side of issues 14-17 (answers to app.commands Preview, PreviewRestore,
+# ---- the dashboard side of issues 14-17 (answers to app.kernel.commands Preview, PreviewRestore,
 # RestoreResult, ServerCompaction; and which results are cleared) ----
 
 class ForecastEvent(BaseModel):

@@ -4,7 +4,7 @@ One process-wide registry of secret strings. The values of the provider
 key environment variables are registered automatically (checked on every
 call, so a key exported after import is still caught); anything else
 (a key from the config file, a ``--api-key-env`` variable) is registered
-by whoever reads it, see ``app.config.api_key_for``.
+by whoever reads it, see ``app.wiring.config.api_key_for``.
 
 ``redact`` uses one compiled alternation, rebuilt only when the set
 changes, and returns its input untouched when no secret is registered.
@@ -21,7 +21,7 @@ REDACTED = "[REDACTED]"
 # Shorter values are not treated as secrets: redacting "abc" everywhere
 # would mangle ordinary text and a real API key is never that short.
 MIN_SECRET_LENGTH = 8
-# Kept here (not imported from app.config) so redaction has no dependencies.
+# Kept here (not imported from app.wiring.config) so redaction has no dependencies.
 PROVIDER_KEY_ENV_VARS: tuple[str, ...] = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "DEEPSEEK_API_KEY")
 
 _lock = threading.Lock()

@@ -25,7 +25,7 @@ from textual.widgets import Footer, Input
 from textual.worker import Worker, WorkerState
 
 import styles
-from app.commands import (
+from app.kernel.commands import (
     Approve,
     ApproveImport,
     Compact,
@@ -37,7 +37,7 @@ from app.commands import (
     Shutdown,
     UserInput,
 )
-from app.dashboard.bridge import SessionBridge
+from app.surfaces.dashboard.bridge import SessionBridge
 from widgets.context_panel import ContextPanel
 from widgets.conversation import Conversation
 from widgets.header_bar import HeaderBar
@@ -47,8 +47,8 @@ from widgets.tool_call_line import ToolCallLine
 from widgets.tool_output_panel import ToolOutputPanel
 
 if TYPE_CHECKING:
-    from app.commands import Command
-    from app.protocol import SessionSurface
+    from app.kernel.commands import Command
+    from app.kernel.protocol import SessionSurface
 
 CSS_FILE = Path(styles.__file__).parent / "tidegauge.tcss"
 
@@ -361,8 +361,8 @@ class TidegaugeApp(App[int]):
             self.session.submit(command)
             return
         self._waiting.append(command)
-        from app.describe import describe
-        from app.events import CommandQueuedEvent
+        from app.kernel.describe import describe
+        from app.kernel.events import CommandQueuedEvent
 
         kind: Literal["prompt", "compact", "reset"] = (
             "prompt" if isinstance(command, UserInput) else "compact" if isinstance(command, Compact) else "reset")
@@ -378,7 +378,7 @@ class TidegaugeApp(App[int]):
         request = message.event
         from widgets.approval_screen import ApprovalScreen  # modals: imported when first shown
 
-        from app.describe import approval_choices
+        from app.kernel.describe import approval_choices
 
         def answered(answer: "tuple[str, bool] | str | None") -> None:
             self._approval_screens.pop(request.request_id, None)

@@ -25,8 +25,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.errors import SetupError
-from app.private_files import open_private_fd
+from app.kernel.errors import SetupError
+from app.kernel.private_files import open_private_fd
 
 LOCK_SUFFIX = ".lock"
 

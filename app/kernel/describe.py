@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 
 # The one sanitizer for what a terminal shows; widgets reach it here (they import only the
 # contract modules of app/).
-from app.sanitize import sanitize_for_display
+from app.kernel.sanitize import sanitize_for_display
 
 __all__ = ["Line", "denials_text", "describe", "human_tokens", "legacy_notice", "plural", "sanitize_for_display",
            "session_row", "tool_progress_text", "tool_result_text",
            "tool_start_text", "ENGINE_LINE_TYPES"]
 
 if TYPE_CHECKING:
-    from app import events as ev
+    from app.kernel import events as ev
 
 LineKind = Literal[
     "info", "warning", "error", "compaction", "compaction-failed", "overflow", "micro", "cut",
@@ -391,7 +391,7 @@ _EFFECT_WORDS = {"allow": "allow", "ask": "ask  ", "deny": "deny "}
 
 def _permissions(e: "ev.PermissionsEvent") -> Line:
     """/permissions: the rules in force, strongest first, each with where it came from."""
-    from app.permissions import source_words
+    from app.agent.permissions import source_words
 
     if e.rules:
         lines = [f"  {_EFFECT_WORDS[r.effect]} {r.rule}   ({source_words(r.source)})" for r in e.rules]

@@ -1,6 +1,6 @@
 """Sessions on disk: ``<data_dir>/sessions/<id>/`` with the transcript, tool outputs and meta.
 
-    transcript.jsonl   append-only, see app.transcript
+    transcript.jsonl   append-only, see app.session.transcript
     tool-results/      full outputs of truncated tool results
     meta.json          id, cwd (resolved), created, provider, model
 
@@ -22,10 +22,10 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from app.errors import SetupError
-from app.private_files import make_private_dir, write_private_atomic
-from app.session_lock import SessionLocked
-from app.transcript import RestoredState, TranscriptWriter, restore
+from app.kernel.errors import SetupError
+from app.kernel.private_files import make_private_dir, write_private_atomic
+from app.session.lock import SessionLocked
+from app.session.transcript import RestoredState, TranscriptWriter, restore
 
 __all__ = [
     "Session", "SessionError", "SessionLocked", "SessionMeta", "SessionNotFound", "SessionStore", "SessionSummary",
@@ -98,7 +98,7 @@ class SessionSummary:
         return self.turns > 0
 
 
-# The transcript lines a summary reads (written compact, by app.transcript.encode_line).
+# The transcript lines a summary reads (written compact, by app.session.transcript.encode_line).
 _EVENT_LINE = b'{"kind":"event"'
 _SUMMARY_TYPES = (b'"type":"user_message"', b'"type":"usage"', b'"type":"context"')
 # A message the user typed (a tool result is a user message too, but not a typed one).
@@ -169,7 +169,7 @@ def _holds_prompt(path: Path) -> bool:
 def session_rows(data_dir: Path | str, cwd: Path | str | None) -> list[tuple[str, str]]:
     """(id, line) of the sessions of ``cwd`` (None: every directory, the directory at the end),
     newest first: what ``tidegauge sessions`` prints and the dashboard's picker lists."""
-    from app.describe import sanitize_for_display, session_row
+    from app.kernel.describe import sanitize_for_display, session_row
 
     rows = []
     for summary in SessionStore(data_dir).summaries(cwd):
@@ -193,7 +193,7 @@ def remove_if_empty(directory: Path) -> bool:
     here, so a process that opened the session meanwhile (``--resume ID``) keeps it. Only
     a folder that is a session (its id as name, a meta.json) is ever removed.
     """
-    from app.session_lock import acquire, release
+    from app.session.lock import acquire, release
 
     transcript = directory / TRANSCRIPT_NAME
     if not _ID_PATTERN.match(directory.name) or not (directory / META_NAME).is_file():

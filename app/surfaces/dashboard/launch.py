@@ -1,6 +1,6 @@
 """Open the dashboard on a session that runs in a process of its own.
 
-The session runs in a child process (``app.session_process``): the agent's work
+The session runs in a child process (``app.session.process``): the agent's work
 (streaming, token counting, tools) never waits for a frame, a slow frame never
 slows the agent, and the two never share an interpreter lock. The App reaches it
 only through ``submit`` and the bridge's messages.
@@ -19,7 +19,7 @@ def exit_now(code: int) -> None:
     built) took about 1 s of the 1.1-3.4 s quit (issue 13), longer than everything
     before it, and nothing is left for it to do.
     """
-    from app.process_exit import exit_without_teardown
+    from app.wiring.process_exit import exit_without_teardown
 
     exit_without_teardown(code)
 
@@ -31,7 +31,7 @@ def _quit_on_signals(app: Any) -> None:
     import asyncio
     import signal
 
-    from app.process_exit import end_everything_on
+    from app.wiring.process_exit import end_everything_on
 
     def quit_app(signum: int, _frame: object) -> None:
         end_everything_on(signal.SIGTERM, signal.SIGHUP)
@@ -49,16 +49,16 @@ def _quit_on_signals(app: Any) -> None:
 def run_dashboard(overrides: dict[str, Any], resume: str | None = None, continue_latest: bool = False) -> int:
     """Open the dashboard (the CLI calls this when there is no -p). Returns the exit code.
 
-    The session runs in a child process (``app.session_process``): the UI process
+    The session runs in a child process (``app.session.process``): the UI process
     keeps its interpreter lock for drawing. A new session paints first: the child
     (settings, session, token encoder) starts in a thread after the first frame, and
     a bad setting or a missing key then closes the dashboard with the child's one
     line on stderr. Resuming starts the child first, so a bad session id is one line
     on stderr without the screen opening.
     """
-    from app.dashboard.app import TidegaugeApp
-    from app.process_exit import is_the_tidegauge_process
-    from app.session_process import SessionProcess
+    from app.surfaces.dashboard.app import TidegaugeApp
+    from app.wiring.process_exit import is_the_tidegauge_process
+    from app.session.process import SessionProcess
 
     runners: list[SessionProcess] = []
 
@@ -74,8 +74,8 @@ def run_dashboard(overrides: dict[str, Any], resume: str | None = None, continue
     def sessions_here() -> list[tuple[str, str]]:  # /resume's and --resume's list (issue 27)
         from pathlib import Path
 
-        from app.config import load_settings
-        from app.session import session_rows
+        from app.wiring.config import load_settings
+        from app.session.store import session_rows
 
         return session_rows(load_settings(overrides).data_dir_path, Path.cwd())
 

@@ -1,7 +1,7 @@
 """Headless mode: one task, no dashboard. Text or stream-json on stdout.
 
 Both printers are subscribers of the session's event stream, like the
-dashboard; the words of text mode come from ``app.describe``.
+dashboard; the words of text mode come from ``app.kernel.describe``.
 """
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ import signal
 import sys
 from typing import TYPE_CHECKING, BinaryIO, Callable, TextIO
 
-from app.commands import Interrupt, Shutdown, UserInput
-from app.describe import LineKind, denials_text, describe, legacy_notice, tool_result_text, tool_start_text
-from app.events import Event, ResultEvent, SessionRepairedEvent
-from app.redact import redact, redact_obj
-from app.sanitize import sanitize_for_display, scrub_surrogates_obj
+from app.kernel.commands import Interrupt, Shutdown, UserInput
+from app.kernel.describe import LineKind, denials_text, describe, legacy_notice, tool_result_text, tool_start_text
+from app.kernel.events import Event, ResultEvent, SessionRepairedEvent
+from app.kernel.redact import redact, redact_obj
+from app.kernel.sanitize import sanitize_for_display, scrub_surrogates_obj
 
 if TYPE_CHECKING:
-    from app.agent_session import AgentSession
-    from app.config import Settings
+    from app.session.agent_session import AgentSession
+    from app.wiring.config import Settings
 
 UNBRACKETED_KINDS: frozenset[LineKind] = frozenset({"error", "info"})
 
@@ -141,7 +141,7 @@ async def run_task(session: "AgentSession", prompt: str) -> ResultEvent:
 def _exit_now(code: int) -> None:
     """The second Ctrl-C: no cleanup beyond flushing what was printed and ending what run_bash
     started (whole process trees), no traceback."""
-    from app.process_exit import exit_without_teardown
+    from app.wiring.process_exit import exit_without_teardown
     from app.tools.proctree import kill_all_descendants
 
     kill_all_descendants()
@@ -190,7 +190,7 @@ def run_headless(settings: "Settings", prompt: str, output_format: str, *, resum
     """Exit codes: 0 the model finished (also when tool calls were refused for want of approval:
     the result's ``permission_denials`` and a stderr line say so), 1 an error or a refusal, 3 the
     step limit, 130 interrupted; 2 (before any model call) bad input or setup."""
-    from app.runtime import build_session
+    from app.wiring.runtime import build_session
 
     session = build_session(settings, approvals=False, resume=resume, continue_latest=continue_latest)
     if output_format == "stream-json":
@@ -223,7 +223,7 @@ def piped_input(stdin: "BinaryIO", *, required: bool) -> str | None:
     import os
     import stat
 
-    from app.errors import SetupError
+    from app.kernel.errors import SetupError
 
     try:
         mode = os.fstat(stdin.fileno()).st_mode

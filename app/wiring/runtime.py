@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.agent import Agent, AgentOptions, Approver
+from app.agent.loop import Agent, AgentOptions, Approver
 from app.context.server_side import configure_server_context, switch_server_compaction
-from app.agent_session import AgentSession, Closable, EventStream, transcript_recorder
-from app.config import (
+from app.session.agent_session import AgentSession, Closable, EventStream, transcript_recorder
+from app.wiring.config import (
     Settings,
     api_key_for,
     exposed_keys_warning,
@@ -24,18 +24,18 @@ from app.context.file_cache import FileReadCache
 from app.context.memory import ImportApprovals, ImportPolicy, MemoryBundle, find_repo_root, load_memory
 from app.context.prices import assumed_price_warning, price_for
 from app.context.thresholds import assumed_window_warning, context_window_for
-from app.errors import ConfigError, SetupError
-from app.permissions import Permissions, RuleError, load_permissions
-from app.events import Event, SessionInfoEvent
-from app.protocol import Listener
+from app.kernel.errors import ConfigError, SetupError
+from app.agent.permissions import Permissions, RuleError, load_permissions
+from app.kernel.events import Event, SessionInfoEvent
+from app.kernel.protocol import Listener
 from app.providers.factory import default_key_env, open_provider
 from app.providers.http_base import SseHttpProvider
 from app.providers.sse import StreamLimits
-from app.redact import register_secret
-from app.session import Session, SessionStore
+from app.kernel.redact import register_secret
+from app.session.store import Session, SessionStore
 from app.tools.base import SavedOutputBudget, ToolContext
 from app.tools.registry import default_registry
-from app.transcript import TranscriptWriter, restore
+from app.session.transcript import TranscriptWriter, restore
 
 if TYPE_CHECKING:  # imported when a server is configured, not with every session
     from app.mcp.hub import McpHub
@@ -233,7 +233,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         repairs = list(state.warnings)
         for event in restored_events:
             if event.type == "usage":
-                from app.usage import Usage
+                from app.kernel.usage import Usage
                 engine.ledger.add(event.agent, Usage(event.input_tokens, event.cache_read_tokens,
                                                      event.cache_write_tokens, event.output_tokens,
                                                      reasoning_tokens=event.reasoning_tokens),
@@ -272,7 +272,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
     )
     warnings += [("permissions", warning) for warning in permissions.warnings]
     if settings.subagents:
-        from app.subagent import register_task_tool
+        from app.agent.subagent import register_task_tool
 
         register_task_tool(agent, settings)
         engine.set_budget(engine.config.budget)  # the lines again, with the task tool in the fixed part

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.errors import SetupError
+from app.kernel.errors import SetupError
 
 WEB_HOST = "127.0.0.1"
 # A terminal size from a client is clamped to these (columns, rows): ?width=99999999 grew
@@ -266,7 +266,7 @@ def settings_environment(overrides: dict[str, Any]) -> dict[str, str]:
     The environment ranks just below the flags (above config.toml), so a tab sees
     the same settings the flags gave; they were already validated in this process.
     """
-    from app.config import ENV_PREFIX
+    from app.wiring.config import ENV_PREFIX
 
     env: dict[str, str] = {}
     for name, value in overrides.items():
@@ -315,8 +315,8 @@ class OneLineFormatter(logging.Formatter):
     and API keys redacted."""
 
     def format(self, record: logging.LogRecord) -> str:
-        from app.redact import redact
-        from app.sanitize import sanitize_for_display
+        from app.kernel.redact import redact
+        from app.kernel.sanitize import sanitize_for_display
 
         message = record.getMessage()
         if record.exc_info and record.exc_info[1] is not None:
@@ -326,7 +326,7 @@ class OneLineFormatter(logging.Formatter):
 
 
 def _dashboard_server_class() -> type:
-    """The textual-serve Server, adapted; built on call so ``import app.dashboard.web`` stays light."""
+    """The textual-serve Server, adapted; built on call so ``import app.surfaces.dashboard.web`` stays light."""
     import aiohttp_jinja2
     import jinja2
     from aiohttp import WSMsgType, web
@@ -389,8 +389,8 @@ def _dashboard_server_class() -> type:
 
     async def end_tab(websocket: web.WebSocketResponse, code: int, why: str) -> None:
         """Close a tab saying why, on its page (a text message) and in the close frame (cut)."""
-        from app.redact import redact
-        from app.sanitize import sanitize_for_display
+        from app.kernel.redact import redact
+        from app.kernel.sanitize import sanitize_for_display
 
         why = redact(sanitize_for_display(why))
         with contextlib.suppress(ConnectionError):
@@ -419,7 +419,7 @@ def _dashboard_server_class() -> type:
         def initialize_logging(self) -> None:
             # textual-serve's rich handler prints tracebacks with local variables (the request,
             # its path, the token): every record here is one line instead.
-            from app.redact import register_secret
+            from app.kernel.redact import register_secret
 
             register_secret(self.access.token)
             handler = logging.StreamHandler(sys.stdout)

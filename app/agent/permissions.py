@@ -45,7 +45,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from app.private_files import write_private_atomic
+from app.kernel.private_files import write_private_atomic
 
 Effect = Literal["allow", "ask", "deny"]
 Source = Literal["flag", "config", "project", "saved", "session"]

@@ -26,15 +26,15 @@ from pydantic_settings import (
 )
 
 from app.providers.factory import PROVIDER_KEY_ENV  # the providers' key variables: one list
-from app.errors import ConfigError  # raised here; the CLI imports it from app.errors
+from app.kernel.errors import ConfigError  # raised here; the CLI imports it from app.kernel.errors
 from app.mcp.settings import McpServerConfig, check_server_names  # MCP servers (issue 16)
 from app.tools.base import (  # tool hardening (issues 12, 24)
     DEFAULT_MAX_SAVED_OUTPUT,
     DEFAULT_MAX_SESSION_SAVED_OUTPUT,
     DEFAULT_READ_MAX_BYTES,
 )
-from app.redact import redact, register_env_var, register_secret
-from app.permissions import RuleError, parse_rule, split_rule_list  # permission rules (issue 27)
+from app.kernel.redact import redact, register_env_var, register_secret
+from app.agent.permissions import RuleError, parse_rule, split_rule_list  # permission rules (issue 27)
 
 APP_NAME = "tidegauge"
 ENV_PREFIX = "TIDEGAUGE_"
@@ -161,7 +161,7 @@ class Settings(BaseSettings):
     subagents: bool = True  # offer the task tool (a sub-agent in a fresh context)
     subagent_max_steps: int = Field(20, ge=1)
     subagent_report_tokens: int = Field(2_000, ge=100)
-    # Permission rules (issue 27, app/permissions.py): [permissions] allow/ask/deny in
+    # Permission rules (issue 27, app/agent/permissions.py): [permissions] allow/ask/deny in
     # config.toml; --allowed-tools / --disallowed-tools add allow / deny rules for one run.
     permissions: PermissionRules = Field(default_factory=PermissionRules)
     allowed_tools: list[str] = Field(default_factory=list)

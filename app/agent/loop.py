@@ -12,7 +12,7 @@ from typing import Awaitable, Callable, Literal
 
 from app.context.engine import ContextEngine
 from app.context.prices import Price
-from app.events import (
+from app.kernel.events import (
     AgentState,
     AssistantMessageEvent,
     CompactionEvent,
@@ -34,10 +34,10 @@ from app.events import (
     ToolUserContentEvent,
     UserMessageEvent,
 )
-from app.markers import INTERRUPTED_RESULT  # one text for a call that never finished
-from app.messages import ContentBlock, Message, ToolResultBlock, ToolUseBlock
+from app.kernel.markers import INTERRUPTED_RESULT  # one text for a call that never finished
+from app.kernel.messages import ContentBlock, Message, ToolResultBlock, ToolUseBlock
 from app.providers.json_fields import BAD_ARGUMENTS_KEY
-from app.permissions import Permissions, source_words
+from app.agent.permissions import Permissions, source_words
 from app.providers.sse import MAX_RETRY_AFTER
 from app.providers.base import (
     Completed,
@@ -54,8 +54,8 @@ from app.providers.base import (
 )
 from app.tools.base import ToolContext
 from app.tools.registry import ToolRegistry
-from app.transcript import TranscriptWriter
-from app.usage import Usage
+from app.session.transcript import TranscriptWriter
+from app.kernel.usage import Usage
 
 # How a turn can end: values ResultEvent.stop_reason accepts (mypy checks each one against it).
 ResultStopReason = Literal["end_turn", "max_steps", "error", "interrupted", "refusal"]

@@ -1,6 +1,6 @@
 """What a surface may call: the whole contract between the core and its surfaces.
 
-The real session (``app.agent_session.AgentSession``) implements it, and so do
+The real session (``app.session.agent_session.AgentSession``) implements it, and so do
 the test fakes (a test checks both against this Protocol, so they cannot drift).
 A surface submits commands and reads events; it never reaches into the agent,
 the engine, the providers or the tools.
@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from app.commands import Command
-    from app.events import ContextEvent, Event, SessionInfoEvent, StateEvent
+    from app.kernel.commands import Command
+    from app.kernel.events import ContextEvent, Event, SessionInfoEvent, StateEvent
 
 Listener = Callable[["Event"], None]
 

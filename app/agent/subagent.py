@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from app.context.file_cache import FileReadCache
 from app.context.memory import MemoryBundle
-from app.events import ContextEvent, Event, SubAgentEvent, ToolStartEvent, UsageEvent
-from app.messages import ToolSpec
+from app.kernel.events import ContextEvent, Event, SubAgentEvent, ToolStartEvent, UsageEvent
+from app.kernel.messages import ToolSpec
 from app.tools.base import ToolContext, ToolInputError, ToolOutput
 from app.tools.registry import ToolRegistry, safe_file_stem
 
 if TYPE_CHECKING:  # the agent module imports the tools; the sub-agent is built from it on use
-    from app.agent import Agent
-    from app.config import Settings
+    from app.agent.loop import Agent
+    from app.wiring.config import Settings
 
 TASK_TOOL = "task"
 DEFAULT_REPORT_TOKENS = 2_000
@@ -138,7 +138,7 @@ class TaskTool:
         return ToolOutput(report_text(result.text, stopped))
 
     def build_sub_agent(self, ctx: ToolContext) -> Agent:
-        from app.agent import Agent, AgentOptions
+        from app.agent.loop import Agent, AgentOptions
         from app.context.engine import ContextEngine, EngineConfig
 
         parent = self.parent
@@ -187,7 +187,7 @@ def _forward(parent: Agent, sub: Agent, call_id: str) -> Callable[[Event], None]
 
     def forward(event: Event) -> None:
         if isinstance(event, UsageEvent):
-            from app.usage import Usage
+            from app.kernel.usage import Usage
 
             usage = Usage(event.input_tokens, event.cache_read_tokens, event.cache_write_tokens, event.output_tokens,
                           reasoning_tokens=event.reasoning_tokens)

@@ -1,0 +1,1 @@
+"""The session: commands in, ordered events out; its transcript, lock, and its own process."""
