@@ -103,7 +103,7 @@ class FrameClock:
 
 def emit(app: Any, event: Any) -> None:
     """Send an engine event the way the agent does: into the session's event stream."""
-    app.session.store.stream.emit(event)
+    app.session.stream.emit(event)
 
 
 class DashboardStopped(RuntimeError):

@@ -75,7 +75,7 @@ async def dashboard_once(tmp: Path, speed: float) -> float:
             marks[kind] = time.perf_counter()
 
     async with live_dashboard(tmp, demo_settings(tmp, speed)) as (app, pilot):
-        app.session.store.subscribe(note)
+        app.session.subscribe(note)
         clock = FrameClock(app)
         done = clock.expect(lambda: "result" in marks)
         app.submit(UserInput(text=PROMPT))

@@ -72,7 +72,7 @@ async def _load_the_output(app: Any, pilot: Any, text: str) -> str:
 
     from benchmarks.bench_ingest import _LogTool
 
-    agent = app.session.store.agent
+    agent = app.session.agent
     agent.registry.register(_LogTool(text))
     use = ToolUseBlock(id="call_cat_app_log", name="cat_log", input={})
     agent.engine.append(Message.user("find errors in app.log"))

@@ -77,7 +77,7 @@ def run(quick: bool) -> list[Check]:
             outputs.mkdir()
             async with app.run_test(size=SIZE) as pilot:
                 await pilot.pause()
-                context = app.session.store.agent.context_event()
+                context = app.session.agent.context_event()
                 for turn in range(1, turns + 1):
                     for event in _turn_events(turn, outputs, context):
                         emit(app, event)

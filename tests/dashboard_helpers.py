@@ -23,7 +23,7 @@ async def settle(pilot: Any, rounds: int = 20_000) -> None:
     """
     app = pilot.app
     for _ in range(rounds):
-        session = app.session.store
+        session = app.session
         if session is not None and not session.pending:
             break
         await asyncio.sleep(0.005)  # polls the condition above; Pilot.pause would wait for a busy screen

@@ -42,7 +42,7 @@ async def test_flood_shows_the_cut_and_the_recovery_lines(tmp_path):
         assert "15,188,963" in lines["cut"] and "tool-results" in lines["cut"]
         assert "dropped the oldest rounds" in lines["overflow"]
         # the gauge never showed a context above the blocking line
-        event = app.session.store.agent.context_event()
+        event = app.session.agent.context_event()
         assert event.projected_tokens < event.thresholds.blocking_line
 
 

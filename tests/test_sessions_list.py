@@ -236,7 +236,7 @@ async def test_resume_without_an_id_opens_the_picker_and_enter_opens_the_highlig
         shown = str(options.get_option_at_index(1).prompt)
         assert "[bold]task[/bold]" in shown and "\x1b" not in shown  # the title as typed, inert
         await pilot.press("down", "enter")
-        await _until(pilot, lambda: app.session.store is not None, "built the chosen session")
+        await _until(pilot, lambda: app.session is not None, "built the chosen session")
     assert opened == [older]
 
 
@@ -252,7 +252,7 @@ async def test_escape_in_the_picker_at_start_quits_without_a_session(home):
         assert "No session with a prompt" in str(app.screen.query_one(".dialog-question").render())
         await pilot.press("escape")
         await _until(pilot, lambda: app.return_code == 0, "quit")
-    assert opened == [] and app.session.store is None
+    assert opened == [] and app.session is None
 
 
 async def test_slash_resume_picks_another_session_and_escape_keeps_this_one(home):

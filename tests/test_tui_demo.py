@@ -54,7 +54,7 @@ async def test_demo_find_errors_then_expand_the_15mb_output_without_touching_the
         panel = app.query_one(ToolOutputPanel)
         cat = [info for info in panel.calls.values() if info.truncated]
         assert cat and cat[0].original_chars > 10_000_000
-        history, context = history_dump(app.session.store.agent), app.session.store.agent.context_event()
+        history, context = history_dump(app.session.agent), app.session.agent.context_event()
 
         panel.select_call(cat[0].id)
         await pilot.press("ctrl+o")
@@ -64,8 +64,8 @@ async def test_demo_find_errors_then_expand_the_15mb_output_without_touching_the
         await pilot.press("ctrl+o")
         await pilot.pause()
         assert not panel.expanded
-        assert history_dump(app.session.store.agent) == history
-        assert app.session.store.agent.context_event() == context
+        assert history_dump(app.session.agent) == history
+        assert app.session.agent.context_event() == context
 
 
 async def test_demo_summarize_climbs_through_the_warning_line_into_an_auto_compaction(tmp_path: Path) -> None:
@@ -96,7 +96,7 @@ async def test_demo_approval_then_interrupt_leaves_a_valid_session(tmp_path: Pat
         # The turn ends first and the modal is dismissed after it (a later message): wait for
         # both states, not for a pause that a loaded machine may not give it time to happen in.
         await until(pilot, lambda: not app.busy and not isinstance(app.screen, ApprovalScreen))
-        history = app.session.store.agent.history
+        history = app.session.agent.history
         uses = {b.id for m in history for b in m.tool_uses}
         results = {b.tool_use_id for m in history for b in m.tool_results}
         assert uses == results  # every call answered (a synthetic "interrupted" result)
@@ -114,7 +114,7 @@ async def test_demo_delegate_folds_the_sub_agent_under_the_task_call_and_the_rep
     reached, release = threading.Event(), threading.Event()
 
     async with app.run_test(size=SIZE) as pilot:
-        provider = app.session.store.agent.provider
+        provider = app.session.agent.provider
         scripted = provider.stream
 
         async def held_mid_task(request):
@@ -146,6 +146,6 @@ async def test_demo_delegate_folds_the_sub_agent_under_the_task_call_and_the_rep
         done = sub.render().plain
         assert "✓ end_turn" in done and "3 tool calls" in done
         assert "read_file inventory/models.py" not in done  # folded once it finished
-        [report] = [b.content for m in app.session.store.agent.history for b in m.tool_results]
+        [report] = [b.content for m in app.session.agent.history for b in m.tool_results]
         replies = [reply.text for reply in app.conversation.query(AssistantMessage) if reply.text.strip()]
         assert replies and all(f"> {line}" in replies[-1] for line in report.splitlines() if line.strip())
