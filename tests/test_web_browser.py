@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import psutil
 import pytest
 
+from app.surfaces.dashboard.web import SERVER_STOPPED_WORDS
 from web_support import ROOT, START_TIMEOUT_S, BrowserTerminal, WebServer, browser_pages, require_chromium
 
 VIEWPORT = (1600, 1000)
@@ -56,7 +57,7 @@ def test_the_demo_task_runs_in_the_browser_and_ctrl_o_and_ctrl_s_work(
     screen = terminal.wait_for_text("demo (scripted model)", "Ask tidegauge", "of 9", timeout_s=START_TIMEOUT_S)
     assert "context" in screen and "auto-compact" in screen  # the gauge is there from the first screen
 
-    terminal.focus()
+    # No click into the page first: the terminal has the focus from the start (issue 29).
     terminal.type("find errors in app.log")
     terminal.press("Enter")
     # The answer names the one error line, and the cat call is marked truncated.
@@ -80,6 +81,12 @@ def test_the_demo_task_runs_in_the_browser_and_ctrl_o_and_ctrl_s_work(
     terminal.wait_for_text("frees ~")  # it asks first, with what the compaction frees and costs
     terminal.press("y")
     terminal.wait_for_text("context compacted")
+
+    # The tab has an icon: the page links it and the server answers it (no 404 in the log).
+    icon = terminal.page.request.get(server.base_url + "/favicon.ico")
+    assert icon.status == 200 and icon.headers["content-type"] == "image/x-icon"
+    assert icon.body()[:4] == b"\x00\x00\x01\x00"  # an ICO directory
+    assert terminal.page.locator('link[rel="icon"]').get_attribute("href") == "/favicon.ico"
 
     # Offline: the page, its script, styles and fonts all came from this server.
     hosts = {urlsplit(url).netloc for url in terminal.requests if urlsplit(url).scheme in ("http", "https", "ws")}
@@ -110,6 +117,9 @@ def test_a_closed_tab_ends_its_dashboard_and_ctrl_c_on_the_server_ends_the_other
     gone, alive = psutil.wait_procs(dashboards, timeout=START_TIMEOUT_S)
     assert not alive, f"left running after ctrl+c: {[p.pid for p in alive]}"
     terminal.page.get_by_text("Session ended.").wait_for(state="visible", timeout=START_TIMEOUT_S * 1000)
+    # Restart cannot open a new session with the server gone: it says so and how to resume.
+    terminal.page.get_by_role("button", name="Restart").click()
+    terminal.page.get_by_text(SERVER_STOPPED_WORDS).wait_for(state="visible", timeout=START_TIMEOUT_S * 1000)
 
 
 def _tab_trees(server: WebServer, count: int) -> list[list["psutil.Process"]]:

@@ -90,6 +90,13 @@ _PACKAGED_FONT_FACES = """\
     </style>"""
 
 
+# What Restart says when it cannot open a new session (the page holds only this run's token).
+SERVER_STOPPED_WORDS = ("tidegauge --web has stopped, and this session with it. To resume it, run "
+                        "tidegauge --web --continue in its directory and open the address it prints.")
+SERVER_RESTARTED_WORDS = ("tidegauge --web was started again with a new address: open the address it "
+                          "printed (ending in ?token=...).")
+_FAVICON_LINK = '<link rel="icon" type="image/x-icon" href="/favicon.ico" />\n    '
+
 # textual-serve's page shows only "Session ended." when its websocket closes. A tab closed by
 # the server (the tab limit, the resumed session open in another tab, a dashboard that could
 # not start) is first sent ["tidegauge_closed", why] (a close reason holds only 123 bytes);
@@ -114,8 +121,26 @@ _SHOW_CLOSE_REASON = """\
           });
         }
       };
+      // Keys typed before a click reach the dashboard: the terminal takes the focus as soon as
+      // textual.js has made it (bounded: a page that never makes one stops looking after 10 s).
+      (function focusTerminal(deadline) {
+        const input = document.querySelector("#terminal textarea");
+        if (input) { input.focus({preventScroll: true}); return; }
+        if (performance.now() < deadline) requestAnimationFrame(() => focusTerminal(deadline));
+      })(performance.now() + 10000);
+      // Restart opens a new session when tidegauge --web still runs; when it has stopped (or was
+      // started again, with a new token) it says so and how to resume, instead of a browser error.
+      window.refresh = async function () {
+        const message = document.querySelector(".closed-dialog .message");
+        let status = 0;
+        try {
+          status = (await fetch(window.location.href, {cache: "no-store"})).status;
+        } catch (error) {}
+        if (status === 200) { window.location.reload(); return; }
+        if (message) message.textContent = status === 0 ? "%s" : "%s";
+      };
     </script>
-  </head>""" % CLOSED_MESSAGE
+  </head>""" % (CLOSED_MESSAGE, SERVER_STOPPED_WORDS, SERVER_RESTARTED_WORDS)
 # What a tab's dashboard wrote on stderr last is kept (its one-line error if it cannot start).
 STDERR_TAIL_BYTES = 4096
 
@@ -127,7 +152,7 @@ def offline_index_template(template_text: str) -> str:
     remote = _REMOTE_RESOURCE.search(patched)
     if remote:  # a template this launcher does not know: refuse rather than serve a page that reaches out
         raise SetupError(f"--web: textual-serve's page loads {remote.group(1)}; it cannot be served offline")
-    return patched.replace("</head>", _SHOW_CLOSE_REASON, 1)
+    return patched.replace("</head>", _FAVICON_LINK + _SHOW_CLOSE_REASON, 1)
 
 
 def clamp_size(width: int, height: int) -> tuple[int, int]:
@@ -438,6 +463,7 @@ def _dashboard_server_class() -> type:
                 web.get("/ws/{token}", self.handle_websocket, name="tab"),
                 web.get("/download/{key}", self.handle_download, name="download"),
                 web.static("/static", self.statics_path, name="static"),
+                web.get("/favicon.ico", self.handle_favicon, name="favicon"),
             ])
             app.on_startup.append(self.on_startup)
             app.on_shutdown.append(self.on_shutdown)
@@ -475,6 +501,13 @@ def _dashboard_server_class() -> type:
                                      "X-Frame-Options": "DENY",
                                      "Content-Security-Policy": "frame-ancestors 'none'"})
             return response
+
+        async def handle_favicon(self, request: web.Request) -> web.Response:
+            """The tab's icon: no token needed (it shows nothing of the session), Host still checked."""
+            from app.surfaces.dashboard.favicon import favicon_ico
+
+            return web.Response(body=favicon_ico(), content_type="image/x-icon",
+                                headers={"Cache-Control": "max-age=86400"})
 
         async def on_startup(self, app: web.Application) -> None:
             # One line a user (and the tests) reads the address from; the only place the token is shown.
