@@ -19,6 +19,7 @@ from fake_llm_server import (
 )
 
 from app.context.validate import history_problems
+from app.kernel.describe import describe
 from app.kernel.messages import Message
 
 
@@ -159,6 +160,9 @@ async def test_interrupt_while_waiting_for_approval_leaves_a_valid_history_and_r
         pass
     assert not (agent.workspace / "a.txt").exists()
     assert events.of("result")[-1].stop_reason == "interrupted"
+    # The line says the call never ran (it said "while run_bash ran": issue 29).
+    assert describe(events.of("interrupted")[-1]).text == (
+        "interrupted by the user at the approval of run_bash (it did not run)")
     assert _next_request_problems(agent.history) == []
     fake_llm.enqueue(openai_text("fine"))
     assert (await agent.run_turn("go on")).stop_reason == "end_turn"

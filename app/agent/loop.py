@@ -133,6 +133,7 @@ class Agent:
         self._pending_uses: list[ToolUseBlock] = []
         self._pending_results: list[ToolResultBlock] = []
         self._running_tool: str | None = None
+        self._awaiting_approval = False  # an interrupt now stops a call that never ran
         # The reply streamed so far, as pieces: joined once, when it is needed.
         self._partial: list[str] = []
 
@@ -236,6 +237,7 @@ class Agent:
         self._pending_results = results
         for index, use in enumerate(uses, start=1):
             self._running_tool = use.name
+            self._awaiting_approval = False
             self._state("tool", tool_name=use.name, tool_index=index, tool_count=len(uses))
             self.emit(ToolStartEvent(id=use.id, name=use.name, input=use.input,
                                      summary=summarize_args(use.name, use.input)))
@@ -286,7 +288,9 @@ class Agent:
         if self.approver is None:
             return (f"{use.name} was refused: this session does not allow tools that change things. "
                     "Use read_file and list_files to investigate, or tell the user to restart tidegauge with --yes.")
+        self._awaiting_approval = True  # left set by an interrupt: the repair after it reads it
         answer = await self.approver(use)  # the session says "waiting_approval" if it has to ask
+        self._awaiting_approval = False
         if answer in ("yes", "always"):
             return None
         return f"The user declined this {use.name} call. Ask the user how to proceed or try another way."
@@ -295,6 +299,8 @@ class Agent:
         """Every tool call left without a result gets a synthetic one, so the next request is valid."""
         uses, results = self._pending_uses, self._pending_results
         running = self._running_tool
+        at_approval = self._awaiting_approval
+        self._awaiting_approval = False
         if uses:
             answered = {r.tool_use_id for r in results}
             unanswered = [u for u in uses if u.id not in answered]
@@ -316,7 +322,8 @@ class Agent:
         if kept:
             # Complete text without tool calls: keep it, marked, so the model knows it was cut.
             self.engine.append(Message.assistant_text(partial + "\n\n[interrupted by the user]"))
-        self.emit(InterruptedEvent(tool_name=running if uses else None, partial_kept=kept))
+        self.emit(InterruptedEvent(tool_name=running if uses else None, partial_kept=kept,
+                                   at_approval=at_approval and bool(uses)))
 
     def _finish(self, stop_reason: ResultStopReason, text: str) -> ResultEvent:
         self.engine.flush_background_events()  # a memory update's events come before the result, never after

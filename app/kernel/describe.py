@@ -75,7 +75,8 @@ def _compaction(e: "ev.CompactionEvent") -> Line:
     if e.facts_added:
         facts = f"; the audit added {plural(e.facts_added, 'checked fact')} the summary missed"
     elif e.facts_checked:
-        facts = f"; audit: all {plural(e.facts_checked, 'checked fact')} named"
+        facts = ("; audit: the summary named the 1 fact checked" if e.facts_checked == 1
+                 else f"; audit: the summary named all {e.facts_checked:,} facts checked")
     if e.trigger in ("auto", "memory"):  # nobody confirmed these: their cost is said afterwards
         facts = _forecast_said(e) + facts
     if e.trigger == "server":
@@ -163,6 +164,8 @@ def _reset(e: "ev.ResetEvent") -> Line:
 
 def _interrupted(e: "ev.InterruptedEvent") -> Line:
     what = f" while {e.tool_name} ran" if e.tool_name else ""
+    if e.tool_name and e.at_approval:
+        what = f" at the approval of {e.tool_name} (it did not run)"
     kept = "; the partial reply is kept, marked as interrupted" if e.partial_kept else ""
     return Line("interrupted", f"interrupted by the user{what}{kept}")
 
@@ -273,8 +276,9 @@ def _sub_agent(e: "ev.SubAgentEvent") -> Line | None:
 def _session_memory(e: "ev.SessionMemoryEvent") -> Line:
     if not e.ok:
         return Line("warning", f"session memory update failed ({e.reason}); it is retried after more new context")
-    return Line("info", f"session memory updated: ~{human_tokens(e.memory_tokens)} tokens covering"
-                        f" {plural(e.covered_messages, 'message')}")
+    # After a compaction the messages the memory covered are gone from the context: no count then.
+    covering = f", covering the first {plural(e.covered_messages, 'message')} of the context" if e.covered_messages else ""
+    return Line("info", f"session memory updated: ~{human_tokens(e.memory_tokens)} tokens{covering}")
 
 
 def _restore(e: "ev.RestoreEvent") -> Line:

@@ -373,6 +373,8 @@ class InterruptedEvent(BaseModel):
     type: Literal["interrupted"] = "interrupted"
     tool_name: str | None = None  # the tool that was running, if any
     partial_kept: bool = False  # the reply streamed so far was kept, marked as interrupted
+    # The tool had not started: the turn was waiting for the user's approval of it.
+    at_approval: bool = False
 
 
 class OutputLimitEvent(BaseModel):
