@@ -495,3 +495,18 @@ async def test_late_wake_ups_are_caught_up_not_added_to_the_reply() -> None:
     budget = final.usage.output_tokens / 4000
     assert len(asked) > 20
     assert sum(asked) < budget / 2  # caught up; sleeping each share in full asks for the whole budget
+
+
+async def test_recall_quotes_each_earlier_prompt_as_its_own_paragraph() -> None:
+    # Quoted lines in a row are one Markdown paragraph: the prompts read as one sentence (issue 29).
+    from markdown_it import MarkdownIt
+
+    prompts = ["summarize the project", "find where the importer rejects rows", "flood", "hi"]
+    history: list[Message] = []
+    for prompt in prompts:
+        history += [Message.user(prompt), Message.assistant_text("Done.")]
+    history.append(Message.user("what did I ask first?"))
+    final = await collect(DemoProvider(speed=0), ModelRequest(system=SYSTEM, messages=history, tools=[]))
+    tokens = MarkdownIt().parse(final.message.text)
+    quoted = [tokens[i + 2].content for i, t in enumerate(tokens) if t.type == "blockquote_open"]
+    assert quoted == prompts  # the first request, then each later one, one quote each

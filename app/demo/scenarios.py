@@ -458,7 +458,8 @@ def _decide_recall(messages: Sequence[Message], system: str) -> Decision:
         parts.append(f"Your first request was:\n\n> {facts.first_request}")
     earlier = [r for r in facts.later_requests[:-1]]
     if earlier:
-        parts.append("After that you asked:\n\n" + "\n".join(f"> {r}" for r in earlier[-4:]))
+        # One quote per prompt: quoted lines in a row are one paragraph, and the prompts ran together.
+        parts.append("After that you asked:\n\n" + "\n\n".join(f"> {r}" for r in earlier[-4:]))
     if facts.preferences:
         parts.append("Requirements you stated:\n\n" + "\n".join(f"- {p}" for p in facts.preferences))
     # Only the memory files' part of the system prompt (the engine puts them under this header).
