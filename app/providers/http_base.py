@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from typing import Any, AsyncIterator, ClassVar, Mapping, Protocol, TypedDict
 
 import httpx
@@ -111,7 +112,7 @@ class SseHttpProvider:
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=httpx.Timeout(
+            self._client = httpx.AsyncClient(verify=_tls_for(self.url), timeout=httpx.Timeout(
                 connect=self.timeout_connect, read=self.timeout_read,
                 write=self.timeout_read, pool=self.timeout_connect))
         return self._client
@@ -144,3 +145,13 @@ class SseHttpProvider:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+
+def _tls_for(url: str) -> ssl.SSLContext | bool:
+    """Certificate checks for an https server; for a plain-http one (a local model, a gateway on
+    loopback) a context with no CA loaded: loading the bundle cost 80 ms of every run's start
+    (0.5 s on a loaded machine), and this client never follows a redirect to another URL. Should
+    a connection ever use TLS through it, it fails verification rather than skip it."""
+    if not url.lower().startswith("http://"):
+        return True
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verify_mode CERT_REQUIRED, hostnames checked, no CA
