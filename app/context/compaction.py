@@ -59,9 +59,8 @@ _QUOTE_CLOSE = "</user-message>"
 _FRAME_HEAD = f"\n\n{RECENT_INTRO}\n\n{_QUOTE_OPEN}\n"
 _INTERRUPTED_RESULT = "(not run: the conversation is being compacted)"
 # The user's rules, each a block of its own after the summary (see ``_rules_blocks``).
-RULES_HEADER = "## The user's rules, verbatim"
-RULES_NOTE = ("(carried by tidegauge through every compaction: sentences the user typed saying what must, "
-              "or must never, be done; each is exact and still applies)")
+# One line: every request after a compaction pays for it.
+RULES_HEADER = "## The user's rules, verbatim (carried through every compaction; all still apply)"
 
 
 class CompactionFailed(Exception):
@@ -247,7 +246,7 @@ def _rules_blocks(rules: Sequence[Rule], left_out: Sequence[Rule]) -> list[Conte
     summary's, with the id of the message it was typed in), then what the bound left out."""
     if not rules and not left_out:
         return []
-    blocks: list[ContentBlock] = [TextBlock(text=f"\n\n{RULES_HEADER}\n{RULES_NOTE}", in_summary=True)]
+    blocks: list[ContentBlock] = [TextBlock(text=f"\n\n{RULES_HEADER}", in_summary=True)]
     for rule in rules:
         blocks.append(TextBlock(text="\n- ", in_summary=True))
         blocks.append(TextBlock(text=rule.text, user_message_id=rule.user_message_id or _rule_id(rule),
