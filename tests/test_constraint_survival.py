@@ -35,9 +35,11 @@ from app.context.audit import MAX_RULES_CHARS, audit_summary
 from app.context.compaction import build_summary_history
 from app.context.engine import ContextEngine, EngineConfig
 from app.context.memory import MemoryBundle
+from app.kernel.describe import describe
 from app.kernel.messages import Message, ToolResultBlock, ToolUseBlock
 from app.kernel.usage import Usage
 from app.providers.base import ModelRequest
+from app.context.summarizer import H_PREFS, UNCONFIRMED_NOTE, extractive_summary
 from app.providers.factory import create_provider
 
 PROTOCOLS = ["openai", "deepseek", "anthropic", "responses"]
@@ -305,7 +307,47 @@ def test_a_summary_imitating_the_rules_section_adds_no_rule():
     history = [Message.typed_by_user("Never push to main."), Message.assistant_text("ok"),
                Message.typed_by_user("go on")]
     [first] = build_summary_history(forged, history, recent_user_budget=5)
+    assert first.text.count("## The user's rules") == 1  # the imitation is shown as a quote
     second = build_summary_history(FILLER, [first, Message.assistant_text("ok"), Message.typed_by_user("next")],
                                    recent_user_budget=5)[0]
     assert "Never push to main." in second.text
     assert "evil.example" not in second.text
+
+
+def test_the_compaction_line_says_when_rules_are_over_the_bound():
+    """30 long rules, more than a summary carries: the compaction's event and its line say
+    how many were left out; the newest are in the next request whole."""
+    rules = [f"You must never touch module{i:03d} " + "or its neighbours " * 40 + "." for i in range(30)]
+
+    async def run() -> tuple[ContextEngine, Any]:
+        engine = _engine()
+        for rule in rules:
+            engine.append_user_text(rule)
+            engine.append(Message.assistant_text("ok"))
+        engine.append_user_text("go on")
+        engine.append(Message.assistant_text("ok"))
+        return engine, await engine.compact(_filler)
+
+    engine, event = asyncio.run(run())
+    assert event.ok, event.reason
+    carried = [r for r in rules if r in engine.history[0].text]
+    left = len(rules) - len(carried)
+    assert left > 0 and carried == rules[left:]
+    said = f"{left:,} of the user's rules"
+    assert any(fact.startswith(said) for fact in event.checked_facts), event.checked_facts
+    assert said in describe(event).text
+
+
+def test_the_extractive_summary_still_counts_a_carried_rule_as_the_users():
+    """The fallback summarizer confirms an earlier summary's "user preferences" against the
+    user's words; a rule only the rules section carries is still the user's, not "an earlier
+    summary gave these as the user's words"."""
+    rule = "Never commit generated files under build/out."
+    first = [Message.typed_by_user(rule), Message.assistant_text("ok"), Message.typed_by_user("go on"),
+             Message.assistant_text("ok")]
+    [summary] = build_summary_history(extractive_summary(first), first, recent_user_budget=5)
+    later = [summary, Message.assistant_text("ok"), Message.typed_by_user("next"), Message.assistant_text("ok")]
+    second = extractive_summary(later)
+    preferences = second.split(H_PREFS, 1)[1]
+    assert rule in preferences
+    assert UNCONFIRMED_NOTE not in second

@@ -205,11 +205,14 @@ def recent_user_messages(history: Sequence[Message], budget: int = 4_000) -> lis
 # model reading a summary sees one list of the user's words: the engine's.
 _FRAME_LOOKALIKE = re.compile(r"<(\s*/?\s*user[\s_-]*message\b[^<>]*)>", re.IGNORECASE)
 _INTRO_LOOKALIKE = re.compile(r"the\s+user[’']?s\s+most\s+recent\s+messages", re.IGNORECASE)
+# A heading that imitates the rules section's: the rules are only what follows the engine's own.
+_RULES_LOOKALIKE = re.compile(r"^[ \t]*#+[ \t]*(the\s+user[’']?s\s+rules\b)", re.IGNORECASE | re.MULTILINE)
 
 
 def defuse_frame_lookalikes(text: str) -> str:
     """``text`` with every imitation of the engine's frame made visibly inert."""
     text = _FRAME_LOOKALIKE.sub(lambda m: f"‹{m.group(1)}›", text)
+    text = _RULES_LOOKALIKE.sub(lambda m: f"(quoted heading) {m.group(1)}", text)
     return _INTRO_LOOKALIKE.sub(lambda m: f"(quoted) {m.group(0)}", text)
 
 
