@@ -14,6 +14,7 @@ same items, in the order they happened.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 import re
@@ -188,11 +189,13 @@ def _user_texts(history: Sequence[Message]) -> list[str]:
 
 def _sentences(text: str) -> list[str]:
     """The sentences of ``text``; a quoted string is never split ("never log 'a. b'" is one)."""
-    quoted = [m.span() for m in _QUOTED_RE.finditer(text)]
+    quoted = [m.span() for m in _QUOTED_RE.finditer(text)]  # in order, never overlapping
+    begins = [begin for begin, _end in quoted]
     parts: list[str] = []
     start = 0
     for gap in _SENTENCE_SPLIT.finditer(text):
-        if any(begin < gap.start() < end for begin, end in quoted):
+        inside = bisect.bisect_left(begins, gap.start()) - 1  # the last quote opened before the gap
+        if inside >= 0 and gap.start() < quoted[inside][1]:
             continue
         parts.append(text[start:gap.start()])
         start = gap.end()
@@ -237,7 +240,10 @@ def plan_rules(history: Sequence[Message], max_chars: int = MAX_RULES_CHARS) -> 
     ``max_chars`` (a rule that does not fit is skipped whole and an older, shorter one may
     still fit); both lists oldest first. A function of the history alone, so the audit
     finds the same rules left out as the compaction that left them out."""
-    rules = user_rules(history)
+    return _plan(user_rules(history), max_chars)
+
+
+def _plan(rules: Sequence[Rule], max_chars: int = MAX_RULES_CHARS) -> RulesPlan:
     carried: list[Rule] = []
     left_out: list[Rule] = []
     room = max_chars
@@ -284,6 +290,10 @@ def _call_key(use: ToolUseBlock) -> str:
 
 def extract_facts(history: Sequence[Message]) -> list[Fact]:
     """The checklist of the history a summary is about to replace."""
+    return _extract_facts(history, user_rules(history))
+
+
+def _extract_facts(history: Sequence[Message], rules: Sequence[Rule]) -> list[Fact]:
     uses: dict[str, ToolUseBlock] = {}
     results: list[tuple[ToolUseBlock, ToolResultBlock]] = []
     for msg in history:
@@ -346,7 +356,7 @@ def extract_facts(history: Sequence[Message]) -> list[Fact]:
                           distinctive=distinctive_tokens(latest)))
     # A rule is named verbatim, or by every one of its words (not a share of them): "never
     # delete the cache folder" is not kept by "never delete the build folder".
-    for rule in user_rules(history):
+    for rule in rules:
         facts.append(Fact("constraint", f"user constraint: {rule.text}", needles=(rule.text,),
                           words=_significant_words(rule.text), coverage=RULE_WORD_COVERAGE,
                           distinctive=distinctive_tokens(rule.text)))
@@ -355,13 +365,14 @@ def extract_facts(history: Sequence[Message]) -> list[Fact]:
 
 def audit_summary(history: Sequence[Message], summary: str, kept: Sequence[Message] = ()) -> AuditResult:
     """Compare the checklist of ``history`` with ``summary`` (and the messages kept verbatim after it)."""
-    facts = extract_facts(history)
+    rules = user_rules(history)
+    facts = _extract_facts(history, rules)
     kept_text = "\n".join(_message_text(m) for m in kept)
     against = summary + ("\n" + kept_text if kept_text else "")
     missing = [f for f in facts if not is_named(f, against)]
     # A rule over the bound is said once, counted, not appended whole: the bound is what
     # keeps every summary from growing with each rule typed.
-    over = {f"user constraint: {r.text}": r for r in plan_rules(history).left_out}
+    over = {f"user constraint: {r.text}": r for r in _plan(rules).left_out}
     left_out = [over[f.text] for f in missing if f.kind == "constraint" and f.text in over]
     if left_out:
         missing = [f for f in missing if f.text not in over]

@@ -229,10 +229,12 @@ def build_summary_history(summary: str, history: Sequence[Message],
     summary is text, and the next compaction must find the rules by their blocks.
     """
     recent = recent_user_words(history, recent_user_budget)
-    kept = [" ".join(b.text.split()) for b in recent]
+    # each kept message on a line of its own: a rule (whitespace folded, one line) is found
+    # only inside one message, never across two
+    kept = "\n".join(" ".join(b.text.split()) for b in recent)
     plan = plan_rules(history)
-    rules = [r for r in plan.carried if not any(r.text in words for words in kept)]
-    left_out = [r for r in plan.left_out if not any(r.text in words for words in kept)]
+    rules = [r for r in plan.carried if r.text not in kept]
+    left_out = [r for r in plan.left_out if r.text not in kept]
     return _summary_message(summary, recent, rules, left_out)
 
 
