@@ -19,6 +19,7 @@ from app.kernel.messages import ContentBlock, Message, TextBlock, ToolResultBloc
 from app.providers.base import ModelRequest
 
 from app.context import tokens as _tokens
+from app.context.audit import Rule, plan_rules, rules_left_out_line
 from app.context.overflow import DROPPED_NOTE
 
 COMPACT_PROMPT = """\
@@ -57,6 +58,9 @@ _QUOTE_CLOSE = "</user-message>"
 # What ends a summary's first block when user words follow it.
 _FRAME_HEAD = f"\n\n{RECENT_INTRO}\n\n{_QUOTE_OPEN}\n"
 _INTERRUPTED_RESULT = "(not run: the conversation is being compacted)"
+# The user's rules, each a block of its own after the summary (see ``_rules_blocks``).
+# One line: every request after a compaction pays for it.
+RULES_HEADER = "## The user's rules, verbatim (carried through every compaction; all still apply)"
 
 
 class CompactionFailed(Exception):
@@ -201,30 +205,82 @@ def recent_user_messages(history: Sequence[Message], budget: int = 4_000) -> lis
 # model reading a summary sees one list of the user's words: the engine's.
 _FRAME_LOOKALIKE = re.compile(r"<(\s*/?\s*user[\s_-]*message\b[^<>]*)>", re.IGNORECASE)
 _INTRO_LOOKALIKE = re.compile(r"the\s+user[’']?s\s+most\s+recent\s+messages", re.IGNORECASE)
+# A heading that imitates the rules section's: the rules are only what follows the engine's own.
+_RULES_LOOKALIKE = re.compile(r"^[ \t]*#+[ \t]*(the\s+user[’']?s\s+rules\b)", re.IGNORECASE | re.MULTILINE)
 
 
 def defuse_frame_lookalikes(text: str) -> str:
     """``text`` with every imitation of the engine's frame made visibly inert."""
     text = _FRAME_LOOKALIKE.sub(lambda m: f"‹{m.group(1)}›", text)
+    text = _RULES_LOOKALIKE.sub(lambda m: f"(quoted heading) {m.group(1)}", text)
     return _INTRO_LOOKALIKE.sub(lambda m: f"(quoted) {m.group(0)}", text)
 
 
 def build_summary_history(summary: str, history: Sequence[Message],
                           recent_user_budget: int = 4_000) -> list[Message]:
-    """The whole new history: one user message with the summary and the user's own words.
+    """The whole new history: one user message with the summary, the user's rules and the
+    user's own recent words.
 
     The user's words are blocks of their own (with the ids of the messages they were typed
     in), between frame blocks that show the model where each begins and ends; joined, the
-    blocks read as one text: the summary, then each message in <user-message> tags.
+    blocks read as one text: the summary, the rules section, then each message in
+    <user-message> tags. Every rule of ``history`` (``app.context.audit.plan_rules``) that
+    the recent words do not hold verbatim is carried whatever the summary says: a model's
+    summary is text, and the next compaction must find the rules by their blocks.
     """
-    return _summary_message(summary, recent_user_words(history, recent_user_budget))
+    recent = recent_user_words(history, recent_user_budget)
+    # each kept message on a line of its own: a rule (whitespace folded, one line) is found
+    # only inside one message, never across two
+    kept = "\n".join(" ".join(b.text.split()) for b in recent)
+    plan = plan_rules(history)
+    rules = [r for r in plan.carried if r.text not in kept]
+    left_out = [r for r in plan.left_out if r.text not in kept]
+    return _summary_message(summary, recent, rules, left_out)
 
 
-def _summary_message(summary: str, recent: Sequence[TextBlock]) -> list[Message]:
+def carried_rule_blocks(history: Sequence[Message]) -> list[TextBlock]:
+    """The rules summaries in ``history`` carry: blocks of a summary (``in_summary``) that
+    hold one rule and the id of the message the user typed it in. Only this module makes
+    them; a model's summary is one block without an id, whatever its text imitates."""
+    return [b for msg in history if msg.role == "user" for b in msg.content
+            if isinstance(b, TextBlock) and b.in_summary and b.user_message_id is not None]
+
+
+def _rules_blocks(rules: Sequence[Rule], left_out: Sequence[Rule]) -> list[ContentBlock]:
+    """The rules section: a header, then each rule a block of its own (marked as the
+    summary's, with the id of the message it was typed in), then what the bound left out."""
+    if not rules and not left_out:
+        return []
+    blocks: list[ContentBlock] = [TextBlock(text=f"\n\n{RULES_HEADER}", in_summary=True)]
+    for rule in rules:
+        blocks.append(TextBlock(text="\n- ", in_summary=True))
+        blocks.append(TextBlock(text=rule.text, user_message_id=rule.user_message_id or _rule_id(rule),
+                                in_summary=True))
+    if left_out:
+        blocks.append(TextBlock(text=f"\n({rules_left_out_line(left_out)}.)", in_summary=True))
+    return blocks
+
+
+def _rule_id(rule: Rule) -> str:
+    """An id for a rule from words typed before ids (the same every time, as ``_id_for``)."""
+    return "u-" + hashlib.sha256(rule.text.encode("utf-8", "surrogatepass")).hexdigest()[:20]
+
+
+def _summary_message(summary: str, recent: Sequence[TextBlock], rules: Sequence[Rule] = (),
+                     left_out: Sequence[Rule] = ()) -> list[Message]:
     head = f"{SUMMARY_INTRO}\n\n{defuse_frame_lookalikes(summary.strip())}"
-    if not recent:
+    section = _rules_blocks(rules, left_out)
+    if section:
+        # the summary's own block ends with its text: summary_parts reads it without the section
+        end = _FRAME_HEAD if recent else f"\n\n{SUMMARY_OUTRO}"
+        blocks: list[ContentBlock] = [TextBlock(text=head, in_summary=True), *section,
+                                      TextBlock(text=end, in_summary=True)]
+        if not recent:
+            return [Message(role="user", content=blocks)]
+    elif not recent:
         return [Message(role="user", content=[TextBlock(text=f"{head}\n\n{SUMMARY_OUTRO}", in_summary=True)])]
-    blocks: list[ContentBlock] = [TextBlock(text=head + _FRAME_HEAD, in_summary=True)]
+    else:
+        blocks = [TextBlock(text=head + _FRAME_HEAD, in_summary=True)]
     for index, words in enumerate(recent):
         blocks.append(words)
         after = f"{_QUOTE_OPEN}\n" if index < len(recent) - 1 else SUMMARY_OUTRO

@@ -19,7 +19,7 @@ from app.kernel.markers import EXIT_CODE, TIMED_OUT, TRUNCATED
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from app.context.compaction import recent_user_messages, summary_parts
+from app.context.compaction import carried_rule_blocks, recent_user_messages, summary_parts
 from app.context.overflow import DROPPED_NOTE
 from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 
@@ -326,13 +326,16 @@ def collect_facts(history: Sequence[Message]) -> SummaryFacts:
 
     # The user's own words, oldest first (earlier summaries contribute the words they kept).
     typed = recent_user_messages(history, budget=10**9)
+    # The rules earlier summaries carry (blocks with the id of the message they were typed
+    # in) confirm an earlier summary's preferences as the user's words too.
+    confirmed = [*typed, *(b.text for b in carried_rule_blocks(history))]
     for msg in history:
         parts = summary_parts(msg)
         if parts is None:
             continue
         parsed = parse_summary(parts.summary)
         if parsed is not None:
-            unconfirmed = _drop_words_not_typed(parsed, typed)
+            unconfirmed = _drop_words_not_typed(parsed, confirmed)
             _merge(facts, parsed)
             if unconfirmed:
                 facts.carried = "\n".join(filter(None, [facts.carried, UNCONFIRMED_NOTE,
