@@ -23,7 +23,8 @@ class TextBlock(BaseModel):
     # reading text (a summary may quote anything a tool printed or a model wrote).
     user_message_id: str | None = Field(default=None, exclude_if=lambda value: value is None)
     # A block of a compaction summary: the summary a model (or the extractive summarizer)
-    # wrote, and the engine's frame around the user's kept words. Never the user's words.
+    # wrote, and the engine's frame around the user's kept words. Never the user's words, except
+    # the blocks of its rules section, which also carry the user_message_id of the rule's message.
     in_summary: bool = Field(default=False, exclude_if=lambda value: not value)
 
 
