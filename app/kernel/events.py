@@ -574,6 +574,94 @@ class MemoryImportEvent(BaseModel):
     reason: str = ""
 
 
+# ---- MCP servers asking the client (issue 26): forms (elicitation)
+
+ElicitationAction = Literal["accept", "decline", "cancel"]
+
+
+class ElicitationField(BaseModel):
+    """One field of a server's form, from its JSON schema (already bounded and sanitized).
+
+    ``value_from`` is the one rule of what a field accepts: the dashboard's form checks each
+    field with it as the user types, and the session checks the answer again before it goes."""
+
+    name: str
+    kind: Literal["string", "number", "integer", "boolean", "enum"]
+    title: str = ""
+    description: str = ""
+    required: bool = False
+    options: list[str] = Field(default_factory=list)  # enum: the values sent
+    option_labels: list[str] = Field(default_factory=list)  # enum: the words shown (same order)
+    minimum: float | None = None
+    maximum: float | None = None
+    min_length: int | None = None
+    max_length: int | None = None
+    default: str | float | bool | None = None
+
+    def value_from(self, given: object) -> str | int | float | bool | None:
+        """The value to send for what the user gave (text, a bool, an option), None for an empty
+        optional field; ValueError with one line naming what was wrong."""
+        label = self.title or self.name
+        if given is None or (isinstance(given, str) and not given.strip() and self.kind != "string") or given == "":
+            if self.required:
+                raise ValueError(f"{label}: required")
+            return None
+        if self.kind == "boolean":
+            if isinstance(given, bool):
+                return given
+            raise ValueError(f"{label}: must be yes or no")
+        if self.kind == "enum":
+            if isinstance(given, str) and given in self.options:
+                return given
+            raise ValueError(f"{label}: must be one of the choices")
+        if self.kind == "string":
+            if not isinstance(given, str):
+                raise ValueError(f"{label}: must be text")
+            if self.min_length is not None and len(given) < self.min_length:
+                raise ValueError(f"{label}: at least {self.min_length} characters")
+            if self.max_length is not None and len(given) > self.max_length:
+                raise ValueError(f"{label}: at most {self.max_length} characters")
+            return given
+        number: int | float
+        if isinstance(given, bool) or not isinstance(given, (str, int, float)):
+            raise ValueError(f"{label}: must be a number")
+        text = str(given).strip()
+        try:
+            number = int(text) if self.kind == "integer" else float(text)
+        except ValueError:
+            raise ValueError(f"{label}: must be {'a whole number' if self.kind == 'integer' else 'a number'}") from None
+        if number != number or number in (float("inf"), float("-inf")):
+            raise ValueError(f"{label}: must be a finite number")
+        if self.minimum is not None and number < self.minimum:
+            raise ValueError(f"{label}: at least {self.minimum:g}")
+        if self.maximum is not None and number > self.maximum:
+            raise ValueError(f"{label}: at most {self.maximum:g}")
+        return number
+
+
+class ElicitationRequestEvent(BaseModel):
+    """An MCP server asks the user to fill in a form: submit ``AnswerElicitation(request_id, ...)``.
+    What the user enters goes to that server alone (never to the model, the transcript or a log)."""
+
+    type: Literal["elicitation_request"] = "elicitation_request"
+    request_id: str
+    server: str
+    message: str
+    fields: list[ElicitationField] = Field(default_factory=list)
+
+
+class ElicitationResolvedEvent(BaseModel):
+    """What the server was told: accept (with the fields named, never their values), decline or
+    cancel; ``reason`` when tidegauge answered for the user (headless, a form it cannot show)."""
+
+    type: Literal["elicitation_resolved"] = "elicitation_resolved"
+    request_id: str
+    server: str
+    action: ElicitationAction
+    fields: list[str] = Field(default_factory=list)  # the fields sent (accept)
+    reason: str = ""
+
+
 Event = Annotated[
     Union[
         TextDeltaEvent, ThinkingDeltaEvent, AssistantMessageEvent, UserMessageEvent,
@@ -587,6 +675,7 @@ Event = Annotated[
         SessionRepairedEvent, UsageDistrustedEvent,
         ForecastEvent, RestorePreviewEvent, ClearedResultsEvent, ServerCompactionEvent,
         MemoryImportEvent, PromptCacheOffEvent, PermissionsEvent,
+        ElicitationRequestEvent, ElicitationResolvedEvent,
     ],
     Field(discriminator="type"),
 ]

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
 from app import __version__
+from app.mcp.client_features import ClientRequests, workspace_roots
 from app.mcp.settings import McpServerConfig, MissingEnvironment, hide_url_secrets, resolved_headers
 from app.mcp.stderr_log import ServerStderrLog
 from app.kernel.redact import redact
@@ -70,6 +71,8 @@ class McpConnection:
     workspace: Path
     log_dir: Path | None = None  # the server's stderr goes to <log_dir>/mcp-<name>.log
     tools: list[RemoteTool] = field(default_factory=list)
+    # The session's answers to what the server asks (forms); None: forms are not offered.
+    requests: ClientRequests | None = None
 
     def __post_init__(self) -> None:
         self._client: Client | None = None
@@ -249,11 +252,35 @@ class McpConnection:
                       mode=self.mode, **self._log_options())
 
     def _log_options(self) -> dict[str, Any]:
-        """The server's ``notifications/message`` go to its log file (info and up), never to the screen."""
+        """The server's ``notifications/message`` go to its log file (info and up), never to the screen;
+        what the server may ask of us (``_client_features``) rides along."""
         async def on_log(params: LoggingMessageNotificationParams) -> None:
             self.server_log_message(params)
 
-        return {"logging_callback": on_log, "log_level": "info"}
+        return {"logging_callback": on_log, "log_level": "info", **self._client_features()}
+
+    def _client_features(self) -> dict[str, Any]:
+        """The callbacks that answer the server's own requests (issue 26, app/mcp/client_features.py):
+        roots always (the workspace alone); forms only when the session can answer them."""
+        import mcp_types as types
+
+        async def list_roots(_context: Any) -> types.ListRootsResult:
+            return types.ListRootsResult.model_validate(
+                {"roots": [{"uri": uri, "name": name} for uri, name in workspace_roots(self.workspace)]})
+
+        features: dict[str, Any] = {"list_roots_callback": list_roots}
+        requests = self.requests
+        if requests is None:
+            return features
+
+        async def elicit(_context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+            url = params.url if isinstance(params, types.ElicitRequestURLParams) else None
+            schema = params.requested_schema if isinstance(params, types.ElicitRequestFormParams) else None
+            action, content = await requests.elicit(self.name, params.message, schema, url=url)
+            return types.ElicitResult(action=action, content=content if action == "accept" else None)
+
+        features["elicitation_callback"] = elicit
+        return features
 
     def _http_client(self) -> Any:
         """The HTTP client of a url server: its headers (tokens from the environment), the SDK's

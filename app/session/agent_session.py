@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Literal, Protocol
 
 from app.kernel.commands import (
+    AnswerElicitation,
     ApproveImport,
     Approve,
     Command,
@@ -61,6 +62,7 @@ from app.kernel.events import (
     StateEvent,
     TokenTotals,
 )
+from app.mcp.client_features import ClientRequests
 from app.agent.permissions import EFFECTS, PROJECT_SETTINGS, Permissions
 from app.kernel.protocol import Listener, SessionSnapshot
 
@@ -259,6 +261,8 @@ class AgentSession:
         asks those questions (the dashboard, even with ``--yes``), else they are skipped
         with a line saying how to allow them."""
         self.agent = agent
+        # What MCP servers ask of the user (forms): shown by a surface that asks questions.
+        self.client_requests = ClientRequests(emit=self._emit, shows_forms=asks_about_imports)
         self._memory_source = memory_source
         self._asks_about_imports = asks_about_imports and memory_source is not None
         # path -> the answer to its question (asked once per session, before the first request)
@@ -386,6 +390,7 @@ class AgentSession:
         """On the session's loop (or before it runs): act now, or queue."""
         if isinstance(command, Interrupt):
             self._drop_queue()
+            self.client_requests.cancel_all("interrupted")
             self._interrupt()
         elif isinstance(command, Approve):
             self._answer(command.request_id, command.decision, command.save)
@@ -404,6 +409,8 @@ class AgentSession:
             self._switch_server_compaction(command.on)
         elif isinstance(command, ApproveImport):
             self._answer_import(command.path, command.approve)
+        elif isinstance(command, AnswerElicitation):
+            self._answer_elicitation(command)
         elif isinstance(command, Shutdown):
             self._stopping = True
             if command.now:
@@ -579,6 +586,7 @@ class AgentSession:
             for question in self._import_questions.values():
                 if not question.done():
                     question.cancel()
+            self.client_requests.cancel_all("the session stopped")
             if services is not None:
                 await services.aclose()
             await self.agent.aclose()
@@ -589,6 +597,10 @@ class AgentSession:
                 from app.session.store import remove_if_empty
 
                 remove_if_empty(Path(self.info.transcript_path).parent)
+
+    def _answer_elicitation(self, command: AnswerElicitation) -> None:
+        """A form's answer goes to the server that asked, checked against its form again."""
+        self.client_requests.answer(command.request_id, command.action, dict(command.values))
 
     async def _execute(self, command: Command) -> None:
         if isinstance(command, UserInput):

@@ -1,0 +1,220 @@
+"""What a real MCP server may ask of tidegauge (issue 26): roots and forms.
+
+The server is a real process (tests/mcp_servers/client_features_server.py, the SDK's MCPServer
+over stdio), started through the hub as a session starts it; it asks over whichever path the
+connection speaks (a server-to-client request, or the 2026 multi-round-trip result). Each
+question is also tried as an attacker would: a form of megabytes, escape sequences in what it
+shows, an answer that does not fit, a headless run with no one to ask.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.kernel.describe import describe
+from app.kernel.events import ElicitationRequestEvent, ElicitationResolvedEvent
+from app.mcp.client_features import ClientRequests
+from app.mcp.hub import McpHub, start_mcp
+from fake_llm_server import openai_text, openai_tool_calls
+from test_mcp_servers import Session, python_server
+
+SERVER = Path(__file__).parent / "mcp_servers" / "client_features_server.py"
+KEY = "sk-test-fake-key-0123456789"
+
+
+class FormSession(Session):
+    """The test session of test_mcp_servers, with the session's answers to forms wired in."""
+
+    def __init__(self, tmp_path: Path, *, shows_forms: bool = True) -> None:
+        super().__init__(tmp_path)
+        self.requests = ClientRequests(emit=self.events.append, shows_forms=shows_forms)
+
+    async def start(self, servers: dict[str, Any], share: float = 0.10) -> McpHub:
+        from types import SimpleNamespace
+
+        settings = SimpleNamespace(mcp_servers=servers, tool_defer_share=share)
+        self.hub = await start_mcp(settings, self.registry, self.engine, self.engine.emit,
+                                   workspace=self.ctx.workspace, log_dir=self.log_dir, requests=self.requests)
+        return self.hub
+
+    async def form(self, seconds: float = 60.0) -> ElicitationRequestEvent:
+        """The first form asked, waited for (bounded), failing with what was seen."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while loop.time() < deadline:
+            for event in self.events:
+                if isinstance(event, ElicitationRequestEvent):
+                    return event
+            await asyncio.sleep(0.02)  # polling for the event, bounded
+        raise AssertionError(f"no form was asked within {seconds} s; events: {[e.type for e in self.events]}")
+
+    def resolved(self) -> list[ElicitationResolvedEvent]:
+        return [e for e in self.events if isinstance(e, ElicitationResolvedEvent)]
+
+
+@pytest.fixture
+async def features(tmp_path: Path):
+    workspace = tmp_path / "work"
+    workspace.mkdir()
+    session = FormSession(tmp_path)
+    session.ctx.workspace = workspace
+    await session.start({"features": python_server(SERVER.name)})
+    yield session
+    if session.hub is not None:
+        await session.hub.aclose()
+
+
+def _answer(run: Any) -> dict[str, Any]:
+    assert not run.is_error, run.content
+    return json.loads(run.content)
+
+
+FORM = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "title": "Your name", "minLength": 2},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+        "ratio": {"type": "number"},
+        "subscribe": {"type": "boolean", "default": False},
+        "colour": {"type": "string", "enum": ["red", "green"], "enumNames": ["Red", "Green"]},
+    },
+    "required": ["name", "age"],
+}
+
+
+# ---------------------------------------------------------------- roots
+
+async def test_a_server_asking_for_roots_gets_the_workspace_alone(features: FormSession) -> None:
+    answer = _answer(await features.run("features__roots", {}))
+
+    assert answer == {"roots": [features.ctx.workspace.resolve().as_uri()]}
+
+
+# ---------------------------------------------------------------- forms
+
+async def test_a_form_reaches_the_surface_and_its_checked_answer_goes_back_to_the_server(
+        features: FormSession) -> None:
+    call = asyncio.ensure_future(features.run("features__ask", {"message": "Who are you?", "schema": json.dumps(FORM)}))
+    form = await features.form()
+
+    assert form.server == "features" and form.message == "Who are you?"
+    assert [(f.name, f.kind, f.required) for f in form.fields] == [
+        ("name", "string", True), ("age", "integer", True), ("ratio", "number", False),
+        ("subscribe", "boolean", False), ("colour", "enum", False)]
+    assert form.fields[4].option_labels == ["Red", "Green"]
+    features.requests.answer(form.request_id, "accept",
+                             {"name": "Ada", "age": "36", "ratio": "", "subscribe": True, "colour": "green",
+                              "smuggled": "not in the form"})
+    answer = _answer(await asyncio.wait_for(call, 60))
+
+    # Typed as the schema says, the empty optional field left out, a name the form lacks dropped.
+    assert answer == {"action": "accept", "content": {"name": "Ada", "age": 36, "subscribe": True, "colour": "green"}}
+    [resolved] = features.resolved()
+    assert resolved.action == "accept" and resolved.fields == ["age", "colour", "name", "subscribe"]
+    assert "Ada" not in resolved.model_dump_json()  # the values go to the server, not into the event stream
+
+
+@pytest.mark.parametrize("action", ["decline", "cancel"])
+async def test_declining_or_cancelling_a_form_tells_the_server_so(features: FormSession, action: str) -> None:
+    call = asyncio.ensure_future(features.run("features__ask", {"message": "Token?", "schema": json.dumps(FORM)}))
+    form = await features.form()
+    features.requests.answer(form.request_id, action, {"name": "ignored", "age": 3})  # type: ignore[arg-type]
+
+    assert _answer(await asyncio.wait_for(call, 60)) == {"action": action, "content": None}
+
+
+async def test_an_answer_that_does_not_fit_the_form_is_declined_with_each_bad_field_named(
+        features: FormSession) -> None:
+    call = asyncio.ensure_future(features.run("features__ask", {"message": "Who?", "schema": json.dumps(FORM)}))
+    form = await features.form()
+    features.requests.answer(form.request_id, "accept", {"name": "A", "age": "old", "colour": "purple"})
+
+    assert _answer(await asyncio.wait_for(call, 60)) == {"action": "decline", "content": None}
+    [resolved] = features.resolved()
+    assert resolved.reason == ("the answer did not fit the form (Your name: at least 2 characters; "
+                               "age: must be a whole number; colour: must be one of the choices)")
+    line = describe(resolved)
+    assert line is not None and "\n" not in line.text
+
+
+async def test_a_hostile_form_is_never_drawn_raw(features: FormSession) -> None:
+    """Escape sequences are defused and an endless message is cut before the surface sees them."""
+    schema = {"type": "object", "properties": {
+        "key": {"type": "string", "title": "\x1b]52;c;cGF3bmVk\x07API key\x1b[2J", "description": "d" * 10_000}}}
+    message = "\x1b]0;owned\x07Paste your OpenAI key " + "x" * 50_000
+    call = asyncio.ensure_future(features.run("features__ask", {"message": message, "schema": json.dumps(schema)}))
+    form = await features.form()
+    features.requests.answer(form.request_id, "decline", {})
+    await asyncio.wait_for(call, 60)
+
+    [key] = form.fields
+    for text in (form.message, key.title, key.description):
+        assert "\x1b" not in text and "\x07" not in text
+    assert key.title == "API key"
+    assert len(form.message) <= 2_000 and len(key.description) <= 500
+
+
+async def test_a_form_of_megabytes_or_of_nested_objects_is_declined_without_being_shown(
+        features: FormSession) -> None:
+    huge = {"type": "object", "properties": {f"field_{n:05d}": {"type": "string", "description": "x" * 200}
+                                             for n in range(8_000)}}  # ~2 MB of schema
+    nested = {"type": "object", "properties": {"address": {"type": "object", "properties": {}}}}
+    for schema in (huge, nested):
+        answer = _answer(await features.run("features__ask", {"message": "Fill this", "schema": json.dumps(schema)}))
+        assert answer == {"action": "decline", "content": None}
+
+    assert not [e for e in features.events if isinstance(e, ElicitationRequestEvent)]
+    big, deep = features.resolved()
+    assert re.fullmatch(r"tidegauge cannot show it: its schema is 2,\d{3},\d{3} bytes, over the 64 KiB a form may have",
+                        big.reason), big.reason
+    assert deep.reason == "tidegauge cannot show it: field address has type 'object', which a form cannot ask"
+
+
+async def test_a_command_cannot_answer_a_form_that_was_never_asked(features: FormSession) -> None:
+    call = asyncio.ensure_future(features.run("features__ask", {"message": "Who?", "schema": json.dumps(FORM)}))
+    form = await features.form()
+    features.requests.answer("elicitation-999", "accept", {"name": "Eve", "age": 1})
+    assert not call.done() and not features.resolved()
+    features.requests.cancel_all("interrupted")
+
+    assert _answer(await asyncio.wait_for(call, 60)) == {"action": "cancel", "content": None}
+    assert [r.request_id for r in features.resolved()] == [form.request_id]
+
+
+# ---------------------------------------------------------------- headless: the real CLI
+
+def test_headless_declines_a_form_with_one_line_on_stderr_and_the_run_carries_on(fake_llm, tmp_path: Path) -> None:
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "config.toml").write_text(
+        f"[mcp_servers.features]\ncommand = {json.dumps(sys.executable)}\nargs = [{json.dumps(str(SERVER))}]\n"
+        "startup_timeout = 120\n", encoding="utf-8")
+    (tmp_path / "work").mkdir()
+    fake_llm.enqueue(
+        openai_tool_calls([("features__ask", {"message": "Your API key?", "schema": json.dumps(FORM)}, "call_ask")]),
+        openai_text("The server wanted a form; carrying on."),
+    )
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("TIDEGAUGE_")}
+    env.update({"TIDEGAUGE_CONFIG_DIR": str(config), "TIDEGAUGE_DATA_DIR": str(tmp_path / "data"),
+                "OPENAI_API_KEY": KEY})
+    proc = subprocess.run([sys.executable, "-m", "app", "--provider", "openai", "--model", "m",
+                           "--base-url", fake_llm.base_url("openai"), "--output-format", "stream-json",
+                           "-p", "ask the server"],
+                          cwd=tmp_path / "work", env=env, capture_output=True, text=True, timeout=240)
+
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    [result] = [e for e in events if e["type"] == "tool_result" and e["id"] == "call_ask"]
+    assert json.loads(result["content"]) == {"action": "decline", "content": None}
+    assert [e for e in events if e["type"] == "result"][-1]["text"] == "The server wanted a form; carrying on."
+    notes = [line for line in proc.stderr.splitlines() if "form" in line]
+    assert notes == ["MCP server features asked for a form: declined, headless mode shows no forms"]
