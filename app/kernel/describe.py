@@ -400,6 +400,15 @@ def _elicitation_resolved(e: "ev.ElicitationResolvedEvent") -> Line:
     return Line("info", f"MCP server {e.server}'s form {'declined' if e.action == 'decline' else 'cancelled'}")
 
 
+
+def _sampling(e: "ev.SamplingEvent") -> Line:
+    if e.status == "answered":
+        tokens = f", {e.output_tokens:,} tokens out" if e.output_tokens is not None else ""
+        return Line("info", f"model call for MCP server {e.server} answered (at most {e.max_tokens:,} tokens{tokens})")
+    if e.status == "refused":
+        return Line("warning", f"MCP server {e.server} asked for a model call: refused, {e.reason}")
+    return Line("warning", f"model call for MCP server {e.server} failed: {e.reason}")
+
 # ---- permissions (issue 27)
 
 _EFFECT_WORDS = {"allow": "allow", "ask": "ask  ", "deny": "deny "}
@@ -508,6 +517,7 @@ DESCRIBERS: dict[str, Callable[[Any], Line | None]] = {
     "permissions": _permissions,  # issue 27: /permissions
     "elicitation_request": _elicitation_request,  # issue 26: an MCP server's form (the App shows it)
     "elicitation_resolved": _elicitation_resolved,
+    "mcp_sampling": _sampling,
 }
 
 

@@ -12,7 +12,10 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, Field, TypeAdapter, model_validator
 
-AgentName = Literal["main", "compact", "sub", "memory"]  # sub: a task tool's sub-agent; memory: the session memory's updates
+AgentName = Union[
+    Literal["main", "compact", "sub", "memory"],  # sub: a task tool's sub-agent; memory: the session memory's updates
+    Annotated[str, Field(pattern=r"^mcp:[A-Za-z0-9_-]{1,64}$")],  # mcp:NAME: model calls MCP server NAME asked for
+]
 AgentState = Literal["starting", "idle", "streaming", "tool", "compacting", "waiting_approval", "retrying",
                      "interrupting"]
 PointKind = Literal["call", "compaction", "prune", "reset", "memory", "server"]  # memory/server: compactions from the session memory / by the provider
@@ -650,6 +653,20 @@ class ElicitationRequestEvent(BaseModel):
     fields: list[ElicitationField] = Field(default_factory=list)
 
 
+class SamplingEvent(BaseModel):
+    """An MCP server's request for a model call (sampling): refused (headless without --yes, the
+    user said no, a request over the bounds) or answered by the session's provider, with only the
+    server's own messages (never tidegauge's system prompt or history); its usage is on the
+    ledger as ``mcp:<server>``."""
+
+    type: Literal["mcp_sampling"] = "mcp_sampling"
+    server: str
+    status: Literal["refused", "answered", "failed"]
+    reason: str = ""
+    max_tokens: int = 0  # what the call was allowed (the server's wish, bounded)
+    output_tokens: int | None = None
+
+
 class ElicitationResolvedEvent(BaseModel):
     """What the server was told: accept (with the fields named, never their values), decline or
     cancel; ``reason`` when tidegauge answered for the user (headless, a form it cannot show)."""
@@ -675,7 +692,7 @@ Event = Annotated[
         SessionRepairedEvent, UsageDistrustedEvent,
         ForecastEvent, RestorePreviewEvent, ClearedResultsEvent, ServerCompactionEvent,
         MemoryImportEvent, PromptCacheOffEvent, PermissionsEvent,
-        ElicitationRequestEvent, ElicitationResolvedEvent,
+        ElicitationRequestEvent, ElicitationResolvedEvent, SamplingEvent,
     ],
     Field(discriminator="type"),
 ]

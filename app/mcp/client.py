@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
 from app import __version__
-from app.mcp.client_features import ClientRequests, workspace_roots
+from app.mcp.client_features import ClientRequests, SamplingRefused, sampling_call, workspace_roots
 from app.mcp.settings import McpServerConfig, MissingEnvironment, hide_url_secrets, resolved_headers
 from app.mcp.stderr_log import ServerStderrLog
 from app.kernel.redact import redact
@@ -280,6 +280,22 @@ class McpConnection:
             return types.ElicitResult(action=action, content=content if action == "accept" else None)
 
         features["elicitation_callback"] = elicit
+        if requests.call_model is None:
+            return features
+
+        async def sample(_context: Any, params: types.CreateMessageRequestParams
+                         ) -> types.CreateMessageResult | types.ErrorData:
+            try:
+                messages = [(message.role, *_text_of(message.content)) for message in params.messages]
+                call = sampling_call(params.system_prompt, messages, params.max_tokens, params.tools)
+                reply = await requests.sample(self.name, call)
+            except SamplingRefused as refused:
+                return types.ErrorData(code=types.INVALID_REQUEST, message=f"tidegauge refused the model call: {refused}")
+            stop = {"end_turn": "endTurn", "max_tokens": "maxTokens"}.get(reply.stop_reason, reply.stop_reason)
+            return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text=reply.text),
+                                             model=reply.model, stop_reason=stop)
+
+        features["sampling_callback"] = sample
         return features
 
     def _http_client(self) -> Any:
@@ -548,6 +564,15 @@ class McpConnection:
         if task.cancelled():
             raise _ServerGone()
         return task.result()
+
+
+def _text_of(content: Any) -> tuple[str, object]:
+    """(content type, text) of one sampling message's content (a list of blocks is text only if all are)."""
+    blocks = content if isinstance(content, list) else [content]
+    kinds = {getattr(block, "type", "?") for block in blocks}
+    if kinds != {"text"}:
+        return ",".join(sorted(kinds)), None
+    return "text", "".join(block.text for block in blocks)
 
 
 class _ServerGone(Exception):

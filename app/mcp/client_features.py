@@ -12,6 +12,13 @@ A server is someone else's code, so each question is a way in:
   the answer, since a server may well ask for an API key. Without a surface that shows forms
   (headless mode), the server is told "decline" at once and the run carries on. URL-mode
   elicitation (open this page) is declined: tidegauge opens no links for a server.
+- **sampling** (``sampling/createMessage``): a model call on the user's provider and bill. It is
+  asked like a tool call that changes things (the same rule as the permission system's: a
+  surface that answers approvals asks, ``--yes`` allows, headless without it refuses), bounded
+  (``MAX_SAMPLING_TOKENS`` out, ``MAX_SAMPLING_CHARS`` in, text only, no tools) and made with
+  the server's own messages and system prompt alone: never tidegauge's system prompt, history
+  or memory (``includeContext`` is ignored), so a server cannot read the conversation through
+  it. Its usage goes on the ledger as ``mcp:<server>``.
 """
 
 from __future__ import annotations
@@ -21,17 +28,26 @@ import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable, Literal, Sequence
 
 from app.kernel.events import (
+    ApprovalRequestEvent,
+    ApprovalResolvedEvent,
     ElicitationAction,
     ElicitationField,
     ElicitationRequestEvent,
     ElicitationResolvedEvent,
     Event,
+    SamplingEvent,
 )
 from app.kernel.redact import redact
 from app.kernel.sanitize import sanitize_for_display
+
+# Bounds of a model call a server asks for.
+MAX_SAMPLING_TOKENS = 4_096  # out, whatever maxTokens the server asks
+MAX_SAMPLING_CHARS = 100_000  # in: the server's messages and system prompt together
+MAX_SAMPLING_MESSAGES = 50
+SHOWN_SAMPLING_CHARS = 2_000  # of each message, in the approval dialog
 
 # Bounds of a form (what a server can put on the user's screen).
 MAX_SCHEMA_BYTES = 64 * 1024  # the requested schema, as JSON
@@ -42,6 +58,48 @@ MAX_TITLE_CHARS = 120
 MAX_DESCRIPTION_CHARS = 500
 MAX_OPTION_CHARS = 200
 MAX_NAME_CHARS = 64
+
+
+class SamplingRefused(Exception):
+    """A model call a server asked for is not made; the message says why, in one line."""
+
+
+@dataclass(frozen=True)
+class SamplingCall:
+    """A server's model call as tidegauge makes it: its own words only, bounded."""
+
+    system: str
+    messages: list[tuple[Literal["user", "assistant"], str]]
+    max_tokens: int
+
+
+@dataclass(frozen=True)
+class SampledReply:
+    text: str
+    model: str
+    stop_reason: str  # the provider's: end_turn, max_tokens, ...
+    output_tokens: int | None = None
+
+
+def sampling_call(system: str | None, messages: Sequence[tuple[str, str, object]], max_tokens: int,
+                  tools: object = None) -> SamplingCall:
+    """The call for a server's request: ``messages`` as (role, content type, text); SamplingRefused
+    when it asks for more than a server may (tools, images, too much text)."""
+    if tools:
+        raise SamplingRefused("it asked for tools, which a server's model call is not given")
+    if len(messages) > MAX_SAMPLING_MESSAGES:
+        raise SamplingRefused(f"it sent {len(messages)} messages, over the {MAX_SAMPLING_MESSAGES} allowed")
+    turns: list[tuple[Literal["user", "assistant"], str]] = []
+    for role, kind, text in messages:
+        if kind != "text" or not isinstance(text, str) or role not in ("user", "assistant"):
+            raise SamplingRefused(f"it sent {shown(kind, 20)} content; only text is passed on")
+        turns.append(("user" if role == "user" else "assistant", text))
+    size = len(system or "") + sum(len(text) for _, text in turns)
+    if size > MAX_SAMPLING_CHARS:
+        raise SamplingRefused(f"it sent {size:,} characters, over the {MAX_SAMPLING_CHARS:,} allowed")
+    if not turns or turns[-1][0] != "user":
+        raise SamplingRefused("its last message is not the user's")
+    return SamplingCall(system=system or "", messages=turns, max_tokens=max(1, min(max_tokens, MAX_SAMPLING_TOKENS)))
 
 
 class UnfitForm(ValueError):
@@ -154,8 +212,77 @@ class ClientRequests:
 
     emit: Callable[[Event], None]
     shows_forms: bool
+    # Model calls (sampling): whether a surface answers approvals, whether --yes allows them, and
+    # the session's call to its provider (None: sampling is not offered to servers).
+    approves: bool = False
+    auto_yes: bool = False
+    call_model: Callable[[str, SamplingCall], Awaitable[SampledReply]] | None = None
     _pending: dict[str, _PendingForm] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    # request id -> (the user's answer, the server); servers allowed for the session ("always")
+    _approvals: dict[str, tuple[asyncio.Future[bool], str]] = field(default_factory=dict)
+    _always: set[str] = field(default_factory=set)
+
+    async def sample(self, server: str, call: SamplingCall) -> SampledReply:
+        """A server's model call, once allowed; SamplingRefused saying why not."""
+        assert self.call_model is not None
+        try:
+            await self._allow_sampling(server, call)
+        except SamplingRefused as refused:
+            self.emit(SamplingEvent(server=server, status="refused", reason=str(refused), max_tokens=call.max_tokens))
+            raise
+        try:
+            reply = await self.call_model(server, call)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # noqa: BLE001 - the server hears why, the session carries on
+            reason = shown(str(error) or type(error).__name__, 300).replace("\n", " ")
+            self.emit(SamplingEvent(server=server, status="failed", reason=reason, max_tokens=call.max_tokens))
+            raise SamplingRefused(f"the model call failed: {reason}") from None
+        self.emit(SamplingEvent(server=server, status="answered", max_tokens=call.max_tokens,
+                                output_tokens=reply.output_tokens))
+        return reply
+
+    async def _allow_sampling(self, server: str, call: SamplingCall) -> None:
+        if server in self._always:
+            return
+        if not self.approves:
+            if self.auto_yes:
+                return
+            raise SamplingRefused("no one to approve it (run with --yes to allow model calls for MCP servers)")
+        request_id = f"sampling-{next(self._ids)}"
+        answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._approvals[request_id] = (answer, server)
+        shown_messages = [f"{role}: {shown(text, SHOWN_SAMPLING_CHARS)}" for role, text in call.messages]
+        self.emit(ApprovalRequestEvent(
+            request_id=request_id, tool_id="", name=f"a model call for MCP server {server}",
+            input={"system_prompt": shown(call.system, SHOWN_SAMPLING_CHARS), "messages": shown_messages,
+                   "max_tokens": call.max_tokens},
+            summary=f"MCP server {server} asks for a model call of at most {call.max_tokens:,} tokens on your provider"))
+        try:
+            allowed = await answer
+        except asyncio.CancelledError:  # the server's request ended: the dialog goes
+            if self._approvals.pop(request_id, None) is not None:
+                self.emit(ApprovalResolvedEvent(request_id=request_id, decision="interrupted"))
+            raise
+        if not allowed:
+            raise SamplingRefused("you said no")
+
+    def asks(self, request_id: str) -> bool:
+        """Whether ``request_id`` is a model call waiting for the user's answer."""
+        return request_id in self._approvals
+
+    def approve(self, request_id: str, decision: str) -> None:
+        """The user's answer to a model call: yes, an "always" (this server, for the session), or no."""
+        waiting = self._approvals.pop(request_id, None)
+        if waiting is None or waiting[0].done():
+            return
+        answer, server = waiting
+        allowed = decision != "no"
+        if decision.startswith("always"):
+            self._always.add(server)
+        self.emit(ApprovalResolvedEvent(request_id=request_id, decision="yes" if allowed else "no"))
+        answer.set_result(allowed)
 
     async def elicit(self, server: str, message: str, schema: object, *,
                      url: str | None = None) -> tuple[ElicitationAction, dict[str, Any]]:
@@ -198,7 +325,13 @@ class ClientRequests:
         pending.answer.set_result((action, content))
 
     def cancel_all(self, reason: str) -> None:
-        """Every open form is cancelled (the session stops): the server hears "cancel"."""
+        """Every open form is cancelled and every model call waiting for an answer refused (an
+        interrupt, the session stops): the server hears "cancel", or the refusal."""
+        for request_id, (answer, _server) in list(self._approvals.items()):
+            self._approvals.pop(request_id, None)
+            if not answer.done():
+                self.emit(ApprovalResolvedEvent(request_id=request_id, decision="interrupted"))
+                answer.set_result(False)
         for request_id, pending in list(self._pending.items()):
             self._pending.pop(request_id, None)
             if not pending.answer.done():

@@ -72,6 +72,7 @@ if TYPE_CHECKING:
     from app.wiring.runtime import MemorySource
     from app.kernel.events import PointKind
     from app.kernel.messages import ToolUseBlock
+    from app.mcp.client_features import SampledReply, SamplingCall
     from app.session.transcript import TranscriptWriter
 
 # Deltas are not persisted (the assistant_message after them holds the whole text), nor
@@ -262,7 +263,9 @@ class AgentSession:
         with a line saying how to allow them."""
         self.agent = agent
         # What MCP servers ask of the user (forms): shown by a surface that asks questions.
-        self.client_requests = ClientRequests(emit=self._emit, shows_forms=asks_about_imports)
+        self.client_requests = ClientRequests(emit=self._emit, shows_forms=asks_about_imports, approves=approvals,
+                                              auto_yes=bool(getattr(getattr(agent, "options", None), "auto_approve", False)),
+                                              call_model=self._sampling_call)
         self._memory_source = memory_source
         self._asks_about_imports = asks_about_imports and memory_source is not None
         # path -> the answer to its question (asked once per session, before the first request)
@@ -392,6 +395,8 @@ class AgentSession:
             self._drop_queue()
             self.client_requests.cancel_all("interrupted")
             self._interrupt()
+        elif isinstance(command, Approve) and self.client_requests.asks(command.request_id):
+            self._answer_sampling(command)
         elif isinstance(command, Approve):
             self._answer(command.request_id, command.decision, command.save)
         elif isinstance(command, Report) and command.kind == "permissions":
@@ -601,6 +606,27 @@ class AgentSession:
     def _answer_elicitation(self, command: AnswerElicitation) -> None:
         """A form's answer goes to the server that asked, checked against its form again."""
         self.client_requests.answer(command.request_id, command.action, dict(command.values))
+
+    def _answer_sampling(self, command: Approve) -> None:
+        """The user's answer to an MCP server's model call (an approval like a tool call's)."""
+        self.client_requests.approve(command.request_id, command.decision)
+
+    async def _sampling_call(self, server: str, call: "SamplingCall") -> "SampledReply":
+        """An MCP server's model call on the session's provider: the server's words alone (no system
+        prompt, history or memory of ours), bounded output, usage on the ledger as mcp:<server>."""
+        from app.kernel.messages import Message, TextBlock
+        from app.mcp.client_features import SampledReply
+        from app.providers.base import Completed, ModelRequest, ProviderError
+
+        request = ModelRequest(system=call.system, tools=[], max_tokens=call.max_tokens, tool_choice="none",
+                               messages=[Message(role=role, content=[TextBlock(text=text)]) for role, text in call.messages])
+        async for item in self.agent.provider.stream(request):
+            if isinstance(item, Completed):
+                self.agent.engine.record_usage(f"mcp:{server}", item.usage, self.agent.price)
+                text = "".join(block.text for block in item.message.content if isinstance(block, TextBlock))
+                return SampledReply(text=text, model=self.agent.provider.model, stop_reason=item.stop_reason,
+                                    output_tokens=item.usage.output_tokens)
+        raise ProviderError("the stream ended without a final message")
 
     async def _execute(self, command: Command) -> None:
         if isinstance(command, UserInput):
