@@ -22,7 +22,7 @@ import pytest
 
 from app.kernel.describe import describe
 from app.kernel.events import ElicitationRequestEvent, ElicitationResolvedEvent
-from app.mcp.client_features import ClientRequests
+from app.mcp.client_features import ClientRequests, SampledReply, SamplingCall, SamplingRefused, sampling_call
 from app.mcp.hub import McpHub, start_mcp
 from fake_llm_server import openai_text, openai_tool_calls
 from test_mcp_servers import Session, python_server
@@ -273,3 +273,86 @@ def test_with_yes_a_servers_model_call_gets_its_own_words_alone_bounded_and_on_i
     [result] = [e for e in events if e["type"] == "result"]
     assert set(result["usage_by_agent"]) == {"main", "mcp:features"}
     assert [e["status"] for e in events if e["type"] == "mcp_sampling"] == ["answered"]
+
+
+async def test_a_servers_model_call_over_the_bounds_is_refused_before_anyone_is_asked(tmp_path: Path) -> None:
+    asked: list[str] = []
+
+    async def call_model(server: str, call: SamplingCall) -> SampledReply:
+        asked.append(server)
+        raise AssertionError("no model call may be made for a request over the bounds")
+
+    session = FormSession(tmp_path)
+    session.requests = ClientRequests(emit=session.events.append, shows_forms=True, approves=True, call_model=call_model)
+    await session.start({"features": python_server(SERVER.name)})
+    try:
+        run = await session.run("features__sample", {"prompt": "x" * 150_000, "max_tokens": 10})
+    finally:
+        assert session.hub is not None
+        await session.hub.aclose()
+
+    assert "tidegauge refused the model call: it sent 150,000 characters, over the 100,000 allowed" in run.content
+    assert asked == [] and not [e for e in session.events if e.type == "approval_request"]
+    [refused] = [e for e in session.events if e.type == "mcp_sampling"]
+    assert refused.status == "refused"
+
+
+def test_a_model_call_asking_for_tools_or_images_is_refused_in_one_line() -> None:
+    with pytest.raises(SamplingRefused, match="^it asked for tools, which a server's model call is not given$"):
+        sampling_call(None, [("user", "text", "hi")], 10, tools=[{"name": "run_bash"}])
+    with pytest.raises(SamplingRefused, match="^it sent image content; only text is passed on$"):
+        sampling_call(None, [("user", "image", None)], 10)
+    with pytest.raises(SamplingRefused, match="^its last message is not the user's$"):
+        sampling_call(None, [("user", "text", "hi"), ("assistant", "text", "prefill")], 10)
+    assert sampling_call("sys", [("user", "text", "hi")], 0).max_tokens == 1
+
+
+async def test_on_the_dashboard_a_servers_model_call_waits_for_approval_and_always_covers_the_session(
+        fake_llm, tmp_path, monkeypatch) -> None:
+    from dashboard_helpers import settle
+    from session_thread import SessionThread
+
+    from app.surfaces.dashboard.app import TidegaugeApp
+    from app.wiring.config import load_settings
+    from app.wiring.runtime import build_session
+    from widgets.approval_screen import ApprovalScreen
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "config").mkdir()
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("TIDEGAUGE_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    fake_llm.enqueue(
+        openai_tool_calls([("features__sample", {"prompt": "Name a colour.", "max_tokens": 20}, "call_1")]),
+        openai_text("Teal."),
+        openai_tool_calls([("features__sample", {"prompt": "Name another.", "max_tokens": 20}, "call_2")]),
+        openai_text("Ochre."),
+        openai_text("Two colours."),
+    )
+    settings = load_settings({"provider": "openai", "model": "m", "base_url": fake_llm.base_url("openai"),
+                              "data_dir": str(tmp_path / "data"),
+                              "mcp_servers": {"features": {"command": sys.executable, "args": [str(SERVER)],
+                                                           "startup_timeout": 120}}})
+    app = TidegaugeApp(SessionThread(build_session(settings, approvals=True, cwd=work)).start(), cursor_blink=False)
+    async with app.run_test(size=(160, 50)) as pilot:
+        prompt = app.query_one("#prompt")
+        prompt.value = "two colours"
+        prompt.focus()
+        await pilot.press("enter")
+        for _ in range(20_000):
+            if isinstance(app.screen, ApprovalScreen) and app.screen.query("#always"):
+                break
+            await pilot.pause(0.01)
+        else:
+            raise AssertionError(f"no approval was asked; the screen is {app.screen!r}, sent: {len(fake_llm.requests)}")
+        dialog = app.screen
+        assert dialog.tool_name == "a model call for MCP server features"
+        assert dialog.tool_input["messages"] == ["user: Name a colour."] and len(fake_llm.requests) == 1
+        await pilot.press("a")  # always: this server, for the rest of the session
+        await settle(pilot)
+        assert not isinstance(app.screen, ApprovalScreen)  # the second call was not asked about
+
+    replies = {m["tool_call_id"]: json.loads(m["content"]) for m in fake_llm.requests[4].json["messages"]
+               if m["role"] == "tool"}
+    assert replies == {"call_1": {"model": "m", "text": "Teal."}, "call_2": {"model": "m", "text": "Ochre."}}

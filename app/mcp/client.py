@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
 from app import __version__
-from app.mcp.client_features import ClientRequests, SamplingRefused, sampling_call, workspace_roots
+from app.mcp.client_features import ClientRequests, SamplingRefused, workspace_roots
 from app.mcp.settings import McpServerConfig, MissingEnvironment, hide_url_secrets, resolved_headers
 from app.mcp.stderr_log import ServerStderrLog
 from app.kernel.redact import redact
@@ -287,8 +287,7 @@ class McpConnection:
                          ) -> types.CreateMessageResult | types.ErrorData:
             try:
                 messages = [(message.role, *_text_of(message.content)) for message in params.messages]
-                call = sampling_call(params.system_prompt, messages, params.max_tokens, params.tools)
-                reply = await requests.sample(self.name, call)
+                reply = await requests.sample(self.name, params.system_prompt, messages, params.max_tokens, params.tools)
             except SamplingRefused as refused:
                 return types.ErrorData(code=types.INVALID_REQUEST, message=f"tidegauge refused the model call: {refused}")
             stop = {"end_turn": "endTurn", "max_tokens": "maxTokens"}.get(reply.stop_reason, reply.stop_reason)

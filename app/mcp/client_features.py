@@ -223,13 +223,17 @@ class ClientRequests:
     _approvals: dict[str, tuple[asyncio.Future[bool], str]] = field(default_factory=dict)
     _always: set[str] = field(default_factory=set)
 
-    async def sample(self, server: str, call: SamplingCall) -> SampledReply:
-        """A server's model call, once allowed; SamplingRefused saying why not."""
+    async def sample(self, server: str, system: str | None, messages: Sequence[tuple[str, str, object]],
+                     max_tokens: int, tools: object = None) -> SampledReply:
+        """A server's model call (its request's parts, see ``sampling_call``), once allowed;
+        SamplingRefused saying why not."""
         assert self.call_model is not None
         try:
+            call = sampling_call(system, messages, max_tokens, tools)
             await self._allow_sampling(server, call)
         except SamplingRefused as refused:
-            self.emit(SamplingEvent(server=server, status="refused", reason=str(refused), max_tokens=call.max_tokens))
+            self.emit(SamplingEvent(server=server, status="refused", reason=str(refused),
+                                    max_tokens=min(max(max_tokens, 0), MAX_SAMPLING_TOKENS)))
             raise
         try:
             reply = await self.call_model(server, call)
