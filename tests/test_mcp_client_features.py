@@ -179,6 +179,29 @@ async def test_a_form_of_megabytes_or_of_nested_objects_is_declined_without_bein
     assert deep.reason == "tidegauge cannot show it: field address has type 'object', which a form cannot ask"
 
 
+async def test_a_form_open_longer_than_the_tool_timeout_does_not_time_the_call_out(tmp_path: Path) -> None:
+    """The user takes their time: the call waits for the form, not for tool_timeout."""
+    session = FormSession(tmp_path)
+    config = python_server(SERVER.name)
+    config.tool_timeout = 2.0
+    await session.start({"features": config})
+    try:
+        await session.run("features__roots", {})  # warmed up: the form comes well within tool_timeout
+        call = asyncio.ensure_future(session.run("features__ask", {"message": "Slowly", "schema": json.dumps(FORM)}))
+        form = await session.form()
+        loop = asyncio.get_running_loop()
+        shown_at = loop.time()
+        while loop.time() < shown_at + 2.5 * config.tool_timeout and not call.done():
+            await asyncio.sleep(0.05)  # the user thinking: what is under test is this much time passing
+        assert not call.done(), call.result().content
+        session.requests.answer(form.request_id, "accept", {"name": "Ada", "age": 36})
+        answer = _answer(await asyncio.wait_for(call, 60))
+    finally:
+        assert session.hub is not None
+        await session.hub.aclose()
+    assert answer == {"action": "accept", "content": {"name": "Ada", "age": 36}}
+
+
 async def test_a_command_cannot_answer_a_form_that_was_never_asked(features: FormSession) -> None:
     call = asyncio.ensure_future(features.run("features__ask", {"message": "Who?", "schema": json.dumps(FORM)}))
     form = await features.form()

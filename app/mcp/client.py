@@ -11,12 +11,13 @@ shielded from cancellation, so a stopped session leaves no server behind.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 from app import __version__
 from app.mcp.client_features import ClientRequests, SamplingRefused, workspace_roots
@@ -97,6 +98,10 @@ class McpConnection:
         # answered 404 to our session id (it restarted and forgot it). A call lost that way is sent again.
         self._undelivered = 0
         self._reconnecting = asyncio.Lock()
+        # Questions of the server's waiting for the user (a form, a model call's approval): a call is
+        # not idle meanwhile, and its idle wait starts again when the last is answered.
+        self._asking_user = 0
+        self._answered_at = 0.0
         self.on_reconnect: Callable[[McpConnection], None] = lambda _c: None
 
     @property
@@ -276,7 +281,8 @@ class McpConnection:
         async def elicit(_context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
             url = params.url if isinstance(params, types.ElicitRequestURLParams) else None
             schema = params.requested_schema if isinstance(params, types.ElicitRequestFormParams) else None
-            action, content = await requests.elicit(self.name, params.message, schema, url=url)
+            async with self._waiting_for_user():
+                action, content = await requests.elicit(self.name, params.message, schema, url=url)
             return types.ElicitResult(action=action, content=content if action == "accept" else None)
 
         features["elicitation_callback"] = elicit
@@ -287,7 +293,9 @@ class McpConnection:
                          ) -> types.CreateMessageResult | types.ErrorData:
             try:
                 messages = [(message.role, *_text_of(message.content)) for message in params.messages]
-                reply = await requests.sample(self.name, params.system_prompt, messages, params.max_tokens, params.tools)
+                async with self._waiting_for_user():
+                    reply = await requests.sample(self.name, params.system_prompt, messages, params.max_tokens,
+                                                  params.tools)
             except SamplingRefused as refused:
                 return types.ErrorData(code=types.INVALID_REQUEST, message=f"tidegauge refused the model call: {refused}")
             stop = {"end_turn": "endTurn", "max_tokens": "maxTokens"}.get(reply.stop_reason, reply.stop_reason)
@@ -296,6 +304,16 @@ class McpConnection:
 
         features["sampling_callback"] = sample
         return features
+
+    @contextlib.asynccontextmanager
+    async def _waiting_for_user(self) -> AsyncIterator[None]:
+        """While the server waits for the user's answer, its tool call is not idle (see _call_tool_once)."""
+        self._asking_user += 1
+        try:
+            yield
+        finally:
+            self._asking_user -= 1
+            self._answered_at = asyncio.get_running_loop().time()
 
     def _http_client(self) -> Any:
         """The HTTP client of a url server: its headers (tokens from the environment), the SDK's
@@ -507,6 +525,7 @@ class McpConnection:
             client.call_tool(tool_name, args, read_timeout_seconds=hard_max, progress_callback=server_progress)))
         try:
             while not call.done():
+                heard = loop.time() if self._asking_user else max(heard, self._answered_at)
                 wait = heard + idle - loop.time()
                 if wait <= 0:
                     call.cancel()  # the SDK sends the server a notifications/cancelled
