@@ -262,7 +262,8 @@ class AgentSession:
         asks those questions (the dashboard, even with ``--yes``), else they are skipped
         with a line saying how to allow them."""
         self.agent = agent
-        # What MCP servers ask of the user (forms): shown by a surface that asks questions.
+        # What MCP servers ask of the user: forms (shown by a surface that asks questions) and model
+        # calls (approved like a tool call that changes things: asked, allowed by --yes, else refused).
         self.client_requests = ClientRequests(emit=self._emit, shows_forms=asks_about_imports, approves=approvals,
                                               auto_yes=bool(getattr(getattr(agent, "options", None), "auto_approve", False)),
                                               call_model=self._sampling_call)
