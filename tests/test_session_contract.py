@@ -17,6 +17,7 @@ from app.kernel import events as ev
 from app.session.agent_session import AgentSession, replayable
 from app.kernel.commands import (
     Approve,
+    AnswerElicitation,
     ApproveImport,
     Command,
     Compact,
@@ -275,7 +276,7 @@ ANSWERED_AT_ONCE = [
 def test_every_command_is_one_the_fake_session_knows():
     union = set(typing.get_args(Command))
     assert {type(c) for c, _ in ANSWERED_AT_ONCE} | {UserInput, Compact, Reset, Interrupt, Approve, Report,
-                                                      Shutdown, ApproveImport} == union
+                                                      Shutdown, ApproveImport, AnswerElicitation} == union
 
 
 @pytest.mark.parametrize("command,answer", ANSWERED_AT_ONCE, ids=lambda v: getattr(v, "__name__", str(v))[:40])

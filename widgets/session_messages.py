@@ -110,6 +110,12 @@ class MemoryImportSaid(SessionMessage):
     event: "ev.MemoryImportEvent"
 
 
+class ElicitationSaid(SessionMessage):
+    """An MCP server's form to show (the App pushes it), or its end (the App closes it)."""
+
+    event: "ev.ElicitationRequestEvent | ev.ElicitationResolvedEvent"
+
+
 class ForecastReady(SessionMessage):
     """What a compaction or reset will do (the answer to ``Preview``): the confirmation shows it."""
 
@@ -221,6 +227,8 @@ MESSAGES_FOR: dict[str, tuple[type[SessionMessage], ...]] = {
     "cleared_results": (ClearedResults,),
     "sub_agent": (SubAgentUpdate,),  # folded under the task call, started and finished included
     "memory_import": (MemoryImportSaid, EngineSaid),  # issue 24: the App asks, the conversation says
+    "elicitation_request": (ElicitationSaid, EngineSaid),  # issue 26: the App shows the form
+    "elicitation_resolved": (ElicitationSaid, EngineSaid),  # ... and closes it when it ends elsewhere
 }
 for _type in ENGINE_LINE_TYPES:
     MESSAGES_FOR.setdefault(_type, (EngineSaid,))

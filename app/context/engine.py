@@ -45,6 +45,7 @@ from app.context.summarizer import extractive_summary
 from app.context.thresholds import MIN_SUMMARY_ROOM, Thresholds, budget_floor_warning, compute_thresholds, level
 from app.context.tokens import count_tokens, estimate_message, estimate_messages, estimate_tools
 from app.kernel.events import (
+    AgentName,
     BreakerEvent,
     ChartPointEvent,
     CompactionEvent,
@@ -266,7 +267,7 @@ class ContextEngine:
 
     # ---- accounting ----
 
-    def record_usage(self, agent: Literal["main", "compact", "memory"], usage: Usage,
+    def record_usage(self, agent: AgentName, usage: Usage,
                      model_price: Price | None) -> UsageEvent:
         cost = cost_usd(usage, model_price) if model_price is not None and usage.known else None
         self.ledger.add(agent, usage, cost)

@@ -7,7 +7,7 @@ approval answer and a report act at once, whatever is running.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Union
 
 # "always" (kept for older surfaces) is "always_tool"; the other "always" answers add the
@@ -107,5 +107,15 @@ class ApproveImport:
     approve: bool
 
 
+@dataclass(frozen=True)
+class AnswerElicitation:
+    """The user's answer to an ``ElicitationRequestEvent`` (an MCP server's form): ``values`` (field
+    name -> text, bool or option) are checked against the form again and go to that server only."""
+
+    request_id: str
+    action: Literal["accept", "decline", "cancel"]
+    values: dict[str, object] = field(default_factory=dict)
+
+
 Command = Union[UserInput, Compact, Reset, Interrupt, Approve, Report, Shutdown,
-                Preview, PreviewRestore, RestoreResult, ServerCompaction, ApproveImport]
+                Preview, PreviewRestore, RestoreResult, ServerCompaction, ApproveImport, AnswerElicitation]

@@ -388,6 +388,31 @@ def _memory_import(e: "ev.MemoryImportEvent") -> Line:
     return Line("info", f"{where} approved for this project: it is in the next request")
 
 
+# ---- MCP servers asking the client (issue 26)
+
+def _elicitation_request(e: "ev.ElicitationRequestEvent") -> Line:
+    return Line("warning", f"MCP server {e.server} asks you to fill in a form (your answer goes to {e.server} only)")
+
+
+def _elicitation_resolved(e: "ev.ElicitationResolvedEvent") -> Line:
+    if e.reason:
+        return Line("warning", f"MCP server {e.server} asked for a form: {e.action}d, {e.reason}"
+                    if e.action != "cancel" else f"MCP server {e.server}'s form cancelled: {e.reason}")
+    if e.action == "accept":
+        sent = f" ({', '.join(e.fields)})" if e.fields else ""
+        return Line("info", f"form sent to MCP server {e.server}{sent}")
+    return Line("info", f"MCP server {e.server}'s form {'declined' if e.action == 'decline' else 'cancelled'}")
+
+
+
+def _sampling(e: "ev.SamplingEvent") -> Line:
+    if e.status == "answered":
+        tokens = f", {e.output_tokens:,} tokens out" if e.output_tokens is not None else ""
+        return Line("info", f"model call for MCP server {e.server} answered (at most {e.max_tokens:,} tokens{tokens})")
+    if e.status == "refused":
+        return Line("warning", f"MCP server {e.server} asked for a model call: refused, {e.reason}")
+    return Line("warning", f"model call for MCP server {e.server} failed: {e.reason}")
+
 # ---- permissions (issue 27)
 
 _EFFECT_WORDS = {"allow": "allow", "ask": "ask  ", "deny": "deny "}
@@ -494,6 +519,9 @@ DESCRIBERS: dict[str, Callable[[Any], Line | None]] = {
                                                   f" rejected the cache breakpoints ({e.reason}); the call was"
                                                   " sent again without them"),
     "permissions": _permissions,  # issue 27: /permissions
+    "elicitation_request": _elicitation_request,  # issue 26: an MCP server's form (the App shows it)
+    "elicitation_resolved": _elicitation_resolved,
+    "mcp_sampling": _sampling,
 }
 
 

@@ -12,7 +12,10 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, Field, TypeAdapter, model_validator
 
-AgentName = Literal["main", "compact", "sub", "memory"]  # sub: a task tool's sub-agent; memory: the session memory's updates
+AgentName = Union[
+    Literal["main", "compact", "sub", "memory"],  # sub: a task tool's sub-agent; memory: the session memory's updates
+    Annotated[str, Field(pattern=r"^mcp:[A-Za-z0-9_-]{1,64}$")],  # mcp:NAME: model calls MCP server NAME asked for
+]
 AgentState = Literal["starting", "idle", "streaming", "tool", "compacting", "waiting_approval", "retrying",
                      "interrupting"]
 PointKind = Literal["call", "compaction", "prune", "reset", "memory", "server"]  # memory/server: compactions from the session memory / by the provider
@@ -576,6 +579,108 @@ class MemoryImportEvent(BaseModel):
     reason: str = ""
 
 
+# ---- MCP servers asking the client (issue 26): forms (elicitation)
+
+ElicitationAction = Literal["accept", "decline", "cancel"]
+
+
+class ElicitationField(BaseModel):
+    """One field of a server's form, from its JSON schema (already bounded and sanitized).
+
+    ``value_from`` is the one rule of what a field accepts: the dashboard's form checks each
+    field with it as the user types, and the session checks the answer again before it goes."""
+
+    name: str
+    kind: Literal["string", "number", "integer", "boolean", "enum"]
+    title: str = ""
+    description: str = ""
+    required: bool = False
+    options: list[str] = Field(default_factory=list)  # enum: the values sent
+    option_labels: list[str] = Field(default_factory=list)  # enum: the words shown (same order)
+    minimum: float | None = None
+    maximum: float | None = None
+    min_length: int | None = None
+    max_length: int | None = None
+    default: str | float | bool | None = None
+
+    def value_from(self, given: object) -> str | int | float | bool | None:
+        """The value to send for what the user gave (text, a bool, an option), None for an empty
+        optional field; ValueError with one line naming what was wrong."""
+        label = self.title or self.name
+        if given is None or (isinstance(given, str) and not given.strip() and self.kind != "string") or given == "":
+            if self.required:
+                raise ValueError(f"{label}: required")
+            return None
+        if self.kind == "boolean":
+            if isinstance(given, bool):
+                return given
+            raise ValueError(f"{label}: must be yes or no")
+        if self.kind == "enum":
+            if isinstance(given, str) and given in self.options:
+                return given
+            raise ValueError(f"{label}: must be one of the choices")
+        if self.kind == "string":
+            if not isinstance(given, str):
+                raise ValueError(f"{label}: must be text")
+            if self.min_length is not None and len(given) < self.min_length:
+                raise ValueError(f"{label}: at least {self.min_length} characters")
+            if self.max_length is not None and len(given) > self.max_length:
+                raise ValueError(f"{label}: at most {self.max_length} characters")
+            return given
+        number: int | float
+        if isinstance(given, bool) or not isinstance(given, (str, int, float)):
+            raise ValueError(f"{label}: must be a number")
+        text = str(given).strip()
+        try:
+            number = int(text) if self.kind == "integer" else float(text)
+        except ValueError:
+            raise ValueError(f"{label}: must be {'a whole number' if self.kind == 'integer' else 'a number'}") from None
+        if number != number or number in (float("inf"), float("-inf")):
+            raise ValueError(f"{label}: must be a finite number")
+        if self.minimum is not None and number < self.minimum:
+            raise ValueError(f"{label}: at least {self.minimum:g}")
+        if self.maximum is not None and number > self.maximum:
+            raise ValueError(f"{label}: at most {self.maximum:g}")
+        return number
+
+
+class ElicitationRequestEvent(BaseModel):
+    """An MCP server asks the user to fill in a form: submit ``AnswerElicitation(request_id, ...)``.
+    What the user enters goes to that server alone (never to the model, the transcript or a log)."""
+
+    type: Literal["elicitation_request"] = "elicitation_request"
+    request_id: str
+    server: str
+    message: str
+    fields: list[ElicitationField] = Field(default_factory=list)
+
+
+class SamplingEvent(BaseModel):
+    """An MCP server's request for a model call (sampling): refused (headless without --yes, the
+    user said no, a request over the bounds) or answered by the session's provider, with only the
+    server's own messages (never tidegauge's system prompt or history); its usage is on the
+    ledger as ``mcp:<server>``."""
+
+    type: Literal["mcp_sampling"] = "mcp_sampling"
+    server: str
+    status: Literal["refused", "answered", "failed"]
+    reason: str = ""
+    max_tokens: int = 0  # what the call was allowed (the server's wish, bounded)
+    output_tokens: int | None = None
+
+
+class ElicitationResolvedEvent(BaseModel):
+    """What the server was told: accept (with the fields named, never their values), decline or
+    cancel; ``reason`` when tidegauge answered for the user (headless, a form it cannot show)."""
+
+    type: Literal["elicitation_resolved"] = "elicitation_resolved"
+    request_id: str
+    server: str
+    action: ElicitationAction
+    fields: list[str] = Field(default_factory=list)  # the fields sent (accept)
+    reason: str = ""
+
+
 Event = Annotated[
     Union[
         TextDeltaEvent, ThinkingDeltaEvent, AssistantMessageEvent, UserMessageEvent,
@@ -589,6 +694,7 @@ Event = Annotated[
         SessionRepairedEvent, UsageDistrustedEvent,
         ForecastEvent, RestorePreviewEvent, ClearedResultsEvent, ServerCompactionEvent,
         MemoryImportEvent, PromptCacheOffEvent, PermissionsEvent,
+        ElicitationRequestEvent, ElicitationResolvedEvent, SamplingEvent,
     ],
     Field(discriminator="type"),
 ]

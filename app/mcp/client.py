@@ -11,14 +11,16 @@ shielded from cancellation, so a stopped session leaves no server behind.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 from app import __version__
+from app.mcp.client_features import ClientRequests, SamplingRefused, workspace_roots
 from app.mcp.settings import McpServerConfig, MissingEnvironment, hide_url_secrets, resolved_headers
 from app.mcp.stderr_log import ServerStderrLog
 from app.kernel.redact import redact
@@ -70,6 +72,8 @@ class McpConnection:
     workspace: Path
     log_dir: Path | None = None  # the server's stderr goes to <log_dir>/mcp-<name>.log
     tools: list[RemoteTool] = field(default_factory=list)
+    # The session's answers to what the server asks (forms); None: forms are not offered.
+    requests: ClientRequests | None = None
 
     def __post_init__(self) -> None:
         self._client: Client | None = None
@@ -94,6 +98,10 @@ class McpConnection:
         # answered 404 to our session id (it restarted and forgot it). A call lost that way is sent again.
         self._undelivered = 0
         self._reconnecting = asyncio.Lock()
+        # Questions of the server's waiting for the user (a form, a model call's approval): a call is
+        # not idle meanwhile, and its idle wait starts again when the last is answered.
+        self._asking_user = 0
+        self._answered_at = 0.0
         self.on_reconnect: Callable[[McpConnection], None] = lambda _c: None
 
     @property
@@ -249,11 +257,63 @@ class McpConnection:
                       mode=self.mode, **self._log_options())
 
     def _log_options(self) -> dict[str, Any]:
-        """The server's ``notifications/message`` go to its log file (info and up), never to the screen."""
+        """The server's ``notifications/message`` go to its log file (info and up), never to the screen;
+        what the server may ask of us (``_client_features``) rides along."""
         async def on_log(params: LoggingMessageNotificationParams) -> None:
             self.server_log_message(params)
 
-        return {"logging_callback": on_log, "log_level": "info"}
+        return {"logging_callback": on_log, "log_level": "info", **self._client_features()}
+
+    def _client_features(self) -> dict[str, Any]:
+        """The callbacks that answer the server's own requests (issue 26, app/mcp/client_features.py):
+        roots always (the workspace alone); forms only when the session can answer them."""
+        import mcp_types as types
+
+        async def list_roots(_context: Any) -> types.ListRootsResult:
+            return types.ListRootsResult.model_validate(
+                {"roots": [{"uri": uri, "name": name} for uri, name in workspace_roots(self.workspace)]})
+
+        features: dict[str, Any] = {"list_roots_callback": list_roots}
+        requests = self.requests
+        if requests is None:
+            return features
+
+        async def elicit(_context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+            url = params.url if isinstance(params, types.ElicitRequestURLParams) else None
+            schema = params.requested_schema if isinstance(params, types.ElicitRequestFormParams) else None
+            async with self._waiting_for_user():
+                action, content = await requests.elicit(self.name, params.message, schema, url=url)
+            return types.ElicitResult(action=action, content=content if action == "accept" else None)
+
+        features["elicitation_callback"] = elicit
+        if requests.call_model is None:
+            return features
+
+        async def sample(_context: Any, params: types.CreateMessageRequestParams
+                         ) -> types.CreateMessageResult | types.ErrorData:
+            try:
+                messages = [(message.role, *_text_of(message.content)) for message in params.messages]
+                async with self._waiting_for_user():
+                    reply = await requests.sample(self.name, params.system_prompt, messages, params.max_tokens,
+                                                  params.tools)
+            except SamplingRefused as refused:
+                return types.ErrorData(code=types.INVALID_REQUEST, message=f"tidegauge refused the model call: {refused}")
+            stop = {"end_turn": "endTurn", "max_tokens": "maxTokens"}.get(reply.stop_reason, reply.stop_reason)
+            return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text=reply.text),
+                                             model=reply.model, stop_reason=stop)
+
+        features["sampling_callback"] = sample
+        return features
+
+    @contextlib.asynccontextmanager
+    async def _waiting_for_user(self) -> AsyncIterator[None]:
+        """While the server waits for the user's answer, its tool call is not idle (see _call_tool_once)."""
+        self._asking_user += 1
+        try:
+            yield
+        finally:
+            self._asking_user -= 1
+            self._answered_at = asyncio.get_running_loop().time()
 
     def _http_client(self) -> Any:
         """The HTTP client of a url server: its headers (tokens from the environment), the SDK's
@@ -465,6 +525,7 @@ class McpConnection:
             client.call_tool(tool_name, args, read_timeout_seconds=hard_max, progress_callback=server_progress)))
         try:
             while not call.done():
+                heard = loop.time() if self._asking_user else max(heard, self._answered_at)
                 wait = heard + idle - loop.time()
                 if wait <= 0:
                     call.cancel()  # the SDK sends the server a notifications/cancelled
@@ -521,6 +582,15 @@ class McpConnection:
         if task.cancelled():
             raise _ServerGone()
         return task.result()
+
+
+def _text_of(content: Any) -> tuple[str, object]:
+    """(content type, text) of one sampling message's content (a list of blocks is text only if all are)."""
+    blocks = content if isinstance(content, list) else [content]
+    kinds = {getattr(block, "type", "?") for block in blocks}
+    if kinds != {"text"}:
+        return ",".join(sorted(kinds)), None
+    return "text", "".join(block.text for block in blocks)
 
 
 class _ServerGone(Exception):

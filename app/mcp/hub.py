@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 
 from app.kernel.events import Event, McpServerEvent
 from app.mcp.client import McpConnection, McpServerError
+from app.mcp.client_features import ClientRequests
 from app.mcp.settings import McpServerConfig, header_secrets, hide_url_secrets, shown_url, url_secrets
 from app.mcp.tools import McpTool, offered, prefixed_name
 from app.kernel.messages import ToolSpec
@@ -47,7 +48,7 @@ class McpHub:
         return self.deferral.saved_tokens if self.deferral is not None else 0
 
     async def start(self, servers: dict[str, McpServerConfig], *, workspace: Path, log_dir: Path | None,
-                    registry: ToolRegistry) -> None:
+                    registry: ToolRegistry, requests: ClientRequests | None = None) -> None:
         enabled = {name: cfg for name, cfg in servers.items() if cfg.enabled}
         for name, cfg in enabled.items():
             for var, value in cfg.env.items():
@@ -67,7 +68,7 @@ class McpHub:
                         register_secret(value.split(None, 1)[-1] if value.lower().startswith("bearer ") else value)
             where = shown_url(cfg.url) if cfg.url else cfg.command or ""
             self.emit(McpServerEvent(name=name, status="starting", detail=where))
-            connection = McpConnection(name, cfg, workspace, log_dir)
+            connection = McpConnection(name, cfg, workspace, log_dir, requests=requests)
             connection.on_exit = self._exited
             connection.on_reconnect = self._reconnected
             self.connections[name] = connection
@@ -141,18 +142,19 @@ class McpSettings(Protocol):
 
 async def start_mcp(settings: McpSettings, registry: ToolRegistry, engine: ContextEngine,
                     emit: Callable[[Event], None], *,
-                    workspace: Path, log_dir: Path | None = None) -> McpHub:
+                    workspace: Path, log_dir: Path | None = None, requests: ClientRequests | None = None) -> McpHub:
     """Start the session's MCP servers and hand their tools to the registry and the engine.
 
     ``settings`` needs ``mcp_servers`` and ``tool_defer_share``; ``engine`` is the
     session's ContextEngine (its ``tools`` become what the deferral lets through).
-    Never raises for a server that fails: that is an event and a warning line.
+    Never raises for a server that fails: that is an event and a warning line. ``requests``:
+    the session's answers to what servers ask (forms); without it, forms are not offered.
     """
     hub = McpHub(emit=emit)
     servers: dict[str, McpServerConfig] = dict(settings.mcp_servers or {})
     if not servers:
         return hub
-    await hub.start(servers, workspace=workspace, log_dir=log_dir, registry=registry)
+    await hub.start(servers, workspace=workspace, log_dir=log_dir, registry=registry, requests=requests)
 
     def send(specs: list[ToolSpec]) -> None:
         engine.tools = specs

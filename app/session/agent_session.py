@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Literal, Protocol
 
 from app.kernel.commands import (
+    AnswerElicitation,
     ApproveImport,
     Approve,
     Command,
@@ -61,6 +62,7 @@ from app.kernel.events import (
     StateEvent,
     TokenTotals,
 )
+from app.mcp.client_features import ClientRequests
 from app.agent.permissions import EFFECTS, PROJECT_SETTINGS, Permissions
 from app.kernel.protocol import Listener, SessionSnapshot
 
@@ -70,6 +72,7 @@ if TYPE_CHECKING:
     from app.wiring.runtime import MemorySource
     from app.kernel.events import PointKind
     from app.kernel.messages import ToolUseBlock
+    from app.mcp.client_features import SampledReply, SamplingCall
     from app.session.transcript import TranscriptWriter
 
 # Deltas are not persisted (the assistant_message after them holds the whole text), nor
@@ -259,6 +262,11 @@ class AgentSession:
         asks those questions (the dashboard, even with ``--yes``), else they are skipped
         with a line saying how to allow them."""
         self.agent = agent
+        # What MCP servers ask of the user: forms (shown by a surface that asks questions) and model
+        # calls (approved like a tool call that changes things: asked, allowed by --yes, else refused).
+        self.client_requests = ClientRequests(emit=self._emit, shows_forms=asks_about_imports, approves=approvals,
+                                              auto_yes=bool(getattr(getattr(agent, "options", None), "auto_approve", False)),
+                                              call_model=self._sampling_call)
         self._memory_source = memory_source
         self._asks_about_imports = asks_about_imports and memory_source is not None
         # path -> the answer to its question (asked once per session, before the first request)
@@ -386,7 +394,10 @@ class AgentSession:
         """On the session's loop (or before it runs): act now, or queue."""
         if isinstance(command, Interrupt):
             self._drop_queue()
+            self.client_requests.cancel_all("interrupted")
             self._interrupt()
+        elif isinstance(command, Approve) and self.client_requests.asks(command.request_id):
+            self._answer_sampling(command)
         elif isinstance(command, Approve):
             self._answer(command.request_id, command.decision, command.save)
         elif isinstance(command, Report) and command.kind == "permissions":
@@ -404,6 +415,8 @@ class AgentSession:
             self._switch_server_compaction(command.on)
         elif isinstance(command, ApproveImport):
             self._answer_import(command.path, command.approve)
+        elif isinstance(command, AnswerElicitation):
+            self._answer_elicitation(command)
         elif isinstance(command, Shutdown):
             self._stopping = True
             if command.now:
@@ -579,6 +592,7 @@ class AgentSession:
             for question in self._import_questions.values():
                 if not question.done():
                     question.cancel()
+            self.client_requests.cancel_all("the session stopped")
             if services is not None:
                 await services.aclose()
             await self.agent.aclose()
@@ -589,6 +603,31 @@ class AgentSession:
                 from app.session.store import remove_if_empty
 
                 remove_if_empty(Path(self.info.transcript_path).parent)
+
+    def _answer_elicitation(self, command: AnswerElicitation) -> None:
+        """A form's answer goes to the server that asked, checked against its form again."""
+        self.client_requests.answer(command.request_id, command.action, dict(command.values))
+
+    def _answer_sampling(self, command: Approve) -> None:
+        """The user's answer to an MCP server's model call (an approval like a tool call's)."""
+        self.client_requests.approve(command.request_id, command.decision)
+
+    async def _sampling_call(self, server: str, call: "SamplingCall") -> "SampledReply":
+        """An MCP server's model call on the session's provider: the server's words alone (no system
+        prompt, history or memory of ours), bounded output, usage on the ledger as mcp:<server>."""
+        from app.kernel.messages import Message, TextBlock
+        from app.mcp.client_features import SampledReply
+        from app.providers.base import Completed, ModelRequest, ProviderError
+
+        request = ModelRequest(system=call.system, tools=[], max_tokens=call.max_tokens, tool_choice="none",
+                               messages=[Message(role=role, content=[TextBlock(text=text)]) for role, text in call.messages])
+        async for item in self.agent.provider.stream(request):
+            if isinstance(item, Completed):
+                self.agent.engine.record_usage(f"mcp:{server}", item.usage, self.agent.price)
+                text = "".join(block.text for block in item.message.content if isinstance(block, TextBlock))
+                return SampledReply(text=text, model=self.agent.provider.model, stop_reason=item.stop_reason,
+                                    output_tokens=item.usage.output_tokens)
+        raise ProviderError("the stream ended without a final message")
 
     async def _execute(self, command: Command) -> None:
         if isinstance(command, UserInput):

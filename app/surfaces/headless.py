@@ -173,7 +173,9 @@ def stderr_notes(err: TextIO, *, errors: bool) -> "Callable[[Event], None]":
 
     def say(event: Event) -> None:
         text: str | None = None
-        if isinstance(event, SessionRepairedEvent) or (errors and event.type == "error"):
+        if isinstance(event, SessionRepairedEvent) or (errors and event.type == "error") or (
+                event.type in ("elicitation_resolved", "mcp_sampling") and event.reason):  # an MCP server's form
+            # or model call refused (no one to ask): the person watching learns why
             line = describe(event)
             text = line.text if line is not None else None
         elif isinstance(event, ResultEvent) and event.permission_denials:

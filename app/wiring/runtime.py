@@ -38,6 +38,7 @@ from app.tools.registry import default_registry
 from app.session.transcript import TranscriptWriter, restore
 
 if TYPE_CHECKING:  # imported when a server is configured, not with every session
+    from app.mcp.client_features import ClientRequests
     from app.mcp.hub import McpHub
 
 SYSTEM_PROMPT = """You are tidegauge, a coding agent working in the user's terminal.
@@ -132,7 +133,9 @@ def build_session(settings: Settings, *, approvals: bool, resume: str | None = N
     agent = built.agent
 
     async def start_services() -> Closable | None:
-        return await start_session_mcp(agent, settings) if settings.mcp_servers else None
+        if not settings.mcp_servers:
+            return None
+        return await start_session_mcp(agent, settings, requests=session.client_requests)
 
     session = AgentSession(agent, stream=built.stream, info=built.info, restored=built.restored,
                            approvals=approvals and not settings.yes, services=start_services,
@@ -299,9 +302,11 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
 
 # ---- MCP servers (issue 16): started with the session, stopped with it (hub.aclose()) ----
 
-async def start_session_mcp(agent: Agent, settings: Settings) -> McpHub:
-    """Start the configured MCP servers for this agent's session; failures are events, never raised."""
+async def start_session_mcp(agent: Agent, settings: Settings, *, requests: ClientRequests | None = None) -> McpHub:
+    """Start the configured MCP servers for this agent's session; failures are events, never raised.
+    ``requests``: the session's answers to what the servers ask (forms)."""
     from app.mcp.hub import start_mcp
 
     return await start_mcp(settings, agent.registry, agent.engine, agent.engine.emit,
-                           workspace=agent.workspace, log_dir=agent.tool_context.tool_results_dir.parent)
+                           workspace=agent.workspace, log_dir=agent.tool_context.tool_results_dir.parent,
+                           requests=requests)

@@ -136,7 +136,8 @@ class FakeSession:
             if future is not None and not future.done():
                 future.set_result(command.decision)
             return len(self.submitted)
-        if isinstance(command, cmd.ApproveImport):  # the fake asks about no import: an answer changes nothing
+        # The fake asks about no import and shows no server's form: an answer changes nothing.
+        if isinstance(command, (cmd.ApproveImport, cmd.AnswerElicitation)):
             return len(self.submitted)
         if isinstance(command, cmd.Report):
             self.emit(ev.ReportEvent(kind=command.kind, messages=len(self.history), context=self._context))

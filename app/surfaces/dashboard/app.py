@@ -26,6 +26,7 @@ from textual.worker import Worker, WorkerState
 
 import styles
 from app.kernel.commands import (
+    AnswerElicitation,
     Approve,
     ApproveImport,
     Compact,
@@ -42,7 +43,7 @@ from widgets.context_panel import ContextPanel
 from widgets.conversation import Conversation
 from widgets.header_bar import HeaderBar
 from widgets.prompt_box import SLASH_COMMANDS, PromptBox
-from widgets.session_messages import ApprovalRequested, ApprovalResolved, ForecastReady, MemoryImportSaid, StateChanged
+from widgets.session_messages import ApprovalRequested, ApprovalResolved, ElicitationSaid, ForecastReady, MemoryImportSaid, StateChanged
 from widgets.tool_call_line import ToolCallLine
 from widgets.tool_output_panel import ToolOutputPanel
 
@@ -413,6 +414,30 @@ class TidegaugeApp(App[int]):
             self.submit(ApproveImport(said.path, bool(approve)))
 
         await self.push_screen(ImportApprovalScreen(said.path, said.importer, said.reason), callback=answered)
+
+    @on(ElicitationSaid)
+    async def _on_elicitation(self, message: ElicitationSaid) -> None:
+        """An MCP server's form (issue 26): shown until answered here, closed when it ends elsewhere
+        (the server's call cancelled, an interrupt). Kept with the approval modals, by request id."""
+        said = message.event
+        if said.type == "elicitation_resolved":
+            screen = self._approval_screens.pop(said.request_id, None)
+            if screen is not None and screen.is_attached and self.screen is screen:
+                screen.dismiss(None)
+            return
+        if message.restored:  # an earlier run's form: its server is long gone
+            return
+        from widgets.elicitation_screen import ElicitationScreen  # modals: imported when first shown
+
+        def answered(answer: "tuple[str, dict[str, object]] | None") -> None:
+            if self._approval_screens.pop(said.request_id, None) is None:
+                return  # it ended elsewhere: the session has its answer already
+            action, values = answer if answer is not None else ("cancel", {})
+            self.submit(AnswerElicitation(said.request_id, action, values))  # type: ignore[arg-type]
+
+        screen = ElicitationScreen(said.server, said.message, list(said.fields))
+        self._approval_screens[said.request_id] = screen
+        await self.push_screen(screen, callback=answered)
 
     # ------------------------------------------------------------------ input
 
