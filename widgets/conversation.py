@@ -276,8 +276,7 @@ class Conversation(VerticalScroll, can_focus=True):
                 removed.append(item.widget)
                 item.widget = None
         self._start += count
-        if removed:
-            self.remove_children(removed)
+        self._remove(removed)
         return height
 
     def _trim_bottom(self, count: int) -> None:
@@ -287,8 +286,19 @@ class Conversation(VerticalScroll, can_focus=True):
                 removed.append(item.widget)
                 item.widget = None
         self._end -= count
-        if removed:
-            self.remove_children(removed)
+        self._remove(removed)
+
+    def _remove(self, widgets: list[Widget]) -> None:
+        """Unmount pruned items, their rendered lines dropped first: textual 8.2.8 keeps up to
+        1,024 removed widgets' style caches alive in an ``lru_cache`` on a method
+        (Textualize/textual#6665), and with them every strip they had rendered. ``refresh()``
+        empties a widget's cache; only the small cache objects stay (measured on 1,500 pruned
+        items: 1,624 strips alive instead of 4,816, 6.3 MB traced instead of 11.5 MB)."""
+        if not widgets:
+            return
+        for widget in widgets:
+            widget.refresh()
+        self.remove_children(widgets)
 
     def _update_edges(self) -> None:
         if self._start:

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
 
 from textual import events, on, work
-from textual._styles_cache import StylesCache
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -126,18 +125,6 @@ GC_YOUNG_THRESHOLD = 5_000
 def _freeze_what_start_up_built() -> None:
     gc.collect()
     gc.freeze()
-
-
-def _release_styles_of_removed_widgets() -> None:
-    """textual 8.2.8 (Textualize/textual#6665): ``StylesCache.get_inner_outer`` is an
-    ``lru_cache`` on a method, so it keeps up to 1,024 removed widgets' render caches
-    (and their strips) alive. The dashboard removes widgets all the time (pruned
-    conversation items, parked reply segments), so the cache is emptied now and then.
-    """
-    cached = getattr(StylesCache, "get_inner_outer", None)
-    clear = getattr(cached, "cache_clear", None)
-    if clear is not None:
-        clear()
 
 
 class TidegaugeApp(App[int]):
@@ -255,7 +242,6 @@ class TidegaugeApp(App[int]):
     def on_mount(self) -> None:
         self._gc_thresholds = gc.get_threshold()
         gc.set_threshold(GC_YOUNG_THRESHOLD, *self._gc_thresholds[1:])
-        self.set_interval(2.0, _release_styles_of_removed_widgets)
         self.conversation.border_title = "conversation"
         self.tool_panel.border_title = "tool output"
         self.context_panel.border_title = "context"
@@ -362,7 +348,6 @@ class TidegaugeApp(App[int]):
             self.session.submit(Shutdown(now=True))
 
     async def on_unmount(self) -> None:
-        _release_styles_of_removed_widgets()  # ours, all removed now
         if hasattr(self, "_gc_thresholds"):
             gc.set_threshold(*self._gc_thresholds)
         gc.unfreeze()
