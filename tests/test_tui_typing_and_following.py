@@ -151,3 +151,23 @@ async def test_a_failed_streams_partial_text_is_kept_apart_from_the_retried_repl
         shown = [reply for reply in replies if partial in reply.text]
         assert all(reply.has_class("-discarded") for reply in shown), "the discarded partial is not marked as such"
         assert any("was discarded" in text for text in engine_texts(app, "warning"))
+
+
+async def test_a_real_failed_stream_then_its_retry_reads_only_the_retry_in_the_dashboard(fake_llm, tmp_path, monkeypatch):
+    """The real session on the loopback server: a stream fails after its first words, the retry answers."""
+    from agent_helpers import make_session
+    from fake_llm_server import anthropic_text, stream_error
+    from session_thread import SessionThread
+
+    session, _events = make_session(fake_llm, tmp_path, monkeypatch, provider="anthropic", max_retries=2)
+    fake_llm.enqueue(stream_error("anthropic", "Overloaded", error_type="overloaded_error", after_text="Partial "),
+                     anthropic_text("the full retried reply"))
+    app = TidegaugeApp(SessionThread(session).start(), cursor_blink=False)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await send(pilot, "hi")
+        await settle(pilot)
+        replies = list(app.query(AssistantMessage))
+        texts = [reply.text for reply in replies]
+        assert texts and texts[-1] == "the full retried reply", f"the replies read {texts!r}"
+        assert all(reply.has_class("-discarded") for reply in replies[:-1]), texts  # the partial, set apart
+        assert not replies[-1].has_class("-discarded")
