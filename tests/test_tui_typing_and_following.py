@@ -12,7 +12,7 @@ from typing import Any
 from app.kernel import events as ev
 from app.surfaces.dashboard.app import HELP_TEXT, TidegaugeApp
 from dashboard_helpers import engine_texts, send, settle
-from snapshot_apps.fake_agent import FakeSession, Text, context
+from snapshot_apps.fake_agent import FakeSession, Gate, Text, context
 from widgets.assistant_message import AssistantMessage
 from widgets.confirm_screen import ConfirmScreen
 
@@ -171,3 +171,23 @@ async def test_a_real_failed_stream_then_its_retry_reads_only_the_retry_in_the_d
         assert texts and texts[-1] == "the full retried reply", f"the replies read {texts!r}"
         assert all(reply.has_class("-discarded") for reply in replies[:-1]), texts  # the partial, set apart
         assert not replies[-1].has_class("-discarded")
+
+
+async def test_a_hostile_tool_name_in_the_header_state_is_drawn_inert() -> None:
+    """The header's words come from describe.state_text; a tool name (an MCP server's, a model's) is untrusted."""
+    hostile = "evil\x1b[2J\x1b]0;pwned\x07[bold]x[/bold]"
+    gate = Gate()
+    steps = [ev.StateEvent(state="tool", step=1, max_steps=50, tool_name=hostile, tool_index=1, tool_count=2),
+             gate, Text("ok")]
+    app = TidegaugeApp(FakeSession({"go": steps}), cursor_blink=False)
+    async with app.run_test(size=(160, 30)) as pilot:
+        await send(pilot, "go")
+        for _ in range(200):
+            if gate.reached.is_set() and app.header.state == "tool":
+                break
+            await pilot.pause()
+        drawn = str(app.header.render())
+        gate.open()
+        await settle(pilot)
+        assert "running evil" in drawn and "(1/2)" in drawn, drawn
+        assert "\x1b" not in drawn and "\x07" not in drawn and "[bold]x[/bold]" in drawn, repr(drawn)
