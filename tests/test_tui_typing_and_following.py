@@ -109,27 +109,6 @@ async def test_after_the_full_output_viewer_closes_the_tool_list_follows_new_cal
         assert "not following" not in str(panel.border_subtitle), panel.border_subtitle
 
 
-async def test_end_in_the_tool_list_after_the_viewer_resumes_following(tmp_path: Path) -> None:
-    full_output = tmp_path / "full-output.txt"
-    full_output.write_text("line\n" * 1_000)
-    agent = FakeSession({"first": _calls("first", 3, str(full_output)), "next": _calls("next", 5)})
-    app = TidegaugeApp(agent, cursor_blink=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await send(pilot, "first")
-        await settle(pilot)
-        panel = app.tool_panel
-        await pilot.press("ctrl+o")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
-        panel.tool_list.focus()
-        await pilot.press("end")  # back to the newest call: the viewer shows it, and the list follows
-        await pilot.press("ctrl+o")  # close whatever is open
-        await pilot.pause()
-        await send(pilot, "next")
-        await settle(pilot)
-        assert panel.selected_id == "next-5", f"the list stayed on {panel.selected_id}"
-
-
 async def test_a_failed_streams_partial_text_is_kept_apart_from_the_retried_reply() -> None:
     partial = "partial text that fails"
     retried = "the full retried reply"

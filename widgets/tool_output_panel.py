@@ -98,7 +98,7 @@ class ToolOutputPanel(Vertical):
 
     @property
     def following(self) -> bool:
-        """New calls are selected as they come (the selection is on the newest, nothing is open)."""
+        """New calls are selected as they come (the user has not moved off the newest, nothing is open)."""
         return self.follow_new and not (self.expanded or self.loading or self.full_view)
 
     def add_call(self, info: ToolCallInfo) -> None:
