@@ -269,7 +269,7 @@ def _cleared_session() -> FakeSession:
     return agent
 
 
-async def test_the_tool_list_marks_cleared_calls_and_r_restores_one_after_showing_its_cost() -> None:
+async def test_the_tool_list_marks_cleared_calls_and_ctrl_t_restores_one_after_showing_its_cost() -> None:
     agent = _cleared_session()
     app = TidegaugeApp(agent, cursor_blink=False)
     async with app.run_test(size=SIZE) as pilot:
@@ -280,7 +280,7 @@ async def test_the_tool_list_marks_cleared_calls_and_r_restores_one_after_showin
         assert "cleared" in tool_list.render_line(0).text and "cleared" not in tool_list.render_line(1).text
 
         tool_list.focus()
-        await pilot.press("home", "r")
+        await pilot.press("home", "ctrl+t")
         await pilot.pause()
         screen = app.screen
         assert isinstance(screen, ConfirmScreen)
@@ -293,7 +293,7 @@ async def test_the_tool_list_marks_cleared_calls_and_r_restores_one_after_showin
         assert any(t.startswith("restored the read_file result call-1") for t in engine_texts(app))
         assert app.context_panel.last_context.projected_tokens == before + 13_000
 
-        await pilot.press("end", "r")  # not cleared: no dialog, one line saying why
+        await pilot.press("end", "ctrl+t")  # not cleared: no dialog, one line saying why
         await pilot.pause()
         await pilot.pause()
         assert not isinstance(app.screen, ConfirmScreen)

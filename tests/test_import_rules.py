@@ -10,8 +10,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "app"
 WIDGETS = ROOT / "widgets"
-# What a widget may import from app/: the events, their words, the commands and the Protocol.
-WIDGET_ALLOWED = {"app.kernel.events", "app.kernel.describe", "app.kernel.commands", "app.kernel.protocol"}
+# What a widget may import from app/: the events, their words, the commands, the Protocol and the
+# view model (the records widgets draw).
+WIDGET_ALLOWED = {"app.kernel.events", "app.kernel.describe", "app.kernel.commands", "app.kernel.protocol",
+                  "app.surfaces.view_model"}
 
 
 def _sources(folder: Path) -> list[Path]:

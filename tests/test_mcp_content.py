@@ -25,7 +25,7 @@ from fake_llm_server import anthropic_text, anthropic_tool_calls, openai_text, o
 
 from app.context.tokens import IMAGE_TOKENS, estimate_block
 from app.kernel.describe import describe, tool_progress_text
-from app.kernel.events import McpServerEvent, ToolProgressEvent
+from app.kernel.events import McpServerEvent, ToolProgressEvent, ToolStartEvent
 from app.mcp.bounded_stdio import read_lines
 from app.mcp.content import CUT_META_KEY, tool_output_from_result
 from app.mcp.client import McpConnection
@@ -34,7 +34,8 @@ from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolResultI
 from app.providers.openai import to_openai_messages
 from app.providers.responses import to_responses_input
 from app.kernel.redact import clear_secrets, register_secret
-from widgets.tool_call_line import ToolCallInfo, apply_progress, tool_call_text
+from app.surfaces.view_model import DashboardView
+from widgets.tool_call_line import tool_call_text
 
 SERVERS = Path(__file__).parent / "mcp_servers"
 CONTENT_SERVER = SERVERS / "content_server.py"
@@ -299,9 +300,10 @@ def test_an_image_counts_a_fixed_estimate_on_the_gauge():
 
 def test_progress_is_drawn_on_the_running_tools_line_in_describes_words():
     event = ToolProgressEvent(id="call_1", progress=3, total=10, message="indexing")
-    info = ToolCallInfo(id="call_1", name="c__index", summary="")
+    view = DashboardView()
+    view.apply(ToolStartEvent(id="call_1", name="c__index", input={}, summary=""))
 
-    apply_progress(info, event)
+    (info,) = view.apply(event)
 
     assert tool_progress_text(event) == "3 of 10 (30%): indexing"
     assert "3 of 10 (30%): indexing" in tool_call_text(info, {}).plain

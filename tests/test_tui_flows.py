@@ -303,7 +303,7 @@ async def test_a_burst_of_deltas_and_events_lands_in_order_in_one_batch_per_run(
         await pilot.pause()
         conversation.post_message = original_post  # type: ignore[method-assign]
         ours = [type(m).__name__ for m in posted if isinstance(m, (SessionMessage, Deltas))]
-        assert ours == ["Deltas", "Deltas", "ReplyDone", "ToolStarted",
+        assert ours == ["Deltas", "Deltas", "ReplyDone", "ToolCallsChanged",
                         "Deltas", "ReplyDone"]  # one message per run of deltas, not per delta
         kinds = [item.kind for item in conversation.items]
         assert kinds[-4:] == ["thinking", "assistant", "tool", "assistant"]

@@ -89,6 +89,8 @@ class AssistantMessage(Widget):
         & > .assistant-message--link { color: $text-accent; }
         & > .assistant-message--quote { color: $text-muted; }
         & > .assistant-message--table { color: $text-primary; }
+        /* a failed stream's partial text: kept in view, dimmed, apart from the retried reply */
+        &.-discarded { text-opacity: 45%; }
     }
     """
 

@@ -26,6 +26,8 @@ if TYPE_CHECKING:  # app.kernel.events (pydantic models) is not needed to draw t
 class ContextPanel(Vertical):
     """Everything about the context window; its level class colours the border."""
 
+    SESSION_MESSAGES = (ContextChanged, ChartPoint, UsageRecorded)
+
     folded = var(False, toggle_class="-folded")
     fold_key = "ctrl+g"  # shown in the border when folded (the App binds it)
 

@@ -2,28 +2,25 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from rich.text import Text
 from textual import on
 from textual.reactive import reactive, var
 from textual.widget import Widget
 
+from app.kernel.describe import STATE_WORDS, state_text
 from widgets._literal import sanitize
 from widgets.session_messages import BreakerChanged, SessionStarted, StateChanged
 
-STATE_LABELS = {
-    "starting": "starting…",
-    "idle": "idle",
-    "streaming": "streaming",
-    "tool": "running tool",
-    "compacting": "compacting",
-    "waiting_approval": "waiting for approval",
-    "retrying": "retrying",
-    "interrupting": "interrupting",
-}
+if TYPE_CHECKING:
+    from app.kernel.events import StateEvent
 
 
 class HeaderBar(Widget):
     """One line across the top. Its ``-busy``/``-paused`` classes follow the state."""
+
+    SESSION_MESSAGES = (SessionStarted, StateChanged, BreakerChanged)
 
     COMPONENT_CLASSES = {
         "header--title",
@@ -36,17 +33,15 @@ class HeaderBar(Widget):
     provider_label: reactive[str] = reactive("")
     cwd: reactive[str] = reactive("")
     session_id: reactive[str] = reactive("")
-    state: reactive[str] = reactive("idle")
-    detail: reactive[str] = reactive("")
+    state: reactive[str] = reactive("idle")  # the session's state; "starting" until it exists
     step: reactive[int] = reactive(0)
     max_steps: reactive[int] = reactive(0)
-    tool_name: reactive[str] = reactive("")
-    tool_index: reactive[int] = reactive(0)
-    tool_count: reactive[int] = reactive(0)
-    attempt: reactive[int] = reactive(0)
-    max_attempts: reactive[int] = reactive(0)
     breaker_paused = var(False, toggle_class="-paused")
-    busy = var(False, toggle_class="-busy")
+    busy = var(False, toggle_class="-busy")  # drawn only: the App asks the view model
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.state_event: "StateEvent | None" = None
 
     def watch_state(self, state: str) -> None:
         self.busy = state not in ("idle", "starting")
@@ -62,36 +57,22 @@ class HeaderBar(Widget):
     @on(StateChanged)
     def _on_state(self, message: StateChanged) -> None:
         event = message.event
+        self.state_event = event
         with self.app.batch_update():
             self.state = event.state
-            self.detail = event.detail
             self.step = event.step
             self.max_steps = event.max_steps
-            self.tool_name = event.tool_name
-            self.tool_index = event.tool_index
-            self.tool_count = event.tool_count
-            self.attempt = event.attempt
-            self.max_attempts = event.max_attempts
+            self.refresh()
 
     @on(BreakerChanged)
     def _on_breaker(self, message: BreakerChanged) -> None:
         self.breaker_paused = message.event.paused
 
     def state_text(self) -> str:
-        """The state in words, with the numbers the session gave (the same as every other surface's)."""
-        state = STATE_LABELS.get(self.state, self.state)
-        tool = sanitize(self.tool_name)
-        of = f" ({self.tool_index}/{self.tool_count})" if self.tool_count > 1 else ""
-        if self.state == "tool" and tool:
-            return f"running {tool}{of}"
-        if self.state == "waiting_approval" and tool:
-            return f"waiting for approval: {tool}{of}"
-        if self.state == "retrying" and self.max_attempts:
-            detail = f" {sanitize(self.detail)}" if self.detail else ""
-            return f"retry {self.attempt}/{self.max_attempts}{detail}"
-        if self.detail and self.state not in ("idle", "streaming"):
-            return f"{state}: {sanitize(self.detail)}"
-        return state
+        """The state in describe's words (the same as every other surface's)."""
+        if self.state_event is None or self.state == "starting":
+            return STATE_WORDS.get(self.state, self.state)
+        return sanitize(state_text(self.state_event))
 
     def watch_breaker_paused(self, _paused: bool) -> None:
         self.refresh()

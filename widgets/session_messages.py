@@ -1,9 +1,11 @@
 """The Textual messages that carry session events to the widgets.
 
 The dashboard's bridge wraps each core event (``app.kernel.events``) in the messages
-listed for its type in ``MESSAGES_FOR`` and posts each one to the widgets that
-handle it (``@on(ToolStarted)`` and so on), as Toad does with its agent's
-updates. A widget never asks for events; it only declares handlers.
+listed for its type in ``MESSAGES_FOR`` and posts each one to the widgets that list
+it in their ``SESSION_MESSAGES`` (and handle it with ``@on``), as Toad does with its
+agent's updates. A widget never asks for events; it only declares what it draws.
+Tool calls reach the widgets as the view model's records (``ToolCallsChanged``): the
+bridge folds each event into ``app.surfaces.view_model.DashboardView`` once.
 
 Messages do not bubble: each is posted to the widget that handles it.
 This module imports no pydantic: the events are only types here.
@@ -22,6 +24,13 @@ if TYPE_CHECKING:
     from textual.message_pump import MessagePump
 
     from app.kernel import events as ev
+    from app.surfaces.view_model import ToolCallRecord
+
+
+def handled_messages(target: object) -> tuple[type["SessionMessage"], ...]:
+    """The session messages ``target``'s class says it handles (its ``SESSION_MESSAGES``)."""
+    declared: tuple[type[SessionMessage], ...] = getattr(type(target), "SESSION_MESSAGES", ())
+    return declared
 
 
 class SessionMessage(Message, bubble=False):
@@ -67,20 +76,18 @@ class ReplyDone(SessionMessage):
     event: "ev.AssistantMessageEvent"
 
 
-class ToolStarted(SessionMessage):
-    event: "ev.ToolStartEvent"
+class ToolCallsChanged(SessionMessage):
+    """An event changed tool calls: ``records`` are their new records (the view model's), oldest first."""
+
+    def __init__(self, event: Any, *, restored: bool = False, records: "tuple[ToolCallRecord, ...]" = ()) -> None:
+        super().__init__(event, restored=restored)
+        self.records = records
 
 
-class ToolFinished(SessionMessage):
-    event: "ev.ToolResultEvent"
+class ReplyDiscarded(SessionMessage):
+    """A stream failed mid-reply: the text shown so far is not the reply (a retry starts over)."""
 
-
-class ToolProgressed(SessionMessage):
-    event: "ev.ToolProgressEvent"
-
-
-class ResultCut(SessionMessage):
-    event: "ev.ResultCutEvent"
+    event: "ev.PartialDiscardedEvent"
 
 
 class BreakerChanged(SessionMessage):
@@ -124,10 +131,6 @@ class ForecastReady(SessionMessage):
 
 class RestorePreviewReady(SessionMessage):
     event: "ev.RestorePreviewEvent"
-
-
-class ClearedResults(SessionMessage):
-    event: "ev.ClearedResultsEvent"
 
 
 class SubAgentUpdate(SessionMessage):
@@ -213,10 +216,8 @@ MESSAGES_FOR: dict[str, tuple[type[SessionMessage], ...]] = {
     "usage": (UsageRecorded,),
     "user_message": (UserSaid,),
     "assistant_message": (ReplyDone,),
-    "tool_start": (ToolStarted,),
-    "tool_result": (ToolFinished,),
-    "tool_progress": (ToolProgressed,),
-    "result_cut": (ResultCut, EngineSaid),
+    # tool_start, tool_result, tool_progress, cleared_results: ToolCallsChanged, from the view model
+    "result_cut": (EngineSaid,),
     "breaker": (BreakerChanged, EngineSaid),
     "result": (TurnEnded, EngineSaid),
     "approval_request": (ApprovalRequested,),
@@ -224,7 +225,7 @@ MESSAGES_FOR: dict[str, tuple[type[SessionMessage], ...]] = {
     # issues 14-17 on the dashboard
     "forecast": (ForecastReady,),
     "restore_preview": (RestorePreviewReady, EngineSaid),  # EngineSaid: a refusal's one line
-    "cleared_results": (ClearedResults,),
+    "partial_discarded": (ReplyDiscarded, EngineSaid),  # the partial is set apart, then the line says why
     "sub_agent": (SubAgentUpdate,),  # folded under the task call, started and finished included
     "memory_import": (MemoryImportSaid, EngineSaid),  # issue 24: the App asks, the conversation says
     "elicitation_request": (ElicitationSaid, EngineSaid),  # issue 26: the App shows the form

@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.message import Message
 from textual.widget import Widget
 
-from app.kernel.describe import tool_progress_text
+from app.surfaces.view_model import ToolCallRecord
 from widgets._literal import sanitize
 
 if TYPE_CHECKING:
@@ -17,7 +17,6 @@ if TYPE_CHECKING:
 
     from rich.style import Style
 
-    from app.kernel.events import ResultCutEvent, ToolProgressEvent, ToolResultEvent, ToolStartEvent
 
 
 def human_chars(count: int) -> str:
@@ -37,50 +36,8 @@ def human_duration(ms: float) -> str:
     return f"{ms:.0f}ms"
 
 
-@dataclass
-class ToolCallInfo:
-    """What the conversation and the tool list know about one call."""
-
-    id: str
-    name: str
-    summary: str
-    status: str = "running"  # running | ok | error | interrupted
-    original_chars: int = 0
-    kept_chars: int = 0
-    truncated: bool = False
-    duration_ms: float = 0.0
-    full_output_path: str | None = None
-    cut_before_send: bool = False
-    # micro-compaction cleared its result from the context; restorable (r in the tool list)
-    cleared: bool = False
-    # while it runs: how far it got, in describe's words ("3 of 10 (30%): indexing")
-    progress: str = ""
-
-
-def info_from_start(event: "ToolStartEvent") -> ToolCallInfo:
-    return ToolCallInfo(id=event.id, name=event.name, summary=event.summary)
-
-
-def apply_result(info: ToolCallInfo, event: "ToolResultEvent") -> None:
-    info.status = "interrupted" if event.interrupted else ("error" if event.is_error else "ok")
-    info.truncated = event.truncated
-    info.original_chars = event.original_chars
-    info.kept_chars = event.kept_chars
-    info.duration_ms = event.duration_ms
-    info.full_output_path = event.full_output_path
-
-
-def apply_progress(info: ToolCallInfo, event: "ToolProgressEvent") -> None:
-    """A running call said how far it got; the words are describe's, the line only draws them."""
-    info.progress = tool_progress_text(event)
-
-
-def apply_cut(info: ToolCallInfo, event: "ResultCutEvent") -> None:
-    """The result was cut before sending (it alone would have crossed the blocking line)."""
-    info.cut_before_send = True
-    info.truncated = True
-    info.kept_chars = event.kept_chars
-    info.full_output_path = event.full_output_path or info.full_output_path
+# The view model's record of a call is what every line draws (widgets keep no call state of their own).
+ToolCallInfo = ToolCallRecord
 
 
 STATUS_ICONS = {"running": "⋯", "ok": "✓", "error": "✗", "interrupted": "⏹"}
@@ -121,6 +78,8 @@ def tool_call_text(
         if info.cleared:
             text.append(" ")
             text.append(" cleared " if compact else " cleared from context ", styles.get("badge", ""))
+        elif info.restored:
+            text.append("  restored" if compact else "  restored to the context", styles.get("dim", ""))
     return text
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.segment import Segment
-from textual import events, on
+from textual import events
 from textual.binding import Binding
 from textual.cache import LRUCache
 from textual.geometry import Size
@@ -19,10 +19,11 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from app.kernel.commands import PreviewRestore, RestoreResult
-from app.kernel.describe import restore_question
-from widgets.session_messages import ClearedResults, RestorePreviewReady
 from widgets.tool_call_line import ToolCallInfo, tool_call_text
+
+# Restore is a control key: a letter would be eaten from a sentence typed while the list has
+# focus (typing anywhere goes to the prompt, app.py's on_key).
+RESTORE_KEY = "ctrl+t"
 
 
 class ToolCallList(ScrollView, can_focus=True):
@@ -35,7 +36,7 @@ class ToolCallList(ScrollView, can_focus=True):
         Binding("pagedown", "move(10)", "Page down", show=False),
         Binding("home", "first", "First call", show=False),
         Binding("end", "last", "Last call", show=False),
-        Binding("r", "restore", "Restore cleared result"),
+        Binding(RESTORE_KEY, "restore", "Restore cleared"),
     ]
 
     COMPONENT_CLASSES = {
@@ -56,6 +57,12 @@ class ToolCallList(ScrollView, can_focus=True):
         call_list: "ToolCallList"
         call_id: str
 
+    @dataclass
+    class RestoreAsked(Message):
+        """The user asked to bring the highlighted call's cleared result back (the App asks the session)."""
+
+        call_id: str
+
     cursor: reactive[int | None] = reactive(None)
 
     def __init__(self, **kwargs: Any) -> None:
@@ -63,8 +70,6 @@ class ToolCallList(ScrollView, can_focus=True):
         self.calls: list[ToolCallInfo] = []
         self._index: dict[str, int] = {}
         self._cache: LRUCache[int, Strip] = LRUCache(256)
-        # Calls whose results micro-compaction cleared from the context (the session says which).
-        self.cleared_ids: set[str] = set()
 
     @property
     def call_count(self) -> int:
@@ -74,7 +79,6 @@ class ToolCallList(ScrollView, can_focus=True):
         return self._index.get(call_id)
 
     def add_call(self, info: ToolCallInfo) -> None:
-        info.cleared = info.id in self.cleared_ids
         self._index[info.id] = len(self.calls)
         self.calls.append(info)
         self.virtual_size = Size(0, len(self.calls))
@@ -85,13 +89,11 @@ class ToolCallList(ScrollView, can_focus=True):
         if index is None:
             self.add_call(info)
             return
-        info.cleared = info.id in self.cleared_ids
         self.calls[index] = info
         self._cache.discard(index)
         self.refresh_lines(index)
 
     def clear(self) -> None:
-        self.cleared_ids.clear()
         self.calls.clear()
         self._index.clear()
         self._cache.clear()
@@ -156,35 +158,12 @@ class ToolCallList(ScrollView, can_focus=True):
 
     # ---------------------------------------------------------------- cleared results
 
-    @on(ClearedResults)
-    def _on_cleared(self, message: ClearedResults) -> None:
-        self.cleared_ids = set(message.event.call_ids)
-        for index, info in enumerate(self.calls):
-            if info.cleared != (info.id in self.cleared_ids):
-                info.cleared = not info.cleared
-                self._cache.discard(index)
-        self.refresh()
-
     def action_restore(self) -> None:
-        """r: ask the session what restoring the highlighted call's result costs; a dialog follows."""
+        """Ask for the highlighted call's cleared result back: the App asks the session what it
+        costs, and a dialog follows."""
         if self.cursor is None or not self.calls:
             return
-        submit = getattr(self.app, "submit", None)
-        if callable(submit):
-            submit(PreviewRestore(self.calls[self.cursor].id))
-
-    @on(RestorePreviewReady)
-    def _on_restore_preview(self, message: RestorePreviewReady) -> None:
-        preview = message.event
-        if preview.reason or message.restored:
-            return  # a refusal is an engine line in the conversation
-        from widgets.confirm_screen import ConfirmScreen
-
-        def confirmed(answer: bool | None) -> None:
-            if answer:
-                self.app.submit(RestoreResult(preview.call_id))  # type: ignore[attr-defined]
-
-        self.app.push_screen(ConfirmScreen(restore_question(preview)), callback=confirmed)
+        self.post_message(self.RestoreAsked(self.calls[self.cursor].id))
 
     # ---------------------------------------------------------------- render
 

@@ -23,8 +23,8 @@ from textual.worker import Worker, WorkerState
 
 from widgets._literal import literal
 from widgets.output_viewer import OutputViewer, prepare_lines
-from widgets.session_messages import ApprovalRequested, ApprovalResolved, ResultCut, ToolFinished, ToolStarted
-from widgets.tool_call_line import ToolCallInfo, apply_cut, apply_result, info_from_start
+from widgets.session_messages import ToolCallsChanged
+from widgets.tool_call_line import ToolCallInfo
 from widgets.tool_call_list import ToolCallList
 
 
@@ -54,21 +54,25 @@ class LoadedOutput:
 
 
 class ToolOutputPanel(Vertical):
-    """List of calls + status line + line-virtualized viewer."""
+    """List of calls + status line + line-virtualized viewer, drawn from the view model's records."""
+
+    SESSION_MESSAGES = (ToolCallsChanged,)
 
     expanded = var(False, toggle_class="-expanded")
     loading = var(False, toggle_class="-loading")
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.calls: dict[str, ToolCallInfo] = {}
-        self.contents: dict[str, str] = {}
-        self._asking: dict[str, str] = {}  # approval request id -> the call waiting for it
+        self.calls: dict[str, ToolCallInfo] = {}  # the view model's records, as last handed over
         self.order: list[str] = []
         self.selected_id: str | None = None
-        # The user picked the selection (keys or a click). Until then the panel follows the
-        # newest call, and ctrl+o opens the newest call whose output was cut.
+        # The user picked the selection (keys or a click). Until then ctrl+o opens the newest
+        # call whose output was cut.
         self.user_picked = False
+        # New calls take the selection. Off while the user reads an older call; on again when
+        # they go back to the newest, and when the full output viewer closes (it must never
+        # leave the list stuck on an old call for the rest of the session).
+        self.follow_new = True
         # ctrl+o opened a full output: moving the selection shows each call's full output
         # (or says it was not cut) until ctrl+o closes the view
         self.full_view = False
@@ -94,9 +98,8 @@ class ToolOutputPanel(Vertical):
 
     @property
     def following(self) -> bool:
-        """New calls are selected as they come (the selection is on the newest, nothing is open)."""
-        on_newest = self.selected_id is None or self.selected_id == (self.order[-1] if self.order else None)
-        return on_newest and not (self.expanded or self.loading or self.full_view)
+        """New calls are selected as they come (the user has not moved off the newest, nothing is open)."""
+        return self.follow_new and not (self.expanded or self.loading or self.full_view)
 
     def add_call(self, info: ToolCallInfo) -> None:
         follow = self.following
@@ -119,22 +122,21 @@ class ToolOutputPanel(Vertical):
         self.border_subtitle = literal(f"call {position}/{len(self.order)} · not following new calls"
                                        if newer else f"call {position}/{len(self.order)} · new calls wait")
 
-    def update_call(self, info: ToolCallInfo, content: str | None = None) -> None:
+    def update_call(self, info: ToolCallInfo) -> None:
         if info.id not in self.calls:
             self.add_call(info)
+            return
         self.calls[info.id] = info
-        if content is not None:
-            self.contents[info.id] = content
         self.tool_list.update_call(info)
         if info.id == self.selected_id and not self.expanded:
             self._show_model_view(info.id)
 
     def clear(self) -> None:
         self.calls.clear()
-        self.contents.clear()
         self.order.clear()
         self.selected_id = None
         self.user_picked = False
+        self.follow_new = True
         self.full_view = False
         self.expanded = False
         self.border_subtitle = ""
@@ -142,35 +144,10 @@ class ToolOutputPanel(Vertical):
         self.viewer.set_lines([], 0)
         self.status_line.update(literal("no tool calls yet"))
 
-    @on(ToolStarted)
-    def _on_tool_start(self, message: ToolStarted) -> None:
-        self.add_call(info_from_start(message.event))
-
-    @on(ToolFinished)
-    def _on_tool_result(self, message: ToolFinished) -> None:
-        event = message.event
-        info = self.calls.get(event.id) or ToolCallInfo(event.id, event.name, "")
-        apply_result(info, event)
-        self.update_call(info, event.content)
-
-    @on(ApprovalRequested)
-    def _on_approval_asked(self, message: ApprovalRequested) -> None:
-        self._asking[message.event.request_id] = message.event.tool_id
-        if message.event.tool_id == self.selected_id and not self.expanded:
-            self._show_model_view(message.event.tool_id)
-
-    @on(ApprovalResolved)
-    def _on_approval_answered(self, message: ApprovalResolved) -> None:
-        call_id = self._asking.pop(message.event.request_id, None)
-        if call_id is not None and call_id == self.selected_id and call_id in self.calls and not self.expanded:
-            self._show_model_view(call_id)
-
-    @on(ResultCut)
-    def _on_result_cut(self, message: ResultCut) -> None:
-        info = self.calls.get(message.event.id)
-        if info is not None:
-            apply_cut(info, message.event)
-            self.update_call(info)
+    @on(ToolCallsChanged)
+    def _on_calls_changed(self, message: ToolCallsChanged) -> None:
+        for record in message.records:
+            self.update_call(record)
 
     @on(ToolCallList.Highlighted)
     def _on_highlight(self, event: ToolCallList.Highlighted) -> None:
@@ -187,6 +164,7 @@ class ToolOutputPanel(Vertical):
         """The user chose a call. An open full output stays open: it shows the new call's
         (or says that call was not cut), never closes without a word."""
         self.user_picked = True
+        self.follow_new = call_id == self.order[-1]
         self._select(call_id)
         if self.full_view:
             info = self.calls[call_id]
@@ -209,10 +187,9 @@ class ToolOutputPanel(Vertical):
 
     def _show_model_view(self, call_id: str) -> None:
         info = self.calls[call_id]
-        content = self.contents.get(call_id)
+        content = info.content
         if info.status == "running":
-            waiting = call_id in self._asking.values()  # not running yet: the user is asked first
-            status = f"{info.name}: waiting for approval" if waiting else f"{info.name}: running…"
+            status = f"{info.name}: waiting for approval" if info.waiting_approval else f"{info.name}: running…"
             content = ""
         elif content is None:
             status = f"{info.name}: output not available"
@@ -242,6 +219,7 @@ class ToolOutputPanel(Vertical):
         """
         if self.expanded or self.loading or self.full_view:
             self.full_view = False
+            self.follow_new = True  # the next new call takes the selection again
             call_id = self.selected_id
             assert call_id is not None
             refocus = self.viewer.has_focus

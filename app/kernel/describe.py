@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 from app.kernel.sanitize import sanitize_for_display
 
 __all__ = ["Line", "denials_text", "describe", "human_tokens", "legacy_notice", "plural", "sanitize_for_display",
-           "session_row", "tool_progress_text", "tool_result_text",
+           "session_row", "state_text", "tool_progress_text", "tool_result_text",
            "tool_start_text", "ENGINE_LINE_TYPES"]
 
 if TYPE_CHECKING:
@@ -350,6 +350,39 @@ def tool_result_text(e: "ev.ToolResultEvent") -> str:
     size = f"{e.original_chars:,} chars"
     cut = f", truncated to {e.kept_chars:,} (full output: {e.full_output_path})" if e.truncated else ""
     return f"  ⎿ {'error' if e.is_error else 'ok'}, {size}{cut}, {e.duration_ms:.0f} ms"
+
+
+# The header's words for what the session is doing (``state_text``); "starting" is the
+# dashboard's own, before the session exists.
+STATE_WORDS = {
+    "starting": "starting…",
+    "idle": "idle",
+    "streaming": "streaming",
+    "tool": "running tool",
+    "compacting": "compacting",
+    "waiting_approval": "waiting for approval",
+    "retrying": "retrying",
+    "interrupting": "interrupting",
+}
+
+
+def state_text(e: "ev.StateEvent | None") -> str:
+    """What the session is doing, with the numbers it gave: ``running run_bash (2/3)``,
+    ``retry 2/5 in 4.0s``, ``compacting: focus``. None: the session is still starting."""
+    if e is None:
+        return STATE_WORDS["starting"]
+    words = STATE_WORDS.get(e.state, e.state)
+    of = f" ({e.tool_index}/{e.tool_count})" if e.tool_count > 1 else ""
+    if e.state == "tool" and e.tool_name:
+        return f"running {e.tool_name}{of}"
+    if e.state == "waiting_approval" and e.tool_name:
+        return f"waiting for approval: {e.tool_name}{of}"
+    if e.state == "retrying" and e.max_attempts:
+        detail = f" {e.detail}" if e.detail else ""
+        return f"retry {e.attempt}/{e.max_attempts}{detail}"
+    if e.detail and e.state not in ("idle", "streaming"):
+        return f"{words}: {e.detail}"
+    return words
 
 
 def tool_progress_text(e: "ev.ToolProgressEvent") -> str:

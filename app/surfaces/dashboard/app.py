@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
 
 from textual import events, on, work
-from textual._styles_cache import StylesCache
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -32,19 +31,31 @@ from app.kernel.commands import (
     Compact,
     Interrupt,
     Preview,
+    PreviewRestore,
     Report,
     Reset,
+    RestoreResult,
     ServerCompaction,
     Shutdown,
     UserInput,
 )
 from app.surfaces.dashboard.bridge import SessionBridge
+from app.surfaces.view_model import DashboardView
 from widgets.context_panel import ContextPanel
 from widgets.conversation import Conversation
 from widgets.header_bar import HeaderBar
 from widgets.prompt_box import SLASH_COMMANDS, PromptBox
-from widgets.session_messages import ApprovalRequested, ApprovalResolved, ElicitationSaid, ForecastReady, MemoryImportSaid, StateChanged
+from widgets.session_messages import (
+    ApprovalRequested,
+    ApprovalResolved,
+    ElicitationSaid,
+    ForecastReady,
+    MemoryImportSaid,
+    RestorePreviewReady,
+    StateChanged,
+)
 from widgets.tool_call_line import ToolCallLine
+from widgets.tool_call_list import RESTORE_KEY, ToolCallList
 from widgets.tool_output_panel import ToolOutputPanel
 
 if TYPE_CHECKING:
@@ -66,7 +77,7 @@ HELP_TEXT = "\n".join(
         "           (nothing selected: the latest cut output)",
         "  ctrl+g   show/hide the context chart and breakdown",
         "  ctrl+s   compact (asks first)  ctrl+r   reset (asks first)",
-        "  r        in the tool list: restore a cleared result (asks first)",
+        f"  {RESTORE_KEY:<8} in the tool list: restore a cleared result (asks first)",
         "  escape   interrupt the running turn",
         "  ctrl+p   command palette  ctrl+q   quit",
         "  approval: y yes · a always (this session) · n no · escape interrupts",
@@ -118,23 +129,13 @@ def _freeze_what_start_up_built() -> None:
     gc.freeze()
 
 
-def _release_styles_of_removed_widgets() -> None:
-    """textual 8.2.8 (Textualize/textual#6665): ``StylesCache.get_inner_outer`` is an
-    ``lru_cache`` on a method, so it keeps up to 1,024 removed widgets' render caches
-    (and their strips) alive. The dashboard removes widgets all the time (pruned
-    conversation items, parked reply segments), so the cache is emptied now and then.
-    """
-    cached = getattr(StylesCache, "get_inner_outer", None)
-    clear = getattr(cached, "cache_clear", None)
-    if clear is not None:
-        clear()
-
-
 class TidegaugeApp(App[int]):
     """Conversation, tool output and the live context gauge around one session."""
 
     CSS_PATH = str(CSS_FILE)
     TITLE = "tidegauge"
+    SESSION_MESSAGES = (ApprovalRequested, ApprovalResolved, MemoryImportSaid, ForecastReady, StateChanged,
+                        RestorePreviewReady, ElicitationSaid)
     ENABLE_COMMAND_PALETTE = True
 
     BINDINGS = [
@@ -181,6 +182,8 @@ class TidegaugeApp(App[int]):
         self._listed_busy = False  # what the footer's bindings were last refreshed for
         self._unsubscribe_bridge: Callable[[], None] | None = None
         self.bridge: SessionBridge | None = None
+        # The session as the dashboard shows it: the bridge folds each event in once.
+        self.view = DashboardView()
         self._session_stopped = False
         # ctrl+g's choice: None follows the terminal's height, True/False is the user's and stays
         self._context_details: bool | None = None
@@ -231,7 +234,7 @@ class TidegaugeApp(App[int]):
     @property
     def busy(self) -> bool:
         """The session is running a command (as its last state event says)."""
-        return self.header.busy
+        return self.view.busy
 
     @property
     def ready(self) -> bool:
@@ -241,7 +244,6 @@ class TidegaugeApp(App[int]):
     def on_mount(self) -> None:
         self._gc_thresholds = gc.get_threshold()
         gc.set_threshold(GC_YOUNG_THRESHOLD, *self._gc_thresholds[1:])
-        self.set_interval(2.0, _release_styles_of_removed_widgets)
         self.conversation.border_title = "conversation"
         self.tool_panel.border_title = "tool output"
         self.context_panel.border_title = "context"
@@ -311,9 +313,9 @@ class TidegaugeApp(App[int]):
     def _follow_session(self, session: "SessionSurface") -> None:
         """Draw the session as it stands, then follow its events."""
         bridge = SessionBridge(
-            targets=[self.header, self.conversation, self.tool_panel, self.tool_panel.tool_list, self.context_panel,
-                     self],
+            targets=[self.header, self.conversation, self.tool_panel, self.context_panel, self],
             deltas_target=self.conversation,
+            view=self.view,
         )
         self.bridge = bridge
         snapshot = session.snapshot()
@@ -348,7 +350,6 @@ class TidegaugeApp(App[int]):
             self.session.submit(Shutdown(now=True))
 
     async def on_unmount(self) -> None:
-        _release_styles_of_removed_widgets()  # ours, all removed now
         if hasattr(self, "_gc_thresholds"):
             gc.set_threshold(*self._gc_thresholds)
         gc.unfreeze()
@@ -448,8 +449,8 @@ class TidegaugeApp(App[int]):
             return
         if isinstance(self.focused, Input):  # the prompt (or another text field) has it already
             return
-        if event.key in self.active_bindings:  # a key the focused region binds (r in the tool list)
-            return
+        # Even a key the focused region binds: a region binds no printable key (restore is ctrl+t),
+        # and a letter taken from a sentence is a sentence lost.
         event.stop()
         event.prevent_default()
         prompt = self.prompt_box
@@ -500,6 +501,26 @@ class TidegaugeApp(App[int]):
             self.conversation.show_latest_from_its_top()
         else:
             self.conversation.add_engine("warning", f"unknown command {command} — /help lists them")
+
+    @on(ToolCallList.RestoreAsked)
+    def _on_restore_asked(self, message: ToolCallList.RestoreAsked) -> None:
+        """Ask the session what restoring the call's cleared result costs; the dialog follows."""
+        self.submit(PreviewRestore(message.call_id))
+
+    @on(RestorePreviewReady)
+    def _on_restore_preview(self, message: RestorePreviewReady) -> None:
+        preview = message.event
+        if preview.reason or message.restored:
+            return  # a refusal is an engine line in the conversation
+        from widgets.confirm_screen import ConfirmScreen  # modals: imported when first shown
+
+        from app.kernel.describe import restore_question
+
+        def confirmed(answer: bool | None) -> None:
+            if answer:
+                self.submit(RestoreResult(preview.call_id))
+
+        self.push_screen(ConfirmScreen(restore_question(preview)), callback=confirmed)
 
     @on(ToolCallLine.Selected)
     def _on_tool_line_selected(self, event: ToolCallLine.Selected) -> None:

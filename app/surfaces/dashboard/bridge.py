@@ -1,41 +1,51 @@
 """From the session's event stream to the widgets' Textual messages.
 
 The bridge is a listener of the session: it is called on the session's thread
-and only posts messages (``post_message`` is thread-safe). Each event becomes
-the messages ``widgets.session_messages.MESSAGES_FOR`` lists for its type, each
-posted to the widgets whose class handles it. Deltas in a row share one
-``Deltas`` message. The first other event after them is preceded by ``DeltasPaused``,
-and the messages for other widgets wait in it until the reply has drawn its text.
+and only posts messages (``post_message`` is thread-safe). Each event is folded
+once into the dashboard's view model (``app.surfaces.view_model.DashboardView``);
+the tool call records it changed go out in one ``ToolCallsChanged`` message, and
+the event itself as the messages ``widgets.session_messages.MESSAGES_FOR`` lists
+for its type. Each message goes to the targets that list its type in their
+``SESSION_MESSAGES``. Deltas in a row share one ``Deltas`` message. The first other
+event after them is preceded by ``DeltasPaused``, and the messages for other widgets
+wait in it until the reply has drawn its text.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable
 
-from widgets.session_messages import MESSAGES_FOR, Deltas, DeltasPaused, SessionMessage
+from app.surfaces.view_model import DashboardView
+from widgets.session_messages import (
+    MESSAGES_FOR,
+    Deltas,
+    DeltasPaused,
+    SessionMessage,
+    ToolCallsChanged,
+    handled_messages,
+)
 
 if TYPE_CHECKING:
     from textual.message_pump import MessagePump
 
 
-def handles(target: "MessagePump", message_type: type) -> bool:
-    """Does the target's class declare an ``@on`` handler for this message type (or a base of it)?"""
-    for cls in type(target).__mro__:
-        decorated = cls.__dict__.get("_decorated_handlers") or {}
-        if any(issubclass(message_type, handled) for handled in decorated):
-            return True
-    return False
-
-
 class SessionBridge:
-    """A session listener that turns events into messages for ``targets``."""
+    """A session listener that folds events into ``view`` and turns them into messages for ``targets``."""
 
-    def __init__(self, targets: Iterable["MessagePump"], deltas_target: "MessagePump") -> None:
+    def __init__(self, targets: Iterable["MessagePump"], deltas_target: "MessagePump",
+                 view: DashboardView | None = None) -> None:
         targets = list(targets)
+        self.view = view if view is not None else DashboardView()
+
+        def handlers(message: type[SessionMessage]) -> list["MessagePump"]:
+            return [target for target in targets if any(issubclass(message, handled)
+                                                        for handled in handled_messages(target))]
+
         self._routes: dict[str, list[tuple[type[SessionMessage], "MessagePump"]]] = {
-            event_type: [(message, target) for message in messages for target in targets if handles(target, message)]
+            event_type: [(message, target) for message in messages for target in handlers(message)]
             for event_type, messages in MESSAGES_FOR.items()
         }
+        self._record_targets = handlers(ToolCallsChanged)
         self._deltas_target = deltas_target
         self._batch: Deltas | None = None
         self._paused: DeltasPaused | None = None  # holds other widgets' messages until released
@@ -53,13 +63,20 @@ class SessionBridge:
             self._paused = DeltasPaused(self._batch.kind, after=self._paused if self.holding else None)
             self._deltas_target.post_message(self._paused)
             self._batch = None
-        for message_type, target in self._routes.get(kind, ()):
-            message = message_type(event)
+        for target, message in self._messages(event, restored=False):
             if target is not self._deltas_target and self._paused is not None:
                 if self._paused.hold(target, message):
                     continue
                 self._paused = None  # released: the reply's text is on screen
             target.post_message(message)
+
+    def _messages(self, event: Any, *, restored: bool) -> "Iterable[tuple[MessagePump, SessionMessage]]":
+        records = self.view.apply(event)
+        if records:
+            for target in self._record_targets:
+                yield target, ToolCallsChanged(event, restored=restored, records=records)
+        for message_type, target in self._routes.get(event.type, ()):
+            yield target, message_type(event, restored=restored)
 
     @property
     def holding(self) -> bool:
@@ -69,5 +86,5 @@ class SessionBridge:
     def replay(self, events: Iterable[Any]) -> None:
         """Draw what an earlier run of a resumed session recorded (no deltas among them)."""
         for event in events:
-            for message_type, target in self._routes.get(event.type, ()):
-                target.post_message(message_type(event, restored=True))
+            for target, message in self._messages(event, restored=True):
+                target.post_message(message)

@@ -1,0 +1,159 @@
+"""The session as the dashboard shows it: a plain-Python reducer over the session's events.
+
+``DashboardView.apply(event)`` folds one event into the state the dashboard draws: one
+record per tool call (status, sizes, cut, cleared, restored, where the full output was
+saved, the text the model saw), whether the session is busy, what waits in its queue,
+the latest context figures and the approval in progress. The dashboard's bridge applies
+each event once, as it arrives, and the widgets draw the records it hands them; they keep
+no state of their own about a call.
+
+A record is never changed once handed out: a change makes a new record (``replace``), so a
+widget on the UI thread never sees one half-updated by the session's thread. No Textual here
+(the reducer is unit-tested without it, tests/test_view_model.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+from app.kernel.describe import tool_progress_text
+
+if TYPE_CHECKING:
+    from app.kernel import events as ev
+
+ToolStatus = Literal["running", "ok", "error", "interrupted"]
+
+
+@dataclass
+class ToolCallRecord:
+    """One tool call, as the conversation line, the tool list and the output panel show it."""
+
+    id: str
+    name: str
+    summary: str
+    status: str = "running"  # running | ok | error | interrupted
+    original_chars: int = 0
+    kept_chars: int = 0
+    truncated: bool = False
+    duration_ms: float = 0.0
+    full_output_path: str | None = None  # the full output, saved when it was cut
+    cut_before_send: bool = False  # cut again before sending: it alone would have crossed the blocking line
+    cleared: bool = False  # micro-compaction cleared the result from the context (restorable)
+    restored: bool = False  # a cleared result brought back into the context
+    progress: str = ""  # while it runs: how far it got, in describe's words
+    content: str | None = None  # what the model saw (None until the result comes)
+    waiting_approval: bool = False  # not running yet: the user is asked first
+
+
+@dataclass(frozen=True)
+class QueuedCommand:
+    """A command given while the session was busy (it runs later)."""
+
+    command: str  # prompt | compact | reset
+    text: str = ""
+
+
+@dataclass
+class DashboardView:
+    """What the dashboard draws of one session, folded from its events."""
+
+    tool_calls: dict[str, ToolCallRecord] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)  # call ids, oldest first
+    state: "ev.StateEvent | None" = None
+    queue: list[QueuedCommand] = field(default_factory=list)
+    context: "ev.ContextEvent | None" = None
+    approval: "ev.ApprovalRequestEvent | None" = None  # the question waiting for the user, if any
+    cleared_ids: frozenset[str] = frozenset()
+    breaker_paused: bool = False
+    _asking: dict[str, str] = field(default_factory=dict)  # approval request id -> the call it is about
+
+    @property
+    def busy(self) -> bool:
+        """The session is running a command (as its last state event says)."""
+        return self.state is not None and self.state.state != "idle"
+
+    def latest_cut_call(self) -> str | None:
+        """The newest call whose output was cut (its full output is on disk)."""
+        return next((call_id for call_id in reversed(self.order) if self.tool_calls[call_id].full_output_path), None)
+
+    def apply(self, event: Any) -> tuple[ToolCallRecord, ...]:
+        """Fold ``event`` in; returns the tool call records it changed (new records, oldest first)."""
+        kind = event.type
+        if kind == "tool_start":
+            record = ToolCallRecord(id=event.id, name=event.name, summary=event.summary,
+                                    cleared=event.id in self.cleared_ids)
+            if event.id not in self.tool_calls:
+                self.order.append(event.id)
+            return self._put(record)
+        if kind == "tool_result":
+            known = self.tool_calls.get(event.id)
+            if known is None:  # a result whose start was not seen (an earlier run): drawn all the same
+                self.order.append(event.id)
+                known = ToolCallRecord(id=event.id, name=event.name, summary="", cleared=event.id in self.cleared_ids)
+            status = "interrupted" if event.interrupted else ("error" if event.is_error else "ok")
+            return self._put(replace(
+                known, status=status, truncated=event.truncated, original_chars=event.original_chars,
+                kept_chars=event.kept_chars, duration_ms=event.duration_ms, full_output_path=event.full_output_path,
+                content=event.content, progress="", waiting_approval=False))
+        if kind == "tool_progress":
+            known = self.tool_calls.get(event.id)
+            if known is None or known.status != "running":
+                return ()
+            return self._put(replace(known, progress=tool_progress_text(event)))
+        if kind == "result_cut":
+            known = self.tool_calls.get(event.id)
+            if known is None:
+                return ()
+            return self._put(replace(known, cut_before_send=True, truncated=True, kept_chars=event.kept_chars,
+                                     full_output_path=event.full_output_path or known.full_output_path))
+        if kind == "cleared_results":
+            self.cleared_ids = frozenset(event.call_ids)
+            changed = [replace(record, cleared=record.id in self.cleared_ids,
+                               restored=record.restored and record.id not in self.cleared_ids)
+                       for record in self.tool_calls.values() if record.cleared != (record.id in self.cleared_ids)]
+            for record in changed:
+                self.tool_calls[record.id] = record
+            return tuple(changed)
+        if kind == "restore":
+            known = self.tool_calls.get(event.id)
+            self.cleared_ids = self.cleared_ids - {event.id}
+            if known is None:
+                return ()
+            return self._put(replace(known, cleared=False, restored=True))
+        if kind == "approval_request":
+            self.approval = event
+            self._asking[event.request_id] = event.tool_id
+            known = self.tool_calls.get(event.tool_id)
+            return self._put(replace(known, waiting_approval=True)) if known is not None else ()
+        if kind == "approval_resolved":
+            if self.approval is not None and self.approval.request_id == event.request_id:
+                self.approval = None
+            call_id = self._asking.pop(event.request_id, None)
+            known = self.tool_calls.get(call_id) if call_id is not None else None
+            return self._put(replace(known, waiting_approval=False)) if known is not None else ()
+        if kind == "state":
+            self.state = event
+        elif kind == "context":
+            self.context = event
+        elif kind == "breaker":
+            self.breaker_paused = event.paused
+        elif kind == "queued":
+            self.queue.append(QueuedCommand(event.command, event.text))
+        elif kind in ("user_message", "compaction", "reset"):
+            # the queued command of that kind runs now (the oldest: the queue runs in order)
+            started = {"user_message": "prompt", "compaction": "compact", "reset": "reset"}[kind]
+            for index, queued in enumerate(self.queue):
+                if queued.command == started:
+                    del self.queue[index]
+                    break
+        elif kind == "interrupted":  # an interrupt drops what was queued, as the session does
+            self.queue.clear()
+            if self.approval is not None:
+                self._asking.pop(self.approval.request_id, None)
+                self.approval = None
+        return ()
+
+    def _put(self, record: ToolCallRecord) -> tuple[ToolCallRecord, ...]:
+        self.tool_calls[record.id] = record
+        return (record,)
