@@ -358,6 +358,8 @@ class ContextEngine:
         self._point(projected, "call")
 
     def _point(self, tokens: int, kind: PointKind) -> None:
+        if kind != "call":  # a compaction, a clearing or a reset: turns-to-compact counts afresh
+            self.accounting.restart_growth(tokens)
         self.emit(ChartPointEvent(tokens=tokens, kind=kind))
 
     # ---- tool results: the projection rescues what would not fit ----
@@ -504,7 +506,8 @@ class ContextEngine:
         self._replace(self._save_cleared_outputs(self.history, result.history), "micro_compaction")
         self.emit(MicroCompactionEvent(trigger=trigger, results_cleared=result.results_cleared,
                                        tokens_freed=result.tokens_freed))
-        self._point(self.emit_context().projected_tokens, "prune")
+        self._point(self.projection().projected_tokens, "prune")  # first: the context event counts afresh
+        self.emit_context()
 
     def _save_cleared_outputs(self, old: list[Message], new: list[Message]) -> list[Message]:
         """A cleared result whose full output was never saved (it was not truncated) is
