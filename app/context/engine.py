@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Awaitable, Callable, Literal, TypedDict
 
@@ -30,6 +30,7 @@ from app.context.compaction import (
 from app.context.forecast import Forecast, ForecastAction, forecast
 from app.context.memory import MemoryBundle
 from app.context.overflow import drop_oldest_rounds
+from app.context.plans import PLANS_KEPT, Plan, PlanKind, new_plan_id
 from app.context.prices import Price, cost_usd
 from app.context.pruning import PruneResult, is_cleared, prune_by_size, prune_by_time, stub_for
 from app.context.rules import RuleSet, attached_rule_paths
@@ -231,6 +232,7 @@ class ContextEngine:
             self._unseen().add(message)  # before the append: a resumed history is unseen too
             self._memory_new_tokens += estimate_message(message)
         self.history.append(message)
+        self._history_version += 1
         if message.role == "assistant":
             self.last_assistant_at = self.clock()
         if self.transcript is not None:
@@ -248,11 +250,26 @@ class ContextEngine:
 
     def _replace(self, new_history: list[Message], reason: str) -> None:
         old_history = self.history
+        self._cached_prefix = self._cache_still_valid(old_history, new_history)
         self.history = new_history
+        self._history_version += 1
         self.accounting.invalidate()
         if self.transcript is not None:
             self.transcript.replace_history(new_history, reason)
         self._after_replace(old_history, reason)
+
+    def _cache_still_valid(self, old_history: list[Message], new_history: list[Message]) -> int:
+        """The last request's cached prefix that a new history still starts with: the fixed
+        part and the messages both share, no more (a compaction keeps only the fixed part). The
+        forecasts after it must not count a cache the change already invalidated."""
+        if not self._cached_prefix:
+            return 0
+        shared = 0
+        for old, new in zip(old_history, new_history):
+            if old is not new:
+                break
+            shared += 1
+        return min(self._cached_prefix, self._stable_prefix() + estimate_messages(old_history[:shared]))
 
     def reset(self) -> None:
         """Clear the conversation and the live accounting; the ledger and files on disk stay."""
@@ -553,20 +570,28 @@ class ContextEngine:
 
     # ---- compaction ----
 
-    async def compact(self, summarize: Summarize, trigger: Trigger = "manual", focus: str | None = None) -> CompactionEvent:
-        """Summarize the history into one message. On failure the history is exactly as it was."""
+    async def compact(self, summarize: Summarize, trigger: Trigger = "manual", focus: str | None = None,
+                      plan: Plan | None = None) -> CompactionEvent:
+        """Run ``plan`` (from ``plan_compaction`` or ``take_plan``: a summary, or a compaction from
+        the session memory), or without one a summary. On failure the history is exactly as it was."""
+        if plan is None:
+            plan = self._plan_compaction(focus, use_memory=False)
         before_msgs = len(self.history)
         tokens_before = self.projection().projected_tokens
-        if not self.history or self._only_a_summary():
+        if plan.does_nothing:
             # A lone summary compacts to itself: a model call would gain nothing.
             event = CompactionEvent(trigger=trigger, ok=False, messages_before=before_msgs,
                                     messages_after=before_msgs, tokens_before=tokens_before,
                                     tokens_after=tokens_before, nothing_to_compact=True,
-                                    reason="nothing to compact" + (": the context is already one summary"
-                                                                    if self.history else ""))
+                                    reason=plan.reason, replanned=plan.replanned)
             self.emit(event)
             return event
-        planned = self.forecast_compaction()
+        if plan.memory is not None:
+            done = self.compact_from_memory(plan.memory, planned=plan.forecast, replanned=plan.replanned)
+            assert done is not None  # a memory plan always applies
+            return done
+        planned = plan.forecast
+        focus = plan.focus
         work = list(self.history)
         if tokens_before > self.thresholds.blocking_line:
             # The compaction request carries the whole history: one over the blocking
@@ -607,13 +632,14 @@ class ContextEngine:
                                            retry_at=self._retry_epoch()))
             event = CompactionEvent(trigger=trigger, ok=False, messages_before=before_msgs,
                                     messages_after=before_msgs, tokens_before=tokens_before,
-                                    tokens_after=tokens_before, reason=reason or "unknown failure")
+                                    tokens_after=tokens_before, reason=reason or "unknown failure",
+                                    replanned=plan.replanned)
             self.emit(event)
             return event
         if self.breaker.paused or self.breaker.failures:
             self.breaker.record_success()
             self.emit(BreakerEvent(paused=False, failures=0))
-        return self._install_summary(summary, trigger, before_msgs, tokens_before, planned)
+        return self._install_summary(summary, trigger, before_msgs, tokens_before, planned, plan.replanned)
 
     def estimate_request(self, history: list[Message]) -> int:
         """The whole request for ``history``, estimated (one measure for before and after:
@@ -632,7 +658,7 @@ class ContextEngine:
         return self._install_summary(summary, "fallback", before_msgs, tokens_before)
 
     def _install_summary(self, summary: str, trigger: Trigger, before_msgs: int, tokens_before: int,
-                         planned: Forecast | None = None) -> CompactionEvent:
+                         planned: Forecast | None = None, replanned: bool = False) -> CompactionEvent:
         # Audited summaries: the checklist of what is replaced, against the summary and the
         # user's words quoted after it; what is missing is appended as checked facts.
         new_history = build_summary_history(summary, self.history, self.config.recent_user_budget)
@@ -646,7 +672,8 @@ class ContextEngine:
         tokens_after = self.projection().projected_tokens
         event = CompactionEvent(trigger=trigger, ok=True, messages_before=before_msgs,
                                 messages_after=len(new_history), tokens_before=tokens_before,
-                                tokens_after=tokens_after, **_audit_fields(audit), **_forecast_fields(planned))
+                                tokens_after=tokens_after, replanned=replanned, **_audit_fields(audit),
+                                **_forecast_fields(planned))
         self.emit(event)
         self._point(tokens_after, "compaction")
         self.emit_context()
@@ -708,6 +735,10 @@ class ContextEngine:
         self._pinned: set[str] = set()  # restored results, kept through the next request
         self._cached_prefix = 0  # prompt-cache tokens of the last main request
         self._summary_sizes: list[int] = []
+        # Plans a confirmation may name (issue 25), and a count of history changes: a plan made
+        # on another history than the live one is made again before it runs.
+        self._plans: dict[str, Plan] = {}
+        self._history_version = 0
         self._stable_tokens: int | None = None
         self._attached_rules: set[str] = set()
         # Events of the background memory update wait here until the agent next touches the
@@ -905,14 +936,16 @@ class ContextEngine:
         """Can the context be compacted from the session memory now (no model call)?"""
         return self._memory_plan() is not None
 
-    def compact_from_memory(self, plan: MemoryPlan | None = None) -> CompactionEvent | None:
+    def compact_from_memory(self, plan: MemoryPlan | None = None, planned: Forecast | None = None,
+                            replanned: bool = False) -> CompactionEvent | None:
         """Compact without a model call: the memory replaces what it covers, the latest
-        messages stay verbatim. None when the memory is not usable (then compact normally)."""
+        messages stay verbatim. None when the memory is not usable (then compact normally).
+        ``planned``: the forecast the user confirmed (else it is made here)."""
         plan = plan or self._memory_plan()
         if plan is None:
             return None
         new_history, audit = plan.history, plan.audit
-        planned = self._forecast_compaction(plan)
+        planned = planned or self._forecast_compaction(plan)
         before_msgs = len(self.history)
         tokens_before = self.projection().projected_tokens
         self._replace(new_history, "memory_compaction")
@@ -922,7 +955,8 @@ class ContextEngine:
         tokens_after = self.projection().projected_tokens
         event = CompactionEvent(trigger="memory", ok=True, messages_before=before_msgs,
                                 messages_after=len(new_history), tokens_before=tokens_before,
-                                tokens_after=tokens_after, **_audit_fields(audit), **_forecast_fields(planned))
+                                tokens_after=tokens_after, replanned=replanned, **_audit_fields(audit),
+                                **_forecast_fields(planned))
         self.emit(event)
         self._point(tokens_after, "memory")  # drawn apart on the gauge's history: no model call
         self.emit_context()
@@ -937,8 +971,67 @@ class ContextEngine:
         return self._stable_tokens
 
     def forecast_compaction(self) -> Forecast:
-        """What ``compact`` (or, when the memory is up to date, a memory compaction) will do."""
-        return self._forecast_compaction(self._memory_plan() if self.config.memory_update_tokens > 0 else None)
+        """What a compaction asked for now will do (the forecast of ``plan_compaction``)."""
+        return self._plan_compaction(None, use_memory=True).forecast
+
+    # ---- plans: what the confirmation shows is what runs (issue 25) ----
+
+    def _history_mark(self) -> tuple[int, int]:
+        """Which history a plan was made on: it changes with every append and replacement."""
+        return self._history_version, len(self.history)
+
+    def _remember(self, plan: Plan) -> Plan:
+        self._plans[plan.id] = plan
+        while len(self._plans) > PLANS_KEPT:
+            del self._plans[next(iter(self._plans))]
+        return plan
+
+    def _nothing(self, kind: PlanKind, reason: str, focus: str | None = None) -> Plan:
+        tokens = self.projection().projected_tokens
+        planned = forecast("nothing", tokens_before=tokens, tokens_after=tokens, cached_prefix=self._cached_prefix,
+                           stable_prefix=self._stable_prefix(), price=self.price)
+        return Plan(new_plan_id(), kind, planned, len(self.history), len(self.history), self._history_mark(),
+                    focus, reason)
+
+    def plan_compaction(self, focus: str | None = None) -> Plan:
+        """The compaction a confirmation asks about, kept for ``take_plan``: from the session
+        memory when it is up to date and frees at least half of what a summary would (no model
+        call), else a summary (with ``focus``, always a summary: the memory was not written
+        with it); nothing when the context is empty or already one summary."""
+        return self._remember(self._plan_compaction(focus, use_memory=True))
+
+    def _plan_compaction(self, focus: str | None, *, use_memory: bool) -> Plan:
+        if not self.history:
+            return self._nothing("compact", "nothing to compact: the conversation is empty", focus)
+        if self._only_a_summary():
+            return self._nothing("compact", "nothing to compact: the context is already one summary", focus)
+        by_summary = self._forecast_compaction(None)
+        count = len(self.history)
+        if use_memory and focus is None and self.config.memory_update_tokens > 0:
+            memory_plan = self._memory_plan()
+            if memory_plan is not None:
+                from_memory = self._forecast_compaction(memory_plan)
+                if from_memory.tokens_freed * 2 >= by_summary.tokens_freed > 0:
+                    return Plan(new_plan_id(), "compact", from_memory, count, len(memory_plan.history),
+                                self._history_mark(), focus, memory=memory_plan)
+        return Plan(new_plan_id(), "compact", by_summary, count, 1, self._history_mark(), focus)
+
+    def plan_reset(self) -> Plan:
+        """The reset a confirmation asks about (its figures use the prompt cache as it is now)."""
+        if not self.history:
+            return self._remember(self._nothing("reset", "nothing to reset: the conversation is already empty"))
+        return self._remember(Plan(new_plan_id(), "reset", self.forecast_reset(), len(self.history), 0,
+                                   self._history_mark()))
+
+    def take_plan(self, plan_id: str | None, focus: str | None = None) -> Plan:
+        """The compaction plan a confirmation named, if it was made on the live history; else
+        (the conversation moved on, or the plan is unknown) one made now, marked ``replanned``
+        when a plan was named. Without an id: a plan made now, as ``plan_compaction``."""
+        named = self._plans.pop(plan_id, None) if isinstance(plan_id, str) else None
+        if named is not None and named.kind == "compact" and named.history_mark == self._history_mark():
+            return named
+        fresh = self._plan_compaction(focus, use_memory=True)
+        return replace(fresh, replanned=True) if plan_id is not None else fresh
 
     def _forecast_compaction(self, plan: MemoryPlan | None) -> Forecast:
         tokens_before = self.projection().projected_tokens
