@@ -91,3 +91,207 @@ async def test_the_gauge_draws_the_engines_turns_figure_as_it_is() -> None:
         await settle(pilot)
         figures = app.query_one(GaugeBar).render().plain.split("\n")[0]
         assert "auto-compact in ~17 turns" in figures, figures
+
+
+# ---- plans: the forecast is the compaction that runs ----
+
+def compaction_calls(fake_llm: Any) -> int:
+    from test_engine_features import is_memory_update
+    from test_engine_support import bodies, is_compaction
+
+    return sum(1 for body in bodies(fake_llm) if is_compaction(body) and not is_memory_update(body))
+
+
+async def _settled(session: Any) -> None:
+    """Until the running session has done every command it was given (a condition, polled)."""
+    import asyncio
+
+    async def done() -> None:
+        while session.pending or session.busy:
+            await asyncio.sleep(0.005)
+
+    await asyncio.wait_for(done(), 120)
+
+
+def assert_ran_as_forecast(forecast: Any, compaction: Any, calls_made: int) -> None:
+    """The compaction that ran is the one the forecast described, figure for figure."""
+    ran = (compaction.trigger, calls_made)
+    assert compaction.ok, compaction.reason
+    assert (forecast.action == "memory_compact") == (compaction.trigger == "memory"), (forecast.action, ran)
+    assert forecast.model_call == (calls_made == 1), (forecast.action, forecast.model_call, ran)
+    assert compaction.forecast_tokens_freed == forecast.tokens_freed
+    assert compaction.cache_tokens_invalidated == forecast.cache_tokens_invalidated
+    assert compaction.messages_before == forecast.messages_before
+    assert compaction.messages_after == forecast.messages_after
+
+
+async def test_with_a_session_memory_the_confirmed_compaction_is_the_one_forecast(fake_llm, tmp_path, monkeypatch):
+    import asyncio
+
+    from agent_helpers import make_session
+    from test_engine_features import MEMORY_SETUP, TAGS, Router, reads
+
+    from app.kernel.commands import Compact, Preview, Shutdown, UserInput
+
+    setup = {**MEMORY_SETUP, "budget": 0}  # no auto-compaction: the user compacts
+    session, events = make_session(fake_llm, tmp_path, monkeypatch, provider="openai", **setup)
+    names = [f"f{i}.txt" for i in range(1, 7)]
+    for i, name in enumerate(names, start=1):
+        write_words(session.agent.workspace / name, 700, TAGS[i])
+    router = Router("openai")
+    router.main.extend([*reads(*names), "all read"])
+    fake_llm.default = router
+    running = asyncio.ensure_future(session.run())
+    try:
+        session.submit(UserInput("read f1.txt to f6.txt"))
+        await _settled(session)
+        await session.agent.engine.wait_memory_update()
+        assert router.memory_updates >= 1
+        session.submit(Preview("compact"))
+        (forecast,) = events.of("forecast")
+        assert forecast.action == "memory_compact" and not forecast.model_call and forecast.plan_id
+        before = compaction_calls(fake_llm)
+        session.submit(Compact(plan_id=forecast.plan_id))
+        await _settled(session)
+        (compaction,) = events.of("compaction")
+        assert_ran_as_forecast(forecast, compaction, compaction_calls(fake_llm) - before)
+        assert not compaction.replanned
+    finally:
+        session.submit(Shutdown())
+        await asyncio.wait_for(running, 60)
+
+
+async def test_a_plan_made_before_the_conversation_moved_on_is_made_again_and_said_so(
+        fake_llm, tmp_path, monkeypatch):
+    import asyncio
+
+    from agent_helpers import make_session
+    from test_engine_features import Router
+
+    from app.kernel.commands import Compact, Preview, Shutdown, UserInput
+    from app.kernel.describe import describe
+
+    session, events = make_session(fake_llm, tmp_path, monkeypatch, provider="openai")
+    router = Router("openai")
+    router.main.extend(["first answer " * 200, "second answer " * 200])
+    fake_llm.default = router
+    running = asyncio.ensure_future(session.run())
+    try:
+        session.submit(UserInput("first question"))
+        await _settled(session)
+        session.submit(Preview("compact"))
+        (shown,) = events.of("forecast")
+        session.submit(UserInput("second question"))  # the conversation moves on before the answer
+        await _settled(session)
+        before = compaction_calls(fake_llm)
+        session.submit(Compact(plan_id=shown.plan_id))
+        await _settled(session)
+        (compaction,) = events.of("compaction")
+        assert compaction.ok and compaction.replanned and compaction_calls(fake_llm) - before == 1
+        # it ran on the conversation as it is now, with the figures of the plan made for it
+        assert compaction.messages_before == 4 != shown.messages_before
+        assert compaction.tokens_before > shown.tokens_before
+        line = describe(compaction).text
+        assert "re-planned: the conversation changed after the confirmation" in line, line
+    finally:
+        session.submit(Shutdown())
+        await asyncio.wait_for(running, 60)
+
+
+async def test_ctrl_s_runs_the_plan_it_showed_then_says_at_once_there_is_nothing_to_compact(
+        fake_llm, tmp_path, monkeypatch):
+    """The real dashboard on a real session (its own thread) and the fake server."""
+    from agent_helpers import EventLog, _settings
+    from dashboard_helpers import engine_texts, send, settle
+    from session_thread import SessionThread
+    from test_engine_features import Router
+
+    from app.surfaces.dashboard.app import TidegaugeApp
+    from app.wiring.runtime import build_session
+    from widgets.confirm_screen import ConfirmScreen, ForecastConfirmScreen
+
+    settings = _settings(fake_llm, tmp_path, monkeypatch, "openai", {})
+    (tmp_path / "work").mkdir()
+    session = build_session(settings, approvals=True, cwd=tmp_path / "work")
+    events = EventLog()
+    session.subscribe(events)
+    router = Router("openai")
+    router.main.extend(["an answer " * 300])
+    fake_llm.default = router
+    app = TidegaugeApp(SessionThread(session).start(), cursor_blink=False)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await send(pilot, "a question")
+        await settle(pilot)
+        await pilot.press("ctrl+s")
+        for _ in range(2_000):
+            if isinstance(app.screen, ForecastConfirmScreen):
+                break
+            await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, ForecastConfirmScreen) and screen.forecast is not None, screen
+        shown = screen.forecast
+        assert shown.action == "compact" and shown.model_call and shown.plan_id
+        assert "messages: 2 → 1 summary" in (screen.detail or "")
+        await pilot.press("y")
+        await settle(pilot)
+        (compaction,) = events.of("compaction")
+        assert_ran_as_forecast(shown, compaction, compaction_calls(fake_llm))
+
+        # Now the context is one summary: one line at once, no dialog, no model call.
+        await pilot.press("ctrl+s")
+        said = "nothing to compact: the context is already one summary"
+        for _ in range(2_000):
+            assert not isinstance(app.screen, ConfirmScreen), "a dialog opened for a compaction that does nothing"
+            if said in engine_texts(app):
+                break
+            await pilot.pause()
+        assert said in engine_texts(app), engine_texts(app)[-3:]
+        assert compaction_calls(fake_llm) == 1 and len(events.of("compaction")) == 1
+
+
+async def test_the_reset_forecast_after_a_compaction_counts_the_cache_as_it_is_now(
+        fake_llm, tmp_path, monkeypatch):
+    """The compaction already invalidated the cached conversation: a reset after it invalidates
+    nothing more (the dialog said the figure of the request before the compaction)."""
+    from collections import deque
+
+    from agent_helpers import make_session
+    from test_engine_support import usage_for
+
+    from app.kernel.commands import Compact, Preview, Shutdown, UserInput
+
+    session, events = make_session(fake_llm, tmp_path, monkeypatch, provider="openai", model="gpt-4.1")
+    write_words(session.agent.workspace / "a.txt", 4_000, "big")
+
+    def cached(body: dict[str, Any]) -> dict[str, int]:
+        usage = usage_for("openai", body)
+        return {**usage, "cached": usage["prompt"] - usage["prompt"] // 10}
+
+    replies: deque[Any] = deque([[("read_file", {"path": "a.txt"})], "read it", summary_text("R")])
+
+    def answer(body: dict[str, Any], path: str) -> Any:
+        item = replies.popleft()
+        if isinstance(item, list):
+            return tool_reply("openai", item, usage=cached(body))
+        return text_reply("openai", item, usage=cached(body))
+
+    fake_llm.default = answer
+    import asyncio
+
+    running = asyncio.ensure_future(session.run())
+    try:
+        session.submit(UserInput("read a.txt"))
+        await _settled(session)
+        session.submit(Preview("reset"))
+        assert events.of("forecast")[-1].cache_tokens_invalidated > 1_000  # the read is in the cache
+        session.submit(Compact())
+        await _settled(session)
+        assert events.of("compaction")[-1].ok
+        session.submit(Preview("reset"))
+        after = events.of("forecast")[-1]
+        assert after.cache_tokens_invalidated == 0, (
+            f"the reset would invalidate {after.cache_tokens_invalidated:,} cached tokens: "
+            "the cache of the request before the compaction")
+    finally:
+        session.submit(Shutdown())
+        await asyncio.wait_for(running, 60)
