@@ -14,7 +14,7 @@ import json
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Awaitable, Callable, Literal, TypedDict
+from typing import Awaitable, Callable, Literal, Protocol, Sequence, TypedDict
 
 from app.context.accounting import USAGE_FLOOR_RATIO, USAGE_WINDOW_FACTOR, ContextAccounting, Ledger, Projection
 from app.context.audit import AuditResult, append_checked_facts, audit_summary
@@ -67,10 +67,18 @@ from app.kernel.events import (
 )
 from app.kernel.messages import Message, OpaqueBlock, ToolResultBlock, ToolSpec
 from app.kernel.private_files import open_private
-from app.providers.base import Completed, ContextTooLongError, ModelRequest, ProviderError
+from app.providers.base import Completed, ContextTooLongError, ModelRequest, Provider, ProviderError
 from app.context.truncation import truncate_head_tail
-from app.session.transcript import TranscriptWriter
 from app.kernel.usage import ServerEdit, Usage
+
+class HistoryRecorder(Protocol):
+    """Where every history change is persisted (the session's transcript writer is one): the
+    engine hands it over and never knows the session's files (app/context imports no app.session)."""
+
+    def append_message(self, message: Message) -> None: ...
+
+    def replace_history(self, messages: Sequence[Message], reason: str) -> None: ...
+
 
 # A compaction call: request in, (assistant message, usage) out. Raises ProviderError.
 Summarize = Callable[[ModelRequest], Awaitable[tuple[Message, Usage]]]
@@ -80,6 +88,20 @@ MAX_OVERFLOW_RETRIES = 3
 # Exact counting of a 15 MB string costs seconds; above this size we sample.
 EXACT_COUNT_LIMIT_CHARS = 200_000
 SAMPLE_CHARS = 50_000
+
+
+def quiet_model_call(provider_of: Callable[[], Provider]) -> Summarize:
+    """One model call streamed to its end, showing nothing and retrying nothing (a failed
+    background memory update is simply tried again after more context). ``provider_of`` is
+    asked at each call: the host may swap its provider."""
+
+    async def call(request: ModelRequest) -> tuple[Message, Usage]:
+        async for item in provider_of().stream(request):
+            if isinstance(item, Completed):
+                return item.message, item.usage
+        raise ProviderError("the stream ended without a final message")
+
+    return call
 
 
 def estimate_text_fast(text: str) -> int:
@@ -132,7 +154,7 @@ class ContextEngine:
     compact_price: Price | None = None
     emit: Callable[[Event], None] = lambda _e: None
     # Persists every history change.
-    transcript: TranscriptWriter | None = None
+    transcript: HistoryRecorder | None = None
     tool_results_dir: Path | None = None
     clock: Callable[[], float] = time.time
     breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
@@ -836,23 +858,10 @@ class ContextEngine:
             self._update_memory(self._memory_caller(summarize), batch))
 
     def _memory_caller(self, summarize: Summarize) -> Summarize:
-        """The background call. The agent's ``summarize`` announces a "compacting" state
-        (wrong while the main reply streams) and retries with visible notices; when it
-        belongs to an object with a provider, the update calls that provider directly,
-        quietly, once (a failure is simply retried after more context)."""
-        if self.memory_summarize is not None:
-            return self.memory_summarize
-        provider = getattr(getattr(summarize, "__self__", None), "provider", None)
-        if provider is None or not hasattr(provider, "stream"):
-            return summarize
-
-        async def quiet(request: ModelRequest) -> tuple[Message, Usage]:
-            async for item in provider.stream(request):
-                if isinstance(item, Completed):
-                    return item.message, item.usage
-            raise ProviderError("the stream ended without a final message")
-
-        return quiet
+        """The background call: ``memory_summarize`` when the host gave one (the runtime gives
+        ``quiet_model_call``: the agent's ``summarize`` announces a "compacting" state, wrong
+        while the main reply streams, and retries with visible notices), else ``summarize``."""
+        return self.memory_summarize or summarize
 
     async def _update_memory(self, summarize: Summarize, batch: list[Message]) -> None:
         request = build_memory_request(self.system_text, batch, self.tools, self.session_memory.text or None,
