@@ -295,3 +295,71 @@ async def test_the_reset_forecast_after_a_compaction_counts_the_cache_as_it_is_n
     finally:
         session.submit(Shutdown())
         await asyncio.wait_for(running, 60)
+
+
+async def test_a_plan_id_that_is_not_a_compaction_plan_of_this_history_never_runs_anything_else(
+        fake_llm, tmp_path, monkeypatch):
+    """Whoever drives the session names the plan (the dashboard, or a line on the session
+    process's stdin): a reset's plan, an unknown id or a value that is not a string is made
+    anew as a compaction and said so; nothing but a compaction runs, nothing crashes."""
+    import asyncio
+
+    from agent_helpers import make_session
+    from test_engine_features import Router
+
+    from app.kernel.commands import Compact, Preview, Shutdown, UserInput
+    from app.session.process import decode_command, encode_command
+
+    session, events = make_session(fake_llm, tmp_path, monkeypatch, provider="openai")
+    router = Router("openai")
+    router.main.extend(["an answer " * 200, "another answer " * 200, "a third " * 200])
+    fake_llm.default = router
+    running = asyncio.ensure_future(session.run())
+    try:
+        session.submit(UserInput("a question"))
+        await _settled(session)
+        session.submit(Preview("reset"))
+        reset_plan = events.of("forecast")[-1].plan_id
+        hostile = [reset_plan, "plan-" + "9" * 10_000]
+        wire = decode_command(encode_command(Compact(plan_id=["not", "a", "string"])))  # type: ignore[arg-type]
+        for index, plan_id in enumerate(hostile):
+            session.submit(Compact(plan_id=plan_id))
+            await _settled(session)
+            session.submit(UserInput(f"question {index + 2}"))
+            await _settled(session)
+        session.submit(wire)
+        await _settled(session)
+        compactions = events.of("compaction")
+        assert [(c.ok, c.replanned, c.trigger) for c in compactions] == [(True, True, "manual")] * 3, compactions
+        assert not events.of("reset") and not events.of("error")
+    finally:
+        session.submit(Shutdown())
+        await asyncio.wait_for(running, 60)
+
+
+async def test_a_memory_that_would_free_next_to_nothing_is_not_the_plan(fake_llm, tmp_path, monkeypatch):
+    """The user's case: a session memory covering only the start of a long conversation. The
+    forecast said "compaction from the session memory: frees ~0 tokens … no model call" and a
+    summary ran. The plan is now the summary, and the summary is what runs."""
+    from test_engine_features import Router
+
+    agent, events = make_agent(fake_llm, tmp_path, monkeypatch, provider="openai", window=100_000, budget=0,
+                               memory_update_tokens=50_000, memory_keep_tokens=500)
+    router = Router("openai")
+    router.main.extend([f"answer {i} " + "word " * 600 for i in range(4)])
+    fake_llm.default = router
+    try:
+        for i in range(4):
+            await agent.run_turn(f"question {i}")
+        engine = agent.engine
+        # the memory covers the first exchange only, in about as many tokens as it replaces
+        engine.session_memory.save("the first question was answered; " * 120, engine.history[1])
+        assert engine._memory_plan() is not None  # a compaction from the memory is possible
+        plan = engine.plan_compaction()
+        assert plan.action == "compact" and plan.model_call, plan.describe()
+        before = compaction_calls(fake_llm)
+        compaction = await agent.compact(plan=engine.take_plan(plan.id))
+        assert compaction.trigger == "manual" and compaction_calls(fake_llm) - before == 1
+        assert compaction.forecast_tokens_freed == plan.forecast.tokens_freed > 0
+    finally:
+        await agent.aclose()
