@@ -363,3 +363,38 @@ async def test_a_memory_that_would_free_next_to_nothing_is_not_the_plan(fake_llm
         assert compaction.forecast_tokens_freed == plan.forecast.tokens_freed > 0
     finally:
         await agent.aclose()
+
+
+# ---- the engine's boundary: server-side compaction through the provider's method ----
+
+def test_server_compaction_goes_through_the_providers_method_whatever_its_name() -> None:
+    """A provider plug-in with ``set_server_compaction`` gets server-side compaction; nothing is
+    set on a provider by attribute name any more (a plug-in called "anthropic" without the method
+    is told it has none)."""
+    from types import SimpleNamespace
+
+    from app.context.server_side import switch_server_compaction
+    from app.context.thresholds import compute_thresholds
+
+    class PluginProvider:
+        name = "my-plugin"
+
+        def __init__(self) -> None:
+            self.thresholds: list[int | None] = []
+
+        def set_server_compaction(self, threshold: int | None) -> int | None:
+            self.thresholds.append(threshold)
+            return threshold
+
+    engine = SimpleNamespace(thresholds=compute_thresholds(200_000, 0, 20_000), config=SimpleNamespace(
+        server_compaction=False))
+    plugin = PluginProvider()
+    assert switch_server_compaction(plugin, engine, True) == (engine.thresholds.auto_compact_line, None)
+    assert engine.config.server_compaction and plugin.thresholds == [engine.thresholds.auto_compact_line]
+    assert switch_server_compaction(plugin, engine, False) == (None, None)
+    assert not engine.config.server_compaction and plugin.thresholds[-1] is None
+
+    impostor = SimpleNamespace(name="anthropic", context_edits=[])
+    threshold, problem = switch_server_compaction(impostor, engine, True)
+    assert threshold is None and problem and "no server-side compaction" in problem
+    assert impostor.context_edits == [] and not engine.config.server_compaction
