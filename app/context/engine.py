@@ -985,9 +985,10 @@ class ContextEngine:
 
     # ---- plans: what the confirmation shows is what runs (issue 25) ----
 
-    def _history_mark(self) -> tuple[int, int]:
-        """Which history a plan was made on: it changes with every append and replacement."""
-        return self._history_version, len(self.history)
+    def _history_mark(self) -> tuple[int, int, int]:
+        """Which history (and session memory) a plan was made on: it changes with every append
+        and replacement, and with a background memory update (a memory plan carries its text)."""
+        return self._history_version, len(self.history), hash(self.session_memory.text)
 
     def _remember(self, plan: Plan) -> Plan:
         self._plans[plan.id] = plan

@@ -40,7 +40,7 @@ class Plan:
     forecast: Forecast  # its action says what runs: "compact", "memory_compact", "reset" or "nothing"
     messages_before: int
     messages_after: int  # a summary (or the memory) and the messages kept verbatim; 0 after a reset
-    history_mark: tuple[int, int]  # the history it was made on (see ContextEngine._history_mark)
+    history_mark: tuple[int, int, int]  # the history it was made on (see ContextEngine._history_mark)
     focus: str | None = None
     reason: str = ""  # why it does nothing (for "nothing")
     memory: MemoryPlan | None = None  # the compaction from the session memory it runs
