@@ -63,20 +63,23 @@ FORECAST_PENDING = "working out what it frees and costs…"
 
 
 class ForecastConfirmScreen(ConfirmScreen):
-    """Compact or reset? Shown at once; the session's ``ForecastEvent`` fills in the figures
-    (tokens freed, prompt-cache tokens invalidated, next request's cost before/after)."""
+    """Compact or reset? With the session's plan (``ForecastEvent``): what goes and what stays,
+    tokens freed, prompt-cache tokens invalidated, next request's cost before/after, whether the
+    model is called. Yes runs that plan (the dashboard sends its id)."""
 
-    def __init__(self, kind: Literal["compact", "reset"], focus: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, kind: Literal["compact", "reset"], focus: str | None = None,
+                 forecast: ForecastEvent | None = None, **kwargs: Any) -> None:
         if kind == "reset":
             question = "Reset the conversation? The model forgets it; the transcript stays on disk."
         else:
             question = f"Compact the conversation now{f' (focus: {focus})' if focus else ''}?"
-        super().__init__(question, detail=FORECAST_PENDING, **kwargs)
+        super().__init__(question, detail=forecast_text(forecast) if forecast is not None else FORECAST_PENDING,
+                         **kwargs)
         self.kind = kind
         self.focus_text = focus
         # enter compacts (nothing is lost: the transcript keeps it all); a reset keeps "no" as the default
         self.default_answer = "yes" if kind == "compact" else "no"
-        self.forecast: ForecastEvent | None = None
+        self.forecast: ForecastEvent | None = forecast
 
     def show_forecast(self, event: "ForecastEvent") -> None:
         self.forecast = event

@@ -7,9 +7,7 @@ exactly where things happen.
 
 from __future__ import annotations
 
-from collections import deque
-from statistics import median
-from typing import Any, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from rich.style import Style
 from rich.text import Text
@@ -24,7 +22,6 @@ if TYPE_CHECKING:  # app.kernel.events (pydantic models) is not needed to draw t
 
 
 LEVEL_CLASSES = ("-warning", "-compact", "-blocking")
-TURN_READINGS = 5  # readings of "turns until auto-compact" the shown figure is the median of
 
 
 class GaugeBar(Widget):
@@ -46,26 +43,15 @@ class GaugeBar(Widget):
     context: reactive[ContextEvent | None] = reactive(None)
     level = var("ok")
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        # Recent "turns until auto-compact" readings: the engine's figure follows the last
-        # turn's growth, so it jumps (85, 20, 8 within seconds); the median of the last few is shown.
-        self._turn_readings: deque[int] = deque(maxlen=TURN_READINGS)
-
     def watch_context(self, event: ContextEvent | None) -> None:
         if event is not None:
             self.level = event.level
-            if event.turns_to_compact is None:
-                self._turn_readings.clear()  # after a compaction or a reset the old pace means nothing
-            else:
-                self._turn_readings.append(event.turns_to_compact)
 
     @property
     def turns_to_compact(self) -> int | None:
-        """The smoothed figure shown: the median of the recent readings (None without any)."""
-        if not self._turn_readings:
-            return None
-        return round(median(self._turn_readings))
+        """The engine's "turns until auto-compact", drawn as it is: the engine smooths it and
+        restarts it at every compaction (a second figure here would disagree with it)."""
+        return self.context.turns_to_compact if self.context is not None else None
 
     def watch_level(self, level: str) -> None:
         self.remove_class(*LEVEL_CLASSES)

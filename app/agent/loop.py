@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Awaitable, Callable, Literal
 
 from app.context.engine import ContextEngine
+from app.context.plans import Plan
 from app.context.prices import Price
 from app.kernel.events import (
     AgentState,
@@ -167,10 +168,10 @@ class Agent:
 
     # ---- engine operations bound to keys ----
 
-    async def compact(self, focus: str | None = None) -> CompactionEvent:
+    async def compact(self, focus: str | None = None, plan: Plan | None = None) -> CompactionEvent:
         self._state("compacting")
         try:
-            return await self.engine.compact(self._summarize, "manual", focus)
+            return await self.engine.compact(self._summarize, "manual", focus, plan)
         finally:
             self._end_turn()
             self._state("idle")

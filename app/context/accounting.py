@@ -117,12 +117,15 @@ class _TextCount:
 class ContextAccounting:
     """The exact figure, the projection, the breakdown and the growth history."""
 
-    GROWTH_WINDOW = 5  # model calls averaged for "auto-compact in ~N turns"
+    # "auto-compact in ~N turns" is the median growth of the last few model calls: one outlier
+    # (a big file read) does not move it, so the figure does not jump on it.
+    GROWTH_WINDOW = 5
 
     def __init__(self, window: int | None = None) -> None:
         self.exact_tokens: int | None = None
         self.exact_history_len = 0
-        self.points: list[int] = []  # context size after each model call (the gauge's chart)
+        self.points: list[int] = []  # context size after each model call, and after each drop
+        self._run_start = 0  # index in ``points`` where the current pace began (the last drop)
         self._sums = _RunningSums()
         self._system = _TextCount()
         self._memory = _TextCount()
@@ -199,6 +202,7 @@ class ContextAccounting:
         """A conversation reset: forget everything, growth history included."""
         self.invalidate()
         self.points.clear()
+        self._run_start = 0
 
     # ---- projection ----
 
@@ -264,21 +268,33 @@ class ContextAccounting:
         """The context size after a model call (one point of the gauge's chart)."""
         self.points.append(int(projected))
 
+    def restart_growth(self, projected: int) -> None:
+        """A compaction, a clearing or a reset left the context at ``projected``: the pace of
+        the old context says nothing about the new one, so it is measured afresh from here
+        (even when the new size is not below the last point)."""
+        self._run_start = len(self.points)
+        self.points.append(int(projected))
+
     def growth_per_call(self) -> float | None:
-        """Average growth per model call since the last drop, over recent calls."""
+        """Typical growth per model call since the last restart: the median of the last
+        GROWTH_WINDOW calls' growth (None until one call since the restart, or not growing)."""
         pts = self.points
         start = len(pts) - 1
-        # Walk back over the run of non-decreasing points (a drop is a compaction/prune).
-        while start > 0 and pts[start - 1] <= pts[start] and len(pts) - start <= self.GROWTH_WINDOW:
+        # Walk back over the run of non-decreasing points (a drop restarts it as well).
+        while (start > self._run_start and pts[start - 1] <= pts[start]
+               and len(pts) - start <= self.GROWTH_WINDOW):
             start -= 1
         run = pts[start:]
         if len(run) < 2:
             return None
-        avg = (run[-1] - run[0]) / (len(run) - 1)
-        return avg if avg > 0 else None
+        growth = sorted(b - a for a, b in zip(run, run[1:]))
+        middle = len(growth) // 2
+        typical = growth[middle] if len(growth) % 2 else (growth[middle - 1] + growth[middle]) / 2
+        return typical if typical > 0 else None
 
     def turns_to(self, line: int, projected: int) -> int | None:
-        """Model calls until ``projected`` reaches ``line`` at the recent growth rate."""
+        """Model calls until ``projected`` reaches ``line`` at the recent growth rate: the one
+        figure of "auto-compact in ~N turns" (the gauge draws it as it is)."""
         if projected >= line:
             return 0
         growth = self.growth_per_call()

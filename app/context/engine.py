@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Awaitable, Callable, Literal, TypedDict
+from typing import Awaitable, Callable, Literal, Protocol, Sequence, TypedDict
 
 from app.context.accounting import USAGE_FLOOR_RATIO, USAGE_WINDOW_FACTOR, ContextAccounting, Ledger, Projection
 from app.context.audit import AuditResult, append_checked_facts, audit_summary
@@ -30,6 +30,7 @@ from app.context.compaction import (
 from app.context.forecast import Forecast, ForecastAction, forecast
 from app.context.memory import MemoryBundle
 from app.context.overflow import drop_oldest_rounds
+from app.context.plans import PLANS_KEPT, Plan, PlanKind, new_plan_id
 from app.context.prices import Price, cost_usd
 from app.context.pruning import PruneResult, is_cleared, prune_by_size, prune_by_time, stub_for
 from app.context.rules import RuleSet, attached_rule_paths
@@ -67,10 +68,18 @@ from app.kernel.events import (
 )
 from app.kernel.messages import Message, OpaqueBlock, ToolResultBlock, ToolSpec
 from app.kernel.private_files import open_private
-from app.providers.base import Completed, ContextTooLongError, ModelRequest, ProviderError
+from app.providers.base import Completed, ContextTooLongError, ModelRequest, Provider, ProviderError
 from app.context.truncation import truncate_head_tail
-from app.session.transcript import TranscriptWriter
 from app.kernel.usage import ServerEdit, Usage
+
+class HistoryRecorder(Protocol):
+    """Where every history change is persisted (the session's transcript writer is one): the
+    engine hands it over and never knows the session's files (app/context imports no app.session)."""
+
+    def append_message(self, message: Message) -> None: ...
+
+    def replace_history(self, messages: Sequence[Message], reason: str) -> None: ...
+
 
 # A compaction call: request in, (assistant message, usage) out. Raises ProviderError.
 Summarize = Callable[[ModelRequest], Awaitable[tuple[Message, Usage]]]
@@ -80,6 +89,20 @@ MAX_OVERFLOW_RETRIES = 3
 # Exact counting of a 15 MB string costs seconds; above this size we sample.
 EXACT_COUNT_LIMIT_CHARS = 200_000
 SAMPLE_CHARS = 50_000
+
+
+def quiet_model_call(provider_of: Callable[[], Provider]) -> Summarize:
+    """One model call streamed to its end, showing nothing and retrying nothing (a failed
+    background memory update is simply tried again after more context). ``provider_of`` is
+    asked at each call: the host may swap its provider."""
+
+    async def call(request: ModelRequest) -> tuple[Message, Usage]:
+        async for item in provider_of().stream(request):
+            if isinstance(item, Completed):
+                return item.message, item.usage
+        raise ProviderError("the stream ended without a final message")
+
+    return call
 
 
 def estimate_text_fast(text: str) -> int:
@@ -132,7 +155,7 @@ class ContextEngine:
     compact_price: Price | None = None
     emit: Callable[[Event], None] = lambda _e: None
     # Persists every history change.
-    transcript: TranscriptWriter | None = None
+    transcript: HistoryRecorder | None = None
     tool_results_dir: Path | None = None
     clock: Callable[[], float] = time.time
     breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
@@ -232,6 +255,7 @@ class ContextEngine:
             self._unseen().add(message)  # before the append: a resumed history is unseen too
             self._memory_new_tokens += estimate_message(message)
         self.history.append(message)
+        self._history_version += 1
         if message.role == "assistant":
             self.last_assistant_at = self.clock()
         if self.transcript is not None:
@@ -249,11 +273,26 @@ class ContextEngine:
 
     def _replace(self, new_history: list[Message], reason: str) -> None:
         old_history = self.history
+        self._cached_prefix = self._cache_still_valid(old_history, new_history)
         self.history = new_history
+        self._history_version += 1
         self.accounting.invalidate()
         if self.transcript is not None:
             self.transcript.replace_history(new_history, reason)
         self._after_replace(old_history, reason)
+
+    def _cache_still_valid(self, old_history: list[Message], new_history: list[Message]) -> int:
+        """The last request's cached prefix that a new history still starts with: the fixed
+        part and the messages both share, no more (a compaction keeps only the fixed part). The
+        forecasts after it must not count a cache the change already invalidated."""
+        if not self._cached_prefix:
+            return 0
+        shared = 0
+        for old, new in zip(old_history, new_history):
+            if old is not new:
+                break
+            shared += 1
+        return min(self._cached_prefix, self._stable_prefix() + estimate_messages(old_history[:shared]))
 
     def reset(self) -> None:
         """Clear the conversation and the live accounting; the ledger and files on disk stay."""
@@ -359,6 +398,8 @@ class ContextEngine:
         self._point(projected, "call")
 
     def _point(self, tokens: int, kind: PointKind) -> None:
+        if kind != "call":  # a compaction, a clearing or a reset: turns-to-compact counts afresh
+            self.accounting.restart_growth(tokens)
         self.emit(ChartPointEvent(tokens=tokens, kind=kind))
 
     # ---- tool results: the projection rescues what would not fit ----
@@ -505,7 +546,8 @@ class ContextEngine:
         self._replace(self._save_cleared_outputs(self.history, result.history), "micro_compaction")
         self.emit(MicroCompactionEvent(trigger=trigger, results_cleared=result.results_cleared,
                                        tokens_freed=result.tokens_freed))
-        self._point(self.emit_context().projected_tokens, "prune")
+        self._point(self.projection().projected_tokens, "prune")  # first: the context event counts afresh
+        self.emit_context()
 
     def _save_cleared_outputs(self, old: list[Message], new: list[Message]) -> list[Message]:
         """A cleared result whose full output was never saved (it was not truncated) is
@@ -551,20 +593,28 @@ class ContextEngine:
 
     # ---- compaction ----
 
-    async def compact(self, summarize: Summarize, trigger: Trigger = "manual", focus: str | None = None) -> CompactionEvent:
-        """Summarize the history into one message. On failure the history is exactly as it was."""
+    async def compact(self, summarize: Summarize, trigger: Trigger = "manual", focus: str | None = None,
+                      plan: Plan | None = None) -> CompactionEvent:
+        """Run ``plan`` (from ``plan_compaction`` or ``take_plan``: a summary, or a compaction from
+        the session memory), or without one a summary. On failure the history is exactly as it was."""
+        if plan is None:
+            plan = self._plan_compaction(focus, use_memory=False)
         before_msgs = len(self.history)
         tokens_before = self.projection().projected_tokens
-        if not self.history or self._only_a_summary():
+        if plan.does_nothing:
             # A lone summary compacts to itself: a model call would gain nothing.
             event = CompactionEvent(trigger=trigger, ok=False, messages_before=before_msgs,
                                     messages_after=before_msgs, tokens_before=tokens_before,
                                     tokens_after=tokens_before, nothing_to_compact=True,
-                                    reason="nothing to compact" + (": the context is already one summary"
-                                                                    if self.history else ""))
+                                    reason=plan.reason, replanned=plan.replanned)
             self.emit(event)
             return event
-        planned = self.forecast_compaction()
+        if plan.memory is not None:
+            done = self.compact_from_memory(plan.memory, planned=plan.forecast, replanned=plan.replanned)
+            assert done is not None  # a memory plan always applies
+            return done
+        planned = plan.forecast
+        focus = plan.focus
         work = list(self.history)
         if tokens_before > self.thresholds.blocking_line:
             # The compaction request carries the whole history: one over the blocking
@@ -605,13 +655,14 @@ class ContextEngine:
                                            retry_at=self._retry_epoch()))
             event = CompactionEvent(trigger=trigger, ok=False, messages_before=before_msgs,
                                     messages_after=before_msgs, tokens_before=tokens_before,
-                                    tokens_after=tokens_before, reason=reason or "unknown failure")
+                                    tokens_after=tokens_before, reason=reason or "unknown failure",
+                                    replanned=plan.replanned)
             self.emit(event)
             return event
         if self.breaker.paused or self.breaker.failures:
             self.breaker.record_success()
             self.emit(BreakerEvent(paused=False, failures=0))
-        return self._install_summary(summary, trigger, before_msgs, tokens_before, planned)
+        return self._install_summary(summary, trigger, before_msgs, tokens_before, planned, plan.replanned)
 
     def estimate_request(self, history: list[Message]) -> int:
         """The whole request for ``history``, estimated (one measure for before and after:
@@ -630,7 +681,7 @@ class ContextEngine:
         return self._install_summary(summary, "fallback", before_msgs, tokens_before)
 
     def _install_summary(self, summary: str, trigger: Trigger, before_msgs: int, tokens_before: int,
-                         planned: Forecast | None = None) -> CompactionEvent:
+                         planned: Forecast | None = None, replanned: bool = False) -> CompactionEvent:
         # Audited summaries: the checklist of what is replaced, against the summary and the
         # user's words quoted after it; what is missing is appended as checked facts.
         new_history = build_summary_history(summary, self.history, self.config.recent_user_budget)
@@ -644,7 +695,8 @@ class ContextEngine:
         tokens_after = self.projection().projected_tokens
         event = CompactionEvent(trigger=trigger, ok=True, messages_before=before_msgs,
                                 messages_after=len(new_history), tokens_before=tokens_before,
-                                tokens_after=tokens_after, **_audit_fields(audit), **_forecast_fields(planned))
+                                tokens_after=tokens_after, replanned=replanned, **_audit_fields(audit),
+                                **_forecast_fields(planned))
         self.emit(event)
         self._point(tokens_after, "compaction")
         self.emit_context()
@@ -706,6 +758,10 @@ class ContextEngine:
         self._pinned: set[str] = set()  # restored results, kept through the next request
         self._cached_prefix = 0  # prompt-cache tokens of the last main request
         self._summary_sizes: list[int] = []
+        # Plans a confirmation may name (issue 25), and a count of history changes: a plan made
+        # on another history than the live one is made again before it runs.
+        self._plans: dict[str, Plan] = {}
+        self._history_version = 0
         self._stable_tokens: int | None = None
         self._attached_rules: set[str] = set()
         # Events of the background memory update wait here until the agent next touches the
@@ -803,23 +859,10 @@ class ContextEngine:
             self._update_memory(self._memory_caller(summarize), batch))
 
     def _memory_caller(self, summarize: Summarize) -> Summarize:
-        """The background call. The agent's ``summarize`` announces a "compacting" state
-        (wrong while the main reply streams) and retries with visible notices; when it
-        belongs to an object with a provider, the update calls that provider directly,
-        quietly, once (a failure is simply retried after more context)."""
-        if self.memory_summarize is not None:
-            return self.memory_summarize
-        provider = getattr(getattr(summarize, "__self__", None), "provider", None)
-        if provider is None or not hasattr(provider, "stream"):
-            return summarize
-
-        async def quiet(request: ModelRequest) -> tuple[Message, Usage]:
-            async for item in provider.stream(request):
-                if isinstance(item, Completed):
-                    return item.message, item.usage
-            raise ProviderError("the stream ended without a final message")
-
-        return quiet
+        """The background call: ``memory_summarize`` when the host gave one (the runtime gives
+        ``quiet_model_call``: the agent's ``summarize`` announces a "compacting" state, wrong
+        while the main reply streams, and retries with visible notices), else ``summarize``."""
+        return self.memory_summarize or summarize
 
     async def _update_memory(self, summarize: Summarize, batch: list[Message]) -> None:
         request = build_memory_request(self.system_text, batch, self.tools, self.session_memory.text or None,
@@ -903,14 +946,16 @@ class ContextEngine:
         """Can the context be compacted from the session memory now (no model call)?"""
         return self._memory_plan() is not None
 
-    def compact_from_memory(self, plan: MemoryPlan | None = None) -> CompactionEvent | None:
+    def compact_from_memory(self, plan: MemoryPlan | None = None, planned: Forecast | None = None,
+                            replanned: bool = False) -> CompactionEvent | None:
         """Compact without a model call: the memory replaces what it covers, the latest
-        messages stay verbatim. None when the memory is not usable (then compact normally)."""
+        messages stay verbatim. None when the memory is not usable (then compact normally).
+        ``planned``: the forecast the user confirmed (else it is made here)."""
         plan = plan or self._memory_plan()
         if plan is None:
             return None
         new_history, audit = plan.history, plan.audit
-        planned = self._forecast_compaction(plan)
+        planned = planned or self._forecast_compaction(plan)
         before_msgs = len(self.history)
         tokens_before = self.projection().projected_tokens
         self._replace(new_history, "memory_compaction")
@@ -920,7 +965,8 @@ class ContextEngine:
         tokens_after = self.projection().projected_tokens
         event = CompactionEvent(trigger="memory", ok=True, messages_before=before_msgs,
                                 messages_after=len(new_history), tokens_before=tokens_before,
-                                tokens_after=tokens_after, **_audit_fields(audit), **_forecast_fields(planned))
+                                tokens_after=tokens_after, replanned=replanned, **_audit_fields(audit),
+                                **_forecast_fields(planned))
         self.emit(event)
         self._point(tokens_after, "memory")  # drawn apart on the gauge's history: no model call
         self.emit_context()
@@ -935,8 +981,68 @@ class ContextEngine:
         return self._stable_tokens
 
     def forecast_compaction(self) -> Forecast:
-        """What ``compact`` (or, when the memory is up to date, a memory compaction) will do."""
-        return self._forecast_compaction(self._memory_plan() if self.config.memory_update_tokens > 0 else None)
+        """What a compaction asked for now will do (the forecast of ``plan_compaction``)."""
+        return self._plan_compaction(None, use_memory=True).forecast
+
+    # ---- plans: what the confirmation shows is what runs (issue 25) ----
+
+    def _history_mark(self) -> tuple[int, int, int]:
+        """Which history (and session memory) a plan was made on: it changes with every append
+        and replacement, and with a background memory update (a memory plan carries its text)."""
+        return self._history_version, len(self.history), hash(self.session_memory.text)
+
+    def _remember(self, plan: Plan) -> Plan:
+        self._plans[plan.id] = plan
+        while len(self._plans) > PLANS_KEPT:
+            del self._plans[next(iter(self._plans))]
+        return plan
+
+    def _nothing(self, kind: PlanKind, reason: str, focus: str | None = None) -> Plan:
+        tokens = self.projection().projected_tokens
+        planned = forecast("nothing", tokens_before=tokens, tokens_after=tokens, cached_prefix=self._cached_prefix,
+                           stable_prefix=self._stable_prefix(), price=self.price)
+        return Plan(new_plan_id(), kind, planned, len(self.history), len(self.history), self._history_mark(),
+                    focus, reason)
+
+    def plan_compaction(self, focus: str | None = None) -> Plan:
+        """The compaction a confirmation asks about, kept for ``take_plan``: from the session
+        memory when it is up to date and frees at least half of what a summary would (no model
+        call), else a summary (with ``focus``, always a summary: the memory was not written
+        with it); nothing when the context is empty or already one summary."""
+        return self._remember(self._plan_compaction(focus, use_memory=True))
+
+    def _plan_compaction(self, focus: str | None, *, use_memory: bool) -> Plan:
+        if not self.history:
+            return self._nothing("compact", "nothing to compact: the conversation is empty", focus)
+        if self._only_a_summary():
+            return self._nothing("compact", "nothing to compact: the context is already one summary", focus)
+        by_summary = self._forecast_compaction(None)
+        count = len(self.history)
+        if use_memory and focus is None and self.config.memory_update_tokens > 0:
+            memory_plan = self._memory_plan()
+            if memory_plan is not None:
+                from_memory = self._forecast_compaction(memory_plan)
+                if from_memory.tokens_freed * 2 >= by_summary.tokens_freed > 0:
+                    return Plan(new_plan_id(), "compact", from_memory, count, len(memory_plan.history),
+                                self._history_mark(), focus, memory=memory_plan)
+        return Plan(new_plan_id(), "compact", by_summary, count, 1, self._history_mark(), focus)
+
+    def plan_reset(self) -> Plan:
+        """The reset a confirmation asks about (its figures use the prompt cache as it is now)."""
+        if not self.history:
+            return self._remember(self._nothing("reset", "nothing to reset: the conversation is already empty"))
+        return self._remember(Plan(new_plan_id(), "reset", self.forecast_reset(), len(self.history), 0,
+                                   self._history_mark()))
+
+    def take_plan(self, plan_id: str | None, focus: str | None = None) -> Plan:
+        """The compaction plan a confirmation named, if it was made on the live history; else
+        (the conversation moved on, or the plan is unknown) one made now, marked ``replanned``
+        when a plan was named. Without an id: a plan made now, as ``plan_compaction``."""
+        named = self._plans.pop(plan_id, None) if isinstance(plan_id, str) else None
+        if named is not None and named.kind == "compact" and named.history_mark == self._history_mark():
+            return named
+        fresh = self._plan_compaction(focus, use_memory=True)
+        return replace(fresh, replanned=True) if plan_id is not None else fresh
 
     def _forecast_compaction(self, plan: MemoryPlan | None) -> Forecast:
         tokens_before = self.projection().projected_tokens

@@ -21,7 +21,8 @@ from typing import Literal
 
 from app.context.prices import Price
 
-ForecastAction = Literal["compact", "memory_compact", "reset"]
+# "nothing": the plan does nothing (the context is already one summary, or empty)
+ForecastAction = Literal["compact", "memory_compact", "reset", "nothing"]
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class Forecast:
     def describe(self) -> str:
         """One line for a confirmation dialog or a log."""
         what = {"compact": "compaction", "memory_compact": "compaction from session memory",
-                "reset": "reset"}[self.action]
+                "reset": "reset", "nothing": "nothing to do"}[self.action]
         parts = [f"{what}: frees ~{self.tokens_freed:,} tokens ({self.tokens_before:,} → ~{self.tokens_after:,})",
                  f"invalidates {self.cache_tokens_invalidated:,} cached prompt tokens"]
         if self.next_request_cost_before_usd is not None and self.next_request_cost_after_usd is not None:

@@ -21,9 +21,11 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from app.context.thresholds import Thresholds
+from app.providers.anthropic import ANTHROPIC_MIN_COMPACT_TRIGGER, COMPACT_EDIT
+from app.providers.base import ServerCompactingProvider
 
-# Anthropic rejects a compact_20260112 trigger below this many input tokens.
-ANTHROPIC_MIN_COMPACT_TRIGGER = 50_000
+__all__ = ["ANTHROPIC_MIN_COMPACT_TRIGGER", "anthropic_context_edits", "configure_server_context",
+           "switch_server_compaction"]
 
 
 class ServerContextSettings(Protocol):
@@ -64,7 +66,7 @@ def anthropic_context_edits(settings: ServerContextSettings, thresholds: Thresho
         edits.append(tools)
     if settings.server_compaction:
         trigger = max(ANTHROPIC_MIN_COMPACT_TRIGGER, thresholds.auto_compact_line)
-        edits.append({"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": trigger}})
+        edits.append({"type": COMPACT_EDIT, "trigger": {"type": "input_tokens", "value": trigger}})
     return edits
 
 
@@ -78,44 +80,31 @@ def configure_server_context(provider: Any, engine: Any, settings: ServerContext
     name = getattr(provider, "name", "")
     problems: list[str] = []
     wants_editing = settings.anthropic_clear_tool_uses or settings.anthropic_clear_thinking
-    if name == "responses":
-        if settings.server_compaction:
-            provider.compact_threshold = engine.thresholds.auto_compact_line
-            engine.config.server_compaction = True
-        if wants_editing:
-            problems.append("anthropic context editing is on but the provider is responses: it is not sent")
-    elif name == "anthropic":
+    if name == "anthropic":
         provider.context_edits = anthropic_context_edits(settings, engine.thresholds)
-        if settings.server_compaction:
-            engine.config.server_compaction = True
-    else:
-        if settings.server_compaction:
-            problems.append(f"server_compaction is on but the {name or 'current'} provider has no server-side "
-                            "compaction (use responses or anthropic): tidegauge compacts as usual")
-        if wants_editing:
-            problems.append(f"anthropic context editing is on but the provider is {name or 'not anthropic'}: "
-                            "it is not sent")
+    elif wants_editing:
+        problems.append(f"anthropic context editing is on but the provider is {name or 'not anthropic'}: "
+                        "it is not sent")
+    if settings.server_compaction and switch_server_compaction(provider, engine, True)[1] is not None:
+        problems.insert(0, f"server_compaction is on but the {name or 'current'} provider has no server-side "
+                           "compaction (use responses or anthropic): tidegauge compacts as usual")
     return problems
 
 
 def switch_server_compaction(provider: Any, engine: Any, on: bool) -> tuple[int | None, str | None]:
-    """Turn server-side compaction on or off mid-session (the dashboard's palette entry).
+    """Turn server-side compaction on or off (at start-up, and mid-session from the dashboard's
+    palette), through the provider's ``set_server_compaction`` (``ServerCompactingProvider``).
 
     Returns (the threshold the server compacts at when on, None) or (None, why it cannot
     be switched on this provider). Our own auto-compaction stands down exactly while it is on.
     """
-    name = getattr(provider, "name", "")
-    threshold = engine.thresholds.auto_compact_line
-    if name == "responses":
-        provider.compact_threshold = threshold if on else None
-    elif name == "anthropic":
-        edits = [e for e in provider.context_edits if e.get("type") != "compact_20260112"]
-        if on:
-            threshold = max(ANTHROPIC_MIN_COMPACT_TRIGGER, threshold)
-            edits.append({"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": threshold}})
-        provider.context_edits = edits
-    elif on:
+    if not isinstance(provider, ServerCompactingProvider):
+        if not on:
+            engine.config.server_compaction = False
+            return None, None
+        name = getattr(provider, "name", "")
         return None, (f"the {name or 'current'} provider has no server-side compaction (use responses or "
                       "anthropic); tidegauge compacts as usual")
+    threshold = provider.set_server_compaction(engine.thresholds.auto_compact_line if on else None)
     engine.config.server_compaction = on
     return (threshold if on else None), None

@@ -25,9 +25,12 @@ class UserInput:
 
 @dataclass(frozen=True)
 class Compact:
-    """Compact the conversation now (ctrl+s, /compact [focus]); always runs, breaker or not."""
+    """Compact the conversation now (ctrl+s, /compact [focus]); always runs, breaker or not.
+    ``plan_id``: the plan a ``ForecastEvent`` showed; it runs as shown (made anew, and said so,
+    when the conversation changed since)."""
 
     focus: str | None = None
+    plan_id: str | None = None
 
 
 @dataclass(frozen=True)

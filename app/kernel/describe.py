@@ -58,7 +58,8 @@ def plural(count: int, one: str, many: str | None = None) -> str:
 def _compaction(e: "ev.CompactionEvent") -> Line:
     if not e.ok:
         if e.nothing_to_compact:  # not a failure: no model call was made
-            return Line("info", f"{e.reason or 'nothing to compact'} (no model call made)")
+            again = "; re-planned: the conversation changed after the confirmation" if e.replanned else ""
+            return Line("info", f"{e.reason or 'nothing to compact'} (no model call made{again})")
         if e.trigger == "reactive":
             return Line("compaction-failed", f"overflow recovery failed: {e.reason or 'nothing left to drop'}")
         return Line("compaction-failed",
@@ -88,6 +89,8 @@ def _compaction(e: "ev.CompactionEvent") -> Line:
         return Line("compaction", f"context compacted from the session memory (no model call):"
                                   f" {plural(e.messages_before, 'message')} → 1 summary + {e.messages_after - 1:,}"
                                   f" recent kept ({tokens}){facts}{_checked_facts(e)}")
+    if e.replanned:  # issue 25: not the plan the user confirmed, so it says so
+        facts += "; re-planned: the conversation changed after the confirmation"
     label = {"auto": "auto", "manual": "manual", "fallback": "fallback (extractive)"}.get(e.trigger, e.trigger)
     return Line("compaction",
                 f"context compacted: {plural(e.messages_before, 'message')} → 1 summary ({label}, {tokens}){facts}"
@@ -296,10 +299,16 @@ def _repaired(e: "ev.SessionRepairedEvent") -> Line:
 
 def forecast_text(e: "ev.ForecastEvent") -> str:
     """What a compaction or a reset will do, for its confirmation (same figures as auto-compaction logs)."""
+    if e.action == "nothing":  # issue 25: said at once, in one line, without a dialog
+        return e.reason or f"nothing to {e.kind}"
     what = {"compact": "compaction", "memory_compact": "compaction from the session memory",
             "reset": "reset"}[e.action]
-    lines = [f"{what}: frees ~{e.tokens_freed:,} tokens (~{e.tokens_before:,} → ~{e.tokens_after:,})",
-             f"prompt cache: invalidates {e.cache_tokens_invalidated:,} cached tokens"]
+    lines = [f"{what}: frees ~{e.tokens_freed:,} tokens (~{e.tokens_before:,} → ~{e.tokens_after:,})"]
+    if e.messages_before:
+        kept = {"compact": "1 summary", "reset": "none kept",
+                "memory_compact": f"the memory + {plural(max(0, e.messages_after - 1), 'recent message')} kept"}
+        lines.append(f"messages: {e.messages_before:,} → {kept[e.action]}")
+    lines.append(f"prompt cache: invalidates {e.cache_tokens_invalidated:,} cached tokens")
     if e.next_request_cost_before_usd is not None and e.next_request_cost_after_usd is not None:
         lines.append(f"next request: ~${e.next_request_cost_before_usd:.4f} → ~${e.next_request_cost_after_usd:.4f}")
     else:

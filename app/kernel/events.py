@@ -165,6 +165,8 @@ class CompactionEvent(BaseModel):
     next_request_cost_before_usd: float | None = None
     next_request_cost_after_usd: float | None = None
     compaction_call_cost_usd: float | None = None
+    # Issue 25: the confirmed plan was made on a history that changed before it ran: this one was made anew.
+    replanned: bool = False
 
 
 class MicroCompactionEvent(BaseModel):
@@ -508,8 +510,14 @@ class ForecastEvent(BaseModel):
 
     type: Literal["forecast"] = "forecast"
     kind: Literal["compact", "reset"]
-    action: Literal["compact", "memory_compact", "reset"]  # memory_compact: from the session memory
+    # memory_compact: from the session memory; nothing: there is nothing to do (``reason`` says why)
+    action: Literal["compact", "memory_compact", "reset", "nothing"]
     focus: str | None = None
+    # Issue 25: the plan these figures describe; ``Compact(plan_id=...)`` runs exactly it.
+    plan_id: str = ""
+    reason: str | None = None
+    messages_before: int = 0
+    messages_after: int = 0  # a summary (or the memory) and the messages kept verbatim; 0 after a reset
     tokens_before: int
     tokens_after: int  # estimated
     tokens_freed: int

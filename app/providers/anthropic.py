@@ -35,6 +35,10 @@ from app.providers.json_fields import int_field, object_field
 from app.providers.sse import SSEEvent, assemble_stream, error_from_payload, event_object, stream_cut_error
 from app.kernel.usage import ServerEdit, Usage
 
+# The server-side compaction edit, and the smallest trigger the API accepts for it (issue 17).
+COMPACT_EDIT = "compact_20260112"
+ANTHROPIC_MIN_COMPACT_TRIGGER = 50_000
+
 ANTHROPIC_VERSION = "2023-06-01"
 # ---- provider-side context management (issue 17): the betas and the edit types that need them ----
 CONTEXT_MANAGEMENT_BETA = "context-management-2025-06-27"  # clear_tool_uses_20250919, clear_thinking_20251015
@@ -470,6 +474,16 @@ class AnthropicProvider(SseHttpProvider):
         self.prompt_caching = True if prompt_caching is None else prompt_caching
         # issue 17: context_management.edits sent with every request (see app/context/server_side.py)
         self.context_edits: list[dict[str, Any]] = list(context_edits or [])
+
+    def set_server_compaction(self, threshold: int | None) -> int | None:
+        """ServerCompactingProvider: the ``compact_20260112`` edit at ``threshold`` (None: off),
+        raised to the API's floor; the other context edits stay as they are."""
+        edits = [e for e in self.context_edits if e.get("type") != COMPACT_EDIT]
+        if threshold is not None:
+            threshold = max(ANTHROPIC_MIN_COMPACT_TRIGGER, threshold)
+            edits.append({"type": COMPACT_EDIT, "trigger": {"type": "input_tokens", "value": threshold}})
+        self.context_edits = edits
+        return threshold
 
     @property
     def url(self) -> str:

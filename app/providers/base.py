@@ -8,7 +8,7 @@ or raises a ``ProviderError``. It never touches the agent's history.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import AsyncIterator, Literal, Protocol, Union
+from typing import AsyncIterator, Literal, Protocol, Union, runtime_checkable
 
 from app.kernel.messages import Message, ToolSpec
 from app.kernel.usage import Usage
@@ -172,3 +172,14 @@ class Provider(Protocol):
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]: ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class ServerCompactingProvider(Protocol):
+    """A provider whose server can compact the conversation itself (issue 17): the engine's
+    server-side compaction goes through this method, never through a provider's attributes."""
+
+    def set_server_compaction(self, threshold: int | None) -> int | None:
+        """Compact on the server once a request reaches ``threshold`` input tokens (None: off).
+        Returns the threshold the server will use (its API may have a floor), None when off."""
+        ...

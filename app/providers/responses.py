@@ -391,6 +391,11 @@ class ResponsesProvider(SseHttpProvider):
         # Server-side compaction: on when set (the auto-compact line; see app/context/server_side.py).
         self.compact_threshold = compact_threshold
 
+    def set_server_compaction(self, threshold: int | None) -> int | None:
+        """ServerCompactingProvider: ``context_management`` compaction at ``threshold`` (None: off)."""
+        self.compact_threshold = threshold
+        return threshold
+
     @property
     def url(self) -> str:
         return f"{self.base_url}/responses"

@@ -440,10 +440,14 @@ class AgentSession:
     # ------------------------------------------------------------ previews, restore, server compaction
 
     def _preview(self, command: Preview) -> None:
+        """The plan a confirmation shows (issue 25): ``Compact(plan_id=...)`` runs exactly it."""
         engine = self.agent.engine
-        planned = engine.forecast_reset() if command.kind == "reset" else engine.forecast_compaction()
+        plan = engine.plan_reset() if command.kind == "reset" else engine.plan_compaction(command.focus)
+        planned = plan.forecast
         self._emit(ForecastEvent(
-            kind=command.kind, action=planned.action, focus=command.focus, tokens_before=planned.tokens_before,
+            kind=command.kind, action=planned.action, focus=command.focus, plan_id=plan.id,
+            reason=plan.reason or None, messages_before=plan.messages_before, messages_after=plan.messages_after,
+            tokens_before=planned.tokens_before,
             tokens_after=planned.tokens_after, tokens_freed=planned.tokens_freed,
             cache_tokens_invalidated=planned.cache_tokens_invalidated,
             next_request_cost_before_usd=planned.next_request_cost_before_usd,
@@ -635,7 +639,9 @@ class AgentSession:
             await self._ask_about_imports()
             await self.agent.run_turn(command.text)
         elif isinstance(command, Compact):
-            await self.agent.compact(command.focus)
+            # The confirmed plan if the conversation is as it was shown, else one made now (said so)
+            plan = self.agent.engine.take_plan(command.plan_id, command.focus)
+            await self.agent.compact(command.focus, plan=plan)
         elif isinstance(command, Reset):
             self.agent.reset()
 

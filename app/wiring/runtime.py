@@ -19,7 +19,7 @@ from app.wiring.config import (
     provider_key_env_names,
     resolve_provider,
 )
-from app.context.engine import ContextEngine, EngineConfig
+from app.context.engine import ContextEngine, EngineConfig, quiet_model_call
 from app.context.file_cache import FileReadCache
 from app.context.memory import ImportApprovals, ImportPolicy, MemoryBundle, find_repo_root, load_memory
 from app.context.prices import assumed_price_warning, price_for
@@ -273,6 +273,8 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         approver=approver,
         permissions=permissions,
     )
+    # the session memory's background updates call the provider quietly (no state, no retries)
+    engine.memory_summarize = quiet_model_call(lambda: agent.provider)
     warnings += [("permissions", warning) for warning in permissions.warnings]
     if settings.subagents:
         from app.agent.subagent import register_task_tool

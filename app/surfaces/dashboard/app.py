@@ -178,6 +178,8 @@ class TidegaugeApp(App[int]):
         self._cursor_blink = cursor_blink
         self._waiting: list[Command] = []  # commands given before the session exists
         self._approval_screens: dict[str, Any] = {}
+        # ctrl+s / ctrl+r waiting for the session's plan, by kind: the dialog opens when it comes
+        self._awaiting_plan: dict[str, Callable[[bool | None, str | None], None]] = {}
         self.startup_error: BaseException | None = None  # building the session failed (the app exits 2)
         self._listed_busy = False  # what the footer's bindings were last refreshed for
         self._unsubscribe_bridge: Callable[[], None] | None = None
@@ -529,23 +531,23 @@ class TidegaugeApp(App[int]):
     # ---------------------------------------------------------------- actions
 
     def action_compact(self, focus: str | None = None) -> None:
-        """Compact the conversation into a summary, after a confirmation showing what it frees and costs."""
+        """Compact the conversation into a summary, after a confirmation showing the plan that will run."""
         if self.session is None:  # nothing to forecast yet: it waits for the session, as before
             self.submit(Compact(focus))
             return
 
-        def confirmed(answer: bool | None) -> None:
+        def confirmed(answer: bool | None, plan_id: str | None) -> None:
             if not answer:
                 self.conversation.add_engine("info", "compaction cancelled")
                 return
-            self.submit(Compact(focus))
+            self.submit(Compact(focus, plan_id=plan_id))  # runs the plan shown, not a fresh guess
 
         self._confirm_with_forecast("compact", focus, confirmed)
 
     def action_reset(self) -> None:
         """Reset the conversation after a yes/no confirmation (with what it frees and costs)."""
 
-        def confirmed(answer: bool | None) -> None:
+        def confirmed(answer: bool | None, _plan_id: str | None) -> None:
             if not answer:
                 self.conversation.add_engine("info", "reset cancelled")
                 return
@@ -553,25 +555,35 @@ class TidegaugeApp(App[int]):
 
         self._confirm_with_forecast("reset", None, confirmed)
 
-    def _confirm_with_forecast(self, kind: str, focus: str | None, confirmed: Callable[[bool | None], None]) -> None:
-        """The question shows at once; the session's ForecastEvent fills in the figures."""
+    def _confirm_with_forecast(self, kind: str, focus: str | None,
+                               confirmed: Callable[[bool | None, str | None], None]) -> None:
+        """Ask the session for its plan; the dialog opens with it (``_on_forecast``), or, when the
+        plan does nothing, one line says so and no dialog opens. The session answers a preview at
+        once, busy or not."""
         from widgets.confirm_screen import ForecastConfirmScreen
 
-        screen = ForecastConfirmScreen(kind, focus)  # type: ignore[arg-type]
-        self.push_screen(screen, callback=confirmed)
-        if self.session is not None:
-            self.session.submit(Preview(kind, focus))  # type: ignore[arg-type]
-        else:
+        if self.session is None:
+            screen = ForecastConfirmScreen(kind)  # type: ignore[arg-type]
+            self.push_screen(screen, callback=lambda answer: confirmed(answer, None))
             screen.set_detail("the agent is still starting: no figures yet")
+            return
+        self._awaiting_plan[kind] = confirmed  # a second ctrl+s before the answer asks once
+        self.session.submit(Preview(kind, focus))  # type: ignore[arg-type]
 
     @on(ForecastReady)
     def _on_forecast(self, message: ForecastReady) -> None:
+        from app.kernel.describe import forecast_text
         from widgets.confirm_screen import ForecastConfirmScreen
 
-        for screen in reversed(self.screen_stack):
-            if isinstance(screen, ForecastConfirmScreen) and screen.kind == message.event.kind:
-                screen.show_forecast(message.event)
-                return
+        event = message.event
+        confirmed = self._awaiting_plan.pop(event.kind, None)
+        if confirmed is None or any(isinstance(s, ForecastConfirmScreen) for s in self.screen_stack):
+            return  # not asked for here, or a dialog is already open
+        if event.action == "nothing":
+            self.conversation.add_engine("info", forecast_text(event))
+            return
+        screen = ForecastConfirmScreen(event.kind, event.focus, forecast=event)
+        self.push_screen(screen, callback=lambda answer: confirmed(answer, event.plan_id))
 
     def action_toggle_output(self) -> None:
         """Open or close the full output of the selected call (none selected: the latest cut one)."""
