@@ -193,3 +193,15 @@ def test_a_surface_attaching_late_gets_the_snapshot_and_every_event_after_it_onc
     assert snapshot.seq == snapshot.events[-1].seq
     assert [e.command_id for e in late.events if e.type == "report"] == [report_id]
 
+
+
+@pytest.mark.parametrize("bad_id", ['"7"', "true", "0", "-3", "1.5"])
+def test_a_command_line_with_a_bad_id_is_refused_with_a_line_naming_it(bad_id: str) -> None:
+    """The session process's stdin (only its parent writes there): an id that is not a positive integer
+    would put a wrong command id on the events; the line is refused, naming the id."""
+    from app.session.process import decode_command_line, encode_command
+
+    line = b'{"command": "Report", "fields": {"kind": "context"}, "id": %s}' % bad_id.encode()
+    with pytest.raises(ValueError, match=r"not a command line .*id .* is not a positive integer"):
+        decode_command_line(line)
+    assert decode_command_line(encode_command(Report(kind="context"), 7)) == (7, Report(kind="context"))

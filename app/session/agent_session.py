@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import copy
 import threading
 import time
 from collections import deque
@@ -139,7 +140,11 @@ class EventStream:
         pass it to every listener."""
         with self._lock:
             self.seq += 1
-            event = event.model_copy(update={"seq": self.seq, "command_id": command_id})
+            # copy.copy and the two fields set in place: a third of model_copy(update=...)'s time,
+            # on every delta of a stream (the fields are plain ints, nothing to validate).
+            event = copy.copy(event)
+            event.__dict__["seq"] = self.seq
+            event.__dict__["command_id"] = command_id
             self._ring.append(event)
             listeners = tuple(self._listeners)
             # Listeners are called under the lock: an ``attach`` from another thread waits until
