@@ -205,3 +205,19 @@ def test_a_command_line_with_a_bad_id_is_refused_with_a_line_naming_it(bad_id: s
     with pytest.raises(ValueError, match=r"not a command line .*id .* is not a positive integer"):
         decode_command_line(line)
     assert decode_command_line(encode_command(Report(kind="context"), 7)) == (7, Report(kind="context"))
+
+
+async def test_every_prompt_ends_in_one_result_even_one_an_interrupt_dropped_before_it_ran(
+        fake_llm, tmp_path, monkeypatch) -> None:
+    """ctrl+c while the session starts (headless mode's first SIGINT, or the dashboard's): the prompts
+    waiting for it end interrupted, each in its own result, and no request is sent."""
+    session, events = make_session(fake_llm, tmp_path, monkeypatch)
+    first = session.submit(UserInput("one"))
+    second = session.submit(UserInput("two"))
+    session.submit(Interrupt())
+    session.submit(Shutdown())
+    await session.run()
+    results = [(e.command_id, e.stop_reason, e.session_id) for e in events if e.type == "result"]
+    assert results == [(first, "interrupted", session.info.session_id),
+                       (second, "interrupted", session.info.session_id)]
+    assert fake_llm.requests == [] and session.pending == 0

@@ -3,13 +3,15 @@
 ``AgentSession`` owns everything a surface must not: the agent, the command
 queue, the run state (one source for step, tool and retry numbers), the
 permission rules chosen in the approval dialog and the pending approvals. Surfaces talk to it only
-through ``app.kernel.protocol.SessionSurface``: ``submit`` a command, ``subscribe`` to
-the event stream, read a ``snapshot``.
+through ``app.kernel.protocol.SessionSurface``: ``submit`` a command (its id comes back on
+the events it causes), ``attach`` to the event log (a snapshot at seq N, then every event
+after N), read a ``snapshot``.
 
 Threads: the session runs on one asyncio loop (its own thread under the
 dashboard, the main loop in headless mode). ``submit`` may be called from any
-thread; listeners are called on the session's loop, in order, the transcript
-recorder first, so every event is persisted before any surface sees it.
+thread, before ``run`` too (the command waits for the loop); listeners are called on
+the session's loop, in order, the transcript recorder first, so every event is
+persisted before any surface sees it.
 """
 
 from __future__ import annotations

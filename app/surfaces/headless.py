@@ -1,7 +1,9 @@
 """Headless mode: one task, no dashboard. Text or stream-json on stdout.
 
 Both printers are subscribers of the session's event stream, like the
-dashboard; the words of text mode come from ``app.kernel.describe``.
+dashboard; the words of text mode come from ``app.kernel.describe``. They
+subscribe before the session runs, so they get every event from its first and
+need no snapshot (the dashboard, which opens on a running session, attaches).
 """
 
 from __future__ import annotations
