@@ -195,7 +195,7 @@ def test_a_surface_attaching_late_gets_the_snapshot_and_every_event_after_it_onc
 
 
 
-@pytest.mark.parametrize("bad_id", ['"7"', "true", "0", "-3", "1.5"])
+@pytest.mark.parametrize("bad_id", ['"7"', "true", "0", "-3", "1.5", str(2**53 + 1)])
 def test_a_command_line_with_a_bad_id_is_refused_with_a_line_naming_it(bad_id: str) -> None:
     """The session process's stdin (only its parent writes there): an id that is not a positive integer
     would put a wrong command id on the events; the line is refused, naming the id."""

@@ -65,8 +65,9 @@ def decode_command_line(line: bytes) -> tuple[int | None, cmd.Command]:
         kind = _COMMANDS[data["command"]]
         command: cmd.Command = kind(**data.get("fields", {}))
         command_id = data.get("id")
-        if command_id is not None and (type(command_id) is not int or command_id < 1):
-            raise ValueError(f"id {command_id!r} is not a positive integer")
+        # Up to 2**53: the ids go out again on stream-json lines, which a JavaScript reader parses.
+        if command_id is not None and (type(command_id) is not int or not 0 < command_id <= 2**53):
+            raise ValueError(f"id {command_id!r} is not a positive integer (at most 2**53)")
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise ValueError(f"not a command line ({type(error).__name__}: {error}): {line[:80]!r}") from None
     return command_id, command
