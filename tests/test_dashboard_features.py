@@ -135,13 +135,13 @@ async def test_server_compaction_is_switched_per_session_and_its_drop_is_marked_
         responses_tool_calls([("read_file", {"path": "b.txt"})], reasoning="", usage=dict(input=4_100, output=10)),
         responses_text("both read", compaction="gAAAAAB-compacted-fake", usage=dict(input=900, cached=0, output=8)),
     )
-    session.submit(ServerCompaction(True))
+    running = asyncio.ensure_future(session.run())
+    session.submit(ServerCompaction(True))  # given before the session runs: handled first when it does
+    session.submit(UserInput("read a and b"))
+    await _settled(session)
     switched = events.of("server_compaction")[-1]
     assert (switched.on, switched.threshold, switched.reason) == (True, line, None)
     assert "stands down" in describe(switched).text
-    running = asyncio.ensure_future(session.run())
-    session.submit(UserInput("read a and b"))
-    await _settled(session)
     assert all(b["context_management"] == [{"type": "compaction", "compact_threshold": line}]
                for b in bodies(fake_llm))
     (compaction,) = events.of("compaction")
@@ -180,7 +180,7 @@ async def test_server_compaction_switched_in_a_session_stays_switched_when_it_is
 
 async def test_server_compaction_on_a_provider_without_it_is_refused_in_one_line(fake_llm, tmp_path, monkeypatch):
     session, events = make_session(fake_llm, tmp_path, monkeypatch, provider="openai")
-    session.submit(ServerCompaction(True))
+    await _run(session, ServerCompaction(True))
     refused = events.of("server_compaction")[-1]
     assert refused.on is False and "openai" in refused.reason
     line = describe(refused)

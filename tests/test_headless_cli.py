@@ -51,7 +51,7 @@ def test_stream_json_lines_usage_tool_result_and_result(fake_llm, tmp_path):
     usage = [e for e in events if e["type"] == "usage"]
     assert usage[0] == {"type": "usage", "agent": "main", "input_tokens": 200, "cache_read_tokens": 300,
                         "cache_write_tokens": 0, "output_tokens": 10, "context_tokens": 510,
-                        "cost_usd": usage[0]["cost_usd"]}
+                        "cost_usd": usage[0]["cost_usd"], "seq": usage[0]["seq"], "command_id": 1}
     assert usage[1]["context_tokens"] is None and usage[1]["input_tokens"] is None
     tool = [e for e in events if e["type"] == "tool_result"][0]
     assert {"id", "name", "is_error", "truncated", "original_chars", "kept_chars", "full_output_path"} <= tool.keys()

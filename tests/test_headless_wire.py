@@ -178,5 +178,5 @@ def test_stream_json_carries_the_cache_fallback_as_a_typed_line(fake_llm, tmp_pa
     assert proc.returncode == 0, proc.stderr
     [line] = [e for e in _stream_json(proc) if e["type"] == "prompt_cache_off"]
     assert line == {"type": "prompt_cache_off", "provider": "anthropic",
-                    "reason": "system: Input should be a valid string"}
+                    "reason": "system: Input should be a valid string", "seq": line["seq"], "command_id": 1}
     assert len(fake_llm.requests) == 2

@@ -8,6 +8,7 @@ command, a repository's own settings cannot allow, sub-agents follow the same ru
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import stat
@@ -345,7 +346,7 @@ def test_a_bad_rule_in_config_toml_is_one_line_naming_the_setting_and_the_file(t
 
 
 def test_slash_permissions_lists_every_rule_with_where_it_came_from(tmp_path, monkeypatch):
-    from app.kernel.commands import Report
+    from app.kernel.commands import Report, Shutdown
     from app.wiring.config import load_settings
     from app.kernel.describe import describe
     from app.wiring.runtime import build_session
@@ -366,8 +367,10 @@ def test_slash_permissions_lists_every_rule_with_where_it_came_from(tmp_path, mo
     session.permissions.allow(["run_bash(ls:*)"], save=False)  # as an "always" in the dialog does
     said: list[Any] = []
     session.subscribe(said.append)
-    session.submit(Report("permissions"))
-    listing = describe(said[-1])
+    session.submit(Report("permissions"))  # given before the session runs: answered when it does
+    session.submit(Shutdown())
+    asyncio.run(session.run())
+    listing = describe([event for event in said if event.type == "permissions"][-1])
     assert listing is not None
     lines = listing.text.splitlines()
     assert lines[1:7] == [

@@ -55,7 +55,7 @@ def test_real_session_its_process_client_and_test_fake_implement_the_surface_pro
     from app.session.process import SessionProcess
 
     for cls in (AgentSession, SessionProcess, FakeSession):
-        for name in ("submit", "subscribe", "snapshot"):
+        for name in ("submit", "attach", "subscribe", "snapshot"):
             real = inspect.signature(getattr(SessionSurface, name))
             theirs = inspect.signature(getattr(cls, name))
             assert list(real.parameters) == list(theirs.parameters), f"{cls.__name__}.{name} drifted"
@@ -283,9 +283,10 @@ def test_every_command_is_one_the_fake_session_knows():
 async def test_the_real_and_the_fake_session_answer_a_question_with_the_same_event(
         command, answer, fake_llm, tmp_path, monkeypatch):
     session, events = make_session(fake_llm, tmp_path, monkeypatch)
-    session.submit(command)
+    command_id = session.submit(command)  # before run: answered when the session starts, with its id
+    await _run(session)
     fake, seen = FakeSession(), []
     fake.subscribe(seen.append)
     fake.submit(command)
-    assert [e.type for e in events][-1:] == [answer]
+    assert [e.type for e in events if e.command_id == command_id] == [answer]
     assert [e.type for e in seen][-1:] == [answer]

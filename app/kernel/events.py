@@ -21,17 +21,35 @@ AgentState = Literal["starting", "idle", "streaming", "tool", "compacting", "wai
 PointKind = Literal["call", "compaction", "prune", "reset", "memory", "server"]  # memory/server: compactions from the session memory / by the provider
 
 
-class TextDeltaEvent(BaseModel):
+class EventBase(BaseModel):
+    """What every event carries besides its own fields: its place in the session's log and the
+    command that caused it.
+
+    ``seq`` rises by one with every event a session emits (0: not emitted yet); a resumed session
+    goes on after the last one its transcript holds. A surface attaching at seq N gets a snapshot
+    at N and every event after it, so none is lost or seen twice. ``command_id`` is the id
+    ``submit`` returned for the command that caused the event, None for what nobody asked for
+    (start-up notices). Transcripts and stream-json lines written before these fields existed
+    load with the defaults.
+    """
+
+    # Left out of a line at their defaults: an event built and not emitted (the context inside a
+    # report), and one nobody asked for, read as older lines did.
+    seq: int = Field(default=0, exclude_if=lambda value: value == 0)
+    command_id: int | None = Field(default=None, exclude_if=lambda value: value is None)
+
+
+class TextDeltaEvent(EventBase):
     type: Literal["text_delta"] = "text_delta"
     text: str
 
 
-class ThinkingDeltaEvent(BaseModel):
+class ThinkingDeltaEvent(EventBase):
     type: Literal["thinking_delta"] = "thinking_delta"
     text: str
 
 
-class AssistantMessageEvent(BaseModel):
+class AssistantMessageEvent(EventBase):
     """A complete assistant turn entered the history."""
 
     type: Literal["assistant_message"] = "assistant_message"
@@ -39,12 +57,12 @@ class AssistantMessageEvent(BaseModel):
     tool_calls: int = 0
 
 
-class UserMessageEvent(BaseModel):
+class UserMessageEvent(EventBase):
     type: Literal["user_message"] = "user_message"
     text: str
 
 
-class ToolStartEvent(BaseModel):
+class ToolStartEvent(EventBase):
     type: Literal["tool_start"] = "tool_start"
     id: str
     name: str
@@ -52,7 +70,7 @@ class ToolStartEvent(BaseModel):
     summary: str  # short one-line form of the arguments, for display
 
 
-class ToolResultEvent(BaseModel):
+class ToolResultEvent(EventBase):
     type: Literal["tool_result"] = "tool_result"
     id: str
     name: str
@@ -70,7 +88,7 @@ class ToolResultEvent(BaseModel):
     refused: bool = Field(default=False, exclude_if=lambda value: not value)
 
 
-class ToolProgressEvent(BaseModel):
+class ToolProgressEvent(EventBase):
     """A running tool said how far it got (an MCP server's progress notification)."""
 
     type: Literal["tool_progress"] = "tool_progress"
@@ -80,7 +98,7 @@ class ToolProgressEvent(BaseModel):
     message: str = ""  # the server's words, cleaned and cut to 200 characters
 
 
-class ToolUserContentEvent(BaseModel):
+class ToolUserContentEvent(EventBase):
     """Content a tool returned for the user alone (MCP ``audience: ["user"]``): shown, never sent to the model."""
 
     type: Literal["tool_user_content"] = "tool_user_content"
@@ -88,7 +106,7 @@ class ToolUserContentEvent(BaseModel):
     text: str
 
 
-class UsageEvent(BaseModel):
+class UsageEvent(EventBase):
     type: Literal["usage"] = "usage"
     agent: AgentName = "main"
     input_tokens: int | None
@@ -111,7 +129,7 @@ class ThresholdsModel(BaseModel):
     blocking_line: int
 
 
-class ContextEvent(BaseModel):
+class ContextEvent(EventBase):
     """Where the context stands now: what the gauge draws."""
 
     type: Literal["context"] = "context"
@@ -138,7 +156,7 @@ class ContextEvent(BaseModel):
     tool_tokens_saved: int = 0
 
 
-class CompactionEvent(BaseModel):
+class CompactionEvent(EventBase):
     type: Literal["compaction"] = "compaction"
     # server: the provider compacted; memory: from the session memory, without a model call
     trigger: Literal["auto", "manual", "reactive", "fallback", "server", "memory"]
@@ -169,27 +187,27 @@ class CompactionEvent(BaseModel):
     replanned: bool = False
 
 
-class MicroCompactionEvent(BaseModel):
+class MicroCompactionEvent(EventBase):
     type: Literal["micro_compaction"] = "micro_compaction"
     trigger: Literal["time", "size", "server"]  # server: the provider's context editing, as it reported
     results_cleared: int
     tokens_freed: int
 
 
-class ResetEvent(BaseModel):
+class ResetEvent(EventBase):
     """The conversation was cleared (ctrl+r, /reset); the ContextEvent after it shows the drop."""
 
     type: Literal["reset"] = "reset"
     messages_before: int
 
 
-class WarningCrossedEvent(BaseModel):
+class WarningCrossedEvent(EventBase):
     type: Literal["warning_crossed"] = "warning_crossed"
     projected_tokens: int
     warning_line: int
 
 
-class ResultCutEvent(BaseModel):
+class ResultCutEvent(EventBase):
     """A result that alone would push the request over the blocking line was cut before sending."""
 
     type: Literal["result_cut"] = "result_cut"
@@ -200,14 +218,14 @@ class ResultCutEvent(BaseModel):
     full_output_path: str | None
 
 
-class BreakerEvent(BaseModel):
+class BreakerEvent(EventBase):
     type: Literal["breaker"] = "breaker"
     paused: bool
     failures: int
     retry_at: float | None = None  # epoch seconds when one trial is allowed
 
 
-class RetryEvent(BaseModel):
+class RetryEvent(EventBase):
     type: Literal["retry"] = "retry"
     attempt: int
     max_attempts: int
@@ -215,7 +233,7 @@ class RetryEvent(BaseModel):
     reason: str
 
 
-class StateEvent(BaseModel):
+class StateEvent(EventBase):
     """What the session is doing. The only source of the step, tool and retry numbers."""
 
     type: Literal["state"] = "state"
@@ -230,7 +248,7 @@ class StateEvent(BaseModel):
     max_attempts: int = 0
 
 
-class NoticeEvent(BaseModel):
+class NoticeEvent(EventBase):
     """A prose line. The core no longer emits it (every engine line is a typed event
     worded by ``app.kernel.describe``); stream-json derives it after the typed events that
     used to carry one, and transcripts written before keep parsing."""
@@ -240,7 +258,7 @@ class NoticeEvent(BaseModel):
     text: str
 
 
-class ErrorEvent(BaseModel):
+class ErrorEvent(EventBase):
     type: Literal["error"] = "error"
     message: str
 
@@ -270,7 +288,7 @@ class PermissionDenial(BaseModel):
     tool_input: dict[str, Any] = Field(default_factory=dict)
 
 
-class ResultEvent(BaseModel):
+class ResultEvent(EventBase):
     """The last event of a run: how it ended and what it cost (what a script needs, as Claude Code's).
 
     The agent gives stop_reason, text and steps; the session adds the run's figures.
@@ -302,7 +320,7 @@ class ResultEvent(BaseModel):
         return data
 
 
-class SessionInfoEvent(BaseModel):
+class SessionInfoEvent(EventBase):
     """Who and where: the first event of every session, and what a surface shows in its header."""
 
     type: Literal["session"] = "session"
@@ -317,7 +335,7 @@ class SessionInfoEvent(BaseModel):
     resumed: bool = False
 
 
-class ChartPointEvent(BaseModel):
+class ChartPointEvent(EventBase):
     """One point of the context history: after a model call, a compaction, a micro-compaction or a reset."""
 
     type: Literal["chart_point"] = "chart_point"
@@ -325,7 +343,7 @@ class ChartPointEvent(BaseModel):
     kind: PointKind
 
 
-class CommandQueuedEvent(BaseModel):
+class CommandQueuedEvent(EventBase):
     """A command arrived while the session was busy (or still starting): it runs later."""
 
     type: Literal["queued"] = "queued"
@@ -335,7 +353,7 @@ class CommandQueuedEvent(BaseModel):
     text: str = ""  # the prompt's own words (shown now; its turn shows it again when it runs)
 
 
-class ApprovalRequestEvent(BaseModel):
+class ApprovalRequestEvent(EventBase):
     """A tool that changes things waits for an answer: submit ``Approve(request_id, ...)``."""
 
     type: Literal["approval_request"] = "approval_request"
@@ -349,7 +367,7 @@ class ApprovalRequestEvent(BaseModel):
     choices: dict[str, list[str]] = Field(default_factory=dict)
 
 
-class ApprovalResolvedEvent(BaseModel):
+class ApprovalResolvedEvent(EventBase):
     type: Literal["approval_resolved"] = "approval_resolved"
     request_id: str
     decision: Literal["yes", "always", "always_exact", "always_prefix", "always_tool", "no", "interrupted"]
@@ -363,7 +381,7 @@ class PermissionRuleLine(BaseModel):
     source: Literal["flag", "config", "project", "saved", "session"]
 
 
-class PermissionsEvent(BaseModel):
+class PermissionsEvent(EventBase):
     """Answer to ``/permissions``: the rules in force, each with where it came from (issue 27)."""
 
     type: Literal["permissions"] = "permissions"
@@ -372,7 +390,7 @@ class PermissionsEvent(BaseModel):
     project_file: str | None = None  # the project's settings (ask and deny rules only)
 
 
-class InterruptedEvent(BaseModel):
+class InterruptedEvent(EventBase):
     """The turn was interrupted; the history was repaired so the next request is valid."""
 
     type: Literal["interrupted"] = "interrupted"
@@ -382,20 +400,20 @@ class InterruptedEvent(BaseModel):
     at_approval: bool = False
 
 
-class OutputLimitEvent(BaseModel):
+class OutputLimitEvent(EventBase):
     """The model stopped at its output limit (max_tokens)."""
 
     type: Literal["output_limit"] = "output_limit"
 
 
-class PartialDiscardedEvent(BaseModel):
+class PartialDiscardedEvent(EventBase):
     """A stream failed mid-reply: what it had shown is not in the history (a retry starts over)."""
 
     type: Literal["partial_discarded"] = "partial_discarded"
     chars: int
 
 
-class CompactionPausedEvent(BaseModel):
+class CompactionPausedEvent(EventBase):
     """Auto-compaction is due but paused by the circuit breaker (said once per pause)."""
 
     type: Literal["compaction_paused"] = "compaction_paused"
@@ -403,7 +421,7 @@ class CompactionPausedEvent(BaseModel):
     retry_in_s: float | None = None
 
 
-class ReportEvent(BaseModel):
+class ReportEvent(EventBase):
     """Answer to ``/usage`` or ``/context``: the figures; ``app.kernel.describe`` words them."""
 
     type: Literal["report"] = "report"
@@ -412,7 +430,7 @@ class ReportEvent(BaseModel):
     context: ContextEvent
 
 
-class ConfigWarningEvent(BaseModel):
+class ConfigWarningEvent(EventBase):
     """A setting that cannot work as set (a budget below the fixed part of every request, a
     provider-side option the provider does not have), said once when the session starts."""
 
@@ -421,7 +439,7 @@ class ConfigWarningEvent(BaseModel):
     text: str
 
 
-class McpServerEvent(BaseModel):
+class McpServerEvent(EventBase):
     """An MCP server started, failed or stopped (issue 16); a failure is never fatal."""
 
     type: Literal["mcp_server"] = "mcp_server"
@@ -434,7 +452,7 @@ class McpServerEvent(BaseModel):
     not_offered: list[str] = Field(default_factory=list)
 
 
-class SubAgentEvent(BaseModel):
+class SubAgentEvent(EventBase):
     """What a task tool's sub-agent is doing (issue 16): the dashboard folds it under the task call
     and draws the sub-agent's own small gauge from it."""
 
@@ -453,7 +471,7 @@ class SubAgentEvent(BaseModel):
 
 # ---- issue 15: session memory, reversible clearing, path-scoped rules ----
 
-class SessionMemoryEvent(BaseModel):
+class SessionMemoryEvent(EventBase):
     """The session memory was updated in the background (or the update failed)."""
 
     type: Literal["session_memory"] = "session_memory"
@@ -464,7 +482,7 @@ class SessionMemoryEvent(BaseModel):
     reason: str | None = None
 
 
-class RestoreEvent(BaseModel):
+class RestoreEvent(EventBase):
     """A cleared tool result was brought back into the context for the next request."""
 
     type: Literal["restore"] = "restore"
@@ -476,7 +494,7 @@ class RestoreEvent(BaseModel):
     by: Literal["user", "model"] = "user"
 
 
-class RuleAttachedEvent(BaseModel):
+class RuleAttachedEvent(EventBase):
     """A path-scoped rule file was attached to the result of a read or edit of a matching file."""
 
     type: Literal["rule_attached"] = "rule_attached"
@@ -486,14 +504,14 @@ class RuleAttachedEvent(BaseModel):
     tokens: int
 
 
-class SessionRepairedEvent(BaseModel):
+class SessionRepairedEvent(EventBase):
     """A resumed transcript was damaged or cut short and was repaired (RestoredState.warnings)."""
 
     type: Literal["session_repaired"] = "session_repaired"
     warnings: list[str]
 
 
-class UsageDistrustedEvent(BaseModel):
+class UsageDistrustedEvent(EventBase):
     """The server's usage figures were implausible; our own estimate stands in (once per kind)."""
 
     type: Literal["usage_distrusted"] = "usage_distrusted"
@@ -505,7 +523,7 @@ class UsageDistrustedEvent(BaseModel):
 # ---- the dashboard side of issues 14-17 (answers to app.kernel.commands Preview, PreviewRestore,
 # RestoreResult, ServerCompaction; and which results are cleared) ----
 
-class ForecastEvent(BaseModel):
+class ForecastEvent(EventBase):
     """What a compaction or a reset would do (the answer to ``Preview``), before it runs."""
 
     type: Literal["forecast"] = "forecast"
@@ -532,7 +550,7 @@ class ForecastEvent(BaseModel):
     memory_cost_usd: float | None = None
 
 
-class RestorePreviewEvent(BaseModel):
+class RestorePreviewEvent(EventBase):
     """What restoring a cleared tool result would cost, or (``reason``) why it cannot be done."""
 
     type: Literal["restore_preview"] = "restore_preview"
@@ -545,7 +563,7 @@ class RestorePreviewEvent(BaseModel):
     reason: str | None = None  # set: it cannot be restored (one line)
 
 
-class ClearedResultsEvent(BaseModel):
+class ClearedResultsEvent(EventBase):
     """The tool calls whose results are cleared from the context and can be restored (oldest first);
     sent when that set changes."""
 
@@ -553,7 +571,7 @@ class ClearedResultsEvent(BaseModel):
     call_ids: list[str]
 
 
-class PromptCacheOffEvent(BaseModel):
+class PromptCacheOffEvent(EventBase):
     """The server rejected the prompt-cache breakpoints: the call went again without them and
     the rest of the session sends none (``reason``: the server's words)."""
 
@@ -562,7 +580,7 @@ class PromptCacheOffEvent(BaseModel):
     reason: str
 
 
-class ServerCompactionEvent(BaseModel):
+class ServerCompactionEvent(EventBase):
     """Server-side compaction was switched for this session (or could not be: ``reason``)."""
 
     type: Literal["server_compaction"] = "server_compaction"
@@ -572,7 +590,7 @@ class ServerCompactionEvent(BaseModel):
     reason: str | None = None  # the switch was refused: why
 
 
-class MemoryImportEvent(BaseModel):
+class MemoryImportEvent(EventBase):
     """A memory import or rule file that was not read whole (issue 24), said when the session
     starts and when the user answers: ``ask`` (outside the repository; the dashboard asks,
     answered with an ``ApproveImport`` command), ``skipped`` (the same without a surface that
@@ -652,7 +670,7 @@ class ElicitationField(BaseModel):
         return number
 
 
-class ElicitationRequestEvent(BaseModel):
+class ElicitationRequestEvent(EventBase):
     """An MCP server asks the user to fill in a form: submit ``AnswerElicitation(request_id, ...)``.
     What the user enters goes to that server alone (never to the model, the transcript or a log)."""
 
@@ -663,7 +681,7 @@ class ElicitationRequestEvent(BaseModel):
     fields: list[ElicitationField] = Field(default_factory=list)
 
 
-class SamplingEvent(BaseModel):
+class SamplingEvent(EventBase):
     """An MCP server's request for a model call (sampling): refused (headless without --yes, the
     user said no, a request over the bounds) or answered by the session's provider, with only the
     server's own messages (never tidegauge's system prompt or history); its usage is on the
@@ -677,7 +695,7 @@ class SamplingEvent(BaseModel):
     output_tokens: int | None = None
 
 
-class ElicitationResolvedEvent(BaseModel):
+class ElicitationResolvedEvent(EventBase):
     """What the server was told: accept (with the fields named, never their values), decline or
     cancel; ``reason`` when tidegauge answered for the user (headless, a form it cannot show)."""
 

@@ -3,19 +3,22 @@
 ``AgentSession`` owns everything a surface must not: the agent, the command
 queue, the run state (one source for step, tool and retry numbers), the
 permission rules chosen in the approval dialog and the pending approvals. Surfaces talk to it only
-through ``app.kernel.protocol.SessionSurface``: ``submit`` a command, ``subscribe`` to
-the event stream, read a ``snapshot``.
+through ``app.kernel.protocol.SessionSurface``: ``submit`` a command (its id comes back on
+the events it causes), ``attach`` to the event log (a snapshot at seq N, then every event
+after N), read a ``snapshot``.
 
 Threads: the session runs on one asyncio loop (its own thread under the
 dashboard, the main loop in headless mode). ``submit`` may be called from any
-thread; listeners are called on the session's loop, in order, the transcript
-recorder first, so every event is persisted before any surface sees it.
+thread, before ``run`` too (the command waits for the loop); listeners are called on
+the session's loop, in order, the transcript recorder first, so every event is
+persisted before any surface sees it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
+import contextvars
+import copy
 import threading
 import time
 from collections import deque
@@ -64,7 +67,7 @@ from app.kernel.events import (
 )
 from app.mcp.client_features import ClientRequests
 from app.agent.permissions import EFFECTS, PROJECT_SETTINGS, Permissions
-from app.kernel.protocol import Listener, SessionSnapshot
+from app.kernel.protocol import EVENT_RING, Listener, SessionSnapshot
 
 if TYPE_CHECKING:
     from app.agent.loop import Agent
@@ -90,28 +93,69 @@ _NOT_REPLAYED = frozenset({"text_delta", "thinking_delta", "state", "notice", "s
                            "server_compaction"})
 
 
+# The id of the command whose handling emits the event (asyncio copies it into the tasks a
+# turn starts, so its tool calls, retries and result carry it too); None: nobody asked.
+_CAUSE: contextvars.ContextVar[int | None] = contextvars.ContextVar("tidegauge_command", default=None)
+
+
 class Closable(Protocol):
     async def aclose(self) -> None: ...
 
 
 class EventStream:
-    """Fan-out of events to listeners, in order of subscription."""
+    """The session's event log: numbers each event (``seq``), keeps the last ``EVENT_RING`` of
+    them, and fans them out to listeners in order of subscription.
+
+    ``attach`` takes the snapshot and adds the listener under the lock ``emit`` numbers under,
+    so a surface gets every event after its snapshot's seq, whenever it attaches; the ring is
+    what a surface attaching after start-up catches up from.
+    """
 
     def __init__(self) -> None:
         self._listeners: list[Listener] = []
+        self._lock = threading.RLock()  # a listener may attach or emit again
+        self._ring: deque[Event] = deque(maxlen=EVENT_RING)
+        self.seq = 0  # of the last event emitted
+
+    def continue_after(self, seq: int) -> None:
+        """A resumed session numbers on after the last event its transcript holds."""
+        with self._lock:
+            self.seq = max(self.seq, seq)
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
-        self._listeners.append(listener)
+        with self._lock:
+            self._listeners.append(listener)
 
         def unsubscribe() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
+            with self._lock:
+                if listener in self._listeners:
+                    self._listeners.remove(listener)
 
         return unsubscribe
 
-    def emit(self, event: Event) -> None:
-        for listener in tuple(self._listeners):
-            listener(event)
+    def attach(self, listener: Listener, snapshot: Callable[[], SessionSnapshot]) -> tuple[SessionSnapshot, Callable[[], None]]:
+        with self._lock:
+            taken = snapshot()
+            taken.seq = self.seq
+            taken.events = list(self._ring)
+            return taken, self.subscribe(listener)
+
+    def emit(self, event: Event, command_id: int | None = None) -> None:
+        """Number the event (a copy: the one given may be shared, as the session's info is) and
+        pass it to every listener."""
+        with self._lock:
+            self.seq += 1
+            # copy.copy and the two fields set in place: a third of model_copy(update=...)'s time,
+            # on every delta of a stream (the fields are plain ints, nothing to validate).
+            event = copy.copy(event)
+            event.__dict__["seq"] = self.seq
+            event.__dict__["command_id"] = command_id
+            self._ring.append(event)
+            listeners = tuple(self._listeners)
+            # Listeners are called under the lock: an ``attach`` from another thread waits until
+            # every listener has the event its snapshot counts.
+            for listener in listeners:
+                listener(event)
 
 
 def transcript_recorder(transcript: "TranscriptWriter") -> Listener:
@@ -282,8 +326,13 @@ class AgentSession:
         self.stream = stream
         self.info = info
         self.restored = replayable(restored or [])
-        self._ids = itertools.count(1)
-        self._queue: deque[Command] = deque()
+        stream.continue_after(max((event.seq for event in restored or []), default=0))
+        self._last_id = 0  # of the commands submitted (and of approval requests)
+        self._queue: deque[tuple[int, Command]] = deque()
+        # Commands submitted before ``run``: taken over by the session's loop when it starts.
+        self._inbox: list[tuple[int, Command]] = []
+        self._inbox_lock = threading.Lock()
+        self._unanswered: list[int] = []  # prompts dropped unrun, not yet told of their result
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._wake: asyncio.Event | None = None
@@ -314,23 +363,42 @@ class AgentSession:
 
     # ------------------------------------------------------------ the Protocol
 
+    def attach(self, listener: Listener) -> tuple[SessionSnapshot, Callable[[], None]]:
+        return self.stream.attach(listener, self.snapshot)
+
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         return self.stream.subscribe(listener)
 
     def snapshot(self) -> SessionSnapshot:
         return SessionSnapshot(info=self.info, context=self.agent.context_event(), state=self._last_state,
-                               restored=list(self.restored), busy=self.busy, queued=len(self._queue))
+                               restored=list(self.restored), busy=self.busy, queued=len(self._queue),
+                               seq=self.stream.seq)
 
     def submit(self, command: Command) -> int:
-        command_id = next(self._ids)
-        if isinstance(command, (UserInput, Compact, Reset)):
-            self._count_pending(+1)
-        loop = self._loop
-        if loop is not None and threading.get_ident() != self._loop_thread:
-            loop.call_soon_threadsafe(self._accept, command)
+        return self.submit_as(self._next_id(), command)
+
+    def submit_as(self, command_id: int, command: Command) -> int:
+        """``submit`` under an id given by the caller (the session process's parent numbers the
+        commands it sends, so its ids are the ones on the events). From any thread, before
+        ``run`` too: a command given before the loop runs waits for it and is handled on it."""
+        with self._inbox_lock:
+            self._last_id = max(self._last_id, command_id)
+            if isinstance(command, (UserInput, Compact, Reset)):
+                self._count_pending(+1)
+            loop = self._loop
+            if loop is None:
+                self._inbox.append((command_id, command))
+                return command_id
+        if threading.get_ident() != self._loop_thread:
+            loop.call_soon_threadsafe(self._accept, command_id, command)
         else:
-            self._accept(command)
+            self._accept(command_id, command)
         return command_id
+
+    def _next_id(self) -> int:
+        with self._inbox_lock:
+            self._last_id += 1
+            return self._last_id
 
     # ------------------------------------------------------------ state
 
@@ -347,16 +415,36 @@ class AgentSession:
         with self._pending_lock:
             self._pending = max(0, self._pending + change)
 
+    def _drop_prompts(self) -> None:
+        """An interrupt ends the prompts queued behind the turn; a queued compaction stays and
+        runs next (ctrl+s during a turn, then ctrl+c: the user still asked to compact)."""
+        kept = deque(item for item in self._queue if isinstance(item[1], Compact))
+        self._unanswered += [command_id for command_id, command in self._queue if isinstance(command, UserInput)]
+        self._count_pending(-(len(self._queue) - len(kept)))
+        self._queue = kept
+
     def _drop_queue(self) -> None:
+        self._unanswered += [command_id for command_id, command in self._queue if isinstance(command, UserInput)]
         self._count_pending(-len(self._queue))
         self._queue.clear()
+
+    def _answer_dropped_prompts(self) -> None:
+        """Every prompt ends in one result: those dropped unrun end interrupted, after the turn
+        that was running (its own result first), each with its command's id."""
+        unanswered, self._unanswered = self._unanswered, []
+        for command_id in unanswered:
+            cause = _CAUSE.set(command_id)
+            try:
+                self._emit(ResultEvent(stop_reason="interrupted", text="", steps=0, session_id=self.info.session_id))
+            finally:
+                _CAUSE.reset(cause)
 
     def _emit(self, event: Event) -> None:
         if event.type == "state":
             self._last_state = event
         if self._run is not None:
             event = self._count(self._run, event)
-        self.stream.emit(event)
+        self.stream.emit(event, _CAUSE.get())
         if event.type in _CLEARING_EVENTS:
             self._tell_cleared()
 
@@ -382,7 +470,7 @@ class AgentSession:
         cleared = self.agent.engine.cleared_results()
         if cleared != self._cleared:
             self._cleared = cleared
-            self.stream.emit(ClearedResultsEvent(call_ids=cleared))
+            self.stream.emit(ClearedResultsEvent(call_ids=cleared), _CAUSE.get())
 
     def _state(self, state: str, **fields: object) -> None:
         self._emit(StateEvent(state=state, step=self.agent.step, max_steps=self.agent.max_steps,  # type: ignore[arg-type]
@@ -390,10 +478,21 @@ class AgentSession:
 
     # ------------------------------------------------------------ commands
 
-    def _accept(self, command: Command) -> None:
-        """On the session's loop (or before it runs): act now, or queue."""
+    def _accept(self, command_id: int, command: Command) -> None:
+        """On the session's loop: act now, or queue. What it emits carries the command's id."""
+        cause = _CAUSE.set(command_id)
+        try:
+            self._act_or_queue(command_id, command)
+        finally:
+            _CAUSE.reset(cause)
+        if not self.busy:  # else when the running turn has ended
+            self._answer_dropped_prompts()
+        if self._wake is not None:
+            self._wake.set()
+
+    def _act_or_queue(self, command_id: int, command: Command) -> None:
         if isinstance(command, Interrupt):
-            self._drop_queue()
+            self._drop_prompts()
             self.client_requests.cancel_all("interrupted")
             self._interrupt()
         elif isinstance(command, Approve) and self.client_requests.asks(command.request_id):
@@ -432,10 +531,7 @@ class AgentSession:
                     "compact" if isinstance(command, Compact) else "reset")
                 self._emit(CommandQueuedEvent(command=kind, position=len(self._queue) + 1,  # type: ignore[arg-type]
                                               text=command.text if isinstance(command, UserInput) else ""))
-            # Before ``run`` starts a command just waits: nothing is running that it waits for.
-            self._queue.append(command)
-        if self._wake is not None:
-            self._wake.set()
+            self._queue.append((command_id, command))
 
     # ------------------------------------------------------------ previews, restore, server compaction
 
@@ -551,15 +647,19 @@ class AgentSession:
 
     async def run(self) -> None:
         """The consumer: runs queued commands one at a time until ``Shutdown``."""
-        self._loop = asyncio.get_running_loop()
-        self._loop_thread = threading.get_ident()
         self._wake = asyncio.Event()
+        self._loop_thread = threading.get_ident()
         self._emit(self.info)
         if self.repairs:
             self._emit(SessionRepairedEvent(warnings=self.repairs))
         for setting, text in self.config_warnings:
             self._emit(ConfigWarningEvent(setting=setting, text=text))
         self._tell_imports(self.agent.engine.memory.notices)
+        with self._inbox_lock:  # from now on a submit goes to this loop; those before it are taken here
+            self._loop = asyncio.get_running_loop()
+            early, self._inbox = self._inbox, []
+        for command_id, command in early:
+            self._accept(command_id, command)
         services = None
         try:
             if self._start_services is not None:
@@ -572,7 +672,9 @@ class AgentSession:
                     self._wake.clear()
                     await self._wake.wait()
                     continue
-                command = self._queue.popleft()
+                command_id, command = self._queue.popleft()
+                # The command's task (a copy of this context) and what it starts carry its id.
+                cause = _CAUSE.set(command_id)
                 self._current = asyncio.ensure_future(self._execute(command))
                 try:
                     await asyncio.shield(self._current)
@@ -587,8 +689,10 @@ class AgentSession:
                     self._emit(ErrorEvent(message=f"{type(error).__name__}: {error}"))
                     self._state("idle")
                 finally:
+                    _CAUSE.reset(cause)
                     self._current = None
                     self._count_pending(-1)
+                    self._answer_dropped_prompts()
         finally:
             for future, _tool in self._approvals.values():
                 if not future.done():
@@ -653,7 +757,7 @@ class AgentSession:
         from app.agent.loop import summarize_args
 
         assert self._loop is not None
-        request_id = f"approval-{next(self._ids)}"
+        request_id = f"approval-{self._next_id()}"
         future: asyncio.Future[tuple[Decision, bool]] = self._loop.create_future()
         self._approvals[request_id] = (future, use.name)
         choices = self.permissions.choices(use.name, use.input)

@@ -11,12 +11,15 @@ The child (``python -m app.session.process REQUEST``) builds the session exactly
 as ``tidegauge`` does and speaks JSON lines, codex's app-server in small:
 
 - child → parent, stdout: first one control line, ``{"type": "@ready", ...the
-  snapshot}`` or ``{"type": "@failed", "message": one line}``; then every event
-  as its stream-json object. Deltas in a row are merged into one event (one
-  line per ``DELTA_WINDOW`` of a stream, not one per token).
+  snapshot and its seq}`` or ``{"type": "@failed", "message": one line}``; then
+  every event after that seq as its stream-json object, ``seq`` and ``command_id``
+  included. Deltas in a row are merged into one event (one line per
+  ``DELTA_WINDOW`` of a stream, not one per token) carrying the last one's seq,
+  so seqs seen by the parent rise but may skip.
 - parent → child, stdin: one command per line, ``{"command": "UserInput",
-  "fields": {...}}``. End of input (the dashboard closed, or died) is
-  ``Shutdown(now=True)``.
+  "fields": {...}, "id": 7}``: the parent numbers the commands, so the id its
+  ``submit`` returned is the ``command_id`` on the events they cause. End of
+  input (the dashboard closed, or died) is ``Shutdown(now=True)``.
 
 The child ignores SIGINT and runs in a session of its own: a terminal's ctrl+c
 belongs to the dashboard, which decides what it means.
@@ -38,7 +41,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable
 
 from app.kernel import commands as cmd
 from app.kernel.errors import SetupError
-from app.kernel.protocol import Listener, SessionSnapshot
+from app.kernel.protocol import EVENT_RING, Listener, SessionSnapshot
 
 if TYPE_CHECKING:
     from app.kernel.events import Event, SessionInfoEvent
@@ -48,19 +51,31 @@ _DELTAS = ("text_delta", "thinking_delta")
 _COMMANDS: dict[str, type] = {kind.__name__: kind for kind in cmd.Command.__args__}  # type: ignore[attr-defined]
 
 
-def encode_command(command: cmd.Command) -> bytes:
-    return (json.dumps({"command": type(command).__name__, "fields": dataclasses.asdict(command)}) + "\n").encode()
+def encode_command(command: cmd.Command, command_id: int | None = None) -> bytes:
+    data: dict[str, Any] = {"command": type(command).__name__, "fields": dataclasses.asdict(command)}
+    if command_id is not None:
+        data["id"] = command_id
+    return (json.dumps(data) + "\n").encode()
 
 
-def decode_command(line: bytes) -> cmd.Command:
-    """One command line; ValueError naming what was wrong."""
+def decode_command_line(line: bytes) -> tuple[int | None, cmd.Command]:
+    """One command line: its id (None if it has none) and the command; ValueError naming what was wrong."""
     try:
         data = json.loads(line)
         kind = _COMMANDS[data["command"]]
         command: cmd.Command = kind(**data.get("fields", {}))
-    except (ValueError, KeyError, TypeError) as error:
+        command_id = data.get("id")
+        # Up to 2**53: the ids go out again on stream-json lines, which a JavaScript reader parses.
+        if command_id is not None and (type(command_id) is not int or not 0 < command_id <= 2**53):
+            raise ValueError(f"id {command_id!r} is not a positive integer (at most 2**53)")
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise ValueError(f"not a command line ({type(error).__name__}: {error}): {line[:80]!r}") from None
-    return command
+    return command_id, command
+
+
+def decode_command(line: bytes) -> cmd.Command:
+    """One command line's command; ValueError naming what was wrong."""
+    return decode_command_line(line)[1]
 
 
 # ---------------------------------------------------------------------------------------- the child
@@ -79,6 +94,11 @@ class EventWriter:
         self._ready = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._main, name="tidegauge-event-writer", daemon=True)
+
+    def open(self, first_line: bytes) -> None:
+        """Write the ``@ready`` line, then the events queued since the writer attached and
+        every one after: the snapshot on that line is the one the events follow."""
+        self._write(first_line)
         self._thread.start()
 
     def __call__(self, event: "Event") -> None:
@@ -91,7 +111,8 @@ class EventWriter:
         with self._ready:
             self._closed = True
             self._ready.notify()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
 
     def _main(self) -> None:
         while True:
@@ -123,18 +144,21 @@ def merged_lines(batch: "list[Event]") -> bytes:
     lines: list[bytes] = []
     run_kind: str | None = None
     run: list[str] = []
+    run_last: "Event | None" = None  # the run's last delta: its seq and command id stand for the run
 
     def close_run() -> None:
-        if run_kind is not None:
-            lines.append(json.dumps({"type": run_kind, "text": "".join(run)}).encode())
+        if run_kind is not None and run_last is not None:
+            merged = run_last.model_copy(update={"text": "".join(run)})
+            lines.append(json.dumps(merged.model_dump(mode="json")).encode())
             run.clear()
 
     for event in batch:
         if event.type in _DELTAS:
-            if event.type != run_kind:
+            if event.type != run_kind or (run_last is not None and event.command_id != run_last.command_id):
                 close_run()
                 run_kind = event.type
             run.append(event.text)  # type: ignore[union-attr]
+            run_last = event
             continue
         close_run()
         run_kind = None
@@ -173,22 +197,28 @@ def serve(request: dict[str, Any]) -> int:
     except Exception as error:  # noqa: BLE001 - every setup failure is one line for the user
         control("@failed", message=str(error) or type(error).__name__)
         return 2
-    snapshot = session.snapshot()
-    control("@ready", info=snapshot.info.model_dump(mode="json"), context=snapshot.context.model_dump(mode="json"),
-            state=snapshot.state.model_dump(mode="json"),
-            restored=[event.model_dump(mode="json") for event in snapshot.restored],
-            busy=snapshot.busy, queued=snapshot.queued)
     writer = EventWriter(out)
-    session.subscribe(writer)
+    snapshot, _unsubscribe = session.attach(writer)
+    writer.open(json.dumps({
+        "type": "@ready", "info": snapshot.info.model_dump(mode="json"),
+        "context": snapshot.context.model_dump(mode="json"), "state": snapshot.state.model_dump(mode="json"),
+        "restored": [event.model_dump(mode="json") for event in snapshot.restored],
+        "busy": snapshot.busy, "queued": snapshot.queued, "seq": snapshot.seq,
+        "events": [event.model_dump(mode="json") for event in snapshot.events]}).encode() + b"\n")
 
     def read_commands() -> None:
         for line in sys.stdin.buffer:
             if not line.strip():
                 continue
             try:
-                session.submit(decode_command(line))
+                command_id, command = decode_command_line(line)
             except ValueError as error:
                 print(f"tidegauge session: {error}", file=sys.stderr)
+                continue
+            if command_id is None:
+                session.submit(command)
+            else:
+                session.submit_as(command_id, command)
         session.submit(cmd.Shutdown(now=True))
 
     threading.Thread(target=read_commands, name="tidegauge-commands", daemon=True).start()
@@ -227,10 +257,11 @@ class SessionProcess:
         self._cwd = cwd
         self._process: subprocess.Popen[bytes] | None = None
         self._listeners: list[Listener] = []
-        self._lock = threading.Lock()  # the mirror and the listener list change together
+        self._lock = threading.RLock()  # the mirror and the listener list change together
         self._write_lock = threading.Lock()
         self._ids = 0
         self._snapshot: SessionSnapshot | None = None
+        self._ring: deque[Event] = deque(maxlen=EVENT_RING)  # what a surface attaching now catches up from
         self._reader: threading.Thread | None = None
         self._stderr_tail: deque[str] = deque(maxlen=40)
         self._stopping = False
@@ -260,7 +291,8 @@ class SessionProcess:
             info=SessionInfoEvent.model_validate(ready["info"]), context=ContextEvent.model_validate(ready["context"]),
             state=StateEvent.model_validate(ready["state"]),
             restored=[event_adapter().validate_python(event) for event in ready["restored"]],
-            busy=ready["busy"], queued=ready["queued"])
+            busy=ready["busy"], queued=ready["queued"], seq=ready.get("seq", 0))
+        self._ring.extend(event_adapter().validate_python(event) for event in ready.get("events", []))
         self._reader = threading.Thread(target=self._read_events, args=(self._process.stdout,),
                                         name="tidegauge-session-events", daemon=True)
         self._reader.start()
@@ -314,7 +346,7 @@ class SessionProcess:
             self._ids += 1
             command_id = self._ids
             try:
-                process.stdin.write(encode_command(command))
+                process.stdin.write(encode_command(command, command_id))
                 process.stdin.flush()
                 return command_id
             except (BrokenPipeError, ValueError):
@@ -325,6 +357,10 @@ class SessionProcess:
             self._dispatch(ErrorEvent(message=f"the session process has ended (exit {process.wait()}): "
                                               f"quit and run tidegauge --resume {self.info.session_id}"))
         return command_id
+
+    def attach(self, listener: Listener) -> tuple[SessionSnapshot, Callable[[], None]]:
+        with self._lock:  # the lock ``_dispatch`` moves the mirror on under: nothing slips between
+            return self._snapshot_now(), self.subscribe(listener)
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         with self._lock:
@@ -339,8 +375,11 @@ class SessionProcess:
 
     def snapshot(self) -> SessionSnapshot:
         with self._lock:
-            assert self._snapshot is not None, "start() first"
-            return dataclasses.replace(self._snapshot, restored=list(self._snapshot.restored))
+            return self._snapshot_now()
+
+    def _snapshot_now(self) -> SessionSnapshot:
+        assert self._snapshot is not None, "start() first"
+        return dataclasses.replace(self._snapshot, restored=list(self._snapshot.restored), events=list(self._ring))
 
     # ---------------------------------------------------------- threads
 
@@ -366,6 +405,10 @@ class SessionProcess:
         with self._lock:
             snapshot = self._snapshot
             assert snapshot is not None
+            if event.seq == 0:  # said here (the child is gone): next in the log all the same
+                event = event.model_copy(update={"seq": snapshot.seq + 1})
+            snapshot.seq = max(snapshot.seq, event.seq)
+            self._ring.append(event)
             kind = event.type
             if kind == "session":
                 snapshot.info = event  # type: ignore[assignment]

@@ -1,7 +1,9 @@
 """Headless mode: one task, no dashboard. Text or stream-json on stdout.
 
 Both printers are subscribers of the session's event stream, like the
-dashboard; the words of text mode come from ``app.kernel.describe``.
+dashboard; the words of text mode come from ``app.kernel.describe``. They
+subscribe before the session runs, so they get every event from its first and
+need no snapshot (the dashboard, which opens on a running session, attaches).
 """
 
 from __future__ import annotations
@@ -86,10 +88,13 @@ class JsonPrinter:
     def __call__(self, event: Event) -> None:
         self._write(event.model_dump(mode="json"))
         # Before engine lines were typed events, each of these came with a prose notice
-        # line after it; scripts read it, so it is still printed (worded by describe).
+        # line after it; scripts read it, so it is still printed (worded by describe), with
+        # the seq and command id of the event it repeats.
         notice = legacy_notice(event)
         if notice is not None:
-            self._write({"type": "notice", "level": notice[0], "text": notice[1]})
+            line = {"type": "notice", "level": notice[0], "text": notice[1],
+                    **event.model_dump(mode="json", include={"seq", "command_id"})}
+            self._write(line)
 
     def _write(self, data: dict[str, object]) -> None:
         # A lone surrogate (a non-UTF-8 file name in a tool result) would make the line unwritable.
@@ -98,17 +103,20 @@ class JsonPrinter:
         self.out.flush()
 
 
-async def run_task(session: "AgentSession", prompt: str) -> ResultEvent:
-    """Run one turn through the session, then stop it.
+async def run_task(session: "AgentSession", prompt: str) -> ResultEvent | None:
+    """Run one turn through the session, then stop it; the prompt's result (None: the session
+    stopped without one, which it does only when it failed).
 
     The first SIGINT interrupts the turn cleanly (synthetic results, an
-    ``interrupted`` result); a second one exits at once with code 130.
+    ``interrupted`` result; before the turn started, the prompt ends interrupted unrun);
+    a second one exits at once with code 130.
     """
     loop = asyncio.get_running_loop()
     results: list[ResultEvent] = []
+    prompt_id: int | None = None
 
     def keep_result(event: Event) -> None:
-        if isinstance(event, ResultEvent):
+        if isinstance(event, ResultEvent) and event.command_id == prompt_id:
             results.append(event)
 
     session.subscribe(keep_result)
@@ -126,7 +134,7 @@ async def run_task(session: "AgentSession", prompt: str) -> ResultEvent:
         loop.add_signal_handler(signal.SIGINT, on_sigint)
     except (NotImplementedError, RuntimeError):
         pass
-    session.submit(UserInput(prompt))
+    prompt_id = session.submit(UserInput(prompt))
     session.submit(Shutdown())
     try:
         await session.run()
@@ -135,7 +143,7 @@ async def run_task(session: "AgentSession", prompt: str) -> ResultEvent:
             loop.remove_signal_handler(signal.SIGINT)
         except (NotImplementedError, RuntimeError):
             pass
-    return results[-1] if results else ResultEvent(stop_reason="interrupted", text="", steps=0)
+    return results[-1] if results else None
 
 
 def _exit_now(code: int) -> None:
@@ -204,10 +212,9 @@ def run_headless(settings: "Settings", prompt: str, output_format: str, *, resum
     else:
         session.subscribe(TextPrinter(sys.stdout, sys.stderr))
     result = asyncio.run(run_task(session, prompt))
-    if not result.session_id:  # no result event came (stopped before the turn ran)
-        result = result.model_copy(update={"session_id": session.info.session_id})
-        if output_format == "json":
-            write_result_object(sys.stdout, result)
+    if result is None:
+        print("tidegauge: the session stopped without finishing the prompt", file=sys.stderr)
+        return 1
     if output_format == "text":
         print(f"resume with: tidegauge --resume {session.info.session_id}", file=sys.stderr)
     return EXIT_CODES.get(result.stop_reason, 1)

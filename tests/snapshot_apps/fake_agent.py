@@ -1,6 +1,6 @@
 """A small scripted stand-in for the session, for dashboard tests.
 
-It implements ``app.kernel.protocol.SessionSurface`` (submit, subscribe, snapshot) and
+It implements ``app.kernel.protocol.SessionSurface`` (submit, attach, subscribe, snapshot) and
 emits scripted engine events, so the tests exercise the real App and widgets
 without a model (a contract test checks it against the Protocol). Steps of a turn are events (emitted as they come), ``Gate`` (wait until
 the test opens it: keeps a turn running), ``Ask`` (ask for approval like the
@@ -103,6 +103,7 @@ class FakeSession:
         self._restored = restored or []
         self._state = ev.StateEvent(state="idle", step=0, max_steps=self.max_steps)
         self._listeners: list[Callable[[Any], None]] = []
+        self._seq = 0  # of the last event emitted
         self._queue: asyncio.Queue[Any] | None = None
         self._runner: asyncio.Task[None] | None = None
         self._current: asyncio.Task[Any] | None = None
@@ -169,6 +170,10 @@ class FakeSession:
         self._queue.put_nowait(command)
         return len(self.submitted)
 
+    def attach(self, listener: Callable[[Any], None]) -> tuple[SessionSnapshot, Callable[[], None]]:
+        """Like the real one: the snapshot at the last event's seq, the events after it (one thread here)."""
+        return self.snapshot(), self.subscribe(listener)
+
     def subscribe(self, listener: Callable[[Any], None]) -> Callable[[], None]:
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
@@ -176,7 +181,7 @@ class FakeSession:
     def snapshot(self) -> SessionSnapshot:
         return SessionSnapshot(info=self.info, context=self._context, state=self._state,
                                restored=list(self._restored),
-                               busy=self._current is not None and not self._current.done())
+                               busy=self._current is not None and not self._current.done(), seq=self._seq)
 
     def _answer_now(self, command: Any) -> None:
         """Previews, restores and the server-compaction switch, answered at once like the real session."""
@@ -218,6 +223,8 @@ class FakeSession:
     # --- test helpers ---
 
     def emit(self, event: Any) -> None:
+        self._seq += 1
+        event = event.model_copy(update={"seq": self._seq})
         if event.type == "state":
             self._state = event
         for listener in list(self._listeners):

@@ -320,9 +320,16 @@ class TidegaugeApp(App[int]):
             view=self.view,
         )
         self.bridge = bridge
-        snapshot = session.snapshot()
-        bridge.replay([snapshot.info, *snapshot.restored, snapshot.context, snapshot.state])
-        self._unsubscribe_bridge = session.subscribe(bridge)
+        from app.kernel.protocol import HeldListener
+
+        held = HeldListener(bridge)  # the events after the snapshot wait until it is drawn
+        snapshot, self._unsubscribe_bridge = session.attach(held)
+        bridge.replay([snapshot.info, *snapshot.restored])
+        for event in snapshot.events:  # this run's so far: start-up warnings, repairs, servers that failed
+            if event.type not in ("session", "context", "state"):  # the snapshot holds their latest
+                bridge(event)
+        bridge.replay([snapshot.context, snapshot.state])
+        held.release()
         self.session = session
         waiting, self._waiting = self._waiting, []
         for command in waiting:

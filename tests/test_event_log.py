@@ -1,0 +1,223 @@
+"""The session's events are a log (issue 25): numbered (``seq``), tied to the command that caused
+them (``command_id``), kept for a surface that attaches late, carried across the session process's
+pipe and into the transcript. Real sessions: the session process as ``tidegauge`` runs it under the
+dashboard (the demo model), or in-process against the loopback fake LLM server."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_helpers import make_session
+from app.kernel.commands import Compact, Interrupt, Report, Shutdown, UserInput
+from app.session.process import SessionProcess
+from fake_llm_server import openai_text
+
+WAIT = 120  # seconds: a hang guard only; each wait ends on an event
+
+
+class Collector:
+    """A listener that keeps every event (and the thread it came on); a test waits for one of a kind."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+        self.threads: set[int] = set()
+        self._changed = threading.Condition()
+
+    def __call__(self, event: Any) -> None:
+        with self._changed:
+            self.events.append(event)
+            self.threads.add(threading.get_ident())
+            self._changed.notify_all()
+
+    def wait_for(self, kind: str, count: int = 1) -> Any:
+        with self._changed:
+            came = self._changed.wait_for(lambda: len(self.of(kind)) >= count, WAIT)
+            assert came, f"no {kind} event #{count} came; the events were {[e.type for e in self.events]}"
+            return self.of(kind)[count - 1]
+
+    def of(self, kind: str) -> list[Any]:
+        return [event for event in self.events if event.type == kind]
+
+
+@pytest.fixture(autouse=True)
+def _own_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIDEGAUGE_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("TIDEGAUGE_DATA_DIR", str(tmp_path / "data"))
+    for key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "DEEPSEEK_API_KEY"):
+        monkeypatch.delenv(key, raising=False)
+
+
+def demo(tmp_path: Path, resume: str | None = None, **overrides: Any) -> SessionProcess:
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    return SessionProcess({"provider": "demo", "demo_speed": 0, "data_dir": tmp_path / "data", **overrides},
+                          resume=resume, cwd=work)
+
+
+async def test_a_warning_said_at_start_up_is_on_the_dashboard_that_attached_after_it(tmp_path: Path) -> None:
+    """The dashboard opens on a session process that has already said its start-up lines (a resumed
+    session's process starts before the screen; a new one's while the first frame is drawn)."""
+    from app.surfaces.dashboard.app import TidegaugeApp
+    from dashboard_helpers import engine_texts
+
+    runner = demo(tmp_path, server_compaction=True).start()  # the demo has none: a config_warning at start-up
+    try:
+        first = Collector()
+        runner.subscribe(first)
+        runner.submit(UserInput("hi"))
+        first.wait_for("result")  # the session has said everything it says at start-up, and more
+        app = TidegaugeApp(runner, cursor_blink=False)
+        async with app.run_test() as pilot:
+            for _ in range(400):
+                said = engine_texts(app)
+                if any("the demo provider has no server-side compaction" in text for text in said):
+                    break
+                await pilot.pause()
+            else:
+                raise AssertionError(f"the start-up warning never reached the dashboard; its lines were {said}")
+            app.exit()
+    finally:
+        runner.stop()
+    assert runner.returncode == 0, runner.stderr_tail()
+
+
+def test_a_compaction_queued_during_a_turn_runs_after_an_interrupt(tmp_path: Path) -> None:
+    """ctrl+s while the agent works, then ctrl+c: the turn ends and the compaction still runs."""
+    session = demo(tmp_path, yes=True, demo_speed=20).start()  # 20 tokens/s: the reply takes a while
+    events = Collector()
+    session.subscribe(events)
+    try:
+        session.submit(UserInput("summarize the project"))
+        events.wait_for("user_message")
+        compact_id = session.submit(Compact())
+        assert events.wait_for("queued").command == "compact"
+        session.submit(Interrupt())
+        after_id = session.submit(UserInput("what did I ask first?"))  # queued behind the compaction, if kept
+        assert events.wait_for("result").stop_reason == "interrupted"
+        last = events.wait_for("result", 2)
+        said = [e for e in events.events if not e.type.endswith("_delta")]
+        first_end, second_end = [i for i, e in enumerate(said) if e.type == "result"]
+        between = said[first_end:second_end + 1]
+        compactions = [e for e in between if e.type == "compaction"]
+        assert [c.trigger for c in compactions] == ["manual"], \
+            f"no compaction between the interrupted turn and the next: {[e.type for e in between]}"
+        assert compactions[0].command_id == compact_id and last.command_id == after_id
+    finally:
+        session.stop()
+
+
+async def test_commands_submitted_before_the_session_runs_are_handled_on_its_loop_in_order(
+        fake_llm, tmp_path, monkeypatch) -> None:
+    session, events = make_session(fake_llm, tmp_path, monkeypatch)
+    listened = Collector()
+    session.subscribe(listened)
+    fake_llm.enqueue(openai_text("hello there"))
+    ids: dict[str, int] = {}
+
+    def from_another_thread() -> None:  # as the dashboard's UI thread does while the session starts
+        ids["report"] = session.submit(Report(kind="context"))
+        ids["prompt"] = session.submit(UserInput("hi"))
+        ids["stop"] = session.submit(Shutdown())
+
+    caller = threading.Thread(target=from_another_thread)
+    caller.start()
+    caller.join()
+    await session.run()
+    kinds = [e.type for e in events]
+    assert kinds[0] == "session", f"an event came before the session's first: {kinds}"
+    assert listened.threads == {threading.get_ident()}, "a listener was called off the session's loop"
+    assert [e.type for e in events if e.command_id == ids["report"]] == ["report"]
+    by_prompt = [e.type for e in events if e.command_id == ids["prompt"]]
+    assert by_prompt[0] == "user_message" and by_prompt[-1] == "result", by_prompt
+    assert not [e for e in events if e.type in ("session", "config_warning") and e.command_id is not None]
+    seqs = [e.seq for e in events]
+    assert seqs == list(range(1, len(seqs) + 1))
+
+
+def test_seq_and_command_ids_cross_the_pipe_into_the_transcript_and_a_resumed_session_numbers_on(
+        tmp_path: Path) -> None:
+    first = demo(tmp_path, yes=True).start()
+    events = Collector()
+    first.subscribe(events)
+    try:
+        prompt_id = first.submit(UserInput("what did I ask first?"))
+        result = events.wait_for("result")
+    finally:
+        first.stop()
+    assert result.command_id == prompt_id
+    seqs = [e.seq for e in events.events]
+    assert seqs == sorted(set(seqs)) and seqs[0] > 0, seqs  # rising (merged deltas may skip some)
+    transcript = Path(first.info.transcript_path)
+    recorded = [json.loads(line)["event"] for line in transcript.read_text().splitlines()
+                if json.loads(line)["kind"] == "event"]
+    assert [(e["type"], e["seq"], e.get("command_id")) for e in recorded if e["type"] == "result"] == [
+        ("result", result.seq, prompt_id)]
+
+    again = demo(tmp_path, resume=first.info.session_id, yes=True).start()
+    later = Collector()
+    try:
+        snapshot, _unsubscribe = again.attach(later)
+        assert [e.seq for e in snapshot.restored if e.type == "result"] == [result.seq]
+        report_id = again.submit(Report(kind="context"))
+        report = later.wait_for("report")
+        assert report.command_id == report_id and report.seq > snapshot.seq
+        this_run = snapshot.events + later.events  # what it said before we attached, and after
+        assert this_run[0].type == "session" and this_run[0].seq > max(e["seq"] for e in recorded)
+    finally:
+        again.stop()
+
+
+def test_a_surface_attaching_late_gets_the_snapshot_and_every_event_after_it_once(tmp_path: Path) -> None:
+    session = demo(tmp_path, yes=True).start()
+    early = Collector()
+    at_start, _ = session.attach(early)
+    try:
+        session.submit(UserInput("what did I ask first?"))
+        early.wait_for("result")
+        late = Collector()
+        snapshot, unsubscribe = session.attach(late)
+        report_id = session.submit(Report(kind="context"))
+        early.wait_for("report")
+        late.wait_for("report")
+        unsubscribe()
+    finally:
+        session.stop()
+    # The snapshot holds everything up to its seq, the listener everything after: together, all of it.
+    everything = [e.seq for e in at_start.events] + [e.seq for e in early.events]
+    assert [e.seq for e in snapshot.events] + [e.seq for e in late.events] == everything
+    assert snapshot.seq == snapshot.events[-1].seq
+    assert [e.command_id for e in late.events if e.type == "report"] == [report_id]
+
+
+
+@pytest.mark.parametrize("bad_id", ['"7"', "true", "0", "-3", "1.5", str(2**53 + 1)])
+def test_a_command_line_with_a_bad_id_is_refused_with_a_line_naming_it(bad_id: str) -> None:
+    """The session process's stdin (only its parent writes there): an id that is not a positive integer
+    would put a wrong command id on the events; the line is refused, naming the id."""
+    from app.session.process import decode_command_line, encode_command
+
+    line = b'{"command": "Report", "fields": {"kind": "context"}, "id": %s}' % bad_id.encode()
+    with pytest.raises(ValueError, match=r"not a command line .*id .* is not a positive integer"):
+        decode_command_line(line)
+    assert decode_command_line(encode_command(Report(kind="context"), 7)) == (7, Report(kind="context"))
+
+
+async def test_every_prompt_ends_in_one_result_even_one_an_interrupt_dropped_before_it_ran(
+        fake_llm, tmp_path, monkeypatch) -> None:
+    """ctrl+c while the session starts (headless mode's first SIGINT, or the dashboard's): the prompts
+    waiting for it end interrupted, each in its own result, and no request is sent."""
+    session, events = make_session(fake_llm, tmp_path, monkeypatch)
+    first = session.submit(UserInput("one"))
+    second = session.submit(UserInput("two"))
+    session.submit(Interrupt())
+    session.submit(Shutdown())
+    await session.run()
+    results = [(e.command_id, e.stop_reason, e.session_id) for e in events if e.type == "result"]
+    assert results == [(first, "interrupted", session.info.session_id),
+                       (second, "interrupted", session.info.session_id)]
+    assert fake_llm.requests == [] and session.pending == 0
