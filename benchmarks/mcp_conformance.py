@@ -57,25 +57,47 @@ def _example(schema: dict[str, Any]) -> Any:
     return "test"
 
 
+async def follow_consent_redirect(url: str) -> None:
+    """The browser step of a login, as the suite's own example clients do it: fetch the authorization
+    URL (the suite's authorization server consents at once) and follow its redirect, which lands on
+    tidegauge's loopback receiver like a browser would."""
+    import httpx2
+
+    async with httpx2.AsyncClient(follow_redirects=False, timeout=30) as http:
+        answer = await http.get(url)
+        location = answer.headers.get("location")
+        if location is None:
+            raise RuntimeError(f"the authorization endpoint answered {answer.status_code} without a redirect")
+        await http.get(location)
+
+
 async def run_client(url: str) -> int:
+    """What ``tidegauge mcp login NAME`` does (app.mcp.oauth: the OAuth flow on a connection, tokens in
+    a data directory), the browser replaced by ``follow_consent_redirect``; then each tool is called on
+    that connection (a scope step-up at a call re-authorizes the same way)."""
     sys.path.insert(0, str(ROOT))
     from app.mcp.client import McpConnection, McpServerError
+    from app.mcp.oauth import LoopbackReceiver, consent_auth
     from app.mcp.settings import McpServerConfig
 
-    connection = McpConnection("conformance", McpServerConfig(url=url, startup_timeout=20, tool_timeout=20),
-                               Path.cwd())
-    try:
-        await connection.start()
-    except McpServerError as exc:
-        print(f"did not start: {exc}", file=sys.stderr)
-        return 1
-    try:
-        for tool in connection.tools:
-            arguments = {name: _example(sub) for name, sub in (tool.input_schema.get("properties") or {}).items()}
-            output = await connection.call_tool(tool.name, arguments)
-            print(f"{tool.name}: {'error: ' if output.is_error else ''}{output.text[:200]}")
-    finally:
-        await connection.aclose()
+    config = McpServerConfig(url=url, startup_timeout=20, tool_timeout=20)
+    with tempfile.TemporaryDirectory(prefix="tidegauge-conformance-data-") as data_dir:
+        receiver = await LoopbackReceiver().start()
+        auth = consent_auth("conformance", config, Path(data_dir), receiver, follow_consent_redirect, 30)
+        connection = McpConnection("conformance", config, Path.cwd(), authorization=auth)
+        try:
+            await connection.start()
+        except McpServerError as exc:
+            print(f"did not start: {exc}", file=sys.stderr)
+            return 1
+        try:
+            for tool in connection.tools:
+                arguments = {name: _example(sub) for name, sub in (tool.input_schema.get("properties") or {}).items()}
+                output = await connection.call_tool(tool.name, arguments)
+                print(f"{tool.name}: {'error: ' if output.is_error else ''}{output.text[:200]}")
+        finally:
+            await connection.aclose()
+            await receiver.close()
     return 0
 
 
