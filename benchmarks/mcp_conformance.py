@@ -71,24 +71,57 @@ async def follow_consent_redirect(url: str) -> None:
         await http.get(location)
 
 
+# The HTTPS address of a client ID metadata document, as a user who hosts one configures it
+# (oauth_client_metadata_url); the suite's authorization servers check for this one.
+CLIENT_METADATA_URL = "https://conformance-test.local/client-metadata.json"
+SECRET_VAR = "TG_CONFORMANCE_CLIENT_SECRET"
+
+
+def server_config(url: str) -> Any:
+    """The [mcp_servers.conformance] table a user would write for the scenario's server: the client
+    credentials the suite hands over (MCP_CONFORMANCE_CONTEXT) as oauth_client_id and a secret in the
+    environment; a client_credentials grant where the scenario is about one."""
+    import json
+
+    from app.mcp.settings import McpServerConfig
+
+    context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
+    table: dict[str, Any] = {"url": url, "startup_timeout": 20, "tool_timeout": 20,
+                             "oauth_client_metadata_url": CLIENT_METADATA_URL}
+    if context.get("client_id") and context.get("client_secret") and not context.get("idp_id_token"):
+        os.environ[SECRET_VAR] = context["client_secret"]
+        table |= {"oauth_client_id": context["client_id"], "oauth_client_secret_env_var": SECRET_VAR}
+        if os.environ.get("MCP_CONFORMANCE_SCENARIO", "").startswith("auth/client-credentials"):
+            table["oauth_grant"] = "client_credentials"
+    return McpServerConfig(**table)
+
+
 async def run_client(url: str) -> int:
     """What ``tidegauge mcp login NAME`` does (app.mcp.oauth: the OAuth flow on a connection, tokens in
     a data directory), the browser replaced by ``follow_consent_redirect``; then each tool is called on
-    that connection (a scope step-up at a call re-authorizes the same way)."""
+    that connection (a scope step-up at a call re-authorizes the same way). A client_credentials
+    server is connected as a session connects it (no login: the session gets its tokens itself)."""
     sys.path.insert(0, str(ROOT))
     from app.mcp.client import McpConnection, McpServerError
-    from app.mcp.oauth import LoopbackReceiver, consent_auth
-    from app.mcp.settings import McpServerConfig
+    from app.mcp.oauth import LoginError, LoopbackReceiver, consent_auth, session_auth
 
-    config = McpServerConfig(url=url, startup_timeout=20, tool_timeout=20)
+    config = server_config(url)
     with tempfile.TemporaryDirectory(prefix="tidegauge-conformance-data-") as data_dir:
         receiver = await LoopbackReceiver().start()
-        auth = consent_auth("conformance", config, Path(data_dir), receiver, follow_consent_redirect, 30)
+        try:
+            if config.oauth_grant == "client_credentials":
+                auth = session_auth("conformance", config, Path(data_dir))
+            else:
+                auth = consent_auth("conformance", config, Path(data_dir), receiver, follow_consent_redirect, 30)
+        except LoginError as exc:
+            print(f"did not start: {exc}", file=sys.stderr)
+            return 1
         connection = McpConnection("conformance", config, Path.cwd(), authorization=auth)
         try:
             await connection.start()
         except McpServerError as exc:
             print(f"did not start: {exc}", file=sys.stderr)
+            await receiver.close()
             return 1
         try:
             for tool in connection.tools:

@@ -209,10 +209,11 @@ class McpConnection:
 
         while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
             exc = exc.exceptions[0]
-        if self._unauthorized is not None or _is_oauth_failure(exc):
-            status = f"HTTP 401{self._unauthorized}" if self._unauthorized is not None else describe_failure(exc)
-            return (f"authorization required ({status}): run `{login_command(self.name)}`, or give the server a "
-                    f"token with bearer_token_env_var or headers in [mcp_servers.{self.name}]")
+        if _is_oauth_failure(exc):  # the flow met a server it cannot work with: say what, not "log in"
+            return f"OAuth failed: {describe_failure(exc)}"
+        if self._unauthorized is not None:
+            return (f"authorization required (HTTP 401{self._unauthorized}): run `{login_command(self.name)}`, or give "
+                    f"the server a token with bearer_token_env_var or headers in [mcp_servers.{self.name}]")
         if isinstance(exc, MissingEnvironment):
             return str(exc)
         return describe_failure(exc)
@@ -547,12 +548,11 @@ def describe_failure(exc: BaseException) -> str:
 
 
 def _is_oauth_failure(exc: BaseException) -> bool:
-    """Whether ``exc`` is the OAuth flow giving up (consent needed, a refused token request)."""
+    """Whether ``exc`` is the OAuth flow failing (a refused registration or token request, a metadata
+    mismatch); a flow that stops for the user's consent is a 401 like any other."""
     from mcp.client.auth import OAuthFlowError
 
-    from app.mcp.oauth import AuthorizationRequired
-
-    return isinstance(exc, (AuthorizationRequired, OAuthFlowError))
+    return isinstance(exc, OAuthFlowError)
 
 
 def _connection_closed(exc: BaseException) -> bool:

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, cast
 from urllib.parse import parse_qs, urlsplit
 
 from app.kernel.private_files import read_private, write_private_atomic
@@ -36,6 +37,11 @@ if TYPE_CHECKING:
     from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthToken
 
     from app.mcp.settings import McpServerConfig
+
+# The SDK logs a failed flow with its traceback (the token endpoint's answer in it): that is not
+# for the user's terminal or the dashboard's screen. The failure itself comes back as one line.
+logging.getLogger("mcp.client.auth").addHandler(logging.NullHandler())
+logging.getLogger("mcp.client.auth").propagate = False
 
 # A token file larger than this is not ours (a few KiB at most).
 MAX_TOKEN_FILE_BYTES = 64 * 1024
@@ -184,11 +190,45 @@ class _LoginStorage:
         await self.file.set_client_info(client_info)
 
 
-def _provider(server_url: str, storage: Any, redirect_uri: str,
+@dataclass
+class _PreRegistered:
+    """The storage of a client registered beforehand (``oauth_client_id``): its record is the
+    config's, never the file's nor a dynamic registration's."""
+
+    file: Any
+    client_info: OAuthClientInformationFull
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return cast("OAuthToken | None", await self.file.get_tokens())
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        await self.file.set_tokens(tokens)
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return self.client_info
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        return None
+
+
+def client_secret(name: str, config: McpServerConfig) -> str | None:
+    """The secret of a pre-registered client, from the environment (registered as a secret).
+    Raises LoginError naming the variable when it is not set."""
+    var = config.oauth_client_secret_env_var
+    if var is None:
+        return None
+    value = os.environ.get(var, "")
+    if not value:
+        raise LoginError(f"oauth_client_secret_env_var of {name} needs the environment variable {var}, which is not set")
+    register_secret(value)
+    return value
+
+
+def _provider(name: str, config: McpServerConfig, storage: Any, redirect_uri: str,
               redirect_handler: Callable[[str], Awaitable[None]],
               callback_handler: Callable[[], Awaitable[AuthorizationCodeResult]]) -> OAuthClientProvider:
     from mcp.client.auth import OAuthClientProvider
-    from mcp.shared.auth import OAuthClientMetadata
+    from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata
     from pydantic import AnyUrl
 
     from app import __version__
@@ -202,10 +242,16 @@ def _provider(server_url: str, storage: Any, redirect_uri: str,
             if self.context.current_tokens is not None:
                 self.context.update_token_expiry(self.context.current_tokens)
 
+    assert config.url is not None
     metadata = OAuthClientMetadata(redirect_uris=[AnyUrl(redirect_uri)], client_name="tidegauge",
                                    software_id="tidegauge", software_version=__version__)
-    return StoredExpiryProvider(server_url, metadata, storage, redirect_handler=redirect_handler,
-                                callback_handler=callback_handler)
+    if config.oauth_client_id is not None:
+        secret = client_secret(name, config)
+        storage = _PreRegistered(storage, OAuthClientInformationFull(
+            client_id=config.oauth_client_id, client_secret=secret, redirect_uris=[AnyUrl(redirect_uri)],
+            token_endpoint_auth_method="client_secret_basic" if secret else "none"))
+    return StoredExpiryProvider(config.url, metadata, storage, redirect_handler=redirect_handler,
+                                callback_handler=callback_handler, client_metadata_url=config.oauth_client_metadata_url)
 
 
 def session_auth(name: str, config: McpServerConfig, data_dir: Path | None) -> OAuthClientProvider | None:
@@ -218,6 +264,8 @@ def session_auth(name: str, config: McpServerConfig, data_dir: Path | None) -> O
     if data_dir is None or config.url is None or _has_own_authorization(config):
         return None
     file = TokenFile(token_path(data_dir, name), config.url)
+    if config.oauth_grant == "client_credentials":
+        return _client_credentials(name, config, file)
     if not file.exists():
         return None
 
@@ -227,7 +275,22 @@ def session_auth(name: str, config: McpServerConfig, data_dir: Path | None) -> O
     async def no_callback() -> AuthorizationCodeResult:
         raise AuthorizationRequired(name)
 
-    return _provider(config.url, file, UNUSED_REDIRECT, no_browser, no_callback)
+    try:
+        return _provider(name, config, file, UNUSED_REDIRECT, no_browser, no_callback)
+    except LoginError:
+        return None  # the client's secret is not in the environment: the 401 says how to log in
+
+
+def _client_credentials(name: str, config: McpServerConfig, file: TokenFile) -> OAuthClientProvider | None:
+    """tidegauge as the OAuth client itself (``oauth_grant = "client_credentials"``): no user, no browser."""
+    from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+
+    assert config.url is not None and config.oauth_client_id is not None
+    try:
+        secret = client_secret(name, config)
+    except LoginError:
+        return None
+    return ClientCredentialsOAuthProvider(config.url, file, config.oauth_client_id, secret or "")
 
 
 def _has_own_authorization(config: McpServerConfig) -> bool:
@@ -273,12 +336,13 @@ class LoopbackReceiver:
     def redirect_uri(self) -> str:
         return f"http://127.0.0.1:{self._port}{CALLBACK_PATH}"
 
-    async def result(self, timeout: float) -> AuthorizationCodeResult:
+    async def result(self, within: float) -> AuthorizationCodeResult:
+        """The callback's code, once it came; LoginError when none came ``within`` seconds."""
         assert self._result is not None
         try:
-            return await asyncio.wait_for(asyncio.shield(self._result), timeout)
+            return await asyncio.wait_for(asyncio.shield(self._result), within)
         except asyncio.TimeoutError:
-            raise LoginError(f"no answer from the browser within {timeout:g} s (the login was not finished)") from None
+            raise LoginError(f"no answer from the browser within {within:g} s (the login was not finished)") from None
         finally:
             await self.close()
 
@@ -371,7 +435,7 @@ def consent_auth(name: str, config: McpServerConfig, data_dir: Path, receiver: L
     async def callback() -> AuthorizationCodeResult:
         return await receiver.result(consent_timeout)
 
-    return _provider(config.url, _LoginStorage(file, receiver.redirect_uri), receiver.redirect_uri, redirect, callback)
+    return _provider(name, config, _LoginStorage(file, receiver.redirect_uri), receiver.redirect_uri, redirect, callback)
 
 
 async def login(name: str, config: McpServerConfig, data_dir: Path, workspace: Path, *,
@@ -385,6 +449,10 @@ async def login(name: str, config: McpServerConfig, data_dir: Path, workspace: P
     if _has_own_authorization(config):
         raise LoginError(f"{name} is given its token by bearer_token_env_var or an Authorization header; "
                          "remove it to log in with OAuth")
+    if config.oauth_grant == "client_credentials":
+        raise LoginError(f"{name} uses oauth_grant = \"client_credentials\": sessions get its tokens themselves, "
+                         "no login needed")
+    client_secret(name, config)  # a missing secret is named now, before a browser opens
     receiver = await LoopbackReceiver().start()
     auth = consent_auth(name, config, data_dir, receiver, open_consent, consent_timeout)
     # The handshake waits for the user's consent: it may take the consent's time as well as its own.
