@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -43,17 +44,20 @@ ROOT = Path(__file__).resolve().parent.parent
 class OAuthServer:
     """tests/mcp_servers/oauth_http.py on a free loopback port."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, client: str = "") -> None:
+        self.client = client  # a client registered beforehand, "ID:SECRET"
         self.port = _free_port()
         self.record = tmp_path / "oauth-received.jsonl"
         self.log = tmp_path / "oauth-server.log"
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.url = f"{self.base}/mcp"
         self.proc: subprocess.Popen[bytes] | None = None
 
     async def start(self) -> None:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen([sys.executable, str(OAUTH_HTTP), "--port", str(self.port),
-                                          "--record", str(self.record)], stdout=log, stderr=subprocess.STDOUT)
+                                          "--record", str(self.record), "--client", self.client],
+                                         stdout=log, stderr=subprocess.STDOUT)
         await _wait_listening(self.port, self.proc)
 
     def stop(self) -> None:
@@ -249,6 +253,103 @@ async def test_tokens_are_never_sent_to_another_url_configured_under_the_same_na
         assert elsewhere.received() and not [r for r in elsewhere.received() if r["authorization"]], access
     finally:
         elsewhere.stop()
+
+
+PRE_ID, PRE_SECRET = "tidegauge-at-acme", "pre-registered-secret-7c41d09e"
+
+
+async def test_a_pre_registered_client_logs_in_without_registering_and_its_secret_is_shown_nowhere(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    server = OAuthServer(tmp_path, client=f"{PRE_ID}:{PRE_SECRET}")
+    await server.start()
+    monkeypatch.setenv("TG_ACME_SECRET", PRE_SECRET)
+    try:
+        config = McpServerConfig(url=server.url, startup_timeout=START, oauth_client_id=PRE_ID,
+                                 oauth_client_secret_env_var="TG_ACME_SECRET")
+        assert await login("web", config, tmp_path / "data", tmp_path, open_consent=_browser, consent_timeout=60) == 1
+    finally:
+        server.stop()
+        clear_secrets()
+    paths = [r["path"] for r in server.received()]
+    assert "/register" not in paths and "/authorize" in paths, paths
+    [token_request] = [r for r in server.received() if r["path"] == "/token"]
+    assert token_request["authorization"].startswith("Basic ")
+    for path in (tmp_path / "data").rglob("*"):
+        if path.is_file():
+            assert PRE_SECRET not in path.read_text(), f"the client secret was written to {path}"
+
+
+async def test_a_client_credentials_server_gets_its_token_in_the_session_without_a_login(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    server = OAuthServer(tmp_path, client=f"{PRE_ID}:{PRE_SECRET}")
+    await server.start()
+    monkeypatch.setenv("TG_ACME_SECRET", PRE_SECRET)
+    session = Session(tmp_path)
+    try:
+        from types import SimpleNamespace
+
+        from app.mcp.hub import start_mcp
+
+        settings = {"web": McpServerConfig(url=server.url, startup_timeout=START, oauth_client_id=PRE_ID,
+                                           oauth_client_secret_env_var="TG_ACME_SECRET",
+                                           oauth_grant="client_credentials", oauth_issuer=server.base)}
+        session.hub = await start_mcp(SimpleNamespace(mcp_servers=settings, tool_defer_share=0.10,
+                                                      data_dir=tmp_path / "data"),
+                                      session.registry, session.engine, session.engine.emit,
+                                      workspace=tmp_path, log_dir=session.log_dir)
+        output = await session.run("web__echo", {"text": f"secret {PRE_SECRET}"})
+        await session.hub.aclose()
+        assert not output.is_error and output.content == "echo: secret [REDACTED]", output.content
+    finally:
+        server.stop()
+        clear_secrets()
+    assert server.grants() == ["client_credentials"]
+    assert [r["path"] for r in server.received() if r["path"] in ("/register", "/authorize")] == []
+
+
+async def test_a_client_secret_is_never_sent_to_an_authorization_server_other_than_oauth_issuer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An MCP server (hostile, or moved) whose metadata names another authorization server than the
+    one the client is registered with does not get the secret sent there."""
+    server = OAuthServer(tmp_path, client=f"{PRE_ID}:{PRE_SECRET}")
+    await server.start()
+    monkeypatch.setenv("TG_ACME_SECRET", PRE_SECRET)
+    session = Session(tmp_path)
+    try:
+        from types import SimpleNamespace
+
+        from app.mcp.hub import start_mcp
+
+        settings = {"web": McpServerConfig(url=server.url, startup_timeout=START, oauth_client_id=PRE_ID,
+                                           oauth_client_secret_env_var="TG_ACME_SECRET",
+                                           oauth_grant="client_credentials", oauth_issuer="https://login.acme.example")}
+        session.hub = await start_mcp(SimpleNamespace(mcp_servers=settings, tool_defer_share=0.10,
+                                                      data_dir=tmp_path / "data"),
+                                      session.registry, session.engine, session.engine.emit,
+                                      workspace=tmp_path, log_dir=session.log_dir)
+        await session.hub.aclose()
+    finally:
+        server.stop()
+        clear_secrets()
+    [failed] = [e.detail for e in session.server_events("web") if e.status == "failed"]
+    assert failed.startswith("OAuth failed: ") and "\n" not in failed, failed
+    assert server.grants() == [] and not [r for r in server.received() if (r["authorization"] or "").startswith("Basic")]
+
+
+@pytest.mark.parametrize(("table", "says"), [
+    ({"command": "x", "oauth_client_id": "a"}, "oauth_client_id applies only to a url server"),
+    ({"url": "http://127.0.0.1:9/", "oauth_client_metadata_url": "http://example.com/tidegauge.json"},
+     "oauth_client_metadata_url must be an https:// address with a path"),
+    ({"url": "http://127.0.0.1:9/", "oauth_grant": "client_credentials"},
+     'oauth_grant = "client_credentials" needs oauth_client_id and oauth_client_secret_env_var'),
+    ({"url": "http://127.0.0.1:9/", "oauth_client_id": "a", "bearer_token_env_var": "T"},
+     "set either oauth_client_id (OAuth) or a token"),
+])
+def test_oauth_settings_that_cannot_work_are_refused_naming_the_setting(table: dict[str, Any], says: str) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=re.escape(says)):
+        McpServerConfig(**table)
 
 
 @pytest.mark.parametrize(("toml", "says"), [

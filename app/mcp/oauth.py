@@ -249,7 +249,8 @@ def _provider(name: str, config: McpServerConfig, storage: Any, redirect_uri: st
         secret = client_secret(name, config)
         storage = _PreRegistered(storage, OAuthClientInformationFull(
             client_id=config.oauth_client_id, client_secret=secret, redirect_uris=[AnyUrl(redirect_uri)],
-            token_endpoint_auth_method="client_secret_basic" if secret else "none"))
+            token_endpoint_auth_method="client_secret_basic" if secret else "none",
+            issuer=config.oauth_issuer))  # SEP-2352: bound to it, never presented to another server
     return StoredExpiryProvider(config.url, metadata, storage, redirect_handler=redirect_handler,
                                 callback_handler=callback_handler, client_metadata_url=config.oauth_client_metadata_url)
 
@@ -290,7 +291,8 @@ def _client_credentials(name: str, config: McpServerConfig, file: TokenFile) -> 
         secret = client_secret(name, config)
     except LoginError:
         return None
-    return ClientCredentialsOAuthProvider(config.url, file, config.oauth_client_id, secret or "")
+    return ClientCredentialsOAuthProvider(config.url, file, config.oauth_client_id, secret or "",
+                                          issuer=config.oauth_issuer)
 
 
 def _has_own_authorization(config: McpServerConfig) -> bool:

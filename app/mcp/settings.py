@@ -39,6 +39,9 @@ class McpServerConfig(BaseModel):
     # The HTTPS address of a client ID metadata document describing tidegauge, when you host one:
     # used as the client id by authorization servers that support them, instead of registering.
     oauth_client_metadata_url: str | None = None
+    # The issuer URL of the authorization server oauth_client_id belongs to: its secret is then only
+    # ever sent there (without it, the MCP server's metadata decides where it goes).
+    oauth_issuer: str | None = None
     # "client_credentials": tidegauge is the client itself (no user, no browser): the session gets
     # its tokens with oauth_client_id and its secret. Default: the user's consent, at login.
     oauth_grant: Literal["authorization_code", "client_credentials"] = "authorization_code"
@@ -74,7 +77,8 @@ class McpServerConfig(BaseModel):
         return self
 
     def _check_oauth(self) -> None:
-        chosen = [name for name in ("oauth_client_id", "oauth_client_secret_env_var", "oauth_client_metadata_url")
+        chosen = [name for name in ("oauth_client_id", "oauth_client_secret_env_var", "oauth_client_metadata_url",
+                                    "oauth_issuer")
                   if getattr(self, name) is not None] + (["oauth_grant"] if self.oauth_grant != "authorization_code" else [])
         if not chosen:
             return
@@ -86,6 +90,10 @@ class McpServerConfig(BaseModel):
         if self.oauth_client_secret_env_var is not None and not ENV_NAME.match(self.oauth_client_secret_env_var):
             raise ValueError(f"oauth_client_secret_env_var: {self.oauth_client_secret_env_var!r} is not an "
                              "environment variable name")
+        if self.oauth_issuer is not None and not re.match(r"^https?://", self.oauth_issuer):
+            raise ValueError(f"oauth_issuer must start with https:// or http:// (got {shown_url(self.oauth_issuer)!r})")
+        if self.oauth_issuer is not None and self.oauth_client_id is None:
+            raise ValueError("oauth_issuer needs oauth_client_id (it names where that client is registered)")
         if self.oauth_client_secret_env_var is not None and self.oauth_client_id is None:
             raise ValueError("oauth_client_secret_env_var needs oauth_client_id")
         if self.oauth_grant == "client_credentials" and (self.oauth_client_id is None

@@ -1,6 +1,6 @@
 """An OAuth-protected streamable-HTTP MCP server with its own authorization server, on one port.
 
-    python tests/mcp_servers/oauth_http.py --port PORT --record FILE [--access-expires-in S]
+    python tests/mcp_servers/oauth_http.py --port PORT --record FILE [--access-expires-in S] [--client ID:SECRET]
 
 As the MCP authorization spec has it: ``/mcp`` answers 401 with ``WWW-Authenticate: Bearer
 resource_metadata=...`` without a valid access token; protected-resource metadata
@@ -10,6 +10,9 @@ registered ``redirect_uri`` with the code and state, and a token endpoint that c
 (S256) and the redirect URI, and grants refresh tokens. ``POST /admin/revoke`` revokes every
 token issued so far (a user revoking access at the server). Every request goes to FILE as a
 JSON line: method, path, the JSON-RPC method or grant type, and the Authorization header.
+``--client ID:SECRET`` is a client registered beforehand: it may use the authorization code
+(any loopback redirect URI, RFC 8252) and the client_credentials grant, authenticated with HTTP
+Basic at the token endpoint.
 """
 
 from __future__ import annotations
@@ -31,7 +34,10 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--record", required=True)
     parser.add_argument("--access-expires-in", type=int, default=3600)
+    parser.add_argument("--client", default="")
     args = parser.parse_args()
+    pre_id, _, pre_secret = args.client.partition(":")
+    pre_basic = "Basic " + base64.b64encode(f"{pre_id}:{pre_secret}".encode()).decode() if pre_id else None
     base = f"http://127.0.0.1:{args.port}"
     prm_url = f"{base}/.well-known/oauth-protected-resource/mcp"
 
@@ -101,13 +107,22 @@ def main() -> None:
         if path == "/authorize":
             query = {k: v[0] for k, v in parse_qs(scope["query_string"].decode()).items()}
             redirect_uri = query.get("redirect_uri", "")
-            if redirect_uri not in clients.get(query.get("client_id", ""), []) or query.get("code_challenge_method") != "S256":
+            registered = clients.get(query.get("client_id", ""), [])
+            if pre_id and query.get("client_id") == pre_id and redirect_uri.startswith("http://127.0.0.1:"):
+                registered = [redirect_uri]
+            if redirect_uri not in registered or query.get("code_challenge_method") != "S256":
                 return await reply(send, 400, {"error": "invalid_request"})
             code = "code-" + secrets.token_hex(8)
             codes[code] = {"challenge": query["code_challenge"], "redirect_uri": redirect_uri}
             location = f"{redirect_uri}?{urlencode({'code': code, 'state': query.get('state', '')})}"
             return await reply(send, 302, headers=[(b"location", location.encode())])
         if path == "/token" and method == "POST":
+            if pre_basic and form.get("client_id") == pre_id and headers.get("authorization") != pre_basic:
+                return await reply(send, 401, {"error": "invalid_client"})
+            if form.get("grant_type") == "client_credentials":
+                if not pre_basic or headers.get("authorization") != pre_basic:
+                    return await reply(send, 401, {"error": "invalid_client"})
+                return await reply(send, 200, grant())
             if form.get("grant_type") == "authorization_code":
                 issued = codes.pop(form.get("code", ""), None)
                 verifier = form.get("code_verifier", "")
