@@ -77,7 +77,7 @@ CLIENT_METADATA_URL = "https://conformance-test.local/client-metadata.json"
 SECRET_VAR = "TG_CONFORMANCE_CLIENT_SECRET"
 
 
-def server_config(url: str) -> Any:
+def server_config(url: str, key_dir: str) -> Any:
     """The [mcp_servers.conformance] table a user would write for the scenario's server: the client
     credentials the suite hands over (MCP_CONFORMANCE_CONTEXT) as oauth_client_id and a secret in the
     environment; a client_credentials grant where the scenario is about one."""
@@ -91,8 +91,13 @@ def server_config(url: str) -> Any:
     if context.get("client_id") and context.get("client_secret") and not context.get("idp_id_token"):
         os.environ[SECRET_VAR] = context["client_secret"]
         table |= {"oauth_client_id": context["client_id"], "oauth_client_secret_env_var": SECRET_VAR}
-        if os.environ.get("MCP_CONFORMANCE_SCENARIO", "").startswith("auth/client-credentials"):
-            table["oauth_grant"] = "client_credentials"
+    if context.get("client_id") and context.get("private_key_pem"):
+        key_file = Path(key_dir) / "client-key.pem"
+        key_file.write_text(context["private_key_pem"])
+        key_file.chmod(0o600)
+        table |= {"oauth_client_id": context["client_id"], "oauth_private_key_file": str(key_file)}
+    if table.get("oauth_client_id") and os.environ.get("MCP_CONFORMANCE_SCENARIO", "").startswith("auth/client-credentials"):
+        table["oauth_grant"] = "client_credentials"
     return McpServerConfig(**table)
 
 
@@ -103,18 +108,19 @@ async def run_client(url: str) -> int:
     server is connected as a session connects it (no login: the session gets its tokens itself)."""
     sys.path.insert(0, str(ROOT))
     from app.mcp.client import McpConnection, McpServerError
-    from app.mcp.oauth import LoginError, LoopbackReceiver, consent_auth, session_auth
+    from app.mcp.oauth import LoginError, LoopbackReceiver, OAuthSetupError, consent_auth, session_auth
 
-    config = server_config(url)
     with tempfile.TemporaryDirectory(prefix="tidegauge-conformance-data-") as data_dir:
+        config = server_config(url, data_dir)
         receiver = await LoopbackReceiver().start()
         try:
             if config.oauth_grant == "client_credentials":
                 auth = session_auth("conformance", config, Path(data_dir))
             else:
                 auth = consent_auth("conformance", config, Path(data_dir), receiver, follow_consent_redirect, 30)
-        except LoginError as exc:
+        except (LoginError, OAuthSetupError) as exc:
             print(f"did not start: {exc}", file=sys.stderr)
+            await receiver.close()
             return 1
         connection = McpConnection("conformance", config, Path.cwd(), authorization=auth)
         try:

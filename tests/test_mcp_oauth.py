@@ -336,12 +336,33 @@ async def test_a_client_secret_is_never_sent_to_an_authorization_server_other_th
     assert server.grants() == [] and not [r for r in server.received() if (r["authorization"] or "").startswith("Basic")]
 
 
+async def test_a_private_key_file_that_is_no_key_fails_that_server_in_one_line(tmp_path: Path) -> None:
+    not_a_key = tmp_path / "key.pem"
+    not_a_key.write_text("-----BEGIN PRIVATE KEY-----\nnot base64 at all\n-----END PRIVATE KEY-----\n")
+    session = Session(tmp_path)
+    from types import SimpleNamespace
+
+    from app.mcp.hub import start_mcp
+
+    settings = {"m2m": McpServerConfig(url="http://127.0.0.1:9/mcp", oauth_client_id="c", oauth_grant="client_credentials",
+                                       oauth_private_key_file=str(not_a_key))}
+    session.hub = await start_mcp(SimpleNamespace(mcp_servers=settings, tool_defer_share=0.10, data_dir=tmp_path),
+                                  session.registry, session.engine, session.engine.emit,
+                                  workspace=tmp_path, log_dir=session.log_dir)
+    await session.hub.aclose()
+    assert [(e.status, e.detail) for e in session.server_events("m2m")] == [
+        ("starting", "http://127.0.0.1:9/mcp"),
+        ("failed", f"oauth_private_key_file of m2m: {not_a_key} is not a readable PEM private key without a "
+                   "password (ValueError)")]
+
+
 @pytest.mark.parametrize(("table", "says"), [
     ({"command": "x", "oauth_client_id": "a"}, "oauth_client_id applies only to a url server"),
     ({"url": "http://127.0.0.1:9/", "oauth_client_metadata_url": "http://example.com/tidegauge.json"},
      "oauth_client_metadata_url must be an https:// address with a path"),
     ({"url": "http://127.0.0.1:9/", "oauth_grant": "client_credentials"},
-     'oauth_grant = "client_credentials" needs oauth_client_id and oauth_client_secret_env_var'),
+     'oauth_grant = "client_credentials" needs oauth_client_id and either oauth_client_secret_env_var or '
+     'oauth_private_key_file'),
     ({"url": "http://127.0.0.1:9/", "oauth_client_id": "a", "bearer_token_env_var": "T"},
      "set either oauth_client_id (OAuth) or a token"),
 ])

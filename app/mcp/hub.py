@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 
 from app.kernel.events import Event, McpServerEvent
 from app.mcp.client import McpConnection, McpServerError
-from app.mcp.oauth import session_auth
+from app.mcp.oauth import OAuthSetupError, session_auth
 from app.mcp.settings import McpServerConfig, header_secrets, hide_url_secrets, shown_url, url_secrets
 from app.mcp.tools import McpTool, offered, prefixed_name
 from app.kernel.messages import ToolSpec
@@ -69,7 +69,12 @@ class McpHub:
             where = shown_url(cfg.url) if cfg.url else cfg.command or ""
             self.emit(McpServerEvent(name=name, status="starting", detail=where))
             # A url server logged in to (`tidegauge mcp login NAME`) is sent its stored tokens.
-            connection = McpConnection(name, cfg, workspace, log_dir, authorization=session_auth(name, cfg, data_dir))
+            try:
+                authorization = session_auth(name, cfg, data_dir)
+            except OAuthSetupError as exc:
+                self.emit(McpServerEvent(name=name, status="failed", detail=str(exc)))
+                continue
+            connection = McpConnection(name, cfg, workspace, log_dir, authorization=authorization)
             connection.on_exit = self._exited
             connection.on_reconnect = self._reconnected
             self.connections[name] = connection

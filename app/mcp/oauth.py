@@ -70,6 +70,10 @@ class AuthorizationRequired(Exception):
         super().__init__(f"authorization required{f' ({why})' if why else ''}: run `{login_command(name)}`")
 
 
+class OAuthSetupError(ValueError):
+    """An OAuth setting that cannot be used (a key file that is not a key); one line."""
+
+
 class LoginError(Exception):
     """A login that could not finish; the message is one line saying why."""
 
@@ -287,12 +291,45 @@ def _client_credentials(name: str, config: McpServerConfig, file: TokenFile) -> 
     from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
 
     assert config.url is not None and config.oauth_client_id is not None
+    if config.oauth_private_key_file is not None:
+        return _private_key_jwt(name, config, file)
     try:
         secret = client_secret(name, config)
     except LoginError:
         return None
     return ClientCredentialsOAuthProvider(config.url, file, config.oauth_client_id, secret or "",
                                           issuer=config.oauth_issuer)
+
+
+# A private key file larger than this is not a PEM key (an RSA 4096 key is about 3 KiB).
+MAX_KEY_FILE_BYTES = 64 * 1024
+
+
+def _private_key_jwt(name: str, config: McpServerConfig, file: TokenFile) -> OAuthClientProvider:
+    """client_credentials with a signed JWT (RFC 7523): the key stays here, only its signatures leave."""
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+    from mcp.client.auth.extensions.client_credentials import PrivateKeyJWTOAuthProvider, SignedJWTParameters
+
+    assert config.url is not None and config.oauth_client_id is not None and config.oauth_private_key_file is not None
+    path = Path(os.path.expanduser(config.oauth_private_key_file))
+    try:
+        with open(path, "rb") as key_file:
+            pem = key_file.read(MAX_KEY_FILE_BYTES + 1)
+        key = load_pem_private_key(pem, password=None) if len(pem) <= MAX_KEY_FILE_BYTES else None
+    except (OSError, ValueError, TypeError) as exc:
+        raise OAuthSetupError(f"oauth_private_key_file of {name}: {path} is not a readable PEM private key "
+                              f"without a password ({type(exc).__name__})") from None
+    if isinstance(key, rsa.RSAPrivateKey):
+        algorithm = "RS256"
+    elif isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.name == "secp256r1":
+        algorithm = "ES256"
+    else:
+        raise OAuthSetupError(f"oauth_private_key_file of {name}: {path} must be an RSA or EC P-256 private key")
+    signer = SignedJWTParameters(issuer=config.oauth_client_id, subject=config.oauth_client_id,
+                                 signing_key=pem.decode(), signing_algorithm=algorithm)
+    return PrivateKeyJWTOAuthProvider(config.url, file, config.oauth_client_id, signer.create_assertion_provider(),
+                                      issuer=config.oauth_issuer)
 
 
 def _has_own_authorization(config: McpServerConfig) -> bool:

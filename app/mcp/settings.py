@@ -42,6 +42,9 @@ class McpServerConfig(BaseModel):
     # The issuer URL of the authorization server oauth_client_id belongs to: its secret is then only
     # ever sent there (without it, the MCP server's metadata decides where it goes).
     oauth_issuer: str | None = None
+    # With oauth_grant = "client_credentials": a PEM private key (RSA or EC P-256) the client proves
+    # itself with (a signed JWT, private_key_jwt) instead of a secret.
+    oauth_private_key_file: str | None = None
     # "client_credentials": tidegauge is the client itself (no user, no browser): the session gets
     # its tokens with oauth_client_id and its secret. Default: the user's consent, at login.
     oauth_grant: Literal["authorization_code", "client_credentials"] = "authorization_code"
@@ -78,7 +81,7 @@ class McpServerConfig(BaseModel):
 
     def _check_oauth(self) -> None:
         chosen = [name for name in ("oauth_client_id", "oauth_client_secret_env_var", "oauth_client_metadata_url",
-                                    "oauth_issuer")
+                                    "oauth_issuer", "oauth_private_key_file")
                   if getattr(self, name) is not None] + (["oauth_grant"] if self.oauth_grant != "authorization_code" else [])
         if not chosen:
             return
@@ -96,9 +99,12 @@ class McpServerConfig(BaseModel):
             raise ValueError("oauth_issuer needs oauth_client_id (it names where that client is registered)")
         if self.oauth_client_secret_env_var is not None and self.oauth_client_id is None:
             raise ValueError("oauth_client_secret_env_var needs oauth_client_id")
-        if self.oauth_grant == "client_credentials" and (self.oauth_client_id is None
-                                                         or self.oauth_client_secret_env_var is None):
-            raise ValueError("oauth_grant = \"client_credentials\" needs oauth_client_id and oauth_client_secret_env_var")
+        if self.oauth_grant == "client_credentials" and (self.oauth_client_id is None or (
+                self.oauth_client_secret_env_var is None) == (self.oauth_private_key_file is None)):
+            raise ValueError("oauth_grant = \"client_credentials\" needs oauth_client_id and either "
+                             "oauth_client_secret_env_var or oauth_private_key_file")
+        if self.oauth_private_key_file is not None and self.oauth_grant != "client_credentials":
+            raise ValueError("oauth_private_key_file applies only with oauth_grant = \"client_credentials\"")
         if self.oauth_client_metadata_url is not None:
             parts = urlsplit(self.oauth_client_metadata_url)
             if parts.scheme != "https" or parts.path in ("", "/"):
