@@ -12,7 +12,11 @@ Not part of CI's test run (it installs from npm and takes minutes). It:
    starts a test server per scenario on loopback and runs the command with its URL appended;
    the command is this script with ``--client URL``: tidegauge's own connection code
    (``app.mcp.client.McpConnection``: handshake, headers, reconnect) connects, lists the tools
-   and calls each one with arguments made from its schema, as a model would;
+   and calls each one with arguments made from its schema, as a model would. A server that wants
+   OAuth is logged in to as ``tidegauge mcp login`` does it (``app.mcp.oauth``), the browser's part
+   replaced by following the authorization redirect (the suite's servers consent at once), which
+   lands on tidegauge's loopback receiver; the credentials the suite hands a scenario become the
+   ``oauth_*`` settings a user would write;
 4. prints each scenario's verdict (from the suite's ``checks.json``) and ``N of M client scenarios pass``.
 """
 
