@@ -12,7 +12,11 @@ Not part of CI's test run (it installs from npm and takes minutes). It:
    starts a test server per scenario on loopback and runs the command with its URL appended;
    the command is this script with ``--client URL``: tidegauge's own connection code
    (``app.mcp.client.McpConnection``: handshake, headers, reconnect) connects, lists the tools
-   and calls each one with arguments made from its schema, as a model would;
+   and calls each one with arguments made from its schema, as a model would. A server that wants
+   OAuth is logged in to as ``tidegauge mcp login`` does it (``app.mcp.oauth``), the browser's part
+   replaced by following the authorization redirect (the suite's servers consent at once), which
+   lands on tidegauge's loopback receiver; the credentials the suite hands a scenario become the
+   ``oauth_*`` settings a user would write;
 4. prints each scenario's verdict (from the suite's ``checks.json``) and ``N of M client scenarios pass``.
 """
 
@@ -57,25 +61,86 @@ def _example(schema: dict[str, Any]) -> Any:
     return "test"
 
 
-async def run_client(url: str) -> int:
-    sys.path.insert(0, str(ROOT))
-    from app.mcp.client import McpConnection, McpServerError
+async def follow_consent_redirect(url: str) -> None:
+    """The browser step of a login, as the suite's own example clients do it: fetch the authorization
+    URL (the suite's authorization server consents at once) and follow its redirect, which lands on
+    tidegauge's loopback receiver like a browser would."""
+    import httpx2
+
+    async with httpx2.AsyncClient(follow_redirects=False, timeout=30) as http:
+        answer = await http.get(url)
+        location = answer.headers.get("location")
+        if location is None:
+            raise RuntimeError(f"the authorization endpoint answered {answer.status_code} without a redirect")
+        await http.get(location)
+
+
+# The HTTPS address of a client ID metadata document, as a user who hosts one configures it
+# (oauth_client_metadata_url); the suite's authorization servers check for this one.
+CLIENT_METADATA_URL = "https://conformance-test.local/client-metadata.json"
+SECRET_VAR = "TG_CONFORMANCE_CLIENT_SECRET"
+
+
+def server_config(url: str, key_dir: str) -> Any:
+    """The [mcp_servers.conformance] table a user would write for the scenario's server: the client
+    credentials the suite hands over (MCP_CONFORMANCE_CONTEXT) as oauth_client_id and a secret in the
+    environment; a client_credentials grant where the scenario is about one."""
+    import json
+
     from app.mcp.settings import McpServerConfig
 
-    connection = McpConnection("conformance", McpServerConfig(url=url, startup_timeout=20, tool_timeout=20),
-                               Path.cwd())
-    try:
-        await connection.start()
-    except McpServerError as exc:
-        print(f"did not start: {exc}", file=sys.stderr)
-        return 1
-    try:
-        for tool in connection.tools:
-            arguments = {name: _example(sub) for name, sub in (tool.input_schema.get("properties") or {}).items()}
-            output = await connection.call_tool(tool.name, arguments)
-            print(f"{tool.name}: {'error: ' if output.is_error else ''}{output.text[:200]}")
-    finally:
-        await connection.aclose()
+    context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
+    table: dict[str, Any] = {"url": url, "startup_timeout": 20, "tool_timeout": 20,
+                             "oauth_client_metadata_url": CLIENT_METADATA_URL}
+    if context.get("client_id") and context.get("client_secret") and not context.get("idp_id_token"):
+        os.environ[SECRET_VAR] = context["client_secret"]
+        table |= {"oauth_client_id": context["client_id"], "oauth_client_secret_env_var": SECRET_VAR}
+    if context.get("client_id") and context.get("private_key_pem"):
+        key_file = Path(key_dir) / "client-key.pem"
+        key_file.write_text(context["private_key_pem"])
+        key_file.chmod(0o600)
+        table |= {"oauth_client_id": context["client_id"], "oauth_private_key_file": str(key_file)}
+    if table.get("oauth_client_id") and os.environ.get("MCP_CONFORMANCE_SCENARIO", "").startswith("auth/client-credentials"):
+        table["oauth_grant"] = "client_credentials"
+    return McpServerConfig(**table)
+
+
+async def run_client(url: str) -> int:
+    """What ``tidegauge mcp login NAME`` does (app.mcp.oauth: the OAuth flow on a connection, tokens in
+    a data directory), the browser replaced by ``follow_consent_redirect``; then each tool is called on
+    that connection (a scope step-up at a call re-authorizes the same way). A client_credentials
+    server is connected as a session connects it (no login: the session gets its tokens itself)."""
+    sys.path.insert(0, str(ROOT))
+    from app.mcp.client import McpConnection, McpServerError
+    from app.mcp.oauth import LoginError, LoopbackReceiver, OAuthSetupError, consent_auth, session_auth
+
+    with tempfile.TemporaryDirectory(prefix="tidegauge-conformance-data-") as data_dir:
+        config = server_config(url, data_dir)
+        receiver = await LoopbackReceiver().start()
+        try:
+            if config.oauth_grant == "client_credentials":
+                auth = session_auth("conformance", config, Path(data_dir))
+            else:
+                auth = consent_auth("conformance", config, Path(data_dir), receiver, follow_consent_redirect, 30)
+        except (LoginError, OAuthSetupError) as exc:
+            print(f"did not start: {exc}", file=sys.stderr)
+            await receiver.close()
+            return 1
+        connection = McpConnection("conformance", config, Path.cwd(), authorization=auth)
+        try:
+            await connection.start()
+        except McpServerError as exc:
+            print(f"did not start: {exc}", file=sys.stderr)
+            await receiver.close()
+            return 1
+        try:
+            for tool in connection.tools:
+                arguments = {name: _example(sub) for name, sub in (tool.input_schema.get("properties") or {}).items()}
+                output = await connection.call_tool(tool.name, arguments)
+                print(f"{tool.name}: {'error: ' if output.is_error else ''}{output.text[:200]}")
+        finally:
+            await connection.aclose()
+            await receiver.close()
     return 0
 
 

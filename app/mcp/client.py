@@ -74,6 +74,8 @@ class McpConnection:
     tools: list[RemoteTool] = field(default_factory=list)
     # The session's answers to what the server asks (forms); None: forms are not offered.
     requests: ClientRequests | None = None
+    # A url server's OAuth (an httpx Auth from app.mcp.oauth: stored tokens, refreshed), or None.
+    authorization: Any = None
 
     def __post_init__(self) -> None:
         self._client: Client | None = None
@@ -210,12 +212,16 @@ class McpConnection:
                 await asyncio.to_thread(errlog.close)  # waits for the server's last words, off the loop
 
     def _explain(self, exc: BaseException) -> str:
-        """One line for a failure; a 401 says what to set rather than the SDK's "error response"."""
-        if self._unauthorized is not None:
-            return (f"authorization required (HTTP 401{self._unauthorized}): give the server a token with "
-                    f"bearer_token_env_var or headers in [mcp_servers.{self.name}]")
+        """One line for a failure; a 401 says how to log in rather than the SDK's "error response"."""
+        from app.mcp.oauth import login_command
+
         while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
             exc = exc.exceptions[0]
+        if _is_oauth_failure(exc):  # the flow met a server it cannot work with: say what, not "log in"
+            return f"OAuth failed: {describe_failure(exc)}"
+        if self._unauthorized is not None:
+            return (f"authorization required (HTTP 401{self._unauthorized}): run `{login_command(self.name)}`, or give "
+                    f"the server a token with bearer_token_env_var or headers in [mcp_servers.{self.name}]")
         if isinstance(exc, MissingEnvironment):
             return str(exc)
         return describe_failure(exc)
@@ -339,7 +345,8 @@ class McpConnection:
                     raise
 
         return httpx2.AsyncClient(headers=resolved_headers(self.config), timeout=httpx2.Timeout(30.0, read=300.0),
-                                  event_hooks={"response": [note_response]}, transport=NotingRefusals())
+                                  event_hooks={"response": [note_response]}, transport=NotingRefusals(),
+                                  auth=self.authorization)
 
     async def _find_group_soon(self, before: set[int]) -> None:
         if self.config.command is None or os.name != "posix":
@@ -608,6 +615,14 @@ def describe_failure(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     text = hide_url_secrets(text)  # an HTTP error names the URL, and a remote server's token may be in it
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _is_oauth_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is the OAuth flow failing (a refused registration or token request, a metadata
+    mismatch); a flow that stops for the user's consent is a 401 like any other."""
+    from mcp.client.auth import OAuthFlowError
+
+    return isinstance(exc, OAuthFlowError)
 
 
 def _connection_closed(exc: BaseException) -> bool:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 from app.kernel.events import Event, McpServerEvent
 from app.mcp.client import McpConnection, McpServerError
 from app.mcp.client_features import ClientRequests
+from app.mcp.oauth import OAuthSetupError, session_auth
 from app.mcp.settings import McpServerConfig, header_secrets, hide_url_secrets, shown_url, url_secrets
 from app.mcp.tools import McpTool, offered, prefixed_name
 from app.kernel.messages import ToolSpec
@@ -48,7 +49,8 @@ class McpHub:
         return self.deferral.saved_tokens if self.deferral is not None else 0
 
     async def start(self, servers: dict[str, McpServerConfig], *, workspace: Path, log_dir: Path | None,
-                    registry: ToolRegistry, requests: ClientRequests | None = None) -> None:
+                    registry: ToolRegistry, requests: ClientRequests | None = None,
+                    data_dir: Path | None = None) -> None:
         enabled = {name: cfg for name, cfg in servers.items() if cfg.enabled}
         for name, cfg in enabled.items():
             for var, value in cfg.env.items():
@@ -68,7 +70,14 @@ class McpHub:
                         register_secret(value.split(None, 1)[-1] if value.lower().startswith("bearer ") else value)
             where = shown_url(cfg.url) if cfg.url else cfg.command or ""
             self.emit(McpServerEvent(name=name, status="starting", detail=where))
-            connection = McpConnection(name, cfg, workspace, log_dir, requests=requests)
+            # A url server logged in to (`tidegauge mcp login NAME`) is sent its stored tokens.
+            try:
+                authorization = session_auth(name, cfg, data_dir)
+            except OAuthSetupError as exc:
+                self.emit(McpServerEvent(name=name, status="failed", detail=str(exc)))
+                continue
+            connection = McpConnection(name, cfg, workspace, log_dir, requests=requests,
+                                       authorization=authorization)
             connection.on_exit = self._exited
             connection.on_reconnect = self._reconnected
             self.connections[name] = connection
@@ -154,7 +163,10 @@ async def start_mcp(settings: McpSettings, registry: ToolRegistry, engine: Conte
     servers: dict[str, McpServerConfig] = dict(settings.mcp_servers or {})
     if not servers:
         return hub
-    await hub.start(servers, workspace=workspace, log_dir=log_dir, registry=registry, requests=requests)
+    # The data directory holds the tokens of `tidegauge mcp login` (a test's settings may have none).
+    data_dir = getattr(settings, "data_dir", None)
+    await hub.start(servers, workspace=workspace, log_dir=log_dir, registry=registry, requests=requests,
+                    data_dir=Path(data_dir) if data_dir is not None else None)
 
     def send(specs: list[ToolSpec]) -> None:
         engine.tools = specs

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Literal
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -30,6 +31,23 @@ class McpServerConfig(BaseModel):
     headers: dict[str, str] = Field(default_factory=dict)
     # The name of an environment variable holding a bearer token: ``Authorization: Bearer <value>``.
     bearer_token_env_var: str | None = None
+    # OAuth (`tidegauge mcp login NAME`, app/mcp/oauth.py). A client registered with the server's
+    # authorization server beforehand (no dynamic registration): its id, and the environment
+    # variable holding its secret (sent with HTTP Basic at the token endpoint).
+    oauth_client_id: str | None = None
+    oauth_client_secret_env_var: str | None = None
+    # The HTTPS address of a client ID metadata document describing tidegauge, when you host one:
+    # used as the client id by authorization servers that support them, instead of registering.
+    oauth_client_metadata_url: str | None = None
+    # The issuer URL of the authorization server oauth_client_id belongs to: its secret is then only
+    # ever sent there (without it, the MCP server's metadata decides where it goes).
+    oauth_issuer: str | None = None
+    # With oauth_grant = "client_credentials": a PEM private key (RSA or EC P-256) the client proves
+    # itself with (a signed JWT, private_key_jwt) instead of a secret.
+    oauth_private_key_file: str | None = None
+    # "client_credentials": tidegauge is the client itself (no user, no browser): the session gets
+    # its tokens with oauth_client_id and its secret. Default: the user's consent, at login.
+    oauth_grant: Literal["authorization_code", "client_credentials"] = "authorization_code"
     enabled: bool = True
     startup_timeout: float = Field(30.0, gt=0)  # seconds to start and list the tools
     tool_timeout: float = Field(300.0, gt=0)  # seconds one tool call may take
@@ -58,7 +76,40 @@ class McpServerConfig(BaseModel):
             raise ValueError(f"bearer_token_env_var: {self.bearer_token_env_var!r} is not an environment variable name")
         if self.bearer_token_env_var is not None and any(n.lower() == "authorization" for n in self.headers):
             raise ValueError("set either bearer_token_env_var or an Authorization header, not both")
+        self._check_oauth()
         return self
+
+    def _check_oauth(self) -> None:
+        chosen = [name for name in ("oauth_client_id", "oauth_client_secret_env_var", "oauth_client_metadata_url",
+                                    "oauth_issuer", "oauth_private_key_file")
+                  if getattr(self, name) is not None] + (["oauth_grant"] if self.oauth_grant != "authorization_code" else [])
+        if not chosen:
+            return
+        if self.url is None:
+            raise ValueError(f"{chosen[0]} applies only to a url server")
+        if self.bearer_token_env_var is not None or any(n.lower() == "authorization" for n in self.headers):
+            raise ValueError(f"set either {chosen[0]} (OAuth) or a token (bearer_token_env_var, an Authorization "
+                             "header), not both")
+        if self.oauth_client_secret_env_var is not None and not ENV_NAME.match(self.oauth_client_secret_env_var):
+            raise ValueError(f"oauth_client_secret_env_var: {self.oauth_client_secret_env_var!r} is not an "
+                             "environment variable name")
+        if self.oauth_issuer is not None and not re.match(r"^https?://", self.oauth_issuer):
+            raise ValueError(f"oauth_issuer must start with https:// or http:// (got {shown_url(self.oauth_issuer)!r})")
+        if self.oauth_issuer is not None and self.oauth_client_id is None:
+            raise ValueError("oauth_issuer needs oauth_client_id (it names where that client is registered)")
+        if self.oauth_client_secret_env_var is not None and self.oauth_client_id is None:
+            raise ValueError("oauth_client_secret_env_var needs oauth_client_id")
+        if self.oauth_grant == "client_credentials" and (self.oauth_client_id is None or (
+                self.oauth_client_secret_env_var is None) == (self.oauth_private_key_file is None)):
+            raise ValueError("oauth_grant = \"client_credentials\" needs oauth_client_id and either "
+                             "oauth_client_secret_env_var or oauth_private_key_file")
+        if self.oauth_private_key_file is not None and self.oauth_grant != "client_credentials":
+            raise ValueError("oauth_private_key_file applies only with oauth_grant = \"client_credentials\"")
+        if self.oauth_client_metadata_url is not None:
+            parts = urlsplit(self.oauth_client_metadata_url)
+            if parts.scheme != "https" or parts.path in ("", "/"):
+                raise ValueError("oauth_client_metadata_url must be an https:// address with a path (got "
+                                 f"{shown_url(self.oauth_client_metadata_url)!r})")
 
 
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token (RFC 9110)

@@ -109,6 +109,45 @@ def _sessions(argv: list[str]) -> int:
     return _print_sessions(load_settings({}), every_directory=args.all, out=sys.stdout)
 
 
+def _mcp(argv: list[str]) -> int:
+    """`tidegauge mcp login NAME` / `tidegauge mcp logout NAME`: OAuth for a url server (app/mcp/oauth.py)."""
+    parser = argparse.ArgumentParser(prog="tidegauge mcp",
+                                     description="Log in to a remote MCP server of config.toml with OAuth (a browser "
+                                                 "opens; with no display the address to open is printed), or forget "
+                                                 "its tokens.")
+    parser.add_argument("action", choices=["login", "logout"])
+    parser.add_argument("name", help="the server's name, as in [mcp_servers.NAME]")
+    args = parser.parse_args(argv)
+    import asyncio
+    from pathlib import Path
+
+    from app.kernel.errors import SetupError
+    from app.kernel.sanitize import sanitize_for_display
+    from app.mcp.oauth import LoginError, login, logout
+    from app.wiring.config import load_settings
+
+    settings = load_settings({})
+    name = sanitize_for_display(args.name)
+    config = settings.mcp_servers.get(args.name)
+    if config is None:
+        known = ", ".join(sorted(settings.mcp_servers)) or "none"
+        raise SetupError(f"mcp {args.action}: no server {name!r} in [mcp_servers] of config.toml (configured: {known})")
+    if args.action == "logout":
+        forgot = logout(args.name, settings.data_dir_path)
+        print(f"{name}: {'tokens forgotten' if forgot else 'no tokens were kept'}", file=sys.stderr)
+        return 0
+    try:
+        tools = asyncio.run(login(args.name, config, settings.data_dir_path, Path.cwd()))
+    except LoginError as err:
+        print(f"tidegauge: mcp login {name}: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"tidegauge: mcp login {name}: interrupted", file=sys.stderr)
+        return 130
+    print(f"logged in to {name}: {tools} tools", file=sys.stderr)
+    return 0
+
+
 def _print_sessions(settings: "Settings", *, every_directory: bool, out: Any) -> int:
     from pathlib import Path
 
@@ -168,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["sessions"]:
         return _run_setup(lambda: _sessions(argv[1:]))
+    if argv[:1] == ["mcp"]:
+        return _run_setup(lambda: _mcp(argv[1:]))
     parser = build_parser()
     args = parser.parse_args(argv)
     idle = _idle_flag(args)

@@ -1,0 +1,514 @@
+"""OAuth 2.1 for remote MCP servers, as the MCP authorization spec describes it.
+
+The SDK's ``OAuthClientProvider`` (an httpx2 ``Auth``) does the protocol: protected-resource and
+authorization-server metadata discovery, dynamic client registration, PKCE, the token exchange and
+refresh. This module gives it what is tidegauge's:
+
+- ``TokenFile``: its ``TokenStorage``, one file per server under ``<data_dir>/mcp-oauth/``, written
+  through ``private_files`` (0600, no symlinks). The file names the server's URL: tokens are never
+  sent to another URL given the same name. Tokens and client secrets are registered with
+  ``redact`` as soon as they are read or received, so no log, event or page can show them.
+- ``LoopbackReceiver``: the redirect target of a login, on 127.0.0.1 only, an ephemeral port,
+  accepting exactly one callback carrying the flow's ``state``, then closed.
+- ``session_auth``: what a session's connection uses. It sends and refreshes stored tokens, and
+  never opens a browser: when consent is needed it stops with ``AuthorizationRequired``, whose
+  words name the login command. ``login`` (``tidegauge mcp login NAME``) is the one place a
+  browser opens (or, with no display, the address is printed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, cast
+from urllib.parse import parse_qs, urlsplit
+
+from app.kernel.private_files import read_private, write_private_atomic
+from app.kernel.redact import register_secret
+
+if TYPE_CHECKING:
+    from mcp.client.auth import OAuthClientProvider
+    from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthToken
+
+    from app.mcp.settings import McpServerConfig
+
+# The SDK logs a failed flow with its traceback (the token endpoint's answer in it): that is not
+# for the user's terminal or the dashboard's screen. The failure itself comes back as one line.
+logging.getLogger("mcp.client.auth").addHandler(logging.NullHandler())
+logging.getLogger("mcp.client.auth").propagate = False
+
+# A token file larger than this is not ours (a few KiB at most).
+MAX_TOKEN_FILE_BYTES = 64 * 1024
+# How long a login waits for the user's consent in the browser.
+CONSENT_TIMEOUT = 300.0
+# The longest request line the loopback receiver reads (a callback is a few hundred bytes).
+MAX_CALLBACK_LINE = 8192
+CALLBACK_PATH = "/callback"
+# Where the session's tokens-only provider says it would redirect (it never does: no browser).
+UNUSED_REDIRECT = "http://127.0.0.1/callback"
+
+# (authorization URL) -> None: shows it to the user (a browser, a printed line) or, in the
+# conformance benchmark, follows its redirect as the suite's own clients do.
+OpenConsent = Callable[[str], Awaitable[None]]
+
+
+def login_command(name: str) -> str:
+    return f"tidegauge mcp login {name}"
+
+
+class AuthorizationRequired(Exception):
+    """The server wants the user's consent, which only ``tidegauge mcp login NAME`` asks for."""
+
+    def __init__(self, name: str, why: str = "") -> None:
+        self.name = name
+        super().__init__(f"authorization required{f' ({why})' if why else ''}: run `{login_command(name)}`")
+
+
+class OAuthSetupError(ValueError):
+    """An OAuth setting that cannot be used (a key file that is not a key); one line."""
+
+
+class LoginError(Exception):
+    """A login that could not finish; the message is one line saying why."""
+
+
+def token_path(data_dir: Path, name: str) -> Path:
+    return data_dir / "mcp-oauth" / f"{name}.json"
+
+
+def _register_token_secrets(tokens: OAuthToken | None) -> None:
+    if tokens is not None:
+        register_secret(tokens.access_token)
+        register_secret(tokens.refresh_token)
+
+
+@dataclass
+class TokenFile:
+    """The SDK's ``TokenStorage`` on one 0600 file, bound to the server's URL.
+
+    The token's lifetime is kept as an absolute time (``expires_at``): the SDK keeps only
+    ``expires_in``, which means nothing once the process that received it is gone.
+    """
+
+    path: Path
+    server_url: str
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            raw = read_private(self.path, MAX_TOKEN_FILE_BYTES + 1)
+        except FileNotFoundError:
+            return {}
+        if len(raw) > MAX_TOKEN_FILE_BYTES:
+            return {}
+        try:
+            stored = json.loads(raw)
+        except ValueError:
+            return {}  # a damaged file is as good as none: the next login writes it again
+        if not isinstance(stored, dict) or stored.get("server_url") != self.server_url:
+            return {}  # another server's tokens (the URL under this name changed): never sent here
+        return stored
+
+    def _write(self, **changes: Any) -> None:
+        stored = self._read() | changes | {"server_url": self.server_url}
+        write_private_atomic(self.path, json.dumps(stored, indent=1).encode())
+
+    def exists(self) -> bool:
+        return bool(self._read().get("tokens"))
+
+    async def get_tokens(self) -> OAuthToken | None:
+        from mcp.shared.auth import OAuthToken
+        from pydantic import ValidationError
+
+        stored = self._read()
+        if not isinstance(stored.get("tokens"), dict):
+            return None
+        try:
+            tokens = OAuthToken.model_validate(stored["tokens"])
+        except ValidationError:
+            return None
+        _register_token_secrets(tokens)
+        expires_at = stored.get("expires_at")
+        if isinstance(expires_at, (int, float)):
+            tokens.expires_in = max(0, int(expires_at - time.time()))
+        return tokens
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        _register_token_secrets(tokens)
+        expires_at = time.time() + tokens.expires_in if tokens.expires_in is not None else None
+        self._write(tokens=tokens.model_dump(mode="json", exclude_none=True), expires_at=expires_at)
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        from mcp.shared.auth import OAuthClientInformationFull
+        from pydantic import ValidationError
+
+        stored = self._read().get("client_info")
+        if not isinstance(stored, dict):
+            return None
+        try:
+            info = OAuthClientInformationFull.model_validate(stored)
+        except ValidationError:
+            return None
+        register_secret(info.client_secret)
+        return info
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        register_secret(client_info.client_secret)
+        self._write(client_info=client_info.model_dump(mode="json", exclude_none=True))
+
+    def forget(self) -> bool:
+        """Remove the file (``tidegauge mcp logout``); whether there was one."""
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+
+@dataclass
+class _LoginStorage:
+    """A login's view of the token file: a registration made for another redirect address
+    (an earlier login's port) is not offered, so the server is asked to register this one."""
+
+    file: TokenFile
+    redirect_uri: str
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return await self.file.get_tokens()
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        await self.file.set_tokens(tokens)
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        info = await self.file.get_client_info()
+        if info is None or self.redirect_uri not in [str(uri) for uri in info.redirect_uris or []]:
+            return None
+        return info
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        await self.file.set_client_info(client_info)
+
+
+@dataclass
+class _PreRegistered:
+    """The storage of a client registered beforehand (``oauth_client_id``): its record is the
+    config's, never the file's nor a dynamic registration's."""
+
+    file: Any
+    client_info: OAuthClientInformationFull
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return cast("OAuthToken | None", await self.file.get_tokens())
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        await self.file.set_tokens(tokens)
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return self.client_info
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        return None
+
+
+def client_secret(name: str, config: McpServerConfig) -> str | None:
+    """The secret of a pre-registered client, from the environment (registered as a secret).
+    Raises LoginError naming the variable when it is not set."""
+    var = config.oauth_client_secret_env_var
+    if var is None:
+        return None
+    value = os.environ.get(var, "")
+    if not value:
+        raise LoginError(f"oauth_client_secret_env_var of {name} needs the environment variable {var}, which is not set")
+    register_secret(value)
+    return value
+
+
+def _provider(name: str, config: McpServerConfig, storage: Any, redirect_uri: str,
+              redirect_handler: Callable[[str], Awaitable[None]],
+              callback_handler: Callable[[], Awaitable[AuthorizationCodeResult]]) -> OAuthClientProvider:
+    from mcp.client.auth import OAuthClientProvider
+    from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata
+    from pydantic import AnyUrl
+
+    from app import __version__
+
+    class StoredExpiryProvider(OAuthClientProvider):
+        """The SDK's provider, which also believes a stored token's expiry: it loads tokens without
+        it, and would send an expired token (then ask for consent) rather than refresh it."""
+
+        async def _initialize(self) -> None:
+            await super()._initialize()
+            if self.context.current_tokens is not None:
+                self.context.update_token_expiry(self.context.current_tokens)
+
+    assert config.url is not None
+    metadata = OAuthClientMetadata(redirect_uris=[AnyUrl(redirect_uri)], client_name="tidegauge",
+                                   software_id="tidegauge", software_version=__version__)
+    if config.oauth_client_id is not None:
+        secret = client_secret(name, config)
+        storage = _PreRegistered(storage, OAuthClientInformationFull(
+            client_id=config.oauth_client_id, client_secret=secret, redirect_uris=[AnyUrl(redirect_uri)],
+            token_endpoint_auth_method="client_secret_basic" if secret else "none",
+            issuer=config.oauth_issuer))  # SEP-2352: bound to it, never presented to another server
+    return StoredExpiryProvider(config.url, metadata, storage, redirect_handler=redirect_handler,
+                                callback_handler=callback_handler, client_metadata_url=config.oauth_client_metadata_url)
+
+
+def session_auth(name: str, config: McpServerConfig, data_dir: Path | None) -> OAuthClientProvider | None:
+    """The auth of a session's connection to url server ``name``: its stored tokens, refreshed
+    when they expire; None when there are none (a 401 then names the login command).
+
+    Never asks for consent: a session may run in a child process or headless, with nobody
+    looking at a browser. A flow that needs consent stops with ``AuthorizationRequired``.
+    """
+    if data_dir is None or config.url is None or _has_own_authorization(config):
+        return None
+    file = TokenFile(token_path(data_dir, name), config.url)
+    if config.oauth_grant == "client_credentials":
+        return _client_credentials(name, config, file)
+    if not file.exists():
+        return None
+
+    async def no_browser(_url: str) -> None:
+        raise AuthorizationRequired(name)
+
+    async def no_callback() -> AuthorizationCodeResult:
+        raise AuthorizationRequired(name)
+
+    try:
+        return _provider(name, config, file, UNUSED_REDIRECT, no_browser, no_callback)
+    except LoginError:
+        return None  # the client's secret is not in the environment: the 401 says how to log in
+
+
+def _client_credentials(name: str, config: McpServerConfig, file: TokenFile) -> OAuthClientProvider | None:
+    """tidegauge as the OAuth client itself (``oauth_grant = "client_credentials"``): no user, no browser."""
+    from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+
+    assert config.url is not None and config.oauth_client_id is not None
+    if config.oauth_private_key_file is not None:
+        return _private_key_jwt(name, config, file)
+    try:
+        secret = client_secret(name, config)
+    except LoginError:
+        return None
+    return ClientCredentialsOAuthProvider(config.url, file, config.oauth_client_id, secret or "",
+                                          issuer=config.oauth_issuer)
+
+
+# A private key file larger than this is not a PEM key (an RSA 4096 key is about 3 KiB).
+MAX_KEY_FILE_BYTES = 64 * 1024
+
+
+def _private_key_jwt(name: str, config: McpServerConfig, file: TokenFile) -> OAuthClientProvider:
+    """client_credentials with a signed JWT (RFC 7523): the key stays here, only its signatures leave."""
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+    from mcp.client.auth.extensions.client_credentials import PrivateKeyJWTOAuthProvider, SignedJWTParameters
+
+    assert config.url is not None and config.oauth_client_id is not None and config.oauth_private_key_file is not None
+    path = Path(os.path.expanduser(config.oauth_private_key_file))
+    try:
+        with open(path, "rb") as key_file:
+            pem = key_file.read(MAX_KEY_FILE_BYTES + 1)
+        key = load_pem_private_key(pem, password=None) if len(pem) <= MAX_KEY_FILE_BYTES else None
+    except (OSError, ValueError, TypeError) as exc:
+        raise OAuthSetupError(f"oauth_private_key_file of {name}: {path} is not a readable PEM private key "
+                              f"without a password ({type(exc).__name__})") from None
+    if isinstance(key, rsa.RSAPrivateKey):
+        algorithm = "RS256"
+    elif isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.name == "secp256r1":
+        algorithm = "ES256"
+    else:
+        raise OAuthSetupError(f"oauth_private_key_file of {name}: {path} must be an RSA or EC P-256 private key")
+    signer = SignedJWTParameters(issuer=config.oauth_client_id, subject=config.oauth_client_id,
+                                 signing_key=pem.decode(), signing_algorithm=algorithm)
+    return PrivateKeyJWTOAuthProvider(config.url, file, config.oauth_client_id, signer.create_assertion_provider(),
+                                      issuer=config.oauth_issuer)
+
+
+def _has_own_authorization(config: McpServerConfig) -> bool:
+    return config.bearer_token_env_var is not None or any(n.lower() == "authorization" for n in config.headers)
+
+
+# ---------------------------------------------------------------- the redirect receiver
+
+@dataclass
+class LoopbackReceiver:
+    """The one callback of a login, on 127.0.0.1 and a port the system picks.
+
+    Any local process can reach it while a login waits. What it could do: deliver a code for the
+    flow the user started (the token exchange needs this process's PKCE verifier, so a code it
+    made up or stole elsewhere is worth nothing), or make the login fail. A request without the
+    flow's ``state`` is answered 400 and changes nothing; the first one with it ends the wait and
+    closes the port; a request line over ``MAX_CALLBACK_LINE`` is answered 414 and dropped.
+    """
+
+    expected_state: str | None = None
+    refused: int = 0  # callbacks turned away (wrong state, wrong path, too long)
+    _server: asyncio.AbstractServer | None = None
+    _result: asyncio.Future[AuthorizationCodeResult] | None = None
+    _port: int = 0
+    _handlers: set[asyncio.Task[None]] = field(default_factory=set)
+
+    async def start(self) -> LoopbackReceiver:
+        self._result = asyncio.get_running_loop().create_future()
+        self._server = await asyncio.start_server(self._answer, "127.0.0.1", self._port, limit=MAX_CALLBACK_LINE)
+        self._port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def expect(self, state: str | None) -> None:
+        """Wait for the callback of a flow whose authorization URL carries ``state``. A second flow on
+        the same connection (a scope step-up) listens again, on the port its client registered."""
+        if self._server is None:
+            await self.start()
+        elif self._result is not None and self._result.done():
+            self._result = asyncio.get_running_loop().create_future()
+        self.expected_state = state
+
+    @property
+    def redirect_uri(self) -> str:
+        return f"http://127.0.0.1:{self._port}{CALLBACK_PATH}"
+
+    async def result(self, within: float) -> AuthorizationCodeResult:
+        """The callback's code, once it came; LoginError when none came ``within`` seconds."""
+        assert self._result is not None
+        try:
+            return await asyncio.wait_for(asyncio.shield(self._result), within)
+        except asyncio.TimeoutError:
+            raise LoginError(f"no answer from the browser within {within:g} s (the login was not finished)") from None
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+            await server.wait_closed()
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
+        try:
+            status, page = await self._handle(reader)
+            body = page.encode()
+            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+            await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+            if task is not None:
+                self._handlers.discard(task)
+
+    async def _handle(self, reader: asyncio.StreamReader) -> tuple[str, str]:
+        from mcp.shared.auth import AuthorizationCodeResult
+
+        try:
+            line = await asyncio.wait_for(reader.readline(), 10)
+        except (ValueError, asyncio.LimitOverrunError):  # longer than the stream's limit
+            self.refused += 1
+            return "414 URI Too Long", "tidegauge: that address is too long for a login callback.\n"
+        except asyncio.TimeoutError:
+            self.refused += 1
+            return "408 Request Timeout", "tidegauge: no request.\n"
+        parts = line.decode("latin-1").split()
+        if len(parts) != 3 or parts[0] != "GET":
+            self.refused += 1
+            return "405 Method Not Allowed", "tidegauge: only the login callback is answered here.\n"
+        target = urlsplit(parts[1])
+        query = {key: values[0] for key, values in parse_qs(target.query, keep_blank_values=True).items()}
+        if target.path != CALLBACK_PATH or self.expected_state is None or query.get("state") != self.expected_state:
+            self.refused += 1
+            return "400 Bad Request", "tidegauge: this is not the callback of the login in progress.\n"
+        assert self._result is not None
+        if self._result.done():
+            self.refused += 1
+            return "409 Conflict", "tidegauge: the login already received its answer.\n"
+        if "error" in query:
+            why = query["error"][:80] + (f": {query['error_description'][:200]}" if query.get("error_description") else "")
+            self._result.set_exception(LoginError(f"the authorization server refused: {why}"))
+            return "200 OK", "tidegauge: the authorization was refused. You can close this tab.\n"
+        self._result.set_result(AuthorizationCodeResult(code=query.get("code", ""), state=query["state"],
+                                                        iss=query.get("iss")))
+        return "200 OK", "tidegauge: authorized. You can close this tab and go back to the terminal.\n"
+
+
+# ---------------------------------------------------------------- tidegauge mcp login NAME
+
+def _state_of(url: str) -> str | None:
+    values = parse_qs(urlsplit(url).query).get("state")
+    return values[0] if values else None
+
+
+async def show_in_browser(url: str) -> None:
+    """Open ``url`` in a graphical browser when there is a display; the address is printed anyway.
+
+    Without a display Python's ``webbrowser`` would start a text browser in this terminal, so it
+    is not asked: the user opens the printed address wherever a browser is.
+    """
+    print(f"Open this address in a browser to authorize tidegauge:\n  {url}", file=sys.stderr, flush=True)
+    if sys.platform == "darwin" or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"):
+        import webbrowser
+
+        await asyncio.to_thread(webbrowser.open, url)
+
+
+def consent_auth(name: str, config: McpServerConfig, data_dir: Path, receiver: LoopbackReceiver,
+                 open_consent: OpenConsent, consent_timeout: float = CONSENT_TIMEOUT) -> OAuthClientProvider:
+    """The auth of a login's connection: the whole flow, consent through ``open_consent`` and ``receiver``."""
+    assert config.url is not None
+    file = TokenFile(token_path(data_dir, name), config.url)
+
+    async def redirect(url: str) -> None:
+        await receiver.expect(_state_of(url))
+        await open_consent(url)
+
+    async def callback() -> AuthorizationCodeResult:
+        return await receiver.result(consent_timeout)
+
+    return _provider(name, config, _LoginStorage(file, receiver.redirect_uri), receiver.redirect_uri, redirect, callback)
+
+
+async def login(name: str, config: McpServerConfig, data_dir: Path, workspace: Path, *,
+                open_consent: OpenConsent = show_in_browser, consent_timeout: float = CONSENT_TIMEOUT) -> int:
+    """Authorize tidegauge at url server ``name`` (discovery, registration, PKCE consent, tokens
+    stored 0600), then list its tools; returns how many. Raises LoginError with one line."""
+    from app.mcp.client import McpConnection, McpServerError
+
+    if config.url is None:
+        raise LoginError(f"{name} is started as a command; OAuth is for url servers")
+    if _has_own_authorization(config):
+        raise LoginError(f"{name} is given its token by bearer_token_env_var or an Authorization header; "
+                         "remove it to log in with OAuth")
+    if config.oauth_grant == "client_credentials":
+        raise LoginError(f"{name} uses oauth_grant = \"client_credentials\": sessions get its tokens themselves, "
+                         "no login needed")
+    client_secret(name, config)  # a missing secret is named now, before a browser opens
+    receiver = await LoopbackReceiver().start()
+    auth = consent_auth(name, config, data_dir, receiver, open_consent, consent_timeout)
+    # The handshake waits for the user's consent: it may take the consent's time as well as its own.
+    patient = config.model_copy(update={"startup_timeout": config.startup_timeout + consent_timeout})
+    connection = McpConnection(name, patient, workspace, authorization=auth)
+    try:
+        await connection.start()
+    except McpServerError as exc:
+        raise LoginError(str(exc)) from None
+    finally:
+        await receiver.close()
+        await connection.aclose()
+    if not TokenFile(token_path(data_dir, name), config.url).exists():
+        raise LoginError(f"{name} answered without asking for authorization: it needs no login")
+    return len(connection.tools)
+
+
+def logout(name: str, data_dir: Path) -> bool:
+    """Forget the tokens of ``name``; whether there were any."""
+    return TokenFile(token_path(data_dir, name), "").forget()

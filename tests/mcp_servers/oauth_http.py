@@ -1,0 +1,164 @@
+"""An OAuth-protected streamable-HTTP MCP server with its own authorization server, on one port.
+
+    python tests/mcp_servers/oauth_http.py --port PORT --record FILE [--access-expires-in S] [--client ID:SECRET]
+
+As the MCP authorization spec has it: ``/mcp`` answers 401 with ``WWW-Authenticate: Bearer
+resource_metadata=...`` without a valid access token; protected-resource metadata
+(RFC 9728), authorization-server metadata (RFC 8414), dynamic client registration (RFC 7591),
+an authorization endpoint that consents at once (the browser's part) and redirects to the
+registered ``redirect_uri`` with the code and state, and a token endpoint that checks PKCE
+(S256) and the redirect URI, and grants refresh tokens. ``POST /admin/revoke`` revokes every
+token issued so far (a user revoking access at the server). Every request goes to FILE as a
+JSON line: method, path, the JSON-RPC method or grant type, and the Authorization header.
+``--client ID:SECRET`` is a client registered beforehand: it may use the authorization code
+(any loopback redirect URI, RFC 8252) and the client_credentials grant, authenticated with HTTP
+Basic at the token endpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import json
+import secrets
+from typing import Any
+from urllib.parse import parse_qs, urlencode
+
+import uvicorn
+from mcp.server.mcpserver import MCPServer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--record", required=True)
+    parser.add_argument("--access-expires-in", type=int, default=3600)
+    parser.add_argument("--client", default="")
+    args = parser.parse_args()
+    pre_id, _, pre_secret = args.client.partition(":")
+    pre_basic = "Basic " + base64.b64encode(f"{pre_id}:{pre_secret}".encode()).decode() if pre_id else None
+    base = f"http://127.0.0.1:{args.port}"
+    prm_url = f"{base}/.well-known/oauth-protected-resource/mcp"
+
+    server = MCPServer("oauth-http")
+
+    @server.tool(description="Says back what it is given.")
+    def echo(text: str) -> str:
+        return f"echo: {text}"
+
+    mcp_app = server.streamable_http_app()
+    record = open(args.record, "a", encoding="utf-8")
+    clients: dict[str, list[str]] = {}  # client_id -> redirect_uris
+    codes: dict[str, dict[str, str]] = {}
+    access_tokens: set[str] = set()
+    refresh_tokens: set[str] = set()
+
+    def grant() -> dict[str, Any]:
+        access, refresh = "at-" + secrets.token_hex(16), "rt-" + secrets.token_hex(16)
+        access_tokens.add(access)
+        refresh_tokens.add(refresh)
+        return {"access_token": access, "token_type": "Bearer", "expires_in": args.access_expires_in,
+                "refresh_token": refresh}
+
+    async def reply(send: Any, status: int, body: Any = None, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+        data = json.dumps(body).encode() if body is not None else b""
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
+                                *(headers or [])]})
+        await send({"type": "http.response.body", "body": data})
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await mcp_app(scope, receive, send)
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        path, method = scope["path"], scope["method"]
+        body = b""
+        if method == "POST":
+            more = True
+            while more:
+                message = await receive()
+                body += message.get("body", b"")
+                more = message.get("more_body", False)
+        form = {k: v[0] for k, v in parse_qs(body.decode()).items()} if path == "/token" else {}
+        rpc = None
+        if path == "/mcp" and body:
+            try:
+                rpc = json.loads(body).get("method")
+            except ValueError:
+                pass
+        record.write(json.dumps({"method": method, "path": path, "rpc": rpc, "grant_type": form.get("grant_type"),
+                                 "authorization": headers.get("authorization")}) + "\n")
+        record.flush()
+
+        if path == "/.well-known/oauth-protected-resource/mcp":
+            return await reply(send, 200, {"resource": f"{base}/mcp", "authorization_servers": [base]})
+        if path == "/.well-known/oauth-authorization-server":
+            return await reply(send, 200, {
+                "issuer": base, "authorization_endpoint": f"{base}/authorize", "token_endpoint": f"{base}/token",
+                "registration_endpoint": f"{base}/register", "response_types_supported": ["code"],
+                "grant_types_supported": ["authorization_code", "refresh_token"],
+                "code_challenge_methods_supported": ["S256"], "token_endpoint_auth_methods_supported": ["none"]})
+        if path == "/register" and method == "POST":
+            request = json.loads(body)
+            client_id = "client-" + secrets.token_hex(4)
+            clients[client_id] = list(request.get("redirect_uris") or [])
+            return await reply(send, 201, {**request, "client_id": client_id, "token_endpoint_auth_method": "none"})
+        if path == "/authorize":
+            query = {k: v[0] for k, v in parse_qs(scope["query_string"].decode()).items()}
+            redirect_uri = query.get("redirect_uri", "")
+            registered = clients.get(query.get("client_id", ""), [])
+            if pre_id and query.get("client_id") == pre_id and redirect_uri.startswith("http://127.0.0.1:"):
+                registered = [redirect_uri]
+            if redirect_uri not in registered or query.get("code_challenge_method") != "S256":
+                return await reply(send, 400, {"error": "invalid_request"})
+            code = "code-" + secrets.token_hex(8)
+            codes[code] = {"challenge": query["code_challenge"], "redirect_uri": redirect_uri}
+            location = f"{redirect_uri}?{urlencode({'code': code, 'state': query.get('state', '')})}"
+            return await reply(send, 302, headers=[(b"location", location.encode())])
+        if path == "/token" and method == "POST":
+            if pre_basic and form.get("client_id") == pre_id and headers.get("authorization") != pre_basic:
+                return await reply(send, 401, {"error": "invalid_client"})
+            if form.get("grant_type") == "client_credentials":
+                if not pre_basic or headers.get("authorization") != pre_basic:
+                    return await reply(send, 401, {"error": "invalid_client"})
+                return await reply(send, 200, grant())
+            if form.get("grant_type") == "authorization_code":
+                issued = codes.pop(form.get("code", ""), None)
+                verifier = form.get("code_verifier", "")
+                challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).decode().rstrip("=")
+                if issued is None or issued["challenge"] != challenge or issued["redirect_uri"] != form.get("redirect_uri"):
+                    return await reply(send, 400, {"error": "invalid_grant"})
+                return await reply(send, 200, grant())
+            if form.get("grant_type") == "refresh_token":
+                if form.get("refresh_token") not in refresh_tokens:
+                    return await reply(send, 400, {"error": "invalid_grant"})
+                refresh_tokens.discard(form["refresh_token"])
+                return await reply(send, 200, grant())
+            return await reply(send, 400, {"error": "unsupported_grant_type"})
+        if path == "/admin/revoke":
+            access_tokens.clear()
+            refresh_tokens.clear()
+            return await reply(send, 200, {})
+        if path.startswith("/mcp"):
+            token = headers.get("authorization", "").removeprefix("Bearer ")
+            if token not in access_tokens:
+                challenge = f'Bearer error="invalid_token", resource_metadata="{prm_url}"'.encode()
+                return await reply(send, 401, {"error": "invalid_token"}, [(b"www-authenticate", challenge)])
+            sent = False
+
+            async def replay() -> dict[str, Any]:
+                nonlocal sent
+                if not sent:
+                    sent = True
+                    return {"type": "http.request", "body": body, "more_body": False}
+                return await receive()
+
+            return await mcp_app(scope, replay if method == "POST" else receive, send)
+        return await reply(send, 404, {"error": "not_found"})
+
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", lifespan="on")
+
+
+if __name__ == "__main__":
+    main()
