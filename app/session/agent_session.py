@@ -43,7 +43,6 @@ from app.kernel.events import (
     MemoryImportEvent,
     ApprovalRequestEvent,
     ApprovalResolvedEvent,
-    ChartPointEvent,
     ClearedResultsEvent,
     ForecastEvent,
     RestorePreviewEvent,
@@ -61,6 +60,7 @@ from app.kernel.events import (
     StateEvent,
     TokenTotals,
 )
+from app.context.chart_history import with_chart_points  # old sessions' chart points: derived beside the engine
 from app.agent.permissions import EFFECTS, PROJECT_SETTINGS, Permissions
 from app.kernel.protocol import Listener, SessionSnapshot
 
@@ -68,7 +68,6 @@ if TYPE_CHECKING:
     from app.agent.loop import Agent
     from app.context.memory import ImportNotice
     from app.wiring.runtime import MemorySource
-    from app.kernel.events import PointKind
     from app.kernel.messages import ToolUseBlock
     from app.session.transcript import TranscriptWriter
 
@@ -122,39 +121,9 @@ def transcript_recorder(transcript: "TranscriptWriter") -> Listener:
 
 
 def replayable(events: list[Event]) -> list[Event]:
-    """What a surface redraws a resumed session from, with the gauge's history points.
-
-    Sessions recorded before chart points were events get theirs derived here, from
-    the same events the engine records them on, so every surface draws the same chart.
-    """
-    kept = [e for e in events if e.type not in _NOT_REPLAYED]
-    if any(e.type == "chart_point" for e in kept):
-        return kept
-    out: list[Event] = []
-    pending_drop: str | None = None
-    last_projected = 0
-    for event in kept:
-        out.append(event)
-        if event.type == "usage" and event.agent == "main":
-            out.append(ChartPointEvent(tokens=event.context_tokens or last_projected, kind="call"))
-        elif event.type == "compaction" and event.ok:
-            out.append(ChartPointEvent(tokens=event.tokens_after, kind=_compaction_point_kind(event.trigger)))
-        elif event.type in ("micro_compaction", "reset"):
-            pending_drop = "prune" if event.type == "micro_compaction" else "reset"
-        elif event.type == "context":
-            last_projected = event.projected_tokens
-            if pending_drop is not None:
-                out.append(ChartPointEvent(tokens=event.projected_tokens,
-                                           kind="prune" if pending_drop == "prune" else "reset"))
-                pending_drop = None
-    return out
-
-
-def _compaction_point_kind(trigger: str) -> "PointKind":
-    """The gauge's history marks compactions from the session memory and by the server apart."""
-    if trigger == "memory":
-        return "memory"
-    return "server" if trigger == "server" else "compaction"
+    """What a surface redraws a resumed session from, with the gauge's history points
+    (derived in app.context for a session recorded before they were events)."""
+    return with_chart_points([e for e in events if e.type not in _NOT_REPLAYED])
 
 
 @dataclass
