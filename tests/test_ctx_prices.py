@@ -26,7 +26,7 @@ def test_user_override_merges_over_the_catalogue_at_every_size() -> None:
     p = price_for("claude-sonnet-4-5", {"claude-sonnet": {"output": 30}})
     assert p is not None and p.rates_for(0) == Price(3.0, 0.3, 3.75, 30.0)
     assert p.rates_for(250_000).output_per_mtok == 30.0  # above the long-context tier too
-    assert p.rates_for(250_000).input_per_mtok == price_for("claude-sonnet-4-5").rates_for(250_000).input_per_mtok  # type: ignore[union-attr]
+    assert p.rates_for(250_000).input_per_mtok == price_for("claude-sonnet-4-5").rates_for(250_000).input_per_mtok
 
 
 def test_a_forecast_above_a_tier_uses_the_tiers_rates() -> None:

@@ -8,6 +8,8 @@ this is the model's side of the conversation.
 
 from __future__ import annotations
 
+from typing import Any
+
 import asyncio
 import json
 from dataclasses import dataclass, field
@@ -268,7 +270,7 @@ async def test_flood_shows_the_cut_and_the_overflow_recovery(workspace: Path, tm
     before sending, then dropping the oldest rounds after the server's rejection."""
     driver = Driver(workspace, tmp_path / "tool-results")
     provider = DemoProvider(speed=0)
-    events = []
+    events: list[Any] = []
     engine = ContextEngine(system_prompt=SYSTEM, memory=MemoryBundle(), tools=driver.registry.specs(),
                            config=EngineConfig(window=DemoProvider.DEFAULT_WINDOW, budget=DemoProvider.DEFAULT_BUDGET),
                            emit=events.append, tool_results_dir=tmp_path / "tool-results")
@@ -473,7 +475,7 @@ def test_the_plug_in_gives_its_provider_workspace_limits_and_untruncated_tool(tm
 def test_the_window_the_user_gives_is_the_one_the_scripted_server_enforces(tmp_path: Path) -> None:
     settings = load_settings({"provider": "demo", "window": 30_000, "data_dir": str(tmp_path / "data")})
     setup = open_provider("demo", settings, None, session_dir=tmp_path / "s")
-    assert setup.provider.window == 30_000
+    assert setup.provider.window == 30_000  # type: ignore[attr-defined]
 
 
 async def test_late_wake_ups_are_caught_up_not_added_to_the_reply() -> None:

@@ -5,6 +5,8 @@ Real sessions (runtime wiring, real engine and tools) against the loopback fake 
 
 from __future__ import annotations
 
+from typing import Any
+
 import asyncio
 import json
 import typing
@@ -53,9 +55,9 @@ async def test_a_turn_runs_and_its_events_arrive_in_order_after_the_session_info
     session, events = make_session(fake_llm, tmp_path, monkeypatch)
     assert isinstance(session, SessionSurface)
     fake_llm.enqueue(openai_text("hello there"))
-    await _run(session, UserInput("hi"))
+    await _run(session, UserInput("hi"))  # type: ignore[arg-type]
     kinds = [e.type for e in events]
-    assert kinds[0] == "session" and events[0].session_id == session.info.session_id
+    assert kinds[0] == "session" and events[0].session_id == session.info.session_id  # type: ignore[attr-defined]
     assert kinds.index("user_message") < kinds.index("assistant_message") < kinds.index("result")
     assert events.of("result")[-1].stop_reason == "end_turn"
     # the gauge's history gets its point from the core, after the call
@@ -72,7 +74,7 @@ async def test_approvals_are_answered_through_submit_and_always_is_remembered_by
     def answer(event):
         if event.type == "approval_request":
             asked.append(event.input["command"])
-            session.submit(Approve(event.request_id, next(answers)))
+            session.submit(Approve(event.request_id, next(answers)))  # type: ignore[arg-type]
 
     session.subscribe(answer)
     fake_llm.enqueue(
@@ -242,7 +244,7 @@ def test_replay_derives_chart_points_for_sessions_recorded_before_they_were_even
 @pytest.mark.parametrize("make", [lambda: FakeSession()])
 async def test_the_fake_session_speaks_the_same_contract(make):
     fake = make()
-    seen = []
+    seen: list[Any] = []
     fake.subscribe(seen.append)
     fake.submit(UserInput("hi"))
     await asyncio.wait_for(fake.idle(), 30)
@@ -272,7 +274,7 @@ async def test_the_real_and_the_fake_session_answer_a_question_with_the_same_eve
         command, answer, fake_llm, tmp_path, monkeypatch):
     session, events = make_session(fake_llm, tmp_path, monkeypatch)
     session.submit(command)
-    fake, seen = FakeSession(), []
+    fake, seen = FakeSession(), list[Any]()
     fake.subscribe(seen.append)
     fake.submit(command)
     assert [e.type for e in events][-1:] == [answer]

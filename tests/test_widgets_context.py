@@ -81,7 +81,7 @@ async def test_a_context_event_at_the_same_level_does_not_restyle_the_panel() ->
         await pilot.pause()
         restyled: list[object] = []
         original = app.update_styles
-        app.update_styles = lambda node=None, animate=True: (restyled.append(node), original(node, animate))  # type: ignore[method-assign]
+        app.update_styles = lambda node=None, animate=True: (restyled.append(node), original(node, animate))  # type: ignore[method-assign,misc,assignment,func-returns-value]
         panel.update_context(context(136_000, 0, turns=3))  # still over the warning line
         await pilot.pause()
         assert panel not in restyled and panel.has_class("-warning")  # restyling recomputes its whole subtree

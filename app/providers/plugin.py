@@ -74,11 +74,14 @@ class ProviderSetup:
 class ProviderPlugin(Protocol):
     """What a "module:attribute" entry of the plug-in table points at."""
 
-    # The API key variable the plug-in reads ("": it needs no key, and with no key for any
-    # built-in provider the first plug-in that needs none is chosen).
-    key_env: str
-    # The settings it adds (read at start-up, whichever provider is chosen: keep the
-    # module holding the plug-in object cheap to import).
-    options: tuple[PluginOption, ...]
+    @property
+    def key_env(self) -> str:
+        """The API key variable the plug-in reads ("": it needs no key, and with no key for
+        any built-in provider the first plug-in that needs none is chosen)."""
+
+    @property
+    def options(self) -> tuple[PluginOption, ...]:
+        """The settings it adds (read at start-up, whichever provider is chosen: keep the
+        module holding the plug-in object cheap to import)."""
 
     def setup(self, context: PluginContext) -> ProviderSetup: ...

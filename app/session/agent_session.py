@@ -346,8 +346,8 @@ class AgentSession:
             self.stream.emit(ClearedResultsEvent(call_ids=cleared))
 
     def _state(self, state: str, **fields: object) -> None:
-        self._emit(StateEvent(state=state, step=self.agent.step, max_steps=self.agent.max_steps,  # type: ignore[arg-type]
-                              **fields))  # type: ignore[arg-type]
+        self._emit(StateEvent(state=state, step=self.agent.step, max_steps=self.agent.max_steps,
+                              **fields))
 
     # ------------------------------------------------------------ commands
 
@@ -386,7 +386,7 @@ class AgentSession:
             if self.busy:
                 kind = "prompt" if isinstance(command, UserInput) else (
                     "compact" if isinstance(command, Compact) else "reset")
-                self._emit(CommandQueuedEvent(command=kind, position=len(self._queue) + 1,  # type: ignore[arg-type]
+                self._emit(CommandQueuedEvent(command=kind, position=len(self._queue) + 1,
                                               text=command.text if isinstance(command, UserInput) else ""))
             # Before ``run`` starts a command just waits: nothing is running that it waits for.
             self._queue.append(command)
@@ -422,7 +422,7 @@ class AgentSession:
         self._emit(RestorePreviewEvent(call_id=call_id, tool_name=preview.tool_name, tokens=preview.tokens,
                                        projected_before=preview.projected_before,
                                        projected_after=preview.projected_after,
-                                       level_after=preview.level_after, reason=reason))  # type: ignore[arg-type]
+                                       level_after=preview.level_after, reason=reason))
 
     def _restore(self, call_id: str) -> None:
         """Between turns only: a turn running now holds the request the history is built into."""

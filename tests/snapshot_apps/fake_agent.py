@@ -293,7 +293,7 @@ class FakeSession:
         except asyncio.CancelledError:
             self.emit(ev.ApprovalResolvedEvent(request_id=request_id, decision="interrupted"))
             raise
-        self.emit(ev.ApprovalResolvedEvent(request_id=request_id, decision=answer))  # type: ignore[arg-type]
+        self.emit(ev.ApprovalResolvedEvent(request_id=request_id, decision=answer))
         if answer == "always":
             self.always_allowed.add(step.name)
         return answer
