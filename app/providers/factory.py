@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from importlib import import_module
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from app.providers.base import Provider
 from app.providers.plugin import PluginContext, PluginOption, ProviderPlugin, ProviderSetup
+
+if TYPE_CHECKING:  # the CLI reads the plug-ins' flags from here before anything heavy is imported
+    from app.providers.base import Provider
 
 BUILTIN_PROVIDERS = ("openai", "deepseek", "anthropic", "responses")
 

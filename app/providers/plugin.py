@@ -16,9 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Protocol
 
-from app.providers.base import Provider
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # types only: the CLI imports this module for the plug-ins' flags, before pydantic
+    from app.providers.base import Provider
     from app.tools.base import Tool  # types only: a plug-in's tools are built by the plug-in
 
 
