@@ -84,3 +84,27 @@ def test_with_no_key_and_no_demo_the_agent_names_the_key_it_needs(without_demo: 
     assert proc.returncode != 0
     assert "ANTHROPIC_API_KEY" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_the_plug_ins_flags_are_read_without_loading_a_provider(tmp_path: Path) -> None:
+    # --help and --version stay quick: the plug-in table and its declarations import no pydantic,
+    # no provider and no demo scenario (those load when the demo is chosen).
+    script = ("import sys, app.wiring.cli as cli\n"
+              "cli.build_parser()\n"
+              "print(sorted(m for m in sys.modules if m == 'pydantic' or m.startswith(('app.demo.provider', "
+              "'app.demo.scenarios', 'app.providers.base'))))\n")
+    proc = _run(ROOT, tmp_path, "-c", script)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(("source", "value", "said"), [
+    ("env", "inf", "demo_speed: input should be a finite number (got 'inf') [from TIDEGAUGE_DEMO_SPEED]"),
+    ("flag", "-1", "demo_speed: must be >= 0 (got -1.0) [from --demo-speed]"),
+])
+def test_a_plug_ins_setting_is_checked_like_any_other(tmp_path: Path, source: str, value: str, said: str) -> None:
+    args = ["-m", "app", "-p", "hi", "--provider", "demo"]
+    env = {"TIDEGAUGE_DEMO_SPEED": value} if source == "env" else {}
+    proc = _run(ROOT, tmp_path, *args, *(["--demo-speed", value] if source == "flag" else []), **env)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"tidegauge: config: {said}"
