@@ -81,7 +81,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Literal, NamedTuple, Union
+from typing import Any, Callable, Literal, NamedTuple, Sequence, Union
 from urllib.parse import urlsplit
 
 # ---- replies ----
@@ -134,7 +134,7 @@ def _pieces(text: str | list[str], n: int = 3) -> list[str]:
     return [text[i:i + size] for i in range(0, len(text), size)]
 
 
-def _calls(calls: list[tuple]) -> list[tuple[str, str, str]]:
+def _calls(calls: list[tuple]) -> list[tuple[str | None, str, str]]:
     """Normalise (name, args[, id]) to (id, name, raw_arguments)."""
     out = []
     for call in calls:
@@ -171,7 +171,7 @@ def openai_usage(prompt: int, completion: int, cached: int = 0, *, hit: int | No
     return usage
 
 
-def openai_events(chunks: list[dict[str, Any] | str], *, done: bool = True, keepalive: bool = False) -> Reply:
+def openai_events(chunks: Sequence[dict[str, Any] | str], *, done: bool = True, keepalive: bool = False) -> Reply:
     """A stream of the given chunks (dicts are JSON-encoded, strings sent as the data verbatim)."""
     events = [_frame(c if isinstance(c, str) else _dumps(c)) for c in chunks]
     if done:
@@ -635,7 +635,7 @@ class FakeLLMServer:
     def url(self) -> str:
         assert self._server is not None, "server not started"
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host}:{port}"  # type: ignore[str-bytes-safe]  # an IP address, a str
 
     def base_url(self, provider: str = "openai") -> str:
         return base_url_for(self.url, provider)
@@ -713,7 +713,7 @@ class StreamResult:
     """Everything one ``provider.stream`` produced: events, then a Completed or a ProviderError."""
 
     events: list[Any]
-    completed: Any | None
+    completed: Any  # the Completed event; None when the stream ended in an error (then `error` is set)
     error: BaseException | None
 
     @property

@@ -135,7 +135,7 @@ def _message_events(index: int, text: str | list[str], *, phase: str | None = No
         part = {"type": "output_text", "annotations": [], "logprobs": [], "text": full}
         empty_part = {**part, "text": ""}
         delta_type, done_event = "response.output_text.delta", {"type": "response.output_text.done", "text": full,
-                                                                "logprobs": []}
+                                                                "logprobs": []}  # type: ignore[dict-item]
     with_phase = {"phase": phase} if phase is not None else {}
     done = {"id": item_id, "type": "message", "status": "completed", "content": [part], **with_phase,
             "role": "assistant"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 import json
 import os
 import subprocess
@@ -284,7 +285,7 @@ async def test_a_resumed_session_counts_the_outputs_it_already_saved_against_its
 
     from app.wiring.runtime import build_agent
 
-    options = {"max_output": 2_000, "max_session_saved_output": 60_000}
+    options: dict[str, Any] = {"max_output": 2_000, "max_session_saved_output": 60_000}
     first, _ = make_agent(fake_llm, tmp_path, monkeypatch, **options)
     (first.workspace / "a.txt").write_text("".join(f"a line {i:05d} of 2000\n" for i in range(1, 2_001)))
     fake_llm.enqueue(openai_tool_calls([("read_file", {"path": "a.txt"}, "call_a")]), openai_text("Read."))

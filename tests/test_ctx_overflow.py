@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from app.context import tokens
 from app.context.overflow import DROPPED_NOTE, drop_oldest_rounds, group_rounds
 from app.context.validate import history_problems
@@ -88,7 +90,7 @@ def test_user_instructions_in_dropped_rounds_are_carried_to_the_task():
     history = [Message.user("task: fix the parser")]
     for i in range(4):
         history.append(Message(role="assistant", content=[ToolUseBlock(id=f"t{i}", name="read_file", input={"path": "a"})]))
-        blocks = [ToolResultBlock(tool_use_id=f"t{i}", content=big)]
+        blocks: list[Any] = [ToolResultBlock(tool_use_id=f"t{i}", content=big)]
         if i == 1:
             blocks.append(TextBlock(text="also: never touch the public API"))
         history.append(Message(role="user", content=blocks))

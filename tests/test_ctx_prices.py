@@ -16,14 +16,17 @@ def test_catalogue_prices_by_model_name() -> None:
     assert price_for("gpt-4.1-mini") != price_for("gpt-4.1")
     assert price_for("totally-unknown-model") is None
     assert price_for("x" * 1_000) is None  # no model of the catalogue's; its regexes never see it
-    assert price_for("demo-scripted") == Price(0.0, 0.0, 0.0, 0.0)  # the demo's own, never looked up
+    # A model a plug-in prices itself (the demo's): its price, under the user's own entry.
+    assert price_for("demo-scripted", provider_price={"input": 0, "output": 0}) == Price(0.0, 0.0, 0.0, 0.0)
+    assert price_for("demo-scripted", {"demo": {"output": 2}},
+                     provider_price={"input": 0, "output": 0}) == Price(0.0, 0.0, 0.0, 2.0)
 
 
 def test_user_override_merges_over_the_catalogue_at_every_size() -> None:
     p = price_for("claude-sonnet-4-5", {"claude-sonnet": {"output": 30}})
     assert p is not None and p.rates_for(0) == Price(3.0, 0.3, 3.75, 30.0)
     assert p.rates_for(250_000).output_per_mtok == 30.0  # above the long-context tier too
-    assert p.rates_for(250_000).input_per_mtok == price_for("claude-sonnet-4-5").rates_for(250_000).input_per_mtok  # type: ignore[union-attr]
+    assert p.rates_for(250_000).input_per_mtok == price_for("claude-sonnet-4-5").rates_for(250_000).input_per_mtok
 
 
 def test_a_forecast_above_a_tier_uses_the_tiers_rates() -> None:

@@ -436,6 +436,6 @@ def test_a_resumed_session_recorded_without_chart_points_still_marks_memory_and_
         return ev.CompactionEvent(trigger=trigger, ok=True, messages_before=9, messages_after=3,
                                   tokens_before=after * 5, tokens_after=after)
 
-    old = [drop("memory", 900), drop("server", 800), drop("auto", 700)]
+    old: list[ev.Event] = [drop("memory", 900), drop("server", 800), drop("auto", 700)]
     points = [(e.kind, e.tokens) for e in replayable(old) if e.type == "chart_point"]
     assert points == [("memory", 900), ("server", 800), ("compaction", 700)]

@@ -27,7 +27,7 @@ def demo_settings(tmp_path: Path):
 
 async def run_prompt(app: TidegaugeApp, pilot, text: str) -> None:
     box = app.query_one("#prompt")
-    box.value = text
+    box.value = text  # type: ignore[attr-defined]
     box.focus()
     await pilot.press("enter")
     await settle(pilot)

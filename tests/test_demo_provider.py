@@ -8,6 +8,8 @@ this is the model's side of the conversation.
 
 from __future__ import annotations
 
+from typing import Any
+
 import asyncio
 import json
 from dataclasses import dataclass, field
@@ -43,8 +45,8 @@ from app.providers.base import (
     ToolCallDelta,
     ToolCallStart,
 )
-from app.providers.factory import default_key_env, provider_plugin
-from app.providers.plugin import PluginContext
+from app.context.prices import Price, price_for
+from app.providers.factory import default_key_env, open_provider, provider_plugin
 from app.providers.too_long import parse_too_long
 from app.tools.base import ToolContext
 from app.tools.registry import ToolRegistry, default_registry
@@ -268,7 +270,7 @@ async def test_flood_shows_the_cut_and_the_overflow_recovery(workspace: Path, tm
     before sending, then dropping the oldest rounds after the server's rejection."""
     driver = Driver(workspace, tmp_path / "tool-results")
     provider = DemoProvider(speed=0)
-    events = []
+    events: list[Any] = []
     engine = ContextEngine(system_prompt=SYSTEM, memory=MemoryBundle(), tools=driver.registry.specs(),
                            config=EngineConfig(window=DemoProvider.DEFAULT_WINDOW, budget=DemoProvider.DEFAULT_BUDGET),
                            emit=events.append, tool_results_dir=tmp_path / "tool-results")
@@ -454,10 +456,8 @@ async def test_the_task_note_of_an_overflow_drop_is_not_taken_for_a_request(work
 
 def test_the_plug_in_gives_its_provider_workspace_limits_and_untruncated_tool(tmp_path: Path) -> None:
     settings = load_settings({"provider": "demo", "demo_speed": 0, "data_dir": str(tmp_path / "data")})
-    plugin = provider_plugin("demo")
-    assert plugin is not None and default_key_env("demo") == ""
-    setup = plugin.setup(PluginContext(settings=settings, session_dir=tmp_path / "session",
-                                       data_dir=settings.data_dir_path))
+    assert provider_plugin("demo") is not None and default_key_env("demo") == ""
+    setup = open_provider("demo", settings, None, session_dir=tmp_path / "session")
     provider = setup.provider
     assert isinstance(provider, DemoProvider) and provider.speed == 0
     assert (provider.name, provider.label, provider.model) == ("demo", "demo (scripted model)", "demo-scripted")
@@ -465,6 +465,7 @@ def test_the_plug_in_gives_its_provider_workspace_limits_and_untruncated_tool(tm
     assert setup.workspace == tmp_path / "session" / "workspace" and (setup.workspace / "app.log").is_file()
     assert provider.window == setup.default_window == DemoProvider.DEFAULT_WINDOW
     assert setup.default_budget == DemoProvider.DEFAULT_BUDGET
+    assert price_for(provider.model, provider_price=setup.price) == Price(0.0, 0.0, 0.0, 0.0)  # scripted: free
     [extra] = setup.tools
     assert (extra.tool.spec.name, extra.max_output, extra.tool.mutating) == (UNTRUNCATED_BASH, 0, True)
     t = compute_thresholds(DemoProvider.DEFAULT_WINDOW, DemoProvider.DEFAULT_BUDGET, 8_000)
@@ -473,9 +474,8 @@ def test_the_plug_in_gives_its_provider_workspace_limits_and_untruncated_tool(tm
 
 def test_the_window_the_user_gives_is_the_one_the_scripted_server_enforces(tmp_path: Path) -> None:
     settings = load_settings({"provider": "demo", "window": 30_000, "data_dir": str(tmp_path / "data")})
-    setup = provider_plugin("demo").setup(PluginContext(settings=settings, session_dir=tmp_path / "s",
-                                                        data_dir=settings.data_dir_path))
-    assert setup.provider.window == 30_000
+    setup = open_provider("demo", settings, None, session_dir=tmp_path / "s")
+    assert setup.provider.window == 30_000  # type: ignore[attr-defined]
 
 
 async def test_late_wake_ups_are_caught_up_not_added_to_the_reply() -> None:

@@ -47,7 +47,7 @@ class FormHost(App[None]):
                                callback=self.answers.append)
 
 
-def _texts(screen: ElicitationScreen, selector: str) -> list[str]:
+def _texts(screen: Any, selector: str) -> list[str]:
     return [str(static.render()) for static in screen.query(selector).results(Static)]
 
 
@@ -133,7 +133,7 @@ async def test_the_dashboard_shows_a_real_servers_form_and_the_answer_reaches_it
     session = build_session(settings, approvals=True, cwd=work)
     app = TidegaugeApp(SessionThread(session).start(), cursor_blink=False)
     async with app.run_test(size=(160, 50)) as pilot:
-        prompt = app.query_one("#prompt")
+        prompt = app.query_one("#prompt", Input)
         prompt.value = "book a trip"
         prompt.focus()
         await pilot.press("enter")

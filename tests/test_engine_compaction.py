@@ -7,6 +7,7 @@ the tool schemas alone weigh about 950 tokens).
 
 from __future__ import annotations
 
+from typing import Any
 import pytest
 from agent_helpers import make_agent
 from test_engine_support import (
@@ -35,7 +36,7 @@ from test_engine_support import (
 
 from app.context.compaction import COMPACT_PROMPT, SUMMARY_INTRO
 
-SMALL = dict(budget=2_000, window=20_000)
+SMALL: dict[str, Any] = dict(budget=2_000, window=20_000)
 TASK = "task: read big.txt and tell me its last word. Please keep answers short."
 
 

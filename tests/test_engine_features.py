@@ -10,7 +10,7 @@ import asyncio
 import json
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 from agent_helpers import make_agent
@@ -61,7 +61,7 @@ class Router:
         self.main: deque = deque()
         self.summaries: deque = deque()
         self.memory_updates = 0
-        self.on_compaction = None
+        self.on_compaction: Callable[[dict[str, Any]], None] | None = None
 
     def __call__(self, body: dict, path: str):
         if is_memory_update(body):
@@ -84,7 +84,7 @@ def reads(*names: str) -> list[list]:
 
 # ---- 1. session memory ----
 
-MEMORY_SETUP = dict(window=100_000, budget=8_000, memory_update_tokens=1_500, memory_keep_tokens=500)
+MEMORY_SETUP: dict[str, Any] = dict(window=100_000, budget=8_000, memory_update_tokens=1_500, memory_keep_tokens=500)
 # Single-token tags: each file is ~1,500 tokens, each read ~1,700 with its line numbers.
 TAGS = {1: "one", 2: "two", 3: "six", 4: "ten", 5: "cat", 6: "dog"}
 TASK = "task: read f1.txt to f6.txt one after the other. Do not modify any file."
@@ -170,7 +170,7 @@ async def test_memory_written_in_the_background_then_compaction_needs_no_model_c
 @pytest.mark.parametrize("provider", PROTOCOLS)
 async def test_without_a_fresh_memory_the_compaction_asks_the_model(fake_llm, tmp_path, monkeypatch, provider):
     """Memory off: the same turn compacts the usual way (one summary call)."""
-    setup = dict(MEMORY_SETUP, memory_update_tokens=0)
+    setup: dict[str, Any] = dict(MEMORY_SETUP, memory_update_tokens=0)
     agent, events = make_agent(fake_llm, tmp_path, monkeypatch, provider=provider, **setup)
     names = [f"f{i}.txt" for i in range(1, 7)]
     for i, name in enumerate(names, start=1):
@@ -487,7 +487,7 @@ async def test_forecasts_count_the_cached_prefix_they_invalidate(fake_llm, tmp_p
         item = replies.popleft()
         if isinstance(item, list):
             return tool_reply(provider, item, usage=cached_usage(body))
-        return text_reply(provider, item, usage=cached_usage(body))
+        return text_reply(provider, item, usage=cached_usage(body))  # type: ignore[arg-type]
 
     fake_llm.default = answer
     await agent.run_turn("read a.txt")

@@ -3,6 +3,7 @@ rejected as too long drops the oldest rounds, keeps the task, and retries."""
 
 from __future__ import annotations
 
+from typing import Any
 import pytest
 from agent_helpers import make_agent
 from test_engine_support import (
@@ -25,7 +26,7 @@ from app.context.tokens import estimate_messages
 
 # No budget line and a roomy window: nothing but the server's rejection shrinks the history.
 # Session memory off: these tests script every request the server gets, in order.
-ROOMY = dict(budget=0, window=100_000, memory_update_tokens=0)
+ROOMY: dict[str, Any] = dict(budget=0, window=100_000, memory_update_tokens=0)
 TASK = "task: read a.txt, b.txt, c.txt and d.txt, then compare them"
 
 
@@ -35,7 +36,7 @@ async def test_too_long_main_request_drops_the_oldest_rounds_and_retries(fake_ll
     for name in "abcd":
         write_words(agent.workspace / f"{name}.txt", 1_500, f"file{name.upper()}")
     for name in "abcd":
-        fake_llm.enqueue(counted(provider, lambda u, n=name: tool_reply(provider, [("read_file", {"path": f"{n}.txt"})],
+        fake_llm.enqueue(counted(provider, lambda u, n=name: tool_reply(provider, [("read_file", {"path": f"{n}.txt"})],  # type: ignore[misc]
                                                                         usage=u)))
     gap: list[int] = []
 

@@ -14,12 +14,14 @@ from agent_helpers import make_agent
 from test_engine_support import counted, summary_text, text_reply, tool_reply, write_words
 
 # A large line: no auto-compaction gets in the way of measuring the pace.
-ROOMY = dict(window=1_000_000, budget=200_000)
+ROOMY: dict[str, Any] = dict(window=1_000_000, budget=200_000)
 
 
 def reads_then_done(provider: str, names: list[str]) -> list[Any]:
-    steps = [counted(provider, lambda u, n=n: tool_reply(provider, [("read_file", {"path": n})], usage=u))
-             for n in names]
+    def read_of(name: str) -> Any:
+        return lambda u: tool_reply(provider, [("read_file", {"path": name})], usage=u)
+
+    steps = [counted(provider, read_of(n)) for n in names]
     return [*steps, counted(provider, lambda u: text_reply(provider, "read them", usage=u))]
 
 

@@ -33,7 +33,7 @@ def _stub_path(stub: str) -> Path:
 
 def _read_rounds(provider: str, fake, names: list[str], final: str = "read them all") -> None:
     for name in names:
-        fake.enqueue(counted(provider, lambda u, n=name: tool_reply(provider, [("read_file", {"path": n})], usage=u)))
+        fake.enqueue(counted(provider, lambda u, n=name: tool_reply(provider, [("read_file", {"path": n})], usage=u)))  # type: ignore[misc]
     fake.enqueue(counted(provider, lambda u: text_reply(provider, final, usage=u)))
 
 
@@ -97,7 +97,7 @@ async def test_size_micro_compaction_never_touches_the_latest_turn(fake_llm, tmp
     for n in names:
         write_words(agent.workspace / n, 250, f"tag{n[1]}x")
     for n in names[:4]:
-        fake_llm.enqueue(counted(provider, lambda u, n=n: tool_reply(provider, [("read_file", {"path": n})], usage=u)))
+        fake_llm.enqueue(counted(provider, lambda u, n=n: tool_reply(provider, [("read_file", {"path": n})], usage=u)))  # type: ignore[misc]
     fake_llm.enqueue(counted(provider, lambda u: tool_reply(
         provider, [("read_file", {"path": n}) for n in names[4:]], usage=u)))
     fake_llm.enqueue(counted(provider, lambda u: text_reply(provider, "done", usage=u)))

@@ -152,6 +152,7 @@ def test_seq_and_command_ids_cross_the_pipe_into_the_transcript_and_a_resumed_se
     assert result.command_id == prompt_id
     seqs = [e.seq for e in events.events]
     assert seqs == sorted(set(seqs)) and seqs[0] > 0, seqs  # rising (merged deltas may skip some)
+    assert first.info.transcript_path is not None
     transcript = Path(first.info.transcript_path)
     recorded = [json.loads(line)["event"] for line in transcript.read_text().splitlines()
                 if json.loads(line)["kind"] == "event"]

@@ -9,7 +9,7 @@ from app.kernel.events import CompactionEvent, SessionMemoryEvent
 def _compaction(**fields: object) -> CompactionEvent:
     base: dict[str, object] = dict(ok=True, trigger="manual", messages_before=12, messages_after=3,
                                    tokens_before=20_000, tokens_after=3_000)
-    return CompactionEvent(**{**base, **fields})  # type: ignore[arg-type]
+    return CompactionEvent(**{**base, **fields})
 
 
 def test_the_audit_line_reads_as_a_sentence_for_one_fact_and_for_many() -> None:

@@ -176,7 +176,7 @@ async def test_a_read_makes_the_file_editable(ctx: ToolContext) -> None:
 
 def test_the_diff_of_a_range_names_file_line_numbers() -> None:
     cache = FileReadCache()
-    base = dict(offset=500, limit=3, first_line=500, last_line=502)
+    base: dict[str, Any] = dict(offset=500, limit=3, first_line=500, last_line=502)
     read(cache, content="   500\tx = 1\n   501\ty = 2\n   502\tz", **base)
     fresh = read(cache, content="   500\tx = 1\n   501\ty = 3\n   502\tz", sha256="h2", mtime_ns=2, call_id="c2", **base)
     assert "@@ -500,3 +500,3 @@" in fresh

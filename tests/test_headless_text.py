@@ -28,7 +28,7 @@ def test_engine_lines_are_bracketed_and_errors_are_not() -> None:
                                  tokens_before=150_000, tokens_after=3_000)
     retry = RetryEvent(attempt=1, max_attempts=4, delay_s=2.0, reason="429 rate limited")
     _, lines = _print(compaction, retry, ErrorEvent(message="connection refused"))
-    assert lines == [f"[{describe(compaction).text}]", f"[{describe(retry).text}]",  # type: ignore[union-attr]
+    assert lines == [f"[{describe(compaction).text}]", f"[{describe(retry).text}]",
                      "error: connection refused"]
     assert lines[0].startswith("[context compacted: 40 messages → 1 summary (auto")
 

@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from textual.widgets import Input
+
 import pytest
 
 from app.kernel.describe import describe
@@ -359,7 +361,7 @@ async def test_on_the_dashboard_a_servers_model_call_waits_for_approval_and_alwa
                                                            "startup_timeout": 120}}})
     app = TidegaugeApp(SessionThread(build_session(settings, approvals=True, cwd=work)).start(), cursor_blink=False)
     async with app.run_test(size=(160, 50)) as pilot:
-        prompt = app.query_one("#prompt")
+        prompt = app.query_one("#prompt", Input)
         prompt.value = "two colours"
         prompt.focus()
         await pilot.press("enter")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import os
 import re
 from pathlib import Path
@@ -9,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from app.kernel import redact as redact_mod
-from app.wiring.config import ConfigError, load_settings
+from app.kernel.errors import ConfigError
+from app.wiring.config import load_settings
 from app.context.accounting import ContextAccounting
 from app.context.tokens import estimate_tools
 from app.mcp.tools import MAX_TOOL_NAME, prefixed_name
@@ -21,7 +24,7 @@ NAME_RULE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # Anthropic's and OpenAI's rul
 
 
 @pytest.fixture
-def config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     for name in list(os.environ):
         if name.upper().startswith("TIDEGAUGE_") or name.endswith("_API_KEY"):
             monkeypatch.delenv(name, raising=False)

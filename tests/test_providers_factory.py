@@ -38,8 +38,8 @@ def test_anthropic_defaults_and_deepseek_compatible_base() -> None:
     assert provider.url == "https://api.anthropic.com/v1/messages"
     assert not provider.send_unsigned_thinking
     compatible = create_provider("anthropic", "deepseek-v4-flash", "https://api.deepseek.com/anthropic", "k")
-    assert compatible.url == "https://api.deepseek.com/anthropic/v1/messages"
-    assert compatible.send_unsigned_thinking
+    assert compatible.url == "https://api.deepseek.com/anthropic/v1/messages"  # type: ignore[attr-defined]
+    assert compatible.send_unsigned_thinking  # type: ignore[attr-defined]
 
 
 def test_responses_defaults_share_the_openai_key() -> None:
@@ -54,9 +54,9 @@ def test_responses_defaults_share_the_openai_key() -> None:
 def test_model_base_url_and_options_are_passed_through() -> None:
     provider = create_provider("openai", "qwen3", "http://127.0.0.1:8080/v1/", None,
                                timeout_read=5, max_tokens=123)
-    assert (provider.model, provider.url) == ("qwen3", "http://127.0.0.1:8080/v1/chat/completions")
-    assert (provider.timeout_read, provider.max_tokens) == (5, 123)
-    assert "authorization" not in provider.headers()  # local servers often need no key
+    assert (provider.model, provider.url) == ("qwen3", "http://127.0.0.1:8080/v1/chat/completions")  # type: ignore[attr-defined]
+    assert (provider.timeout_read, provider.max_tokens) == (5, 123)  # type: ignore[attr-defined]
+    assert "authorization" not in provider.headers()  # type: ignore[attr-defined]  # local servers often need no key
 
 
 def test_unknown_provider_names_the_choices() -> None:

@@ -181,7 +181,7 @@ def property_run(assemble: Callable[..., list[Any]], reply: Reply, expected: dic
     complete = terminated(reply.events, expected["terminator"], mutation)
     if complete is True:
         assert error is None, f"a complete stream failed: {error!r}"
-        check_expected(events[-1], expected)
+        check_expected(events[-1], expected)  # type: ignore[index]
     elif complete is False:
         # a prefix that stops before the terminator is never a message
         assert isinstance(error, StreamCutError), f"expected a cut, got {error!r} / {events and events[-1]!r}"

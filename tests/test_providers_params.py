@@ -232,6 +232,6 @@ def test_provider_options_fit_every_provider_constructor(name, tmp_path, monkeyp
     settings = load_settings({"thinking_budget": 2048, "max_completion_tokens": True})
     provider = create_provider(name, None, None, "k", **provider_options(settings, name))
     if name == "anthropic":
-        assert provider.thinking_budget == 2048
+        assert provider.thinking_budget == 2048  # type: ignore[attr-defined]
     elif name in ("openai", "deepseek"):
-        assert provider.max_tokens_param == "max_completion_tokens"
+        assert provider.max_tokens_param == "max_completion_tokens"  # type: ignore[attr-defined]

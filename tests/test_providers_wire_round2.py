@@ -224,7 +224,7 @@ async def test_the_sdk_sees_the_nested_error_with_the_words_we_show(fake_llm, pr
     fake_llm.enqueue(reply)
     with pytest.raises(openai.APIError) as raised:
         await _sdk_events(fake_llm, reply)
-    assert raised.value.body["code"] == "insufficient_quota"
+    assert raised.value.body["code"] == "insufficient_quota"  # type: ignore[index]
     ours = await _ours(fake_llm, provider, reply)
     assert ours.error.message == raised.value.message == QUOTA
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from app.kernel import redact as redact_mod
@@ -57,7 +59,7 @@ def test_longer_secret_containing_a_shorter_one_is_removed_whole() -> None:
 
 def test_redact_obj_walks_nested_data_and_keeps_other_values() -> None:
     register_secret("tok-9876543210")
-    data = {
+    data: dict[str, Any] = {
         "headers": {"authorization": "Bearer tok-9876543210"},
         "list": ["tok-9876543210", 3, None, True, ("tok-9876543210",)],
         "tok-9876543210": 1.5,

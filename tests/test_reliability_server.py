@@ -194,7 +194,7 @@ async def test_keep_alives_do_not_hold_a_call_past_its_deadline(keepalive_server
     from app.providers.factory import create_provider
 
     provider = create_provider("openai", "fake-model", keepalive_server.base_url, API_KEY, timeout_read=30)
-    provider.limits = StreamLimits(deadline_s=1.5)
+    provider.limits = StreamLimits(deadline_s=1.5)  # type: ignore[attr-defined]
     started = time.monotonic()
     result = await run_stream(provider, request())
     elapsed = time.monotonic() - started
@@ -236,7 +236,7 @@ async def test_a_retry_after_over_the_cap_is_said_in_the_error(fake_llm) -> None
     provider = fake_llm.provider("openai")
     result = await run_stream(provider, request())
     await provider.aclose()
-    assert result.error is not None and result.error.retryable
+    assert result.error is not None and result.error.retryable  # type: ignore[attr-defined]
     assert "3,600 s" in str(result.error) and "cap" in str(result.error)
 
 

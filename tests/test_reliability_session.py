@@ -23,7 +23,8 @@ from fake_llm_server import openai_events, openai_text, openai_tool_calls
 
 from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from app.session.store import SessionStore
-from app.session.transcript import INTERRUPTED_RESULT, TranscriptWriter, restore, sendable_problems
+from app.kernel.markers import INTERRUPTED_RESULT
+from app.session.transcript import TranscriptWriter, restore, sendable_problems
 
 API_KEY = "sk-test-reliability-secret-2718281828"
 
@@ -201,7 +202,7 @@ def test_two_concurrent_continues_never_merge_their_tasks(fake_llm, env, project
     assert any(code == 0 for code, _ in outcomes)
 
     session = SessionStore(env["TIDEGAUGE_DATA_DIR"]).latest_for(project)
-    state = restore(session)
+    state = restore(session)  # type: ignore[arg-type]
     assert sendable_problems(state.history) == []
     user_texts = [m.text for m in state.history if m.role == "user"]
     for text in user_texts:
@@ -342,7 +343,7 @@ def test_non_utf8_cwd_and_a_lone_surrogate_delta_keep_the_session_usable(fake_ll
 def _scripted_task(body: dict, path: str):
     """Answers by what was sent: a read, then a command, then the answer; a resume gets text."""
     messages = body["messages"]
-    last_user = next((m for m in reversed(messages) if m["role"] == "user"), {})
+    last_user: dict[str, Any] = next((m for m in reversed(messages) if m["role"] == "user"), {})
     if "resume check" in json.dumps(last_user.get("content", "")):
         return openai_text("Resumed fine.")
     calls = sum(len(m.get("tool_calls") or []) for m in messages if m["role"] == "assistant")

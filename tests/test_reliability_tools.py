@@ -207,7 +207,7 @@ async def test_fifos_sockets_and_devices_are_refused_at_once_with_a_way_forward(
             ("edit_file", {"path": name, "old": "a", "new": "b"}),
         ]:
             # A FIFO used to block here for ever; the pytest timeout is only a guard.
-            run = await call(ctx, tool, **args)
+            run = await call(ctx, tool, **args)  # type: ignore[arg-type]
             assert run.is_error, (tool, name, run.content)
             if tool != "edit_file":  # edit_file may refuse earlier (not read in this session)
                 assert kind in run.content and "not a regular file" in run.content, run.content
@@ -380,7 +380,7 @@ async def test_a_normal_run_leaves_its_background_process_alone(ctx: ToolContext
         assert "[exit code: 0]" in run.content
         assert is_sleep_1003(pid)  # still running: a server started on purpose must survive the call
     finally:
-        with_marker = bash.proctree.kill_all_descendants()
+        with_marker = bash.proctree.kill_all_descendants()  # type: ignore[attr-defined]
     assert with_marker >= 1 and process_gone(pid)
 
 
@@ -482,7 +482,7 @@ def test_every_built_in_schema_comes_from_its_argument_model() -> None:
 async def test_bad_arguments_get_one_line_naming_each_argument(
     ctx: ToolContext, tool: str, args: dict[str, object], expected: list[str]
 ) -> None:
-    run = await call(ctx, tool, **args)
+    run = await call(ctx, tool, **args)  # type: ignore[arg-type]
     assert run.is_error
     assert "\n" not in run.content
     assert run.content.startswith(f"Bad arguments for {tool}: ")

@@ -132,6 +132,6 @@ def test_a_session_resumes_through_its_transcript(store: SessionStore, project: 
         writer.append_message(Message.assistant_text("noted"))
         writer.end_turn()
     reopened = store.latest_for(project)
-    state = restore(reopened)
+    state = restore(reopened)  # type: ignore[arg-type]
     assert [m.text for m in state.history] == ["remember the number 7", "noted"]
     assert state.turns == 1

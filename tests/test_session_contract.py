@@ -5,8 +5,9 @@ Real sessions (runtime wiring, real engine and tools) against the loopback fake 
 
 from __future__ import annotations
 
+from typing import Any
+
 import asyncio
-import inspect
 import json
 import typing
 
@@ -51,23 +52,13 @@ def test_every_event_type_has_words_or_is_declared_silent():
     assert types == set(DESCRIBERS), "a new event type needs an entry in app.kernel.describe.DESCRIBERS"
 
 
-def test_real_session_its_process_client_and_test_fake_implement_the_surface_protocol():
-    from app.session.process import SessionProcess
-
-    for cls in (AgentSession, SessionProcess, FakeSession):
-        for name in ("submit", "attach", "subscribe", "snapshot"):
-            real = inspect.signature(getattr(SessionSurface, name))
-            theirs = inspect.signature(getattr(cls, name))
-            assert list(real.parameters) == list(theirs.parameters), f"{cls.__name__}.{name} drifted"
-
-
 async def test_a_turn_runs_and_its_events_arrive_in_order_after_the_session_info(fake_llm, tmp_path, monkeypatch):
     session, events = make_session(fake_llm, tmp_path, monkeypatch)
     assert isinstance(session, SessionSurface)
     fake_llm.enqueue(openai_text("hello there"))
-    await _run(session, UserInput("hi"))
+    await _run(session, UserInput("hi"))  # type: ignore[arg-type]
     kinds = [e.type for e in events]
-    assert kinds[0] == "session" and events[0].session_id == session.info.session_id
+    assert kinds[0] == "session" and events[0].session_id == session.info.session_id  # type: ignore[attr-defined]
     assert kinds.index("user_message") < kinds.index("assistant_message") < kinds.index("result")
     assert events.of("result")[-1].stop_reason == "end_turn"
     # the gauge's history gets its point from the core, after the call
@@ -84,7 +75,7 @@ async def test_approvals_are_answered_through_submit_and_always_is_remembered_by
     def answer(event):
         if event.type == "approval_request":
             asked.append(event.input["command"])
-            session.submit(Approve(event.request_id, next(answers)))
+            session.submit(Approve(event.request_id, next(answers)))  # type: ignore[arg-type]
 
     session.subscribe(answer)
     fake_llm.enqueue(
@@ -254,7 +245,7 @@ def test_replay_derives_chart_points_for_sessions_recorded_before_they_were_even
 @pytest.mark.parametrize("make", [lambda: FakeSession()])
 async def test_the_fake_session_speaks_the_same_contract(make):
     fake = make()
-    seen = []
+    seen: list[Any] = []
     fake.subscribe(seen.append)
     fake.submit(UserInput("hi"))
     await asyncio.wait_for(fake.idle(), 30)
@@ -285,7 +276,7 @@ async def test_the_real_and_the_fake_session_answer_a_question_with_the_same_eve
     session, events = make_session(fake_llm, tmp_path, monkeypatch)
     command_id = session.submit(command)  # before run: answered when the session starts, with its id
     await _run(session)
-    fake, seen = FakeSession(), []
+    fake, seen = FakeSession(), list[Any]()
     fake.subscribe(seen.append)
     fake.submit(command)
     assert [e.type for e in events if e.command_id == command_id] == [answer]

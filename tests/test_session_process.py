@@ -13,7 +13,7 @@ import pytest
 
 from app.kernel.commands import Approve, Interrupt, UserInput
 from app.kernel.errors import SetupError
-from app.kernel.events import StateEvent, TextDeltaEvent, ThinkingDeltaEvent
+from app.kernel.events import Event, StateEvent, TextDeltaEvent, ThinkingDeltaEvent
 from app.session.process import SessionProcess, decode_command, encode_command, merged_lines
 
 WAIT = 120  # seconds: a hang guard only; each wait ends on an event
@@ -145,7 +145,7 @@ def test_a_session_process_that_dies_says_so_as_an_error_event(tmp_path: Path) -
 
 
 def test_deltas_in_a_row_share_one_line_and_keep_their_order_around_other_events() -> None:
-    batch = [TextDeltaEvent(text="a"), TextDeltaEvent(text="b"), ThinkingDeltaEvent(text="t"),
+    batch: list[Event] = [TextDeltaEvent(text="a"), TextDeltaEvent(text="b"), ThinkingDeltaEvent(text="t"),
              StateEvent(state="tool", step=1, max_steps=5), TextDeltaEvent(text="c")]
     lines = merged_lines(batch).decode().splitlines()
     assert [line.split('"type":')[1].split(",")[0].strip(' "') for line in lines] == [

@@ -20,7 +20,8 @@ import pytest
 from fake_llm_server import openai_text, openai_tool_calls
 
 from app.session.store import SessionStore
-from app.session.transcript import INTERRUPTED_RESULT, restore
+from app.kernel.markers import INTERRUPTED_RESULT
+from app.session.transcript import restore
 
 API_KEY = "sk-test-resume-secret-31415926"
 

@@ -148,7 +148,7 @@ def test_continue_passes_over_an_empty_session_left_by_an_older_version(fake_llm
     real = task(home, project, fake_llm, "remember 7")
     store = SessionStore(home / "data")
     left = store.create(project, "openai", "m")  # newer, nothing typed (as a crash would leave it)
-    assert store.latest_for(project).id == real  # type: ignore[union-attr]
+    assert store.latest_for(project).id == real
     assert [s.session.id for s in store.summaries(project)] == [real]
     assert left.dir.is_dir()
 
@@ -245,7 +245,7 @@ async def test_escape_in_the_picker_at_start_quits_without_a_session(home):
     from widgets.session_picker import SessionPicker
 
     opened: list[str] = []
-    app = TidegaugeApp(resume_factory=lambda session_id: opened.append(session_id),  # type: ignore[arg-type,func-returns-value]
+    app = TidegaugeApp(resume_factory=lambda session_id: opened.append(session_id),  # type: ignore[arg-type,return-value]
                        list_sessions=lambda: [], pick_session=True, cursor_blink=False)
     async with app.run_test(size=SIZE) as pilot:
         await _until(pilot, lambda: isinstance(app.screen, SessionPicker), "showed the session picker")

@@ -82,7 +82,7 @@ def test_id_field_is_kept() -> None:
 
 # ---- property: any chunking of a valid stream decodes to the same events ----
 
-_line_text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"), max_size=30)
+_line_text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"), max_size=30)  # type: ignore[arg-type]
 _event_name = st.one_of(st.none(), st.text("abcdefghij_", min_size=1, max_size=12))
 _events = st.lists(st.tuples(_event_name, st.lists(_line_text, min_size=1, max_size=3)), max_size=6)
 

@@ -15,8 +15,8 @@ import pytest
 from app.kernel.events import CompactionEvent, NoticeEvent, ToolResultEvent, UsageEvent
 from app.kernel.messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from app.kernel.redact import REDACTED, clear_secrets, register_secret
+from app.kernel.markers import INTERRUPTED_RESULT
 from app.session.transcript import (
-    INTERRUPTED_RESULT,
     EventLine,
     MessageLine,
     TranscriptWriter,

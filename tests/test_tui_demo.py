@@ -84,7 +84,7 @@ async def test_demo_summarize_climbs_through_the_warning_line_into_an_auto_compa
         drawn = [reply for reply in replies if reply.text.strip()]
         assert drawn and all(reply.blocks for reply in drawn)
         # the drop: a summary, or (the demo keeps a session memory) a compaction from the memory
-        assert any(p.kind in ("compaction", "memory") for p in app.query_one("#context-history").points)
+        assert any(p.kind in ("compaction", "memory") for p in app.query_one("#context-history").points)  # type: ignore[attr-defined]
 
 
 async def test_demo_approval_then_interrupt_leaves_a_valid_session(tmp_path: Path) -> None:

@@ -289,7 +289,7 @@ async def test_a_burst_of_deltas_and_events_lands_in_order_in_one_batch_per_run(
         conversation = app.conversation
         posted: list[object] = []
         original_post = conversation.post_message
-        conversation.post_message = lambda message: posted.append(message) or original_post(message)  # type: ignore[method-assign]
+        conversation.post_message = lambda message: posted.append(message) or original_post(message)  # type: ignore[method-assign,func-returns-value]
         for piece in ("Let me ", "think."):
             agent.emit(ev.ThinkingDeltaEvent(text=piece))
         for piece in ("First ", "I look ", "at the log."):
@@ -338,7 +338,7 @@ async def test_escape_does_nothing_when_idle_and_keeps_the_prompt_text() -> None
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press(*"draft", "escape")
         await pilot.pause()
-        assert app.query_one("#prompt").value == "draft"
+        assert app.query_one("#prompt").value == "draft"  # type: ignore[attr-defined]
         assert agent.calls == []
 
 
@@ -367,7 +367,7 @@ async def test_approval_modal_yes_always_no() -> None:
         await pilot.press("a")  # always for this session: make docs is not asked
         await pilot.pause()
         await pilot.pause()
-        screen = app.screen
+        screen = app.screen  # type: ignore[assignment]
         assert isinstance(screen, ApprovalScreen) and screen.tool_name == "write_file"
         await pilot.press("n")
         await settle(pilot)
@@ -572,7 +572,7 @@ async def test_slash_completion_suggests_commands() -> None:
         await pilot.press("/", "c", "o", "m")
         await pilot.pause()
         await pilot.press("right")  # accepts the suggestion at the end of the input
-        assert app.query_one("#prompt").value == "/compact"
+        assert app.query_one("#prompt").value == "/compact"  # type: ignore[attr-defined]
 
 
 async def test_gauge_and_history_follow_the_session_through_a_compaction(log_file: Path) -> None:
@@ -588,10 +588,10 @@ async def test_gauge_and_history_follow_the_session_through_a_compaction(log_fil
         await settle(pilot)
         assert not panel.has_class("-warning")
         history = app.query_one("#context-history")
-        kinds = [p.kind for p in history.points]
+        kinds = [p.kind for p in history.points]  # type: ignore[attr-defined]
         assert "compaction" in kinds
-        drop = history.points[kinds.index("compaction")]
-        assert drop.tokens == 7_400 < history.points[kinds.index("compaction") - 1].tokens
+        drop = history.points[kinds.index("compaction")]  # type: ignore[attr-defined]
+        assert drop.tokens == 7_400 < history.points[kinds.index("compaction") - 1].tokens  # type: ignore[attr-defined]
 
 
 async def test_tab_moves_between_regions() -> None:

@@ -16,7 +16,7 @@ def _result(call_id: str, **fields: object) -> ev.ToolResultEvent:
     values: dict[str, object] = dict(name="read_file", is_error=False, truncated=False, original_chars=10,
                                      kept_chars=10, content="x = 1\n")
     values.update(fields)
-    return ev.ToolResultEvent(id=call_id, **values)  # type: ignore[arg-type]
+    return ev.ToolResultEvent(id=call_id, **values)
 
 
 def test_one_record_per_call_follows_it_from_start_to_result() -> None:

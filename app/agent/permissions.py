@@ -46,23 +46,13 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 from app.kernel.private_files import write_private_atomic
+from app.kernel.describe import source_words as source_words  # re-exported: the loop names a rule's source too
 
 Effect = Literal["allow", "ask", "deny"]
 Source = Literal["flag", "config", "project", "saved", "session"]
 EFFECTS: tuple[Effect, ...] = ("deny", "ask", "allow")
 
 # Where a rule came from, as /permissions and a refusal name it.
-SOURCE_WORDS: dict[str, str] = {
-    "flag": "--allowed-tools/--disallowed-tools",
-    "config": "config.toml",
-    "project": "the project's .tidegauge/settings.toml",
-    "saved": "saved for this project",
-    "session": "chosen this session",
-}
-
-
-def source_words(source: str) -> str:
-    return SOURCE_WORDS.get(source, source)
 
 
 PROJECT_SETTINGS = Path(".tidegauge") / "settings.toml"

@@ -54,18 +54,6 @@ class Price:
         return replace(self, tiers=()) if self.tiers else self
 
 
-def _p(inp: float, cached: float, write: float | None, out: float) -> Price:
-    # OpenAI-style APIs do not bill cache writes separately: a write costs plain input.
-    return Price(inp, cached, inp if write is None else write, out)
-
-
-# Prices the catalogue cannot have: models of tidegauge's own. Looked at first, so
-# the demo never imports the catalogue.
-LOCAL_PRICES: dict[str, Price] = {
-    # The offline demo provider's scripted model costs nothing.
-    "demo": _p(0.0, 0.0, 0.0, 0.0),
-}
-
 # Longer names are no model of the catalogue's; bounding them keeps its regexes cheap.
 MAX_MODEL_NAME = 200
 
@@ -191,22 +179,22 @@ def _apply(base: Price | None, override: dict[str, Any]) -> Price:
 
 
 def _known_price(name: str) -> Price | None:
-    local_key = _longest_prefix(name, LOCAL_PRICES)
-    if local_key is not None:
-        return LOCAL_PRICES[local_key]
     entry = catalogue_model(name)
     return entry.price if entry is not None else None
 
 
-def price_for(model: str, overrides: dict[str, dict[str, Any]] | None = None) -> Price | None:
-    """The price of ``model``: the user's override (by prefix) over the catalogue's entry.
+def price_for(model: str, overrides: dict[str, dict[str, Any]] | None = None, *,
+              provider_price: dict[str, Any] | None = None) -> Price | None:
+    """The price of ``model``: the user's override (by prefix) over the catalogue's entry, or
+    over ``provider_price`` when the provider brings its own (a plug-in's model the catalogue
+    cannot know; then the catalogue is not even imported).
 
     Override fields may use the full names or the short ones (input,
     cached_input, cache_write, output); missing fields keep the catalogue's value.
     Raises ValueError for a malformed override so config can name it.
     """
     name = model_key(model)
-    base = _known_price(name)
+    base = _apply(None, provider_price) if provider_price is not None else _known_price(name)
     if overrides:
         over_key = _longest_prefix(name, overrides)
         if over_key is not None:
@@ -214,9 +202,10 @@ def price_for(model: str, overrides: dict[str, dict[str, Any]] | None = None) ->
     return base
 
 
-def assumed_price_warning(model: str, overrides: dict[str, dict[str, Any]] | None = None) -> str | None:
+def assumed_price_warning(model: str, overrides: dict[str, dict[str, Any]] | None = None, *,
+                          provider_price: dict[str, Any] | None = None) -> str | None:
     """One line for the user when nobody prices ``model`` (say it once, at start-up), else None."""
-    if price_for(model, overrides) is not None:
+    if price_for(model, overrides, provider_price=provider_price) is not None:
         return None
     name = json.dumps(model_key(model)[:MAX_MODEL_NAME])  # a TOML key as typed, control characters escaped
     return (f"model {name} has no price in the catalogue: its cost is shown as unknown "

@@ -25,7 +25,7 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from app.context.memory import ImportPolicy, find_repo_root
+from app.context.import_policy import ImportPolicy, find_repo_root
 from app.context.tokens import count_tokens
 
 RULE_DIRS = (".agents/rules", ".claude/rules")

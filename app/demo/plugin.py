@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.providers.plugin import ExtraTool, PluginContext, ProviderSetup
+from app.providers.plugin import ExtraTool, PluginContext, PluginOption, ProviderSetup
+
+SPEED = PluginOption("demo_speed", 40.0, minimum=0, metavar="TOKENS_PER_S",
+                     help="demo provider: typing speed in tokens per second (default 40; 0: no delay)")
 
 
 @dataclass(frozen=True)
 class DemoPlugin:
-    key_env: str = ""  # a scripted model needs no key
+    key_env: str = ""  # a scripted model needs no key: with no key set, the demo is chosen
+    options: tuple[PluginOption, ...] = (SPEED,)
 
     def setup(self, context: PluginContext) -> ProviderSetup:
         # Imported here: choosing another provider never loads the demo.
@@ -22,17 +26,17 @@ class DemoPlugin:
         from app.demo.tools import UntruncatedBashTool
         from app.demo.workspace import create_demo_workspace
 
-        settings = context.settings
         workspace = create_demo_workspace(context.session_dir / "workspace",
                                           log_cache=context.data_dir / "demo-cache")
         # The scripted server enforces the window tidegauge is told, like a real one.
-        window = settings.window or DemoProvider.DEFAULT_WINDOW
-        provider = DemoProvider(speed=settings.demo_speed, window=window)
+        window = context.window or DemoProvider.DEFAULT_WINDOW
+        provider = DemoProvider(speed=context.options[SPEED.name], window=window)
         return ProviderSetup(
             provider=provider,
             workspace=workspace,
             default_window=DemoProvider.DEFAULT_WINDOW,
             default_budget=DemoProvider.DEFAULT_BUDGET,
+            price={"input": 0.0, "cached_input": 0.0, "cache_write": 0.0, "output": 0.0},  # scripted: free
             # The flood's one call with the output limit off (see app/demo/tools.py).
             tools=[ExtraTool(UntruncatedBashTool(), max_output=0)],
         )

@@ -459,11 +459,23 @@ def _sampling(e: "ev.SamplingEvent") -> Line:
 
 _EFFECT_WORDS = {"allow": "allow", "ask": "ask  ", "deny": "deny "}
 
+# Where a permission rule came from, in the user's words (here, not in app.agent.permissions:
+# the words of every event live in kernel, which imports nothing above it).
+SOURCE_WORDS: dict[str, str] = {
+    "flag": "--allowed-tools/--disallowed-tools",
+    "config": "config.toml",
+    "project": "the project's .tidegauge/settings.toml",
+    "saved": "saved for this project",
+    "session": "chosen this session",
+}
+
+
+def source_words(source: str) -> str:
+    return SOURCE_WORDS.get(source, source)
+
 
 def _permissions(e: "ev.PermissionsEvent") -> Line:
     """/permissions: the rules in force, strongest first, each with where it came from."""
-    from app.agent.permissions import source_words
-
     if e.rules:
         lines = [f"  {_EFFECT_WORDS[r.effect]} {r.rule}   ({source_words(r.source)})" for r in e.rules]
     else:

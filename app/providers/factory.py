@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from importlib import import_module
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from app.providers.base import Provider
-from app.providers.plugin import PluginContext, ProviderPlugin, ProviderSetup
+from app.providers.plugin import PluginContext, PluginOption, ProviderPlugin, ProviderSetup
 
-if TYPE_CHECKING:
-    from app.wiring.config import Settings
+if TYPE_CHECKING:  # the CLI reads the plug-ins' flags from here before anything heavy is imported
+    from app.providers.base import Provider
 
 BUILTIN_PROVIDERS = ("openai", "deepseek", "anthropic", "responses")
 
@@ -66,6 +65,32 @@ def provider_plugin(name: str) -> ProviderPlugin | None:
     return plugin
 
 
+def plugin_options() -> list[PluginOption]:
+    """The settings every registered plug-in adds (a plug-in that cannot be loaded adds none:
+    choosing it says why)."""
+    options: list[PluginOption] = []
+    for name in PROVIDER_PLUGINS:
+        try:
+            plugin = provider_plugin(name)
+        except ValueError:
+            continue
+        if plugin is not None:
+            options.extend(plugin.options)
+    return options
+
+
+def keyless_plugin() -> str | None:
+    """The first registered plug-in that needs no API key (the choice when no key is set), or None."""
+    for name in PROVIDER_PLUGINS:
+        try:
+            plugin = provider_plugin(name)
+        except ValueError:
+            continue
+        if plugin is not None and not plugin.key_env:
+            return name
+    return None
+
+
 def default_key_env(name: str) -> str:
     """The environment variable holding the API key for ``name`` ("": the provider needs none)."""
     plugin = provider_plugin(name)
@@ -104,11 +129,31 @@ def create_provider(name: str, model: str | None, base_url: str | None, api_key:
     raise _unknown(name)
 
 
-def open_provider(name: str, settings: Settings, api_key: str | None, *, session_dir: Path) -> ProviderSetup:
+class ProviderSettings(Protocol):
+    """What opening a provider reads of the settings (``app.wiring.config.Settings``, which
+    lives above providers; a plug-in's own options are read by name)."""
+
+    @property
+    def model(self) -> str | None: ...
+    @property
+    def base_url(self) -> str | None: ...
+    @property
+    def window(self) -> int | None: ...
+    @property
+    def timeout_connect(self) -> float: ...
+    @property
+    def timeout_read(self) -> float: ...
+    @property
+    def data_dir_path(self) -> Path: ...
+
+
+def open_provider(name: str, settings: ProviderSettings, api_key: str | None, *,
+                  session_dir: Path) -> ProviderSetup:
     """The provider for a session and what it brings, built-in or plug-in alike."""
     plugin = provider_plugin(name)
     if plugin is not None:
-        return plugin.setup(PluginContext(settings=settings, session_dir=session_dir,
+        options = {option.name: float(getattr(settings, option.name, option.default)) for option in plugin.options}
+        return plugin.setup(PluginContext(options=options, window=settings.window, session_dir=session_dir,
                                           data_dir=settings.data_dir_path))
     return ProviderSetup(create_provider(name, settings.model, settings.base_url, api_key,
                                          timeout_connect=settings.timeout_connect,

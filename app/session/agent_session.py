@@ -47,7 +47,6 @@ from app.kernel.events import (
     MemoryImportEvent,
     ApprovalRequestEvent,
     ApprovalResolvedEvent,
-    ChartPointEvent,
     ClearedResultsEvent,
     ForecastEvent,
     RestorePreviewEvent,
@@ -65,6 +64,7 @@ from app.kernel.events import (
     StateEvent,
     TokenTotals,
 )
+from app.context.chart_history import with_chart_points  # old sessions' chart points: derived beside the engine
 from app.mcp.client_features import ClientRequests
 from app.agent.permissions import EFFECTS, PROJECT_SETTINGS, Permissions
 from app.kernel.protocol import EVENT_RING, Listener, SessionSnapshot
@@ -73,7 +73,6 @@ if TYPE_CHECKING:
     from app.agent.loop import Agent
     from app.context.memory import ImportNotice
     from app.wiring.runtime import MemorySource
-    from app.kernel.events import PointKind
     from app.kernel.messages import ToolUseBlock
     from app.mcp.client_features import SampledReply, SamplingCall
     from app.session.transcript import TranscriptWriter
@@ -169,39 +168,9 @@ def transcript_recorder(transcript: "TranscriptWriter") -> Listener:
 
 
 def replayable(events: list[Event]) -> list[Event]:
-    """What a surface redraws a resumed session from, with the gauge's history points.
-
-    Sessions recorded before chart points were events get theirs derived here, from
-    the same events the engine records them on, so every surface draws the same chart.
-    """
-    kept = [e for e in events if e.type not in _NOT_REPLAYED]
-    if any(e.type == "chart_point" for e in kept):
-        return kept
-    out: list[Event] = []
-    pending_drop: str | None = None
-    last_projected = 0
-    for event in kept:
-        out.append(event)
-        if event.type == "usage" and event.agent == "main":
-            out.append(ChartPointEvent(tokens=event.context_tokens or last_projected, kind="call"))
-        elif event.type == "compaction" and event.ok:
-            out.append(ChartPointEvent(tokens=event.tokens_after, kind=_compaction_point_kind(event.trigger)))
-        elif event.type in ("micro_compaction", "reset"):
-            pending_drop = "prune" if event.type == "micro_compaction" else "reset"
-        elif event.type == "context":
-            last_projected = event.projected_tokens
-            if pending_drop is not None:
-                out.append(ChartPointEvent(tokens=event.projected_tokens,
-                                           kind="prune" if pending_drop == "prune" else "reset"))
-                pending_drop = None
-    return out
-
-
-def _compaction_point_kind(trigger: str) -> "PointKind":
-    """The gauge's history marks compactions from the session memory and by the server apart."""
-    if trigger == "memory":
-        return "memory"
-    return "server" if trigger == "server" else "compaction"
+    """What a surface redraws a resumed session from, with the gauge's history points
+    (derived in app.context for a session recorded before they were events)."""
+    return with_chart_points([e for e in events if e.type not in _NOT_REPLAYED])
 
 
 @dataclass
@@ -473,8 +442,8 @@ class AgentSession:
             self.stream.emit(ClearedResultsEvent(call_ids=cleared), _CAUSE.get())
 
     def _state(self, state: str, **fields: object) -> None:
-        self._emit(StateEvent(state=state, step=self.agent.step, max_steps=self.agent.max_steps,  # type: ignore[arg-type]
-                              **fields))  # type: ignore[arg-type]
+        self._emit(StateEvent(state=state, step=self.agent.step, max_steps=self.agent.max_steps,
+                              **fields))
 
     # ------------------------------------------------------------ commands
 
@@ -529,7 +498,7 @@ class AgentSession:
             if self.busy:
                 kind = "prompt" if isinstance(command, UserInput) else (
                     "compact" if isinstance(command, Compact) else "reset")
-                self._emit(CommandQueuedEvent(command=kind, position=len(self._queue) + 1,  # type: ignore[arg-type]
+                self._emit(CommandQueuedEvent(command=kind, position=len(self._queue) + 1,
                                               text=command.text if isinstance(command, UserInput) else ""))
             self._queue.append((command_id, command))
 
@@ -566,7 +535,7 @@ class AgentSession:
         self._emit(RestorePreviewEvent(call_id=call_id, tool_name=preview.tool_name, tokens=preview.tokens,
                                        projected_before=preview.projected_before,
                                        projected_after=preview.projected_after,
-                                       level_after=preview.level_after, reason=reason))  # type: ignore[arg-type]
+                                       level_after=preview.level_after, reason=reason))
 
     def _restore(self, call_id: str) -> None:
         """Between turns only: a turn running now holds the request the history is built into."""

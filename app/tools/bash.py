@@ -30,7 +30,8 @@ from app.kernel.redact import redact
 from app.tools import proctree
 from app.tools.base import DEFAULT_MAX_SAVED_OUTPUT, ArgsTool, ToolArgs, ToolContext, ToolInputError, ToolOutput
 from app.context.truncation import join_head_tail
-from app.tools.registry import CappedFile, open_private, safe_file_stem
+from app.kernel.private_files import open_private
+from app.tools.saved_file import CappedFile, safe_file_stem
 from app.tools.workspace import output_limit
 
 DEFAULT_TIMEOUT_S = 120

@@ -13,10 +13,15 @@ if TYPE_CHECKING:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # The provider plug-ins' names and settings come from the plug-ins: the CLI knows none of them.
+    from app.providers.factory import BUILTIN_PROVIDERS, PROVIDER_NAMES, keyless_plugin, plugin_options
+
+    keyless = keyless_plugin()
+    fallback = f"the {keyless} provider" if keyless else "nothing: an API key is needed"
     p = argparse.ArgumentParser(
         prog="tidegauge",
         description="A coding agent that manages its context window and shows it live. "
-                    "With no -p it opens the dashboard (on the offline demo model when no API key is set).",
+                    f"With no -p it opens the dashboard (on {fallback} when no API key is set).",
         epilog="Every setting flag can also come from the environment (TIDEGAUGE_MAX_STEPS=20) or from "
                "the config file (tidegauge --config-path prints where it is); flags win over the "
                "environment, the environment over the file. `tidegauge sessions` (--all: every directory) "
@@ -24,7 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-p", "--prompt", metavar="PROMPT",
                    help="run one task headless, print the answer and exit (text piped in is appended "
                         "to PROMPT; -p - reads the whole prompt from standard input)")
-    p.add_argument("--provider", help="openai, deepseek, anthropic, responses (OpenAI Responses API) or demo (default: by API key, else demo)")
+    plugins = [name for name in PROVIDER_NAMES if name not in BUILTIN_PROVIDERS]
+    names = ", ".join(name + (" (OpenAI Responses API)" if name == "responses" else "")
+                      for name in [*BUILTIN_PROVIDERS, *plugins])
+    p.add_argument("--provider", help=f"{names} (default: by API key, else {keyless or 'anthropic'})")
     p.add_argument("--model", help="model name sent to the provider (default: the provider's usual model)")
     p.add_argument("--base-url", metavar="URL",
                    help="API endpoint of the provider, e.g. a local OpenAI-compatible server")
@@ -45,8 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-format", choices=["text", "json", "stream-json"],
                    help="with -p: the answer as text (default), one JSON object at the end (json), "
                         "or one JSON event per line (stream-json)")
-    p.add_argument("--demo-speed", type=float, metavar="TOKENS_PER_S",
-                   help="demo provider: typing speed in tokens per second (default 40; 0: no delay)")
+    for option in plugin_options():
+        p.add_argument(option.flag, type=float, dest=option.name, metavar=option.metavar, help=option.help)
     # --web: the dashboard in a browser (app/surfaces/dashboard/web.py)
     p.add_argument("--web", action="store_true",
                    help="serve the dashboard to a browser on 127.0.0.1 instead of this terminal "
@@ -71,10 +79,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-# CLI flag -> settings field
+# CLI flag -> settings field (and each provider plug-in's own options, see flag_fields)
 FLAG_FIELDS = ("provider", "model", "base_url", "api_key_env", "max_output", "max_steps", "budget",
-               "window", "yes", "allow_outside", "demo_speed", "thinking_budget",
+               "window", "yes", "allow_outside", "thinking_budget",
                "web_port", "allowed_tools", "disallowed_tools")
+
+
+def flag_fields() -> tuple[str, ...]:
+    """The settings the command line may set: FLAG_FIELDS and the plug-ins' options."""
+    from app.providers.factory import plugin_options
+
+    return (*FLAG_FIELDS, *(option.name for option in plugin_options()))
 
 
 def _fork(args: argparse.Namespace, settings: "Settings") -> str:
@@ -234,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError:
             parser.error(f"--web-host: {args.web_host!r} is not an IP address (e.g. 127.0.0.1, 192.168.1.5)")
 
-    overrides = {name: getattr(args, name) for name in FLAG_FIELDS}
+    overrides = {name: getattr(args, name) for name in flag_fields()}
 
     def settings() -> "Settings":  # imported on use: the dashboard paints before pydantic is loaded
         from app.wiring.config import load_settings
@@ -315,13 +330,13 @@ def _serve_web(settings: "Settings", overrides: dict[str, Any], args: argparse.N
     """--web: check here what every tab would need (one line now, not an error in each tab), then serve."""
     from pathlib import Path
 
-    from app.wiring.config import api_key_for, resolve_provider
+    from app.wiring.config import api_key_for, needs_no_key, resolve_provider
     from app.kernel.errors import SetupError
     from app.session.store import SessionStore
     from app.surfaces.dashboard.web import WEB_HOST, serve_dashboard
 
     provider = resolve_provider(settings)
-    if provider != "demo" and not api_key_for(settings, provider):
+    if not needs_no_key(provider) and not api_key_for(settings, provider):
         raise SetupError(f"provider {provider}: no API key (set {settings.api_key_env or provider.upper() + '_API_KEY'})")
     resume = None
     if args.resume or args.continue_latest:  # resolved once: every tab opens that same session

@@ -7,16 +7,17 @@ what was wrong and where the value came from, never a traceback.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
 import stat
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import platformdirs
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, PrivateAttr, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -25,7 +26,14 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from app.providers.factory import PROVIDER_KEY_ENV  # the providers' key variables: one list
+from app.providers.factory import (  # the providers' key variables: one list; the plug-ins' settings
+    PROVIDER_KEY_ENV,
+    PROVIDER_NAMES,
+    PROVIDER_PLUGINS,
+    default_key_env,
+    keyless_plugin,
+    plugin_options,
+)
 from app.kernel.errors import ConfigError  # raised here; the CLI imports it from app.kernel.errors
 from app.mcp.settings import McpServerConfig, check_server_names  # MCP servers (issue 16)
 from app.tools.base import (  # tool hardening (issues 12, 24)
@@ -41,7 +49,6 @@ ENV_PREFIX = "TIDEGAUGE_"
 CONFIG_DIR_ENV = "TIDEGAUGE_CONFIG_DIR"
 CONFIG_FILE_NAME = "config.toml"
 
-ProviderName = Literal["openai", "deepseek", "anthropic", "responses", "demo"]
 # Order of the automatic choice when no provider is configured.
 AUTO_PROVIDER_ORDER: tuple[str, ...] = ("anthropic", "openai", "deepseek")
 PRICE_FIELDS = frozenset({"input", "cached_input", "cache_write", "output"})
@@ -114,7 +121,7 @@ class Settings(BaseSettings):
     )
 
     # None = automatic: see resolve_provider.
-    provider: ProviderName | None = None
+    provider: str | None = None  # a built-in or a plug-in of app.providers.factory
     model: str | None = None
     base_url: str | None = None
     # Name of the environment variable that holds the API key.
@@ -127,7 +134,6 @@ class Settings(BaseSettings):
     max_tokens: int = Field(16_000, ge=1)
     yes: bool = False
     allow_outside: bool = False
-    demo_speed: float = Field(40.0, ge=0)  # tokens per second, 0 = no delay
     timeout_connect: float = Field(10, gt=0, allow_inf_nan=False)
     timeout_read: float = Field(120, gt=0, allow_inf_nan=False)
     max_retries: int = Field(4, ge=0)
@@ -224,6 +230,13 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         toml_settings = TomlConfigSettingsSource(settings_cls, toml_file=config_file_path())
         return (init_settings, env_settings, toml_settings)
+
+    @field_validator("provider")
+    @classmethod
+    def _provider_is_known(cls, value: str | None) -> str | None:
+        if value is not None and value not in PROVIDER_NAMES:
+            raise ValueError(f"must be one of {', '.join(repr(name) for name in PROVIDER_NAMES)} (got {value!r})")
+        return value
 
     @field_validator("data_dir", mode="before")
     @classmethod
@@ -329,13 +342,26 @@ def load_settings(overrides: dict[str, Any] | None = None) -> Settings:
     check_config_trust(path)  # before anything of it is read, let alone obeyed
     toml_data = _read_toml(path)
     try:
-        return Settings(**cli)
+        return settings_class()(**cli)
     except ValidationError as err:
         raise ConfigError(_describe_validation_error(err, cli, toml_data, path)) from None
     except tomllib.TOMLDecodeError as err:  # the file changed between our read and theirs
         raise ConfigError(_describe_toml_error(path, err)) from None
     except SettingsError as err:
         raise ConfigError(redact(f"config: {_describe_settings_error(err)}")) from None
+
+
+@functools.cache
+def settings_class() -> type[Settings]:
+    """``Settings`` with the settings the provider plug-ins add (``PluginOption``): read from
+    config.toml, the environment and the flags like the others, for whichever provider."""
+    fields: dict[str, Any] = {
+        option.name: (float, Field(option.default, ge=option.minimum, allow_inf_nan=False))
+        for option in plugin_options()
+    }
+    if not fields:
+        return Settings
+    return create_model("Settings", __base__=Settings, **fields)
 
 
 def check_config_trust(path: Path) -> None:
@@ -528,7 +554,8 @@ def exposed_keys_warning(settings: Settings) -> str | None:
 
 
 def resolve_provider(settings: Settings) -> str:
-    """The configured provider, else the first of anthropic/openai/deepseek with a key, else demo.
+    """The configured provider, else the first of anthropic/openai/deepseek with a key, else the
+    first plug-in that needs no key (the demo), else anthropic (which then asks for its key).
 
     Keys in the environment are looked at first, then keys saved in config.toml.
     """
@@ -541,12 +568,17 @@ def resolve_provider(settings: Settings) -> str:
         saved = settings.api_keys.get(provider)
         if saved is not None and saved.get_secret_value():
             return provider
-    return "demo"
+    return keyless_plugin() or AUTO_PROVIDER_ORDER[0]
+
+
+def needs_no_key(provider: str) -> bool:
+    """A plug-in that declares it needs no API key (the demo)."""
+    return provider in PROVIDER_PLUGINS and not default_key_env(provider)
 
 
 def key_env_name(settings: Settings, provider: str) -> str | None:
-    """The environment variable the key for ``provider`` is read from (None for demo)."""
-    if provider == "demo":
+    """The environment variable the key for ``provider`` is read from (None: it needs none)."""
+    if needs_no_key(provider):
         return None
     if settings.api_key_env:
         return settings.api_key_env
@@ -556,9 +588,9 @@ def key_env_name(settings: Settings, provider: str) -> str | None:
 def api_key_for(settings: Settings, provider: str) -> str | None:
     """The API key for ``provider``: ``api_key_env``'s variable, else the standard one, else config.toml.
 
-    The key found is registered for redaction. None for demo or when there is no key.
+    The key found is registered for redaction. None when it needs none or there is none.
     """
-    if provider == "demo":
+    if needs_no_key(provider):
         return None
     if settings.api_key_env:
         register_env_var(settings.api_key_env)

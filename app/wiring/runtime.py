@@ -207,8 +207,8 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         config=EngineConfig(window=window, budget=budget, compact_max_output=settings.compact_max_output,
                             memory_update_tokens=settings.memory_update_tokens,
                             memory_keep_tokens=settings.memory_keep_tokens),
-        price=price_for(provider.model, settings.prices),
-        compact_price=price_for(provider.model, settings.prices),
+        price=price_for(provider.model, settings.prices, provider_price=setup.price),
+        compact_price=price_for(provider.model, settings.prices, provider_price=setup.price),
         tool_results_dir=session.tool_results_dir,
     )
     if isinstance(provider, SseHttpProvider):  # a server cannot make one call unbounded in memory or time
@@ -225,7 +225,8 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
     # A model the price catalogue does not know: what was assumed, once, with the setting that changes it.
     if settings.window is None and not setup.default_window and (assumed := assumed_window_warning(provider.model)):
         warnings.append(("window", assumed))
-    if (unpriced := assumed_price_warning(provider.model, settings.prices)) is not None:
+    if (unpriced := assumed_price_warning(provider.model, settings.prices,
+                                              provider_price=setup.price)) is not None:
         warnings.append(("prices", unpriced))
     restored_events: list[Event] = []
     repairs: list[str] = []

@@ -10,32 +10,30 @@ real session does before a mutating tool) and ``Text`` (stream a reply in deltas
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from app.context.engine import EngineConfig
+from app.context.thresholds import Thresholds, compute_thresholds
+from app.context.thresholds import level as context_level
 from app.kernel import commands as cmd
 from app.kernel import events as ev
-from app.kernel.protocol import SessionSnapshot
+from app.kernel.protocol import Listener, SessionSnapshot
 
 
 def thresholds(window: int = 200_000, budget: int = 150_000) -> ev.ThresholdsModel:
-    reserve = 20_000
-    effective = window - reserve
-    auto = min(budget, effective - 13_000)
-    warning = auto - min(20_000, auto // 4)
-    return ev.ThresholdsModel(
-        window=window, reserve=reserve, effective_window=effective,
-        auto_compact_line=auto, warning_line=warning, blocking_line=effective - 3_000,
-    )
+    """The lines the engine draws for this window and budget (its own arithmetic, its default
+    compaction output), so what the dashboard is tested with is what it will be shown."""
+    lines = compute_thresholds(window, budget, EngineConfig.compact_max_output)
+    return ev.ThresholdsModel(**asdict(lines))
 
 
 def context(exact: int | None, estimated: int = 0, *, window: int = 200_000, budget: int = 150_000,
             turns: int | None = None, cost: float = 0.0, compact_cost: float = 0.0) -> ev.ContextEvent:
     th = thresholds(window, budget)
     projected = (exact or 0) + estimated
-    level = ("blocking" if projected >= th.blocking_line else "compact" if projected >= th.auto_compact_line
-             else "warning" if projected >= th.warning_line else "ok")
+    level = context_level(projected, Thresholds(**th.model_dump()))
     parts = {"system": 1_800, "memory": 600, "tools": 2_400}
     rest = max(0, projected - sum(parts.values()))
     parts.update(user=rest // 10, assistant=rest // 5, tool_results=rest - rest // 10 - rest // 5)
@@ -170,11 +168,11 @@ class FakeSession:
         self._queue.put_nowait(command)
         return len(self.submitted)
 
-    def attach(self, listener: Callable[[Any], None]) -> tuple[SessionSnapshot, Callable[[], None]]:
+    def attach(self, listener: Listener) -> tuple[SessionSnapshot, Callable[[], None]]:
         """Like the real one: the snapshot at the last event's seq, the events after it (one thread here)."""
         return self.snapshot(), self.subscribe(listener)
 
-    def subscribe(self, listener: Callable[[Any], None]) -> Callable[[], None]:
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
 
@@ -303,7 +301,7 @@ class FakeSession:
         except asyncio.CancelledError:
             self.emit(ev.ApprovalResolvedEvent(request_id=request_id, decision="interrupted"))
             raise
-        self.emit(ev.ApprovalResolvedEvent(request_id=request_id, decision=answer))  # type: ignore[arg-type]
+        self.emit(ev.ApprovalResolvedEvent(request_id=request_id, decision=answer))
         if answer == "always":
             self.always_allowed.add(step.name)
         return answer
