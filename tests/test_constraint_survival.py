@@ -32,7 +32,8 @@ from hypothesis import strategies as st
 from test_engine_support import all_text, is_compaction, main_bodies, text_reply, tool_reply, wire_problems
 
 from app.context.audit import MAX_RULES_CHARS, audit_summary, plan_rules
-from app.context.compaction import build_summary_history, carried_rule_blocks
+from app.context.compaction import build_summary_history
+from app.context.user_words import carried_rule_blocks
 from app.context.engine import ContextEngine, EngineConfig
 from app.context.memory import MemoryBundle
 from app.kernel.describe import describe

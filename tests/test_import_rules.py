@@ -50,7 +50,6 @@ SURFACE_MAY_IMPORT_FROM_SESSION = {"app.session.process", "app.session.store"}
 KNOWN_LAYER_BREAKS = {
     ("app.agent.loop", "app.session.transcript"),  # the loop records to the transcript
     ("app.agent.subagent", "app.wiring.config"),  # types only: Settings
-    ("app.context.engine", "app.session.transcript"),  # engine.py is being split
     ("app.mcp.client", "app.wiring.watchdog"),  # the run's token for MCP servers' processes
     ("app.session.agent_session", "app.wiring.runtime"),  # types only
     ("app.session.process", "app.wiring.config"),  # the session process builds its own session

@@ -19,8 +19,10 @@ KEY = "sk-test-fake-key-0123456789"
 
 # Packages a one-turn headless run with no MCP server configured has no use for: the dashboard and
 # everything under it, the web server, the MCP SDK, the demo, and httpx's own command-line client.
+# (The demo's plug-in declaration, app.demo.plugin, a few dataclasses, is read for its settings.)
 NOT_NEEDED = ("textual", "textual_serve", "aiohttp", "rich", "click", "pygments", "mcp",
-              "app.surfaces.dashboard", "app.demo", "app.mcp.hub", "app.mcp.client", "httpx._main")
+              "app.surfaces.dashboard", "app.demo.provider", "app.demo.scenarios", "app.demo.workspace",
+              "app.demo.tools", "app.demo.rejections", "app.mcp.hub", "app.mcp.client", "httpx._main")
 
 MODULES_AT_EXIT_HOOK = """\
 import atexit, os, sys

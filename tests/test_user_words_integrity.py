@@ -33,8 +33,8 @@ from app.context.compaction import (
     _head_tail,
     build_summary_history,
     upgrade_legacy_summary,
-    user_words,
 )
+from app.context.user_words import user_words
 from app.context.overflow import drop_oldest_rounds
 from app.context.summarizer import (
     FIRST_LABEL,

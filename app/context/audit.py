@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from app.context.user_words import carried_rule_blocks, user_words
 
 CHECKED_FACTS_HEADER = "## Checked facts"
 CHECKED_FACTS_NOTE = ("(added by tidegauge: facts from the replaced history that the summary above did not "
@@ -181,9 +182,6 @@ def distinctive_tokens(text: str) -> tuple[str, ...]:
 
 
 def _user_texts(history: Sequence[Message]) -> list[str]:
-    # Imported here: compaction imports this module, not the other way round.
-    from app.context.compaction import user_words
-
     return [b.text for b in user_words(history)]
 
 
@@ -218,10 +216,8 @@ def _constraints(texts: Sequence[str]) -> list[str]:
 def user_rules(history: Sequence[Message]) -> list[Rule]:
     """The user's rules in ``history``, oldest first, each once: the constraint sentences of
     the blocks the user typed, and the rules an earlier summary carried (its blocks with a
-    message id, app.context.compaction.carried_rule_blocks). Known by blocks, never by
+    message id, app.context.user_words.carried_rule_blocks). Known by blocks, never by
     reading a summary's text, so a model cannot add a rule and a compaction cannot lose one."""
-    from app.context.compaction import carried_rule_blocks, user_words
-
     typed = {id(b) for b in user_words(history)}
     carried = {id(b) for b in carried_rule_blocks(history)}
     found: dict[str, Rule] = {}

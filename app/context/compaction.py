@@ -20,7 +20,8 @@ from app.providers.base import ModelRequest
 
 from app.context import tokens as _tokens
 from app.context.audit import Rule, plan_rules, rules_left_out_line
-from app.context.overflow import DROPPED_NOTE
+from app.context.user_words import SUMMARY_INTRO as _SUMMARY_INTRO
+from app.context.user_words import is_legacy_summary, user_words
 
 COMPACT_PROMPT = """\
 [Context compaction] The context is nearly full. Write a handoff summary of the conversation so far. \
@@ -46,8 +47,7 @@ Requirements the user stated explicitly and approaches the user refused.
 
 Do not call any tools. Reply with the summary only."""
 
-SUMMARY_INTRO = ("This is a summary of an earlier conversation that was compacted because "
-                 "the context grew too long.")
+SUMMARY_INTRO = _SUMMARY_INTRO  # where the user's words are found: app.context.user_words
 RECENT_INTRO = "The user's most recent messages, verbatim:"
 SUMMARY_OUTRO = "Continue the task from here. Re-read files if you need their exact content."
 # Each kept user message sits between these lines, for the model to read. The engine
@@ -120,41 +120,6 @@ def is_summary_message(msg: Message) -> bool:
     if msg.role != "user":
         return False
     return any(isinstance(b, TextBlock) and b.in_summary for b in msg.content) or is_legacy_summary(msg)
-
-
-def is_legacy_summary(msg: Message) -> bool:
-    """A summary of the previous format: one block holding the summary and the user's words
-    quoted as text. Those quotes are never read back (app.session.transcript restores them from
-    the transcript's records of what the user typed, see ``upgrade_legacy_summary``)."""
-    first = msg.content[0] if msg.role == "user" and msg.content else None
-    return (isinstance(first, TextBlock) and not first.in_summary and first.user_message_id is None
-            and first.text.startswith(SUMMARY_INTRO))
-
-
-def _engine_note(text: str) -> bool:
-    return text.startswith("[Context compaction]") or text == DROPPED_NOTE or not text.strip()
-
-
-def user_words(history: Sequence[Message]) -> list[TextBlock]:
-    """The blocks holding what the user typed, oldest first (block order is time order).
-
-    A block is the user's when it carries the id of a message the user typed; a text block
-    of a user message without one (a history from before ids, a test) is the user's unless
-    the engine wrote it (a note, an instruction). A summary's own blocks never are, whatever
-    their text says: the user's words it keeps are blocks of their own, with their ids.
-    """
-    found: list[TextBlock] = []
-    for msg in history:
-        if msg.role != "user":
-            continue
-        legacy = is_legacy_summary(msg)
-        for index, block in enumerate(msg.content):
-            if not isinstance(block, TextBlock) or block.in_summary or (legacy and index == 0):
-                continue
-            if block.user_message_id is None and _engine_note(block.text):
-                continue
-            found.append(block)
-    return found
 
 
 def _head_tail(text: str, budget: int) -> str:
@@ -236,14 +201,6 @@ def build_summary_history(summary: str, history: Sequence[Message],
     rules = [r for r in plan.carried if r.text not in kept]
     left_out = [r for r in plan.left_out if r.text not in kept]
     return _summary_message(summary, recent, rules, left_out)
-
-
-def carried_rule_blocks(history: Sequence[Message]) -> list[TextBlock]:
-    """The rules summaries in ``history`` carry: blocks of a summary (``in_summary``) that
-    hold one rule and the id of the message the user typed it in. Only this module makes
-    them; a model's summary is one block without an id, whatever its text imitates."""
-    return [b for msg in history if msg.role == "user" for b in msg.content
-            if isinstance(b, TextBlock) and b.in_summary and b.user_message_id is not None]
 
 
 def _rules_blocks(rules: Sequence[Rule], left_out: Sequence[Rule]) -> list[ContentBlock]:

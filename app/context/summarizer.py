@@ -19,7 +19,8 @@ from app.kernel.markers import EXIT_CODE, TIMED_OUT, TRUNCATED
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from app.context.compaction import carried_rule_blocks, recent_user_messages, summary_parts
+from app.context.compaction import recent_user_messages, summary_parts
+from app.context.user_words import carried_rule_blocks
 from app.context.overflow import DROPPED_NOTE
 from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 

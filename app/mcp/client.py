@@ -41,6 +41,11 @@ PROGRESS_MAX_FACTOR = 4
 MAX_LOG_MESSAGE_CHARS = 8192
 
 
+def login_command(name: str) -> str:
+    """How a user logs in to a url server that wants OAuth (``app.mcp.oauth.login``)."""
+    return f"tidegauge mcp login {name}"
+
+
 class McpServerError(Exception):
     """A server could not start, or stopped answering; the message says which and why."""
 
@@ -213,7 +218,6 @@ class McpConnection:
 
     def _explain(self, exc: BaseException) -> str:
         """One line for a failure; a 401 says how to log in rather than the SDK's "error response"."""
-        from app.mcp.oauth import login_command
 
         while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
             exc = exc.exceptions[0]

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, cast
 from urllib.parse import parse_qs, urlsplit
 
 from app.kernel.private_files import read_private, write_private_atomic
+from app.mcp.client import login_command
 from app.kernel.redact import register_secret
 
 if TYPE_CHECKING:
@@ -56,10 +57,6 @@ UNUSED_REDIRECT = "http://127.0.0.1/callback"
 # (authorization URL) -> None: shows it to the user (a browser, a printed line) or, in the
 # conformance benchmark, follows its redirect as the suite's own clients do.
 OpenConsent = Callable[[str], Awaitable[None]]
-
-
-def login_command(name: str) -> str:
-    return f"tidegauge mcp login {name}"
 
 
 class AuthorizationRequired(Exception):

@@ -29,7 +29,8 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from app.kernel.events import Event, ToolResultEvent, event_adapter
 from app.session import lock as session_lock
-from app.context.compaction import is_legacy_summary, upgrade_legacy_summary
+from app.context.compaction import upgrade_legacy_summary
+from app.context.user_words import is_legacy_summary
 from app.context.validate import history_problems
 from app.kernel.markers import INTERRUPTED_RESULT  # one text for a call that never finished
 from app.kernel.messages import ContentBlock, Message, OpaqueBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
