@@ -106,6 +106,8 @@ def watch(fd: int = 0) -> int:
 
 
 if __name__ == "__main__":
-    # Started as a file with -I -S: the package is found from here, nothing else is on the path.
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+    # Started as a file with -I -S: the package is found from here (app/wiring/watchdog.py: three
+    # levels up is the folder holding app/), nothing else is on the path.
+    here = os.path.realpath(__file__)
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(here))))
     sys.exit(watch())
