@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from textual.app import App
-from textual.widgets import Checkbox, Input, Select, Static
+from textual.widgets import Button, Checkbox, Input, Select, Static
 
 from app.kernel.events import ElicitationField
 from app.mcp.client_features import form_fields
@@ -153,3 +153,24 @@ async def test_the_dashboard_shows_a_real_servers_form_and_the_answer_reaches_it
     tool_replies = [m["content"] for m in fake_llm.requests[1].json["messages"] if m["role"] == "tool"]
     assert [json.loads(reply) for reply in tool_replies] == [
         {"action": "accept", "content": {"city": "Lisbon", "days": 4}}]
+
+
+class StyledFormHost(FormHost):
+    """The form with the dashboard's own stylesheet, where the dialogs' sizes are set."""
+
+    from app.surfaces.dashboard.app import CSS_FILE
+
+    CSS_PATH = str(CSS_FILE)
+
+
+async def test_at_80x24_the_forms_buttons_are_on_screen_and_the_fields_scroll() -> None:
+    # Checked in tmux: the dialog's 80% height cut its buttons off, so nothing said how to send.
+    host = StyledFormHost(form_fields(SCHEMA))
+    async with host.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        screen = host.screen
+        for button_id in ("accept", "decline", "cancel"):
+            region = screen.query_one(f"#{button_id}", Button).region
+            assert region.height > 0 and region.bottom <= 24, f"{button_id} is off screen: {region}"
+        fields = screen.query_one("#elicitation-fields")
+        assert fields.max_scroll_y > 0  # five fields do not fit: they scroll inside the dialog

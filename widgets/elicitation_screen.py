@@ -38,7 +38,7 @@ class ElicitationScreen(ModalScreen[ElicitationAnswer]):
     ElicitationScreen .elicitation-description { color: $text-muted; }
     ElicitationScreen .elicitation-error { color: $error; height: auto; }
     ElicitationScreen #elicitation-recipient { color: $warning; margin-bottom: 1; }
-    ElicitationScreen #elicitation-fields { height: auto; max-height: 24; }
+    ElicitationScreen #elicitation-fields { height: auto; max-height: 40vh; }
     """
 
     BINDINGS = [
