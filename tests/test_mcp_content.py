@@ -312,6 +312,20 @@ def test_progress_is_drawn_on_the_running_tools_line_in_describes_words():
     assert "indexing" not in tool_call_text(info, {}).plain  # finished: size and duration instead
 
 
+def test_at_80_columns_a_running_calls_progress_is_seen_before_its_arguments():
+    # Checked in tmux at 80x24: the arguments filled the line and the progress was cut off.
+    view = DashboardView()
+    view.apply(ToolStartEvent(id="c", name="content__progress", input={},
+                              summary='{"steps": 12, "every_ms": 700, "label": "a long argument to show"}'))
+    (info,) = view.apply(ToolProgressEvent(id="c", progress=6, total=12, message="step 6"))
+    line = tool_call_text(info, {}, width=46)  # the conversation's width at 80 columns
+    line.truncate(46, overflow="ellipsis")
+    assert line.plain.endswith("6 of 12 (50%): step 6"), line.plain
+    wider = tool_call_text(info, {}, width=80)
+    assert wider.plain.startswith('⋯ content__progress {"steps"') and wider.plain.endswith("step 6")
+    assert len(wider.plain) <= 80  # the arguments shortened to make room
+
+
 def test_the_ready_line_names_tools_left_out_because_they_need_tasks():
     line = describe(McpServerEvent(name="every", status="ready", tools=12, detail="12 tools",
                                    not_offered=["simulate-research-query"]))

@@ -44,19 +44,29 @@ STATUS_ICONS = {"running": "⋯", "ok": "✓", "error": "✗", "interrupted": "�
 
 
 def tool_call_text(
-    info: ToolCallInfo, styles: "Mapping[str, Style | str]", summary_width: int = 60, compact: bool = False
+    info: ToolCallInfo, styles: "Mapping[str, Style | str]", summary_width: int = 60, compact: bool = False,
+    width: int | None = None,
 ) -> Text:
-    """The one-line form shared by the conversation and the tool list (``compact``: narrower)."""
+    """The one-line form shared by the conversation and the tool list (``compact``: narrower).
+
+    With the line's ``width``, a running call's progress keeps its place: the arguments are
+    shortened first (at 80 columns they took the whole line and the progress was never seen)."""
     text = Text(no_wrap=True, overflow="ellipsis", end="")
     text.append(f"{STATUS_ICONS.get(info.status, '?')} ", styles.get(info.status, ""))
     text.append(sanitize(info.name), styles.get("name", ""))
     summary = sanitize(info.summary).replace("\n", " ")
+    progress = sanitize(info.progress).replace("\n", " ") if info.status == "running" and info.progress else ""
+    if progress and width is not None:
+        room = width - (2 + len(info.name) + 1) - (2 + len(progress))
+        summary_width = min(summary_width, room)
+        if summary_width < 6:  # too little to say anything: the progress alone
+            summary = ""
     if len(summary) > summary_width:
         summary = summary[: summary_width - 1] + "…"
     if summary:
         text.append(f" {summary}")
-    if info.status == "running" and info.progress:
-        text.append(f"  {sanitize(info.progress).replace(chr(10), ' ')}", styles.get("dim", ""))
+    if progress:
+        text.append(f"  {progress}", styles.get("dim", ""))
     if info.status == "interrupted":
         # its size and duration would describe the stand-in result, not the tool
         text.append("  interrupted", styles.get("dim", ""))
@@ -109,7 +119,7 @@ class ToolCallLine(Widget):
     def render(self) -> Text:
         tool_styles = getattr(self.parent, "tool_styles", None)
         styles = tool_styles() if callable(tool_styles) else {}
-        return tool_call_text(self.info, styles)
+        return tool_call_text(self.info, styles, width=self.size.width)
 
     def on_click(self) -> None:
         self.post_message(self.Selected(self.info.id))

@@ -184,7 +184,7 @@ class ToolCallList(ScrollView, can_focus=True):
                 key: self.get_component_rich_style(f"toolcall--{key}")
                 for key in ("running", "ok", "error", "interrupted", "name", "dim", "badge")
             }
-            text = tool_call_text(self.calls[index], styles, summary_width=32, compact=True)
+            text = tool_call_text(self.calls[index], styles, summary_width=32, compact=True, width=width)
             if index == self.cursor:
                 text.stylize(self.get_component_rich_style("toolcall--cursor"))
             segments = [Segment(seg.text, base + seg.style if seg.style else base) for seg in text.render(self.app.console)]
