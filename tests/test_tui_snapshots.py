@@ -82,7 +82,9 @@ def drive(*prompts: str, keys: tuple[str, ...] = (), wait_workers: bool = True):
             box.focus()
             await pilot.press("enter")
             if wait_workers:
-                await pilot.app.workers.wait_for_complete()
+                # The turn has ended (its session says so), not just the App's workers: a next
+                # prompt typed during it would be queued and drawn as such.
+                await until(pilot, lambda: not pilot.app.session.pending)
             await pilot.pause()
         for key in keys:
             await pilot.press(key)
