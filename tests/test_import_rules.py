@@ -92,8 +92,8 @@ def _app_modules() -> dict[str, Path]:
 
 
 def _imported_modules(path: Path, modules: dict[str, Path], *, with_type_only: bool) -> set[str]:
-    """The modules of app/ that ``path`` imports: ``from app.tools import proctree`` is
-    app.tools.proctree, ``from app.tools.base import Tool`` is app.tools.base."""
+    """The modules of app/ that ``path`` imports: ``from app.system import proctree`` is
+    app.system.proctree, ``from app.tools.base import Tool`` is app.tools.base."""
     found = set()
     for name in _imports(path, with_type_only=with_type_only):
         while name and name not in modules:
@@ -241,3 +241,35 @@ def test_the_rules_name_what_breaks_them() -> None:
     assert _layer_break("app.tools.registry", "app.context.truncation") is None
     assert _cycles({"a": {"b"}, "b": {"a", "c"}, "c": set()}) == ["a -> b -> a"]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def _modules_named_in_strings(path: Path) -> list[str]:
+    """The modules ``path`` names in a string rather than an import: looked up in ``sys.modules``
+    (``sys.modules.get("app.system.proctree")``: used only if something else loaded it), run with
+    ``-m`` (a ``*_MODULE`` constant or the item after ``"-m"`` in a command line)."""
+    names: list[object] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                and isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "modules"
+                and node.args and isinstance(node.args[0], ast.Constant)):
+            names.append(node.args[0].value)
+        elif (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+              and any(isinstance(t, ast.Name) and t.id.endswith("_MODULE") for t in node.targets)):
+            names.append(node.value.value)
+        elif isinstance(node, ast.List):
+            items = node.elts
+            names += [after.value for before, after in zip(items, items[1:])
+                      if isinstance(before, ast.Constant) and before.value == "-m" and isinstance(after, ast.Constant)]
+    return [name for name in names if isinstance(name, str) and name.startswith("app.")]
+
+
+def test_every_module_app_names_in_a_string_exists() -> None:
+    # A moved module leaves no import error behind where it is named in a string: the exit
+    # paths' sys.modules lookups would find nothing and end no process, the session process
+    # would not start (issue 25 moved proctree to app.system and the child main to app.wiring).
+    modules = _app_modules()
+    named = {(str(path.relative_to(ROOT)), name) for path in _sources(APP) for name in _modules_named_in_strings(path)}
+    assert ("app/session/process.py", "app.wiring.session_child") in named, "the scanner missed the -m module"
+    assert ("app/system/process_exit.py", "app.system.proctree") in named, "the scanner missed a sys.modules lookup"
+    missing = sorted(f"{where} names {name}" for where, name in named if name not in modules)
+    assert missing == [], "modules named in strings that do not exist:\n" + "\n".join(missing)
