@@ -161,7 +161,7 @@ def _dashboard(tmp_path: Path, fake_llm, monkeypatch) -> Terminal:
 
 
 def _session_process(dashboard: int) -> psutil.Process:
-    (child,) = [p for p in psutil.Process(dashboard).children() if "app.session.process" in _cmdline(p)]
+    (child,) = [p for p in psutil.Process(dashboard).children() if "app.wiring.session_child" in _cmdline(p)]
     return child
 
 
@@ -213,7 +213,7 @@ def test_kill_9_of_the_session_process_ends_its_tools_and_mcp_servers_and_the_da
         term.close()
 
 
-WATCHDOG = "app/wiring/watchdog.py"
+WATCHDOG = "app/system/watchdog.py"
 TOKEN_ENV = "TIDEGAUGE_RUN_TOKEN"
 
 

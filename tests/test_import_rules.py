@@ -4,13 +4,15 @@ layers, and no two modules of app/ import each other (not even from inside a fun
 
 The layers, bottom to top (a package may import the ones below it, never one above):
 
-  kernel                          imports nothing from app/
-  context, providers, tools, mcp  kernel, and each other without a cycle between packages
+  kernel, system                  import nothing from app/ (system: OS process helpers)
+  context, providers, tools, mcp  kernel, system, and each other without a cycle between packages
   agent                           the above
   session                         agent and below
   demo                            a provider plug-in: anything below surfaces; nothing imports it
-  surfaces                        kernel, and the parts of session behind the Protocol
-  wiring                          everything (app/__init__ and app/__main__ count as wiring)
+  surfaces                        kernel, system, and the parts of session behind the Protocol
+  wiring                          everything (app/__init__ and app/__main__ count as wiring); it
+                                  builds the sessions (also the session process's) and hands
+                                  them to the surfaces
 
 Imports under ``if TYPE_CHECKING:`` count for the layers (a type from above is knowledge
 from above) but not for the module cycles (they never run).
@@ -31,7 +33,7 @@ WIDGET_ALLOWED = {"app.kernel.events", "app.kernel.describe", "app.kernel.comman
                   "app.surfaces.view_model"}
 
 LAYER_OF = {
-    "app.kernel": 0,
+    "app.kernel": 0, "app.system": 0,
     "app.context": 1, "app.providers": 1, "app.tools": 1, "app.mcp": 1,
     "app.agent": 2,
     "app.session": 3,
@@ -41,31 +43,16 @@ LAYER_OF = {
 }
 # The packages of one layer that may import each other (without a cycle between them).
 SIBLING_LAYERS = {1}
-# What a surface may take from the session layer: the process behind the Protocol and the
-# list of sessions on disk (--resume's picker). Everything else it gets through events.
-SURFACE_MAY_IMPORT_FROM_SESSION = {"app.session.process", "app.session.store"}
+# The bottom packages: neither imports the other (nor anything else of app/).
+BOTTOM = {"app.kernel", "app.system"}
+# What a surface may take from the session layer: the process behind the Protocol (the
+# dashboard starts its session there). Everything else it gets through events, or from the CLI
+# (headless mode's session, the list of sessions on disk for --resume's picker).
+SURFACE_MAY_IMPORT_FROM_SESSION = {"app.session.process"}
 
-# Imports that break the layers today, each removed by another item of issue 25. The test
+# Imports that break the layers today, each with the reason it could not be fixed yet. The test
 # fails on any other, and on an entry here that no longer happens (so this list only shrinks).
-KNOWN_LAYER_BREAKS = {
-    ("app.agent.loop", "app.session.transcript"),  # the loop records to the transcript
-    ("app.agent.subagent", "app.wiring.config"),  # types only: Settings
-    ("app.mcp.client", "app.wiring.watchdog"),  # the run's token for MCP servers' processes
-    ("app.session.agent_session", "app.wiring.runtime"),  # types only
-    ("app.session.process", "app.wiring.config"),  # the session process builds its own session
-    ("app.session.process", "app.wiring.process_exit"),
-    ("app.session.process", "app.wiring.runtime"),
-    ("app.surfaces.dashboard.launch", "app.tools"),  # proctree: the dashboard is a subreaper
-    ("app.surfaces.dashboard.launch", "app.tools.proctree"),
-    ("app.surfaces.dashboard.launch", "app.wiring.config"),
-    ("app.surfaces.dashboard.launch", "app.wiring.process_exit"),
-    ("app.surfaces.dashboard.web", "app.wiring.config"),
-    ("app.surfaces.headless", "app.session.agent_session"),  # types only
-    ("app.surfaces.headless", "app.tools.proctree"),
-    ("app.surfaces.headless", "app.wiring.config"),  # headless builds its session in-process
-    ("app.surfaces.headless", "app.wiring.runtime"),
-    ("app.surfaces.headless", "app.wiring.process_exit"),
-}
+KNOWN_LAYER_BREAKS: set[tuple[str, str]] = set()
 
 
 def _sources(folder: Path) -> list[Path]:
@@ -106,8 +93,8 @@ def _app_modules() -> dict[str, Path]:
 
 
 def _imported_modules(path: Path, modules: dict[str, Path], *, with_type_only: bool) -> set[str]:
-    """The modules of app/ that ``path`` imports: ``from app.tools import proctree`` is
-    app.tools.proctree, ``from app.tools.base import Tool`` is app.tools.base."""
+    """The modules of app/ that ``path`` imports: ``from app.system import proctree`` is
+    app.system.proctree, ``from app.tools.base import Tool`` is app.tools.base."""
     found = set()
     for name in _imports(path, with_type_only=with_type_only):
         while name and name not in modules:
@@ -133,14 +120,14 @@ def _layer_break(source: str, target: str) -> str | None:
     if there == "app.demo":
         return "nothing imports the demo plug-in (factory.py names it by a string)"
     if here == "app.surfaces":
-        if there == "app.kernel" or target in SURFACE_MAY_IMPORT_FROM_SESSION:
+        if there in BOTTOM or target in SURFACE_MAY_IMPORT_FROM_SESSION:
             return None
-        return (f"a surface imports only kernel and {', '.join(sorted(SURFACE_MAY_IMPORT_FROM_SESSION))}"
+        return (f"a surface imports only kernel, system and {', '.join(sorted(SURFACE_MAY_IMPORT_FROM_SESSION))}"
                 " (everything else reaches it as events)")
     if LAYER_OF[there] < LAYER_OF[here] or (LAYER_OF[there] == LAYER_OF[here] and LAYER_OF[here] in SIBLING_LAYERS):
         return None
-    if here == "app.kernel":
-        return "kernel imports nothing from app/"
+    if here in BOTTOM:
+        return f"{here.removeprefix('app.')} imports nothing from app/"
     return f"{here} (layer {LAYER_OF[here]}) may not import {there} (layer {LAYER_OF[there]}): it is above"
 
 
@@ -235,16 +222,20 @@ def test_the_rules_see_what_they_check() -> None:
     # A lazy import inside a function is seen (registry.py imports the tools it registers there).
     assert "app.tools.files" in _imported_modules(APP / "tools" / "registry.py", modules, with_type_only=False)
     # `from package import module` is the module, and an import under TYPE_CHECKING is only a type.
-    assert "app.tools.proctree" in _imported_modules(APP / "surfaces" / "headless.py", modules, with_type_only=False)
-    assert "app.session.agent_session" not in _imported_modules(APP / "surfaces" / "headless.py", modules,
-                                                                 with_type_only=False)
-    assert "app.session.agent_session" in _imported_modules(APP / "surfaces" / "headless.py", modules,
-                                                            with_type_only=True)
+    assert "app.system.proctree" in _imported_modules(APP / "wiring" / "cli.py", modules, with_type_only=False)
+    headless = APP / "surfaces" / "headless.py"
+    assert "app.kernel.protocol" not in _imported_modules(headless, modules, with_type_only=False)
+    assert "app.kernel.protocol" in _imported_modules(headless, modules, with_type_only=True)
 
 
 def test_the_rules_name_what_breaks_them() -> None:
     # Each judge says no to what it is there to refuse, naming it.
     assert _layer_break("app.kernel.describe", "app.agent.permissions") == "kernel imports nothing from app/"
+    assert _layer_break("app.system.proctree", "app.kernel.events") == "system imports nothing from app/"
+    assert _layer_break("app.surfaces.headless", "app.system.process_exit") is None
+    assert "events" in (_layer_break("app.surfaces.headless", "app.wiring.runtime") or "")
+    assert _layer_break("app.mcp.client", "app.system.watchdog") is None
+    assert "events" in (_layer_break("app.surfaces.dashboard.launch", "app.session.store") or "")
     assert "above" in (_layer_break("app.providers.plugin", "app.wiring.config") or "")
     assert "events" in (_layer_break("app.surfaces.headless", "app.agent.loop") or "")
     assert "demo" in (_layer_break("app.wiring.config", "app.demo.plugin") or "")
@@ -252,3 +243,35 @@ def test_the_rules_name_what_breaks_them() -> None:
     assert _layer_break("app.tools.registry", "app.context.truncation") is None
     assert _cycles({"a": {"b"}, "b": {"a", "c"}, "c": set()}) == ["a -> b -> a"]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def _modules_named_in_strings(path: Path) -> list[str]:
+    """The modules ``path`` names in a string rather than an import: looked up in ``sys.modules``
+    (``sys.modules.get("app.system.proctree")``: used only if something else loaded it), run with
+    ``-m`` (a ``*_MODULE`` constant or the item after ``"-m"`` in a command line)."""
+    names: list[object] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                and isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "modules"
+                and node.args and isinstance(node.args[0], ast.Constant)):
+            names.append(node.args[0].value)
+        elif (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+              and any(isinstance(t, ast.Name) and t.id.endswith("_MODULE") for t in node.targets)):
+            names.append(node.value.value)
+        elif isinstance(node, ast.List):
+            items = node.elts
+            names += [after.value for before, after in zip(items, items[1:])
+                      if isinstance(before, ast.Constant) and before.value == "-m" and isinstance(after, ast.Constant)]
+    return [name for name in names if isinstance(name, str) and name.startswith("app.")]
+
+
+def test_every_module_app_names_in_a_string_exists() -> None:
+    # A moved module leaves no import error behind where it is named in a string: the exit
+    # paths' sys.modules lookups would find nothing and end no process, the session process
+    # would not start (issue 25 moved proctree to app.system and the child main to app.wiring).
+    modules = _app_modules()
+    named = {(str(path.relative_to(ROOT)), name) for path in _sources(APP) for name in _modules_named_in_strings(path)}
+    assert ("app/session/process.py", "app.wiring.session_child") in named, "the scanner missed the -m module"
+    assert ("app/system/process_exit.py", "app.system.proctree") in named, "the scanner missed a sys.modules lookup"
+    missing = sorted(f"{where} names {name}" for where, name in named if name not in modules)
+    assert missing == [], "modules named in strings that do not exist:\n" + "\n".join(missing)

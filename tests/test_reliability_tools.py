@@ -336,7 +336,7 @@ EXIT_SCRIPT = """
 import asyncio, json, os, sys
 from pathlib import Path
 import psutil
-from app.tools import proctree
+from app.system import proctree
 from app.tools.base import ToolContext
 from app.tools.registry import default_registry
 

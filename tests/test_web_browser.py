@@ -131,7 +131,7 @@ def _tab_trees(server: WebServer, count: int) -> list[list["psutil.Process"]]:
         for child in sorted(root.children(), key=lambda p: p.create_time()):
             try:
                 tree = [child, *child.children(recursive=True)]
-                if any("app.session.process" in " ".join(p.cmdline()) for p in tree):
+                if any("app.wiring.session_child" in " ".join(p.cmdline()) for p in tree):
                     trees.append(tree)
             except psutil.NoSuchProcess:  # one ended while we looked: look again
                 continue

@@ -8,7 +8,7 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Awaitable, Callable, Literal
+from typing import Awaitable, Callable, Literal, Protocol
 
 from app.context.engine import ContextEngine
 from app.context.plans import Plan
@@ -55,7 +55,6 @@ from app.providers.base import (
 )
 from app.tools.base import ToolContext
 from app.tools.registry import ToolRegistry
-from app.session.transcript import TranscriptWriter
 from app.kernel.usage import Usage
 
 # How a turn can end: values ResultEvent.stop_reason accepts (mypy checks each one against it).
@@ -63,6 +62,16 @@ ResultStopReason = Literal["end_turn", "max_steps", "error", "interrupted", "ref
 
 Approval = Literal["yes", "always", "no"]
 Approver = Callable[[ToolUseBlock], Awaitable[Approval]]
+
+
+class TurnRecorder(Protocol):
+    """Where the agent closes each turn and, at the end, the record (the session's transcript
+    writer is one; the engine writes the messages through its ``HistoryRecorder``). The loop is
+    handed it and never knows the session's files (app/agent imports no app.session)."""
+
+    def end_turn(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 
@@ -118,7 +127,7 @@ class Agent:
     session_id: str = ""
     provider_label: str = ""
     # History persistence (the engine writes the messages; the agent closes turns).
-    transcript: TranscriptWriter | None = None
+    transcript: TurnRecorder | None = None
     emit: Callable[[Event], None] = lambda _e: None
     approver: Approver | None = None
     # The rules in force (issue 27): checked for every call, before --yes and before asking.

@@ -24,7 +24,6 @@ from app.tools.registry import ToolRegistry, safe_file_stem
 
 if TYPE_CHECKING:  # the agent module imports the tools; the sub-agent is built from it on use
     from app.agent.loop import Agent
-    from app.wiring.config import Settings
 
 TASK_TOOL = "task"
 DEFAULT_REPORT_TOKENS = 2_000
@@ -204,18 +203,10 @@ def _forward(parent: Agent, sub: Agent, call_id: str) -> Callable[[Event], None]
     return forward
 
 
-def register_task_tool(agent: Agent, settings: Settings | SubAgentLimits | None = None) -> TaskTool:
-    """Add ``task`` to a main agent's tools (and to what its engine sends).
-
-    ``settings``: the Settings (``subagent_max_steps``, ``subagent_report_tokens``) or SubAgentLimits.
-    """
-    if isinstance(settings, SubAgentLimits):
-        limits = settings
-    else:
-        limits = SubAgentLimits(
-            max_steps=int(getattr(settings, "subagent_max_steps", DEFAULT_SUB_STEPS)),
-            report_tokens=int(getattr(settings, "subagent_report_tokens", DEFAULT_REPORT_TOKENS)),
-        )
+def register_task_tool(agent: Agent, limits: SubAgentLimits | None = None) -> TaskTool:
+    """Add ``task`` to a main agent's tools (and to what its engine sends). ``limits``: the
+    settings' (``subagent_max_steps``, ``subagent_report_tokens``), turned into them by the runtime."""
+    limits = limits or SubAgentLimits()
     tool = TaskTool(agent, limits)
     agent.registry.register(tool)
     if all(spec.name != TASK_TOOL for spec in agent.engine.tools):

@@ -252,7 +252,7 @@ class McpConnection:
             cwd = (self.workspace / os.path.expanduser(self.config.cwd)).resolve()
         # The run's token too (the SDK gives a server a minimal environment): after a kill -9 of
         # headless tidegauge, the watchdog finds the server and its children by it. Ours wins.
-        from app.wiring.watchdog import token_env
+        from app.system.watchdog import token_env
 
         params = StdioServerParameters(command=self.config.command or "", args=list(self.config.args),
                                        env=(dict(self.config.env) | token_env()) or None, cwd=str(cwd))

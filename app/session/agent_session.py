@@ -71,8 +71,7 @@ from app.kernel.protocol import EVENT_RING, Listener, SessionSnapshot
 
 if TYPE_CHECKING:
     from app.agent.loop import Agent
-    from app.context.memory import ImportNotice
-    from app.wiring.runtime import MemorySource
+    from app.context.memory import ImportNotice, MemoryBundle
     from app.kernel.messages import ToolUseBlock
     from app.mcp.client_features import SampledReply, SamplingCall
     from app.session.transcript import TranscriptWriter
@@ -95,6 +94,15 @@ _NOT_REPLAYED = frozenset({"text_delta", "thinking_delta", "state", "notice", "s
 # The id of the command whose handling emits the event (asyncio copies it into the tasks a
 # turn starts, so its tool calls, retries and result carry it too); None: nobody asked.
 _CAUSE: contextvars.ContextVar[int | None] = contextvars.ContextVar("tidegauge_command", default=None)
+
+
+class MemoryReloader(Protocol):
+    """Where the session's memory files come from (the runtime's ``MemorySource`` is one): the
+    user's answer about an import is recorded, then the files are read again with it."""
+
+    def record(self, path: str, approve: bool) -> None: ...
+
+    def load(self) -> "MemoryBundle": ...
 
 
 class Closable(Protocol):
@@ -266,7 +274,7 @@ class AgentSession:
     def __init__(self, agent: "Agent", *, stream: EventStream, info: SessionInfoEvent,
                  restored: list[Event] | None = None, approvals: bool = True,
                  services: "Callable[[], Awaitable[Closable | None]] | None" = None,
-                 memory_source: "MemorySource | None" = None, asks_about_imports: bool = False) -> None:
+                 memory_source: MemoryReloader | None = None, asks_about_imports: bool = False) -> None:
         """``approvals``: a surface answers approval requests (the dashboard); without one
         (headless), tools that change things are refused unless ``--yes``. ``services``:
         started on the session's loop before the first command, closed when it stops

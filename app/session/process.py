@@ -7,7 +7,7 @@ screen fell a second behind the stream (benchmark 3b) and a demo turn took
 1.25× its headless time (benchmark 8). In a child process the session has a
 core of its own and the UI process only draws.
 
-The child (``python -m app.session.process REQUEST``) builds the session exactly
+The child (``python -m app.wiring.session_child REQUEST``) builds the session exactly
 as ``tidegauge`` does and speaks JSON lines, codex's app-server in small:
 
 - child → parent, stdout: first one control line, ``{"type": "@ready", ...the
@@ -30,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -48,6 +47,9 @@ if TYPE_CHECKING:
 
 DELTA_WINDOW = 0.008  # seconds a streamed delta may wait in the child to share a line with the next ones
 _DELTAS = ("text_delta", "thinking_delta")
+# The child's entry point: it builds a session from settings, which is wiring's job
+# (app/wiring/session_child.py); this module is the protocol and the parent's side.
+CHILD_MODULE = "app.wiring.session_child"
 _COMMANDS: dict[str, type] = {kind.__name__: kind for kind in cmd.Command.__args__}  # type: ignore[attr-defined]
 
 
@@ -167,67 +169,19 @@ def merged_lines(batch: "list[Event]") -> bytes:
     return b"".join(line + b"\n" for line in lines)
 
 
-def serve(request: dict[str, Any]) -> int:
-    """The child's main: build the session, say ``@ready`` (or ``@failed``), run it."""
-    import asyncio
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # Everything the session starts (tools, MCP servers, what they leave) ends with it: at the
-    # end of input (the dashboard closed, or killed), a Shutdown, a SIGTERM or a SIGHUP.
-    from app.wiring.process_exit import end_everything_on
-    from app.tools import proctree
-
-    proctree.claim_every_descendant()
-    end_everything_on(signal.SIGTERM, signal.SIGHUP)
-    # The protocol owns the real stdout; anything printed by accident goes to stderr.
-    out = os.dup(1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-
-    def control(kind: str, **fields: Any) -> None:
-        os.write(out, (json.dumps({"type": kind, **fields}) + "\n").encode())
-
-    try:
-        from app.wiring.config import load_settings
-        from app.wiring.runtime import build_session
-
-        settings = load_settings(request.get("overrides") or {})
-        session = build_session(settings, approvals=True, resume=request.get("resume"),
-                                continue_latest=bool(request.get("continue_latest")))
-    except Exception as error:  # noqa: BLE001 - every setup failure is one line for the user
-        control("@failed", message=str(error) or type(error).__name__)
-        return 2
-    writer = EventWriter(out)
-    snapshot, _unsubscribe = session.attach(writer)
-    writer.open(json.dumps({
+def ready_line(snapshot: SessionSnapshot) -> bytes:
+    """The child's first line on a session that started: ``@ready`` with its snapshot and seq."""
+    return json.dumps({
         "type": "@ready", "info": snapshot.info.model_dump(mode="json"),
         "context": snapshot.context.model_dump(mode="json"), "state": snapshot.state.model_dump(mode="json"),
         "restored": [event.model_dump(mode="json") for event in snapshot.restored],
         "busy": snapshot.busy, "queued": snapshot.queued, "seq": snapshot.seq,
-        "events": [event.model_dump(mode="json") for event in snapshot.events]}).encode() + b"\n")
+        "events": [event.model_dump(mode="json") for event in snapshot.events]}).encode() + b"\n"
 
-    def read_commands() -> None:
-        for line in sys.stdin.buffer:
-            if not line.strip():
-                continue
-            try:
-                command_id, command = decode_command_line(line)
-            except ValueError as error:
-                print(f"tidegauge session: {error}", file=sys.stderr)
-                continue
-            if command_id is None:
-                session.submit(command)
-            else:
-                session.submit_as(command_id, command)
-        session.submit(cmd.Shutdown(now=True))
 
-    threading.Thread(target=read_commands, name="tidegauge-commands", daemon=True).start()
-    try:
-        asyncio.run(session.run())
-    finally:
-        writer.close()
-        proctree.kill_all_descendants()  # what run_bash or a server left running ends with the session
-    return 0
+def failed_line(message: str) -> bytes:
+    """The child's first and only line when its session could not be built: ``@failed``, one line."""
+    return (json.dumps({"type": "@failed", "message": message}) + "\n").encode()
 
 
 # ---------------------------------------------------------------------------------------- the parent
@@ -237,7 +191,7 @@ def _end_what_it_left() -> None:
     """The session process has ended: what it started and left behind (killed with -9, its
     tools and servers were handed to us, a subreaper) ends too. In tidegauge's own process every
     descendant is the session's (``proctree.claim_every_descendant``); elsewhere, only run_bash's."""
-    proctree = sys.modules.get("app.tools.proctree")
+    proctree = sys.modules.get("app.system.proctree")
     if proctree is not None:
         proctree.kill_all_descendants()
 
@@ -273,7 +227,7 @@ class SessionProcess:
         from app.kernel.events import ContextEvent, SessionInfoEvent, StateEvent, event_adapter
 
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "app.session.process", json.dumps(self._request)],
+            [sys.executable, "-m", CHILD_MODULE, json.dumps(self._request)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self._cwd,
             start_new_session=True)  # the terminal's ctrl+c is the dashboard's, not the session's
         assert self._process.stdout is not None and self._process.stderr is not None
@@ -430,19 +384,3 @@ class SessionProcess:
             text = raw.decode(errors="replace").rstrip()
             if text:
                 self._stderr_tail.append(text)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m app.session.process REQUEST_JSON (started by the dashboard)", file=sys.stderr)
-        return 2
-    return serve(json.loads(args[0]))
-
-
-if __name__ == "__main__":
-    # No interpreter teardown: the command reader is still blocked on stdin, and a daemon
-    # thread holding stdin's lock at finalization aborts the process (exit -6).
-    from app.wiring.process_exit import exit_without_teardown
-
-    exit_without_teardown(main())

@@ -12,7 +12,7 @@ import asyncio
 import json
 import signal
 import sys
-from typing import TYPE_CHECKING, BinaryIO, Callable, TextIO
+from typing import TYPE_CHECKING, BinaryIO, Callable, Protocol, TextIO
 
 from app.kernel.commands import Interrupt, Shutdown, UserInput
 from app.kernel.describe import LineKind, denials_text, describe, legacy_notice, tool_result_text, tool_start_text
@@ -21,8 +21,17 @@ from app.kernel.redact import redact, redact_obj
 from app.kernel.sanitize import sanitize_for_display, scrub_surrogates_obj
 
 if TYPE_CHECKING:
-    from app.session.agent_session import AgentSession
-    from app.wiring.config import Settings
+    from app.kernel.events import SessionInfoEvent
+    from app.kernel.protocol import SessionSurface
+
+    class RunnableSession(SessionSurface, Protocol):
+        """What headless mode is handed (built by the CLI, never here): a surface's four calls,
+        running it in this thread until it stops, and what it is (its id, for "resume with")."""
+
+        @property
+        def info(self) -> SessionInfoEvent: ...
+
+        async def run(self) -> None: ...
 
 UNBRACKETED_KINDS: frozenset[LineKind] = frozenset({"error", "info"})
 
@@ -103,7 +112,7 @@ class JsonPrinter:
         self.out.flush()
 
 
-async def run_task(session: "AgentSession", prompt: str) -> ResultEvent | None:
+async def run_task(session: "RunnableSession", prompt: str) -> ResultEvent | None:
     """Run one turn through the session, then stop it; the prompt's result (None: the session
     stopped without one, which it does only when it failed).
 
@@ -149,8 +158,8 @@ async def run_task(session: "AgentSession", prompt: str) -> ResultEvent | None:
 def _exit_now(code: int) -> None:
     """The second Ctrl-C: no cleanup beyond flushing what was printed and ending what run_bash
     started (whole process trees), no traceback."""
-    from app.wiring.process_exit import exit_without_teardown
-    from app.tools.proctree import kill_all_descendants
+    from app.system.process_exit import exit_without_teardown
+    from app.system.proctree import kill_all_descendants
 
     kill_all_descendants()
     exit_without_teardown(code, run_exit_handlers=False)
@@ -195,14 +204,11 @@ def stderr_notes(err: TextIO, *, errors: bool) -> "Callable[[Event], None]":
     return say
 
 
-def run_headless(settings: "Settings", prompt: str, output_format: str, *, resume: str | None = None,
-                 continue_latest: bool = False) -> int:
-    """Exit codes: 0 the model finished (also when tool calls were refused for want of approval:
-    the result's ``permission_denials`` and a stderr line say so), 1 an error or a refusal, 3 the
-    step limit, 130 interrupted; 2 (before any model call) bad input or setup."""
-    from app.wiring.runtime import build_session
-
-    session = build_session(settings, approvals=False, resume=resume, continue_latest=continue_latest)
+def run_headless(session: "RunnableSession", prompt: str, output_format: str) -> int:
+    """Run ``prompt`` on ``session`` (built by the CLI, not yet running) and print it as
+    ``output_format`` says. Exit codes: 0 the model finished (also when tool calls were refused
+    for want of approval: the result's ``permission_denials`` and a stderr line say so), 1 an
+    error or a refusal, 3 the step limit, 130 interrupted (2, bad input or setup, is the CLI's)."""
     if output_format == "stream-json":
         session.subscribe(JsonPrinter(sys.stdout))
         session.subscribe(stderr_notes(sys.stderr, errors=False))

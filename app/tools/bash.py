@@ -27,7 +27,7 @@ from pathlib import Path
 from pydantic import Field
 
 from app.kernel.redact import redact
-from app.tools import proctree
+from app.system import proctree
 from app.tools.base import DEFAULT_MAX_SAVED_OUTPUT, ArgsTool, ToolArgs, ToolContext, ToolInputError, ToolOutput
 from app.context.truncation import join_head_tail
 from app.kernel.private_files import open_private

@@ -1,1 +1,2 @@
-"""Wiring: the command line, settings, and the assembly of a ready session; how processes end."""
+"""Wiring: the command line, settings, the assembly of a ready session (in this process or the
+session process's, `session_child`)."""

@@ -269,15 +269,26 @@ def main(argv: list[str] | None = None) -> int:
                 _print_sessions(settings(), every_directory=False, out=sys.stderr)
                 raise SetupError("--resume needs a session id with -p (one of those above; "
                                  "`tidegauge sessions --all` lists every directory's)")
-            return run_headless(settings(), prompt, args.output_format or "text",
-                                resume=args.resume, continue_latest=args.continue_latest)
+            from app.wiring.runtime import build_session
+
+            # Built here, handed to the surface: a surface never builds a session (the layers).
+            session = build_session(settings(), approvals=False, resume=args.resume,
+                                    continue_latest=args.continue_latest)
+            return run_headless(session, prompt, args.output_format or "text")
         if args.web:
             if args.resume == "":
                 raise SetupError("--resume needs a session id with --web (`tidegauge sessions` lists them)")
             return _serve_web(settings(), overrides, args)
         from app.surfaces.dashboard.launch import run_dashboard
 
-        return run_dashboard(overrides, resume=args.resume, continue_latest=args.continue_latest)
+        def sessions_here() -> list[tuple[str, str]]:  # /resume's and --resume's list (issue 27)
+            from pathlib import Path
+
+            from app.session.store import session_rows
+
+            return session_rows(settings().data_dir_path, Path.cwd())
+
+        return run_dashboard(overrides, sessions_here, resume=args.resume, continue_latest=args.continue_latest)
     except (ConfigError, SetupError) as err:
         print(f"tidegauge: {err}", file=sys.stderr)
         return 2
@@ -291,23 +302,23 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         # What run_bash started and left running (nohup, setsid) ends with tidegauge. Only
         # when a run_bash ran: the module is not imported (or needed) otherwise.
-        proctree = sys.modules.get("app.tools.proctree")
+        proctree = sys.modules.get("app.system.proctree")
         if proctree is not None:
             proctree.kill_all_descendants()
 
 
 def _end_everything_with_tidegauge() -> None:
     """Headless: every process this run starts (tools, MCP servers, their children) ends with it,
-    also on SIGTERM or SIGHUP (closing the terminal), and on a kill -9 (``app/wiring/watchdog.py``).
+    also on SIGTERM or SIGHUP (closing the terminal), and on a kill -9 (``app/system/watchdog.py``).
     Only in tidegauge's own process: a program that calls ``main`` keeps its own children and signals."""
     import signal
 
-    from app.wiring.process_exit import end_everything_on, is_the_tidegauge_process
+    from app.system.process_exit import end_everything_on, is_the_tidegauge_process
 
     if not is_the_tidegauge_process():
         return
-    from app.tools import proctree
-    from app.wiring.watchdog import start_watchdog
+    from app.system import proctree
+    from app.system.watchdog import start_watchdog
 
     proctree.claim_every_descendant()
     end_everything_on(signal.SIGTERM, signal.SIGHUP)
@@ -320,7 +331,7 @@ def _skip_httpx_command_line() -> None:
     ``httpx.main``; httpx's ``__init__`` falls back to a stub when that import fails. Only in
     tidegauge's own process and before httpx is loaded: a program that calls ``main`` keeps its
     httpx whole."""
-    from app.wiring.process_exit import is_the_tidegauge_process
+    from app.system.process_exit import is_the_tidegauge_process
 
     if "httpx" not in sys.modules and is_the_tidegauge_process():
         sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]  # None: "not importable"
@@ -345,5 +356,30 @@ def _serve_web(settings: "Settings", overrides: dict[str, Any], args: argparse.N
         if session is None:
             raise SetupError(f"--continue: no earlier session for {Path.cwd()}")
         resume = session.id
-    return serve_dashboard(settings.web_port, overrides, host=args.web_host or WEB_HOST,
+    return serve_dashboard(settings.web_port, settings_environment(overrides), host=args.web_host or WEB_HOST,
                            max_tabs=settings.web_max_tabs, resume=resume)
+
+
+def settings_environment(overrides: dict[str, Any]) -> dict[str, str]:
+    """The CLI's setting flags as ``TIDEGAUGE_*`` variables, so every web tab's process gets them.
+
+    The environment ranks just below the flags (above config.toml), so a tab sees
+    the same settings the flags gave; they were already validated in this process.
+    """
+    import json
+    from pathlib import Path
+
+    from app.wiring.config import ENV_PREFIX
+
+    env: dict[str, str] = {}
+    for name, value in overrides.items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, (str, int, float, Path)):
+            text = str(value)
+        else:  # lists and tables: pydantic-settings reads complex values from the environment as JSON
+            text = json.dumps(value)
+        env[ENV_PREFIX + name.upper()] = text
+    return env

@@ -278,9 +278,10 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
     engine.memory_summarize = quiet_model_call(lambda: agent.provider)
     warnings += [("permissions", warning) for warning in permissions.warnings]
     if settings.subagents:
-        from app.agent.subagent import register_task_tool
+        from app.agent.subagent import SubAgentLimits, register_task_tool
 
-        register_task_tool(agent, settings)
+        register_task_tool(agent, SubAgentLimits(max_steps=int(settings.subagent_max_steps),
+                                                 report_tokens=int(settings.subagent_report_tokens)))
         engine.set_budget(engine.config.budget)  # the lines again, with the task tool in the fixed part
     # Server-side compaction switched in the session (the palette) stays as it was left on resume.
     switched = [e for e in restored_events if e.type == "server_compaction" and not e.reason]

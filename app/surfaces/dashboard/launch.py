@@ -9,7 +9,10 @@ only through ``submit`` and the bridge's messages.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, Callable
+
+# /resume's and --resume's list: (id, what it says) of this directory's sessions, newest first.
+ListSessions = Callable[[], "list[tuple[str, str]]"]
 
 
 def exit_now(code: int) -> None:
@@ -19,7 +22,7 @@ def exit_now(code: int) -> None:
     built) took about 1 s of the 1.1-3.4 s quit (issue 13), longer than everything
     before it, and nothing is left for it to do.
     """
-    from app.wiring.process_exit import exit_without_teardown
+    from app.system.process_exit import exit_without_teardown
 
     exit_without_teardown(code)
 
@@ -31,7 +34,7 @@ def _quit_on_signals(app: Any) -> None:
     import asyncio
     import signal
 
-    from app.wiring.process_exit import end_everything_on
+    from app.system.process_exit import end_everything_on
 
     def quit_app(signum: int, _frame: object) -> None:
         end_everything_on(signal.SIGTERM, signal.SIGHUP)
@@ -46,7 +49,8 @@ def _quit_on_signals(app: Any) -> None:
         signal.signal(signum, quit_app)
 
 
-def run_dashboard(overrides: dict[str, Any], resume: str | None = None, continue_latest: bool = False) -> int:
+def run_dashboard(overrides: dict[str, Any], list_sessions: ListSessions, resume: str | None = None,
+                  continue_latest: bool = False) -> int:
     """Open the dashboard (the CLI calls this when there is no -p). Returns the exit code.
 
     The session runs in a child process (``app.session.process``): the UI process
@@ -54,42 +58,34 @@ def run_dashboard(overrides: dict[str, Any], resume: str | None = None, continue
     (settings, session, token encoder) starts in a thread after the first frame, and
     a bad setting or a missing key then closes the dashboard with the child's one
     line on stderr. Resuming starts the child first, so a bad session id is one line
-    on stderr without the screen opening.
+    on stderr without the screen opening. ``list_sessions``: the CLI's, which knows the settings.
     """
     from app.surfaces.dashboard.app import TidegaugeApp
-    from app.wiring.process_exit import is_the_tidegauge_process
+    from app.system.process_exit import is_the_tidegauge_process
     from app.session.process import SessionProcess
 
     runners: list[SessionProcess] = []
 
     def build(resume_id: str | None = resume) -> SessionProcess:
         if is_the_tidegauge_process():  # all below is the session's; orphans it leaves come to us
-            from app.tools import proctree
+            from app.system import proctree
 
             proctree.claim_every_descendant()
         runner = SessionProcess(overrides, resume=resume_id or None, continue_latest=continue_latest and not resume_id)
         runners.append(runner)
         return runner.start()
 
-    def sessions_here() -> list[tuple[str, str]]:  # /resume's and --resume's list (issue 27)
-        from pathlib import Path
-
-        from app.wiring.config import load_settings
-        from app.session.store import session_rows
-
-        return session_rows(load_settings(overrides).data_dir_path, Path.cwd())
-
     if resume == "":  # --resume without an id: the picker first
-        app = TidegaugeApp(resume_factory=build, list_sessions=sessions_here, pick_session=True)
+        app = TidegaugeApp(resume_factory=build, list_sessions=list_sessions, pick_session=True)
     elif resume or continue_latest:
         try:
             session = build()
         except Exception as error:  # a bad setting or session id: one line, no traceback
             print(f"tidegauge: {error}", file=sys.stderr)
             return 2
-        app = TidegaugeApp(session, list_sessions=sessions_here)
+        app = TidegaugeApp(session, list_sessions=list_sessions)
     else:
-        app = TidegaugeApp(session_factory=build, list_sessions=sessions_here)
+        app = TidegaugeApp(session_factory=build, list_sessions=list_sessions)
     if is_the_tidegauge_process():
         _quit_on_signals(app)
     try:
@@ -107,7 +103,7 @@ def run_dashboard(overrides: dict[str, Any], resume: str | None = None, continue
         print(f"resume with: tidegauge --resume {runner.info.session_id}", file=sys.stderr)
     code = app.return_code or 0
     if app.resume_request is not None and app.startup_error is None:  # /resume: open the chosen one
-        return run_dashboard(overrides, resume=app.resume_request)
+        return run_dashboard(overrides, list_sessions, resume=app.resume_request)
     if is_the_tidegauge_process() and all(not runner.alive for runner in runners):
         exit_now(code)
     return code

@@ -285,28 +285,6 @@ def dashboard_command(*, resume: str | None = None) -> str:
     return "exec " + shlex.join(argv)
 
 
-def settings_environment(overrides: dict[str, Any]) -> dict[str, str]:
-    """The CLI's setting flags as ``TIDEGAUGE_*`` variables, so every tab's process gets them.
-
-    The environment ranks just below the flags (above config.toml), so a tab sees
-    the same settings the flags gave; they were already validated in this process.
-    """
-    from app.wiring.config import ENV_PREFIX
-
-    env: dict[str, str] = {}
-    for name, value in overrides.items():
-        if value is None:
-            continue
-        if isinstance(value, bool):
-            text = "true" if value else "false"
-        elif isinstance(value, (str, int, float, Path)):
-            text = str(value)
-        else:  # lists and tables: pydantic-settings reads complex values from the environment as JSON
-            text = json.dumps(value)
-        env[ENV_PREFIX + name.upper()] = text
-    return env
-
-
 def bind_listener(host: str, port: int) -> socket.socket:
     """A listening socket on ``host`` (port 0: any free port), or one clear error line."""
     shown = f"[{host}]" if ":" in host else host
@@ -632,15 +610,16 @@ def _dashboard_server_class() -> type:
     return DashboardServer
 
 
-def serve_dashboard(port: int, overrides: dict[str, Any], *, host: str = WEB_HOST, max_tabs: int = 4,
+def serve_dashboard(port: int, environment: dict[str, str], *, host: str = WEB_HOST, max_tabs: int = 4,
                     resume: str | None = None) -> int:
-    """Serve the dashboard on ``host``:``port`` until ctrl+c; returns the exit code."""
+    """Serve the dashboard on ``host``:``port`` until ctrl+c; returns the exit code. ``environment``:
+    the settings every tab's process gets (the CLI's flags as ``TIDEGAUGE_*`` variables)."""
     listener = bind_listener(host, port)
     bound_port = listener.getsockname()[1]
     warning = non_loopback_warning(host, bound_port)
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    os.environ.update(settings_environment(overrides))
+    os.environ.update(environment)
     access = WebAccess.for_address(host, bound_port)
     server = _dashboard_server_class()(dashboard_command(resume=resume), listener, access,
                                        max_tabs=max_tabs, resume=resume)

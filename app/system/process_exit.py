@@ -44,7 +44,7 @@ def end_everything_on(*signums: signal.Signals) -> None:
 
     Without it a SIGTERM or SIGHUP ended tidegauge at once and left its tool processes and
     MCP servers (with their children) running. Which processes are "started by this one" is
-    ``app.tools.proctree``'s call (every descendant, in tidegauge's own processes).
+    ``app.system.proctree``'s call (every descendant, in tidegauge's own processes).
     """
     for signum in signums:
         signal.signal(signum, _end_everything)
@@ -57,7 +57,7 @@ def _end_everything(signum: int, _frame: FrameType | None) -> None:
         print(f"tidegauge: stopped by {signal.Signals(signum).name}", file=sys.stderr, flush=True)
     except (OSError, ValueError):  # SIGHUP: the terminal may be gone
         pass
-    proctree = sys.modules.get("app.tools.proctree")
+    proctree = sys.modules.get("app.system.proctree")
     if proctree is not None:
         proctree.kill_all_descendants()
     exit_without_teardown(128 + signum, run_exit_handlers=False)

@@ -55,7 +55,7 @@ def start_watchdog() -> int | None:
     import secrets
     import subprocess
 
-    from app.tools import proctree
+    from app.system import proctree
 
     token = secrets.token_hex(16)
     read_end, write_end = os.pipe()  # not inheritable: no child of ours ever holds the write end
@@ -99,14 +99,14 @@ def watch(fd: int = 0) -> int:
         return 2  # not started by tidegauge, or tidegauge died before it spoke: nothing is marked
     while os.read(fd, 4096):
         pass
-    from app.tools.proctree import kill_marked
+    from app.system.proctree import kill_marked
 
     kill_marked(RUN_TOKEN_ENV, token)
     return 0
 
 
 if __name__ == "__main__":
-    # Started as a file with -I -S: the package is found from here (app/wiring/watchdog.py: three
+    # Started as a file with -I -S: the package is found from here (app/system/watchdog.py: three
     # levels up is the folder holding app/), nothing else is on the path.
     here = os.path.realpath(__file__)
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(here))))

@@ -26,7 +26,7 @@ left behind, the session process and all it started. Exit paths then end them al
 A SIGKILL leaves no time for any of that: ``die_with_parent`` (a ``preexec_fn``)
 asks the kernel to kill bash when the thread that started it dies, and whoever
 tidegauge's orphans are handed to ends the rest: the dashboard (a subreaper), or
-headless mode's watchdog (``app/wiring/watchdog.py``, ``kill_marked``: every process of
+headless mode's watchdog (``app/system/watchdog.py``, ``kill_marked``: every process of
 this user whose environment holds the run's token).
 
 Reads ``/proc`` directly; off Linux the marker and the group are all we have.
