@@ -263,3 +263,25 @@ def test_the_answer_crosses_the_session_pipe_unchanged():
 
     answer = ApproveImport("/home/me/notes/style.md", True)
     assert decode_command(encode_command(answer)) == answer
+
+
+def test_a_workspace_tidegauge_made_in_its_data_directory_reads_its_own_memory_files(tmp_path: Path):
+    # The demo's scratch project lives under the data directory: its AGENTS.md was refused at
+    # every start with a warning a new user could do nothing about. The session files beside
+    # the workspace (transcript, approvals) stay out of reach.
+    data_dir = tmp_path / "data"
+    session = data_dir / "sessions" / "20261202-000000-abcd"
+    workspace = session / "workspace"
+    workspace.mkdir(parents=True)
+    (session / "transcript.jsonl").write_text('{"kind": "user", "text": "TRANSCRIPT-LINE"}\n')
+    (data_dir / "import-approvals.json").write_text('{"APPROVALS-FILE": true}\n')
+    (workspace / "AGENTS.md").write_text("DEMO-RULES\n@../transcript.jsonl\n@../../../import-approvals.json\n")
+    policy = ImportPolicy.for_workspace(workspace, tmp_path / "config", data_dir=data_dir)
+
+    bundle = load_memory(workspace, tmp_path / "config", policy=policy)
+
+    assert "DEMO-RULES" in bundle.text
+    assert "TRANSCRIPT-LINE" not in bundle.text and "APPROVALS-FILE" not in bundle.text
+    refused = {n.path.name for n in bundle.notices if n.action == "refused"}
+    assert refused == {"transcript.jsonl", "import-approvals.json"}
+    assert not any(n.path.name == "AGENTS.md" for n in bundle.notices)

@@ -142,10 +142,16 @@ class ImportPolicy:
         if all((n.action, n.path) != (notice.action, notice.path) for n in self.notices):
             self.notices.append(notice)
 
+    def _own_workspace(self, path: Path) -> bool:
+        """A workspace tidegauge made inside its data directory (the demo's scratch project):
+        its own files are the project's, not tidegauge's; the session files beside it are not."""
+        return (self.data_dir is not None and _is_within(self.workspace_root, self.data_dir)
+                and self.workspace_root != self.data_dir and _is_within(path, self.workspace_root))
+
     def secret_reason(self, path: Path) -> str | None:
         """Why ``path`` (resolved) is never imported, or None."""
         name = path.name
-        if self.data_dir is not None and _is_within(path, self.data_dir):
+        if self.data_dir is not None and _is_within(path, self.data_dir) and not self._own_workspace(path):
             return "it is in tidegauge's data directory (sessions, approvals)"
         if self.user_config_dir is not None and _is_within(path, self.user_config_dir) \
                 and path.suffix.lower() != ".md":
