@@ -627,7 +627,7 @@ class ElicitationField(BaseModel):
     maximum: float | None = None
     min_length: int | None = None
     max_length: int | None = None
-    default: str | float | bool | None = None
+    default: str | int | float | bool | None = None  # int before float: a whole-number field keeps 30, not 30.0
 
     def value_from(self, given: object) -> str | int | float | bool | None:
         """The value to send for what the user gave (text, a bool, an option), None for an empty
