@@ -214,3 +214,49 @@ def test_headless_refuses_a_prompt_missing_an_argument_in_one_line_without_a_mod
     [result] = [e for e in events if e["type"] == "result"]
     assert result["stop_reason"] == "error"
     assert result["text"] == "/mcp__docs__review: missing required argument base; give it as base=VALUE"
+
+
+# ---------------------------------------------------------------- the dashboard
+
+async def test_on_the_dashboard_a_servers_prompt_completes_and_runs(fake_llm, tmp_path: Path, monkeypatch) -> None:
+    from session_thread import SessionThread
+    from textual.widgets import Input
+
+    from app.surfaces.dashboard.app import TidegaugeApp
+    from app.wiring.config import load_settings
+    from app.wiring.runtime import build_session
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "config").mkdir()
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("TIDEGAUGE_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    fake_llm.enqueue(openai_text("Reviewed."))
+    settings = load_settings({"provider": "openai", "model": "m", "base_url": fake_llm.base_url("openai"),
+                              "data_dir": str(tmp_path / "data"),
+                              "mcp_servers": {"docs": {"command": sys.executable, "args": [str(SERVER)],
+                                                       "startup_timeout": 120}}})
+    app = TidegaugeApp(SessionThread(build_session(settings, approvals=True, cwd=work)).start(), cursor_blink=False)
+    async with app.run_test(size=(200, 50)) as pilot:
+        prompt = app.query_one("#prompt", Input)
+        prompt.focus()
+        hint = "/mcp__docs__review — (base* focus) · Review the changes since a base revision"
+        prompt.value = "/mcp__docs__rev"  # typed before the server is ready: completed once it is
+        for _ in range(6_000):
+            await pilot.pause(0.01)
+            if hint in str(prompt.border_subtitle):
+                break
+        else:
+            raise AssertionError(f"the prompt box never completed the server's prompt: {prompt.border_subtitle!r}")
+        prompt.value = "/mcp__docs__review base=main"
+        await pilot.press("enter")
+        for _ in range(6_000):
+            if fake_llm.requests:
+                break
+            await pilot.pause(0.01)
+        else:
+            raise AssertionError("the prompt command never reached the model")
+    [user] = [m for m in fake_llm.requests[0].json["messages"] if m["role"] == "user"]
+    content = user["content"] if isinstance(user["content"], str) else "".join(p["text"] for p in user["content"])
+    assert content.startswith("/mcp__docs__review base=main") and "Review the diff against main." in content
