@@ -260,3 +260,13 @@ async def test_on_the_dashboard_a_servers_prompt_completes_and_runs(fake_llm, tm
     [user] = [m for m in fake_llm.requests[0].json["messages"] if m["role"] == "user"]
     content = user["content"] if isinstance(user["content"], str) else "".join(p["text"] for p in user["content"])
     assert content.startswith("/mcp__docs__review base=main") and "Review the diff against main." in content
+
+
+def test_a_resource_link_says_how_to_read_it_only_when_its_server_serves_resources() -> None:
+    import mcp_types as types
+
+    from app.mcp.content import tool_output_from_result
+
+    result = types.CallToolResult(content=[types.ResourceLink(type="resource_link", uri="notes://readme", name="readme")])
+    assert "read it with read_resource (server 'docs', this uri)" in tool_output_from_result(result, "docs").text
+    assert "its server serves no resources tidegauge can read" in tool_output_from_result(result).text

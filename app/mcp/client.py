@@ -608,7 +608,7 @@ class McpConnection:
         except Exception as exc:
             return ToolOutput(f"MCP server {self.name!r} failed on {tool_name}: {describe_failure(exc)}",
                               is_error=True)
-        return tool_output_from_result(result)
+        return tool_output_from_result(result, self.name if self.serves_resources else None)
 
     async def get_prompt(self, name: str, arguments: dict[str, str]) -> Any:
         """``prompts/get``: the server's GetPromptResult; McpServerError with one line on failure."""
