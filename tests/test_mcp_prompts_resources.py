@@ -124,6 +124,17 @@ async def test_a_prompt_of_megabytes_is_cut_like_a_tool_result_and_saved_whole(s
     assert oct(Path(said.full_output_path).stat().st_mode & 0o777) == "0o600"
 
 
+@pytest.mark.parametrize("typed", ["/mcp__docs__big kilobytes=30000", "@docs:big://30000"])
+async def test_a_prompt_or_resource_of_30_mb_is_its_start_and_the_whole_answer_on_disk(
+        served: Session, typed: str) -> None:
+    # Over the transport's 8 MiB cap: it stood in with a tool-shaped answer, which prompts/get and
+    # resources/read refused as malformed ("ValidationError: 2 validation errors ...").
+    blocks, [said] = await _turn(served, typed)
+    assert "HEAD" in blocks[0].text and len(blocks[0].text) < 45_000
+    assert said.original_chars > 30_000 * 1024 and said.full_output_path is not None
+    assert Path(said.full_output_path).stat().st_size > 30_000 * 1024
+
+
 async def test_an_attached_resource_is_the_servers_text_bounded_and_named(served: Session) -> None:
     blocks, [said, _] = await _turn(served, "what does @docs:notes://readme say? and @docs:big://2000.")
     assert [b.from_mcp for b in blocks] == ["docs:resource notes://readme", "docs:resource big://2000"]

@@ -111,6 +111,16 @@ def tool_output_from_result(result: CallToolResult, resources_of: str | None = N
     return output
 
 
+def cut_at_transport(result: Any) -> tuple[int, Path | None] | None:
+    """(size in bytes, saved file) of an answer the transport cut (``bounded_stdio``), else None."""
+    meta = getattr(result, "meta", None)
+    cut = meta.get(CUT_META_KEY) if isinstance(meta, dict) else None
+    if not isinstance(cut, dict) or not isinstance(cut.get("bytes"), int):
+        return None
+    path = cut.get("path")
+    return cut["bytes"], Path(path) if isinstance(path, str) else None
+
+
 def _is_base64(data: str) -> bool:
     try:
         base64.b64decode(data[:4096 - 4096 % 4] or data, validate=True)

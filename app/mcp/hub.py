@@ -168,7 +168,7 @@ class McpHub:
         check_arguments(call, prompt)
         result = await connection.get_prompt(prompt.name, call.arguments)
         body, messages = prompt_text(connection.name, prompt.name, result)
-        kept = bounded(body, ctx, registry.max_output, f"prompt-{uuid.uuid4().hex[:12]}")
+        kept = bounded(body, ctx, registry.max_output, f"prompt-{uuid.uuid4().hex[:12]}", result)
         said = McpAttachmentEvent(server=connection.name, kind="prompt", name=prompt.name, chars=len(kept.text),
                                   original_chars=kept.original_chars, full_output_path=kept.full_output_path,
                                   messages=messages)

@@ -27,6 +27,7 @@ from app.kernel.messages import TextBlock
 from app.kernel.redact import redact
 from app.kernel.sanitize import sanitize_for_display, sanitize_for_model
 from app.mcp.client import RemotePrompt
+from app.mcp.content import cut_at_transport
 from app.tools.base import ToolContext
 from app.tools.registry import save_full_output
 
@@ -116,10 +117,15 @@ class BoundedText:
     full_output_path: str | None
 
 
-def bounded(text: str, ctx: ToolContext, limit: int, file_id: str) -> BoundedText:
+def bounded(text: str, ctx: ToolContext, limit: int, file_id: str, result: Any = None) -> BoundedText:
     """``text`` cut as the registry cuts a tool result (first and last 40%, one notice between),
-    the whole text saved under tool-results/ (redacted, 0600, capped)."""
+    the whole text saved under tool-results/ (redacted, 0600, capped). ``result``: the answer it
+    came from, which the transport may have cut already (its whole answer is then on disk)."""
     clean = redact(sanitize_for_model(text))
+    at_transport = cut_at_transport(result)
+    if at_transport is not None:
+        size, whole = at_transport
+        return BoundedText(clean[:limit] if limit > 0 else clean, size, str(whole) if whole else None)
     if limit <= 0 or len(clean) <= limit:
         return BoundedText(clean, len(clean), None)
     path, note = save_full_output(clean, ctx.tool_results_dir, file_id, ctx.max_saved_output)

@@ -16,6 +16,7 @@ from typing import Any, Callable
 from app.context.compaction import defuse_frame_lookalikes
 from app.kernel.messages import TextBlock, ToolSpec
 from app.mcp.client import McpConnection, McpServerError
+from app.mcp.content import cut_at_transport
 from app.tools.base import ToolContext, ToolOutput
 
 READ_RESOURCE = "read_resource"
@@ -61,7 +62,11 @@ def resource_output(server: str, uri: str, result: Any) -> ToolOutput:
             parts.append(f"[resource {content.uri} ({mime}) from MCP server {server}]\n{content.text}")
     if not parts:
         return ToolOutput(f"MCP server {server}: resource {uri} has no contents", is_error=True)
-    return ToolOutput("\n\n".join(parts))
+    output = ToolOutput("\n\n".join(parts))
+    cut = cut_at_transport(result)
+    if cut is not None:  # over the transport's cap: its start, and the whole answer on disk
+        output.original_chars, output.full_output_path = cut
+    return output
 
 
 def attachment_block(server: str, uri: str, text: str) -> TextBlock:
