@@ -281,3 +281,34 @@ def test_a_resource_link_says_how_to_read_it_only_when_its_server_serves_resourc
     result = types.CallToolResult(content=[types.ResourceLink(type="resource_link", uri="notes://readme", name="readme")])
     assert "read it with read_resource (server 'docs', this uri)" in tool_output_from_result(result, "docs").text
     assert "its server serves no resources tidegauge can read" in tool_output_from_result(result).text
+
+
+# ---------------------------------------------------------------- the reference server from npm
+
+from test_mcp_content import npm_servers  # noqa: E402,F401 - the fixture: server-everything, installed once
+from test_mcp_servers import server as stdio_server  # noqa: E402
+
+
+async def test_server_everything_prompts_and_resources(npm_servers: Path, tmp_path: Path) -> None:  # noqa: F811
+    session = Session(tmp_path)
+    await session.start({"every": stdio_server(str(npm_servers / "mcp-server-everything"), "stdio")})
+    try:
+        [offered] = [e for e in session.events if isinstance(e, McpPromptsEvent)]
+        args_prompt = next(p for p in offered.prompts if p.command == "/mcp__every__args-prompt")
+        assert (args_prompt.arguments, args_prompt.required) == (["city", "state"], ["city"])
+        with pytest.raises(PromptCommandError, match=r"^/mcp__every__args-prompt: missing required argument city "):
+            await _turn(session, "/mcp__every__args-prompt state=CA")
+        blocks, _ = await _turn(session, "/mcp__every__args-prompt city=Paris")
+        assert "Paris" in blocks[0].text and blocks[0].from_mcp == "every:prompt args-prompt"
+        blocks, _ = await _turn(session, "see @every:demo://resource/static/document/architecture.md")
+        assert blocks[0].from_mcp == "every:resource demo://resource/static/document/architecture.md"
+        assert len(blocks[0].text) > 200
+        with pytest.raises(AttachmentError, match="is binary"):
+            await _turn(session, "@every:demo://resource/dynamic/blob/1")
+        # the server answers for file URIs (here: not found); tidegauge reads nothing itself
+        with pytest.raises(AttachmentError, match=r"not attached: .*Resource file:///etc/shadow not found"):
+            await _turn(session, "@every:file:///etc/shadow")
+    finally:
+        assert session.hub is not None
+        await session.hub.aclose()
+        clear_secrets()
