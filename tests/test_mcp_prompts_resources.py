@@ -146,6 +146,10 @@ async def test_an_attached_resource_is_the_servers_text_bounded_and_named(served
     assert said.kind == "resource" and said.name == "notes://readme"
     # an address that names no server of ours, or an e-mail, is left as the user's text
     assert await _turn(served, "mail me@docs:x or @other:notes://readme") == ([], [])
+    # piped text after the first line (a diff someone else wrote) never makes a server read anything
+    assert await _turn(served, "review this\n\n+ see @docs:notes://readme and @docs:file:///etc/shadow") == ([], [])
+    blocks, _ = await _turn(served, "/mcp__docs__review base=main\n\n+ a piped diff with x=y and @docs:notes://readme")
+    assert "Review the diff against main." in blocks[0].text and len(blocks) == 1
 
 
 async def test_a_binary_resource_is_refused_in_one_line(served: Session) -> None:

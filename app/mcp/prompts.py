@@ -3,7 +3,7 @@
 A prompt is someone else's text put in the user's turn, so:
 
 - the invocation is parsed here, once, for every surface (the dashboard and ``tidegauge -p``
-  submit the line as typed): ``name=value`` pairs, shell-style quoting, a required argument
+  submit the line as typed; text piped after it stays the user's message): ``name=value`` pairs, shell-style quoting, a required argument
   missing or an unknown one named in one line, a value with a control character refused (it
   would reach the server and be echoed on the screen);
 - what ``prompts/get`` returns becomes text blocks marked ``from_mcp`` (never the user's
@@ -73,8 +73,9 @@ class PromptCall:
 
 
 def parse_prompt_command(text: str) -> PromptCall:
-    """The command and its ``name=value`` arguments; PromptCommandError naming what was wrong."""
-    head, _, rest = text.strip().partition(" ")
+    """The command and its ``name=value`` arguments, from the first line (what follows it is piped
+    text: the user's message, never arguments); PromptCommandError naming what was wrong."""
+    head, _, rest = text.strip().split("\n", 1)[0].partition(" ")
     command = head.strip()
     if _CONTROL.search(rest):
         raise PromptCommandError(f"{_shown(command, 80)}: an argument has a control character "

@@ -32,9 +32,11 @@ class AttachmentError(ValueError):
 
 
 def attachments(text: str, servers: set[str]) -> list[tuple[str, str]]:
-    """(server, uri) of every ``@SERVER:URI`` in ``text`` naming one of ``servers``, in order, each once."""
+    """(server, uri) of every ``@SERVER:URI`` in the first line of ``text`` naming one of ``servers``,
+    in order, each once. Only the first line: what follows it is piped text (``git diff | tidegauge
+    -p "review"``), data someone else may have written, and it never makes a server read anything."""
     found: list[tuple[str, str]] = []
-    for match in _ATTACHMENT.finditer(text):
+    for match in _ATTACHMENT.finditer(text.lstrip().split("\n", 1)[0]):
         server, uri = match.group(1), match.group(2).rstrip(_TRAILING_PUNCTUATION)
         if server in servers and uri and (server, uri) not in found:
             found.append((server, uri))
