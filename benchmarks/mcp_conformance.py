@@ -105,6 +105,28 @@ def server_config(url: str, key_dir: str) -> Any:
     return McpServerConfig(**table)
 
 
+def stand_in_user() -> Any:
+    """tidegauge's answers to what a server asks (``ClientRequests``, as a session holds them), with
+    this function in the surface's place: it fills each form the way a user who changes nothing
+    would (every field left at its default) and submits it as ``AnswerElicitation`` would, so the
+    answer is checked against the form by tidegauge's own rules before it goes back."""
+    import asyncio
+
+    from app.kernel.events import ElicitationRequestEvent, Event
+    from app.mcp.client_features import ClientRequests
+
+    def surface(event: Event) -> None:
+        if isinstance(event, ElicitationRequestEvent):
+            defaults = {field.name: field.default for field in event.fields if field.default is not None}
+            # Answered on the next turn of the loop, as a surface's command would be, not inside emit.
+            asyncio.get_running_loop().call_soon(requests.answer, event.request_id, "accept", defaults)
+        elif event.type == "elicitation_resolved":
+            print(f"form {event.action}: {', '.join(getattr(event, 'fields', []))} {getattr(event, 'reason', '')}")
+
+    requests = ClientRequests(emit=surface, shows_forms=True)
+    return requests
+
+
 async def run_client(url: str) -> int:
     """What ``tidegauge mcp login NAME`` does (app.mcp.oauth: the OAuth flow on a connection, tokens in
     a data directory), the browser replaced by ``follow_consent_redirect``; then each tool is called on
@@ -126,7 +148,8 @@ async def run_client(url: str) -> int:
             print(f"did not start: {exc}", file=sys.stderr)
             await receiver.close()
             return 1
-        connection = McpConnection("conformance", config, Path.cwd(), authorization=auth)
+        connection = McpConnection("conformance", config, Path.cwd(), authorization=auth,
+                                   requests=stand_in_user())
         try:
             await connection.start()
         except McpServerError as exc:

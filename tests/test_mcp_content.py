@@ -124,9 +124,9 @@ def test_content_server_results_reach_the_model_and_the_user_as_each_should(fake
     assert sent["call_twin"]["content"].count("row 000001 ") == 1
     # Structured content alone is what the model gets.
     assert json.loads(sent["call_struct"]["content"]) == {"temperature": 21.5, "unit": "C"}
-    # A resource link names its URI and says it cannot be read here.
+    # A resource link names its URI and how to read it (the server serves resources: read_resource).
     assert "file:///srv/report.pdf" in sent["call_link"]["content"]
-    assert "cannot read MCP resources" in sent["call_link"]["content"]
+    assert "read it with read_resource (server 'c', this uri)" in sent["call_link"]["content"]
     # Progress: on the stream while the call runs, and it outlives the 2.5 s timeout (4 s in all).
     progress = [e for e in events if e["type"] == "tool_progress" and e["id"] == "call_progress"]
     assert [(e["progress"], e["total"], e["message"]) for e in progress] == [

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from textual import on
 from textual.binding import Binding
 from textual.suggester import SuggestFromList
 from textual.widgets import Input
 
 from widgets._literal import literal
+from widgets.session_messages import McpPromptsOffered
 
 SLASH_COMMANDS: dict[str, str] = {
     "/compact": "summarise the conversation now (/compact FOCUS adds a focus)",
@@ -22,7 +24,12 @@ SLASH_COMMANDS: dict[str, str] = {
 
 
 class PromptBox(Input):
-    """Single-line prompt with slash-command completion and a history (up/down)."""
+    """Single-line prompt with slash-command completion and a history (up/down).
+
+    An MCP server's prompts complete too (``/mcp__SERVER__PROMPT``), each with its description and
+    its arguments (``name*``: required), as the session offers them."""
+
+    SESSION_MESSAGES = (McpPromptsOffered,)
 
     BINDINGS = [
         Binding("up", "history(-1)", "History", group=Binding.Group("History")),
@@ -42,8 +49,18 @@ class PromptBox(Input):
             **kwargs,
         )
         self.cursor_blink = cursor_blink
+        self._commands: dict[str, str] = dict(SLASH_COMMANDS)
         self._history: list[str] = []
         self._history_index = 0
+
+    @on(McpPromptsOffered)
+    def _on_mcp_prompts(self, message: McpPromptsOffered) -> None:
+        for prompt in message.event.prompts:
+            arguments = " ".join(f"{name}*" if name in prompt.required else name for name in prompt.arguments)
+            about = " · ".join(part for part in (arguments and f"({arguments})", prompt.description) if part)
+            self._commands.setdefault(prompt.command, about or "an MCP prompt")
+        self.suggester = SuggestFromList(list(self._commands), case_sensitive=False)
+        self.watch_value(self.value)  # a command typed while the servers started is known now
 
     def remember(self, text: str) -> None:
         if text and (not self._history or self._history[-1] != text):
@@ -61,7 +78,7 @@ class PromptBox(Input):
     def watch_value(self, value: str) -> None:
         if value.startswith("/"):
             word = value.split(" ", 1)[0].lower()
-            matches = [f"{name} — {about}" for name, about in SLASH_COMMANDS.items() if name.startswith(word)]
+            matches = [f"{name} — {about}" for name, about in self._commands.items() if name.lower().startswith(word)]
             hint = "  ·  ".join(matches[:2]) if matches else "unknown command — /help lists them"
             self.border_subtitle = literal(hint)
         else:

@@ -123,6 +123,12 @@ class ElicitationSaid(SessionMessage):
     event: "ev.ElicitationRequestEvent | ev.ElicitationResolvedEvent"
 
 
+class McpPromptsOffered(SessionMessage):
+    """A server's prompts, as slash commands the prompt box completes (issue 26)."""
+
+    event: "ev.McpPromptsEvent"
+
+
 class ForecastReady(SessionMessage):
     """What a compaction or reset will do (the answer to ``Preview``): the confirmation shows it."""
 
@@ -230,6 +236,7 @@ MESSAGES_FOR: dict[str, tuple[type[SessionMessage], ...]] = {
     "memory_import": (MemoryImportSaid, EngineSaid),  # issue 24: the App asks, the conversation says
     "elicitation_request": (ElicitationSaid, EngineSaid),  # issue 26: the App shows the form
     "elicitation_resolved": (ElicitationSaid, EngineSaid),  # ... and closes it when it ends elsewhere
+    "mcp_prompts": (McpPromptsOffered,),  # the prompt box completes a server's prompts
 }
 for _type in ENGINE_LINE_TYPES:
     MESSAGES_FOR.setdefault(_type, (EngineSaid,))

@@ -8,7 +8,7 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Awaitable, Callable, Literal, Protocol
+from typing import Awaitable, Callable, Literal, Protocol, Sequence
 
 from app.context.engine import ContextEngine
 from app.context.plans import Plan
@@ -36,7 +36,7 @@ from app.kernel.events import (
     UserMessageEvent,
 )
 from app.kernel.markers import INTERRUPTED_RESULT  # one text for a call that never finished
-from app.kernel.messages import ContentBlock, Message, ToolResultBlock, ToolUseBlock
+from app.kernel.messages import ContentBlock, Message, TextBlock, ToolResultBlock, ToolUseBlock
 from app.providers.json_fields import BAD_ARGUMENTS_KEY
 from app.agent.permissions import Permissions, source_words
 from app.providers.sse import MAX_RETRY_AFTER
@@ -193,9 +193,13 @@ class Agent:
 
     # ---- the loop ----
 
-    async def run_turn(self, user_text: str) -> ResultEvent:
-        self.engine.append_user_text(user_text)
+    async def run_turn(self, user_text: str, attached: Sequence[TextBlock] = (), said: Sequence[Event] = ()) -> ResultEvent:
+        """One turn. ``attached``: blocks sent with the user's words that are not theirs (an MCP
+        prompt's or resource's text); ``said``: the events that show them, after the user's message."""
+        self.engine.append_user_text(user_text, attached)
         self.emit(UserMessageEvent(text=user_text))
+        for event in said:
+            self.emit(event)
         self.engine.emit_context()
         self.step = 0
         overflow_retries = 0

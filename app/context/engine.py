@@ -66,7 +66,7 @@ from app.kernel.events import (
     UsageEvent,
     WarningCrossedEvent,
 )
-from app.kernel.messages import Message, OpaqueBlock, ToolResultBlock, ToolSpec
+from app.kernel.messages import Message, OpaqueBlock, TextBlock, ToolResultBlock, ToolSpec
 from app.kernel.private_files import open_private
 from app.providers.base import Completed, ContextTooLongError, ModelRequest, Provider, ProviderError
 from app.context.truncation import truncate_head_tail
@@ -261,10 +261,13 @@ class ContextEngine:
         if self.transcript is not None:
             self.transcript.append_message(message)
 
-    def append_user_text(self, text: str) -> None:
+    def append_user_text(self, text: str, attached: Sequence[TextBlock] = ()) -> None:
         """A user message; merged into a trailing user message (e.g. interrupted tool results)
-        so roles keep alternating."""
+        so roles keep alternating. ``attached``: blocks that go with it and are not the user's
+        words (an MCP server's prompt or resource, ``TextBlock.from_mcp``)."""
         typed = Message.typed_by_user(text)
+        if attached:
+            typed = typed.copy_with([*typed.content, *attached])
         if self.history and self.history[-1].role == "user":
             merged = self.history[-1].copy_with([*self.history[-1].content, *typed.content])
             self._replace(self.history[:-1] + [merged], "merge_user")

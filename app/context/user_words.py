@@ -33,7 +33,7 @@ def user_words(history: Sequence[Message]) -> list[TextBlock]:
 
     A block is the user's when it carries the id of a message the user typed; a text block
     of a user message without one (a history from before ids, a test) is the user's unless
-    the engine wrote it (a note, an instruction). A summary's own blocks never are, whatever
+    the engine wrote it (a note, an instruction) or an MCP server did (``from_mcp``: a prompt, a resource). A summary's own blocks never are, whatever
     their text says: the user's words it keeps are blocks of their own, with their ids.
     """
     found: list[TextBlock] = []
@@ -42,7 +42,7 @@ def user_words(history: Sequence[Message]) -> list[TextBlock]:
             continue
         legacy = is_legacy_summary(msg)
         for index, block in enumerate(msg.content):
-            if not isinstance(block, TextBlock) or block.in_summary or (legacy and index == 0):
+            if not isinstance(block, TextBlock) or block.in_summary or block.from_mcp or (legacy and index == 0):
                 continue
             if block.user_message_id is None and _engine_note(block.text):
                 continue

@@ -519,6 +519,18 @@ def _pattern_of(rule: str) -> str:
 
 # Every event type has an entry (a test checks it against the Event union): a new
 # event type without words is a failing test, not a silent gap.
+
+def _mcp_attachment(e: "ev.McpAttachmentEvent") -> Line:
+    """Says whose text it is: the server's, sent with the user's turn, not typed by the user."""
+    size = f"{e.chars:,} characters"
+    if e.original_chars > e.chars:
+        size = f"{e.chars:,} of {e.original_chars:,} characters (cut like a tool result"
+        size += f"; full text in {e.full_output_path})" if e.full_output_path else ")"
+    if e.kind == "prompt":
+        return Line("info", f"MCP prompt {sanitize_for_display(e.name)} from server {e.server}: "
+                            f"{plural(e.messages, 'message')}, {size}, the server's text sent with your turn")
+    return Line("info", f"MCP resource {sanitize_for_display(e.name)} from server {e.server} attached: {size}")
+
 DESCRIBERS: dict[str, Callable[[Any], Line | None]] = {
     # drawn as their own widgets or figures, not as engine lines
     "text_delta": _silent,
@@ -576,6 +588,8 @@ DESCRIBERS: dict[str, Callable[[Any], Line | None]] = {
     "elicitation_request": _elicitation_request,  # issue 26: an MCP server's form (the App shows it)
     "elicitation_resolved": _elicitation_resolved,
     "mcp_sampling": _sampling,
+    "mcp_prompts": _silent,  # the prompt box completes them; /help names none
+    "mcp_attachment": _mcp_attachment,  # issue 26: a server's prompt or resource in the user's turn
 }
 
 

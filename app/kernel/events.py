@@ -627,7 +627,7 @@ class ElicitationField(BaseModel):
     maximum: float | None = None
     min_length: int | None = None
     max_length: int | None = None
-    default: str | float | bool | None = None
+    default: str | int | float | bool | None = None  # int before float: a whole-number field keeps 30, not 30.0
 
     def value_from(self, given: object) -> str | int | float | bool | None:
         """The value to send for what the user gave (text, a bool, an option), None for an empty
@@ -707,6 +707,42 @@ class ElicitationResolvedEvent(EventBase):
     reason: str = ""
 
 
+
+# ---- MCP prompts and resources (issue 26, rest)
+
+
+class McpPromptInfo(BaseModel):
+    """One prompt a server offers, as the slash command that runs it (names and words sanitized)."""
+
+    command: str  # "/mcp__git__review"
+    description: str = ""
+    arguments: list[str] = Field(default_factory=list)
+    required: list[str] = Field(default_factory=list)
+
+
+class McpPromptsEvent(EventBase):
+    """The prompts a server offers (``prompts/list``, when it is ready): the prompt box completes them."""
+
+    type: Literal["mcp_prompts"] = "mcp_prompts"
+    server: str
+    prompts: list[McpPromptInfo] = Field(default_factory=list)
+
+
+class McpAttachmentEvent(EventBase):
+    """Text from an MCP server put in the user's turn: a prompt run as a slash command
+    (``prompts/get``) or a resource attached with ``@SERVER:URI`` (``resources/read``). It is the
+    server's text, never the user's words (``TextBlock.from_mcp``); bounded like a tool result."""
+
+    type: Literal["mcp_attachment"] = "mcp_attachment"
+    server: str
+    kind: Literal["prompt", "resource"]
+    name: str  # the prompt's name, or the resource's URI (sanitized)
+    chars: int = 0  # what the model gets
+    original_chars: int = 0  # what the server sent
+    full_output_path: str | None = None  # the whole text, when it was cut
+    messages: int = 0  # a prompt's messages
+
+
 Event = Annotated[
     Union[
         TextDeltaEvent, ThinkingDeltaEvent, AssistantMessageEvent, UserMessageEvent,
@@ -721,6 +757,7 @@ Event = Annotated[
         ForecastEvent, RestorePreviewEvent, ClearedResultsEvent, ServerCompactionEvent,
         MemoryImportEvent, PromptCacheOffEvent, PermissionsEvent,
         ElicitationRequestEvent, ElicitationResolvedEvent, SamplingEvent,
+        McpPromptsEvent, McpAttachmentEvent,
     ],
     Field(discriminator="type"),
 ]

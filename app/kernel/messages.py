@@ -26,6 +26,10 @@ class TextBlock(BaseModel):
     # wrote, and the engine's frame around the user's kept words. Never the user's words, except
     # the blocks of its rules section, which also carry the user_message_id of the rule's message.
     in_summary: bool = Field(default=False, exclude_if=lambda value: not value)
+    # Text an MCP server wrote that goes in the user's turn (a prompt run as /mcp__S__P, a resource
+    # attached with @S:URI): "server:prompt NAME" / "server:resource URI". Never the user's words,
+    # whatever it says: compaction and the audit do not take rules from it.
+    from_mcp: str | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
 class ThinkingBlock(BaseModel):

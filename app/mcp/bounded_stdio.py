@@ -183,7 +183,11 @@ def cut_answer(message: _Message) -> dict[str, Any] | None:
     return {"jsonrpc": "2.0", "id": request_id,
             # isError: the SDK then skips checking it against the tool's output schema (the
             # structured part was cut away); app.mcp.content clears it again for a cut answer.
+            # messages / contents: the same text as a prompt's or a resource's answer (prompts/get,
+            # resources/read), so a cut one reads as its start too rather than as a malformed answer.
             "result": {"content": [{"type": "text", "text": text}], "resultType": "complete", "isError": True,
+                       "messages": [{"role": "user", "content": {"type": "text", "text": text}}],
+                       "contents": [{"uri": "tidegauge:cut", "mimeType": "text/plain", "text": text}],
                        "_meta": {CUT_META_KEY: meta}}}
 
 

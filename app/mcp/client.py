@@ -70,6 +70,42 @@ class RemoteTool:
     task_required: bool = False
 
 
+@dataclass(frozen=True)
+class RemotePrompt:
+    """A prompt as its server lists it: (name, description, required) for each argument."""
+
+    name: str
+    description: str
+    arguments: tuple[tuple[str, str, bool], ...] = ()
+
+
+# A server that lists more prompts than this is cut there (each is a slash command on the screen).
+MAX_PROMPTS = 200
+
+
+async def _prompts_and_resources(client: Client) -> tuple[list[RemotePrompt], bool]:
+    """The prompts a server offers and whether it serves resources (its declared capabilities). A
+    server whose prompts/list fails still starts, without prompts: its tools matter more."""
+    capabilities = client.server_capabilities
+    serves_resources = capabilities is not None and capabilities.resources is not None
+    if capabilities is None or capabilities.prompts is None:
+        return [], serves_resources
+    prompts: list[RemotePrompt] = []
+    cursor: str | None = None
+    try:
+        for _ in range(20):  # a server that pages forever is a broken server
+            page = await client.list_prompts(cursor=cursor)
+            for prompt in page.prompts:
+                arguments = tuple((a.name, a.description or "", bool(a.required)) for a in prompt.arguments or [])
+                prompts.append(RemotePrompt(prompt.name, prompt.description or prompt.title or "", arguments))
+            cursor = page.next_cursor
+            if cursor is None or len(prompts) >= MAX_PROMPTS:
+                break
+    except Exception:  # noqa: BLE001 - a broken prompts/list costs the prompts, not the server
+        return prompts[:MAX_PROMPTS], serves_resources
+    return prompts[:MAX_PROMPTS], serves_resources
+
+
 @dataclass
 class McpConnection:
     name: str
@@ -81,6 +117,9 @@ class McpConnection:
     requests: ClientRequests | None = None
     # A url server's OAuth (an httpx Auth from app.mcp.oauth: stored tokens, refreshed), or None.
     authorization: Any = None
+    # Its prompts (prompts/list at start, when it declares prompts) and whether it serves resources.
+    prompts: list[RemotePrompt] = field(default_factory=list)
+    serves_resources: bool = False
 
     def __post_init__(self) -> None:
         self._client: Client | None = None
@@ -176,6 +215,7 @@ class McpConnection:
                     self._pgid = self._find_server_group(before)
                 finder.cancel()
                 tools = await self._list_tools(client)
+                self.prompts, self.serves_resources = await _prompts_and_resources(client)
                 self._client = client
                 self.tools = tools
                 self._ready.set_result(None)
@@ -568,7 +608,44 @@ class McpConnection:
         except Exception as exc:
             return ToolOutput(f"MCP server {self.name!r} failed on {tool_name}: {describe_failure(exc)}",
                               is_error=True)
-        return tool_output_from_result(result)
+        return tool_output_from_result(result, self.name if self.serves_resources else None)
+
+    async def get_prompt(self, name: str, arguments: dict[str, str]) -> Any:
+        """``prompts/get``: the server's GetPromptResult; McpServerError with one line on failure."""
+        return await self._request(f"prompt {name}", lambda client: client.get_prompt(name, arguments))
+
+    async def read_resource(self, uri: str) -> Any:
+        """``resources/read``: the server's ReadResourceResult; McpServerError with one line on failure.
+        Only the server reads: tidegauge never opens a URI itself, whatever its scheme."""
+        return await self._request(f"resource {uri}", lambda client: client.read_resource(uri))
+
+    async def _request(self, what: str, send: Callable[[Client], Awaitable[CallResult]]) -> CallResult:
+        """One request of the user's (a prompt, a resource), bounded by ``tool_timeout``."""
+        if self.config.url is not None and not self.alive:
+            failure = await self._reconnect()
+            if failure is not None:
+                raise McpServerError(f"MCP server {self.name!r} could not be reached ({failure})")
+        client = self._client
+        if client is None or not self.alive:
+            why = f" ({self.failure})" if self.failure else ""
+            raise McpServerError(f"MCP server {self.name!r} is not running{why}")
+        from mcp.shared.exceptions import MCPError
+
+        try:
+            async with asyncio.timeout(self.config.tool_timeout):
+                return await self._unless_dead(send(client))
+        except asyncio.CancelledError:
+            raise
+        except _ServerGone:
+            raise McpServerError(f"MCP server {self.name!r} stopped while reading its {what} ({self.failure})") from None
+        except TimeoutError:
+            raise McpServerError(f"MCP server {self.name!r}: no answer for its {what} within "
+                                 f"{self.config.tool_timeout:g} s") from None
+        except MCPError as exc:
+            raise McpServerError(f"MCP server {self.name!r} answered with an error for its {what}: "
+                                 f"{hide_url_secrets(str(exc))}") from None
+        except Exception as exc:  # noqa: BLE001 - a malformed answer (a cut 30 MB one too) is one line
+            raise McpServerError(f"MCP server {self.name!r} failed on its {what}: {describe_failure(exc)}") from None
 
     def server_log_message(self, params: LoggingMessageNotificationParams) -> None:
         """A ``notifications/message`` from the server: one line in its log file (redacted, capped)."""

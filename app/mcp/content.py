@@ -5,9 +5,9 @@
 - Structured content is used only when nothing else came back: a server that
   sends both sends the same data twice (server-filesystem's reads did), and the
   model needs one copy.
-- A ``resource_link`` becomes a line naming the URI and saying it is not read
-  here (reading resources is not a tool tidegauge offers yet), so the model
-  asks the user or uses another tool rather than guessing its content.
+- A ``resource_link`` becomes a line naming the URI and how to read it (the
+  ``read_resource`` tool, app/mcp/resources.py), or, when its server serves no
+  resources, saying so, so the model asks the user rather than guessing its content.
 - Images become ``ToolResultImage``s for the providers; audio and binary resources are
   named with their size.
 - A result the transport cut (``bounded_stdio`` marks it in ``_meta`` under a key the
@@ -48,8 +48,9 @@ def _decoded_size(data: str) -> int:
     return len(data) * 3 // 4
 
 
-def tool_output_from_result(result: CallToolResult) -> ToolOutput:
-    """What the model and the user get from one ``tools/call`` result."""
+def tool_output_from_result(result: CallToolResult, resources_of: str | None = None) -> ToolOutput:
+    """What the model and the user get from one ``tools/call`` result. ``resources_of``: the
+    server's name when it serves resources (a link then says how to read it: ``read_resource``)."""
     from mcp_types import (
         AudioContent,
         BlobResourceContents,
@@ -80,8 +81,12 @@ def tool_output_from_result(result: CallToolResult) -> ToolOutput:
             parts.append(f"[audio {block.mime_type}, {_decoded_size(block.data):,} bytes: not sent]")
         elif isinstance(block, ResourceLink):
             what = " ".join(x for x in (block.name, f"({block.mime_type})" if block.mime_type else "") if x)
-            parts.append(f"[resource link {block.uri} {what}: tidegauge cannot read MCP resources; "
-                         "ask the user for its content or use a tool that reads it]")
+            if resources_of is not None:
+                parts.append(f"[resource link {block.uri} {what}: read it with read_resource "
+                             f"(server {resources_of!r}, this uri) if you need its content]")
+            else:
+                parts.append(f"[resource link {block.uri} {what}: its server serves no resources tidegauge can "
+                             "read; ask the user for its content or use a tool that reads it]")
         elif isinstance(block, EmbeddedResource):
             resource = block.resource
             if isinstance(resource, TextResourceContents):
@@ -104,6 +109,16 @@ def tool_output_from_result(result: CallToolResult) -> ToolOutput:
         if isinstance(full_size, int):
             output.original_chars = full_size
     return output
+
+
+def cut_at_transport(result: Any) -> tuple[int, Path | None] | None:
+    """(size in bytes, saved file) of an answer the transport cut (``bounded_stdio``), else None."""
+    meta = getattr(result, "meta", None)
+    cut = meta.get(CUT_META_KEY) if isinstance(meta, dict) else None
+    if not isinstance(cut, dict) or not isinstance(cut.get("bytes"), int):
+        return None
+    path = cut.get("path")
+    return cut["bytes"], Path(path) if isinstance(path, str) else None
 
 
 def _is_base64(data: str) -> bool:

@@ -11,12 +11,28 @@ from __future__ import annotations
 
 import asyncio
 import re
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 
-from app.kernel.events import Event, McpServerEvent
-from app.mcp.client import McpConnection, McpServerError
+from app.kernel.events import Event, McpAttachmentEvent, McpPromptsEvent, McpServerEvent
+from app.kernel.messages import TextBlock
+from app.mcp.client import McpConnection, McpServerError, RemotePrompt
+from app.mcp.prompts import (
+    PromptCommandError,
+    bounded,
+    check_arguments,
+    command_name,
+    is_prompt_command,
+    parse_prompt_command,
+    prompt_blocks,
+    prompt_info,
+    prompt_text,
+    with_call_id,
+)
+from app.mcp.resources import READ_RESOURCE, AttachmentError, ReadResourceTool, attachment_block, attachments
+from app.tools.base import ToolContext
 from app.mcp.client_features import ClientRequests
 from app.mcp.oauth import OAuthSetupError, session_auth
 from app.mcp.settings import McpServerConfig, header_secrets, hide_url_secrets, shown_url, url_secrets
@@ -38,6 +54,8 @@ class McpHub:
     connections: dict[str, McpConnection] = field(default_factory=dict)
     tools: dict[str, McpTool] = field(default_factory=dict)  # prefixed name -> tool
     deferral: ToolDeferral | None = None
+    # "/mcp__SERVER__PROMPT" -> (its server's connection, the prompt): the slash commands they make
+    prompts: dict[str, tuple[McpConnection, RemotePrompt]] = field(default_factory=dict)
 
     def server_of(self, tool_name: str) -> str | None:
         """The server a tool comes from (None for the built-ins and load_tools)."""
@@ -98,6 +116,63 @@ class McpHub:
             left_out = [remote.name for remote in connection.tools if not offered(remote)]
             self.emit(McpServerEvent(name=connection.name, status="ready", tools=count, detail=f"{count} tools",
                                      not_offered=left_out))
+            self._add_prompts(connection)
+        if self.resource_servers() and registry.get(READ_RESOURCE) is None:
+            registry.register(ReadResourceTool(self._resource_connection, self.resource_servers))
+
+    def _add_prompts(self, connection: McpConnection) -> None:
+        """A server's prompts as slash commands (a name two prompts clean up to goes to the first)."""
+        shown = []
+        for prompt in connection.prompts:
+            command = command_name(connection.name, prompt.name)
+            if command not in self.prompts:
+                self.prompts[command] = (connection, prompt)
+                shown.append(prompt_info(connection.name, prompt))
+        if shown:
+            self.emit(McpPromptsEvent(server=connection.name, prompts=shown))
+
+    def resource_servers(self) -> list[str]:
+        return [name for name, connection in self.connections.items() if connection.serves_resources]
+
+    def _resource_connection(self, server: str) -> McpConnection | None:
+        connection = self.connections.get(server)
+        return connection if connection is not None and connection.serves_resources else None
+
+    async def prompt_turn(self, text: str, registry: ToolRegistry, ctx: ToolContext
+                          ) -> tuple[list[TextBlock], list[Event]]:
+        """What goes with the user's ``text`` (a prompt command, or a message with ``@SERVER:URI``
+        attachments): the server's text as blocks of the turn and the events that show it.
+        PromptCommandError, AttachmentError or McpServerError with one line when it cannot be done."""
+        if is_prompt_command(text):
+            return await self._run_prompt(text, registry, ctx)
+        blocks: list[TextBlock] = []
+        said: list[Event] = []
+        for server, uri in attachments(text, set(self.resource_servers())):
+            run = await registry.run(READ_RESOURCE, {"server": server, "uri": uri},
+                                     with_call_id(ctx, f"resource-{uuid.uuid4().hex[:12]}"))
+            if run.is_error:
+                raise AttachmentError(f"@{server}:{uri} not attached: {' '.join(run.content.split())}")
+            blocks.append(attachment_block(server, uri, run.content))
+            said.append(McpAttachmentEvent(server=server, kind="resource", name=uri, chars=run.kept_chars,
+                                           original_chars=run.original_chars, full_output_path=run.full_output_path))
+        return blocks, said
+
+    async def _run_prompt(self, text: str, registry: ToolRegistry, ctx: ToolContext
+                          ) -> tuple[list[TextBlock], list[Event]]:
+        call = parse_prompt_command(text)
+        found = self.prompts.get(call.command)
+        if found is None:
+            known = ", ".join(sorted(self.prompts)[:10]) or "no server offers prompts"
+            raise PromptCommandError(f"unknown MCP prompt {call.command} ({known})")
+        connection, prompt = found
+        check_arguments(call, prompt)
+        result = await connection.get_prompt(prompt.name, call.arguments)
+        body, messages = prompt_text(connection.name, prompt.name, result)
+        kept = bounded(body, ctx, registry.max_output, f"prompt-{uuid.uuid4().hex[:12]}", result)
+        said = McpAttachmentEvent(server=connection.name, kind="prompt", name=prompt.name, chars=len(kept.text),
+                                  original_chars=kept.original_chars, full_output_path=kept.full_output_path,
+                                  messages=messages)
+        return prompt_blocks(connection.name, prompt.name, kept), [said]
 
     def _failed(self, connection: McpConnection, error: BaseException) -> None:
         reason = str(error) if isinstance(error, McpServerError) else f"{type(error).__name__}: {error}"

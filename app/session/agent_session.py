@@ -72,7 +72,7 @@ from app.kernel.protocol import EVENT_RING, Listener, SessionSnapshot
 if TYPE_CHECKING:
     from app.agent.loop import Agent
     from app.context.memory import ImportNotice, MemoryBundle
-    from app.kernel.messages import ToolUseBlock
+    from app.kernel.messages import TextBlock, ToolUseBlock
     from app.mcp.client_features import SampledReply, SamplingCall
     from app.session.transcript import TranscriptWriter
 
@@ -293,6 +293,7 @@ class AgentSession:
         # path -> the answer to its question (asked once per session, before the first request)
         self._import_questions: dict[str, asyncio.Future[bool]] = {}
         self._start_services = services
+        self._services: Closable | None = None  # what they started (the MCP hub: prompts, resources)
         # What restoring a damaged transcript repaired (said once at start).
         self.repairs: list[str] = []
         # (setting, words) said once at start: settings that cannot work as set.
@@ -641,6 +642,7 @@ class AgentSession:
         try:
             if self._start_services is not None:
                 services = await self._start_services()  # their tools are in the first request
+                self._services = services
             self.agent.engine.emit_context()
             while True:
                 if not self._queue:
@@ -718,13 +720,39 @@ class AgentSession:
         if isinstance(command, UserInput):
             self._run = RunFigures(api_at_start=self._api_clock.now())
             await self._ask_about_imports()
-            await self.agent.run_turn(command.text)
+            mcp_text = await self._mcp_text(command.text)
+            if mcp_text is not None:
+                await self.agent.run_turn(command.text, *mcp_text)
         elif isinstance(command, Compact):
             # The confirmed plan if the conversation is as it was shown, else one made now (said so)
             plan = self.agent.engine.take_plan(command.plan_id, command.focus)
             await self.agent.compact(command.focus, plan=plan)
         elif isinstance(command, Reset):
             self.agent.reset()
+
+    async def _mcp_text(self, text: str) -> "tuple[list[TextBlock], list[Event]] | None":
+        """What MCP servers add to the user's turn: a prompt run as ``/mcp__SERVER__PROMPT``, the
+        resources named with ``@SERVER:URI`` (app/mcp/hub.py). None when it cannot be done: the
+        turn ends in an error result with one line saying why, and no model call is made."""
+        from app.mcp.client import McpServerError
+        from app.mcp.prompts import is_prompt_command
+
+        prompt_turn = getattr(self._services, "prompt_turn", None)
+        try:
+            if prompt_turn is None:
+                if is_prompt_command(text):
+                    raise ValueError(f"unknown MCP prompt {text.split()[0]}: no MCP server offers prompts")
+                return [], []
+            blocks, said = await prompt_turn(text, self.agent.registry, self.agent.tool_context)
+            return blocks, said
+        except (ValueError, McpServerError) as refused:
+            from app.kernel.events import ErrorEvent
+            from app.kernel.sanitize import sanitize_for_display
+
+            line = " ".join(sanitize_for_display(str(refused)).split())[:500]
+            self._emit(ErrorEvent(message=line))
+            self._emit(ResultEvent(stop_reason="error", text=line, steps=0, session_id=self.info.session_id))
+            return None
 
     # ------------------------------------------------------------ approvals
 

@@ -315,7 +315,7 @@ class TidegaugeApp(App[int]):
     def _follow_session(self, session: "SessionSurface") -> None:
         """Draw the session as it stands, then follow its events."""
         bridge = SessionBridge(
-            targets=[self.header, self.conversation, self.tool_panel, self.context_panel, self],
+            targets=[self.header, self.conversation, self.tool_panel, self.context_panel, self.prompt_box, self],
             deltas_target=self.conversation,
             view=self.view,
         )
@@ -482,9 +482,10 @@ class TidegaugeApp(App[int]):
         prompt.remember(text)
         # whatever was sent, the user looks at the end of the conversation for its answer
         await self.conversation.jump_to_end()
-        if text.startswith("/"):
+        if text.startswith("/") and not text.startswith("/mcp__"):
             self._slash_command(text)
             return
+        # /mcp__SERVER__PROMPT runs a server's prompt: the session checks it and says what was wrong
         self.submit(UserInput(text))
 
     def _slash_command(self, text: str) -> None:
