@@ -56,7 +56,7 @@ async def test_at_80x24_the_full_output_shows_12_lines_its_path_on_one_row(log_f
         assert rows >= 12, f"the full output shows {rows} lines at 80x24"
         assert status.region.height == 1, f"the status takes {status.region.height} rows"
         shown = str(status.render())
-        assert shown.startswith("…") and shown.split(" · ")[0].endswith("tool-results/call-1.txt"), shown
+        assert shown.startswith("…/") and shown.split(" · ")[0].endswith("/call-1.txt"), shown
         await pilot.press("ctrl+f")  # the whole path, on demand
         await until(pilot, lambda: str(log_file) in str(status.render()).replace("\n", ""), "the whole path shown")
         await pilot.press("ctrl+f")

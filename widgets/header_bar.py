@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.cells import cell_len
 from rich.text import Text
 from textual import on
 from textual.reactive import reactive, var
@@ -13,6 +11,7 @@ from textual.widget import Widget
 
 from app.kernel.describe import STATE_WORDS, state_text
 from widgets._literal import sanitize
+from widgets._paths import shorten_path
 from widgets.session_messages import BreakerChanged, SessionStarted, StateChanged
 
 if TYPE_CHECKING:
@@ -23,20 +22,6 @@ def short_session_id(session_id: str) -> str:
     """The id's random part ("996b" of "20261202-062137-996b"): what tells it apart from the
     day's other sessions (the conversation's border shows the whole id)."""
     return session_id.rsplit("-", 1)[-1] if session_id else ""
-
-
-def shorten_path(path: str, room: int) -> str:
-    """``path`` in at most ``room`` cells, cut from the left ("…/work/project"); the home
-    directory as "~"."""
-    home = str(Path.home())
-    if home != "/" and (path == home or path.startswith(home + "/")):
-        path = "~" + path[len(home):]
-    if cell_len(path) <= room:
-        return path
-    tail = path
-    while tail and cell_len(tail) > room - 1:
-        tail = tail[1:]
-    return "…" + tail
 
 
 class HeaderBar(Widget):

@@ -13,7 +13,6 @@ from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich.cells import cell_len
 from rich.text import Text
 from textual.app import ComposeResult
 from textual import on, work
@@ -24,6 +23,7 @@ from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
 from widgets._literal import literal, sanitize
+from widgets._paths import shorten_path
 from widgets.output_viewer import OutputViewer, prepare_lines
 from widgets.session_messages import ToolCallsChanged
 from widgets.tool_call_line import ToolCallInfo
@@ -41,16 +41,6 @@ class ShownToolCallList(ToolCallList):
         Binding("home", "first", "First/last", group=Binding.Group("First/last")),
         Binding("end", "last", "First/last", group=Binding.Group("First/last")),
     ]
-
-
-def shorten_from_left(path: str, room: int) -> str:
-    """``path`` in at most ``room`` cells, its start given up first ("…/tool-results/x.txt")."""
-    if cell_len(path) <= room:
-        return path
-    tail = path
-    while tail and cell_len(tail) > room - 1:
-        tail = tail[1:]
-    return "…" + tail
 
 
 @dataclass
@@ -278,7 +268,7 @@ class ToolOutputPanel(Vertical):
         room = max(8, self.status_line.size.width or self.size.width)
         if room - len(size) < 24:
             size = ""  # the file's name comes first
-        path = shorten_from_left(sanitize(loaded.path), room - len(size))
+        path = shorten_path(sanitize(loaded.path), room - len(size), home=False)
         self.status_line.update(Text(path + size, no_wrap=True, overflow="ellipsis", end=""))
 
     def on_resize(self) -> None:
