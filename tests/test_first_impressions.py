@@ -14,7 +14,7 @@ import pytest
 
 from app.surfaces.dashboard.app import TidegaugeApp
 from dashboard_helpers import demo_app, send, settle
-from snapshot_apps.fake_agent import FakeSession, big_log, session_steps
+from snapshot_apps.fake_agent import Ask, FakeSession, big_log, session_steps
 from widgets.engine_line import EngineLine
 from widgets.header_bar import HeaderBar
 
@@ -132,3 +132,16 @@ async def test_help_reads_at_80_columns(tmp_path: Path) -> None:
 
     wide = help_text(120).splitlines()
     assert any("ctrl+s" in row and "ctrl+r" in row for row in wide)  # two to a row where there is room
+
+
+async def test_a_long_state_cuts_the_provider_label_not_the_session_id() -> None:
+    agent = FakeSession({"approve": [Ask("run_bash", {"command": "make"})]})
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        header = app.query_one(HeaderBar)
+        await send(pilot, "approve")  # the longest words the state has: waiting for approval: run_bash
+        await until(pilot, lambda: "waiting for approval" in header.render().plain, "the approval's state")
+        row = header.render().plain
+        assert "session fixed" in row and "waiting for approval: run_bash" in row, row
+        await pilot.press("n")
+        await settle(pilot)

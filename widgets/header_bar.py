@@ -103,15 +103,18 @@ class HeaderBar(Widget):
 
         width = self.size.width
         room = max(0, width - right.cell_len - 1)
-        left = Text(no_wrap=True, overflow="ellipsis", end="")
-        left.append(" tidegauge ", title)
-        left.append(" ")
-        left.append(sanitize(self.provider_label), provider)
         session = Text(no_wrap=True, end="")
         short_id = short_session_id(self.session_id)
         if short_id:
             session.append("  session ", dim)
             session.append(sanitize(short_id))
+        left = Text(no_wrap=True, overflow="ellipsis", end="")
+        left.append(" tidegauge ", title)
+        left.append(" ")
+        label = Text(sanitize(self.provider_label), provider, no_wrap=True, end="")
+        if left.cell_len + label.cell_len + session.cell_len > room:  # the session stays whole
+            label.truncate(max(1, room - left.cell_len - session.cell_len), overflow="ellipsis")
+        left.append_text(label)
         if self.cwd:
             # the project's path gets the room left, cut from the left: its last parts name it
             path_room = room - left.cell_len - session.cell_len - 2
