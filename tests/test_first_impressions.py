@@ -145,3 +145,20 @@ async def test_a_long_state_cuts_the_provider_label_not_the_session_id() -> None
         assert "session fixed" in row and "waiting for approval: run_bash" in row, row
         await pilot.press("n")
         await settle(pilot)
+
+
+async def test_a_wrapped_output_longer_than_the_panel_needs_no_sideways_scrolling() -> None:
+    """Rows enough for a vertical scrollbar: the wrapped lines still fit beside it."""
+    from widgets.output_viewer import OutputViewer
+
+    app = TidegaugeApp(FakeSession(), cursor_blink=False)
+    async with app.run_test(size=(220, 60)) as pilot:
+        viewer = app.query_one(OutputViewer)
+        text = "\n".join(f"{i:>5}  " + "x" * (i % 300) + "END" for i in range(200))
+        viewer.set_text(text, wrap=True)
+        await pilot.pause()
+        await pilot.pause()
+        assert viewer.show_vertical_scrollbar
+        assert viewer.virtual_size.width <= viewer.scrollable_content_region.width, (
+            viewer.virtual_size, viewer.scrollable_content_region)
+        assert not viewer.show_horizontal_scrollbar

@@ -114,7 +114,8 @@ class OutputViewer(ScrollView, can_focus=True):
             self._rows = []
             self.virtual_size = Size(self._width, len(self._lines))
             return
-        width = max(1, self.size.width)
+        # a column kept for the vertical scrollbar: whether it shows depends on the rows made here
+        width = max(1, self.size.width - self.styles.scrollbar_size_vertical)
         rows: list[str] = []
         for index in range(len(self._lines)):
             line = self.display_line(index)
