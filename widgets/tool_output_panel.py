@@ -261,11 +261,13 @@ class ToolOutputPanel(Vertical):
         loaded = self.loaded
         if loaded is None or not self.expanded:
             return
-        size = f" · {len(loaded.lines):,} lines"
+        size = f" · {len(loaded.lines):,} lines, {loaded.chars:,} characters"
         if self.whole_path:
-            self.status_line.update(literal(f"{loaded.path}{size}, {loaded.chars:,} characters"))
+            self.status_line.update(literal(f"{loaded.path}{size}"))
             return
         room = max(8, self.status_line.size.width or self.size.width)
+        if room - len(size) < 32:
+            size = f" · {len(loaded.lines):,} lines"
         if room - len(size) < 24:
             size = ""  # the file's name comes first
         path = shorten_path(sanitize(loaded.path), room - len(size), home=False)
