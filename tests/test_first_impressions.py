@@ -162,3 +162,25 @@ async def test_a_wrapped_output_longer_than_the_panel_needs_no_sideways_scrollin
         assert viewer.virtual_size.width <= viewer.scrollable_content_region.width, (
             viewer.virtual_size, viewer.scrollable_content_region)
         assert not viewer.show_horizontal_scrollbar
+
+
+async def test_hostile_names_and_output_stay_inert_in_the_header_and_the_wrapped_view() -> None:
+    """A directory name or a tool's output can hold escape sequences and markup: drawn, never run."""
+    from widgets.output_viewer import WRAP_MAX_CHARS, OutputViewer
+
+    agent = FakeSession()
+    agent.info = agent.info.model_copy(update={"started_in": "/tmp/\x1b]0;pwned\x07[bold]x[/bold]"})
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=(160, 24)) as pilot:
+        header = app.query_one(HeaderBar)
+        await until(pilot, lambda: "/tmp/" in header.render().plain, "the started-in folder drawn")
+        row = header.render().plain
+        # the sequence is dropped whole (the one sanitizer), the markup shown as typed
+        assert "\x1b" not in row and "\x07" not in row and "pwned" not in row and "[bold]x[/bold]" in row, row
+        viewer = app.query_one(OutputViewer)
+        viewer.set_text("\x1b[2J\x1b]52;c;aGk=\x07" + "z" * 300, wrap=True)
+        await pilot.pause()
+        drawn = "".join(viewer.render_line(y).text for y in range(viewer.size.height))
+        assert "\x1b" not in drawn and "\x07" not in drawn and "z" * 20 in drawn
+        viewer.set_text("q" * (WRAP_MAX_CHARS + 1), wrap=True)  # too big to wrap on the UI loop
+        assert not viewer.wraps

@@ -22,6 +22,9 @@ from textual.strip import Strip
 from widgets._literal import sanitize
 
 WRAP_AT = 1_000  # characters per display line; longer lines continue on the next one
+# Wrapping at the viewer's width runs on the UI loop at every width change (~4 ms per 100K
+# characters): a longer text scrolls sideways instead (a model's view is 40K by default).
+WRAP_MAX_CHARS = 200_000
 
 
 def prepare_lines(text: str, wrap_at: int = WRAP_AT) -> tuple[list[str], int]:
@@ -96,7 +99,7 @@ class OutputViewer(ScrollView, can_focus=True):
         """Show a (small) text; large texts should go through ``prepare_lines`` in a thread.
         ``wrap``: long lines continue on the next row instead of scrolling sideways."""
         lines, width = prepare_lines(text)
-        self.set_lines(lines, width, wrap=wrap)
+        self.set_lines(lines, width, wrap=wrap and len(text) <= WRAP_MAX_CHARS)
 
     def set_lines(self, lines: list[str], width: int, *, wrap: bool = False) -> None:
         self._lines = lines
