@@ -184,3 +184,16 @@ async def test_hostile_names_and_output_stay_inert_in_the_header_and_the_wrapped
         assert "\x1b" not in drawn and "\x07" not in drawn and "z" * 20 in drawn
         viewer.set_text("q" * (WRAP_MAX_CHARS + 1), wrap=True)  # too big to wrap on the UI loop
         assert not viewer.wraps
+
+
+def test_help_gives_a_long_command_name_its_own_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An MCP server's prompt can have a long name: it must not widen the column for every row."""
+    from app.surfaces.dashboard.app import help_text
+    from widgets.prompt_box import SLASH_COMMANDS
+
+    monkeypatch.setitem(SLASH_COMMANDS, "/mcp__github__summarize_pull_request", "a prompt from github: summarize a PR")
+    rows = help_text(44).splitlines()
+    assert all(len(row) <= 44 for row in rows if "/mcp__github" not in row), rows
+    at = rows.index("  /mcp__github__summarize_pull_request")
+    assert rows[at + 1].strip().startswith("a prompt from github")
+    assert any(row.split()[:2] == ["/usage", "tokens"] for row in rows), rows  # the others keep one row

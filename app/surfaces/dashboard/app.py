@@ -86,6 +86,7 @@ HELP_KEYS: list[tuple[str, str]] = [
     ("ctrl+q", "quit"),
     ("approval", "y yes · a always (this session) · n no · escape interrupts"),
 ]
+HELP_KEY_COLUMN_MAX = 14  # /help's name column, at most
 # At least this many columns for /help to set its keys two to a row.
 HELP_TWO_COLUMNS_FROM = 100
 
@@ -94,7 +95,8 @@ def _help_rows(entries: list[tuple[str, str]], width: int, *, two_columns: bool)
     """``entries`` as rows of "  key  what it does", the words wrapped under their column."""
     import textwrap
 
-    key_width = max(len(key) for key, _ in entries)
+    # a long name (an MCP server's prompt) gets a row of its own rather than a column as wide
+    key_width = min(HELP_KEY_COLUMN_MAX, max(len(key) for key, _ in entries))
     indent = " " * (2 + key_width + 2)
     words_width = max(16, width - len(indent))
     cells = [textwrap.wrap(about, words_width) or [""] for _, about in entries]
@@ -103,6 +105,11 @@ def _help_rows(entries: list[tuple[str, str]], width: int, *, two_columns: bool)
     index = 0
     while index < len(entries):
         key, lines = entries[index][0], cells[index]
+        if len(key) > key_width:
+            rows.append(f"  {key}")
+            rows.extend(indent + line for line in lines)
+            index += 1
+            continue
         first = f"  {key:<{key_width}}  {lines[0]}"
         if two_columns and len(lines) == 1 and index + 1 < len(entries) and len(cells[index + 1]) == 1:
             second = f"{entries[index + 1][0]:<{key_width}}  {cells[index + 1][0]}"
