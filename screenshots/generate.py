@@ -87,7 +87,10 @@ async def save(app: TidegaugeApp, pilot, name: str) -> None:
 
 def make_app(data_dir: Path, **overrides) -> tuple[TidegaugeApp, AgentSession]:
     settings = load_settings({"provider": "demo", "demo_speed": 0, "data_dir": str(data_dir), "yes": True, **overrides})
-    session = build_session(settings, approvals=False, cwd=data_dir)
+    # started in a project folder, as a user would be (the header names it)
+    project = data_dir.parent / "my-project"
+    project.mkdir(exist_ok=True)
+    session = build_session(settings, approvals=False, cwd=project)
     return TidegaugeApp(session, cursor_blink=False), session
 
 

@@ -8,6 +8,7 @@ widgets and flows under Pilot with the scripted FakeSession.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from agent_helpers import make_agent, make_session
 from app.kernel import events as ev
@@ -403,20 +404,37 @@ async def test_a_sub_agent_is_folded_under_its_task_call_with_its_own_gauge_and_
 
 
 async def test_the_command_palette_switches_server_compaction_for_the_session() -> None:
-    agent = FakeSession()
+    agent = FakeSession(server_compaction=False)  # a provider that has it (responses, anthropic)
     app = TidegaugeApp(agent, cursor_blink=False)
     async with app.run_test(size=SIZE) as pilot:
-        commands = {c.title: c for c in app.get_system_commands(app.screen)}
-        commands["Server-side compaction: on"].callback()
-        await pilot.pause()
-        await pilot.pause()
+        def toggle() -> Any:
+            (command,) = [c for c in app.get_system_commands(app.screen) if c.title.startswith("Server-side")]
+            return command
+
+        async def title_becomes(title: str) -> None:
+            for _ in range(500):
+                if toggle().title == title:
+                    return
+                await pilot.pause()
+            raise AssertionError(f"the palette still offers {toggle().title!r}, not {title!r}")
+
+        await title_becomes("Server-side compaction: off (turn on)")
+        toggle().callback()
+        await title_becomes("Server-side compaction: on (turn off)")  # the session said so
         assert agent.server_compaction is True
         assert any(t.startswith("server-side compaction on for this session") for t in engine_texts(app))
-        commands["Server-side compaction: off"].callback()
-        await pilot.pause()
-        await pilot.pause()
+        toggle().callback()
+        await title_becomes("Server-side compaction: off (turn on)")
         assert agent.server_compaction is False
         assert any(t.startswith("server-side compaction off") for t in engine_texts(app))
+
+
+async def test_the_palette_offers_no_server_compaction_where_the_provider_has_none() -> None:
+    app = TidegaugeApp(FakeSession(server_compaction=None), cursor_blink=False)  # chat completions, the demo
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert not [t for t in titles if "server-side" in t.lower()], titles
 
 
 def test_an_auto_compaction_line_says_what_its_forecast_said_it_would_cost():

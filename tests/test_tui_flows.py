@@ -170,7 +170,7 @@ async def test_ctrl_o_expands_the_full_output_and_collapses_it_without_touching_
         assert panel.expanded
         assert viewer.line_count == 300_000
         assert viewer.lines[-1] == "2026-10-18 12:00:01 ERROR database connection refused"
-        assert "ctrl+o closes" in str(app.query_one("#output-status").render())
+        assert "ctrl+o" in await footer_keys_when(pilot, app, {"ctrl+o"})  # "Close", in the footer
         viewer.scroll_end(animate=False, immediate=True)
         await pilot.pause()
         rendered = "".join(viewer.render_line(y).text for y in range(viewer.size.height))
@@ -661,10 +661,15 @@ from app.surfaces.dashboard.app import CONVERSATION_MIN_ROWS, HELP_TEXT  # noqa:
 from widgets.context_history import ContextHistory  # noqa: E402
 from app.kernel.describe import human_tokens  # noqa: E402
 from widgets.gauge_bar import GaugeBar  # noqa: E402
+from widgets.key_footer import KeyFooter  # noqa: E402
 
 
 def footer_keys(app: TidegaugeApp) -> set[str]:
-    return {key.key for key in app.screen.query(FooterKey)}
+    """The keys the footer draws: the dashboard's (``KeyFooter``) or a modal's (Textual's)."""
+    keys = {key.key for key in app.screen.query(FooterKey)}
+    for footer in app.screen.query(KeyFooter):
+        keys |= footer.shown_keys
+    return keys
 
 
 async def footer_keys_when(pilot: Any, app: TidegaugeApp, expected: set[str]) -> set[str]:
@@ -775,7 +780,7 @@ async def test_help_is_scrolled_into_view_from_its_first_line() -> None:
         await send(pilot, "/help")
         await pilot.pause()
         await pilot.pause()
-        (help_line,) = [line for line in app.query(EngineLine) if line.text == HELP_TEXT]
+        (help_line,) = [line for line in app.query(EngineLine) if line.text.startswith("commands:")]
         view = conversation.content_region
         assert view.y <= help_line.region.y < view.bottom  # its first line is on screen
 
@@ -795,9 +800,12 @@ async def test_ctrl_o_with_no_selection_opens_the_latest_cut_output_and_the_view
         assert panel.selected_id == "call-1" and panel.expanded
         assert app.focused is panel.viewer
         status = str(app.query_one("#output-status").render())
-        assert str(log_file) in status  # the whole file name
-        assert "PgUp/PgDn" in status and "Home/End" in status and "ctrl+o closes" in status
-        assert {"pageup", "pagedown", "home", "end"} <= footer_keys(app)  # the viewer's keys, in the footer
+        assert log_file.name in status and "\n" not in status  # the file's name, on one row
+        expected = {"pageup", "pagedown", "home", "end", "ctrl+o", "ctrl+f"}  # the viewer's keys
+        assert expected <= await footer_keys_when(pilot, app, expected)
+        await pilot.press("ctrl+f")  # the whole path, on demand
+        await pilot.pause()
+        assert str(log_file) in str(app.query_one("#output-status").render()).replace("\n", "")
 
 
 async def test_moving_the_selection_while_a_full_output_is_open_says_what_happened(log_file: Path) -> None:
@@ -849,7 +857,7 @@ async def test_help_and_the_footer_list_the_keys_that_work() -> None:
     async with app.run_test(size=(160, 50)) as pilot:
         for words in ("ctrl+p", "PgUp/PgDn", "shift+tab", "ctrl+g", "ctrl+o", "y yes", "a always", "n no"):
             assert words in HELP_TEXT
-        expected = {"tab", "shift+tab", "pageup", "pagedown", "ctrl+o", "ctrl+g", "ctrl+s", "ctrl+p"}
+        expected = {"tab", "pageup", "pagedown", "ctrl+o", "ctrl+g", "ctrl+s", "ctrl+p"}  # shift+tab: /help
         assert expected <= await footer_keys_when(pilot, app, expected)
         app.tool_panel.tool_list.focus()
         expected = {"up", "down", "pageup", "home", "end"}

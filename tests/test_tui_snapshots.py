@@ -153,3 +153,35 @@ def test_snapshot_approval_modal(snap_compare) -> None:
 def test_snapshot_reset_confirmation(snap_compare) -> None:
     app, _ = make_app()
     assert snap_compare(app, terminal_size=SIZE, run_before=drive("under", keys=("ctrl+r",)))
+
+
+@pytest.mark.parametrize("size", ["80x24", "142x40"])
+def test_snapshot_start_footer_and_header(snap_compare, size: str) -> None:
+    """The first screen at the widths the footer cut a word at ("^o F▏" at 80, "^s C▏" at 142):
+    every key drawn whole, the project and the session's short id in the header."""
+    app, _ = make_app()
+    width, height = (int(n) for n in size.split("x"))
+    assert snap_compare(app, terminal_size=(width, height))
+
+
+def test_snapshot_help_at_80x24(snap_compare) -> None:
+    """/help laid out for the 80-column conversation: one entry per row, the words under their column."""
+    app, _ = make_app()
+    assert snap_compare(app, terminal_size=SIZES["80x24"], run_before=drive("/help"))
+
+
+def test_snapshot_palette_server_compaction_toggle(snap_compare) -> None:
+    """A provider that compacts on its server: one palette entry, saying the state it is in."""
+    agent = FakeSession({}, server_compaction=False)
+    app = TidegaugeApp(agent, cursor_blink=False)
+
+    async def run_before(pilot) -> None:
+        await pilot.press("ctrl+p")
+        await until(pilot, lambda: type(pilot.app.screen).__name__ == "CommandPalette")
+        for key in "server":
+            await pilot.press(key)
+        await until(pilot, lambda: "Server-side compaction: off (turn on)" in pilot.app.screen.query_one(
+            "CommandList").get_option_at_index(0).prompt.plain if pilot.app.screen.query_one(
+            "CommandList").option_count else False)
+
+    assert snap_compare(app, terminal_size=SIZES["100x30"], run_before=run_before)

@@ -68,7 +68,9 @@ def test_the_demo_task_runs_in_the_browser_and_ctrl_o_and_ctrl_s_work(
     # The viewer shows the whole saved output (15 MB of log), not the cut the model saw.
     saved = max((tmp_path / "data" / "sessions").glob("*/tool-results/*"), key=lambda f: f.stat().st_size)
     full_text = saved.read_text(encoding="utf-8")
-    terminal.wait_for_text(f"{len(full_text):,} characters", full_text.split("\n", 1)[0])
+    # (its line count is on the full view's status row alone: the model's view says the characters too)
+    terminal.wait_for_text(f"{len(full_text.splitlines()):,} lines, {len(full_text):,} characters",
+                           full_text.split("\n", 1)[0])
 
     shot = tmp_path / "web-dashboard.png"
     terminal.page.screenshot(path=str(shot))

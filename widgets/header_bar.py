@@ -1,4 +1,4 @@
-"""The header: provider and model, working directory, session, agent state, step."""
+"""The header: provider and model, the project directory, the session's short id, agent state, step."""
 
 from __future__ import annotations
 
@@ -11,10 +11,17 @@ from textual.widget import Widget
 
 from app.kernel.describe import STATE_WORDS, state_text
 from widgets._literal import sanitize
+from widgets._paths import shorten_path
 from widgets.session_messages import BreakerChanged, SessionStarted, StateChanged
 
 if TYPE_CHECKING:
     from app.kernel.events import StateEvent
+
+
+def short_session_id(session_id: str) -> str:
+    """The id's random part ("996b" of "20261202-062137-996b"): what tells it apart from the
+    day's other sessions (the conversation's border shows the whole id)."""
+    return session_id.rsplit("-", 1)[-1] if session_id else ""
 
 
 class HeaderBar(Widget):
@@ -50,7 +57,8 @@ class HeaderBar(Widget):
     def _on_session(self, message: SessionStarted) -> None:
         info = message.event
         self.provider_label = info.provider_label
-        self.cwd = info.workspace
+        # the directory tidegauge was started in (the demo works in a scratch copy of its own)
+        self.cwd = info.started_in or info.workspace
         self.session_id = info.session_id
         self.max_steps = info.max_steps
 
@@ -93,18 +101,27 @@ class HeaderBar(Widget):
         if self.max_steps:
             right.append(f"  step {self.step} of {self.max_steps} ", dim)
 
+        width = self.size.width
+        room = max(0, width - right.cell_len - 1)
+        session = Text(no_wrap=True, end="")
+        short_id = short_session_id(self.session_id)
+        if short_id:
+            session.append("  session ", dim)
+            session.append(sanitize(short_id))
         left = Text(no_wrap=True, overflow="ellipsis", end="")
         left.append(" tidegauge ", title)
         left.append(" ")
-        left.append(sanitize(self.provider_label), provider)
-        left.append("  ")
-        left.append(sanitize(self.cwd), dim)
-        if self.session_id:
-            left.append("  session ", dim)
-            left.append(sanitize(self.session_id))
-
-        width = self.size.width
-        room = max(0, width - right.cell_len - 1)
+        label = Text(sanitize(self.provider_label), provider, no_wrap=True, end="")
+        if left.cell_len + label.cell_len + session.cell_len > room:  # the session stays whole
+            label.truncate(max(1, room - left.cell_len - session.cell_len), overflow="ellipsis")
+        left.append_text(label)
+        if self.cwd:
+            # the project's path gets the room left, cut from the left: its last parts name it
+            path_room = room - left.cell_len - session.cell_len - 2
+            if path_room >= 8:
+                left.append("  ")
+                left.append(shorten_path(sanitize(self.cwd), path_room), dim)
+        left.append_text(session)
         left.truncate(room, overflow="ellipsis", pad=True)
         text = Text(no_wrap=True, end="")
         text.append_text(left)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.cells import cell_len
+from rich.cells import cell_len, chop_cells
 from rich.segment import Segment
 from textual.binding import Binding
 from textual.cache import LRUCache
@@ -22,6 +22,9 @@ from textual.strip import Strip
 from widgets._literal import sanitize
 
 WRAP_AT = 1_000  # characters per display line; longer lines continue on the next one
+# Wrapping at the viewer's width runs on the UI loop at every width change (~4 ms per 100K
+# characters): a longer text scrolls sideways instead (a model's view is 40K by default).
+WRAP_MAX_CHARS = 200_000
 
 
 def prepare_lines(text: str, wrap_at: int = WRAP_AT) -> tuple[list[str], int]:
@@ -57,16 +60,23 @@ class OutputViewer(ScrollView, can_focus=True):
 
     # Listed in the footer while the viewer has focus (the full output takes it when opened).
     BINDINGS = [
-        Binding("pageup", "page_up", "Page", group=Binding.Group("Page")),
-        Binding("pagedown", "page_down", "Page", group=Binding.Group("Page")),
-        Binding("home", "scroll_home", "Top/end", group=Binding.Group("Top/end")),
-        Binding("end", "scroll_end", "Top/end", group=Binding.Group("Top/end")),
+        # their own action names: the footer ranks the output's keys above the conversation's
+        Binding("pageup", "page_output(-1)", "Page", group=Binding.Group("Page")),
+        Binding("pagedown", "page_output(1)", "Page", group=Binding.Group("Page")),
+        Binding("home", "output_edge(0)", "Top/end", group=Binding.Group("Top/end")),
+        Binding("end", "output_edge(1)", "Top/end", group=Binding.Group("Top/end")),
     ]
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._lines: list[str] = []
+        self._width = 0  # of the widest line, as prepared
         self._cache: LRUCache[int, Strip] = LRUCache(1024)
+        # Wrapped at the viewer's width (a short text in a narrow panel): every character is
+        # on screen without scrolling sideways. The rows are the lines as drawn, cut to fit.
+        self._wrap = False
+        self._rows: list[str] = []
+        self._rows_width = 0
 
     @property
     def line_count(self) -> int:
@@ -76,19 +86,70 @@ class OutputViewer(ScrollView, can_focus=True):
     def lines(self) -> list[str]:
         return self._lines
 
-    def set_text(self, text: str) -> None:
-        """Show a (small) text; large texts should go through ``prepare_lines`` in a thread."""
-        lines, width = prepare_lines(text)
-        self.set_lines(lines, width)
+    @property
+    def wraps(self) -> bool:
+        return self._wrap
 
-    def set_lines(self, lines: list[str], width: int) -> None:
+    @property
+    def row_count(self) -> int:
+        """Rows drawn: the lines, or in wrap mode the rows they were wrapped into."""
+        return len(self._rows) if self._wrap else len(self._lines)
+
+    def set_text(self, text: str, *, wrap: bool = False) -> None:
+        """Show a (small) text; large texts should go through ``prepare_lines`` in a thread.
+        ``wrap``: long lines continue on the next row instead of scrolling sideways."""
+        lines, width = prepare_lines(text)
+        self.set_lines(lines, width, wrap=wrap and len(text) <= WRAP_MAX_CHARS)
+
+    def set_lines(self, lines: list[str], width: int, *, wrap: bool = False) -> None:
         self._lines = lines
-        self._cache.clear()
-        self.virtual_size = Size(width, len(lines))
+        self._width = width
+        self._wrap = wrap
+        self._rows_width = 0
+        self._lay_out()
         self.scroll_to(0, 0, animate=False, immediate=True)
         self.refresh()
 
+    def _lay_out(self) -> None:
+        """The virtual size for the lines (wrapped at the current width in wrap mode)."""
+        self._cache.clear()
+        if not self._wrap:
+            self._rows = []
+            self.virtual_size = Size(self._width, len(self._lines))
+            return
+        # a column kept for the vertical scrollbar: whether it shows depends on the rows made here
+        width = max(1, self.size.width - self.styles.scrollbar_size_vertical)
+        rows: list[str] = []
+        for index in range(len(self._lines)):
+            line = self.display_line(index)
+            if len(line) <= width and (line.isascii() or cell_len(line) <= width):
+                rows.append(line)
+            elif line.isascii():
+                rows.extend(line[i : i + width] for i in range(0, len(line), width))
+            else:
+                rows.extend(chop_cells(line, width))
+        self._rows = rows
+        self._rows_width = width
+        self.virtual_size = Size(width, len(rows))
+
+    def on_resize(self) -> None:
+        if self._wrap and self.size.width != self._rows_width:
+            self._lay_out()
+            self.refresh()
+
     # A log is read by jumping: page and end keys move at once, without animation.
+    def action_page_output(self, direction: int) -> None:
+        if direction < 0:
+            self.action_page_up()
+        else:
+            self.action_page_down()
+
+    def action_output_edge(self, end: int) -> None:
+        if end:
+            self.action_scroll_end()
+        else:
+            self.action_scroll_home()
+
     def action_page_down(self) -> None:
         self.scroll_page_down(animate=False)
 
@@ -114,11 +175,11 @@ class OutputViewer(ScrollView, can_focus=True):
         index = scroll_y + y
         width = self.size.width
         style = self.rich_style
-        if index >= len(self._lines):
+        if index >= self.row_count:
             return Strip.blank(width, style)
         strip = self._cache.get(index)
         if strip is None:
-            line = self.display_line(index)
+            line = self._rows[index] if self._wrap else self.display_line(index)
             strip = Strip([Segment(line, style)], cell_len(line))
             self._cache[index] = strip
         return strip.crop_extend(scroll_x, scroll_x + width, style).apply_offsets(scroll_x, index)

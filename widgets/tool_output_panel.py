@@ -13,6 +13,7 @@ from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual import on, work
 from textual.binding import Binding
@@ -21,7 +22,8 @@ from textual.reactive import var
 from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
-from widgets._literal import literal
+from widgets._literal import literal, sanitize
+from widgets._paths import shorten_path
 from widgets.output_viewer import OutputViewer, prepare_lines
 from widgets.session_messages import ToolCallsChanged
 from widgets.tool_call_line import ToolCallInfo
@@ -41,9 +43,6 @@ class ShownToolCallList(ToolCallList):
     ]
 
 
-VIEWER_KEYS = "PgUp/PgDn Home/End · ctrl+o closes"
-
-
 @dataclass
 class LoadedOutput:
     call_id: str
@@ -58,8 +57,16 @@ class ToolOutputPanel(Vertical):
 
     SESSION_MESSAGES = (ToolCallsChanged,)
 
+    # While a full output is open: its keys are the footer's (the status line keeps one row).
+    BINDINGS = [
+        Binding("ctrl+o", "close_full_output", "Close"),
+        Binding("ctrl+f", "toggle_whole_path", "Path"),
+    ]
+
     expanded = var(False, toggle_class="-expanded")
     loading = var(False, toggle_class="-loading")
+    # ctrl+f: the open output's file path whole (it wraps) instead of cut from the left on one row
+    whole_path = var(False, toggle_class="-whole-path")
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -76,6 +83,7 @@ class ToolOutputPanel(Vertical):
         # ctrl+o opened a full output: moving the selection shows each call's full output
         # (or says it was not cut) until ctrl+o closes the view
         self.full_view = False
+        self.loaded: LoadedOutput | None = None  # the full output on screen
 
     def compose(self) -> ComposeResult:
         yield ShownToolCallList(id="tool-list")
@@ -177,6 +185,7 @@ class ToolOutputPanel(Vertical):
 
     def _select(self, call_id: str) -> None:
         self.selected_id = call_id
+        self.loaded = None
         self.expanded = False
         self.loading = False
         self.workers.cancel_group(self, "output-load")
@@ -204,7 +213,8 @@ class ToolOutputPanel(Vertical):
         if info.cut_before_send:
             status += f" · cut to {info.kept_chars:,} before sending"
         self.status_line.update(literal(status))
-        self.viewer.set_text(content)
+        # what the model saw is short: wrapped in the narrow panel, every character is in view
+        self.viewer.set_text(content, wrap=True)
 
     def latest_cut_call(self) -> str | None:
         """The newest call whose output was cut (its full output is on disk)."""
@@ -246,6 +256,47 @@ class ToolOutputPanel(Vertical):
         self._open(call_id, info.full_output_path)
         return "expanding"
 
+    def _say_loaded(self) -> None:
+        """The open output's file on one row, cut from the left (ctrl+f: whole), and its size."""
+        loaded = self.loaded
+        if loaded is None or not self.expanded:
+            return
+        size = f" · {len(loaded.lines):,} lines, {loaded.chars:,} characters"
+        if self.whole_path:
+            self.status_line.update(literal(f"{loaded.path}{size}"))
+            return
+        room = max(8, self.status_line.size.width or self.size.width)
+        if room - len(size) < 32:
+            size = f" · {len(loaded.lines):,} lines"
+        if room - len(size) < 24:
+            size = ""  # the file's name comes first
+        path = shorten_path(sanitize(loaded.path), room - len(size), home=False)
+        self.status_line.update(Text(path + size, no_wrap=True, overflow="ellipsis", end=""))
+
+    def on_resize(self) -> None:
+        self._say_loaded()
+
+    def watch_whole_path(self, _whole: bool) -> None:
+        self._say_loaded()
+
+    def watch_expanded(self, _expanded: bool) -> None:
+        self.refresh_bindings()  # ctrl+o "Close" and ctrl+f come and go with the open output
+
+    def watch_loading(self, _loading: bool) -> None:
+        self.refresh_bindings()
+
+    def action_toggle_whole_path(self) -> None:
+        self.whole_path = not self.whole_path
+
+    def action_close_full_output(self) -> None:
+        self.toggle_expand()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # listed (and taken) only while a full output is open; otherwise ctrl+o is the App's
+        if action in ("close_full_output", "toggle_whole_path"):
+            return self.expanded or self.loading or self.full_view
+        return True
+
     def _open(self, call_id: str, path: str) -> None:
         self.loading = True
         self.status_line.update(literal(f"loading {path} …"))
@@ -267,13 +318,9 @@ class ToolOutputPanel(Vertical):
                 return
             self.loading = False
             self.expanded = True
+            self.loaded = loaded
             self.viewer.set_lines(loaded.lines, loaded.width)
-            # the whole file name on a line of its own (it wraps rather than being cut), then the keys
-            self.status_line.update(
-                literal(
-                    f"{loaded.path}\n{loaded.chars:,} characters, {len(loaded.lines):,} lines · {VIEWER_KEYS}"
-                )
-            )
+            self._say_loaded()
             self.viewer.focus()
             self._say_following()
         elif event.state == WorkerState.ERROR and self.loading:

@@ -333,6 +333,11 @@ class SessionInfoEvent(EventBase):
     # A provider's own welcome line (the offline demo lists its prompts).
     banner: str | None = None
     resumed: bool = False
+    # The directory tidegauge was started in: the project the header names (the offline demo's
+    # ``workspace`` is a scratch copy under the data directory).
+    started_in: str = ""
+    # Server-side compaction: None where the provider has none, else whether it is on now.
+    server_compaction: bool | None = None
 
 
 class ChartPointEvent(EventBase):

@@ -29,6 +29,7 @@ from app.agent.permissions import Permissions, RuleError, load_permissions
 from app.kernel.events import Event, SessionInfoEvent
 from app.kernel.protocol import Listener
 from app.providers.factory import default_key_env, open_provider
+from app.providers.base import ServerCompactingProvider
 from app.providers.http_base import SseHttpProvider
 from app.providers.sse import StreamLimits
 from app.kernel.redact import register_secret
@@ -300,7 +301,9 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
     info = SessionInfoEvent(session_id=session.id, provider_label=label, model=provider.model,
                             workspace=str(workspace), transcript_path=str(session.transcript_path),
                             max_steps=settings.max_steps, banner=provider.banner,
-                            resumed=bool(resume or continue_latest))
+                            resumed=bool(resume or continue_latest), started_in=str(cwd),
+                            server_compaction=(engine.config.server_compaction
+                                               if isinstance(provider, ServerCompactingProvider) else None))
     return _Built(agent, stream, info, restored_events, warnings, repairs, memory_source)
 
 

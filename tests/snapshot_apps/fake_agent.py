@@ -87,12 +87,12 @@ class FakeSession:
     def __init__(self, turns: dict[str, list[Step]] | None = None, *, default: list[Step] | None = None,
                  start_context: ev.ContextEvent | None = None, restored: list[Any] | None = None,
                  provider_label: str = "fake · scripted-model", banner: str | None = None,
-                 approvals: bool = True) -> None:
+                 approvals: bool = True, server_compaction: bool | None = None) -> None:
         self.info = ev.SessionInfoEvent(
             session_id="20260101-000000-fixed", provider_label=provider_label, model="scripted-model",
             workspace="/home/user/project",
             transcript_path="/home/user/.local/share/tidegauge/sessions/fixed/transcript.jsonl",
-            max_steps=50, banner=banner)
+            max_steps=50, banner=banner, server_compaction=server_compaction)
         self.max_steps = 50
         self.approvals = approvals
         self.turns = turns or {}

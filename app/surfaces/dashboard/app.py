@@ -20,7 +20,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.screen import Screen
-from textual.widgets import Footer, Input
+from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
 import styles
@@ -44,14 +44,17 @@ from app.surfaces.view_model import DashboardView
 from widgets.context_panel import ContextPanel
 from widgets.conversation import Conversation
 from widgets.header_bar import HeaderBar
+from widgets.key_footer import KeyFooter
 from widgets.prompt_box import SLASH_COMMANDS, PromptBox
 from widgets.session_messages import (
     ApprovalRequested,
     ApprovalResolved,
     ElicitationSaid,
+    EngineSaid,
     ForecastReady,
     MemoryImportSaid,
     RestorePreviewReady,
+    SessionStarted,
     StateChanged,
 )
 from widgets.tool_call_line import ToolCallLine
@@ -64,26 +67,95 @@ if TYPE_CHECKING:
 
 CSS_FILE = Path(styles.__file__).parent / "tidegauge.tcss"
 
-HELP_TEXT = "\n".join(
-    [
+# /help's keys: (key, what it does), in the order a newcomer needs them.
+HELP_KEYS: list[tuple[str, str]] = [
+    ("enter", "send"),
+    ("↑/↓", "prompt history"),
+    ("tab", "next region"),
+    ("shift+tab", "previous region"),
+    ("PgUp/PgDn", "scroll the conversation (or the focused list/output)"),
+    ("Home/End", "first/last tool call, top/end of an output"),
+    ("ctrl+o", "open/close the full output of the selected call (nothing selected: the latest cut output)"),
+    ("ctrl+f", "in the full output: its file's whole path"),
+    ("ctrl+g", "show/hide the context chart and breakdown"),
+    ("ctrl+s", "compact (asks first)"),
+    ("ctrl+r", "reset (asks first)"),
+    (RESTORE_KEY, "in the tool list: restore a cleared result (asks first)"),
+    ("escape", "interrupt the running turn"),
+    ("ctrl+p", "command palette"),
+    ("ctrl+q", "quit"),
+    ("approval", "y yes · a always (this session) · n no · escape interrupts"),
+]
+HELP_KEY_COLUMN_MAX = 14  # /help's name column, at most
+# At least this many columns for /help to set its keys two to a row.
+HELP_TWO_COLUMNS_FROM = 100
+
+
+def _help_rows(entries: list[tuple[str, str]], width: int, *, two_columns: bool) -> list[str]:
+    """``entries`` as rows of "  key  what it does", the words wrapped under their column."""
+    import textwrap
+
+    # a long name (an MCP server's prompt) gets a row of its own rather than a column as wide
+    key_width = min(HELP_KEY_COLUMN_MAX, max(len(key) for key, _ in entries))
+    indent = " " * (2 + key_width + 2)
+    words_width = max(16, width - len(indent))
+    cells = [textwrap.wrap(about, words_width) or [""] for _, about in entries]
+    rows: list[str] = []
+    half = width // 2
+    index = 0
+    while index < len(entries):
+        key, lines = entries[index][0], cells[index]
+        if len(key) > key_width:
+            rows.append(f"  {key}")
+            rows.extend(indent + line for line in lines)
+            index += 1
+            continue
+        first = f"  {key:<{key_width}}  {lines[0]}"
+        if two_columns and len(lines) == 1 and index + 1 < len(entries) and len(cells[index + 1]) == 1:
+            second = f"{entries[index + 1][0]:<{key_width}}  {cells[index + 1][0]}"
+            if len(first) < half - 1 and half + len(second) <= width:
+                rows.append(f"{first:<{half}}{second}")
+                index += 2
+                continue
+        rows.append(first)
+        rows.extend(indent + line for line in lines[1:])
+        index += 1
+    return rows
+
+
+def help_text(width: int = 80) -> str:
+    """/help laid out for ``width`` columns: one entry per row, two to a row for keys when wide."""
+    return "\n".join([
         "commands:",
-        *(f"  {name:<9} {about}" for name, about in SLASH_COMMANDS.items()),
-        "keys (the footer shows those of the focused region):",
-        "  enter    send             ↑/↓      prompt history",
-        "  tab      next region      shift+tab  previous region",
-        "  PgUp/PgDn  scroll the conversation (or the focused list/output)",
-        "  Home/End   first/last tool call, top/end of an output",
-        "  ctrl+o   open/close the full output of the selected call",
-        "           (nothing selected: the latest cut output)",
-        "  ctrl+g   show/hide the context chart and breakdown",
-        "  ctrl+s   compact (asks first)  ctrl+r   reset (asks first)",
-        f"  {RESTORE_KEY:<8} in the tool list: restore a cleared result (asks first)",
-        "  escape   interrupt the running turn",
-        "  ctrl+p   command palette  ctrl+q   quit",
-        "  approval: y yes · a always (this session) · n no · escape interrupts",
-        "  typing anywhere goes to the prompt",
-    ]
-)
+        *_help_rows(list(SLASH_COMMANDS.items()), width, two_columns=False),
+        "keys (the footer shows those that fit):",
+        *_help_rows(HELP_KEYS, width, two_columns=width >= HELP_TWO_COLUMNS_FROM),
+        "typing anywhere goes to the prompt",
+    ])
+
+
+HELP_TEXT = help_text(HELP_TWO_COLUMNS_FROM)  # its words, whatever the width (tests read them)
+
+# What the footer keeps when its keys do not all fit, most important first (by action; a
+# region's keys not named here come after these, before the last four).
+FOOTER_RANKS: dict[str, int] = {
+    "interrupt": 1,
+    "toggle_output": 2, "close_full_output": 2,
+    "quit": 3,
+    "toggle_whole_path": 4,
+    "page_output": 5,  # the open output's own keys: its help, ahead of the App's others
+    "output_edge": 6,
+    "compact": 7,
+    "reset": 8,
+    "toggle_context_details": 9,
+    "move": 10,
+    "restore": 11,
+    "focus_next": 12,
+    "page_up": 110, "page_down": 110, "scroll_home": 111, "scroll_end": 111, "first": 111, "last": 111,
+    "history": 112,
+    "scroll_conversation": 113,
+    "focus_previous": 114,
+}
 
 # The context panel's chart and breakdown fold away when, with them, the conversation
 # would have fewer rows than this (header, footer, prompt and borders counted).
@@ -98,11 +170,12 @@ def context_details_fit(terminal_height: int) -> bool:
 
 
 class MainScreen(Screen[None]):
-    """The dashboard's screen: tab and shift+tab are listed in the footer."""
+    """The dashboard's screen: tab is listed in the footer (shift+tab in /help)."""
 
     BINDINGS = [
-        Binding("tab", "app.focus_next", "Next region", group=Binding.Group("Region")),
-        Binding("shift+tab", "app.focus_previous", "Previous region", group=Binding.Group("Region")),
+        Binding("tab", "app.focus_next", "Region"),
+        # in /help; the footer's room goes to keys that do something new
+        Binding("shift+tab", "app.focus_previous", "Previous region", show=False),
     ]
 
     def on_resize(self, _event: events.Resize) -> None:
@@ -135,13 +208,13 @@ class TidegaugeApp(App[int]):
     CSS_PATH = str(CSS_FILE)
     TITLE = "tidegauge"
     SESSION_MESSAGES = (ApprovalRequested, ApprovalResolved, MemoryImportSaid, ForecastReady, StateChanged,
-                        RestorePreviewReady, ElicitationSaid)
+                        RestorePreviewReady, ElicitationSaid, SessionStarted, EngineSaid)
     ENABLE_COMMAND_PALETTE = True
 
     BINDINGS = [
         Binding("pageup", "scroll_conversation(-1)", "Scroll", group=Binding.Group("Scroll")),
         Binding("pagedown", "scroll_conversation(1)", "Scroll", group=Binding.Group("Scroll")),
-        Binding("ctrl+o", "toggle_output", "Full output"),
+        Binding("ctrl+o", "toggle_output", "Output"),
         Binding("ctrl+g", "toggle_context_details", "Chart"),
         Binding("ctrl+s", "compact", "Compact"),
         Binding("ctrl+r", "reset", "Reset"),
@@ -189,6 +262,8 @@ class TidegaugeApp(App[int]):
         self._session_stopped = False
         # ctrl+g's choice: None follows the terminal's height, True/False is the user's and stays
         self._context_details: bool | None = None
+        # Server-side compaction as the session last said: None where the provider has none
+        self._server_compaction_on: bool | None = None
 
     # ------------------------------------------------------------------ layout
 
@@ -203,7 +278,7 @@ class TidegaugeApp(App[int]):
                 yield PromptBox(id="prompt", cursor_blink=self._cursor_blink)
             yield ToolOutputPanel(id="tool-panel")
         yield ContextPanel(id="context-panel")
-        yield Footer(compact=True)
+        yield KeyFooter(FOOTER_RANKS, drawn_last=("quit",), id="footer")
 
     # The main widgets are looked up on the main screen, once: while a modal is
     # open, App.query_one would search the modal and find nothing.
@@ -507,7 +582,8 @@ class TidegaugeApp(App[int]):
             else:
                 self._open_picker(self._resume_chosen)
         elif command == "/help":
-            self.conversation.add_engine("info", HELP_TEXT)
+            # laid out for the conversation's width now (an engine line's padding counted)
+            self.conversation.add_engine("info", help_text(max(24, self.conversation.content_region.width - 2)))
             self.conversation.show_latest_from_its_top()
         else:
             self.conversation.add_engine("warning", f"unknown command {command} — /help lists them")
@@ -649,13 +725,27 @@ class TidegaugeApp(App[int]):
         yield SystemCommand("Interrupt", "Stop the running turn (escape)", self.action_interrupt)
         yield SystemCommand("Show / hide context chart and breakdown", "The history chart and the breakdown by part"
                             " (ctrl+g)", self.action_toggle_context_details)
-        yield SystemCommand("Server-side compaction: on", "The provider compacts at the auto-compact line "
-                            "(responses, anthropic); tidegauge's own auto-compaction stands down",
-                            lambda: self._server_compaction(True))
-        yield SystemCommand("Server-side compaction: off", "tidegauge compacts, auditably, as usual",
-                            lambda: self._server_compaction(False))
+        # One toggle that says the state it is in, offered only where the provider can compact
+        # on its server (Responses, Anthropic): the session's info says which, its events the state.
+        on = self._server_compaction_on
+        if on is not None:
+            yield SystemCommand(
+                f"Server-side compaction: {'on' if on else 'off'} (turn {'off' if on else 'on'})",
+                "tidegauge compacts again, auditably, as usual" if on else
+                "the provider compacts at the auto-compact line; tidegauge's own auto-compaction stands down",
+                lambda: self._switch_server_compaction(not on))
 
-    def _server_compaction(self, on: bool) -> None:
+    @on(SessionStarted)
+    def _on_session_started(self, message: SessionStarted) -> None:
+        self._server_compaction_on = message.event.server_compaction
+
+    @on(EngineSaid)
+    def _on_engine_said(self, message: EngineSaid) -> None:
+        event = message.event
+        if event.type == "server_compaction" and self._server_compaction_on is not None:
+            self._server_compaction_on = event.on  # the state now, switched or refused
+
+    def _switch_server_compaction(self, on: bool) -> None:
         if self.session is None:
             self.conversation.add_engine("info", "the agent is still starting: try again in a moment")
         else:

@@ -1,0 +1,199 @@
+"""First impressions at small sizes (issue 29): what a newcomer sees at 80x24 and 120x40.
+
+The full output viewer's room, the narrow tool panel's long lines, the footer's keys at every
+width, the header's project and session, /help at 80 columns, the palette's server-side
+compaction toggle. Each is checked on the App as it runs (the header on the real demo session).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.surfaces.dashboard.app import TidegaugeApp
+from dashboard_helpers import demo_app, send, settle
+from snapshot_apps.fake_agent import Ask, FakeSession, big_log, session_steps
+from widgets.engine_line import EngineLine
+from widgets.header_bar import HeaderBar
+
+# KeyFooter and help_text are imported where used: each test fails on its own assertion,
+# not on the others' imports.
+
+
+@pytest.fixture
+def log_file(tmp_path: Path) -> Path:
+    # a deep path, as the data directory's are: it must not take the viewer's rows
+    path = tmp_path / "data" / "tidegauge" / "sessions" / "20261202-062137-996b" / "tool-results" / "call-1.txt"
+    path.parent.mkdir(parents=True)
+    path.write_text(big_log(3_000))
+    return path
+
+
+async def until(pilot: Any, condition: Any, what: str, attempts: int = 1_000) -> None:
+    for _ in range(attempts):
+        if condition():
+            return
+        await pilot.pause()
+    raise AssertionError(f"never happened: {what}")
+
+
+async def open_full_output(pilot: Any, app: TidegaugeApp) -> None:
+    await send(pilot, "go")
+    await settle(pilot)
+    await pilot.press("ctrl+o")
+    await until(pilot, lambda: app.tool_panel.expanded, "the full output opened")
+    await pilot.pause()
+
+
+async def test_at_80x24_the_full_output_shows_12_lines_its_path_on_one_row(log_file: Path) -> None:
+    app = TidegaugeApp(FakeSession({"go": session_steps(str(log_file))[:13]}), cursor_blink=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await open_full_output(pilot, app)
+        viewer, status = app.tool_panel.viewer, app.tool_panel.status_line
+        rows = viewer.scrollable_content_region.height
+        assert rows >= 12, f"the full output shows {rows} lines at 80x24"
+        assert status.region.height == 1, f"the status takes {status.region.height} rows"
+        shown = str(status.render())
+        assert shown.startswith("…/") and shown.split(" · ")[0].endswith("/call-1.txt"), shown
+        await pilot.press("ctrl+f")  # the whole path, on demand
+        await until(pilot, lambda: str(log_file) in str(status.render()).replace("\n", ""), "the whole path shown")
+        await pilot.press("ctrl+f")
+        await until(pilot, lambda: str(status.render()).startswith("…"), "the path shortened again")
+        from widgets.key_footer import KeyFooter
+
+        footer = app.query_one(KeyFooter)
+        await until(pilot, lambda: {"pageup", "home", "ctrl+o", "ctrl+f"} <= footer.shown_keys,
+                    f"the viewer's keys in the footer (it shows {footer.render().plain!r})")
+
+
+async def test_a_long_line_in_the_narrow_tool_panel_wraps_whole(log_file: Path) -> None:
+    app = TidegaugeApp(FakeSession({"go": session_steps(str(log_file))[:13]}), cursor_blink=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await send(pilot, "go")
+        await settle(pilot)
+        panel = app.tool_panel
+        assert panel.selected_id == "call-2"  # "300000:2026-10-18 12:00:01 ERROR database connection refused"
+        viewer = panel.viewer
+        width = viewer.scrollable_content_region.width
+        assert width < 60  # narrower than the line
+        drawn = "".join(viewer.render_line(y).text for y in range(viewer.size.height)).replace(" ", "")
+        assert "300000:2026-10-1812:00:01ERRORdatabaseconnectionrefused" in drawn, drawn
+
+
+@pytest.mark.parametrize("width", [60, 80, 100, 120, 142, 160, 220])
+async def test_the_footer_never_cuts_a_word_and_keeps_the_keys_that_matter(width: int) -> None:
+    from widgets.key_footer import KeyFooter
+
+    app = TidegaugeApp(FakeSession(), cursor_blink=False)
+    async with app.run_test(size=(width, 24)) as pilot:
+        footer = app.query_one(KeyFooter)
+        await until(pilot, lambda: "ctrl+o" in footer.shown_keys, "the footer drawn")
+        row = footer.render().plain
+        assert len(row) <= width
+        words = {"^o", "Output", "^s", "Compact", "^r", "Reset", "^g", "Chart", "^q", "Quit", "tab", "Region",
+                 "↑", "↓", "History", "pgup", "pgdn", "Scroll", "^p", "palette"}
+        assert set(row.split()) <= words, f"a cut word at {width} columns: {row!r}"
+        if width >= 80:  # the App's keys, each whole
+            for entry in ("^o Output", "^s Compact", "^r Reset", "^g Chart", "^q Quit", "^p palette"):
+                assert entry in row, f"{entry!r} missing at {width} columns: {row!r}"
+
+
+async def test_the_header_names_the_directory_started_in_and_the_session_not_the_scratch_workspace(
+        tmp_path: Path) -> None:
+    app = demo_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        header = app.query_one(HeaderBar)
+        session_id = app.session.snapshot().info.session_id
+        await until(pilot, lambda: header.session_id == session_id, "the session in the header")
+        for size in ((80, 24), (120, 40)):
+            await pilot.resize_terminal(*size)
+            await pilot.pause()
+            row = header.render().plain
+            assert "workspace" not in row and "sessions/" not in row, row
+            assert f"session {session_id.rsplit('-', 1)[-1]}" in row, row
+            assert tmp_path.name[-6:] in row, f"the directory tidegauge was started in is not named: {row!r}"
+
+
+async def test_help_reads_at_80_columns(tmp_path: Path) -> None:
+    app = TidegaugeApp(FakeSession(), cursor_blink=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await send(pilot, "/help")
+        await until(pilot, lambda: any(line.text.startswith("commands:") for line in app.query(EngineLine)),
+                    "/help shown")
+        (line,) = [line for line in app.query(EngineLine) if line.text.startswith("commands:")]
+        room = app.conversation.content_region.width - 2  # the engine line's "· "
+        too_long = [row for row in line.text.splitlines() if len(row) > room]
+        assert not too_long, f"rows wider than the conversation ({room}): {too_long}"
+        rows = line.text.splitlines()
+        assert any(row.startswith("  ctrl+s ") for row in rows) and any(row.startswith("  ctrl+r ") for row in rows)
+    from app.surfaces.dashboard.app import help_text
+
+    wide = help_text(120).splitlines()
+    assert any("ctrl+s" in row and "ctrl+r" in row for row in wide)  # two to a row where there is room
+
+
+async def test_a_long_state_cuts_the_provider_label_not_the_session_id() -> None:
+    agent = FakeSession({"approve": [Ask("run_bash", {"command": "make"})]})
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        header = app.query_one(HeaderBar)
+        await send(pilot, "approve")  # the longest words the state has: waiting for approval: run_bash
+        await until(pilot, lambda: "waiting for approval" in header.render().plain, "the approval's state")
+        row = header.render().plain
+        assert "session fixed" in row and "waiting for approval: run_bash" in row, row
+        await pilot.press("n")
+        await settle(pilot)
+
+
+async def test_a_wrapped_output_longer_than_the_panel_needs_no_sideways_scrolling() -> None:
+    """Rows enough for a vertical scrollbar: the wrapped lines still fit beside it."""
+    from widgets.output_viewer import OutputViewer
+
+    app = TidegaugeApp(FakeSession(), cursor_blink=False)
+    async with app.run_test(size=(220, 60)) as pilot:
+        viewer = app.query_one(OutputViewer)
+        text = "\n".join(f"{i:>5}  " + "x" * (i % 300) + "END" for i in range(200))
+        viewer.set_text(text, wrap=True)
+        await pilot.pause()
+        await pilot.pause()
+        assert viewer.show_vertical_scrollbar
+        assert viewer.virtual_size.width <= viewer.scrollable_content_region.width, (
+            viewer.virtual_size, viewer.scrollable_content_region)
+        assert not viewer.show_horizontal_scrollbar
+
+
+async def test_hostile_names_and_output_stay_inert_in_the_header_and_the_wrapped_view() -> None:
+    """A directory name or a tool's output can hold escape sequences and markup: drawn, never run."""
+    from widgets.output_viewer import WRAP_MAX_CHARS, OutputViewer
+
+    agent = FakeSession()
+    agent.info = agent.info.model_copy(update={"started_in": "/tmp/\x1b]0;pwned\x07[bold]x[/bold]"})
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=(160, 24)) as pilot:
+        header = app.query_one(HeaderBar)
+        await until(pilot, lambda: "/tmp/" in header.render().plain, "the started-in folder drawn")
+        row = header.render().plain
+        # the sequence is dropped whole (the one sanitizer), the markup shown as typed
+        assert "\x1b" not in row and "\x07" not in row and "pwned" not in row and "[bold]x[/bold]" in row, row
+        viewer = app.query_one(OutputViewer)
+        viewer.set_text("\x1b[2J\x1b]52;c;aGk=\x07" + "z" * 300, wrap=True)
+        await pilot.pause()
+        drawn = "".join(viewer.render_line(y).text for y in range(viewer.size.height))
+        assert "\x1b" not in drawn and "\x07" not in drawn and "z" * 20 in drawn
+        viewer.set_text("q" * (WRAP_MAX_CHARS + 1), wrap=True)  # too big to wrap on the UI loop
+        assert not viewer.wraps
+
+
+def test_help_gives_a_long_command_name_its_own_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An MCP server's prompt can have a long name: it must not widen the column for every row."""
+    from app.surfaces.dashboard.app import help_text
+    from widgets.prompt_box import SLASH_COMMANDS
+
+    monkeypatch.setitem(SLASH_COMMANDS, "/mcp__github__summarize_pull_request", "a prompt from github: summarize a PR")
+    rows = help_text(44).splitlines()
+    assert all(len(row) <= 44 for row in rows if "/mcp__github" not in row), rows
+    at = rows.index("  /mcp__github__summarize_pull_request")
+    assert rows[at + 1].strip().startswith("a prompt from github")
+    assert any(row.split()[:2] == ["/usage", "tokens"] for row in rows), rows  # the others keep one row
