@@ -734,15 +734,14 @@ class AgentSession:
         """What MCP servers add to the user's turn: a prompt run as ``/mcp__SERVER__PROMPT``, the
         resources named with ``@SERVER:URI`` (app/mcp/hub.py). None when it cannot be done: the
         turn ends in an error result with one line saying why, and no model call is made."""
-        from app.mcp.client import McpServerError
-        from app.mcp.prompts import is_prompt_command
-
         prompt_turn = getattr(self._services, "prompt_turn", None)
+        if prompt_turn is None and not text.lstrip().startswith("/mcp__"):
+            return [], []  # no server: the MCP client (and its SDK) is never imported for a turn
+        from app.mcp.client import McpServerError
+
         try:
             if prompt_turn is None:
-                if is_prompt_command(text):
-                    raise ValueError(f"unknown MCP prompt {text.split()[0]}: no MCP server offers prompts")
-                return [], []
+                raise ValueError(f"unknown MCP prompt {text.split()[0]}: no MCP server offers prompts")
             blocks, said = await prompt_turn(text, self.agent.registry, self.agent.tool_context)
             return blocks, said
         except (ValueError, McpServerError) as refused:
