@@ -87,7 +87,10 @@ def test_a_30_mb_and_a_900_level_argument_go_back_to_the_model_and_the_turn_goes
     told = {m["tool_call_id"]: m["content"] for m in sent if m["role"] == "tool"}
     assert "refused and nothing was run" in told["call_huge"] and "levels deep" in told["call_deep"]
     assert len(json.dumps(fake_llm.requests[1].json)) < 64 * 1024
-    assert peak_rss < 300 * MB, f"peak RSS {peak_rss / MB:.0f} MB"
+    # Held whole, the argument took 1,655 MB. Bounded: 165 MB on a quiet machine, 301 MB under
+    # stress-ng --cpu 2 (the stream is read more slowly than it arrives, so more of it waits in
+    # buffers): the bound is about what no loaded machine reaches and a held argument always does.
+    assert peak_rss < 400 * MB, f"peak RSS {peak_rss / MB:.0f} MB"
 
 
 async def test_brackets_inside_strings_are_text_not_depth_and_such_a_file_is_written(fake_llm, tmp_path, monkeypatch):
