@@ -378,7 +378,14 @@ async def test_a_normal_run_leaves_its_background_process_alone(ctx: ToolContext
     pid = int((ctx.workspace / "bg.pid").read_text())
     try:
         assert "[exit code: 0]" in run.content
-        assert is_sleep_1003(pid)  # still running: a server started on purpose must survive the call
+        # Still running: a server started on purpose must survive the call. Right after the fork
+        # its command line may still be the shell's (nohup has not exec'd sleep yet): wait for the
+        # exec, failing at once if the process is gone.
+        for _ in range(1000):
+            if is_sleep_1003(pid) or not psutil.pid_exists(pid):
+                break
+            await asyncio.sleep(0.01)  # polls the condition above
+        assert is_sleep_1003(pid), f"pid {pid}: {'gone' if not psutil.pid_exists(pid) else 'not sleep 1003'}"
     finally:
         with_marker = bash.proctree.kill_all_descendants()  # type: ignore[attr-defined]
     assert with_marker >= 1 and process_gone(pid)
