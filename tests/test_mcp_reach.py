@@ -122,9 +122,8 @@ def old_time_server() -> Path:
                              capture_output=True, text=True, timeout=600)
         if pip.returncode != 0:
             shutil.rmtree(venv, ignore_errors=True)
-            last = pip.stderr.strip().splitlines()[-1] if pip.stderr.strip() else f"exit {pip.returncode}"
-            if "No matching distribution" in pip.stderr or "connection" in pip.stderr.lower():
-                pytest.skip(f"the package index could not be reached to install {' '.join(OLD_TIME)}: {last}")
+            # No skip: the package index is reachable wherever the suite runs (CI installs from it),
+            # and "No matching distribution" is also what a pinned release that went away says.
             raise AssertionError(f"pip install {' '.join(OLD_TIME)} failed: {pip.stderr[-2000:]}")
         built.write_text(" ".join(OLD_TIME) + "\n")
     return program

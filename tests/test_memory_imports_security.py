@@ -285,3 +285,26 @@ def test_a_workspace_tidegauge_made_in_its_data_directory_reads_its_own_memory_f
     refused = {n.path.name for n in bundle.notices if n.action == "refused"}
     assert refused == {"transcript.jsonl", "import-approvals.json"}
     assert not any(n.path.name == "AGENTS.md" for n in bundle.notices)
+
+
+def test_a_link_in_the_scratch_workspace_to_the_sessions_own_files_is_still_refused(tmp_path: Path):
+    # Attacker's view of the exception above: a file in the scratch workspace that links to the
+    # transcript beside it (or to the data directory's approvals) is resolved first, so it is
+    # outside the workspace and stays refused, whatever name it has.
+    data_dir = tmp_path / "data"
+    session = data_dir / "sessions" / "20261202-000000-abcd"
+    workspace = session / "workspace"
+    workspace.mkdir(parents=True)
+    (session / "transcript.jsonl").write_text('{"kind": "user", "text": "TRANSCRIPT-LINE"}\n')
+    (data_dir / "import-approvals.json").write_text('{"APPROVALS-FILE": true}\n')
+    (workspace / "notes.md").symlink_to(session / "transcript.jsonl")
+    (workspace / "CLAUDE.md").symlink_to(data_dir / "import-approvals.json")
+    (workspace / "AGENTS.md").write_text("DEMO-RULES\n@notes.md\n")
+    policy = ImportPolicy.for_workspace(workspace, tmp_path / "config", data_dir=data_dir)
+
+    bundle = load_memory(workspace, tmp_path / "config", policy=policy)
+
+    assert "DEMO-RULES" in bundle.text
+    assert "TRANSCRIPT-LINE" not in bundle.text and "APPROVALS-FILE" not in bundle.text
+    refused = {n.path.name for n in bundle.notices if n.action == "refused"}
+    assert {"transcript.jsonl", "import-approvals.json"} <= refused

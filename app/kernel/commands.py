@@ -10,6 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Union
 
+# A prompt typed as `/mcp__SERVER__PROMPT args` runs an MCP server's prompt (app/mcp/prompts.py);
+# every surface and the session tell it from other slash commands by this prefix alone.
+MCP_PROMPT_PREFIX = "/mcp__"
+
 # "always" (kept for older surfaces) is "always_tool"; the other "always" answers add the
 # rules the request offered (``ApprovalRequestEvent.choices``), never a rule a surface wrote.
 Decision = Literal["yes", "always", "always_exact", "always_prefix", "always_tool", "no"]

@@ -75,6 +75,31 @@ class SessionSurface(Protocol):
         ...
 
 
+class Listeners:
+    """A session's listeners in order of subscription, changed under its owner's lock: the lock
+    its snapshot is taken and its events are passed on under, so ``attach`` misses nothing."""
+
+    def __init__(self, lock: "threading.RLock") -> None:
+        self._lock = lock
+        self._items: list[Listener] = []
+
+    def add(self, listener: Listener) -> Callable[[], None]:
+        """Add ``listener``; returns the function that removes it (safe to call twice)."""
+        with self._lock:
+            self._items.append(listener)
+
+        def remove() -> None:
+            with self._lock:
+                if listener in self._items:
+                    self._items.remove(listener)
+
+        return remove
+
+    def current(self) -> tuple[Listener, ...]:
+        """The listeners now (call it under the lock; the tuple is safe to iterate after)."""
+        return tuple(self._items)
+
+
 class HeldListener:
     """A listener that holds the events it gets until ``release``: attach with it, draw the
     snapshot on your own thread, then release, and the events after the snapshot follow it in

@@ -22,6 +22,7 @@ from typing import Any
 
 from app.context.compaction import defuse_frame_lookalikes
 from app.context.truncation import join_head_tail
+from app.kernel.commands import MCP_PROMPT_PREFIX
 from app.kernel.events import McpPromptInfo
 from app.kernel.messages import TextBlock
 from app.kernel.redact import redact
@@ -31,7 +32,7 @@ from app.mcp.content import cut_at_transport
 from app.tools.base import ToolContext
 from app.tools.registry import save_full_output
 
-SLASH_PREFIX = "/mcp__"
+SLASH_PREFIX = MCP_PROMPT_PREFIX
 SEPARATOR = "__"
 _INVALID = re.compile(r"[^A-Za-z0-9_.-]")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Literal, Protocol
 
 from app.kernel.commands import (
+    MCP_PROMPT_PREFIX,
     AnswerElicitation,
     ApproveImport,
     Approve,
@@ -67,7 +68,7 @@ from app.kernel.events import (
 from app.context.chart_history import with_chart_points  # old sessions' chart points: derived beside the engine
 from app.mcp.client_features import ClientRequests
 from app.agent.permissions import EFFECTS, PROJECT_SETTINGS, Permissions
-from app.kernel.protocol import EVENT_RING, Listener, SessionSnapshot
+from app.kernel.protocol import EVENT_RING, Listener, Listeners, SessionSnapshot
 
 if TYPE_CHECKING:
     from app.agent.loop import Agent
@@ -119,8 +120,8 @@ class EventStream:
     """
 
     def __init__(self) -> None:
-        self._listeners: list[Listener] = []
         self._lock = threading.RLock()  # a listener may attach or emit again
+        self._listeners = Listeners(self._lock)
         self._ring: deque[Event] = deque(maxlen=EVENT_RING)
         self.seq = 0  # of the last event emitted
 
@@ -130,15 +131,7 @@ class EventStream:
             self.seq = max(self.seq, seq)
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
-        with self._lock:
-            self._listeners.append(listener)
-
-        def unsubscribe() -> None:
-            with self._lock:
-                if listener in self._listeners:
-                    self._listeners.remove(listener)
-
-        return unsubscribe
+        return self._listeners.add(listener)
 
     def attach(self, listener: Listener, snapshot: Callable[[], SessionSnapshot]) -> tuple[SessionSnapshot, Callable[[], None]]:
         with self._lock:
@@ -158,7 +151,7 @@ class EventStream:
             event.__dict__["seq"] = self.seq
             event.__dict__["command_id"] = command_id
             self._ring.append(event)
-            listeners = tuple(self._listeners)
+            listeners = self._listeners.current()
             # Listeners are called under the lock: an ``attach`` from another thread waits until
             # every listener has the event its snapshot counts.
             for listener in listeners:
@@ -735,7 +728,7 @@ class AgentSession:
         resources named with ``@SERVER:URI`` (app/mcp/hub.py). None when it cannot be done: the
         turn ends in an error result with one line saying why, and no model call is made."""
         prompt_turn = getattr(self._services, "prompt_turn", None)
-        if prompt_turn is None and not text.lstrip().startswith("/mcp__"):
+        if prompt_turn is None and not text.lstrip().startswith(MCP_PROMPT_PREFIX):
             return [], []  # no server: the MCP client (and its SDK) is never imported for a turn
         from app.mcp.client import McpServerError
 

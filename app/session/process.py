@@ -40,7 +40,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable
 
 from app.kernel import commands as cmd
 from app.kernel.errors import SetupError
-from app.kernel.protocol import EVENT_RING, Listener, SessionSnapshot
+from app.kernel.protocol import EVENT_RING, Listener, Listeners, SessionSnapshot
 
 if TYPE_CHECKING:
     from app.kernel.events import Event, SessionInfoEvent
@@ -210,8 +210,8 @@ class SessionProcess:
                          "resume": resume, "continue_latest": continue_latest}
         self._cwd = cwd
         self._process: subprocess.Popen[bytes] | None = None
-        self._listeners: list[Listener] = []
         self._lock = threading.RLock()  # the mirror and the listener list change together
+        self._listeners = Listeners(self._lock)
         self._write_lock = threading.Lock()
         self._ids = 0
         self._snapshot: SessionSnapshot | None = None
@@ -317,15 +317,7 @@ class SessionProcess:
             return self._snapshot_now(), self.subscribe(listener)
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
-        with self._lock:
-            self._listeners.append(listener)
-
-        def unsubscribe() -> None:
-            with self._lock:
-                if listener in self._listeners:
-                    self._listeners.remove(listener)
-
-        return unsubscribe
+        return self._listeners.add(listener)
 
     def snapshot(self) -> SessionSnapshot:
         with self._lock:
@@ -375,7 +367,7 @@ class SessionProcess:
                     snapshot.queued = 0
             elif kind == "queued":
                 snapshot.queued = max(snapshot.queued, event.position)  # type: ignore[union-attr]
-            listeners = tuple(self._listeners)
+            listeners = self._listeners.current()
         for listener in listeners:
             listener(event)
 

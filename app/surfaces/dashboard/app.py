@@ -25,6 +25,7 @@ from textual.worker import Worker, WorkerState
 
 import styles
 from app.kernel.commands import (
+    MCP_PROMPT_PREFIX,
     AnswerElicitation,
     Approve,
     ApproveImport,
@@ -557,7 +558,7 @@ class TidegaugeApp(App[int]):
         prompt.remember(text)
         # whatever was sent, the user looks at the end of the conversation for its answer
         await self.conversation.jump_to_end()
-        if text.startswith("/") and not text.startswith("/mcp__"):
+        if text.startswith("/") and not text.startswith(MCP_PROMPT_PREFIX):
             self._slash_command(text)
             return
         # /mcp__SERVER__PROMPT runs a server's prompt: the session checks it and says what was wrong
