@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ from app.kernel.events import ElicitationRequestEvent, ElicitationResolvedEvent
 from app.mcp.client_features import ClientRequests, SampledReply, SamplingCall, SamplingRefused, sampling_call
 from app.mcp.hub import McpHub, start_mcp
 from fake_llm_server import openai_text, openai_tool_calls
+from mcp_helpers import run_headless
 from test_mcp_servers import Session, python_server
 
 SERVER = Path(__file__).parent / "mcp_servers" / "client_features_server.py"
@@ -219,19 +218,9 @@ async def test_a_command_cannot_answer_a_form_that_was_never_asked(features: For
 
 def _headless(fake_llm: Any, tmp_path: Path, prompt: str, *flags: str) -> tuple[int, list[dict[str, Any]], str]:
     """``tidegauge -p PROMPT`` in stream-json with the features server configured."""
-    config = tmp_path / "config"
-    config.mkdir()
-    (config / "config.toml").write_text(
-        f"[mcp_servers.features]\ncommand = {json.dumps(sys.executable)}\nargs = [{json.dumps(str(SERVER))}]\n"
-        "startup_timeout = 120\n", encoding="utf-8")
-    (tmp_path / "work").mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("TIDEGAUGE_")}
-    env.update({"TIDEGAUGE_CONFIG_DIR": str(config), "TIDEGAUGE_DATA_DIR": str(tmp_path / "data"),
-                "OPENAI_API_KEY": KEY})
-    proc = subprocess.run([sys.executable, "-m", "app", "--provider", "openai", "--model", "m",
-                           "--base-url", fake_llm.base_url("openai"), "--output-format", "stream-json",
-                           "-p", prompt, *flags],
-                          cwd=tmp_path / "work", env=env, capture_output=True, text=True, timeout=240)
+    servers = (f"[mcp_servers.features]\ncommand = {json.dumps(sys.executable)}\nargs = [{json.dumps(str(SERVER))}]\n"
+               "startup_timeout = 120\n")
+    proc = run_headless(fake_llm, tmp_path, servers, prompt, *flags)
     return proc.returncode, [json.loads(line) for line in proc.stdout.splitlines()], proc.stderr
 
 

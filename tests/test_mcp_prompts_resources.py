@@ -21,8 +21,6 @@ def test_a_forms_whole_number_default_is_sent_as_the_server_gave_it() -> None:
 # ---------------------------------------------------------------- the real server, through the hub
 
 import json  # noqa: E402 - the sections of this file read top to bottom
-import os  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -40,6 +38,7 @@ from app.mcp.client import McpServerError  # noqa: E402
 from app.mcp.prompts import PromptCommandError  # noqa: E402
 from app.mcp.resources import AttachmentError  # noqa: E402
 from fake_llm_server import openai_text, openai_tool_calls  # noqa: E402
+from mcp_helpers import run_headless  # noqa: E402
 from test_mcp_servers import Session, python_server  # noqa: E402
 
 SERVER = Path(__file__).parent / "mcp_servers" / "prompts_server.py"
@@ -188,19 +187,9 @@ async def test_a_prompt_of_a_server_that_stopped_is_one_line(served: Session) ->
 # ---------------------------------------------------------------- headless: the real CLI
 
 def _headless(fake_llm: Any, tmp_path: Path, prompt: str) -> tuple[int, list[dict[str, Any]], str]:
-    config = tmp_path / "config"
-    config.mkdir()
-    (config / "config.toml").write_text(
-        f"[mcp_servers.docs]\ncommand = {json.dumps(sys.executable)}\nargs = [{json.dumps(str(SERVER))}]\n"
-        "startup_timeout = 120\n", encoding="utf-8")
-    (tmp_path / "work").mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("TIDEGAUGE_")}
-    env.update({"TIDEGAUGE_CONFIG_DIR": str(config), "TIDEGAUGE_DATA_DIR": str(tmp_path / "data"),
-                "OPENAI_API_KEY": KEY})
-    proc = subprocess.run([sys.executable, "-m", "app", "--provider", "openai", "--model", "m",
-                           "--base-url", fake_llm.base_url("openai"), "--output-format", "stream-json",
-                           "-p", prompt],
-                          cwd=tmp_path / "work", env=env, capture_output=True, text=True, timeout=240)
+    servers = (f"[mcp_servers.docs]\ncommand = {json.dumps(sys.executable)}\nargs = [{json.dumps(str(SERVER))}]\n"
+               "startup_timeout = 120\n")
+    proc = run_headless(fake_llm, tmp_path, servers, prompt)
     return proc.returncode, [json.loads(line) for line in proc.stdout.splitlines()], proc.stderr
 
 

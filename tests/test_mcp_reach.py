@@ -27,7 +27,8 @@ from typing import Any
 
 import pytest
 from fake_llm_server import openai_text, openai_tool_calls
-from test_mcp_headless import KEY, toml_string
+from mcp_helpers import run_headless
+from test_mcp_headless import toml_string
 from test_mcp_servers import START, Session, _free_port, _wait_listening
 
 import app
@@ -131,17 +132,7 @@ def old_time_server() -> Path:
 
 def _tidegauge(tmp_path: Path, fake, servers_toml: str, prompt: str, env_extra: dict[str, str] | None = None,
                ) -> tuple[int, list[dict[str, Any]], str]:
-    config = tmp_path / "config"
-    config.mkdir(exist_ok=True)
-    (config / "config.toml").write_text(servers_toml, encoding="utf-8")
-    (config / "config.toml").chmod(0o600)
-    (tmp_path / "work").mkdir(exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("TIDEGAUGE_")}
-    env.update({"TIDEGAUGE_CONFIG_DIR": str(config), "TIDEGAUGE_DATA_DIR": str(tmp_path / "data"),
-                "OPENAI_API_KEY": KEY, **(env_extra or {})})
-    proc = subprocess.run([sys.executable, "-m", "app", "--provider", "openai", "--model", "m",
-                           "--base-url", fake.base_url("openai"), "--output-format", "stream-json", "--yes",
-                           "-p", prompt], cwd=tmp_path / "work", env=env, capture_output=True, text=True, timeout=240)
+    proc = run_headless(fake, tmp_path, servers_toml, prompt, "--yes", env_extra=env_extra)
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     return proc.returncode, events, proc.stdout + proc.stderr
 

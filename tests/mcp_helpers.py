@@ -1,0 +1,29 @@
+"""``tidegauge -p`` in stream-json through the real CLI, with MCP servers from a config.toml:
+the one way the MCP tests run a whole headless task."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+KEY = "sk-test-fake-key-0123456789"
+
+
+def run_headless(fake_llm: Any, tmp_path: Path, servers_toml: str, prompt: str, *flags: str,
+                 env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run one task against ``fake_llm`` (Chat Completions) with ``servers_toml`` as the config file."""
+    config = tmp_path / "config"
+    config.mkdir(exist_ok=True)
+    (config / "config.toml").write_text(servers_toml, encoding="utf-8")
+    (config / "config.toml").chmod(0o600)
+    (tmp_path / "work").mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("TIDEGAUGE_")}
+    env.update({"TIDEGAUGE_CONFIG_DIR": str(config), "TIDEGAUGE_DATA_DIR": str(tmp_path / "data"),
+                "OPENAI_API_KEY": KEY, **(env_extra or {})})
+    return subprocess.run([sys.executable, "-m", "app", "--provider", "openai", "--model", "m",
+                           "--base-url", fake_llm.base_url("openai"), "--output-format", "stream-json",
+                           *flags, "-p", prompt],
+                          cwd=tmp_path / "work", env=env, capture_output=True, text=True, timeout=240)
