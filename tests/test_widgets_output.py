@@ -90,3 +90,27 @@ def test_a_call_line_says_what_happened_to_the_call() -> None:
     stopped = ToolCallInfo(id="b", name="run_bash", summary="sleep 600", status="interrupted", original_chars=88)
     line = tool_call_text(stopped, {}).plain
     assert line == "⏹ run_bash sleep 600  interrupted"  # not the size and time of the stand-in result
+
+
+async def test_the_tool_lists_thumb_is_where_the_list_is_when_its_bar_appears() -> None:
+    """Calls can arrive faster than layouts: the list follows them (scrolls) before its bar is
+    shown, and when the bar appears its thumb must show the list's place. It stayed at the top
+    while the last call was on screen (1 run in 3 of the 80x24 snapshot under load). The bar's
+    late arrival is made certain here by hiding it until the list has scrolled."""
+    app = Host()
+    async with app.run_test(size=(60, 30)) as pilot:
+        tool_list = app.query_one(ToolCallList)
+        tool_list.styles.height = 6
+        tool_list.styles.overflow_y = "hidden"
+        for i in range(11):
+            tool_list.add_call(ToolCallInfo(id=f"c{i}", name="read_file", summary=f"f{i}.py", status="ok"))
+            tool_list.cursor = i
+        await pilot.pause()
+        following = 11 - tool_list.scrollable_content_region.height  # the last call on the bottom row
+        assert not tool_list.show_vertical_scrollbar and following > 0
+        assert tool_list.scroll_offset.y == following
+        tool_list.styles.overflow_y = "auto"
+        for _ in range(3):
+            await pilot.pause()
+        assert tool_list.show_vertical_scrollbar
+        assert tool_list.vertical_scrollbar.position == tool_list.scroll_offset.y == following

@@ -127,10 +127,18 @@ class ToolCallList(ScrollView, can_focus=True):
             self.scroll_to(y=cursor, animate=False, immediate=True, force=True)
         elif cursor >= top + height:
             self.scroll_to(y=cursor - height + 1, animate=False, immediate=True, force=True)
+        self._place_thumb()
+
+    def _place_thumb(self) -> None:
         if self.show_vertical_scrollbar:
-            # Textual only moves the thumb when scroll_y changes while the bar is shown;
-            # a scroll made just before the bar appeared would leave it stale.
             self.vertical_scrollbar.position = self.scroll_offset.y
+
+    def watch_show_vertical_scrollbar(self, shown: bool) -> None:
+        # Textual moves the thumb only when scroll_y changes while the bar is shown: a list
+        # that followed its calls before the bar appeared showed its thumb at an old place
+        # (at the top while the last call was on screen; 1 in 3 runs under load).
+        if shown:
+            self._place_thumb()
 
     def on_resize(self) -> None:
         self._scroll_to_cursor()
