@@ -7,6 +7,10 @@ and a snapshot another library in the process may have fetched is not used eithe
 a session never phones home. The package costs ~0.2 s to import, so it is imported
 on the first lookup of a model it could know, not with this module.
 
+A lookup's answer (the entry, or that there is none) is kept in the data directory, keyed by
+the installed catalogue's file and the day, so a run for a model looked up before does not
+import the package at all (``remember_lookups_in``): a one-turn headless run is mostly start-up.
+
 Users override a price in config (``[prices."model-prefix"]`` with input,
 cached_input, cache_write, output); ``price_for`` merges the override over the
 catalogue's entry, the longest matching prefix winning. A model nobody prices
@@ -17,10 +21,12 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from app.kernel.private_files import read_private, write_private_atomic
 from app.kernel.usage import Usage
 
 if TYPE_CHECKING:  # the catalogue's types, for mypy only: importing them costs ~0.2 s
@@ -109,6 +115,17 @@ def catalogue_model(model: str) -> CatalogueModel | None:
     name = model_key(model)
     if not name or len(name) > MAX_MODEL_NAME:
         return None
+    if _lookups is not None:
+        known, entry = _lookups.get(name)
+        if known:
+            return entry
+        entry = _look_up(name)
+        _lookups.put(name, entry)
+        return entry
+    return _look_up(name)
+
+
+def _look_up(name: str) -> CatalogueModel | None:
     try:
         provider, info = _bundled_catalogue().find_provider_model(name, None, None, None)
         model_price = info.get_prices(datetime.now(UTC))
@@ -116,6 +133,96 @@ def catalogue_model(model: str) -> CatalogueModel | None:
         return None
     return CatalogueModel(provider_id=provider.id, model_id=info.id, price=_from_catalogue(model_price),
                           context_window=info.context_window)
+
+
+# ---- lookups kept between runs ----
+
+# Bounds on a file in the data directory: anything bigger or stranger is ignored and rebuilt.
+LOOKUPS_MAX_BYTES = 256 * 1024
+LOOKUPS_MAX_MODELS = 128
+
+
+def _catalogue_identity() -> str | None:
+    """Which catalogue is installed, without importing it: its data file's size and mtime.
+    An upgrade (or any edit) of the package changes it, and with it every kept answer."""
+    from importlib.util import find_spec
+
+    try:
+        spec = find_spec("genai_prices")
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        info = (Path(next(iter(spec.submodule_search_locations))) / "data.py").stat()
+    except (ImportError, OSError, ValueError, StopIteration):
+        return None
+    return f"{info.st_size}-{info.st_mtime_ns}"
+
+
+def _price_from_json(value: Any) -> Price | None:
+    if value is None:
+        return None
+    tiers = tuple(PriceTier(int(t["above_input_tokens"]), _flat_price(t["rates"])) for t in value.get("tiers", ()))
+    return replace(_flat_price(value), tiers=tiers)
+
+
+def _flat_price(value: Any) -> Price:
+    return Price(float(value["input_per_mtok"]), float(value["cached_input_per_mtok"]),
+                 float(value["cache_write_per_mtok"]), float(value["output_per_mtok"]))
+
+
+class _KeptLookups:
+    """The catalogue's answers of earlier runs, for this catalogue and this day (prices change
+    on dates the catalogue knows). Written 0600, never through a symlink, like every file of ours;
+    a file that does not parse as what we wrote is ignored (and replaced on the next lookup)."""
+
+    def __init__(self, path: Path, identity: str, day: str) -> None:
+        self.path, self.identity, self.day = path, identity, day
+        self.models: dict[str, Any] = {}
+        try:
+            raw = read_private(path, LOOKUPS_MAX_BYTES + 1)
+            kept = json.loads(raw) if len(raw) <= LOOKUPS_MAX_BYTES else {}
+            if (kept.get("catalogue") == identity and kept.get("day") == day
+                    and isinstance(kept.get("models"), dict)):
+                self.models = dict(list(kept["models"].items())[-LOOKUPS_MAX_MODELS:])
+        except (OSError, ValueError, AttributeError):
+            pass
+
+    def get(self, name: str) -> tuple[bool, CatalogueModel | None]:
+        if name not in self.models:
+            return False, None
+        value = self.models[name]
+        if value is None:
+            return True, None
+        try:
+            return True, CatalogueModel(provider_id=str(value["provider_id"]), model_id=str(value["model_id"]),
+                                        price=_price_from_json(value["price"]),
+                                        context_window=None if value["context_window"] is None
+                                        else int(value["context_window"]))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return False, None  # not what we wrote: look it up again
+
+    def put(self, name: str, entry: CatalogueModel | None) -> None:
+        self.models.pop(name, None)
+        self.models[name] = None if entry is None else asdict(entry)
+        self.models = dict(list(self.models.items())[-LOOKUPS_MAX_MODELS:])
+        data = json.dumps({"catalogue": self.identity, "day": self.day, "models": self.models}).encode()
+        if not self.path.parent.is_dir():
+            return  # the data directory is made by the session store; a lookup never creates it
+        try:
+            write_private_atomic(self.path, data)
+        except OSError:
+            pass  # a read-only data directory: the next run looks it up again
+
+
+_lookups: _KeptLookups | None = None
+
+
+def remember_lookups_in(path: Path | None) -> None:
+    """Keep the catalogue's answers in ``path`` between runs (None: in this process only)."""
+    global _lookups
+    identity = _catalogue_identity() if path is not None else None
+    _lookups = None if path is None or identity is None else _KeptLookups(
+        path, identity, datetime.now(UTC).date().isoformat())
+    catalogue_model.cache_clear()
 
 
 def _rate_at(value: Any, input_tokens: int | None) -> float | None:
