@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, Field, TypeAdapter, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 AgentName = Union[
     Literal["main", "compact", "sub", "memory"],  # sub: a task tool's sub-agent; memory: the session memory's updates
@@ -19,6 +19,11 @@ AgentName = Union[
 AgentState = Literal["starting", "idle", "streaming", "tool", "compacting", "waiting_approval", "retrying",
                      "interrupting"]
 PointKind = Literal["call", "compaction", "prune", "reset", "memory", "server"]  # memory/server: compactions from the session memory / by the provider
+
+
+# A session uses a handful of its ~60 event types; building a model's validator when it is first
+# used, not when this module is imported, is most of this module's import time (a headless run).
+DEFERRED = ConfigDict(defer_build=True)
 
 
 class EventBase(BaseModel):
@@ -32,6 +37,8 @@ class EventBase(BaseModel):
     (start-up notices). Transcripts and stream-json lines written before these fields existed
     load with the defaults.
     """
+
+    model_config = DEFERRED
 
     # Left out of a line at their defaults: an event built and not emitted (the context inside a
     # report), and one nobody asked for, read as older lines did.
@@ -121,6 +128,8 @@ class UsageEvent(EventBase):
 
 
 class ThresholdsModel(BaseModel):
+    model_config = DEFERRED
+
     window: int
     reserve: int
     effective_window: int
@@ -273,6 +282,8 @@ _SUBTYPE_OF_STOP: dict[str, ResultSubtype] = {
 class TokenTotals(BaseModel):
     """Tokens of the model calls of one run (``input_tokens``: the uncached part)."""
 
+    model_config = DEFERRED
+
     input_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
@@ -282,6 +293,8 @@ class TokenTotals(BaseModel):
 
 class PermissionDenial(BaseModel):
     """A tool call refused for want of approval (headless without --yes, or "no" in the dashboard)."""
+
+    model_config = DEFERRED
 
     tool_name: str
     tool_use_id: str
@@ -381,6 +394,8 @@ class ApprovalResolvedEvent(EventBase):
 
 
 class PermissionRuleLine(BaseModel):
+    model_config = DEFERRED
+
     effect: Literal["allow", "ask", "deny"]
     rule: str
     source: Literal["flag", "config", "project", "saved", "session"]
@@ -621,6 +636,8 @@ class ElicitationField(BaseModel):
     ``value_from`` is the one rule of what a field accepts: the dashboard's form checks each
     field with it as the user types, and the session checks the answer again before it goes."""
 
+    model_config = DEFERRED
+
     name: str
     kind: Literal["string", "number", "integer", "boolean", "enum"]
     title: str = ""
@@ -718,6 +735,8 @@ class ElicitationResolvedEvent(EventBase):
 
 class McpPromptInfo(BaseModel):
     """One prompt a server offers, as the slash command that runs it (names and words sanitized)."""
+
+    model_config = DEFERRED
 
     command: str  # "/mcp__git__review"
     description: str = ""

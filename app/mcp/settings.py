@@ -16,7 +16,7 @@ SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,24}$")
 class McpServerConfig(BaseModel):
     """One MCP server: a command started over stdio, or a streamable-HTTP ``url``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # built when a server is configured
 
     command: str | None = None
     args: list[str] = Field(default_factory=list)

@@ -124,7 +124,7 @@ class ToolArgs(BaseModel):
     not a path). Unknown keys are ignored, as before.
     """
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)  # built on a first call: most runs use few tools
 
     @field_validator("*", mode="before")
     @classmethod
