@@ -23,6 +23,7 @@ from app.context.engine import ContextEngine, EngineConfig, quiet_model_call
 from app.context.file_cache import FileReadCache
 from app.context.memory import ImportApprovals, ImportPolicy, MemoryBundle, find_repo_root, load_memory
 from app.context.prices import assumed_price_warning, price_for, remember_lookups_in
+from app.context.tokens import remember_pieces_in
 from app.context.thresholds import assumed_window_warning, context_window_for
 from app.kernel.errors import ConfigError, SetupError
 from app.agent.permissions import Permissions, RuleError, load_permissions
@@ -190,6 +191,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
     for extra in setup.tools:
         registry.register(extra.tool, max_output=extra.max_output)
     remember_lookups_in(settings.data_dir_path / "catalogue-lookups.json")
+    remember_pieces_in(settings.data_dir_path / "token-pieces.json")
     window = settings.window
     if window is None:
         window = setup.default_window or context_window_for(provider.model)

@@ -1,0 +1,144 @@
+"""Counting ASCII text from pieces counted in earlier runs (app.context.tokens.remember_pieces_in).
+
+Loading the cl100k encoder is most of what a one-turn headless run spends on counting. cl100k
+splits a text with its pattern and encodes each piece alone, so a text whose pieces were all
+counted before is counted from them: the same figure, without the encoder. These tests hold
+the split equal to tiktoken's, the figures equal to the encoder's, and the kept file to what
+we wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import regex  # type: ignore[import-untyped]  # tiktoken's own dependency; the oracle for the split
+from fake_llm_server import openai_text
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.context import tokens
+from app.context.tokens import CL100K_PATTERN, CL100K_SHA256, count_tokens, encoder
+
+# Every ASCII character, with the pattern's interesting runs (contractions, CRLF, digits) more often.
+ASCII = st.lists(st.sampled_from([chr(i) for i in range(128)] + [" ", "  ", "'s", "'LL", "\r\n", "42", "ab"]),
+                 max_size=40).map("".join)
+SPLIT = regex.compile(CL100K_PATTERN)
+
+
+@pytest.fixture
+def pieces(tmp_path: Path):
+    path = tmp_path / "token-pieces.json"
+    tokens.remember_pieces_in(path)
+    yield path
+    tokens.remember_pieces_in(None)
+
+
+@settings(max_examples=400, deadline=None)
+@given(ASCII)
+def test_ascii_text_is_split_as_tiktoken_splits_it(text: str) -> None:
+    assert tokens._ascii_split()(text) == SPLIT.findall(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(learnt=ASCII, counted=ASCII)
+def test_a_text_counted_from_known_pieces_has_the_encoders_count(learnt: str, counted: str) -> None:
+    table = tokens._PieceCounts(Path("/nonexistent/token-pieces.json"))
+    table.learn(learnt)
+    table.learn(counted)
+    assert table.count(counted) == len(encoder().encode(counted, disallowed_special=()))
+    # any other text: the table gives the encoder's figure, or none (a piece it never counted)
+    for other in (learnt + counted, counted + " zqxjvkw"):
+        figure = table.count(other)
+        assert figure is None or figure == len(encoder().encode(other, disallowed_special=()))
+    assert table.count("zqxjvkw") is None
+
+
+SECOND_RUN = textwrap.dedent("""
+    import json, sys
+    from pathlib import Path
+    from app.context import tokens
+    tokens.remember_pieces_in(Path(sys.argv[1]))
+    texts = json.loads(sys.argv[2])
+    counts = [tokens.count_tokens(t) for t in texts]
+    print(json.dumps({"encoder_loaded": "tiktoken" in sys.modules, "counts": counts}))
+""")
+
+
+def _run(path: Path, texts: list[str]) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, "-c", SECOND_RUN, str(path), json.dumps(texts)], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_a_second_run_counts_known_text_without_the_encoder_and_new_text_with_it(tmp_path: Path) -> None:
+    path = tmp_path / "token-pieces.json"
+    texts = ["You are tidegauge, a coding agent.\n  Work in /home/ann/project.", "hi", "Don't stop: 1234567 items!!\n"]
+    first = _run(path, texts)  # learns, saves when it exits
+    assert first["encoder_loaded"] and path.exists() and oct(path.stat().st_mode & 0o777) == "0o600"
+    second = _run(path, texts)
+    assert not second["encoder_loaded"]
+    exact = [len(encoder().encode(t, disallowed_special=())) for t in texts]
+    assert first["counts"] == second["counts"] == exact
+    third = _run(path, texts + ["hi zqxjvkw"])  # one new piece: the encoder counts it
+    assert third["encoder_loaded"] and third["counts"][-1] == len(encoder().encode("hi zqxjvkw"))
+    assert not _run(path, ["hi zqxjvkw"])["encoder_loaded"]  # and it is known from then on
+
+
+@pytest.mark.parametrize("kept", [
+    {"encoder": "0" * 64, "pieces": {"hi": 7}},  # another encoder's file
+    {"encoder": CL100K_SHA256, "pieces": {"hi": 7}},  # more tokens than characters: not a count
+    {"encoder": CL100K_SHA256, "pieces": {"hi": 0}},
+    {"encoder": CL100K_SHA256, "pieces": {"hi": True}},
+    {"encoder": CL100K_SHA256, "pieces": {"h\u00e9": 1}},  # not ASCII: never a piece of ours
+    {"encoder": CL100K_SHA256, "pieces": ["hi"]},
+    "not an object",
+])
+def test_a_kept_file_that_is_not_what_we_wrote_is_not_believed(pieces: Path, kept: Any) -> None:
+    pieces.write_text(json.dumps(kept))
+    tokens.remember_pieces_in(pieces)
+    assert count_tokens("hi hi hi") == len(encoder().encode("hi hi hi"))
+
+
+def test_an_oversized_or_linked_file_is_neither_read_nor_written_through(tmp_path: Path) -> None:
+    big = tmp_path / "token-pieces.json"
+    big.write_text(json.dumps({"encoder": CL100K_SHA256, "pieces": {"hi": 2}}) + " " * tokens.PIECES_MAX_BYTES)
+    assert tokens._PieceCounts(big).counts == {}
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("precious")
+    link = tmp_path / "linked.json"
+    link.symlink_to(elsewhere)
+    table = tokens._PieceCounts(link)
+    table.learn("hello there")
+    table.save()
+    assert elsewhere.read_text() == "precious" and not link.is_symlink()
+    assert json.loads(link.read_text())["pieces"]["hello"] == 1
+
+
+def test_the_real_program_shows_the_same_figures_with_and_without_the_kept_pieces(fake_llm, tmp_path) -> None:
+    """Two identical runs: the first counts with the encoder and keeps the pieces, the second
+    counts from them. Every context figure the gauge got is the same."""
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("TIDEGAUGE_")}
+    env.update({"TIDEGAUGE_CONFIG_DIR": str(tmp_path / "config"), "TIDEGAUGE_DATA_DIR": str(tmp_path / "data"),
+                "OPENAI_API_KEY": "sk-test-fake-key-0123456789"})
+    (tmp_path / "work").mkdir()
+    figures = []
+    for _ in range(2):
+        fake_llm.enqueue(openai_text("The answer is 42."))
+        proc = subprocess.run([sys.executable, "-m", "app", "-p", "what is the answer?", "--provider", "openai",
+                               "--model", "gpt-4o", "--base-url", fake_llm.base_url("openai"),
+                               "--output-format", "stream-json"], cwd=tmp_path / "work", env=env,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        events = [json.loads(line) for line in proc.stdout.splitlines()]
+        figures.append([(e["exact_tokens"], e["estimated_tokens"], e["breakdown"]) for e in events
+                        if e["type"] == "context"])
+    assert figures[0] and figures[0] == figures[1]
+    assert (tmp_path / "data" / "token-pieces.json").exists()
