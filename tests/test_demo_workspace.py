@@ -57,3 +57,19 @@ def test_log_cache_is_written_once_and_linked_into_each_workspace(tmp_path):
     cached = cache / "app.log"
     assert (first / "app.log").stat().st_ino == cached.stat().st_ino == (second / "app.log").stat().st_ino
     assert (second / "app.log").read_text().rstrip("\n").endswith(LOG_ERROR_LINE)
+
+
+def test_a_log_being_written_never_writes_through_a_name_another_demo_uses(tmp_path):
+    """Demos that start at once (two browser tabs) share the log cache. The log was written under
+    a fixed temporary name: one demo truncated the other's half-written log, and a symlink left at
+    that name was written through."""
+    from app.demo.workspace import write_app_log
+
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me")
+    log = tmp_path / "app.log"
+    (tmp_path / "app.log.tmp").symlink_to(precious)
+    write_app_log(log)
+    assert precious.read_text() == "keep me"
+    assert log.read_text().endswith(LOG_ERROR_LINE + "\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.log", "app.log.tmp", "precious.txt"]  # nothing left behind

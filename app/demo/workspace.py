@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -45,14 +46,22 @@ def _expected_log_bytes() -> int:
 
 
 def write_app_log(path: Path) -> None:
-    """300,000 INFO lines and one ERROR line at the very end, as in the seed."""
-    tmp = path.with_suffix(".log.tmp")
-    with open(tmp, "w", encoding="ascii", newline="\n") as f:
-        for start in range(1, LOG_LINES + 1, _LOG_CHUNK):
-            stop = min(LOG_LINES, start + _LOG_CHUNK - 1)
-            f.write("".join(f"{LOG_INFO_PREFIX}{n}\n" for n in range(start, stop + 1)))
-        f.write(LOG_ERROR_LINE + "\n")
-    tmp.replace(path)
+    """300,000 INFO lines and one ERROR line at the very end, as in the seed.
+
+    Written under a name of its own (O_EXCL) and renamed into place: demos that start at once
+    (two browser tabs) share the log cache, and a fixed temporary name let one truncate the
+    other's half-written file, or write through a symlink left at that name."""
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with open(fd, "w", encoding="ascii", newline="\n") as f:
+            for start in range(1, LOG_LINES + 1, _LOG_CHUNK):
+                stop = min(LOG_LINES, start + _LOG_CHUNK - 1)
+                f.write("".join(f"{LOG_INFO_PREFIX}{n}\n" for n in range(start, stop + 1)))
+            f.write(LOG_ERROR_LINE + "\n")
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
 
 
 def _walk(node: Traversable, prefix: str = "") -> list[tuple[str, Traversable]]:
