@@ -392,3 +392,26 @@ def test_the_page_that_holds_the_token_is_not_cached_framed_or_sent_as_a_referer
     assert page.headers["Cache-Control"] == "no-store"
     assert page.headers["X-Frame-Options"] == "DENY"
     assert f'data-session-websocket-url="ws://{urlsplit(server.base_url).netloc}/ws/{server.token}"' in page.text
+
+
+def test_a_flood_of_refused_requests_does_not_bury_the_log(tmp_path: Path) -> None:
+    """Any page in the browser can make requests to the port (an image tag in a loop). Each one
+    was a log line: 10,000 of them buried everything the user must read."""
+    from app.surfaces.dashboard.web import RefusalLog
+
+    refusals = RefusalLog(each=50, every=1_000)
+    lines = [refusals.line_for("refused GET '/x' from 127.0.0.1: no token") for _ in range(10_000)]
+    logged = [line for line in lines if line is not None]
+    assert len(logged) == 50 + 1 + 10  # one by one, the notice, then at 1,000, 2,000 ... 10,000
+    assert "one line per 1,000 refusals: 51 so far" in logged[50] and "(10,000 refusals so far)" in logged[-1]
+
+    web = _start(tmp_path)
+    try:
+        with httpx.Client(timeout=START_TIMEOUT_S) as client:
+            for n in range(51):
+                assert client.get(f"{web.base_url}/?n={n}").status_code == 403  # no token: each refused
+        web.wait_for_line("from now on one line per 1,000 refusals")
+        assert sum("refused GET" in line for line in web.output) == 51  # 50 lines and the notice
+        assert httpx.get(web.url, timeout=START_TIMEOUT_S).status_code == 200  # the user still gets in
+    finally:
+        web.stop()

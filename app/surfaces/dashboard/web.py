@@ -275,6 +275,28 @@ class WebAccess:
         return None
 
 
+class RefusalLog:
+    """Which refusals get a log line. Any page in the user's browser can make requests to the
+    served port (an image tag in a loop): one line each would bury what the user must read. The
+    first ``each`` are logged one by one, then one line per ``every`` with the count."""
+
+    def __init__(self, each: int = 50, every: int = 1_000) -> None:
+        self.each, self.every = each, every
+        self.refused = 0
+
+    def line_for(self, refusal: str) -> str | None:
+        """The log line for one more refusal, or None when it is only counted."""
+        self.refused += 1
+        n = self.refused
+        if n <= self.each:
+            return refusal
+        if n == self.each + 1:
+            return f"{refusal} (from now on one line per {self.every:,} refusals: {n:,} so far)"
+        if n % self.every == 0:
+            return f"{refusal} ({n:,} refusals so far)"
+        return None
+
+
 def dashboard_command(*, resume: str | None = None) -> str:
     """The shell command textual-serve runs for each tab: this Python, this package, the dashboard."""
     argv = [sys.executable, "-m", "app"]
@@ -413,6 +435,7 @@ def _dashboard_server_class() -> type:
                              public_url=f"http://{shown}:{port}")
             self.listener = listener
             self.access = access
+            self.refusals = RefusalLog()
             self.max_tabs = max_tabs
             self.resume = resume
             self.open_tabs = 0
@@ -458,7 +481,9 @@ def _dashboard_server_class() -> type:
                                          is_websocket=is_websocket)
             if reason is not None:
                 what = "the websocket" if is_websocket else _quoted(request.path)
-                log.warning("refused %s %s from %s: %s", request.method, what, request.remote, reason)
+                line = self.refusals.line_for(f"refused {request.method} {what} from {request.remote}: {reason}")
+                if line is not None:
+                    log.warning("%s", line)
                 hint = " (open the address tidegauge --web printed: it ends in ?token=...)" if "token" in reason else ""
                 return web.Response(status=403, text=f"tidegauge: refused: {reason}{hint}\n")
             response: web.StreamResponse = await handler(request)
