@@ -208,6 +208,7 @@ async def test_an_enterprise_session_exchanges_the_id_token_for_an_id_jag_and_ca
     for secret in (ID_TOKEN, XAA_SECRET, id_jag, access):
         assert secret not in output, f"{secret[:6]}... was printed"
         assert not [r for r in fake_llm.requests if secret in json.dumps(r.json)], f"{secret[:6]}... reached the model"
+    assert list((tmp_path / "data").rglob("transcript.jsonl")), "the session's files were not where they are scanned"
     assert _files_holding(tmp_path / "data", ID_TOKEN, XAA_SECRET, id_jag) == []
     assert [p for p in (tmp_path / "data").rglob("*") if p.is_file() and access in p.read_text()] == [store]
 
