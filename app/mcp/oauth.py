@@ -14,6 +14,11 @@ refresh. This module gives it what is tidegauge's:
   never opens a browser: when consent is needed it stops with ``AuthorizationRequired``, whose
   words name the login command. ``login`` (``tidegauge mcp login NAME``) is the one place a
   browser opens (or, with no display, the address is printed).
+- A server of the 2025-03-26 revision (no protected-resource metadata) has its authorization
+  server at its origin: the metadata there may name an issuer on that origin (``/oauth``); one on
+  another origin is refused, and servers of the current revision keep RFC 8414's exact issuer match.
+- ``oauth_grant = "enterprise"`` (SEP-990): the user's ID token is exchanged at the enterprise
+  identity provider for an ID-JAG, presented at the configured ``oauth_issuer``; no login.
 """
 
 from __future__ import annotations
