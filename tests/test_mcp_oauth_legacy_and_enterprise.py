@@ -19,6 +19,7 @@ Against loopback servers laid out as the conformance suite's scenarios are
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import re
@@ -277,3 +278,33 @@ async def test_mcp_login_of_an_enterprise_server_says_no_login_is_needed(tmp_pat
     with pytest.raises(LoginError, match=re.escape('corp uses oauth_grant = "enterprise": sessions get its tokens '
                                                    "themselves, no login needed")):
         await login("corp", config, tmp_path, tmp_path)
+
+
+@pytest.mark.parametrize("layout", ["enterprise"], indirect=True)
+async def test_an_identity_provider_client_with_a_secret_authenticates_with_http_basic(
+        tmp_path: Path, layout: LayoutServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from app.mcp.hub import start_mcp
+    from test_mcp_servers import Session
+
+    idp_secret = "idp-client-secret-5678"
+    monkeypatch.setenv("TG_XAA_SECRET", XAA_SECRET)
+    monkeypatch.setenv("TG_ID_TOKEN", ID_TOKEN)
+    monkeypatch.setenv("TG_IDP_SECRET", idp_secret)
+    session = Session(tmp_path)
+    settings = {"corp": McpServerConfig(
+        url=layout.url, startup_timeout=START, oauth_grant="enterprise", oauth_client_id=XAA_CLIENT,
+        oauth_client_secret_env_var="TG_XAA_SECRET", oauth_issuer=layout.base,
+        oauth_idp_token_endpoint=f"{layout.base}/idp/token", oauth_idp_id_token_env_var="TG_ID_TOKEN",
+        oauth_idp_client_id="idp client", oauth_idp_client_secret_env_var="TG_IDP_SECRET")}
+    session.hub = await start_mcp(SimpleNamespace(mcp_servers=settings, tool_defer_share=0.10, data_dir=tmp_path / "data"),
+                                  session.registry, session.engine, session.engine.emit,
+                                  workspace=tmp_path, log_dir=session.log_dir)
+    output = await session.run("corp__echo", {"text": f"{idp_secret} {ID_TOKEN}"})
+    await session.hub.aclose()
+    assert not output.is_error and output.content == "echo: [REDACTED] [REDACTED]", output.content
+    [exchange] = [r for r in layout.received() if r["path"] == "/idp/token"]
+    # RFC 6749 §2.3.1: each part form-encoded, then joined and base64'd (the id has a space).
+    assert exchange["authorization"] == "Basic " + base64.b64encode(f"idp%20client:{idp_secret}".encode()).decode()
+    assert "client_id" not in exchange["form"] and idp_secret not in json.dumps(exchange["form"])
