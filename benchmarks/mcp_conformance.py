@@ -16,7 +16,9 @@ Not part of CI's test run (it installs from npm and takes minutes). It:
    OAuth is logged in to as ``tidegauge mcp login`` does it (``app.mcp.oauth``), the browser's part
    replaced by following the authorization redirect (the suite's servers consent at once), which
    lands on tidegauge's loopback receiver; the credentials the suite hands a scenario become the
-   ``oauth_*`` settings a user would write;
+   ``oauth_*`` settings a user would write (for enterprise-managed authorization the suite does not
+   hand over the authorization server's issuer, which an administrator would know: it is read once
+   from the server's protected-resource metadata and written as ``oauth_issuer``);
 4. prints each scenario's verdict (from the suite's ``checks.json``) and ``N of M client scenarios pass``.
 """
 
@@ -79,20 +81,43 @@ async def follow_consent_redirect(url: str) -> None:
 # (oauth_client_metadata_url); the suite's authorization servers check for this one.
 CLIENT_METADATA_URL = "https://conformance-test.local/client-metadata.json"
 SECRET_VAR = "TG_CONFORMANCE_CLIENT_SECRET"
+ID_TOKEN_VAR = "TG_CONFORMANCE_ID_TOKEN"
+
+
+def authorization_server_of(url: str) -> str:
+    """The issuer the MCP server's protected-resource metadata names (RFC 9728). An enterprise's
+    administrator knows it and writes it as oauth_issuer; the suite hands over everything else but
+    this, so it is looked up once here, before tidegauge is given its settings."""
+    import json
+    from urllib.parse import urlsplit
+    from urllib.request import urlopen
+
+    parts = urlsplit(url)
+    with urlopen(f"{parts.scheme}://{parts.netloc}/.well-known/oauth-protected-resource{parts.path}", timeout=30) as answer:
+        return str(json.load(answer)["authorization_servers"][0])
 
 
 def server_config(url: str, key_dir: str) -> Any:
     """The [mcp_servers.conformance] table a user would write for the scenario's server: the client
     credentials the suite hands over (MCP_CONFORMANCE_CONTEXT) as oauth_client_id and a secret in the
-    environment; a client_credentials grant where the scenario is about one."""
+    environment; a client_credentials grant where the scenario is about one; for enterprise-managed
+    authorization (SEP-990) the identity provider's token endpoint, client and the user's ID token (in
+    the environment), with oauth_grant = "enterprise"."""
     import json
 
     from app.mcp.settings import McpServerConfig
 
     context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
-    table: dict[str, Any] = {"url": url, "startup_timeout": 20, "tool_timeout": 20,
-                             "oauth_client_metadata_url": CLIENT_METADATA_URL}
-    if context.get("client_id") and context.get("client_secret") and not context.get("idp_id_token"):
+    table: dict[str, Any] = {"url": url, "startup_timeout": 20, "tool_timeout": 20}
+    if context.get("idp_id_token"):
+        os.environ[SECRET_VAR] = context["client_secret"]
+        os.environ[ID_TOKEN_VAR] = context["idp_id_token"]
+        return McpServerConfig(**table, oauth_grant="enterprise", oauth_client_id=context["client_id"],
+                               oauth_client_secret_env_var=SECRET_VAR, oauth_issuer=authorization_server_of(url),
+                               oauth_idp_token_endpoint=context["idp_token_endpoint"],
+                               oauth_idp_id_token_env_var=ID_TOKEN_VAR, oauth_idp_client_id=context.get("idp_client_id"))
+    table["oauth_client_metadata_url"] = CLIENT_METADATA_URL
+    if context.get("client_id") and context.get("client_secret"):
         os.environ[SECRET_VAR] = context["client_secret"]
         table |= {"oauth_client_id": context["client_id"], "oauth_client_secret_env_var": SECRET_VAR}
     if context.get("client_id") and context.get("private_key_pem"):
@@ -130,8 +155,8 @@ def stand_in_user() -> Any:
 async def run_client(url: str) -> int:
     """What ``tidegauge mcp login NAME`` does (app.mcp.oauth: the OAuth flow on a connection, tokens in
     a data directory), the browser replaced by ``follow_consent_redirect``; then each tool is called on
-    that connection (a scope step-up at a call re-authorizes the same way). A client_credentials
-    server is connected as a session connects it (no login: the session gets its tokens itself)."""
+    that connection (a scope step-up at a call re-authorizes the same way). A client_credentials or
+    enterprise server is connected as a session connects it (no login: the session gets its tokens itself)."""
     sys.path.insert(0, str(ROOT))
     from app.mcp.client import McpConnection, McpServerError
     from app.mcp.oauth import LoginError, LoopbackReceiver, OAuthSetupError, consent_auth, session_auth
@@ -140,7 +165,7 @@ async def run_client(url: str) -> int:
         config = server_config(url, data_dir)
         receiver = await LoopbackReceiver().start()
         try:
-            if config.oauth_grant == "client_credentials":
+            if config.oauth_grant in ("client_credentials", "enterprise"):
                 auth = session_auth("conformance", config, Path(data_dir))
             else:
                 auth = consent_auth("conformance", config, Path(data_dir), receiver, follow_consent_redirect, 30)

@@ -14,6 +14,11 @@ refresh. This module gives it what is tidegauge's:
   never opens a browser: when consent is needed it stops with ``AuthorizationRequired``, whose
   words name the login command. ``login`` (``tidegauge mcp login NAME``) is the one place a
   browser opens (or, with no display, the address is printed).
+- A server of the 2025-03-26 revision (no protected-resource metadata) has its authorization
+  server at its origin: the metadata there may name an issuer on that origin (``/oauth``); one on
+  another origin is refused, and servers of the current revision keep RFC 8414's exact issuer match.
+- ``oauth_grant = "enterprise"`` (SEP-990): the user's ID token is exchanged at the enterprise
+  identity provider for an ID-JAG, presented at the configured ``oauth_issuer``; no login.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, cast
+from typing import TYPE_CHECKING, Any, AsyncGenerator, Awaitable, Callable, cast
 from urllib.parse import parse_qs, urlsplit
 
 from app.kernel.private_files import read_private, write_private_atomic
@@ -34,6 +39,7 @@ from app.mcp.client import login_command
 from app.kernel.redact import register_secret
 
 if TYPE_CHECKING:
+    import httpx2
     from mcp.client.auth import OAuthClientProvider
     from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthToken
 
@@ -225,23 +231,98 @@ def client_secret(name: str, config: McpServerConfig) -> str | None:
     return value
 
 
+def _origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of ``url``, the port a scheme's default when it is left out."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1  # not a port: never the same origin as a real one
+    return parts.scheme.lower(), (parts.hostname or "").lower(), port or {"https": 443, "http": 80}.get(parts.scheme)
+
+
+def _origin_metadata_url(server_url: str) -> str:
+    """Where a 2025-03-26 server's authorization server metadata is: its origin's well-known address."""
+    parts = urlsplit(server_url)
+    return f"{parts.scheme}://{parts.netloc}/.well-known/oauth-authorization-server"
+
+
+async def _last_resource_metadata_miss(sent: httpx2.Request, answer: httpx2.Response, server_url: str) -> bool:
+    """Whether ``answer`` is the last protected-resource metadata address of ``server_url`` (its
+    origin's) answering without any, so that the SDK takes the server for a 2025-03-26 one."""
+    from mcp.client.auth.utils import handle_protected_resource_response
+
+    root = f"{_origin_metadata_url(server_url).rsplit('/', 1)[0]}/oauth-protected-resource"
+    if str(sent.url) != root or answer.status_code >= 500 or answer.status_code == 429:
+        return False
+    return await handle_protected_resource_response(answer) is None
+
+
+async def _issuer_on_origin(answer: httpx2.Response, server_url: str) -> str | None:
+    """The issuer the metadata at the MCP server's origin names, if that issuer is on the same origin.
+
+    For the 2025-03-26 revision the authorization server is the MCP server's origin: no issuer is
+    named beforehand, and the metadata served there is the origin's own word about itself, so an
+    issuer with a path on that origin (``https://mcp.example.com/oauth``) is the origin's. An
+    issuer on any other origin is not: the SDK's exact comparison with the origin refuses it, so a
+    server can never claim another authorization server's identity (and its bound credentials).
+    """
+    from mcp.client.auth.utils import handle_auth_metadata_response
+
+    _found, metadata = await handle_auth_metadata_response(answer)
+    if metadata is None or _origin(str(metadata.issuer)) != _origin(server_url):
+        return None
+    return str(metadata.issuer)
+
+
 def _provider(name: str, config: McpServerConfig, storage: Any, redirect_uri: str,
               redirect_handler: Callable[[str], Awaitable[None]],
               callback_handler: Callable[[], Awaitable[AuthorizationCodeResult]]) -> OAuthClientProvider:
     from mcp.client.auth import OAuthClientProvider
+    from mcp.client.auth.utils import create_oauth_metadata_request
     from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata
     from pydantic import AnyUrl
 
     from app import __version__
 
     class StoredExpiryProvider(OAuthClientProvider):
-        """The SDK's provider, which also believes a stored token's expiry: it loads tokens without
-        it, and would send an expired token (then ask for consent) rather than refresh it."""
+        """The SDK's provider, which also believes a stored token's expiry (it loads tokens without
+        it, and would send an expired token, then ask for consent, rather than refresh it), and
+        takes a 2025-03-26 server's authorization server metadata as that revision serves it."""
+
+        # The issuer the metadata at the MCP server's origin names, when it is on that origin.
+        origin_metadata_issuer: str | None = None
 
         async def _initialize(self) -> None:
             await super()._initialize()
             if self.context.current_tokens is not None:
                 self.context.update_token_expiry(self.context.current_tokens)
+
+        def _expected_issuer(self) -> str:
+            # No protected-resource metadata: the 2025-03-26 revision, whose authorization server is
+            # the MCP server's origin. A server found through protected-resource metadata keeps the
+            # SDK's exact RFC 8414 §3.3 comparison with the issuer that metadata names.
+            if self.context.auth_server_url is None and self.origin_metadata_issuer is not None:
+                return self.origin_metadata_issuer
+            return super()._expected_issuer()
+
+        async def _auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+            flow = super()._auth_flow(request)
+            try:
+                outgoing = await flow.__anext__()
+                while True:
+                    response = yield outgoing
+                    if outgoing is not request and await _last_resource_metadata_miss(outgoing, response,
+                                                                                     self.context.server_url):
+                        # The SDK goes the 2025-03-26 way next and compares the origin's metadata with
+                        # an issuer it decides first: read that metadata before it decides.
+                        origin_metadata = yield create_oauth_metadata_request(_origin_metadata_url(self.context.server_url))
+                        self.origin_metadata_issuer = await _issuer_on_origin(origin_metadata, self.context.server_url)
+                    outgoing = await flow.asend(response)
+            except StopAsyncIteration:
+                return
+            finally:
+                await flow.aclose()
 
     assert config.url is not None
     metadata = OAuthClientMetadata(redirect_uris=[AnyUrl(redirect_uri)], client_name="tidegauge",
@@ -256,7 +337,7 @@ def _provider(name: str, config: McpServerConfig, storage: Any, redirect_uri: st
                                 callback_handler=callback_handler, client_metadata_url=config.oauth_client_metadata_url)
 
 
-def session_auth(name: str, config: McpServerConfig, data_dir: Path | None) -> OAuthClientProvider | None:
+def session_auth(name: str, config: McpServerConfig, data_dir: Path | None) -> httpx2.Auth | None:
     """The auth of a session's connection to url server ``name``: its stored tokens, refreshed
     when they expire; None when there are none (a 401 then names the login command).
 
@@ -268,6 +349,8 @@ def session_auth(name: str, config: McpServerConfig, data_dir: Path | None) -> O
     file = TokenFile(token_path(data_dir, name), config.url)
     if config.oauth_grant == "client_credentials":
         return _client_credentials(name, config, file)
+    if config.oauth_grant == "enterprise":
+        return _enterprise(name, config, file)
     if not file.exists():
         return None
 
@@ -327,6 +410,107 @@ def _private_key_jwt(name: str, config: McpServerConfig, file: TokenFile) -> OAu
                                  signing_key=pem.decode(), signing_algorithm=algorithm)
     return PrivateKeyJWTOAuthProvider(config.url, file, config.oauth_client_id, signer.create_assertion_provider(),
                                       issuer=config.oauth_issuer)
+
+
+# RFC 8693 token exchange, as SEP-990 uses it: the user's ID token in, an ID-JAG out.
+TOKEN_EXCHANGE_GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
+ID_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:id_token"
+ID_JAG_TYPE = "urn:ietf:params:oauth:token-type:id-jag"
+# An identity provider's answer larger than this is not a token exchange response (a few KiB).
+MAX_IDP_ANSWER_BYTES = 64 * 1024
+# How long the identity provider may take to answer the exchange.
+IDP_TIMEOUT = 30.0
+
+
+def _environment_secret(name: str, setting: str, var: str) -> str:
+    """The value of environment variable ``var`` named by ``setting``, registered as a secret;
+    OAuthSetupError naming both when it is not set."""
+    value = os.environ.get(var, "")
+    if not value:
+        raise OAuthSetupError(f"{setting} of {name} needs the environment variable {var}, which is not set")
+    register_secret(value)
+    return value
+
+
+def _enterprise(name: str, config: McpServerConfig, file: TokenFile) -> httpx2.Auth:
+    """SEP-990 (``oauth_grant = "enterprise"``): the user's ID token is exchanged at the enterprise
+    identity provider for an ID-JAG, which the client presents at ``oauth_issuer`` (RFC 7523
+    jwt-bearer, HTTP Basic). The SDK's provider does the second leg and only ever talks to the
+    configured issuer's own metadata and token endpoint; the first leg is ``_id_jag_exchange``."""
+    from mcp.client.auth.extensions.identity_assertion import IdentityAssertionOAuthProvider
+
+    assert config.url is not None and config.oauth_client_id is not None and config.oauth_issuer is not None
+    assert config.oauth_client_secret_env_var is not None and config.oauth_idp_id_token_env_var is not None
+    secret = _environment_secret(name, "oauth_client_secret_env_var", config.oauth_client_secret_env_var)
+    id_token = _environment_secret(name, "oauth_idp_id_token_env_var", config.oauth_idp_id_token_env_var)
+    idp_secret = None
+    if config.oauth_idp_client_secret_env_var is not None:
+        idp_secret = _environment_secret(name, "oauth_idp_client_secret_env_var", config.oauth_idp_client_secret_env_var)
+    return IdentityAssertionOAuthProvider(
+        config.url, file, config.oauth_client_id, secret, config.oauth_issuer,
+        _id_jag_exchange(config, id_token, idp_secret), token_endpoint_auth_method="client_secret_basic")
+
+
+def _id_jag_exchange(config: McpServerConfig, id_token: str,
+                     idp_secret: str | None) -> Callable[[str, str], Awaitable[str]]:
+    """The first leg of SEP-990: (audience, resource) -> an ID-JAG from the identity provider.
+
+    The ID token goes to ``oauth_idp_token_endpoint`` only: redirects are not followed (a 307
+    would send the form on). What the provider answers is read up to a bound and never repeated
+    whole: a failure is its HTTP status and its ``error`` code.
+    """
+    import base64
+    from urllib.parse import quote
+
+    endpoint = config.oauth_idp_token_endpoint
+    assert endpoint is not None
+
+    async def exchange(audience: str, resource: str) -> str:
+        import httpx2
+        from mcp.client.auth import OAuthTokenError
+
+        from app.kernel.redact import redact
+        from app.mcp.settings import shown_url
+
+        form = {"grant_type": TOKEN_EXCHANGE_GRANT, "subject_token": id_token, "subject_token_type": ID_TOKEN_TYPE,
+                "requested_token_type": ID_JAG_TYPE, "audience": audience, "resource": resource}
+        headers = {"Accept": "application/json"}
+        if config.oauth_idp_client_id is not None and idp_secret is not None:
+            pair = f"{quote(config.oauth_idp_client_id, safe='')}:{quote(idp_secret, safe='')}"
+            headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
+        elif config.oauth_idp_client_id is not None:
+            form["client_id"] = config.oauth_idp_client_id
+        where = shown_url(endpoint)
+        try:
+            async with httpx2.AsyncClient(follow_redirects=False, timeout=IDP_TIMEOUT) as http:
+                async with http.stream("POST", endpoint, data=form, headers=headers) as answer:
+                    body = b""
+                    async for chunk in answer.aiter_bytes():
+                        body += chunk
+                        if len(body) > MAX_IDP_ANSWER_BYTES:
+                            raise OAuthTokenError(f"the identity provider at {where} answered more than "
+                                                  f"{MAX_IDP_ANSWER_BYTES} bytes to the token exchange")
+        except httpx2.HTTPError as exc:
+            raise OAuthTokenError(f"the identity provider at {where} could not be reached ({type(exc).__name__})") from None
+        try:
+            answered = json.loads(body)
+        except ValueError:
+            answered = None
+        if not isinstance(answered, dict):
+            answered = {}
+        if answer.status_code != 200:
+            code = answered.get("error")
+            why = f": {redact(code)[:80]}" if isinstance(code, str) and code.isprintable() else ""
+            raise OAuthTokenError(f"the identity provider at {where} refused the token exchange "
+                                  f"(HTTP {answer.status_code}{why})")
+        id_jag = answered.get("access_token")
+        if answered.get("issued_token_type") != ID_JAG_TYPE or not isinstance(id_jag, str) or not id_jag:
+            raise OAuthTokenError(f"the identity provider at {where} did not answer with an ID-JAG "
+                                  f"(issued_token_type {ID_JAG_TYPE})")
+        register_secret(id_jag)
+        return id_jag
+
+    return exchange
 
 
 def _has_own_authorization(config: McpServerConfig) -> bool:
@@ -485,8 +669,8 @@ async def login(name: str, config: McpServerConfig, data_dir: Path, workspace: P
     if _has_own_authorization(config):
         raise LoginError(f"{name} is given its token by bearer_token_env_var or an Authorization header; "
                          "remove it to log in with OAuth")
-    if config.oauth_grant == "client_credentials":
-        raise LoginError(f"{name} uses oauth_grant = \"client_credentials\": sessions get its tokens themselves, "
+    if config.oauth_grant in ("client_credentials", "enterprise"):
+        raise LoginError(f"{name} uses oauth_grant = \"{config.oauth_grant}\": sessions get its tokens themselves, "
                          "no login needed")
     client_secret(name, config)  # a missing secret is named now, before a browser opens
     receiver = await LoopbackReceiver().start()

@@ -46,8 +46,18 @@ class McpServerConfig(BaseModel):
     # itself with (a signed JWT, private_key_jwt) instead of a secret.
     oauth_private_key_file: str | None = None
     # "client_credentials": tidegauge is the client itself (no user, no browser): the session gets
-    # its tokens with oauth_client_id and its secret. Default: the user's consent, at login.
-    oauth_grant: Literal["authorization_code", "client_credentials"] = "authorization_code"
+    # its tokens with oauth_client_id and its secret. "enterprise" (SEP-990, enterprise-managed
+    # authorization): the user's ID token from the enterprise identity provider is exchanged there
+    # for an ID-JAG (RFC 8693), which oauth_client_id presents at oauth_issuer (RFC 7523 jwt-bearer).
+    # Default: the user's consent, at login.
+    oauth_grant: Literal["authorization_code", "client_credentials", "enterprise"] = "authorization_code"
+    # With oauth_grant = "enterprise": the identity provider's token endpoint, the environment variable
+    # holding the user's ID token (only ever sent there), and the client tidegauge is registered as at
+    # the identity provider, if it asks for one (its secret, if any, in the environment too).
+    oauth_idp_token_endpoint: str | None = None
+    oauth_idp_id_token_env_var: str | None = None
+    oauth_idp_client_id: str | None = None
+    oauth_idp_client_secret_env_var: str | None = None
     enabled: bool = True
     startup_timeout: float = Field(30.0, gt=0)  # seconds to start and list the tools
     tool_timeout: float = Field(300.0, gt=0)  # seconds one tool call may take
@@ -81,7 +91,7 @@ class McpServerConfig(BaseModel):
 
     def _check_oauth(self) -> None:
         chosen = [name for name in ("oauth_client_id", "oauth_client_secret_env_var", "oauth_client_metadata_url",
-                                    "oauth_issuer", "oauth_private_key_file")
+                                    "oauth_issuer", "oauth_private_key_file", *ENTERPRISE_SETTINGS)
                   if getattr(self, name) is not None] + (["oauth_grant"] if self.oauth_grant != "authorization_code" else [])
         if not chosen:
             return
@@ -90,9 +100,10 @@ class McpServerConfig(BaseModel):
         if self.bearer_token_env_var is not None or any(n.lower() == "authorization" for n in self.headers):
             raise ValueError(f"set either {chosen[0]} (OAuth) or a token (bearer_token_env_var, an Authorization "
                              "header), not both")
-        if self.oauth_client_secret_env_var is not None and not ENV_NAME.match(self.oauth_client_secret_env_var):
-            raise ValueError(f"oauth_client_secret_env_var: {self.oauth_client_secret_env_var!r} is not an "
-                             "environment variable name")
+        for setting in ("oauth_client_secret_env_var", "oauth_idp_id_token_env_var", "oauth_idp_client_secret_env_var"):
+            var = getattr(self, setting)
+            if var is not None and not ENV_NAME.match(var):
+                raise ValueError(f"{setting}: {var!r} is not an environment variable name")
         if self.oauth_issuer is not None and not re.match(r"^https?://", self.oauth_issuer):
             raise ValueError(f"oauth_issuer must start with https:// or http:// (got {shown_url(self.oauth_issuer)!r})")
         if self.oauth_issuer is not None and self.oauth_client_id is None:
@@ -103,6 +114,7 @@ class McpServerConfig(BaseModel):
                 self.oauth_client_secret_env_var is None) == (self.oauth_private_key_file is None)):
             raise ValueError("oauth_grant = \"client_credentials\" needs oauth_client_id and either "
                              "oauth_client_secret_env_var or oauth_private_key_file")
+        self._check_enterprise()
         if self.oauth_private_key_file is not None and self.oauth_grant != "client_credentials":
             raise ValueError("oauth_private_key_file applies only with oauth_grant = \"client_credentials\"")
         if self.oauth_client_metadata_url is not None:
@@ -111,6 +123,29 @@ class McpServerConfig(BaseModel):
                 raise ValueError("oauth_client_metadata_url must be an https:// address with a path (got "
                                  f"{shown_url(self.oauth_client_metadata_url)!r})")
 
+    def _check_enterprise(self) -> None:
+        given = [name for name in ENTERPRISE_SETTINGS if getattr(self, name) is not None]
+        if self.oauth_grant != "enterprise":
+            if given:
+                raise ValueError(f"{given[0]} applies only with oauth_grant = \"enterprise\"")
+            return
+        # SEP-990: the authorization server is configuration, never the MCP server's choice, so the
+        # client's secret and the ID-JAG go only to oauth_issuer.
+        needed = [name for name in ("oauth_client_id", "oauth_client_secret_env_var", "oauth_issuer",
+                                    "oauth_idp_token_endpoint", "oauth_idp_id_token_env_var")
+                  if getattr(self, name) is None]
+        if needed:
+            raise ValueError(f"oauth_grant = \"enterprise\" needs {', '.join(needed)}")
+        if not re.match(r"^https?://", self.oauth_idp_token_endpoint or ""):
+            raise ValueError("oauth_idp_token_endpoint must start with https:// or http:// (got "
+                             f"{shown_url(self.oauth_idp_token_endpoint or '')!r})")
+        if self.oauth_idp_client_secret_env_var is not None and self.oauth_idp_client_id is None:
+            raise ValueError("oauth_idp_client_secret_env_var needs oauth_idp_client_id")
+
+
+# The settings of oauth_grant = "enterprise" alone.
+ENTERPRISE_SETTINGS = ("oauth_idp_token_endpoint", "oauth_idp_id_token_env_var", "oauth_idp_client_id",
+                       "oauth_idp_client_secret_env_var")
 
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token (RFC 9110)
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
