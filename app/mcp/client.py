@@ -284,7 +284,12 @@ class McpConnection:
             from mcp.client.streamable_http import streamable_http_client
 
             self._http = self._http_client()  # ours to close: the SDK leaves a client it was given open
-            transport = streamable_http_client(self.config.url, http_client=self._http)
+            from app.mcp.http_bounds import SDK_MAX_SSE_EVENT_BYTES
+
+            # Our transport bounds every body (app/mcp/http_bounds.py); the SDK's 1 MiB bound on one
+            # event would refuse answers the stdio path takes (up to the cap, then cut and saved).
+            transport = streamable_http_client(self.config.url, http_client=self._http,
+                                               max_sse_event_size=SDK_MAX_SSE_EVENT_BYTES)
             return Client(transport, read_timeout_seconds=self.config.tool_timeout, client_info=client_info,
                           mode=self.mode, **self._log_options())
         cwd = self.workspace
@@ -378,15 +383,22 @@ class McpConnection:
                 found = re.match(r"\s*([A-Za-z][A-Za-z0-9-]{0,19})(?:\s|,|$)", response.headers.get("www-authenticate", ""))
                 self._unauthorized = f", {found.group(1)} expected" if found else ""
 
+        from app.mcp.http_bounds import bound_response, identity_only
+
         connection = self
+        # Where an answer over the cap is saved: the stdio reader's folder.
+        spill_dir = self.log_dir / "tool-results" if self.log_dir is not None else None
 
         class NotingRefusals(httpx2.AsyncHTTPTransport):
             async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+                identity_only(request)
                 try:
-                    return await super().handle_async_request(request)
+                    response = await super().handle_async_request(request)
                 except httpx2.ConnectError:
                     connection._undelivered += 1  # no connection: the server never saw the request
                     raise
+                # Every body bounded in memory, disk and time, whatever the server sends.
+                return bound_response(request, response, connection.name, spill_dir)
 
         return httpx2.AsyncClient(headers=resolved_headers(self.config), timeout=httpx2.Timeout(30.0, read=300.0),
                                   event_hooks={"response": [note_response]}, transport=NotingRefusals(),
