@@ -16,6 +16,7 @@ Through the real process (``python -m app -p``), as a user meets it.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import re
 import stat
@@ -38,7 +39,7 @@ MB = 1_000_000
 ENDLESS_BOUND = MAX_SAVED_ANSWER_BYTES + 200 * MB
 # The endless stream of progress notifications: each ~1 KB, at most this much in all.
 CHATTER_BOUND = 4 * MAX_MESSAGE_BYTES
-TOOLS = ["json_big", "sse_big", "json_endless", "sse_endless", "chatter", "sse_fine"]
+TOOLS = ["json_big", "sse_big", "json_endless", "sse_endless", "chatter", "sse_fine", "gzipped"]
 
 
 def _text_result(request_id: Any, text_bytes: int, fill: bytes = b"0123456789") -> tuple[bytes, bytes, bytes]:
@@ -97,6 +98,16 @@ class HostileMcp(BaseHTTPRequestHandler):
         for part in (b"event: message\r\ndata: " + start, fill, end + b"\r\n\r\n"):
             self._chunk(part)
         self._chunk(b"")
+
+    def _tool_gzipped(self, request_id: Any, _params: Any) -> None:
+        start, fill, end = _text_result(request_id, 100 * MB, b"\0" * 1000)  # 100 KB on the wire, unasked for
+        bomb = gzip.compress(start + fill + end, compresslevel=1)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(bomb)))
+        self.end_headers()
+        self.wfile.write(bomb)
 
     def _tool_sse_fine(self, request_id: Any, _params: Any) -> None:
         start, fill, end = _text_result(request_id, 3 * MB, b"fine ")  # over the SDK's own 1 MiB event bound
@@ -214,7 +225,7 @@ def _saved(result: dict[str, Any], tmp_path: Path) -> Path:
 
 async def test_answers_over_the_cap_are_cut_at_the_transport_with_the_whole_answer_saved(
         fake_llm, tmp_path: Path, hostile_server: HostileServer) -> None:
-    results = await asyncio.to_thread(_run, fake_llm, tmp_path, hostile_server, ["json_big", "sse_big", "sse_fine"])
+    results = await asyncio.to_thread(_run, fake_llm, tmp_path, hostile_server, ["json_big", "sse_big", "sse_fine", "gzipped"])
 
     json_big = results["json_big"]
     assert not json_big["is_error"], json_big["content"][:500]
@@ -236,7 +247,11 @@ async def test_answers_over_the_cap_are_cut_at_the_transport_with_the_whole_answ
     fine = results["sse_fine"]
     assert not fine["is_error"] and "cut at the transport" not in fine["content"], fine["content"][:300]
     assert fine["original_chars"] == 3 * MB
-    assert hostile_server.seen_encodings == {"identity"}  # a compressed body is never asked for
+    # A compressed body is never asked for, and one sent anyway (it could be any size once decoded) is refused.
+    assert hostile_server.seen_encodings == {"identity"}
+    assert results["gzipped"]["is_error"] and results["gzipped"]["content"] == (
+        "MCP server 'bad' answered gzipped with an error: the server sent its answer compressed ('gzip'), which "
+        "tidegauge did not ask for; not read")
 
 
 async def test_answers_that_never_end_are_stopped_by_size_not_by_a_timeout(
@@ -248,7 +263,7 @@ async def test_answers_that_never_end_are_stopped_by_size_not_by_a_timeout(
     for tool, media_type in (("json_endless", "application/json"), ("sse_endless", "text/event-stream")):
         result = results[tool]
         assert not result["is_error"], result["content"][:500]
-        assert "had not ended after" in result["content"] and "(not read further)" in result["content"], \
+        assert "was still coming after" in result["content"] and "(not read further)" in result["content"], \
             result["content"][:500]
         assert "timed out" not in result["content"]
         # tidegauge hung up after the saved bound (plus what the sockets hold), long before the server's own.
@@ -259,3 +274,40 @@ async def test_answers_that_never_end_are_stopped_by_size_not_by_a_timeout(
     assert chatter["is_error"] and "without its answer" in chatter["content"], chatter["content"][:500]
     assert f"limit {MAX_MESSAGE_BYTES:,}" in chatter["content"]
     assert sent["chatter"] < MAX_MESSAGE_BYTES + 8 * MB, sent
+
+
+@pytest.mark.parametrize("chunk_size", [1, 2, 3, 7, 64, 1 << 20])
+def test_events_under_the_cap_reach_the_sdk_as_the_server_framed_them(chunk_size: int) -> None:
+    """The transport re-frames a stream event by event: whatever the line endings (CR LF, LF, CR,
+    one cut across two chunks), the fields and the chunking, the SDK parses the same events."""
+    import httpx2
+
+    from app.mcp.http_bounds import _SseStream
+
+    stream = (b": hello\r\n\r\nevent: message\r\nid: 7\r\nretry: 1500\r\ndata: {\"a\":\r\ndata:  1}\r\n\r\n"
+              b"data: two\rdata: lines\r\rid: 8\n\n: tick\ndata:x\n\nevent: message\ndata: " + b"y" * 300 + b"\n\n")
+
+    def events(body: bytes) -> list[Any]:
+        response = httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body,
+                                   request=httpx2.Request("POST", "http://127.0.0.1/mcp"))
+        return list(httpx2.EventSource(response))
+
+    shaper = _SseStream(1, "s", MAX_MESSAGE_BYTES, MAX_SAVED_ANSWER_BYTES, None)
+    shaped = b"".join(b"".join(shaper.feed(stream[at:at + chunk_size])) for at in range(0, len(stream), chunk_size))
+    shaped += b"".join(shaper.end())
+
+    assert events(shaped) == events(stream)
+    assert [e.data for e in events(shaped)] == ['{"a":\n 1}', "two\nlines", "", "x", "y" * 300]
+
+
+def test_an_event_over_the_cap_on_the_servers_own_stream_is_dropped_and_the_stream_goes_on() -> None:
+    """The GET stream (the server's own messages, answering no request): an event over the cap is
+    dropped without being held; the events after it arrive."""
+    from app.mcp.http_bounds import _SseStream
+
+    shaper = _SseStream(None, "s", 1024, 4096, None)
+    out = shaper.feed(b"data: small\n\ndata: " + b"h" * 3000 + b"\n\ndata: after\n\n")
+    assert b"".join(out) == b"data: small\n\ndata: after\n\n" and not shaper.done
+    # One that never ends is not read past the saved bound: the stream is closed (the SDK opens it again).
+    shaper.feed(b"data: " + b"h" * 5000)
+    assert shaper.done

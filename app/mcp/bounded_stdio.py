@@ -183,7 +183,7 @@ def cut_answer(message: _Message, request_id: int | str | None = None,
         return None
     preview = _text_preview(message.head)
     if unfinished:
-        size = f"had not ended after {message.size:,} bytes (not read further)"
+        size = f"was still coming after {message.size:,} bytes (not read further)"
         where = (f"its first {message.size:,} bytes, as the server sent them, are in {message.path}" if message.path
                  else "it could not be saved")
     else:

@@ -306,13 +306,15 @@ class BoundedBody(httpx2.AsyncByteStream):
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for chunk in self.upstream:
-            for part in self.shaper.feed(chunk):
-                yield part
+            parts = self.shaper.feed(chunk)
+            if parts:
+                yield b"".join(parts)  # one chunk in, at most one out: many small events cost one read
             if self.shaper.done:
                 await self.upstream.aclose()  # stop reading: the server sees the connection close
                 return
-        for part in self.shaper.end():
-            yield part
+        parts = self.shaper.end()
+        if parts:
+            yield b"".join(parts)
 
     async def aclose(self) -> None:
         await self.upstream.aclose()
