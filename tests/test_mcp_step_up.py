@@ -32,6 +32,14 @@ class ScopedMcp(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.server.seen.append(("GET", self.path, self.headers.get("authorization", "")))
+        base = self.server.url.removesuffix("/mcp")
+        if self.path.startswith("/.well-known/oauth-protected-resource"):  # RFC 9728, for an OAuth session
+            return self._json({"resource": self.server.url, "authorization_servers": [base]})
+        if self.path.startswith("/.well-known/oauth-authorization-server"):  # RFC 8414
+            return self._json({"issuer": base, "authorization_endpoint": f"{base}/authorize",
+                               "token_endpoint": f"{base}/token", "response_types_supported": ["code"],
+                               "code_challenge_methods_supported": ["S256"]})
         self._reply(405, b"", "text/plain")
 
     def do_DELETE(self) -> None:  # noqa: N802
@@ -40,6 +48,7 @@ class ScopedMcp(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
         method, request_id = body.get("method"), body.get("id")
+        self.server.seen.append((method, self.path, self.headers.get("authorization", "")))
         wanted = self.server.forbidden.get(method if method != "tools/call" else body["params"]["name"])
         if wanted is not None:
             challenge = f'Bearer error="insufficient_scope", {wanted}error_description="needs more"'
@@ -79,6 +88,7 @@ class ScopedServer(ThreadingHTTPServer):
     def __init__(self, forbidden: dict[str, str]) -> None:
         super().__init__(("127.0.0.1", 0), ScopedMcp)
         self.forbidden = forbidden  # a tool's or a method's name -> the challenge's scope parameter
+        self.seen: list[tuple[str, str, str]] = []  # (JSON-RPC method or GET, path, Authorization)
 
     @property
     def url(self) -> str:
@@ -148,3 +158,34 @@ async def test_a_server_that_wants_more_scope_to_start_says_so_and_a_hostile_sco
     assert failed["hostile"].startswith("more scope required (HTTP 403 insufficient_scope): run `tidegauge mcp "
                                         "login hostile`"), failed
     assert "evil" not in output and "\x1b" not in output
+
+
+async def test_an_oauth_session_that_meets_a_step_up_says_so_and_opens_no_browser(fake_llm, tmp_path: Path,
+                                                                                 serve) -> None:
+    """Logged in with OAuth (tokens stored by `tidegauge mcp login`): the SDK's flow would ask for the
+    larger scope, which needs the user's consent, which a session never asks for."""
+    from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+
+    from app.mcp.oauth import TokenFile, token_path
+
+    server = serve({"write": 'scope="files:write", '})
+    tokens = TokenFile(token_path(tmp_path / "data", "docs"), server.url)
+    await tokens.set_client_info(OAuthClientInformationFull.model_validate(
+        {"client_id": "tidegauge-test", "redirect_uris": ["http://127.0.0.1:9/callback"],
+         "token_endpoint_auth_method": "none"}))
+    await tokens.set_tokens(OAuthToken(access_token="tg-stored-access-9c1e", token_type="Bearer", expires_in=3600,
+                                       scope="files:read"))
+    fake_llm.enqueue(openai_tool_calls([("docs__write", {}, "call_write")]), openai_text("Done."))
+    toml = f"memory_update_tokens = 0\n\n[mcp_servers.docs]\nurl = {toml_string(server.url)}\n"
+
+    proc = await asyncio.to_thread(run_headless, fake_llm, tmp_path, toml, "write")
+
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    [write] = [e for e in events if e["type"] == "tool_result"]
+    assert write["is_error"] and write["content"].startswith(
+        "MCP server 'docs': more scope required (HTTP 403 insufficient_scope, scope 'files:write' asked for): run "
+        "`tidegauge mcp login docs` to log in again"), write["content"]
+    assert "tg-stored-access-9c1e" not in proc.stdout + proc.stderr
+    assert ("tools/call", "/mcp", "Bearer tg-stored-access-9c1e") in server.seen  # the session's stored token
+    assert not [path for _, path, _ in server.seen if "authorize" in path or "token" in path]  # no consent asked
