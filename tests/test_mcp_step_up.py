@@ -135,8 +135,8 @@ async def test_a_call_refused_for_scope_names_the_scope_and_how_to_log_in_again(
     assert write["is_error"]
     assert write["content"] == (
         "MCP server 'docs': more scope required (HTTP 403 insufficient_scope, scope 'files:write files:read' asked "
-        "for): run `tidegauge mcp login docs` to log in again, or give the server a token with that scope with "
-        "bearer_token_env_var or headers in [mcp_servers.docs]")
+        "for): give the server a token with that scope with bearer_token_env_var or headers in [mcp_servers.docs], "
+        "or log in with `tidegauge mcp login docs`")
     # The next call, which the token allows, works: the step-up line was about that call only.
     assert not results["call_read"]["is_error"] and results["call_read"]["content"] == "read it"
     assert TOKEN not in output
@@ -152,11 +152,11 @@ async def test_a_server_that_wants_more_scope_to_start_says_so_and_a_hostile_sco
 
     failed = {e["name"]: e["detail"] for e in events if e["type"] == "mcp_server" and e["status"] == "failed"}
     assert failed["plain"].startswith("more scope required (HTTP 403 insufficient_scope, scope 'mcp:tools' asked "
-                                      "for): run `tidegauge mcp login plain` to log in again"), failed
+                                      "for): give the server a token with that scope"), failed
     assert "did not start: more scope required" in output  # the warning line a user reads
     # A scope that is no scope (an escape sequence, a link) is not said at all.
-    assert failed["hostile"].startswith("more scope required (HTTP 403 insufficient_scope): run `tidegauge mcp "
-                                        "login hostile`"), failed
+    assert failed["hostile"].startswith("more scope required (HTTP 403 insufficient_scope): give the server a "
+                                        "token"), failed
     assert "evil" not in output and "\x1b" not in output
 
 
@@ -183,9 +183,10 @@ async def test_an_oauth_session_that_meets_a_step_up_says_so_and_opens_no_browse
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     [write] = [e for e in events if e["type"] == "tool_result"]
-    assert write["is_error"] and write["content"].startswith(
-        "MCP server 'docs': more scope required (HTTP 403 insufficient_scope, scope 'files:write' asked for): run "
-        "`tidegauge mcp login docs` to log in again"), write["content"]
+    # A login alone would keep the stored tokens (still valid, so no consent is asked): logout first.
+    assert write["is_error"] and write["content"] == (
+        "MCP server 'docs': more scope required (HTTP 403 insufficient_scope, scope 'files:write' asked for): log in "
+        "again for it: `tidegauge mcp logout docs`, then `tidegauge mcp login docs`"), write["content"]
     assert "tg-stored-access-9c1e" not in proc.stdout + proc.stderr
     assert ("tools/call", "/mcp", "Bearer tg-stored-access-9c1e") in server.seen  # the session's stored token
     assert not [path for _, path, _ in server.seen if "authorize" in path or "token" in path]  # no consent asked

@@ -277,11 +277,18 @@ class McpConnection:
         return describe_failure(exc)
 
     def _more_scope_words(self) -> str:
-        """A 403 insufficient_scope, said as the 401's words say it: what the server wants, how to log in."""
+        """A 403 insufficient_scope, said as the 401's words say it: what the server wants, how to get it.
+
+        With OAuth tokens, a login alone would keep them (they are still valid, so no consent is
+        asked): the tokens are forgotten first, and the new login asks for the scopes the server
+        advertises. A session never opens a browser for the SDK's own step-up."""
         asked = f", scope {self._more_scope!r} asked for" if self._more_scope else ""
-        return (f"more scope required (HTTP 403 insufficient_scope{asked}): run `{login_command(self.name)}` to log "
-                f"in again, or give the server a token with that scope with bearer_token_env_var or headers in "
-                f"[mcp_servers.{self.name}]")
+        if self.authorization is not None:
+            how = (f"log in again for it: `tidegauge mcp logout {self.name}`, then `{login_command(self.name)}`")
+        else:
+            how = (f"give the server a token with that scope with bearer_token_env_var or headers in "
+                   f"[mcp_servers.{self.name}], or log in with `{login_command(self.name)}`")
+        return f"more scope required (HTTP 403 insufficient_scope{asked}): {how}"
 
     def _make_client(self) -> Client:
         import mcp.client.session
