@@ -130,6 +130,11 @@ class _Message:
             except OSError:
                 self.file, self.path = None, None  # a planted symlink or a full disk: nothing saved
 
+    def spill(self) -> None:
+        """Go to the file now, whatever the size (a url server's event over the cap with its framing)."""
+        if not self.spilled:
+            self._spill()
+
     def finish(self) -> bytes | None:
         """The whole line (None when it was cut: see ``cut_answer``)."""
         if self.file is not None:
@@ -166,15 +171,26 @@ def _text_preview(head: bytes) -> str:
     return ""
 
 
-def cut_answer(message: _Message) -> dict[str, Any] | None:
-    """A JSON-RPC answer standing in for a message cut at the transport (None: no id to answer)."""
-    request_id = _answer_id(message.head, message.tail)
+def cut_answer(message: _Message, request_id: int | str | None = None,
+               unfinished: bool = False) -> dict[str, Any] | None:
+    """A JSON-RPC answer standing in for a message cut at the transport (None: no id to answer).
+
+    ``request_id``: the request's own id where the transport knows it (a url server's POST);
+    ``unfinished``: the answer had not ended when the transport stopped reading it."""
+    if request_id is None:
+        request_id = _answer_id(message.head, message.tail)
     if request_id is None:
         return None
     preview = _text_preview(message.head)
-    where = (f"the whole answer, as the server sent it (JSON), is in {message.path}" if message.path
-             else "it could not be saved")
-    text = (f"[tidegauge: the server's answer was {message.size:,} bytes, over the {message.max_bytes:,}-byte "
+    if unfinished:
+        size = f"was still coming after {message.size:,} bytes (not read further)"
+        where = (f"its first {message.size:,} bytes, as the server sent them, are in {message.path}" if message.path
+                 else "it could not be saved")
+    else:
+        size = f"was {message.size:,} bytes"
+        where = (f"the whole answer, as the server sent it (JSON), is in {message.path}" if message.path
+                 else "it could not be saved")
+    text = (f"[tidegauge: the server's answer {size}, over the {message.max_bytes:,}-byte "
             f"limit for one MCP message, and was cut at the transport; {where}. "
             f"The start of its text follows.]\n{preview}")
     meta: dict[str, Any] = {"bytes": message.size}

@@ -139,6 +139,9 @@ class McpConnection:
         self.mode = "auto"
         self._closed_in_handshake = False
         self._unauthorized: str | None = None  # the WWW-Authenticate of the last 401, for the message
+        # The scope a 403 insufficient_scope asked for (the spec's scope step-up), cleaned; "" when
+        # it named none; None when no call met one.
+        self._more_scope: str | None = None
         self._http: Any = None  # a url server's httpx2 client, closed when its runner ends
         # Requests to a url server that surely never ran: the connection was refused, or the server
         # answered 404 to our session id (it restarted and forgot it). A call lost that way is sent again.
@@ -184,6 +187,7 @@ class McpConnection:
         self.stopped_cleanly = False
         self._closed_in_handshake = False
         self._unauthorized = None
+        self._more_scope = None
 
     async def _start_once(self, deadline: float) -> None:
         loop = asyncio.get_running_loop()
@@ -263,12 +267,28 @@ class McpConnection:
             exc = exc.exceptions[0]
         if _is_oauth_failure(exc):  # the flow met a server it cannot work with: say what, not "log in"
             return f"OAuth failed: {describe_failure(exc)}"
+        if self._more_scope is not None:
+            return self._more_scope_words()
         if self._unauthorized is not None:
             return (f"authorization required (HTTP 401{self._unauthorized}): run `{login_command(self.name)}`, or give "
                     f"the server a token with bearer_token_env_var or headers in [mcp_servers.{self.name}]")
         if isinstance(exc, MissingEnvironment):
             return str(exc)
         return describe_failure(exc)
+
+    def _more_scope_words(self) -> str:
+        """A 403 insufficient_scope, said as the 401's words say it: what the server wants, how to get it.
+
+        With OAuth tokens, a login alone would keep them (they are still valid, so no consent is
+        asked): the tokens are forgotten first, and the new login asks for the scopes the server
+        advertises. A session never opens a browser for the SDK's own step-up."""
+        asked = f", scope {self._more_scope!r} asked for" if self._more_scope else ""
+        if self.authorization is not None:
+            how = (f"log in again for it: `tidegauge mcp logout {self.name}`, then `{login_command(self.name)}`")
+        else:
+            how = (f"give the server a token with that scope with bearer_token_env_var or headers in "
+                   f"[mcp_servers.{self.name}], or log in with `{login_command(self.name)}`")
+        return f"more scope required (HTTP 403 insufficient_scope{asked}): {how}"
 
     def _make_client(self) -> Client:
         import mcp.client.session
@@ -284,7 +304,12 @@ class McpConnection:
             from mcp.client.streamable_http import streamable_http_client
 
             self._http = self._http_client()  # ours to close: the SDK leaves a client it was given open
-            transport = streamable_http_client(self.config.url, http_client=self._http)
+            from app.mcp.http_bounds import SDK_MAX_SSE_EVENT_BYTES
+
+            # Our transport bounds every body (app/mcp/http_bounds.py); the SDK's 1 MiB bound on one
+            # event would refuse answers the stdio path takes (up to the cap, then cut and saved).
+            transport = streamable_http_client(self.config.url, http_client=self._http,
+                                               max_sse_event_size=SDK_MAX_SSE_EVENT_BYTES)
             return Client(transport, read_timeout_seconds=self.config.tool_timeout, client_info=client_info,
                           mode=self.mode, **self._log_options())
         cwd = self.workspace
@@ -377,16 +402,25 @@ class McpConnection:
                 # Only the scheme's name is repeated, and only when it is one: the rest is the server's text.
                 found = re.match(r"\s*([A-Za-z][A-Za-z0-9-]{0,19})(?:\s|,|$)", response.headers.get("www-authenticate", ""))
                 self._unauthorized = f", {found.group(1)} expected" if found else ""
+            if response.status_code == 403:
+                self._more_scope = _insufficient_scope(response)
+
+        from app.mcp.http_bounds import bound_response, identity_only
 
         connection = self
+        # Where an answer over the cap is saved: the stdio reader's folder.
+        spill_dir = self.log_dir / "tool-results" if self.log_dir is not None else None
 
         class NotingRefusals(httpx2.AsyncHTTPTransport):
             async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+                identity_only(request)
                 try:
-                    return await super().handle_async_request(request)
+                    response = await super().handle_async_request(request)
                 except httpx2.ConnectError:
                     connection._undelivered += 1  # no connection: the server never saw the request
                     raise
+                # Every body bounded in memory, disk and time, whatever the server sends.
+                return bound_response(request, response, connection.name, spill_dir)
 
         return httpx2.AsyncClient(headers=resolved_headers(self.config), timeout=httpx2.Timeout(30.0, read=300.0),
                                   event_hooks={"response": [note_response]}, transport=NotingRefusals(),
@@ -502,10 +536,11 @@ class McpConnection:
                                   "sent. It is tried again at the next call.", is_error=True)
         undelivered = self._undelivered
         self._unauthorized = None  # a 401 is news only when this call meets it
+        self._more_scope = None
         output = await self._call_tool_once(tool_name, args, on_progress)
         delivered = self._undelivered == undelivered
-        if delivered and not self._dead.is_set():
-            return output
+        if (delivered and not self._dead.is_set()) or self._more_scope is not None:
+            return output  # a step-up the OAuth flow could not make (no consent in a session) ends the call
         failure = await self._reconnect()
         if failure is not None and delivered:
             return ToolOutput(f"MCP server {self.name!r} was lost during {tool_name}, which may have run; it could not "
@@ -588,11 +623,15 @@ class McpConnection:
             call.cancel()
             raise
         except _ServerGone:
+            if self._more_scope is not None:
+                return ToolOutput(f"MCP server {self.name!r}: {self._more_scope_words()}", is_error=True)
             return ToolOutput(f"MCP server {self.name!r} stopped during {tool_name} ({self.failure}); "
                               "its tools cannot be used now.", is_error=True)
         except MCPError as exc:
             from mcp_types import CONNECTION_CLOSED
 
+            if self._more_scope is not None:
+                return ToolOutput(f"MCP server {self.name!r}: {self._more_scope_words()}", is_error=True)
             if exc.code == CONNECTION_CLOSED:  # the server process is gone
                 self._lost(str(exc) or "connection closed")
                 return ToolOutput(f"MCP server {self.name!r} stopped during {tool_name} ({self.failure}); "
@@ -631,6 +670,7 @@ class McpConnection:
             raise McpServerError(f"MCP server {self.name!r} is not running{why}")
         from mcp.shared.exceptions import MCPError
 
+        self._more_scope = None
         try:
             async with asyncio.timeout(self.config.tool_timeout):
                 return await self._unless_dead(send(client))
@@ -642,6 +682,8 @@ class McpConnection:
             raise McpServerError(f"MCP server {self.name!r}: no answer for its {what} within "
                                  f"{self.config.tool_timeout:g} s") from None
         except MCPError as exc:
+            if self._more_scope is not None:
+                raise McpServerError(f"MCP server {self.name!r}: {self._more_scope_words()}") from None
             raise McpServerError(f"MCP server {self.name!r} answered with an error for its {what}: "
                                  f"{hide_url_secrets(str(exc))}") from None
         except Exception as exc:  # noqa: BLE001 - a malformed answer (a cut 30 MB one too) is one line
@@ -696,6 +738,21 @@ def describe_failure(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     text = hide_url_secrets(text)  # an HTTP error names the URL, and a remote server's token may be in it
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+# RFC 6749's scope-token characters, space-separated: anything else in a server's scope is not said.
+_SCOPE = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]+(?: [\x21\x23-\x5b\x5d-\x7e]+)*")
+
+
+def _insufficient_scope(response: Any) -> str | None:
+    """The scope a 403 asks for when it is the step-up (``error="insufficient_scope"``), else None;
+    "" when it names none or one that is not a scope (the server's text, bounded)."""
+    from mcp.client.auth.utils import extract_field_from_www_auth, extract_scope_from_www_auth
+
+    if extract_field_from_www_auth(response, "error") != "insufficient_scope":
+        return None
+    scope = (extract_scope_from_www_auth(response) or "").strip()
+    return scope if len(scope) <= 200 and _SCOPE.fullmatch(scope) else ""
 
 
 def _is_oauth_failure(exc: BaseException) -> bool:
