@@ -86,6 +86,21 @@ async def test_a_server_that_ignores_unknown_methods_is_initialized_without_the_
     assert out.content == "echo: still here" and hub.connections["quiet"].mode == "auto"
 
 
+async def test_a_server_slower_to_start_than_a_tool_may_take_starts_within_its_startup_timeout(
+        session: Session, tmp_path: Path) -> None:
+    """tool_timeout bounds a tool call; the handshake has startup_timeout. A short tool_timeout made
+    every server slower to answer initialize than it fail to start ("Request 'initialize' timed out")."""
+    record = tmp_path / "received.jsonl"
+    config = McpServerConfig(command=sys.executable, args=[str(LEGACY_STDIO), "--record", str(record),
+                                                           "--unknown", "error", "--slow-start", "1.5"],
+                             startup_timeout=START, tool_timeout=0.5)
+    await session.start({"slow": config})
+
+    assert [e.status for e in session.server_events("slow")] == ["starting", "ready"]
+    out = await session.run("slow__echo", {"text": "hello"})
+    assert not out.is_error and out.content == "echo: hello"
+
+
 async def test_a_server_that_dies_on_the_probe_is_started_again_with_initialize_only(
         session: Session, tmp_path: Path) -> None:
     record = tmp_path / "received.jsonl"

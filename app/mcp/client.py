@@ -310,7 +310,7 @@ class McpConnection:
             # event would refuse answers the stdio path takes (up to the cap, then cut and saved).
             transport = streamable_http_client(self.config.url, http_client=self._http,
                                                max_sse_event_size=SDK_MAX_SSE_EVENT_BYTES)
-            return Client(transport, read_timeout_seconds=self.config.tool_timeout, client_info=client_info,
+            return Client(transport, read_timeout_seconds=self._request_timeout(), client_info=client_info,
                           mode=self.mode, **self._log_options())
         cwd = self.workspace
         if self.config.cwd:
@@ -328,8 +328,14 @@ class McpConnection:
         # Our reader, not the SDK's: linear in the answer's size, and one over the cap goes to a file.
         spill_dir = self.log_dir / "tool-results" if self.log_dir is not None else None
         transport = bounded_stdio_client(params, self._errlog.writer, spill_dir=spill_dir)
-        return Client(transport, read_timeout_seconds=self.config.tool_timeout, client_info=client_info,
+        return Client(transport, read_timeout_seconds=self._request_timeout(), client_info=client_info,
                       mode=self.mode, **self._log_options())
+
+    def _request_timeout(self) -> float:
+        """The SDK's bound on a request none of ours bounds itself: the handshake and the lists at
+        start, whose bound is ``startup_timeout``. Tool calls, prompts and resources pass their own
+        (``tool_timeout``); a short one made a server slow to answer ``initialize`` fail to start."""
+        return max(self.config.tool_timeout, self.config.startup_timeout)
 
     def _log_options(self) -> dict[str, Any]:
         """The server's ``notifications/message`` go to its log file (info and up), never to the screen;

@@ -9,6 +9,9 @@ A request with any other method before ``initialize`` (the 2026 ``server/discove
 - ``ignore``: no answer at all (servers that drop unknown methods);
 - ``crash``: the process exits, as servers on the MCP Python SDK 1.9.0 and earlier do;
 - ``error``: a JSON-RPC "method not found" error, as the spec asks.
+
+``--slow-start S`` answers ``initialize`` only after S seconds (a server that is slow to start:
+``npx`` fetching a package, a large index loaded).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--record", required=True)
     parser.add_argument("--unknown", choices=["ignore", "crash", "error"], default="error")
+    parser.add_argument("--slow-start", type=float, default=0.0)
     args = parser.parse_args()
     record = open(args.record, "a", encoding="utf-8")  # appended: a restarted server adds to it
 
@@ -38,6 +42,7 @@ def main() -> None:
         if request_id is None:
             continue  # a notification (initialized, cancelled)
         if method == "initialize":
+            time.sleep(args.slow_start)  # the server's own slowness, not a wait for something
             send({"jsonrpc": "2.0", "id": request_id, "result": {
                 "protocolVersion": "2024-11-05", "capabilities": {"tools": {}},
                 "serverInfo": {"name": "legacy-stdio", "version": "0.0.1"}}})
