@@ -147,15 +147,17 @@ def _edit(file: TokenFile, **changes: Any) -> None:
     file.path.write_text(json.dumps(stored))
 
 
-def _session_calls_echo(tmp_path: Path, fake_llm: Any, servers: RefreshServers) -> tuple[list[dict[str, Any]], str]:
-    """A headless session in a new process whose model calls web__echo; the tool answered."""
+def _session_calling_echo(tmp_path: Path, fake_llm: Any, servers: RefreshServers) -> tuple[int, list[dict[str, Any]], str]:
+    """A headless session in a new process whose model calls web__echo."""
     fake_llm.enqueue(openai_tool_calls([("web__echo", {"text": "again"}, "call_echo")]), openai_text("Done."))
-    code, events, output = _tidegauge(tmp_path, fake_llm, _toml(servers), "echo")
+    return _tidegauge(tmp_path, fake_llm, _toml(servers), "echo")
+
+
+def _assert_echo_answered(code: int, events: list[dict[str, Any]], output: str) -> None:
     assert code == 0, output
     assert [s for s, _ in _statuses(events, "web")] == ["starting", "ready", "stopped"], output
     [result] = [e for e in events if e["type"] == "tool_result" and e["id"] == "call_echo"]
     assert not result["is_error"] and "echo: again" in result["content"], result
-    return events, output
 
 
 def _assert_the_mcp_server_never_saw(servers: RefreshServers, *refresh_tokens: str) -> None:
@@ -173,19 +175,21 @@ async def test_a_new_session_refreshes_at_the_authorization_server_and_never_sen
         fake_llm, tmp_path: Path, servers: RefreshServers) -> None:
     file = await _login_through_the_cli(tmp_path, servers)
     before = _stored(file)
-    assert before["authorization_server"] == {"issuer": servers.as_base, "token_endpoint": f"{servers.as_base}/token"}
-    assert oct(file.path.stat().st_mode & 0o777) == "0o600"
     _edit(file)
 
-    _session_calls_echo(tmp_path, fake_llm, servers)
+    code, events, output = _session_calling_echo(tmp_path, fake_llm, servers)
 
-    assert servers.refreshes("as") == [{"path": "/token", "refresh_token": before["tokens"]["refresh_token"]}]
     after = _stored(file)
-    assert after["tokens"]["refresh_token"] != before["tokens"]["refresh_token"]
-    assert after["expires_at"] > time.time() + 3000
+    _assert_the_mcp_server_never_saw(servers, before["tokens"]["refresh_token"], after["tokens"]["refresh_token"])
+    assert servers.refreshes("as") == [{"path": "/token", "refresh_token": before["tokens"]["refresh_token"]}]
+    _assert_echo_answered(code, events, output)
     calls = [r for r in servers.received("mcp") if '"tools/call"' in r["body"]]
     assert [c["headers"].get("authorization") for c in calls] == [f"Bearer {after['tokens']['access_token']}"]
-    _assert_the_mcp_server_never_saw(servers, before["tokens"]["refresh_token"], after["tokens"]["refresh_token"])
+    assert after["tokens"]["refresh_token"] != before["tokens"]["refresh_token"]
+    assert after["expires_at"] > time.time() + 3000
+    # What the refresh needed was kept at login, beside the tokens, in the same 0600 file.
+    assert before["authorization_server"] == {"issuer": servers.as_base, "token_endpoint": f"{servers.as_base}/token"}
+    assert oct(file.path.stat().st_mode & 0o777) == "0o600"
 
 
 async def test_a_token_file_from_before_the_endpoint_was_kept_finds_the_authorization_server_again(
@@ -194,11 +198,12 @@ async def test_a_token_file_from_before_the_endpoint_was_kept_finds_the_authoriz
     refresh = _stored(file)["tokens"]["refresh_token"]
     _edit(file, authorization_server=None)  # as tidegauge wrote it before it kept the endpoint
 
-    _session_calls_echo(tmp_path, fake_llm, servers)
+    code, events, output = _session_calling_echo(tmp_path, fake_llm, servers)
 
-    assert servers.refreshes("as") == [{"path": "/token", "refresh_token": refresh}]
-    assert _stored(file)["authorization_server"]["token_endpoint"] == f"{servers.as_base}/token"  # kept from now on
     _assert_the_mcp_server_never_saw(servers, refresh, _stored(file)["tokens"]["refresh_token"])
+    assert servers.refreshes("as") == [{"path": "/token", "refresh_token": refresh}]
+    _assert_echo_answered(code, events, output)
+    assert _stored(file)["authorization_server"]["token_endpoint"] == f"{servers.as_base}/token"  # kept from now on
 
 
 async def test_when_the_authorization_server_cannot_be_found_again_one_line_says_to_log_in_and_no_refresh_token_leaves(
@@ -211,13 +216,13 @@ async def test_when_the_authorization_server_cannot_be_found_again_one_line_says
 
     code, events, output = _tidegauge(tmp_path, fake_llm, _toml(servers), "hi")
 
+    _assert_the_mcp_server_never_saw(servers, refresh)
+    assert servers.refreshes("as") == []
     assert code == 0, output
     [failed] = [d for s, d in _statuses(events, "web") if s == "failed"]
     assert "\n" not in failed and failed.endswith(
         "authorization required (the authorization server of its stored tokens cannot be found again "
         "(no authorization server metadata); log in again): run `tidegauge mcp login web`"), failed
-    assert servers.refreshes("as") == []
-    _assert_the_mcp_server_never_saw(servers, refresh)
     assert _stored(file)["tokens"]["refresh_token"] == refresh  # nothing lost: a login replaces it
 
 
@@ -230,10 +235,11 @@ async def test_a_token_file_edited_to_send_the_refresh_to_the_mcp_server_is_not_
     issuer = mcp_origin if edited.startswith("issuer") else servers.as_base
     _edit(file, authorization_server={"issuer": issuer, "token_endpoint": f"{mcp_origin}/token"})
 
-    _session_calls_echo(tmp_path, fake_llm, servers)
+    code, events, output = _session_calling_echo(tmp_path, fake_llm, servers)
 
-    assert servers.refreshes("as") == [{"path": "/token", "refresh_token": refresh}]
     _assert_the_mcp_server_never_saw(servers, refresh, _stored(file)["tokens"]["refresh_token"])
+    assert servers.refreshes("as") == [{"path": "/token", "refresh_token": refresh}]
+    _assert_echo_answered(code, events, output)
     assert _stored(file)["authorization_server"]["token_endpoint"] == f"{servers.as_base}/token"
 
 
@@ -244,13 +250,12 @@ async def test_a_2025_03_26_server_with_its_endpoints_under_oauth_is_refreshed_t
         fake_llm, tmp_path: Path, servers: RefreshServers) -> None:
     file = await _logged_in(tmp_path, servers)
     refresh = _stored(file)["tokens"]["refresh_token"]
-    assert _stored(file)["authorization_server"] == {"issuer": f"{servers.as_base}/oauth",
-                                                     "token_endpoint": f"{servers.as_base}/oauth/token"}
     _edit(file)
 
-    _session_calls_echo(tmp_path, fake_llm, servers)
+    code, events, output = _session_calling_echo(tmp_path, fake_llm, servers)
 
     assert servers.refreshes("mcp") == [{"path": "/oauth/token", "refresh_token": refresh}]
+    _assert_echo_answered(code, events, output)
     paths = [r["path"] for r in servers.received("mcp")]
     assert paths.count("/oauth/authorize") == 1, paths  # the login's: no consent asked again
 
