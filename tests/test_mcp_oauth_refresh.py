@@ -260,6 +260,21 @@ async def test_a_2025_03_26_server_with_its_endpoints_under_oauth_is_refreshed_t
     assert paths.count("/oauth/authorize") == 1, paths  # the login's: no consent asked again
 
 
+@pytest.mark.parametrize("servers", ["legacy"], indirect=True)
+async def test_a_2025_03_26_servers_token_file_from_before_finds_its_oauth_endpoints_at_the_origin_again(
+        fake_llm, tmp_path: Path, servers: RefreshServers) -> None:
+    file = await _logged_in(tmp_path, servers)
+    refresh = _stored(file)["tokens"]["refresh_token"]
+    _edit(file, authorization_server=None)
+
+    code, events, output = _session_calling_echo(tmp_path, fake_llm, servers)
+
+    assert servers.refreshes("mcp") == [{"path": "/oauth/token", "refresh_token": refresh}]
+    _assert_echo_answered(code, events, output)
+    assert _stored(file)["authorization_server"] == {"issuer": f"{servers.as_base}/oauth",
+                                                     "token_endpoint": f"{servers.as_base}/oauth/token"}
+
+
 # ---------------------------------------------------------------- the kept endpoint as an attacker edits it
 
 @pytest.mark.parametrize(("issuer", "endpoint", "believed"), [
