@@ -48,9 +48,10 @@ class RefreshServers:
     server on another port), every request recorded whole."""
 
     def __init__(self, tmp_path: Path, layout: str) -> None:
-        self.layout = layout
+        self.layout, _, token_elsewhere = layout.partition("+")
         self.port = _free_port()
-        self.as_port = _free_port() if layout == "split" else self.port
+        self.as_port = _free_port() if self.layout == "split" else self.port
+        self.token_port = _free_port() if token_elsewhere else 0
         self.record = tmp_path / f"{layout}-received.jsonl"
         self.log = tmp_path / f"{layout}-server.log"
         self.url = f"http://127.0.0.1:{self.port}/mcp"
@@ -60,10 +61,13 @@ class RefreshServers:
     async def start(self) -> RefreshServers:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen([sys.executable, str(SERVER), "--layout", self.layout, "--port", str(self.port),
-                                          "--as-port", str(self.as_port), "--record", str(self.record)],
+                                          "--as-port", str(self.as_port), "--token-port", str(self.token_port),
+                                          "--record", str(self.record)],
                                          stdout=log, stderr=subprocess.STDOUT)
         await _wait_listening(self.port, self.proc)
         await _wait_listening(self.as_port, self.proc)
+        if self.token_port:
+            await _wait_listening(self.token_port, self.proc)
         return self
 
     def stop(self) -> None:
@@ -241,6 +245,23 @@ async def test_a_token_file_edited_to_send_the_refresh_to_the_mcp_server_is_not_
     assert servers.refreshes("as") == [{"path": "/token", "refresh_token": refresh}]
     _assert_echo_answered(code, events, output)
     assert _stored(file)["authorization_server"]["token_endpoint"] == f"{servers.as_base}/token"
+
+
+@pytest.mark.parametrize("servers", ["split+token-elsewhere"], indirect=True)
+async def test_a_token_endpoint_off_its_issuers_origin_is_refreshed_at_when_found_again_and_never_kept(
+        fake_llm, tmp_path: Path, servers: RefreshServers) -> None:
+    file = await _logged_in(tmp_path, servers)
+    refresh = _stored(file)["tokens"]["refresh_token"]
+    assert "authorization_server" not in _stored(file)  # the file keeps only an endpoint on the issuer's origin
+    _edit(file)
+
+    code, events, output = _session_calling_echo(tmp_path, fake_llm, servers)
+
+    _assert_the_mcp_server_never_saw(servers, refresh, _stored(file)["tokens"]["refresh_token"])
+    assert servers.refreshes("token") == [{"path": "/token", "refresh_token": refresh}]
+    assert servers.refreshes("as") == []
+    _assert_echo_answered(code, events, output)
+    assert "authorization_server" not in _stored(file)
 
 
 # ---------------------------------------------------------------- a 2025-03-26 server, endpoints under /oauth

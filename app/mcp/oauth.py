@@ -503,11 +503,13 @@ def _provider(name: str, config: McpServerConfig, storage: Any, redirect_uri: st
                     break
             if self.context.oauth_metadata is None:
                 raise cannot("no authorization server metadata")
-            server = self._discovered()
-            why = server.refusal() if server is not None else "no token endpoint"
+            # The issuer's own metadata, checked as login checks it, may put its token endpoint on
+            # another origin (accounts.google.com's is oauth2.googleapis.com): used, though only an
+            # endpoint on the issuer's origin is kept in the file. Never in clear text off loopback.
+            why = _endpoint_refusal(str(self.context.oauth_metadata.token_endpoint))
             if why is not None:
                 self.context.oauth_metadata = None
-                raise cannot(why)
+                raise cannot(f"its token endpoint is {why}")
 
         async def _auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
             if await self._refresh_needs_discovery():

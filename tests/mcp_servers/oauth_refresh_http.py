@@ -1,6 +1,7 @@
 """An OAuth-protected streamable-HTTP MCP server and its authorization server, laid out for refresh.
 
-    python tests/mcp_servers/oauth_refresh_http.py --layout LAYOUT --port PORT [--as-port PORT2] --record FILE
+    python tests/mcp_servers/oauth_refresh_http.py --layout LAYOUT --port PORT [--as-port PORT2]
+        [--token-port PORT3] --record FILE
 
 LAYOUT is where the authorization server is:
 
@@ -8,14 +9,16 @@ LAYOUT is where the authorization server is:
   ``/mcp`` and its protected-resource metadata naming the authorization server
   ``http://127.0.0.1:PORT2``, which serves its metadata, ``/register``, ``/authorize`` and
   ``/token`` (PORT2). The MCP server answers anything else 404: a refresh sent to its
-  ``/token`` is recorded, never honoured.
+  ``/token`` is recorded, never honoured. With ``--token-port``, the authorization server's metadata
+  puts its token endpoint on a third origin (``http://127.0.0.1:PORT3/token``), as some providers
+  do (accounts.google.com's is on oauth2.googleapis.com).
 - ``legacy``: a 2025-03-26 server, one origin: no protected-resource metadata; the origin's
   authorization-server metadata names the issuer ``BASE/oauth`` and its endpoints under ``/oauth``.
 
 Access tokens live 3600 s; refresh tokens are granted and rotated. ``POST /admin/hide-metadata``
 (on the authorization server's port) makes its metadata answer 404 from then on: the authorization
 server can no longer be discovered. Every request goes to FILE as a JSON line: which listener
-(``mcp`` or ``as``), method, path, every header and the whole body, so a test can tell exactly
+(``mcp``, ``as`` or ``token``), method, path, every header and the whole body, so a test can tell exactly
 what each party was sent.
 """
 
@@ -39,6 +42,7 @@ def main() -> None:
     parser.add_argument("--layout", choices=["split", "legacy"], required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--as-port", type=int, default=0)
+    parser.add_argument("--token-port", type=int, default=0)
     parser.add_argument("--record", required=True)
     args = parser.parse_args()
     mcp_base = f"http://127.0.0.1:{args.port}"
@@ -46,6 +50,7 @@ def main() -> None:
         as_base, issuer, prefix = f"http://127.0.0.1:{args.as_port}", f"http://127.0.0.1:{args.as_port}", ""
     else:
         as_base, issuer, prefix = mcp_base, f"{mcp_base}/oauth", "/oauth"
+    token_endpoint = f"http://127.0.0.1:{args.token_port}/token" if args.token_port else f"{as_base}{prefix}/token"
     prm_url = f"{mcp_base}/.well-known/oauth-protected-resource/mcp"
 
     server = MCPServer("oauth-refresh-http")
@@ -86,7 +91,7 @@ def main() -> None:
         elif path.startswith("/.well-known/oauth-authorization-server") and not metadata_hidden:
             await reply(send, 200, {
                 "issuer": issuer, "authorization_endpoint": f"{as_base}{prefix}/authorize",
-                "token_endpoint": f"{as_base}{prefix}/token", "registration_endpoint": f"{as_base}{prefix}/register",
+                "token_endpoint": token_endpoint, "registration_endpoint": f"{as_base}{prefix}/register",
                 "response_types_supported": ["code"], "grant_types_supported": ["authorization_code", "refresh_token"],
                 "code_challenge_methods_supported": ["S256"], "token_endpoint_auth_methods_supported": ["none"]})
         elif path == f"{prefix}/register" and method == "POST":
@@ -140,10 +145,10 @@ def main() -> None:
                                      "body": body.decode("utf-8", errors="replace")}) + "\n")
             record.flush()
 
-            if listener == "as" or args.layout == "legacy":
+            if listener != "mcp" or args.layout == "legacy":
                 if await authorization_server(scope, send, method, path, body):
                     return None
-            if listener == "as":
+            if listener != "mcp":
                 return await reply(send, 404, {"error": "not_found"})
             if path == "/.well-known/oauth-protected-resource/mcp" and args.layout == "split":
                 return await reply(send, 200, {"resource": f"{mcp_base}/mcp", "authorization_servers": [as_base]})
@@ -172,6 +177,9 @@ def main() -> None:
                                                  log_level="warning", lifespan="on"))]
         if args.layout == "split":
             servers.append(uvicorn.Server(uvicorn.Config(app_for("as"), host="127.0.0.1", port=args.as_port,
+                                                         log_level="warning", lifespan="off")))
+        if args.token_port:
+            servers.append(uvicorn.Server(uvicorn.Config(app_for("token"), host="127.0.0.1", port=args.token_port,
                                                          log_level="warning", lifespan="off")))
         await asyncio.gather(*(each.serve() for each in servers))
 
