@@ -13,6 +13,7 @@ and its authorization server on two loopback ports, or one 2025-03-26 origin), w
   login finds it, and the file keeps it from then on; when it cannot be found, one line says to
   log in again and no refresh token leaves;
 - a token file edited to send the refresh elsewhere (the MCP server's origin) is not believed;
+- a token endpoint on another origin than its issuer's is used when found again, never kept;
 - a 2025-03-26 server with its endpoints under ``/oauth`` is refreshed there.
 """
 
