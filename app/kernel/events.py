@@ -3,9 +3,10 @@
 The headless printer writes them as stream-json lines, the transcript
 stores them, and the dashboard's worker turns them into widget messages.
 Every event has a ``type`` and serialises with ``model_dump(mode="json")``.
-"""
 
-from __future__ import annotations
+No ``from __future__ import annotations`` here: with ~60 models, pydantic evaluating every
+annotation from its string was a third of this module's import (a headless run imports it).
+"""
 
 from functools import cache
 from typing import Annotated, Any, Literal, Union
