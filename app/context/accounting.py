@@ -1,9 +1,11 @@
 """How big is the context now, and how big will the next request be.
 
 The exact figure is the last call's usage (total input incl. cache + output);
-the projection adds a tiktoken estimate of what was appended since. Each
-message is estimated once (cached on the message) and sums are kept
-incrementally, so every call costs O(new messages), not O(history).
+the projection adds a tiktoken estimate of what was appended since, scaled by
+how the server counted the last request against our estimate of it (its
+tokenizer is not cl100k). Each message is estimated once (cached on the
+message) and sums are kept incrementally, so every call costs O(new messages),
+not O(history).
 """
 
 from __future__ import annotations
@@ -26,6 +28,18 @@ USAGE_WINDOW_FACTOR = 4  # the context it implies is over this many times the wi
 MAX_PLAUSIBLE_TOKENS = 10_000_000  # (or over this when the window is not known),
 USAGE_FLOOR_RATIO = 0.25  # or the input is under this share of our estimate of the request
 USAGE_FLOOR_MARGIN = 256  # and under it by at least this many tokens (small requests vary).
+
+# Calibration (issue 28): a server whose tokenizer is not cl100k (SmolLM2's counted 4-22% more on
+# a local llama.cpp server) reports a request at a steady ratio to our estimate of it; the estimate
+# of what was appended since is scaled by that ratio until the next figure. A ratio outside these
+# bounds is not a tokenizer's: the server added or dropped whole parts of the request (a chat
+# template, its own context editing), and what it did to them says nothing about the next message.
+CALIBRATION_BOUNDS = (0.5, 2.0)
+# Below this our estimate of a request is mostly per-message overhead guesses, not text.
+CALIBRATION_MIN_TOKENS = 256
+# Within this of 1 the server counts as we do (a cloud model's tokenizer close to cl100k): the
+# estimate is left as it is, so the gauge does not move on the noise of one request.
+CALIBRATION_DEAD_BAND = 0.03
 
 
 @dataclass(frozen=True)
@@ -50,6 +64,9 @@ class Projection:
     exact_tokens: int | None  # last figure from usage; None when there is none
     estimated_tokens: int  # estimate of what the exact figure does not cover
     projected_tokens: int  # what the next request will weigh: this decides
+    # The server's count over ours for the last request, applied to ``estimated_tokens`` (None:
+    # the estimate is cl100k's as it is).
+    estimate_scale: float | None = None
 
 
 class _RunningSums:
@@ -136,6 +153,9 @@ class ContextAccounting:
         # Our own estimate of the last request projected (what the next usage should cover).
         self._request_estimate: int | None = None
         self._flagged: set[str] = set()
+        # The server's count of a request over our estimate of it (see CALIBRATION_BOUNDS). Not
+        # saved: a resumed session may talk to another server, so it measures afresh.
+        self.estimate_scale = 1.0
 
     # ---- exact figure ----
 
@@ -156,7 +176,19 @@ class ContextAccounting:
         else:
             self.exact_tokens = exact
             self.exact_history_len = history_len
+            self._calibrate(usage.total_input)
         return check
+
+    def _calibrate(self, reported_input: int | None) -> None:
+        """The server counted our last request as ``reported_input`` tokens: its ratio to our
+        estimate of the same request scales the estimates until the next figure."""
+        estimate = self._request_estimate
+        if not reported_input or estimate is None or estimate < CALIBRATION_MIN_TOKENS:
+            return
+        ratio = reported_input / estimate
+        low, high = CALIBRATION_BOUNDS
+        if low <= ratio <= high:
+            self.estimate_scale = 1.0 if abs(ratio - 1.0) <= CALIBRATION_DEAD_BAND else ratio
 
     def server_shrank_the_request(self) -> None:
         """The server compacted or edited the request it got (provider-side context management):
@@ -221,8 +253,11 @@ class ContextAccounting:
         self._request_estimate = fixed + self._sums.total
         if self.exact_tokens is not None and self.exact_history_len <= len(history):
             since = _tokens.estimate_messages(history[self.exact_history_len:])
+            scale = self.estimate_scale if since and self.estimate_scale != 1.0 else None
+            if scale is not None:
+                since = round(since * scale)
             projected = max(self.exact_tokens + since, fixed)
-            return Projection(self.exact_tokens, projected - self.exact_tokens, projected)
+            return Projection(self.exact_tokens, projected - self.exact_tokens, projected, scale)
         # issue 17: what the server's context editing cleared is not in the request it sees
         whole = max(fixed, self._request_estimate - sum(self.server_cleared.values()))
         return Projection(None, whole, whole)
