@@ -30,12 +30,16 @@ USAGE_FLOOR_RATIO = 0.25  # or the input is under this share of our estimate of 
 USAGE_FLOOR_MARGIN = 256  # and under it by at least this many tokens (small requests vary).
 
 # Calibration (issue 28): a server whose tokenizer is not cl100k (SmolLM2's counted 4-22% more on
-# a local llama.cpp server) reports a request at a steady ratio to our estimate of it; the estimate
-# of what was appended since is scaled by that ratio until the next figure. A ratio outside these
-# bounds is not a tokenizer's: the server added or dropped whole parts of the request (a chat
-# template, its own context editing), and what it did to them says nothing about the next message.
+# a local llama.cpp server) counts what we append at a steady ratio to our estimate of it; the
+# estimate of what was appended since the last figure is scaled by that ratio. It is measured on
+# the growth between two figures (the server's count of the messages appended between them over our
+# estimate of the same messages): the fixed part (tools, system prompt) is framed by each server's
+# chat template its own way, which says nothing about the next tool result. Until one growth was
+# measured, the ratio over the whole request stands in. A ratio outside these bounds is not a
+# tokenizer's: the server added or dropped whole parts (a chat template that leaves tool results
+# out, its own context editing), and it is not applied.
 CALIBRATION_BOUNDS = (0.5, 2.0)
-# Below this our estimate of a request is mostly per-message overhead guesses, not text.
+# Below this our estimate (of a request or of a growth) is mostly per-message overhead guesses, not text.
 CALIBRATION_MIN_TOKENS = 256
 # Within this of 1 the server counts as we do (a cloud model's tokenizer close to cl100k): the
 # estimate is left as it is, so the gauge does not move on the noise of one request.
@@ -156,6 +160,10 @@ class ContextAccounting:
         # The server's count of a request over our estimate of it (see CALIBRATION_BOUNDS). Not
         # saved: a resumed session may talk to another server, so it measures afresh.
         self.estimate_scale = 1.0
+        self._scale_from_growth = False  # measured on a growth (not the whole-request first guess)
+        # The last request projected from an exact figure: (that figure, our estimate of what was
+        # appended since). Its usage then tells how the server counted those messages.
+        self._request_growth: tuple[int, int] | None = None
 
     # ---- exact figure ----
 
@@ -173,6 +181,7 @@ class ContextAccounting:
         if exact is None:
             self.exact_tokens = None
             self.exact_history_len = 0
+            self._request_growth = None
         else:
             self.exact_tokens = exact
             self.exact_history_len = history_len
@@ -180,20 +189,32 @@ class ContextAccounting:
         return check
 
     def _calibrate(self, reported_input: int | None) -> None:
-        """The server counted our last request as ``reported_input`` tokens: its ratio to our
-        estimate of the same request scales the estimates until the next figure."""
-        estimate = self._request_estimate
-        if not reported_input or estimate is None or estimate < CALIBRATION_MIN_TOKENS:
+        """The server counted our last request as ``reported_input`` tokens: how it counted what
+        was appended since the figure before (or, until that is known, the whole request) against
+        our estimate of the same scales the estimates until the next figure."""
+        growth, self._request_growth = self._request_growth, None
+        if not reported_input:
             return
-        ratio = reported_input / estimate
+        if growth is not None and growth[1] >= CALIBRATION_MIN_TOKENS:
+            anchor, since = growth
+            if self._apply_ratio((reported_input - anchor) / since):
+                self._scale_from_growth = True
+        elif (not self._scale_from_growth and self._request_estimate is not None
+              and self._request_estimate >= CALIBRATION_MIN_TOKENS):
+            self._apply_ratio(reported_input / self._request_estimate)
+
+    def _apply_ratio(self, ratio: float) -> bool:
         low, high = CALIBRATION_BOUNDS
-        if low <= ratio <= high:
-            self.estimate_scale = 1.0 if abs(ratio - 1.0) <= CALIBRATION_DEAD_BAND else ratio
+        if not low <= ratio <= high:
+            return False
+        self.estimate_scale = 1.0 if abs(ratio - 1.0) <= CALIBRATION_DEAD_BAND else ratio
+        return True
 
     def server_shrank_the_request(self) -> None:
         """The server compacted or edited the request it got (provider-side context management):
         a figure far below our estimate of what we sent is expected, not suspicious."""
         self._request_estimate = None
+        self._request_growth = None
 
     def check_usage(self, usage: Usage) -> UsageCheck:
         """Is this usage plausible for the request we just projected? (See the constants above.)"""
@@ -227,6 +248,7 @@ class ContextAccounting:
         """The history was replaced (compaction, pruning, drop): estimate afresh."""
         self.exact_tokens = None
         self.exact_history_len = 0
+        self._request_growth = None
         self._sums.clear()
         self.server_cleared = {}  # issue 17: the server reports afresh for the new history
 
@@ -253,11 +275,13 @@ class ContextAccounting:
         self._request_estimate = fixed + self._sums.total
         if self.exact_tokens is not None and self.exact_history_len <= len(history):
             since = _tokens.estimate_messages(history[self.exact_history_len:])
+            self._request_growth = (self.exact_tokens, since)
             scale = self.estimate_scale if since and self.estimate_scale != 1.0 else None
             if scale is not None:
                 since = round(since * scale)
             projected = max(self.exact_tokens + since, fixed)
             return Projection(self.exact_tokens, projected - self.exact_tokens, projected, scale)
+        self._request_growth = None
         # issue 17: what the server's context editing cleared is not in the request it sees
         whole = max(fixed, self._request_estimate - sum(self.server_cleared.values()))
         return Projection(None, whole, whole)
