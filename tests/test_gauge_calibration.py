@@ -212,3 +212,19 @@ def test_a_growth_ratio_outlives_a_compaction_and_the_whole_request_guess_does_n
     whole = accounting.project(system, [], history).projected_tokens
     history = _call(accounting, system, history, round(whole * 1.6), _tool_round(3)[0])
     assert accounting.estimate_scale == pytest.approx(1.1, abs=0.02)
+
+
+def test_after_a_compaction_the_whole_estimate_is_scaled_by_the_last_requests_ratio():
+    """No figure covers a new history yet: the whole estimate (the same fixed part, a summary) is
+    scaled by how the server counted the last whole request, and says so."""
+    system = "You are a careful assistant. " * 100
+    accounting = ContextAccounting(window=200_000)
+    history = [Message.typed_by_user("read the logs")]
+    first = accounting.project(system, [], history).projected_tokens
+    _call(accounting, system, history, round(first * 0.85), _tool_round(1)[0])
+    accounting.invalidate()  # a compaction
+    summary = [Message.typed_by_user("summary of the logs " * 50)]
+    unscaled = ContextAccounting().project(system, [], summary).projected_tokens
+    projection = accounting.project(system, [], summary)
+    assert projection.exact_tokens is None and projection.estimate_scale == pytest.approx(0.85, abs=0.01)
+    assert projection.projected_tokens == pytest.approx(unscaled * 0.85, rel=0.01)

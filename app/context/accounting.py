@@ -35,12 +35,16 @@ USAGE_FLOOR_MARGIN = 256  # and under it by at least this many tokens (small req
 # the growth between two figures (the server's count of the messages appended between them over our
 # estimate of the same messages): the fixed part (tools, system prompt) is framed by each server's
 # chat template its own way, which says nothing about the next tool result. Until one growth was
-# measured, the ratio over the whole request stands in. A ratio outside these bounds is not a
+# measured, the ratio over the whole request stands in. With no figure for the history (after a
+# compaction, a clearing, a drop) the whole estimate is scaled by the whole last request's ratio:
+# the same fixed part, framed the same way, and text. A ratio outside these bounds is not a
 # tokenizer's: the server added or dropped whole parts (a chat template that leaves tool results
 # out, its own context editing), and it is not applied.
 CALIBRATION_BOUNDS = (0.5, 2.0)
-# Below this our estimate (of a request or of a growth) is mostly per-message overhead guesses, not text.
+# Below this our estimate of a request is mostly per-message overhead guesses, not text; below the
+# second, a growth is too small to tell a tokenizer from the few tokens a template adds around a reply.
 CALIBRATION_MIN_TOKENS = 256
+CALIBRATION_MIN_GROWTH = 128
 # Within this of 1 the server counts as we do (a cloud model's tokenizer close to cl100k): the
 # estimate is left as it is, so the gauge does not move on the noise of one request.
 CALIBRATION_DEAD_BAND = 0.03
@@ -157,9 +161,11 @@ class ContextAccounting:
         # Our own estimate of the last request projected (what the next usage should cover).
         self._request_estimate: int | None = None
         self._flagged: set[str] = set()
-        # The server's count of a request over our estimate of it (see CALIBRATION_BOUNDS). Not
-        # saved: a resumed session may talk to another server, so it measures afresh.
+        # The server's count over our estimate (see CALIBRATION_BOUNDS): of what is appended
+        # (estimate_scale), of a whole request (request_scale). Not saved: a resumed session may
+        # talk to another server, so it measures afresh.
         self.estimate_scale = 1.0
+        self.request_scale = 1.0
         self._scale_from_growth = False  # measured on a growth (not the whole-request first guess)
         # The last request projected from an exact figure: (that figure, our estimate of what was
         # appended since). Its usage then tells how the server counted those messages.
@@ -195,20 +201,19 @@ class ContextAccounting:
         growth, self._request_growth = self._request_growth, None
         if not reported_input:
             return
-        if growth is not None and growth[1] >= CALIBRATION_MIN_TOKENS:
+        whole = None
+        if self._request_estimate is not None and self._request_estimate >= CALIBRATION_MIN_TOKENS:
+            whole = _bounded_ratio(reported_input / self._request_estimate)
+            if whole is not None:
+                self.request_scale = whole
+        if growth is not None and growth[1] >= CALIBRATION_MIN_GROWTH:
             anchor, since = growth
-            if self._apply_ratio((reported_input - anchor) / since):
-                self._scale_from_growth = True
-        elif (not self._scale_from_growth and self._request_estimate is not None
-              and self._request_estimate >= CALIBRATION_MIN_TOKENS):
-            self._apply_ratio(reported_input / self._request_estimate)
-
-    def _apply_ratio(self, ratio: float) -> bool:
-        low, high = CALIBRATION_BOUNDS
-        if not low <= ratio <= high:
-            return False
-        self.estimate_scale = 1.0 if abs(ratio - 1.0) <= CALIBRATION_DEAD_BAND else ratio
-        return True
+            grown = _bounded_ratio((reported_input - anchor) / since)
+            if grown is not None:
+                self.estimate_scale, self._scale_from_growth = grown, True
+            return  # a growth no tokenizer explains keeps the scale measured before
+        if whole is not None and not self._scale_from_growth:
+            self.estimate_scale = whole
 
     def server_shrank_the_request(self) -> None:
         """The server compacted or edited the request it got (provider-side context management):
@@ -283,8 +288,12 @@ class ContextAccounting:
             return Projection(self.exact_tokens, projected - self.exact_tokens, projected, scale)
         self._request_growth = None
         # issue 17: what the server's context editing cleared is not in the request it sees
-        whole = max(fixed, self._request_estimate - sum(self.server_cleared.values()))
-        return Projection(None, whole, whole)
+        whole = self._request_estimate - sum(self.server_cleared.values())
+        scale = self.request_scale if self.request_scale != 1.0 else None
+        if scale is not None:
+            whole = round(whole * scale)
+        whole = max(fixed, whole)
+        return Projection(None, whole, whole, scale)
 
     def breakdown(self, system: str, memory_text: str, tools: Sequence[ToolSpec],
                   history: Sequence[Message],
@@ -372,6 +381,15 @@ class ContextAccounting:
         acc.exact_history_len = int(data.get("exact_history_len") or 0)
         acc.points = [int(p) for p in data.get("points", [])]
         return acc
+
+
+def _bounded_ratio(ratio: float) -> float | None:
+    """A server's count over ours as a scale: None outside CALIBRATION_BOUNDS (no tokenizer's
+    ratio), 1.0 within CALIBRATION_DEAD_BAND (it counts as we do)."""
+    low, high = CALIBRATION_BOUNDS
+    if not low <= ratio <= high:
+        return None
+    return 1.0 if abs(ratio - 1.0) <= CALIBRATION_DEAD_BAND else ratio
 
 
 def _fields_text(usage: Usage) -> str:
