@@ -228,3 +228,18 @@ def test_after_a_compaction_the_whole_estimate_is_scaled_by_the_last_requests_ra
     projection = accounting.project(system, [], summary)
     assert projection.exact_tokens is None and projection.estimate_scale == pytest.approx(0.85, abs=0.01)
     assert projection.projected_tokens == pytest.approx(unscaled * 0.85, rel=0.01)
+
+
+def test_the_context_report_says_the_estimate_was_scaled_and_by_how_much():
+    from app.kernel.describe import describe
+    from app.kernel.events import ContextEvent, ReportEvent, ThresholdsModel
+
+    lines = ThresholdsModel(window=4096, reserve=512, effective_window=3584, auto_compact_line=3000,
+                            warning_line=2500, blocking_line=3500)
+    context = ContextEvent(exact_tokens=1200, estimated_tokens=480, projected_tokens=1680, thresholds=lines,
+                           breakdown={}, level="ok", estimate_scale=1.2)
+    text = describe(ReportEvent(kind="context", messages=4, context=context)).text
+    assert "(exact 1,200 + ~480 since, scaled x1.20 to the server's count)" in text
+    plain = describe(ReportEvent(kind="context", messages=4, context=context.model_copy(update={"estimate_scale": None})))
+    assert "(exact 1,200 + ~480 since)" in plain.text
+    assert "estimate_scale" not in context.model_copy(update={"estimate_scale": None}).model_dump_json()
