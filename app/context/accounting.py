@@ -1,9 +1,11 @@
 """How big is the context now, and how big will the next request be.
 
 The exact figure is the last call's usage (total input incl. cache + output);
-the projection adds a tiktoken estimate of what was appended since. Each
-message is estimated once (cached on the message) and sums are kept
-incrementally, so every call costs O(new messages), not O(history).
+the projection adds a tiktoken estimate of what was appended since, scaled by
+how the server counted the last request against our estimate of it (its
+tokenizer is not cl100k). Each message is estimated once (cached on the
+message) and sums are kept incrementally, so every call costs O(new messages),
+not O(history).
 """
 
 from __future__ import annotations
@@ -26,6 +28,26 @@ USAGE_WINDOW_FACTOR = 4  # the context it implies is over this many times the wi
 MAX_PLAUSIBLE_TOKENS = 10_000_000  # (or over this when the window is not known),
 USAGE_FLOOR_RATIO = 0.25  # or the input is under this share of our estimate of the request
 USAGE_FLOOR_MARGIN = 256  # and under it by at least this many tokens (small requests vary).
+
+# Calibration (issue 28): a server whose tokenizer is not cl100k (SmolLM2's counted 4-22% more on
+# a local llama.cpp server) counts what we append at a steady ratio to our estimate of it; the
+# estimate of what was appended since the last figure is scaled by that ratio. It is measured on
+# the growth between two figures (the server's count of the messages appended between them over our
+# estimate of the same messages): the fixed part (tools, system prompt) is framed by each server's
+# chat template its own way, which says nothing about the next tool result. Until one growth was
+# measured, the ratio over the whole request stands in. With no figure for the history (after a
+# compaction, a clearing, a drop) the whole estimate is scaled by the whole last request's ratio:
+# the same fixed part, framed the same way, and text. A ratio outside these bounds is not a
+# tokenizer's: the server added or dropped whole parts (a chat template that leaves tool results
+# out, its own context editing), and it is not applied.
+CALIBRATION_BOUNDS = (0.5, 2.0)
+# Below this our estimate of a request is mostly per-message overhead guesses, not text; below the
+# second, a growth is too small to tell a tokenizer from the few tokens a template adds around a reply.
+CALIBRATION_MIN_TOKENS = 256
+CALIBRATION_MIN_GROWTH = 128
+# Within this of 1 the server counts as we do (a cloud model's tokenizer close to cl100k): the
+# estimate is left as it is, so the gauge does not move on the noise of one request.
+CALIBRATION_DEAD_BAND = 0.03
 
 
 @dataclass(frozen=True)
@@ -50,6 +72,9 @@ class Projection:
     exact_tokens: int | None  # last figure from usage; None when there is none
     estimated_tokens: int  # estimate of what the exact figure does not cover
     projected_tokens: int  # what the next request will weigh: this decides
+    # The server's count over ours for the last request, applied to ``estimated_tokens`` (None:
+    # the estimate is cl100k's as it is).
+    estimate_scale: float | None = None
 
 
 class _RunningSums:
@@ -136,6 +161,15 @@ class ContextAccounting:
         # Our own estimate of the last request projected (what the next usage should cover).
         self._request_estimate: int | None = None
         self._flagged: set[str] = set()
+        # The server's count over our estimate (see CALIBRATION_BOUNDS): of what is appended
+        # (estimate_scale), of a whole request (request_scale). Not saved: a resumed session may
+        # talk to another server, so it measures afresh.
+        self.estimate_scale = 1.0
+        self.request_scale = 1.0
+        self._scale_from_growth = False  # measured on a growth (not the whole-request first guess)
+        # The last request projected from an exact figure: (that figure, our estimate of what was
+        # appended since). Its usage then tells how the server counted those messages.
+        self._request_growth: tuple[int, int] | None = None
 
     # ---- exact figure ----
 
@@ -153,15 +187,39 @@ class ContextAccounting:
         if exact is None:
             self.exact_tokens = None
             self.exact_history_len = 0
+            self._request_growth = None
         else:
             self.exact_tokens = exact
             self.exact_history_len = history_len
+            self._calibrate(usage.total_input)
         return check
+
+    def _calibrate(self, reported_input: int | None) -> None:
+        """The server counted our last request as ``reported_input`` tokens: how it counted what
+        was appended since the figure before (or, until that is known, the whole request) against
+        our estimate of the same scales the estimates until the next figure."""
+        growth, self._request_growth = self._request_growth, None
+        if not reported_input:
+            return
+        whole = None
+        if self._request_estimate is not None and self._request_estimate >= CALIBRATION_MIN_TOKENS:
+            whole = _bounded_ratio(reported_input / self._request_estimate)
+            if whole is not None:
+                self.request_scale = whole
+        if growth is not None and growth[1] >= CALIBRATION_MIN_GROWTH:
+            anchor, since = growth
+            grown = _bounded_ratio((reported_input - anchor) / since)
+            if grown is not None:
+                self.estimate_scale, self._scale_from_growth = grown, True
+            return  # a growth no tokenizer explains keeps the scale measured before
+        if whole is not None and not self._scale_from_growth:
+            self.estimate_scale = whole
 
     def server_shrank_the_request(self) -> None:
         """The server compacted or edited the request it got (provider-side context management):
         a figure far below our estimate of what we sent is expected, not suspicious."""
         self._request_estimate = None
+        self._request_growth = None
 
     def check_usage(self, usage: Usage) -> UsageCheck:
         """Is this usage plausible for the request we just projected? (See the constants above.)"""
@@ -195,6 +253,7 @@ class ContextAccounting:
         """The history was replaced (compaction, pruning, drop): estimate afresh."""
         self.exact_tokens = None
         self.exact_history_len = 0
+        self._request_growth = None
         self._sums.clear()
         self.server_cleared = {}  # issue 17: the server reports afresh for the new history
 
@@ -221,11 +280,20 @@ class ContextAccounting:
         self._request_estimate = fixed + self._sums.total
         if self.exact_tokens is not None and self.exact_history_len <= len(history):
             since = _tokens.estimate_messages(history[self.exact_history_len:])
+            self._request_growth = (self.exact_tokens, since)
+            scale = self.estimate_scale if since and self.estimate_scale != 1.0 else None
+            if scale is not None:
+                since = round(since * scale)
             projected = max(self.exact_tokens + since, fixed)
-            return Projection(self.exact_tokens, projected - self.exact_tokens, projected)
+            return Projection(self.exact_tokens, projected - self.exact_tokens, projected, scale)
+        self._request_growth = None
         # issue 17: what the server's context editing cleared is not in the request it sees
-        whole = max(fixed, self._request_estimate - sum(self.server_cleared.values()))
-        return Projection(None, whole, whole)
+        whole = self._request_estimate - sum(self.server_cleared.values())
+        scale = self.request_scale if self.request_scale != 1.0 else None
+        if scale is not None:
+            whole = round(whole * scale)
+        whole = max(fixed, whole)
+        return Projection(None, whole, whole, scale)
 
     def breakdown(self, system: str, memory_text: str, tools: Sequence[ToolSpec],
                   history: Sequence[Message],
@@ -313,6 +381,15 @@ class ContextAccounting:
         acc.exact_history_len = int(data.get("exact_history_len") or 0)
         acc.points = [int(p) for p in data.get("points", [])]
         return acc
+
+
+def _bounded_ratio(ratio: float) -> float | None:
+    """A server's count over ours as a scale: None outside CALIBRATION_BOUNDS (no tokenizer's
+    ratio), 1.0 within CALIBRATION_DEAD_BAND (it counts as we do)."""
+    low, high = CALIBRATION_BOUNDS
+    if not low <= ratio <= high:
+        return None
+    return 1.0 if abs(ratio - 1.0) <= CALIBRATION_DEAD_BAND else ratio
 
 
 def _fields_text(usage: Usage) -> str:

@@ -238,6 +238,9 @@ class ContextEngine:
         return self._system_text
 
     def build_request(self, max_tokens: int) -> ModelRequest:
+        # Our estimate of exactly this request, which its usage is checked and calibrated against
+        # (a pruning or compaction just before may have changed the history since the last one).
+        self.projection()
         return ModelRequest(system=self.system_text, messages=list(self.history), tools=self.tools,
                             max_tokens=max_tokens, tool_choice="auto")
 
@@ -366,6 +369,7 @@ class ContextEngine:
             memory_input_tokens=self.ledger.memory.input_tokens,
             memory_cost_usd=self.ledger.memory.cost_usd,
             tool_tokens_saved=self.tool_tokens_saved(),
+            estimate_scale=proj.estimate_scale,
         )
 
     def emit_context(self) -> ContextEvent:
@@ -391,7 +395,7 @@ class ContextEngine:
         t = self.thresholds
         self.emit(event.model_copy(update={
             "exact_tokens": tokens, "estimated_tokens": 0, "projected_tokens": tokens,
-            "level": level(tokens, t), "live": True,
+            "level": level(tokens, t), "live": True, "estimate_scale": None,
         }))
 
     def note_model_call(self) -> None:

@@ -229,8 +229,10 @@ def _report(e: "ev.ReportEvent") -> Line:
                     f"~${c.cost_usd:.4f} (compaction ${c.compact_cost_usd:.4f})" + _memory_usage(c))
     parts = ", ".join(f"{k} {v:,}" for k, v in c.breakdown.items())
     exact = f"{c.exact_tokens:,}" if c.exact_tokens is not None else "none yet"
+    # issue 28: the estimate scaled to how the server counts (its tokenizer is not cl100k)
+    scaled = f", scaled x{c.estimate_scale:.2f} to the server's count" if c.estimate_scale is not None else ""
     return Line("info",
-                f"context ~{c.projected_tokens:,} tokens (exact {exact} + ~{c.estimated_tokens:,} since); "
+                f"context ~{c.projected_tokens:,} tokens (exact {exact} + ~{c.estimated_tokens:,} since{scaled}); "
                 f"warning {t.warning_line:,}, auto-compact {t.auto_compact_line:,}, blocking {t.blocking_line:,}, "
                 f"window {t.window:,}; by part: {parts}")
 

@@ -164,6 +164,9 @@ class ContextEvent(EventBase):
     live: bool = False
     # Tokens the deferred tool definitions save on every request (issue 16; 0: none deferred).
     tool_tokens_saved: int = 0
+    # Issue 28: estimated_tokens was scaled by this (the server's count of the last request over our
+    # estimate of it: its tokenizer is not cl100k); None: the estimate as it is.
+    estimate_scale: float | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
 class CompactionEvent(EventBase):
