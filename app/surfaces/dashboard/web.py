@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from app.kernel.errors import SetupError
+from app.system import startup
 
 WEB_HOST = "127.0.0.1"
 # A terminal size from a client is clamped to these (columns, rows): ?width=99999999 grew
@@ -648,5 +649,6 @@ def serve_dashboard(port: int, environment: dict[str, str], *, host: str = WEB_H
     access = WebAccess.for_address(host, bound_port)
     server = _dashboard_server_class()(dashboard_command(resume=resume), listener, access,
                                        max_tabs=max_tabs, resume=resume)
+    startup.started()  # a long-lived server: the collector as usual from here
     server.serve()
     return 0
