@@ -142,3 +142,21 @@ def test_the_real_program_shows_the_same_figures_with_and_without_the_kept_piece
                         if e["type"] == "context"])
     assert figures[0] and figures[0] == figures[1]
     assert (tmp_path / "data" / "token-pieces.json").exists()
+
+
+def test_no_piece_of_a_key_is_kept(pieces: Path) -> None:
+    """The pieces file outlives sessions: a text holding a registered secret teaches it nothing."""
+    from app.kernel.redact import clear_secrets, register_secret
+
+    secret = "sk-live-Qwertzuiopasdfghjkl-Mnbvcxyqwerty"
+    register_secret(secret)
+    try:
+        text = f"export OPENAI_API_KEY={secret}\nthen run the tests"
+        assert count_tokens(text) == len(encoder().encode(text))
+        assert count_tokens("then run the tests") == len(encoder().encode("then run the tests"))
+        tokens.remember_pieces_in(None)  # saves what was learnt
+        kept = pieces.read_text()
+        assert "Qwertzuiopasdfghjkl" not in kept and "Mnbvcxyqwerty" not in kept
+        assert '" tests"' in kept  # the other text was learnt from
+    finally:
+        clear_secrets()

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from app.kernel.private_files import read_private, write_private_atomic
+from app.kernel.redact import redact
 
 from app.kernel.messages import (
     Message,
@@ -161,6 +162,8 @@ class _PieceCounts:
     def learn(self, text: str) -> None:
         if len(text) > LEARN_MAX_CHARS or len(self.counts) >= PIECES_MAX:
             return
+        if redact(text) != text:
+            return  # a text with a key in it: no piece of the key is kept in a file
         enc = encoder()
         for piece in _ascii_split()(text):
             if piece not in self.counts and len(piece) <= PIECE_MAX_CHARS and len(self.counts) < PIECES_MAX:
