@@ -39,14 +39,14 @@ CAP_WORDS = "this session's saved outputs reached their cap of {limit:,} bytes (
             "setting raises it)"
 
 
-def _config(tmp_path: Path, pid_file: Path, extra: str = "") -> None:
+def _config(tmp_path: Path, pid_file: Path, extra: str = "", *server_flags: str) -> None:
     config = tmp_path / "config"
     config.mkdir(exist_ok=True)
     (config / "config.toml").write_text(
         extra
         + "[mcp_servers.e]\n"
         + f"command = {json.dumps(sys.executable)}\n"
-        + f"args = {json.dumps([str(SERVER), '--pid-file', str(pid_file)])}\n"
+        + f"args = {json.dumps([str(SERVER), '--pid-file', str(pid_file), *server_flags])}\n"
         # A tool_timeout far above what the cut takes: a call that ends on it did not end on the bound.
         + "startup_timeout = 120\ntool_timeout = 60\n", encoding="utf-8")
     (config / "config.toml").chmod(0o600)
@@ -141,6 +141,27 @@ def test_an_answer_without_end_ends_the_server_saves_at_most_the_bound_and_the_s
     [ping] = [e for e in events if e["type"] == "tool_result" and e["id"] == "call_ping"]
     assert ping["content"] == "pong" and not ping["is_error"]
     assert [e["text"] for e in events if e["type"] == "result"] == ["pong received"]
+    assert _gone(int(pid_file.read_text()))
+
+
+def test_an_answer_without_end_during_the_start_fails_that_server_once_with_the_size_and_the_session_goes_on(
+        fake_llm, tmp_path) -> None:
+    pid_file = tmp_path / "server.pid"
+    _config(tmp_path, pid_file, "", "--endless-tools-list")
+    fake_llm.enqueue(openai_text("No tools from e; answering anyway."))
+
+    code, events, stderr, _ = _tidegauge(tmp_path, fake_llm, "hello")
+
+    assert code == 0, stderr[-3000:]
+    [failed] = [e for e in events if e["type"] == "mcp_server" and e["status"] == "failed"]
+    warning = describe(McpServerEvent.model_validate(failed))
+    assert warning is not None and warning.text.startswith(
+        "MCP server e did not start: it sent one message still going after "), warning
+    assert f"(over the {MAX_SAVED_ANSWER_BYTES:,}-byte limit), so tidegauge stopped it" in warning.text
+    # Not taken for a server that crashed on the server/discover probe: it is not started a second time.
+    assert len(_saved_answers(tmp_path)) == 1
+    assert not [e for e in events if e["type"] == "mcp_server" and e["status"] == "exited"]
+    assert [e["text"] for e in events if e["type"] == "result"] == ["No tools from e; answering anyway."]
     assert _gone(int(pid_file.read_text()))
 
 

@@ -140,6 +140,7 @@ class McpConnection:
         # again in legacy mode, and stays in it for the session.
         self.mode = "auto"
         self._closed_in_handshake = False
+        self._ended_by_transport: str | None = None  # why the transport ended the server in the handshake
         self._unauthorized: str | None = None  # the WWW-Authenticate of the last 401, for the message
         # The scope a 403 insufficient_scope asked for (the spec's scope step-up), cleaned; "" when
         # it named none; None when no call met one.
@@ -188,6 +189,7 @@ class McpConnection:
         self.failure = None
         self.stopped_cleanly = False
         self._closed_in_handshake = False
+        self._ended_by_transport = None
         self._unauthorized = None
         self._more_scope = None
 
@@ -234,9 +236,10 @@ class McpConnection:
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # an anyio ExceptionGroup too: one line, never a traceback
-            reason = self._explain(exc)
+            reason = self._ended_by_transport or self._explain(exc)
             if not self._ready.done():
-                self._closed_in_handshake = _connection_closed(exc)
+                # A server the transport ended is not one that crashed on the probe: not started again.
+                self._closed_in_handshake = _connection_closed(exc) and self._ended_by_transport is None
                 self._ready.set_exception(McpServerError(reason))
             elif not self._stop.is_set():
                 self.failure = reason
@@ -505,9 +508,11 @@ class McpConnection:
 
     def _stopped_by_transport(self, reason: str) -> None:
         """The transport ended the server (a message without end): once it is ready, the crash path
-        with that reason; in the handshake, the start fails when the connection closes."""
+        with that reason; in the handshake, the reason its start failed."""
         if self._ready is not None and self._ready.done():
             self._lost(reason)
+        else:
+            self._ended_by_transport = reason
 
     async def _watch_process(self) -> None:
         """Notice a stdio server that died: a child it left holding the pipe would hide the EOF,

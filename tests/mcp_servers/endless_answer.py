@@ -1,6 +1,6 @@
 """An MCP server over stdio, in plain JSON-RPC (no SDK), whose answer can have no end.
 
-    python tests/mcp_servers/endless_answer.py --pid-file FILE [--stop-after-mb N]
+    python tests/mcp_servers/endless_answer.py --pid-file FILE [--stop-after-mb N] [--endless-tools-list]
 
 Tools:
 
@@ -11,7 +11,8 @@ Tools:
 - ``big(megabytes)``: a whole text result that size (ASCII), on one line as usual.
 - ``ping``: "pong".
 
-It writes its process id to FILE first, so a test can check that it is gone.
+With ``--endless-tools-list`` its answer to ``tools/list`` is the one without end (during the
+client's start). It writes its process id to FILE first, so a test can check that it is gone.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pid-file", required=True)
     parser.add_argument("--stop-after-mb", type=int, default=160)
+    parser.add_argument("--endless-tools-list", action="store_true")
     args = parser.parse_args()
     with open(args.pid_file, "w", encoding="utf-8") as pid_file:
         pid_file.write(str(os.getpid()))
@@ -42,6 +44,15 @@ def main() -> None:
     def send(message: dict) -> None:
         out.write(json.dumps(message).encode() + b"\n")
         out.flush()
+
+    def send_without_end(request_id: object) -> None:
+        out.write(b'{"jsonrpc":"2.0","id":' + json.dumps(request_id).encode()
+                  + b',"result":{"content":[{"type":"text","text":"the start of an endless answer ')
+        block = b"x" * MB
+        for _ in range(args.stop_after_mb):
+            out.write(block)
+        out.flush()
+        sys.stdin.read()  # the line stays open until tidegauge goes
 
     for line in sys.stdin:
         message = json.loads(line)
@@ -52,16 +63,13 @@ def main() -> None:
             send({"jsonrpc": "2.0", "id": request_id, "result": {
                 "protocolVersion": message["params"]["protocolVersion"], "capabilities": {"tools": {}},
                 "serverInfo": {"name": "endless-answer", "version": "0.0.1"}}})
+        elif method == "tools/list" and args.endless_tools_list:
+            send_without_end(request_id)
+            return
         elif method == "tools/list":
             send({"jsonrpc": "2.0", "id": request_id, "result": {"tools": TOOLS}})
         elif method == "tools/call" and message["params"]["name"] == "endless":
-            out.write(b'{"jsonrpc":"2.0","id":' + json.dumps(request_id).encode()
-                      + b',"result":{"content":[{"type":"text","text":"the start of an endless answer ')
-            block = b"x" * MB
-            for _ in range(args.stop_after_mb):
-                out.write(block)
-            out.flush()
-            sys.stdin.read()  # the line stays open until tidegauge goes
+            send_without_end(request_id)
             return
         elif method == "tools/call" and message["params"]["name"] == "big":
             megabytes = int(message["params"].get("arguments", {}).get("megabytes", 1))
