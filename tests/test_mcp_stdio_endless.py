@@ -7,8 +7,9 @@ loopback fake LLM and a real server process (``tests/mcp_servers/endless_answer.
   saved, the server is ended as misbehaving (one warning naming it and the size), the call ends
   with words naming what was saved, tidegauge's memory stays bounded, nothing is left running,
   and the session goes on (the next step, and ``--continue`` with the server started again);
-- answers the transport cuts and saves count toward ``max_session_saved_output``: past it an
-  answer is cut without being saved, in the words the registry's saved outputs use.
+- answers the transports cut and save (stdio, and url over real HTTP) count toward
+  ``max_session_saved_output``: past it an answer is cut without being saved, in the words the
+  registry's saved outputs use.
 """
 
 from __future__ import annotations
@@ -17,12 +18,16 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 from fake_llm_server import openai_text, openai_tool_calls
+from mcp_helpers import run_headless
+from test_mcp_url_bounds import HostileServer
 
 from app.kernel.describe import describe
 from app.kernel.events import McpServerEvent
@@ -220,3 +225,39 @@ def test_a_url_servers_answer_past_the_sessions_cap_is_cut_without_being_saved(t
     [saved] = list(tmp_path.glob("mcp-answer-*.json"))
     assert saved.stat().st_size == 3 * MB and budget.used == 3 * MB
     assert str(saved) in budget.counted_as_written  # the registry will not count it again
+
+
+@pytest.fixture
+def url_server() -> Any:
+    server = HostileServer()
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=30)
+
+
+def test_a_url_servers_cut_answers_count_toward_the_sessions_cap_through_the_real_process(
+        fake_llm, tmp_path, url_server: HostileServer) -> None:
+    """Over real HTTP (the hostile loopback server of test_mcp_url_bounds): three 30 MB SSE answers
+    against a cap of 40 MB, through ``python -m app -p``."""
+    limit = 40_000_000
+    fake_llm.enqueue(*[openai_tool_calls([("bad__sse_big", {}, f"call_{n}")]) for n in (1, 2, 3)],
+                     openai_text("Done."))
+
+    proc = run_headless(fake_llm, tmp_path, f"memory_update_tokens = 0\nmax_session_saved_output = {limit}\n\n"
+                        f"[mcp_servers.bad]\nurl = {json.dumps(url_server.url)}\ntool_timeout = 600\n", "go")
+
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    first, second, third = ({e["id"]: e for e in events if e["type"] == "tool_result"}[f"call_{n}"] for n in (1, 2, 3))
+    cap_words = CAP_WORDS.format(limit=limit)
+    whole = Path(first["full_output_path"])
+    assert "the whole answer, as the server sent it (JSON), is in" in first["content"]
+    part = Path(second["full_output_path"])
+    assert f"are in {part}; the full output was not saved: {cap_words}" in second["content"]
+    assert third["full_output_path"] is None
+    assert "was cut at the transport; the full output was not saved: " + cap_words in third["content"]
+    assert sorted(_saved_answers(tmp_path)) == sorted([whole, part])
+    assert whole.stat().st_size + part.stat().st_size <= limit + 64 * 1024
