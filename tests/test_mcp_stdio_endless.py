@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -61,7 +62,9 @@ def _config(tmp_path: Path, pid_file: Path, extra: str = "", *server_flags: str)
 def _tidegauge(tmp_path: Path, fake_llm: Any, prompt: str, *flags: str) -> tuple[int, list[dict[str, Any]], str, int]:
     """One headless run: (exit code, stream-json events, stderr, peak RSS of the tidegauge process in bytes).
 
-    The peak is the kernel's own figure for that process (``wait4``'s ``ru_maxrss``), not a sample."""
+    The peak is the kernel's high-water mark of the process's own memory (``VmHWM``), read until it
+    exits: monotonic, so the last reading is the peak up to its last moments. Not ``wait4``'s
+    ``ru_maxrss``, which keeps the forking pytest process's mark across the exec."""
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("TIDEGAUGE_")}
     env.update({"TIDEGAUGE_CONFIG_DIR": str(tmp_path / "config"), "TIDEGAUGE_DATA_DIR": str(tmp_path / "data"),
                 "OPENAI_API_KEY": KEY})
@@ -72,19 +75,30 @@ def _tidegauge(tmp_path: Path, fake_llm: Any, prompt: str, *flags: str) -> tuple
                                  "--yes", *flags, "-p", prompt],
                                 cwd=tmp_path / "work", env=env, stdout=stdout, stderr=stderr)
     deadline = time.monotonic() + RUN_BOUND_S
+    peak = 0
     while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        peak = max(peak, _high_water_rss(proc.pid))
+        pid, status = os.waitpid(proc.pid, os.WNOHANG)
         if pid == proc.pid:
             break
         if time.monotonic() > deadline:
             proc.kill()
-            os.wait4(proc.pid, 0)
+            os.waitpid(proc.pid, 0)
             raise AssertionError(f"tidegauge still running after {RUN_BOUND_S:g} s; stderr: "
                                  f"{err.read_text(errors='replace')[-2000:]}")
         time.sleep(0.05)  # polling the child's exit, bounded by the deadline above
     proc.returncode = os.waitstatus_to_exitcode(status)
     events = [json.loads(line) for line in out.read_text().splitlines() if line.startswith("{")]
-    return proc.returncode, events, err.read_text(errors="replace"), usage.ru_maxrss * 1024
+    return proc.returncode, events, err.read_text(errors="replace"), peak
+
+
+def _high_water_rss(pid: int) -> int:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    found = re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)
+    return int(found.group(1)) * 1024 if found else 0
 
 
 def _gone(pid: int) -> bool:
