@@ -9,6 +9,14 @@ message, an answer to the same request: the start of its text, the size, and
 tool output's full-output path). Memory stays at the cap plus a few chunks whatever
 the server sends.
 
+Disk is bounded too: one message is saved up to ``MAX_SAVED_ANSWER_BYTES``, and every saved
+answer counts toward the session's cap on saved outputs (``SavedOutputBudget``,
+``max_session_saved_output``) as it is written; past that cap an answer is cut without being
+saved, and says so. A message still going past ``MAX_SAVED_ANSWER_BYTES`` (a line whose end never
+comes) ends the server: a stdio stream cannot skip to the next message without reading all of this
+one, and a server that never sends the newline would hold the session forever. Its process tree is
+ended and ``on_stopped`` is told why (the connection takes the crash path with those words).
+
 Start-up and shutdown are the SDK's own (``mcp.client.stdio``): the same process
 group, the same bounded close, stdin first.
 """
@@ -19,21 +27,28 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import IO, Any, TextIO
+from typing import IO, TYPE_CHECKING, Any, TextIO
 
 import anyio
 import anyio.lowlevel
 
 from app.mcp.content import CUT_META_KEY
 
+if TYPE_CHECKING:
+    from app.tools.base import SavedOutputBudget
+
 logger = logging.getLogger(__name__)
 
 # One message from a server larger than this is cut at the transport (a tool result of
 # 8 MiB is already 200 times what the registry shows the model).
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+# What is read and saved of one message over the cap before tidegauge stops reading it: a url
+# server's connection is closed (app.mcp.http_bounds), a stdio server is ended (it has no other way
+# to skip the rest of a line). The saved file holds this much at most, plus one chunk.
+MAX_SAVED_ANSWER_BYTES = 64 * 1024 * 1024
 # What is kept of a cut message: its start (the text the model gets a preview of, and the
 # id when it comes first) and its end (the id, when the server writes it last).
 _HEAD_BYTES = 64 * 1024
@@ -85,13 +100,21 @@ class _RedactingFile:
 
 
 class _Message:
-    """One line from the server as it arrives: in memory up to the cap, then in a file."""
+    """One line from the server as it arrives: in memory up to the cap, then in a file.
 
-    def __init__(self, max_bytes: int, spill_dir: Path | None) -> None:
+    What goes to the file is counted against ``budget`` (the session's cap on saved outputs) as
+    it is written: once the cap is reached the file stops growing (``short_of_cap``), and a
+    message spilled when nothing is left of it gets no file at all.
+    """
+
+    def __init__(self, max_bytes: int, spill_dir: Path | None, budget: SavedOutputBudget | None = None) -> None:
         self.max_bytes = max_bytes
         self.spill_dir = spill_dir
+        self.budget = budget
         self.parts: list[bytes] = []
         self.size = 0
+        self.saved = 0  # bytes of the message written to the file (as the server sent them)
+        self.short_of_cap = False  # the session's cap on saved outputs stopped the file short
         self.head = b""
         self.tail = b""
         self.file: _RedactingFile | None = None
@@ -104,8 +127,7 @@ class _Message:
         self.size += len(data)
         if self.spilled:
             self._keep_tail(data)
-            if self.file is not None:
-                self.file.write(data)
+            self._save(data)
             return
         self.parts.append(data)
         if self.size > self.max_bytes:
@@ -122,13 +144,45 @@ class _Message:
         self.spilled = True
         self.head = whole[:_HEAD_BYTES]
         self._keep_tail(whole)
-        if self.spill_dir is not None:
-            self.path = self.spill_dir / f"mcp-answer-{uuid.uuid4().hex[:12]}.json"
+        if self.spill_dir is None:
+            return
+        if self.budget is not None and self.budget.room <= 0:
+            self.short_of_cap = True  # nothing left of the session's cap: cut, not saved
+            return
+        self.path = self.spill_dir / f"mcp-answer-{uuid.uuid4().hex[:12]}.json"
+        try:
+            self.file = _RedactingFile(open_private(self.path))
+        except OSError:
+            self.file, self.path = None, None  # a planted symlink or a full disk: nothing saved
+            return
+        if self.budget is not None:
+            self.budget.counted_as_written.add(str(self.path))
+        self._save(whole)
+
+    def _save(self, data: bytes) -> None:
+        """``data`` to the file, as far as the session's cap on saved outputs lets it."""
+        if self.file is None:
+            return
+        if self.budget is not None:
+            granted = self.budget.take(len(data))
+            if granted < len(data):
+                data, self.short_of_cap = data[:granted], True
+        try:
+            if data:
+                self.file.write(data)
+                self.saved += len(data)
+            if self.short_of_cap:
+                self._close_file()
+        except OSError:
+            self._close_file()  # a full disk: the file keeps what it got
+
+    def _close_file(self) -> None:
+        file, self.file = self.file, None
+        if file is not None:
             try:
-                self.file = _RedactingFile(open_private(self.path))
-                self.file.write(whole)
+                file.close()
             except OSError:
-                self.file, self.path = None, None  # a planted symlink or a full disk: nothing saved
+                pass
 
     def spill(self) -> None:
         """Go to the file now, whatever the size (a url server's event over the cap with its framing)."""
@@ -137,9 +191,7 @@ class _Message:
 
     def finish(self) -> bytes | None:
         """The whole line (None when it was cut: see ``cut_answer``)."""
-        if self.file is not None:
-            self.file.close()
-            self.file = None
+        self._close_file()
         if self.spilled:
             return None
         return b"".join(self.parts)
@@ -171,6 +223,17 @@ def _text_preview(head: bytes) -> str:
     return ""
 
 
+def where_saved(message: _Message, unfinished: bool) -> str:
+    """Where a cut message is saved, and how much of it; or why it is not."""
+    not_saved = message.budget.not_saved_note() if message.short_of_cap and message.budget is not None else ""
+    if message.path is None:
+        return not_saved or "it could not be saved"
+    if not unfinished and not message.short_of_cap:
+        return f"the whole answer, as the server sent it (JSON), is in {message.path}"
+    where = f"its first {message.saved:,} bytes, as the server sent them, are in {message.path}"
+    return f"{where}; {not_saved}" if not_saved else where
+
+
 def cut_answer(message: _Message, request_id: int | str | None = None,
                unfinished: bool = False) -> dict[str, Any] | None:
     """A JSON-RPC answer standing in for a message cut at the transport (None: no id to answer).
@@ -184,12 +247,9 @@ def cut_answer(message: _Message, request_id: int | str | None = None,
     preview = _text_preview(message.head)
     if unfinished:
         size = f"was still coming after {message.size:,} bytes (not read further)"
-        where = (f"its first {message.size:,} bytes, as the server sent them, are in {message.path}" if message.path
-                 else "it could not be saved")
     else:
         size = f"was {message.size:,} bytes"
-        where = (f"the whole answer, as the server sent it (JSON), is in {message.path}" if message.path
-                 else "it could not be saved")
+    where = where_saved(message, unfinished)
     text = (f"[tidegauge: the server's answer {size}, over the {message.max_bytes:,}-byte "
             f"limit for one MCP message, and was cut at the transport; {where}. "
             f"The start of its text follows.]\n{preview}")
@@ -207,19 +267,28 @@ def cut_answer(message: _Message, request_id: int | str | None = None,
                        "_meta": {CUT_META_KEY: meta}}}
 
 
-async def read_lines(stdout: Any, deliver: Any, max_bytes: int, spill_dir: Path | None) -> None:
+async def read_lines(stdout: Any, deliver: Any, max_bytes: int, spill_dir: Path | None,
+                     budget: SavedOutputBudget | None = None,
+                     max_saved: int = MAX_SAVED_ANSWER_BYTES) -> str | None:
     """Every line of ``stdout`` (an anyio byte stream) to ``deliver(line_or_answer)``.
 
     Linear in what arrives: each chunk is searched for newlines once. ``deliver`` gets
     bytes for a whole line, or a dict for the answer standing in for a cut one.
+    Returns None at the end of ``stdout``; or, when a line went on past ``max_saved`` bytes
+    without its end, stops reading there and returns why (what was saved of it, or why not).
     """
-    message = _Message(max_bytes, spill_dir)
+    message = _Message(max_bytes, spill_dir, budget)
     async for chunk in stdout:
         start = 0
         while True:
             newline = chunk.find(b"\n", start)
             if newline < 0:
                 message.add(chunk[start:])
+                if message.size > max_saved:
+                    message.finish()
+                    return (f"it sent one message still going after {message.size:,} bytes without its end "
+                            f"(over the {max_saved:,}-byte limit), so tidegauge stopped it; "
+                            f"{where_saved(message, unfinished=True)}")
                 break
             message.add(chunk[start:newline])
             start = newline + 1
@@ -234,14 +303,22 @@ async def read_lines(stdout: Any, deliver: Any, max_bytes: int, spill_dir: Path 
                 else:
                     logger.warning("an MCP message of %d bytes was over the limit and had no id; dropped",
                                    message.size)
-            message = _Message(max_bytes, spill_dir)
+            message = _Message(max_bytes, spill_dir, budget)
     message.finish()
+    return None
 
 
 @asynccontextmanager
 async def bounded_stdio_client(server: Any, errlog: TextIO, *, spill_dir: Path | None,
-                               max_message_bytes: int = MAX_MESSAGE_BYTES) -> AsyncGenerator[Any, None]:
-    """``mcp.client.stdio.stdio_client`` with ``read_lines`` as its reader."""
+                               saved_output_budget: SavedOutputBudget | None = None,
+                               on_stopped: Callable[[str], None] = lambda _reason: None,
+                               max_message_bytes: int = MAX_MESSAGE_BYTES,
+                               max_saved: int = MAX_SAVED_ANSWER_BYTES) -> AsyncGenerator[Any, None]:
+    """``mcp.client.stdio.stdio_client`` with ``read_lines`` as its reader.
+
+    ``saved_output_budget``: the session's cap on saved outputs, which cut answers count toward;
+    ``on_stopped(reason)``: told when the transport ended a server that sent a message without end
+    (called before the session sees the connection close, so a pending call reads that reason)."""
     import mcp_types as types
     from mcp.client import stdio as sdk
     from mcp.shared.message import SessionMessage
@@ -270,12 +347,22 @@ async def bounded_stdio_client(server: Any, errlog: TextIO, *, spill_dir: Path |
         assert process.stdout, "Opened process is missing stdout"
         try:
             async with read_stream_writer:
+                stopped: str | None = None
                 try:
-                    await read_lines(process.stdout, deliver, max_message_bytes, spill_dir)
+                    stopped = await read_lines(process.stdout, deliver, max_message_bytes, spill_dir,
+                                               saved_output_budget, max_saved)
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                     return  # the session is gone; only the drain below remains
                 finally:
-                    await sdk._drain_stdout(process)
+                    if stopped is None:
+                        await sdk._drain_stdout(process)
+                if stopped is None:
+                    return  # the end of stdout: the server exited
+                # A line without end: nothing after it can be read, so the server goes, as a crashed one
+                # does. Told first, then ended; the session then sees the connection close.
+                on_stopped(stopped)
+                with anyio.CancelScope(shield=True):
+                    await sdk._terminate_process_tree(process)
         except anyio.ClosedResourceError:
             pass  # our own shutdown closed the stdout stream under the read
         except (anyio.BrokenResourceError, ConnectionError):

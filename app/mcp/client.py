@@ -25,7 +25,7 @@ from app.mcp.settings import McpServerConfig, MissingEnvironment, hide_url_secre
 from app.mcp.stderr_log import ServerStderrLog
 from app.kernel.redact import redact
 from app.kernel.sanitize import sanitize_for_display
-from app.tools.base import ToolOutput
+from app.tools.base import SavedOutputBudget, ToolOutput
 
 if TYPE_CHECKING:  # the SDK is imported only when a server is configured
     from mcp import Client
@@ -120,6 +120,8 @@ class McpConnection:
     # Its prompts (prompts/list at start, when it declares prompts) and whether it serves resources.
     prompts: list[RemotePrompt] = field(default_factory=list)
     serves_resources: bool = False
+    # The session's cap on saved outputs: answers the transport cuts and saves count toward it.
+    saved_output_budget: SavedOutputBudget | None = None
 
     def __post_init__(self) -> None:
         self._client: Client | None = None
@@ -138,6 +140,7 @@ class McpConnection:
         # again in legacy mode, and stays in it for the session.
         self.mode = "auto"
         self._closed_in_handshake = False
+        self._ended_by_transport: str | None = None  # why the transport ended the server in the handshake
         self._unauthorized: str | None = None  # the WWW-Authenticate of the last 401, for the message
         # The scope a 403 insufficient_scope asked for (the spec's scope step-up), cleaned; "" when
         # it named none; None when no call met one.
@@ -186,6 +189,7 @@ class McpConnection:
         self.failure = None
         self.stopped_cleanly = False
         self._closed_in_handshake = False
+        self._ended_by_transport = None
         self._unauthorized = None
         self._more_scope = None
 
@@ -232,9 +236,10 @@ class McpConnection:
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # an anyio ExceptionGroup too: one line, never a traceback
-            reason = self._explain(exc)
+            reason = self._ended_by_transport or self._explain(exc)
             if not self._ready.done():
-                self._closed_in_handshake = _connection_closed(exc)
+                # A server the transport ended is not one that crashed on the probe: not started again.
+                self._closed_in_handshake = _connection_closed(exc) and self._ended_by_transport is None
                 self._ready.set_exception(McpServerError(reason))
             elif not self._stop.is_set():
                 self.failure = reason
@@ -327,7 +332,9 @@ class McpConnection:
         assert self._errlog.writer is not None
         # Our reader, not the SDK's: linear in the answer's size, and one over the cap goes to a file.
         spill_dir = self.log_dir / "tool-results" if self.log_dir is not None else None
-        transport = bounded_stdio_client(params, self._errlog.writer, spill_dir=spill_dir)
+        transport = bounded_stdio_client(params, self._errlog.writer, spill_dir=spill_dir,
+                                         saved_output_budget=self.saved_output_budget,
+                                         on_stopped=self._stopped_by_transport)
         return Client(transport, read_timeout_seconds=self._request_timeout(), client_info=client_info,
                       mode=self.mode, **self._log_options())
 
@@ -426,7 +433,8 @@ class McpConnection:
                     connection._undelivered += 1  # no connection: the server never saw the request
                     raise
                 # Every body bounded in memory, disk and time, whatever the server sends.
-                return bound_response(request, response, connection.name, spill_dir)
+                return bound_response(request, response, connection.name, spill_dir,
+                                      budget=connection.saved_output_budget)
 
         return httpx2.AsyncClient(headers=resolved_headers(self.config), timeout=httpx2.Timeout(30.0, read=300.0),
                                   event_hooks={"response": [note_response]}, transport=NotingRefusals(),
@@ -503,6 +511,14 @@ class McpConnection:
         self._client = None
         self._dead.set()
         self._stop.set()
+
+    def _stopped_by_transport(self, reason: str) -> None:
+        """The transport ended the server (a message without end): once it is ready, the crash path
+        with that reason; in the handshake, the reason its start failed."""
+        if self._ready is not None and self._ready.done():
+            self._lost(reason)
+        else:
+            self._ended_by_transport = reason
 
     async def _watch_process(self) -> None:
         """Notice a stdio server that died: a child it left holding the pipe would hide the EOF,

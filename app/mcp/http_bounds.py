@@ -14,6 +14,8 @@ the SDK, over the socket), which looks at each chunk once:
   further: the connection is closed and the answer names what was saved.
 - A request's SSE stream that carries more than ``MAX_MESSAGE_BYTES`` of other events
   (notifications, comments) without its answer ends with a JSON-RPC error for the request.
+- Every saved answer counts toward the session's cap on saved outputs as it is written
+  (``max_session_saved_output``); past it an answer is cut without being saved, and says so.
 - A body in an encoding we did not ask for (we ask for ``identity``: a gzip bomb is small on
   the wire) is refused, as is any other body over the cap (OAuth metadata, error pages).
 
@@ -28,18 +30,22 @@ import logging
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx2
 
 from app.mcp.bounded_stdio import MAX_MESSAGE_BYTES, _Message, cut_answer
+from app.mcp.bounded_stdio import MAX_SAVED_ANSWER_BYTES as MAX_SAVED_ANSWER_BYTES  # the url path's bound too
 from app.mcp.settings import hide_url_secrets
+
+if TYPE_CHECKING:
+    from app.tools.base import SavedOutputBudget
 
 logger = logging.getLogger(__name__)
 
-# What is read of one answer over the cap before tidegauge stops reading and closes the
-# connection: the saved file holds this much at most (the stdio reader has an end of line to
-# wait for; an HTTP body may have no end).
-MAX_SAVED_ANSWER_BYTES = 64 * 1024 * 1024
+# MAX_SAVED_ANSWER_BYTES (app.mcp.bounded_stdio, shared with the stdio reader): what is read of one
+# answer over the cap before tidegauge stops reading and closes the connection; the saved file holds
+# this much at most.
 # The SDK's own bound on one SSE event, above ours: what reaches it is at most the cap plus its
 # framing, or an answer tidegauge made (a cut answer's preview is at most 64 KiB of text).
 SDK_MAX_SSE_EVENT_BYTES = MAX_MESSAGE_BYTES + 1024 * 1024
@@ -104,10 +110,11 @@ class _RawCap(_Shaper):
 class _JsonAnswer(_Shaper):
     """A JSON answer to request ``request_id``: whole when under the cap, else saved and cut."""
 
-    def __init__(self, request_id: int | str, max_bytes: int, max_saved: int, spill_dir: Path | None) -> None:
+    def __init__(self, request_id: int | str, max_bytes: int, max_saved: int, spill_dir: Path | None,
+                 budget: SavedOutputBudget | None = None) -> None:
         self.request_id = request_id
         self.max_saved = max_saved
-        self.message = _Message(max_bytes, spill_dir)
+        self.message = _Message(max_bytes, spill_dir, budget)
 
     def feed(self, chunk: bytes) -> list[bytes]:
         self.message.add(chunk)
@@ -150,8 +157,9 @@ class _SseStream(_Shaper):
     """
 
     def __init__(self, request_id: int | str | None, server: str, max_bytes: int, max_saved: int,
-                 spill_dir: Path | None) -> None:
+                 spill_dir: Path | None, budget: SavedOutputBudget | None = None) -> None:
         self.request_id = request_id
+        self.budget = budget
         self.server = server
         self.max_bytes = max_bytes
         self.max_saved = max_saved
@@ -235,7 +243,7 @@ class _SseStream(_Shaper):
     # ---- an event over the cap ----
 
     def _start_cut(self, ends_line: bool, out: list[bytes]) -> None:
-        self.cut = _Message(self.max_bytes, self.spill_dir)
+        self.cut = _Message(self.max_bytes, self.spill_dir, self.budget)
         self.cut_bytes = self.event_size
         for line in self.event:
             self._cut_line_start(line)
@@ -321,8 +329,10 @@ class BoundedBody(httpx2.AsyncByteStream):
 
 
 def bound_response(request: httpx2.Request, response: httpx2.Response, server: str, spill_dir: Path | None,
-                   max_bytes: int = MAX_MESSAGE_BYTES, max_saved: int = MAX_SAVED_ANSWER_BYTES) -> httpx2.Response:
-    """``response`` with its body bounded (see the module's docstring); the transport returns it."""
+                   max_bytes: int = MAX_MESSAGE_BYTES, max_saved: int = MAX_SAVED_ANSWER_BYTES,
+                   budget: SavedOutputBudget | None = None) -> httpx2.Response:
+    """``response`` with its body bounded (see the module's docstring); the transport returns it.
+    ``budget``: the session's cap on saved outputs, which a saved answer counts toward."""
     request_id = _request_id(request)
     what = f"{request.method} {hide_url_secrets(str(request.url))}"
     encoding = response.headers.get("content-encoding", "identity").strip().lower()
@@ -339,9 +349,9 @@ def bound_response(request: httpx2.Request, response: httpx2.Response, server: s
         response.headers["content-type"] = "application/json"
         shaper = _Refused(refusal)
     elif request_id is not None and media_type == "application/json":
-        shaper = _JsonAnswer(request_id, max_bytes, max_saved, spill_dir)
+        shaper = _JsonAnswer(request_id, max_bytes, max_saved, spill_dir, budget)
     elif media_type == "text/event-stream":
-        shaper = _SseStream(request_id, server, max_bytes, max_saved, spill_dir)
+        shaper = _SseStream(request_id, server, max_bytes, max_saved, spill_dir, budget)
     else:
         shaper = _RawCap(server, what, max_bytes)
     if request_id is not None or media_type == "text/event-stream":

@@ -32,7 +32,7 @@ from app.mcp.prompts import (
     with_call_id,
 )
 from app.mcp.resources import READ_RESOURCE, AttachmentError, ReadResourceTool, attachment_block, attachments
-from app.tools.base import ToolContext
+from app.tools.base import SavedOutputBudget, ToolContext
 from app.mcp.client_features import ClientRequests
 from app.mcp.oauth import OAuthSetupError, session_auth
 from app.mcp.settings import McpServerConfig, header_secrets, hide_url_secrets, shown_url, url_secrets
@@ -68,7 +68,7 @@ class McpHub:
 
     async def start(self, servers: dict[str, McpServerConfig], *, workspace: Path, log_dir: Path | None,
                     registry: ToolRegistry, requests: ClientRequests | None = None,
-                    data_dir: Path | None = None) -> None:
+                    data_dir: Path | None = None, saved_output_budget: SavedOutputBudget | None = None) -> None:
         enabled = {name: cfg for name, cfg in servers.items() if cfg.enabled}
         for name, cfg in enabled.items():
             for var, value in cfg.env.items():
@@ -95,7 +95,7 @@ class McpHub:
                 self.emit(McpServerEvent(name=name, status="failed", detail=str(exc)))
                 continue
             connection = McpConnection(name, cfg, workspace, log_dir, requests=requests,
-                                       authorization=authorization)
+                                       authorization=authorization, saved_output_budget=saved_output_budget)
             connection.on_exit = self._exited
             connection.on_reconnect = self._reconnected
             self.connections[name] = connection
@@ -226,13 +226,16 @@ class McpSettings(Protocol):
 
 async def start_mcp(settings: McpSettings, registry: ToolRegistry, engine: ContextEngine,
                     emit: Callable[[Event], None], *,
-                    workspace: Path, log_dir: Path | None = None, requests: ClientRequests | None = None) -> McpHub:
+                    workspace: Path, log_dir: Path | None = None, requests: ClientRequests | None = None,
+                    saved_output_budget: SavedOutputBudget | None = None) -> McpHub:
     """Start the session's MCP servers and hand their tools to the registry and the engine.
 
     ``settings`` needs ``mcp_servers`` and ``tool_defer_share``; ``engine`` is the
     session's ContextEngine (its ``tools`` become what the deferral lets through).
     Never raises for a server that fails: that is an event and a warning line. ``requests``:
     the session's answers to what servers ask (forms); without it, forms are not offered.
+    ``saved_output_budget``: the session's cap on saved outputs (``ToolContext``'s), which answers
+    the transports cut and save count toward; without it they count toward none.
     """
     hub = McpHub(emit=emit)
     servers: dict[str, McpServerConfig] = dict(settings.mcp_servers or {})
@@ -241,7 +244,8 @@ async def start_mcp(settings: McpSettings, registry: ToolRegistry, engine: Conte
     # The data directory holds the tokens of `tidegauge mcp login` (a test's settings may have none).
     data_dir = getattr(settings, "data_dir", None)
     await hub.start(servers, workspace=workspace, log_dir=log_dir, registry=registry, requests=requests,
-                    data_dir=Path(data_dir) if data_dir is not None else None)
+                    data_dir=Path(data_dir) if data_dir is not None else None,
+                    saved_output_budget=saved_output_budget)
 
     def send(specs: list[ToolSpec]) -> None:
         engine.tools = specs

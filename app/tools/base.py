@@ -39,10 +39,19 @@ class SavedOutputBudget:
 
     limit: int = DEFAULT_MAX_SESSION_SAVED_OUTPUT
     used: int = 0
+    # Files counted as they were written (an MCP answer the transport cut and saved, with
+    # ``take``): the registry, which counts the file a result names, skips these.
+    counted_as_written: set[str] = field(default_factory=set)
 
     @property
     def room(self) -> int:
         return max(0, self.limit - self.used)
+
+    def take(self, wanted: int) -> int:
+        """Count up to ``wanted`` bytes about to be written; what it returns is what may be written."""
+        granted = min(max(0, wanted), self.room)
+        self.used += granted
+        return granted
 
     def not_saved_note(self) -> str:
         return (f"the full output was not saved: this session's saved outputs reached their cap of "

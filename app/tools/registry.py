@@ -147,7 +147,7 @@ class ToolRegistry:
         if by_session_cap and output.saved_note:
             output = _session_capped(output, budget)
         run = self._finish(output, call_ctx, limit, by_session_cap=by_session_cap)
-        if run.full_output_path is not None:
+        if run.full_output_path is not None and run.full_output_path not in budget.counted_as_written:
             budget.used += _file_size(run.full_output_path)
         run.duration_ms = (time.perf_counter() - started) * 1000
         return run

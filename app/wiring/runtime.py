@@ -321,4 +321,4 @@ async def start_session_mcp(agent: Agent, settings: Settings, *, requests: Clien
 
     return await start_mcp(settings, agent.registry, agent.engine, agent.engine.emit,
                            workspace=agent.workspace, log_dir=agent.tool_context.tool_results_dir.parent,
-                           requests=requests)
+                           requests=requests, saved_output_budget=agent.tool_context.saved_output_budget)
