@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import tracemalloc
 from pathlib import Path
 
@@ -31,30 +30,49 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+# The child's ru_maxrss (wait4) also holds the high-water mark of the process it was forked
+# from, carried across exec: forked from a pytest worker that had grown to 446 MB (after the url
+# bounds tests), tidegauge "peaked" at 446 MB. So a fresh interpreter, small, forks it and reports
+# its ru_maxrss: then that is tidegauge's own.
+PEAK_OF_CHILD = """
+import json, os, sys
+report, argv = sys.argv[1], sys.argv[2:]
+pid = os.fork()
+if pid == 0:
+    os.execv(sys.executable, [sys.executable, "-m", "app", *argv])
+_pid, status, usage = os.wait4(pid, 0)
+with open(report, "w") as out:
+    json.dump({"code": os.waitstatus_to_exitcode(status), "maxrss_kb": usage.ru_maxrss}, out)
+"""
+
+
 def _run_measuring_peak_rss(args: list[str], tmp_path: Path, timeout: float = 120) -> tuple[int, int, list[dict]]:
     """Run ``python -m app`` to its end: (exit code, peak RSS in bytes from the kernel, stream-json events).
 
-    The peak is the child's own ``ru_maxrss`` (os.wait4), so no sample can miss it.
+    The peak is the child's own ``ru_maxrss`` (wait4, in a small parent of its own: see
+    PEAK_OF_CHILD), so no sample can miss it and no other process's peak is counted.
     """
     work = tmp_path / "work"
     work.mkdir(parents=True, exist_ok=True)
     out_path = tmp_path / "stdout.jsonl"
+    report = tmp_path / "peak.json"
     with open(out_path, "wb") as out, open(tmp_path / "stderr.txt", "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "app", *args], cwd=work, env=_env(tmp_path),
-                                stdout=out, stderr=err)
-    ended: list[tuple[int, int, object]] = []
-    waiter = threading.Thread(target=lambda: ended.append(os.wait4(proc.pid, 0)), daemon=True)
-    waiter.start()
-    waiter.join(timeout)
-    if not ended:
-        proc.kill()
-        waiter.join(10)
+        proc = subprocess.Popen([sys.executable, "-c", PEAK_OF_CHILD, str(report), *args], cwd=work,
+                                env=_env(tmp_path), stdout=out, stderr=err)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        import psutil
+
+        for process in [*psutil.Process(proc.pid).children(recursive=True), psutil.Process(proc.pid)]:
+            process.kill()
+        proc.wait(10)
         pytest.fail(f"tidegauge still running after {timeout:.0f} s; its output so far: "
                     f"{out_path.read_text()[-2000:]!r}")
-    _pid, status, usage = ended[0]
-    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+    assert proc.returncode == 0 and report.exists(), (tmp_path / "stderr.txt").read_text()[-2000:]
+    measured = json.loads(report.read_text())
     events = [json.loads(line) for line in out_path.read_text().splitlines()]
-    return proc.returncode, usage.ru_maxrss * 1024, events  # type: ignore[attr-defined]
+    return measured["code"], measured["maxrss_kb"] * 1024, events
 
 
 def test_a_30_mb_and_a_900_level_argument_go_back_to_the_model_and_the_turn_goes_on(fake_llm, tmp_path):
