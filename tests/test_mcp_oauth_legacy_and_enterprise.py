@@ -165,6 +165,27 @@ async def test_metadata_naming_an_issuer_it_may_not_speak_for_is_refused_before_
     assert not (tmp_path / "data" / "mcp-oauth").exists() or not list((tmp_path / "data" / "mcp-oauth").iterdir())
 
 
+@pytest.mark.parametrize("layout", ["cleartext-endpoints"], indirect=True)
+async def test_a_login_refuses_authorization_endpoints_in_clear_text_off_loopback(
+        tmp_path: Path, layout: LayoutServer) -> None:
+    """The code, the PKCE verifier and the tokens would cross the network in plain http: refused in
+    one line before the browser opens, as a refresh already refused such an endpoint."""
+    opened: list[str] = []
+
+    async def browser(url: str) -> None:
+        opened.append(url)
+
+    with pytest.raises(LoginError) as refused:
+        await login("web", McpServerConfig(url=layout.url, startup_timeout=START), tmp_path / "data", tmp_path,
+                    open_consent=browser, consent_timeout=5)
+    said = str(refused.value)
+    assert "\n" not in said and "http://192.0.2.10/oauth/authorize" in said, said
+    assert "neither https nor http on loopback" in said, said
+    assert opened == []
+    assert not (tmp_path / "data" / "mcp-oauth").exists() or not [
+        p for p in (tmp_path / "data" / "mcp-oauth").iterdir() if "access_token" in p.read_text()]
+
+
 # ---------------------------------------------------------------- SEP-990, enterprise-managed authorization
 
 def _enterprise_toml(server: LayoutServer, issuer: str | None = None) -> str:

@@ -413,6 +413,20 @@ def _provider(name: str, config: McpServerConfig, storage: Any, redirect_uri: st
                 file.set_authorization_server(server)
                 self.kept = server
 
+        async def _perform_authorization(self) -> httpx2.Request:
+            # The consent's code, the PKCE verifier and then the tokens go to these endpoints: never
+            # in clear text off loopback (the MCP authorization spec: every authorization server
+            # endpoint over HTTPS), as a refresh never goes there either (``_endpoint_refusal``).
+            metadata = self.context.oauth_metadata
+            endpoints = [("token endpoint", self._get_token_endpoint())]
+            if metadata is not None and metadata.authorization_endpoint is not None:
+                endpoints.insert(0, ("authorization endpoint", str(metadata.authorization_endpoint)))
+            for what, url in endpoints:
+                why = _endpoint_refusal(url)
+                if why is not None:
+                    raise OAuthFlowError(f"the authorization server's {what} {url} is {why}")
+            return await super()._perform_authorization()
+
         async def _handle_token_response(self, response: httpx2.Response) -> None:
             await super()._handle_token_response(response)
             self._keep_authorization_server()

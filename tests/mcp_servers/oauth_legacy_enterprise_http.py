@@ -17,6 +17,8 @@ MODE is where the authorization server is and what its metadata says:
 - ``current-mismatch``: a current-revision server whose protected-resource metadata names the
   authorization server ``BASE``, whose metadata names the issuer ``BASE/oauth`` (RFC 8414 §3.3:
   must be refused).
+- ``cleartext-endpoints``: ``legacy``, but its metadata puts the authorization and token endpoints
+  in plain http on another machine (``http://192.0.2.10``): a login must refuse them.
 - ``enterprise``: SEP-990 (``auth/cross-app-access-complete-flow``): the identity provider's token
   endpoint ``/idp/token`` exchanges the ID token ``--id-token`` (RFC 8693) for an ID-JAG; the
   authorization server ``BASE`` takes it with the jwt-bearer grant (RFC 7523) from the client
@@ -53,7 +55,8 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--record", required=True)
     parser.add_argument("--mode", required=True,
-                        choices=["legacy", "fallback", "foreign-issuer", "current-mismatch", "enterprise"])
+                        choices=["legacy", "fallback", "foreign-issuer", "current-mismatch", "enterprise",
+                                 "cleartext-endpoints"])
     parser.add_argument("--id-token", default="")
     args = parser.parse_args()
     base = f"http://127.0.0.1:{args.port}"
@@ -61,7 +64,10 @@ def main() -> None:
     # Where the authorization server's endpoints are, and the issuer its metadata names.
     prefix = "" if mode in ("fallback", "enterprise") else "/oauth"
     issuer = {"legacy": f"{base}/oauth", "current-mismatch": f"{base}/oauth", "enterprise": base,
-              "foreign-issuer": "https://login.acme.example"}.get(mode)
+              "foreign-issuer": "https://login.acme.example", "cleartext-endpoints": f"{base}/oauth"}.get(mode)
+    # cleartext-endpoints: the authorization and token endpoints in plain http on another machine
+    # (192.0.2.10, TEST-NET-1: nothing answers there).
+    endpoints = "http://192.0.2.10" if mode == "cleartext-endpoints" else base
     xaa_basic = "Basic " + base64.b64encode(f"{XAA_CLIENT}:{XAA_SECRET}".encode()).decode()
 
     server = MCPServer("oauth-legacy-enterprise")
@@ -118,8 +124,8 @@ def main() -> None:
             return await reply(send, 200, {"resource": f"{base}/mcp", "authorization_servers": [f"{base}/evil"]})
         if path == "/.well-known/oauth-authorization-server" and issuer is not None:
             return await reply(send, 200, {
-                "issuer": issuer, "authorization_endpoint": f"{base}{prefix}/authorize",
-                "token_endpoint": f"{base}{prefix}/token", "registration_endpoint": f"{base}{prefix}/register",
+                "issuer": issuer, "authorization_endpoint": f"{endpoints}{prefix}/authorize",
+                "token_endpoint": f"{endpoints}{prefix}/token", "registration_endpoint": f"{base}{prefix}/register",
                 "response_types_supported": ["code"], "code_challenge_methods_supported": ["S256"],
                 "grant_types_supported": [JWT_BEARER] if mode == "enterprise" else ["authorization_code"],
                 "token_endpoint_auth_methods_supported": ["client_secret_basic" if mode == "enterprise" else "none"]})
