@@ -3,8 +3,9 @@
 Issue 26 ("Bounds"). Through the real CLI (``python -m app -p``, stream-json) against the
 loopback fake LLM and a real server process (``tests/mcp_servers/endless_answer.py``):
 
-- a tool call answered with a line that never ends: at most ``MAX_SAVED_ANSWER_BYTES`` of it is
-  saved, the server is ended as misbehaving (one warning naming it and the size), the call ends
+- a finite answer over ``MAX_SAVED_ANSWER_BYTES`` (100 MB) is cut, its start saved, and the server
+  goes on; a tool call answered with a line that never ends: at most ``MAX_SAVED_ANSWER_BYTES`` of
+  it is saved, past ``MAX_READ_ANSWER_BYTES`` the server is ended as misbehaving (one warning naming it and the size), the call ends
   with words naming what was saved, tidegauge's memory stays bounded, nothing is left running,
   and the session goes on (the next step, and ``--continue`` with the server started again);
 - answers the transports cut and save (stdio, and url over real HTTP) count toward
@@ -32,7 +33,7 @@ from test_mcp_url_bounds import HostileServer
 
 from app.kernel.describe import describe
 from app.kernel.events import McpServerEvent
-from app.mcp.bounded_stdio import MAX_SAVED_ANSWER_BYTES
+from app.mcp.bounded_stdio import MAX_READ_ANSWER_BYTES, MAX_SAVED_ANSWER_BYTES
 from app.mcp.http_bounds import _JsonAnswer
 from app.tools.base import SavedOutputBudget
 
@@ -130,7 +131,7 @@ def test_an_answer_without_end_ends_the_server_saves_at_most_the_bound_and_the_s
     warning = describe(McpServerEvent.model_validate(exited))
     assert warning is not None and warning.kind == "warning"
     assert warning.text.startswith("MCP server e stopped: it sent one message still going after ")
-    assert f"(over the {MAX_SAVED_ANSWER_BYTES:,}-byte limit), so tidegauge stopped it" in warning.text
+    assert f"(over the {MAX_READ_ANSWER_BYTES:,}-byte limit), so tidegauge stopped it" in warning.text
     assert f"as the server sent them, are in {saved}" in warning.text
     assert "\n" not in warning.text
     # The call ended on that, not on its 60 s timeout, and says what was saved.
@@ -138,13 +139,13 @@ def test_an_answer_without_end_ends_the_server_saves_at_most_the_bound_and_the_s
     assert result["is_error"] and "timed out" not in result["content"]
     assert "MCP server 'e' stopped during endless (it sent one message still going after" in result["content"]
     assert str(saved) in result["content"]
-    # What was saved: the bound, plus at most one chunk read past it.
-    assert MAX_SAVED_ANSWER_BYTES < saved.stat().st_size <= MAX_SAVED_ANSWER_BYTES + MB
+    # What was saved: the first MAX_SAVED_ANSWER_BYTES (the rest was read up to the bound and dropped).
+    assert MAX_SAVED_ANSWER_BYTES - MB < saved.stat().st_size <= MAX_SAVED_ANSWER_BYTES
     assert saved.read_bytes()[:80].startswith(b'{"jsonrpc":"2.0","id":')
     # The model was told too, and the session took its next step.
     told = [m for m in fake_llm.requests[1].json["messages"] if m["role"] == "tool"]
     assert "stopped during endless" in told[0]["content"]
-    # Memory stayed near the transport's cap (8 MiB in memory per message), far from the 64 MiB read.
+    # Memory stayed near the transport's cap (8 MiB in memory per message), far from the 256 MiB read.
     assert peak_rss < 300 * MB, f"peak RSS {peak_rss / MB:.0f} MiB"
     print(f"\npeak RSS of tidegauge: {peak_rss / MB:.1f} MiB; saved: {saved.stat().st_size:,} bytes")
     # Nothing left running.
@@ -163,6 +164,27 @@ def test_an_answer_without_end_ends_the_server_saves_at_most_the_bound_and_the_s
     assert _gone(int(pid_file.read_text()))
 
 
+def test_a_finite_answer_bigger_than_what_is_saved_is_cut_and_the_server_goes_on(fake_llm, tmp_path) -> None:
+    """A 100 MB answer (a big file read) is not a line without end: its first 64 MiB are saved, the
+    rest is read and dropped, and the server answers the next call (it was ended for it before)."""
+    pid_file = tmp_path / "server.pid"
+    _config(tmp_path, pid_file, "memory_update_tokens = 0\n")
+    fake_llm.enqueue(openai_tool_calls([("e__big", {"megabytes": 100}, "call_big")]),
+                     openai_tool_calls([("e__ping", {}, "call_ping")]), openai_text("done"))
+
+    code, events, stderr, peak_rss = _tidegauge(tmp_path, fake_llm, "read the big one, then ping")
+
+    assert code == 0, stderr[-3000:]
+    assert not [e for e in events if e["type"] == "mcp_server" and e["status"] in ("exited", "failed")], events
+    [big] = [e for e in events if e["type"] == "tool_result" and e["id"] == "call_big"]
+    [saved] = _saved_answers(tmp_path)
+    assert "the server's answer was 100,000," in big["content"] and f"its first {saved.stat().st_size:,} bytes" in big["content"]
+    assert MAX_SAVED_ANSWER_BYTES - MB < saved.stat().st_size <= MAX_SAVED_ANSWER_BYTES
+    [ping] = [e for e in events if e["type"] == "tool_result" and e["id"] == "call_ping"]
+    assert ping["content"] == "pong" and not ping["is_error"]
+    assert peak_rss < 300 * MB, f"peak RSS {peak_rss / MB:.0f} MiB"
+
+
 def test_an_answer_without_end_during_the_start_fails_that_server_once_with_the_size_and_the_session_goes_on(
         fake_llm, tmp_path) -> None:
     pid_file = tmp_path / "server.pid"
@@ -176,7 +198,7 @@ def test_an_answer_without_end_during_the_start_fails_that_server_once_with_the_
     warning = describe(McpServerEvent.model_validate(failed))
     assert warning is not None and warning.text.startswith(
         "MCP server e did not start: it sent one message still going after "), warning
-    assert f"(over the {MAX_SAVED_ANSWER_BYTES:,}-byte limit), so tidegauge stopped it" in warning.text
+    assert f"(over the {MAX_READ_ANSWER_BYTES:,}-byte limit), so tidegauge stopped it" in warning.text
     # Not taken for a server that crashed on the server/discover probe: it is not started a second time.
     assert len(_saved_answers(tmp_path)) == 1
     assert not [e for e in events if e["type"] == "mcp_server" and e["status"] == "exited"]

@@ -9,13 +9,14 @@ message, an answer to the same request: the start of its text, the size, and
 tool output's full-output path). Memory stays at the cap plus a few chunks whatever
 the server sends.
 
-Disk is bounded too: one message is saved up to ``MAX_SAVED_ANSWER_BYTES``, and every saved
-answer counts toward the session's cap on saved outputs (``SavedOutputBudget``,
-``max_session_saved_output``) as it is written; past that cap an answer is cut without being
-saved, and says so. A message still going past ``MAX_SAVED_ANSWER_BYTES`` (a line whose end never
-comes) ends the server: a stdio stream cannot skip to the next message without reading all of this
-one, and a server that never sends the newline would hold the session forever. Its process tree is
-ended and ``on_stopped`` is told why (the connection takes the crash path with those words).
+Disk is bounded too: one message is saved up to ``MAX_SAVED_ANSWER_BYTES`` (the rest of a bigger
+one is read and dropped: the server goes on), and every saved answer counts toward the session's
+cap on saved outputs (``SavedOutputBudget``, ``max_session_saved_output``) as it is written; past
+that cap an answer is cut without being saved, and says so. A message still going past
+``MAX_READ_ANSWER_BYTES`` (a line whose end never comes) ends the server: a stdio stream cannot
+skip to the next message without reading all of this one, and a server that never sends the
+newline would hold the session forever. Its process tree is ended and ``on_stopped`` is told why
+(the connection takes the crash path with those words).
 
 Start-up and shutdown are the SDK's own (``mcp.client.stdio``): the same process
 group, the same bounded close, stdin first.
@@ -49,6 +50,11 @@ MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 # server's connection is closed (app.mcp.http_bounds), a stdio server is ended (it has no other way
 # to skip the rest of a line). The saved file holds this much at most, plus one chunk.
 MAX_SAVED_ANSWER_BYTES = 64 * 1024 * 1024
+# What is read of one stdio message before its server is ended as one whose line has no end. A
+# finite answer up to this size (a 100 MB file read) is cut, its first MAX_SAVED_ANSWER_BYTES
+# saved, the rest read and dropped, and the server goes on; reading and dropping is linear and
+# holds no memory, so the bound is on time (a few seconds of a pipe), not on space.
+MAX_READ_ANSWER_BYTES = 256 * 1024 * 1024
 # What is kept of a cut message: its start (the text the model gets a preview of, and the
 # id when it comes first) and its end (the id, when the server writes it last).
 _HEAD_BYTES = 64 * 1024
@@ -107,8 +113,11 @@ class _Message:
     message spilled when nothing is left of it gets no file at all.
     """
 
-    def __init__(self, max_bytes: int, spill_dir: Path | None, budget: SavedOutputBudget | None = None) -> None:
+    def __init__(self, max_bytes: int, spill_dir: Path | None, budget: SavedOutputBudget | None = None,
+                 max_saved: int = MAX_SAVED_ANSWER_BYTES) -> None:
         self.max_bytes = max_bytes
+        self.max_saved = max_saved
+        self.cut_short = False  # past max_saved: the rest of the message is read, not kept
         self.spill_dir = spill_dir
         self.budget = budget
         self.parts: list[bytes] = []
@@ -163,6 +172,9 @@ class _Message:
         """``data`` to the file, as far as the session's cap on saved outputs lets it."""
         if self.file is None:
             return
+        room = self.max_saved - self.saved
+        if len(data) > room:
+            data, self.cut_short = data[:max(room, 0)], True
         if self.budget is not None:
             granted = self.budget.take(len(data))
             if granted < len(data):
@@ -171,7 +183,7 @@ class _Message:
             if data:
                 self.file.write(data)
                 self.saved += len(data)
-            if self.short_of_cap:
+            if self.short_of_cap or self.cut_short:
                 self._close_file()
         except OSError:
             self._close_file()  # a full disk: the file keeps what it got
@@ -228,7 +240,7 @@ def where_saved(message: _Message, unfinished: bool) -> str:
     not_saved = message.budget.not_saved_note() if message.short_of_cap and message.budget is not None else ""
     if message.path is None:
         return not_saved or "it could not be saved"
-    if not unfinished and not message.short_of_cap:
+    if not unfinished and not message.short_of_cap and not message.cut_short:
         return f"the whole answer, as the server sent it (JSON), is in {message.path}"
     where = f"its first {message.saved:,} bytes, as the server sent them, are in {message.path}"
     return f"{where}; {not_saved}" if not_saved else where
@@ -269,25 +281,25 @@ def cut_answer(message: _Message, request_id: int | str | None = None,
 
 async def read_lines(stdout: Any, deliver: Any, max_bytes: int, spill_dir: Path | None,
                      budget: SavedOutputBudget | None = None,
-                     max_saved: int = MAX_SAVED_ANSWER_BYTES) -> str | None:
+                     max_saved: int = MAX_SAVED_ANSWER_BYTES, max_read: int = MAX_READ_ANSWER_BYTES) -> str | None:
     """Every line of ``stdout`` (an anyio byte stream) to ``deliver(line_or_answer)``.
 
     Linear in what arrives: each chunk is searched for newlines once. ``deliver`` gets
     bytes for a whole line, or a dict for the answer standing in for a cut one.
-    Returns None at the end of ``stdout``; or, when a line went on past ``max_saved`` bytes
+    Returns None at the end of ``stdout``; or, when a line went on past ``max_read`` bytes
     without its end, stops reading there and returns why (what was saved of it, or why not).
     """
-    message = _Message(max_bytes, spill_dir, budget)
+    message = _Message(max_bytes, spill_dir, budget, max_saved)
     async for chunk in stdout:
         start = 0
         while True:
             newline = chunk.find(b"\n", start)
             if newline < 0:
                 message.add(chunk[start:])
-                if message.size > max_saved:
+                if message.size > max_read:
                     message.finish()
                     return (f"it sent one message still going after {message.size:,} bytes without its end "
-                            f"(over the {max_saved:,}-byte limit), so tidegauge stopped it; "
+                            f"(over the {max_read:,}-byte limit), so tidegauge stopped it; "
                             f"{where_saved(message, unfinished=True)}")
                 break
             message.add(chunk[start:newline])
@@ -303,7 +315,7 @@ async def read_lines(stdout: Any, deliver: Any, max_bytes: int, spill_dir: Path 
                 else:
                     logger.warning("an MCP message of %d bytes was over the limit and had no id; dropped",
                                    message.size)
-            message = _Message(max_bytes, spill_dir, budget)
+            message = _Message(max_bytes, spill_dir, budget, max_saved)
     message.finish()
     return None
 

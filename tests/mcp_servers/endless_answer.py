@@ -34,7 +34,7 @@ TOOLS = [
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pid-file", required=True)
-    parser.add_argument("--stop-after-mb", type=int, default=160)
+    parser.add_argument("--stop-after-mb", type=int, default=300)  # past the 256 MiB tidegauge reads
     parser.add_argument("--endless-tools-list", action="store_true")
     args = parser.parse_args()
     with open(args.pid_file, "w", encoding="utf-8") as pid_file:
