@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.kernel.private_files import read_private, write_private_atomic
+from app.kernel.private_files import read_kept_json, write_kept_json
 from app.kernel.usage import Usage
 
 if TYPE_CHECKING:  # the catalogue's types, for mypy only: importing them costs ~0.2 s
@@ -177,14 +177,9 @@ class _KeptLookups:
     def __init__(self, path: Path, identity: str, day: str) -> None:
         self.path, self.identity, self.day = path, identity, day
         self.models: dict[str, Any] = {}
-        try:
-            raw = read_private(path, LOOKUPS_MAX_BYTES + 1)
-            kept = json.loads(raw) if len(raw) <= LOOKUPS_MAX_BYTES else {}
-            if (kept.get("catalogue") == identity and kept.get("day") == day
-                    and isinstance(kept.get("models"), dict)):
-                self.models = dict(list(kept["models"].items())[-LOOKUPS_MAX_MODELS:])
-        except (OSError, ValueError, AttributeError):
-            pass
+        kept = read_kept_json(path, LOOKUPS_MAX_BYTES)
+        if kept.get("catalogue") == identity and kept.get("day") == day and isinstance(kept.get("models"), dict):
+            self.models = dict(list(kept["models"].items())[-LOOKUPS_MAX_MODELS:])
 
     def get(self, name: str) -> tuple[bool, CatalogueModel | None]:
         if name not in self.models:
@@ -204,13 +199,7 @@ class _KeptLookups:
         self.models.pop(name, None)
         self.models[name] = None if entry is None else asdict(entry)
         self.models = dict(list(self.models.items())[-LOOKUPS_MAX_MODELS:])
-        data = json.dumps({"catalogue": self.identity, "day": self.day, "models": self.models}).encode()
-        if not self.path.parent.is_dir():
-            return  # the data directory is made by the session store; a lookup never creates it
-        try:
-            write_private_atomic(self.path, data)
-        except OSError:
-            pass  # a read-only data directory: the next run looks it up again
+        write_kept_json(self.path, {"catalogue": self.identity, "day": self.day, "models": self.models})
 
 
 _lookups: _KeptLookups | None = None

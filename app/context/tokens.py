@@ -13,7 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from app.kernel.private_files import read_private, write_private_atomic
+from app.kernel.private_files import read_kept_json, write_kept_json
 from app.kernel.redact import redact
 
 from app.kernel.messages import (
@@ -138,16 +138,12 @@ class _PieceCounts:
         self.path = path
         self.counts: dict[str, int] = {}
         self.changed = False
-        try:
-            raw = read_private(path, PIECES_MAX_BYTES + 1)
-            kept = json.loads(raw) if len(raw) <= PIECES_MAX_BYTES else {}
-            pieces = kept.get("pieces") if kept.get("encoder") == CL100K_SHA256 else None
-            if isinstance(pieces, dict) and len(pieces) <= PIECES_MAX and all(
-                    isinstance(k, str) and k.isascii() and type(v) is int and 1 <= v <= len(k)
-                    for k, v in pieces.items()):
-                self.counts = pieces
-        except (OSError, ValueError, AttributeError):
-            pass
+        kept = read_kept_json(path, PIECES_MAX_BYTES)
+        pieces = kept.get("pieces") if kept.get("encoder") == CL100K_SHA256 else None
+        if isinstance(pieces, dict) and len(pieces) <= PIECES_MAX and all(
+                isinstance(k, str) and k.isascii() and type(v) is int and 1 <= v <= len(k)
+                for k, v in pieces.items()):
+            self.counts = pieces
 
     def count(self, text: str) -> int | None:
         counts = self.counts
@@ -171,14 +167,9 @@ class _PieceCounts:
                 self.changed = True
 
     def save(self) -> None:
-        if not self.changed or not self.path.parent.is_dir():
-            return
-        self.changed = False
-        data = json.dumps({"encoder": CL100K_SHA256, "pieces": self.counts}, separators=(",", ":")).encode()
-        try:
-            write_private_atomic(self.path, data)
-        except OSError:
-            pass  # a read-only data directory: the next run counts with the encoder
+        if self.changed:
+            self.changed = False
+            write_kept_json(self.path, {"encoder": CL100K_SHA256, "pieces": self.counts})
 
 
 _pieces: _PieceCounts | None = None

@@ -15,11 +15,12 @@ so both use it without importing each other.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 FILE_MODE = 0o600
 DIR_MODE = 0o700
@@ -112,3 +113,26 @@ def read_private(path: Path, max_bytes: int) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def read_kept_json(path: Path, max_bytes: int) -> dict[str, Any]:
+    """A small JSON object tidegauge keeps between runs (a cache), by the rules above; ``{}`` when
+    it is missing, bigger than ``max_bytes``, not JSON or not an object: the caller starts afresh.
+    Only the shape is checked here; what each field may hold is the caller's to check."""
+    try:
+        raw = read_private(path, max_bytes + 1)
+        kept = json.loads(raw) if len(raw) <= max_bytes else {}
+    except (OSError, ValueError):
+        return {}
+    return kept if isinstance(kept, dict) else {}
+
+
+def write_kept_json(path: Path, value: dict[str, Any]) -> None:
+    """Replace such a file (atomically, 0600). Never creates the data directory (the session store
+    does), and a read-only one only means the next run starts afresh."""
+    if not path.parent.is_dir():
+        return
+    try:
+        write_private_atomic(path, json.dumps(value, separators=(",", ":")).encode())
+    except OSError:
+        pass
