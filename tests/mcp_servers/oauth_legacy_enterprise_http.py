@@ -44,6 +44,8 @@ from urllib.parse import parse_qs, urlencode
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 
+from _asgi import read_request, reply
+
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
 ID_JAG = "urn:ietf:params:oauth:token-type:id-jag"
@@ -88,25 +90,11 @@ def main() -> None:
         access_tokens.add(access)
         return {"access_token": access, "token_type": "Bearer", "expires_in": 3600}
 
-    async def reply(send: Any, status: int, body: Any = None, headers: list[tuple[bytes, bytes]] | None = None) -> None:
-        data = json.dumps(body).encode() if body is not None else b""
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
-                                *(headers or [])]})
-        await send({"type": "http.response.body", "body": data})
-
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await mcp_app(scope, receive, send)
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        headers, body = await read_request(scope, receive)
         path, method = scope["path"], scope["method"]
-        body = b""
-        if method == "POST":
-            more = True
-            while more:
-                message = await receive()
-                body += message.get("body", b"")
-                more = message.get("more_body", False)
         form = {k: v[0] for k, v in parse_qs(body.decode()).items()} if path.endswith("/token") else {}
         rpc = None
         if path == "/mcp" and body:

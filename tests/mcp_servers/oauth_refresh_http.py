@@ -36,6 +36,8 @@ from urllib.parse import parse_qs, urlencode
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 
+from _asgi import read_request, reply
+
 
 def main() -> None:
     parser = argparse.ArgumentParser()
@@ -72,13 +74,6 @@ def main() -> None:
         access_tokens.add(access)
         refresh_tokens.add(refresh)
         return {"access_token": access, "token_type": "Bearer", "expires_in": 3600, "refresh_token": refresh}
-
-    async def reply(send: Any, status: int, body: Any = None, headers: list[tuple[bytes, bytes]] | None = None) -> None:
-        data = json.dumps(body).encode() if body is not None else b""
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
-                                *(headers or [])]})
-        await send({"type": "http.response.body", "body": data})
 
     async def authorization_server(scope: dict[str, Any], send: Any, method: str, path: str,
                                    body: bytes) -> bool:
@@ -131,15 +126,8 @@ def main() -> None:
         async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
             if scope["type"] != "http":
                 return await mcp_app(scope, receive, send)
-            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+            headers, body = await read_request(scope, receive)
             path, method = scope["path"], scope["method"]
-            body = b""
-            if method == "POST":
-                more = True
-                while more:
-                    message = await receive()
-                    body += message.get("body", b"")
-                    more = message.get("more_body", False)
             record.write(json.dumps({"listener": listener, "method": method, "path": path,
                                      "query": scope["query_string"].decode("latin-1"), "headers": headers,
                                      "body": body.decode("utf-8", errors="replace")}) + "\n")
