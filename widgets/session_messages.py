@@ -14,17 +14,22 @@ This module imports no pydantic: the events are only types here.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from textual.message import Message
 
 from app.kernel.describe import ENGINE_LINE_TYPES
 
 if TYPE_CHECKING:
-    from textual.message_pump import MessagePump
-
     from app.kernel import events as ev
     from app.surfaces.view_model import ToolCallRecord
+
+
+class MessageTarget(Protocol):
+    """Where a session message goes: a widget or the App (Textual's ``post_message`` is thread-safe).
+    A Protocol, so the bridge in app/ routes messages without importing textual."""
+
+    def post_message(self, message: Message) -> bool: ...
 
 
 def handled_messages(target: object) -> tuple[type["SessionMessage"], ...]:
@@ -186,11 +191,11 @@ class DeltasPaused(Message, bubble=False):
         super().__init__()
         self.kind = kind
         self._after = after  # an earlier pause still holding: released first, so order holds
-        self._held: list[tuple["MessagePump", Message]] = []
+        self._held: list[tuple[MessageTarget, Message]] = []
         self._released = False
         self._lock = threading.Lock()
 
-    def hold(self, target: "MessagePump", message: Message) -> bool:
+    def hold(self, target: MessageTarget, message: Message) -> bool:
         """Keep ``message`` for ``target`` until released; False once released (post it now)."""
         with self._lock:
             if self._released:

@@ -13,7 +13,7 @@ wait in it until the reply has drawn its text.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
 from app.surfaces.view_model import DashboardView
 from widgets.session_messages import (
@@ -21,27 +21,25 @@ from widgets.session_messages import (
     Deltas,
     DeltasPaused,
     SessionMessage,
+    MessageTarget,
     ToolCallsChanged,
     handled_messages,
 )
-
-if TYPE_CHECKING:
-    from textual.message_pump import MessagePump
 
 
 class SessionBridge:
     """A session listener that folds events into ``view`` and turns them into messages for ``targets``."""
 
-    def __init__(self, targets: Iterable["MessagePump"], deltas_target: "MessagePump",
+    def __init__(self, targets: Iterable[MessageTarget], deltas_target: MessageTarget,
                  view: DashboardView | None = None) -> None:
         targets = list(targets)
         self.view = view if view is not None else DashboardView()
 
-        def handlers(message: type[SessionMessage]) -> list["MessagePump"]:
+        def handlers(message: type[SessionMessage]) -> list[MessageTarget]:
             return [target for target in targets if any(issubclass(message, handled)
                                                         for handled in handled_messages(target))]
 
-        self._routes: dict[str, list[tuple[type[SessionMessage], "MessagePump"]]] = {
+        self._routes: dict[str, list[tuple[type[SessionMessage], MessageTarget]]] = {
             event_type: [(message, target) for message in messages for target in handlers(message)]
             for event_type, messages in MESSAGES_FOR.items()
         }
@@ -70,7 +68,7 @@ class SessionBridge:
                 self._paused = None  # released: the reply's text is on screen
             target.post_message(message)
 
-    def _messages(self, event: Any, *, restored: bool) -> "Iterable[tuple[MessagePump, SessionMessage]]":
+    def _messages(self, event: Any, *, restored: bool) -> "Iterable[tuple[MessageTarget, SessionMessage]]":
         records = self.view.apply(event)
         if records:
             for target in self._record_targets:
