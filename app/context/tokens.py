@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from app.kernel.private_files import read_kept_json, write_kept_json
-from app.kernel.redact import redact
+from app.kernel.redact import holds_secret
 
 from app.kernel.messages import (
     Message,
@@ -158,7 +158,7 @@ class _PieceCounts:
     def learn(self, text: str) -> None:
         if len(text) > LEARN_MAX_CHARS or len(self.counts) >= PIECES_MAX:
             return
-        if redact(text) != text:
+        if holds_secret(text):
             return  # a text with a key in it: no piece of the key is kept in a file
         enc = encoder()
         for piece in _ascii_split()(text):

@@ -100,6 +100,13 @@ def redact(text: str) -> str:
     return pattern.sub(REDACTED, text)
 
 
+def holds_secret(text: str) -> bool:
+    """Does ``text`` contain a registered secret? (A search: no redacted copy is built.)"""
+    _refresh_from_env()
+    pattern = _pattern
+    return pattern is not None and bool(text) and pattern.search(text) is not None
+
+
 def redact_obj(obj: Any) -> Any:
     """Redact every string inside dicts, lists and tuples (keys too); other values pass through."""
     _refresh_from_env()
