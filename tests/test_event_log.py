@@ -5,6 +5,7 @@ dashboard (the demo model), or in-process against the loopback fake LLM server."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from pathlib import Path
@@ -14,8 +15,10 @@ import pytest
 
 from agent_helpers import make_session
 from app.kernel.commands import Compact, Interrupt, Report, Shutdown, UserInput
+from app.kernel.protocol import EVENT_RING, merge_deltas
 from app.session.process import SessionProcess
-from fake_llm_server import openai_text
+from app.surfaces.view_model import DashboardView, catch_up
+from fake_llm_server import openai_text, openai_tool_calls
 
 WAIT = 120  # seconds: a hang guard only; each wait ends on an event
 
@@ -222,3 +225,101 @@ async def test_every_prompt_ends_in_one_result_even_one_an_interrupt_dropped_bef
     assert results == [(first, "interrupted", session.info.session_id),
                        (second, "interrupted", session.info.session_id)]
     assert fake_llm.requests == [] and session.pending == 0
+
+
+# A reply streamed in more deltas than the ring holds events.
+LONG_REPLY = [f"w{index} " for index in range(EVENT_RING + 400)]
+
+
+def dumped(events: list[Any]) -> list[dict[str, Any]]:
+    return [event.model_dump(mode="json") for event in events]
+
+
+async def test_a_long_reply_leaves_the_prompt_and_the_tool_call_before_it_for_a_late_surface(
+        fake_llm, tmp_path, monkeypatch) -> None:
+    """Issue 25: one long reply used to fill the ring with its deltas, so a surface attaching then saw
+    neither the prompt nor the tool call it answers, and only the reply's tail."""
+    session, events = make_session(fake_llm, tmp_path, monkeypatch)
+    (session.agent.workspace / "notes.txt").write_text("the notes\n")
+    fake_llm.enqueue(openai_tool_calls([("read_file", {"path": "notes.txt"})]), openai_text(LONG_REPLY))
+    during = Collector()
+    attached_during: list[Any] = []
+    deltas = 0
+
+    def attach_during_the_reply(event: Any) -> None:  # on the session's thread, under its lock, as emit runs
+        nonlocal deltas
+        deltas += event.type == "text_delta"
+        if deltas == EVENT_RING and not attached_during:
+            attached_during.append(session.attach(during)[0])
+
+    session.subscribe(attach_during_the_reply)
+    prompt_id = session.submit(UserInput("read notes.txt, then say a lot"))
+    session.submit(Shutdown())
+    await session.run()
+    late = Collector()
+    snapshot, _ = session.attach(late)
+
+    kinds = [event.type for event in snapshot.events]
+    assert len(snapshot.events) <= EVENT_RING
+    said = [e.text for e in snapshot.events if e.type == "user_message"]
+    assert said == ["read notes.txt, then say a lot"], f"the prompt is not in the late snapshot: {kinds[:20]}"
+    assert [e.name for e in snapshot.events if e.type in ("tool_start", "tool_result")] == ["read_file"] * 2
+    assert "".join(e.text for e in snapshot.events if e.type == "text_delta") == "".join(LONG_REPLY)
+    assert [e.command_id for e in snapshot.events if e.type == "text_delta"] == [prompt_id]
+    seqs = [event.seq for event in snapshot.events]
+    assert seqs == sorted(set(seqs)) and snapshot.seq == seqs[-1] == events[-1].seq, seqs[-5:]
+    # The view the dashboard folds from it holds the call, finished.
+    view = DashboardView()
+    for event in catch_up(snapshot):
+        view.apply(event)
+    assert [(record.name, record.status) for record in view.tool_calls.values()] == [("read_file", "ok")]
+
+    # Attached in the middle of the reply: the snapshot at N, then N+1, N+2, ... each once, in order;
+    # its reply so far and the deltas after it are the whole reply, and together they are the log.
+    (middle,) = attached_during
+    after = [event.seq for event in during.events]
+    assert after == list(range(middle.seq + 1, events[-1].seq + 1)), (middle.seq, after[:5])
+    assert dumped(merge_deltas(middle.events + during.events)) == dumped(snapshot.events)
+
+
+async def test_the_palette_and_header_a_late_dashboard_draws_do_not_depend_on_the_ring(
+        fake_llm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Server-side compaction switched on, then more events than the ring holds: a dashboard opening
+    then (a web tab, say) offers to turn it off, not on, and names the project and the session."""
+    from app.kernel.commands import Preview, ServerCompaction
+    from app.surfaces.dashboard.app import TidegaugeApp
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-fake-key-0123456789")
+    work = tmp_path / "work"
+    work.mkdir()
+    runner = SessionProcess({"provider": "responses", "model": "test-model", "base_url": fake_llm.base_url("responses"),
+                             "window": 400_000, "data_dir": tmp_path / "data", "memory_update_tokens": 0},
+                            cwd=work).start()
+    try:
+        switched = Collector()
+        runner.subscribe(switched)
+        runner.submit(ServerCompaction(True))
+        assert switched.wait_for("server_compaction").on is True
+        flooded = threading.Event()
+        runner.subscribe(lambda event: flooded.set() if event.type == "permissions" else None)
+        for _ in range(EVENT_RING):  # each answered by one event (drawn by no widget): the switch leaves the ring
+            runner.submit(Preview("reset"))
+        runner.submit(Report(kind="permissions"))
+        assert flooded.wait(WAIT), "the previews were not all answered"
+        assert "server_compaction" not in [event.type for event in runner.snapshot().events]
+
+        app = TidegaugeApp(runner, cursor_blink=False)
+        async with app.run_test():
+            def offered() -> list[str]:
+                return [c.title for c in app.get_system_commands(app.screen) if c.title.startswith("Server-side")]
+
+            for _ in range(WAIT * 100):
+                if offered() and app.header.session_id:
+                    break
+                await asyncio.sleep(0.01)  # polls the condition above
+            assert offered() == ["Server-side compaction: on (turn off)"], offered()
+            assert (app.header.session_id, Path(app.header.cwd)) == (runner.info.session_id, work.resolve())
+            app.exit()
+    finally:
+        runner.stop()
+    assert runner.returncode == 0, runner.stderr_tail()
