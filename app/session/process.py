@@ -143,7 +143,8 @@ class EventWriter:
 def merged_lines(batch: "list[Event]") -> bytes:
     """The events as JSON lines, deltas of one kind in a row merged into one event (as the
     session's log keeps them: ``app.kernel.protocol.merge_deltas``)."""
-    return b"".join(event.model_dump_json().encode() + b"\n" for event in merge_deltas(batch))
+    return b"".join((json.dumps(event.model_dump(mode="json")).encode() if event.type in DELTA_TYPES
+                     else event.model_dump_json().encode()) + b"\n" for event in merge_deltas(batch))
 
 
 def ready_line(snapshot: SessionSnapshot) -> bytes:
