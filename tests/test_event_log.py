@@ -448,3 +448,23 @@ def test_the_events_in_force_outlive_the_ring() -> None:
         mirror.add(event)
     mirror.add_standing(log.standing())
     assert dumped(mirror.standing()) == dumped(log.standing())
+
+
+async def test_the_fake_session_a_dashboard_test_drives_keeps_the_same_log() -> None:
+    """The scripted session the dashboard tests use catches a late surface up as the real one does:
+    the switch said before the last EVENT_RING events is still the palette's state."""
+    from app.kernel.commands import Preview, ServerCompaction
+    from app.surfaces.dashboard.app import TidegaugeApp
+    from snapshot_apps.fake_agent import FakeSession
+
+    fake = FakeSession(server_compaction=False)
+    fake.submit(ServerCompaction(True))
+    for _ in range(EVENT_RING):
+        fake.submit(Preview("reset"))
+    snapshot = fake.snapshot()
+    assert snapshot.info.server_compaction is True and [e.type for e in snapshot.standing] == ["server_compaction"]
+    app = TidegaugeApp(fake, cursor_blink=False)
+    async with app.run_test() as pilot:
+        await pilot.pause()
+        titles = [c.title for c in app.get_system_commands(app.screen) if c.title.startswith("Server-side")]
+        assert titles == ["Server-side compaction: on (turn off)"]
