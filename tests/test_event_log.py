@@ -5,6 +5,7 @@ dashboard (the demo model), or in-process against the loopback fake LLM server."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from pathlib import Path
@@ -14,8 +15,10 @@ import pytest
 
 from agent_helpers import make_session
 from app.kernel.commands import Compact, Interrupt, Report, Shutdown, UserInput
+from app.kernel.protocol import EVENT_RING, merge_deltas
 from app.session.process import SessionProcess
-from fake_llm_server import openai_text
+from app.surfaces.view_model import DashboardView, catch_up
+from fake_llm_server import openai_text, openai_tool_calls
 
 WAIT = 120  # seconds: a hang guard only; each wait ends on an event
 
@@ -222,3 +225,246 @@ async def test_every_prompt_ends_in_one_result_even_one_an_interrupt_dropped_bef
     assert results == [(first, "interrupted", session.info.session_id),
                        (second, "interrupted", session.info.session_id)]
     assert fake_llm.requests == [] and session.pending == 0
+
+
+# A reply streamed in more deltas than the ring holds events.
+LONG_REPLY = [f"w{index} " for index in range(EVENT_RING + 400)]
+
+
+def dumped(events: list[Any]) -> list[dict[str, Any]]:
+    return [event.model_dump(mode="json") for event in events]
+
+
+async def test_a_long_reply_leaves_the_prompt_and_the_tool_call_before_it_for_a_late_surface(
+        fake_llm, tmp_path, monkeypatch) -> None:
+    """Issue 25: one long reply used to fill the ring with its deltas, so a surface attaching then saw
+    neither the prompt nor the tool call it answers, and only the reply's tail."""
+    session, events = make_session(fake_llm, tmp_path, monkeypatch)
+    (session.agent.workspace / "notes.txt").write_text("the notes\n")
+    fake_llm.enqueue(openai_tool_calls([("read_file", {"path": "notes.txt"})]), openai_text(LONG_REPLY))
+    during = Collector()
+    attached_during: list[Any] = []
+    deltas = 0
+
+    def attach_during_the_reply(event: Any) -> None:  # on the session's thread, under its lock, as emit runs
+        nonlocal deltas
+        deltas += event.type == "text_delta"
+        if deltas == EVENT_RING and not attached_during:
+            attached_during.append(session.attach(during)[0])
+
+    session.subscribe(attach_during_the_reply)
+    prompt_id = session.submit(UserInput("read notes.txt, then say a lot"))
+    session.submit(Shutdown())
+    await session.run()
+    late = Collector()
+    snapshot, _ = session.attach(late)
+
+    kinds = [event.type for event in snapshot.events]
+    assert len(snapshot.events) <= EVENT_RING
+    said = [e.text for e in snapshot.events if e.type == "user_message"]
+    assert said == ["read notes.txt, then say a lot"], f"the prompt is not in the late snapshot: {kinds[:20]}"
+    assert [e.name for e in snapshot.events if e.type in ("tool_start", "tool_result")] == ["read_file"] * 2
+    assert "".join(e.text for e in snapshot.events if e.type == "text_delta") == "".join(LONG_REPLY)
+    assert [e.command_id for e in snapshot.events if e.type == "text_delta"] == [prompt_id]
+    seqs = [event.seq for event in snapshot.events]
+    assert seqs == sorted(set(seqs)) and snapshot.seq == seqs[-1] == events[-1].seq, seqs[-5:]
+    # The view the dashboard folds from it holds the call, finished.
+    view = DashboardView()
+    for event in catch_up(snapshot):
+        view.apply(event)
+    assert [(record.name, record.status) for record in view.tool_calls.values()] == [("read_file", "ok")]
+
+    # Attached in the middle of the reply: the snapshot at N, then N+1, N+2, ... each once, in order;
+    # its reply so far and the deltas after it are the whole reply, and together they are the log.
+    (middle,) = attached_during
+    after = [event.seq for event in during.events]
+    assert after == list(range(middle.seq + 1, events[-1].seq + 1)), (middle.seq, after[:5])
+    assert dumped(merge_deltas(middle.events + during.events)) == dumped(snapshot.events)
+
+
+async def test_the_palette_and_header_a_late_dashboard_draws_do_not_depend_on_the_ring(
+        fake_llm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Server-side compaction switched on, then more events than the ring holds: a dashboard opening
+    then (a web tab, say) offers to turn it off, not on, and names the project and the session."""
+    from app.kernel.commands import Preview, ServerCompaction
+    from app.surfaces.dashboard.app import TidegaugeApp
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-fake-key-0123456789")
+    work = tmp_path / "work"
+    work.mkdir()
+    runner = SessionProcess({"provider": "responses", "model": "test-model", "base_url": fake_llm.base_url("responses"),
+                             "window": 400_000, "data_dir": tmp_path / "data", "memory_update_tokens": 0},
+                            cwd=work).start()
+    try:
+        switched = Collector()
+        runner.subscribe(switched)
+        runner.submit(ServerCompaction(True))
+        assert switched.wait_for("server_compaction").on is True
+        flooded = threading.Event()
+        runner.subscribe(lambda event: flooded.set() if event.type == "permissions" else None)
+        for _ in range(EVENT_RING):  # each answered by one event (drawn by no widget): the switch leaves the ring
+            runner.submit(Preview("reset"))
+        runner.submit(Report(kind="permissions"))
+        assert flooded.wait(WAIT), "the previews were not all answered"
+        assert "server_compaction" not in [event.type for event in runner.snapshot().events]
+
+        app = TidegaugeApp(runner, cursor_blink=False)
+        async with app.run_test():
+            def offered() -> list[str]:
+                return [c.title for c in app.get_system_commands(app.screen) if c.title.startswith("Server-side")]
+
+            for _ in range(WAIT * 100):
+                if offered() and app.header.session_id:
+                    break
+                await asyncio.sleep(0.01)  # polls the condition above
+            assert offered() == ["Server-side compaction: on (turn off)"], offered()
+            assert (app.header.session_id, Path(app.header.cwd)) == (runner.info.session_id, work.resolve())
+            app.exit()
+    finally:
+        runner.stop()
+    assert runner.returncode == 0, runner.stderr_tail()
+
+
+async def test_an_approval_and_a_prompt_still_waiting_reach_a_dashboard_that_attaches_after_the_ring_moved_on(
+        fake_llm, tmp_path, monkeypatch) -> None:
+    """The session waits on the user's answer, a prompt waits behind the turn, and more than
+    EVENT_RING events come meanwhile: a dashboard opening then still asks, and its view still has the
+    prompt in the queue (the snapshot carries what is in force, not only the ring)."""
+    from app.kernel.commands import Approve, Preview
+    from app.surfaces.dashboard.app import TidegaugeApp
+    from app.surfaces.view_model import QueuedCommand
+    from session_thread import SessionThread
+    from widgets.approval_screen import ApprovalScreen
+
+    session, _events = make_session(fake_llm, tmp_path, monkeypatch, approvals=True)
+    fake_llm.enqueue(openai_tool_calls([("run_bash", {"command": "echo hi"})]), openai_text("ran it"),
+                     openai_text("and this"))
+    said = Collector()
+    session.subscribe(said)
+    flooded = threading.Event()
+    session.subscribe(lambda event: flooded.set() if event.type == "permissions" else None)
+    runner = SessionThread(session)
+    runner.start()
+    try:
+        session.submit(UserInput("run echo hi"))
+        request = said.wait_for("approval_request")
+        session.submit(UserInput("then this"))
+        said.wait_for("queued")
+        for _ in range(EVENT_RING):
+            session.submit(Preview("reset"))
+        session.submit(Report(kind="permissions"))
+        assert flooded.wait(WAIT), "the previews were not all answered"
+        snapshot = session.snapshot()
+        assert "approval_request" not in [event.type for event in snapshot.events]
+        view = DashboardView()
+        for event in catch_up(snapshot):
+            view.apply(event)
+        assert view.approval is not None and view.approval.request_id == request.request_id
+        assert view.queue == [QueuedCommand("prompt", "then this")]
+
+        app = TidegaugeApp(session, cursor_blink=False)
+        async with app.run_test():
+            for _ in range(WAIT * 100):
+                if isinstance(app.screen, ApprovalScreen):
+                    break
+                await asyncio.sleep(0.01)  # polls the condition above
+            assert isinstance(app.screen, ApprovalScreen), f"no approval dialog; the screen is {app.screen!r}"
+            assert app.view.queue == [QueuedCommand("prompt", "then this")]
+            session.submit(Approve(request.request_id, "no"))
+            said.wait_for("result", 2)
+            app.exit()
+    finally:
+        runner.stop()
+
+
+def _numbered(*events: Any, command_id: int | None = None, start: int = 1) -> list[Any]:
+    return [event.model_copy(update={"seq": start + index, "command_id": command_id}) for index, event in enumerate(events)]
+
+
+def test_the_ring_keeps_a_run_of_deltas_as_one_event_and_at_most_its_size() -> None:
+    from app.kernel import events as ev
+    from app.kernel.protocol import EventLog
+
+    log = EventLog(size=4)
+    said = [*_numbered(ev.UserMessageEvent(text="hi"), command_id=1),
+            *_numbered(*(ev.ThinkingDeltaEvent(text=t) for t in "ab"), command_id=1, start=2),
+            *_numbered(*(ev.TextDeltaEvent(text=t) for t in "cde"), command_id=1, start=4),
+            *_numbered(ev.TextDeltaEvent(text="f"), command_id=2, start=7)]  # another command's reply
+    for event in said:
+        log.add(event)
+    assert [(e.type, getattr(e, "text", ""), e.seq) for e in log.events()] == [
+        ("user_message", "hi", 1), ("thinking_delta", "ab", 3), ("text_delta", "cde", 6), ("text_delta", "f", 7)]
+    log.add(*_numbered(ev.TextDeltaEvent(text="g"), command_id=2, start=8))
+    log.add(*_numbered(ev.AssistantMessageEvent(text="fg"), command_id=2, start=9))
+    # Four at most: the oldest goes, the run that went on is one event with its last seq.
+    assert [(e.type, e.seq) for e in log.events()] == [
+        ("thinking_delta", 3), ("text_delta", 6), ("text_delta", 8), ("assistant_message", 9)]
+
+
+def test_the_events_in_force_outlive_the_ring() -> None:
+    """Queued commands until they run or end, questions until answered, the latest switch of a kind."""
+    from app.kernel import events as ev
+    from app.kernel.protocol import EventLog
+
+    log = EventLog(size=2)
+    seq = iter(range(1, 1_000))
+
+    def add(event: Any, command_id: int | None = None) -> None:
+        log.add(event.model_copy(update={"seq": next(seq), "command_id": command_id}))
+
+    add(ev.ServerCompactionEvent(on=True, provider="responses"), 1)
+    add(ev.ApprovalRequestEvent(request_id="approval-5", tool_id="c1", name="run_bash", input={}, summary="ls"), 2)
+    add(ev.MemoryImportEvent(action="ask", path="/elsewhere/notes.md", importer="AGENTS.md"))
+    add(ev.CommandQueuedEvent(command="prompt", position=1, text="one"), 3)
+    add(ev.CommandQueuedEvent(command="compact", position=2), 4)
+    add(ev.CommandQueuedEvent(command="prompt", position=3, text="two"), 5)
+    for _ in range(5):
+        add(ev.NoticeEvent(level="info", text="said"))
+    standing = log.standing()
+    assert [e.type for e in standing] == ["server_compaction", "approval_request", "memory_import", "queued",
+                                          "queued", "queued"]
+    assert [e.seq for e in standing] == sorted(e.seq for e in standing)
+    assert not {e.seq for e in standing} & {e.seq for e in log.events()}  # all of them left the ring
+
+    add(ev.ApprovalResolvedEvent(request_id="approval-5", decision="no"), 2)
+    add(ev.MemoryImportEvent(action="approved", path="/elsewhere/notes.md", importer="AGENTS.md"))
+    add(ev.UserMessageEvent(text="one"), 3)  # the first prompt runs
+    add(ev.ResultEvent(stop_reason="interrupted", text="", steps=0), 5)  # an interrupt dropped the second
+    add(ev.ServerCompactionEvent(on=False, provider="responses"), 6)
+    assert [(e.type, getattr(e, "command", None)) for e in log.standing()] == [("queued", "compact"),
+                                                                              ("server_compaction", None)]
+    add(ev.CommandQueuedEvent(command="prompt", position=2, text="three"), 7)
+    add(ev.CommandQueuedEvent(command="reset", position=1), 8)  # a reset replaces what waited before it
+    assert [(e.type, getattr(e, "command", None)) for e in log.standing()] == [("server_compaction", None),
+                                                                              ("queued", "reset")]
+    info = ev.SessionInfoEvent(session_id="s", provider_label="p", model="m", workspace="/w", max_steps=5,
+                               server_compaction=True)
+    assert log.server_compaction(info).server_compaction is False
+    assert log.server_compaction(info.model_copy(update={"server_compaction": None})).server_compaction is None
+
+    # The session process's parent takes them over from the child's first line, once each.
+    mirror = EventLog(size=2)
+    for event in log.events():
+        mirror.add(event)
+    mirror.add_standing(log.standing())
+    assert dumped(mirror.standing()) == dumped(log.standing())
+
+
+async def test_the_fake_session_a_dashboard_test_drives_keeps_the_same_log() -> None:
+    """The scripted session the dashboard tests use catches a late surface up as the real one does:
+    the switch said before the last EVENT_RING events is still the palette's state."""
+    from app.kernel.commands import Preview, ServerCompaction
+    from app.surfaces.dashboard.app import TidegaugeApp
+    from snapshot_apps.fake_agent import FakeSession
+
+    fake = FakeSession(server_compaction=False)
+    fake.submit(ServerCompaction(True))
+    for _ in range(EVENT_RING):
+        fake.submit(Preview("reset"))
+    snapshot = fake.snapshot()
+    assert snapshot.info.server_compaction is True and [e.type for e in snapshot.standing] == ["server_compaction"]
+    app = TidegaugeApp(fake, cursor_blink=False)
+    async with app.run_test() as pilot:
+        await pilot.pause()
+        titles = [c.title for c in app.get_system_commands(app.screen) if c.title.startswith("Server-side")]
+        assert titles == ["Server-side compaction: on (turn off)"]

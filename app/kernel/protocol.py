@@ -13,9 +13,10 @@ the two and nothing twice, however late it attaches.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 import threading
-from typing import TYPE_CHECKING, Callable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from app.kernel.commands import Command
@@ -38,13 +39,170 @@ class SessionSnapshot:
     queued: int = 0
     # The seq of the last event this snapshot includes: the attached listener gets those after it.
     seq: int = 0
-    # This run's events up to ``seq``, in order (the last ``EVENT_RING`` of them): what was said
-    # before the surface attached (start-up warnings, repairs, MCP servers that failed) is not lost.
+    # This run's events up to ``seq``, in order (the last ``EVENT_RING`` of them, deltas in a row
+    # of one reply as one): what was said before the surface attached (start-up warnings, repairs,
+    # MCP servers that failed, the prompt a long reply answers) is not lost.
     events: list["Event"] = field(default_factory=list)
+    # The events still in force at ``seq``, in order, whether or not ``events`` still holds them:
+    # the commands waiting in the queue, the questions not answered yet (approvals, servers' forms,
+    # imports to approve) and the latest of each kind that sets what a surface shows as current
+    # (``STANDING_KINDS``). A surface replays those older than ``events`` before them.
+    standing: list["Event"] = field(default_factory=list)
 
 
 # How many of its latest events a session keeps for a surface that attaches late.
 EVENT_RING = 4096
+
+# The streamed pieces of a reply: in a row, of one kind and one command, they make one event.
+DELTA_TYPES = frozenset({"text_delta", "thinking_delta"})
+# Kinds whose latest event is what a surface shows now (the offered MCP prompts, the breaker, the
+# cleared results, the server-side compaction switch), kept however long ago it was said.
+STANDING_KINDS = frozenset({"mcp_prompts", "breaker", "cleared_results", "server_compaction"})
+# Questions a session waits on (with an import outside the repository: ``memory_import``, ``ask``),
+# and the events that answer them, with the same request id.
+_QUESTIONS = frozenset({"approval_request", "elicitation_request"})
+_ANSWERS = frozenset({"approval_resolved", "elicitation_resolved"})
+# The queued command a starting event runs, for a queued event without a command id.
+_STARTS = {"user_message": "prompt", "compaction": "compact", "reset": "reset"}
+
+
+def _question_key(event: Any) -> str:  # a question or an answer: its fields read by its kind
+    """What names a question and its answer: the request id, or the path of an import."""
+    if event.type == "memory_import":
+        return f"import:{event.path}"
+    return f"request:{event.request_id}"
+
+
+def continues_run(last: "Event", event: "Event") -> bool:
+    """``event`` is a delta that goes on from ``last`` (a delta of the same kind and command)."""
+    return event.type == last.type and event.type in DELTA_TYPES and event.command_id == last.command_id
+
+
+def merged_run(last: "Event", texts: list[str]) -> "Event":
+    """A run of deltas as one event: their texts joined, the last one's seq and command id."""
+    return last.model_copy(update={"text": "".join(texts)})
+
+
+def merge_deltas(events: "Iterable[Event]") -> "list[Event]":
+    """``events`` with each run of deltas in a row (``continues_run``) made one (``merged_run``)."""
+    merged: list[Event] = []
+    run: list[str] = []
+    last: Event | None = None
+    for event in events:
+        if last is not None and continues_run(last, event):
+            run.append(event.text)  # type: ignore[union-attr]
+            last = event
+            continue
+        if last is not None:
+            merged.append(merged_run(last, run))
+            last = None
+        if event.type in DELTA_TYPES:
+            run = [event.text]  # type: ignore[union-attr]
+            last = event
+        else:
+            merged.append(event)
+    if last is not None:
+        merged.append(merged_run(last, run))
+    return merged
+
+
+class EventLog:
+    """What a surface attaching late catches up from, kept as the events pass (call ``add`` in seq
+    order, under the owner's lock): the last ``size`` events with the deltas in a row of one reply
+    as one, so a long reply leaves the prompt and the tool calls before it in the ring; and the
+    standing events (``SessionSnapshot.standing``), which no number of later events pushes out.
+    """
+
+    def __init__(self, size: int = EVENT_RING) -> None:
+        self._size = size
+        self._closed: deque[Event] = deque(maxlen=size)
+        # The run of deltas going on: its texts and its last delta (merged only when read or closed:
+        # a delta costs an append, not a copy of the reply so far).
+        self._run: list[str] = []
+        self._run_last: Event | None = None
+        self._waiting: list[Any] = []  # the queued events of the commands waiting, oldest first
+        self._questions: dict[str, Event] = {}  # request id or import path -> the question
+        self._latest: dict[str, Any] = {}  # STANDING_KINDS -> the latest of that kind
+
+    def add(self, event: "Event") -> None:
+        last = self._run_last
+        if last is not None:
+            if continues_run(last, event):
+                self._run.append(event.text)  # type: ignore[union-attr]
+                self._run_last = event
+                return
+            self._closed.append(merged_run(last, self._run))
+            self._run_last = None
+        kind = event.type
+        if kind in DELTA_TYPES:
+            self._run = [event.text]  # type: ignore[union-attr]
+            self._run_last = event
+            return
+        self._closed.append(event)
+        self._stand(event)
+
+    def add_standing(self, events: "Iterable[Event]") -> None:
+        """Take over another log's standing events (the session process's ``@ready`` line): those
+        the events added here do not hold already."""
+        known = {event.seq for event in self.standing()}
+        for event in events:
+            if event.seq in known:
+                continue
+            if event.type == "queued":
+                self._waiting.append(event)
+            elif event.type in STANDING_KINDS:
+                self._latest.setdefault(event.type, event)
+            elif event.type in _QUESTIONS or event.type == "memory_import":
+                self._questions[_question_key(event)] = event
+        self._waiting.sort(key=lambda queued: queued.seq)
+
+    def events(self) -> "list[Event]":
+        """The ring, oldest first; a run of deltas still going on as one event (its text so far)."""
+        if self._run_last is None:
+            return list(self._closed)
+        closed = list(self._closed)[-(self._size - 1):] if self._size > 1 else []
+        return [*closed, merged_run(self._run_last, self._run)]
+
+    def standing(self) -> "list[Event]":
+        """The events still in force, in seq order."""
+        return sorted([*self._waiting, *self._questions.values(), *self._latest.values()], key=lambda e: e.seq)
+
+    def server_compaction(self, info: "SessionInfoEvent") -> "SessionInfoEvent":
+        """``info`` with server-side compaction as it was last switched (None stays None: no such provider)."""
+        switched = self._latest.get("server_compaction")
+        if switched is None or info.server_compaction is None or info.server_compaction == switched.on:
+            return info
+        return info.model_copy(update={"server_compaction": switched.on})
+
+    def _stand(self, event: Any) -> None:  # any event: its fields read by its kind
+        kind = event.type
+        if kind in STANDING_KINDS:
+            self._latest[kind] = event
+        elif kind in _QUESTIONS or (kind == "memory_import" and event.action == "ask"):
+            self._questions[_question_key(event)] = event
+        elif kind in _ANSWERS or kind == "memory_import":  # answered (or, an import, said otherwise since)
+            self._questions.pop(_question_key(event), None)
+        if kind == "queued":
+            if event.command == "reset":
+                self._waiting.clear()  # a reset replaces what was queued before it
+            self._waiting.append(event)
+        elif self._waiting:
+            self._unqueue(event)
+
+    def _unqueue(self, event: Any) -> None:
+        """A command that waited has run, or ended unrun (a prompt an interrupt dropped ends in its
+        own result): the first event it caused takes it off the queue."""
+        command_id = event.command_id
+        for index, queued in enumerate(self._waiting):
+            if queued.command_id is not None and queued.command_id == command_id:
+                del self._waiting[index]
+                return
+        started = _STARTS.get(event.type)  # a surface that does not number its commands
+        if started is not None:
+            for index, queued in enumerate(self._waiting):
+                if queued.command_id is None and queued.command == started:
+                    del self._waiting[index]
+                    return
 
 
 @runtime_checkable

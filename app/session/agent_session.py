@@ -68,7 +68,7 @@ from app.kernel.events import (
 from app.context.chart_history import with_chart_points  # old sessions' chart points: derived beside the engine
 from app.mcp.client_features import ClientRequests
 from app.agent.permissions import EFFECTS, PROJECT_SETTINGS, Permissions
-from app.kernel.protocol import EVENT_RING, Listener, Listeners, SessionSnapshot
+from app.kernel.protocol import EventLog, Listener, Listeners, SessionSnapshot
 
 if TYPE_CHECKING:
     from app.agent.loop import Agent
@@ -111,18 +111,18 @@ class Closable(Protocol):
 
 
 class EventStream:
-    """The session's event log: numbers each event (``seq``), keeps the last ``EVENT_RING`` of
-    them, and fans them out to listeners in order of subscription.
+    """The session's event log: numbers each event (``seq``), keeps what a surface attaching late
+    catches up from (``EventLog``: the last ``EVENT_RING`` events, a reply's deltas as one, and the
+    events still in force), and fans them out to listeners in order of subscription.
 
     ``attach`` takes the snapshot and adds the listener under the lock ``emit`` numbers under,
-    so a surface gets every event after its snapshot's seq, whenever it attaches; the ring is
-    what a surface attaching after start-up catches up from.
+    so a surface gets every event after its snapshot's seq, whenever it attaches.
     """
 
     def __init__(self) -> None:
         self._lock = threading.RLock()  # a listener may attach or emit again
         self._listeners = Listeners(self._lock)
-        self._ring: deque[Event] = deque(maxlen=EVENT_RING)
+        self._log = EventLog()
         self.seq = 0  # of the last event emitted
 
     def continue_after(self, seq: int) -> None:
@@ -135,10 +135,17 @@ class EventStream:
 
     def attach(self, listener: Listener, snapshot: Callable[[], SessionSnapshot]) -> tuple[SessionSnapshot, Callable[[], None]]:
         with self._lock:
-            taken = snapshot()
-            taken.seq = self.seq
-            taken.events = list(self._ring)
-            return taken, self.subscribe(listener)
+            return self.caught_up(snapshot()), self.subscribe(listener)
+
+    def caught_up(self, snapshot: SessionSnapshot) -> SessionSnapshot:
+        """``snapshot`` at the last seq, with the log's events, the standing ones, and the session's
+        info as its events since have changed it (server-side compaction switched)."""
+        with self._lock:
+            snapshot.seq = self.seq
+            snapshot.events = self._log.events()
+            snapshot.standing = self._log.standing()
+            snapshot.info = self._log.server_compaction(snapshot.info)
+            return snapshot
 
     def emit(self, event: Event, command_id: int | None = None) -> None:
         """Number the event (a copy: the one given may be shared, as the session's info is) and
@@ -150,7 +157,7 @@ class EventStream:
             event = copy.copy(event)
             event.__dict__["seq"] = self.seq
             event.__dict__["command_id"] = command_id
-            self._ring.append(event)
+            self._log.add(event)
             listeners = self._listeners.current()
             # Listeners are called under the lock: an ``attach`` from another thread waits until
             # every listener has the event its snapshot counts.
@@ -341,9 +348,9 @@ class AgentSession:
         return self.stream.subscribe(listener)
 
     def snapshot(self) -> SessionSnapshot:
-        return SessionSnapshot(info=self.info, context=self.agent.context_event(), state=self._last_state,
-                               restored=list(self.restored), busy=self.busy, queued=len(self._queue),
-                               seq=self.stream.seq)
+        return self.stream.caught_up(SessionSnapshot(
+            info=self.info, context=self.agent.context_event(), state=self._last_state, restored=list(self.restored),
+            busy=self.busy, queued=len(self._queue)))
 
     def submit(self, command: Command) -> int:
         return self.submit_as(self._next_id(), command)

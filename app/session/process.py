@@ -40,13 +40,12 @@ from typing import IO, TYPE_CHECKING, Any, Callable
 
 from app.kernel import commands as cmd
 from app.kernel.errors import SetupError
-from app.kernel.protocol import EVENT_RING, Listener, Listeners, SessionSnapshot
+from app.kernel.protocol import DELTA_TYPES, EventLog, Listener, Listeners, SessionSnapshot, merge_deltas
 
 if TYPE_CHECKING:
     from app.kernel.events import Event, SessionInfoEvent
 
 DELTA_WINDOW = 0.008  # seconds a streamed delta may wait in the child to share a line with the next ones
-_DELTAS = ("text_delta", "thinking_delta")
 # The child's entry point: it builds a session from settings, which is wiring's job
 # (app/wiring/session_child.py); this module is the protocol and the parent's side.
 CHILD_MODULE = "app.wiring.session_child"
@@ -128,7 +127,7 @@ class EventWriter:
                 self._write(merged_lines(batch))
             if closed:
                 return
-            if batch and batch[-1].type in _DELTAS:
+            if batch and batch[-1].type in DELTA_TYPES:
                 time.sleep(DELTA_WINDOW)  # a stream is on: let its next deltas join one line
 
     def _write(self, data: bytes) -> None:
@@ -142,31 +141,10 @@ class EventWriter:
 
 
 def merged_lines(batch: "list[Event]") -> bytes:
-    """The events as JSON lines, deltas of one kind in a row merged into one event."""
-    lines: list[bytes] = []
-    run_kind: str | None = None
-    run: list[str] = []
-    run_last: "Event | None" = None  # the run's last delta: its seq and command id stand for the run
-
-    def close_run() -> None:
-        if run_kind is not None and run_last is not None:
-            merged = run_last.model_copy(update={"text": "".join(run)})
-            lines.append(json.dumps(merged.model_dump(mode="json")).encode())
-            run.clear()
-
-    for event in batch:
-        if event.type in _DELTAS:
-            if event.type != run_kind or (run_last is not None and event.command_id != run_last.command_id):
-                close_run()
-                run_kind = event.type
-            run.append(event.text)  # type: ignore[union-attr]
-            run_last = event
-            continue
-        close_run()
-        run_kind = None
-        lines.append(event.model_dump_json().encode())
-    close_run()
-    return b"".join(line + b"\n" for line in lines)
+    """The events as JSON lines, deltas of one kind in a row merged into one event (as the
+    session's log keeps them: ``app.kernel.protocol.merge_deltas``)."""
+    return b"".join((json.dumps(event.model_dump(mode="json")).encode() if event.type in DELTA_TYPES
+                     else event.model_dump_json().encode()) + b"\n" for event in merge_deltas(batch))
 
 
 def ready_line(snapshot: SessionSnapshot) -> bytes:
@@ -176,7 +154,8 @@ def ready_line(snapshot: SessionSnapshot) -> bytes:
         "context": snapshot.context.model_dump(mode="json"), "state": snapshot.state.model_dump(mode="json"),
         "restored": [event.model_dump(mode="json") for event in snapshot.restored],
         "busy": snapshot.busy, "queued": snapshot.queued, "seq": snapshot.seq,
-        "events": [event.model_dump(mode="json") for event in snapshot.events]}).encode() + b"\n"
+        "events": [event.model_dump(mode="json") for event in snapshot.events],
+        "standing": [event.model_dump(mode="json") for event in snapshot.standing]}).encode() + b"\n"
 
 
 def failed_line(message: str) -> bytes:
@@ -215,7 +194,7 @@ class SessionProcess:
         self._write_lock = threading.Lock()
         self._ids = 0
         self._snapshot: SessionSnapshot | None = None
-        self._ring: deque[Event] = deque(maxlen=EVENT_RING)  # what a surface attaching now catches up from
+        self._log = EventLog()  # what a surface attaching now catches up from
         self._reader: threading.Thread | None = None
         self._stderr_tail: deque[str] = deque(maxlen=40)
         self._stopping = False
@@ -246,7 +225,11 @@ class SessionProcess:
             state=StateEvent.model_validate(ready["state"]),
             restored=[event_adapter().validate_python(event) for event in ready["restored"]],
             busy=ready["busy"], queued=ready["queued"], seq=ready.get("seq", 0))
-        self._ring.extend(event_adapter().validate_python(event) for event in ready.get("events", []))
+        adapter = event_adapter()
+        for event in ready.get("events", []):
+            self._log.add(adapter.validate_python(event))
+        # Those the child's log kept standing after they left its ring, too.
+        self._log.add_standing(adapter.validate_python(event) for event in ready.get("standing", []))
         self._reader = threading.Thread(target=self._read_events, args=(self._process.stdout,),
                                         name="tidegauge-session-events", daemon=True)
         self._reader.start()
@@ -325,7 +308,9 @@ class SessionProcess:
 
     def _snapshot_now(self) -> SessionSnapshot:
         assert self._snapshot is not None, "start() first"
-        return dataclasses.replace(self._snapshot, restored=list(self._snapshot.restored), events=list(self._ring))
+        return dataclasses.replace(self._snapshot, restored=list(self._snapshot.restored), events=self._log.events(),
+                                   standing=self._log.standing(),
+                                   info=self._log.server_compaction(self._snapshot.info))
 
     # ---------------------------------------------------------- threads
 
@@ -354,7 +339,7 @@ class SessionProcess:
             if event.seq == 0:  # said here (the child is gone): next in the log all the same
                 event = event.model_copy(update={"seq": snapshot.seq + 1})
             snapshot.seq = max(snapshot.seq, event.seq)
-            self._ring.append(event)
+            self._log.add(event)
             kind = event.type
             if kind == "session":
                 snapshot.info = event  # type: ignore[assignment]

@@ -21,6 +21,7 @@ from app.kernel.describe import tool_progress_text
 
 if TYPE_CHECKING:
     from app.kernel import events as ev
+    from app.kernel.protocol import SessionSnapshot
 
 ToolStatus = Literal["running", "ok", "error", "interrupted"]
 
@@ -157,3 +158,17 @@ class DashboardView:
     def _put(self, record: ToolCallRecord) -> tuple[ToolCallRecord, ...]:
         self.tool_calls[record.id] = record
         return (record,)
+
+
+# The snapshot holds the latest of these itself (its info, context and state): drawn from it, not the ring.
+_IN_SNAPSHOT = frozenset({"session", "context", "state"})
+
+
+def catch_up(snapshot: "SessionSnapshot") -> list[Any]:
+    """What a surface attaching with ``snapshot`` folds in of this run, in order: the events still
+    in force that have left the ring (a command still queued, a question still open, the server-side
+    compaction switch) and then the ring. Its info first and its context and state last are the
+    surface's to draw: they are the session as it stands, whatever the ring still holds."""
+    first_in_ring = snapshot.events[0].seq if snapshot.events else snapshot.seq + 1
+    left_the_ring = [event for event in snapshot.standing if event.seq < first_in_ring]
+    return [*left_the_ring, *(event for event in snapshot.events if event.type not in _IN_SNAPSHOT)]

@@ -19,7 +19,7 @@ from app.context.thresholds import Thresholds, compute_thresholds
 from app.context.thresholds import level as context_level
 from app.kernel import commands as cmd
 from app.kernel import events as ev
-from app.kernel.protocol import Listener, SessionSnapshot
+from app.kernel.protocol import EventLog, Listener, SessionSnapshot
 
 
 def thresholds(window: int = 200_000, budget: int = 150_000) -> ev.ThresholdsModel:
@@ -102,6 +102,7 @@ class FakeSession:
         self._state = ev.StateEvent(state="idle", step=0, max_steps=self.max_steps)
         self._listeners: list[Callable[[Any], None]] = []
         self._seq = 0  # of the last event emitted
+        self._log = EventLog()  # the real session's log: what a late surface catches up from
         self._queue: asyncio.Queue[Any] | None = None
         self._runner: asyncio.Task[None] | None = None
         self._current: asyncio.Task[Any] | None = None
@@ -177,9 +178,10 @@ class FakeSession:
         return lambda: self._listeners.remove(listener)
 
     def snapshot(self) -> SessionSnapshot:
-        return SessionSnapshot(info=self.info, context=self._context, state=self._state,
+        return SessionSnapshot(info=self._log.server_compaction(self.info), context=self._context, state=self._state,
                                restored=list(self._restored),
-                               busy=self._current is not None and not self._current.done(), seq=self._seq)
+                               busy=self._current is not None and not self._current.done(), seq=self._seq,
+                               events=self._log.events(), standing=self._log.standing())
 
     def _answer_now(self, command: Any) -> None:
         """Previews, restores and the server-compaction switch, answered at once like the real session."""
@@ -225,6 +227,7 @@ class FakeSession:
         event = event.model_copy(update={"seq": self._seq})
         if event.type == "state":
             self._state = event
+        self._log.add(event)
         for listener in list(self._listeners):
             listener(event)
 

@@ -41,7 +41,7 @@ from app.kernel.commands import (
     UserInput,
 )
 from app.surfaces.dashboard.bridge import SessionBridge
-from app.surfaces.view_model import DashboardView
+from app.surfaces.view_model import DashboardView, catch_up
 from widgets.context_panel import ContextPanel
 from widgets.conversation import Conversation
 from widgets.header_bar import HeaderBar
@@ -401,9 +401,10 @@ class TidegaugeApp(App[int]):
         held = HeldListener(bridge)  # the events after the snapshot wait until it is drawn
         snapshot, self._unsubscribe_bridge = session.attach(held)
         bridge.replay([snapshot.info, *snapshot.restored])
-        for event in snapshot.events:  # this run's so far: start-up warnings, repairs, servers that failed
-            if event.type not in ("session", "context", "state"):  # the snapshot holds their latest
-                bridge(event)
+        # This run's so far (start-up warnings, repairs, servers that failed, the conversation), with
+        # what is still in force however long ago it was said (a queued prompt, an open approval).
+        for event in catch_up(snapshot):
+            bridge(event)
         bridge.replay([snapshot.context, snapshot.state])
         held.release()
         self.session = session
