@@ -197,3 +197,25 @@ def test_help_gives_a_long_command_name_its_own_row(monkeypatch: pytest.MonkeyPa
     at = rows.index("  /mcp__github__summarize_pull_request")
     assert rows[at + 1].strip().startswith("a prompt from github")
     assert any(row.split()[:2] == ["/usage", "tokens"] for row in rows), rows  # the others keep one row
+
+
+async def test_at_80x24_a_call_line_keeps_its_badge_and_size_whole(log_file: Path) -> None:
+    """The 30-column tool list cut "32.3K/15.2M chars  70ms  truncated" to "32.3K/" and the
+    conversation "58 chars" to "58": the duration goes first, then the size, then the arguments
+    shorten (they tell one call from the next)."""
+    from widgets.tool_call_line import ToolCallLine
+
+    app = TidegaugeApp(FakeSession({"go": session_steps(str(log_file))[:13]}), cursor_blink=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await send(pilot, "go")
+        await settle(pilot)
+        tool_list = app.tool_panel.tool_list
+        width = tool_list.scrollable_content_region.width
+        rows = [tool_list.render_line(y).text.rstrip() for y in range(tool_list.call_count)]
+        assert width <= 30 and rows[0].endswith(" truncated"), (width, rows)  # cat app.log, cut
+        assert rows[1].startswith("✓ run_bash grep -n") and len(rows[1]) <= width, rows  # shortened with "…"
+        lines = {line.info.id: line for line in app.query(ToolCallLine)}
+        await until(pilot, lambda: lines["call-2"].size.width > 0, "the call lines laid out")
+        drawn = {call_id: line.render().plain for call_id, line in lines.items()}
+        assert drawn["call-1"].endswith(" truncated "), drawn
+        assert drawn["call-2"].endswith(" chars") and len(drawn["call-2"]) <= lines["call-2"].size.width, drawn
