@@ -219,3 +219,17 @@ async def test_at_80x24_a_call_line_keeps_its_badge_and_size_whole(log_file: Pat
         drawn = {call_id: line.render().plain for call_id, line in lines.items()}
         assert drawn["call-1"].endswith(" truncated "), drawn
         assert drawn["call-2"].endswith(" chars") and len(drawn["call-2"]) <= lines["call-2"].size.width, drawn
+
+
+async def test_at_80_columns_the_header_names_the_project_whole_before_the_providers_label() -> None:
+    """At 80x24 the header gave the project "…-project" or "…fl2-demo" and the provider label
+    all its words: the project's own name is whole, the label is shortened first."""
+    agent = FakeSession()
+    agent.info = agent.info.model_copy(update={"started_in": "/home/someone/code/my-project"})
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        header = app.query_one(HeaderBar)
+        await until(pilot, lambda: "session fixed" in header.render().plain, "the session in the header")
+        row = header.render().plain
+        assert "…/my-project  session fixed" in row and len(row.rstrip()) <= 80, row
+        assert f" {agent.info.provider_label[:5]}" in row, f"the provider label's start is gone: {row!r}"
