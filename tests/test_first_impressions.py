@@ -233,3 +233,24 @@ async def test_at_80_columns_the_header_names_the_project_whole_before_the_provi
         row = header.render().plain
         assert "…/my-project  session fixed" in row and len(row.rstrip()) <= 80, row
         assert f" {agent.info.provider_label[:5]}" in row, f"the provider label's start is gone: {row!r}"
+
+
+async def test_at_80x24_the_cut_outputs_status_keeps_ctrl_o_in_view(log_file: Path) -> None:
+    """The narrow panel's two status rows showed "showing 32,318 of 15,188,963 / characters (what
+    the model" and lost "— ctrl+o to expand": shorter words where the long ones do not fit."""
+    app = TidegaugeApp(FakeSession({"go": session_steps(str(log_file))[:13]}), cursor_blink=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await send(pilot, "go")
+        await settle(pilot)
+        panel = app.tool_panel
+        panel.select_call("call-1")  # the cat, cut
+        status = panel.status_line
+
+        def drawn() -> str:
+            return " ".join(status.render_line(y).text.strip() for y in range(status.size.height))
+
+        await until(pilot, lambda: "ctrl+o" in drawn(), f"ctrl+o in the status at 80x24 (it shows {drawn()!r})")
+        assert f"of {len(log_file.read_text()):,} chars" in drawn(), drawn()
+        await pilot.resize_terminal(220, 60)  # room for the whole sentence
+        await until(pilot, lambda: "(what the model saw) — ctrl+o to expand" in drawn(),
+                    f"the long words at 220 columns (it shows {drawn()!r})")
