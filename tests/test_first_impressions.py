@@ -254,3 +254,23 @@ async def test_at_80x24_the_cut_outputs_status_keeps_ctrl_o_in_view(log_file: Pa
         await pilot.resize_terminal(220, 60)  # room for the whole sentence
         await until(pilot, lambda: "(what the model saw) — ctrl+o to expand" in drawn(),
                     f"the long words at 220 columns (it shows {drawn()!r})")
+
+
+async def test_at_220x60_the_cost_stays_in_view_when_the_session_memory_takes_a_row() -> None:
+    """After a compaction from the session memory the breakdown has one row more than its
+    panel (the README's 220x60 picture lost "cost"): the cost goes beside the tokens."""
+    from snapshot_apps.fake_agent import context
+    from widgets.context_breakdown import ContextBreakdown
+
+    base = context(40_000, 0)
+    start = base.model_copy(update={"breakdown": dict(base.breakdown, session_memory=671)})
+    app = TidegaugeApp(FakeSession(start_context=start), cursor_blink=False)
+    async with app.run_test(size=(220, 60)) as pilot:
+        breakdown = app.query_one(ContextBreakdown)
+
+        def drawn() -> str:
+            return "\n".join(breakdown.render_line(y).text.rstrip() for y in range(breakdown.size.height))
+
+        await until(pilot, lambda: "session memory" in drawn(), "the breakdown drawn")
+        assert "cost $" in drawn() and "compaction $" in drawn(), drawn()
+        assert "tokens in " in drawn(), drawn()
