@@ -274,3 +274,16 @@ async def test_at_220x60_the_cost_stays_in_view_when_the_session_memory_takes_a_
         await until(pilot, lambda: "session memory" in drawn(), "the breakdown drawn")
         assert "cost $" in drawn() and "compaction $" in drawn(), drawn()
         assert "tokens in " in drawn(), drawn()
+
+
+def test_a_call_line_with_wide_characters_fits_its_width_and_keeps_its_badge() -> None:
+    """Arguments in Chinese take two cells a character: measured in cells, not characters."""
+    from rich.cells import cell_len
+
+    from widgets.tool_call_line import ToolCallInfo, tool_call_text
+
+    info = ToolCallInfo(id="a", name="run_bash", summary="cat 日志/应用程序错误记录.log", status="ok",
+                        original_chars=15_188_963, kept_chars=32_300, truncated=True, duration_ms=101)
+    for width in (30, 37, 46):
+        line = tool_call_text(info, {}, summary_width=32, compact=True, width=width).plain
+        assert cell_len(line) <= width and line.rstrip().endswith("truncated"), (width, line)

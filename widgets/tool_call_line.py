@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from rich.cells import cell_len
+from rich.cells import cell_len, set_cell_size
 from rich.text import Text
 from textual.message import Message
 from textual.widget import Widget
@@ -100,17 +100,17 @@ def tool_call_text(
         def room_left() -> int:
             return width - head.cell_len - sum(cell_len(piece.text) for piece in pieces) - 1
 
-        if room_left() < min(len(summary), summary_width):
+        if room_left() < min(cell_len(summary), summary_width):
             pieces = [piece for piece in pieces if piece.drop != 1]
-        if room_left() < min(len(summary), summary_width):
+        if room_left() < min(cell_len(summary), summary_width):
             pieces = [replace(piece, text=piece.short or piece.text) for piece in pieces]
-        if room_left() < min(len(summary), summary_width):
+        if room_left() < min(cell_len(summary), summary_width):
             pieces = [piece for piece in pieces if piece.drop != 2]
         summary_room = min(summary_width, room_left())
         if summary_room < SUMMARY_MIN:  # too little to say anything: the status alone
             summary = ""
-    if len(summary) > summary_room:
-        summary = summary[: summary_room - 1] + "…"
+    if cell_len(summary) > summary_room:
+        summary = set_cell_size(summary, summary_room - 1) + "…"  # cells: a wide character takes two
     text = head
     if summary:
         text.append(f" {summary}")
