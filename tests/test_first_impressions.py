@@ -287,3 +287,19 @@ def test_a_call_line_with_wide_characters_fits_its_width_and_keeps_its_badge() -
     for width in (30, 37, 46):
         line = tool_call_text(info, {}, summary_width=32, compact=True, width=width).plain
         assert cell_len(line) <= width and line.rstrip().endswith("truncated"), (width, line)
+
+
+async def test_a_long_thought_on_its_one_line_ends_in_an_ellipsis(log_file: Path) -> None:
+    """Drawn as is, the collapsed thinking line broke at a word ("…; the last is line") and
+    read as the whole thought: it is cut where the row ends, with "…"."""
+    from widgets.thinking_line import ThinkingLine
+
+    app = TidegaugeApp(FakeSession({"go": session_steps(str(log_file))[:13]}), cursor_blink=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await send(pilot, "go")
+        await settle(pilot)
+        line = app.query(ThinkingLine).first()
+        width = line.size.width
+        assert len(f"✻ thinking ({len(line.text)} chars) {line.text}") > width  # it does not fit
+        drawn = line.render_line(0).text.rstrip()
+        assert drawn.endswith("…") and len(drawn) == width, (width, drawn)
