@@ -1,4 +1,4 @@
-"""Regenerate the dashboard screenshots from the real app on the offline demo provider.
+"""Regenerate every screenshot the README shows, from the real app on the offline demo provider.
 
 Run from the repository root:  python screenshots/generate.py
 
@@ -8,11 +8,16 @@ screenshot, at the largest size people use (220x60) and the smallest (80x24).
 Mid-task states are caught deterministically: the session's next model request is
 held at the start (the engine's ``before_request`` is wrapped here, in this script
 only) while the screen is saved.
+
+Then ``web-dashboard.png``: ``tidegauge --web`` on the demo, in a temporary folder, in
+Debian's Chromium (``/usr/bin/chromium``) through Playwright at 1280x800; the demo's task,
+ctrl+o, the page saved. Every process it starts is ended before it returns.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import tempfile
 import threading
@@ -27,10 +32,12 @@ from app.wiring.runtime import build_session
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from session_thread import SessionThread  # noqa: E402  (tests/ is not a package; the Pilot tests' runner)
+from web_support import CHROMIUM, BrowserTerminal, WebServer, browser_pages  # noqa: E402  (the browser tests' driver)
 
 OUT = Path(__file__).resolve().parent
 LARGEST = (220, 60)
 SMALLEST = (80, 24)
+BROWSER = (1280, 800)  # the page's size in pixels: a laptop's window
 
 
 class Holder:
@@ -167,18 +174,64 @@ async def expanded_output(data_dir: Path, size: tuple[int, int], name: str) -> N
         await save(app, pilot, name)
 
 
-async def main() -> int:
+def web_dashboard(tmp: Path, name: str) -> None:
+    """``tidegauge --web`` in Chromium: find errors in app.log, then ctrl+o on its cut output."""
+    import psutil
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        print(f"warning: no Chromium at {CHROMIUM} (Debian: apt-get install chromium); {name}.png not made",
+              file=sys.stderr)
+        return
+    server = WebServer.start(tmp / "web", "--web-port", "0", "--provider", "demo", "--demo-speed", "0", "--yes",
+                             folder="../my-project")
+    started: list[psutil.Process] = []
+    try:
+        server.wait_for_address()
+        with sync_playwright() as playwright:
+            for page in browser_pages(playwright, BROWSER):
+                terminal = BrowserTerminal(page)
+                terminal.open(server.url)
+                terminal.wait_for_text("Ask tidegauge", "session ")
+                started = server.descendants()  # the tab's dashboard and session processes
+                terminal.type("find errors in app.log")
+                terminal.press("Enter")
+                terminal.wait_for_text("ERROR database connection refused", "truncated", "idle")
+                terminal.press("Control+o")  # nothing picked: the newest cut output
+                terminal.wait_for_text("300,002 lines")
+                path = OUT / f"{name}.png"
+                page.screenshot(path=str(path))
+                print(f"saved {path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path}")
+    finally:
+        started += server.descendants()
+        server.stop()
+        _, alive = psutil.wait_procs(started, timeout=30)
+        for process in alive:  # a tab that outlived the server's ctrl+c: ours, so ended here
+            process.kill()
+
+
+async def svgs(tmp: str) -> None:
+    # the largest size: every part of the dashboard, through a task's context states
+    await context_states(Path(tmp) / "a", LARGEST, {"under": "gauge-under-warning",
+                                                     "over": "gauge-over-warning",
+                                                     "after": "after-auto-compaction"})
+    await expanded_output(Path(tmp) / "b", LARGEST, "truncated-output-expanded")
+    # the smallest: the chart folded away, the conversation keeps its rows
+    await context_states(Path(tmp) / "c", SMALLEST, {"over": "dashboard-80x24"})
+    await expanded_output(Path(tmp) / "d", SMALLEST, "truncated-output-expanded-80x24")
+
+
+def main() -> int:
     with tempfile.TemporaryDirectory(prefix="tidegauge-screens-") as tmp:
-        # the largest size: every part of the dashboard, through a task's context states
-        await context_states(Path(tmp) / "a", LARGEST, {"under": "gauge-under-warning",
-                                                         "over": "gauge-over-warning",
-                                                         "after": "after-auto-compaction"})
-        await expanded_output(Path(tmp) / "b", LARGEST, "truncated-output-expanded")
-        # the smallest: the chart folded away, the conversation keeps its rows
-        await context_states(Path(tmp) / "c", SMALLEST, {"over": "dashboard-80x24"})
-        await expanded_output(Path(tmp) / "d", SMALLEST, "truncated-output-expanded-80x24")
+        # Every picture names the project "~/my-project" (not a new temporary path each run),
+        # and no config of the user's is read: home and the config folder are in the temporary one.
+        os.environ["HOME"] = tmp
+        os.environ["TIDEGAUGE_CONFIG_DIR"] = str(Path(tmp) / "config")
+        asyncio.run(svgs(tmp))
+        # the same run, the same app: the browser's view of the demo's cut output
+        web_dashboard(Path(tmp), "web-dashboard")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(asyncio.run(main()))
+    raise SystemExit(main())

@@ -197,3 +197,109 @@ def test_help_gives_a_long_command_name_its_own_row(monkeypatch: pytest.MonkeyPa
     at = rows.index("  /mcp__github__summarize_pull_request")
     assert rows[at + 1].strip().startswith("a prompt from github")
     assert any(row.split()[:2] == ["/usage", "tokens"] for row in rows), rows  # the others keep one row
+
+
+async def test_at_80x24_a_call_line_keeps_its_badge_and_size_whole(log_file: Path) -> None:
+    """The 30-column tool list cut "32.3K/15.2M chars  70ms  truncated" to "32.3K/" and the
+    conversation "58 chars" to "58": the duration goes first, then the size, then the arguments
+    shorten (they tell one call from the next)."""
+    from widgets.tool_call_line import ToolCallLine
+
+    app = TidegaugeApp(FakeSession({"go": session_steps(str(log_file))[:13]}), cursor_blink=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await send(pilot, "go")
+        await settle(pilot)
+        tool_list = app.tool_panel.tool_list
+        width = tool_list.scrollable_content_region.width
+        rows = [tool_list.render_line(y).text.rstrip() for y in range(tool_list.call_count)]
+        assert width <= 30 and rows[0].endswith(" truncated"), (width, rows)  # cat app.log, cut
+        assert rows[1].startswith("✓ run_bash grep -n") and len(rows[1]) <= width, rows  # shortened with "…"
+        lines = {line.info.id: line for line in app.query(ToolCallLine)}
+        await until(pilot, lambda: lines["call-2"].size.width > 0, "the call lines laid out")
+        drawn = {call_id: line.render().plain for call_id, line in lines.items()}
+        assert drawn["call-1"].endswith(" truncated "), drawn
+        assert drawn["call-2"].endswith(" chars") and len(drawn["call-2"]) <= lines["call-2"].size.width, drawn
+
+
+async def test_at_80_columns_the_header_names_the_project_whole_before_the_providers_label() -> None:
+    """At 80x24 the header gave the project "…-project" or "…fl2-demo" and the provider label
+    all its words: the project's own name is whole, the label is shortened first."""
+    agent = FakeSession()
+    agent.info = agent.info.model_copy(update={"started_in": "/home/someone/code/my-project"})
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        header = app.query_one(HeaderBar)
+        await until(pilot, lambda: "session fixed" in header.render().plain, "the session in the header")
+        row = header.render().plain
+        assert "…/my-project  session fixed" in row and len(row.rstrip()) <= 80, row
+        assert f" {agent.info.provider_label[:5]}" in row, f"the provider label's start is gone: {row!r}"
+
+
+async def test_at_80x24_the_cut_outputs_status_keeps_ctrl_o_in_view(log_file: Path) -> None:
+    """The narrow panel's two status rows showed "showing 32,318 of 15,188,963 / characters (what
+    the model" and lost "— ctrl+o to expand": shorter words where the long ones do not fit."""
+    app = TidegaugeApp(FakeSession({"go": session_steps(str(log_file))[:13]}), cursor_blink=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await send(pilot, "go")
+        await settle(pilot)
+        panel = app.tool_panel
+        panel.select_call("call-1")  # the cat, cut
+        status = panel.status_line
+
+        def drawn() -> str:
+            return " ".join(status.render_line(y).text.strip() for y in range(status.size.height))
+
+        await until(pilot, lambda: "ctrl+o" in drawn(), f"ctrl+o in the status at 80x24 (it shows {drawn()!r})")
+        assert f"of {len(log_file.read_text()):,} chars" in drawn(), drawn()
+        await pilot.resize_terminal(220, 60)  # room for the whole sentence
+        await until(pilot, lambda: "(what the model saw) — ctrl+o to expand" in drawn(),
+                    f"the long words at 220 columns (it shows {drawn()!r})")
+
+
+async def test_at_220x60_the_cost_stays_in_view_when_the_session_memory_takes_a_row() -> None:
+    """After a compaction from the session memory the breakdown has one row more than its
+    panel (the README's 220x60 picture lost "cost"): the cost goes beside the tokens."""
+    from snapshot_apps.fake_agent import context
+    from widgets.context_breakdown import ContextBreakdown
+
+    base = context(40_000, 0)
+    start = base.model_copy(update={"breakdown": dict(base.breakdown, session_memory=671)})
+    app = TidegaugeApp(FakeSession(start_context=start), cursor_blink=False)
+    async with app.run_test(size=(220, 60)) as pilot:
+        breakdown = app.query_one(ContextBreakdown)
+
+        def drawn() -> str:
+            return "\n".join(breakdown.render_line(y).text.rstrip() for y in range(breakdown.size.height))
+
+        await until(pilot, lambda: "session memory" in drawn(), "the breakdown drawn")
+        assert "cost $" in drawn() and "compaction $" in drawn(), drawn()
+        assert "tokens in " in drawn(), drawn()
+
+
+def test_a_call_line_with_wide_characters_fits_its_width_and_keeps_its_badge() -> None:
+    """Arguments in Chinese take two cells a character: measured in cells, not characters."""
+    from rich.cells import cell_len
+
+    from widgets.tool_call_line import ToolCallInfo, tool_call_text
+
+    info = ToolCallInfo(id="a", name="run_bash", summary="cat 日志/应用程序错误记录.log", status="ok",
+                        original_chars=15_188_963, kept_chars=32_300, truncated=True, duration_ms=101)
+    for width in (30, 37, 46):
+        line = tool_call_text(info, {}, summary_width=32, compact=True, width=width).plain
+        assert cell_len(line) <= width and line.rstrip().endswith("truncated"), (width, line)
+
+
+async def test_a_long_thought_on_its_one_line_ends_in_an_ellipsis(log_file: Path) -> None:
+    """Drawn as is, the collapsed thinking line broke at a word ("…; the last is line") and
+    read as the whole thought: it is cut where the row ends, with "…"."""
+    from widgets.thinking_line import ThinkingLine
+
+    app = TidegaugeApp(FakeSession({"go": session_steps(str(log_file))[:13]}), cursor_blink=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await send(pilot, "go")
+        await settle(pilot)
+        line = app.query(ThinkingLine).first()
+        width = line.size.width
+        assert len(f"✻ thinking ({len(line.text)} chars) {line.text}") > width  # it does not fit
+        drawn = line.render_line(0).text.rstrip()
+        assert drawn.endswith("…") and len(drawn) == width, (width, drawn)

@@ -85,9 +85,10 @@ class WebServer:
     _reader: threading.Thread | None = None
 
     @classmethod
-    def start(cls, tmp_path: Path, *flags: str) -> "WebServer":
-        work = tmp_path / "work"
-        work.mkdir(exist_ok=True)
+    def start(cls, tmp_path: Path, *flags: str, folder: str = "work") -> "WebServer":
+        """Started in ``tmp_path/folder`` (the header names it), its data and config in ``tmp_path``."""
+        work = tmp_path / folder
+        work.mkdir(parents=True, exist_ok=True)
         process = subprocess.Popen([sys.executable, "-m", "app", "--web", *flags], cwd=work,
                                    env=isolated_env(tmp_path), stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True)

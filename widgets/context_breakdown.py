@@ -92,20 +92,29 @@ class ContextBreakdown(Widget):
             text.append("▇" * cells, bar)
             text.append("\n")
         if event is not None:
-            text.append("tokens ", dim)
-            text.append(
+            tokens_row = Text(no_wrap=True, end="")
+            tokens_row.append("tokens ", dim)
+            tokens_row.append(
                 f"in {human_tokens(event.cumulative_input)} (cached {human_tokens(event.cumulative_cached)}"
                 f"{cached_share(event.cumulative_cached, event.cumulative_input)})"
                 f" · out {human_tokens(event.cumulative_output)}"
-                f"{f' (reasoning {human_tokens(event.cumulative_reasoning)})' if event.cumulative_reasoning else ''}\n",
+                f"{f' (reasoning {human_tokens(event.cumulative_reasoning)})' if event.cumulative_reasoning else ''}",
                 figure,
             )
+            cost_row = Text(no_wrap=True, end="")
+            cost_row.append("cost ", dim)
+            cost_row.append(f"${event.cost_usd:.4f}", figure)
+            cost_row.append(f"  compaction ${event.compact_cost_usd:.4f}", compaction)
+            rows = 1 + len(keys) + 2 + bool(event.tool_tokens_saved) + bool(self.compaction_calls)
+            text.append_text(tokens_row)
+            # One row short (a session memory's part, at 220x60): the cost goes beside the
+            # tokens where it fits, rather than under the panel's edge.
+            beside = rows > self.size.height and tokens_row.cell_len + 3 + cost_row.cell_len <= self.size.width
+            text.append(" · " if beside else "\n", dim)
             if event.tool_tokens_saved:
                 text.append("deferred tool definitions save ", dim)
                 text.append(f"~{human_tokens(event.tool_tokens_saved)} tokens\n", figure)
-            text.append("cost ", dim)
-            text.append(f"${event.cost_usd:.4f}", figure)
-            text.append(f"  compaction ${event.compact_cost_usd:.4f}", compaction)
+            text.append_text(cost_row)
         else:
             text.append("tokens —\ncost —", dim)
         if self.compaction_calls:

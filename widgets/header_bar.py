@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual import on
 from textual.reactive import reactive, var
@@ -16,6 +17,10 @@ from widgets.session_messages import BreakerChanged, SessionStarted, StateChange
 
 if TYPE_CHECKING:
     from app.kernel.events import StateEvent
+
+
+# The provider label's cells kept when the project's name takes the rest ("demo (s…").
+LABEL_MIN = 8
 
 
 def short_session_id(session_id: str) -> str:
@@ -112,15 +117,22 @@ class HeaderBar(Widget):
         left.append(" tidegauge ", title)
         left.append(" ")
         label = Text(sanitize(self.provider_label), provider, no_wrap=True, end="")
-        if left.cell_len + label.cell_len + session.cell_len > room:  # the session stays whole
-            label.truncate(max(1, room - left.cell_len - session.cell_len), overflow="ellipsis")
+        cwd = sanitize(self.cwd)
+        # The project's own name ("…/my-project") before the label's tail: at 80 columns the
+        # whole label left "…-project" or nothing; the label keeps its first cells.
+        project = cell_len(shorten_path(cwd, cell_len(cwd.rstrip("/").rsplit("/", 1)[-1]) + 2)) + 2 if cwd else 0
+        label_room = room - left.cell_len - session.cell_len - project
+        if label.cell_len > label_room and label_room < LABEL_MIN:  # no room for both: the label
+            label_room = room - left.cell_len - session.cell_len
+        if label.cell_len > label_room:  # the session stays whole
+            label.truncate(max(1, label_room), overflow="ellipsis")
         left.append_text(label)
-        if self.cwd:
+        if cwd:
             # the project's path gets the room left, cut from the left: its last parts name it
             path_room = room - left.cell_len - session.cell_len - 2
             if path_room >= 8:
                 left.append("  ")
-                left.append(shorten_path(sanitize(self.cwd), path_room), dim)
+                left.append(shorten_path(cwd, path_room), dim)
         left.append_text(session)
         left.truncate(room, overflow="ellipsis", pad=True)
         text = Text(no_wrap=True, end="")

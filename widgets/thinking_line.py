@@ -49,9 +49,8 @@ class ThinkingLine(Widget):
             return Text(f"✻ thinking ({self._chars:,} chars)\n{sanitize(self.text)}", end="")
         # Only the head is needed for one line; never join megabytes per delta.
         head = sanitize(self._head).replace("\n", " ")
-        return Text(
-            f"✻ thinking ({self._chars:,} chars) {head}",
-            no_wrap=True,
-            overflow="ellipsis",
-            end="",
-        )
+        line = Text(f"✻ thinking ({self._chars:,} chars) {head}", no_wrap=True, overflow="ellipsis", end="")
+        # Cut here, with "…": drawn as is, the line broke at a word and read as the whole thought.
+        if self.size.width and line.cell_len > self.size.width:
+            line.truncate(self.size.width, overflow="ellipsis")
+        return line

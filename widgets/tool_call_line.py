@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from rich.cells import cell_len, set_cell_size
 from rich.text import Text
 from textual.message import Message
 from textual.widget import Widget
@@ -41,6 +42,19 @@ ToolCallInfo = ToolCallRecord
 
 
 STATUS_ICONS = {"running": "⋯", "ok": "✓", "error": "✗", "interrupted": "⏹"}
+# Below this many cells an argument says nothing ("cat…"): the line goes without it.
+SUMMARY_MIN = 6
+
+
+@dataclass
+class _Piece:
+    """One part after the arguments; ``drop`` ranks what goes first when the line is too narrow
+    (0: never: the status words and badges are what the line is for)."""
+
+    text: str
+    style: "Style | str"
+    drop: int = 0
+    short: str = ""  # a narrower form, tried before the piece is dropped
 
 
 def tool_call_text(
@@ -49,47 +63,59 @@ def tool_call_text(
 ) -> Text:
     """The one-line form shared by the conversation and the tool list (``compact``: narrower).
 
-    With the line's ``width``, a running call's progress keeps its place: the arguments are
-    shortened first (at 80 columns they took the whole line and the progress was never seen)."""
-    text = Text(no_wrap=True, overflow="ellipsis", end="")
-    text.append(f"{STATUS_ICONS.get(info.status, '?')} ", styles.get(info.status, ""))
-    text.append(sanitize(info.name), styles.get("name", ""))
+    With the line's ``width``, the line fits it and what says most stays in view: the status,
+    the badges (*truncated*, *cleared*) and a running call's progress never give way; the
+    duration goes first, then the size (its short form first), then the arguments are
+    shortened (in the 30-column tool list at 80x24 the badge was cut off, the conversation's
+    sizes cut to "58"; the arguments tell one call from the next, the size is on the status row)."""
+    head = Text(no_wrap=True, overflow="ellipsis", end="")
+    head.append(f"{STATUS_ICONS.get(info.status, '?')} ", styles.get(info.status, ""))
+    head.append(sanitize(info.name), styles.get("name", ""))
     summary = sanitize(info.summary).replace("\n", " ")
-    progress = sanitize(info.progress).replace("\n", " ") if info.status == "running" and info.progress else ""
-    if progress and width is not None:
-        room = width - (2 + len(info.name) + 1) - (2 + len(progress))
-        summary_width = min(summary_width, room)
-        if summary_width < 6:  # too little to say anything: the progress alone
-            summary = ""
-    if len(summary) > summary_width:
-        summary = summary[: summary_width - 1] + "…"
-    if summary:
-        text.append(f" {summary}")
-    if progress:
-        text.append(f"  {progress}", styles.get("dim", ""))
+    dim = styles.get("dim", "")
+    badge = styles.get("badge", "")
+    pieces: list[_Piece] = []
+    if info.status == "running" and info.progress:
+        pieces.append(_Piece("  " + sanitize(info.progress).replace("\n", " "), dim))
     if info.status == "interrupted":
         # its size and duration would describe the stand-in result, not the tool
-        text.append("  interrupted", styles.get("dim", ""))
+        pieces.append(_Piece("  interrupted", dim))
     elif info.status != "running":
-        size = human_chars(info.original_chars)
+        size = short_size = human_chars(info.original_chars)
         if info.truncated:
-            if compact:
-                size = f"{human_chars(info.kept_chars).removesuffix(' chars')}/{size}"
-            else:
-                size = f"{human_chars(info.kept_chars)} of {size}"
-        text.append(f"  {size}", styles.get("dim", ""))
-        text.append(f"  {human_duration(info.duration_ms)}", styles.get("dim", ""))
+            short_size = f"{human_chars(info.kept_chars).removesuffix(' chars')}/{size}"
+            size = short_size if compact else f"{human_chars(info.kept_chars)} of {size}"
+        pieces.append(_Piece(f"  {size}", dim, drop=2, short=f"  {short_size}"))
+        pieces.append(_Piece(f"  {human_duration(info.duration_ms)}", dim, drop=1))
         if info.truncated:
-            text.append("  ")
-            text.append(" truncated ", styles.get("badge", ""))
+            pieces += [_Piece("  ", ""), _Piece(" truncated ", badge)]
         if info.cut_before_send:
-            text.append(" ")
-            text.append(" cut " if compact else " cut before send ", styles.get("badge", ""))
+            pieces += [_Piece(" ", ""), _Piece(" cut " if compact else " cut before send ", badge)]
         if info.cleared:
-            text.append(" ")
-            text.append(" cleared " if compact else " cleared from context ", styles.get("badge", ""))
+            pieces += [_Piece(" ", ""), _Piece(" cleared " if compact else " cleared from context ", badge)]
         elif info.restored:
-            text.append("  restored" if compact else "  restored to the context", styles.get("dim", ""))
+            pieces.append(_Piece("  restored" if compact else "  restored to the context", dim))
+    summary_room = summary_width
+    if width is not None:
+        def room_left() -> int:
+            return width - head.cell_len - sum(cell_len(piece.text) for piece in pieces) - 1
+
+        if room_left() < min(cell_len(summary), summary_width):
+            pieces = [piece for piece in pieces if piece.drop != 1]
+        if room_left() < min(cell_len(summary), summary_width):
+            pieces = [replace(piece, text=piece.short or piece.text) for piece in pieces]
+        if room_left() < min(cell_len(summary), summary_width):
+            pieces = [piece for piece in pieces if piece.drop != 2]
+        summary_room = min(summary_width, room_left())
+        if summary_room < SUMMARY_MIN:  # too little to say anything: the status alone
+            summary = ""
+    if cell_len(summary) > summary_room:
+        summary = set_cell_size(summary, summary_room - 1) + "…"  # cells: a wide character takes two
+    text = head
+    if summary:
+        text.append(f" {summary}")
+    for piece in pieces:
+        text.append(piece.text, piece.style)
     return text
 
 

@@ -139,8 +139,11 @@ class ToolCallList(ScrollView, can_focus=True):
         # (at the top while the last call was on screen; 1 in 3 runs under load).
         if shown:
             self._place_thumb()
+        self._cache.clear()  # each line is fitted to the room beside the bar
+        self.refresh()
 
     def on_resize(self) -> None:
+        self._cache.clear()  # each line is fitted to the width
         self._scroll_to_cursor()
 
     def _move_to(self, index: int) -> None:
@@ -192,7 +195,9 @@ class ToolCallList(ScrollView, can_focus=True):
                 key: self.get_component_rich_style(f"toolcall--{key}")
                 for key in ("running", "ok", "error", "interrupted", "name", "dim", "badge")
             }
-            text = tool_call_text(self.calls[index], styles, summary_width=32, compact=True, width=width)
+            # fitted to the room beside the scrollbar (the strip is cropped to the whole width)
+            room = self.scrollable_content_region.width or width
+            text = tool_call_text(self.calls[index], styles, summary_width=32, compact=True, width=room)
             if index == self.cursor:
                 text.stylize(self.get_component_rich_style("toolcall--cursor"))
             segments = [Segment(seg.text, base + seg.style if seg.style else base) for seg in text.render(self.app.console)]

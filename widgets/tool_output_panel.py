@@ -8,6 +8,7 @@ the file: the model's context never changes.
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from dataclasses import dataclass
@@ -28,6 +29,10 @@ from widgets.output_viewer import OutputViewer, prepare_lines
 from widgets.session_messages import ToolCallsChanged
 from widgets.tool_call_line import ToolCallInfo
 from widgets.tool_call_list import ToolCallList
+
+
+# The status line's rows under the call list (its max-height in styles/tidegauge.tcss).
+STATUS_ROWS = 2
 
 
 class ShownToolCallList(ToolCallList):
@@ -196,25 +201,41 @@ class ToolOutputPanel(Vertical):
 
     def _show_model_view(self, call_id: str) -> None:
         info = self.calls[call_id]
+        content = info.content if info.status != "running" and info.content is not None else ""
+        self._say_model_view(info)
+        # what the model saw is short: wrapped in the narrow panel, every character is in view
+        self.viewer.set_text(content, wrap=True)
+
+    def _say_model_view(self, info: ToolCallInfo) -> None:
+        """The status row over what the model saw, in words that fit the row's width."""
         content = info.content
         if info.status == "running":
             status = f"{info.name}: waiting for approval" if info.waiting_approval else f"{info.name}: running…"
-            content = ""
         elif content is None:
             status = f"{info.name}: output not available"
-            content = ""
         elif info.truncated and info.full_output_path:
-            status = (
-                f"showing {len(content):,} of {info.original_chars:,} characters"
-                " (what the model saw) — ctrl+o to expand"
-            )
+            shown = f"{len(content):,} of {info.original_chars:,}"
+            status = self._fitted_status(
+                f"showing {shown} characters (what the model saw) — ctrl+o to expand",
+                f"the model saw {shown} chars · ctrl+o: all",
+                f"{shown} chars · ctrl+o: all",
+                after=f" · cut to {info.kept_chars:,} before sending" if info.cut_before_send else "")
         else:
             status = f"showing all {len(content):,} characters (what the model saw)"
-        if info.cut_before_send:
-            status += f" · cut to {info.kept_chars:,} before sending"
+            if info.cut_before_send:
+                status += f" · cut to {info.kept_chars:,} before sending"
         self.status_line.update(literal(status))
-        # what the model saw is short: wrapped in the narrow panel, every character is in view
-        self.viewer.set_text(content, wrap=True)
+
+    def _fitted_status(self, *forms: str, after: str = "") -> str:
+        """The first of ``forms`` (longest first) that fits the status line's two rows: in the
+        30-column panel at 80x24 the long one lost its last words, "ctrl+o to expand" with them."""
+        width = self.status_line.size.width or self.size.width
+        if width <= 0:
+            return forms[0] + after
+        for form in forms:
+            if len(textwrap.wrap(form + after, width)) <= STATUS_ROWS:
+                return form + after
+        return forms[-1] + after
 
     def latest_cut_call(self) -> str | None:
         """The newest call whose output was cut (its full output is on disk)."""
@@ -274,7 +295,10 @@ class ToolOutputPanel(Vertical):
         self.status_line.update(Text(path + size, no_wrap=True, overflow="ellipsis", end=""))
 
     def on_resize(self) -> None:
-        self._say_loaded()
+        if self.expanded:
+            self._say_loaded()
+        elif self.selected_id in self.calls and not (self.loading or self.full_view):
+            self._say_model_view(self.calls[self.selected_id])  # words that fit the new width
 
     def watch_whole_path(self, _whole: bool) -> None:
         self._say_loaded()
