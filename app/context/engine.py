@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Awaitable, Callable, Literal, Protocol, Sequence
+from typing import Awaitable, Callable, Generic, Literal, Protocol, Sequence, TypeVar, overload
 
 from app.context.accounting import ContextAccounting, Ledger, Projection
 from app.context.compaction import CircuitBreaker, CompactionFailed, build_compaction_request, extract_summary
@@ -94,6 +94,31 @@ def quiet_model_call(provider_of: Callable[[], Provider]) -> Summarize:
     return call
 
 
+T = TypeVar("T")
+
+
+class _OfCore(Generic[T]):
+    """An attribute the core owns, read and set on the engine under the same name."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, engine: None, owner: type) -> _OfCore[T]: ...
+
+    @overload
+    def __get__(self, engine: ContextEngine, owner: type | None = None) -> T: ...
+
+    def __get__(self, engine: ContextEngine | None, owner: type | None = None) -> T | _OfCore[T]:
+        if engine is None:
+            return self  # on the class: the descriptor itself (introspection, monkeypatch)
+        value: T = getattr(engine.core, self.name)
+        return value
+
+    def __set__(self, engine: ContextEngine, value: T) -> None:
+        setattr(engine.core, self.name, value)
+
+
 class ContextEngine:
     """One session's context: a ``ContextCore`` and the I/O that carries out its decisions."""
 
@@ -131,100 +156,25 @@ class ContextEngine:
         # engine, so they never land after a turn's final "result" event.
         self._deferred: list[Event] = []
 
-    # ---- the core's state, as the callers know it ----
+    # ---- the core's state, as the callers knew it before the split (read and set alike) ----
 
-    @property
-    def history(self) -> list[Message]:
-        return self.core.history
-
-    @history.setter
-    def history(self, history: list[Message]) -> None:
-        self.core.history = history
-
-    @property
-    def tools(self) -> list[ToolSpec]:
-        return self.core.tools
-
-    @tools.setter
-    def tools(self, tools: list[ToolSpec]) -> None:
-        self.core.tools = tools
-
-    @property
-    def system_prompt(self) -> str:
-        return self.core.system_prompt
-
-    @property
-    def memory(self) -> MemoryBundle:
-        return self.core.memory
-
-    @property
-    def config(self) -> EngineConfig:
-        return self.core.config
-
-    @property
-    def price(self) -> Price | None:
-        return self.core.price
-
-    @price.setter
-    def price(self, price: Price | None) -> None:
-        self.core.price = price
-
-    @property
-    def compact_price(self) -> Price | None:
-        return self.core.compact_price
-
-    @compact_price.setter
-    def compact_price(self, price: Price | None) -> None:
-        self.core.compact_price = price
-
-    @property
-    def tool_owner(self) -> Callable[[str], str | None] | None:
-        return self.core.tool_owner
-
-    @tool_owner.setter
-    def tool_owner(self, owner: Callable[[str], str | None] | None) -> None:
-        self.core.tool_owner = owner
-
-    @property
-    def tool_tokens_saved(self) -> Callable[[], int]:
-        return self.core.tool_tokens_saved
-
-    @tool_tokens_saved.setter
-    def tool_tokens_saved(self, saved: Callable[[], int]) -> None:
-        self.core.tool_tokens_saved = saved
-
-    @property
-    def rules(self) -> RuleSet | None:
-        return self.core.rules
-
-    @rules.setter
-    def rules(self, rules: RuleSet | None) -> None:
-        self.core.rules = rules
-
-    @property
-    def session_memory(self) -> SessionMemory:
-        return self.core.session_memory
-
-    @property
-    def thresholds(self) -> Thresholds:
-        return self.core.thresholds
-
-    @property
-    def accounting(self) -> ContextAccounting:
-        return self.core.accounting
-
-    @property
-    def ledger(self) -> Ledger:
-        return self.core.ledger
-
-    @property
-    def last_assistant_at(self) -> float | None:
-        return self.core.last_assistant_at
-
-    @property
-    def system_text(self) -> str:
-        """System prompt with the memory files: they live here, so compaction cannot lose them."""
-        return self.core.system_text
+    history: _OfCore[list[Message]] = _OfCore()
+    tools: _OfCore[list[ToolSpec]] = _OfCore()
+    system_prompt: _OfCore[str] = _OfCore()
+    memory: _OfCore[MemoryBundle] = _OfCore()
+    config: _OfCore[EngineConfig] = _OfCore()
+    price: _OfCore[Price | None] = _OfCore()
+    compact_price: _OfCore[Price | None] = _OfCore()
+    tool_owner: _OfCore[Callable[[str], str | None] | None] = _OfCore()
+    tool_tokens_saved: _OfCore[Callable[[], int]] = _OfCore()
+    rules: _OfCore[RuleSet | None] = _OfCore()
+    session_memory: _OfCore[SessionMemory] = _OfCore()
+    thresholds: _OfCore[Thresholds] = _OfCore()
+    accounting: _OfCore[ContextAccounting] = _OfCore()
+    ledger: _OfCore[Ledger] = _OfCore()
+    last_assistant_at: _OfCore[float | None] = _OfCore()
+    # System prompt with the memory files: they live in the core, so compaction cannot lose them.
+    system_text: _OfCore[str] = _OfCore()
 
     # ---- carrying out what the core decided ----
 
