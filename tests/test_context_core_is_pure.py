@@ -103,6 +103,9 @@ def test_the_service_makes_no_decision_of_its_own() -> None:
             # their types (Forecast, PruneResult, Thresholds) are what the service is handed; their functions decide
             found += [f"line {node.lineno}: imports {a.name} from {node.module}" for a in node.names
                       if a.name in DECISION_NAMES or (node.module in DECISION_MODULES and not a.name[0].isupper())]
+    # nor does it compare the projection with a line: whether to clear, compact or fall back is the core's
+    found += [f"line {node.lineno}: reads {node.attr}" for node in ast.walk(tree)
+              if isinstance(node, ast.Attribute) and node.attr.endswith("_line")]
     assert not found, "decisions belong to app/context/core.py:\n" + "\n".join(found)
 
 

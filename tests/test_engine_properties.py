@@ -37,7 +37,8 @@ from test_engine_support import (
     wire_problems,
 )
 
-from app.context.engine import SERVER_COMPACTED_NOTE, RestoreError
+from app.context.core import SERVER_COMPACTED_NOTE
+from app.context.engine import RestoreError
 from app.context.pruning import is_cleared
 from app.context.session_memory import MEMORY_INTRO
 from app.kernel.messages import OpaqueBlock, ToolResultBlock

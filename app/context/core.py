@@ -609,6 +609,18 @@ class ContextCore:
         if projected < self.thresholds.warning_line:
             self.warned = False
 
+    def needs_clearing_by_size(self, projected: int) -> bool:
+        """At the warning line: old tool results are cleared, largest savings first."""
+        return projected >= self.thresholds.warning_line
+
+    def still_needs_compaction(self, projected: int) -> bool:
+        """Still at the auto-compact line (after a compaction from the memory, say)."""
+        return projected >= self.thresholds.auto_compact_line
+
+    def must_fall_back(self, projected: int) -> bool:
+        """At the blocking line: a request that cannot fit is never sent; the extractive summary."""
+        return projected >= self.thresholds.blocking_line
+
     def wants_auto_compaction(self, projected: int) -> bool:
         """At the auto-compact line, with something to compact, and ours to do (issue 17: with
         server-side compaction on, the server compacts at this same line; the blocking-line

@@ -21,18 +21,16 @@ from typing import Awaitable, Callable, Generic, Literal, Protocol, Sequence, Ty
 from app.context.accounting import ContextAccounting, Ledger, Projection
 from app.context.compaction import CircuitBreaker, CompactionFailed, build_compaction_request, extract_summary
 from app.context.core import (
-    SERVER_COMPACTED_NOTE as SERVER_COMPACTED_NOTE,
     Appended,
     ClearedResult,
     ContextCore,
     Effect,
     EngineConfig as EngineConfig,
-    MemoryPlan as MemoryPlan,
+    MemoryPlan,
     Replaced,
     RestoreError as RestoreError,
     RestorePreview as RestorePreview,
     Trigger,
-    thresholds_model as _thresholds_model,
 )
 from app.context.forecast import Forecast
 from app.context.memory import MemoryBundle
@@ -61,8 +59,9 @@ from app.kernel.private_files import open_private
 from app.kernel.usage import Usage
 from app.providers.base import Completed, ContextTooLongError, ModelRequest, Provider, ProviderError
 
-__all__ = ["SERVER_COMPACTED_NOTE", "ContextEngine", "EngineConfig", "HistoryRecorder", "MemoryPlan",
-           "RestoreError", "RestorePreview", "Summarize", "_thresholds_model", "quiet_model_call"]
+# EngineConfig, RestoreError and RestorePreview are the core's; callers keep importing them from here.
+__all__ = ["ContextEngine", "EngineConfig", "HistoryRecorder", "RestoreError", "RestorePreview", "Summarize",
+           "quiet_model_call"]
 
 
 class HistoryRecorder(Protocol):
@@ -311,14 +310,15 @@ class ContextEngine:
     # ---- before every request: the lines of defence, lightest first ----
 
     async def before_request(self, summarize: Summarize) -> None:
+        """The lines of defence in order; each "is it needed" is the core's, each run is here."""
         self.flush_background_events()
-        core, t = self.core, self.core.thresholds
+        core = self.core
         self._micro_by_time()
         proj = core.projected()
         crossed = core.warning_crossed(proj)
         if crossed is not None:
             self.emit(crossed)
-        if proj >= t.warning_line:
+        if core.needs_clearing_by_size(proj):
             self._micro_by_size()
             proj = core.projected()
         if core.wants_auto_compaction(proj):
@@ -326,16 +326,16 @@ class ContextEngine:
             if plan is not None:
                 self.compact_from_memory(plan)
                 proj = core.projected()
-            if proj < t.auto_compact_line:
+            if not core.still_needs_compaction(proj):
                 pass
             elif self.breaker.allows_auto():
                 await self.compact(summarize, "auto")
                 proj = core.projected()
-            elif proj < t.blocking_line and self._pause_noted != self.breaker.retry_at:
+            elif not core.must_fall_back(proj) and self._pause_noted != self.breaker.retry_at:
                 # Said once per pause, not before every request of a long paused turn.
                 self._pause_noted = self.breaker.retry_at
                 self.emit(CompactionPausedEvent(failures=self.breaker.failures, retry_in_s=self.breaker.retry_in()))
-        if proj >= t.blocking_line:
+        if core.must_fall_back(proj):
             # Never send a request that cannot fit. The breaker is open or the
             # compaction failed: fall back to the extractive summary so the
             # session is never dead.
