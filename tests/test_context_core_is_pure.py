@@ -41,10 +41,10 @@ FORBIDDEN_CALLS = {"open", "print", "input", "save", "load", "read_text", "read_
 FORBIDDEN_CALL_ROOTS = {"time", "asyncio", "os", "datetime", "random", "subprocess"}
 
 # What only the core may decide with: the service importing one of these is a decision moving back.
-DECISION_MODULES = ("app.context.pruning", "app.context.audit", "app.context.summarizer",
+DECISION_MODULES = ("app.context.pruning", "app.context.audit", "app.context.summarizer", "app.context.overflow",
                     "app.context.thresholds", "app.context.forecast", "app.context.user_words")
 DECISION_NAMES = {"compute_thresholds", "prune_by_time", "prune_by_size", "safe_cut", "audit_summary",
-                  "build_summary_history", "forecast", "level", "summary_problem", "new_plan_id"}
+                  "build_summary_history", "forecast", "level", "summary_problem", "new_plan_id", "drop_oldest_rounds"}
 
 
 def io_problems(source: str, name: str) -> list[str]:

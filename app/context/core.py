@@ -684,6 +684,13 @@ class ContextCore:
             work, _dropped = drop_oldest_rounds(work, tokens_before - self.thresholds.blocking_line)
         return work
 
+    @staticmethod
+    def shrink_work(work: list[Message], gap_tokens: int | None) -> list[Message] | None:
+        """The compaction request's copy without its oldest rounds, to cover a "too long" gap
+        (None: nothing left to drop)."""
+        kept, dropped = drop_oldest_rounds(work, gap_tokens)
+        return kept if dropped else None
+
     def summary_problem(self, summary: str, output_tokens: int | None) -> str | None:
         """Why a summary cannot be used: over its cap, or no smaller than the history (None: fine)."""
         return summary_problem(summary, output_tokens, self.config.compact_max_output,

@@ -34,7 +34,6 @@ from app.context.core import (
 )
 from app.context.forecast import Forecast
 from app.context.memory import MemoryBundle
-from app.context.overflow import drop_oldest_rounds
 from app.context.plans import Plan
 from app.context.prices import Price
 from app.context.pruning import PruneResult
@@ -412,11 +411,11 @@ class ContextEngine:
                 break
             except ContextTooLongError as err:
                 # The compaction request itself is too long: drop the oldest rounds of the copy and retry.
-                kept, dropped = drop_oldest_rounds(work, err.gap_tokens)
-                if not dropped:
+                shrunk = core.shrink_work(work, err.gap_tokens)
+                if shrunk is None:
                     reason = f"compaction request too long and nothing left to drop: {err.message}"
                     break
-                work = kept
+                work = shrunk
                 reason = f"compaction request too long: {err.message}"
             except (ProviderError, CompactionFailed) as err:
                 reason = str(err)
