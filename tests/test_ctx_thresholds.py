@@ -59,7 +59,7 @@ def test_level_at_each_line() -> None:
 
 
 def test_the_context_event_carries_every_figure_of_the_lines() -> None:
-    from app.context.engine import _thresholds_model
+    from app.context.core import thresholds_model as _thresholds_model
 
     t = compute_thresholds(200_000, 150_000, 8_000)
     m = _thresholds_model(t)

@@ -492,8 +492,8 @@ async def test_forecasts_count_the_cached_prefix_they_invalidate(fake_llm, tmp_p
     fake_llm.default = answer
     await agent.run_turn("read a.txt")
     engine = agent.engine
-    cached = engine._cached_prefix
-    stable = engine._stable_prefix()
+    cached = engine.core.cached_prefix
+    stable = engine.core.stable_prefix()
     assert cached > stable
     compaction, reset = engine.forecast_compaction(), engine.forecast_reset()
     for f in (compaction, reset):

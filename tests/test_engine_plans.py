@@ -356,7 +356,7 @@ async def test_a_memory_that_would_free_next_to_nothing_is_not_the_plan(fake_llm
         engine = agent.engine
         # the memory covers the first exchange only, in about as many tokens as it replaces
         engine.session_memory.save("the first question was answered; " * 120, engine.history[1])
-        assert engine._memory_plan() is not None  # a compaction from the memory is possible
+        assert engine.core.memory_plan() is not None  # a compaction from the memory is possible
         plan = engine.plan_compaction()
         assert plan.action == "compact" and plan.model_call, plan.describe()
         before = compaction_calls(fake_llm)

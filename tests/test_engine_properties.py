@@ -37,7 +37,8 @@ from test_engine_support import (
     wire_problems,
 )
 
-from app.context.engine import SERVER_COMPACTED_NOTE, RestoreError
+from app.context.core import SERVER_COMPACTED_NOTE
+from app.context.engine import RestoreError
 from app.context.pruning import is_cleared
 from app.context.session_memory import MEMORY_INTRO
 from app.kernel.messages import OpaqueBlock, ToolResultBlock
@@ -130,7 +131,7 @@ async def _run_example(server: FakeLLMServer, agent, provider: str, ops: list) -
                 script.compaction.append(text_reply(provider, summary))
                 # a summary that would not make the context smaller is a failed compaction
                 # a lone summary is not compacted again (no model call): nothing to compact
-                lone = agent.engine._only_a_summary()
+                lone = agent.engine.core.only_a_summary()
                 shrinks = bool(before) and not lone and (agent.engine.estimate_with_summary(summary)
                                                          < agent.engine.estimate_request(agent.history))
                 outcome = await agent.compact()
@@ -221,7 +222,7 @@ async def _run_example(server: FakeLLMServer, agent, provider: str, ops: list) -
                 result = await agent.run_turn(f"step {step}: remember")
                 assert result.stop_reason == "end_turn", result
                 engine.config.memory_update_tokens, engine.config.memory_keep_tokens = 1, arg
-                engine._memory_new_tokens = max(engine._memory_new_tokens, 1)
+                engine.core.memory_new_tokens = max(engine.core.memory_new_tokens, 1)
                 engine._maybe_start_memory_update(agent._summarize)
                 await engine.wait_memory_update()
                 outcome = engine.compact_from_memory()

@@ -104,7 +104,7 @@ def test_the_floor_only_moves_a_budget_that_is_below_it() -> None:
 
 def test_a_generous_budget_is_not_even_counted(fake_llm, tmp_path, monkeypatch) -> None:
     # the default budget is far above any floor: start-up must not wait for the tokenizer
-    from app.context import engine as engine_module
+    from app.context import core as engine_module  # the core counts the fixed part
 
     agent, _events = make_agent(fake_llm, tmp_path, monkeypatch)
     calls: list[str] = []

@@ -6,7 +6,7 @@ model call, while a summary with a model call ran). A plan made on a history tha
 since is made again, and the compaction says so. A plan that does nothing (the context is
 already one summary, the conversation is already empty) is answered at once, without a dialog.
 
-Pure data: the engine (app/context/engine.py) makes and runs them.
+Pure data: the core (app/context/core.py) makes them, the engine (app/context/engine.py) runs them.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Literal
 from app.context.forecast import Forecast
 
 if TYPE_CHECKING:
-    from app.context.engine import MemoryPlan
+    from app.context.core import MemoryPlan
 
 PlanKind = Literal["compact", "reset"]
 
@@ -40,7 +40,7 @@ class Plan:
     forecast: Forecast  # its action says what runs: "compact", "memory_compact", "reset" or "nothing"
     messages_before: int
     messages_after: int  # a summary (or the memory) and the messages kept verbatim; 0 after a reset
-    history_mark: tuple[int, int, int]  # the history it was made on (see ContextEngine._history_mark)
+    history_mark: tuple[int, int, int]  # the history it was made on (see ContextCore.history_mark)
     focus: str | None = None
     reason: str = ""  # why it does nothing (for "nothing")
     memory: MemoryPlan | None = None  # the compaction from the session memory it runs

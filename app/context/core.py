@@ -1,0 +1,1024 @@
+"""The context engine's pure core: the live history, its accounting and every decision.
+
+``ContextCore`` owns the history, the accounting, the thresholds, the plans and what the
+session memory covers. Each of its operations changes that state and returns what it caused:
+a value (a plan, a forecast, a cut, a preview) or the effects to carry out, in order
+(``Replaced``/``Appended``: a history change to persist; an event to emit). It never waits,
+reads a clock (``now`` is an argument), opens a file or calls a model: the service
+(``app/context/engine.py``, ``ContextEngine``) runs what it decides, and
+``tests/test_context_core_is_pure.py`` keeps it that way.
+
+What stays in the service is I/O: the model calls (a summary, the background memory
+update), the files (cleared and cut outputs saved, restored outputs read, the memory file),
+the transcript, the emission of events, the circuit breaker's clock, and which rule files
+match a path (matching resolves the path on disk).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Callable, Literal, Sequence, TypedDict, Union
+
+from app.context.accounting import USAGE_FLOOR_RATIO, USAGE_WINDOW_FACTOR, ContextAccounting, Ledger, Projection
+from app.context.audit import AuditResult, append_checked_facts, audit_summary
+from app.context.compaction import build_summary_history, is_summary_message, summary_problem
+from app.context.forecast import Forecast, ForecastAction, forecast
+from app.context.overflow import drop_oldest_rounds
+from app.context.plans import PLANS_KEPT, Plan, PlanKind, new_plan_id
+from app.context.prices import Price, cost_usd
+from app.context.pruning import PruneResult, is_cleared, prune_by_size, prune_by_time, stub_for
+from app.context.rules import attached_rule_paths
+from app.context.session_memory import MEMORY_INTRO, SessionMemory, UnseenMessages, safe_cut
+from app.context.summarizer import extractive_summary
+from app.context.thresholds import MIN_SUMMARY_ROOM, Thresholds, budget_floor_warning, compute_thresholds, level
+from app.context.tokens import count_tokens, estimate_message, estimate_messages, estimate_tools
+from app.context.truncation import truncate_head_tail
+from app.kernel.events import (
+    AgentName,
+    ChartPointEvent,
+    CompactionEvent,
+    ContextEvent,
+    Event,
+    MicroCompactionEvent,
+    PointKind,
+    ResetEvent,
+    RestoreEvent,
+    ResultCutEvent,
+    ThresholdsModel,
+    UsageDistrustedEvent,
+    UsageEvent,
+    WarningCrossedEvent,
+)
+from app.kernel.messages import Message, OpaqueBlock, TextBlock, ToolResultBlock, ToolSpec
+from app.kernel.usage import ServerEdit, Usage
+
+if TYPE_CHECKING:
+    from app.context.memory import MemoryBundle
+    from app.context.rules import RuleSet
+
+Trigger = Literal["auto", "manual", "reactive", "fallback", "memory"]
+
+# Exact counting of a 15 MB string costs seconds; above this size we sample.
+EXACT_COUNT_LIMIT_CHARS = 200_000
+SAMPLE_CHARS = 50_000
+
+# issue 17: what stands before a server's compaction item in the history (the item carries the rest).
+SERVER_COMPACTED_NOTE = ("[Context compaction] The conversation before this point was compacted by the server; "
+                         "its compaction item follows.")
+
+
+@dataclass
+class EngineConfig:
+    window: int
+    budget: int
+    compact_max_output: int = 8_000
+    micro_idle_minutes: float = 60.0
+    micro_keep_latest: int = 5
+    micro_keep_tokens: int = 40_000
+    micro_min_free: int = 20_000
+    recent_user_budget: int = 4_000
+    # issue 17: the provider compacts server-side at the auto-compact line, so ours stands down
+    server_compaction: bool = False
+
+    # Session memory (issue 15): update every N tokens of new context (0: off); a memory
+    # compaction keeps at least this many tokens of the latest messages verbatim. Off unless
+    # the runtime passes Settings.memory_update_tokens (default 10,000) on: the dashboard must
+    # know the "memory" compaction trigger first.
+    memory_update_tokens: int = 0
+    memory_keep_tokens: int = 4_000
+    memory_max_output: int = 4_000
+    # Reversible clearing (issue 15): a restored output larger than this is cut head+tail.
+    restore_max_chars: int = 40_000
+
+
+# ---- what the core hands the service to carry out ----
+
+@dataclass(frozen=True)
+class Replaced:
+    """The history became ``history`` (already the core's): persist it."""
+
+    history: list[Message]
+    reason: str
+
+
+@dataclass(frozen=True)
+class Appended:
+    """``message`` was appended to the history (already the core's): persist it."""
+
+    message: Message
+
+
+# In order: a history change is persisted before the events after it are emitted.
+Effect = Union[Replaced, Appended, Event]
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """A compaction from the session memory, worked out but not applied."""
+
+    cut: int  # messages before this index are replaced by the memory
+    history: list[Message]  # the new history: the memory message, then the kept messages
+    audit: AuditResult
+
+
+class RestoreError(Exception):
+    """A cleared result cannot be restored; the message says why in one line."""
+
+
+@dataclass(frozen=True)
+class RestorePreview:
+    call_id: str
+    tool_name: str
+    tokens: int  # what the restore adds to the next request
+    projected_before: int
+    projected_after: int
+    level_after: str  # "ok", "warning", "compact", "blocking"
+    fits: bool  # False: it would push the request over the blocking line
+
+    def describe(self) -> str:
+        return (f"restore {self.tool_name} result {self.call_id}: +~{self.tokens:,} tokens, "
+                f"context ~{self.projected_before:,} → ~{self.projected_after:,} ({self.level_after})")
+
+
+@dataclass(frozen=True)
+class ClearedResult:
+    """A cleared result found in the live history, with the file its full output was saved to."""
+
+    message_index: int
+    block_index: int
+    block: ToolResultBlock
+    tool_name: str
+    saved_path: str
+
+
+@dataclass(frozen=True)
+class UsageRecord:
+    """A call's usage, accounted: its line, and what it caused after it (for the main agent)."""
+
+    event: UsageEvent
+    then: list[Effect]
+
+
+def estimate_text_fast(text: str) -> int:
+    """Token estimate that stays cheap for huge texts (head+tail sample, extrapolated)."""
+    if len(text) <= EXACT_COUNT_LIMIT_CHARS:
+        return count_tokens(text)
+    sample = text[:SAMPLE_CHARS] + text[-SAMPLE_CHARS:]
+    ratio = count_tokens(sample) / len(sample)
+    return int(len(text) * ratio) + 1
+
+
+@dataclass
+class ContextCore:
+    """Live history + accounting + thresholds + plans for one session; no I/O."""
+
+    system_prompt: str
+    memory: MemoryBundle
+    tools: list[ToolSpec]
+    config: EngineConfig
+    price: Price | None = None
+    compact_price: Price | None = None
+    history: list[Message] = field(default_factory=list)
+    # MCP (issue 16): which server a tool comes from (the breakdown per server), and the
+    # tokens deferred tool definitions save on every request (the gauge). Set by start_mcp.
+    tool_owner: Callable[[str], str | None] | None = None
+    tool_tokens_saved: Callable[[], int] = lambda: 0
+    # Path-scoped rules (issue 15): only their paths and sizes are read here.
+    rules: RuleSet | None = None
+    # The memory's text and what it covers; the service loads and saves its file.
+    session_memory: SessionMemory = field(default_factory=lambda: SessionMemory(path=None))
+
+    def __post_init__(self) -> None:
+        self.thresholds: Thresholds = compute_thresholds(
+            self.config.window, self.config.budget, self.config.compact_max_output,
+            fixed_tokens=self.fixed_tokens_if_budget_is_near(),
+        )
+        self.accounting = ContextAccounting(window=self.config.window)
+        self.ledger = Ledger()
+        self.last_assistant_at: float | None = None
+        self.warned = False
+        # issue 17: a server compaction seen in a reply, waiting for that call's usage (messages, tokens before)
+        self.server_compaction_pending: tuple[int, int] | None = None
+        self.server_edits_reported: tuple[ServerEdit, ...] = ()
+        self.system_text = self._with_memory(self.memory)
+        self.memory_new_tokens = 0  # tokens of the messages the memory has not seen
+        # The messages the memory has not seen (issue 27: an update sends only these). Filled
+        # from the history at first use, which after a resume is the whole restored history
+        # (which part the memory file covers is not known).
+        self.memory_unseen = UnseenMessages()
+        self.memory_unseen_ready = False
+        # The running update's last message as the history holds it now (a clearing or a restore
+        # replaces a message with a new version), so its coverage is found when it ends.
+        self.memory_batch_last: Message | None = None
+        self.pinned: set[str] = set()  # restored results, kept through the next request
+        self.cached_prefix = 0  # prompt-cache tokens of the last main request
+        self.summary_sizes: list[int] = []
+        # Plans a confirmation may name (issue 25), and a count of history changes: a plan made
+        # on another history than the live one is made again before it runs.
+        self.plans: dict[str, Plan] = {}
+        self.history_version = 0
+        self._stable_tokens: int | None = None
+        self.attached_rules: set[str] = set()
+
+    # ---- the fixed part and the lines ----
+
+    def _with_memory(self, memory: MemoryBundle) -> str:
+        return self.system_prompt + (
+            "\n\n# Project and user rules (memory files)\n" + memory.text if memory.text else "")
+
+    def use_memory(self, memory: MemoryBundle) -> None:
+        self.memory = memory
+        self.system_text = self._with_memory(memory)
+        self.set_budget(self.config.budget)
+
+    def fixed_tokens(self) -> int:
+        """Estimated tokens every request carries whatever the history: system prompt, memory files, tools."""
+        return (count_tokens(self.system_prompt) + count_tokens(self.memory.text)
+                + estimate_tools(self.tools))
+
+    def fixed_tokens_if_budget_is_near(self) -> int:
+        """The fixed part, counted only when the budget could be below the compaction floor:
+        counting loads the tokenizer, which start-up should not wait for (a token is at
+        least one character, so the characters bound the count from above)."""
+        budget = self.config.budget
+        if budget <= 0:
+            return 0
+        upper = (len(self.system_prompt) + len(self.memory.text) + MIN_SUMMARY_ROOM
+                 + sum(len(t.name) + len(t.description) + len(json.dumps(t.input_schema)) + 64 for t in self.tools))
+        return self.fixed_tokens() if budget < upper else 0
+
+    def set_budget(self, budget: int) -> str | None:
+        self.config.budget = max(0, int(budget))
+        self.thresholds = compute_thresholds(self.config.window, self.config.budget, self.config.compact_max_output,
+                                             fixed_tokens=self.fixed_tokens_if_budget_is_near())
+        return self.budget_floor_warning()
+
+    def budget_floor_warning(self) -> str | None:
+        fixed = self.fixed_tokens_if_budget_is_near()
+        if not fixed:
+            return None  # the budget is clearly above any floor (or off): nothing to count
+        return budget_floor_warning(self.config.budget, fixed, self.config.window, self.config.compact_max_output)
+
+    def stable_prefix(self) -> int:
+        """Tokens every request starts with (system prompt with the memory files, tools); counted once."""
+        if self._stable_tokens is None:
+            self._stable_tokens = count_tokens(self.system_text) + estimate_tools(self.tools)
+        return self._stable_tokens
+
+    def projection(self, extra: list[Message] | None = None) -> Projection:
+        history = self.history + extra if extra else self.history
+        return self.accounting.project(self.system_prompt, self.tools, history, self.memory.text)
+
+    def projected(self) -> int:
+        return self.projection().projected_tokens
+
+    def estimate_request(self, history: list[Message]) -> int:
+        """The whole request for ``history``, estimated (one measure for before and after:
+        the server's own figure may count with another tokenizer)."""
+        return ContextAccounting().project(self.system_prompt, self.tools, history, self.memory.text).projected_tokens
+
+    def estimate_with_summary(self, summary: str) -> int:
+        """The estimated context if ``summary`` replaced the history (nothing is changed)."""
+        return self.estimate_request(build_summary_history(summary, self.history, self.config.recent_user_budget))
+
+    # ---- history changes (each returned for the service to persist) ----
+
+    def append(self, message: Message, now: float) -> list[Effect]:
+        if message.role == "assistant" and _server_compaction_in(message):
+            return self._install_server_compaction(message, now)
+        if self.config.memory_update_tokens > 0:
+            self.unseen().add(message)  # before the append: a resumed history is unseen too
+            self.memory_new_tokens += estimate_message(message)
+        self.history.append(message)
+        self.history_version += 1
+        if message.role == "assistant":
+            self.last_assistant_at = now
+        return [Appended(message)]
+
+    def append_user_text(self, text: str, attached: Sequence[TextBlock], now: float) -> list[Effect]:
+        typed = Message.typed_by_user(text)
+        if attached:
+            typed = typed.copy_with([*typed.content, *attached])
+        if self.history and self.history[-1].role == "user":
+            merged = self.history[-1].copy_with([*self.history[-1].content, *typed.content])
+            return [self.replace(self.history[:-1] + [merged], "merge_user")]
+        return self.append(typed, now)
+
+    def replace(self, new_history: list[Message], reason: str) -> Replaced:
+        old_history = self.history
+        self.cached_prefix = self._cache_still_valid(old_history, new_history)
+        self.history = new_history
+        self.history_version += 1
+        self.accounting.invalidate()
+        self._after_replace(old_history, reason)
+        return Replaced(new_history, reason)
+
+    def _cache_still_valid(self, old_history: list[Message], new_history: list[Message]) -> int:
+        """The last request's cached prefix that a new history still starts with: the fixed
+        part and the messages both share, no more (a compaction keeps only the fixed part). The
+        forecasts after it must not count a cache the change already invalidated."""
+        if not self.cached_prefix:
+            return 0
+        shared = 0
+        for old, new in zip(old_history, new_history):
+            if old is not new:
+                break
+            shared += 1
+        return min(self.cached_prefix, self.stable_prefix() + estimate_messages(old_history[:shared]))
+
+    def _after_replace(self, old_history: list[Message], reason: str) -> None:
+        """Keep what the features track about the history in step with a replacement."""
+        if self.config.memory_update_tokens > 0:
+            self.unseen(old_history)  # a resumed history replaced before any append: still unseen
+        if reason in ("micro_compaction", "restore", "merge_user") and len(old_history) == len(self.history):
+            # Same messages, some blocks changed: the memory still covers the same positions.
+            # (A clearing leaves the unseen messages as they were sent: the memory sees the output.)
+            covered = self.session_memory.covered_index(old_history)
+            merged = reason == "merge_user" and bool(old_history) and old_history[-1] is not self.history[-1]
+            if merged and self.config.memory_update_tokens > 0:
+                self.unseen().merged(old_history[-1], self.history[-1])
+            if merged and covered == len(old_history):
+                covered -= 1  # what the user typed into the last message is not covered yet
+            self.session_memory.covered = self.history[covered - 1] if covered else None
+            if not merged and self.memory_batch_last is not None:
+                for old, new in zip(old_history, self.history):
+                    if old is self.memory_batch_last:
+                        self.memory_batch_last = new
+                        break
+        else:
+            if reason != "memory_compaction" and not self.in_history(self.session_memory.covered):
+                self.session_memory.covered = None
+            if reason == "reset":
+                # A new conversation: the old memory must not seep into its first update (the
+                # service cancels a running update and empties the memory's file).
+                self.memory_unseen.clear()
+                self.memory_unseen_ready = True
+        self.recount_memory_tokens()
+        if self.rules is not None and self.rules.rules:
+            self.attached_rules = attached_rule_paths(
+                [b.content for m in self.history if m.role == "user" for b in m.tool_results])
+
+    def reset(self) -> list[Effect]:
+        """Clear the conversation and the live accounting; the ledger stays."""
+        effects: list[Effect] = [ResetEvent(messages_before=len(self.history))]  # a resumed chart shows the drop
+        effects.append(self.replace([], "reset"))
+        self.accounting.reset()  # the growth of the old conversation says nothing about the new one
+        self.last_assistant_at = None
+        self.warned = False
+        self.cached_prefix = 0  # a new conversation shares no cached prefix beyond the system part
+        context = self.context_event()
+        return [*effects, context, self.point(context.projected_tokens, "reset")]
+
+    # ---- the session memory's bookkeeping ----
+
+    def recount_memory_tokens(self) -> None:
+        if self.config.memory_update_tokens <= 0:
+            self.memory_new_tokens = 0
+            return
+        self.memory_new_tokens = self.unseen().tokens()
+
+    def unseen(self, history_before: list[Message] | None = None) -> UnseenMessages:
+        """The unseen messages; at first use, the history (before a replacement being applied)."""
+        if not self.memory_unseen_ready:
+            self.memory_unseen_ready = True
+            self.memory_unseen.messages = list(self.history if history_before is None else history_before)
+            if self.config.memory_update_tokens > 0:  # a resumed history: due at the next request
+                self.memory_new_tokens = self.memory_unseen.tokens()
+        return self.memory_unseen
+
+    def in_history(self, message: Message | None) -> bool:
+        return message is not None and any(m is message for m in reversed(self.history))
+
+    def memory_batch(self) -> list[Message] | None:
+        """The messages a background memory update should send now (None: not due). Only what the
+        memory has not seen, a bounded batch (after failed updates or a resume the rest follows)."""
+        if self.config.memory_update_tokens <= 0 or not self.history:
+            return None
+        if self.memory_new_tokens < self.config.memory_update_tokens:
+            return None
+        batch = self.unseen().batch(max(self.config.memory_update_tokens, self.config.window // 2))
+        if not batch:
+            return None
+        self.memory_batch_last = batch[-1]
+        return batch
+
+    def memory_update_failed(self) -> None:
+        # Wait for another full interval before retrying (no retry storm on a failing server).
+        self.memory_new_tokens = 0
+        self.memory_batch_last = None  # its messages stay unseen: the next update sends them
+
+    def memory_update_seen(self, batch: list[Message]) -> Message | None:
+        """The batch is summarised: the message the memory now covers up to (the batch's last, if
+        the live history still holds it; else None: compacted away since, the coverage is
+        unknown and the memory waits for its next update)."""
+        self.memory_unseen.seen(batch)
+        last, self.memory_batch_last = self.memory_batch_last, None
+        return last if self.in_history(last) else None
+
+    # ---- accounting ----
+
+    def record_usage(self, agent: AgentName, usage: Usage, model_price: Price | None) -> UsageRecord:
+        cost = cost_usd(usage, model_price) if model_price is not None and usage.known else None
+        self.ledger.add(agent, usage, cost)
+        check = None
+        if agent == "main":
+            if self.server_compaction_pending is not None or usage.server_edits:
+                self.accounting.server_shrank_the_request()
+            check = self.accounting.record_usage(usage, len(self.history))
+            if usage.known:
+                self.cached_prefix = (usage.cache_read_tokens or 0) + (usage.cache_write_tokens or 0)
+            self.pinned.clear()  # a restored result was seen by this call: prunable again
+        event = UsageEvent(
+            agent=agent,
+            input_tokens=usage.input_tokens,
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+            output_tokens=usage.output_tokens,
+            context_tokens=usage.context_tokens,
+            cost_usd=cost,
+            reasoning_tokens=usage.reasoning_tokens,
+        )
+        then: list[Effect] = []
+        if check is not None and check.flag:  # implausible figures: said once per kind, the estimate stands in
+            then.append(UsageDistrustedEvent(reason=check.reason, reported_tokens=check.reported_tokens,
+                                             estimated_tokens=check.estimated_tokens))
+        if agent == "main":
+            then.extend(self._reconcile_server_report(usage, model_price))  # after the call's own usage line
+        return UsageRecord(event, then)
+
+    def context_event(self) -> ContextEvent:
+        proj = self.projection()
+        t = self.thresholds
+        total = self.ledger.total()
+        return ContextEvent(
+            exact_tokens=proj.exact_tokens,
+            estimated_tokens=proj.estimated_tokens,
+            projected_tokens=proj.projected_tokens,
+            thresholds=thresholds_model(t),
+            breakdown=self._feature_breakdown(
+                self.accounting.breakdown(self.system_prompt, self.memory.text, self.tools, self.history,
+                                          tool_owner=self.tool_owner)),
+            level=level(proj.projected_tokens, t),
+            turns_to_compact=self.accounting.turns_to(t.auto_compact_line, proj.projected_tokens),
+            cumulative_input=total.input_tokens,
+            cumulative_cached=total.cached_tokens,
+            cumulative_output=total.output_tokens,
+            cumulative_reasoning=total.reasoning_tokens,
+            cost_usd=total.cost_usd,
+            compact_cost_usd=self.ledger.compact_cost_usd,
+            memory_updates=self.ledger.memory.calls,
+            memory_input_tokens=self.ledger.memory.input_tokens,
+            memory_cost_usd=self.ledger.memory.cost_usd,
+            tool_tokens_saved=self.tool_tokens_saved(),
+            estimate_scale=proj.estimate_scale,
+        )
+
+    def live_context(self, usage: Usage) -> ContextEvent | None:
+        """The gauge from a usage figure inside a stream; None when it is not plausible enough."""
+        tokens = usage.context_tokens
+        if tokens is None:
+            return None
+        event = self.context_event()
+        # Only a plausible figure moves the gauge early (the call's final usage is checked and
+        # flagged when it is not): never negative, under a few windows, not far below our estimate.
+        fields = (usage.input_tokens, usage.cache_read_tokens, usage.cache_write_tokens, usage.output_tokens)
+        if (any(v is not None and v < 0 for v in fields) or tokens > self.config.window * USAGE_WINDOW_FACTOR
+                or tokens < event.projected_tokens * USAGE_FLOOR_RATIO):
+            return None
+        return event.model_copy(update={
+            "exact_tokens": tokens, "estimated_tokens": 0, "projected_tokens": tokens,
+            "level": level(tokens, self.thresholds), "live": True, "estimate_scale": None,
+        })
+
+    def note_model_call(self) -> ChartPointEvent:
+        projected = self.projected()
+        self.accounting.record_point(projected)
+        return self.point(projected, "call")
+
+    def point(self, tokens: int, kind: PointKind) -> ChartPointEvent:
+        if kind != "call":  # a compaction, a clearing or a reset: turns-to-compact counts afresh
+            self.accounting.restart_growth(tokens)
+        return ChartPointEvent(tokens=tokens, kind=kind)
+
+    def _after_change(self, kind: PointKind, tokens: int | None = None) -> list[Effect]:
+        """The chart point of a change (first: the context event counts afresh), then the gauge."""
+        point = self.point(self.projected() if tokens is None else tokens, kind)
+        return [point, self.context_event()]
+
+    # ---- issue 17: what the provider did to the context, as it reported ----
+
+    def _install_server_compaction(self, message: Message, now: float) -> list[Effect]:
+        """The reply carries a compaction item: it stands for everything before it, so the
+        history becomes a short note (roles must start with the user) and this reply. The old
+        messages stay in the transcript; the event waits for this call's usage."""
+        tokens_before = self.projected()  # the request the server just compacted
+        messages_before = len(self.history)
+        replaced = self.replace([Message.user(SERVER_COMPACTED_NOTE), message], "server_compaction")
+        self.last_assistant_at = now
+        self.warned = False
+        self.server_compaction_pending = (messages_before, tokens_before)
+        return [replaced]
+
+    def _reconcile_server_report(self, usage: Usage, model_price: Price | None) -> list[Effect]:
+        """What the server reported with this call, as events; the exact figure already is
+        the server's (``record_usage``), so the projection starts from it."""
+        effects: list[Effect] = []
+        if usage.compaction_usage is not None:
+            # the server's compaction run is compaction work: it counts apart, like ours
+            record = self.record_usage("compact", usage.compaction_usage, self.compact_price or model_price)
+            effects += [record.event, *record.then]
+        pending, self.server_compaction_pending = self.server_compaction_pending, None
+        if pending is not None:
+            messages_before, tokens_before = pending
+            reported = usage.context_tokens
+            estimated = reported is None or usage.compaction_usage is None
+            if reported is not None and not estimated:
+                tokens_after = reported  # Anthropic: the compaction run apart, this figure is the compacted request
+            else:
+                # Without the compaction run split out (OpenAI Responses), this call's usage is the
+                # request the server compacted: the size before. The compacted size is estimated
+                # from what was kept until the next call reports.
+                if reported is not None:
+                    tokens_before = reported
+                    self.accounting.invalidate()
+                tokens_after = self.projected()
+            effects.append(CompactionEvent(trigger="server", ok=True, messages_before=messages_before,
+                                           messages_after=len(self.history), tokens_before=tokens_before,
+                                           tokens_after=tokens_after, tokens_after_estimated=estimated))
+            effects.append(self.point(tokens_after, "server"))  # drawn apart on the gauge's history
+        edits = usage.server_edits
+        tool_tokens = sum(e.cleared_input_tokens for e in edits if e.kind.startswith("clear_tool_uses"))
+        other_tokens = sum(e.cleared_input_tokens for e in edits) - tool_tokens
+        self.accounting.note_server_cleared({"tool_results": tool_tokens, "assistant": other_tokens})
+        if edits and tuple(edits) != self.server_edits_reported:
+            # The server re-applies its edits to every request (the local history stays whole);
+            # a new event only when what it cleared changed.
+            uses = sum(e.cleared_tool_uses for e in edits)
+            freed = tool_tokens + other_tokens  # thinking turns the server cleared count here too
+            effects.append(MicroCompactionEvent(trigger="server", results_cleared=uses, tokens_freed=freed))
+        self.server_edits_reported = tuple(edits)
+        return effects
+
+    # ---- tool results: the projection rescues what would not fit ----
+
+    def room_for_result(self, block: ToolResultBlock, pending: list[Message]) -> int | None:
+        """The characters a fresh result may keep when it alone would push the next request
+        over the blocking line (cut to fit under the warning line); None when it fits."""
+        t = self.thresholds
+        base = self.projection(pending).projected_tokens
+        result_tokens = estimate_text_fast(block.content)
+        if base + result_tokens <= t.blocking_line:
+            return None
+        room_tokens = max(500, t.warning_line - base)
+        ratio = len(block.content) / max(1, result_tokens)
+        return max(1_000, int(room_tokens * ratio * 0.9))
+
+    @staticmethod
+    def cut_result(block: ToolResultBlock, tool_name: str, max_chars: int,
+                   path: str | None) -> tuple[ToolResultBlock, ResultCutEvent]:
+        """The result cut head+tail to ``max_chars`` (``path``: where its full output is), and the event."""
+        cut = truncate_head_tail(block.content, max_chars, path)
+        event = ResultCutEvent(id=block.tool_use_id, name=tool_name, original_chars=len(block.content),
+                               kept_chars=len(cut), full_output_path=path)
+        return ToolResultBlock(tool_use_id=block.tool_use_id, content=cut, is_error=block.is_error,
+                               full_output_path=path), event
+
+    def result_in_context(self, tool_use_id: str) -> bool:
+        """Is the full (not cleared) result of this call still in the live history?
+
+        A result with a saved full output was cut (by the registry or the pre-send
+        cut, or cleared): only part of it is in the context, so it does not count.
+        """
+        for message in reversed(self.history):
+            for block in message.content:
+                if isinstance(block, ToolResultBlock) and block.tool_use_id == tool_use_id:
+                    return not is_cleared(block) and block.full_output_path is None
+        return False
+
+    # ---- before every request: the decisions, lightest first ----
+
+    def warning_crossed(self, projected: int) -> WarningCrossedEvent | None:
+        """The warning, said once until the context is back under the line."""
+        if projected >= self.thresholds.warning_line and not self.warned:
+            self.warned = True
+            return WarningCrossedEvent(projected_tokens=projected, warning_line=self.thresholds.warning_line)
+        return None
+
+    def rearm_warning(self, projected: int) -> None:
+        if projected < self.thresholds.warning_line:
+            self.warned = False
+
+    def needs_clearing_by_size(self, projected: int) -> bool:
+        """At the warning line: old tool results are cleared, largest savings first."""
+        return projected >= self.thresholds.warning_line
+
+    def still_needs_compaction(self, projected: int) -> bool:
+        """Still at the auto-compact line (after a compaction from the memory, say)."""
+        return projected >= self.thresholds.auto_compact_line
+
+    def must_fall_back(self, projected: int) -> bool:
+        """At the blocking line: a request that cannot fit is never sent; the extractive summary."""
+        return projected >= self.thresholds.blocking_line
+
+    def wants_auto_compaction(self, projected: int) -> bool:
+        """At the auto-compact line, with something to compact, and ours to do (issue 17: with
+        server-side compaction on, the server compacts at this same line; the blocking-line
+        fallback stays, as the last line of defence)."""
+        return (projected >= self.thresholds.auto_compact_line and not self.only_a_summary()
+                and self.auto_compaction_is_ours())
+
+    def auto_compaction_is_ours(self) -> bool:
+        return not self.config.server_compaction
+
+    def only_a_summary(self) -> bool:
+        """A history that is just a summary (plus the user's new words): compacting it
+        again gains nothing and, with a tiny budget, would loop on every request."""
+        return len(self.history) == 1 and is_summary_message(self.history[0])
+
+    def prune_by_time(self, now: float) -> PruneResult | None:
+        """The results to clear after an idle pause (None: nothing to clear)."""
+        if self.last_assistant_at is None:
+            return None
+        idle_min = (now - self.last_assistant_at) / 60.0
+        result = prune_by_time(self.history, idle_min, self.config.micro_idle_minutes, self.config.micro_keep_latest,
+                               keep_ids=frozenset(self.pinned))
+        return result if result.results_cleared else None
+
+    def prune_by_size(self) -> PruneResult | None:
+        """The results to clear over the warning line (None: nothing to clear)."""
+        result = prune_by_size(self.history, self.config.micro_keep_tokens, self.config.micro_min_free,
+                               keep_ids=frozenset(self.pinned))
+        return result if result.results_cleared else None
+
+    def outputs_to_save(self, pruned: list[Message]) -> list[ToolResultBlock]:
+        """Results a clearing cuts whose full output was never saved (it was not truncated):
+        they are written to disk first, so their stubs can name a file the model can re-read."""
+        found: list[ToolResultBlock] = []
+        for before, after in zip(self.history, pruned):
+            if before is after:
+                continue
+            for was, now in zip(before.content, after.content):
+                if (isinstance(was, ToolResultBlock) and isinstance(now, ToolResultBlock)
+                        and was.full_output_path is None and not is_cleared(was) and is_cleared(now)):
+                    found.append(was)
+        return found
+
+    def clear_results(self, result: PruneResult, trigger: Literal["time", "size"],
+                      saved: dict[str, str]) -> list[Effect]:
+        """Apply a clearing; ``saved``: call id -> the file a result's full output was just saved to
+        (its stub names it; a result not in it keeps a "not saved" stub, the transcript holds it)."""
+        new = _with_saved_stubs(self.history, result.history, saved) if saved else result.history
+        effects: list[Effect] = [self.replace(new, "micro_compaction")]
+        effects.append(MicroCompactionEvent(trigger=trigger, results_cleared=result.results_cleared,
+                                            tokens_freed=result.tokens_freed))
+        return effects + self._after_change("prune")
+
+    # ---- compaction ----
+
+    def compaction_work(self, tokens_before: int) -> list[Message]:
+        """The history a compaction request carries: it carries all of it, so one over the
+        blocking line would be rejected too; the copy is shrunk first."""
+        work = list(self.history)
+        if tokens_before > self.thresholds.blocking_line:
+            work, _dropped = drop_oldest_rounds(work, tokens_before - self.thresholds.blocking_line)
+        return work
+
+    @staticmethod
+    def shrink_work(work: list[Message], gap_tokens: int | None) -> list[Message] | None:
+        """The compaction request's copy without its oldest rounds, to cover a "too long" gap
+        (None: nothing left to drop)."""
+        kept, dropped = drop_oldest_rounds(work, gap_tokens)
+        return kept if dropped else None
+
+    def summary_problem(self, summary: str, output_tokens: int | None) -> str | None:
+        """Why a summary cannot be used: over its cap, or no smaller than the history (None: fine)."""
+        return summary_problem(summary, output_tokens, self.config.compact_max_output,
+                               self.estimate_request(self.history), self.estimate_with_summary(summary))
+
+    def compaction_not_done(self, trigger: Trigger, messages_before: int, tokens_before: int, *,
+                            reason: str | None, replanned: bool = False,
+                            nothing_to_compact: bool = False) -> CompactionEvent:
+        return CompactionEvent(trigger=trigger, ok=False, messages_before=messages_before,
+                               messages_after=messages_before, tokens_before=tokens_before,
+                               tokens_after=tokens_before, nothing_to_compact=nothing_to_compact,
+                               reason=reason, replanned=replanned)
+
+    def install_summary(self, summary: str, trigger: Trigger, messages_before: int, tokens_before: int,
+                        planned: Forecast | None = None, replanned: bool = False) -> tuple[CompactionEvent, list[Effect]]:
+        # Audited summaries: the checklist of what is replaced, against the summary and the
+        # user's words quoted after it; what is missing is appended as checked facts.
+        new_history = build_summary_history(summary, self.history, self.config.recent_user_budget)
+        audit = audit_summary(self.history, new_history[0].text)
+        if audit.missing:
+            summary = append_checked_facts(summary, audit)
+            new_history = build_summary_history(summary, self.history, self.config.recent_user_budget)
+        self.summary_sizes.append(estimate_message(new_history[0]))  # cached: the accounting reuses it
+        replaced = self.replace(new_history, "compaction")
+        self.warned = False
+        tokens_after = self.projected()
+        event = CompactionEvent(trigger=trigger, ok=True, messages_before=messages_before,
+                                messages_after=len(new_history), tokens_before=tokens_before,
+                                tokens_after=tokens_after, replanned=replanned, **_audit_fields(audit),
+                                **_forecast_fields(planned))
+        return event, [replaced, event, *self._after_change("compaction", tokens_after)]
+
+    def fallback_compact(self) -> tuple[CompactionEvent, list[Effect]]:
+        """Deterministic extractive summary: no model call, so it works when nothing else can."""
+        before_msgs = len(self.history)
+        tokens_before = self.projected()
+        return self.install_summary(extractive_summary(self.history), "fallback", before_msgs, tokens_before)
+
+    def recover_overflow(self, gap_tokens: int | None, message: str) -> tuple[bool, list[Effect]]:
+        """Drop the oldest API rounds to cover the reported gap. False when nothing can be dropped."""
+        before_msgs = len(self.history)
+        tokens_before = self.projected()
+        kept, dropped = drop_oldest_rounds(self.history, gap_tokens)
+        if not dropped:
+            return False, [self.compaction_not_done("reactive", before_msgs, tokens_before,
+                                                    reason="nothing left to drop")]
+        replaced = self.replace(kept, "overflow")
+        tokens_after = self.projected()
+        event = CompactionEvent(trigger="reactive", ok=True, messages_before=before_msgs,
+                                messages_after=len(kept), tokens_before=tokens_before,
+                                tokens_after=tokens_after, reason=message, gap_tokens=gap_tokens)
+        return True, [replaced, event, *self._after_change("compaction", tokens_after)]
+
+    # ---- compaction from the session memory ----
+
+    def memory_plan(self) -> MemoryPlan | None:
+        """(cut, new history) of a compaction from the memory, or None when the memory
+        is not up to date or would not bring the context under the auto-compact line."""
+        memory = self.session_memory
+        if not memory.exists:
+            return None
+        covered = memory.covered_index(self.history)
+        cut = safe_cut(self.history, covered, self.config.memory_keep_tokens)
+        if cut is None:
+            return None
+        replaced, kept = self.history[:cut], self.history[cut:]
+        summary = f"{MEMORY_INTRO}\n\n{memory.text}"
+        head = build_summary_history(summary, replaced, self.config.recent_user_budget)
+        audit = audit_summary(replaced, head[0].text, kept)
+        if audit.missing:
+            summary = append_checked_facts(summary, audit)
+            head = build_summary_history(summary, replaced, self.config.recent_user_budget)
+        new_history = head + list(kept)
+        # Everything the memory does not cover stays verbatim, so a stale memory loses
+        # nothing; it is only used when that leaves real headroom (under the warning line).
+        after = self.stable_prefix() + estimate_messages(new_history)
+        if after >= self.thresholds.warning_line:
+            return None
+        return MemoryPlan(cut, new_history, audit)
+
+    def compact_from_memory(self, plan: MemoryPlan, planned: Forecast | None = None,
+                            replanned: bool = False) -> tuple[CompactionEvent, list[Effect]]:
+        new_history, audit = plan.history, plan.audit
+        planned = planned or self.forecast_compaction(plan)
+        before_msgs = len(self.history)
+        tokens_before = self.projected()
+        replaced = self.replace(new_history, "memory_compaction")
+        self.session_memory.covered = new_history[0]  # the memory covers its own summary message
+        self.recount_memory_tokens()
+        self.warned = False
+        tokens_after = self.projected()
+        event = CompactionEvent(trigger="memory", ok=True, messages_before=before_msgs,
+                                messages_after=len(new_history), tokens_before=tokens_before,
+                                tokens_after=tokens_after, replanned=replanned, **_audit_fields(audit),
+                                **_forecast_fields(planned))
+        # drawn apart on the gauge's history: no model call
+        return event, [replaced, event, *self._after_change("memory", tokens_after)]
+
+    # ---- plans: what the confirmation shows is what runs (issue 25) ----
+
+    def history_mark(self) -> tuple[int, int, int]:
+        """Which history (and session memory) a plan was made on: it changes with every append
+        and replacement, and with a background memory update (a memory plan carries its text)."""
+        return self.history_version, len(self.history), hash(self.session_memory.text)
+
+    def remember(self, plan: Plan) -> Plan:
+        self.plans[plan.id] = plan
+        while len(self.plans) > PLANS_KEPT:
+            del self.plans[next(iter(self.plans))]
+        return plan
+
+    def _nothing(self, kind: PlanKind, reason: str, focus: str | None = None) -> Plan:
+        tokens = self.projected()
+        planned = forecast("nothing", tokens_before=tokens, tokens_after=tokens, cached_prefix=self.cached_prefix,
+                           stable_prefix=self.stable_prefix(), price=self.price)
+        return Plan(new_plan_id(), kind, planned, len(self.history), len(self.history), self.history_mark(),
+                    focus, reason)
+
+    def plan_compaction(self, focus: str | None, *, use_memory: bool) -> Plan:
+        """A compaction: from the session memory when it is up to date and frees at least half
+        of what a summary would (no model call), else a summary (with ``focus``, always a
+        summary: the memory was not written with it); nothing when the context is empty or
+        already one summary. Not kept: ``remember`` keeps a plan a confirmation may name."""
+        if not self.history:
+            return self._nothing("compact", "nothing to compact: the conversation is empty", focus)
+        if self.only_a_summary():
+            return self._nothing("compact", "nothing to compact: the context is already one summary", focus)
+        by_summary = self.forecast_compaction(None)
+        count = len(self.history)
+        if use_memory and focus is None and self.config.memory_update_tokens > 0:
+            memory_plan = self.memory_plan()
+            if memory_plan is not None:
+                from_memory = self.forecast_compaction(memory_plan)
+                if from_memory.tokens_freed * 2 >= by_summary.tokens_freed > 0:
+                    return Plan(new_plan_id(), "compact", from_memory, count, len(memory_plan.history),
+                                self.history_mark(), focus, memory=memory_plan)
+        return Plan(new_plan_id(), "compact", by_summary, count, 1, self.history_mark(), focus)
+
+    def plan_reset(self) -> Plan:
+        if not self.history:
+            return self.remember(self._nothing("reset", "nothing to reset: the conversation is already empty"))
+        return self.remember(Plan(new_plan_id(), "reset", self.forecast_reset(), len(self.history), 0,
+                                  self.history_mark()))
+
+    def take_plan(self, plan_id: str | None, focus: str | None = None) -> Plan:
+        named = self.plans.pop(plan_id, None) if isinstance(plan_id, str) else None
+        if named is not None and named.kind == "compact" and named.history_mark == self.history_mark():
+            return named
+        fresh = self.plan_compaction(focus, use_memory=True)
+        return replace(fresh, replanned=True) if plan_id is not None else fresh
+
+    def forecast_compaction(self, plan: MemoryPlan | None) -> Forecast:
+        tokens_before = self.projected()
+        action: ForecastAction = "compact"
+        summary_tokens = 0
+        if plan is not None:
+            action = "memory_compact"
+            tokens_after = self.stable_prefix() + estimate_messages(plan.history)
+        else:
+            # The summary's size is not known before it is written: the average of this
+            # session's summaries, else a typical handoff summary.
+            history_tokens = max(0, tokens_before - self.stable_prefix())
+            summary_tokens = (sum(self.summary_sizes) // len(self.summary_sizes) if self.summary_sizes
+                              else min(1_500, self.config.compact_max_output, max(200, history_tokens // 3)))
+            # The user's words quoted after the summary: at most their budget (an upper bound,
+            # cheap: the exact pick would walk the whole history once more).
+            self.accounting._sums.update(self.history)
+            quoted = min(self.config.recent_user_budget, self.accounting._sums.by_part["user"])
+            tokens_after = self.stable_prefix() + summary_tokens + quoted + 60
+        memory = self.ledger.memory
+        return forecast(action, tokens_before=tokens_before, tokens_after=min(tokens_after, tokens_before),
+                        cached_prefix=self.cached_prefix, stable_prefix=self.stable_prefix(),
+                        price=self.price, summary_tokens=summary_tokens, compact_price=self.compact_price,
+                        memory_updates=memory.calls, memory_input_tokens=memory.input_tokens,
+                        memory_cost_usd=memory.cost_usd if memory.cost_known else None)
+
+    def forecast_reset(self) -> Forecast:
+        """What ``reset`` will do: everything but the system prompt, memory files and tools goes."""
+        tokens_before = self.projected()
+        return forecast("reset", tokens_before=tokens_before, tokens_after=min(self.stable_prefix(), tokens_before),
+                        cached_prefix=self.cached_prefix, stable_prefix=self.stable_prefix(), price=self.price)
+
+    # ---- reversible clearing ----
+
+    def cleared_result(self, call_id: str) -> ClearedResult:
+        """The cleared result of ``call_id`` and where its output was saved; RestoreError (one line
+        saying why) when there is none to restore."""
+        for i in range(len(self.history) - 1, -1, -1):
+            for j, block in enumerate(self.history[i].content):
+                if isinstance(block, ToolResultBlock) and block.tool_use_id == call_id:
+                    if not is_cleared(block):
+                        raise RestoreError(f"the result of {call_id} is not cleared: it is already in the context")
+                    if not block.full_output_path:
+                        raise RestoreError(f"the result of {call_id} was cleared without a saved copy: "
+                                           "nothing to restore")
+                    uses = {u.id: u for m in self.history if m.role == "assistant" for u in m.tool_uses}
+                    name = uses[call_id].name if call_id in uses else "tool"
+                    return ClearedResult(i, j, block, name, block.full_output_path)
+        raise RestoreError(f"no tool result with call id {call_id!r} in the live context "
+                           "(it may have been compacted into a summary)")
+
+    def restore_preview(self, cleared: ClearedResult, text: str) -> RestorePreview:
+        """What putting ``text`` (the saved output, as read) back costs: its tokens and the projection after."""
+        before = self.projected()
+        added = max(0, estimate_text_fast(self._restored_text(cleared, text)) - count_tokens(cleared.block.content))
+        after = before + added
+        t = self.thresholds
+        return RestorePreview(call_id=cleared.block.tool_use_id, tool_name=cleared.tool_name, tokens=added,
+                              projected_before=before, projected_after=after, level_after=level(after, t),
+                              fits=after < t.blocking_line)
+
+    def _restored_text(self, cleared: ClearedResult, text: str) -> str:
+        if len(text) > self.config.restore_max_chars:
+            return truncate_head_tail(text, self.config.restore_max_chars, cleared.saved_path)
+        return text
+
+    def restore(self, cleared: ClearedResult, text: str,
+                by: Literal["user", "model"]) -> tuple[RestorePreview, list[Effect]]:
+        """Bring a cleared result back for the next request (kept through it, then prunable
+        again); RestoreError when it would push the request over the blocking line."""
+        preview = self.restore_preview(cleared, text)
+        call_id = cleared.block.tool_use_id
+        if not preview.fits:
+            raise RestoreError(f"restoring {call_id} (~{preview.tokens:,} tokens) would push the next request "
+                               f"to ~{preview.projected_after:,}, over the blocking line "
+                               f"({self.thresholds.blocking_line:,}); compact first")
+        i, j, block = cleared.message_index, cleared.block_index, cleared.block
+        blocks = list(self.history[i].content)
+        blocks[j] = ToolResultBlock(tool_use_id=call_id, content=self._restored_text(cleared, text),
+                                    is_error=block.is_error, full_output_path=block.full_output_path)
+        new_history = list(self.history)
+        new_history[i] = self.history[i].copy_with(blocks)
+        replaced = self.replace(new_history, "restore")
+        self.pinned.add(call_id)
+        after = self.projected()
+        event = RestoreEvent(id=call_id, name=preview.tool_name, tokens=preview.tokens,
+                             projected_before=preview.projected_before, projected_after=after, by=by)
+        done = replace(preview, projected_after=after, level_after=level(after, self.thresholds), fits=True)
+        return done, [replaced, event, self.context_event()]
+
+    def cleared_results(self) -> list[str]:
+        """Call ids of the cleared results that can be restored (oldest first)."""
+        return [b.tool_use_id for m in self.history if m.role == "user" for b in m.tool_results
+                if is_cleared(b) and b.full_output_path]
+
+    # ---- the breakdown ----
+
+    def _feature_breakdown(self, breakdown: dict[str, int]) -> dict[str, int]:
+        """The session memory's and the attached rules' tokens as parts of their own
+        (taken out of "user" and "tool_results", so the parts still add up)."""
+        out = dict(breakdown)
+        first = self.history[0] if self.history else None
+        if first is not None and first.role == "user" and MEMORY_INTRO in first.text:
+            tokens = min(estimate_message(first), out.get("user", 0))
+            out["user"] = out.get("user", 0) - tokens
+            out["session_memory"] = tokens
+        if self.attached_rules and self.rules is not None:
+            tokens = sum(r.tokens for r in self.rules.rules if str(r.path) in self.attached_rules)
+            tokens = min(tokens, out.get("tool_results", 0))
+            out["tool_results"] = out.get("tool_results", 0) - tokens
+            out["rules"] = tokens
+        return out
+
+
+def _with_saved_stubs(old: list[Message], new: list[Message], saved: dict[str, str]) -> list[Message]:
+    """``new`` with the stub of each cleared result in ``saved`` naming the file it was saved to."""
+    uses = {u.id: u for m in old if m.role == "assistant" for u in m.tool_uses}
+    out = list(new)
+    for i, (before, after) in enumerate(zip(old, new)):
+        if before is after:
+            continue
+        blocks = list(after.content)
+        changed = False
+        for j, (was, now) in enumerate(zip(before.content, after.content)):
+            if not (isinstance(was, ToolResultBlock) and isinstance(now, ToolResultBlock)):
+                continue
+            path = saved.get(was.tool_use_id)
+            if path is None or was.full_output_path is not None or is_cleared(was) or not is_cleared(now):
+                continue
+            kept = ToolResultBlock(tool_use_id=was.tool_use_id, content=was.content,
+                                   is_error=was.is_error, full_output_path=path)
+            blocks[j] = ToolResultBlock(tool_use_id=now.tool_use_id, content=stub_for(kept, uses.get(was.tool_use_id)),
+                                        is_error=now.is_error, full_output_path=path)
+            changed = True
+        if changed:
+            out[i] = after.copy_with(blocks)
+    return out
+
+
+class _AuditFields(TypedDict):
+    """The audit's fields of a CompactionEvent."""
+
+    facts_added: int
+    checked_facts: list[str]
+    facts_checked: int
+
+
+class _ForecastFields(TypedDict, total=False):
+    """The forecast's fields of a CompactionEvent (none when nothing was forecast)."""
+
+    forecast_tokens_freed: int
+    cache_tokens_invalidated: int
+    next_request_cost_before_usd: float | None
+    next_request_cost_after_usd: float | None
+    compaction_call_cost_usd: float | None
+
+
+def _audit_fields(audit: AuditResult) -> _AuditFields:
+    return {"facts_added": len(audit.missing), "checked_facts": audit.added, "facts_checked": len(audit.facts)}
+
+
+def _forecast_fields(planned: Forecast | None) -> _ForecastFields:
+    if planned is None:
+        return {}
+    return {"forecast_tokens_freed": planned.tokens_freed,
+            "cache_tokens_invalidated": planned.cache_tokens_invalidated,
+            "next_request_cost_before_usd": planned.next_request_cost_before_usd,
+            "next_request_cost_after_usd": planned.next_request_cost_after_usd,
+            "compaction_call_cost_usd": planned.operation_cost_usd}
+
+
+def _server_compaction_in(message: Message) -> bool:
+    """Issue 17: a provider's compaction item (Responses) or block (Anthropic) in a reply."""
+    return any(isinstance(b, OpaqueBlock) and b.kind == "compaction" for b in message.content)
+
+
+def thresholds_model(t: Thresholds) -> ThresholdsModel:
+    """The lines as the event carries them (thresholds.py stays free of the event models)."""
+    return ThresholdsModel(window=t.window, reserve=t.reserve, effective_window=t.effective_window,
+                           auto_compact_line=t.auto_compact_line, warning_line=t.warning_line,
+                           blocking_line=t.blocking_line)
