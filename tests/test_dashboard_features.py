@@ -18,7 +18,7 @@ from app.surfaces.dashboard.app import TidegaugeApp
 from app.kernel.describe import describe
 from dashboard_helpers import engine_texts, send, settle
 from snapshot_apps.fake_agent import FakeSession, Gate, Text, context
-from test_engine_features import MEMORY_SETUP, TAGS, TASK, Router, _clear_everything, reads
+from test_engine_features import MEMORY_SETUP, TAGS, TASK, Router, _clear_everything, let_each_memory_update_land, reads
 from test_engine_support import bodies, write_words
 from fake_responses_server import responses_text, responses_tool_calls
 from widgets.confirm_screen import FORECAST_PENDING, ConfirmScreen, ForecastConfirmScreen
@@ -198,6 +198,7 @@ async def test_a_compaction_from_the_session_memory_is_a_memory_point_on_the_his
     router = Router("openai")
     router.main.extend([*reads(*names), "all read"])
     fake_llm.default = router
+    let_each_memory_update_land(agent.engine, monkeypatch)
     try:
         await agent.run_turn(TASK)
         compactions = events.of("compaction")

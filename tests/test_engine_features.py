@@ -90,6 +90,19 @@ TAGS = {1: "one", 2: "two", 3: "six", 4: "ten", 5: "cat", 6: "dog"}
 TASK = "task: read f1.txt to f6.txt one after the other. Do not modify any file."
 
 
+def let_each_memory_update_land(engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each background memory update lands before the next request: on a starved machine a late
+    one left the memory short of the line, and the engine rightly fell back to a summary (what
+    the tests using this are not about)."""
+    unhurried = engine.before_request
+
+    async def after_the_memory_update(summarize: Any) -> None:
+        await engine.wait_memory_update()
+        await unhurried(summarize)
+
+    monkeypatch.setattr(engine, "before_request", after_the_memory_update)
+
+
 @pytest.mark.parametrize("provider", PROTOCOLS)
 async def test_memory_written_in_the_background_then_compaction_needs_no_model_call(
         fake_llm, tmp_path, monkeypatch, provider):
@@ -101,16 +114,7 @@ async def test_memory_written_in_the_background_then_compaction_needs_no_model_c
     router = Router(provider)
     router.main.extend([*reads(*names), "all read"])
     fake_llm.default = router
-    # Each update lands before the next request: on a starved machine a late one left the memory
-    # short of the line, and the engine rightly fell back to a summary (what this test is not about).
-    engine = agent.engine
-    unhurried = engine.before_request
-
-    async def after_the_memory_update(summarize: Any) -> None:
-        await engine.wait_memory_update()
-        await unhurried(summarize)
-
-    monkeypatch.setattr(engine, "before_request", after_the_memory_update)
+    let_each_memory_update_land(agent.engine, monkeypatch)
 
     result = await agent.run_turn(TASK)
     await agent.engine.wait_memory_update()
