@@ -13,8 +13,8 @@ def _compaction(**fields: object) -> CompactionEvent:
 
 
 def test_the_audit_line_reads_as_a_sentence_for_one_fact_and_for_many() -> None:
-    assert "audit: the summary named the 1 fact checked" in describe(_compaction(facts_checked=1)).text
-    assert "audit: the summary named all 7 facts checked" in describe(_compaction(facts_checked=7)).text
+    assert "audit: the one fact checked is in the summary" in describe(_compaction(facts_checked=1)).text
+    assert "audit: all 7 facts checked are in the summary" in describe(_compaction(facts_checked=7)).text
     assert "all 1 " not in describe(_compaction(facts_checked=1)).text
 
 

@@ -76,8 +76,8 @@ def _compaction(e: "ev.CompactionEvent") -> Line:
     if e.facts_added:
         facts = f"; the audit added {plural(e.facts_added, 'checked fact')} the summary missed"
     elif e.facts_checked:
-        facts = ("; audit: the summary named the 1 fact checked" if e.facts_checked == 1
-                 else f"; audit: the summary named all {e.facts_checked:,} facts checked")
+        facts = ("; audit: the one fact checked is in the summary" if e.facts_checked == 1
+                 else f"; audit: all {e.facts_checked:,} facts checked are in the summary")
     if e.trigger in ("auto", "memory"):  # nobody confirmed these: their cost is said afterwards
         facts = _forecast_said(e) + facts
     if e.trigger == "server":
