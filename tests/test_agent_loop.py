@@ -21,6 +21,7 @@ from fake_llm_server import (
 from app.context.validate import history_problems
 from app.kernel.describe import describe
 from app.kernel.messages import Message
+from app.kernel.markers import INTERRUPTED_RESULT, NOT_RUN_RESULT
 
 
 def _next_request_problems(history: list[Message]) -> list[str]:
@@ -163,6 +164,11 @@ async def test_interrupt_while_waiting_for_approval_leaves_a_valid_history_and_r
     # The line says the call never ran (it said "while run_bash ran": issue 29).
     assert describe(events.of("interrupted")[-1]).text == (
         "interrupted by the user at the approval of run_bash (it did not run)")
+    # The model and the tool panel are told the same: it did nothing (it said "Interrupted
+    # before this tool finished", as if a half-run command might have changed things).
+    [result] = agent.history[-1].tool_results
+    assert result.content == NOT_RUN_RESULT
+    assert events.of("tool_result")[-1].content == NOT_RUN_RESULT
     assert _next_request_problems(agent.history) == []
     fake_llm.enqueue(openai_text("fine"))
     assert (await agent.run_turn("go on")).stop_reason == "end_turn"
@@ -216,7 +222,8 @@ async def test_interrupt_while_a_tool_runs_gives_synthetic_results(fake_llm, tmp
         pass
     last = agent.history[-1]
     assert last.role == "user" and len(last.tool_results) == 2
-    assert all("Interrupted before this tool finished" in r.content for r in last.tool_results)
+    # the running call may have done something; list_files, queued behind it, did nothing
+    assert [r.content for r in last.tool_results] == [INTERRUPTED_RESULT, NOT_RUN_RESULT]
     assert history_problems(agent.history) == []
     # the running call's line ends (as interrupted); list_files never started, never shown
     (ended,) = events.of("tool_result")

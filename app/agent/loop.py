@@ -35,7 +35,7 @@ from app.kernel.events import (
     ToolUserContentEvent,
     UserMessageEvent,
 )
-from app.kernel.markers import INTERRUPTED_RESULT  # one text for a call that never finished
+from app.kernel.markers import INTERRUPTED_RESULT, NOT_RUN_RESULT  # one text each: a call cut short, one never started
 from app.kernel.messages import ContentBlock, Message, TextBlock, ToolResultBlock, ToolUseBlock
 from app.providers.json_fields import BAD_ARGUMENTS_KEY
 from app.agent.permissions import Permissions, source_words
@@ -318,14 +318,18 @@ class Agent:
         if uses:
             answered = {r.tool_use_id for r in results}
             unanswered = [u for u in uses if u.id not in answered]
+            # Tools run in order: the first unanswered one was running, or waiting for its approval
+            # (its line on screen says so); those after it never started and were never shown. The
+            # model is told which did nothing: a command cut short may have changed things.
+            def result_for(position: int) -> str:
+                return INTERRUPTED_RESULT if position == 0 and not at_approval else NOT_RUN_RESULT
             blocks: list[ContentBlock] = [*results, *(
-                ToolResultBlock(tool_use_id=u.id, content=INTERRUPTED_RESULT, is_error=True) for u in unanswered)]
-            # Tools run in order: the first unanswered one was running (its line on screen says
-            # so); those after it never started and were never shown.
+                ToolResultBlock(tool_use_id=u.id, content=result_for(i), is_error=True) for i, u in enumerate(unanswered))]
             for use in unanswered[:1]:
+                said = result_for(0)
                 self.emit(ToolResultEvent(id=use.id, name=use.name, is_error=True, truncated=False,
-                                          original_chars=len(INTERRUPTED_RESULT), kept_chars=len(INTERRUPTED_RESULT),
-                                          content=INTERRUPTED_RESULT, interrupted=True))
+                                          original_chars=len(said), kept_chars=len(said),
+                                          content=said, interrupted=True))
             self.engine.append(Message(role="user", content=blocks))
             self._pending_uses = []
             self._pending_results = []

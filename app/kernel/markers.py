@@ -18,3 +18,7 @@ TIMED_OUT = re.compile(r"\[timed out after (\d+) s")
 # session ended (killed) before it did. One text, whoever repairs the history.
 INTERRUPTED_RESULT = ("Interrupted before this tool finished (by the user, or the session ended). "
                       "Ask the user before running it again.")
+# The result of a call the turn was interrupted before it started (waiting for its approval, or
+# queued behind the call that was running): it did nothing, and the model is told so.
+NOT_RUN_RESULT = ("Not run: the user interrupted the turn before this tool started. "
+                  "Ask the user before running it.")
