@@ -106,7 +106,25 @@ def test_the_queue_fills_while_busy_empties_as_commands_run_and_on_an_interrupt(
     assert view.queue == [QueuedCommand("prompt", "first"), QueuedCommand("compact"), QueuedCommand("prompt", "second")]
     view.apply(ev.UserMessageEvent(text="first"))
     assert view.queue == [QueuedCommand("compact"), QueuedCommand("prompt", "second")]
-    view.apply(ev.InterruptedEvent())
+    view.apply(ev.InterruptedEvent())  # it drops the prompts queued behind the turn, as the session does
+    assert view.queue == [QueuedCommand("compact")]
+    view.apply(ev.CompactionEvent(trigger="manual", ok=True, reason="", messages_before=4, messages_after=1,
+                                  tokens_before=9_000, tokens_after=2_000))
+    assert view.queue == []
+
+
+def test_the_queue_follows_the_sessions_numbered_commands_through_an_interrupt() -> None:
+    """The session's events carry their command's id: a prompt an interrupt dropped ends in its
+    own result and leaves; the queued compaction stays until it runs (the view cleared it at the
+    interrupt, showing an empty queue while the compaction still waited)."""
+    view = DashboardView()
+    view.apply(ev.CommandQueuedEvent(command="prompt", position=1, text="next", command_id=5))
+    view.apply(ev.CommandQueuedEvent(command="compact", position=2, command_id=6))
+    view.apply(ev.InterruptedEvent(command_id=4))
+    view.apply(ev.ResultEvent(stop_reason="interrupted", text="", steps=0, command_id=5))
+    assert view.queue == [QueuedCommand("compact")]
+    view.apply(ev.CompactionEvent(trigger="manual", ok=True, reason="", messages_before=4, messages_after=1,
+                                  tokens_before=9_000, tokens_after=2_000, command_id=6))
     assert view.queue == []
 
 

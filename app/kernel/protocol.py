@@ -106,6 +106,54 @@ def merge_deltas(events: "Iterable[Event]") -> "list[Event]":
     return merged
 
 
+class CommandQueue:
+    """The commands waiting behind a busy session, as its events tell them: one rule for the
+    session's log and the dashboard's view model.
+
+    A ``queued`` event adds one; the first later event its command caused (the same
+    ``command_id``) takes it off: a prompt an interrupt dropped ends in its own result, a queued
+    compaction stays through the interrupt and leaves when it runs. A queued reset replaces what
+    was queued before it. Events without command ids (a surface that does not number its
+    commands) take off the oldest of the kind they start, and an interrupt drops such prompts,
+    as the session does.
+    """
+
+    def __init__(self) -> None:
+        self.waiting: list[Any] = []  # the queued events of the commands waiting, oldest first
+
+    def see(self, event: "Event") -> bool:
+        """Fold one event in; whether the queue changed."""
+        if event.type == "queued":
+            if event.command == "reset":
+                self.waiting.clear()  # a reset replaces what was queued before it
+            self.waiting.append(event)
+            return True
+        if not self.waiting:
+            return False
+        command_id = event.command_id
+        for index, queued in enumerate(self.waiting):
+            if queued.command_id is not None and queued.command_id == command_id:
+                del self.waiting[index]
+                return True
+        if event.type == "interrupted":
+            kept = [q for q in self.waiting if q.command_id is not None or q.command != "prompt"]
+            changed = len(kept) != len(self.waiting)
+            self.waiting = kept
+            return changed
+        started = _STARTS.get(event.type)
+        if started is not None:
+            for index, queued in enumerate(self.waiting):
+                if queued.command_id is None and queued.command == started:
+                    del self.waiting[index]
+                    return True
+        return False
+
+    def take_over(self, queued: "Event") -> None:
+        """A queued event another log held (the session process's ``@ready`` line), in seq order."""
+        self.waiting.append(queued)
+        self.waiting.sort(key=lambda event: event.seq)
+
+
 class EventLog:
     """What a surface attaching late catches up from, kept as the events pass (call ``add`` in seq
     order, under the owner's lock): the last ``size`` events with the deltas in a row of one reply
@@ -120,7 +168,7 @@ class EventLog:
         # a delta costs an append, not a copy of the reply so far).
         self._run: list[str] = []
         self._run_last: Event | None = None
-        self._waiting: list[Any] = []  # the queued events of the commands waiting, oldest first
+        self._queue = CommandQueue()
         self._questions: dict[str, Event] = {}  # request id or import path -> the question
         self._latest: dict[str, Any] = {}  # STANDING_KINDS -> the latest of that kind
 
@@ -149,12 +197,11 @@ class EventLog:
             if event.seq in known:
                 continue
             if event.type == "queued":
-                self._waiting.append(event)
+                self._queue.take_over(event)
             elif event.type in STANDING_KINDS:
                 self._latest.setdefault(event.type, event)
             elif event.type in _QUESTIONS or event.type == "memory_import":
                 self._questions[_question_key(event)] = event
-        self._waiting.sort(key=lambda queued: queued.seq)
 
     def events(self) -> "list[Event]":
         """The ring, oldest first; a run of deltas still going on as one event (its text so far)."""
@@ -165,7 +212,7 @@ class EventLog:
 
     def standing(self) -> "list[Event]":
         """The events still in force, in seq order."""
-        return sorted([*self._waiting, *self._questions.values(), *self._latest.values()], key=lambda e: e.seq)
+        return sorted([*self._queue.waiting, *self._questions.values(), *self._latest.values()], key=lambda e: e.seq)
 
     def server_compaction(self, info: "SessionInfoEvent") -> "SessionInfoEvent":
         """``info`` with server-side compaction as it was last switched (None stays None: no such provider)."""
@@ -182,27 +229,7 @@ class EventLog:
             self._questions[_question_key(event)] = event
         elif kind in _ANSWERS or kind == "memory_import":  # answered (or, an import, said otherwise since)
             self._questions.pop(_question_key(event), None)
-        if kind == "queued":
-            if event.command == "reset":
-                self._waiting.clear()  # a reset replaces what was queued before it
-            self._waiting.append(event)
-        elif self._waiting:
-            self._unqueue(event)
-
-    def _unqueue(self, event: Any) -> None:
-        """A command that waited has run, or ended unrun (a prompt an interrupt dropped ends in its
-        own result): the first event it caused takes it off the queue."""
-        command_id = event.command_id
-        for index, queued in enumerate(self._waiting):
-            if queued.command_id is not None and queued.command_id == command_id:
-                del self._waiting[index]
-                return
-        started = _STARTS.get(event.type)  # a surface that does not number its commands
-        if started is not None:
-            for index, queued in enumerate(self._waiting):
-                if queued.command_id is None and queued.command == started:
-                    del self._waiting[index]
-                    return
+        self._queue.see(event)
 
 
 @runtime_checkable

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from app.kernel.describe import tool_progress_text
+from app.kernel.protocol import CommandQueue
 
 if TYPE_CHECKING:
     from app.kernel import events as ev
@@ -62,7 +63,7 @@ class DashboardView:
     tool_calls: dict[str, ToolCallRecord] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)  # call ids, oldest first
     state: "ev.StateEvent | None" = None
-    queue: list[QueuedCommand] = field(default_factory=list)
+    _queue: CommandQueue = field(default_factory=CommandQueue)
     context: "ev.ContextEvent | None" = None
     approval: "ev.ApprovalRequestEvent | None" = None  # the question waiting for the user, if any
     cleared_ids: frozenset[str] = frozenset()
@@ -73,6 +74,11 @@ class DashboardView:
     def busy(self) -> bool:
         """The session is running a command (as its last state event says)."""
         return self.state is not None and self.state.state != "idle"
+
+    @property
+    def queue(self) -> list[QueuedCommand]:
+        """The commands waiting behind the one running, oldest first."""
+        return [QueuedCommand(queued.command, queued.text) for queued in self._queue.waiting]
 
     def latest_cut_call(self) -> str | None:
         """The newest call whose output was cut (its full output is on disk)."""
@@ -139,17 +145,8 @@ class DashboardView:
             self.context = event
         elif kind == "breaker":
             self.breaker_paused = event.paused
-        elif kind == "queued":
-            self.queue.append(QueuedCommand(event.command, event.text))
-        elif kind in ("user_message", "compaction", "reset"):
-            # the queued command of that kind runs now (the oldest: the queue runs in order)
-            started = {"user_message": "prompt", "compaction": "compact", "reset": "reset"}[kind]
-            for index, queued in enumerate(self.queue):
-                if queued.command == started:
-                    del self.queue[index]
-                    break
-        elif kind == "interrupted":  # an interrupt drops what was queued, as the session does
-            self.queue.clear()
+        self._queue.see(event)  # the session's own rule (an interrupt keeps a queued compaction)
+        if kind == "interrupted":
             if self.approval is not None:
                 self._asking.pop(self.approval.request_id, None)
                 self.approval = None
