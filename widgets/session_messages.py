@@ -148,6 +148,17 @@ class SubAgentUpdate(SessionMessage):
     event: "ev.SubAgentEvent"
 
 
+class Replayed(SessionMessage):
+    """What an earlier run recorded, for a widget that takes it in one go (it lists ``Replayed`` in
+    its ``SESSION_MESSAGES``): the session messages it would have had one by one, in order. The
+    conversation folds them into its records and mounts only the window it keeps, so a resumed
+    session of thousands of turns opens as fast as a short one."""
+
+    def __init__(self, messages: "list[SessionMessage]") -> None:
+        super().__init__(None, restored=True)
+        self.messages = messages
+
+
 class Deltas(Message, bubble=False):
     """Text (or thinking) deltas that arrived in a row: one message, not one per delta.
 

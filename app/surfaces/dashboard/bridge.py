@@ -8,7 +8,8 @@ the event itself as the messages ``widgets.session_messages.MESSAGES_FOR`` lists
 for its type. Each message goes to the targets that list its type in their
 ``SESSION_MESSAGES``. Deltas in a row share one ``Deltas`` message. The first other
 event after them is preceded by ``DeltasPaused``, and the messages for other widgets
-wait in it until the reply has drawn its text.
+wait in it until the reply has drawn its text. What an earlier run recorded (``replay``)
+goes to a target that lists ``Replayed`` as one message holding its messages in order.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from widgets.session_messages import (
     DeltasPaused,
     SessionMessage,
     MessageTarget,
+    Replayed,
     ToolCallsChanged,
     handled_messages,
 )
@@ -44,6 +46,8 @@ class SessionBridge:
             for event_type, messages in MESSAGES_FOR.items()
         }
         self._record_targets = handlers(ToolCallsChanged)
+        self._batch_targets = [target for target in targets
+                               if Replayed in handled_messages(target)]
         self._deltas_target = deltas_target
         self._batch: Deltas | None = None
         self._paused: DeltasPaused | None = None  # holds other widgets' messages until released
@@ -82,7 +86,16 @@ class SessionBridge:
         return self._paused is not None and not self._paused.released
 
     def replay(self, events: Iterable[Any]) -> None:
-        """Draw what an earlier run of a resumed session recorded (no deltas among them)."""
+        """Draw what an earlier run of a resumed session recorded (no deltas among them): a target
+        that takes ``Replayed`` gets its messages in one, after those posted one by one."""
+        batches: dict[int, list[SessionMessage]] = {id(target): [] for target in self._batch_targets}
         for event in events:
             for target, message in self._messages(event, restored=True):
-                target.post_message(message)
+                batch = batches.get(id(target))
+                if batch is None:
+                    target.post_message(message)
+                else:
+                    batch.append(message)
+        for target in self._batch_targets:
+            if batches[id(target)]:
+                target.post_message(Replayed(batches[id(target)]))
