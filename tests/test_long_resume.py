@@ -114,6 +114,71 @@ def test_every_message_the_conversation_draws_is_folded_when_replayed() -> None:
     """A message the conversation takes live but not inside a Replayed batch would vanish from
     every resumed session's conversation without a word."""
     from widgets.conversation import Conversation, _REPLAY_HANDLERS
-    from widgets.session_messages import Replayed
+    from widgets.session_messages import Deltas, Replayed
 
-    assert set(Conversation.SESSION_MESSAGES) - {Replayed} == set(_REPLAY_HANDLERS)
+    assert set(Conversation.SESSION_MESSAGES) - {Replayed} | {Deltas} == set(_REPLAY_HANDLERS)
+
+
+async def test_a_dashboard_attaching_late_to_a_ring_of_4096_reports_mounts_only_its_window(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This run's catch-up (the ring, up to EVENT_RING events) folds the same way: a dashboard
+    attaching to a session that answered 4,096 /usage opens on the last answer, ready to type."""
+    import threading
+
+    from app.kernel.commands import Report
+    from app.kernel.protocol import EVENT_RING
+    from app.surfaces.dashboard.app import TidegaugeApp
+    from app.wiring.config import load_settings
+    from app.wiring.runtime import build_session
+    from widgets.conversation import Conversation
+    from widgets.engine_line import EngineLine
+
+    made: list[str] = []
+    make_widget = Conversation._make_widget
+
+    def counted(self: Conversation, item: Any) -> Any:
+        made.append(item.kind)
+        return make_widget(self, item)
+
+    monkeypatch.setattr(Conversation, "_make_widget", counted)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-long-resume")
+    settings = load_settings({"provider": "openai", "model": "fake-model", "base_url": "http://127.0.0.1:9/v1",
+                              "data_dir": str(tmp_path / "data")})
+    session = build_session(settings, approvals=True, cwd=tmp_path)
+    answered: list[int] = []
+    all_answered = threading.Event()
+
+    def count(event: Any) -> None:
+        if event.type == "report":
+            answered.append(event.seq)
+            if len(answered) == EVENT_RING:
+                all_answered.set()
+
+    session.subscribe(count)
+    runner = SessionThread(session)
+    runner.start()
+    try:
+        for _ in range(EVENT_RING):
+            session.submit(Report(kind="usage"))
+        assert all_answered.wait(60), f"{len(answered)} of {EVENT_RING} reports answered"
+        assert sum(event.type == "report" for event in session.snapshot().events) > EVENT_RING - 50
+        app = TidegaugeApp(session, cursor_blink=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            conversation = app.conversation
+
+            def newest_in_view() -> bool:
+                newest = conversation.items[-1].widget if conversation.items else None
+                return (app.session is not None and isinstance(newest, EngineLine)
+                        and conversation.region.contains_region(newest.region))
+
+            await until(pilot, newest_in_view, lambda: f"the newest of {len(conversation.items)} items never came "
+                                                       f"into view; {conversation.mounted_count} mounted")
+            assert sum(item.kind == "engine" for item in conversation.items) >= EVENT_RING - 50
+            window = conversation.max_mounted + conversation.slack
+            assert len(made) <= window, f"{len(made)} conversation widgets made for {len(conversation.items)} items"
+            await pilot.press("o", "k")
+            from textual.widgets import Input
+
+            assert app.query_one("#prompt", Input).value == "ok"
+    finally:
+        runner.stop()

@@ -5,7 +5,8 @@ DOM (``max_mounted`` plus some slack). Every item is kept as a small record;
 widgets beyond the window are removed and re-created from their record when
 the user scrolls back to them. What an earlier run recorded arrives as one
 ``Replayed`` message: folded into records first, then only the newest window is
-mounted (a resumed session of 5,000 turns mounts what one of 50 does).
+mounted (a resumed session of 5,000 turns mounts what one of 50 does); so is this run's
+catch-up when the dashboard attaches late.
 """
 
 from __future__ import annotations
@@ -531,4 +532,5 @@ _REPLAY_HANDLERS: "dict[type[Any], Callable[[Conversation, Any], Awaitable[None]
     EngineSaid: Conversation._on_engine_line,
     SubAgentUpdate: Conversation._on_sub_agent,
     TurnEnded: Conversation._on_turn_end,
+    Deltas: Conversation._on_deltas,  # a reply still streaming when a dashboard attaches late
 }

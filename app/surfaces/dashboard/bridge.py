@@ -85,12 +85,23 @@ class SessionBridge:
         """Messages wait for a reply's text to be drawn (tests wait for them to go out)."""
         return self._paused is not None and not self._paused.released
 
-    def replay(self, events: Iterable[Any]) -> None:
-        """Draw what an earlier run of a resumed session recorded (no deltas among them): a target
-        that takes ``Replayed`` gets its messages in one, after those posted one by one."""
-        batches: dict[int, list[SessionMessage]] = {id(target): [] for target in self._batch_targets}
+    def replay(self, events: Iterable[Any], *, restored: bool = True) -> None:
+        """Draw what an earlier run of a resumed session recorded (``restored``: no deltas among
+        them), or this run's events so far for a surface attaching late (``restored=False``: the
+        ring's, a reply's deltas merged into one). A target that takes ``Replayed`` gets its
+        messages in one, after those posted one by one."""
+        batches: dict[int, list[SessionMessage | Deltas]] = {id(target): [] for target in self._batch_targets}
+        into_batch = batches.get(id(self._deltas_target))
         for event in events:
-            for target, message in self._messages(event, restored=True):
+            if event.type == "text_delta" or event.type == "thinking_delta":
+                if into_batch is None:  # no target folds a batch: the deltas go as they do live
+                    self(event)
+                    continue
+                deltas = Deltas(event.type)
+                deltas.add(event.text)
+                into_batch.append(deltas)
+                continue
+            for target, message in self._messages(event, restored=restored):
                 batch = batches.get(id(target))
                 if batch is None:
                     target.post_message(message)
@@ -98,4 +109,4 @@ class SessionBridge:
                     batch.append(message)
         for target in self._batch_targets:
             if batches[id(target)]:
-                target.post_message(Replayed(batches[id(target)]))
+                target.post_message(Replayed(batches[id(target)], restored=restored))
