@@ -182,3 +182,33 @@ async def test_a_dashboard_attaching_late_to_a_ring_of_4096_reports_mounts_only_
             assert app.query_one("#prompt", Input).value == "ok"
     finally:
         runner.stop()
+
+
+async def test_a_reply_streaming_when_the_dashboard_attaches_goes_on_in_the_same_reply() -> None:
+    """The catch-up folds the reply's deltas so far into a record and mounts it; the deltas after the
+    attach continue that reply on screen (one reply, whole), as if the dashboard had been there."""
+    from app.kernel import events as ev
+    from app.surfaces.dashboard.app import TidegaugeApp
+    from snapshot_apps.fake_agent import FakeSession
+    from widgets.assistant_message import AssistantMessage
+
+    session = FakeSession()
+    session.emit(ev.UserMessageEvent(text="say hello"))
+    for text in ("Hello ", "wor"):
+        session.emit(ev.TextDeltaEvent(text=text))
+    app = TidegaugeApp(session, cursor_blink=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        conversation = app.conversation
+        await until(pilot, lambda: app.session is not None and bool(conversation.query(AssistantMessage)),
+                    lambda: f"no reply drawn: {[(item.kind, item.text) for item in conversation.items]}")
+        session.emit(ev.TextDeltaEvent(text="ld"))
+        session.emit(ev.AssistantMessageEvent(text="Hello world"))
+
+        def whole() -> bool:
+            replies = list(conversation.query(AssistantMessage))
+            return len(replies) == 1 and replies[0].source == "Hello world" and not conversation.streaming_assistant
+
+        await until(pilot, whole, lambda: f"replies drawn: {[r.source for r in conversation.query(AssistantMessage)]}, "
+                                          f"records: {[(item.kind, item.text) for item in conversation.items]}")
+        assert [(item.kind, item.text) for item in conversation.items][-2:] == [
+            ("user", "say hello"), ("assistant", "Hello world")]
