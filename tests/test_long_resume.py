@@ -8,13 +8,18 @@ did not finish within its 30 s limit).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
-from long_session import last_reply, write_long_session
-from session_thread import SessionThread
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # the long session is written by the benchmark's writer
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks._long_session import last_reply, write_long_session  # noqa: E402
+from session_thread import SessionThread  # noqa: E402
 
 TURNS = 2_000
 
