@@ -3,13 +3,16 @@
 A long session must stay fast, so only a window of items is mounted in the
 DOM (``max_mounted`` plus some slack). Every item is kept as a small record;
 widgets beyond the window are removed and re-created from their record when
-the user scrolls back to them.
+the user scrolls back to them. What an earlier run recorded arrives as one
+``Replayed`` message: folded into records first, then only the newest window is
+mounted (a resumed session of 5,000 turns mounts what one of 50 does); so is this run's
+catch-up when the dashboard attaches late.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, TYPE_CHECKING, Literal
+from typing import Any, Awaitable, Callable, TYPE_CHECKING, Literal
 
 from textual.app import ComposeResult
 from textual import events, on
@@ -26,6 +29,7 @@ from widgets.session_messages import (
     DeltasPaused,
     EngineSaid,
     ReplyDiscarded,
+    Replayed,
     ReplyDone,
     SessionStarted,
     SubAgentUpdate,
@@ -75,7 +79,7 @@ class Conversation(VerticalScroll, can_focus=True):
     """Scrollable list of conversation items with a bounded number of mounted widgets."""
 
     SESSION_MESSAGES = (SessionStarted, UserSaid, ReplyDone, ReplyDiscarded, ToolCallsChanged, EngineSaid,
-                        SubAgentUpdate, TurnEnded)
+                        SubAgentUpdate, TurnEnded, Replayed)
 
     # Styles of the tool-call lines, resolved once here rather than per line.
     COMPONENT_CLASSES = {f"toolcall--{key}" for key in TOOL_STYLE_KEYS}
@@ -110,6 +114,7 @@ class Conversation(VerticalScroll, can_focus=True):
         self._assistant: ConversationItem | None = None
         self._thinking: ConversationItem | None = None
         self._loading = False
+        self._replaying = False  # folding a Replayed batch: items are recorded, mounted at its end
         self._tool_styles: dict[str, object] | None = None
         # "N earlier/newer items hidden" lines; shown by dropping their -empty class
         self._above = EngineLine("hidden", "", classes="conversation-edge -empty")
@@ -236,6 +241,8 @@ class Conversation(VerticalScroll, can_focus=True):
             return
         was_live = self.live
         self.items.append(item)
+        if self._replaying:  # mounted (the newest window only) once the whole batch is folded
+            return
         full = self.mounted_count >= self.max_mounted + self.slack
         if was_live and full and self.max_scroll_y > 0 and not self.is_vertical_scroll_end:
             # The user is reading further up: trimming the top would pull the text
@@ -387,6 +394,21 @@ class Conversation(VerticalScroll, can_focus=True):
             self._update_edges()
         self.anchor()
 
+    async def _mount_newest_window(self) -> None:
+        """After a replay: the newest ``max_mounted`` items mounted, in one go; the mounted items
+        older than that unmounted (their records stay, for scrolling back)."""
+        newest_start = max(self._start, len(self.items) - self.max_mounted)
+        if newest_start > self._start:
+            self._trim_top(min(newest_start, self._end) - self._start)
+            self._start = newest_start
+        widgets = []
+        for item in self.items[max(self._end, newest_start):]:
+            item.widget = self._make_widget(item)
+            widgets.append(item.widget)
+        self._end = len(self.items)
+        if widgets:
+            await self.mount_all(widgets, before=self._below)
+
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
         if self._loading or not self.is_mounted:
@@ -478,3 +500,37 @@ class Conversation(VerticalScroll, can_focus=True):
     @on(TurnEnded)
     def _on_turn_end(self, _message: TurnEnded) -> None:
         self.end_turn_streams()
+
+    @on(Replayed)
+    async def _on_replayed(self, batch: Replayed) -> None:
+        """An earlier run's events: each message handled as it would be alone, but only recorded;
+        then the newest window is mounted at once. Mounting every item to trim it a moment later
+        cost minutes on a resumed session of 2,000 turns (a layout per mount)."""
+        was_live = self.live
+        self._replaying = True
+        try:
+            for message in batch.messages:
+                handler = _REPLAY_HANDLERS.get(type(message))
+                if handler is not None:
+                    outcome = handler(self, message)
+                    if outcome is not None:
+                        await outcome
+        finally:
+            self._replaying = False
+        if was_live:  # else the user reads further up: the newer items wait below, as live ones do
+            await self._mount_newest_window()
+        self._update_edges()
+
+
+# The handler of each session message, for the messages a Replayed batch carries.
+_REPLAY_HANDLERS: "dict[type[Any], Callable[[Conversation, Any], Awaitable[None] | None]]" = {
+    SessionStarted: Conversation._on_session,
+    UserSaid: Conversation._on_user,
+    ReplyDone: Conversation._on_reply,
+    ReplyDiscarded: Conversation._on_reply_discarded,
+    ToolCallsChanged: Conversation._on_tool_calls,
+    EngineSaid: Conversation._on_engine_line,
+    SubAgentUpdate: Conversation._on_sub_agent,
+    TurnEnded: Conversation._on_turn_end,
+    Deltas: Conversation._on_deltas,  # a reply still streaming when a dashboard attaches late
+}

@@ -148,6 +148,18 @@ class SubAgentUpdate(SessionMessage):
     event: "ev.SubAgentEvent"
 
 
+class Replayed(SessionMessage):
+    """What an earlier run recorded (``restored``), or this run's events so far for a dashboard
+    attaching late, for a widget that takes it in one go (it lists ``Replayed`` in its
+    ``SESSION_MESSAGES``): the messages it would have had one by one (``Deltas`` included), in
+    order. The conversation folds them into its records and mounts only the window it keeps, so
+    a resumed session of thousands of turns opens as fast as a short one."""
+
+    def __init__(self, messages: "list[SessionMessage | Deltas]", *, restored: bool = True) -> None:
+        super().__init__(None, restored=restored)
+        self.messages = messages
+
+
 class Deltas(Message, bubble=False):
     """Text (or thinking) deltas that arrived in a row: one message, not one per delta.
 

@@ -403,8 +403,7 @@ class TidegaugeApp(App[int]):
         bridge.replay([snapshot.info, *snapshot.restored])
         # This run's so far (start-up warnings, repairs, servers that failed, the conversation), with
         # what is still in force however long ago it was said (a queued prompt, an open approval).
-        for event in catch_up(snapshot):
-            bridge(event)
+        bridge.replay(catch_up(snapshot), restored=False)  # the conversation mounts its newest window only
         bridge.replay([snapshot.context, snapshot.state])
         held.release()
         self.session = session

@@ -8,7 +8,8 @@ the event itself as the messages ``widgets.session_messages.MESSAGES_FOR`` lists
 for its type. Each message goes to the targets that list its type in their
 ``SESSION_MESSAGES``. Deltas in a row share one ``Deltas`` message. The first other
 event after them is preceded by ``DeltasPaused``, and the messages for other widgets
-wait in it until the reply has drawn its text.
+wait in it until the reply has drawn its text. What an earlier run recorded (``replay``)
+goes to a target that lists ``Replayed`` as one message holding its messages in order.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from widgets.session_messages import (
     DeltasPaused,
     SessionMessage,
     MessageTarget,
+    Replayed,
     ToolCallsChanged,
     handled_messages,
 )
@@ -44,6 +46,8 @@ class SessionBridge:
             for event_type, messages in MESSAGES_FOR.items()
         }
         self._record_targets = handlers(ToolCallsChanged)
+        self._batch_targets = [target for target in targets
+                               if Replayed in handled_messages(target)]
         self._deltas_target = deltas_target
         self._batch: Deltas | None = None
         self._paused: DeltasPaused | None = None  # holds other widgets' messages until released
@@ -81,8 +85,28 @@ class SessionBridge:
         """Messages wait for a reply's text to be drawn (tests wait for them to go out)."""
         return self._paused is not None and not self._paused.released
 
-    def replay(self, events: Iterable[Any]) -> None:
-        """Draw what an earlier run of a resumed session recorded (no deltas among them)."""
+    def replay(self, events: Iterable[Any], *, restored: bool = True) -> None:
+        """Draw what an earlier run of a resumed session recorded (``restored``: no deltas among
+        them), or this run's events so far for a surface attaching late (``restored=False``: the
+        ring's, a reply's deltas merged into one). A target that takes ``Replayed`` gets its
+        messages in one, after those posted one by one."""
+        batches: dict[int, list[SessionMessage | Deltas]] = {id(target): [] for target in self._batch_targets}
+        into_batch = batches.get(id(self._deltas_target))
         for event in events:
-            for target, message in self._messages(event, restored=True):
-                target.post_message(message)
+            if event.type == "text_delta" or event.type == "thinking_delta":
+                if into_batch is None:  # no target folds a batch: the deltas go as they do live
+                    self(event)
+                    continue
+                deltas = Deltas(event.type)
+                deltas.add(event.text)
+                into_batch.append(deltas)
+                continue
+            for target, message in self._messages(event, restored=restored):
+                batch = batches.get(id(target))
+                if batch is None:
+                    target.post_message(message)
+                else:
+                    batch.append(message)
+        for target in self._batch_targets:
+            if batches[id(target)]:
+                target.post_message(Replayed(batches[id(target)], restored=restored))
