@@ -312,3 +312,54 @@ def test_the_watchdog_told_no_token_kills_nothing(said) -> None:
         assert not _gone(bystander)
     finally:
         bystander.kill()
+
+
+def test_a_signal_ends_the_dashboard_even_when_its_terminal_is_no_longer_read(tmp_path) -> None:
+    """A terminal that stops reading (a hung ssh, a tmux session killed) fills Textual's output
+    queue; the App's loop then waits for ever on its next frame and the orderly quit a SIGHUP
+    asks for never runs: the dashboard stayed, idle, for good (1 tmux kill-session in 6 while
+    catching up; every time here). It now ends the hard way a few seconds after the signal,
+    session process included (exit 129)."""
+    import fcntl
+    import termios
+
+    master, slave = os.openpty()
+    env = dict(os.environ, TERM="xterm-256color", TIDEGAUGE_DATA_DIR=str(tmp_path / "data"),
+               TIDEGAUGE_CONFIG_DIR=str(tmp_path / "config"), XDG_CONFIG_HOME=str(tmp_path / "xdg"))
+    for key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "DEEPSEEK_API_KEY"):
+        env.pop(key, None)  # the offline demo
+    (tmp_path / "work").mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "app", "--yes"], stdin=slave, stdout=slave, stderr=slave,
+                            cwd=tmp_path / "work", env=env, start_new_session=True)
+    os.close(slave)
+    try:
+        seen = b""
+        deadline = time.monotonic() + WAIT_S
+        while b"Ask tidegauge" not in seen:  # read until the prompt is drawn, then never again
+            assert time.monotonic() < deadline and proc.poll() is None, seen[-400:]
+            with contextlib.suppress(BlockingIOError):
+                os.set_blocking(master, False)
+                seen += os.read(master, 65536)
+            time.sleep(0.05)  # polls the terminal above
+        session = _session_process(proc.pid)
+        os.write(master, b"flood\r")
+
+        def unread() -> int:
+            return int.from_bytes(fcntl.ioctl(master, termios.FIONREAD, b"\0\0\0\0"), sys.byteorder)
+
+        still = [unread()]
+
+        def backed_up() -> bool:  # what it wrote waits unread, and nothing more comes: it is stuck
+            still.append(unread())
+            return len(still) > 20 and still[-1] > 0 and len(set(still[-20:])) == 1
+
+        _poll(backed_up, lambda: f"the terminal never backed up: {still[-5:]} bytes unread")
+        proc.send_signal(signal.SIGHUP)
+        _poll(lambda: proc.poll() is not None, lambda: "the dashboard is still running after SIGHUP")
+        assert proc.returncode == 128 + signal.SIGHUP
+        _poll(lambda: _gone(session), lambda: f"its session process {session.pid} is still running")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)

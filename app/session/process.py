@@ -240,6 +240,11 @@ class SessionProcess:
         return self._process is not None and self._process.poll() is None
 
     @property
+    def session_id(self) -> str | None:
+        """The session's id once the child said it was ready (what ``--resume`` takes)."""
+        return self._snapshot.info.session_id if self._snapshot is not None else None
+
+    @property
     def returncode(self) -> int | None:
         return None if self._process is None else self._process.poll()
 

@@ -50,6 +50,23 @@ def end_everything_on(*signums: signal.Signals) -> None:
         signal.signal(signum, _end_everything)
 
 
+def exit_after_signal(signum: int, last_words: str) -> NoReturn:
+    """End every process this one started, then this one (128 + the signal), from any thread,
+    when the orderly quit a signal asked for never came. Nothing here may block on the
+    terminal: it may be gone or no longer read, so ``last_words`` go out only if stderr takes
+    them at once."""
+    if last_words:
+        try:
+            os.set_blocking(2, False)
+            os.write(2, f"tidegauge: stopped by {signal.Signals(signum).name}\n{last_words}\n".encode())
+        except OSError:  # a full or closed terminal: nobody would read them
+            pass
+    proctree = sys.modules.get("app.system.proctree")
+    if proctree is not None:
+        proctree.kill_all_descendants()
+    os._exit(128 + signum)
+
+
 def _end_everything(signum: int, _frame: FrameType | None) -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP):  # a second signal must not cut this short
         signal.signal(sig, signal.SIG_IGN)

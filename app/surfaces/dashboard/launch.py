@@ -29,14 +29,31 @@ def exit_now(code: int) -> None:
     exit_without_teardown(code)
 
 
-def _quit_on_signals(app: Any) -> None:
+# How long the orderly quit a SIGTERM or SIGHUP asks for may take before the dashboard ends the
+# hard way. The orderly one (~0.3 s) runs on the App's loop and ends by restoring the terminal;
+# a terminal that is gone or no longer read (a hung ssh, a closed tmux) fills Textual's output
+# queue, and the loop then waits for ever on its next frame (seen after tmux kill-session).
+SIGNAL_QUIT_GRACE_S = 5.0
+
+
+def _quit_on_signals(app: Any, sessions: "list[Any]") -> None:
     """SIGTERM and SIGHUP (the terminal closed) quit as ctrl+q does: the session process stops
     with its tools and MCP servers, the terminal is restored. A second one, or one while no App
-    runs, ends every process at once (``process_exit.end_everything_on``)."""
+    runs, ends every process at once (``process_exit.end_everything_on``). If the orderly quit
+    has not ended the process ``SIGNAL_QUIT_GRACE_S`` after the signal, a thread of its own
+    stops the session processes (``sessions``: each finishes what it was writing), ends every
+    other process the dashboard started and exits, writing nothing that could block."""
     import asyncio
     import signal
+    import threading
 
-    from app.system.process_exit import end_everything_on
+    from app.system.process_exit import end_everything_on, exit_after_signal
+
+    def quit_the_hard_way(signum: int) -> None:
+        for session in sessions:
+            session.stop()
+        ids = " ".join(session.session_id for session in sessions if session.session_id)
+        exit_after_signal(signum, f"resume with: tidegauge --resume {ids}" if ids else "")
 
     def quit_app(signum: int, _frame: object) -> None:
         end_everything_on(signal.SIGTERM, signal.SIGHUP)
@@ -46,6 +63,9 @@ def _quit_on_signals(app: Any) -> None:
             signal.raise_signal(signum)
             return
         loop.call_soon_threadsafe(app.exit, None, 128 + signum)
+        fallback = threading.Timer(SIGNAL_QUIT_GRACE_S, quit_the_hard_way, args=(signum,))
+        fallback.daemon = True  # the orderly quit, when it ends the process in time, ends it too
+        fallback.start()
 
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, quit_app)
@@ -89,7 +109,7 @@ def run_dashboard(overrides: dict[str, Any], list_sessions: ListSessions, resume
     else:
         app = TidegaugeApp(session_factory=build, list_sessions=list_sessions)
     if is_the_tidegauge_process():
-        _quit_on_signals(app)
+        _quit_on_signals(app, runners)
     startup.started()  # the dashboard lives long: the collector as usual from here
     try:
         app.run()
