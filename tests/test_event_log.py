@@ -468,3 +468,26 @@ async def test_the_fake_session_a_dashboard_test_drives_keeps_the_same_log() -> 
         await pilot.pause()
         titles = [c.title for c in app.get_system_commands(app.screen) if c.title.startswith("Server-side")]
         assert titles == ["Server-side compaction: on (turn off)"]
+
+
+def test_a_resumed_session_redraws_its_conversation_not_each_earlier_runs_start_up_lines(tmp_path: Path) -> None:
+    """Each run says its own start-up lines (a setting that cannot work, its MCP servers): a
+    session resumed twice redrew every earlier run's warnings before its conversation, one copy
+    per run, and this run's again after it."""
+    session_id = None
+    for run in range(3):
+        runner = demo(tmp_path, resume=session_id, server_compaction=True).start()  # a config_warning each run
+        try:
+            said = Collector()
+            snapshot, unsubscribe = runner.attach(said)
+            session_id = runner.info.session_id
+            runner.submit(UserInput(f"hi {run}"))
+            said.wait_for("result")
+            unsubscribe()
+        finally:
+            runner.stop()
+        assert runner.returncode == 0, runner.stderr_tail()
+    kinds = [event.type for event in snapshot.restored]
+    assert "config_warning" not in kinds, kinds
+    assert [e.text for e in snapshot.restored if e.type == "user_message"] == ["hi 0", "hi 1"]
+    assert len([e for e in [*snapshot.events, *said.events] if e.type == "config_warning"]) == 1, [e.type for e in snapshot.events]  # this run's, once

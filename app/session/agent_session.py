@@ -86,10 +86,13 @@ _ALWAYS_KINDS: dict[str, str] = {"always": "tool", "always_tool": "tool", "alway
 # After these events the set of cleared (restorable) tool results may have changed.
 _CLEARING_EVENTS = frozenset({"micro_compaction", "compaction", "restore", "reset"})
 # Restored events a surface redraws from; the rest was transient (or, for notices
-# written before the events were typed, a repeat of the typed event before it).
+# written before the events were typed, a repeat of the typed event before it), or said what
+# an earlier run found when it started (its settings' warnings, its MCP servers and their
+# prompts, its memory imports): this run says its own, and a session resumed k times showed
+# k copies of each warning before its conversation.
 _NOT_REPLAYED = frozenset({"text_delta", "thinking_delta", "state", "notice", "session",
                            "approval_request", "approval_resolved", "queued", "forecast", "restore_preview",
-                           "server_compaction"})
+                           "server_compaction", "config_warning", "mcp_server", "mcp_prompts", "memory_import"})
 
 
 # The id of the command whose handling emits the event (asyncio copies it into the tasks a
