@@ -48,6 +48,38 @@ def resumed_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, turns: int) -> 
     return TidegaugeApp(session, cursor_blink=False)
 
 
+# The most the tool list and the context panel may draw (or be handed a call or a context) while a
+# session of any length is resumed: a few for the replay's batches and the first frames.
+SIDE_PANEL_DRAWS = 40
+
+
+def count_side_panel_draws(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Count, from now on, the tool list's per-call updates and refreshes and the context panel's
+    context updates, chart points and chart refreshes."""
+    from widgets.context_history import ContextHistory
+    from widgets.context_panel import ContextPanel
+    from widgets.tool_call_list import ToolCallList
+
+    counts: dict[str, int] = {}
+
+    def counted(owner: type, name: str) -> None:
+        method = getattr(owner, name)
+        key = f"{owner.__name__}.{name}"
+        counts[key] = 0
+
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            counts[key] += 1
+            return method(self, *args, **kwargs)
+
+        monkeypatch.setattr(owner, name, wrapper)
+
+    for owner, name in ((ToolCallList, "add_call"), (ToolCallList, "update_call"), (ToolCallList, "refresh"),
+                        (ContextPanel, "update_context"), (ContextPanel, "add_point"),
+                        (ContextHistory, "add_point"), (ContextHistory, "refresh")):
+        counted(owner, name)
+    return counts
+
+
 async def test_a_resumed_session_of_2000_turns_opens_on_its_last_reply_with_only_the_window_mounted(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from widgets.conversation import Conversation
@@ -61,6 +93,7 @@ async def test_a_resumed_session_of_2000_turns_opens_on_its_last_reply_with_only
         return make_widget(self, item)
 
     monkeypatch.setattr(Conversation, "_make_widget", counted)
+    drawn = count_side_panel_draws(monkeypatch)
     app = resumed_app(tmp_path, monkeypatch, TURNS)
     async with app.run_test(size=(120, 40)) as pilot:
         conversation = app.conversation
@@ -104,6 +137,11 @@ async def test_a_resumed_session_of_2000_turns_opens_on_its_last_reply_with_only
         recorded = [event.tokens for event in app.session.restored if event.type == "chart_point"]
         assert len(recorded) == 2 * TURNS + (TURNS - 1) // 50  # two calls a turn, a compaction every 50
         assert [point.tokens for point in history.points] == recorded[-history.max_points:]
+
+        # The tool list and the context panel took the session in one batch each: their draws do not
+        # grow with the turns (one by one: a refresh per record and ~6 messages a turn).
+        assert all(count <= SIDE_PANEL_DRAWS for count in drawn.values()), (
+            f"drawn during a resume of {TURNS} turns: {drawn}")
 
         # Scrolling back re-creates the batch just above the window, from the records.
         conversation.focus()

@@ -59,8 +59,9 @@ class ContextBreakdown(Widget):
         self.context = event
         self.refresh()
 
-    def add_compaction_usage(self, input_tokens: int, output_tokens: int) -> None:
-        self.compaction_calls += 1
+    def add_compaction_usage(self, input_tokens: int, output_tokens: int, calls: int = 1) -> None:
+        """``calls`` compaction calls that used these tokens between them (a replay adds them up first)."""
+        self.compaction_calls += calls
         self.compaction_input += input_tokens
         self.compaction_output += output_tokens
         self.refresh()

@@ -61,6 +61,15 @@ class ContextHistory(Widget):
             del self.points[: len(self.points) - self.max_points]
         self.refresh()
 
+    def add_points(self, points: list[HistoryPoint]) -> None:
+        """Many points in one go (a replayed session's): one refresh, not one per point."""
+        if not points:
+            return
+        self.points.extend(HistoryPoint(max(0, point.tokens), point.kind) for point in points[-self.max_points:])
+        if len(self.points) > self.max_points:
+            del self.points[: len(self.points) - self.max_points]
+        self.refresh()
+
     def clear(self) -> None:
         self.points.clear()
         self.refresh()

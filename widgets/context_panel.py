@@ -15,18 +15,18 @@ from textual.reactive import var
 
 from app.kernel.describe import human_tokens
 from widgets.context_breakdown import ContextBreakdown
-from widgets.context_history import ContextHistory, PointKind
+from widgets.context_history import ContextHistory, HistoryPoint, PointKind
 from widgets.gauge_bar import LEVEL_CLASSES, GaugeBar
-from widgets.session_messages import ChartPoint, ContextChanged, UsageRecorded
+from widgets.session_messages import ChartPoint, ContextChanged, Replayed, UsageRecorded
 
 if TYPE_CHECKING:  # app.kernel.events (pydantic models) is not needed to draw the first frame
-    from app.kernel.events import ContextEvent
+    from app.kernel.events import ContextEvent, UsageEvent
 
 
 class ContextPanel(Vertical):
     """Everything about the context window; its level class colours the border."""
 
-    SESSION_MESSAGES = (ContextChanged, ChartPoint, UsageRecorded)
+    SESSION_MESSAGES = (ContextChanged, ChartPoint, UsageRecorded, Replayed)
 
     folded = var(False, toggle_class="-folded")
     fold_key = "ctrl+g"  # shown in the border when folded (the App binds it)
@@ -80,6 +80,35 @@ class ContextPanel(Vertical):
     def _on_usage(self, message: UsageRecorded) -> None:
         usage = message.event
         if usage.agent == "compact":  # compaction's own cost, shown apart
-            self.add_compaction_usage(
-                (usage.input_tokens or 0) + (usage.cache_read_tokens or 0) + (usage.cache_write_tokens or 0),
-                usage.output_tokens or 0)
+            self.add_compaction_usage(*_compaction_tokens(usage))
+
+    @on(Replayed)
+    def _on_replayed(self, batch: Replayed) -> None:
+        """A resumed session's context messages in one go: the last context event is the gauge's
+        and the headline's, the chart points go in at once, the compaction calls are added up;
+        each part draws once. One by one it was ~6 messages, and as many redraws, a turn."""
+        last_context: ContextEvent | None = None
+        points: list[HistoryPoint] = []
+        compaction_calls = compaction_input = compaction_output = 0
+        for message in batch.messages:
+            if isinstance(message, ContextChanged):
+                last_context = message.event
+            elif isinstance(message, ChartPoint):
+                points.append(HistoryPoint(message.event.tokens, message.event.kind))
+            elif isinstance(message, UsageRecorded) and message.event.agent == "compact":
+                input_tokens, output_tokens = _compaction_tokens(message.event)
+                compaction_calls += 1
+                compaction_input += input_tokens
+                compaction_output += output_tokens
+        if last_context is not None:
+            self.update_context(last_context)
+        self.query_one(ContextHistory).add_points(points)
+        if compaction_calls:
+            self.query_one(ContextBreakdown).add_compaction_usage(compaction_input, compaction_output,
+                                                                  calls=compaction_calls)
+
+
+def _compaction_tokens(usage: UsageEvent) -> tuple[int, int]:
+    """A compaction call's input (cached and cache writes included) and output tokens."""
+    return ((usage.input_tokens or 0) + (usage.cache_read_tokens or 0) + (usage.cache_write_tokens or 0),
+            usage.output_tokens or 0)

@@ -93,6 +93,15 @@ class ToolCallList(ScrollView, can_focus=True):
         self._cache.discard(index)
         self.refresh_lines(index)
 
+    def set_calls(self, calls: list[ToolCallInfo]) -> None:
+        """All the calls at once (a replayed batch): one refresh, not one per call. The cursor
+        stays where it was (clamped); the caller moves it."""
+        self.calls = list(calls)
+        self._index = {info.id: index for index, info in enumerate(self.calls)}
+        self._cache.clear()
+        self.virtual_size = Size(0, len(self.calls))
+        self.refresh()
+
     def clear(self) -> None:
         self.calls.clear()
         self._index.clear()

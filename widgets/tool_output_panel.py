@@ -26,7 +26,7 @@ from textual.worker import Worker, WorkerState
 from widgets._literal import literal, sanitize
 from widgets._paths import shorten_path
 from widgets.output_viewer import OutputViewer, prepare_lines
-from widgets.session_messages import ToolCallsChanged
+from widgets.session_messages import Replayed, ToolCallsChanged
 from widgets.tool_call_line import ToolCallInfo
 from widgets.tool_call_list import ToolCallList
 
@@ -60,7 +60,7 @@ class LoadedOutput:
 class ToolOutputPanel(Vertical):
     """List of calls + status line + line-virtualized viewer, drawn from the view model's records."""
 
-    SESSION_MESSAGES = (ToolCallsChanged,)
+    SESSION_MESSAGES = (ToolCallsChanged, Replayed)
 
     # While a full output is open: its keys are the footer's (the status line keeps one row).
     BINDINGS = [
@@ -161,6 +161,32 @@ class ToolOutputPanel(Vertical):
     def _on_calls_changed(self, message: ToolCallsChanged) -> None:
         for record in message.records:
             self.update_call(record)
+
+    @on(Replayed)
+    def _on_replayed(self, batch: Replayed) -> None:
+        """A resumed session's records (or a late attach's): folded in, then the list is set and the
+        selection moved once, where one message per record left them. One by one, the list's
+        updates were 3.6 s of a 5,000-turn resume."""
+        records = [record for message in batch.messages if isinstance(message, ToolCallsChanged)
+                   for record in message.records]
+        if not records:
+            return
+        follow = self.following  # what each add_call would have found: the batch changes none of it
+        added = False
+        for record in records:
+            if record.id not in self.calls:
+                self.order.append(record.id)
+                added = True
+            self.calls[record.id] = record
+        self.tool_list.set_calls([self.calls[call_id] for call_id in self.order])
+        selected = self.selected_id
+        if follow and added:  # the newest call took the selection, as the last add_call gave it
+            self.user_picked = False
+            self.tool_list.cursor = len(self.order) - 1
+            self._select(self.order[-1])
+        elif selected is not None and any(record.id == selected for record in records) and not self.expanded:
+            self._show_model_view(selected)
+        self._say_following()
 
     @on(ToolCallList.Highlighted)
     def _on_highlight(self, event: ToolCallList.Highlighted) -> None:
