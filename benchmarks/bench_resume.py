@@ -7,11 +7,12 @@ App (headless, 120x40) until the newest conversation item is in view after the l
 key typed reaches the prompt. Each size is timed once after a warm-up resume of 50 turns (the
 first one pays the imports). The session is rebuilt from its transcript each time (its restore
 is linear in the turns): the target holds the dashboard's own catch-up to a small share of that.
-What stays linear in the turns: the session's restore of its transcript (3.3 s of 5,000 turns'
-8.5 s) and the tool list's and context panel's messages, one per record (~1 ms a turn); the
-conversation's share is its window. Measured on 2 shared cores: 1,000 turns vs 50 2.1x (quick),
-5,000 vs 50 9.4x; with one widget mounted per conversation item, as before, 1,000 vs 50 was 29x
-(in a terminal: 4.2 s for 50 turns, 424 s for 5,000, 101x).
+What stays linear in the turns: the session's restore of its transcript (3.3 s at 5,000 turns)
+and the view model folding each event; the conversation mounts only its window, and the tool
+list and context panel take the replay as one batch each and draw once. Measured on 2 shared
+cores: 1,000 turns vs 50 2.0x (quick), 5,000 vs 50 5.2x (6.0 s vs 1.15 s); with a draw per
+record in the side panels 2.7x and 9.1x; with one widget mounted per conversation item, 1,000 vs
+50 was 29x (in a terminal: 4.2 s for 50 turns, 424 s for 5,000, 101x).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from benchmarks._fixtures import require
 from benchmarks.harness import Check
 
 NAME = "14 --resume of 5,000 turns vs 50"
-# Measured 9.4x (full) and 2.1x (quick, 1,000 turns); one widget per item was 29x at 1,000 turns.
+# Measured 5.2x (full) and 2.0x (quick, 1,000 turns); one widget per item was 29x at 1,000 turns.
 MAX_RATIO = {False: 14.0, True: 4.0}
 _KEY_ENV = "TIDEGAUGE_BENCH_RESUME_KEY"
 
