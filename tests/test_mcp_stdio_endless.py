@@ -20,7 +20,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 import psutil
 import pytest
 from fake_llm_server import openai_text, openai_tool_calls
+from loopback_http import serving
 from mcp_helpers import run_headless
 from test_mcp_url_bounds import HostileServer
 
@@ -265,13 +265,8 @@ def test_a_url_servers_answer_past_the_sessions_cap_is_cut_without_being_saved(t
 
 @pytest.fixture
 def url_server() -> Any:
-    server = HostileServer()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=30)
+    with serving(HostileServer()) as server:
+        yield server
 
 
 def test_a_url_servers_cut_answers_count_toward_the_sessions_cap_through_the_real_process(

@@ -10,26 +10,23 @@ error="insufficient_scope", scope="..."`` where the test tells it to. Through th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fake_llm_server import openai_text, openai_tool_calls
+from loopback_http import QuietHandler, serving
 from mcp_helpers import run_headless
 from test_mcp_headless import toml_string
 
 TOKEN = "tg-step-up-token-3b9d0e71c2"
 
 
-class ScopedMcp(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class ScopedMcp(QuietHandler):
     server: ScopedServer
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
-        pass
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         self.server.seen.append(("GET", self.path, self.headers.get("authorization", "")))
@@ -97,20 +94,8 @@ class ScopedServer(ThreadingHTTPServer):
 
 @pytest.fixture
 def serve():
-    started: list[tuple[ScopedServer, threading.Thread]] = []
-
-    def start(forbidden: dict[str, str]) -> ScopedServer:
-        server = ScopedServer(forbidden)
-        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        thread.start()
-        started.append((server, thread))
-        return server
-
-    yield start
-    for server, thread in started:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=30)
+    with contextlib.ExitStack() as servers:
+        yield lambda forbidden: servers.enter_context(serving(ScopedServer(forbidden)))
 
 
 def _run(fake_llm: Any, tmp_path: Path, servers: dict[str, ScopedServer], prompt: str) -> tuple[list[dict[str, Any]], str]:

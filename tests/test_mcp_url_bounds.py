@@ -20,13 +20,13 @@ import gzip
 import json
 import re
 import stat
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fake_llm_server import openai_text, openai_tool_calls
+from loopback_http import QuietHandler, serving
 from mcp_helpers import run_headless
 from test_mcp_headless import toml_string
 
@@ -48,12 +48,8 @@ def _text_result(request_id: Any, text_bytes: int, fill: bytes = b"0123456789") 
     return start, fill * (text_bytes // len(fill)), b'"}]}}'
 
 
-class HostileMcp(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class HostileMcp(QuietHandler):
     server: HostileServer
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
-        pass
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         self._reply(405, b"", "text/plain")
@@ -194,13 +190,8 @@ class HostileServer(ThreadingHTTPServer):
 
 @pytest.fixture
 def hostile_server():
-    server = HostileServer()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=30)
+    with serving(HostileServer()) as server:
+        yield server
 
 
 def _run(fake_llm: Any, tmp_path: Path, server: HostileServer, tools: list[str]) -> dict[str, dict[str, Any]]:
