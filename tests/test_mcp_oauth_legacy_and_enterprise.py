@@ -141,6 +141,19 @@ async def test_a_2025_03_26_server_without_metadata_is_logged_in_to_at_the_defau
     assert TokenFile(token_path(tmp_path / "data", "web"), layout.url).exists()
 
 
+async def _refused_login(layout: LayoutServer, tmp_path: Path) -> tuple[str, list[str]]:
+    """``tidegauge mcp login`` against ``layout``, which must refuse: (its one line, the URLs a browser was sent to)."""
+    opened: list[str] = []
+
+    async def browser(url: str) -> None:
+        opened.append(url)
+
+    with pytest.raises(LoginError) as refused:
+        await login("web", McpServerConfig(url=layout.url, startup_timeout=START), tmp_path / "data", tmp_path,
+                    open_consent=browser, consent_timeout=60)
+    return str(refused.value), opened
+
+
 @pytest.mark.parametrize(("layout", "claimed", "expected"), [
     # A 2025-03-26 origin claiming another origin's issuer (and whatever is bound to it).
     ("foreign-issuer", "https://login.acme.example", "{base}"),
@@ -150,15 +163,7 @@ async def test_a_2025_03_26_server_without_metadata_is_logged_in_to_at_the_defau
 ], indirect=["layout"])
 async def test_metadata_naming_an_issuer_it_may_not_speak_for_is_refused_before_anything_is_sent(
         tmp_path: Path, layout: LayoutServer, claimed: str, expected: str) -> None:
-    opened: list[str] = []
-
-    async def browser(url: str) -> None:
-        opened.append(url)
-
-    with pytest.raises(LoginError) as refused:
-        await login("web", McpServerConfig(url=layout.url, startup_timeout=START), tmp_path / "data", tmp_path,
-                    open_consent=browser, consent_timeout=60)
-    said = str(refused.value)
+    said, opened = await _refused_login(layout, tmp_path)
     assert "\n" not in said and "issuer mismatch" in said, said
     assert claimed.format(base=layout.base) in said and expected.format(base=layout.base) in said, said
     assert opened == [] and not {"/register", "/oauth/register", "/oauth/token"} & set(layout.paths()), layout.paths()
@@ -170,15 +175,7 @@ async def test_a_login_refuses_authorization_endpoints_in_clear_text_off_loopbac
         tmp_path: Path, layout: LayoutServer) -> None:
     """The code, the PKCE verifier and the tokens would cross the network in plain http: refused in
     one line before the browser opens, as a refresh already refused such an endpoint."""
-    opened: list[str] = []
-
-    async def browser(url: str) -> None:
-        opened.append(url)
-
-    with pytest.raises(LoginError) as refused:
-        await login("web", McpServerConfig(url=layout.url, startup_timeout=START), tmp_path / "data", tmp_path,
-                    open_consent=browser, consent_timeout=5)
-    said = str(refused.value)
+    said, opened = await _refused_login(layout, tmp_path)
     assert "\n" not in said and "http://192.0.2.10/oauth/authorize" in said, said
     assert "neither https nor http on loopback" in said, said
     assert opened == []
