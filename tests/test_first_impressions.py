@@ -31,6 +31,20 @@ def log_file(tmp_path: Path) -> Path:
     return path
 
 
+def _app_started_in(folder: str) -> TidegaugeApp:
+    """The dashboard on the fake session, as started in ``folder`` (what the header names)."""
+    agent = FakeSession()
+    agent.info = agent.info.model_copy(update={"started_in": folder})
+    return TidegaugeApp(agent, cursor_blink=False)
+
+
+async def _header_row(pilot: Any, app: TidegaugeApp, showing: str) -> str:
+    """The header's row once it shows ``showing``."""
+    header = app.query_one(HeaderBar)
+    await until(pilot, lambda: showing in header.render().plain, f"{showing!r} in the header")
+    return header.render().plain
+
+
 async def until(pilot: Any, condition: Any, what: str, attempts: int = 1_000) -> None:
     for _ in range(attempts):
         if condition():
@@ -168,13 +182,9 @@ async def test_hostile_names_and_output_stay_inert_in_the_header_and_the_wrapped
     """A directory name or a tool's output can hold escape sequences and markup: drawn, never run."""
     from widgets.output_viewer import WRAP_MAX_CHARS, OutputViewer
 
-    agent = FakeSession()
-    agent.info = agent.info.model_copy(update={"started_in": "/tmp/\x1b]0;pwned\x07[bold]x[/bold]"})
-    app = TidegaugeApp(agent, cursor_blink=False)
+    app = _app_started_in("/tmp/\x1b]0;pwned\x07[bold]x[/bold]")
     async with app.run_test(size=(160, 24)) as pilot:
-        header = app.query_one(HeaderBar)
-        await until(pilot, lambda: "/tmp/" in header.render().plain, "the started-in folder drawn")
-        row = header.render().plain
+        row = await _header_row(pilot, app, "/tmp/")
         # the sequence is dropped whole (the one sanitizer), the markup shown as typed
         assert "\x1b" not in row and "\x07" not in row and "pwned" not in row and "[bold]x[/bold]" in row, row
         viewer = app.query_one(OutputViewer)
@@ -224,15 +234,12 @@ async def test_at_80x24_a_call_line_keeps_its_badge_and_size_whole(log_file: Pat
 async def test_at_80_columns_the_header_names_the_project_whole_before_the_providers_label() -> None:
     """At 80x24 the header gave the project "…-project" or "…fl2-demo" and the provider label
     all its words: the project's own name is whole, the label is shortened first."""
-    agent = FakeSession()
-    agent.info = agent.info.model_copy(update={"started_in": "/home/someone/code/my-project"})
-    app = TidegaugeApp(agent, cursor_blink=False)
+    app = _app_started_in("/home/someone/code/my-project")
     async with app.run_test(size=(80, 24)) as pilot:
-        header = app.query_one(HeaderBar)
-        await until(pilot, lambda: "session fixed" in header.render().plain, "the session in the header")
-        row = header.render().plain
+        row = await _header_row(pilot, app, "session fixed")
         assert "…/my-project  session fixed" in row and len(row.rstrip()) <= 80, row
-        assert f" {agent.info.provider_label[:5]}" in row, f"the provider label's start is gone: {row!r}"
+        label = FakeSession().info.provider_label
+        assert f" {label[:5]}" in row, f"the provider label's start is gone: {row!r}"
 
 
 async def test_at_80x24_the_cut_outputs_status_keeps_ctrl_o_in_view(log_file: Path) -> None:
