@@ -169,6 +169,12 @@ def estimate_text_fast(text: str) -> int:
     return int(len(text) * ratio) + 1
 
 
+def server_instructions_section(server: str, text: str) -> str:
+    """One MCP server's instructions as the system prompt carries them: under its name, said to be
+    the server's words (a server is someone else's code; the user never wrote them)."""
+    return f"\n\n# Instructions from the MCP server {server!r} (the server's own words)\n{text}"
+
+
 @dataclass
 class ContextCore:
     """Live history + accounting + thresholds + plans for one session; no I/O."""
@@ -190,6 +196,8 @@ class ContextCore:
     session_memory: SessionMemory = field(default_factory=lambda: SessionMemory(path=None))
 
     def __post_init__(self) -> None:
+        # MCP servers' `instructions` (from initialize), bounded and sanitized by the hub: server -> text.
+        self.server_instructions: dict[str, str] = {}
         self.thresholds: Thresholds = compute_thresholds(
             self.config.window, self.config.budget, self.config.compact_max_output,
             fixed_tokens=self.fixed_tokens_if_budget_is_near(),
@@ -225,16 +233,34 @@ class ContextCore:
 
     def _with_memory(self, memory: MemoryBundle) -> str:
         return self.system_prompt + (
-            "\n\n# Project and user rules (memory files)\n" + memory.text if memory.text else "")
+            "\n\n# Project and user rules (memory files)\n" + memory.text if memory.text else "") + (
+            self._instructions_section())
+
+    def _instructions_section(self) -> str:
+        return "".join(server_instructions_section(name, text) for name, text in self.server_instructions.items())
+
+    @property
+    def counted_system(self) -> str:
+        """The system prompt as the accounting counts it: the base prompt and the servers' instructions
+        (the memory files are counted apart, as their own part)."""
+        return self.system_prompt + self._instructions_section()
 
     def use_memory(self, memory: MemoryBundle) -> None:
         self.memory = memory
         self.system_text = self._with_memory(memory)
         self.set_budget(self.config.budget)
 
+    def use_server_instructions(self, instructions: dict[str, str]) -> None:
+        """The ready MCP servers' instructions: every later request carries them in its system prompt,
+        and the budget lines and the stable prefix move with the fixed part."""
+        self.server_instructions = dict(instructions)
+        self.system_text = self._with_memory(self.memory)
+        self._stable_tokens = None
+        self.set_budget(self.config.budget)
+
     def fixed_tokens(self) -> int:
         """Estimated tokens every request carries whatever the history: system prompt, memory files, tools."""
-        return (count_tokens(self.system_prompt) + count_tokens(self.memory.text)
+        return (count_tokens(self.counted_system) + count_tokens(self.memory.text)
                 + estimate_tools(self.tools))
 
     def fixed_tokens_if_budget_is_near(self) -> int:
@@ -244,7 +270,7 @@ class ContextCore:
         budget = self.config.budget
         if budget <= 0:
             return 0
-        upper = (len(self.system_prompt) + len(self.memory.text) + MIN_SUMMARY_ROOM
+        upper = (len(self.counted_system) + len(self.memory.text) + MIN_SUMMARY_ROOM
                  + sum(len(t.name) + len(t.description) + len(json.dumps(t.input_schema)) + 64 for t in self.tools))
         return self.fixed_tokens() if budget < upper else 0
 
@@ -268,7 +294,7 @@ class ContextCore:
 
     def projection(self, extra: list[Message] | None = None) -> Projection:
         history = self.history + extra if extra else self.history
-        return self.accounting.project(self.system_prompt, self.tools, history, self.memory.text)
+        return self.accounting.project(self.counted_system, self.tools, history, self.memory.text)
 
     def projected(self) -> int:
         return self.projection().projected_tokens
@@ -276,7 +302,8 @@ class ContextCore:
     def estimate_request(self, history: list[Message]) -> int:
         """The whole request for ``history``, estimated (one measure for before and after:
         the server's own figure may count with another tokenizer)."""
-        return ContextAccounting().project(self.system_prompt, self.tools, history, self.memory.text).projected_tokens
+        return ContextAccounting().project(self.counted_system, self.tools, history,
+                                           self.memory.text).projected_tokens
 
     def estimate_with_summary(self, summary: str) -> int:
         """The estimated context if ``summary`` replaced the history (nothing is changed)."""
@@ -457,7 +484,7 @@ class ContextCore:
             projected_tokens=proj.projected_tokens,
             thresholds=thresholds_model(t),
             breakdown=self._feature_breakdown(
-                self.accounting.breakdown(self.system_prompt, self.memory.text, self.tools, self.history,
+                self.accounting.breakdown(self.counted_system, self.memory.text, self.tools, self.history,
                                           tool_owner=self.tool_owner)),
             level=level(proj.projected_tokens, t),
             turns_to_compact=self.accounting.turns_to(t.auto_compact_line, proj.projected_tokens),
@@ -942,6 +969,10 @@ class ContextCore:
         """The session memory's and the attached rules' tokens as parts of their own
         (taken out of "user" and "tool_results", so the parts still add up)."""
         out = dict(breakdown)
+        for server, text in self.server_instructions.items():  # counted in "system", shown as the server's
+            tokens = min(count_tokens(server_instructions_section(server, text)), out.get("system", 0))
+            out["system"] = out.get("system", 0) - tokens
+            out[f"mcp:{server}"] = out.get(f"mcp:{server}", 0) + tokens
         first = self.history[0] if self.history else None
         if first is not None and first.role == "user" and MEMORY_INTRO in first.text:
             tokens = min(estimate_message(first), out.get("user", 0))

@@ -209,6 +209,10 @@ class ContextEngine:
         request carries them, and the budget lines move with the fixed part."""
         self.core.use_memory(memory)
 
+    def use_server_instructions(self, instructions: dict[str, str]) -> None:
+        """The MCP servers' instructions (server -> bounded text): in the system prompt from the next request."""
+        self.core.use_server_instructions(instructions)
+
     def fixed_tokens(self) -> int:
         """Estimated tokens every request carries whatever the history: system prompt, memory files, tools."""
         return self.core.fixed_tokens()

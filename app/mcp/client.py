@@ -120,6 +120,8 @@ class McpConnection:
     # Its prompts (prompts/list at start, when it declares prompts) and whether it serves resources.
     prompts: list[RemotePrompt] = field(default_factory=list)
     serves_resources: bool = False
+    # What the server's initialize answer says a client should tell its model (raw, unbounded).
+    instructions: str | None = None
     # The session's cap on saved outputs: answers the transport cuts and saves count toward it.
     saved_output_budget: SavedOutputBudget | None = None
 
@@ -224,6 +226,7 @@ class McpConnection:
                 finder.cancel()
                 tools = await self._list_tools(client)
                 self.prompts, self.serves_resources = await _prompts_and_resources(client)
+                self.instructions = client.instructions
                 self._client = client
                 self.tools = tools
                 self._ready.set_result(None)

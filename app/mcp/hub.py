@@ -39,6 +39,7 @@ from app.mcp.settings import McpServerConfig, header_secrets, hide_url_secrets, 
 from app.mcp.tools import McpTool, offered, prefixed_name
 from app.kernel.messages import ToolSpec
 from app.kernel.redact import register_secret
+from app.kernel.sanitize import sanitize_for_model
 from app.tools.deferral import LOAD_TOOLS, LoadToolsTool, ToolDeferral
 from app.tools.registry import ToolRegistry
 
@@ -214,6 +215,24 @@ class McpHub:
         self.connections.clear()
 
 
+# A server's `instructions` go into every request's system prompt: bounded, as Claude Code bounds them,
+# so a server cannot fill the window from there (a longer text keeps its head and says it was cut).
+MAX_INSTRUCTIONS_BYTES = 2048
+
+
+def bounded_instructions(server: str, text: str | None) -> str:
+    """A server's instructions made fit for the system prompt: escape sequences and control
+    characters made harmless, at most ``MAX_INSTRUCTIONS_BYTES`` of UTF-8, the rest cut with a notice."""
+    if not text or not text.strip():
+        return ""
+    clean = sanitize_for_model(text).strip()
+    data = clean.encode()
+    if len(data) <= MAX_INSTRUCTIONS_BYTES:
+        return clean
+    kept = data[:MAX_INSTRUCTIONS_BYTES].decode(errors="ignore")
+    return f"{kept}\n[the rest of {server}'s instructions was cut: {len(data) - len(kept.encode()):,} more bytes]"
+
+
 class McpSettings(Protocol):
     """What the hub reads of the session's settings (app.wiring.config.Settings has both)."""
 
@@ -253,6 +272,10 @@ async def start_mcp(settings: McpSettings, registry: ToolRegistry, engine: Conte
         # request until the next call's usage, rather than miss what was just loaded.
         engine.accounting.invalidate()
 
+    instructions = {name: text for name, connection in hub.connections.items()
+                    if connection.alive and (text := bounded_instructions(name, connection.instructions))}
+    if instructions:
+        engine.use_server_instructions(instructions)
     hub.defer(registry, engine.config.window, float(settings.tool_defer_share), send)
     engine.tool_owner = hub.server_of
     engine.tool_tokens_saved = lambda: hub.saved_tokens
