@@ -101,6 +101,14 @@ def summarize_args(name: str, args: dict[str, object]) -> str:
     return text if len(text) <= 80 else text[:77] + "…"
 
 
+def not_offered_result(name: str, offered: frozenset[str]) -> str:
+    """What the model is told of a call to a tool its request did not declare (nothing was run)."""
+    names = sorted(offered)
+    known = ", ".join(names[:40]) + (f" and {len(names) - 40} more" if len(names) > 40 else "") if names else "none"
+    return (f"Unknown tool {name!r}: it was not offered in this request, and nothing was run. "
+            f"Available tools: {known}.")
+
+
 @dataclass
 class AgentOptions:
     max_steps: int = 50
@@ -239,13 +247,16 @@ class Agent:
                     if completed.stop_reason == "max_tokens":
                         self.emit(OutputLimitEvent())
                     return self._finish("refusal" if completed.stop_reason == "refusal" else "end_turn", message.text)
-                await self._run_tools(uses)
+                await self._run_tools(uses, offered=frozenset(spec.name for spec in request.tools))
         except asyncio.CancelledError:
             self._repair_after_interrupt()
             self._finish("interrupted", final_text)
             raise
 
-    async def _run_tools(self, uses: list[ToolUseBlock]) -> None:
+    async def _run_tools(self, uses: list[ToolUseBlock], offered: frozenset[str]) -> None:
+        """Run the calls of one reply in order. ``offered``: the tools the request it answers declared;
+        a call to any other (a deferred tool not yet loaded, a name the model made up that a server
+        happens to have) is never run: the model is told it is unknown, as a server would."""
         results: list[ToolResultBlock] = []
         self._pending_uses = uses
         self._pending_results = results
@@ -256,7 +267,8 @@ class Agent:
             self.emit(ToolStartEvent(id=use.id, name=use.name, input=use.input,
                                      summary=summarize_args(use.name, use.input)))
             # a call cut at the output limit is never run; the model is told to retry smaller
-            refusal = cut_call_result(use.name) if use.cut_at_output_limit else await self._approval_refusal(use)
+            refusal = (not_offered_result(use.name, offered) if use.name not in offered
+                       else cut_call_result(use.name) if use.cut_at_output_limit else await self._approval_refusal(use))
             started = time.perf_counter()  # after approval: the duration is the tool's, not the user's
             if refusal is not None:
                 block = ToolResultBlock(tool_use_id=use.id, content=refusal, is_error=True)
