@@ -14,9 +14,10 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
-from app.kernel.events import Event, McpAttachmentEvent, McpPromptsEvent, McpServerEvent
+from app.kernel.events import (Event, McpAttachmentEvent, McpPromptsEvent, McpServerEvent, ToolResultEvent,
+                               ToolStartEvent)
 from app.kernel.messages import TextBlock
 from app.mcp.client import McpConnection, McpServerError, RemotePrompt
 from app.mcp.prompts import (
@@ -243,10 +244,25 @@ class McpSettings(Protocol):
     def tool_defer_share(self) -> float: ...
 
 
+def tools_loaded_before(events: Sequence[Event]) -> list[str]:
+    """The tool names an earlier run of the session passed to ``load_tools`` in calls that ran (its
+    transcript's tool_start and tool_result events; the history may have been compacted since)."""
+    ran = {e.id for e in events if isinstance(e, ToolResultEvent) and e.name == LOAD_TOOLS and not e.refused}
+    names: list[str] = []
+    for event in events:
+        if isinstance(event, ToolStartEvent) and event.name == LOAD_TOOLS and event.id in ran:
+            asked = event.input.get("names")
+            asked = [asked] if isinstance(asked, str) else asked
+            if isinstance(asked, list):
+                names.extend(str(name).strip() for name in asked)
+    return list(dict.fromkeys(name for name in names if name))
+
+
 async def start_mcp(settings: McpSettings, registry: ToolRegistry, engine: ContextEngine,
                     emit: Callable[[Event], None], *,
                     workspace: Path, log_dir: Path | None = None, requests: ClientRequests | None = None,
-                    saved_output_budget: SavedOutputBudget | None = None) -> McpHub:
+                    saved_output_budget: SavedOutputBudget | None = None,
+                    loaded_before: Sequence[str] = ()) -> McpHub:
     """Start the session's MCP servers and hand their tools to the registry and the engine.
 
     ``settings`` needs ``mcp_servers`` and ``tool_defer_share``; ``engine`` is the
@@ -254,7 +270,8 @@ async def start_mcp(settings: McpSettings, registry: ToolRegistry, engine: Conte
     Never raises for a server that fails: that is an event and a warning line. ``requests``:
     the session's answers to what servers ask (forms); without it, forms are not offered.
     ``saved_output_budget``: the session's cap on saved outputs (``ToolContext``'s), which answers
-    the transports cut and save count toward; without it they count toward none.
+    the transports cut and save count toward; without it they count toward none. ``loaded_before``:
+    the tools a resumed session had loaded (``tools_loaded_before``), declared again from the start.
     """
     hub = McpHub(emit=emit)
     servers: dict[str, McpServerConfig] = dict(settings.mcp_servers or {})
@@ -276,7 +293,9 @@ async def start_mcp(settings: McpSettings, registry: ToolRegistry, engine: Conte
                     if connection.alive and (text := bounded_instructions(name, connection.instructions))}
     if instructions:
         engine.use_server_instructions(instructions)
-    hub.defer(registry, engine.config.window, float(settings.tool_defer_share), send)
+    deferral = hub.defer(registry, engine.config.window, float(settings.tool_defer_share), send)
+    if loaded_before and deferral.active:
+        deferral.restore_loaded(list(loaded_before))
     engine.tool_owner = hub.server_of
     engine.tool_tokens_saved = lambda: hub.saved_tokens
     engine.emit_context()  # the gauge and the breakdown now include the servers' definitions

@@ -6,7 +6,7 @@ import os
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from app.agent.loop import Agent, AgentOptions, Approver
 from app.context.server_side import configure_server_context, switch_server_compaction
@@ -138,7 +138,10 @@ def build_session(settings: Settings, *, approvals: bool, resume: str | None = N
     async def start_services() -> Closable | None:
         if not settings.mcp_servers:
             return None
-        return await start_session_mcp(agent, settings, requests=session.client_requests)
+        from app.mcp.hub import tools_loaded_before
+
+        return await start_session_mcp(agent, settings, requests=session.client_requests,
+                                       loaded_before=tools_loaded_before(built.restored))
 
     session = AgentSession(agent, stream=built.stream, info=built.info, restored=built.restored,
                            approvals=approvals and not settings.yes, services=start_services,
@@ -314,11 +317,14 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
 
 # ---- MCP servers (issue 16): started with the session, stopped with it (hub.aclose()) ----
 
-async def start_session_mcp(agent: Agent, settings: Settings, *, requests: ClientRequests | None = None) -> McpHub:
+async def start_session_mcp(agent: Agent, settings: Settings, *, requests: ClientRequests | None = None,
+                            loaded_before: Sequence[str] = ()) -> McpHub:
     """Start the configured MCP servers for this agent's session; failures are events, never raised.
-    ``requests``: the session's answers to what the servers ask (forms)."""
+    ``requests``: the session's answers to what the servers ask (forms); ``loaded_before``: the tools
+    a resumed session had loaded."""
     from app.mcp.hub import start_mcp
 
     return await start_mcp(settings, agent.registry, agent.engine, agent.engine.emit,
                            workspace=agent.workspace, log_dir=agent.tool_context.tool_results_dir.parent,
-                           requests=requests, saved_output_budget=agent.tool_context.saved_output_budget)
+                           requests=requests, saved_output_budget=agent.tool_context.saved_output_budget,
+                           loaded_before=loaded_before)
