@@ -324,13 +324,18 @@ async def read_lines(stdout: Any, deliver: Any, max_bytes: int, spill_dir: Path 
 async def bounded_stdio_client(server: Any, errlog: TextIO, *, spill_dir: Path | None,
                                saved_output_budget: SavedOutputBudget | None = None,
                                on_stopped: Callable[[str], None] = lambda _reason: None,
+                               on_bad_line: Callable[[str], None] = lambda _line: None,
+                               on_exited: Callable[[int | None], None] = lambda _status: None,
                                max_message_bytes: int = MAX_MESSAGE_BYTES,
                                max_saved: int = MAX_SAVED_ANSWER_BYTES) -> AsyncGenerator[Any, None]:
     """``mcp.client.stdio.stdio_client`` with ``read_lines`` as its reader.
 
     ``saved_output_budget``: the session's cap on saved outputs, which cut answers count toward;
     ``on_stopped(reason)``: told when the transport ended a server that sent a message without end
-    (called before the session sees the connection close, so a pending call reads that reason)."""
+    (called before the session sees the connection close, so a pending call reads that reason);
+    ``on_bad_line(text)``: a stdout line that is not a JSON-RPC message (never handed to the SDK, whose
+    parser logs a traceback of kilobytes for each to our stderr); ``on_exited(status)``: the server's
+    exit status once its stdout ended (None when it had not exited within half a second)."""
     import mcp_types as types
     from mcp.client import stdio as sdk
     from mcp.shared.message import SessionMessage
@@ -350,9 +355,13 @@ async def bounded_stdio_client(server: Any, errlog: TextIO, *, spill_dir: Path |
             if isinstance(line, dict):
                 item: SessionMessage | Exception = SessionMessage(types.jsonrpc_message_adapter.validate_python(line))
             else:
-                item = sdk._parse_line(line.decode("utf-8", errors="replace"))
+                item = SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
         except ValueError as exc:
-            item = exc
+            if isinstance(line, dict):
+                item = exc
+            else:
+                on_bad_line(line.decode("utf-8", errors="replace"))
+                return
         await read_stream_writer.send(item)
 
     async def stdout_reader() -> None:
@@ -368,8 +377,11 @@ async def bounded_stdio_client(server: Any, errlog: TextIO, *, spill_dir: Path |
                 finally:
                     if stopped is None:
                         await sdk._drain_stdout(process)
-                if stopped is None:
-                    return  # the end of stdout: the server exited
+                if stopped is None:  # the end of stdout: the server exited (or is about to)
+                    with anyio.move_on_after(0.5):
+                        await process.wait()
+                    on_exited(process.returncode)
+                    return
                 # A line without end: nothing after it can be read, so the server goes, as a crashed one
                 # does. Told first, then ended; the session then sees the connection close.
                 on_stopped(stopped)

@@ -143,6 +143,9 @@ class McpConnection:
         self.mode = "auto"
         self._closed_in_handshake = False
         self._ended_by_transport: str | None = None  # why the transport ended the server in the handshake
+        self._exit_status: int | None = None  # a stdio server's, once its stdout ended
+        self._last_stderr_line = ""  # once its log is closed
+        self.bad_lines = 0  # stdout lines that were not MCP messages (filed in its log)
         self._unauthorized: str | None = None  # the WWW-Authenticate of the last 401, for the message
         # The scope a 403 insufficient_scope asked for (the spec's scope step-up), cleaned; "" when
         # it named none; None when no call met one.
@@ -192,6 +195,8 @@ class McpConnection:
         self.stopped_cleanly = False
         self._closed_in_handshake = False
         self._ended_by_transport = None
+        self._exit_status = None
+        self._last_stderr_line = ""
         self._unauthorized = None
         self._more_scope = None
 
@@ -213,6 +218,7 @@ class McpConnection:
 
     async def _run(self) -> None:
         assert self._ready is not None
+        handshake_failure: str | None = None
         before = _session_leader_children()
         # Found while the handshake runs, so even a server that hangs or dies in it has
         # its process group ended afterwards.
@@ -243,8 +249,9 @@ class McpConnection:
             if not self._ready.done():
                 # A server the transport ended is not one that crashed on the probe: not started again.
                 self._closed_in_handshake = _connection_closed(exc) and self._ended_by_transport is None
-                self._ready.set_exception(McpServerError(reason))
+                handshake_failure = reason  # said once the server's last stderr words are read (below)
             elif not self._stop.is_set():
+                reason += self._how_it_ended()
                 self.failure = reason
                 if self.config.url is None:  # a url server is reconnected at its next call instead
                     self.on_exit(self, reason)
@@ -259,14 +266,17 @@ class McpConnection:
                 # period; a server that exits in time leaves its own children behind.
                 await _end_process_group(self._pgid)
                 self._pgid = None
+            errlog, self._errlog = self._errlog, None
+            if errlog is not None:
+                await asyncio.to_thread(errlog.close)  # waits for the server's last words, off the loop
+                self._last_stderr_line = errlog.last_line
             if self._ready is not None and not self._ready.done():
                 if self._stop.is_set():
                     self._ready.cancel()  # start() gave up waiting: nobody will read an error
+                elif handshake_failure is not None:
+                    self._ready.set_exception(McpServerError(handshake_failure + self._how_it_ended()))
                 else:
                     self._ready.set_exception(McpServerError(self.failure or "stopped before it was ready"))
-            if self._errlog is not None:
-                errlog, self._errlog = self._errlog, None
-                await asyncio.to_thread(errlog.close)  # waits for the server's last words, off the loop
 
     def _explain(self, exc: BaseException) -> str:
         """One line for a failure; a 401 says how to log in rather than the SDK's "error response"."""
@@ -283,6 +293,33 @@ class McpConnection:
         if isinstance(exc, MissingEnvironment):
             return str(exc)
         return describe_failure(exc)
+
+    def _how_it_ended(self) -> str:
+        """What a stdio server's end says of its cause, for the failure's one line: its exit status, its
+        last stderr line and the stdout lines that were not MCP messages ("" when none is known)."""
+        said: list[str] = []
+        status = self._exit_status
+        if status is not None:
+            said.append(f"exit status {status}" if status >= 0 else f"killed by signal {-status}")
+        last = self._last_stderr_line or (self._errlog.last_line if self._errlog is not None else "")
+        if last:
+            said.append(f"its last stderr line: {last!r}")
+        if self.bad_lines:
+            where = f" (in {self.log_path})" if self.log_path is not None else ""
+            said.append(f"{self.bad_lines} stdout line{'s' if self.bad_lines != 1 else ''} that "
+                        f"{'were' if self.bad_lines != 1 else 'was'} not MCP messages{where}")
+        return f" ({'; '.join(said)})" if said else ""
+
+    def _bad_stdout_line(self, text: str) -> None:
+        """A line on a stdio server's stdout that is not a JSON-RPC message: counted, and filed in the
+        server's log as one line (never a traceback on our stderr); the server goes on."""
+        self.bad_lines += 1
+        if self._errlog is not None:
+            shown = text if len(text) <= 300 else text[:299] + "…"
+            self._errlog.write_line(f"[tidegauge] a stdout line that is not an MCP message was ignored: {shown!r}")
+
+    def _exited(self, status: int | None) -> None:
+        self._exit_status = status
 
     def _more_scope_words(self) -> str:
         """A 403 insufficient_scope, said as the 401's words say it: what the server wants, how to get it.
@@ -337,7 +374,8 @@ class McpConnection:
         spill_dir = self.log_dir / "tool-results" if self.log_dir is not None else None
         transport = bounded_stdio_client(params, self._errlog.writer, spill_dir=spill_dir,
                                          saved_output_budget=self.saved_output_budget,
-                                         on_stopped=self._stopped_by_transport)
+                                         on_stopped=self._stopped_by_transport, on_bad_line=self._bad_stdout_line,
+                                         on_exited=self._exited)
         return Client(transport, read_timeout_seconds=self._request_timeout(), client_info=client_info,
                       mode=self.mode, **self._log_options())
 

@@ -125,13 +125,16 @@ def _sessions(argv: list[str]) -> int:
 
 
 def _mcp(argv: list[str]) -> int:
-    """`tidegauge mcp login NAME` / `tidegauge mcp logout NAME`: OAuth for a url server (app/mcp/oauth.py)."""
+    """`tidegauge mcp list [--json]`: the configured servers, each started once, and what they offer;
+    `tidegauge mcp login NAME` / `tidegauge mcp logout NAME`: OAuth for a url server (app/mcp/oauth.py)."""
     parser = argparse.ArgumentParser(prog="tidegauge mcp",
-                                     description="Log in to a remote MCP server of config.toml with OAuth (a browser "
-                                                 "opens; with no display the address to open is printed), or forget "
-                                                 "its tokens.")
-    parser.add_argument("action", choices=["login", "logout"])
-    parser.add_argument("name", help="the server's name, as in [mcp_servers.NAME]")
+                                     description="List the MCP servers of config.toml (each is started once to see "
+                                                 "what it offers, then stopped), log in to a remote one with OAuth "
+                                                 "(a browser opens; with no display the address to open is "
+                                                 "printed), or forget its tokens.")
+    parser.add_argument("action", choices=["list", "login", "logout"])
+    parser.add_argument("name", nargs="?", help="login/logout: the server's name, as in [mcp_servers.NAME]")
+    parser.add_argument("--json", action="store_true", help="list: one JSON object on stdout")
     args = parser.parse_args(argv)
     import asyncio
     from pathlib import Path
@@ -142,6 +145,10 @@ def _mcp(argv: list[str]) -> int:
     from app.wiring.config import load_settings
 
     settings = load_settings({})
+    if args.action == "list":
+        return _mcp_list(settings, as_json=args.json)
+    if args.name is None:
+        parser.error(f"mcp {args.action} needs the server's name")
     name = sanitize_for_display(args.name)
     config = settings.mcp_servers.get(args.name)
     if config is None:
@@ -161,6 +168,24 @@ def _mcp(argv: list[str]) -> int:
         return 130
     print(f"logged in to {name}: {tools} tools", file=sys.stderr)
     return 0
+
+
+def _mcp_list(settings: "Settings", *, as_json: bool) -> int:
+    import asyncio
+    import json
+    from pathlib import Path
+
+    from app.context.thresholds import context_window_for
+    from app.mcp.status import status_table, survey
+
+    window = settings.window or context_window_for(settings.model or "")
+    statuses = asyncio.run(survey(settings.mcp_servers, workspace=Path.cwd(), data_dir=settings.data_dir_path,
+                                  window=window, defer_share=float(settings.tool_defer_share)))
+    if as_json:
+        print(json.dumps({"servers": [status.as_json() for status in statuses]}))
+    else:
+        print(status_table(statuses))
+    return 1 if any(status.state == "failed" for status in statuses) else 0
 
 
 def _print_sessions(settings: "Settings", *, every_directory: bool, out: Any) -> int:
