@@ -261,7 +261,9 @@ def _mcp_server(e: "ev.McpServerEvent") -> Line | None:
     if e.status == "ready":
         left_out = (f"; not offered: {', '.join(e.not_offered)} (they run only as MCP tasks, which tidegauge "
                     "does not support)") if e.not_offered else ""
-        return Line("info", f"MCP server {e.name} ready: {plural(e.tools, 'tool')}{left_out}")
+        roots = ("" if e.roots is None else "; no roots advertised" if not e.roots
+                 else f"; roots: {', '.join(e.roots)}")
+        return Line("info", f"MCP server {e.name} ready: {plural(e.tools, 'tool')}{roots}{left_out}")
     if e.status == "failed":
         return Line("warning", f"MCP server {e.name} did not start: {e.detail}; carrying on without its tools")
     if e.status == "exited":

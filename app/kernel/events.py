@@ -474,6 +474,8 @@ class McpServerEvent(EventBase):
     # Tools it lists that are not offered to the model: they run only as MCP tasks (taskSupport
     # "required"), which tidegauge does not make, so every call would fail.
     not_offered: list[str] = Field(default_factory=list)
+    # The folders given to it as roots when ready ([]: none advertised); None where not said (older lines).
+    roots: list[str] | None = None
 
 
 class SubAgentEvent(EventBase):

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 from app import __version__
-from app.mcp.client_features import ClientRequests, SamplingRefused, workspace_roots
+from app.mcp.client_features import ClientRequests, SamplingRefused, configured_roots, folder_roots
 from app.mcp.settings import McpServerConfig, MissingEnvironment, hide_url_secrets, resolved_headers
 from app.mcp.stderr_log import ServerStderrLog
 from app.kernel.redact import redact
@@ -171,8 +171,20 @@ class McpConnection:
 
     # ---- start and stop ----
 
+    @property
+    def roots(self) -> list[Path] | None:
+        """The folders given to the server as roots (None: none advertised). Checked by ``start``."""
+        try:
+            return configured_roots(self.config.roots, self.workspace)
+        except ValueError:
+            return []
+
     async def start(self) -> None:
         """Start the server and list its tools; raises McpServerError with one line on failure."""
+        try:
+            configured_roots(self.config.roots, self.workspace)
+        except ValueError as bad:
+            raise McpServerError(str(bad)) from None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.startup_timeout
         try:
@@ -395,14 +407,18 @@ class McpConnection:
 
     def _client_features(self) -> dict[str, Any]:
         """The callbacks that answer the server's own requests (issue 26, app/mcp/client_features.py):
-        roots always (the workspace alone); forms only when the session can answer them."""
+        roots as the server's setting says (the workspace alone by default); forms only when the session
+        can answer them."""
         import mcp_types as types
+
+        folders = self.roots
 
         async def list_roots(_context: Any) -> types.ListRootsResult:
             return types.ListRootsResult.model_validate(
-                {"roots": [{"uri": uri, "name": name} for uri, name in workspace_roots(self.workspace)]})
+                {"roots": [{"uri": uri, "name": name} for uri, name in folder_roots(folders or [])]})
 
-        features: dict[str, Any] = {"list_roots_callback": list_roots}
+        # roots = false: the capability is not declared, so the server keeps to its own arguments
+        features: dict[str, Any] = {"list_roots_callback": list_roots} if folders is not None else {}
         requests = self.requests
         if requests is None:
             return features

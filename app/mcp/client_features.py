@@ -2,8 +2,9 @@
 
 A server is someone else's code, so each question is a way in:
 
-- **roots** (``roots/list``): the session's workspace as one ``file://`` root, nothing else. A
-  server learns the folder it is started in anyway; it never learns another folder from us.
+- **roots** (``roots/list``): by default the session's workspace as one ``file://`` root, nothing
+  else; a server's ``roots`` setting gives it the folders the user names there, or none at all
+  (the capability is then not declared). A server never learns another folder from us.
 - **elicitation** (``elicitation/create``, form mode): the server's message and fields reach
   the user as an ``ElicitationRequestEvent``; the answer comes back through ``submit`` as an
   ``AnswerElicitation`` and goes to that server only (never to the model, the transcript or a
@@ -107,9 +108,29 @@ class UnfitForm(ValueError):
 
 
 def workspace_roots(workspace: Path) -> list[tuple[str, str]]:
-    """(uri, name) of the roots given to every server: the workspace, resolved, alone."""
-    resolved = workspace.resolve()
-    return [(resolved.as_uri(), resolved.name or str(resolved))]
+    """(uri, name) of the roots given to a server by default: the workspace, resolved, alone."""
+    return folder_roots([workspace])
+
+
+def folder_roots(folders: list[Path]) -> list[tuple[str, str]]:
+    """(uri, name) of each folder, resolved."""
+    return [(path.as_uri(), path.name or str(path)) for path in (folder.resolve() for folder in folders)]
+
+
+def configured_roots(setting: bool | list[str], workspace: Path) -> list[Path] | None:
+    """The folders a server's ``roots`` setting gives it (None: no roots are advertised). Raises
+    ValueError with one line naming a folder that is not there."""
+    if setting is False:
+        return None
+    if setting is True:
+        return [workspace.resolve()]
+    folders = []
+    for entry in setting:
+        folder = (workspace / Path(entry).expanduser()).resolve()
+        if not folder.is_dir():
+            raise ValueError(f"roots: {entry!r} is not a folder ({folder})")
+        folders.append(folder)
+    return folders
 
 
 def shown(text: object, limit: int) -> str:

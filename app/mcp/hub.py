@@ -116,8 +116,9 @@ class McpHub:
                 registry.register(tool)
             count = sum(map(offered, connection.tools))
             left_out = [remote.name for remote in connection.tools if not offered(remote)]
+            roots = connection.roots
             self.emit(McpServerEvent(name=connection.name, status="ready", tools=count, detail=f"{count} tools",
-                                     not_offered=left_out))
+                                     not_offered=left_out, roots=[str(p) for p in roots] if roots is not None else []))
             self._add_prompts(connection)
         if self.resource_servers() and registry.get(READ_RESOURCE) is None:
             registry.register(ReadResourceTool(self._resource_connection, self.resource_servers))
