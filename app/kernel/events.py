@@ -645,26 +645,41 @@ class ElicitationField(BaseModel):
     model_config = DEFERRED
 
     name: str
-    kind: Literal["string", "number", "integer", "boolean", "enum"]
+    # multi_enum: several of the options (the spec's array of enum, a multi-select)
+    kind: Literal["string", "number", "integer", "boolean", "enum", "multi_enum"]
     title: str = ""
     description: str = ""
     required: bool = False
-    options: list[str] = Field(default_factory=list)  # enum: the values sent
-    option_labels: list[str] = Field(default_factory=list)  # enum: the words shown (same order)
+    options: list[str] = Field(default_factory=list)  # enum, multi_enum: the values sent
+    option_labels: list[str] = Field(default_factory=list)  # enum, multi_enum: the words shown (same order)
     minimum: float | None = None
     maximum: float | None = None
     min_length: int | None = None
     max_length: int | None = None
-    default: str | int | float | bool | None = None  # int before float: a whole-number field keeps 30, not 30.0
+    min_items: int | None = None  # multi_enum
+    max_items: int | None = None
+    format: Literal["email", "uri", "date", "date-time"] | None = None  # string: the spec's formats
+    # int before float: a whole-number field keeps 30, not 30.0
+    default: str | int | float | bool | list[str] | None = None
 
-    def value_from(self, given: object) -> str | int | float | bool | None:
-        """The value to send for what the user gave (text, a bool, an option), None for an empty
-        optional field; ValueError with one line naming what was wrong."""
+    def value_from(self, given: object) -> str | int | float | bool | list[str] | None:
+        """The value to send for what the user gave (text, a bool, an option, a list of options),
+        None for an empty optional field; ValueError with one line naming what was wrong."""
         label = self.title or self.name
-        if given is None or (isinstance(given, str) and not given.strip() and self.kind != "string") or given == "":
+        if (given is None or (isinstance(given, str) and not given.strip() and self.kind != "string") or given == ""
+                or (self.kind == "multi_enum" and given == [] and not self.min_items)):
             if self.required:
                 raise ValueError(f"{label}: required")
-            return None
+            return [] if self.kind == "multi_enum" and given == [] else None
+        if self.kind == "multi_enum":
+            if not isinstance(given, list) or not all(isinstance(g, str) and g in self.options for g in given):
+                raise ValueError(f"{label}: must be some of the choices")
+            chosen = [option for option in self.options if option in given]  # the form's order, once each
+            if self.min_items is not None and len(chosen) < self.min_items:
+                raise ValueError(f"{label}: choose at least {self.min_items}")
+            if self.max_items is not None and len(chosen) > self.max_items:
+                raise ValueError(f"{label}: choose at most {self.max_items}")
+            return chosen
         if self.kind == "boolean":
             if isinstance(given, bool):
                 return given
@@ -680,6 +695,8 @@ class ElicitationField(BaseModel):
                 raise ValueError(f"{label}: at least {self.min_length} characters")
             if self.max_length is not None and len(given) > self.max_length:
                 raise ValueError(f"{label}: at most {self.max_length} characters")
+            if self.format is not None and given and not _has_format(given, self.format):
+                raise ValueError(f"{label}: must be {_FORMAT_WORDS[self.format]}")
             return given
         number: int | float
         if isinstance(given, bool) or not isinstance(given, (str, int, float)):
@@ -696,6 +713,32 @@ class ElicitationField(BaseModel):
         if self.maximum is not None and number > self.maximum:
             raise ValueError(f"{label}: at most {self.maximum:g}")
         return number
+
+
+_FORMAT_WORDS = {"email": "an email address", "uri": "a URI (scheme:…)", "date": "a date (YYYY-MM-DD)",
+                 "date-time": "a date and time (YYYY-MM-DDTHH:MM:SS, with an offset or Z)"}
+
+
+def _has_format(text: str, form: str) -> bool:
+    """Whether ``text`` is of the spec's string ``format`` (checked as a person would type it)."""
+    import datetime
+    import re
+    from urllib.parse import urlsplit
+
+    if form == "email":
+        return re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s.]+", text) is not None
+    if form == "uri":
+        parts = urlsplit(text)
+        return bool(re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", parts.scheme or "-")) and bool(parts.netloc or parts.path)
+    try:
+        if form == "date":
+            datetime.date.fromisoformat(text)
+        else:
+            moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+            return moment.tzinfo is not None and "T" in text.upper()
+    except ValueError:
+        return False
+    return True
 
 
 class ElicitationRequestEvent(EventBase):
