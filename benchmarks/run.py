@@ -56,6 +56,7 @@ BENCHMARKS: dict[str, list[tuple[str, str]]] = {
         ("11a MCP stdio: 100 MB result", "<= 3× the time of 10 MB"),
         ("11b MCP stdio: 100 MB result, RSS", "< 300 MB"),
     ],
+    "bench_mcp_progress": [("11c MCP progress flood", "<= 2× the server's own time")],
     "bench_headless": [("12 one-turn headless run", "<= 2.5× import httpx, pydantic")],
     "bench_memory_updates": [("13 session memory updates' input", "<= 0.2× the main requests' input")],
     "bench_resume": [("14 --resume of 5,000 turns vs 50", "<= 14× the time of 50 turns (quick: 1,000, <= 4×)")],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 from app.kernel.describe import describe
 from test_mcp_servers import SERVERS, Session, server
@@ -94,3 +95,40 @@ def test_mcp_list_starts_each_server_once_and_says_what_it_offers_or_why_it_fail
     assert table[0].split()[:3] == ["server", "state", "transport"]
     assert any(line.startswith("docs ") and " ready " in line for line in table)
     assert any("its last stderr line: 'fatal: DEMO_TOKEN is not set'" in line for line in table)
+
+
+# ---------------------------------------------------------------- a flood of progress notifications
+
+from app.mcp.bounded_stdio import superseded_progress_dropped  # noqa: E402
+
+
+def _progress(token: object, step: int) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "method": "notifications/progress",
+                       "params": {"progressToken": token, "progress": step, "message": f"step {step}"}}).encode()
+
+
+def test_only_the_newest_of_a_run_of_progress_for_one_token_is_handed_on_and_nothing_else_is_dropped() -> None:
+    answer = json.dumps({"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text", "text": (
+        'a log: {"method": "notifications/progress", "params": {"progressToken": 1}}')}]}}).encode()
+    other = json.dumps({"jsonrpc": "2.0", "method": "notifications/message", "params": {"data": "hi"}}).encode()
+    lines: list[Any] = [_progress(1, 1), _progress(1, 2), _progress("b", 1), _progress(1, 3), answer,
+                        _progress(1, 4), other, _progress(1, 5), _progress(1, 6), {"jsonrpc": "2.0", "id": 8}]
+    kept = superseded_progress_dropped(lines)
+    assert kept == [_progress(1, 2), _progress("b", 1), _progress(1, 3), answer, _progress(1, 4), other,
+                    _progress(1, 6), {"jsonrpc": "2.0", "id": 8}]
+
+
+async def test_a_flood_of_progress_ends_complete_with_its_last_report(tmp_path: Path) -> None:
+    from app.mcp.client import McpConnection
+
+    config = server(sys.executable, str(SERVERS / "progress_flood.py"))
+    connection = McpConnection("flood", config, tmp_path, tmp_path / "session")
+    reports: list[float] = []
+    await connection.start()
+    try:
+        output = await connection.call_tool("flood", {"n": 20_000}, on_progress=lambda done, *_: reports.append(done))
+    finally:
+        await connection.aclose()
+    assert output.text.startswith("sent 20000 notifications")
+    assert reports[-1] == 20_000 and len(reports) < 20_000  # runs were folded, the newest kept
+    assert reports == sorted(reports)

@@ -292,6 +292,7 @@ async def read_lines(stdout: Any, deliver: Any, max_bytes: int, spill_dir: Path 
     message = _Message(max_bytes, spill_dir, budget, max_saved)
     async for chunk in stdout:
         start = 0
+        batch: list[bytes | dict[str, Any]] = []  # the chunk's whole lines, delivered together below
         while True:
             newline = chunk.find(b"\n", start)
             if newline < 0:
@@ -307,17 +308,48 @@ async def read_lines(stdout: Any, deliver: Any, max_bytes: int, spill_dir: Path 
             line = message.finish()
             if line is not None:
                 if line.strip():
-                    await deliver(line)
+                    batch.append(line)
             else:
                 answer = cut_answer(message)
                 if answer is not None:
-                    await deliver(answer)
+                    batch.append(answer)
                 else:
                     logger.warning("an MCP message of %d bytes was over the limit and had no id; dropped",
                                    message.size)
             message = _Message(max_bytes, spill_dir, budget, max_saved)
+        for kept in superseded_progress_dropped(batch):
+            await deliver(kept)
     message.finish()
     return None
+
+
+# A progress notification's token, read off the line's bytes: parsing each of a flood of them as JSON
+# cost more than the SDK's own work on the few that are kept.
+_PROGRESS_TOKEN = re.compile(rb'"progressToken"\s*:\s*("[^"\\]*"|-?\d+)')
+
+
+def _progress_token(line: bytes | dict[str, Any]) -> bytes | None:
+    """The token of a ``notifications/progress`` line, as its bytes (None for any other message).
+
+    A line with an ``"id"`` is a request or an answer, never taken for progress whatever its text
+    holds (an answer quoting MCP traffic keeps its quotes escaped). A server that writes its own
+    notifications in a stranger shape can at worst have one of its own messages dropped."""
+    if not isinstance(line, bytes) or b'"notifications/progress"' not in line or b'"id"' in line:
+        return None
+    found = _PROGRESS_TOKEN.search(line)
+    return found.group(1) if found is not None else None
+
+
+def superseded_progress_dropped(lines: list[bytes | dict[str, Any]]) -> list[bytes | dict[str, Any]]:
+    """``lines`` without each progress notification that the very next line supersedes (a newer one for
+    the same token): a server may send tens of thousands a second, and the SDK spends about a
+    millisecond on each, so a flood took 20 times the server's own time. Only the newest of a run
+    is kept; nothing else is dropped or reordered."""
+    if len(lines) < 2:
+        return lines
+    tokens = [_progress_token(line) for line in lines]
+    return [line for index, (line, token) in enumerate(zip(lines, tokens))
+            if token is None or index + 1 == len(lines) or tokens[index + 1] != token]
 
 
 @asynccontextmanager
