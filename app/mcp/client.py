@@ -17,7 +17,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Protocol, TypeVar, runtime_checkable
 
 from app import __version__
 from app.mcp.client_features import ClientRequests, SamplingRefused, configured_roots, folder_roots
@@ -104,6 +104,14 @@ async def _prompts_and_resources(client: Client) -> tuple[list[RemotePrompt], bo
     except Exception:  # noqa: BLE001 - a broken prompts/list costs the prompts, not the server
         return prompts[:MAX_PROMPTS], serves_resources
     return prompts[:MAX_PROMPTS], serves_resources
+
+
+@runtime_checkable
+class ScopeKeeper(Protocol):
+    """A session's OAuth (app.mcp.oauth) that keeps the scope a 403 asked for, so the next
+    ``tidegauge mcp login`` asks for it beside what was granted."""
+
+    def want_scope(self, scope: str) -> None: ...
 
 
 @dataclass
@@ -340,7 +348,9 @@ class McpConnection:
         asked): the tokens are forgotten first, and the new login asks for the scopes the server
         advertises. A session never opens a browser for the SDK's own step-up."""
         asked = f", scope {self._more_scope!r} asked for" if self._more_scope else ""
-        if self.authorization is not None:
+        if isinstance(self.authorization, ScopeKeeper) and self._more_scope:
+            how = (f"run `{login_command(self.name)}`: it asks for that scope beside the one you have")
+        elif self.authorization is not None:
             how = (f"log in again for it: `tidegauge mcp logout {self.name}`, then `{login_command(self.name)}`")
         else:
             how = (f"give the server a token with that scope with bearer_token_env_var or headers in "
@@ -474,6 +484,8 @@ class McpConnection:
                 self._unauthorized = f", {found.group(1)} expected" if found else ""
             if response.status_code == 403:
                 self._more_scope = _insufficient_scope(response)
+                if self._more_scope and isinstance(self.authorization, ScopeKeeper):
+                    self.authorization.want_scope(self._more_scope)  # the next `mcp login` asks for it
 
         from app.mcp.http_bounds import bound_response, identity_only
 
