@@ -53,9 +53,9 @@ RUNS_A_FILE = frozenset({"source", "."})
 RUNS_OTHERS = WRAPPERS | SHELLS | SCRIPT_ARGUMENTS | RUNS_A_FILE
 _FIND_RUNS = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 
-# A plain word whose value is its text: no glob (* ? [), brace, tilde, $, backslash, quote or
+# A plain word whose value is its text (a # inside it is not a comment): no glob (* ? [), brace, tilde, $, backslash, quote or
 # operator character, nothing outside printable ASCII.
-_LITERAL_WORD = re.compile(r"[A-Za-z0-9_\-./,:=+@%^]+")
+_LITERAL_WORD = re.compile(r"[A-Za-z0-9_\-./,:=+@%^][A-Za-z0-9_\-./,:=+@%^#]*")
 _FD_NUMBER = re.compile(r"[0-9]+")
 _TO_DEV_NULL = frozenset({">", ">>", "&>", "&>>", ">|", "<", ">&"})
 _FD_DUPLICATION = frozenset({">&", "<&"})
@@ -95,12 +95,12 @@ def _read_cached(command: str) -> CommandLine:
     if len(command) > MAX_COMMAND_CHARS:
         return CommandLine(None, (), f"longer than {MAX_COMMAND_CHARS // 1024} KiB")
     reader = _DenyReader()
-    reader.read(command, 0)
+    root = reader.read(command, 0)
     # bash removes a backslash-newline before it splits words (r\⏎m is rm); tree-sitter does not,
     # so the line is read both ways for deny rules
     if "\\\n" in command:
         reader.read(command.replace("\\\n", ""), 0)
-    simple = _simple_commands(command) if reader.unreadable is None else None
+    simple = _simple_commands(root, command) if root is not None and reader.unreadable is None else None
     return CommandLine(simple, tuple(reader.found), reader.unreadable)
 
 
@@ -118,10 +118,7 @@ def _parse(command: str) -> "Node | None":
 # ---------------------------------------------------------------- what a pattern rule may allow
 
 
-def _simple_commands(command: str) -> tuple[tuple[str, ...], ...] | None:
-    root = _parse(command)
-    if root is None:
-        return None
+def _simple_commands(root: "Node", command: str) -> tuple[tuple[str, ...], ...] | None:
     commands: list[tuple[str, ...]] = []
     if not _statement_list(root, commands):
         return None
@@ -254,28 +251,35 @@ class _DenyReader:
     def _cannot(self, why: str) -> None:
         self.unreadable = self.unreadable or why
 
-    def read(self, command: str, depth: int) -> None:
+    def read(self, command: str, depth: int) -> "Node | None":
+        """Collect the commands of ``command``; its tree, when it parses."""
         if depth > MAX_NESTING:
-            return self._cannot(f"nested deeper than {MAX_NESTING}")
+            self._cannot(f"nested deeper than {MAX_NESTING}")
+            return None
         if len(command) > MAX_COMMAND_CHARS:
-            return self._cannot(f"longer than {MAX_COMMAND_CHARS // 1024} KiB")
+            self._cannot(f"longer than {MAX_COMMAND_CHARS // 1024} KiB")
+            return None
         root = _parse(command)
         if root is None:
-            return self._cannot("bash would not read it as one whole command (an open quote?)")
+            self._cannot("bash would not read it as one whole command (an open quote?)")
+            return None
         stack: list[tuple[Node, int]] = [(root, depth)]
         while stack:
             node, level = stack.pop()
             if level > MAX_NESTING:
-                return self._cannot(f"nested deeper than {MAX_NESTING}")
+                self._cannot(f"nested deeper than {MAX_NESTING}")
+                return None
             if node.type == "command":
                 self._runs(_loose_words(node), level)
             elif node.type in ("declaration_command", "unset_command") and node.children:
                 self.found.append(((node.children[0].type, *(_loose(c) for c in node.named_children)), 0))
             elif node.type == "redirected_statement":
                 self._shell_input(node, level)
+            elif node.is_named and node.child_count == 0 and node.type not in _LITERAL_TEXT:
+                self._unparsed_substitutions(node, level)
             nested = level + (node.type in _NESTS)
             stack.extend((child, nested) for child in node.children)
-        return None
+        return root
 
     def _runs(self, words: Words, depth: int) -> None:
         """words[0] runs, and whatever it runs in turn: a wrapper's command (any later word that is
@@ -309,6 +313,21 @@ class _DenyReader:
                     if single is not None and not _LITERAL_WORD.fullmatch(single):
                         self._script(single, depth)
 
+    def _unparsed_substitutions(self, leaf: "Node", depth: int) -> None:
+        """A substitution the grammar left inside a token's text (backticks in a heredoc's body or
+        in ``${x:-…}``): bash runs it, so its commands are read too, or the line is unreadable."""
+        if leaf.type == "heredoc_body" and _quoted_heredoc(leaf):
+            return  # <<'EOF': the body is text
+        text = (leaf.text or b"").decode("utf-8", "surrogateescape")
+        if "$(" in text or "${" in text or "$[" in text:
+            self._cannot("a substitution the parser did not read")
+        if "`" in text:
+            pieces = text.split("`")
+            if len(pieces) % 2 == 0:
+                self._cannot("an unclosed backtick")
+            for inner in pieces[1::2]:
+                self._script(inner.replace("\\`", "`"), depth)
+
     def _script(self, script: str | None, depth: int) -> None:
         if script is None:
             self._cannot("a shell's script is not literal")
@@ -330,6 +349,16 @@ class _DenyReader:
                         self._script((part.text or b"").decode("utf-8", "surrogateescape"), depth)
             elif child.type == "herestring_redirect":
                 self._script(_loose(child.named_children[-1]) if child.named_children else None, depth)
+
+
+# Tokens whose text bash takes as it is (a comment is never run): no substitution hides in them.
+_LITERAL_TEXT = frozenset({"raw_string", "ansi_c_string", "comment", "heredoc_start", "heredoc_end"})
+
+
+def _quoted_heredoc(body: "Node") -> bool:
+    redirect = body.parent
+    starts = [c for c in redirect.children if c.type == "heredoc_start"] if redirect is not None else []
+    return any(any(q in (c.text or b"") for q in (b"'", b'"', b"\\")) for c in starts)
 
 
 _NESTS = frozenset({"command_substitution", "process_substitution", "subshell", "compound_statement",
