@@ -259,6 +259,9 @@ def test_deny_wins_over_yes_and_covers_tools_that_only_read(fake_llm, tmp_path):
     (work / "secret.txt").write_text("TOKEN\n")
     fake_llm.enqueue(
         openai_tool_calls([("run_bash", {"command": "ls && rm -f keep.txt"}, "c_rm"),
+                           # hidden from a scanner of our own by a quote in a comment, and by a wrapper
+                           ("run_bash", {"command": "ls #'\nrm -f keep.txt #'"}, "c_hidden"),
+                           ("run_bash", {"command": "env /bin/rm -f keep.txt"}, "c_wrapped"),
                            ("read_file", {"path": "secret.txt"}, "c_read"),
                            ("run_bash", {"command": "ls"}, "c_ls")]),
         openai_text("done"))
@@ -266,7 +269,8 @@ def test_deny_wins_over_yes_and_covers_tools_that_only_read(fake_llm, tmp_path):
     assert proc.returncode == 0, proc.stderr
     results = _results(events)
     assert (work / "keep.txt").read_text() == "precious\n"
-    assert results["c_rm"]["is_error"] and "deny run_bash(rm:*)" in results["c_rm"]["content"]
+    for call in ("c_rm", "c_hidden", "c_wrapped"):
+        assert results[call]["is_error"] and "deny run_bash(rm:*)" in results[call]["content"]
     assert results["c_read"]["is_error"] and "TOKEN" not in results["c_read"]["content"]
     assert not results["c_ls"]["is_error"] and "keep.txt" in results["c_ls"]["content"]  # --yes still runs the rest
 
