@@ -343,3 +343,13 @@ def test_the_findings_five_do_nothing_through_the_real_binary(fake_llm: Any, tmp
         assert results[call]["is_error"] and "does not allow tools that change things" in results[call]["content"]
     assert results["c4"]["is_error"] and "deny run_bash(rm:*)" in results["c4"]["content"]
     assert "refused" not in results["c_ok"]["content"]  # the allowed line ran
+
+
+@pytest.mark.parametrize("line", ["env " * 16_000 + "rm x", "eval " * 3_000 + "rm x", "ls " + "a " * 30_000 + "; rm x",
+                                  "trap " + '"a b" ' * 10_000 + "'rm x'"])
+def test_a_line_too_big_to_check_is_denied_and_never_allowed(rules, line):
+    """A hostile model pads a line so the checker would walk it for seconds: past a bound on the
+    nodes walked and the text parsed (scripts read again included), the line is unreadable."""
+    verdict = rules.decide("run_bash", {"command": line}, mutating=True)
+    assert verdict.effect == "deny" and verdict.rule is not None and "could not be checked" in verdict.rule.text
+    assert ALLOW_ONLY.decide("run_bash", {"command": line}, mutating=True).effect == "ask"

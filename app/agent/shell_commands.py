@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 # and matching every deny rule): a model's command cannot make the checker slow.
 MAX_COMMAND_CHARS = 64 * 1024
 MAX_NESTING = 16
+# Nodes of the tree read for one line, re-reads of bash -c and eval strings included (a typical
+# command has fewer than 100; walking 20,000 takes about half a second).
+MAX_NODES = 20_000
 
 Words = tuple[str | None, ...]  # a simple command's words; None: a value that cannot be read literally
 
@@ -90,7 +93,7 @@ def read_command_line(command: str) -> CommandLine:
     return _read_cached(command)
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=64)
 def _read_cached(command: str) -> CommandLine:
     if len(command) > MAX_COMMAND_CHARS:
         return CommandLine(None, (), f"longer than {MAX_COMMAND_CHARS // 1024} KiB")
@@ -247,6 +250,8 @@ class _DenyReader:
         # into the shared words, so a chain of wrappers costs no copies.
         self.found: list[tuple[Words, int]] = []
         self.unreadable: str | None = None
+        self.nodes_left = MAX_NODES  # also spent on each command found
+        self.chars_left = 2 * MAX_COMMAND_CHARS  # every text parsed: the line, its scripts read again
 
     def _cannot(self, why: str) -> None:
         self.unreadable = self.unreadable or why
@@ -256,8 +261,9 @@ class _DenyReader:
         if depth > MAX_NESTING:
             self._cannot(f"nested deeper than {MAX_NESTING}")
             return None
-        if len(command) > MAX_COMMAND_CHARS:
-            self._cannot(f"longer than {MAX_COMMAND_CHARS // 1024} KiB")
+        self.chars_left -= len(command)
+        if len(command) > MAX_COMMAND_CHARS or self.chars_left < 0:
+            self._cannot(f"longer than {MAX_COMMAND_CHARS // 1024} KiB, with the scripts it runs")
             return None
         root = _parse(command)
         if root is None:
@@ -266,6 +272,10 @@ class _DenyReader:
         stack: list[tuple[Node, int]] = [(root, depth)]
         while stack:
             node, level = stack.pop()
+            self.nodes_left -= 1
+            if self.nodes_left < 0:
+                self._cannot(f"more than {MAX_NODES:,} parts to check")
+                return None
             if level > MAX_NESTING:
                 self._cannot(f"nested deeper than {MAX_NESTING}")
                 return None
@@ -288,6 +298,10 @@ class _DenyReader:
         if not words:
             return
         words = (_command_name(words[0]), *words[1:])
+        self.nodes_left -= len(words)
+        if self.nodes_left < 0:
+            self._cannot(f"more than {MAX_NODES:,} parts to check")
+            return
         wrapped_from: int | None = None  # every later word that is not an option may run
         runs_at: set[int] = set()
         for index, word in enumerate(words):
@@ -295,6 +309,7 @@ class _DenyReader:
                 continue
             name = _command_name(word)
             self.found.append((words, index))
+            self.nodes_left -= 1
             if name in WRAPPERS and wrapped_from is None:
                 wrapped_from = index + 1
             elif name == "find":
