@@ -207,7 +207,8 @@ def test_a_shape_that_fooled_the_old_scanner_is_never_allowed(rules, oracle, lin
                                   "if true; then rm x; fi", "for f in a; do rm $f; done", "! rm x",
                                   "case a in a) rm x;; esac", "while rm x; do :; done", "time rm x",
                                   "coproc rm x", "[[ $(rm x) ]]", "echo $((1 + $(rm x)))",
-                                  "cat <<EOF\n`rm x`\nEOF", "echo ${x:-`rm x`}", "echo \"a `rm x` b\""])
+                                  "cat <<EOF\n`rm x`\nEOF", "echo ${x:-`rm x`}", "echo \"a `rm x` b\"",
+                                  "shopt -s expand_aliases; alias ls='rm -rf'\nls", "hash -p /bin/rm ls; ls x"])
 def test_a_denied_command_is_found_wherever_bash_would_run_it(rules, line):
     """Lines not run (they would reach the real /bin or need what the stubs lack)."""
     assert rules.decide("run_bash", {"command": line}, mutating=True).effect == "deny", line

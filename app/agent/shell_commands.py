@@ -46,7 +46,9 @@ Words = tuple[str | None, ...]  # a simple command's words; None: a value that c
 # a deny rule looks at what they run (every later word that is not an option may start it).
 WRAPPERS = frozenset({"env", "command", "builtin", "exec", "sudo", "doas", "xargs", "nice", "ionice", "timeout",
                       "nohup", "time", "coproc", "setsid", "stdbuf", "chroot", "unshare", "nsenter", "chrt",
-                      "taskset", "flock", "runuser", "busybox", "strace", "ltrace", "caffeinate", "firejail"})
+                      "taskset", "flock", "runuser", "busybox", "strace", "ltrace", "caffeinate", "firejail",
+                      # hash -p /bin/rm ls: what a later "ls" runs
+                      "hash"})
 # Shells: ``-c`` takes a script; without it they run a file or their input.
 SHELLS = frozenset({"bash", "sh", "zsh", "dash", "ksh", "mksh", "ash", "fish", "csh", "tcsh", "su"})
 # Builtins whose arguments are a script (eval's joined, trap's action, watch's via sh -c).
@@ -318,6 +320,10 @@ class _DenyReader:
                 script = _shell_script(words[index + 1:])
                 if script is not _NO_SCRIPT:
                     self._script(script, depth)
+            elif name == "alias":  # alias ls='rm -rf': what a later "ls" runs, once aliases expand
+                for value in words[index + 1:]:
+                    if value is None or "=" in value:
+                        self._script(value.split("=", 1)[1] if value is not None else None, depth)
             elif name in SCRIPT_ARGUMENTS:
                 tail = [w for w in words[index + 1:] if not _is_option(w)]
                 if any(w is None for w in tail):
