@@ -354,3 +354,19 @@ def test_a_line_too_big_to_check_is_denied_and_never_allowed(rules, line):
     verdict = rules.decide("run_bash", {"command": line}, mutating=True)
     assert verdict.effect == "deny" and verdict.rule is not None and "could not be checked" in verdict.rule.text
     assert ALLOW_ONLY.decide("run_bash", {"command": line}, mutating=True).effect == "ask"
+
+
+@hypothesis_settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(line=command_line())
+def test_what_the_dialog_offers_allows_the_line_and_nothing_it_cannot(line):
+    """Property: an "always" the dialog offers (this exact command, commands starting with its
+    first words) allows that very line next time; a line no pattern could allow is offered as
+    the whole tool only."""
+    offered = ALLOW_ONLY.choices("run_bash", {"command": line})
+    for kind in ("exact", "prefix"):
+        if kind in offered:
+            fresh = _rules()
+            fresh.allow(offered[kind], save=False)
+            assert fresh.decide("run_bash", {"command": line}, mutating=True).effect == "allow", (line, offered)
+    if ALLOW_ONLY.decide("run_bash", {"command": line}, mutating=True).effect != "allow" and "exact" not in offered:
+        assert offered == {"tool": ["run_bash"]}, (line, offered)
