@@ -241,7 +241,9 @@ def test_a_prefix_rule_on_a_wrapper_does_not_allow_what_it_wraps(tmp_path):
 # ---------------------------------------------------------------- the property
 
 
-# Mostly what the allow rules allow, so that the hostile pieces sit among allowed commands.
+# Mostly what the allow rules allow, so that the hostile pieces sit among allowed commands. An
+# absolute path names the stubs' folder only ({stub}): nothing generated reaches the real /bin,
+# and every command that runs shows in the log (/bin/rm itself is checked without running it).
 SAFE = ["status", "-la", "--short", "a", "1", "hi", "'a b'", '"x y"', "--x=1", "/dev/null", "-f"]
 ODD_WORDS = ["rm", "touch", "X", "victim", "'rm'", '"rm"', "\\rm", "$'rm'", "$'\\''", "'#'", "\"it's\"", "$X", "*", "~",
              "\"$(touch X)\"", "r\\\nm", "{stub}/rm", "{stub}/ls", "'\"'", "a#b", "#'", "$'a\\nb'", "`touch X`",
@@ -249,7 +251,7 @@ ODD_WORDS = ["rm", "touch", "X", "victim", "'rm'", '"rm"', "\\rm", "$'rm'", "$'\
 REDIRECTS = [">/dev/null", "2>&1", "2>/dev/null", ">&1NAME", "> X", ">> X", "2>X", "&>/dev/null", "<<< 'a'",
              "< /dev/null", ">& 2", "1>&2X", ">&-", "{fd}>&1"]
 HEADS = ["git status", "git status", "ls", "ls", "echo", "echo", "rm -f victim", "touch X", "cat", "git",
-         "'git' status", "/bin/ls", "{stub}/touch X"]
+         "'git' status", "{stub}/ls", "{stub}/touch X"]
 WRAPPERS = ["env ", "env A=1 ", "command ", "builtin ", "exec ", "sudo ", "xargs ", "nice ", "nice -n 5 ",
             "timeout 1 ", "nohup ", "VAR=x ", "eval ", "time ", "! "]
 JOINS = ["; ", ";", " && ", " || ", " | ", "\n", " & ", " |& ", " && \n", ";\n"]

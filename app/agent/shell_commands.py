@@ -18,7 +18,8 @@ a prefix rule allow whatever bash then runs. Two readings come out of one parse:
   ``'rm'`` are ``rm``). A word whose value cannot be read (``$X``, a glob) is None, and a deny
   rule matches it; a line that does not parse sets ``unreadable`` and matches every deny rule.
 
-The parser (and its import, ~30 ms) is loaded on the first command checked, not at start.
+The parser (its import takes tens of milliseconds) is loaded on the first command checked, not at
+start: a headless run that checks no command never pays for it.
 """
 
 from __future__ import annotations
