@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 MAX_COMMAND_CHARS = 64 * 1024
 MAX_NESTING = 16
 # Nodes of the tree read for one line, re-reads of bash -c and eval strings included (a typical
-# command has fewer than 100; walking 20,000 takes about half a second).
+# command has fewer than 100; walking 20,000 takes well under a second).
 MAX_NODES = 20_000
 
 Words = tuple[str | None, ...]  # a simple command's words; None: a value that cannot be read literally
@@ -59,14 +59,13 @@ RUNS_A_FILE = frozenset({"source", "."})
 RUNS_OTHERS = WRAPPERS | SHELLS | SCRIPT_ARGUMENTS | RUNS_A_FILE
 _FIND_RUNS = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 
-# A plain word whose value is its text (a # inside it is not a comment): no glob (* ? [), brace, tilde, $, backslash, quote or
-# operator character, nothing outside printable ASCII.
+# A plain word whose value is its text (a # inside a word is not a comment): no glob (* ? [),
+# brace, tilde, $, backslash, quote or operator character, nothing outside printable ASCII.
 _LITERAL_WORD = re.compile(r"[A-Za-z0-9_\-./,:=+@%^][A-Za-z0-9_\-./,:=+@%^#]*")
 _FD_NUMBER = re.compile(r"[0-9]+")
 _TO_DEV_NULL = frozenset({">", ">>", "&>", "&>>", ">|", "<", ">&"})
 _FD_DUPLICATION = frozenset({">&", "<&"})
 _JOINS = {"program": frozenset({";"}), "list": frozenset({"&&", "||"}), "pipeline": frozenset({"|"})}
-_STATEMENTS = frozenset({"command", "list", "pipeline", "redirected_statement"})
 # What is between two tokens bash splits on: spaces, tabs, newlines (a backslash-newline is
 # not: bash joins the words around it, tree-sitter does not).
 _GAP = re.compile(rb"[ \t\n]*")
@@ -114,7 +113,7 @@ def _parse(command: str) -> "Node | None":
     try:
         source = command.encode("utf-8")
     except UnicodeEncodeError:
-        return None  # a lone surrogate: bash never gets such a line from us either
+        return None  # a lone surrogate: no such line can be passed to bash
     if b"\0" in source:
         return None
     tree = _parser().parse(source)
