@@ -126,8 +126,9 @@ class _Loader:
 
     def expand(self, path: Path, depth: int, stack: tuple[Path, ...], *, user_level: bool,
                importer: Path) -> str:
-        """The text of ``path`` with its imports inlined after the line naming them."""
-        text = self.policy.read(path, importer)
+        """The text of ``path`` with its imports inlined after the line naming them. An import
+        (``depth`` > 0) holding something shaped like a credential waits for approval."""
+        text = self.policy.read(path, importer, scan=depth > 0)
         if text is None:
             return ""
         text = _cap(text, self.max_file_chars, f"file {path}")
