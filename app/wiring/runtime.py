@@ -280,6 +280,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         engine=engine,
         tool_context=tool_context,
         options=AgentOptions(max_steps=settings.max_steps, max_tokens=settings.max_tokens,
+                             max_tool_calls_per_turn=settings.max_tool_calls_per_turn,
                              auto_approve=settings.yes, max_retries=settings.max_retries),
         price=engine.price,
         session_id=session.id,
