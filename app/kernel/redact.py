@@ -41,7 +41,6 @@ _extra_env_vars: set[str] = set()
 
 # Between two characters of a secret (or of an encoded form), a copy folded over lines.
 _FOLD = r"\s*"
-_URLSAFE = str.maketrans("+/", "-_")
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 
 
@@ -59,17 +58,38 @@ def _base64_cores(data: bytes) -> set[str]:
     return cores
 
 
-def _forms(secret: str) -> set[str]:
+# A form is a sequence of positions, each the characters that may stand there: hex and
+# percent-escapes in either case, base64 with its standard or URL-safe alphabet. One regex
+# branch per form, not one per spelling, keeps the pass within its time.
+_Form = tuple[str, ...]
+
+
+def _either_case(text: str) -> _Form:
+    return tuple("".join(sorted({c.lower(), c.upper()})) for c in text)
+
+
+def _percent(byte: int) -> _Form:
+    return ("%", *_either_case(f"{byte:02x}"))
+
+
+def _forms(secret: str) -> set[_Form]:
     """``secret`` and the encodings of it that a tool output or a reply may carry."""
     data = secret.encode("utf-8")
-    forms = {secret, data.hex(), data.hex().upper(),
-             "".join(f"%{byte:02x}" for byte in data), "".join(f"%{byte:02X}" for byte in data),
-             # URL-encoded as quote() does it: only the reserved characters escaped
-             "".join(c if c in _UNRESERVED else "".join(f"%{b:02X}" for b in c.encode()) for c in secret)}
+    forms: set[_Form] = {
+        tuple(secret),
+        _either_case(data.hex()),
+        tuple(p for byte in data for p in _percent(byte)),
+        # URL-encoded as quote() does it: only the reserved characters escaped
+        tuple(p for c in secret for p in ((c,) if c in _UNRESERVED else
+                                         tuple(q for byte in c.encode() for q in _percent(byte)))),
+    }
     for core in _base64_cores(data):
-        forms.add(core)
-        forms.add(core.translate(_URLSAFE))
+        forms.add(tuple({"+": "+-", "/": "/_"}.get(c, c) for c in core))
     return {form for form in forms if len(form) >= MIN_SECRET_LENGTH}
+
+
+def _position(chars: str) -> str:
+    return re.escape(chars) if len(chars) == 1 else "[" + "".join(re.escape(c) for c in chars) + "]"
 
 
 def _rebuild() -> None:
@@ -78,9 +98,15 @@ def _rebuild() -> None:
         _pattern = None
         return
     forms = {form for secret in _secrets for form in _forms(secret)}
-    # Longest first so a secret that contains another is replaced whole.
-    ordered = sorted(forms, key=lambda s: (-len(s), s))
-    _pattern = re.compile("|".join(_FOLD.join(re.escape(c) for c in form) for form in ordered))
+    # Longest first so a secret that contains another is replaced whole; grouped by their
+    # first character, so a position that starts no form costs one test, not one per form.
+    by_first: dict[str, list[_Form]] = {}
+    for form in sorted(forms, key=lambda form: (-len(form), form)):
+        by_first.setdefault(form[0], []).append(form)
+    _pattern = re.compile("|".join(
+        _position(first) + _FOLD + "(?:" + "|".join(_FOLD.join(_position(chars) for chars in form[1:])
+                                                     for form in group) + ")"
+        for first, group in by_first.items()))
 
 
 def register_secret(value: str | None) -> bool:
