@@ -168,6 +168,27 @@ def redact(text: str) -> str:
     return pattern.sub(REDACTED, text)
 
 
+# Streams are written in pieces; this many characters are held back at the end of each, more
+# than any copy of a key (its percent-encoded form of a 1,000-character key, folded, included).
+STREAM_HOLD_BACK = 4096
+
+
+def safe_cut(text: str, cut: int) -> int:
+    """Where to cut ``text`` at or before ``cut`` so that no copy of a secret lies across it:
+    ``redact`` of each side then replaces every copy whole (a key folded over lines has no
+    whitespace to cut at safely). Assumes a copy is shorter than ``STREAM_HOLD_BACK``."""
+    _refresh_from_env()
+    pattern = _pattern
+    if pattern is None:
+        return cut
+    for match in pattern.finditer(text, max(0, cut - STREAM_HOLD_BACK), min(len(text), cut + STREAM_HOLD_BACK)):
+        if match.start() < cut < match.end():
+            return match.start()
+        if match.start() >= cut:
+            break
+    return cut
+
+
 def holds_secret(text: str) -> bool:
     """Does ``text`` contain a registered secret? (A search: no redacted copy is built.)"""
     _refresh_from_env()
