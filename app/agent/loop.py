@@ -26,6 +26,7 @@ from app.kernel.events import (
     PromptCacheOffEvent,
     ResultEvent,
     RetryEvent,
+    ToolCallsCappedEvent,
     StateEvent,
     TextDeltaEvent,
     ThinkingDeltaEvent,
@@ -86,6 +87,12 @@ def retry_delay(attempt: int, retry_after: float | None, base: float, cap: float
     return (rng or random).uniform(ceiling / 2, ceiling)
 
 
+def over_cap_result(cap: int) -> str:
+    """The result of a call past the per-turn cap: it never ran."""
+    return (f"Not run: over the per-turn cap of {cap} tool calls in one reply (max_tool_calls_per_turn). "
+            "Nothing was done for this call; ask for fewer calls at a time.")
+
+
 def summarize_args(name: str, args: dict[str, object]) -> str:
     """One short line for the UI: the argument that says most."""
     bad = args.get(BAD_ARGUMENTS_KEY)
@@ -113,6 +120,7 @@ def not_offered_result(name: str, offered: frozenset[str]) -> str:
 class AgentOptions:
     max_steps: int = 50
     max_tokens: int = 16_000
+    max_tool_calls_per_turn: int = 64
     auto_approve: bool = False  # --yes
     max_retries: int = 4
     retry_base_delay: float = 1.0
@@ -260,10 +268,16 @@ class Agent:
         results: list[ToolResultBlock] = []
         self._pending_uses = uses
         self._pending_results = results
-        for index, use in enumerate(uses, start=1):
+        # A reply of thousands of calls (text a model read can ask for that) runs the first few;
+        # every other call still gets its result, so the history stays a valid request.
+        cap = self.options.max_tool_calls_per_turn
+        to_run, over = uses[:cap], uses[cap:]
+        if over:
+            self.emit(ToolCallsCappedEvent(asked=len(uses), ran=len(to_run)))
+        for index, use in enumerate(to_run, start=1):
             self._running_tool = use.name
             self._awaiting_approval = False
-            self._state("tool", tool_name=use.name, tool_index=index, tool_count=len(uses))
+            self._state("tool", tool_name=use.name, tool_index=index, tool_count=len(to_run))
             self.emit(ToolStartEvent(id=use.id, name=use.name, input=use.input,
                                      summary=summarize_args(use.name, use.input)))
             # a call cut at the output limit is never run; the model is told to retry smaller
@@ -290,6 +304,7 @@ class Agent:
                 duration_ms=(time.perf_counter() - started) * 1000, content=block.content,
                 refused=refusal is not None and not use.cut_at_output_limit))
         self._running_tool = None
+        results += [ToolResultBlock(tool_use_id=use.id, content=over_cap_result(cap), is_error=True) for use in over]
         self.engine.append(Message(role="user", content=list(results)))
         self._pending_uses = []
         self._pending_results = []

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 from app.agent.shell_commands import RUNS_OTHERS, may_name, pattern_words, quote_words, read_command_line
-from app.kernel.private_files import write_private_atomic
+from app.kernel.private_files import read_private, refusal, write_private_atomic
 from app.kernel.describe import source_words as source_words  # re-exported: the loop names a rule's source too
 
 Effect = Literal["allow", "ask", "deny"]
@@ -345,6 +345,8 @@ class SavedRules:
 
     data_dir: Path
     project: Path
+    # Why the file was not read (a symlink planted there...), one line; None when it was or is missing.
+    refused: str | None = None
 
     @property
     def path(self) -> Path:
@@ -352,11 +354,13 @@ class SavedRules:
 
     def _read(self) -> dict[str, list[str]]:
         try:
-            with open(self.path, "rb") as handle:
-                raw = handle.read(MAX_SETTINGS_BYTES + 1)
+            raw = read_private(self.path, MAX_SETTINGS_BYTES + 1)  # never through a symlink
             data = json.loads(raw) if len(raw) <= MAX_SETTINGS_BYTES else {}
-        except (OSError, ValueError):
-            return {}  # missing or damaged: nothing is allowed by it, the safe side
+        except OSError as error:
+            self.refused = refusal(self.path, error)
+            return {}  # missing or refused: nothing is allowed by it, the safe side
+        except ValueError:
+            return {}  # damaged: the same
         if not isinstance(data, dict):
             return {}
         return {k: [r for r in v if isinstance(r, str)] for k, v in data.items() if isinstance(v, list)}
@@ -433,4 +437,6 @@ def load_permissions(*, workspace: Path, project: Path, config_rules: Mapping[st
                 rules.append(parse_rule(text, "allow", "saved"))
             except RuleError as error:
                 warnings.append(f"{saved.path}: {error}; not applied")
+        if saved.refused is not None:
+            warnings.append(f"{saved.refused}; the rules you saved are not applied")
     return Permissions(workspace=workspace, rules=rules, saved=saved, warnings=warnings)

@@ -54,7 +54,7 @@ from app.kernel.events import (
     UsageEvent,
 )
 from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolSpec
-from app.kernel.private_files import open_private
+from app.kernel.private_files import open_private, open_private_read
 from app.kernel.usage import Usage
 from app.providers.base import Completed, ContextTooLongError, ModelRequest, Provider, ProviderError
 
@@ -600,8 +600,8 @@ class ContextEngine:
 
     def _saved_output(self, cleared: ClearedResult) -> str:
         try:
-            with open(cleared.saved_path, encoding="utf-8", errors="replace", newline="") as f:
-                return f.read()
+            with open_private_read(cleared.saved_path) as f:  # never through a symlink planted there
+                return f.read().decode("utf-8", errors="replace")
         except OSError as err:
             raise RestoreError(f"cannot read the saved output {cleared.saved_path}: "
                                f"{err.strerror or err}") from None

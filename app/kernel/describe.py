@@ -406,6 +406,11 @@ def tool_progress_text(e: "ev.ToolProgressEvent") -> str:
     return f"{done}: {e.message}" if e.message else done
 
 
+def _tool_calls_capped(e: "ev.ToolCallsCappedEvent") -> Line:
+    return Line("warning", f"the model asked for {e.asked:,} tool calls in one reply: the first {e.ran:,} ran, "
+                           f"{e.asked - e.ran:,} were answered \"not run\" (max_tool_calls_per_turn = {e.ran:,})")
+
+
 def _tool_user_content(e: "ev.ToolUserContentEvent") -> Line:
     return Line("info", f"tool output for you (not sent to the model): {e.text}")
 
@@ -543,6 +548,7 @@ DESCRIBERS: dict[str, Callable[[Any], Line | None]] = {
     "user_message": _silent,
     "tool_start": _silent,
     "tool_result": _silent,
+    "tool_calls_capped": _tool_calls_capped,
     "tool_progress": _silent,  # drawn on the tool's own line (tool_progress_text)
     "tool_user_content": _tool_user_content,
     "usage": _silent,

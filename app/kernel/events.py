@@ -96,6 +96,15 @@ class ToolResultEvent(EventBase):
     refused: bool = Field(default=False, exclude_if=lambda value: not value)
 
 
+class ToolCallsCappedEvent(EventBase):
+    """The model asked for more tool calls in one reply than ``max_tool_calls_per_turn``: the first
+    ``ran`` run, the others are answered "not run" without being shown one by one."""
+
+    type: Literal["tool_calls_capped"] = "tool_calls_capped"
+    asked: int
+    ran: int
+
+
 class ToolProgressEvent(EventBase):
     """A running tool said how far it got (an MCP server's progress notification)."""
 
@@ -819,7 +828,7 @@ class McpAttachmentEvent(EventBase):
 Event = Annotated[
     Union[
         TextDeltaEvent, ThinkingDeltaEvent, AssistantMessageEvent, UserMessageEvent,
-        ToolStartEvent, ToolResultEvent, ToolProgressEvent, ToolUserContentEvent, UsageEvent, ContextEvent, CompactionEvent,
+        ToolStartEvent, ToolResultEvent, ToolCallsCappedEvent, ToolProgressEvent, ToolUserContentEvent, UsageEvent, ContextEvent, CompactionEvent,
         MicroCompactionEvent, ResetEvent, WarningCrossedEvent, ResultCutEvent, BreakerEvent, RetryEvent,
         StateEvent, NoticeEvent, ErrorEvent, ResultEvent,
         SessionInfoEvent, ChartPointEvent, CommandQueuedEvent, ApprovalRequestEvent, ApprovalResolvedEvent,

@@ -15,6 +15,7 @@ so both use it without importing each other.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -95,12 +96,18 @@ def write_private_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def read_private(path: Path, max_bytes: int) -> bytes:
-    """At most ``max_bytes`` of a regular file, never through a symlink (OSError otherwise)."""
+def read_private(path: Path, max_bytes: int, *, ours: bool = False) -> bytes:
+    """At most ``max_bytes`` of a regular file, never through a symlink (OSError otherwise).
+    ``ours``: only a file this user owns that no one else may write or read (0600, as we
+    write them); a file another user made, or one left group- or world-writable, is refused."""
     fd = os.open(path, os.O_RDONLY | _SAFE_FLAGS)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path}: not a regular file")
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        if ours and (info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077):
+            raise OSError(errno.EPERM, f"not tidegauge's own file (owner {info.st_uid}, "
+                                       f"mode {stat.S_IMODE(info.st_mode):04o}; ours are 0600)", str(path))
         os.set_blocking(fd, True)
         chunks: list[bytes] = []
         left = max_bytes
@@ -115,14 +122,46 @@ def read_private(path: Path, max_bytes: int) -> bytes:
         os.close(fd)
 
 
-def read_kept_json(path: Path, max_bytes: int) -> dict[str, Any]:
+def open_private_read(path: Path | str) -> IO[bytes]:
+    """``path`` opened for reading (a transcript read line by line), never through a symlink,
+    only a regular file (OSError otherwise)."""
+    fd = os.open(path, os.O_RDONLY | _SAFE_FLAGS)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def refusal(path: Path, error: OSError) -> str | None:
+    """The one line saying why a file under the data directory was not read, or None when it is
+    simply not there (a first run): a planted symlink, a FIFO or an unreadable file is said."""
+    if isinstance(error, FileNotFoundError):
+        return None
+    if error.errno == errno.ELOOP:
+        return f"{path} is a symlink: not followed, not read (remove it; tidegauge writes a file there)"
+    reason = error.strerror or str(error)
+    return f"{path} not read: {reason}"
+
+
+def read_kept_json(path: Path, max_bytes: int, *, ours: bool = False,
+                   refused: list[str] | None = None) -> dict[str, Any]:
     """A small JSON object tidegauge keeps between runs (a cache), by the rules above; ``{}`` when
     it is missing, bigger than ``max_bytes``, not JSON or not an object: the caller starts afresh.
-    Only the shape is checked here; what each field may hold is the caller's to check."""
+    Only the shape is checked here; what each field may hold is the caller's to check.
+    ``ours`` as for ``read_private``; ``refused`` gets the line saying why a file there was not read."""
     try:
-        raw = read_private(path, max_bytes + 1)
+        raw = read_private(path, max_bytes + 1, ours=ours)
         kept = json.loads(raw) if len(raw) <= max_bytes else {}
-    except (OSError, ValueError):
+    except OSError as error:
+        line = refusal(path, error)
+        if line is not None and refused is not None:
+            refused.append(line)
+        return {}
+    except ValueError:
         return {}
     return kept if isinstance(kept, dict) else {}
 

@@ -34,7 +34,7 @@ from app.context.user_words import is_legacy_summary
 from app.context.validate import history_problems
 from app.kernel.markers import INTERRUPTED_RESULT  # one text for a call that never finished
 from app.kernel.messages import ContentBlock, Message, OpaqueBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
-from app.kernel.private_files import make_private_dir, open_private_fd
+from app.kernel.private_files import make_private_dir, open_private_fd, open_private_read, refusal
 from app.kernel.redact import redact_obj
 
 # Reasons the engine replaces the live history. The field is a plain str so
@@ -176,7 +176,7 @@ def encode_line(line: BaseModel) -> bytes:
 
 def _ends_with_newline(path: Path) -> bool:
     try:
-        with open(path, "rb") as f:
+        with open_private_read(path) as f:
             f.seek(0, os.SEEK_END)
             if f.tell() == 0:
                 return True
@@ -205,11 +205,11 @@ def read_transcript(path: Path | str) -> TranscriptReadResult:
     result = TranscriptReadResult()
     path = Path(path)
     try:
-        f = open(path, "rb")
+        f = open_private_read(path)  # never through a symlink planted in its place
     except FileNotFoundError:
         return result
     except OSError as err:
-        result.warnings.append(f"transcript {path}: cannot read ({err.strerror or err})")
+        result.warnings.append(f"transcript {refusal(path, err)}")
         return result
     number = 0
     try:

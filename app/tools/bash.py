@@ -26,7 +26,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from app.kernel.redact import redact
+from app.kernel.redact import STREAM_HOLD_BACK, redact, safe_cut
 from app.system import proctree
 from app.tools.base import DEFAULT_MAX_SAVED_OUTPUT, ArgsTool, ToolArgs, ToolContext, ToolInputError, ToolOutput
 from app.context.truncation import join_head_tail
@@ -87,12 +87,10 @@ def _visible(text: str) -> str:
 class _RedactingWriter:
     """Streams text to a file with secrets redacted, also when a key is split across chunks.
 
-    Text goes out up to its last whitespace (keys contain none), so a key cut
-    between two reads is redacted whole once its end has arrived.
+    The last ``STREAM_HOLD_BACK`` characters wait for the next chunk, and the cut before them
+    is moved before any copy of a key lying across it (``safe_cut``): a key, or its base64
+    folded over lines, cut between two reads is redacted whole once its end has arrived.
     """
-
-    _LONG_LINE = 1024 * 1024
-    _KEY_WINDOW = 4096
 
     def __init__(self, path: Path, max_bytes: int = DEFAULT_MAX_SAVED_OUTPUT) -> None:
         self.file = CappedFile(open_private(path), max_bytes)
@@ -100,13 +98,11 @@ class _RedactingWriter:
 
     def write(self, text: str) -> None:
         pending = self.pending + text
-        cut = max(pending.rfind("\n"), pending.rfind(" "), pending.rfind("\t")) + 1
-        if cut == 0 and len(pending) > self._LONG_LINE:
-            # One endless line: cut where no key lies across the cut.
-            cut = len(pending) - self._KEY_WINDOW
-            around = pending[cut - self._KEY_WINDOW :]
-            if redact(around) != around and len(pending) < 4 * self._LONG_LINE:
-                cut = 0
+        cut = len(pending) - STREAM_HOLD_BACK
+        if cut <= 0:
+            self.pending = pending
+            return
+        cut = safe_cut(pending, cut)
         if cut:
             self.file.write(redact(pending[:cut]).encode("utf-8", "surrogateescape"))
         self.pending = pending[cut:]

@@ -128,6 +128,8 @@ class Settings(BaseSettings):
     api_key_env: str | None = None
     max_output: int = Field(40_000, ge=0)  # 0 disables truncation
     max_steps: int = Field(50, ge=1)
+    # tool calls run from one model reply; the rest are answered "not run"
+    max_tool_calls_per_turn: int = Field(64, ge=1)
     budget: int = Field(150_000, ge=0)  # 0 = no budget cap
     window: int | None = Field(None, ge=1000)
     compact_max_output: int = Field(8_000, ge=1)

@@ -66,6 +66,8 @@ class MemorySource:
 
     settings: Settings
     workspace: Path
+    # Why the remembered answers were not read (a symlink planted at their file), one line.
+    refused: str | None = None
 
     @property
     def project(self) -> Path:
@@ -80,7 +82,9 @@ class MemorySource:
         return [self.project / Path(entry).expanduser() for entry in self.settings.memory_allowed_imports]
 
     def load(self) -> MemoryBundle:
-        approved, declined = self.approvals.decisions()
+        approvals = self.approvals
+        approved, declined = approvals.decisions()
+        self.refused = approvals.refused
         policy = ImportPolicy.for_workspace(self.workspace, self.settings.config_dir,
                                             data_dir=self.settings.data_dir_path,
                                             allowed=[*self.allowed_by_config(), *approved], declined=declined)
@@ -196,7 +200,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
     for extra in setup.tools:
         registry.register(extra.tool, max_output=extra.max_output)
     remember_lookups_in(settings.data_dir_path / "catalogue-lookups.json")
-    remember_pieces_in(settings.data_dir_path / "token-pieces.json")
+    pieces_dropped = remember_pieces_in(settings.data_dir_path / "token-pieces.json")
     window = settings.window
     if window is None:
         window = setup.default_window or context_window_for(provider.model)
@@ -229,6 +233,10 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
     assert rules is not None  # load_memory read them with the memory files, under the same policy
     engine.use_rules(rules, workspace)
     warnings += [("rules", f"{problem}; that rule is not loaded") for problem in rules.problems]
+    if pieces_dropped is not None:
+        warnings.append(("token pieces", pieces_dropped))
+    if memory_source.refused is not None:
+        warnings.append(("memory imports", f"{memory_source.refused}; imports you answered about are asked again"))
     if (exposed := exposed_keys_warning(settings)) is not None:
         warnings.append(("api_keys", exposed))
     # A model the price catalogue does not know: what was assumed, once, with the setting that changes it.
@@ -275,6 +283,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         engine=engine,
         tool_context=tool_context,
         options=AgentOptions(max_steps=settings.max_steps, max_tokens=settings.max_tokens,
+                             max_tool_calls_per_turn=settings.max_tool_calls_per_turn,
                              auto_approve=settings.yes, max_retries=settings.max_retries),
         price=engine.price,
         session_id=session.id,
