@@ -38,8 +38,36 @@ _MEMORY_HEAD = f"{SUMMARY_INTRO}\n\n{MEMORY_INTRO}"
 _FACTS_HEAD = f"{CHECKED_FACTS_HEADER}\n{CHECKED_FACTS_NOTE}"
 
 
+class PartsMemo:
+    """The parts of each message, made once: a request re-sends the whole history, and counting
+    a 1M-token history again for every request would cost what the request store saves. Keyed
+    by the message object (messages are never changed in place: a change is a new message);
+    the entries of messages no longer sent are dropped at each request."""
+
+    def __init__(self) -> None:
+        self._by_message: dict[int, tuple[Message, list[RequestPart]]] = {}
+        self._names: dict[str, str] = {}  # tool call id -> tool name, for the results' origins
+
+    def parts_of(self, messages: Sequence[Message]) -> list[RequestPart]:
+        kept: dict[int, tuple[Message, list[RequestPart]]] = {}
+        out: list[RequestPart] = []
+        for message in messages:
+            hit = self._by_message.get(id(message))
+            if hit is not None and hit[0] is message:
+                parts = hit[1]
+            else:
+                if message.role == "assistant":
+                    self._names.update((u.id, u.name) for u in message.tool_uses)
+                parts = _message_parts(message, self._names)
+            kept[id(message)] = (message, parts)
+            out.extend(parts)
+        self._by_message = kept
+        return out
+
+
 def request_parts(system_prompt: str, memory_text: str, tools: Sequence[ToolSpec], messages: Sequence[Message],
-                  tool_owner: Callable[[str], str | None] | None = None) -> list[RequestPart]:
+                  tool_owner: Callable[[str], str | None] | None = None,
+                  memo: PartsMemo | None = None) -> list[RequestPart]:
     """The parts of one request, in the order they are sent (system, memory, tools, messages)."""
     parts = [RequestPart("system", "system", "tidegauge", system_prompt, count_tokens(system_prompt), "system")]
     if memory_text:
@@ -52,16 +80,18 @@ def request_parts(system_prompt: str, memory_text: str, tools: Sequence[ToolSpec
             origin = f"MCP server {owner}" if owner else "built-in"
         text = f"{spec.name}: {spec.description}\n{json.dumps(spec.input_schema, ensure_ascii=False)}"
         parts.append(RequestPart("tool", "tools", origin, text, estimate_tool(spec), f"tool:{spec.name}"))
-    names = {u.id: u.name for m in messages if m.role == "assistant" for u in m.tool_uses}
-    for message in messages:
-        summary_message = any(isinstance(b, TextBlock) and b.in_summary for b in message.content)
-        first = len(parts)
-        for block in message.content:
-            parts.extend(_block_parts(block, message.role, summary_message, names))
-        if len(parts) > first:  # the message's own overhead goes with its first part
-            head = parts[first]
-            parts[first] = RequestPart(head.kind, head.role, head.origin, head.text,
-                                       head.tokens + MESSAGE_OVERHEAD, head.key)
+    parts.extend((memo or PartsMemo()).parts_of(messages))
+    return parts
+
+
+def _message_parts(message: Message, names: dict[str, str]) -> list[RequestPart]:
+    summary_message = any(isinstance(b, TextBlock) and b.in_summary for b in message.content)
+    parts: list[RequestPart] = []
+    for block in message.content:
+        parts.extend(_block_parts(block, message.role, summary_message, names))
+    if parts:  # the message's own overhead goes with its first part
+        head = parts[0]
+        parts[0] = RequestPart(head.kind, head.role, head.origin, head.text, head.tokens + MESSAGE_OVERHEAD, head.key)
     return parts
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal, Sequence
 
 from app.kernel.private_files import make_private_dir, open_private_fd, read_private
-from app.kernel.redact import redact
+from app.kernel.redact import redact, secret_count
 
 PARTS_NAME = "parts.jsonl"
 INDEX_NAME = "index.jsonl"
@@ -113,6 +113,8 @@ class RequestStore:
         self._known: set[str] | None = None
         self._last: list[str] | None = None
         self._count = 0
+        self._digests: dict[RequestPart, str] = {}
+        self._secrets = secret_count()
 
     def _load(self) -> None:
         if self._known is not None:
@@ -127,14 +129,24 @@ class RequestStore:
         self._load()
         assert self._known is not None and self._last is not None
         make_private_dir(self.folder)
-        redacted = [_redacted(p) for p in parts]
-        hashes = [p.digest for p in redacted]
+        if secret_count() != self._secrets:  # a secret registered since: redact everything again
+            self._secrets = secret_count()
+            self._digests.clear()
+        hashes = []
         new_lines = []
-        for part, digest in zip(redacted, hashes):
-            if digest not in self._known:
-                self._known.add(digest)
-                new_lines.append(json.dumps({"h": digest, **asdict(part)}, ensure_ascii=False,
-                                            separators=(",", ":")))
+        for part in parts:
+            # A part sent before is the same object's text again: found by hash (cached on the
+            # str) and identity, so a long history is not redacted and hashed on every request.
+            digest = self._digests.get(part)
+            if digest is None:
+                redacted = _redacted(part)
+                digest = redacted.digest
+                self._digests[part] = digest
+                if digest not in self._known:
+                    self._known.add(digest)
+                    new_lines.append(json.dumps({"h": digest, **asdict(redacted)}, ensure_ascii=False,
+                                                separators=(",", ":")))
+            hashes.append(digest)
         if new_lines:
             _append(self.folder / PARTS_NAME, "\n".join(new_lines) + "\n")
         keep = 0
@@ -148,6 +160,9 @@ class RequestStore:
         line = {"keep": keep, "add": hashes[keep:], **fields}
         _append(self.folder / INDEX_NAME, json.dumps(line, separators=(",", ":")) + "\n")
         self._last = hashes
+        if len(self._digests) > 4 * len(parts) + 1_000:  # forget the parts no longer sent
+            sent = set(parts)
+            self._digests = {p: d for p, d in self._digests.items() if p in sent}
         return self._count
 
 
