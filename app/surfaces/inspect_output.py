@@ -7,6 +7,7 @@ from typing import Sequence
 
 from app.kernel.request_store import PartView, StoredRequests
 from app.kernel.sanitize import sanitize_for_display
+from app.surfaces.view_model import InspectorPage
 
 PREVIEW_CHARS = 48
 
@@ -69,16 +70,29 @@ def table(views: Sequence[PartView], *, change: bool = False) -> list[str]:
     return lines
 
 
+def diff_line(stored: StoredRequests, number: int, changes: dict[str, list[PartView]]) -> str:
+    if number <= 1:
+        return "the first request: every part is new"
+    moved = (sum(v.tokens for v in changes["added"]) - sum(v.tokens for v in changes["removed"])
+             + sum(v.tokens - (v.tokens_before or 0) for v in changes["changed"]))
+    return (f"against request {number - 1}: {len(changes['added'])} added, {len(changes['removed'])} removed, "
+            f"{len(changes['changed'])} changed, {moved:+,} tokens")
+
+
+def inspector_page(session_id: str, stored: StoredRequests, number: int) -> InspectorPage:
+    """The inspector's page for request ``number``: its parts and its diff."""
+    changes = stored.diff(number)
+    return InspectorPage(title=headline(session_id, stored, number), parts=tuple(stored.views(number)),
+                         diff_title=diff_line(stored, number, changes),
+                         diff=(*changes["removed"], *changes["changed"], *changes["added"]))
+
+
 def inspect_text(session_id: str, stored: StoredRequests, number: int, *, diff: bool) -> str:
     lines = [headline(session_id, stored, number)]
     if diff:
         changes = stored.diff(number)
         views = [*changes["removed"], *changes["changed"], *changes["added"]]
-        moved = (sum(v.tokens for v in changes["added"]) - sum(v.tokens for v in changes["removed"])
-                 + sum(v.tokens - (v.tokens_before or 0) for v in changes["changed"]))
-        lines.append(f"against request {number - 1}: {len(changes['added'])} added, "
-                     f"{len(changes['removed'])} removed, {len(changes['changed'])} changed, "
-                     f"{moved:+,} tokens")
+        lines.append(diff_line(stored, number, changes))
         if views:
             lines.extend(table(views, change=True))
         return "\n".join(lines)

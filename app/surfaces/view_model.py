@@ -19,12 +19,26 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from app.kernel.describe import tool_progress_text
 from app.kernel.protocol import CommandQueue
+from app.kernel.request_store import PartView
+
+__all__ = ["PartView", "InspectorPage"]
 
 if TYPE_CHECKING:
     from app.kernel import events as ev
     from app.kernel.protocol import SessionSnapshot
 
 ToolStatus = Literal["running", "ok", "error", "interrupted"]
+
+
+@dataclass(frozen=True)
+class InspectorPage:
+    """What the request inspector draws: a kept request's parts, and its diff against the one
+    before (``app.surfaces.inspect_output.inspector_page`` reads them from the session's store)."""
+
+    title: str  # which request, its size as the gauge showed it, the cache's figures
+    parts: tuple[PartView, ...]
+    diff_title: str  # what the diff moved, in one line
+    diff: tuple[PartView, ...]  # removed, changed, then added
 
 
 @dataclass

@@ -54,6 +54,7 @@ from widgets.session_messages import (
     EngineSaid,
     ForecastReady,
     MemoryImportSaid,
+    RequestRecorded,
     RestorePreviewReady,
     SessionStarted,
     StateChanged,
@@ -64,6 +65,7 @@ from widgets.tool_output_panel import ToolOutputPanel
 
 if TYPE_CHECKING:
     from app.kernel.commands import Command
+    from app.kernel.events import RequestRecordedEvent
     from app.kernel.protocol import SessionSurface
 
 CSS_FILE = Path(styles.__file__).parent / "tidegauge.tcss"
@@ -79,6 +81,7 @@ HELP_KEYS: list[tuple[str, str]] = [
     ("ctrl+o", "open/close the full output of the selected call (nothing selected: the latest cut output)"),
     ("ctrl+f", "in the full output: its file's whole path"),
     ("ctrl+g", "show/hide the context chart and breakdown"),
+    ("ctrl+t", "inspect the last request as sent (d in it: the diff)"),
     ("ctrl+s", "compact (asks first)"),
     ("ctrl+r", "reset (asks first)"),
     (RESTORE_KEY, "in the tool list: restore a cleared result (asks first)"),
@@ -149,6 +152,7 @@ FOOTER_RANKS: dict[str, int] = {
     "compact": 7,
     "reset": 8,
     "toggle_context_details": 9,
+    "inspect": 9,
     "move": 10,
     "restore": 11,
     "focus_next": 12,
@@ -209,7 +213,7 @@ class TidegaugeApp(App[int]):
     CSS_PATH = str(CSS_FILE)
     TITLE = "tidegauge"
     SESSION_MESSAGES = (ApprovalRequested, ApprovalResolved, MemoryImportSaid, ForecastReady, StateChanged,
-                        RestorePreviewReady, ElicitationSaid, SessionStarted, EngineSaid)
+                        RestorePreviewReady, ElicitationSaid, SessionStarted, EngineSaid, RequestRecorded)
     ENABLE_COMMAND_PALETTE = True
 
     BINDINGS = [
@@ -217,6 +221,7 @@ class TidegaugeApp(App[int]):
         Binding("pagedown", "scroll_conversation(1)", "Scroll", group=Binding.Group("Scroll")),
         Binding("ctrl+o", "toggle_output", "Output"),
         Binding("ctrl+g", "toggle_context_details", "Chart"),
+        Binding("ctrl+t", "inspect", "Inspect"),
         Binding("ctrl+s", "compact", "Compact"),
         Binding("ctrl+r", "reset", "Reset"),
         Binding("escape", "interrupt", "Interrupt"),
@@ -251,6 +256,7 @@ class TidegaugeApp(App[int]):
         self._max_mounted = max_mounted
         self._cursor_blink = cursor_blink
         self._waiting: list[Command] = []  # commands given before the session exists
+        self._last_request: RequestRecordedEvent | None = None  # what the inspector opens on
         self._approval_screens: dict[str, Any] = {}
         # ctrl+s / ctrl+r waiting for the session's plan, by kind: the dialog opens when it comes
         self._awaiting_plan: dict[str, Callable[[bool | None, str | None], None]] = {}
@@ -577,6 +583,8 @@ class TidegaugeApp(App[int]):
                 self.conversation.add_engine("info", "the agent is still starting: try again in a moment")
             else:
                 self.session.submit(Report(command.removeprefix("/")))  # type: ignore[arg-type]
+        elif command == "/inspect":
+            self.action_inspect()
         elif command == "/resume":
             if self._list_sessions is None:
                 self.conversation.add_engine("info", "/resume: quit and run tidegauge --resume (tidegauge sessions lists them)")
@@ -735,6 +743,34 @@ class TidegaugeApp(App[int]):
                 "tidegauge compacts again, auditably, as usual" if on else
                 "the provider compacts at the auto-compact line; tidegauge's own auto-compaction stands down",
                 lambda: self._switch_server_compaction(not on))
+
+    @on(RequestRecorded)
+    def _on_request_recorded(self, message: RequestRecorded) -> None:
+        self._last_request = message.event
+
+    def action_inspect(self) -> None:
+        """The last request as sent, part by part, with its diff: read from the session's store."""
+        recorded = self._last_request
+        if recorded is None:
+            self.conversation.add_engine("info", "no request sent yet: the inspector shows the last one")
+            return
+        from pathlib import Path
+
+        from widgets.request_inspector import RequestInspectorScreen  # modals: imported when first shown
+
+        from app.kernel.request_store import StoredRequests
+        from app.surfaces.inspect_output import inspector_page
+
+        folder = Path(recorded.store)
+        try:
+            stored = StoredRequests.load(folder)
+        except OSError as err:
+            self.conversation.add_engine("warning", f"the inspector cannot read {folder}: {err}")
+            return
+        if stored.count == 0:
+            self.conversation.add_engine("warning", f"the inspector found no request in {folder}")
+            return
+        self.push_screen(RequestInspectorScreen(inspector_page(folder.parent.name, stored, stored.count)))
 
     @on(SessionStarted)
     def _on_session_started(self, message: SessionStarted) -> None:
