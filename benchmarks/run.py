@@ -59,6 +59,11 @@ BENCHMARKS: dict[str, list[tuple[str, str]]] = {
     "bench_headless": [("12 one-turn headless run", "<= 2.5× import httpx, pydantic")],
     "bench_memory_updates": [("13 session memory updates' input", "<= 0.2× the main requests' input")],
     "bench_resume": [("14 --resume of 5,000 turns vs 50", "<= 14× the time of 50 turns (quick: 1,000, <= 4×)")],
+    "bench_inspect": [
+        ("15a inspector opens: 1M-token request, 80×24", "<= 150 ms"),
+        ("15b inspector opens: 1M-token request, 160×50", "<= 150 ms"),
+        ("15c inspect --json: 1M-token request", "<= 1 s"),
+    ],
 }
 
 _MARKER = "@@BENCH-RESULTS@@"

@@ -25,7 +25,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widgets import Footer, Static
 
-from app.surfaces.view_model import InspectorPage, PartView
+from app.surfaces.view_model import InspectorPage, PartView, head_and_tail
 from widgets._literal import literal, sanitize
 
 KIND_WORDS = {"system": "system prompt", "memory": "memory files", "tool": "tool schema", "text": "text",
@@ -37,8 +37,9 @@ CACHED_WIDTH = 6
 
 
 def _fit(text: str, width: int) -> str:
-    """``text`` on one line, cut to ``width`` cells with an ellipsis."""
-    flat = " ".join(sanitize(text).split())
+    """``text`` on one line, cut to ``width`` cells with an ellipsis (only its start is looked at:
+    a part may hold a megabyte)."""
+    flat = " ".join(sanitize(text[: width * 4 + 16]).split())
     if cell_len(flat) <= width:
         return flat + " " * (width - cell_len(flat))
     out = flat[: max(0, width - 1)]
@@ -153,6 +154,7 @@ class RequestInspectorScreen(ModalScreen[None]):
         super().__init__(**kwargs)
         self.page = page
         self.showing_diff = False
+        self._diff: tuple[str, tuple[PartView, ...]] | None = None
 
     def compose(self) -> ComposeResult:
         with Vertical(id="inspector"):
@@ -169,8 +171,10 @@ class RequestInspectorScreen(ModalScreen[None]):
     def _show(self) -> None:
         page = self.page
         if self.showing_diff:
-            subtitle = f"diff · {page.diff_title}"
-            rows = page.diff
+            if self._diff is None:
+                self._diff = page.diff_of()
+            subtitle = f"diff · {self._diff[0]}"
+            rows = self._diff[1]
         else:
             read = sum(v.tokens for v in page.parts if v.cached)
             marks = sum(1 for v in page.parts if v.breakpoint)
@@ -188,7 +192,7 @@ class RequestInspectorScreen(ModalScreen[None]):
             detail.update(literal("nothing changed" if self.showing_diff else "no parts"))
             return
         head = f"{view.origin} · {view.tokens:,} tokens · {view.chars:,} characters\n"
-        detail.update(literal(head + view.text))
+        detail.update(literal(head + head_and_tail(view.text)))
 
     def action_toggle_diff(self) -> None:
         self.showing_diff = not self.showing_diff

@@ -81,10 +81,12 @@ def diff_line(stored: StoredRequests, number: int, changes: dict[str, list[PartV
 
 def inspector_page(session_id: str, stored: StoredRequests, number: int) -> InspectorPage:
     """The inspector's page for request ``number``: its parts and its diff."""
-    changes = stored.diff(number)
-    return InspectorPage(title=headline(session_id, stored, number), parts=tuple(stored.views(number)),
-                         diff_title=diff_line(stored, number, changes),
-                         diff=(*changes["removed"], *changes["changed"], *changes["added"]))
+    def diff_of() -> tuple[str, tuple[PartView, ...]]:
+        changes = stored.diff(number, whole_text=True)
+        return diff_line(stored, number, changes), (*changes["removed"], *changes["changed"], *changes["added"])
+
+    return InspectorPage(title=headline(session_id, stored, number),
+                         parts=tuple(stored.views(number, whole_text=True)), diff_of=diff_of)
 
 
 def inspect_text(session_id: str, stored: StoredRequests, number: int, *, diff: bool) -> str:

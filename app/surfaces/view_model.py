@@ -15,13 +15,13 @@ widget on the UI thread never sees one half-updated by the session's thread. No 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from app.kernel.describe import tool_progress_text
 from app.kernel.protocol import CommandQueue
-from app.kernel.request_store import PartView
+from app.kernel.request_store import PartView, head_and_tail
 
-__all__ = ["PartView", "InspectorPage"]
+__all__ = ["PartView", "InspectorPage", "head_and_tail"]
 
 if TYPE_CHECKING:
     from app.kernel import events as ev
@@ -36,9 +36,10 @@ class InspectorPage:
     before (``app.surfaces.inspect_output.inspector_page`` reads them from the session's store)."""
 
     title: str  # which request, its size as the gauge showed it, the cache's figures
-    parts: tuple[PartView, ...]
-    diff_title: str  # what the diff moved, in one line
-    diff: tuple[PartView, ...]  # removed, changed, then added
+    parts: tuple[PartView, ...]  # each with its whole text (the inspector cuts what it draws)
+    # Its diff, worked out when first asked for: (what it moved, in one line; the parts removed,
+    # changed, then added)
+    diff_of: "Callable[[], tuple[str, tuple[PartView, ...]]]"
 
 
 @dataclass
