@@ -152,10 +152,10 @@ FOOTER_RANKS: dict[str, int] = {
     "compact": 7,
     "reset": 8,
     "toggle_context_details": 9,
-    "inspect": 9,
     "move": 10,
     "restore": 11,
     "focus_next": 12,
+    "inspect": 13,  # after tab: at 80 columns the footer keeps the keys it had, /help names ctrl+t
     "page_up": 110, "page_down": 110, "scroll_home": 111, "scroll_end": 111, "first": 111, "last": 111,
     "history": 112,
     "scroll_conversation": 113,
