@@ -114,6 +114,15 @@ async def test_the_inspector_walks_parts_and_toggles_the_diff(recorded) -> None:
                 ("added", "summary"), ("added", "kept user words")} <= changes
         assert "removed" in str(screen.query_one("#inspector-subtitle").render())
 
+        await pilot.press("left")  # the request before: the read of app.log, its diff all added
+        await pilot.pause()
+        assert "request 1 of 2" in str(screen.query_one("#inspector-title").render())
+        assert {row.change for row in table.rows} == {"added"}
+        assert any(row.origin == "read_file · call call-1" and row.tokens > 5_000 for row in table.rows)
+        await pilot.press("left")  # there is none before it: said, nothing changes
+        await pilot.pause()
+        assert "request 1 of 2" in str(screen.query_one("#inspector-title").render())
+
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, RequestInspectorScreen)

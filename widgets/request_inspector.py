@@ -3,7 +3,8 @@
 A modal screen over the dashboard. Its table is drawn with the line API (only the rows in
 view are ever made), so a request of a million tokens and thousands of parts opens as fast as
 a small one; the selected part's text (its head and tail) shows under the table. ``d`` switches
-between the request and the diff. Every text is drawn inert (``_literal.sanitize``): a part
+between the request and the diff; left and right step to the request before or after it (the
+one a compaction made, to see what it removed and what replaced it). Every text is drawn inert (``_literal.sanitize``): a part
 holds what models and tools wrote.
 """
 
@@ -74,6 +75,9 @@ class PartTable(ScrollView, can_focus=True):
     """The parts, one row each; only the rows in view are drawn."""
 
     BINDINGS = [
+        # the screen's: a ScrollView scrolls sideways on left/right, which this table never needs
+        Binding("left", "screen.other_request(-1)", "Earlier"),
+        Binding("right", "screen.other_request(1)", "Later"),
         Binding("up", "move(-1)", "Part", show=False),
         Binding("down", "move(1)", "Part", show=False),
         Binding("pageup", "move(-10)", "Page", show=False),
@@ -118,15 +122,16 @@ class PartTable(ScrollView, can_focus=True):
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
+        columns = self.scrollable_content_region.width  # the scrollbar keeps its own
         style = self.rich_style
         if y == 0:  # the column names, whatever the scroll
-            line = header_row(width)
+            line = header_row(columns)
             bold = style + Style(bold=True)
             return Strip([Segment(line, bold)], cell_len(line)).extend_cell_length(width, bold)
         index = self.scroll_offset.y + y - 1
         if index >= len(self.rows):
             return Strip.blank(width, style)
-        line = part_row(self.rows[index], index + 1, width)
+        line = part_row(self.rows[index], index + 1, columns)
         if index == self.cursor:
             style = style + Style(reverse=True)
         return Strip([Segment(line, style)], cell_len(line)).extend_cell_length(width, style)
@@ -196,6 +201,19 @@ class RequestInspectorScreen(ModalScreen[None]):
 
     def action_toggle_diff(self) -> None:
         self.showing_diff = not self.showing_diff
+        self._show()
+
+    def action_other_request(self, step: int) -> None:
+        """The request before or after this one (the diff stays on if it was)."""
+        page = self.page
+        number = page.number + step
+        if page.page_for is None or not 1 <= number <= page.count:
+            self.notify(f"request {page.number} is the {'first' if step < 0 else 'last'} one kept",
+                        severity="information")
+            return
+        self.page = page.page_for(number)
+        self._diff = None
+        self.query_one("#inspector-title", Static).update(literal(self.page.title))
         self._show()
 
     def action_close(self) -> None:

@@ -268,7 +268,7 @@ class StoredRequests:
         """What request ``number`` added, removed and changed against the one before it."""
         now = self.views(number, whole_text=whole_text)
         if number <= 1:
-            return {"added": [v for v in now], "removed": [], "changed": []}
+            return {"added": [_with(v, "added") for v in now], "removed": [], "changed": []}
         known = self._all_parts()
         now_hashes = [h for h in self.hashes(number) if h in known]
         before_hashes = [h for h in self.hashes(number - 1) if h in known]

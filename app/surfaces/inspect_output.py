@@ -85,8 +85,9 @@ def inspector_page(session_id: str, stored: StoredRequests, number: int) -> Insp
         changes = stored.diff(number, whole_text=True)
         return diff_line(stored, number, changes), (*changes["removed"], *changes["changed"], *changes["added"])
 
-    return InspectorPage(title=headline(session_id, stored, number),
-                         parts=tuple(stored.views(number, whole_text=True)), diff_of=diff_of)
+    return InspectorPage(number=number, count=stored.count, title=headline(session_id, stored, number),
+                         parts=tuple(stored.views(number, whole_text=True)), diff_of=diff_of,
+                         page_for=lambda other: inspector_page(session_id, stored, other))
 
 
 def inspect_text(session_id: str, stored: StoredRequests, number: int, *, diff: bool) -> str:

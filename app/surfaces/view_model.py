@@ -35,11 +35,15 @@ class InspectorPage:
     """What the request inspector draws: a kept request's parts, and its diff against the one
     before (``app.surfaces.inspect_output.inspector_page`` reads them from the session's store)."""
 
+    number: int  # which request, from 1
+    count: int  # how many the session kept
     title: str  # which request, its size as the gauge showed it, the cache's figures
     parts: tuple[PartView, ...]  # each with its whole text (the inspector cuts what it draws)
     # Its diff, worked out when first asked for: (what it moved, in one line; the parts removed,
     # changed, then added)
     diff_of: "Callable[[], tuple[str, tuple[PartView, ...]]]"
+    # Another request of the same session (None: only this one is shown)
+    page_for: "Callable[[int], InspectorPage] | None" = None
 
 
 @dataclass
