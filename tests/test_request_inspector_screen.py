@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from textual.widgets import Input
 from test_tui_snapshots import make_app, until
 from widgets.engine_line import EngineLine
 from widgets.request_inspector import PartTable, RequestInspectorScreen
@@ -88,7 +89,7 @@ async def test_the_inspector_walks_parts_and_toggles_the_diff(recorded) -> None:
 
         session.emit(recorded)
         await until(pilot, lambda: app._last_request is not None)
-        box = app.query_one("#prompt")
+        box = app.query_one("#prompt", Input)
         box.value = "/inspect"
         box.focus()
         await pilot.press("enter")

@@ -156,13 +156,10 @@ def _inspect(argv: list[str]) -> int:
     from app.wiring.config import load_settings
 
     store = SessionStore(load_settings({}).data_dir_path)
-    if args.session is not None:
-        session = store.open(args.session)
-    else:
-        session = store.latest_for(Path.cwd())
-        if session is None:
-            raise SetupError(f"inspect: no session for {sanitize_for_display(str(Path.cwd()))} "
-                             "(`tidegauge sessions --all` lists every directory's)")
+    session = store.open(args.session) if args.session is not None else store.latest_for(Path.cwd())
+    if session is None:
+        raise SetupError(f"inspect: no session for {sanitize_for_display(str(Path.cwd()))} "
+                         "(`tidegauge sessions --all` lists every directory's)")
     try:
         stored = StoredRequests.load(session.requests_dir)
     except OSError as err:
