@@ -127,3 +127,15 @@ async def test_the_inspector_walks_parts_and_toggles_the_diff(recorded) -> None:
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, RequestInspectorScreen)
+
+
+def test_the_table_and_the_detail_draw_a_hostile_part_inert() -> None:
+    from widgets.request_inspector import _fit, part_row
+
+    from app.kernel.request_store import PartView
+
+    hostile = "\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2Jowned\r\n" + "x" * 1_000_000
+    view = PartView("tool_result", "user", "run_bash · call c1\x1b[2J", 9, False, hostile, len(hostile))
+    row = part_row(view, 1, 120)
+    assert len(row) == 120 and "\x1b" not in row and "\x07" not in row and "owned" in row
+    assert "\x1b" not in _fit(view.origin, 30)

@@ -126,3 +126,18 @@ def test_parts_are_apportioned_to_the_gauge_and_the_cache_serves_a_prefix(tmp_pa
     views = StoredRequests.load(tmp_path / "requests").views(1)
     assert sum(v.tokens for v in views) == estimate * 2
     assert [v.cached for v in views] == [True, True] + [False] * (len(views) - 2)
+
+
+def test_a_tool_result_holding_escape_sequences_is_printed_inert(tmp_path: Path) -> None:
+    """A tool's output is anyone's text: `inspect`'s table never writes its escapes to the terminal."""
+    from app.surfaces.inspect_output import inspect_text
+
+    hostile = "\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\x1b[31mowned\x1b[0m\r\n"
+    store = RequestStore(tmp_path / "requests")
+    _record(store, [Message.typed_by_user("go"), *_turn(1, hostile)])
+    stored = StoredRequests.load(tmp_path / "requests")
+    [result] = [p for p in stored.parts(1) if p.kind == "tool_result"]
+    assert result.text == hostile  # kept as sent: the JSON output escapes it
+    text = inspect_text("s", stored, 1, diff=False)
+    assert "\x1b" not in text and "\x07" not in text and "\r" not in text
+    assert "owned" in text
