@@ -5,9 +5,11 @@ tokens (2,000 tool turns, each result ~500 tokens), written through the real req
 (``app.context.request_parts`` + ``app.kernel.request_store``), as the agent keeps them.
 
 15a/15b. The real dashboard (``build_app``: a real session, nothing sent) told of the last
-    request as the session tells it (its ``request_recorded`` event): from pressing ctrl+t
-    to the first frame that draws the inspector's title and the table's first rows, at 80×24
-    and at 160×50. The median of several opens; a bound by the spec (150 ms).
+    request as the session tells it (its ``request_recorded`` event, on which the dashboard
+    reads the store and makes the inspector's page in a thread): from pressing ctrl+t to the
+    first frame that draws the inspector's title and the table's first rows, at 80×24 and at
+    160×50. The median of several opens; a bound by the spec (150 ms). The figure also gives
+    the time to make the page from the store in one go (a resumed session's first open).
 15c. ``tidegauge inspect SESSION --json`` on that session, the real binary: from starting the
     process to its exit with the JSON read (interpreter start-up included). A bound by the
     spec (1 s), the median of several runs.
@@ -84,11 +86,12 @@ async def _open_once(tmp: Path, store: Path, gauge: int, size: tuple[int, int]) 
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
         app.session.stream.emit(RequestRecordedEvent(request=2, total_tokens=gauge, parts=0, store=str(store)))
-        for _ in range(200):
-            if app._last_request is not None:
+        # the dashboard makes the page when the request is kept, off its UI loop: wait for it
+        for _ in range(5_000):
+            if app._inspector_ready is not None:
                 break
             await pilot.pause()
-        assert app._last_request is not None
+        assert app._inspector_ready is not None
         clock = FrameClock(app)
         shown = clock.expect(lambda: clock.drew("request 2 of 2") or clock.drew("origin"))
         drawn = clock.expect(lambda: type(app.screen).__name__ == "RequestInspectorScreen" and clock.drew("tool schema"))
@@ -127,6 +130,13 @@ def run(quick: bool) -> list[Check]:
         data_dir = tmp / "inspect-data"
         session_id, store, gauge = _write_session(data_dir, workdir, TARGET_TOKENS)
         parts_bytes = sum(f.stat().st_size for f in store.iterdir())
+        from app.kernel.request_store import StoredRequests
+        from app.surfaces.inspect_output import inspector_page
+
+        cold_started = time.perf_counter()
+        loaded = StoredRequests.load(store)
+        inspector_page("bench", loaded, loaded.count)
+        cold = time.perf_counter() - cold_started
 
         for label, size in ((NAME_SMALL, (80, 24)), (NAME_LARGE, (160, 50))):
             measured = [asyncio.run(_open_once(tmp / f"{size[0]}-{rep}", store, gauge, size)) for rep in range(reps)]
@@ -135,6 +145,7 @@ def run(quick: bool) -> list[Check]:
             checks.append(Check(
                 name=label, target=f"<= {OPEN_BOUND_S * 1000:.0f} ms",
                 figure=(f"{seconds(taken)} (median of {reps}; CPU {seconds(median(c for _, c in measured))}; "
+                        f"page made from the store in {seconds(cold)}; "
                         f"{gauge:,} tokens, store {parts_bytes / 1e6:.1f} MB; "
                         f"runs {', '.join(seconds(t) for t in times)})"),
                 value=taken * 1000, limit=OPEN_BOUND_S * 1000, unit="ms"))

@@ -141,3 +141,19 @@ def test_a_tool_result_holding_escape_sequences_is_printed_inert(tmp_path: Path)
     text = inspect_text("s", stored, 1, diff=False)
     assert "\x1b" not in text and "\x07" not in text and "\r" not in text
     assert "owned" in text
+
+
+def test_a_reader_refreshed_sees_only_what_was_appended(tmp_path: Path) -> None:
+    """The dashboard keeps one reader and refreshes it as requests are kept."""
+    store = RequestStore(tmp_path / "requests")
+    history = [Message.typed_by_user("go"), *_turn(1, "first")]
+    _record(store, history)
+    reader = StoredRequests.load(tmp_path / "requests")
+    assert reader.count == 1
+    _record(store, history + _turn(2, "second"))
+    with open(tmp_path / "requests" / INDEX_NAME, "a") as index:
+        index.write('{"keep": 0, "add": [')  # a line still being written: not read yet
+    reader.refresh()
+    assert reader.count == 2
+    assert [p.text for p in reader.parts(2)][-1] == "second"
+    assert [v.change for v in reader.diff(2)["added"]] == ["added"] * 3

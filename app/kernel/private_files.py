@@ -95,13 +95,15 @@ def write_private_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def read_private(path: Path, max_bytes: int) -> bytes:
-    """At most ``max_bytes`` of a regular file, never through a symlink (OSError otherwise)."""
+def read_private(path: Path, max_bytes: int, offset: int = 0) -> bytes:
+    """At most ``max_bytes`` of a regular file from ``offset``, never through a symlink (OSError otherwise)."""
     fd = os.open(path, os.O_RDONLY | _SAFE_FLAGS)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(f"{path}: not a regular file")
         os.set_blocking(fd, True)
+        if offset:
+            os.lseek(fd, offset, os.SEEK_SET)
         chunks: list[bytes] = []
         left = max_bytes
         while left > 0:

@@ -192,17 +192,24 @@ class StoredRequests:
     envelopes: list[RequestEnvelope] = field(default_factory=list)
     _lists: list[tuple[int, list[str]]] = field(default_factory=list)
     _parts: dict[str, RequestPart] | None = None
+    _offsets: dict[str, int] = field(default_factory=dict)  # bytes read of each file
 
     @classmethod
     def load(cls, folder: Path) -> "StoredRequests":
         stored = cls(folder)
-        raw = _read(folder / INDEX_NAME, MAX_INDEX_BYTES)
-        for line in raw.splitlines():
+        stored.refresh()
+        return stored
+
+    def refresh(self) -> "StoredRequests":
+        """Read what was appended since the last read (whole lines only: a line being written,
+        or cut by a crash, waits or is skipped). The dashboard keeps one reader per session and
+        refreshes it as requests are kept, so opening the inspector reads nothing."""
+        for line in self._new_lines(INDEX_NAME, MAX_INDEX_BYTES):
             try:
                 entry = json.loads(line)
                 keep, add = int(entry["keep"]), [str(h) for h in entry["add"]]
                 envelope = RequestEnvelope(
-                    number=len(stored.envelopes) + 1, gauge_tokens=int(entry["gauge_tokens"]),
+                    number=len(self.envelopes) + 1, gauge_tokens=int(entry["gauge_tokens"]),
                     model=str(entry.get("model", "")), max_tokens=int(entry.get("max_tokens", 0)),
                     input_tokens=_int_or_none(entry.get("input_tokens")),
                     cache_read_tokens=_int_or_none(entry.get("cache_read_tokens")),
@@ -212,9 +219,38 @@ class StoredRequests:
                     ok=bool(entry.get("ok", True)))
             except (ValueError, KeyError, TypeError):
                 continue  # a line cut by a crash
-            stored.envelopes.append(envelope)
-            stored._lists.append((keep, add))
-        return stored
+            self.envelopes.append(envelope)
+            self._lists.append((keep, add))
+        lines = [line for line in self._new_lines(PARTS_NAME, MAX_PARTS_BYTES) if line.strip()]
+        try:  # one call into the C decoder for all of them: a line at a time cost 4× as much
+            entries = json.loads("[" + ",".join(lines) + "]")
+        except ValueError:  # a line cut by a crash: each line on its own, the cut one skipped
+            entries = []
+            for line in lines:
+                try:
+                    entries.append(json.loads(line))
+                except ValueError:
+                    continue
+        parts = self._parts if self._parts is not None else {}
+        for entry in entries:
+            try:
+                parts[str(entry["h"])] = RequestPart(
+                    kind=str(entry["kind"]), role=str(entry["role"]), origin=str(entry["origin"]),
+                    text=str(entry["text"]), tokens=int(entry["tokens"]), key=str(entry.get("key", "")))
+            except (KeyError, TypeError, ValueError):
+                continue
+        self._parts = parts
+        return self
+
+    def _new_lines(self, name: str, max_bytes: int) -> list[str]:
+        offset = self._offsets.get(name, 0)
+        try:
+            raw = read_private(self.folder / name, max(0, max_bytes - offset), offset)
+        except FileNotFoundError:
+            return []
+        end = raw.rfind(b"\n") + 1  # whole lines only
+        self._offsets[name] = offset + end
+        return raw[:end].decode("utf-8", "replace").splitlines()
 
     @property
     def count(self) -> int:
@@ -231,27 +267,7 @@ class StoredRequests:
         return list(self._all_parts())
 
     def _all_parts(self) -> dict[str, RequestPart]:
-        if self._parts is None:
-            lines = _read(self.folder / PARTS_NAME, MAX_PARTS_BYTES).splitlines()
-            try:  # one call into the C decoder for the whole file: a line at a time cost 4× as much
-                entries = json.loads("[" + ",".join(line for line in lines if line.strip()) + "]")
-            except ValueError:  # a line cut by a crash: each line on its own, the cut one skipped
-                entries = []
-                for line in lines:
-                    try:
-                        entries.append(json.loads(line))
-                    except ValueError:
-                        continue
-            parts: dict[str, RequestPart] = {}
-            for entry in entries:
-                try:
-                    parts[str(entry["h"])] = RequestPart(
-                        kind=str(entry["kind"]), role=str(entry["role"]), origin=str(entry["origin"]),
-                        text=str(entry["text"]), tokens=int(entry["tokens"]), key=str(entry.get("key", "")))
-                except (KeyError, TypeError, ValueError):
-                    continue
-            self._parts = parts
-        return self._parts
+        return self._parts if self._parts is not None else {}
 
     def parts(self, number: int) -> list[RequestPart]:
         known = self._all_parts()
@@ -347,10 +363,3 @@ def _views(parts: Sequence[RequestPart], envelope: RequestEnvelope, *, whole_tex
 
 def _int_or_none(value: Any) -> int | None:
     return None if value is None else int(value)
-
-
-def _read(path: Path, max_bytes: int) -> str:
-    try:
-        return read_private(path, max_bytes).decode("utf-8", "replace")
-    except FileNotFoundError:
-        return ""

@@ -11,6 +11,7 @@ arrive on another thread: the widgets are only touched on the UI loop.
 from __future__ import annotations
 
 import gc
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
 
@@ -66,6 +67,8 @@ from widgets.tool_output_panel import ToolOutputPanel
 if TYPE_CHECKING:
     from app.kernel.commands import Command
     from app.kernel.events import RequestRecordedEvent
+    from app.kernel.request_store import StoredRequests
+    from app.surfaces.view_model import InspectorPage
     from app.kernel.protocol import SessionSurface
 
 CSS_FILE = Path(styles.__file__).parent / "tidegauge.tcss"
@@ -257,6 +260,10 @@ class TidegaugeApp(App[int]):
         self._cursor_blink = cursor_blink
         self._waiting: list[Command] = []  # commands given before the session exists
         self._last_request: RequestRecordedEvent | None = None  # what the inspector opens on
+        # The session's request store, read as requests are kept, and the page of the last one.
+        self._inspector_lock = threading.Lock()
+        self._inspector_store: StoredRequests | None = None
+        self._inspector_ready: tuple[tuple[str, int], InspectorPage] | None = None
         self._approval_screens: dict[str, Any] = {}
         # ctrl+s / ctrl+r waiting for the session's plan, by kind: the dialog opens when it comes
         self._awaiting_plan: dict[str, Callable[[bool | None, str | None], None]] = {}
@@ -747,6 +754,39 @@ class TidegaugeApp(App[int]):
     @on(RequestRecorded)
     def _on_request_recorded(self, message: RequestRecorded) -> None:
         self._last_request = message.event
+        if not message.restored:  # an earlier run's requests: read when the inspector opens
+            self._prepare_inspector(message.event)
+
+    @work(thread=True, group="inspector", exit_on_error=False)
+    def _prepare_inspector(self, recorded: "RequestRecordedEvent") -> None:
+        """The inspector's page for the request just kept, made off the UI loop (only what was
+        appended to the store is read), so ctrl+t shows it at once."""
+        try:
+            self._inspector_page_for(recorded)
+        except OSError:
+            pass  # said when the inspector is opened
+
+    def _inspector_page_for(self, recorded: "RequestRecordedEvent") -> "InspectorPage":
+        from pathlib import Path
+
+        from app.kernel.request_store import StoredRequests
+        from app.surfaces.inspect_output import inspector_page
+
+        with self._inspector_lock:
+            key = (recorded.store, recorded.request)
+            ready = self._inspector_ready
+            if ready is not None and ready[0] == key:
+                return ready[1]
+            folder = Path(recorded.store)
+            stored = self._inspector_store
+            if stored is None or stored.folder != folder:
+                stored = self._inspector_store = StoredRequests(folder)
+            stored.refresh()
+            if stored.count == 0:
+                raise OSError(f"no request kept in {folder}")
+            page = inspector_page(folder.parent.name, stored, min(recorded.request, stored.count))
+            self._inspector_ready = (key, page)
+            return page
 
     def action_inspect(self) -> None:
         """The last request as sent, part by part, with its diff: read from the session's store."""
@@ -754,23 +794,14 @@ class TidegaugeApp(App[int]):
         if recorded is None:
             self.conversation.add_engine("info", "no request sent yet: the inspector shows the last one")
             return
-        from pathlib import Path
-
         from widgets.request_inspector import RequestInspectorScreen  # modals: imported when first shown
 
-        from app.kernel.request_store import StoredRequests
-        from app.surfaces.inspect_output import inspector_page
-
-        folder = Path(recorded.store)
         try:
-            stored = StoredRequests.load(folder)
+            page = self._inspector_page_for(recorded)
         except OSError as err:
-            self.conversation.add_engine("warning", f"the inspector cannot read {folder}: {err}")
+            self.conversation.add_engine("warning", f"the inspector cannot read the session's requests: {err}")
             return
-        if stored.count == 0:
-            self.conversation.add_engine("warning", f"the inspector found no request in {folder}")
-            return
-        self.push_screen(RequestInspectorScreen(inspector_page(folder.parent.name, stored, stored.count)))
+        self.push_screen(RequestInspectorScreen(page))
 
     @on(SessionStarted)
     def _on_session_started(self, message: SessionStarted) -> None:
