@@ -91,9 +91,9 @@ class PartTable(ScrollView, can_focus=True):
             super().__init__()
             self.view = view
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, rows: tuple[PartView, ...] = (), **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.rows: tuple[PartView, ...] = ()
+        self.rows = rows  # drawn by the first frame: nothing to lay out again after mounting
         self.cursor = 0
 
     def show(self, rows: tuple[PartView, ...]) -> None:
@@ -103,6 +103,9 @@ class PartTable(ScrollView, can_focus=True):
         self.scroll_to(0, 0, animate=False)
         self.refresh()
         self.post_message(self.Highlighted(rows[0] if rows else None))
+
+    def on_mount(self) -> None:
+        self.virtual_size = Size(self.size.width, len(self.rows) + 1)
 
     def on_resize(self) -> None:
         self.virtual_size = Size(self.size.width, len(self.rows) + 1)
@@ -162,42 +165,43 @@ class RequestInspectorScreen(ModalScreen[None]):
         self._diff: tuple[str, tuple[PartView, ...]] | None = None
 
     def compose(self) -> ComposeResult:
+        # The first frame draws everything: the rows and the first part's text are given here,
+        # not set after mounting (each update after it was one more layout and frame).
+        subtitle, rows = self._rows()
         with Vertical(id="inspector"):
             yield Static(literal(self.page.title), id="inspector-title")
-            yield Static("", id="inspector-subtitle")
-            yield PartTable(id="inspector-table")
-            yield Static("", id="inspector-detail")
+            yield Static(literal(subtitle), id="inspector-subtitle")
+            yield PartTable(rows, id="inspector-table")
+            yield Static(literal(self._detail(rows[0] if rows else None)), id="inspector-detail")
         yield Footer()
 
     def on_mount(self) -> None:
-        self._show()
         self.query_one(PartTable).focus()
 
-    def _show(self) -> None:
+    def _rows(self) -> tuple[str, tuple[PartView, ...]]:
         page = self.page
         if self.showing_diff:
             if self._diff is None:
                 self._diff = page.diff_of()
-            subtitle = f"diff · {self._diff[0]}"
-            rows = self._diff[1]
-        else:
-            read = sum(v.tokens for v in page.parts if v.cached)
-            marks = sum(1 for v in page.parts if v.breakpoint)
-            subtitle = (f"{len(page.parts):,} parts · {read:,} tokens in the parts the cache served"
-                        + (f" · {marks} cache breakpoints (▸)" if marks else "") + " · d: the diff")
-            rows = page.parts
+            return f"diff · {self._diff[0]}", self._diff[1]
+        read = sum(v.tokens for v in page.parts if v.cached)
+        marks = sum(1 for v in page.parts if v.breakpoint)
+        return (f"{len(page.parts):,} parts · {read:,} tokens in the parts the cache served"
+                + (f" · {marks} cache breakpoints (▸)" if marks else "") + " · d: the diff"), page.parts
+
+    def _show(self) -> None:
+        subtitle, rows = self._rows()
         self.query_one("#inspector-subtitle", Static).update(literal(subtitle))
         self.query_one(PartTable).show(rows)
 
+    def _detail(self, view: PartView | None) -> str:
+        if view is None:
+            return "nothing changed" if self.showing_diff else "no parts"
+        return f"{view.origin} · {view.tokens:,} tokens · {view.chars:,} characters\n{head_and_tail(view.text)}"
+
     @on(PartTable.Highlighted)
     def _on_highlighted(self, message: PartTable.Highlighted) -> None:
-        view = message.view
-        detail = self.query_one("#inspector-detail", Static)
-        if view is None:
-            detail.update(literal("nothing changed" if self.showing_diff else "no parts"))
-            return
-        head = f"{view.origin} · {view.tokens:,} tokens · {view.chars:,} characters\n"
-        detail.update(literal(head + head_and_tail(view.text)))
+        self.query_one("#inspector-detail", Static).update(literal(self._detail(message.view)))
 
     def action_toggle_diff(self) -> None:
         self.showing_diff = not self.showing_diff
