@@ -25,7 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Every setting flag can also come from the environment (TIDEGAUGE_MAX_STEPS=20) or from "
                "the config file (tidegauge --config-path prints where it is); flags win over the "
                "environment, the environment over the file. `tidegauge sessions` (--all: every directory) "
-               "lists the sessions --resume takes.")
+               "lists the sessions --resume takes; `tidegauge inspect [SESSION]` shows a request one sent, "
+               "part by part.")
     p.add_argument("-p", "--prompt", metavar="PROMPT",
                    help="run one task headless, print the answer and exit (text piped in is appended "
                         "to PROMPT; -p - reads the whole prompt from standard input)")
