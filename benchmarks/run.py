@@ -61,6 +61,11 @@ BENCHMARKS: dict[str, list[tuple[str, str]]] = {
     "bench_memory_updates": [("13 session memory updates' input", "<= 0.2× the main requests' input")],
     "bench_resume": [("14 --resume of 5,000 turns vs 50", "<= 14× the time of 50 turns (quick: 1,000, <= 4×)")],
     "bench_redact": [("15 redaction of a 1 MB body", "<= 30 ms, encoded and folded copies included")],
+    "bench_inspect": [
+        ("16a inspector opens: 1M-token request, 80×24", "<= 150 ms"),
+        ("16b inspector opens: 1M-token request, 160×50", "<= 150 ms"),
+        ("16c inspect --json: 1M-token request", "<= 1 s"),
+    ],
 }
 
 _MARKER = "@@BENCH-RESULTS@@"

@@ -73,6 +73,12 @@ class UsageRecorded(SessionMessage):
     event: "ev.UsageEvent"
 
 
+class RequestRecorded(SessionMessage):
+    """A request was kept in the session's store: the inspector opens on the latest."""
+
+    event: "ev.RequestRecordedEvent"
+
+
 class UserSaid(SessionMessage):
     event: "ev.UserMessageEvent"
 
@@ -253,7 +259,8 @@ MESSAGES_FOR: dict[str, tuple[type[SessionMessage], ...]] = {
     "memory_import": (MemoryImportSaid, EngineSaid),  # issue 24: the App asks, the conversation says
     "elicitation_request": (ElicitationSaid, EngineSaid),  # issue 26: the App shows the form
     "elicitation_resolved": (ElicitationSaid, EngineSaid),  # ... and closes it when it ends elsewhere
-    "mcp_prompts": (McpPromptsOffered,),  # the prompt box completes a server's prompts
+    "mcp_prompts": (McpPromptsOffered,),
+    "request_recorded": (RequestRecorded,),  # the App keeps the latest for the inspector  # the prompt box completes a server's prompts
 }
 for _type in ENGINE_LINE_TYPES:
     MESSAGES_FOR.setdefault(_type, (EngineSaid,))

@@ -17,6 +17,7 @@ from app.kernel.events import (
     AgentState,
     AssistantMessageEvent,
     CompactionEvent,
+    ConfigWarningEvent,
     ContextEvent,
     ErrorEvent,
     Event,
@@ -24,6 +25,7 @@ from app.kernel.events import (
     OutputLimitEvent,
     PartialDiscardedEvent,
     PromptCacheOffEvent,
+    RequestRecordedEvent,
     ResultEvent,
     RetryEvent,
     ToolCallsCappedEvent,
@@ -37,6 +39,7 @@ from app.kernel.events import (
     UserMessageEvent,
 )
 from app.kernel.markers import INTERRUPTED_RESULT, NOT_RUN_RESULT  # one text each: a call cut short, one never started
+from app.kernel.request_store import RequestEnvelope, RequestStore
 from app.kernel.messages import ContentBlock, Message, TextBlock, ToolResultBlock, ToolUseBlock
 from app.providers.json_fields import BAD_ARGUMENTS_KEY
 from app.agent.permissions import Permissions, source_words
@@ -148,6 +151,8 @@ class Agent:
     approver: Approver | None = None
     # The rules in force (issue 27): checked for every call, before --yes and before asking.
     permissions: "Permissions | None" = None
+    # Where each main request is kept as sent, for the inspector (None: not kept; sub-agents).
+    requests: RequestStore | None = None
 
     def __post_init__(self) -> None:
         self.engine.emit = self._emit_from_engine
@@ -229,9 +234,11 @@ class Agent:
                 await self.engine.before_request(self._summarize)
                 request = self.engine.build_request(self.options.max_tokens)
                 self._state("streaming")
+                gauge = self.engine.projection().projected_tokens  # what the gauge shows for this request
                 try:
                     completed = await self._call_model(request, stream_to_ui=True)
                 except ContextTooLongError as err:
+                    self._keep_request(request, gauge, None)
                     overflow_retries += 1
                     if overflow_retries > 3 or not self.engine.recover_overflow(err):
                         return self._error(f"prompt too long and recovery failed after {overflow_retries - 1} "
@@ -239,7 +246,9 @@ class Agent:
                     self.step -= 1  # the rejected request did no work
                     continue
                 except ProviderError as err:
+                    self._keep_request(request, gauge, None)
                     return self._error(str(err))
+                self._keep_request(request, gauge, completed)
                 overflow_retries = 0
                 message = with_unique_tool_ids(completed.message, self.history)
                 if not message.content:
@@ -385,6 +394,31 @@ class Agent:
     def _end_turn(self) -> None:
         if self.transcript is not None:
             self.transcript.end_turn()
+
+    def _keep_request(self, request: ModelRequest, gauge: int, completed: Completed | None) -> None:
+        """Keep a main request as sent (redacted by the store), with the gauge's figure and the
+        usage of its reply; the inspector reads it. A store that cannot write costs the
+        inspector this request, never the turn."""
+        if self.requests is None:
+            return
+        parts = self.engine.request_parts(request)
+        usage = completed.usage if completed is not None else None
+        envelope = RequestEnvelope(
+            number=0, gauge_tokens=gauge, model=self.provider.model, max_tokens=request.max_tokens,
+            input_tokens=usage.input_tokens if usage else None,
+            cache_read_tokens=usage.cache_read_tokens if usage else None,
+            cache_write_tokens=usage.cache_write_tokens if usage else None,
+            output_tokens=usage.output_tokens if usage else None,
+            ok=completed is not None)
+        try:
+            number = self.requests.record(parts, envelope)
+        except OSError as err:
+            self.requests = None
+            self.emit(ConfigWarningEvent(setting="requests",
+                                         text=f"requests are no longer kept for the inspector: {err}"))
+            return
+        self.emit(RequestRecordedEvent(request=number, total_tokens=gauge, parts=len(parts),
+                                       store=str(self.requests.folder)))
 
     # ---- model calls ----
 

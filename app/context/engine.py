@@ -36,6 +36,7 @@ from app.context.forecast import Forecast
 from app.context.memory import MemoryBundle
 from app.context.plans import Plan
 from app.context.prices import Price
+from app.context.request_parts import PartsMemo, request_parts
 from app.context.pruning import PruneResult
 from app.context.rules import RuleSet
 from app.context.session_memory import MEMORY_FILE_NAME, SessionMemory, build_memory_request
@@ -55,6 +56,7 @@ from app.kernel.events import (
 )
 from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolSpec
 from app.kernel.private_files import open_private, open_private_read
+from app.kernel.request_store import RequestPart
 from app.kernel.usage import Usage
 from app.providers.base import Completed, ContextTooLongError, ModelRequest, Provider, ProviderError
 
@@ -153,6 +155,7 @@ class ContextEngine:
         # Events of the background memory update wait here until the agent next touches the
         # engine, so they never land after a turn's final "result" event.
         self._deferred: list[Event] = []
+        self._parts_memo = PartsMemo()  # each message cut into the inspector's parts once
 
     # ---- the core's state, as the callers knew it before the split (read and set alike) ----
 
@@ -238,6 +241,13 @@ class ContextEngine:
 
     def projection(self, extra: list[Message] | None = None) -> Projection:
         return self.core.projection(extra)
+
+    def request_parts(self, request: ModelRequest) -> list[RequestPart]:
+        """``request`` as the inspector keeps it: each part with its estimated tokens and origin."""
+        prompt = self.core.system_prompt
+        system, memory = ((prompt, request.system[len(prompt):]) if request.system.startswith(prompt)
+                          else (request.system, ""))
+        return request_parts(system, memory, request.tools, request.messages, self.core.tool_owner, self._parts_memo)
 
     # ---- history changes (every one persisted) ----
 

@@ -298,7 +298,8 @@ _TOOLS_CACHE: dict[tuple[int, ...], tuple[tuple[ToolSpec, ...], int]] = {}
 _TOOLS_CACHE_MAX = 32  # the full list, what is sent, and one list per MCP server
 
 
-def _estimate_tool(spec: ToolSpec) -> int:
+def estimate_tool(spec: ToolSpec) -> int:
+    """Tokens of one tool definition as sent (the overhead, name, description, JSON schema)."""
     return (TOOL_OVERHEAD + count_tokens(spec.name) + count_tokens(spec.description)
             + count_tokens(_json(spec.input_schema)))
 
@@ -311,7 +312,7 @@ def estimate_tools(specs: Sequence[ToolSpec]) -> int:
     hit = _TOOLS_CACHE.get(key)
     if hit is not None and all(a is b for a, b in zip(hit[0], specs)):
         return hit[1]
-    total = sum(_estimate_tool(s) for s in specs)
+    total = sum(estimate_tool(s) for s in specs)
     if len(_TOOLS_CACHE) >= _TOOLS_CACHE_MAX:
         _TOOLS_CACHE.pop(next(iter(_TOOLS_CACHE)))
     _TOOLS_CACHE[key] = (tuple(specs), total)

@@ -598,6 +598,7 @@ DESCRIBERS: dict[str, Callable[[Any], Line | None]] = {
     "elicitation_request": _elicitation_request,  # issue 26: an MCP server's form (the App shows it)
     "elicitation_resolved": _elicitation_resolved,
     "mcp_sampling": _sampling,
+    "request_recorded": _silent,  # the inspector (i, /inspect) shows it
     "mcp_prompts": _silent,  # the prompt box completes them; /help names none
     "mcp_attachment": _mcp_attachment,  # issue 26: a server's prompt or resource in the user's turn
 }

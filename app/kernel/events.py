@@ -374,6 +374,16 @@ class ChartPointEvent(EventBase):
     kind: PointKind
 
 
+class RequestRecordedEvent(EventBase):
+    """A main request was sent and kept in the session's request store (the inspector reads it there)."""
+
+    type: Literal["request_recorded"] = "request_recorded"
+    request: int  # its number in the session, from 1
+    total_tokens: int  # the gauge's figure when it was sent
+    parts: int
+    store: str  # the store's folder (``<session>/requests``)
+
+
 class CommandQueuedEvent(EventBase):
     """A command arrived while the session was busy (or still starting): it runs later."""
 
@@ -839,7 +849,7 @@ Event = Annotated[
         ForecastEvent, RestorePreviewEvent, ClearedResultsEvent, ServerCompactionEvent,
         MemoryImportEvent, PromptCacheOffEvent, PermissionsEvent,
         ElicitationRequestEvent, ElicitationResolvedEvent, SamplingEvent,
-        McpPromptsEvent, McpAttachmentEvent,
+        McpPromptsEvent, McpAttachmentEvent, RequestRecordedEvent,
     ],
     Field(discriminator="type"),
 ]

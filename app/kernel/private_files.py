@@ -96,8 +96,8 @@ def write_private_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def read_private(path: Path, max_bytes: int, *, ours: bool = False) -> bytes:
-    """At most ``max_bytes`` of a regular file, never through a symlink (OSError otherwise).
+def read_private(path: Path, max_bytes: int, offset: int = 0, *, ours: bool = False) -> bytes:
+    """At most ``max_bytes`` of a regular file from ``offset``, never through a symlink (OSError otherwise).
     ``ours``: only a file this user owns that no one else may write or read (0600, as we
     write them); a file another user made, or one left group- or world-writable, is refused."""
     fd = os.open(path, os.O_RDONLY | _SAFE_FLAGS)
@@ -109,6 +109,8 @@ def read_private(path: Path, max_bytes: int, *, ours: bool = False) -> bytes:
             raise OSError(errno.EPERM, f"not tidegauge's own file (owner {info.st_uid}, "
                                        f"mode {stat.S_IMODE(info.st_mode):04o}; ours are 0600)", str(path))
         os.set_blocking(fd, True)
+        if offset:
+            os.lseek(fd, offset, os.SEEK_SET)
         chunks: list[bytes] = []
         left = max_bytes
         while left > 0:

@@ -34,6 +34,7 @@ __all__ = [
 
 TRANSCRIPT_NAME = "transcript.jsonl"
 TOOL_RESULTS_NAME = "tool-results"
+REQUESTS_DIR_NAME = "requests"
 META_NAME = "meta.json"
 MAX_META_BYTES = 1024 * 1024  # a meta.json is a few hundred bytes: more is not ours
 _ID_PATTERN = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{4,}$")
@@ -67,6 +68,11 @@ class Session:
     transcript_path: Path
     tool_results_dir: Path
     meta: SessionMeta
+
+    @property
+    def requests_dir(self) -> Path:
+        """The requests it sent, kept for the inspector (``app.kernel.request_store``)."""
+        return self.dir / REQUESTS_DIR_NAME
 
     def writer(self) -> TranscriptWriter:
         """A writer appending to this session's transcript."""

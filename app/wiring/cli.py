@@ -25,7 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Every setting flag can also come from the environment (TIDEGAUGE_MAX_STEPS=20) or from "
                "the config file (tidegauge --config-path prints where it is); flags win over the "
                "environment, the environment over the file. `tidegauge sessions` (--all: every directory) "
-               "lists the sessions --resume takes.")
+               "lists the sessions --resume takes; `tidegauge inspect [SESSION]` shows a request one sent, "
+               "part by part.")
     p.add_argument("-p", "--prompt", metavar="PROMPT",
                    help="run one task headless, print the answer and exit (text piped in is appended "
                         "to PROMPT; -p - reads the whole prompt from standard input)")
@@ -122,6 +123,59 @@ def _sessions(argv: list[str]) -> int:
     from app.wiring.config import load_settings
 
     return _print_sessions(load_settings({}), every_directory=args.all, out=sys.stdout)
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """Bad arguments: one line naming what was wrong, exit 2 (not argparse's usage block)."""
+
+    def error(self, message: str) -> Any:  # argparse's own signature returns NoReturn
+        print(f"{self.prog}: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def build_inspect_parser() -> argparse.ArgumentParser:
+    p = _OneLineParser(prog="tidegauge inspect",
+                       description="A request a session sent, as sent (after redaction): each part with its "
+                                   "tokens, its origin and whether the cache served it.")
+    p.add_argument("session", nargs="?", help="a session id or its start (default: the latest of this directory)")
+    p.add_argument("--request", type=int, metavar="N", help="which request, from 1 (default: the last)")
+    p.add_argument("--diff", action="store_true", help="what changed against the request before it")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    return p
+
+
+def _inspect(argv: list[str]) -> int:
+    """`tidegauge inspect [SESSION] [--request N] [--diff] [--json]`."""
+    args = build_inspect_parser().parse_args(argv)
+    from pathlib import Path
+
+    from app.kernel.errors import SetupError
+    from app.kernel.request_store import StoredRequests
+    from app.kernel.sanitize import sanitize_for_display
+    from app.session.store import SessionStore
+    from app.surfaces.inspect_output import inspect_json, inspect_text
+    from app.wiring.config import load_settings
+
+    store = SessionStore(load_settings({}).data_dir_path)
+    session = store.open(args.session) if args.session is not None else store.latest_for(Path.cwd())
+    if session is None:
+        raise SetupError(f"inspect: no session for {sanitize_for_display(str(Path.cwd()))} "
+                         "(`tidegauge sessions --all` lists every directory's)")
+    try:
+        stored = StoredRequests.load(session.requests_dir)
+    except OSError as err:
+        raise SetupError(f"inspect: cannot read the requests of session {session.id}: {err}") from None
+    if stored.count == 0:
+        raise SetupError(f"inspect: session {session.id} kept no request")
+    number = stored.count if args.request is None else args.request
+    if not 1 <= number <= stored.count:
+        raise SetupError(f"inspect: --request {args.request}: session {session.id} has requests 1 to {stored.count}")
+    render = inspect_json if args.json else inspect_text
+    try:
+        print(render(session.id, stored, number, diff=args.diff))
+    except BrokenPipeError:  # `| head`: the reader had enough
+        sys.stderr.close()
+    return 0
 
 
 def _mcp(argv: list[str]) -> int:
@@ -249,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
         return _run_setup(lambda: _sessions(argv[1:]))
     if argv[:1] == ["mcp"]:
         return _run_setup(lambda: _mcp(argv[1:]))
+    if argv[:1] == ["inspect"]:
+        return _run_setup(lambda: _inspect(argv[1:]))
     parser = build_parser()
     args = parser.parse_args(argv)
     idle = _idle_flag(args)

@@ -35,6 +35,7 @@ from app.providers.base import ServerCompactingProvider
 from app.providers.http_base import SseHttpProvider
 from app.providers.sse import StreamLimits
 from app.kernel.redact import register_secret
+from app.kernel.request_store import RequestStore
 from app.session.store import Session, SessionStore
 from app.tools.base import SavedOutputBudget, ToolContext
 from app.tools.registry import default_registry
@@ -291,6 +292,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         transcript=transcript,
         approver=approver,
         permissions=permissions,
+        requests=RequestStore(session.requests_dir),
     )
     # the session memory's background updates call the provider quietly (no state, no retries)
     engine.memory_summarize = quiet_model_call(lambda: agent.provider)
