@@ -97,22 +97,38 @@ def write_private_atomic(path: Path, data: bytes) -> None:
 
 def read_private(path: Path, max_bytes: int) -> bytes:
     """At most ``max_bytes`` of a regular file, never through a symlink (OSError otherwise)."""
+    return read_private_ends(path, max_bytes, 0)[0]
+
+
+def read_private_ends(path: Path, head_bytes: int, tail_bytes: int) -> tuple[bytes, bytes, int]:
+    """The first ``head_bytes`` and the last ``tail_bytes`` (not overlapping the head) of a
+    regular file and its size, by the rules above: a saved output too big to read whole."""
     fd = os.open(path, os.O_RDONLY | _SAFE_FLAGS)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(f"{path}: not a regular file")
         os.set_blocking(fd, True)
-        chunks: list[bytes] = []
-        left = max_bytes
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
+        size = os.fstat(fd).st_size
+        head = _read_up_to(fd, head_bytes)
+        tail = b""
+        if tail_bytes > 0 and size > len(head):
+            os.lseek(fd, max(len(head), size - tail_bytes), os.SEEK_SET)
+            tail = _read_up_to(fd, tail_bytes)
+        return head, tail, size
     finally:
         os.close(fd)
+
+
+def _read_up_to(fd: int, max_bytes: int) -> bytes:
+    chunks: list[bytes] = []
+    left = max_bytes
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
 
 
 def read_kept_json(path: Path, max_bytes: int) -> dict[str, Any]:
