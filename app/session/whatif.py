@@ -203,6 +203,8 @@ def load_recording(transcript: Path, *, session_id: str = "", model: str = "",
                 compactions += 1
             elif kind == "session_memory" and event.get("ok"):
                 memory_updates = True
+            elif kind == "session" and not model and isinstance(event.get("model"), str):
+                model = event["model"]  # a session whose meta.json has none
             elif kind == "context" and thresholds is None and isinstance(event.get("thresholds"), dict):
                 thresholds = event["thresholds"]
                 breakdown = event.get("breakdown") or {}
