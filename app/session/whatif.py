@@ -27,6 +27,7 @@ links: a transcript naming any other path gets its recorded text, nothing more.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -45,7 +46,7 @@ from app.kernel.messages import Message, TextBlock, ToolResultBlock
 from app.kernel.private_files import read_private_ends
 from app.kernel.usage import Usage
 from app.providers.base import ModelRequest
-from app.session.transcript import EventLine, HistoryLine, MessageLine, read_transcript
+from app.session.transcript import EventLine, HistoryLine, MessageLine, parse_line
 
 __all__ = ["DEFAULT_MAX_OUTPUT", "MicroCompact", "Policy", "PolicyError", "Recording", "WhatIfCurve",
            "load_recording", "parse_policy", "run_whatif"]
@@ -58,6 +59,7 @@ DEFAULT_MEMORY_UPDATE_TOKENS = 10_000
 # A saved full output is read back at most this far (a head and a tail of the cap each).
 MAX_SAVED_READ = 64 * 1024 * 1024
 RECORDED = "recorded"
+_ANY_ASSISTANT = Message.assistant_text("")
 # The usage agents a policy changes: the main requests, compactions, memory updates.
 _COUNTED_AGENTS = ("main", "compact", "memory")
 
@@ -157,9 +159,9 @@ def load_recording(transcript: Path, *, session_id: str = "", model: str = "",
                    tool_results_dir: Path | None = None,
                    price_overrides: dict[str, dict[str, Any]] | None = None) -> Recording:
     """Read a transcript into the steps a replay feeds the engine and the recorded curve."""
-    lines = read_transcript(transcript).lines
+    lines = _read_lines(transcript)
     steps: list[_Step] = []
-    live: list[Message] = []  # the recorded live history, to see what a merge added
+    live: list[Message] = []  # the recorded live history's last message, to see what a merge added
     points: list[tuple[int, int]] = []
     usages: list[dict[str, Any]] = []
     compactions = 0
@@ -170,19 +172,24 @@ def load_recording(transcript: Path, *, session_id: str = "", model: str = "",
     for line in lines:
         if isinstance(line, MessageLine):
             pending = None
-            live.append(line.message)
+            live = [line.message]
             steps.append(_Append(line.message, line.ts))
             if line.message.role == "assistant":
                 pending = len(steps) - 1
-        elif isinstance(line, HistoryLine):
-            before = live
-            live = list(line.messages)
-            if line.reason == "merge_user" and before and live and len(before) == len(live):
-                added = live[-1].content[len(before[-1].content):]
-                if added:
-                    steps.append(_MergeUser(list(added), line.ts))
+        elif isinstance(line, _History):
+            if line.reason == "merge_user":
+                # what the user typed into a trailing user message: the blocks the merge added
+                merged = line.messages()
+                if live and merged and live[-1].role == "user":
+                    added = merged[-1].content[len(live[-1].content):]
+                    if added:
+                        steps.append(_MergeUser(list(added), line.ts))
+                live = merged[-1:]
             elif line.reason == "reset":
                 steps.append(_Reset(line.ts))
+                live = []
+            else:
+                live = [_ANY_ASSISTANT]  # the recorded policy's change: only the last message's role matters
         elif isinstance(line, EventLine):
             event = line.event
             kind = event.get("type")
@@ -227,6 +234,62 @@ def load_recording(transcript: Path, *, session_id: str = "", model: str = "",
                      budget=lines_of["auto_compact_line"], compact_max_output=reserve or 8_000,
                      summarizer="memory" if memory_updates else "extractive", cache_writes=cache_writes,
                      price=price, tool_results_dir=tool_results_dir, usages=usages)
+
+
+# The lines a replay needs parsed into models; the rest stay plain JSON (a history line's
+# messages are needed only for a merge of what the user typed).
+_EVENT_PREFIX = b'{"kind":"event"'
+_HISTORY_PREFIX = b'{"kind":"history"'
+_EVENT_TYPES = tuple(b'"type":"%s"' % t for t in (b"usage", b"chart_point", b"compaction", b"session_memory",
+                                                   b"session", b"context"))  # context last: read once
+
+
+@dataclass(frozen=True)
+class _History:
+    reason: str
+    ts: float
+    raw: bytes
+
+    def messages(self) -> list[Message]:
+        line = parse_line(self.raw)
+        return line.messages if isinstance(line, HistoryLine) else []
+
+
+def _read_lines(transcript: Path) -> list[MessageLine | _History | EventLine]:
+    """The transcript's lines, a bad or torn one skipped (as a resume skips it); the history
+    lines' messages left unparsed until needed: a long session's replay reads mostly events."""
+    out: list[MessageLine | _History | EventLine] = []
+    seen_context = False  # only the first context event is read (the recorded lines and fixed part)
+    try:
+        f = open(transcript, "rb")
+    except OSError as err:
+        raise PolicyError(f"transcript {transcript}: cannot read ({err.strerror or err})") from None
+    with f:
+        for raw in f:
+            body = raw.strip()
+            if not body:
+                continue
+            try:
+                if body.startswith(_EVENT_PREFIX):
+                    # most events are of no use here: not even parsed (a line naming a wanted type
+                    # anywhere is parsed, and its real type checked after)
+                    wanted = _EVENT_TYPES if not seen_context else _EVENT_TYPES[:-1]
+                    if not any(t in body for t in wanted):
+                        continue
+                if body.startswith(_EVENT_PREFIX) or body.startswith(_HISTORY_PREFIX):
+                    data = json.loads(body)
+                    if not isinstance(data, dict):
+                        continue
+                    if data.get("kind") == "event" and isinstance(data.get("event"), dict):
+                        seen_context = seen_context or data["event"].get("type") == "context"
+                        out.append(EventLine.model_construct(ts=float(data.get("ts") or 0), event=data["event"]))
+                    elif data.get("kind") == "history":
+                        out.append(_History(str(data.get("reason")), float(data.get("ts") or 0), body))
+                    continue
+                out.append(MessageLine.model_validate_json(body))
+            except Exception:  # anything at all: a damaged line is skipped, as a resume skips it
+                continue
+    return out
 
 
 def _int(value: Any) -> int | None:
@@ -460,8 +523,8 @@ async def _replay(recording: Recording, policy: Policy) -> WhatIfCurve:
             points.append((len(points) + 1, point.tokens))
         elif message.role == "user" and message.tool_results:
             engine.append(_with_results_cut(engine, message, max_output, recording))
-        elif message.role == "user" and _typed_blocks(message.content):
-            _append_user_blocks(engine, list(message.content))
+        elif message.role == "user" and engine.history and engine.history[-1].role == "user":
+            _append_user_blocks(engine, list(message.content))  # merged, as the live session merges it
         else:
             engine.append(message)
     await engine.cancel_background()
@@ -491,7 +554,7 @@ def _append_user_blocks(engine: ContextEngine, blocks: list[Any]) -> None:
 def _with_results_cut(engine: ContextEngine, message: Message, max_output: int | None,
                       recording: Recording) -> Message:
     """The tool results as this policy's registry and engine would have kept them."""
-    uses = {u.id: u.name for m in engine.history if m.role == "assistant" for u in m.tool_uses}
+    uses = {u.id: u.name for m in reversed(engine.history[-2:]) if m.role == "assistant" for u in m.tool_uses}
     blocks: list[Any] = []
     results: list[ToolResultBlock] = []
     for block in message.content:
@@ -501,6 +564,8 @@ def _with_results_cut(engine: ContextEngine, message: Message, max_output: int |
             block = engine.fit_tool_result(block, uses.get(block.tool_use_id, "tool"), pending)
             results.append(block)
         blocks.append(block)
+    if all(a is b for a, b in zip(blocks, message.content)):
+        return message  # unchanged: its token count, made once, serves every policy
     return message.copy_with(blocks)
 
 
