@@ -157,8 +157,10 @@ class Recording:
 
 def load_recording(transcript: Path, *, session_id: str = "", model: str = "",
                    tool_results_dir: Path | None = None,
-                   price_overrides: dict[str, dict[str, Any]] | None = None) -> Recording:
-    """Read a transcript into the steps a replay feeds the engine and the recorded curve."""
+                   price_overrides: dict[str, dict[str, Any]] | None = None,
+                 price: Price | None = None) -> Recording:
+    """Read a transcript into the steps a replay feeds the engine and the recorded curve
+    (``price``: the live session's own; else the catalogue's for the model)."""
     lines = _read_lines(transcript)
     steps: list[_Step] = []
     live: list[Message] = []  # the recorded live history's last message, to see what a merge added
@@ -223,7 +225,7 @@ def load_recording(transcript: Path, *, session_id: str = "", model: str = "",
     reserve = _int(thresholds.get("reserve")) or 0
     lines_of = {k: _int(thresholds.get(k)) or 0 for k in ("warning_line", "auto_compact_line", "blocking_line")}
     cache_writes = any((_int(u.get("cache_write_tokens")) or 0) > 0 for u in usages)
-    price = _price(model, price_overrides, usages)
+    price = price if price is not None else _price(model, price_overrides, usages)
     recorded = WhatIfCurve(
         name=RECORDED, compactions=compactions, peak_tokens=max((t for _, t in points), default=0),
         input_tokens=sum(_total_input(u) for u in usages),
