@@ -144,6 +144,12 @@ class RestorePreviewReady(SessionMessage):
     event: "ev.RestorePreviewEvent"
 
 
+class WhatIfReady(SessionMessage):
+    """This session replayed under another policy: the context chart overlays the curve."""
+
+    event: "ev.WhatIfEvent"
+
+
 class SubAgentUpdate(SessionMessage):
     event: "ev.SubAgentEvent"
 
@@ -254,6 +260,7 @@ MESSAGES_FOR: dict[str, tuple[type[SessionMessage], ...]] = {
     "elicitation_request": (ElicitationSaid, EngineSaid),  # issue 26: the App shows the form
     "elicitation_resolved": (ElicitationSaid, EngineSaid),  # ... and closes it when it ends elsewhere
     "mcp_prompts": (McpPromptsOffered,),  # the prompt box completes a server's prompts
+    "whatif": (WhatIfReady, EngineSaid),  # the chart overlays the curve, the conversation says its figures
 }
 for _type in ENGINE_LINE_TYPES:
     MESSAGES_FOR.setdefault(_type, (EngineSaid,))
