@@ -218,3 +218,47 @@ def test_a_transcript_naming_a_file_outside_the_session_gets_its_recorded_text_o
     own_file.write_text("saved words " * 20_000)
     own = _peak(transcript, results)
     assert outside == linked < 1_000 < own
+
+
+def test_the_dashboards_whatif_is_the_same_replay_as_the_command_line(recorded, tmp_path, monkeypatch):
+    """``WhatIf`` to the live session (as the dashboard sends it): the curve the command line prints."""
+    import asyncio
+    import queue
+    import shutil
+    import threading
+
+    from app.kernel.commands import Shutdown, WhatIf
+    from app.wiring.config import Settings
+    from app.wiring.runtime import build_session
+
+    expected = policies(whatif(recorded, "--json", "--policy", "window=100000,auto-compact=0.3"))[
+        "window=100000,auto-compact=0.3"]
+    data = tmp_path / "data"  # a copy: resuming writes to the transcript the other tests replay
+    shutil.copytree(recorded["home"] / "data", data)
+    [session_id] = [d.name for d in (data / "sessions").iterdir()]
+    monkeypatch.setenv("WHATIF_TEST_KEY", KEY)
+    session = build_session(Settings(provider="openai", model="gpt-4o", base_url="http://127.0.0.1:9/v1",
+                                     api_key_env="WHATIF_TEST_KEY", data_dir=data),
+                            approvals=False, resume=session_id, cwd=recorded["work"])
+    answers: queue.Queue[Any] = queue.Queue()
+
+    def listen(event: Any) -> None:
+        if event.type == "whatif":
+            answers.put(event)
+
+    session.subscribe(listen)
+    runner = threading.Thread(target=lambda: asyncio.run(session.run()))
+    runner.start()
+    try:
+        session.submit(WhatIf(window=0, auto_compact=0.3))  # from the web surface too: checked again
+        session.submit(WhatIf(window=100_000, auto_compact=0.3))
+        refused, replayed = answers.get(timeout=60), answers.get(timeout=60)  # a hang guard, not a wait
+    finally:
+        session.submit(Shutdown(now=True))
+        runner.join(60)
+    assert refused.reason == "window 0: must be a whole number of tokens, more than 0" and not refused.points
+    assert replayed.reason is None and replayed.name == expected["name"]
+    assert replayed.points == [tokens for _, tokens in expected["points"]]
+    assert (replayed.compactions, replayed.peak_tokens) == (expected["compactions"], expected["peak_tokens"])
+    assert replayed.recorded_peak_tokens == max(e["tokens"] for e in recorded["events"]
+                                                if e["type"] == "chart_point" and e["kind"] == "call")
