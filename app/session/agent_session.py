@@ -857,7 +857,7 @@ def _whatif_event(info: SessionInfoEvent, price: "Price | None", command: WhatIf
 
     from app.session.whatif import Policy, PolicyError, load_recording, run_whatif
 
-    transcript = Path(info.transcript_path)
+    transcript = Path(info.transcript_path or "")  # checked before: the session keeps one
     name = f"window={command.window},auto-compact={command.auto_compact:g}"
     try:
         recording = load_recording(transcript, session_id=info.session_id, model=info.model,

@@ -28,12 +28,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
-from app.context.compaction import build_compaction_request
 from app.context.engine import ContextEngine, EngineConfig
 from app.context.memory import MemoryBundle
 from app.context.prices import Price, cost_usd, price_for
