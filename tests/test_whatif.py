@@ -109,7 +109,11 @@ def policies(proc: subprocess.CompletedProcess[str]) -> dict[str, dict[str, Any]
 
 def test_a_larger_window_compacts_less_and_peaks_higher_a_smaller_one_compacts_more(recorded, tmp_path):
     watch = tmp_path / "watch.json"
+    [folder] = (recorded["home"] / "data" / "sessions").iterdir()
+    before = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*"))
     proc = whatif(recorded, "--json", "--policy", "window=100000", "--policy", "window=12000", watch=watch)
+    # the session is read, never written (its memory and cleared outputs stay in the replay's RAM)
+    assert sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")) == before
     by_name = policies(proc)
     base, large, small = by_name["recorded"], by_name["window=100000"], by_name["window=12000"]
     assert large["compactions"] < base["compactions"] < small["compactions"]
