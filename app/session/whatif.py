@@ -156,7 +156,7 @@ class Recording:
 def load_recording(transcript: Path, *, session_id: str = "", model: str = "",
                    tool_results_dir: Path | None = None,
                    price_overrides: dict[str, dict[str, Any]] | None = None,
-                 price: Price | None = None) -> Recording:
+                   price: Price | None = None) -> Recording:
     """Read a transcript into the steps a replay feeds the engine and the recorded curve
     (``price``: the live session's own; else the catalogue's for the model)."""
     lines = _read_lines(transcript)
