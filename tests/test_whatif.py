@@ -266,3 +266,17 @@ def test_the_dashboards_whatif_is_the_same_replay_as_the_command_line(recorded, 
     assert (replayed.compactions, replayed.peak_tokens) == (expected["compactions"], expected["peak_tokens"])
     assert replayed.recorded_peak_tokens == max(e["tokens"] for e in recorded["events"]
                                                 if e["type"] == "chart_point" and e["kind"] == "call")
+
+
+def test_micro_compaction_settings_change_the_curve(recorded):
+    """Clearing old results at a low warning line keeps the context lower than with clearing off."""
+    [folder] = (recorded["home"] / "data" / "sessions").iterdir()
+    recording = load_recording(folder / "transcript.jsonl", tool_results_dir=folder / "tool-results")
+    from app.session.whatif import parse_policy
+
+    _, cleared, kept = run_whatif(recording, [
+        parse_policy("window=100000,warning=0.05,micro-compact=keep-tokens=1000;min-free=100"),
+        parse_policy("window=100000,warning=0.05,micro-compact=off")])
+    assert cleared.compactions == kept.compactions == 0
+    assert cleared.peak_tokens < kept.peak_tokens - 2_000
+    assert cleared.warning_line == kept.warning_line == 5_000
