@@ -20,7 +20,7 @@ from fake_llm_server import FakeLLMServer, counting_usage, openai_text, openai_t
 from test_engine_support import is_compaction, summary_text, write_words
 
 from app.session.transcript import TranscriptWriter
-from app.session.whatif import load_recording, make_policy, run_whatif
+from app.session.whatif import load_recording, make_policy, parse_policy, run_whatif
 from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -272,8 +272,6 @@ def test_micro_compaction_settings_change_the_curve(recorded):
     """Clearing old results at a low warning line keeps the context lower than with clearing off."""
     [folder] = (recorded["home"] / "data" / "sessions").iterdir()
     recording = load_recording(folder / "transcript.jsonl", tool_results_dir=folder / "tool-results")
-    from app.session.whatif import parse_policy
-
     _, cleared, kept = run_whatif(recording, [
         parse_policy("window=100000,warning=0.05,micro-compact=keep-tokens=1000;min-free=100"),
         parse_policy("window=100000,warning=0.05,micro-compact=off")])
