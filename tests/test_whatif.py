@@ -278,3 +278,21 @@ def test_micro_compaction_settings_change_the_curve(recorded):
     assert cleared.compactions == kept.compactions == 0
     assert cleared.peak_tokens < kept.peak_tokens - 2_000
     assert cleared.warning_line == kept.warning_line == 5_000
+
+
+@pytest.mark.parametrize(("fields", "says"), [
+    ('{"window": "100000", "auto_compact": 0.5}', "window '100000': must be a whole number"),
+    ('{"window": true, "auto_compact": 0.5}', "window True: must be a whole number"),
+    ('{"window": 1000000000000, "auto_compact": 0.5}', "more than 100,000,000 tokens"),
+    ('{"window": 100000, "auto_compact": NaN}', "auto-compact nan: must be a fraction"),
+    ('{"window": 100000, "auto_compact": "0.5"}', "auto-compact '0.5': must be a fraction"),
+    ('{"window": 100000, "auto_compact": 1.5}', "auto-compact 1.5: must be a fraction"),
+])
+def test_a_whatif_command_from_a_pipe_or_a_browser_tab_is_checked_before_any_replay(fields, says):
+    """The web surface's commands reach the session as JSON lines, typed by nobody: the session checks them."""
+    from app.session.agent_session import _whatif_problem
+    from app.session.process import decode_command
+
+    command = decode_command(('{"command": "WhatIf", "fields": %s}' % fields).encode())
+    problem = _whatif_problem(command)  # type: ignore[arg-type]
+    assert problem is not None and says in problem
