@@ -508,6 +508,8 @@ class AgentSession:
             if command.now:
                 self._drop_queue()
                 self._interrupt()
+                if self._whatif_task is not None:
+                    self._whatif_task.cancel()  # its answer is not waited for (its thread ends on its own)
         else:
             if isinstance(command, Reset):
                 # A confirmed reset replaces what was queued and ends the running turn.
@@ -684,6 +686,9 @@ class AgentSession:
             while True:
                 if not self._queue:
                     if self._stopping:
+                        whatif = self._whatif_task
+                        if whatif is not None and not whatif.done():  # asked before the stop: answered
+                            await asyncio.wait([whatif])
                         break
                     self._wake.clear()
                     await self._wake.wait()
