@@ -168,6 +168,7 @@ def test_a_larger_max_output_reads_the_saved_full_outputs(recorded):
     (["--policy", "window=-5"], "--window: -5 must be more than 0"),
     (["--policy", "colour=red"], "'colour=red' is not KEY=VALUE"),
     (["--plot", "curves.gif"], "must end in .svg or .png"),
+    (["--windw", "5"], "whatif: unrecognized arguments: --windw"),
 ])
 def test_bad_input_is_one_line_and_exit_2(recorded, args, says):
     proc = whatif(recorded, *args)
