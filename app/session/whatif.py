@@ -44,7 +44,7 @@ from app.kernel.messages import Message, TextBlock, ToolResultBlock
 from app.kernel.private_files import read_private_ends
 from app.kernel.usage import Usage
 from app.providers.base import ModelRequest
-from app.session.transcript import EventLine, HistoryLine, MessageLine, parse_line
+from app.session.transcript import HistoryLine, MessageLine, parse_line
 
 __all__ = ["DEFAULT_MAX_OUTPUT", "MicroCompact", "Policy", "PolicyError", "Recording", "WhatIfCurve",
            "load_recording", "parse_policy", "run_whatif"]
@@ -190,7 +190,7 @@ def load_recording(transcript: Path, *, session_id: str = "", model: str = "",
                 live = []
             else:
                 live = [_ANY_ASSISTANT]  # the recorded policy's change: only the last message's role matters
-        elif isinstance(line, EventLine):
+        elif isinstance(line, _Event):
             event = line.event
             kind = event.get("type")
             if kind == "usage" and event.get("agent") in _COUNTED_AGENTS:
@@ -240,8 +240,15 @@ def load_recording(transcript: Path, *, session_id: str = "", model: str = "",
 # messages are needed only for a merge of what the user typed).
 _EVENT_PREFIX = b'{"kind":"event"'
 _HISTORY_PREFIX = b'{"kind":"history"'
+_MESSAGE_PREFIX = b'{"kind":"message"'
 _EVENT_TYPES = tuple(b'"type":"%s"' % t for t in (b"usage", b"chart_point", b"compaction", b"session_memory",
                                                    b"session", b"context"))  # context last: read once
+
+
+@dataclass(frozen=True)
+class _Event:
+    ts: float
+    event: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -255,10 +262,10 @@ class _History:
         return line.messages if isinstance(line, HistoryLine) else []
 
 
-def _read_lines(transcript: Path) -> list[MessageLine | _History | EventLine]:
+def _read_lines(transcript: Path) -> list[MessageLine | _History | _Event]:
     """The transcript's lines, a bad or torn one skipped (as a resume skips it); the history
     lines' messages left unparsed until needed: a long session's replay reads mostly events."""
-    out: list[MessageLine | _History | EventLine] = []
+    out: list[MessageLine | _History | _Event] = []
     seen_context = False  # only the first context event is read (the recorded lines and fixed part)
     try:
         f = open(transcript, "rb")
@@ -282,11 +289,12 @@ def _read_lines(transcript: Path) -> list[MessageLine | _History | EventLine]:
                         continue
                     if data.get("kind") == "event" and isinstance(data.get("event"), dict):
                         seen_context = seen_context or data["event"].get("type") == "context"
-                        out.append(EventLine.model_construct(ts=float(data.get("ts") or 0), event=data["event"]))
+                        out.append(_Event(float(data.get("ts") or 0), data["event"]))
                     elif data.get("kind") == "history":
                         out.append(_History(str(data.get("reason")), float(data.get("ts") or 0), body))
                     continue
-                out.append(MessageLine.model_validate_json(body))
+                if body.startswith(_MESSAGE_PREFIX):
+                    out.append(MessageLine.model_validate_json(body))
             except Exception:  # anything at all: a damaged line is skipped, as a resume skips it
                 continue
     return out
