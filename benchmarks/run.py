@@ -66,6 +66,7 @@ BENCHMARKS: dict[str, list[tuple[str, str]]] = {
         ("16b inspector opens: 1M-token request, 160×50", "<= 150 ms"),
         ("16c inspect --json: 1M-token request", "<= 1 s"),
     ],
+    "bench_whatif": [("17 whatif: 1,000 turns, three policies", "<= 5 s")],
 }
 
 _MARKER = "@@BENCH-RESULTS@@"

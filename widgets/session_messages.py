@@ -150,6 +150,12 @@ class RestorePreviewReady(SessionMessage):
     event: "ev.RestorePreviewEvent"
 
 
+class WhatIfReady(SessionMessage):
+    """This session replayed under another policy: the context chart overlays the curve."""
+
+    event: "ev.WhatIfEvent"
+
+
 class SubAgentUpdate(SessionMessage):
     event: "ev.SubAgentEvent"
 
@@ -259,8 +265,9 @@ MESSAGES_FOR: dict[str, tuple[type[SessionMessage], ...]] = {
     "memory_import": (MemoryImportSaid, EngineSaid),  # issue 24: the App asks, the conversation says
     "elicitation_request": (ElicitationSaid, EngineSaid),  # issue 26: the App shows the form
     "elicitation_resolved": (ElicitationSaid, EngineSaid),  # ... and closes it when it ends elsewhere
-    "mcp_prompts": (McpPromptsOffered,),
-    "request_recorded": (RequestRecorded,),  # the App keeps the latest for the inspector  # the prompt box completes a server's prompts
+    "mcp_prompts": (McpPromptsOffered,),  # the prompt box completes a server's prompts
+    "request_recorded": (RequestRecorded,),  # the App keeps the latest for the inspector
+    "whatif": (WhatIfReady, EngineSaid),  # the chart overlays the curve, the conversation says its figures
 }
 for _type in ENGINE_LINE_TYPES:
     MESSAGES_FOR.setdefault(_type, (EngineSaid,))

@@ -341,6 +341,15 @@ def _restore_preview(e: "ev.RestorePreviewEvent") -> Line | None:
     return None  # the figures are the restore dialog's question (restore_question)
 
 
+def _whatif(e: "ev.WhatIfEvent") -> Line:
+    if e.reason:
+        return Line("warning", f"what-if not replayed: {e.reason}")
+    return Line("info", f"what-if {e.name} (window {e.window:,}, auto-compact at {e.auto_compact_line:,}): "
+                        f"{plural(e.compactions, 'compaction')}, peak {e.peak_tokens:,} tokens; recorded "
+                        f"{plural(e.recorded_compactions, 'compaction')}, peak {e.recorded_peak_tokens:,} "
+                        "(the chart overlays its curve)")
+
+
 def _server_compaction(e: "ev.ServerCompactionEvent") -> Line:
     if e.reason:
         return Line("warning", f"server-side compaction not switched {'off' if e.on else 'on'}: {e.reason}")
@@ -601,6 +610,7 @@ DESCRIBERS: dict[str, Callable[[Any], Line | None]] = {
     "request_recorded": _silent,  # the inspector (i, /inspect) shows it
     "mcp_prompts": _silent,  # the prompt box completes them; /help names none
     "mcp_attachment": _mcp_attachment,  # issue 26: a server's prompt or resource in the user's turn
+    "whatif": _whatif,  # the transcript replayed under another policy; the chart overlays the curve
 }
 
 

@@ -608,6 +608,23 @@ class RestorePreviewEvent(EventBase):
     reason: str | None = None  # set: it cannot be restored (one line)
 
 
+class WhatIfEvent(EventBase):
+    """This session replayed offline under another policy (the answer to ``WhatIf``): the context
+    after each model call it would have had, beside the recorded one; or (``reason``) why not."""
+
+    type: Literal["whatif"] = "whatif"
+    name: str = ""  # the policy, as the user gave it
+    window: int = 0
+    auto_compact_line: int = 0
+    warning_line: int = 0
+    compactions: int = 0
+    peak_tokens: int = 0
+    points: list[int] = Field(default_factory=list)  # tokens after each model call, in order
+    recorded_compactions: int = 0
+    recorded_peak_tokens: int = 0
+    reason: str | None = None  # set: nothing was replayed (one line)
+
+
 class ClearedResultsEvent(EventBase):
     """The tool calls whose results are cleared from the context and can be restored (oldest first);
     sent when that set changes."""
@@ -849,7 +866,7 @@ Event = Annotated[
         ForecastEvent, RestorePreviewEvent, ClearedResultsEvent, ServerCompactionEvent,
         MemoryImportEvent, PromptCacheOffEvent, PermissionsEvent,
         ElicitationRequestEvent, ElicitationResolvedEvent, SamplingEvent,
-        McpPromptsEvent, McpAttachmentEvent, RequestRecordedEvent,
+        McpPromptsEvent, McpAttachmentEvent, RequestRecordedEvent, WhatIfEvent,
     ],
     Field(discriminator="type"),
 ]

@@ -100,6 +100,33 @@ def read_private(path: Path, max_bytes: int, offset: int = 0, *, ours: bool = Fa
     """At most ``max_bytes`` of a regular file from ``offset``, never through a symlink (OSError otherwise).
     ``ours``: only a file this user owns that no one else may write or read (0600, as we
     write them); a file another user made, or one left group- or world-writable, is refused."""
+    fd = _open_regular(path, ours=ours)
+    try:
+        if offset:
+            os.lseek(fd, offset, os.SEEK_SET)
+        return _read_up_to(fd, max_bytes)
+    finally:
+        os.close(fd)
+
+
+def read_private_ends(path: Path, head_bytes: int, tail_bytes: int) -> tuple[bytes, bytes, int]:
+    """The first ``head_bytes`` and the last ``tail_bytes`` (not overlapping the head) of a
+    regular file and its size, by the rules above: a saved output too big to read whole."""
+    fd = _open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+        head = _read_up_to(fd, head_bytes)
+        tail = b""
+        if tail_bytes > 0 and size > len(head):
+            os.lseek(fd, max(len(head), size - tail_bytes), os.SEEK_SET)
+            tail = _read_up_to(fd, tail_bytes)
+        return head, tail, size
+    finally:
+        os.close(fd)
+
+
+def _open_regular(path: Path, *, ours: bool = False) -> int:
+    """A blocking descriptor of the regular file ``path``, never through a symlink (OSError otherwise)."""
     fd = os.open(path, os.O_RDONLY | _SAFE_FLAGS)
     try:
         info = os.fstat(fd)
@@ -109,19 +136,10 @@ def read_private(path: Path, max_bytes: int, offset: int = 0, *, ours: bool = Fa
             raise OSError(errno.EPERM, f"not tidegauge's own file (owner {info.st_uid}, "
                                        f"mode {stat.S_IMODE(info.st_mode):04o}; ours are 0600)", str(path))
         os.set_blocking(fd, True)
-        if offset:
-            os.lseek(fd, offset, os.SEEK_SET)
-        chunks: list[bytes] = []
-        left = max_bytes
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    return fd
 
 
 def open_private_read(path: Path | str) -> IO[bytes]:
@@ -147,6 +165,18 @@ def refusal(path: Path, error: OSError) -> str | None:
         return f"{path} is a symlink: not followed, not read (remove it; tidegauge writes a file there)"
     reason = error.strerror or str(error)
     return f"{path} not read: {reason}"
+
+
+def _read_up_to(fd: int, max_bytes: int) -> bytes:
+    chunks: list[bytes] = []
+    left = max_bytes
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
 
 
 def read_kept_json(path: Path, max_bytes: int, *, ours: bool = False,

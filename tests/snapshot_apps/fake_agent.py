@@ -142,6 +142,9 @@ class FakeSession:
         if isinstance(command, cmd.Report):
             self.emit(ev.ReportEvent(kind=command.kind, messages=len(self.history), context=self._context))
             return len(self.submitted)
+        if isinstance(command, cmd.WhatIf):
+            self._answer_whatif(command)
+            return len(self.submitted)
         if isinstance(command, (cmd.Preview, cmd.PreviewRestore, cmd.RestoreResult, cmd.ServerCompaction)):
             self._answer_now(command)
             return len(self.submitted)
@@ -182,6 +185,23 @@ class FakeSession:
                                restored=list(self._restored),
                                busy=self._current is not None and not self._current.done(), seq=self._seq,
                                events=self._log.events(), standing=self._log.standing())
+
+    def _answer_whatif(self, command: cmd.WhatIf) -> None:
+        """A fixed stand-in for the replay (the real one is tests/test_whatif.py's): its own call
+        points, dropped to a third of the auto-compact line whenever they reach it."""
+        line = int(command.window * command.auto_compact)
+        calls = [e.tokens for e in self._log.events() if e.type == "chart_point" and e.kind == "call"]
+        points, offset, compactions = [], 0, 0
+        for tokens in calls:
+            value = tokens - offset
+            if value >= line:
+                offset += value - line // 3
+                value, compactions = line // 3, compactions + 1
+            points.append(value)
+        self.emit(ev.WhatIfEvent(name=f"window={command.window},auto-compact={command.auto_compact:g}",
+                                 window=command.window, auto_compact_line=line, warning_line=line * 3 // 4,
+                                 compactions=compactions, peak_tokens=max(points, default=0), points=points,
+                                 recorded_compactions=0, recorded_peak_tokens=max(calls, default=0)))
 
     def _answer_now(self, command: Any) -> None:
         """Previews, restores and the server-compaction switch, answered at once like the real session."""

@@ -40,6 +40,7 @@ from app.kernel.commands import (
     ServerCompaction,
     Shutdown,
     UserInput,
+    WhatIf,
 )
 from app.surfaces.dashboard.bridge import SessionBridge
 from app.surfaces.view_model import DashboardView, catch_up
@@ -741,6 +742,8 @@ class TidegaugeApp(App[int]):
         yield SystemCommand("Interrupt", "Stop the running turn (escape)", self.action_interrupt)
         yield SystemCommand("Show / hide context chart and breakdown", "The history chart and the breakdown by part"
                             " (ctrl+g)", self.action_toggle_context_details)
+        yield SystemCommand("What-if: overlay policy…", "Replay this session under another window and auto-compact"
+                            " line; the chart overlays the curve", self.action_whatif)
         # One toggle that says the state it is in, offered only where the provider can compact
         # on its server (Responses, Anthropic): the session's info says which, its events the state.
         on = self._server_compaction_on
@@ -812,6 +815,17 @@ class TidegaugeApp(App[int]):
         event = message.event
         if event.type == "server_compaction" and self._server_compaction_on is not None:
             self._server_compaction_on = event.on  # the state now, switched or refused
+
+    def action_whatif(self) -> None:
+        """Ask for a window and an auto-compact fraction; the session replays its transcript with them."""
+        from widgets.whatif_screen import WhatIfScreen
+
+        def chosen(answer: tuple[int, float] | None) -> None:
+            if answer is not None:
+                self.submit(WhatIf(window=answer[0], auto_compact=answer[1]))
+
+        last = self.query_one(ContextPanel).last_context
+        self.push_screen(WhatIfScreen(last.thresholds.window if last is not None else None), chosen)
 
     def _switch_server_compaction(self, on: bool) -> None:
         if self.session is None:
