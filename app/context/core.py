@@ -451,6 +451,7 @@ class ContextCore:
         proj = self.projection()
         t = self.thresholds
         total = self.ledger.total()
+        calls = self.accounting.calls_to(t.auto_compact_line, proj.projected_tokens)
         return ContextEvent(
             exact_tokens=proj.exact_tokens,
             estimated_tokens=proj.estimated_tokens,
@@ -460,7 +461,9 @@ class ContextCore:
                 self.accounting.breakdown(self.system_prompt, self.memory.text, self.tools, self.history,
                                           tool_owner=self.tool_owner)),
             level=level(proj.projected_tokens, t),
-            turns_to_compact=self.accounting.turns_to(t.auto_compact_line, proj.projected_tokens),
+            turns_to_compact=calls.typical if calls is not None else None,
+            calls_to_compact_fewest=calls.fewest if calls is not None else None,
+            calls_to_compact_most=calls.most if calls is not None else None,
             cumulative_input=total.input_tokens,
             cumulative_cached=total.cached_tokens,
             cumulative_output=total.output_tokens,

@@ -149,7 +149,12 @@ class ContextEvent(EventBase):
     thresholds: ThresholdsModel
     breakdown: dict[str, int]  # system, memory, tools, user, assistant, tool_results
     level: Literal["ok", "warning", "compact", "blocking"]
+    # Model calls until the auto-compact line at the recent calls' pace: the median's figure and
+    # its range (fewest..most); None until enough calls were measured since the last compaction,
+    # or when the line is further ahead than the calls measured. 0: at the line.
     turns_to_compact: int | None = None
+    calls_to_compact_fewest: int | None = Field(default=None, exclude_if=lambda value: value is None)
+    calls_to_compact_most: int | None = Field(default=None, exclude_if=lambda value: value is None)
     cumulative_input: int = 0
     cumulative_cached: int = 0
     cumulative_output: int = 0
