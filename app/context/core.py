@@ -87,6 +87,10 @@ class EngineConfig:
     # know the "memory" compaction trigger first.
     memory_update_tokens: int = 0
     memory_keep_tokens: int = 4_000
+    # The first update waits until the context is this big; each later one also waits for this many
+    # tool calls (or a reply that called none). 0: no wait (the runtime passes the settings).
+    memory_init_tokens: int = 0
+    memory_update_tool_calls: int = 0
     memory_max_output: int = 4_000
     # Reversible clearing (issue 15): a restored output larger than this is cut head+tail.
     restore_max_chars: int = 40_000
@@ -397,11 +401,26 @@ class ContextCore:
             return None
         if self.memory_new_tokens < self.config.memory_update_tokens:
             return None
+        if not self.session_memory.exists and self.projected() < self.config.memory_init_tokens:
+            return None  # a short session: the update would cost as much as the work it summarises
+        if not self._enough_tool_calls_for_memory():
+            return None
         batch = self.unseen().batch(max(self.config.memory_update_tokens, self.config.window // 2))
         if not batch:
             return None
         self.memory_batch_last = batch[-1]
         return batch
+
+    def _enough_tool_calls_for_memory(self) -> bool:
+        """memory_update_tool_calls calls since the memory's last update, or the latest reply
+        called none (the end of a piece of work: a natural point to write it down)."""
+        wanted = self.config.memory_update_tool_calls
+        if wanted <= 0:
+            return True
+        latest_reply = next((m for m in reversed(self.history) if m.role == "assistant"), None)
+        if latest_reply is not None and not latest_reply.tool_uses:
+            return True
+        return sum(len(m.tool_uses) for m in self.unseen().messages) >= wanted
 
     def memory_update_failed(self) -> None:
         # Wait for another full interval before retrying (no retry storm on a failing server).
