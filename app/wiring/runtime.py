@@ -242,6 +242,10 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         state = restore(session)
         engine.history = state.history
         restored_events = list(state.events)
+        # The last usage measured this history: the gauge resumes on that figure, not on an estimate.
+        exact, covered = state.measured or (None, 0)
+        engine.accounting.restore(exact, covered, [(e.tokens, e.kind == "call") for e in restored_events
+                                                   if e.type == "chart_point"])
         repairs = list(state.warnings)
         for event in restored_events:
             if event.type == "usage":
