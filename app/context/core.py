@@ -735,7 +735,7 @@ class ContextCore:
         if audit.missing:
             summary = append_checked_facts(summary, audit)
             new_history = build_summary_history(summary, self.history, self.config.recent_user_budget)
-        self.summary_sizes.append(estimate_message(new_history[0]))  # cached: the accounting reuses it
+        self.summary_sizes.append(count_tokens(summary))  # the summary alone: the forecast's bound
         replaced = self.replace(new_history, "compaction")
         self.warned = False
         tokens_after = self.projected()
@@ -868,26 +868,28 @@ class ContextCore:
         tokens_before = self.projected()
         action: ForecastAction = "compact"
         summary_tokens = 0
+        after_range: tuple[int, int] | None = None
         if plan is not None:
             action = "memory_compact"
-            tokens_after = self.stable_prefix() + estimate_messages(plan.history)
+            # the same measure as the gauge's after it: the memory and the kept messages are known
+            tokens_after = round(self.estimate_request(plan.history) * self.accounting.request_scale)
         else:
-            # The summary's size is not known before it is written: the average of this
-            # session's summaries, else a typical handoff summary.
+            # The summary's size is not known before it is written: what is kept beside it (the
+            # fixed part, the user's words and rules) is counted exactly, the summary is bounded by
+            # its max_tokens and by the history it replaces (a summary no smaller than the history
+            # is refused). The middle figure: this session's summaries so far, else a typical one.
+            kept = round(self.estimate_with_summary("") * self.accounting.request_scale)
             history_tokens = max(0, tokens_before - self.stable_prefix())
             summary_tokens = (sum(self.summary_sizes) // len(self.summary_sizes) if self.summary_sizes
                               else min(1_500, self.config.compact_max_output, max(200, history_tokens // 3)))
-            # The user's words quoted after the summary: at most their budget (an upper bound,
-            # cheap: the exact pick would walk the whole history once more).
-            self.accounting._sums.update(self.history)
-            quoted = min(self.config.recent_user_budget, self.accounting._sums.by_part["user"])
-            tokens_after = self.stable_prefix() + summary_tokens + quoted + 60
+            tokens_after = kept + summary_tokens
+            after_range = (min(kept, tokens_before), min(kept + self.config.compact_max_output, tokens_before))
         memory = self.ledger.memory
         return forecast(action, tokens_before=tokens_before, tokens_after=min(tokens_after, tokens_before),
                         cached_prefix=self.cached_prefix, stable_prefix=self.stable_prefix(),
                         price=self.price, summary_tokens=summary_tokens, compact_price=self.compact_price,
                         memory_updates=memory.calls, memory_input_tokens=memory.input_tokens,
-                        memory_cost_usd=memory.cost_usd if memory.cost_known else None)
+                        memory_cost_usd=memory.cost_usd if memory.cost_known else None, after_range=after_range)
 
     def forecast_reset(self) -> Forecast:
         """What ``reset`` will do: everything but the system prompt, memory files and tools goes."""
@@ -1014,6 +1016,8 @@ class _ForecastFields(TypedDict, total=False):
     """The forecast's fields of a CompactionEvent (none when nothing was forecast)."""
 
     forecast_tokens_freed: int
+    forecast_tokens_after_low: int
+    forecast_tokens_after_high: int
     cache_tokens_invalidated: int
     next_request_cost_before_usd: float | None
     next_request_cost_after_usd: float | None
@@ -1027,7 +1031,9 @@ def _audit_fields(audit: AuditResult) -> _AuditFields:
 def _forecast_fields(planned: Forecast | None) -> _ForecastFields:
     if planned is None:
         return {}
+    low, high = planned.after_range
     return {"forecast_tokens_freed": planned.tokens_freed,
+            "forecast_tokens_after_low": low, "forecast_tokens_after_high": high,
             "cache_tokens_invalidated": planned.cache_tokens_invalidated,
             "next_request_cost_before_usd": planned.next_request_cost_before_usd,
             "next_request_cost_after_usd": planned.next_request_cost_after_usd,
