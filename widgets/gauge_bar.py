@@ -101,7 +101,9 @@ class GaugeBar(Widget):
             pieces.append([Text(" · at the auto-compact line", compact, end="")])
         elif calls is not None:
             fewest, most = calls
-            if most <= 1:
+            if most == 0:
+                when, short = "before the next model call", "compacts before the next call"
+            elif most == 1:
                 when, short = "within 1 model call", "compacts within 1 call"
             else:
                 span = f"~{most}" if fewest == most else f"{fewest}–{most}"

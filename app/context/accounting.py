@@ -60,7 +60,8 @@ GROWTH_MIN_SAMPLES = 3  # no figure below this many (two calls' "median" is thei
 
 @dataclass(frozen=True)
 class CallsToLine:
-    """Model calls until the context reaches a line, at the recent calls' growth: ``fewest`` if every
+    """Model calls that still run before the context reaches a line, at the recent calls' growth
+    (each call's growth: its reply and the results of the tools it called): ``fewest`` if every
     call grows as much as the biggest recent one, ``most`` at the lower quartile, ``typical`` at
     the median. All 0 at the line. A single tool result bigger than the remaining room reaches the
     line sooner than any pace: the range is about the pace, not about one result."""
@@ -68,6 +69,10 @@ class CallsToLine:
     typical: int
     fewest: int
     most: int
+
+    def less_one(self) -> "CallsToLine":
+        """One growth of the pace is not a model call's (tool results still to come before the next)."""
+        return CallsToLine(max(0, self.typical - 1), max(0, self.fewest - 1), max(0, self.most - 1))
 
 
 def _quantile(ordered: Sequence[int], share: float) -> float:

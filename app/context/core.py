@@ -471,6 +471,11 @@ class ContextCore:
         t = self.thresholds
         total = self.ledger.total()
         calls = self.accounting.calls_to(t.auto_compact_line, proj.projected_tokens)
+        last = self.history[-1] if self.history else None
+        if calls is not None and last is not None and last.role == "assistant" and last.tool_uses:
+            # The results of this reply's calls are still to come: they are the first growth the
+            # pace counts, and they come before the next model call, not with it.
+            calls = calls.less_one()
         return ContextEvent(
             exact_tokens=proj.exact_tokens,
             estimated_tokens=proj.estimated_tokens,
