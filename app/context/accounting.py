@@ -541,21 +541,6 @@ class Ledger:
         """The session memory's background updates (issue 27: a line of their own)."""
         return self.get("memory")
 
-    def restore(self, exact_tokens: int | None, history_len: int, points: Sequence[tuple[int, bool]]) -> None:
-        """A resumed session: the last measured figure of the history it resumes (None: there is
-        none, the estimate stands in), and its chart points in order, (tokens, a model call's)
-        (any other point restarts the pace), so the figure and the calls to compact read as they
-        did when the session was left."""
-        self.exact_tokens = exact_tokens
-        self.exact_history_len = history_len if exact_tokens is not None else 0
-        self.points.clear()
-        self._run_start = 0
-        for tokens, call in points:
-            if call:
-                self.record_point(tokens)
-            else:
-                self.restart_growth(tokens)
-
     def to_dict(self) -> dict[str, Any]:
         return {name: vars(t).copy() for name, t in self.agents.items()}
 
