@@ -193,6 +193,7 @@ async def test_ctrl_s_runs_the_plan_it_showed_then_says_at_once_there_is_nothing
     from app.surfaces.dashboard.app import TidegaugeApp
     from app.wiring.runtime import build_session
     from widgets.confirm_screen import ConfirmScreen, ForecastConfirmScreen
+    from app.kernel.describe import human_tokens
 
     settings = _settings(fake_llm, tmp_path, monkeypatch, "openai", {})
     (tmp_path / "work").mkdir()
@@ -216,10 +217,20 @@ async def test_ctrl_s_runs_the_plan_it_showed_then_says_at_once_there_is_nothing
         shown = screen.forecast
         assert shown.action == "compact" and shown.model_call and shown.plan_id
         assert "messages: 2 → 1 summary" in (screen.detail or "")
+        # the summary's length is not known before it is written: the size after is a range, what is
+        # kept counted exactly and the summary up to its max_tokens
+        low, high = shown.tokens_after_low, shown.tokens_after_high
+        assert low is not None and high is not None and low < high
+        assert f"→ {low:,}–{high:,})" in (screen.detail or "") and "kept (counted) + the summary, up to" in (
+            screen.detail or ""), screen.detail
         await pilot.press("y")
         await settle(pilot)
         (compaction,) = events.of("compaction")
         assert_ran_as_forecast(shown, compaction, compaction_calls(fake_llm))
+        assert low <= compaction.tokens_after <= high, (low, compaction.tokens_after, high)
+        # the compaction line shows the forecast beside what happened
+        assert any(f"forecast {human_tokens(low)}–{human_tokens(high)}" in text for text in engine_texts(app)), (
+            engine_texts(app)[-3:])
 
         # Now the context is one summary: one line at once, no dialog, no model call.
         await pilot.press("ctrl+s")
