@@ -71,7 +71,7 @@ def _compaction(e: "ev.CompactionEvent") -> Line:
                     f"{plural(e.messages_before, 'message')} → {e.messages_after:,}, "
                     f"~{human_tokens(e.tokens_before)} → ~{human_tokens(e.tokens_after)} tokens "
                     "(they stay in the transcript on disk)")
-    tokens = f"~{human_tokens(e.tokens_before)} → ~{human_tokens(e.tokens_after)} tokens"
+    tokens = f"~{human_tokens(e.tokens_before)} → ~{human_tokens(e.tokens_after)} tokens{_forecast_beside(e)}"
     facts = ""
     if e.facts_added:
         facts = f"; the audit added {plural(e.facts_added, 'checked fact')} the summary missed"
@@ -95,6 +95,15 @@ def _compaction(e: "ev.CompactionEvent") -> Line:
     return Line("compaction",
                 f"context compacted: {plural(e.messages_before, 'message')} → 1 summary ({label}, {tokens}){facts}"
                 f"{_checked_facts(e)}")
+
+
+def _forecast_beside(e: "ev.CompactionEvent") -> str:
+    """The size after the forecast gave, beside what happened (nothing when none was made)."""
+    low, high = e.forecast_tokens_after_low, e.forecast_tokens_after_high
+    if low is None or high is None:
+        return ""
+    said = f"~{human_tokens(low)}" if low == high else f"{human_tokens(low)}–{human_tokens(high)}"
+    return f"; forecast {said}"
 
 
 def _forecast_said(e: "ev.CompactionEvent") -> str:
@@ -307,7 +316,14 @@ def forecast_text(e: "ev.ForecastEvent") -> str:
         return e.reason or f"nothing to {e.kind}"
     what = {"compact": "compaction", "memory_compact": "compaction from the session memory",
             "reset": "reset"}[e.action]
-    lines = [f"{what}: frees ~{e.tokens_freed:,} tokens (~{e.tokens_before:,} → ~{e.tokens_after:,})"]
+    if e.tokens_after_low is not None and e.tokens_after_high is not None and e.tokens_after_low < e.tokens_after_high:
+        low, high = e.tokens_after_low, e.tokens_after_high
+        lines = [f"{what}: frees {max(0, e.tokens_before - high):,}–{max(0, e.tokens_before - low):,} tokens "
+                 f"(~{e.tokens_before:,} → {low:,}–{high:,})",
+                 f"after: {low:,} kept (counted) + the summary, up to {high - low:,} (its max_tokens; "
+                 "its length is known once it is written)"]
+    else:
+        lines = [f"{what}: frees ~{e.tokens_freed:,} tokens (~{e.tokens_before:,} → ~{e.tokens_after:,})"]
     if e.messages_before:
         kept = {"compact": "1 summary", "reset": "none kept",
                 "memory_compact": f"the memory + {plural(max(0, e.messages_after - 1), 'recent message')} kept"}

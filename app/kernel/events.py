@@ -158,7 +158,12 @@ class ContextEvent(EventBase):
     thresholds: ThresholdsModel
     breakdown: dict[str, int]  # system, memory, tools, user, assistant, tool_results
     level: Literal["ok", "warning", "compact", "blocking"]
+    # Model calls until the auto-compact line at the recent calls' pace: the median's figure and
+    # its range (fewest..most); None until enough calls were measured since the last compaction,
+    # or when the line is further ahead than the calls measured. 0: at the line.
     turns_to_compact: int | None = None
+    calls_to_compact_fewest: int | None = Field(default=None, exclude_if=lambda value: value is None)
+    calls_to_compact_most: int | None = Field(default=None, exclude_if=lambda value: value is None)
     cumulative_input: int = 0
     cumulative_cached: int = 0
     cumulative_output: int = 0
@@ -201,6 +206,9 @@ class CompactionEvent(EventBase):
     checked_facts: list[str] = Field(default_factory=list)
     # Cost before you compact (issue 15): the forecast made just before this compaction ran.
     forecast_tokens_freed: int | None = None
+    # The size after that forecast gave, low to high (equal: it was known exactly).
+    forecast_tokens_after_low: int | None = Field(default=None, exclude_if=lambda value: value is None)
+    forecast_tokens_after_high: int | None = Field(default=None, exclude_if=lambda value: value is None)
     cache_tokens_invalidated: int | None = None
     next_request_cost_before_usd: float | None = None
     next_request_cost_after_usd: float | None = None
@@ -584,6 +592,10 @@ class ForecastEvent(EventBase):
     tokens_before: int
     tokens_after: int  # estimated
     tokens_freed: int
+    # What is known of the size after: for a summary, what is kept (exactly) up to that plus the
+    # summary's max_tokens; None: tokens_after is exact (a reset, a compaction from the memory).
+    tokens_after_low: int | None = Field(default=None, exclude_if=lambda value: value is None)
+    tokens_after_high: int | None = Field(default=None, exclude_if=lambda value: value is None)
     cache_tokens_invalidated: int
     next_request_cost_before_usd: float | None = None  # None: no price known for the model
     next_request_cost_after_usd: float | None = None

@@ -562,6 +562,8 @@ class AgentSession:
             reason=plan.reason or None, messages_before=plan.messages_before, messages_after=plan.messages_after,
             tokens_before=planned.tokens_before,
             tokens_after=planned.tokens_after, tokens_freed=planned.tokens_freed,
+            tokens_after_low=planned.after_range[0] if planned.after_range[0] != planned.after_range[1] else None,
+            tokens_after_high=planned.after_range[1] if planned.after_range[0] != planned.after_range[1] else None,
             cache_tokens_invalidated=planned.cache_tokens_invalidated,
             next_request_cost_before_usd=planned.next_request_cost_before_usd,
             next_request_cost_after_usd=planned.next_request_cost_after_usd,

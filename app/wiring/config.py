@@ -151,9 +151,14 @@ class Settings(BaseSettings):
     max_session_saved_output: int = Field(DEFAULT_MAX_SESSION_SAVED_OUTPUT, ge=0)
     # Keys written by hand under [api_keys] in config.toml (kept 0600); environment variables win.
     api_keys: dict[str, SecretStr] = Field(default_factory=dict)
-    # Session memory (issue 15): a background summary every N tokens of new context
-    # (0: off); a compaction from it keeps at least the last N tokens verbatim.
-    memory_update_tokens: int = Field(10_000, ge=0)
+    # Session memory: a background summary, as Claude Code's: the first once the context reaches
+    # memory_init_tokens, then after memory_update_tokens of new context and memory_update_tool_calls
+    # tool calls (or a reply that called none) (memory_update_tokens 0: off); a compaction from it
+    # keeps at least the last memory_keep_tokens verbatim. On a short session an update cost as much
+    # as the work it summarised.
+    memory_init_tokens: int = Field(10_000, ge=0)
+    memory_update_tokens: int = Field(5_000, ge=0)
+    memory_update_tool_calls: int = Field(3, ge=0)
     memory_keep_tokens: int = Field(4_000, ge=0)
     # Memory imports and rule files outside the repository read without asking (issue 24):
     # files or folders, "~" allowed, relative ones from the repository's root. Secret stores

@@ -219,7 +219,9 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         memory=memory,
         tools=registry.specs(),
         config=EngineConfig(window=window, budget=budget, compact_max_output=settings.compact_max_output,
+                            memory_init_tokens=settings.memory_init_tokens,
                             memory_update_tokens=settings.memory_update_tokens,
+                            memory_update_tool_calls=settings.memory_update_tool_calls,
                             memory_keep_tokens=settings.memory_keep_tokens),
         price=price_for(provider.model, settings.prices, provider_price=setup.price),
         compact_price=price_for(provider.model, settings.prices, provider_price=setup.price),
@@ -252,6 +254,10 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         state = restore(session)
         engine.history = state.history
         restored_events = list(state.events)
+        # The last usage measured this history: the gauge resumes on that figure, not on an estimate.
+        exact, covered = state.measured or (None, 0)
+        engine.accounting.restore(exact, covered, [(e.tokens, e.kind == "call") for e in restored_events
+                                                   if e.type == "chart_point"])
         repairs = list(state.warnings)
         for event in restored_events:
             if event.type == "usage":

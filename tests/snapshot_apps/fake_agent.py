@@ -30,7 +30,9 @@ def thresholds(window: int = 200_000, budget: int = 150_000) -> ev.ThresholdsMod
 
 
 def context(exact: int | None, estimated: int = 0, *, window: int = 200_000, budget: int = 150_000,
-            turns: int | None = None, cost: float = 0.0, compact_cost: float = 0.0) -> ev.ContextEvent:
+            turns: int | None = None, cost: float = 0.0, compact_cost: float = 0.0,
+            calls: tuple[int, int] | None = None) -> ev.ContextEvent:
+    """``turns``: model calls to compact, a range of one figure (``calls``: fewest, most)."""
     th = thresholds(window, budget)
     projected = (exact or 0) + estimated
     level = context_level(projected, Thresholds(**th.model_dump()))
@@ -39,7 +41,9 @@ def context(exact: int | None, estimated: int = 0, *, window: int = 200_000, bud
     parts.update(user=rest // 10, assistant=rest // 5, tool_results=rest - rest // 10 - rest // 5)
     return ev.ContextEvent(
         exact_tokens=exact, estimated_tokens=estimated, projected_tokens=projected, thresholds=th,
-        breakdown=parts, level=level, turns_to_compact=turns, cumulative_input=projected * 3,
+        breakdown=parts, level=level, turns_to_compact=turns,
+        calls_to_compact_fewest=calls[0] if calls else turns, calls_to_compact_most=calls[1] if calls else turns,
+        cumulative_input=projected * 3,
         cumulative_cached=projected * 2, cumulative_output=projected // 20, cost_usd=cost,
         compact_cost_usd=compact_cost,
     )
@@ -410,7 +414,7 @@ def session_steps(full_output_path: str, hostile: str = "") -> list[Step]:
         ev.ToolResultEvent(id="call-1", name="run_bash", is_error=False, truncated=True,
                            original_chars=len(full), kept_chars=len(view), full_output_path=full_output_path,
                            duration_ms=412.0, content=view),
-        context(4_960, 11_200, turns=9, cost=0.012),
+        context(4_960, 11_200, turns=9, calls=(7, 11), cost=0.012),
         ev.ThinkingDeltaEvent(text="The tail shows an ERROR line; grep for the others."),
         Text("The tail ends with an **ERROR**. Let me grep for every error line."),
         ev.UsageEvent(input_tokens=1_200, cache_read_tokens=14_000, cache_write_tokens=1_000, output_tokens=80,
