@@ -10,7 +10,7 @@ from textual import on
 from textual.reactive import reactive, var
 from textual.widget import Widget
 
-from app.kernel.describe import STATE_WORDS, state_text
+from app.kernel.describe import SANDBOX_BADGES, STATE_WORDS, state_text
 from widgets._literal import sanitize
 from widgets._paths import shorten_path
 from widgets.session_messages import BreakerChanged, SessionStarted, StateChanged
@@ -48,6 +48,7 @@ class HeaderBar(Widget):
     state: reactive[str] = reactive("idle")  # the session's state; "starting" until it exists
     step: reactive[int] = reactive(0)
     max_steps: reactive[int] = reactive(0)
+    sandbox: reactive[str] = reactive("")  # how commands run ("": not said, an older session)
     breaker_paused = var(False, toggle_class="-paused")
     busy = var(False, toggle_class="-busy")  # drawn only: the App asks the view model
 
@@ -66,6 +67,7 @@ class HeaderBar(Widget):
         self.cwd = info.started_in or info.workspace
         self.session_id = info.session_id
         self.max_steps = info.max_steps
+        self.sandbox = info.sandbox or ""
 
     @on(StateChanged)
     def _on_state(self, message: StateChanged) -> None:
@@ -103,6 +105,8 @@ class HeaderBar(Widget):
         if self.breaker_paused:
             right.append(" ")
             right.append(" auto-compact paused (breaker) ", paused)
+        if self.sandbox:  # whether commands run in the sandbox, always in view
+            right.append(f"  {SANDBOX_BADGES.get(self.sandbox, self.sandbox)}", dim)
         if self.max_steps:
             right.append(f"  step {self.step} of {self.max_steps} ", dim)
 

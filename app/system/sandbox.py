@@ -1,0 +1,161 @@
+"""The sandbox around run_bash's commands: bubblewrap (``bwrap``) when it works here.
+
+Inside it the whole file system is read-only except the workspace and a private ``/tmp``
+(a tmpfs of the command's own, ``TMPDIR`` points at it); tidegauge's data and config
+directories, the user's key stores and the session's agent sockets are covered (an empty
+tmpfs over a folder, ``/dev/null`` over a file); the network is a namespace of its own with
+nothing in it unless ``sandbox_network`` is on; and the command is in a PID namespace of its
+own whose first process dies with tidegauge (``--die-with-parent``), which takes every
+process in the namespace with it, whatever they did to their environment or session.
+
+``--new-session`` puts the command in a session of its own (so it cannot push keys into a
+terminal with TIOCSTI); stdin is /dev/null and nothing in a command has job control to lose.
+The tool still ends the whole run by signalling the outer ``bwrap``: its death takes the
+namespace down.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+
+from app.kernel.events import SandboxState
+from app.kernel.secret_stores import HOME_SECRET_STORES
+
+SandboxMode = Literal["auto", "on", "off"]
+SANDBOX_MODES: tuple[SandboxMode, ...] = ("auto", "on", "off")
+
+INSTALL_HINT = "apt-get install bubblewrap"
+# Seconds the start-up check may take: bwrap either starts `true` at once or fails at once.
+_PROBE_TIMEOUT_S = 10.0
+
+# The namespaces and mounts every sandboxed command gets (and the start-up check uses).
+_BASE_ARGS = ("--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+              "--tmpfs", "/tmp", "--tmpfs", "/var/tmp",
+              "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session")
+
+
+@functools.cache
+def bwrap_problem() -> str | None:
+    """None when bwrap can start a command in the sandbox's namespaces here, else why not.
+
+    Run once per process: being on PATH is not enough (user namespaces may be off, a
+    container may forbid mounts).
+    """
+    path = shutil.which("bwrap")
+    if path is None:
+        return "bwrap (bubblewrap) is not installed"
+    try:
+        done = subprocess.run([path, *_BASE_ARGS, "--unshare-net", "--", "true"], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=_PROBE_TIMEOUT_S,
+                              check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"bwrap could not be started ({exc})"
+    if done.returncode != 0:
+        said = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        detail = said[-1][:200] if said else f"exit code {done.returncode}"
+        return f"bwrap cannot make its namespaces here ({detail}): are user namespaces disabled?"
+    return None
+
+
+def _existing(paths: list[Path]) -> list[tuple[Path, bool]]:
+    """Each path that exists, resolved (a link to a key store hides the store), and whether it
+    is a folder."""
+    found: dict[Path, bool] = {}
+    for path in paths:
+        try:
+            real = path.resolve(strict=True)
+            is_dir = real.is_dir()
+        except (OSError, RuntimeError):
+            continue
+        if real != Path("/"):
+            found.setdefault(real, is_dir)
+    return list(found.items())
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+@dataclass(frozen=True)
+class SandboxPolicy:
+    """How this session's commands run; ``private`` are tidegauge's own folders (data, config)."""
+
+    mode: SandboxMode = "off"
+    network: bool = False
+    private: tuple[Path, ...] = ()
+    home: Path | None = None
+    # The session's agent sockets (ssh-agent, gpg-agent, the keyring) live here.
+    runtime_dir: Path | None = None
+    extra_hidden: tuple[Path, ...] = field(default=())
+
+    @property
+    def state(self) -> SandboxState:
+        if self.mode == "off":
+            return "off"
+        return "bwrap" if bwrap_problem() is None else "unavailable"
+
+    @property
+    def active(self) -> bool:
+        return self.state == "bwrap"
+
+    def refusal(self) -> str | None:
+        """Why no command may run at all: the user asked for the sandbox ("on") and it cannot run."""
+        if self.mode != "on" or (problem := bwrap_problem()) is None:
+            return None
+        return (f"run_bash is refused: sandbox = \"on\" but {problem}. Install it ({INSTALL_HINT}) or enable "
+                "user namespaces, or set sandbox = \"auto\" or \"off\" to run commands without it.")
+
+    def start_warning(self) -> str | None:
+        """The one line said at start when commands will run unsandboxed although the sandbox was
+        asked for ("auto"), or will not run at all ("on")."""
+        if self.mode == "off" or (problem := bwrap_problem()) is None:
+            return None
+        if self.mode == "on":
+            return (f"commands will not run: sandbox = \"on\" but {problem}; install it ({INSTALL_HINT}) "
+                    "or enable user namespaces")
+        return (f"commands are not sandboxed: {problem}; install it ({INSTALL_HINT}) or enable user "
+                "namespaces, or set sandbox = \"off\" to silence this")
+
+    def hidden_paths(self) -> list[Path]:
+        paths = list(self.private) + list(self.extra_hidden)
+        if self.home is not None:
+            paths += [self.home / store for store in HOME_SECRET_STORES]
+        if self.runtime_dir is not None:
+            paths.append(self.runtime_dir)
+        return paths
+
+    def wrap(self, argv: list[str], workspace: Path) -> list[str]:
+        """``argv`` as bwrap runs it in the sandbox, with ``workspace`` writable."""
+        bwrap = shutil.which("bwrap") or "bwrap"
+        args = [bwrap, *_BASE_ARGS]
+        if not self.network:
+            args.append("--unshare-net")
+        hidden = _existing(self.hidden_paths())
+        work = workspace.resolve()
+
+        def cover(paths: list[tuple[Path, bool]]) -> None:
+            for path, is_dir in paths:
+                args.extend(("--tmpfs", str(path)) if is_dir else ("--ro-bind", "/dev/null", str(path)))
+
+        # Covered first, then the workspace bound over them (a workspace inside a covered folder
+        # stays usable), then what lies inside the workspace covered again.
+        cover([(path, is_dir) for path, is_dir in hidden if not _inside(path, Path("/tmp"))])
+        args.extend(("--bind", str(work), str(work)))
+        cover([(path, is_dir) for path, is_dir in hidden if _inside(path, work) and path != work])
+        args.extend(("--chdir", str(work), "--"))
+        return args + argv
+
+
+def policy_for(mode: SandboxMode, network: bool, private: tuple[Path, ...]) -> SandboxPolicy:
+    """The policy for this user: their home's key stores and agent sockets hidden, with ``private``."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    sockets = tuple(Path(os.environ[name]) for name in ("SSH_AUTH_SOCK",) if os.environ.get(name))
+    return SandboxPolicy(mode=mode, network=network, private=private, home=Path.home(),
+                         runtime_dir=Path(runtime) if runtime else None, extra_hidden=sockets)
