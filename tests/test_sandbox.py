@@ -34,7 +34,7 @@ from fake_llm_server import openai_text, openai_tool_calls
 from app.kernel.describe import approval_choices, approval_question
 from app.kernel.events import ApprovalRequestEvent
 from app.system import proctree
-from app.system.sandbox import bwrap_problem, policy_for
+from app.tools.sandbox import bwrap_problem, policy_for
 from app.tools.base import ToolContext
 from app.tools.bash import RunBashArgs, RunBashTool
 

@@ -1,7 +1,7 @@
 """Where a user's keys and tokens live under their home: one list for every guard that needs it.
 
 Memory imports never read these (``context/import_policy.py``) and the command sandbox hides
-them (``system/sandbox.py``).
+them (``tools/sandbox.py``).
 """
 
 from __future__ import annotations

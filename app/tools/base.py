@@ -16,7 +16,7 @@ from typing import Any, Callable, ClassVar, Generic, Protocol, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from app.kernel.messages import ToolResultImage, ToolSpec
-from app.system.sandbox import SandboxPolicy
+from app.tools.sandbox import SandboxPolicy
 
 # Saved full outputs stop growing here (the tail beyond it is still kept); see registry.
 DEFAULT_MAX_SAVED_OUTPUT = 1024**3

@@ -28,7 +28,7 @@ from pydantic import Field, model_validator
 
 from app.kernel.redact import redact
 from app.system import proctree
-from app.system.sandbox import SandboxPolicy
+from app.tools.sandbox import SandboxPolicy
 from app.tools.base import DEFAULT_MAX_SAVED_OUTPUT, ArgsTool, ToolArgs, ToolContext, ToolInputError, ToolOutput
 from app.context.truncation import join_head_tail
 from app.kernel.private_files import open_private

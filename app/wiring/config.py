@@ -134,7 +134,7 @@ class Settings(BaseSettings):
     max_tokens: int = Field(16_000, ge=1)
     yes: bool = False
     allow_outside: bool = False
-    # run_bash's commands in bubblewrap (app/system/sandbox.py): "auto" when bwrap works here (one line
+    # run_bash's commands in bubblewrap (app/tools/sandbox.py): "auto" when bwrap works here (one line
     # at start says when it does not), "on" refuses commands without it, "off" never; the network
     # inside only with sandbox_network.
     sandbox: Literal["auto", "on", "off"] = "auto"
