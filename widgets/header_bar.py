@@ -105,12 +105,19 @@ class HeaderBar(Widget):
         if self.breaker_paused:
             right.append(" ")
             right.append(" auto-compact paused (breaker) ", paused)
-        if self.sandbox:  # whether commands run in the sandbox, always in view
-            right.append(f"  {SANDBOX_BADGES.get(self.sandbox, self.sandbox)}", dim)
-        if self.max_steps:
-            right.append(f"  step {self.step} of {self.max_steps} ", dim)
-
+        steps = f"  step {self.step} of {self.max_steps} " if self.max_steps else ""
+        badge = f"  {SANDBOX_BADGES.get(self.sandbox, self.sandbox)}" if self.sandbox else ""
         width = self.size.width
+        cwd = sanitize(self.cwd)
+        # Whether commands are sandboxed, where the row has room for it beside the whole project path:
+        # the project and the session are what the row must name first.
+        whole = (cell_len(" tidegauge  ") + cell_len(sanitize(self.provider_label)) + 2 + cell_len(cwd)
+                 + cell_len(f"  session {short_session_id(self.session_id)}") + right.cell_len + len(steps) + 1)
+        if badge and whole + len(badge) <= width:
+            right.append(badge, dim)
+        if steps:
+            right.append(steps, dim)
+
         room = max(0, width - right.cell_len - 1)
         session = Text(no_wrap=True, end="")
         short_id = short_session_id(self.session_id)
@@ -121,7 +128,6 @@ class HeaderBar(Widget):
         left.append(" tidegauge ", title)
         left.append(" ")
         label = Text(sanitize(self.provider_label), provider, no_wrap=True, end="")
-        cwd = sanitize(self.cwd)
         # The project's own name ("…/my-project") before the label's tail: at 80 columns the
         # whole label left "…-project" or nothing; the label keeps its first cells.
         project = cell_len(shorten_path(cwd, cell_len(cwd.rstrip("/").rsplit("/", 1)[-1]) + 2)) + 2 if cwd else 0
