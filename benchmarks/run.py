@@ -59,6 +59,7 @@ BENCHMARKS: dict[str, list[tuple[str, str]]] = {
     "bench_headless": [("12 one-turn headless run", "<= 2.5× import httpx, pydantic")],
     "bench_memory_updates": [("13 session memory updates' input", "<= 0.2× the main requests' input")],
     "bench_resume": [("14 --resume of 5,000 turns vs 50", "<= 14× the time of 50 turns (quick: 1,000, <= 4×)")],
+    "bench_sandbox": [("15 sandboxed run_bash: added time", "adds <= 15 ms to `true`")],
 }
 
 _MARKER = "@@BENCH-RESULTS@@"
