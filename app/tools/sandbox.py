@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import stat
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,14 +43,19 @@ _BASE_ARGS = ("--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
 
 
 @functools.cache
+def _bwrap_path() -> str:
+    return shutil.which("bwrap") or "bwrap"
+
+
+@functools.cache
 def bwrap_problem() -> str | None:
     """None when bwrap can start a command in the sandbox's namespaces here, else why not.
 
     Run once per process: being on PATH is not enough (user namespaces may be off, a
     container may forbid mounts).
     """
-    path = shutil.which("bwrap")
-    if path is None:
+    path = _bwrap_path()
+    if os.sep not in path:
         return "bwrap (bubblewrap) is not installed"
     try:
         done = subprocess.run([path, *_BASE_ARGS, "--unshare-net", "--", "true"], stdin=subprocess.DEVNULL,
@@ -64,18 +70,20 @@ def bwrap_problem() -> str | None:
     return None
 
 
-def _existing(paths: list[Path]) -> list[tuple[Path, bool]]:
+def _existing(paths: tuple[str, ...]) -> list[tuple[Path, bool]]:
     """Each path that exists, resolved (a link to a key store hides the store), and whether it
     is a folder."""
     found: dict[Path, bool] = {}
     for path in paths:
-        try:
-            real = path.resolve(strict=True)
-            is_dir = real.is_dir()
-        except (OSError, RuntimeError):
+        if not os.path.lexists(path):  # most stores are absent: one lstat each, at every command
             continue
-        if real != Path("/"):
-            found.setdefault(real, is_dir)
+        real = os.path.realpath(path)
+        try:
+            is_dir = stat.S_ISDIR(os.stat(real).st_mode)
+        except OSError:
+            continue  # a dangling link: nothing to hide
+        if real != "/":
+            found.setdefault(Path(real), is_dir)
     return list(found.items())
 
 
@@ -123,21 +131,22 @@ class SandboxPolicy:
         return (f"commands are not sandboxed: {problem}; install it ({INSTALL_HINT}) or enable user "
                 "namespaces, or set sandbox = \"off\" to silence this")
 
-    def hidden_paths(self) -> list[Path]:
-        paths = list(self.private) + list(self.extra_hidden)
+    @functools.cached_property
+    def hidden_paths(self) -> tuple[str, ...]:
+        """What to cover, whether it exists or not (checked at each command: a store made later)."""
+        paths = [str(path) for path in (*self.private, *self.extra_hidden)]
         if self.home is not None:
-            paths += [self.home / store for store in HOME_SECRET_STORES]
+            paths += [os.path.join(self.home, store) for store in HOME_SECRET_STORES]
         if self.runtime_dir is not None:
-            paths.append(self.runtime_dir)
-        return paths
+            paths.append(str(self.runtime_dir))
+        return tuple(paths)
 
     def wrap(self, argv: list[str], workspace: Path) -> list[str]:
         """``argv`` as bwrap runs it in the sandbox, with ``workspace`` writable."""
-        bwrap = shutil.which("bwrap") or "bwrap"
-        args = [bwrap, *_BASE_ARGS]
+        args = [_bwrap_path(), *_BASE_ARGS]
         if not self.network:
             args.append("--unshare-net")
-        hidden = _existing(self.hidden_paths())
+        hidden = _existing(self.hidden_paths)
         work = workspace.resolve()
 
         def cover(paths: list[tuple[Path, bool]]) -> None:
