@@ -318,7 +318,7 @@ def test_with_yes_an_unsandboxed_call_runs_outside_but_deny_rules_and_a_missing_
         fake_llm, work, outside) -> None:
     config = '[permissions]\ndeny = ["run_bash(rm:*)"]\n'
     (outside / "victim").write_text("keep me")
-    calls = [{"command": f"touch {outside}/escaped", "unsandboxed": True, "reason": "write outside on purpose"},
+    calls: list[dict[str, Any]] = [{"command": f"touch {outside}/escaped", "unsandboxed": True, "reason": "write outside on purpose"},
              {"command": f"rm {outside}/victim", "unsandboxed": True, "reason": "clean up"},
              {"command": f"touch {outside}/no-reason", "unsandboxed": True},
              {"command": f"touch {outside}/string", "unsandboxed": "true", "reason": "a string is not a yes"}]
