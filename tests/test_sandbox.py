@@ -338,3 +338,57 @@ def test_the_approval_of_an_unsandboxed_call_says_so_with_its_reason_and_offers_
     assert [decision for decision, _ in approval_choices(event)] == ["yes", "no"]
     plain = event.model_copy(update={"outside_sandbox": None})
     assert approval_question(plain) == "Allow run_bash?" and "always" in dict(approval_choices(plain))
+
+
+@needs_bwrap
+async def test_the_dashboard_asks_every_time_with_the_reason_and_yes_runs_it_outside(fake_llm, tmp_path, outside,
+                                                                                      monkeypatch) -> None:
+    """An allow rule matches the command; leaving the sandbox is still asked, twice, with only yes and
+    no; yes runs it outside. /permissions says how commands run."""
+    from dashboard_helpers import engine_texts, send, settle
+    from session_thread import SessionThread
+    from textual.widgets import Button
+
+    from app.surfaces.dashboard.app import TidegaugeApp
+    from app.wiring.config import load_settings
+    from app.wiring.runtime import build_session
+    from widgets.approval_screen import ApprovalScreen
+
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.setenv("TIDEGAUGE_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    escape = {"command": f"touch {outside}/first", "unsandboxed": True, "reason": "write the shared cache"}
+    again = {"command": f"touch {outside}/second", "unsandboxed": True, "reason": "and once more"}
+    fake_llm.enqueue(openai_tool_calls([("run_bash", escape, "c1")]), openai_tool_calls([("run_bash", again, "c2")]),
+                     openai_text("done"))
+    settings = load_settings({"provider": "openai", "model": "m", "base_url": fake_llm.base_url("openai"),
+                              "data_dir": str(tmp_path / "data"), "permissions": {"allow": ["run_bash(touch:*)"]}})
+    session = build_session(settings, approvals=True, cwd=work)
+    app = TidegaugeApp(SessionThread(session).start(), cursor_blink=False)
+
+    async def dialog_for(command: str) -> ApprovalScreen:
+        for _ in range(4_000):
+            screen = app.screen
+            if isinstance(screen, ApprovalScreen) and screen.tool_input.get("command") == command and screen.query(Button):
+                return screen
+            await pilot.pause()
+        raise AssertionError(f"no approval dialog for {command!r}")
+
+    async with app.run_test(size=(160, 50)) as pilot:
+        await send(pilot, "go")
+        first = await dialog_for(escape["command"])
+        assert first.question == "Allow run_bash to run outside the sandbox: write the shared cache?"
+        assert [str(b.id) for b in first.query(Button)] == ["yes", "no"]
+        await pilot.press("a")  # "always" is not offered: nothing happens
+        await pilot.press("y")
+        second = await dialog_for(again["command"])
+        assert second.question.endswith("outside the sandbox: and once more?")
+        await pilot.press("n")
+        await settle(pilot)
+        await send(pilot, "/permissions")
+        await settle(pilot)
+        listing = [t for t in engine_texts(app) if t.startswith("permission rules")]
+        assert listing and "commands run in a sandbox (bubblewrap)" in listing[-1], listing
+        assert "network off" in listing[-1]
+    assert (outside / "first").exists() and not (outside / "second").exists()
