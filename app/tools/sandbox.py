@@ -21,6 +21,7 @@ import os
 import shutil
 import stat
 import subprocess
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -47,13 +48,29 @@ def _bwrap_path() -> str:
     return shutil.which("bwrap") or "bwrap"
 
 
-@functools.cache
+_checked: list[str | None] = []  # the check's answer, once made
+_checking = threading.Lock()
+
+
+def start_check() -> None:
+    """Check bwrap on a thread of its own: start-up goes on meanwhile, and whoever needs the answer
+    first (the session's header, the first command) waits for it only if it is not in yet."""
+    threading.Thread(target=bwrap_problem, name="bwrap-check", daemon=True).start()
+
+
 def bwrap_problem() -> str | None:
     """None when bwrap can start a command in the sandbox's namespaces here, else why not.
 
-    Run once per process: being on PATH is not enough (user namespaces may be off, a
+    Made once per process: being on PATH is not enough (user namespaces may be off, a
     container may forbid mounts).
     """
+    with _checking:
+        if not _checked:
+            _checked.append(_check_bwrap())
+        return _checked[0]
+
+
+def _check_bwrap() -> str | None:
     path = _bwrap_path()
     if os.sep not in path:
         return "bwrap (bubblewrap) is not installed"

@@ -27,7 +27,7 @@ from app.context.tokens import remember_pieces_in
 from app.context.thresholds import assumed_window_warning, context_window_for
 from app.kernel.errors import ConfigError, SetupError
 from app.system import startup
-from app.tools.sandbox import policy_for
+from app.tools.sandbox import policy_for, start_check
 from app.agent.permissions import Permissions, RuleError, load_permissions
 from app.kernel.events import Event, SessionInfoEvent
 from app.kernel.protocol import Listener
@@ -166,6 +166,8 @@ class _Built:
 def _build(settings: Settings, *, emit: Listener | None = None, approver: Approver | None = None,
            resume: str | None = None, continue_latest: bool = False, cwd: Path | None = None) -> _Built:
     cwd = (cwd or Path.cwd()).resolve()
+    if settings.sandbox != "off":
+        start_check()  # a bwrap run (10-35 ms), off the path to the first request
     provider_name = resolve_provider(settings)
     store = SessionStore(settings.data_dir_path)
 
