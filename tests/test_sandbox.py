@@ -353,6 +353,7 @@ async def test_the_dashboard_asks_every_time_with_the_reason_and_yes_runs_it_out
     from app.wiring.config import load_settings
     from app.wiring.runtime import build_session
     from widgets.approval_screen import ApprovalScreen
+    from widgets.header_bar import HeaderBar
 
     work = tmp_path / "work"
     work.mkdir()
@@ -391,4 +392,5 @@ async def test_the_dashboard_asks_every_time_with_the_reason_and_yes_runs_it_out
         listing = [t for t in engine_texts(app) if t.startswith("permission rules")]
         assert listing and "commands run in a sandbox (bubblewrap)" in listing[-1], listing
         assert "network off" in listing[-1]
+        assert "sandboxed" in app.query_one(HeaderBar).render().plain  # 160 columns: room for it
     assert (outside / "first").exists() and not (outside / "second").exists()
