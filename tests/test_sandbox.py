@@ -35,7 +35,7 @@ from app.kernel.describe import approval_choices, approval_question
 from app.kernel.events import ApprovalRequestEvent
 from app.system import proctree
 from app.tools.sandbox import bwrap_problem, policy_for
-from app.tools.base import ToolContext
+from app.tools.base import ToolContext, ToolInputError
 from app.tools.bash import RunBashArgs, RunBashTool
 
 KEY = "sk-test-fake-key-0123456789"
@@ -394,3 +394,21 @@ async def test_the_dashboard_asks_every_time_with_the_reason_and_yes_runs_it_out
         assert "network off" in listing[-1]
         assert "sandboxed" in app.query_one(HeaderBar).render().plain  # 160 columns: room for it
     assert (outside / "first").exists() and not (outside / "second").exists()
+
+
+@needs_bwrap
+def test_the_tool_itself_runs_nothing_unsandboxed_that_the_agent_did_not_approve(tmp_path, outside) -> None:
+    """A caller that is not the agent's approval path (a wrapper under another name) cannot leave."""
+    from app.demo.tools import UntruncatedBashTool
+
+    context = ToolContext(workspace=tmp_path, tool_results_dir=tmp_path / "results", call_id="c1",
+                          sandbox=policy_for("auto", False, ()))
+    args = {"command": f"touch {outside}/escaped", "unsandboxed": True, "reason": "no one asked"}
+    for tool in (RunBashTool(), UntruncatedBashTool()):
+        with pytest.raises(ToolInputError, match="was not approved"):  # the registry answers it as an error
+            asyncio.run(tool.run(args, context))
+    assert not (outside / "escaped").exists()
+    approved = ToolContext(workspace=tmp_path, tool_results_dir=tmp_path / "results", call_id="c1",
+                           sandbox=context.sandbox, approved_escape="c1")
+    assert not asyncio.run(RunBashTool().run(args, approved)).is_error
+    assert (outside / "escaped").exists()

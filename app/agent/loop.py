@@ -54,7 +54,7 @@ from app.providers.base import (
     cut_call_result,
 )
 from app.tools.base import ToolContext
-from app.tools.bash import RunBashTool, escape_reason
+from app.tools.bash import escape_reason
 from app.tools.registry import ToolRegistry
 from app.kernel.usage import Usage
 
@@ -292,8 +292,9 @@ class Agent:
         mutating = self.registry.is_mutating(use.name)
         # A command asking to leave the sandbox is asked about every time: no allow rule lets it
         # out, only the user's yes or --yes.
-        escape = (escape_reason(use.input, self.tool_context.sandbox)
-                  if isinstance(self.registry.get(use.name), RunBashTool) else None)
+        tool = self.registry.get(use.name)
+        escape = escape_reason(tool.spec, use.input, self.tool_context.sandbox) if tool is not None else None
+        self.tool_context.approved_escape = ""
         if self.permissions is not None:
             verdict = self.permissions.decide(use.name, use.input, mutating=mutating)
             if verdict.effect == "deny" and verdict.rule is not None:  # deny wins, over --yes too
@@ -308,6 +309,7 @@ class Agent:
             return (f"{use.name} was refused: unsandboxed needs a reason, which the user reads before saying "
                     "yes. Give one in a few words, or run the command in the sandbox.")
         if self.options.auto_approve:
+            self.tool_context.approved_escape = use.id if escape is not None else ""
             return None
         if self.approver is None:
             if escape is not None:
@@ -320,6 +322,7 @@ class Agent:
         answer = await self.approver(use)  # the session says "waiting_approval" if it has to ask
         self._awaiting_approval = False
         if answer in ("yes", "always"):
+            self.tool_context.approved_escape = use.id if escape is not None else ""
             return None
         return f"The user declined this {use.name} call. Ask the user how to proceed or try another way."
 

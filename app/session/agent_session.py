@@ -69,7 +69,7 @@ from app.kernel.events import (
 from app.context.chart_history import with_chart_points  # old sessions' chart points: derived beside the engine
 from app.mcp.client_features import ClientRequests
 from app.agent.permissions import EFFECTS, PROJECT_SETTINGS, Permissions
-from app.tools.bash import RunBashTool, escape_reason
+from app.tools.bash import escape_reason
 from app.kernel.protocol import EventLog, Listener, Listeners, SessionSnapshot
 
 if TYPE_CHECKING:
@@ -774,8 +774,8 @@ class AgentSession:
         request_id = f"approval-{self._next_id()}"
         future: asyncio.Future[tuple[Decision, bool]] = self._loop.create_future()
         self._approvals[request_id] = (future, use.name)
-        outside = (escape_reason(use.input, self.agent.tool_context.sandbox)
-                   if isinstance(self.agent.registry.get(use.name), RunBashTool) else None)
+        tool = self.agent.registry.get(use.name)
+        outside = escape_reason(tool.spec, use.input, self.agent.tool_context.sandbox) if tool is not None else None
         # Leaving the sandbox is asked about every time: no "always" answer is offered for it.
         choices = self.permissions.choices(use.name, use.input) if outside is None else {}
         running = self._last_state  # the agent's "tool" state: its numbers stay while we wait

@@ -95,6 +95,8 @@ class ToolContext:
     on_user_content: Callable[[str, str], None] = lambda _id, _text: None
     # How run_bash's commands run (bwrap, or not at all when the user asked for it and it cannot).
     sandbox: SandboxPolicy = field(default_factory=SandboxPolicy)
+    # Set by the agent: the call whose request to leave the sandbox was approved (its call_id).
+    approved_escape: str = ""
 
 
 @dataclass

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from pydantic import Field, model_validator
 
+from app.kernel.messages import ToolSpec
 from app.kernel.redact import redact
 from app.system import proctree
 from app.tools.sandbox import SandboxPolicy
@@ -305,10 +306,12 @@ class RunBashArgs(ToolArgs):
         return self
 
 
-def escape_reason(tool_input: dict[str, object], sandbox: SandboxPolicy) -> str | None:
-    """The reason a run_bash call gives for running outside the sandbox, when it asks to and the
-    sandbox is on (else None: the call runs as every other). "" when it gives none."""
-    if tool_input.get("unsandboxed") is not True or not sandbox.active:
+def escape_reason(spec: ToolSpec, tool_input: dict[str, object], sandbox: SandboxPolicy) -> str | None:
+    """The reason a call gives for running outside the sandbox, when its tool takes run_bash's
+    ``unsandboxed`` (run_bash, a wrapper with its schema), it asks to, and the sandbox is on; else
+    None: the call runs as every other. "" when it gives none."""
+    if (tool_input.get("unsandboxed") is not True or not sandbox.active
+            or "unsandboxed" not in (spec.input_schema.get("properties") or {})):
         return None
     reason = tool_input.get("reason")
     return reason.strip() if isinstance(reason, str) else ""
@@ -343,7 +346,10 @@ class RunBashTool(ArgsTool[RunBashArgs]):
             raise ToolInputError(refused)
         argv = ["bash", "-c", command]
         env = child_env(ctx.env, marker := proctree.new_marker())
-        if sandbox.active and not args.unsandboxed:  # an escape reaches here only once approved
+        if sandbox.active and args.unsandboxed and ctx.approved_escape != ctx.call_id:
+            # Whatever called the tool (a wrapper under another name) did not ask the user.
+            raise ToolInputError("unsandboxed was not approved for this call: it did not run.")
+        if sandbox.active and not args.unsandboxed:
             argv = sandbox.wrap(argv, Path(ctx.workspace))
             env["TMPDIR"] = "/tmp"  # the sandbox's own, empty at each command
         proctree.enable_subreaper()
