@@ -359,8 +359,8 @@ async def test_the_dashboard_asks_every_time_with_the_reason_and_yes_runs_it_out
     work.mkdir()
     monkeypatch.setenv("TIDEGAUGE_CONFIG_DIR", str(tmp_path / "config"))
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    escape = {"command": f"touch {outside}/first", "unsandboxed": True, "reason": "write the shared cache"}
-    again = {"command": f"touch {outside}/second", "unsandboxed": True, "reason": "and once more"}
+    escape: dict[str, Any] = {"command": f"touch {outside}/first", "unsandboxed": True, "reason": "write the shared cache"}
+    again: dict[str, Any] = {"command": f"touch {outside}/second", "unsandboxed": True, "reason": "and once more"}
     fake_llm.enqueue(openai_tool_calls([("run_bash", escape, "c1")]), openai_tool_calls([("run_bash", again, "c2")]),
                      openai_text("done"))
     settings = load_settings({"provider": "openai", "model": "m", "base_url": fake_llm.base_url("openai"),

@@ -31,7 +31,6 @@ from app.kernel.events import SandboxState
 from app.kernel.secret_stores import HOME_SECRET_STORES
 
 SandboxMode = Literal["auto", "on", "off"]
-SANDBOX_MODES: tuple[SandboxMode, ...] = ("auto", "on", "off")
 
 INSTALL_HINT = "apt-get install bubblewrap"
 # Seconds the start-up check may take: bwrap either starts `true` at once or fails at once.
