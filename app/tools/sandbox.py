@@ -37,8 +37,10 @@ INSTALL_HINT = "apt-get install bubblewrap"
 _PROBE_TIMEOUT_S = 10.0
 
 # The namespaces and mounts every sandboxed command gets (and the start-up check uses).
-_BASE_ARGS = ("--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-              "--tmpfs", "/tmp", "--tmpfs", "/var/tmp",
+# (A mount point bwrap would have to make in the read-only root fails the command: /var/tmp is
+# covered only where it exists.)
+_BASE_ARGS = ("--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+              *(("--tmpfs", "/var/tmp") if os.path.isdir("/var/tmp") else ()),
               "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session")
 
 
