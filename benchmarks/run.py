@@ -67,6 +67,7 @@ BENCHMARKS: dict[str, list[tuple[str, str]]] = {
         ("16c inspect --json: 1M-token request", "<= 1 s"),
     ],
     "bench_whatif": [("17 whatif: 1,000 turns, three policies", "<= 5 s")],
+    "bench_sandbox": [("18 sandboxed run_bash: added time", "adds <= 15 ms to `true`")],
 }
 
 _MARKER = "@@BENCH-RESULTS@@"

@@ -58,6 +58,7 @@ from app.providers.base import (
     cut_call_result,
 )
 from app.tools.base import ToolContext
+from app.tools.bash import escape_reason
 from app.tools.registry import ToolRegistry
 from app.kernel.usage import Usage
 
@@ -106,6 +107,8 @@ def summarize_args(name: str, args: dict[str, object]) -> str:
         value = args.get(key)
         if isinstance(value, str):
             value = value.replace("\n", " ")
+            if key == "command" and args.get("unsandboxed") is True:  # never out of the sandbox unseen
+                value = "[unsandboxed] " + value
             return value if len(value) <= 80 else value[:77] + "…"
     text = json.dumps(args, ensure_ascii=False)
     return text if len(text) <= 80 else text[:77] + "…"
@@ -323,25 +326,39 @@ class Agent:
         if BAD_ARGUMENTS_KEY in use.input:
             return None  # nothing to approve or deny: the registry refuses the call without running it
         mutating = self.registry.is_mutating(use.name)
+        # A command asking to leave the sandbox is asked about every time: no allow rule lets it
+        # out, only the user's yes or --yes.
+        tool = self.registry.get(use.name)
+        escape = escape_reason(tool.spec, use.input, self.tool_context.sandbox) if tool is not None else None
+        self.tool_context.approved_escape = ""
         if self.permissions is not None:
             verdict = self.permissions.decide(use.name, use.input, mutating=mutating)
             if verdict.effect == "deny" and verdict.rule is not None:  # deny wins, over --yes too
                 return (f"{use.name} was refused by the permission rule deny {verdict.rule.text} "
                         f"(from {source_words(verdict.rule.source)}). Do not retry it; try another way "
                         "or ask the user.")
-            if verdict.effect == "allow":
+            if verdict.effect == "allow" and escape is None:
                 return None
         elif not mutating:
             return None
+        if escape == "":
+            return (f"{use.name} was refused: unsandboxed needs a reason, which the user reads before saying "
+                    "yes. Give one in a few words, or run the command in the sandbox.")
         if self.options.auto_approve:
+            self.tool_context.approved_escape = use.id if escape is not None else ""
             return None
         if self.approver is None:
+            if escape is not None:
+                return (f"{use.name} outside the sandbox was refused: nobody can be asked in this session, and "
+                        "running outside the sandbox needs the user's yes. Run it in the sandbox, or tell the "
+                        "user to restart tidegauge with --yes (or with sandbox_network = true if it needs the network).")
             return (f"{use.name} was refused: this session does not allow tools that change things. "
                     "Use read_file and list_files to investigate, or tell the user to restart tidegauge with --yes.")
         self._awaiting_approval = True  # left set by an interrupt: the repair after it reads it
         answer = await self.approver(use)  # the session says "waiting_approval" if it has to ask
         self._awaiting_approval = False
         if answer in ("yes", "always"):
+            self.tool_context.approved_escape = use.id if escape is not None else ""
             return None
         return f"The user declined this {use.name} call. Ask the user how to proceed or try another way."
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Literal
 
+from app.kernel.secret_stores import HOME_SECRET_STORES
+
 
 def find_repo_root(cwd: Path) -> Path | None:
     """The nearest ancestor (or ``cwd`` itself) holding ``.git`` (a dir or a worktree file)."""
@@ -29,11 +31,7 @@ MAX_FILE_BYTES = 256 * 1024
 MAX_TOTAL_BYTES = 1024 * 1024
 
 # Under the user's home: stores of keys and tokens. Never imported, approved or not.
-_HOME_SECRET_STORES = (
-    ".ssh", ".aws", ".gnupg", ".netrc", ".git-credentials", ".pgpass", ".docker", ".kube",
-    ".azure", ".npmrc", ".pypirc", ".password-store", ".terraform.d", ".vault-token",
-    ".config/gcloud", ".config/gh", ".config/hub", ".config/op", ".local/share/keyrings",
-)
+_HOME_SECRET_STORES = HOME_SECRET_STORES
 # File names that hold secrets wherever they are (a repository's .env as much as the home's):
 # dotenv and direnv files, login and registry tokens, cloud credentials, SSH keys, Terraform
 # variables and state. The README lists them (Security).

@@ -508,6 +508,25 @@ def source_words(source: str) -> str:
     return SOURCE_WORDS.get(source, source)
 
 
+SANDBOX_WORDS = {
+    "bwrap": "commands run in a sandbox (bubblewrap): only the workspace and a private /tmp are writable, "
+             "key stores and tidegauge's data are hidden",
+    "off": "commands are not sandboxed (sandbox = \"off\")",
+    "unavailable": "commands are not sandboxed: bubblewrap cannot run here (apt-get install bubblewrap, "
+                   "or enable user namespaces)",
+}
+# The header's few words.
+SANDBOX_BADGES = {"bwrap": "sandboxed", "off": "no sandbox", "unavailable": "no sandbox (unavailable)"}
+
+
+def sandbox_words(state: str, network: bool = False) -> str:
+    """How commands run, as /permissions says it."""
+    words = SANDBOX_WORDS.get(state, state)
+    if state == "bwrap":
+        words += "; network " + ("on (sandbox_network)" if network else "off")
+    return words
+
+
 def _permissions(e: "ev.PermissionsEvent") -> Line:
     """/permissions: the rules in force, strongest first, each with where it came from."""
     if e.rules:
@@ -515,7 +534,7 @@ def _permissions(e: "ev.PermissionsEvent") -> Line:
     else:
         lines = ["  no rules: tools that change things ask, the rest run"]
     head = "permission rules (deny wins over ask, ask over allow; deny also over --yes):"
-    where = []
+    where = [sandbox_words(e.sandbox, e.sandbox_network)] if e.sandbox is not None else []
     if e.project_file:
         where.append(f"project rules (ask and deny only): {e.project_file}")
     if e.saved_file:
@@ -530,8 +549,18 @@ def _approval_resolved(e: "ev.ApprovalResolvedEvent") -> Line | None:
     return Line("info", sanitize_for_display(f"allowed without asking from now on ({where}): {', '.join(e.rules)}"))
 
 
+def approval_question(e: "ev.ApprovalRequestEvent") -> str:
+    """The approval dialog's question: leaving the sandbox is said as such, with the model's reason."""
+    if e.outside_sandbox is not None:
+        reason = " ".join(sanitize_for_display(e.outside_sandbox).split())
+        return f"Allow {e.name} to run outside the sandbox: {reason}?"
+    return f"Allow {e.name}?"
+
+
 def approval_choices(e: "ev.ApprovalRequestEvent") -> list[tuple[str, str]]:
     """(decision, words) of each answer the approval dialog offers, in order."""
+    if e.outside_sandbox is not None:  # asked every time: no rule may let a command out
+        return [("yes", "Yes, run it outside the sandbox this once"), ("no", "No")]
     offered: list[tuple[str, str]] = [("yes", "Yes, this once")]
     exact, prefix = e.choices.get("exact"), e.choices.get("prefix")
     command = e.name in ("run_bash", "run_bash_untruncated")

@@ -20,6 +20,8 @@ AgentName = Union[
 AgentState = Literal["starting", "idle", "streaming", "tool", "compacting", "waiting_approval", "retrying",
                      "interrupting"]
 PointKind = Literal["call", "compaction", "prune", "reset", "memory", "server"]  # memory/server: compactions from the session memory / by the provider
+# How commands run: in bubblewrap, unsandboxed by the user's choice, or unsandboxed for want of it.
+SandboxState = Literal["bwrap", "off", "unavailable"]
 
 
 # A session uses a handful of its ~60 event types; building a model's validator when it is first
@@ -344,6 +346,9 @@ class ResultEvent(EventBase):
     # "main", "compact" (compaction), "sub" (the task tool's agents) and "memory" (the session memory's updates)
     usage_by_agent: dict[str, TokenTotals] = Field(default_factory=dict)
     permission_denials: list[PermissionDenial] = Field(default_factory=list)
+    # How the run's commands ran: in bwrap, unsandboxed by choice ("off"), or unsandboxed because
+    # the sandbox cannot run here ("unavailable"). None: not known (an older transcript).
+    sandbox: SandboxState | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -372,6 +377,8 @@ class SessionInfoEvent(EventBase):
     started_in: str = ""
     # Server-side compaction: None where the provider has none, else whether it is on now.
     server_compaction: bool | None = None
+    # Whether commands run sandboxed (see ResultEvent.sandbox); None in older transcripts.
+    sandbox: SandboxState | None = None
 
 
 class ChartPointEvent(EventBase):
@@ -414,6 +421,9 @@ class ApprovalRequestEvent(EventBase):
     # The allow rules each "always" answer would add (issue 27): "exact" (this command / file),
     # "prefix" (commands starting with its first word(s) / files in its folder), "tool".
     choices: dict[str, list[str]] = Field(default_factory=dict)
+    # A command asking to run outside the sandbox: the model's reason (asked every time; no
+    # "always" answer is offered).
+    outside_sandbox: str | None = None
 
 
 class ApprovalResolvedEvent(EventBase):
@@ -439,6 +449,8 @@ class PermissionsEvent(EventBase):
     rules: list[PermissionRuleLine]
     saved_file: str | None = None  # where rules saved from the approval dialog go
     project_file: str | None = None  # the project's settings (ask and deny rules only)
+    sandbox: SandboxState | None = None  # how commands run (see ResultEvent.sandbox)
+    sandbox_network: bool = False  # ... and whether they may reach the network
 
 
 class InterruptedEvent(EventBase):

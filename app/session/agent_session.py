@@ -61,6 +61,7 @@ from app.kernel.events import (
     PermissionsEvent,
     ReportEvent,
     ResultEvent,
+    SandboxState,
     SessionInfoEvent,
     SessionRepairedEvent,
     StateEvent,
@@ -70,6 +71,7 @@ from app.kernel.events import (
 from app.context.chart_history import with_chart_points  # old sessions' chart points: derived beside the engine
 from app.mcp.client_features import ClientRequests
 from app.agent.permissions import EFFECTS, PROJECT_SETTINGS, Permissions
+from app.tools.bash import escape_reason
 from app.kernel.protocol import EventLog, Listener, Listeners, SessionSnapshot
 
 if TYPE_CHECKING:
@@ -213,7 +215,8 @@ class RunFigures:
         if cost is not None:
             self.cost_usd = (self.cost_usd or 0.0) + cost
 
-    def completed(self, result: ResultEvent, session_id: str, api_seconds: float) -> ResultEvent:
+    def completed(self, result: ResultEvent, session_id: str, api_seconds: float,
+                  sandbox: SandboxState | None = None) -> ResultEvent:
         total = TokenTotals()
         for totals in self.by_agent.values():
             for name in TokenTotals.model_fields:
@@ -227,6 +230,7 @@ class RunFigures:
             "usage": total,
             "usage_by_agent": dict(self.by_agent),
             "permission_denials": list(self.denials),
+            "sandbox": sandbox,
         })
 
 
@@ -420,7 +424,8 @@ class AgentSession:
         for command_id in unanswered:
             cause = _CAUSE.set(command_id)
             try:
-                self._emit(ResultEvent(stop_reason="interrupted", text="", steps=0, session_id=self.info.session_id))
+                self._emit(ResultEvent(stop_reason="interrupted", text="", steps=0, session_id=self.info.session_id,
+                                       sandbox=self.info.sandbox))
             finally:
                 _CAUSE.reset(cause)
 
@@ -447,7 +452,8 @@ class AgentSession:
             run.denials.append(PermissionDenial(tool_name=name, tool_use_id=event.id, tool_input=tool_input))
         elif event.type == "result":
             self._run = None
-            return run.completed(event, self.info.session_id, self._api_clock.now() - run.api_at_start)
+            return run.completed(event, self.info.session_id, self._api_clock.now() - run.api_at_start,
+                                 sandbox=self.info.sandbox)
         return event
 
     def _tell_cleared(self) -> None:
@@ -794,7 +800,8 @@ class AgentSession:
 
             line = " ".join(sanitize_for_display(str(refused)).split())[:500]
             self._emit(ErrorEvent(message=line))
-            self._emit(ResultEvent(stop_reason="error", text=line, steps=0, session_id=self.info.session_id))
+            self._emit(ResultEvent(stop_reason="error", text=line, steps=0, session_id=self.info.session_id,
+                                   sandbox=self.info.sandbox))
             return None
 
     # ------------------------------------------------------------ approvals
@@ -808,13 +815,16 @@ class AgentSession:
         request_id = f"approval-{self._next_id()}"
         future: asyncio.Future[tuple[Decision, bool]] = self._loop.create_future()
         self._approvals[request_id] = (future, use.name)
-        choices = self.permissions.choices(use.name, use.input)
+        tool = self.agent.registry.get(use.name)
+        outside = escape_reason(tool.spec, use.input, self.agent.tool_context.sandbox) if tool is not None else None
+        # Leaving the sandbox is asked about every time: no "always" answer is offered for it.
+        choices = self.permissions.choices(use.name, use.input) if outside is None else {}
         running = self._last_state  # the agent's "tool" state: its numbers stay while we wait
         self._state("waiting_approval", tool_name=use.name, tool_index=running.tool_index,
                     tool_count=running.tool_count)
         self._emit(ApprovalRequestEvent(request_id=request_id, tool_id=use.id, name=use.name,
                                         input=dict(use.input), summary=summarize_args(use.name, use.input),
-                                        choices=choices))
+                                        choices=choices, outside_sandbox=outside))
         try:
             decision, save = await future
         except asyncio.CancelledError:
@@ -843,7 +853,8 @@ class AgentSession:
         return PermissionsEvent(
             rules=[PermissionRuleLine(effect=r.effect, rule=r.text, source=r.source) for r in rules],
             saved_file=str(saved.path) if saved is not None else None,
-            project_file=str((saved.project if saved is not None else self.permissions.workspace) / PROJECT_SETTINGS))
+            project_file=str((saved.project if saved is not None else self.permissions.workspace) / PROJECT_SETTINGS),
+            sandbox=self.agent.tool_context.sandbox.state, sandbox_network=self.agent.tool_context.sandbox.network)
 
 
 def _whatif_problem(command: WhatIf) -> str | None:

@@ -50,6 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
                         'write_file(src/**)" (repeatable; see /permissions)')
     p.add_argument("--disallowed-tools", action="append", metavar="RULES",
                    help='refuse these tool calls, even with --yes, e.g. "run_bash(rm:*), git__push" (repeatable)')
+    p.add_argument("--sandbox", choices=["auto", "on", "off"],
+                   help="run commands in bubblewrap: auto (when it works here; default), on (refuse commands "
+                        "without it), off")
+    p.add_argument("--sandbox-network", action="store_true", default=None,
+                   help="let sandboxed commands reach the network (off by default)")
     p.add_argument("--allow-outside", action="store_true", default=None, help="let file tools reach outside the working directory")
     p.add_argument("--output-format", choices=["text", "json", "stream-json"],
                    help="with -p: the answer as text (default), one JSON object at the end (json), "
@@ -82,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # CLI flag -> settings field (and each provider plug-in's own options, see flag_fields)
 FLAG_FIELDS = ("provider", "model", "base_url", "api_key_env", "max_output", "max_steps", "budget",
-               "window", "yes", "allow_outside", "thinking_budget",
+               "window", "yes", "allow_outside", "sandbox", "sandbox_network", "thinking_budget",
                "web_port", "allowed_tools", "disallowed_tools")
 
 

@@ -14,7 +14,7 @@ import re
 import stat
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, create_model, PrivateAttr, SecretStr, ValidationError, ValidationInfo, field_validator
@@ -136,6 +136,11 @@ class Settings(BaseSettings):
     max_tokens: int = Field(16_000, ge=1)
     yes: bool = False
     allow_outside: bool = False
+    # run_bash's commands in bubblewrap (app/tools/sandbox.py): "auto" when bwrap works here (one line
+    # at start says when it does not), "on" refuses commands without it, "off" never; the network
+    # inside only with sandbox_network.
+    sandbox: Literal["auto", "on", "off"] = "auto"
+    sandbox_network: bool = False
     timeout_connect: float = Field(10, gt=0, allow_inf_nan=False)
     timeout_read: float = Field(120, gt=0, allow_inf_nan=False)
     max_retries: int = Field(4, ge=0)

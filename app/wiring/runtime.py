@@ -27,6 +27,7 @@ from app.context.tokens import remember_pieces_in
 from app.context.thresholds import assumed_window_warning, context_window_for
 from app.kernel.errors import ConfigError, SetupError
 from app.system import startup
+from app.tools.sandbox import policy_for, start_check
 from app.agent.permissions import Permissions, RuleError, load_permissions
 from app.kernel.events import Event, SessionInfoEvent
 from app.kernel.protocol import Listener
@@ -173,6 +174,8 @@ class _Built:
 def _build(settings: Settings, *, emit: Listener | None = None, approver: Approver | None = None,
            resume: str | None = None, continue_latest: bool = False, cwd: Path | None = None) -> _Built:
     cwd = (cwd or Path.cwd()).resolve()
+    if settings.sandbox != "off":
+        start_check()  # a bwrap run (10-35 ms), off the path to the first request
     provider_name = resolve_provider(settings)
     store = SessionStore(settings.data_dir_path)
 
@@ -282,7 +285,12 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         read_max_bytes=settings.read_max_bytes,
         # a resumed session's outputs already saved count too
         saved_output_budget=SavedOutputBudget.for_folder(session.tool_results_dir, settings.max_session_saved_output),
+        # tidegauge's own folders are hidden from commands with the user's key stores
+        sandbox=policy_for(settings.sandbox, settings.sandbox_network,
+                           (settings.data_dir_path, settings.config_dir)),
     )
+    if (unsandboxed := tool_context.sandbox.start_warning()) is not None:
+        warnings.append(("sandbox", unsandboxed))
     label = provider.label
     agent = Agent(
         provider=provider,
@@ -328,7 +336,8 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
                             max_steps=settings.max_steps, banner=provider.banner,
                             resumed=bool(resume or continue_latest), started_in=str(cwd),
                             server_compaction=(engine.config.server_compaction
-                                               if isinstance(provider, ServerCompactingProvider) else None))
+                                               if isinstance(provider, ServerCompactingProvider) else None),
+                            sandbox=tool_context.sandbox.state)
     return _Built(agent, stream, info, restored_events, warnings, repairs, memory_source)
 
 

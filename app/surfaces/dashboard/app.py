@@ -479,7 +479,7 @@ class TidegaugeApp(App[int]):
         request = message.event
         from widgets.approval_screen import ApprovalScreen  # modals: imported when first shown
 
-        from app.kernel.describe import approval_choices
+        from app.kernel.describe import approval_choices, approval_question
 
         def answered(answer: "tuple[str, bool] | str | None") -> None:
             self._approval_screens.pop(request.request_id, None)
@@ -491,7 +491,8 @@ class TidegaugeApp(App[int]):
             else:  # answered elsewhere, or gone
                 self.submit(Approve(request.request_id, "no"))
 
-        screen = ApprovalScreen(request.name, dict(request.input), approval_choices(request))
+        screen = ApprovalScreen(request.name, dict(request.input), approval_choices(request),
+                                question=approval_question(request))
         self._approval_screens[request.request_id] = screen
         await self.push_screen(screen, callback=answered)
 
