@@ -207,13 +207,19 @@ def short_title(text: str, width: int = 60) -> str:
 
 
 def session_row(*, session_id: str, started: str, last_active: str, title: str, turns: int,
-                context_tokens: int | None, cost_usd: float | None) -> str:
-    """One session in ``tidegauge sessions`` and the dashboard's picker."""
+                context_tokens: int | None, cost_usd: float | None, provider: str = "", model: str = "",
+                choice: bool = False) -> str:
+    """One session in ``tidegauge sessions`` (``choice``: in the dashboard's picker, where the title
+    comes first and the figures go on a second line, so an 80-column dialog cuts nothing)."""
     context = human_tokens(context_tokens) if context_tokens is not None else "?"
     # a cent or more to the cent; under a cent to four places, so it does not read as nothing
     cost = "$?" if cost_usd is None else f"${cost_usd:.4f}" if 0 < cost_usd < 0.01 else f"${cost_usd:.2f}"
+    who = sanitize_for_display("/".join(part for part in (provider, model) if part))
+    if choice:
+        details = [f"{plural(turns, 'turn')}, {context} tokens, {cost}", f"last {last_active}", who, session_id]
+        return f"{short_title(title, 56)}\n  " + " · ".join(part for part in details if part)
     return (f"{session_id}  {started} → {last_active}  {plural(turns, 'turn')}, {context} tokens, {cost}  "
-            f"{short_title(title)}")
+            + (f"{who}  " if who else "") + short_title(title))
 
 
 def _report(e: "ev.ReportEvent") -> Line:

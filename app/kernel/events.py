@@ -319,6 +319,10 @@ class ResultEvent(EventBase):
     subtype: ResultSubtype = "success"
     is_error: bool = False
     session_id: str = ""
+    # Who answered (the provider's name and the model it was asked for): a script can tell a real
+    # model's answer from the keyless demo's canned one.
+    provider: str = ""
+    model: str = ""
     duration_ms: float = 0.0
     duration_api_ms: float = 0.0  # wall time with at least one model call in flight
     num_turns: int = 0  # model replies of the main agent in this run
@@ -344,6 +348,7 @@ class SessionInfoEvent(EventBase):
     session_id: str
     provider_label: str
     model: str
+    provider: str = ""  # the provider's name as --provider takes it ("openai", "demo"...)
     workspace: str
     transcript_path: str | None = None
     max_steps: int = 0
