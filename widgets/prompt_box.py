@@ -75,6 +75,17 @@ class PromptBox(Input):
         self.value = self._history[index] if index < len(self._history) else ""
         self.cursor_position = len(self.value)
 
+    def say_briefly(self, words: str, seconds: float) -> None:
+        """``words`` under the prompt for ``seconds`` (what a key did, or what pressing it again does)."""
+        self.border_subtitle = literal(words)
+        said = self.border_subtitle
+
+        def forget() -> None:
+            if self.border_subtitle == said:
+                self.watch_value(self.value)
+
+        self.set_timer(seconds, forget)
+
     def watch_value(self, value: str) -> None:
         if value.startswith("/"):
             word = value.split(" ", 1)[0].lower()

@@ -11,6 +11,7 @@ arrive on another thread: the widgets are only touched on the UI loop.
 from __future__ import annotations
 
 import gc
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
 
@@ -83,6 +84,7 @@ HELP_KEYS: list[tuple[str, str]] = [
     ("ctrl+r", "reset (asks first)"),
     (RESTORE_KEY, "in the tool list: restore a cleared result (asks first)"),
     ("escape", "interrupt the running turn"),
+    ("ctrl+c", "interrupt the running turn, else clear the prompt; twice quits"),
     ("ctrl+p", "command palette"),
     ("ctrl+q", "quit"),
     ("approval", "y yes · a always (this session) · n no · escape interrupts"),
@@ -136,6 +138,9 @@ def help_text(width: int = 80) -> str:
 
 
 HELP_TEXT = help_text(HELP_TWO_COLUMNS_FROM)  # its words, whatever the width (tests read them)
+
+# A second ctrl+c within this many seconds quits (Claude Code's and Codex's double press).
+QUIT_WINDOW_S = 1.0
 
 # What the footer keeps when its keys do not all fit, most important first (by action; a
 # region's keys not named here come after these, before the last four).
@@ -221,6 +226,10 @@ class TidegaugeApp(App[int]):
         Binding("ctrl+r", "reset", "Reset"),
         Binding("escape", "interrupt", "Interrupt"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
+        # As in Claude Code and Codex: interrupt a running turn, else clear the prompt; a second
+        # ctrl+c within QUIT_WINDOW_S quits. Priority: the prompt's own ctrl+c (copy) is kept for a
+        # selection only, and Textual's "press ctrl+q to quit" note never covers the gauge.
+        Binding("ctrl+c", "interrupt_clear_or_quit", "Interrupt / clear / quit", show=False, priority=True),
     ]
 
     def __init__(
@@ -265,6 +274,9 @@ class TidegaugeApp(App[int]):
         self._context_details: bool | None = None
         # Server-side compaction as the session last said: None where the provider has none
         self._server_compaction_on: bool | None = None
+        # The clock ctrl+c's quit window is measured with (a test may give its own).
+        self.clock: Callable[[], float] = time.monotonic
+        self._last_ctrl_c: float | None = None
 
     # ------------------------------------------------------------------ layout
 
@@ -717,6 +729,25 @@ class TidegaugeApp(App[int]):
         """Interrupt the running turn."""
         if self.busy:
             self.submit(Interrupt())
+
+    def action_interrupt_clear_or_quit(self) -> None:
+        """ctrl+c: copy the prompt's selection if it has one; else a second ctrl+c within
+        QUIT_WINDOW_S quits; else interrupt the running turn, or clear what the prompt holds."""
+        prompt = self.prompt_box
+        if prompt.selected_text:
+            prompt.action_copy()
+            return
+        now = self.clock()
+        if self._last_ctrl_c is not None and now - self._last_ctrl_c <= QUIT_WINDOW_S:
+            self._last_ctrl_c = None
+            self.exit(return_code=0)
+            return
+        self._last_ctrl_c = now
+        if self.busy:
+            self.submit(Interrupt())
+        elif prompt.value:
+            prompt.value = ""
+        prompt.say_briefly("ctrl+c again quits", QUIT_WINDOW_S)
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
