@@ -91,3 +91,119 @@ async def test_ctrl_c_with_a_selection_in_the_prompt_copies_it_and_keeps_the_tex
         await pilot.press("ctrl+c")  # the first press only copied: this one clears, it does not quit
         await pilot.pause()
         assert app.is_running
+
+
+def _palette(app: TidegaugeApp) -> list[str]:
+    """The command palette's entries (ctrl+p lists these)."""
+    return [command.title for command in app.get_system_commands(app.screen)]
+
+
+async def test_the_palette_names_each_toggle_by_its_state_and_offers_interrupt_only_while_busy() -> None:
+    gate = Gate()
+    agent = FakeSession({"slow": [Text("starting"), gate, Text("done")]})
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=(120, 40)) as pilot:  # tall enough: the chart is shown
+        await pilot.pause()
+        entries = _palette(app)
+        assert "Hide context chart and breakdown" in entries
+        assert "Interrupt" not in entries and "Open the full output" in entries
+        assert not any("/" in entry for entry in entries)  # no "Show / hide": the entry says which
+        await pilot.press("ctrl+g")
+        await pilot.pause()
+        assert "Show context chart and breakdown" in _palette(app)
+        await send(pilot, "slow")
+        await gate.reached.wait()
+        await pilot.pause()
+        assert "Interrupt" in _palette(app)
+        gate.open()
+        await settle(pilot)
+        assert "Interrupt" not in _palette(app)
+
+
+def _footer_words(app: TidegaugeApp) -> tuple[set[str], str]:
+    """The keys the open dialog's own footer draws, and its row as drawn."""
+    from widgets.key_footer import KeyFooter
+
+    (footer,) = app.screen.query(KeyFooter)
+    return footer.shown_keys, footer.render().plain
+
+
+async def _until(pilot: Any, condition: Any, what: str) -> None:
+    for _ in range(2_000):
+        if condition():
+            return
+        await pilot.pause()
+    raise AssertionError(f"never happened: {what}")
+
+
+async def test_the_compaction_dialog_footer_shows_its_own_answers_not_the_main_keys() -> None:
+    from widgets.confirm_screen import ForecastConfirmScreen
+
+    app = TidegaugeApp(FakeSession(), cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+s")
+        await _until(pilot, lambda: isinstance(app.screen, ForecastConfirmScreen), "the compaction dialog")
+        keys, row = _footer_words(app)
+        assert {"y", "n"} <= keys, row
+        assert not keys & {"ctrl+s", "ctrl+o", "ctrl+g", "ctrl+r"}, row  # they do nothing while it is open
+        await pilot.press("n")
+
+
+async def test_the_approval_footer_lists_every_answer_the_call_offers_at_80_columns() -> None:
+    from app.kernel.describe import approval_choices
+    from app.kernel.events import ApprovalRequestEvent
+    from widgets.approval_screen import ApprovalScreen
+
+    request = ApprovalRequestEvent(request_id="r1", tool_id="t1", name="run_bash", input={"command": "git status"},
+                                   summary="git status", choices={"exact": ["run_bash(git status)"],
+                                                                  "prefix": ["run_bash(git:*)"]})
+    app = TidegaugeApp(FakeSession(), cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        answers: list[Any] = []
+        app.push_screen(ApprovalScreen("run_bash", request.input, approval_choices(request)), answers.append)
+        await _until(pilot, lambda: isinstance(app.screen, ApprovalScreen), "the approval dialog")
+        await pilot.pause()
+        keys, row = _footer_words(app)
+        assert {"y", "n", "e", "p", "a", "escape"} <= keys, row
+        await pilot.press("p")
+        await _until(pilot, lambda: answers, "the answer")
+        assert answers == [("always_prefix", False)]
+        # a call that offers no exact or prefix rule: e and p are not listed, and do nothing
+        app.push_screen(ApprovalScreen("write_file", {"path": "a"}), answers.append)
+        await _until(pilot, lambda: isinstance(app.screen, ApprovalScreen), "the second dialog")
+        await pilot.pause()
+        keys, row = _footer_words(app)
+        assert {"y", "n", "a"} <= keys and not keys & {"e", "p"}, row
+        await pilot.press("e")
+        await pilot.pause()
+        assert isinstance(app.screen, ApprovalScreen) and len(answers) == 1
+        await pilot.press("n")
+
+
+def test_help_lists_all_six_answers_of_the_approval_dialog() -> None:
+    import re
+
+    from app.surfaces.dashboard.app import HELP_KEYS
+    from widgets.approval_screen import ANSWER_KEYS
+
+    (approval,) = [words for key, words in HELP_KEYS if key == "approval"]
+    said = {entry.split(" ", 1)[0] for entry in re.split(r" · |; ", approval)}
+    answers = {*ANSWER_KEYS.values(), "escape"}
+    assert len(answers) == 6
+    assert answers | {"s"} <= said, approval
+
+
+async def test_ctrl_t_on_a_call_that_was_not_cleared_names_the_call_not_its_id(tmp_path: Any) -> None:
+    from dashboard_helpers import demo_app
+
+    app = demo_app(tmp_path, yes=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await send(pilot, "find errors in app.log")
+        await settle(pilot)
+        tool_list = app.tool_panel.tool_list
+        tool_list.focus()
+        await pilot.press("home", "ctrl+t")
+        await _until(pilot, lambda: any("not cleared" in t for t in engine_texts(app)), "the refusal's line")
+        (line,) = [t for t in engine_texts(app) if "not cleared" in t]
+        assert "toolu" not in line and "call_" not in line, line
+        assert "run_bash cat app.log" in line, line

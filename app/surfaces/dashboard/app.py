@@ -87,7 +87,9 @@ HELP_KEYS: list[tuple[str, str]] = [
     ("ctrl+c", "interrupt the running turn, else clear the prompt; twice quits"),
     ("ctrl+p", "command palette"),
     ("ctrl+q", "quit"),
-    ("approval", "y yes · a always (this session) · n no · escape interrupts"),
+    ("approval", "y yes · a always this tool · e always this exact command (or file) · "
+                 "p always this prefix (or folder) · n no · escape interrupts the turn; s saves an always "
+                 "for the project"),
 ]
 HELP_KEY_COLUMN_MAX = 14  # /help's name column, at most
 # At least this many columns for /help to set its keys two to a row.
@@ -753,10 +755,19 @@ class TidegaugeApp(App[int]):
         yield from super().get_system_commands(screen)
         yield SystemCommand("Compact now", "Summarise the conversation (ctrl+s)", self.action_compact)
         yield SystemCommand("Reset conversation", "Clear the conversation after asking (ctrl+r)", self.action_reset)
-        yield SystemCommand("Expand / collapse tool output", "Full output of the selected call (ctrl+o)", self.action_toggle_output)
-        yield SystemCommand("Interrupt", "Stop the running turn (escape)", self.action_interrupt)
-        yield SystemCommand("Show / hide context chart and breakdown", "The history chart and the breakdown by part"
-                            " (ctrl+g)", self.action_toggle_context_details)
+        # Each toggle is named by what it will do now, so the entry states the state it changes.
+        panel = self.tool_panel
+        if panel.expanded or panel.loading or panel.full_view:
+            yield SystemCommand("Close the full output", "Back to the tool list (ctrl+o)", self.action_toggle_output)
+        else:
+            yield SystemCommand("Open the full output", "Of the selected call, else the latest cut one (ctrl+o)",
+                                self.action_toggle_output)
+        if self.busy:  # offered only while a turn runs: idle, there is nothing to stop
+            yield SystemCommand("Interrupt", "Stop the running turn (escape, ctrl+c)", self.action_interrupt)
+        shown = not self.context_panel.folded
+        yield SystemCommand(f"{'Hide' if shown else 'Show'} context chart and breakdown",
+                            f"They are {'shown' if shown else 'hidden'} now; the history chart and the breakdown "
+                            "by part (ctrl+g)", self.action_toggle_context_details)
         # One toggle that says the state it is in, offered only where the provider can compact
         # on its server (Responses, Anthropic): the session's info says which, its events the state.
         on = self._server_compaction_on
