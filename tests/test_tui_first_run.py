@@ -207,3 +207,47 @@ async def test_ctrl_t_on_a_call_that_was_not_cleared_names_the_call_not_its_id(t
         (line,) = [t for t in engine_texts(app) if "not cleared" in t]
         assert "toolu" not in line and "call_" not in line, line
         assert "run_bash cat app.log" in line, line
+
+
+async def test_the_full_output_viewer_searches_as_less_does_and_says_where_it_is() -> None:
+    from widgets.output_viewer import OutputViewer
+
+    app = TidegaugeApp(FakeSession(), cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        viewer = app.query_one(OutputViewer)
+        lines = [f"{i:>6} INFO all is well" for i in range(3_000)]
+        for row in (1_200, 2_500):
+            lines[row] = f"{row:>6} ERROR database connection refused"
+        viewer.set_text("\n".join(lines))
+        viewer.reading = True  # as the panel says when a full output opens (ctrl+o)
+        viewer.focus()
+        await pilot.pause()
+        assert viewer.position_text().startswith("line 1–")
+        assert "of 3,000 (" in viewer.position_text()
+        await pilot.press("slash", *"error", "enter")  # lower case: case-insensitive, as less -i
+        await pilot.pause()
+        assert viewer.matches == [1_200, 2_500]
+        assert viewer.scroll_offset.y <= 1_200 < viewer.scroll_offset.y + viewer.size.height - 1
+        assert "match 1 of 2" in viewer.position_text()
+        assert app.prompt_box.value == ""  # the keys were the search's, not the prompt's
+        await pilot.press("n")
+        await pilot.pause()
+        assert "match 2 of 2" in viewer.position_text()
+        assert viewer.scroll_offset.y <= 2_500 < viewer.scroll_offset.y + viewer.size.height - 1
+        await pilot.press("N")
+        await pilot.pause()
+        assert "match 1 of 2" in viewer.position_text()
+        await pilot.press("end")
+        await pilot.pause()
+        assert "of 3,000 (100%)" in viewer.position_text()
+        # escape while typing cancels the search and interrupts nothing; a miss says so
+        await pilot.press("slash", *"Nowhere", "enter")
+        await pilot.pause()
+        assert "/Nowhere: not found" in viewer.position_text()
+        await pilot.press("slash", "x", "escape")
+        await pilot.pause()
+        assert viewer.search_typed is None and viewer.search_query == "Nowhere"
+        # other letters still go to the prompt
+        await pilot.press("h", "i")
+        await pilot.pause()
+        assert app.prompt_box.value == "hi"

@@ -338,6 +338,9 @@ class ToolOutputPanel(Vertical):
     def action_toggle_whole_path(self) -> None:
         self.whole_path = not self.whole_path
 
+    def watch_expanded(self, expanded: bool) -> None:
+        self.viewer.reading = expanded  # the full output's position row and search
+
     def action_close_full_output(self) -> None:
         self.toggle_expand()
 

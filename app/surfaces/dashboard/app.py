@@ -79,6 +79,7 @@ HELP_KEYS: list[tuple[str, str]] = [
     ("Home/End", "first/last tool call, top/end of an output"),
     ("ctrl+o", "open/close the full output of the selected call (nothing selected: the latest cut output)"),
     ("ctrl+f", "in the full output: its file's whole path"),
+    ("/ n N", "in the full output: search (as in less), next match, previous match"),
     ("ctrl+g", "show/hide the context chart and breakdown"),
     ("ctrl+s", "compact (asks first)"),
     ("ctrl+r", "reset (asks first)"),
@@ -547,6 +548,9 @@ class TidegaugeApp(App[int]):
         if not event.is_printable or event.character is None or self.screen is not self.screen_stack[0]:
             return
         if isinstance(self.focused, Input):  # the prompt (or another text field) has it already
+            return
+        takes_key = getattr(self.focused, "takes_key", None)
+        if takes_key is not None and takes_key(event.character):  # the output's search (/, n, N)
             return
         # Even a key the focused region binds: a region binds no printable key (restore is ctrl+t),
         # and a letter taken from a sentence is a sentence lost.
