@@ -251,3 +251,43 @@ async def test_the_full_output_viewer_searches_as_less_does_and_says_where_it_is
         await pilot.press("h", "i")
         await pilot.pause()
         assert app.prompt_box.value == "hi"
+
+
+async def test_the_resume_picker_at_80x24_puts_the_title_first_and_fits_every_row(tmp_path: Any) -> None:
+    from textual.widgets import OptionList
+
+    from app.kernel.events import UserMessageEvent
+    from app.session.store import SessionStore, session_rows
+    from widgets.session_picker import SessionPicker
+
+    store = SessionStore(tmp_path / "data")
+    for prompt in ("find errors in app.log", "summarize the project and say which module is the riskiest one"):
+        session = store.create(tmp_path, "demo", "demo-scripted")
+        with session.writer() as writer:
+            writer.append_event(UserMessageEvent(text=prompt))
+    rows = session_rows(tmp_path / "data", tmp_path, choice=True)
+    app = TidegaugeApp(resume_factory=lambda _id: FakeSession(), list_sessions=lambda: rows, pick_session=True,
+                       cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await _until(pilot, lambda: isinstance(app.screen, SessionPicker), "the picker")
+        options = app.screen.query_one(OptionList)
+        room = options.scrollable_content_region.width
+        for index in range(options.option_count):
+            lines = str(options.get_option_at_index(index).prompt).splitlines()
+            assert lines[0] in ("find errors in app.log",
+                                "summarize the project and say which module is the riskiest one"[:55] + "…")
+            assert "demo/demo-scripted" in lines[1]
+            assert all(len(line) <= room for line in lines), (room, lines)  # nothing wraps
+
+
+async def test_escape_in_the_resume_picker_at_start_says_that_nothing_was_resumed() -> None:
+    from widgets.session_picker import SessionPicker
+
+    app = TidegaugeApp(resume_factory=lambda _id: FakeSession(), list_sessions=lambda: [], pick_session=True,
+                       cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await _until(pilot, lambda: isinstance(app.screen, SessionPicker), "the picker")
+        await pilot.press("escape")
+        await _until(pilot, lambda: app.return_code == 0, "quit")
+    assert app.exit_note is not None and "no session resumed" in app.exit_note
+    assert "\n" not in app.exit_note and "tidegauge sessions" in app.exit_note

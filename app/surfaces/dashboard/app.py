@@ -267,6 +267,7 @@ class TidegaugeApp(App[int]):
         # ctrl+s / ctrl+r waiting for the session's plan, by kind: the dialog opens when it comes
         self._awaiting_plan: dict[str, Callable[[bool | None, str | None], None]] = {}
         self.startup_error: BaseException | None = None  # building the session failed (the app exits 2)
+        self.exit_note: str | None = None  # one line said on stderr once the dashboard has closed
         self._listed_busy = False  # what the footer's bindings were last refreshed for
         self._unsubscribe_bridge: Callable[[], None] | None = None
         self.bridge: SessionBridge | None = None
@@ -363,6 +364,7 @@ class TidegaugeApp(App[int]):
     def _resume_chosen_at_start(self, session_id: str | None) -> None:
         """--resume without an id: the chosen session is built as a new one would be; escape quits."""
         if session_id is None or self._resume_factory is None:
+            self.exit_note = "no session resumed (tidegauge --resume ID opens one; `tidegauge sessions` lists them)"
             self.exit(return_code=0)
             return
         resume_factory = self._resume_factory
