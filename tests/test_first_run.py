@@ -148,3 +148,39 @@ def test_the_demo_is_chosen_only_when_nothing_was_asked(no_keys: None, asked: di
 def test_a_key_in_the_environment_still_decides_the_provider(no_keys: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-openai-0001")
     assert resolve_provider(load_settings({"model": "some-model"})) == "openai"
+
+
+@pytest.mark.parametrize("prelude", [False, True])
+def test_a_web_tabs_dashboard_lines_are_printed_once_when_it_ends(capfd: pytest.CaptureFixture[str],
+                                                                    prelude: bool) -> None:
+    """A tab's dashboard process that ends (closed early, before its first frame, or after it) has
+    its stderr lines ("resume with: …") printed once on the server's output, not twice."""
+    import asyncio
+    import shlex
+
+    from textual_serve.download_manager import DownloadManager
+
+    from app.surfaces.dashboard.web import _dashboard_server_class
+
+    script = ("import sys; " + ("sys.stdout.write('__GANGLION__\\n'); sys.stdout.flush(); " if prelude else "")
+              + "sys.stderr.write('resume with: tidegauge --resume 20261206-000000-abcd\\n')")
+    command = f"{shlex.quote(sys.executable)} -c {shlex.quote(script)}"
+
+    async def nothing(*_args: object) -> None:
+        return None
+
+    async def scenario() -> None:
+        service = _dashboard_server_class().TabService(command, write_bytes=nothing, write_str=nothing,
+                                                       close=nothing, download_manager=DownloadManager())
+        await service.start(80, 24)
+        assert service._task is not None
+        await service._task  # the process ends by itself
+        process = service._process
+        assert process is not None
+        await process.wait()
+        process._transport.close()  # type: ignore[attr-defined]  # before the loop closes, not in __del__
+
+    capfd.readouterr()
+    asyncio.run(scenario())
+    printed = capfd.readouterr().out
+    assert printed.count("resume with: tidegauge --resume 20261206-000000-abcd") == 1, printed
