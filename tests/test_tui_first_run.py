@@ -291,3 +291,56 @@ async def test_escape_in_the_resume_picker_at_start_says_that_nothing_was_resume
         await _until(pilot, lambda: app.return_code == 0, "quit")
     assert app.exit_note is not None and "no session resumed" in app.exit_note
     assert "\n" not in app.exit_note and "tidegauge sessions" in app.exit_note
+
+
+async def test_a_truncated_call_whose_result_was_cleared_keeps_both_badges_in_the_80x24_tool_list() -> None:
+    from widgets.tool_call_line import ToolCallInfo
+
+    app = TidegaugeApp(FakeSession(), cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        tool_list = app.tool_panel.tool_list
+        tool_list.add_call(ToolCallInfo(id="a", name="run_bash", summary="cat app.log", status="ok",
+                                        original_chars=15_188_963, kept_chars=32_300, truncated=True,
+                                        duration_ms=101, cleared=True))
+        tool_list.add_call(ToolCallInfo(id="b", name="run_bash", summary="cat app.log", status="ok",
+                                        original_chars=15_188_963, kept_chars=32_300, truncated=True,
+                                        duration_ms=101))
+        await pilot.pause()
+        room = tool_list.scrollable_content_region.width
+        both, one = (tool_list.render_line(y).text.rstrip() for y in (0, 1))
+        assert both.endswith(" trunc   cleared") or both.endswith("truncated   cleared"), both
+        assert len(both) <= room and both.startswith("✓ ")
+        assert one.endswith("truncated"), one
+
+
+async def test_at_80x24_the_header_names_the_provider_during_an_approval_and_the_placeholder_stays_whole(
+        tmp_path: Any) -> None:
+    from snapshot_apps.fake_agent import Ask, session_steps
+    from widgets.header_bar import HeaderBar
+    from widgets.prompt_box import PromptBox
+
+    agent = FakeSession({"approve": [Ask("run_bash", {"command": "make"})]})
+    agent.info = agent.info.model_copy(update={"provider_label": "demo (scripted model)"})
+    app = TidegaugeApp(agent, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        header = app.query_one(HeaderBar)
+        await send(pilot, "approve")
+        await _until(pilot, lambda: "waiting for approval" in header.render().plain, "the approval's state")
+        row = header.render().plain
+        # the step count gave way: the provider keeps more than "demo …", the session id stays whole
+        assert "demo (sc" in row and "session fixed" in row and "step" not in row, row
+        await pilot.press("n")
+        await settle(pilot)
+
+    log = tmp_path / "call-1.txt"
+    log.write_text("\n".join(f"line {i}" for i in range(500)))
+    app = TidegaugeApp(FakeSession({"go": session_steps(str(log))[:13]}), cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, "go")
+        await settle(pilot)
+        await pilot.press("ctrl+o")
+        await _until(pilot, lambda: app.tool_panel.expanded, "the full output opened")
+        await pilot.pause()
+        prompt = app.query_one(PromptBox)
+        assert prompt.placeholder.endswith(")"), prompt.placeholder
+        assert len(prompt.placeholder) < prompt.content_region.width

@@ -107,7 +107,6 @@ class HeaderBar(Widget):
             right.append(f"  step {self.step} of {self.max_steps} ", dim)
 
         width = self.size.width
-        room = max(0, width - right.cell_len - 1)
         session = Text(no_wrap=True, end="")
         short_id = short_session_id(self.session_id)
         if short_id:
@@ -117,6 +116,16 @@ class HeaderBar(Widget):
         left.append(" tidegauge ", title)
         left.append(" ")
         label = Text(sanitize(self.provider_label), provider, no_wrap=True, end="")
+        if self.max_steps and width - right.cell_len - 1 - left.cell_len - session.cell_len < min(
+                label.cell_len, LABEL_MIN + 6):
+            # a long state ("waiting for approval: run_bash") at 80 columns left the provider "demo …":
+            # the step count goes first (the conversation shows the steps)
+            right = Text(no_wrap=True, end="")
+            right.append(f" {state} ", state_style)
+            if self.breaker_paused:
+                right.append(" ")
+                right.append(" auto-compact paused (breaker) ", paused)
+        room = max(0, width - right.cell_len - 1)
         cwd = sanitize(self.cwd)
         # The project's own name ("…/my-project") before the label's tail: at 80 columns the
         # whole label left "…-project" or nothing; the label keeps its first cells.

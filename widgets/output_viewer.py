@@ -211,6 +211,11 @@ class OutputViewer(ScrollView, can_focus=True):
         """The row kept at the bottom for the position and the search."""
         return 1 if self._reading and self._lines else 0
 
+    @property
+    def _view_rows(self) -> int:
+        """Rows of text on screen (a horizontal scrollbar takes the widget's last row)."""
+        return self.scrollable_content_region.height or self.size.height
+
     def position_text(self) -> str:
         """"line 1,201–1,220 of 300,001 (0%)", with the search's match when there is one."""
         total = self.row_count
@@ -218,7 +223,7 @@ class OutputViewer(ScrollView, can_focus=True):
             return f"/{self.search_typed}▏ enter finds · escape cancels"
         if not total:
             return ""
-        seen = max(1, self.size.height - self._status_rows)
+        seen = max(1, self._view_rows - self._status_rows)
         top = min(int(self.scroll_offset.y), max(0, total - 1))
         bottom = min(total, top + seen)
         unit = "row" if self._wrap else "line"
@@ -314,7 +319,7 @@ class OutputViewer(ScrollView, can_focus=True):
         index = scroll_y + y
         width = self.size.width
         style = self.rich_style
-        if self._status_rows and y == self.size.height - 1:
+        if self._status_rows and y == self._view_rows - 1:
             words = self.position_text()
             return Strip([Segment(words, style + Style(reverse=True))], cell_len(words)).crop_extend(0, width, style)
         if index >= self.row_count:
