@@ -184,3 +184,16 @@ def test_a_web_tabs_dashboard_lines_are_printed_once_when_it_ends(capfd: pytest.
     asyncio.run(scenario())
     printed = capfd.readouterr().out
     assert printed.count("resume with: tidegauge --resume 20261206-000000-abcd") == 1, printed
+
+
+def test_the_sub_agents_report_is_said_while_it_streams_after_its_last_read(tmp_path: Path) -> None:
+    """After the sub-agent's last read its report streamed for ~7 s (at the demo's typing speed)
+    with nothing changing under the task call: its progress says how much it has written."""
+    proc = _run(tmp_path, "-p", "find where the importer rejects rows", "--output-format", "stream-json")
+    assert proc.returncode == 0, proc.stderr
+    said = [event for event in map(json.loads, proc.stdout.splitlines()) if event["type"] == "sub_agent"]
+    statuses = [event["status"] for event in said]
+    last_tool = max(i for i, status in enumerate(statuses) if status == "tool")
+    writing = [event["written_chars"] for event in said[last_tool:] if event["status"] == "writing"]
+    assert statuses[-1] == "finished"
+    assert len(writing) >= 2 and writing == sorted(writing) and writing[0] > 0, statuses

@@ -344,3 +344,17 @@ async def test_at_80x24_the_header_names_the_provider_during_an_approval_and_the
         prompt = app.query_one(PromptBox)
         assert prompt.placeholder.endswith(")"), prompt.placeholder
         assert len(prompt.placeholder) < prompt.content_region.width
+
+
+def test_the_sub_agent_line_says_how_much_of_its_report_it_has_written() -> None:
+    from app.kernel.events import SubAgentEvent
+    from widgets.sub_agent_line import SubAgentState, sub_agent_text
+
+    state = SubAgentState("task-1")
+    state.apply(SubAgentEvent(call_id="task-1", status="started", summary="find the importer's rejects"))
+    state.apply(SubAgentEvent(call_id="task-1", status="tool", tool="read_file", summary="importer.py", step=3))
+    assert "writing" not in sub_agent_text(state, unfolded=True).plain
+    state.apply(SubAgentEvent(call_id="task-1", status="writing", step=4, written_chars=1_400))
+    assert "writing… 1,400 chars" in sub_agent_text(state, unfolded=True).plain.splitlines()[0]
+    state.apply(SubAgentEvent(call_id="task-1", status="finished", summary="end_turn", step=4))
+    assert "writing" not in sub_agent_text(state, unfolded=False).plain

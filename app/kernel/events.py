@@ -487,9 +487,12 @@ class SubAgentEvent(EventBase):
 
     type: Literal["sub_agent"] = "sub_agent"
     call_id: str  # the task call it works for
-    status: Literal["started", "tool", "context", "finished"]
+    status: Literal["started", "tool", "context", "writing", "finished"]
     tool: str = ""  # status "tool": the tool it called
     summary: str = ""  # "tool": its arguments in one line; "finished": the stop reason
+    # status "writing": characters of its reply streamed so far (its report, after its last tool:
+    # seconds in which nothing else would change on screen)
+    written_chars: int = 0
     step: int = 0
     max_steps: int = 0
     context_tokens: int = 0  # its own context now (projected)
