@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fake_llm_server import openai_text
@@ -170,15 +171,17 @@ def test_a_web_tabs_dashboard_lines_are_printed_once_when_it_ends(capfd: pytest.
         return None
 
     async def scenario() -> None:
-        service = _dashboard_server_class().TabService(command, write_bytes=nothing, write_str=nothing,
-                                                       close=nothing, download_manager=DownloadManager())
+        server: Any = _dashboard_server_class()
+        tab_service = server.TabService
+        service = tab_service(command, write_bytes=nothing, write_str=nothing, close=nothing,
+                              download_manager=DownloadManager())
         await service.start(80, 24)
         assert service._task is not None
         await service._task  # the process ends by itself
         process = service._process
         assert process is not None
         await process.wait()
-        process._transport.close()  # type: ignore[attr-defined]  # before the loop closes, not in __del__
+        process._transport.close()  # before the loop closes, not in __del__
 
     capfd.readouterr()
     asyncio.run(scenario())

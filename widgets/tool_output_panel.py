@@ -329,17 +329,15 @@ class ToolOutputPanel(Vertical):
     def watch_whole_path(self, _whole: bool) -> None:
         self._say_loaded()
 
-    def watch_expanded(self, _expanded: bool) -> None:
+    def watch_expanded(self, expanded: bool) -> None:
         self.refresh_bindings()  # ctrl+o "Close" and ctrl+f come and go with the open output
+        self.viewer.reading = expanded  # the full output's position row and search
 
     def watch_loading(self, _loading: bool) -> None:
         self.refresh_bindings()
 
     def action_toggle_whole_path(self) -> None:
         self.whole_path = not self.whole_path
-
-    def watch_expanded(self, expanded: bool) -> None:
-        self.viewer.reading = expanded  # the full output's position row and search
 
     def action_close_full_output(self) -> None:
         self.toggle_expand()

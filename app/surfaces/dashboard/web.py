@@ -649,7 +649,7 @@ def _dashboard_server_class() -> type:
                 self.listener.close()
             print("tidegauge: stopped; every tab's session has ended", flush=True)
 
-    DashboardServer.TabService = TabService  # one tab's process, as the tests start it
+    DashboardServer.TabService = TabService  # type: ignore[attr-defined]  # one tab's process, as tests start it
     return DashboardServer
 
 
