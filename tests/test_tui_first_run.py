@@ -256,8 +256,12 @@ async def test_the_full_output_viewer_searches_as_less_does_and_says_where_it_is
 async def test_the_resume_picker_at_80x24_puts_the_title_first_and_fits_every_row(tmp_path: Any) -> None:
     from textual.widgets import OptionList
 
-    from app.kernel.events import UserMessageEvent
+    from app.kernel.events import UsageEvent, UserMessageEvent
     from app.session.store import SessionStore, session_rows
+    from snapshot_apps.fake_agent import context as context_event
+
+    def _context_at(tokens: int) -> Any:
+        return context_event(tokens)
     from widgets.session_picker import SessionPicker
 
     store = SessionStore(tmp_path / "data")
@@ -265,6 +269,11 @@ async def test_the_resume_picker_at_80x24_puts_the_title_first_and_fits_every_ro
         session = store.create(tmp_path, "demo", "demo-scripted")
         with session.writer() as writer:
             writer.append_event(UserMessageEvent(text=prompt))
+            for turn in range(11):  # the widest figures a row has: 12 turns, 150.0K tokens, $12.35
+                writer.append_event(UserMessageEvent(text=f"and then {turn}"))
+            writer.append_event(UsageEvent(input_tokens=1, cache_read_tokens=0, cache_write_tokens=0,
+                                           output_tokens=1, context_tokens=2, cost_usd=12.3456))
+            writer.append_event(_context_at(150_000))
     rows = session_rows(tmp_path / "data", tmp_path, choice=True)
     app = TidegaugeApp(resume_factory=lambda _id: FakeSession(), list_sessions=lambda: rows, pick_session=True,
                        cursor_blink=False)
@@ -276,7 +285,8 @@ async def test_the_resume_picker_at_80x24_puts_the_title_first_and_fits_every_ro
             lines = str(options.get_option_at_index(index).prompt).splitlines()
             assert lines[0] in ("find errors in app.log",
                                 "summarize the project and say which module is the riskiest one"[:55] + "…")
-            assert "demo/demo-scripted" in lines[1]
+            assert "12 turns" in lines[1] and "150.0K tokens" in lines[1] and "$12.35" in lines[1], lines
+            assert "demo/demo-scripted" in lines[2]
             assert all(len(line) <= room for line in lines), (room, lines)  # nothing wraps
 
 
