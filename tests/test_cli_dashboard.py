@@ -34,7 +34,7 @@ def test_the_first_frame_is_drawn_before_pydantic_and_the_settings_are_loaded(tm
 def test_a_missing_api_key_closes_the_dashboard_with_one_line(tmp_path: Path) -> None:
     proc = _start(tmp_path, "--provider", "openai")
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == ["tidegauge: provider openai: no API key (set OPENAI_API_KEY)"]
+    assert proc.stderr.strip().splitlines() == ["tidegauge: provider openai: no API key (set OPENAI_API_KEY, or --base-url URL for a server of your own)"]
 
 
 def test_a_bad_setting_in_the_environment_closes_the_dashboard_with_one_line_naming_it(tmp_path: Path) -> None:

@@ -308,8 +308,9 @@ def test_web_host_that_is_not_an_address_is_one_line(tmp_path: Path) -> None:
                           cwd=tmp_path, env=isolated_env(tmp_path), capture_output=True, text=True,
                           timeout=START_TIMEOUT_S)
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1] == (
-        "tidegauge: error: --web-host: 'evil.example' is not an IP address (e.g. 127.0.0.1, 192.168.1.5)")
+    assert proc.stderr.strip().splitlines() == [
+        "tidegauge: --web-host: 'evil.example' is not an IP address (e.g. 127.0.0.1, 192.168.1.5) "
+        "(see tidegauge --help)"]
 
 
 def test_a_resize_to_any_size_is_clamped() -> None:

@@ -61,7 +61,7 @@ def test_a_port_out_of_range_is_one_config_line(tmp_path: Path) -> None:
 def test_a_missing_api_key_is_one_line_before_anything_is_served(tmp_path: Path) -> None:
     proc = _run(tmp_path, "--web-port", "0", "--provider", "anthropic")
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == ["tidegauge: provider anthropic: no API key (set ANTHROPIC_API_KEY)"]
+    assert proc.stderr.strip().splitlines() == ["tidegauge: provider anthropic: no API key (set ANTHROPIC_API_KEY, or --base-url URL for a server of your own)"]
     assert "served on" not in proc.stdout
 
 

@@ -11,9 +11,10 @@ from textual import on
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Checkbox, Footer, Static
+from textual.widgets import Button, Checkbox, Static
 
 from widgets._literal import literal
+from widgets.key_footer import KeyFooter
 
 # What the modal dismisses with: (decision, save the "always" rule for the project), or
 # "interrupt" (escape stops the whole turn, as escape does everywhere else in the dashboard).
@@ -47,14 +48,16 @@ class ApprovalScreen(ModalScreen[ApprovalAnswer]):
     #approval-choices Checkbox { margin: 1 0 0 2; }
     """
 
+    # Every answer in the footer (e and p when this call offers them), the most used first: what
+    # does not fit a narrow terminal is left out from the end (the buttons name every key too).
     BINDINGS = [
         Binding("y", "answer('yes')", "Yes"),
-        Binding("e", "answer('always_exact')", "Always this command", show=False),
-        Binding("p", "answer('always_prefix')", "Always this prefix", show=False),
-        Binding("a", "answer('always')", "Always this tool"),
         Binding("n", "answer('no')", "No"),
-        Binding("s", "toggle_save", "Save for the project"),
-        Binding("escape", "answer('interrupt')", "Interrupt the turn"),
+        Binding("e", "answer('always_exact')", "Always exact"),
+        Binding("p", "answer('always_prefix')", "Always prefix"),
+        Binding("a", "answer('always')", "Always tool"),
+        Binding("escape", "answer('interrupt')", "Interrupt"),
+        Binding("s", "toggle_save", "Save"),
     ]
 
     def __init__(self, name: str, tool_input: dict[str, Any], choices: list[tuple[str, str]] | None = None,
@@ -80,7 +83,13 @@ class ApprovalScreen(ModalScreen[ApprovalAnswer]):
                     yield Button(literal(f"{words} ({ANSWER_KEYS.get(decision, '?')})"), id=decision,
                                  variant=variant, compact=True)
                 yield Checkbox("Save an \"always\" for this project (s)", id="approval-save", compact=True)
-        yield Footer(compact=True)  # the keys, as everywhere else in the footer
+        # the dialog's own keys, as the main screen's footer draws its own (ctrl+q last)
+        yield KeyFooter({"answer": 1, "toggle_save": 2, "quit": 3}, drawn_last=("quit",), id="approval-footer")
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "answer" and parameters and parameters[0] != "interrupt":
+            return parameters[0] in self.offered  # an answer this call does not offer is not listed
+        return True
 
     def on_mount(self) -> None:
         self.query_one("#yes", Button).focus()

@@ -13,6 +13,7 @@ from textual.widgets import Button, Static
 
 from app.kernel.describe import forecast_text
 from widgets._literal import literal
+from widgets.key_footer import KeyFooter
 
 if TYPE_CHECKING:
     from app.kernel.events import ForecastEvent
@@ -42,6 +43,8 @@ class ConfirmScreen(ModalScreen[bool]):
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Yes (y)", id="yes", variant="error")
                 yield Button("No (n)", id="no", variant="primary")
+        # this dialog's keys (not the main screen's ctrl+s, ctrl+o… that do nothing while it is open)
+        yield KeyFooter({"answer": 1, "quit": 3}, drawn_last=("quit",), id="confirm-footer")
 
     def on_mount(self) -> None:
         self.query_one(f"#{self.default_answer}", Button).focus()

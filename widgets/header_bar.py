@@ -115,10 +115,6 @@ class HeaderBar(Widget):
                  + cell_len(f"  session {short_session_id(self.session_id)}") + right.cell_len + len(steps) + 1)
         if badge and whole + len(badge) <= width:
             right.append(badge, dim)
-        if steps:
-            right.append(steps, dim)
-
-        room = max(0, width - right.cell_len - 1)
         session = Text(no_wrap=True, end="")
         short_id = short_session_id(self.session_id)
         if short_id:
@@ -128,6 +124,12 @@ class HeaderBar(Widget):
         left.append(" tidegauge ", title)
         left.append(" ")
         label = Text(sanitize(self.provider_label), provider, no_wrap=True, end="")
+        # a long state ("waiting for approval: run_bash") at 80 columns left the provider "demo …":
+        # the step count goes first (the conversation shows the steps)
+        if steps and width - right.cell_len - len(steps) - 1 - left.cell_len - session.cell_len >= min(
+                label.cell_len, LABEL_MIN + 6):
+            right.append(steps, dim)
+        room = max(0, width - right.cell_len - 1)
         # The project's own name ("…/my-project") before the label's tail: at 80 columns the
         # whole label left "…-project" or nothing; the label keeps its first cells.
         project = cell_len(shorten_path(cwd, cell_len(cwd.rstrip("/").rsplit("/", 1)[-1]) + 2)) + 2 if cwd else 0

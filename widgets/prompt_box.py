@@ -40,8 +40,12 @@ class PromptBox(Input):
         Binding("pagedown", "app.scroll_conversation(1)", "Scroll", group=Binding.Group("Scroll")),
     ]
 
+    # The placeholder that fits the box, longest first: cut, it lost its ")" when the full output
+    # viewer narrowed the box at 80 columns.
+    PLACEHOLDERS = ("Ask tidegauge… (/help for commands)", "Ask tidegauge… (/help)", "Ask… (/help)", "")
+
     def __init__(self, *, cursor_blink: bool = True, **kwargs: Any) -> None:
-        kwargs.setdefault("placeholder", "Ask tidegauge… (/help for commands)")
+        kwargs.setdefault("placeholder", self.PLACEHOLDERS[0])
         # typing elsewhere moves focus here with the first key: selecting on focus would let
         # the second key replace the first
         kwargs.setdefault("select_on_focus", False)
@@ -53,6 +57,12 @@ class PromptBox(Input):
         self._commands: dict[str, str] = dict(SLASH_COMMANDS)
         self._history: list[str] = []
         self._history_index = 0
+
+    def on_resize(self) -> None:
+        if self.placeholder not in self.PLACEHOLDERS:
+            return  # one given by the caller stays
+        room = self.content_region.width - 1  # the cursor's cell
+        self.placeholder = next(words for words in self.PLACEHOLDERS if len(words) <= room)
 
     @on(McpPromptsOffered)
     def _on_mcp_prompts(self, message: McpPromptsOffered) -> None:
@@ -75,6 +85,17 @@ class PromptBox(Input):
         self._history_index = index
         self.value = self._history[index] if index < len(self._history) else ""
         self.cursor_position = len(self.value)
+
+    def say_briefly(self, words: str, seconds: float) -> None:
+        """``words`` under the prompt for ``seconds`` (what a key did, or what pressing it again does)."""
+        self.border_subtitle = literal(words)
+        said = self.border_subtitle
+
+        def forget() -> None:
+            if self.border_subtitle == said:
+                self.watch_value(self.value)
+
+        self.set_timer(seconds, forget)
 
     def watch_value(self, value: str) -> None:
         if value.startswith("/"):

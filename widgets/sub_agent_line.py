@@ -39,12 +39,16 @@ class SubAgentState:
     auto_compact_line: int = 0
     window: int = 0
     tools: list[tuple[str, str]] = field(default_factory=list)  # (tool, its arguments in one line)
+    written_chars: int = 0  # of the reply it is streaming now (0: none streaming)
 
     def apply(self, event: "SubAgentEvent") -> None:
         if event.status == "started":
             self.description = event.summary
+        elif event.status == "writing":
+            self.written_chars = event.written_chars
         elif event.status == "tool":
             self.tools.append((event.tool, event.summary))
+            self.written_chars = 0
         elif event.status == "finished":
             self.stop_reason = event.summary
         self.status = "finished" if event.status == "finished" else "running"
@@ -68,6 +72,8 @@ def sub_agent_text(state: SubAgentState, unfolded: bool) -> Text:
     text.append(f"  {len(state.tools)} tool call{'' if len(state.tools) == 1 else 's'}", "dim")
     if done:
         text.append(f"  ✓ {state.stop_reason or 'finished'}", "green" if state.stop_reason == "end_turn" else "yellow")
+    elif state.written_chars:
+        text.append(f"  writing… {state.written_chars:,} chars", "italic")
     text.append("\n")
     text.append(gauge_text(state))
     if not unfolded:

@@ -109,7 +109,12 @@ def tool_call_text(
         summary_room = min(summary_width, room_left())
         if summary_room < SUMMARY_MIN:  # too little to say anything: the status alone
             summary = ""
-    if cell_len(summary) > summary_room:
+        if room_left() < 0:  # two badges in the 30-column list ("tr" was all that showed of the first):
+            # the badges take their short words and the tool's name gives way, never a badge
+            short_badges = {"  ": " ", " truncated ": " trunc "}
+            pieces = [replace(piece, text=short_badges.get(piece.text, piece.text)) for piece in pieces]
+            head.truncate(max(2, width - sum(cell_len(piece.text) for piece in pieces) - 1), overflow="ellipsis")
+    if summary and cell_len(summary) > summary_room:
         summary = set_cell_size(summary, summary_room - 1) + "…"  # cells: a wide character takes two
     text = head
     if summary:

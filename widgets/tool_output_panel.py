@@ -329,8 +329,9 @@ class ToolOutputPanel(Vertical):
     def watch_whole_path(self, _whole: bool) -> None:
         self._say_loaded()
 
-    def watch_expanded(self, _expanded: bool) -> None:
+    def watch_expanded(self, expanded: bool) -> None:
         self.refresh_bindings()  # ctrl+o "Close" and ctrl+f come and go with the open output
+        self.viewer.reading = expanded  # the full output's position row and search
 
     def watch_loading(self, _loading: bool) -> None:
         self.refresh_bindings()

@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from app.context.file_cache import FileReadCache
 from app.context.memory import MemoryBundle
-from app.kernel.events import ContextEvent, Event, SubAgentEvent, ToolStartEvent, UsageEvent
+from app.kernel.events import (
+    AssistantMessageEvent,
+    ContextEvent,
+    Event,
+    SubAgentEvent,
+    TextDeltaEvent,
+    ToolStartEvent,
+    UsageEvent,
+)
 from app.kernel.messages import ToolSpec
 from app.tools.base import ToolContext, ToolInputError, ToolOutput
 from app.tools.registry import ToolRegistry, safe_file_stem
@@ -180,12 +188,28 @@ class TaskTool:
         return agent
 
 
+# The sub-agent's reply is said as it streams, once per this many characters: its report takes
+# seconds to write (7 s in the demo) in which nothing else under the task call would change.
+WRITING_STEP_CHARS = 200
+
+
 def _forward(parent: Agent, sub: Agent, call_id: str) -> Callable[[Event], None]:
     """What leaves the sub-agent: its usage (ledger and stream, as agent "sub") and one-line
-    progress (SubAgentEvent). Its text, tool outputs and engine lines stay inside it."""
+    progress (SubAgentEvent), with how much of its reply has streamed. Its text, tool outputs and
+    engine lines stay inside it."""
     max_steps = sub.options.max_steps
+    written = [0, 0]  # characters of the reply streaming now; those last said
 
     def forward(event: Event) -> None:
+        if isinstance(event, TextDeltaEvent):
+            written[0] += len(event.text)
+            if written[0] - written[1] >= WRITING_STEP_CHARS or not written[1]:
+                written[1] = written[0]
+                parent.engine.emit(SubAgentEvent(call_id=call_id, status="writing", step=sub.step,
+                                                 max_steps=max_steps, written_chars=written[0]))
+            return
+        if isinstance(event, AssistantMessageEvent):
+            written[0] = written[1] = 0
         if isinstance(event, UsageEvent):
             from app.kernel.usage import Usage
 

@@ -126,6 +126,16 @@ class MemoryPlan:
     audit: AuditResult
 
 
+def _call_words(name: str, tool_input: object) -> str:
+    """A tool call as one short phrase: its tool and its first argument ("read_file src/app.py")."""
+    values = tool_input.values() if isinstance(tool_input, dict) else ()
+    argument = next((str(value) for value in values if isinstance(value, (str, int, float))), "")
+    argument = " ".join(argument.split())
+    if len(argument) > 48:
+        argument = argument[:47] + "…"
+    return f"{name} {argument}".strip()
+
+
 class RestoreError(Exception):
     """A cleared result cannot be restored; the message says why in one line."""
 
@@ -934,18 +944,22 @@ class ContextCore:
     def cleared_result(self, call_id: str) -> ClearedResult:
         """The cleared result of ``call_id`` and where its output was saved; RestoreError (one line
         saying why) when there is none to restore."""
+        uses = {u.id: u for m in self.history if m.role == "assistant" for u in m.tool_uses}
+        # The user picked a line of the tool list: the answer names that call as the list shows
+        # it (its tool and argument), never the provider's internal id ("toolu_…").
+        use = uses.get(call_id)
+        words = _call_words(use.name, use.input) if use is not None else "that call"
         for i in range(len(self.history) - 1, -1, -1):
             for j, block in enumerate(self.history[i].content):
                 if isinstance(block, ToolResultBlock) and block.tool_use_id == call_id:
                     if not is_cleared(block):
-                        raise RestoreError(f"the result of {call_id} is not cleared: it is already in the context")
+                        raise RestoreError(f"the result of {words} is not cleared: it is already in the context")
                     if not block.full_output_path:
-                        raise RestoreError(f"the result of {call_id} was cleared without a saved copy: "
+                        raise RestoreError(f"the result of {words} was cleared without a saved copy: "
                                            "nothing to restore")
-                    uses = {u.id: u for m in self.history if m.role == "assistant" for u in m.tool_uses}
-                    name = uses[call_id].name if call_id in uses else "tool"
+                    name = use.name if use is not None else "tool"
                     return ClearedResult(i, j, block, name, block.full_output_path)
-        raise RestoreError(f"no tool result with call id {call_id!r} in the live context "
+        raise RestoreError(f"the result of {words} is no longer in the live context "
                            "(it may have been compacted into a summary)")
 
     def restore_preview(self, cleared: ClearedResult, text: str) -> RestorePreview:

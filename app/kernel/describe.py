@@ -216,13 +216,21 @@ def short_title(text: str, width: int = 60) -> str:
 
 
 def session_row(*, session_id: str, started: str, last_active: str, title: str, turns: int,
-                context_tokens: int | None, cost_usd: float | None) -> str:
-    """One session in ``tidegauge sessions`` and the dashboard's picker."""
+                context_tokens: int | None, cost_usd: float | None, provider: str = "", model: str = "",
+                choice: bool = False) -> str:
+    """One session in ``tidegauge sessions`` (``choice``: in the dashboard's picker, where the title
+    comes first, the figures and provider/model on rows of their own, so an 80-column dialog wraps
+    nothing)."""
     context = human_tokens(context_tokens) if context_tokens is not None else "?"
     # a cent or more to the cent; under a cent to four places, so it does not read as nothing
     cost = "$?" if cost_usd is None else f"${cost_usd:.4f}" if 0 < cost_usd < 0.01 else f"${cost_usd:.2f}"
+    who = sanitize_for_display("/".join(part for part in (provider, model) if part))
+    if choice:  # the id is the option's own (enter opens it); the year goes, a long model is cut
+        day = last_active[5:] if last_active[:4].isdigit() and last_active[4:5] == "-" else last_active
+        details = " · ".join([plural(turns, "turn"), f"{context} tokens", cost, day])
+        return f"{short_title(title, 56)}\n  {details}" + (f"\n  {short_title(who, 40)}" if who else "")
     return (f"{session_id}  {started} → {last_active}  {plural(turns, 'turn')}, {context} tokens, {cost}  "
-            f"{short_title(title)}")
+            + (f"{who}  " if who else "") + short_title(title))
 
 
 def _report(e: "ev.ReportEvent") -> Line:

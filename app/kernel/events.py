@@ -338,6 +338,10 @@ class ResultEvent(EventBase):
     subtype: ResultSubtype = "success"
     is_error: bool = False
     session_id: str = ""
+    # Who answered (the provider's name and the model it was asked for): a script can tell a real
+    # model's answer from the keyless demo's canned one.
+    provider: str = ""
+    model: str = ""
     duration_ms: float = 0.0
     duration_api_ms: float = 0.0  # wall time with at least one model call in flight
     num_turns: int = 0  # model replies of the main agent in this run
@@ -366,6 +370,7 @@ class SessionInfoEvent(EventBase):
     session_id: str
     provider_label: str
     model: str
+    provider: str = ""  # the provider's name as --provider takes it ("openai", "demo"...)
     workspace: str
     transcript_path: str | None = None
     max_steps: int = 0
@@ -523,9 +528,12 @@ class SubAgentEvent(EventBase):
 
     type: Literal["sub_agent"] = "sub_agent"
     call_id: str  # the task call it works for
-    status: Literal["started", "tool", "context", "finished"]
+    status: Literal["started", "tool", "context", "writing", "finished"]
     tool: str = ""  # status "tool": the tool it called
     summary: str = ""  # "tool": its arguments in one line; "finished": the stop reason
+    # status "writing": characters of its reply streamed so far (its report, after its last tool:
+    # seconds in which nothing else would change on screen)
+    written_chars: int = 0
     step: int = 0
     max_steps: int = 0
     context_tokens: int = 0  # its own context now (projected)

@@ -48,6 +48,23 @@ PROVIDER_KEY_ENV: dict[str, str] = {
 }
 
 
+# Model-name beginnings -> the provider that serves them: what `--model NAME` alone asks for.
+MODEL_MAKERS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("claude",), "anthropic"),
+    (("deepseek",), "deepseek"),
+    (("gpt-", "chatgpt", "o1", "o3", "o4", "codex"), "openai"),
+)
+
+
+def provider_for_model(model: str) -> str | None:
+    """The built-in provider whose models are named like ``model`` (None: no maker's name matches)."""
+    name = model.strip().lower()
+    for beginnings, provider in MODEL_MAKERS:
+        if name.startswith(beginnings):
+            return provider
+    return None
+
+
 def _unknown(name: str) -> ValueError:
     return ValueError(f"unknown provider {name!r}: choose {', '.join(PROVIDER_NAMES[:-1])} or {PROVIDER_NAMES[-1]}")
 

@@ -432,6 +432,8 @@ class AgentSession:
     def _emit(self, event: Event) -> None:
         if event.type == "state":
             self._last_state = event
+        elif isinstance(event, ResultEvent) and not event.model:
+            event = event.model_copy(update={"provider": self.info.provider, "model": self.info.model})
         if self._run is not None:
             event = self._count(self._run, event)
         self.stream.emit(event, _CAUSE.get())

@@ -173,9 +173,9 @@ def _holds_prompt(path: Path) -> bool:
         return False
 
 
-def session_rows(data_dir: Path | str, cwd: Path | str | None) -> list[tuple[str, str]]:
+def session_rows(data_dir: Path | str, cwd: Path | str | None, *, choice: bool = False) -> list[tuple[str, str]]:
     """(id, line) of the sessions of ``cwd`` (None: every directory, the directory at the end),
-    newest first: what ``tidegauge sessions`` prints and the dashboard's picker lists."""
+    newest first: what ``tidegauge sessions`` prints (``choice``: what the dashboard's picker lists)."""
     from app.kernel.describe import sanitize_for_display, session_row
 
     rows = []
@@ -183,7 +183,8 @@ def session_rows(data_dir: Path | str, cwd: Path | str | None) -> list[tuple[str
         session = summary.session
         line = session_row(session_id=session.id, started=_local_time(session.meta.created),
                            last_active=_local_time(session.last_activity), title=summary.title, turns=summary.turns,
-                           context_tokens=summary.context_tokens, cost_usd=summary.cost_usd)
+                           context_tokens=summary.context_tokens, cost_usd=summary.cost_usd,
+                           provider=session.meta.provider, model=session.meta.model, choice=choice)
         where = f"  ({sanitize_for_display(_shown(session.cwd))})" if cwd is None else ""
         rows.append((session.id, line + where))
     return rows
@@ -260,6 +261,15 @@ class SessionStore:
         except OSError as err:
             raise SessionError(_os_problem(err, self.sessions_dir)) from None
         return self._session(directory, meta)
+
+    def record_model(self, session: Session, model: str) -> None:
+        """Write the model the provider was opened with into meta.json (``create`` knows only the
+        one asked for, "" for the provider's usual one); ``tidegauge sessions`` names it."""
+        session.meta.model = model
+        try:
+            _write_json_atomic(session.dir / META_NAME, session.meta.model_dump(mode="json"))
+        except OSError as err:
+            raise SessionError(_os_problem(err, session.dir)) from None
 
     def fork(self, source: Session) -> Session:
         """A new session with a copy of ``source``'s transcript and files, to continue apart.

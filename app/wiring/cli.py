@@ -12,13 +12,21 @@ if TYPE_CHECKING:
     from app.wiring.config import Settings
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """A mistake on the command line is one line and where to look, as git says it: the full
+    usage (ten lines of flags) would bury the one word that was wrong."""
+
+    def error(self, message: str) -> Any:  # NoReturn in argparse; Any keeps mypy and subclasses content
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     # The provider plug-ins' names and settings come from the plug-ins: the CLI knows none of them.
     from app.providers.factory import BUILTIN_PROVIDERS, PROVIDER_NAMES, keyless_plugin, plugin_options
 
     keyless = keyless_plugin()
     fallback = f"the {keyless} provider" if keyless else "nothing: an API key is needed"
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="tidegauge",
         description="A coding agent that manages its context window and shows it live. "
                     f"With no -p it opens the dashboard (on {fallback} when no API key is set).",
@@ -115,7 +123,7 @@ def _fork(args: argparse.Namespace, settings: "Settings") -> str:
 
 
 def build_sessions_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tidegauge sessions",
+    p = OneLineParser(prog="tidegauge sessions",
                                 description="The sessions of this directory, newest first (those in which "
                                             "something was typed): pass an id to --resume.")
     p.add_argument("--all", action="store_true", help="the sessions of every directory")
@@ -186,11 +194,11 @@ def _inspect(argv: list[str]) -> int:
 def _mcp(argv: list[str]) -> int:
     """`tidegauge mcp list [--json]`: the configured servers, each started once, and what they offer;
     `tidegauge mcp login NAME` / `tidegauge mcp logout NAME`: OAuth for a url server (app/mcp/oauth.py)."""
-    parser = argparse.ArgumentParser(prog="tidegauge mcp",
-                                     description="List the MCP servers of config.toml (each is started once to see "
-                                                 "what it offers, then stopped), log in to a remote one with OAuth "
-                                                 "(a browser opens; with no display the address to open is "
-                                                 "printed), or forget its tokens.")
+    parser = OneLineParser(prog="tidegauge mcp",
+                           description="List the MCP servers of config.toml (each is started once to see "
+                                       "what it offers, then stopped), log in to a remote one with OAuth "
+                                       "(a browser opens; with no display the address to open is "
+                                       "printed), or forget its tokens.")
     parser.add_argument("action", choices=["list", "login", "logout"])
     parser.add_argument("name", nargs="?", help="login/logout: the server's name, as in [mcp_servers.NAME]")
     parser.add_argument("--json", action="store_true", help="list: one JSON object on stdout")
@@ -364,6 +372,7 @@ def main(argv: list[str] | None = None) -> int:
             # Built here, handed to the surface: a surface never builds a session (the layers).
             session = build_session(settings(), approvals=False, resume=args.resume,
                                     continue_latest=args.continue_latest)
+            _say_if_scripted(settings())
             return run_headless(session, prompt, args.output_format or "text")
         if args.web:
             if args.resume == "":
@@ -376,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
 
             from app.session.store import session_rows
 
-            return session_rows(settings().data_dir_path, Path.cwd())
+            return session_rows(settings().data_dir_path, Path.cwd(), choice=True)
 
         return run_dashboard(overrides, sessions_here, resume=args.resume, continue_latest=args.continue_latest)
     except (ConfigError, SetupError) as err:
@@ -395,6 +404,23 @@ def main(argv: list[str] | None = None) -> int:
         proctree = sys.modules.get("app.system.proctree")
         if proctree is not None:
             proctree.kill_all_descendants()
+
+
+def _say_if_scripted(settings: "Settings") -> None:
+    """Headless on the keyless demo: one line on stderr, so a script's author learns that the
+    answers are canned (stdout stays the answer alone)."""
+    from app.providers.factory import PROVIDER_KEY_ENV
+    from app.wiring.config import AUTO_PROVIDER_ORDER, demo_chosen_for_want_of_a_key, needs_no_key, resolve_provider
+
+    provider = resolve_provider(settings)
+    if not needs_no_key(provider):
+        return
+    if demo_chosen_for_want_of_a_key(settings):
+        keys = ", ".join(PROVIDER_KEY_ENV[name] for name in AUTO_PROVIDER_ORDER)
+        print(f"tidegauge: no API key set ({keys}): the {provider} provider answers, "
+              "a scripted model with canned replies", file=sys.stderr)
+    else:
+        print(f"tidegauge: the {provider} provider answers, a scripted model with canned replies", file=sys.stderr)
 
 
 def _end_everything_with_tidegauge() -> None:
@@ -431,14 +457,13 @@ def _serve_web(settings: "Settings", overrides: dict[str, Any], args: argparse.N
     """--web: check here what every tab would need (one line now, not an error in each tab), then serve."""
     from pathlib import Path
 
-    from app.wiring.config import api_key_for, needs_no_key, resolve_provider
+    from app.wiring.config import missing_key_problem, resolve_provider
     from app.kernel.errors import SetupError
     from app.session.store import SessionStore
     from app.surfaces.dashboard.web import WEB_HOST, serve_dashboard
 
-    provider = resolve_provider(settings)
-    if not needs_no_key(provider) and not api_key_for(settings, provider):
-        raise SetupError(f"provider {provider}: no API key (set {settings.api_key_env or provider.upper() + '_API_KEY'})")
+    if (problem := missing_key_problem(settings, resolve_provider(settings))) is not None:
+        raise SetupError(problem)
     resume = None
     if args.resume or args.continue_latest:  # resolved once: every tab opens that same session
         store = SessionStore(settings.data_dir_path)

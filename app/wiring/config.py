@@ -31,8 +31,10 @@ from app.providers.factory import (  # the providers' key variables: one list; t
     PROVIDER_NAMES,
     PROVIDER_PLUGINS,
     default_key_env,
+    DEFAULT_BASE_URLS,
     keyless_plugin,
     plugin_options,
+    provider_for_model,
 )
 from app.kernel.errors import ConfigError  # raised here; the CLI imports it from app.kernel.errors
 from app.mcp.settings import McpServerConfig, check_server_names  # MCP servers (issue 16)
@@ -249,6 +251,28 @@ class Settings(BaseSettings):
         if value is not None and value not in PROVIDER_NAMES:
             raise ValueError(f"must be one of {', '.join(repr(name) for name in PROVIDER_NAMES)} (got {value!r})")
         return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url_is_a_url(cls, value: str | None) -> str | None:
+        # Refused at start, before a session exists: a malformed address would otherwise fail at
+        # the first model call and leave an empty session behind. The value is not echoed when it
+        # could hold a password (user:secret@host).
+        if value is None or value == "":
+            return None
+        from urllib.parse import urlsplit
+
+        text = value.strip()
+        shown = "" if "@" in text else f" (got {text[:60]!r})"
+        try:
+            parts = urlsplit(text)
+            parts.port  # noqa: B018 - raises on a port that is not a number
+        except ValueError:
+            raise ValueError(f"not a valid URL{shown}") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in text):
+            raise ValueError(f"must be an http:// or https:// address with a host, "
+                             f"e.g. http://localhost:8080/v1{shown}")
+        return text
 
     @field_validator("data_dir", mode="before")
     @classmethod
@@ -567,9 +591,13 @@ def exposed_keys_warning(settings: Settings) -> str | None:
 
 def resolve_provider(settings: Settings) -> str:
     """The configured provider, else the first of anthropic/openai/deepseek with a key, else the
-    first plug-in that needs no key (the demo), else anthropic (which then asks for its key).
+    provider of what was asked for (``--model``'s maker, or an OpenAI-compatible server at
+    ``--base-url``), else the first plug-in that needs no key (the demo), else anthropic (which
+    then asks for its key).
 
-    Keys in the environment are looked at first, then keys saved in config.toml.
+    The keyless demo is chosen only when nothing was asked for: a script that names a model or a
+    server and gets canned answers instead could not tell. Keys in the environment are looked at
+    first, then keys saved in config.toml.
     """
     if settings.provider is not None:
         return settings.provider
@@ -580,7 +608,40 @@ def resolve_provider(settings: Settings) -> str:
         saved = settings.api_keys.get(provider)
         if saved is not None and saved.get_secret_value():
             return provider
+    if settings.model or settings.base_url or settings.api_key_env:
+        by_model = provider_for_model(settings.model or "")
+        if by_model is not None:
+            return by_model
+        # a model no maker's name matches, or a server: the OpenAI-compatible protocol, which local
+        # servers (llama.cpp, Ollama, vLLM, LM Studio) speak
+        return "openai" if (settings.model or settings.base_url) else AUTO_PROVIDER_ORDER[0]
     return keyless_plugin() or AUTO_PROVIDER_ORDER[0]
+
+
+def demo_chosen_for_want_of_a_key(settings: Settings) -> bool:
+    """Whether the keyless plug-in (the demo) runs only because nothing else was asked for."""
+    return settings.provider is None and needs_no_key(resolve_provider(settings))
+
+
+def at_own_server(settings: Settings, provider: str) -> bool:
+    """``--base-url`` names a server other than the provider's public API (a local server needs no key)."""
+    if not settings.base_url:
+        return False
+    return settings.base_url.rstrip("/") != DEFAULT_BASE_URLS.get(provider, "").rstrip("/")
+
+
+def missing_key_problem(settings: Settings, provider: str) -> str | None:
+    """One line when ``provider`` needs an API key and none is set: what was asked and the variable
+    to set; None when a key is there or none is needed (a keyless plug-in, a server of one's own)."""
+    if needs_no_key(provider) or at_own_server(settings, provider) or api_key_for(settings, provider):
+        return None
+    variable = settings.api_key_env or PROVIDER_KEY_ENV.get(provider) or provider.upper() + "_API_KEY"
+    if settings.provider is None and settings.model:
+        asked = f"--model {settings.model} (provider {provider})"
+    else:
+        asked = f"provider {provider}"
+    local = "" if settings.api_key_env else ", or --base-url URL for a server of your own"
+    return f"{asked}: no API key (set {variable}{local})"
 
 
 def needs_no_key(provider: str) -> bool:

@@ -16,6 +16,7 @@ from app.wiring.config import (
     api_key_for,
     exposed_keys_warning,
     looks_like_a_key,
+    missing_key_problem,
     provider_key_env_names,
     resolve_provider,
 )
@@ -31,7 +32,7 @@ from app.tools.sandbox import policy_for, start_check
 from app.agent.permissions import Permissions, RuleError, load_permissions
 from app.kernel.events import Event, SessionInfoEvent
 from app.kernel.protocol import Listener
-from app.providers.factory import default_key_env, open_provider
+from app.providers.factory import open_provider
 from app.providers.base import ServerCompactingProvider
 from app.providers.http_base import SseHttpProvider
 from app.providers.sse import StreamLimits
@@ -188,8 +189,8 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
             raise SetupError(f"--continue: no earlier session for {cwd}")
 
     key = api_key_for(settings, provider_name)
-    if not key and default_key_env(provider_name):  # "": the provider needs no key
-        raise SetupError(f"provider {provider_name}: no API key (set {settings.api_key_env or provider_name.upper() + '_API_KEY'})")
+    if (problem := missing_key_problem(settings, provider_name)) is not None:
+        raise SetupError(problem)
     if key:
         register_secret(key)
 
@@ -200,6 +201,8 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
     # The provider and what it brings: a plug-in may give a workspace, default limits and tools.
     setup = open_provider(provider_name, settings, key, session_dir=session.dir)
     provider = setup.provider
+    if session.meta.model != provider.model and not (resume or continue_latest):
+        store.record_model(session, provider.model)  # the model itself, not "" for the usual one
     workspace = setup.workspace or cwd
     for extra in setup.tools:
         registry.register(extra.tool, max_output=extra.max_output)
@@ -331,7 +334,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
     if emit is not None:
         stream.subscribe(emit)
     agent.emit = stream.emit
-    info = SessionInfoEvent(session_id=session.id, provider_label=label, model=provider.model,
+    info = SessionInfoEvent(session_id=session.id, provider_label=label, model=provider.model, provider=provider_name,
                             workspace=str(workspace), transcript_path=str(session.transcript_path),
                             max_steps=settings.max_steps, banner=provider.banner,
                             resumed=bool(resume or continue_latest), started_in=str(cwd),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
 
@@ -89,10 +90,14 @@ HELP_KEYS: list[tuple[str, str]] = [
     ("ctrl+s", "compact (asks first)"),
     ("ctrl+r", "reset (asks first)"),
     (RESTORE_KEY, "in the tool list: restore a cleared result (asks first)"),
+    ("/ n N", "in the full output: search (as in less), next match, previous match"),
     ("escape", "interrupt the running turn"),
+    ("ctrl+c", "interrupt the running turn, else clear the prompt; twice quits"),
     ("ctrl+p", "command palette"),
     ("ctrl+q", "quit"),
-    ("approval", "y yes · a always (this session) · n no · escape interrupts"),
+    ("approval", "y yes · a always this tool · e always this exact command (or file) · "
+                 "p always this prefix (or folder) · n no · escape interrupts the turn; s saves an always "
+                 "for the project"),
 ]
 HELP_KEY_COLUMN_MAX = 14  # /help's name column, at most
 # At least this many columns for /help to set its keys two to a row.
@@ -143,6 +148,9 @@ def help_text(width: int = 80) -> str:
 
 
 HELP_TEXT = help_text(HELP_TWO_COLUMNS_FROM)  # its words, whatever the width (tests read them)
+
+# A second ctrl+c within this many seconds quits (Claude Code's and Codex's double press).
+QUIT_WINDOW_S = 1.0
 
 # What the footer keeps when its keys do not all fit, most important first (by action; a
 # region's keys not named here come after these, before the last four).
@@ -230,6 +238,10 @@ class TidegaugeApp(App[int]):
         Binding("ctrl+r", "reset", "Reset"),
         Binding("escape", "interrupt", "Interrupt"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
+        # As in Claude Code and Codex: interrupt a running turn, else clear the prompt; a second
+        # ctrl+c within QUIT_WINDOW_S quits. Priority: the prompt's own ctrl+c (copy) is kept for a
+        # selection only, and Textual's "press ctrl+q to quit" note never covers the gauge.
+        Binding("ctrl+c", "interrupt_clear_or_quit", "Interrupt / clear / quit", show=False, priority=True),
     ]
 
     def __init__(
@@ -269,6 +281,7 @@ class TidegaugeApp(App[int]):
         # ctrl+s / ctrl+r waiting for the session's plan, by kind: the dialog opens when it comes
         self._awaiting_plan: dict[str, Callable[[bool | None, str | None], None]] = {}
         self.startup_error: BaseException | None = None  # building the session failed (the app exits 2)
+        self.exit_note: str | None = None  # one line said on stderr once the dashboard has closed
         self._listed_busy = False  # what the footer's bindings were last refreshed for
         self._unsubscribe_bridge: Callable[[], None] | None = None
         self.bridge: SessionBridge | None = None
@@ -279,6 +292,9 @@ class TidegaugeApp(App[int]):
         self._context_details: bool | None = None
         # Server-side compaction as the session last said: None where the provider has none
         self._server_compaction_on: bool | None = None
+        # The clock ctrl+c's quit window is measured with (a test may give its own).
+        self.clock: Callable[[], float] = time.monotonic
+        self._last_ctrl_c: float | None = None
 
     # ------------------------------------------------------------------ layout
 
@@ -362,6 +378,7 @@ class TidegaugeApp(App[int]):
     def _resume_chosen_at_start(self, session_id: str | None) -> None:
         """--resume without an id: the chosen session is built as a new one would be; escape quits."""
         if session_id is None or self._resume_factory is None:
+            self.exit_note = "no session resumed (tidegauge --resume ID opens one; `tidegauge sessions` lists them)"
             self.exit(return_code=0)
             return
         resume_factory = self._resume_factory
@@ -549,6 +566,9 @@ class TidegaugeApp(App[int]):
             return
         if isinstance(self.focused, Input):  # the prompt (or another text field) has it already
             return
+        takes_key = getattr(self.focused, "takes_key", None)
+        if takes_key is not None and takes_key(event.character):  # the output's search (/, n, N)
+            return
         # Even a key the focused region binds: a region binds no printable key (restore is ctrl+t),
         # and a letter taken from a sentence is a sentence lost.
         event.stop()
@@ -735,14 +755,42 @@ class TidegaugeApp(App[int]):
         if self.busy:
             self.submit(Interrupt())
 
+    def action_interrupt_clear_or_quit(self) -> None:
+        """ctrl+c: copy the prompt's selection if it has one; else a second ctrl+c within
+        QUIT_WINDOW_S quits; else interrupt the running turn, or clear what the prompt holds."""
+        prompt = self.prompt_box
+        if prompt.selected_text:
+            prompt.action_copy()
+            return
+        now = self.clock()
+        if self._last_ctrl_c is not None and now - self._last_ctrl_c <= QUIT_WINDOW_S:
+            self._last_ctrl_c = None
+            self.exit(return_code=0)
+            return
+        self._last_ctrl_c = now
+        if self.busy:
+            self.submit(Interrupt())
+        elif prompt.value:
+            prompt.value = ""
+        prompt.say_briefly("ctrl+c again quits", QUIT_WINDOW_S)
+
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         yield SystemCommand("Compact now", "Summarise the conversation (ctrl+s)", self.action_compact)
         yield SystemCommand("Reset conversation", "Clear the conversation after asking (ctrl+r)", self.action_reset)
-        yield SystemCommand("Expand / collapse tool output", "Full output of the selected call (ctrl+o)", self.action_toggle_output)
-        yield SystemCommand("Interrupt", "Stop the running turn (escape)", self.action_interrupt)
-        yield SystemCommand("Show / hide context chart and breakdown", "The history chart and the breakdown by part"
-                            " (ctrl+g)", self.action_toggle_context_details)
+        # Each toggle is named by what it will do now, so the entry states the state it changes.
+        panel = self.tool_panel
+        if panel.expanded or panel.loading or panel.full_view:
+            yield SystemCommand("Close the full output", "Back to the tool list (ctrl+o)", self.action_toggle_output)
+        else:
+            yield SystemCommand("Open the full output", "Of the selected call, else the latest cut one (ctrl+o)",
+                                self.action_toggle_output)
+        if self.busy:  # offered only while a turn runs: idle, there is nothing to stop
+            yield SystemCommand("Interrupt", "Stop the running turn (escape, ctrl+c)", self.action_interrupt)
+        shown = not self.context_panel.folded
+        yield SystemCommand(f"{'Hide' if shown else 'Show'} context chart and breakdown",
+                            f"They are {'shown' if shown else 'hidden'} now; the history chart and the breakdown "
+                            "by part (ctrl+g)", self.action_toggle_context_details)
         yield SystemCommand("What-if: overlay policy…", "Replay this session under another window and auto-compact"
                             " line; the chart overlays the curve", self.action_whatif)
         # One toggle that says the state it is in, offered only where the provider can compact

@@ -119,6 +119,8 @@ def run_dashboard(overrides: dict[str, Any], list_sessions: ListSessions, resume
     if app.startup_error is not None:
         print(f"tidegauge: {app.startup_error}", file=sys.stderr)
         return 2
+    if app.exit_note is not None:
+        print(f"tidegauge: {app.exit_note}", file=sys.stderr)
     for runner in runners:
         if runner.returncode not in (0, None):
             print(f"tidegauge: the session process ended with exit code {runner.returncode}: {runner.stderr_tail()}",

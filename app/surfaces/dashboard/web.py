@@ -149,6 +149,7 @@ _SHOW_CLOSE_REASON = """\
   </head>""" % (CLOSED_MESSAGE, SERVER_STOPPED_WORDS, SERVER_RESTARTED_WORDS)
 # What a tab's dashboard wrote on stderr last is kept (its one-line error if it cannot start).
 STDERR_TAIL_BYTES = 4096
+STDERR_KEPT_BYTES = 64 * 1024  # of a tab's stderr, printed when its process ends
 
 
 def offline_index_template(template_text: str) -> str:
@@ -380,16 +381,28 @@ def _dashboard_server_class() -> type:
     from textual_serve.server import Server, log, to_int
 
     class StderrTail:
-        """A process's stderr as textual-serve reads it, its last bytes kept."""
+        """A tab's dashboard's stderr, read whole here and handed to textual-serve as nothing.
+
+        textual-serve printed what it had read twice when a dashboard ended before its first
+        frame (once as "failed to start", once when the process ended): a tab closed early
+        printed its "resume with" line twice at shutdown. The tab prints it once (``run``).
+        """
 
         def __init__(self, reader: asyncio.StreamReader) -> None:
             self.reader = reader
-            self.tail = b""
+            self.tail = b""  # the last bytes, for the line a tab that ended by itself shows
+            self.kept = bytearray()  # what the tab prints when its process has ended
 
         async def read(self, size: int = -1) -> bytes:
-            data = await self.reader.read(size)
-            self.tail = (self.tail + data)[-STDERR_TAIL_BYTES:]
-            return data
+            while data := await self.reader.read(size):
+                self.tail = (self.tail + data)[-STDERR_TAIL_BYTES:]
+                self.kept += data[:max(0, STDERR_KEPT_BYTES - len(self.kept))]
+            return b""
+
+        def take(self) -> str:
+            text = self.kept.decode("utf-8", errors="replace")
+            self.kept.clear()
+            return text
 
         def last_line(self) -> str:
             lines = [line for line in self.tail.decode("utf-8", errors="replace").splitlines() if line.strip()]
@@ -417,6 +430,9 @@ def _dashboard_server_class() -> type:
 
         async def run(self) -> None:
             await super().run()
+            if self.stderr_tail is not None and (said := self.stderr_tail.take()):
+                sys.stdout.write(said)  # where textual-serve wrote it, once
+                sys.stdout.flush()
             if self.on_ended is not None:
                 await self.on_ended()
 
@@ -653,6 +669,7 @@ def _dashboard_server_class() -> type:
                 self.listener.close()
             print("tidegauge: stopped; every tab's session has ended", flush=True)
 
+    DashboardServer.TabService = TabService  # type: ignore[attr-defined]  # one tab's process, as tests start it
     return DashboardServer
 
 
