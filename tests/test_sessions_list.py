@@ -93,7 +93,7 @@ def test_a_hostile_first_prompt_is_one_inert_line_in_the_list(home):
 
 def test_help_names_the_sessions_command(home):
     shown = " ".join(tidegauge(home, home / "project", "--help").stdout.split())
-    assert "`tidegauge sessions` (--all: every directory) lists the sessions --resume takes." in shown
+    assert "`tidegauge sessions` (--all: every directory) lists the sessions --resume takes;" in shown
     sessions_help = tidegauge(home, home / "project", "sessions", "--help")
     assert sessions_help.returncode == 0 and "--all" in sessions_help.stdout
 

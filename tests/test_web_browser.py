@@ -70,7 +70,7 @@ def test_the_demo_task_runs_in_the_browser_and_ctrl_o_and_ctrl_s_work(
 
     terminal.press("Control+o")  # collapse again
     terminal.press("Control+s")
-    terminal.wait_for_text("frees ~")  # it asks first, with what the compaction frees and costs
+    terminal.wait_for_text("compaction: frees ")  # it asks first, with what the compaction frees and costs
     terminal.press("y")
     terminal.wait_for_text("context compacted")
 
