@@ -6,7 +6,7 @@ tokens (2,000 tool turns, each result ~500 tokens), written through the real req
 
 16a/16b. The real dashboard (``build_app``: a real session, nothing sent) told of the last
     request as the session tells it (its ``request_recorded`` event, on which the dashboard
-    reads the store and makes the inspector's page in a thread): from pressing ctrl+t to the
+    reads the store and makes the inspector's page in a thread): from pressing ctrl+n to the
     first frame that draws the inspector's title and the table's first rows, at 80×24 and at
     160×50. The median of several opens; a bound by the spec (150 ms). The figure also gives
     the time to make the page from the store in one go (a resumed session's first open).
@@ -79,7 +79,7 @@ def _write_session(data_dir: Path, workdir: Path, tokens: int) -> tuple[str, Pat
 
 
 async def _open_once(tmp: Path, store: Path, gauge: int, size: tuple[int, int]) -> tuple[float, float]:
-    """(wall, CPU) seconds from ctrl+t to the frame drawing the request's rows."""
+    """(wall, CPU) seconds from ctrl+n to the frame drawing the request's rows."""
     from app.kernel.events import RequestRecordedEvent
 
     app = build_app(tmp / f"app-{size[0]}")
@@ -96,7 +96,7 @@ async def _open_once(tmp: Path, store: Path, gauge: int, size: tuple[int, int]) 
         shown = clock.expect(lambda: clock.drew("request 2 of 2") or clock.drew("origin"))
         drawn = clock.expect(lambda: type(app.screen).__name__ == "RequestInspectorScreen" and clock.drew("tool schema"))
         started, cpu = time.perf_counter(), time.process_time()
-        await pilot.press("ctrl+t")
+        await pilot.press("ctrl+n")
         await asyncio.wait_for(shown, 60)
         done = await asyncio.wait_for(drawn, 60)
         return done - started, time.process_time() - cpu

@@ -1,4 +1,4 @@
-"""The request inspector on the dashboard: ctrl+t (or /inspect) opens the last kept request, d its
+"""The request inspector on the dashboard: ctrl+n (or /inspect) opens the last kept request, d its
 diff against the one before; snapshots at 80x24 and 160x50, and a Pilot walk through it."""
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def _open_inspector(recorded: RequestRecordedEvent, *keys: str):
     async def run_before(pilot) -> None:
         pilot.app.session.emit(recorded)
         await until(pilot, lambda: pilot.app._last_request is not None)
-        await pilot.press("ctrl+t")
+        await pilot.press("ctrl+n")
         await until(pilot, lambda: isinstance(pilot.app.screen, RequestInspectorScreen))
         for key in keys:
             await pilot.press(key)
@@ -82,7 +82,7 @@ def test_snapshot_inspector_diff_after_a_compaction(snap_compare, recorded, size
 async def test_the_inspector_walks_parts_and_toggles_the_diff(recorded) -> None:
     app, session = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.press("ctrl+t")  # before any request: said, nothing opens
+        await pilot.press("ctrl+n")  # before any request: said, nothing opens
         await pilot.pause()
         assert not isinstance(app.screen, RequestInspectorScreen)
         assert any("no request sent yet" in line.text for line in app.query(EngineLine))

@@ -86,7 +86,7 @@ HELP_KEYS: list[tuple[str, str]] = [
     ("ctrl+o", "open/close the full output of the selected call (nothing selected: the latest cut output)"),
     ("ctrl+f", "in the full output: its file's whole path"),
     ("ctrl+g", "show/hide the context chart and breakdown"),
-    ("ctrl+t", "inspect the last request as sent (d in it: the diff)"),
+    ("ctrl+n", "inspect the last request as sent (d in it: the diff)"),
     ("ctrl+s", "compact (asks first)"),
     ("ctrl+r", "reset (asks first)"),
     (RESTORE_KEY, "in the tool list: restore a cleared result (asks first)"),
@@ -167,7 +167,7 @@ FOOTER_RANKS: dict[str, int] = {
     "move": 10,
     "restore": 11,
     "focus_next": 12,
-    "inspect": 13,  # after tab: at 80 columns the footer keeps the keys it had, /help names ctrl+t
+    "inspect": 13,  # after tab: at 80 columns the footer keeps the keys it had, /help names ctrl+n
     "page_up": 110, "page_down": 110, "scroll_home": 111, "scroll_end": 111, "first": 111, "last": 111,
     "history": 112,
     "scroll_conversation": 113,
@@ -233,7 +233,7 @@ class TidegaugeApp(App[int]):
         Binding("pagedown", "scroll_conversation(1)", "Scroll", group=Binding.Group("Scroll")),
         Binding("ctrl+o", "toggle_output", "Output"),
         Binding("ctrl+g", "toggle_context_details", "Chart"),
-        Binding("ctrl+t", "inspect", "Inspect"),
+        Binding("ctrl+n", "inspect", "Inspect"),
         Binding("ctrl+s", "compact", "Compact"),
         Binding("ctrl+r", "reset", "Reset"),
         Binding("escape", "interrupt", "Interrupt"),
@@ -812,7 +812,7 @@ class TidegaugeApp(App[int]):
     @work(thread=True, group="inspector", exit_on_error=False)
     def _prepare_inspector(self, recorded: "RequestRecordedEvent") -> None:
         """The inspector's page for the request just kept, made off the UI loop (only what was
-        appended to the store is read), so ctrl+t shows it at once."""
+        appended to the store is read), so ctrl+n shows it at once."""
         try:
             self._inspector_page_for(recorded)
         except OSError:
