@@ -206,6 +206,8 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
     memory = memory_source.load()
     _register_mcp_secrets(settings)
     system = SYSTEM_PROMPT.format(cwd=workspace, platform=platform.system())
+    # a resumed session's outputs already saved count too; the engine's saved pastes count with them
+    saved_output_budget = SavedOutputBudget.for_folder(session.tool_results_dir, settings.max_session_saved_output)
     engine = ContextEngine(
         system_prompt=system,
         memory=memory,
@@ -216,6 +218,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         price=price_for(provider.model, settings.prices, provider_price=setup.price),
         compact_price=price_for(provider.model, settings.prices, provider_price=setup.price),
         tool_results_dir=session.tool_results_dir,
+        saved_budget=saved_output_budget,
     )
     if isinstance(provider, SseHttpProvider):  # a server cannot make one call unbounded in memory or time
         provider.limits = StreamLimits.from_settings(settings)
@@ -262,8 +265,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         file_cache=FileReadCache(),
         max_saved_output=settings.max_saved_output,
         read_max_bytes=settings.read_max_bytes,
-        # a resumed session's outputs already saved count too
-        saved_output_budget=SavedOutputBudget.for_folder(session.tool_results_dir, settings.max_session_saved_output),
+        saved_output_budget=saved_output_budget,
     )
     label = provider.label
     agent = Agent(
