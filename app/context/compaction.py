@@ -147,6 +147,7 @@ PASTE_MIN_CHARS = 1_000
 # lines; the cut is smaller than a paste, so a later compaction never cuts it again.
 PASTE_END_CHARS = 1_000
 PASTE_END_LINES = 12
+PASTE_FIRST_LINE_CHARS = 160
 
 
 def is_paste(text: str) -> bool:
@@ -160,28 +161,32 @@ def paste_call_id(user_message_id: str) -> str:
     return "paste-" + ("".join(c if c.isalnum() or c in "-_" else "_" for c in user_message_id)[:90] or "x")
 
 
+def _where(user_message_id: str, saved_as: str) -> str:
+    if not saved_as:
+        return "it could not be saved; the session transcript keeps it whole"
+    return (f"the whole message is saved in {saved_as}: read it with read_saved_output "
+            f"(call_id \"{paste_call_id(user_message_id)}\")")
+
+
 def cut_paste(text: str, user_message_id: str, saved_as: str | None) -> TextBlock:
     """A paste as a summary keeps it: head and tail, with a line between them saying how much
-    was left out and where the whole is (``saved_as``: the file; None: it could not be saved)."""
+    was left out and where the whole is (``saved_as``: the file; None or "": not saved)."""
     head = "\n".join(text[:PASTE_END_CHARS].split("\n")[:PASTE_END_LINES])
     tail = "\n".join(text[-PASTE_END_CHARS:].split("\n")[-PASTE_END_LINES:])
     omitted = len(text) - len(head) - len(tail)
     lines = text.count("\n") + 1
-    where = (f"the whole message is saved in {saved_as}: read it with read_saved_output "
-             f"(call_id \"{paste_call_id(user_message_id)}\")" if saved_as is not None
-             else "it could not be saved; the session transcript keeps it whole")
     middle = (f"[... pasted message cut by compaction: {omitted:,} of its {len(text):,} characters "
-              f"({lines:,} lines) left out here; {where} ...]")
-    return TextBlock(text=f"{head}\n{middle}\n{tail}", user_message_id=user_message_id, cut_by_compaction=True)
+              f"({lines:,} lines) left out here; {_where(user_message_id, saved_as or '')} ...]")
+    return TextBlock(text=f"{head}\n{middle}\n{tail}", user_message_id=user_message_id, paste_copy=saved_as or "")
 
 
-def _id_for(block: TextBlock) -> str:
-    """The block's own id; words from before ids get one from their text (the same every
-    time, so a summary built twice keeps the same ids)."""
-    if block.user_message_id is not None:
-        return block.user_message_id
-    return "u-" + hashlib.sha256(block.text.encode("utf-8", "surrogatepass")).hexdigest()[:20]
-
+def paste_first_line(text: str, user_message_id: str, saved_as: str) -> TextBlock:
+    """A paste (whole, or cut by an earlier summary) down to its first line: what the bound on
+    the user's words keeps of the oldest pastes before it leaves out any message."""
+    first = text.split("\n", 1)[0][:PASTE_FIRST_LINE_CHARS]
+    return TextBlock(text=f"{first}\n[... the rest of this pasted message left out by compaction; "
+                          f"{_where(user_message_id, saved_as)} ...]",
+                     user_message_id=user_message_id, paste_copy=saved_as)
 
 def kept_word_id(block: TextBlock) -> str:
     """The id a summary keeps ``block`` under (its own, or one made from its text)."""
@@ -221,32 +226,46 @@ def kept_user_words(history: Sequence[Message], budget: int,
                     saved: Mapping[str, str | None] | None = None) -> KeptWords:
     """Every message the user typed, each a block with the id of its message: whole, or for a
     paste its head and tail naming the saved copy (``saved``: message id -> the file, None or
-    absent when it was not saved). Chosen by size alone, never by words.
+    absent when it was not saved). Chosen by size and shape alone, never by words.
 
-    The bound: newest first while they fit in ``budget`` tokens (the newest always); the
-    oldest that do not are left out whole, and counted (``KeptWords.left_out_line``), so a
-    session of thousands of short messages still compacts below its window.
+    The bound, ``budget`` tokens: over it, the oldest pastes keep only their first line; still
+    over, the oldest messages are left out whole (the newest always stays) and counted
+    (``KeptWords.left_out_line``), so a session of thousands of short messages still compacts
+    below its window. A short message gives way only to the bound, never to a paste.
     """
     saved = saved or {}
-    picked: list[TextBlock] = []
-    left = budget
     words = typed_words(history)
-    for index in range(len(words) - 1, -1, -1):
-        block = words[index]
+    kept: list[TextBlock] = []
+    pastes: list[int] = []  # positions in ``kept`` of the pastes, oldest first
+    for block in words:
         ident = _id_for(block)
-        if not block.cut_by_compaction and is_paste(block.text):
-            kept = cut_paste(block.text, ident, saved.get(ident))
+        if block.paste_copy is not None:
+            pastes.append(len(kept))
+            kept.append(TextBlock(text=block.text, user_message_id=ident, paste_copy=block.paste_copy))
+        elif is_paste(block.text):
+            pastes.append(len(kept))
+            kept.append(cut_paste(block.text, ident, saved.get(ident)))
         else:
-            kept = TextBlock(text=block.text, user_message_id=ident, cut_by_compaction=block.cut_by_compaction)
-        cost = _tokens.count_tokens(kept.text)
-        if cost > left and picked:
-            older = words[:index + 1]
-            picked.reverse()
-            return KeptWords(picked, len(older), sum(len(b.text) for b in older), budget)
-        picked.append(kept)
-        left -= cost
-    picked.reverse()
-    return KeptWords(picked, budget=budget)
+            kept.append(TextBlock(text=block.text, user_message_id=ident))
+    costs = [_tokens.count_tokens(b.text) for b in kept]
+    total = sum(costs)
+    for index in pastes:
+        if total <= budget:
+            break
+        block = kept[index]
+        short = paste_first_line(block.text, block.user_message_id or "", block.paste_copy or "")
+        cost = _tokens.count_tokens(short.text)
+        if cost < costs[index]:
+            total += cost - costs[index]
+            kept[index], costs[index] = short, cost
+    start = 0
+    while total > budget and start < len(kept) - 1:
+        total -= costs[start]
+        start += 1
+    if not start:
+        return KeptWords(kept, budget=budget)
+    left = words[:start]
+    return KeptWords(kept[start:], start, sum(len(b.text) for b in left), budget)
 
 
 def recent_user_messages(history: Sequence[Message]) -> list[str]:

@@ -302,11 +302,11 @@ class ContextCore:
         """The summary message for ``replaced``: the summary and the user's words it keeps."""
         return build_summary_history(summary, replaced, self.kept_words_budget(), self.saved_pastes)
 
-    def pastes_to_save(self) -> list[tuple[str, str]]:
-        """(message id, text) of the user's pastes in the history not saved yet: a summary
-        keeps only their head and tail, and names the saved copy."""
-        return [(kept_word_id(b), b.text) for b in typed_words(self.history)
-                if not b.cut_by_compaction and kept_word_id(b) not in self.saved_pastes and is_paste(b.text)]
+    def pastes_to_save(self, messages: Sequence[Message] | None = None) -> list[tuple[str, str]]:
+        """(message id, text) of the user's pastes in ``messages`` (the history) not saved yet: a
+        summary keeps only their head and tail, and names the saved copy."""
+        return [(kept_word_id(b), b.text) for b in typed_words(self.history if messages is None else messages)
+                if b.paste_copy is None and is_paste(b.text) and kept_word_id(b) not in self.saved_pastes]
 
     # ---- history changes (each returned for the service to persist) ----
 

@@ -259,7 +259,7 @@ class ContextEngine:
         so roles keep alternating. ``attached``: blocks that go with it and are not the user's
         words (an MCP server's prompt or resource, ``TextBlock.from_mcp``)."""
         self._run(self.core.append_user_text(text, attached, self.clock()))
-        self._save_pastes()
+        self._save_pastes(self.history[-1:])
 
     def reset(self) -> None:
         """Clear the conversation and the live accounting; the ledger and files on disk stay
@@ -391,11 +391,12 @@ class ContextEngine:
             return None
         return str(out)
 
-    def _save_pastes(self) -> None:
-        """Save the user's pastes not saved yet, whole, for the summaries that keep only their
-        head and tail to name (tool-results/paste-<message id>.txt, read back with
-        read_saved_output). Once each: a failure is remembered, and the cut says it."""
-        for ident, text in self.core.pastes_to_save():
+    def _save_pastes(self, messages: Sequence[Message] | None = None) -> None:
+        """Save the user's pastes not saved yet (in ``messages``, else the whole history), whole,
+        for the summaries that keep only their head and tail to name
+        (tool-results/paste-<message id>.txt, read back with read_saved_output). Once each: a
+        failure is remembered, and the cut says it."""
+        for ident, text in self.core.pastes_to_save(messages):
             self.core.saved_pastes[ident] = self._save_paste(ident, text)
 
     def _save_paste(self, ident: str, text: str) -> str | None:
