@@ -579,9 +579,10 @@ class AnthropicProvider(SseHttpProvider):
         streamed = False
         try:
             async for event in super().stream(request):
-                streamed = True
+                if not streamed:  # the server took the request as sent (a caller may stop at Completed)
+                    streamed = True
+                    self._cache_worked = self._cache_worked or marked
                 yield event
-            self._cache_worked = self._cache_worked or marked
             return
         except APIError as err:
             if not marked or streamed:
