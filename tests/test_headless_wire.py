@@ -227,3 +227,18 @@ def test_a_server_failing_without_the_marks_too_keeps_them_and_remembers_nothing
     assert "prompt caching off" not in proc.stderr
     assert [_marked(r) for r in fake_llm.requests] == [True, False]  # one plain try, then the error
     assert not (tmp_path / "data" / "prompt-cache-refused.json").exists()
+
+
+def test_the_remembered_refusals_file_is_private_and_a_planted_link_is_not_followed(tmp_path) -> None:
+    from app.providers.anthropic import CacheRefusals
+
+    outside = tmp_path / "outside.json"
+    outside.write_text(json.dumps({"http://gw.example": {"reason": "planted"}}), encoding="utf-8")
+    kept = tmp_path / "prompt-cache-refused.json"
+    kept.symlink_to(outside)
+    refusals = CacheRefusals(kept)
+    assert refusals.reason_for("http://gw.example") is None  # a link is not read
+    refusals.remember("http://gw.example/", "HTTP 500: " + "x" * 1_000)
+    assert json.loads(outside.read_text(encoding="utf-8")) == {"http://gw.example": {"reason": "planted"}}
+    assert not kept.is_symlink() and oct(kept.stat().st_mode & 0o777) == "0o600"
+    assert refusals.reason_for("http://gw.example") == ("HTTP 500: " + "x" * 1_000)[:200]

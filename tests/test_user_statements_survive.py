@@ -367,3 +367,18 @@ def test_the_extractive_summary_still_counts_kept_words_as_the_users():
     preferences = second.split(H_PREFS, 1)[1]
     assert rule in preferences
     assert UNCONFIRMED_NOTE not in second
+
+
+def test_a_resumed_session_names_the_copy_an_earlier_run_saved_without_counting_it_twice(tmp_path):
+    paste = log_paste(20_000)
+    first = _engine(tmp_path)
+    first.append_user_text(paste)
+    second = _engine(tmp_path)  # the same session's folder, the history as a resume restores it
+    second.history = list(first.history)
+    second.saved_budget = SavedOutputBudget.for_folder(tmp_path / "tool-results", 10**9)
+    counted = second.saved_budget.used
+    second.append(Message.assistant_text("ok"))
+    second.append_user_text("go on")
+    assert asyncio.run(second.compact(_filler)).ok
+    assert second.saved_budget.used == counted == len(paste.encode())
+    assert "read_saved_output (call_id" in second.history[0].text

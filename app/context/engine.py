@@ -403,11 +403,16 @@ class ContextEngine:
         if self.tool_results_dir is None:
             return None
         data = redact(text).encode("utf-8", errors="replace")
+        out = self.tool_results_dir / f"{paste_call_id(ident)}.txt"
+        try:  # saved by an earlier run of this session (a resume): already counted in the budget
+            if not out.is_symlink() and out.is_file() and out.stat().st_size == len(data):
+                return str(out)
+        except OSError:
+            pass
         if self.saved_budget is not None:
             if self.saved_budget.room < len(data):  # over the session's cap: not saved, never cut short
                 return None
             self.saved_budget.take(len(data))
-        out = self.tool_results_dir / f"{paste_call_id(ident)}.txt"
         try:  # 0600, and a symlink planted at ``out`` is not followed
             with open_private(out) as f:
                 f.write(data)
