@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import secrets
 import shutil
 import subprocess
@@ -185,10 +186,13 @@ def check(args: argparse.Namespace, scratch: Path) -> tuple[list[str], list[str]
         key = "sk-" + secrets.token_hex(16)
         config = scratch / "litellm.yaml"
         config.write_text(litellm_config(llama_base, key))
+        # LiteLLM's documented switch that sends /v1/messages for an OpenAI-compatible model to
+        # chat/completions (llama-cpp-python has no Responses API), not to /v1/responses
+        proxy_env = {**os.environ, "LITELLM_USE_CHAT_COMPLETIONS_URL_FOR_ANTHROPIC_MESSAGES": "true"}
         with open(proxy_log, "wb") as log:
             started.processes.append(subprocess.Popen(litellm_command(args.litellm_cli, config, proxy_port), stdout=log,
                                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                                      start_new_session=True, cwd=scratch))
+                                                      start_new_session=True, cwd=scratch, env=proxy_env))
         timings["litellm ready s"] = wait_for_proxy(proxy_base, key, started.processes[1], proxy_log,
                                                     args.ready_timeout)
         work = scratch / "work"
