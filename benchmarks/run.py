@@ -56,9 +56,18 @@ BENCHMARKS: dict[str, list[tuple[str, str]]] = {
         ("11a MCP stdio: 100 MB result", "<= 3× the time of 10 MB"),
         ("11b MCP stdio: 100 MB result, RSS", "< 300 MB"),
     ],
+    "bench_mcp_progress": [("11c MCP progress flood", "<= 2× the server's own time")],
     "bench_headless": [("12 one-turn headless run", "<= 2.5× import httpx, pydantic")],
     "bench_memory_updates": [("13 session memory updates' input", "<= 0.2× the main requests' input")],
     "bench_resume": [("14 --resume of 5,000 turns vs 50", "<= 14× the time of 50 turns (quick: 1,000, <= 4×)")],
+    "bench_redact": [("15 redaction of a 1 MB body", "<= 30 ms, encoded and folded copies included")],
+    "bench_inspect": [
+        ("16a inspector opens: 1M-token request, 80×24", "<= 150 ms"),
+        ("16b inspector opens: 1M-token request, 160×50", "<= 150 ms"),
+        ("16c inspect --json: 1M-token request", "<= 1 s"),
+    ],
+    "bench_whatif": [("17 whatif: 1,000 turns, three policies", "<= 5 s")],
+    "bench_sandbox": [("18 sandboxed run_bash: added time", "adds <= 15 ms to `true`")],
 }
 
 _MARKER = "@@BENCH-RESULTS@@"

@@ -149,17 +149,45 @@ def test_breakdown_by_part() -> None:
             == tokens.estimate_messages(history))
 
 
-def test_turns_to_compact_from_recent_growth() -> None:
+def test_calls_to_compact_need_three_growths_since_the_last_restart() -> None:
     acc = ContextAccounting()
-    assert acc.turns_to(100_000, 10_000) is None
+    assert acc.calls_to(100_000, 10_000) is None
     for p in (10_000, 12_000, 14_000):
         acc.record_point(p)
-    assert acc.turns_to(20_000, 14_000) == 3
-    assert acc.turns_to(14_000, 14_000) == 0
-    acc.record_point(3_000)  # a compaction: growth counts from here
-    assert acc.turns_to(20_000, 3_000) is None
-    acc.record_point(3_500)
-    assert acc.turns_to(5_000, 3_500) == 3
+    # two growths: their "median" would be their mean, so one big read would dominate it
+    assert acc.calls_to(20_000, 14_000) is None
+    acc.record_point(16_000)
+    calls = acc.calls_to(20_000, 16_000)
+    assert calls is not None and (calls.fewest, calls.typical, calls.most) == (2, 2, 2)
+    assert acc.turns_to(16_000, 16_000) == 0
+    acc.restart_growth(3_000)  # a compaction: the pace counts afresh from here
+    for p in (3_500, 4_000):
+        acc.record_point(p)
+    assert acc.calls_to(5_000, 4_000) is None
+    acc.record_point(4_500)
+    calls = acc.calls_to(5_000, 4_500)
+    assert calls is not None and calls.typical == 1
+
+
+def test_the_range_is_shown_only_as_far_ahead_as_calls_were_measured() -> None:
+    acc = ContextAccounting()
+    for p in range(10_000, 14_001, 1_000):  # four growths of 1,000
+        acc.record_point(p)
+    assert acc.calls_to(18_000, 14_000) is not None  # 4 calls ahead: as far as measured
+    assert acc.calls_to(30_000, 14_000) is None  # 16 calls ahead of 4 measured: not said
+
+
+def test_one_big_read_widens_the_near_end_and_leaves_the_middle() -> None:
+    acc = ContextAccounting()
+    points = [40_000 + 1_000 * i for i in range(8)]
+    for p in points:
+        acc.record_point(p)
+    acc.record_point(points[-1] + 12_800)  # one big read
+    now = points[-1] + 12_800
+    calls = acc.calls_to(now + 5_000, now)
+    assert calls is not None
+    # the steady pace still sets the middle figure; the big read only makes the fewest smaller
+    assert calls.typical == 5 and calls.most == 5 and calls.fewest == 1, calls
 
 
 def test_flat_context_is_not_growing() -> None:

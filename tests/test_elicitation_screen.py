@@ -174,3 +174,68 @@ async def test_at_80x24_the_forms_buttons_are_on_screen_and_the_fields_scroll() 
             assert region.height > 0 and region.bottom <= 24, f"{button_id} is off screen: {region}"
         fields = screen.query_one("#elicitation-fields")
         assert fields.max_scroll_y > 0  # five fields do not fit: they scroll inside the dialog
+
+
+# The spec's (2025-11-25) whole form schema subset: string formats, number ranges, boolean, single-
+# and multi-select enums with and without titles, and defaults.
+SPEC_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "email": {"type": "string", "format": "email", "default": "ada@example.org"},
+        "site": {"type": "string", "format": "uri"},
+        "born": {"type": "string", "format": "date"},
+        "seen": {"type": "string", "format": "date-time"},
+        "score": {"type": "number", "minimum": 0, "maximum": 10, "default": 7.5},
+        "ok": {"type": "boolean", "default": True},
+        "size": {"type": "string", "oneOf": [{"const": "s", "title": "Small"}, {"const": "l", "title": "Large"}],
+                 "default": "l"},
+        "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b", "c"]}, "minItems": 1,
+                 "maxItems": 2, "default": ["b"]},
+        "teams": {"type": "array", "items": {"anyOf": [{"const": "red", "title": "Red team"},
+                                                       {"const": "blue", "title": "Blue team"}]}},
+    },
+    "required": ["email", "tags"],
+}
+
+
+def test_every_field_type_of_the_spec_is_a_form_field_with_its_rules() -> None:
+    fields = {f.name: f for f in form_fields(SPEC_SCHEMA)}
+    assert fields["tags"].kind == "multi_enum" and fields["tags"].default == ["b"]
+    assert fields["teams"].option_labels == ["Red team", "Blue team"] and fields["teams"].options == ["red", "blue"]
+    assert fields["size"].default == "l" and fields["score"].default == 7.5 and fields["ok"].default is True
+    assert fields["tags"].value_from(["c", "a"]) == ["a", "c"]  # the form's order
+    bad = {"tags": (["a", "b", "c"], "tags: choose at most 2"), "email": ("ada", "email: must be an email address"),
+           "site": ("not a uri", "site: must be a URI (scheme:…)"),
+           "born": ("2026-13-01", "born: must be a date (YYYY-MM-DD)"),
+           "seen": ("2026-01-01 10:00", "seen: must be a date and time (YYYY-MM-DDTHH:MM:SS, with an offset or Z)"),
+           "score": ("11", "score: at most 10")}
+    for name, (given, error) in bad.items():
+        with pytest.raises(ValueError, match=r"^" + __import__("re").escape(error) + "$"):
+            fields[name].value_from(given)
+    with pytest.raises(ValueError, match="tags: choose at least 1"):
+        fields["tags"].value_from([])
+    assert fields["seen"].value_from("2026-01-01T10:00:00Z") == "2026-01-01T10:00:00Z"
+    assert fields["site"].value_from("https://example.org/x") == "https://example.org/x"
+    assert fields["teams"].value_from([]) == []  # optional, none chosen
+
+
+async def test_a_multi_select_is_answered_with_the_choices_toggled_and_the_defaults_kept() -> None:
+    from textual.widgets import SelectionList
+
+    host = FormHost(form_fields(SPEC_SCHEMA))
+    async with host.run_test(size=(100, 60)) as pilot:
+        screen = host.screen
+        assert isinstance(screen, ElicitationScreen)
+        tags = screen.query_one("#field-7", SelectionList)
+        assert list(tags.selected) == ["b"]  # the default, chosen
+        tags.focus()
+        await pilot.press("space")  # the highlighted first choice, "a"
+        await pilot.pause()
+        screen.query_one("#field-8", SelectionList).select("blue")
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+
+    [(action, values)] = host.answers
+    assert action == "accept"
+    assert sorted(values["tags"]) == ["a", "b"] and values["teams"] == ["blue"]
+    assert values["email"] == "ada@example.org" and values["size"] == "l"

@@ -84,7 +84,10 @@ def reads(*names: str) -> list[list]:
 
 # ---- 1. session memory ----
 
-MEMORY_SETUP: dict[str, Any] = dict(window=100_000, budget=8_000, memory_update_tokens=1_500, memory_keep_tokens=500)
+# Updates on token growth alone (the first at once, no tool calls waited for): these tests are about
+# what an update does; when the first one starts is tests/test_demo_figures.py's.
+MEMORY_SETUP: dict[str, Any] = dict(window=100_000, budget=8_000, memory_update_tokens=1_500, memory_keep_tokens=500,
+                                    memory_init_tokens=0, memory_update_tool_calls=0)
 # Single-token tags: each file is ~1,500 tokens, each read ~1,700 with its line numbers.
 TAGS = {1: "one", 2: "two", 3: "six", 4: "ten", 5: "cat", 6: "dog"}
 TASK = "task: read f1.txt to f6.txt one after the other. Do not modify any file."

@@ -25,55 +25,37 @@ def reads_then_done(provider: str, names: list[str]) -> list[Any]:
     return [*steps, counted(provider, lambda u: text_reply(provider, "read them", usage=u))]
 
 
-# ---- turns to compact: one figure, the engine's, restarted by every compaction, smoothed ----
+# ---- calls to compact: one range, the engine's, restarted by every compaction ----
 
-async def test_right_after_a_compaction_the_turns_figure_starts_afresh(fake_llm, tmp_path, monkeypatch):
-    agent, _events = make_agent(fake_llm, tmp_path, monkeypatch, provider="openai", **ROOMY)
-    names = [f"f{i}.txt" for i in range(4)]
+# A line a few reads ahead: the range is shown only when it lies within the calls measured.
+NEAR_LINE: dict[str, Any] = dict(window=1_000_000, budget=16_000, memory_update_tokens=0)
+
+
+async def test_right_after_a_compaction_the_calls_figure_starts_afresh(fake_llm, tmp_path, monkeypatch):
+    agent, _events = make_agent(fake_llm, tmp_path, monkeypatch, provider="openai", **NEAR_LINE)
+    names = [f"f{i}.txt" for i in range(5)]
     for i, name in enumerate(names):
-        write_words(agent.workspace / name, 1_500, f"tag{i}")
+        write_words(agent.workspace / name, 1_200, f"tag{i}")
     fake_llm.enqueue(*reads_then_done("openai", names))
     try:
-        await agent.run_turn("read f0.txt to f3.txt")
-        assert agent.context_event().turns_to_compact is not None  # growing: a pace is known
+        await agent.run_turn("read f0.txt to f4.txt")
+        before = agent.context_event()
+        assert before.projected_tokens < before.thresholds.auto_compact_line
+        assert before.calls_to_compact_fewest is not None and before.calls_to_compact_most is not None, (
+            f"no range at {before.projected_tokens:,} of {before.thresholds.auto_compact_line:,} after 6 calls")
         fake_llm.enqueue(counted("openai", lambda u: text_reply("openai", summary_text("R"), usage=u)))
         compaction = await agent.compact()
         assert compaction.ok, compaction.reason
         after = agent.context_event()
-        # the old conversation's pace says nothing about the summary's: no figure until a call is seen
-        assert after.projected_tokens < after.thresholds.auto_compact_line // 10
-        assert after.turns_to_compact is None, (
-            f"~{after.turns_to_compact} turns right after a compaction, at {after.projected_tokens:,} of "
+        # the old conversation's pace says nothing about the summary's: no figure until calls are seen
+        assert after.turns_to_compact is None and after.calls_to_compact_most is None, (
+            f"~{after.turns_to_compact} calls right after a compaction, at {after.projected_tokens:,} of "
             f"{after.thresholds.auto_compact_line:,}: the pace of the context before it")
     finally:
         await agent.aclose()
 
 
-async def test_one_big_read_does_not_make_the_turns_figure_jump(fake_llm, tmp_path, monkeypatch):
-    agent, _events = make_agent(fake_llm, tmp_path, monkeypatch, provider="openai", **ROOMY)
-    small = [f"s{i}.txt" for i in range(5)]
-    for i, name in enumerate(small):
-        write_words(agent.workspace / name, 300, f"small{i}")
-    write_words(agent.workspace / "big.txt", 12_000, "big")
-    fake_llm.enqueue(*reads_then_done("openai", small))
-    try:
-        await agent.run_turn("read the small files")
-        steady = agent.context_event()
-        assert steady.turns_to_compact is not None
-        fake_llm.enqueue(*reads_then_done("openai", ["big.txt"]))
-        await agent.run_turn("now read big.txt")
-        after = agent.context_event()
-        grew = after.projected_tokens - steady.projected_tokens
-        assert grew > 10_000  # the outlier is there: the big file is in the context
-        # The typical call still adds what the small reads added; at that pace the remaining room
-        # lasts nearly as long as before (a mean over the window would have cut it to a fraction).
-        assert after.turns_to_compact is not None and after.turns_to_compact >= steady.turns_to_compact * 0.8, (
-            f"~{steady.turns_to_compact} turns before one read of ~{grew:,} tokens, ~{after.turns_to_compact} after")
-    finally:
-        await agent.aclose()
-
-
-async def test_the_gauge_draws_the_engines_turns_figure_as_it_is() -> None:
+async def test_the_gauge_draws_the_engines_calls_range_as_it_is() -> None:
     """The gauge smoothed the engine's figure once more: readings from before a compaction
     kept it at "next turn" after one (the engine smooths and restarts it; the gauge only draws)."""
     from dashboard_helpers import send, settle
@@ -86,13 +68,13 @@ async def test_the_gauge_draws_the_engines_turns_figure_as_it_is() -> None:
     near = [context(140_000, turns=1), context(144_000, turns=1), context(148_000, turns=1)]
     compacted = [ev.CompactionEvent(trigger="auto", ok=True, messages_before=40, messages_after=1,
                                     tokens_before=148_000, tokens_after=15_000),
-                 context(19_000, turns=17)]
+                 context(19_000, turns=17, calls=(14, 21))]
     app = TidegaugeApp(FakeSession({"go": [*near, *compacted]}), cursor_blink=False)
     async with app.run_test(size=(160, 50)) as pilot:
         await send(pilot, "go")
         await settle(pilot)
         figures = app.query_one(GaugeBar).render().plain.split("\n")[0]
-        assert "auto-compact in ~17 turns" in figures, figures
+        assert "auto-compact in 14–21 model calls" in figures, figures
 
 
 # ---- plans: the forecast is the compaction that runs ----
@@ -211,6 +193,7 @@ async def test_ctrl_s_runs_the_plan_it_showed_then_says_at_once_there_is_nothing
     from app.surfaces.dashboard.app import TidegaugeApp
     from app.wiring.runtime import build_session
     from widgets.confirm_screen import ConfirmScreen, ForecastConfirmScreen
+    from app.kernel.describe import human_tokens
 
     settings = _settings(fake_llm, tmp_path, monkeypatch, "openai", {})
     (tmp_path / "work").mkdir()
@@ -234,10 +217,20 @@ async def test_ctrl_s_runs_the_plan_it_showed_then_says_at_once_there_is_nothing
         shown = screen.forecast
         assert shown.action == "compact" and shown.model_call and shown.plan_id
         assert "messages: 2 → 1 summary" in (screen.detail or "")
+        # the summary's length is not known before it is written: the size after is a range, what is
+        # kept counted exactly and the summary up to its max_tokens
+        low, high = shown.tokens_after_low, shown.tokens_after_high
+        assert low is not None and high is not None and low < high
+        assert f"→ {low:,}–{high:,})" in (screen.detail or "") and "kept (counted) + the summary, up to" in (
+            screen.detail or ""), screen.detail
         await pilot.press("y")
         await settle(pilot)
         (compaction,) = events.of("compaction")
         assert_ran_as_forecast(shown, compaction, compaction_calls(fake_llm))
+        assert low <= compaction.tokens_after <= high, (low, compaction.tokens_after, high)
+        # the compaction line shows the forecast beside what happened
+        assert any(f"forecast {human_tokens(low)}–{human_tokens(high)}" in text for text in engine_texts(app)), (
+            engine_texts(app)[-3:])
 
         # Now the context is one summary: one line at once, no dialog, no model call.
         await pilot.press("ctrl+s")

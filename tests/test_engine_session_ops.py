@@ -41,7 +41,7 @@ async def test_reset_clears_history_and_live_accounting_but_keeps_ledger_and_fil
     saved = [e.full_output_path for e in events.of("tool_result") if e.full_output_path]
     assert saved and Path(saved[0]).is_file()  # max_output 2,000 truncated the read
     before = agent.context_event()
-    assert before.exact_tokens is not None and before.turns_to_compact is not None
+    assert before.exact_tokens is not None and agent.engine.accounting.recent_growths()  # a pace is measured
     ledger = agent.engine.ledger.total()
     messages_on_disk = len(transcript_messages(tmp_path))
 
@@ -54,7 +54,7 @@ async def test_reset_clears_history_and_live_accounting_but_keeps_ledger_and_fil
     assert after.exact_tokens is None
     assert after.projected_tokens == base
     assert after.breakdown["user"] == after.breakdown["assistant"] == after.breakdown["tool_results"] == 0
-    assert after.turns_to_compact is None  # no growth known for the new conversation
+    assert after.turns_to_compact is None and not engine.accounting.recent_growths()  # none for the new one
     assert after.level == "ok"
     # cumulative figures stay
     total = engine.ledger.total()

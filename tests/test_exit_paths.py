@@ -272,7 +272,8 @@ def test_kill_9_of_headless_tidegauge_ends_everything_it_started_and_only_that(t
 
 
 def test_a_normal_headless_exit_leaves_no_watchdog_and_no_process(tmp_path, fake_llm) -> None:
-    fifo = tmp_path / "go"
+    (tmp_path / "work").mkdir()
+    fifo = tmp_path / "work" / "go"  # in the workspace: what a sandboxed command can reach
     os.mkfifo(fifo)
     fake_llm.enqueue(openai_tool_calls([("run_bash", {"command": f"sleep 1000 & read go < {fifo}", "timeout": 600},
                                          "call_wait")]), openai_text("done"))

@@ -106,7 +106,7 @@ async def test_the_footer_never_cuts_a_word_and_keeps_the_keys_that_matter(width
         await until(pilot, lambda: "ctrl+o" in footer.shown_keys, "the footer drawn")
         row = footer.render().plain
         assert len(row) <= width
-        words = {"^o", "Output", "^s", "Compact", "^r", "Reset", "^g", "Chart", "^q", "Quit", "tab", "Region",
+        words = {"^o", "Output", "^s", "Compact", "^r", "Reset", "^g", "Chart", "^q", "Quit", "tab", "Region", "^t", "Inspect",
                  "↑", "↓", "History", "pgup", "pgdn", "Scroll", "^p", "palette"}
         assert set(row.split()) <= words, f"a cut word at {width} columns: {row!r}"
         if width >= 80:  # the App's keys, each whole

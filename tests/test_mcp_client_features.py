@@ -21,7 +21,7 @@ from textual.widgets import Input
 import pytest
 
 from app.kernel.describe import describe
-from app.kernel.events import ElicitationRequestEvent, ElicitationResolvedEvent
+from app.kernel.events import ElicitationRequestEvent, ElicitationResolvedEvent, McpServerEvent
 from app.mcp.client_features import ClientRequests, SampledReply, SamplingCall, SamplingRefused, sampling_call
 from app.mcp.hub import McpHub, start_mcp
 from fake_llm_server import openai_text, openai_tool_calls
@@ -98,6 +98,34 @@ async def test_a_server_asking_for_roots_gets_the_workspace_alone(features: Form
     answer = _answer(await features.run("features__roots", {}))
 
     assert answer == {"roots": [features.ctx.workspace.resolve().as_uri()]}
+
+
+async def test_a_servers_roots_setting_names_its_folders_or_advertises_none(tmp_path: Path) -> None:
+    # server-filesystem given a folder in its args prefers the client's roots: with the workspace
+    # advertised it was silently confined there. roots = [...] and roots = false say what it gets.
+    workspace, data = tmp_path / "work", tmp_path / "data"
+    workspace.mkdir()
+    data.mkdir()
+    session = FormSession(tmp_path)
+    session.ctx.workspace = workspace
+    named = python_server(SERVER.name).model_copy(update={"roots": ["../data", "."]})
+    none = python_server(SERVER.name).model_copy(update={"roots": False})
+    missing = python_server(SERVER.name).model_copy(update={"roots": ["no-such-folder"]})
+    hub = await session.start({"named": named, "none": none, "missing": missing})
+    try:
+        assert _answer(await session.run("named__roots", {})) == {"roots": [data.resolve().as_uri(),
+                                                                            workspace.resolve().as_uri()]}
+        refused = await session.run("none__roots", {})  # the client declared no roots capability
+        assert refused.is_error or "roots" not in json.loads(refused.content)
+    finally:
+        await hub.aclose()
+    ready = {e.name: e for e in session.events if isinstance(e, McpServerEvent) and e.status == "ready"}
+    line = describe(ready["named"])
+    assert line is not None and line.text.endswith(f"; roots: {data.resolve()}, {workspace.resolve()}")
+    line = describe(ready["none"])
+    assert line is not None and line.text.endswith("; no roots advertised")
+    [failed] = [e for e in session.events if isinstance(e, McpServerEvent) and e.status == "failed"]
+    assert failed.name == "missing" and failed.detail.startswith("roots: 'no-such-folder' is not a folder")
 
 
 # ---------------------------------------------------------------- forms

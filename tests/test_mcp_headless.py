@@ -109,3 +109,40 @@ def test_headless_run_with_two_hundred_tools_defers_them_and_loads_on_demand(fak
     saved = [e["tool_tokens_saved"] for e in events if e["type"] == "context"]
     assert saved[0] > 0 and 0 < saved[-1] < saved[0]
     assert [e["status"] for e in events if e["type"] == "mcp_server"] == ["starting", "ready", "stopped"]
+
+
+def test_a_call_to_a_deferred_tool_the_request_did_not_declare_is_never_run(fake_llm, tmp_path):
+    # The server has the tool and the registry knows it, but the model was offered only load_tools:
+    # running it would act on a schema the model never saw. It is answered as an unknown tool.
+    fake_llm.enqueue(
+        openai_tool_calls([("many__tool_126", {"query": "tides"}, "call_early")]),
+        openai_text("I will load it first."),
+    )
+
+    code, events, stderr = _tidegauge(["-p", "look up tides"], tmp_path, fake_llm, tools=200)
+
+    assert code == 0, stderr
+    answer = _tool_messages(fake_llm.requests[-1].json)["call_early"]
+    assert "Unknown tool 'many__tool_126': it was not offered in this request, and nothing was run." in answer
+    assert "load_tools" in answer and "tool_126 got" not in answer
+    [result] = [e for e in events if e["type"] == "tool_result"]
+    assert result["is_error"] and result["refused"]
+
+
+def test_tools_loaded_before_are_declared_again_when_the_session_is_continued(fake_llm, tmp_path):
+    fake_llm.enqueue(
+        openai_tool_calls([("load_tools", {"names": ["many__tool_124"]}, "call_load")]),
+        openai_text("Loaded."),
+        openai_tool_calls([("many__tool_124", {"query": "tides"}, "call_use")]),  # the next run, at once
+        openai_text("Found it."),
+    )
+    code, _, stderr = _tidegauge(["-p", "load the tides tool"], tmp_path, fake_llm, tools=200)
+    assert code == 0, stderr
+
+    code, _, stderr = _tidegauge(["--continue", "-p", "now look up tides"], tmp_path, fake_llm, tools=200)
+
+    assert code == 0, stderr
+    first_of_second_run = fake_llm.requests[2].json
+    assert "many__tool_124" in _tools_sent(first_of_second_run)  # declared from the first request on
+    assert "many__tool_126" not in _tools_sent(first_of_second_run)  # only what was loaded
+    assert "tool_124 got query='tides'" in _tool_messages(fake_llm.requests[-1].json)["call_use"]

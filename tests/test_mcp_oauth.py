@@ -44,8 +44,9 @@ ROOT = Path(__file__).resolve().parent.parent
 class OAuthServer:
     """tests/mcp_servers/oauth_http.py on a free loopback port."""
 
-    def __init__(self, tmp_path: Path, client: str = "") -> None:
+    def __init__(self, tmp_path: Path, client: str = "", scoped_tool: str = "") -> None:
         self.client = client  # a client registered beforehand, "ID:SECRET"
+        self.scoped_tool = scoped_tool  # "NAME:SCOPE": a tool that needs that scope (a step-up)
         self.port = _free_port()
         self.record = tmp_path / "oauth-received.jsonl"
         self.log = tmp_path / "oauth-server.log"
@@ -56,7 +57,8 @@ class OAuthServer:
     async def start(self) -> None:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen([sys.executable, str(OAUTH_HTTP), "--port", str(self.port),
-                                          "--record", str(self.record), "--client", self.client],
+                                          "--record", str(self.record), "--client", self.client,
+                                          "--scoped-tool", self.scoped_tool],
                                          stdout=log, stderr=subprocess.STDOUT)
         await _wait_listening(self.port, self.proc)
 
@@ -431,3 +433,44 @@ async def test_the_receiver_listens_on_loopback_only() -> None:
         assert {sock.getsockname()[0] for sock in receiver._server.sockets}  # type: ignore[attr-defined]  # an asyncio Server == {"127.0.0.1"}
     finally:
         await receiver.close()
+
+
+# ---------------------------------------------------------------- scope step-up, as a user meets it
+
+async def test_a_step_up_is_one_login_that_asks_for_the_new_scope_and_keeps_the_granted_one(
+        fake_llm, tmp_path: Path) -> None:
+    """Logged in with mcp:basic; a call of `admin` is refused 403 asking for mcp:admin; the line names
+    `tidegauge mcp login web`, which now asks for both (it asked for mcp:basic again, so the user was
+    stuck); the next session's call works."""
+    server = OAuthServer(tmp_path, scoped_tool="admin:mcp:admin")
+    await server.start()
+    try:
+        data = tmp_path / "data"
+        config = McpServerConfig(url=server.url, startup_timeout=START)
+        assert await login("web", config, data, tmp_path, open_consent=_browser, consent_timeout=60) == 2
+        file = TokenFile(token_path(data, "web"), server.url)  # the 401 asked for mcp:basic
+        assert file.granted_scope() == "mcp:basic"
+        fake_llm.enqueue(openai_tool_calls([("web__admin", {}, "call_1")]), openai_text("Refused."),
+                         openai_tool_calls([("web__admin", {}, "call_2")]), openai_text("Done."))
+        first = await asyncio.to_thread(_run_session, fake_llm, tmp_path, server)
+        [refused] = [e for e in first if e["type"] == "tool_result"]
+        assert refused["is_error"] and "run `tidegauge mcp login web`: it asks for that scope" in refused["content"]
+
+        assert await login("web", config, data, tmp_path, open_consent=_browser, consent_timeout=60) == 2
+        assert file.granted_scope() is not None and set(file.granted_scope().split()) == {"mcp:basic", "mcp:admin"}
+        assert file.wanted_scope() is None
+
+        second = await asyncio.to_thread(_run_session, fake_llm, tmp_path, server)
+        [done] = [e for e in second if e["type"] == "tool_result"]
+        assert not done["is_error"] and done["content"] == "admin done"
+    finally:
+        server.stop()
+        clear_secrets()
+
+
+def _run_session(fake_llm: Any, tmp_path: Path, server: OAuthServer) -> list[dict[str, Any]]:
+    from mcp_helpers import run_headless
+
+    proc = run_headless(fake_llm, tmp_path, _config_toml(server), "administer", "--yes")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]

@@ -168,10 +168,12 @@ async def test_an_oauth_session_that_meets_a_step_up_says_so_and_opens_no_browse
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     [write] = [e for e in events if e["type"] == "tool_result"]
-    # A login alone would keep the stored tokens (still valid, so no consent is asked): logout first.
+    # The scope is kept for the next login, which asks for it beside the one granted (a login alone
+    # used to keep the still-valid tokens and ask for nothing more).
     assert write["is_error"] and write["content"] == (
-        "MCP server 'docs': more scope required (HTTP 403 insufficient_scope, scope 'files:write' asked for): log in "
-        "again for it: `tidegauge mcp logout docs`, then `tidegauge mcp login docs`"), write["content"]
+        "MCP server 'docs': more scope required (HTTP 403 insufficient_scope, scope 'files:write' asked for): run "
+        "`tidegauge mcp login docs`: it asks for that scope beside the one you have"), write["content"]
+    assert tokens.wanted_scope() == "files:write" and tokens.granted_scope() == "files:read"
     assert "tg-stored-access-9c1e" not in proc.stdout + proc.stderr
     assert ("tools/call", "/mcp", "Bearer tg-stored-access-9c1e") in server.seen  # the session's stored token
     assert not [path for _, path, _ in server.seen if "authorize" in path or "token" in path]  # no consent asked

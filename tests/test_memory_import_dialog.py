@@ -87,3 +87,22 @@ def test_an_answer_about_a_file_never_asked_about_approves_nothing(fake_llm, lay
     session.submit(ApproveImport("/etc/hostname", True))
     assert not (layout.data_dir / APPROVALS_FILE).exists()
     assert OPENAI_KEY not in session.agent.engine.memory.text
+
+
+async def test_an_import_inside_the_repository_holding_a_credential_is_asked_about(fake_llm, layout):
+    (layout.repo / "deploy.md").write_text("token: ghp_DashboardAskedToken0123456789abcdefg\n")
+    (layout.repo / "AGENTS.md").write_text("Project rules.\n@deploy.md\n")
+    fake_llm.enqueue(openai_text("ok"))
+    settings = settings_for(layout, fake_llm)
+    app = TidegaugeApp(SessionThread(build_session(settings, approvals=True, cwd=layout.repo)).start(),
+                       cursor_blink=False)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await send(pilot, "hello")
+        dialog = await wait_for_dialog(pilot)
+        assert dialog.path == str((layout.repo / "deploy.md").resolve())
+        assert "credential" in dialog.reason and "GitHub Token" in dialog.reason
+        assert fake_llm.requests == []  # nothing sent while the user decides
+        await pilot.press("d")
+        await settle(pilot)
+    assert "ghp_DashboardAskedToken" not in str(fake_llm.requests[-1].json)
+    assert "Project rules." in fake_llm.requests[-1].json["messages"][0]["content"]

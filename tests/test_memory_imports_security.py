@@ -201,6 +201,54 @@ def test_a_declined_import_stays_out_and_is_said_once(fake_llm, layout):
     assert "memory_allowed_imports" not in proc.stderr
 
 
+GIT_TOKEN = "ghp_R3m0teUrlT0kenInGitConfig0123456789"
+DEPLOY_TOKEN = "glpat-DeployNotesToken8x2Q"
+
+
+def test_credential_files_and_imports_holding_a_credential_stay_out_through_the_real_binary(fake_llm, layout):
+    # A cloned repository's AGENTS.md names the user's own local files that hold tokens: the
+    # remote URL in .git/config, direnv's .envrc, and a note in the repository with a token.
+    (layout.repo / ".git" / "config").write_text(
+        f'[remote "origin"]\n\turl = https://x-access-token:{GIT_TOKEN}@github.com/acme/app.git\n')
+    (layout.repo / ".envrc").write_text("export AWS_SECRET_ACCESS_KEY=envrc-secret-6c1d\n")
+    (layout.repo / "docs").mkdir()
+    (layout.repo / "docs" / "deploy.md").write_text(f"Deploy with the token {DEPLOY_TOKEN} please.\n")
+    (layout.repo / "docs" / "style.md").write_text("STYLE-RULE-tabs-4a1e\n")
+    (layout.repo / "AGENTS.md").write_text(
+        f"{RULE_MARKER}\n@.git/config\n@.envrc\n@docs/deploy.md\n@docs/style.md\n")
+    fake_llm.enqueue(openai_text("ok"))
+
+    proc = layout.run(fake_llm)
+
+    assert proc.returncode == 0, proc.stderr
+    body = sent(fake_llm)
+    for secret in (GIT_TOKEN, "envrc-secret-6c1d", DEPLOY_TOKEN):
+        assert secret not in body, f"{secret} reached the provider"
+    system = system_prompt(fake_llm)
+    assert RULE_MARKER in system and "STYLE-RULE-tabs-4a1e" in system  # the harmless import still goes
+    lines = proc.stderr.splitlines()
+    assert any(".git/config" in line and "refused" in line and ".git folder" in line for line in lines), proc.stderr
+    assert any(".envrc" in line and "refused" in line for line in lines), proc.stderr
+    deploy = str((layout.repo / "docs" / "deploy.md").resolve())
+    skipped = [line for line in lines if deploy in line and "skipped" in line]
+    assert len(skipped) == 1 and "GitLab Token" in skipped[0], proc.stderr  # one line, saying what it looks like
+    assert f'add "{deploy}" to memory_allowed_imports' in skipped[0]
+    assert DEPLOY_TOKEN not in proc.stderr + proc.stdout
+
+
+def test_an_import_holding_a_credential_is_read_once_the_user_allows_it(fake_llm, layout):
+    (layout.repo / "docs").mkdir()
+    (layout.repo / "docs" / "deploy.md").write_text(f"Deploy with the token {DEPLOY_TOKEN} please.\n")
+    (layout.repo / "AGENTS.md").write_text("@docs/deploy.md\n")
+    layout.write_config('memory_allowed_imports = ["docs/deploy.md"]')
+    fake_llm.enqueue(openai_text("ok"))
+
+    proc = layout.run(fake_llm)
+
+    assert proc.returncode == 0, proc.stderr
+    assert DEPLOY_TOKEN in system_prompt(fake_llm) and "skipped" not in proc.stderr
+
+
 # ---- the policy and the approvals file, without a process ----
 
 def test_the_users_own_memory_may_import_from_home_but_never_tidegauges_config(layout, monkeypatch):
@@ -231,6 +279,42 @@ def test_secrets_inside_the_repository_are_refused_too(layout):
     assert "change-me" in bundle.text  # an example of the variables is no secret
     refused = {n.path.name: n.reason for n in bundle.notices if n.action == "refused"}
     assert refused.keys() == {".env", "deploy_key"} and "private key" in refused["deploy_key"]
+
+
+# What the README's Security section lists as never imported, approved or not.
+NEVER_IMPORTED = (".git/config", ".git/FETCH_HEAD", ".git-credentials", ".envrc", ".netrc", ".npmrc", ".pypirc",
+                  ".yarnrc.yml", ".pgpass", ".vault-token", ".docker/config.json", ".aws/credentials",
+                  ".aws/config", ".kube/config", "server.pem", "tls.key", "keystore.jks", "id_rsa", "id_ed25519",
+                  "terraform.tfvars", "prod.auto.tfvars", "terraform.tfstate", "terraform.tfstate.backup",
+                  "secrets.yaml", "secrets.json", "prod.env", ".env.local")
+
+
+@pytest.mark.parametrize("name", NEVER_IMPORTED)
+def test_files_that_commonly_hold_credentials_are_never_imported_even_when_allowed(layout, name):
+    target = layout.repo / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("plain-looking-text-7b3e\n")  # no credential shape: refused by its name alone
+    (layout.repo / "AGENTS.md").write_text(f"@{name}\n")
+    policy = ImportPolicy.for_workspace(layout.repo, layout.config_dir, allowed=[layout.repo])
+
+    bundle = load_memory(layout.repo, layout.config_dir, policy=policy)
+
+    assert "plain-looking-text-7b3e" not in bundle.text
+    assert [n.action for n in bundle.notices] == ["refused"]
+
+
+def test_a_rule_file_holding_a_credential_waits_and_examples_of_names_do_not(layout):
+    rules = layout.repo / ".agents" / "rules"
+    rules.mkdir(parents=True)
+    (rules / "ci.md").write_text("Use https://deploy:s3cr3t-pa55-91c@ci.example.com/hook to deploy.\n")
+    (rules / "style.md").write_text("Read the api_key from the environment; never commit a password.\n"
+                                    "Commit 3f2a9c1e8b7d6f5a4c3b2a1908f7e6d5c4b3a291 fixed it.\n")
+
+    bundle = load_memory(layout.repo, layout.config_dir)
+
+    assert "s3cr3t-pa55-91c" not in bundle.text and "never commit a password" in bundle.text
+    asked = [n for n in bundle.pending]
+    assert [n.path.name for n in asked] == ["ci.md"] and "Basic Auth" in asked[0].reason
 
 
 def test_answers_are_kept_per_project_in_a_file_only_the_user_can_read(tmp_path: Path):

@@ -21,11 +21,11 @@ import pytest
 from hypothesis import given, settings as hypothesis_settings, strategies as st
 
 from fake_llm_server import openai_text, openai_tool_calls
+from app.agent.shell_commands import read_command_line
 from app.agent.permissions import (
     Permissions,
     RuleError,
     SavedRules,
-    command_parts,
     load_permissions,
     parse_rule,
     split_rule_list,
@@ -80,7 +80,7 @@ def test_no_chaining_of_an_allowed_command_is_allowed(allowed, evil, join, space
     rules = rules_for(Path("/nonexistent-workspace"),
                       allow=["run_bash(git status:*)", "run_bash(npm test:*)", "run_bash(ls:*)"])
     command = spaces + join(allowed, evil) + spaces
-    assert bash(rules, command) == "ask", (command, command_parts(command))
+    assert bash(rules, command) == "ask", (command, read_command_line(command))
 
 
 @hypothesis_settings(max_examples=200, deadline=None)
@@ -96,7 +96,7 @@ def test_a_denied_command_anywhere_in_a_line_is_denied(before, join):
 
 def test_an_open_quote_is_never_allowed_and_deny_beats_allow(tmp_path):
     rules = rules_for(tmp_path, allow=["run_bash(echo:*)"], deny=["run_bash(echo secret)"])
-    assert command_parts('echo "unterminated; rm -rf ~') is None
+    assert read_command_line('echo "unterminated; rm -rf ~').unreadable is not None
     assert bash(rules_for(tmp_path, allow=["run_bash(echo:*)"]), 'echo "unterminated; rm -rf ~') == "ask"
     assert bash(rules, "echo fine && echo secret") == "deny"
     assert bash(rules, "echo fine") == "allow"
@@ -259,6 +259,9 @@ def test_deny_wins_over_yes_and_covers_tools_that_only_read(fake_llm, tmp_path):
     (work / "secret.txt").write_text("TOKEN\n")
     fake_llm.enqueue(
         openai_tool_calls([("run_bash", {"command": "ls && rm -f keep.txt"}, "c_rm"),
+                           # hidden from a scanner of our own by a quote in a comment, and by a wrapper
+                           ("run_bash", {"command": "ls #'\nrm -f keep.txt #'"}, "c_hidden"),
+                           ("run_bash", {"command": "env /bin/rm -f keep.txt"}, "c_wrapped"),
                            ("read_file", {"path": "secret.txt"}, "c_read"),
                            ("run_bash", {"command": "ls"}, "c_ls")]),
         openai_text("done"))
@@ -266,7 +269,8 @@ def test_deny_wins_over_yes_and_covers_tools_that_only_read(fake_llm, tmp_path):
     assert proc.returncode == 0, proc.stderr
     results = _results(events)
     assert (work / "keep.txt").read_text() == "precious\n"
-    assert results["c_rm"]["is_error"] and "deny run_bash(rm:*)" in results["c_rm"]["content"]
+    for call in ("c_rm", "c_hidden", "c_wrapped"):
+        assert results[call]["is_error"] and "deny run_bash(rm:*)" in results[call]["content"]
     assert results["c_read"]["is_error"] and "TOKEN" not in results["c_read"]["content"]
     assert not results["c_ls"]["is_error"] and "keep.txt" in results["c_ls"]["content"]  # --yes still runs the rest
 

@@ -8,15 +8,18 @@ next ``--continue`` must send a valid request and keep the conversation.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from fake_llm_server import openai_events, openai_text, openai_tool_calls
@@ -77,30 +80,33 @@ def wire_problems(messages: list[dict[str, Any]]) -> list[str]:
 
 
 class BlockingTool:
-    """A run_bash command that reports its pid through a FIFO, then sleeps: the process is mid-tool."""
+    """A run_bash command that says it started through a FIFO, then sleeps: the process is mid-tool.
 
-    def __init__(self, tmp_path: Path, name: str = "tool-started") -> None:
-        self.fifo = tmp_path / name
+    The FIFO is in the workspace (a sandboxed command reaches nothing else); the sleep carries a
+    mark in its argv, so ``end`` finds it from here (its $$ is a pid of the sandbox's namespace)."""
+
+    def __init__(self, workspace: Path, name: str = "tool-started") -> None:
+        self.fifo = workspace / name
         os.mkfifo(self.fifo)
-        self.command = f"echo $$ > {self.fifo}; exec sleep 600"
-        self.pid: list[int] = []
+        self.mark = f"tg-blocking-{uuid.uuid4().hex}"
+        self.command = f"echo started > {self.fifo}; exec -a {self.mark} sleep 600"
+        self.started: list[str] = []
 
     def wait(self, proc: subprocess.Popen) -> None:
-        reader = threading.Thread(target=lambda: self.pid.append(int(self.fifo.read_text().strip())), daemon=True)
+        reader = threading.Thread(target=lambda: self.started.append(self.fifo.read_text().strip()), daemon=True)
         reader.start()
         reader.join(timeout=90)
-        if not self.pid:
+        if self.started != ["started"]:
             if proc.poll() is None:
                 proc.kill()
             out, err = proc.communicate(timeout=30)
             pytest.fail(f"the tool never started: {err.decode(errors='replace')[-2000:]}")
 
     def end(self) -> None:
-        for pid in self.pid:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        for process in psutil.process_iter(["cmdline"]):
+            if (process.info["cmdline"] or [""])[0] == self.mark:
+                with contextlib.suppress(psutil.Error):
+                    process.kill()
 
 
 def kill_group(proc: subprocess.Popen) -> None:
@@ -126,7 +132,7 @@ def test_reused_call_id_after_kill_gets_its_own_interrupted_result(fake_llm, env
                            capture_output=True, text=True, timeout=120)
     assert first.returncode == 0, first.stderr
 
-    tool = BlockingTool(tmp_path)
+    tool = BlockingTool(project)
     fake_llm.enqueue(openai_tool_calls([("run_bash", {"command": tool.command}, "call_0")]))
     proc = start(fake_llm, project, env, "-p", "now run the long job", "--yes", "--continue")
     try:
@@ -150,7 +156,7 @@ def test_reused_call_id_after_kill_gets_its_own_interrupted_result(fake_llm, env
 # ---------------------------------------------------------------- one writer per session
 
 def test_second_process_on_a_live_session_refuses_naming_the_first(fake_llm, env, project, tmp_path) -> None:
-    tool = BlockingTool(tmp_path)
+    tool = BlockingTool(project)
     fake_llm.enqueue(openai_tool_calls([("run_bash", {"command": tool.command}, "call_long")]))
     holder = start(fake_llm, project, env, "-p", "run the long job", "--yes")
     try:

@@ -472,7 +472,7 @@ def test_every_built_in_schema_comes_from_its_argument_model() -> None:
         assert set(spec.input_schema["properties"]) == set(model_schema["properties"])
         assert spec.input_schema.get("required", []) == model_schema.get("required", [])
         for prop in spec.input_schema["properties"].values():
-            assert prop["type"] in ("string", "integer") and prop["description"]
+            assert prop["type"] in ("string", "integer", "boolean") and prop["description"]
 
 
 @pytest.mark.parametrize(

@@ -94,7 +94,8 @@ def test_session_memory_on_disk_holds_no_key_and_is_the_owners_only(fake_llm, tm
         return any((tmp_path / "data" / "sessions").glob(f"*/{MEMORY_FILE_NAME}"))
 
     _memory_server(fake_llm, memory_written, "session-memory.md to be written")
-    proc = _tidegauge(tmp_path, fake_llm, "-p", f"deploy with the key {KEY}", TIDEGAUGE_MEMORY_UPDATE_TOKENS="1")
+    proc = _tidegauge(tmp_path, fake_llm, "-p", f"deploy with the key {KEY}", TIDEGAUGE_MEMORY_UPDATE_TOKENS="1",
+                      TIDEGAUGE_MEMORY_INIT_TOKENS="0", TIDEGAUGE_MEMORY_UPDATE_TOOL_CALLS="0")
 
     assert proc.returncode == 0, proc.stderr
     memory = _session_dir(tmp_path) / MEMORY_FILE_NAME

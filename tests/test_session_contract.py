@@ -31,6 +31,7 @@ from app.kernel.commands import (
     ServerCompaction,
     Shutdown,
     UserInput,
+    WhatIf,
 )
 from app.kernel.describe import DESCRIBERS, describe
 from app.kernel.protocol import SessionSurface
@@ -261,6 +262,7 @@ ANSWERED_AT_ONCE = [
     (PreviewRestore("call-nope"), "restore_preview"),
     (RestoreResult("call-nope"), "restore_preview"),
     (ServerCompaction(True), "server_compaction"),
+    (WhatIf(100_000, 0.5), "whatif"),
 ]
 
 

@@ -103,8 +103,53 @@ def test_a_second_run_counts_known_text_without_the_encoder_and_new_text_with_it
 ])
 def test_a_kept_file_that_is_not_what_we_wrote_is_not_believed(pieces: Path, kept: Any) -> None:
     pieces.write_text(json.dumps(kept))
+    pieces.chmod(0o600)  # ours by owner and mode: what is refused here is the content
+    assert tokens._PieceCounts(pieces).counts == {}
     tokens.remember_pieces_in(pieces)
     assert count_tokens("hi hi hi") == len(encoder().encode("hi hi hi"))
+
+
+# Words cl100k counts as several tokens each: a file saying 1 for each would undercount them.
+POISON_TEXTS = ["Zqxjvkwplm frobnicated quuxbazzle the xylophonists' antidisestablishmentarianism.",
+                "Pneumonoultramicroscopic zzyzx qwfpgjluy 31415926"]
+
+
+def _poison(path: Path) -> None:
+    pieces = {piece: 1 for text in POISON_TEXTS for piece in tokens._ascii_split()(text)}
+    path.write_text(json.dumps({"encoder": CL100K_SHA256, "pieces": pieces}))
+
+
+def test_a_poisoned_pieces_file_not_ours_does_not_change_the_figures(tmp_path: Path) -> None:
+    path = tmp_path / "token-pieces.json"
+    _poison(path)
+    path.chmod(0o644)  # written by something else: group and world may read it
+    exact = [len(encoder().encode(t, disallowed_special=())) for t in POISON_TEXTS]
+    assert sum(exact) > len([p for t in POISON_TEXTS for p in tokens._ascii_split()(t)])  # the poison undercounts
+
+    said = tokens.remember_pieces_in(path)  # one line, for the session's start
+    tokens.remember_pieces_in(None)
+    assert said is not None and "not tidegauge's own file" in said and "0644" in said and str(path) in said
+    assert _run(path, POISON_TEXTS)["counts"] == exact
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="giving a file to another user needs root")
+def test_a_pieces_file_another_user_owns_is_not_read(tmp_path: Path) -> None:
+    path = tmp_path / "token-pieces.json"
+    _poison(path)
+    path.chmod(0o600)
+    os.chown(path, 4242, 4242)
+    assert _run(path, POISON_TEXTS)["counts"] == [len(encoder().encode(t)) for t in POISON_TEXTS]
+
+
+def test_a_poisoned_file_of_ours_is_dropped_once_the_encoder_checks_a_sample(tmp_path: Path) -> None:
+    path = tmp_path / "token-pieces.json"
+    _poison(path)
+    path.chmod(0o600)  # as if written by a command run as the user
+    table = tokens._PieceCounts(path)
+    table.learn("hello there")  # the encoder is loaded: the kept counts are checked first
+    table.save()
+    assert "Zqxjvkwplm" not in table.counts
+    assert _run(path, POISON_TEXTS)["counts"] == [len(encoder().encode(t)) for t in POISON_TEXTS]
 
 
 def test_an_oversized_or_linked_file_is_neither_read_nor_written_through(tmp_path: Path) -> None:

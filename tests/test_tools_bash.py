@@ -221,3 +221,28 @@ async def test_a_secret_in_the_output_is_redacted_on_screen_and_on_disk(ctx: Too
         assert secret not in run.content and "token=[REDACTED]" in run.content
     finally:
         redact.clear_secrets()
+
+
+async def test_a_folded_base64_copy_of_a_secret_is_redacted_on_disk_across_the_pipes_reads(ctx: ToolContext) -> None:
+    import base64
+    import textwrap
+
+    from app.kernel import redact
+
+    secret = "sk-live-folded-0123456789abcdefghijklmnop"
+    redact.register_secret(secret)
+    try:
+        ctx.env["SERVICE_TOKEN"] = secret
+        # ~1 MB: the key's base64 folded at 20 columns (`base64 -w 20`), 8,000 times, at
+        # shifting offsets: copies straddle the pipe's reads, some with the cut at a line end.
+        script = ("import base64, os, sys, textwrap; t = os.environ['SERVICE_TOKEN'].encode(); "
+                  "sys.stdout.write(''.join('\\n'.join(textwrap.wrap(base64.b64encode(b'x' * (i % 3) + b'export K=' + t)"
+                  ".decode(), 20)) + '\\n' + 'y' * (i % 211) + '\\n' for i in range(8000)))")
+        run = await bash_run(ctx, f'{sys.executable} -c "{script}"')
+        saved = Path(run.full_output_path or "").read_text()
+        for offset in range(3):
+            folded = "\n".join(textwrap.wrap(base64.b64encode(b"x" * offset + b"export K=" + secret.encode()).decode(), 20))
+            assert folded not in saved
+        assert saved.count("[REDACTED]") == 8000
+    finally:
+        redact.clear_secrets()

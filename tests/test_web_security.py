@@ -200,6 +200,9 @@ def test_a_malformed_message_is_one_log_line_and_the_server_serves_on(server: We
         '{"type": "stdin"}': "not a [type, data] list: dict",
         json.dumps(["ping", "x" * 100]): "ping data must be text of at most 64 characters",
         '["exec", "rm -rf ~"]': "unknown message type 'exec'",
+        # json.loads recursed once per bracket: a RecursionError closed the tab
+        "[" * 100_000: "nested more than 8 levels deep (100000 characters)",
+        '["resize", ' + "[" * 50_000 + "]" * 50_000 + "]": "nested more than 8 levels deep (100012 characters)",
     }
 
     async def scenario() -> tuple[aiohttp.WSMessage, aiohttp.WSMessage]:
@@ -415,3 +418,11 @@ def test_a_flood_of_refused_requests_does_not_bury_the_log(tmp_path: Path) -> No
         assert httpx.get(web.url, timeout=START_TIMEOUT_S).status_code == 200  # the user still gets in
     finally:
         web.stop()
+
+
+def test_nesting_is_measured_outside_strings_and_refused_before_parsing() -> None:
+    from app.surfaces.dashboard.web import BadTabMessage, parse_tab_message
+
+    assert parse_tab_message(json.dumps(["stdin", "[" * 10_000])).text == "[" * 10_000  # a paste of brackets
+    with pytest.raises(BadTabMessage, match="nested more than 8 levels"):
+        parse_tab_message('["stdin", "x"' + ", [" * 9 + "]" * 9 + "]")

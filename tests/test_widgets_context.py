@@ -70,7 +70,7 @@ async def test_colour_classes_change_at_the_warning_and_auto_compact_lines() -> 
                 assert panel.has_class(cls) == (cls == expected)
             exact_colours.append(gauge.get_component_rich_style("gauge--exact").color)
         assert len(set(exact_colours[:3])) == 3  # ok, warning and compact are drawn differently
-        assert "auto-compact in ~3 turns" in bar_lines(gauge)[0] or "at the auto-compact line" in bar_lines(gauge)[0]
+        assert "auto-compact in ~3 model calls" in bar_lines(gauge)[0] or "at the auto-compact line" in bar_lines(gauge)[0]
 
 
 async def test_a_context_event_at_the_same_level_does_not_restyle_the_panel() -> None:
@@ -158,21 +158,24 @@ async def test_the_compact_label_and_the_headline_stay_whole_at_every_width(colu
         assert f"window {human_tokens(window)}" in str(panel.border_title)
 
 
-async def test_turns_until_auto_compact_is_the_engines_figure_drawn_as_it_is() -> None:
-    """The engine smooths the figure and restarts it at a compaction (tests/test_engine_plans.py);
-    a second smoothing here kept readings from before a compaction ("next turn" at 13%)."""
+async def test_calls_until_auto_compact_is_the_engines_range_drawn_as_it_is() -> None:
+    """The engine measures the range and restarts it at a compaction (tests/test_engine_plans.py);
+    a second smoothing here kept readings from before a compaction ("next turn" at 13%). The unit
+    is the one counted: model calls, not prompts."""
     app = Host()
     async with app.run_test(size=(160, 12)) as pilot:
         panel = app.query_one(ContextPanel)
         gauge = app.query_one(GaugeBar)
-        for tokens, turns in ((40_000, 12), (41_000, 1), (42_000, 85)):
-            panel.update_context(context(tokens, 0, turns=turns))
+        for tokens, calls, words in ((40_000, (9, 14), "in 9–14 model calls"), (41_000, (1, 1), "within 1 model call"),
+                                     (42_000, (6, 6), "in ~6 model calls")):
+            panel.update_context(context(tokens, 0, turns=calls[0], calls=calls))
             await pilot.pause()
             figures = bar_lines(gauge)[0]
-            assert ("next turn" if turns == 1 else f"in ~{turns} turns") in figures, figures
+            assert f"auto-compact {words}" in figures, figures
+            assert "turn" not in figures, figures
         panel.update_context(context(10_000, 0, turns=None))  # no pace known (right after a compaction)
         await pilot.pause()
-        assert "turn" not in bar_lines(gauge)[0]
+        assert "call" not in bar_lines(gauge)[0]
 
 
 async def test_history_title_says_1_point_and_2_points() -> None:

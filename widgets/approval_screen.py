@@ -58,16 +58,18 @@ class ApprovalScreen(ModalScreen[ApprovalAnswer]):
     ]
 
     def __init__(self, name: str, tool_input: dict[str, Any], choices: list[tuple[str, str]] | None = None,
-                 **kwargs: Any) -> None:
+                 question: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.tool_name = name
+        # app.kernel.describe.approval_question: a command leaving the sandbox says so, with its reason
+        self.question = question or f"Allow {name}?"
         self.tool_input = tool_input
         self.choices = choices or [("yes", "Yes"), ("always", f"Always allow {name}"), ("no", "No")]
         self.offered = {decision for decision, _ in self.choices}
 
     def compose(self) -> ComposeResult:
         with Vertical(id="approval-dialog", classes="dialog"):
-            yield Static(literal(f"Allow {self.tool_name}?"), classes="dialog-question")
+            yield Static(literal(self.question), classes="dialog-question")
             with VerticalScroll(classes="dialog-body"):
                 yield Static(literal(describe_call(self.tool_name, self.tool_input)), id="approval-call")
             # one line per answer: five full-size buttons would not fit a small terminal

@@ -31,6 +31,7 @@ class ContextHistory(Widget):
     DEFAULT_CSS = """
     ContextHistory > .history--memory { color: mediumseagreen; }
     ContextHistory > .history--server { color: darkcyan; }
+    ContextHistory > .history--whatif { color: magenta; text-style: bold; }
     """
 
     COMPONENT_CLASSES = {
@@ -45,6 +46,7 @@ class ContextHistory(Widget):
         "history--compact-line",
         "history--axis",
         "history--title",
+        "history--whatif",
     }
 
     def __init__(self, **kwargs: Any) -> None:
@@ -54,6 +56,10 @@ class ContextHistory(Widget):
         self.compact_line = 0
         self.blocking_line = 0
         self.max_points = 2_000  # older points are never drawn at any sane width
+        # A what-if curve drawn over the bars: the context after each model call under another
+        # policy (the session replayed it), the n-th value over the n-th call's column.
+        self.overlay: list[int] = []
+        self.overlay_label = ""
 
     def add_point(self, tokens: int, kind: PointKind = "call") -> None:
         self.points.append(HistoryPoint(max(0, tokens), kind))
@@ -74,6 +80,29 @@ class ContextHistory(Widget):
         self.points.clear()
         self.refresh()
 
+    def set_overlay(self, points: list[int], label: str) -> None:
+        """Draw ``points`` (one per model call, oldest first) over the bars; [] takes it away."""
+        self.overlay = [max(0, p) for p in points[-self.max_points:]]
+        self.overlay_label = label
+        self.refresh()
+
+    def _overlay_by_point(self) -> list[int | None]:
+        """The what-if value over each point's column: the call's of the same number, none for a drop."""
+        if not self.overlay:
+            return [None] * len(self.points)
+        calls = sum(1 for p in self.points if p.kind == "call")
+        # the chart keeps the newest points: its first call is the (calls - kept)th of the session
+        first = max(0, len(self.overlay) - calls) if calls <= len(self.overlay) else 0
+        out: list[int | None] = []
+        n = first
+        for point in self.points:
+            if point.kind == "call":
+                out.append(self.overlay[n] if n < len(self.overlay) else None)
+                n += 1
+            else:
+                out.append(None)
+        return out
+
     def set_lines(self, warning: int, compact: int, blocking: int) -> None:
         if (warning, compact, blocking) != (self.warning_line, self.compact_line, self.blocking_line):
             self.warning_line, self.compact_line, self.blocking_line = warning, compact, blocking
@@ -89,6 +118,9 @@ class ContextHistory(Widget):
         column_width = max(1, min(3, plot_width // max(1, len(shown))))
         title = Text(no_wrap=True, overflow="ellipsis", end="")
         title.append(f"context per model call ({plural(len(self.points), 'point')}) ", style("history--title"))
+        if self.overlay:  # first: the legend's end is cut when the panel is narrow
+            title.append("•", style("history--whatif"))
+            title.append(f" {self.overlay_label} ", style("history--axis"))
         title.append("█", style("history--bar"))
         title.append(" call ", style("history--axis"))
         title.append("█", style("history--compaction"))
@@ -107,8 +139,9 @@ class ContextHistory(Widget):
         if not shown and not self.compact_line:
             return Text("\n", end="").join([title, Text("no model calls yet", style=style("history--axis"))])
 
+        overlay = self._overlay_by_point()[-len(shown):] if shown else []
         # Scale to what matters: the compaction line with some headroom, or the peak.
-        top = max([self.compact_line, *(p.tokens for p in shown)]) or 1
+        top = max([self.compact_line, *(p.tokens for p in shown), *(v for v in overlay if v is not None)]) or 1
         top = int(top * 1.15)
         eighths_total = rows * 8
 
@@ -131,6 +164,10 @@ class ContextHistory(Widget):
         axis = style("history--axis")
 
         columns: list[tuple[int, Style]] = []
+        marks: list[int | None] = []  # the what-if's row in each column
+        for value in overlay:  # the row the value's bar would top out in
+            marks.extend([min(rows - 1, max(0, (level(value) - 1) // 8)) if value is not None else None] * column_width)
+        whatif = style("history--whatif")
         for point in shown:
             bar_style = bar_styles[point.kind]
             if point.kind == "call":
@@ -157,9 +194,11 @@ class ContextHistory(Widget):
                 label, line_style = "", None
             line.append(f"{label:>{GUTTER - 2}} ┤"[:GUTTER], line_style or axis)
             cells: list[tuple[str, Style | None]] = []
-            for filled, bar_style in columns:
+            for index, (filled, bar_style) in enumerate(columns):
                 cell = filled - row * 8
-                if cell >= 8:
+                if index < len(marks) and marks[index] == row:
+                    cells.append(("•", whatif))
+                elif cell >= 8:
                     cells.append(("█", bar_style))
                 elif cell > 0:
                     cells.append((EIGHTHS[cell], bar_style))

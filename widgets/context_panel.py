@@ -17,7 +17,7 @@ from app.kernel.describe import human_tokens
 from widgets.context_breakdown import ContextBreakdown
 from widgets.context_history import ContextHistory, HistoryPoint, PointKind
 from widgets.gauge_bar import LEVEL_CLASSES, GaugeBar
-from widgets.session_messages import ChartPoint, ContextChanged, Replayed, UsageRecorded
+from widgets.session_messages import ChartPoint, ContextChanged, Replayed, UsageRecorded, WhatIfReady
 
 if TYPE_CHECKING:  # app.kernel.events (pydantic models) is not needed to draw the first frame
     from app.kernel.events import ContextEvent, UsageEvent
@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # app.kernel.events (pydantic models) is not needed to draw t
 class ContextPanel(Vertical):
     """Everything about the context window; its level class colours the border."""
 
-    SESSION_MESSAGES = (ContextChanged, ChartPoint, UsageRecorded, Replayed)
+    SESSION_MESSAGES = (ContextChanged, ChartPoint, UsageRecorded, Replayed, WhatIfReady)
 
     folded = var(False, toggle_class="-folded")
     fold_key = "ctrl+g"  # shown in the border when folded (the App binds it)
@@ -75,6 +75,15 @@ class ContextPanel(Vertical):
     @on(ChartPoint)
     def _on_point(self, message: ChartPoint) -> None:
         self.add_point(message.event.tokens, message.event.kind)
+
+    @on(WhatIfReady)
+    def _on_whatif(self, message: WhatIfReady) -> None:
+        """This session's curve under another policy, over the recorded bars (a refusal draws nothing)."""
+        event = message.event
+        if event.reason is None and event.points:
+            fraction = event.auto_compact_line / event.window if event.window else 0
+            self.query_one(ContextHistory).set_overlay(
+                event.points, f"what-if {human_tokens(event.window)} @{fraction:.0%}")
 
     @on(UsageRecorded)
     def _on_usage(self, message: UsageRecorded) -> None:

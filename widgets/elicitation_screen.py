@@ -16,7 +16,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Checkbox, Input, Select, Static
+from textual.widgets import Button, Checkbox, Input, Select, SelectionList, Static
 
 from widgets._literal import literal
 
@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from app.kernel.events import ElicitationField
 
 # What the modal dismisses with: (action, field name -> what the user gave). Text fields give
-# their text (the session types it as the schema says), a boolean a bool, a choice its value.
+# their text (the session types it as the schema says), a boolean a bool, a choice its value,
+# a multi-select the list of values chosen.
 ElicitationAnswer = tuple[Literal["accept", "decline", "cancel"], dict[str, object]]
 
 
@@ -76,8 +77,13 @@ class ElicitationScreen(ModalScreen[ElicitationAnswer]):
                 yield Button("Cancel (esc)", id="cancel")
 
     @staticmethod
-    def _input(index: int, form_field: ElicitationField) -> Input | Checkbox | Select[str]:
+    def _input(index: int, form_field: ElicitationField) -> Input | Checkbox | Select[str] | SelectionList[str]:
         widget_id = f"field-{index}"
+        if form_field.kind == "multi_enum":  # space toggles a choice
+            chosen = form_field.default if isinstance(form_field.default, list) else []
+            return SelectionList[str](*((literal(label), value, value in chosen)
+                                        for label, value in zip(form_field.option_labels, form_field.options)),
+                                      id=widget_id, compact=True)
         if form_field.kind == "boolean":
             return Checkbox(literal(form_field.title or form_field.name), value=form_field.default is True,
                             id=widget_id, compact=True)
@@ -104,6 +110,8 @@ class ElicitationScreen(ModalScreen[ElicitationAnswer]):
             widget = self.query_one(f"#field-{index}")
             if isinstance(widget, Select):
                 given[form_field.name] = None if widget.value is Select.NULL else widget.value
+            elif isinstance(widget, SelectionList):
+                given[form_field.name] = list(widget.selected)
             elif isinstance(widget, (Input, Checkbox)):
                 given[form_field.name] = widget.value
         return given

@@ -48,10 +48,13 @@ class GaugeBar(Widget):
             self.level = event.level
 
     @property
-    def turns_to_compact(self) -> int | None:
-        """The engine's "turns until auto-compact", drawn as it is: the engine smooths it and
-        restarts it at every compaction (a second figure here would disagree with it)."""
-        return self.context.turns_to_compact if self.context is not None else None
+    def calls_to_compact(self) -> tuple[int, int] | None:
+        """The engine's range of model calls until auto-compact (fewest, most), drawn as it is: the
+        engine measures it and restarts it at every compaction (a second figure here would disagree)."""
+        event = self.context
+        if event is None or event.calls_to_compact_fewest is None or event.calls_to_compact_most is None:
+            return None
+        return event.calls_to_compact_fewest, event.calls_to_compact_most
 
     def watch_level(self, level: str) -> None:
         self.remove_class(*LEVEL_CLASSES)
@@ -93,12 +96,18 @@ class GaugeBar(Widget):
             estimate = human_tokens(event.estimated_tokens)
             pieces.append([Text(f" (incl. ~{estimate} estimated)", dim, end=""),
                            Text(f" (incl. ~{estimate} est.)", dim, end="")])
-        turns = self.turns_to_compact
+        calls = self.calls_to_compact
         if left <= 0:
             pieces.append([Text(" · at the auto-compact line", compact, end="")])
-        elif turns is not None:
-            when = "next turn" if turns <= 1 else f"in ~{turns} turns"
-            short = "compacts next turn" if turns <= 1 else f"~{turns} turns to compact"
+        elif calls is not None:
+            fewest, most = calls
+            if most == 0:
+                when, short = "before the next model call", "compacts before the next call"
+            elif most == 1:
+                when, short = "within 1 model call", "compacts within 1 call"
+            else:
+                span = f"~{most}" if fewest == most else f"{fewest}–{most}"
+                when, short = f"in {span} model calls", f"{span} calls to compact"
             pieces.append([Text(f" · auto-compact {when}", dim, end=""), Text(f" · {short}", dim, end="")])
         if left > 0:
             pieces.append([Text(f" · {human_tokens(left)} left", dim, end="")])

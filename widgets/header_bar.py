@@ -10,7 +10,7 @@ from textual import on
 from textual.reactive import reactive, var
 from textual.widget import Widget
 
-from app.kernel.describe import STATE_WORDS, state_text
+from app.kernel.describe import SANDBOX_BADGES, STATE_WORDS, state_text
 from widgets._literal import sanitize
 from widgets._paths import shorten_path
 from widgets.session_messages import BreakerChanged, SessionStarted, StateChanged
@@ -48,6 +48,7 @@ class HeaderBar(Widget):
     state: reactive[str] = reactive("idle")  # the session's state; "starting" until it exists
     step: reactive[int] = reactive(0)
     max_steps: reactive[int] = reactive(0)
+    sandbox: reactive[str] = reactive("")  # how commands run ("": not said, an older session)
     breaker_paused = var(False, toggle_class="-paused")
     busy = var(False, toggle_class="-busy")  # drawn only: the App asks the view model
 
@@ -66,6 +67,7 @@ class HeaderBar(Widget):
         self.cwd = info.started_in or info.workspace
         self.session_id = info.session_id
         self.max_steps = info.max_steps
+        self.sandbox = info.sandbox or ""
 
     @on(StateChanged)
     def _on_state(self, message: StateChanged) -> None:
@@ -103,10 +105,19 @@ class HeaderBar(Widget):
         if self.breaker_paused:
             right.append(" ")
             right.append(" auto-compact paused (breaker) ", paused)
-        if self.max_steps:
-            right.append(f"  step {self.step} of {self.max_steps} ", dim)
-
+        steps = f"  step {self.step} of {self.max_steps} " if self.max_steps else ""
+        badge = f"  {SANDBOX_BADGES.get(self.sandbox, self.sandbox)}" if self.sandbox else ""
         width = self.size.width
+        cwd = sanitize(self.cwd)
+        # Whether commands are sandboxed, where the row has room for it beside the whole project path:
+        # the project and the session are what the row must name first.
+        whole = (cell_len(" tidegauge  ") + cell_len(sanitize(self.provider_label)) + 2 + cell_len(cwd)
+                 + cell_len(f"  session {short_session_id(self.session_id)}") + right.cell_len + len(steps) + 1)
+        if badge and whole + len(badge) <= width:
+            right.append(badge, dim)
+        if steps:
+            right.append(steps, dim)
+
         room = max(0, width - right.cell_len - 1)
         session = Text(no_wrap=True, end="")
         short_id = short_session_id(self.session_id)
@@ -117,7 +128,6 @@ class HeaderBar(Widget):
         left.append(" tidegauge ", title)
         left.append(" ")
         label = Text(sanitize(self.provider_label), provider, no_wrap=True, end="")
-        cwd = sanitize(self.cwd)
         # The project's own name ("…/my-project") before the label's tail: at 80 columns the
         # whole label left "…-project" or nothing; the label keeps its first cells.
         project = cell_len(shorten_path(cwd, cell_len(cwd.rstrip("/").rsplit("/", 1)[-1]) + 2)) + 2 if cwd else 0

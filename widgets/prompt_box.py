@@ -18,6 +18,7 @@ SLASH_COMMANDS: dict[str, str] = {
     "/usage": "tokens and cost so far",
     "/context": "what the context holds, by part",
     "/permissions": "the permission rules in force, and where each came from",
+    "/inspect": "the last request as sent, part by part, and its diff (ctrl+t)",
     "/resume": "open another session of this directory (a list: enter opens)",
     "/help": "commands and keys",
 }

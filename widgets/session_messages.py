@@ -73,6 +73,12 @@ class UsageRecorded(SessionMessage):
     event: "ev.UsageEvent"
 
 
+class RequestRecorded(SessionMessage):
+    """A request was kept in the session's store: the inspector opens on the latest."""
+
+    event: "ev.RequestRecordedEvent"
+
+
 class UserSaid(SessionMessage):
     event: "ev.UserMessageEvent"
 
@@ -142,6 +148,12 @@ class ForecastReady(SessionMessage):
 
 class RestorePreviewReady(SessionMessage):
     event: "ev.RestorePreviewEvent"
+
+
+class WhatIfReady(SessionMessage):
+    """This session replayed under another policy: the context chart overlays the curve."""
+
+    event: "ev.WhatIfEvent"
 
 
 class SubAgentUpdate(SessionMessage):
@@ -254,6 +266,8 @@ MESSAGES_FOR: dict[str, tuple[type[SessionMessage], ...]] = {
     "elicitation_request": (ElicitationSaid, EngineSaid),  # issue 26: the App shows the form
     "elicitation_resolved": (ElicitationSaid, EngineSaid),  # ... and closes it when it ends elsewhere
     "mcp_prompts": (McpPromptsOffered,),  # the prompt box completes a server's prompts
+    "request_recorded": (RequestRecorded,),  # the App keeps the latest for the inspector
+    "whatif": (WhatIfReady, EngineSaid),  # the chart overlays the curve, the conversation says its figures
 }
 for _type in ENGINE_LINE_TYPES:
     MESSAGES_FOR.setdefault(_type, (EngineSaid,))

@@ -17,6 +17,7 @@ from app.kernel.events import (
     AgentState,
     AssistantMessageEvent,
     CompactionEvent,
+    ConfigWarningEvent,
     ContextEvent,
     ErrorEvent,
     Event,
@@ -24,8 +25,10 @@ from app.kernel.events import (
     OutputLimitEvent,
     PartialDiscardedEvent,
     PromptCacheOffEvent,
+    RequestRecordedEvent,
     ResultEvent,
     RetryEvent,
+    ToolCallsCappedEvent,
     StateEvent,
     TextDeltaEvent,
     ThinkingDeltaEvent,
@@ -36,6 +39,7 @@ from app.kernel.events import (
     UserMessageEvent,
 )
 from app.kernel.markers import INTERRUPTED_RESULT, NOT_RUN_RESULT  # one text each: a call cut short, one never started
+from app.kernel.request_store import RequestEnvelope, RequestStore
 from app.kernel.messages import ContentBlock, Message, TextBlock, ToolResultBlock, ToolUseBlock
 from app.providers.json_fields import BAD_ARGUMENTS_KEY
 from app.agent.permissions import Permissions, source_words
@@ -54,6 +58,7 @@ from app.providers.base import (
     cut_call_result,
 )
 from app.tools.base import ToolContext
+from app.tools.bash import escape_reason
 from app.tools.registry import ToolRegistry
 from app.kernel.usage import Usage
 
@@ -86,6 +91,12 @@ def retry_delay(attempt: int, retry_after: float | None, base: float, cap: float
     return (rng or random).uniform(ceiling / 2, ceiling)
 
 
+def over_cap_result(cap: int) -> str:
+    """The result of a call past the per-turn cap: it never ran."""
+    return (f"Not run: over the per-turn cap of {cap} tool calls in one reply (max_tool_calls_per_turn). "
+            "Nothing was done for this call; ask for fewer calls at a time.")
+
+
 def summarize_args(name: str, args: dict[str, object]) -> str:
     """One short line for the UI: the argument that says most."""
     bad = args.get(BAD_ARGUMENTS_KEY)
@@ -96,15 +107,26 @@ def summarize_args(name: str, args: dict[str, object]) -> str:
         value = args.get(key)
         if isinstance(value, str):
             value = value.replace("\n", " ")
+            if key == "command" and args.get("unsandboxed") is True:  # never out of the sandbox unseen
+                value = "[unsandboxed] " + value
             return value if len(value) <= 80 else value[:77] + "…"
     text = json.dumps(args, ensure_ascii=False)
     return text if len(text) <= 80 else text[:77] + "…"
+
+
+def not_offered_result(name: str, offered: frozenset[str]) -> str:
+    """What the model is told of a call to a tool its request did not declare (nothing was run)."""
+    names = sorted(offered)
+    known = ", ".join(names[:40]) + (f" and {len(names) - 40} more" if len(names) > 40 else "") if names else "none"
+    return (f"Unknown tool {name!r}: it was not offered in this request, and nothing was run. "
+            f"Available tools: {known}.")
 
 
 @dataclass
 class AgentOptions:
     max_steps: int = 50
     max_tokens: int = 16_000
+    max_tool_calls_per_turn: int = 64
     auto_approve: bool = False  # --yes
     max_retries: int = 4
     retry_base_delay: float = 1.0
@@ -132,6 +154,8 @@ class Agent:
     approver: Approver | None = None
     # The rules in force (issue 27): checked for every call, before --yes and before asking.
     permissions: "Permissions | None" = None
+    # Where each main request is kept as sent, for the inspector (None: not kept; sub-agents).
+    requests: RequestStore | None = None
 
     def __post_init__(self) -> None:
         self.engine.emit = self._emit_from_engine
@@ -213,9 +237,11 @@ class Agent:
                 await self.engine.before_request(self._summarize)
                 request = self.engine.build_request(self.options.max_tokens)
                 self._state("streaming")
+                gauge = self.engine.projection().projected_tokens  # what the gauge shows for this request
                 try:
                     completed = await self._call_model(request, stream_to_ui=True)
                 except ContextTooLongError as err:
+                    self._keep_request(request, gauge, None)
                     overflow_retries += 1
                     if overflow_retries > 3 or not self.engine.recover_overflow(err):
                         return self._error(f"prompt too long and recovery failed after {overflow_retries - 1} "
@@ -223,7 +249,9 @@ class Agent:
                     self.step -= 1  # the rejected request did no work
                     continue
                 except ProviderError as err:
+                    self._keep_request(request, gauge, None)
                     return self._error(str(err))
+                self._keep_request(request, gauge, completed)
                 overflow_retries = 0
                 message = with_unique_tool_ids(completed.message, self.history)
                 if not message.content:
@@ -239,24 +267,34 @@ class Agent:
                     if completed.stop_reason == "max_tokens":
                         self.emit(OutputLimitEvent())
                     return self._finish("refusal" if completed.stop_reason == "refusal" else "end_turn", message.text)
-                await self._run_tools(uses)
+                await self._run_tools(uses, offered=frozenset(spec.name for spec in request.tools))
         except asyncio.CancelledError:
             self._repair_after_interrupt()
             self._finish("interrupted", final_text)
             raise
 
-    async def _run_tools(self, uses: list[ToolUseBlock]) -> None:
+    async def _run_tools(self, uses: list[ToolUseBlock], offered: frozenset[str]) -> None:
+        """Run the calls of one reply in order. ``offered``: the tools the request it answers declared;
+        a call to any other (a deferred tool not yet loaded, a name the model made up that a server
+        happens to have) is never run: the model is told it is unknown, as a server would."""
         results: list[ToolResultBlock] = []
         self._pending_uses = uses
         self._pending_results = results
-        for index, use in enumerate(uses, start=1):
+        # A reply of thousands of calls (text a model read can ask for that) runs the first few;
+        # every other call still gets its result, so the history stays a valid request.
+        cap = self.options.max_tool_calls_per_turn
+        to_run, over = uses[:cap], uses[cap:]
+        if over:
+            self.emit(ToolCallsCappedEvent(asked=len(uses), ran=len(to_run)))
+        for index, use in enumerate(to_run, start=1):
             self._running_tool = use.name
             self._awaiting_approval = False
-            self._state("tool", tool_name=use.name, tool_index=index, tool_count=len(uses))
+            self._state("tool", tool_name=use.name, tool_index=index, tool_count=len(to_run))
             self.emit(ToolStartEvent(id=use.id, name=use.name, input=use.input,
                                      summary=summarize_args(use.name, use.input)))
             # a call cut at the output limit is never run; the model is told to retry smaller
-            refusal = cut_call_result(use.name) if use.cut_at_output_limit else await self._approval_refusal(use)
+            refusal = (not_offered_result(use.name, offered) if use.name not in offered
+                       else cut_call_result(use.name) if use.cut_at_output_limit else await self._approval_refusal(use))
             started = time.perf_counter()  # after approval: the duration is the tool's, not the user's
             if refusal is not None:
                 block = ToolResultBlock(tool_use_id=use.id, content=refusal, is_error=True)
@@ -278,6 +316,7 @@ class Agent:
                 duration_ms=(time.perf_counter() - started) * 1000, content=block.content,
                 refused=refusal is not None and not use.cut_at_output_limit))
         self._running_tool = None
+        results += [ToolResultBlock(tool_use_id=use.id, content=over_cap_result(cap), is_error=True) for use in over]
         self.engine.append(Message(role="user", content=list(results)))
         self._pending_uses = []
         self._pending_results = []
@@ -287,25 +326,39 @@ class Agent:
         if BAD_ARGUMENTS_KEY in use.input:
             return None  # nothing to approve or deny: the registry refuses the call without running it
         mutating = self.registry.is_mutating(use.name)
+        # A command asking to leave the sandbox is asked about every time: no allow rule lets it
+        # out, only the user's yes or --yes.
+        tool = self.registry.get(use.name)
+        escape = escape_reason(tool.spec, use.input, self.tool_context.sandbox) if tool is not None else None
+        self.tool_context.approved_escape = ""
         if self.permissions is not None:
             verdict = self.permissions.decide(use.name, use.input, mutating=mutating)
             if verdict.effect == "deny" and verdict.rule is not None:  # deny wins, over --yes too
                 return (f"{use.name} was refused by the permission rule deny {verdict.rule.text} "
                         f"(from {source_words(verdict.rule.source)}). Do not retry it; try another way "
                         "or ask the user.")
-            if verdict.effect == "allow":
+            if verdict.effect == "allow" and escape is None:
                 return None
         elif not mutating:
             return None
+        if escape == "":
+            return (f"{use.name} was refused: unsandboxed needs a reason, which the user reads before saying "
+                    "yes. Give one in a few words, or run the command in the sandbox.")
         if self.options.auto_approve:
+            self.tool_context.approved_escape = use.id if escape is not None else ""
             return None
         if self.approver is None:
+            if escape is not None:
+                return (f"{use.name} outside the sandbox was refused: nobody can be asked in this session, and "
+                        "running outside the sandbox needs the user's yes. Run it in the sandbox, or tell the "
+                        "user to restart tidegauge with --yes (or with sandbox_network = true if it needs the network).")
             return (f"{use.name} was refused: this session does not allow tools that change things. "
                     "Use read_file and list_files to investigate, or tell the user to restart tidegauge with --yes.")
         self._awaiting_approval = True  # left set by an interrupt: the repair after it reads it
         answer = await self.approver(use)  # the session says "waiting_approval" if it has to ask
         self._awaiting_approval = False
         if answer in ("yes", "always"):
+            self.tool_context.approved_escape = use.id if escape is not None else ""
             return None
         return f"The user declined this {use.name} call. Ask the user how to proceed or try another way."
 
@@ -358,6 +411,31 @@ class Agent:
     def _end_turn(self) -> None:
         if self.transcript is not None:
             self.transcript.end_turn()
+
+    def _keep_request(self, request: ModelRequest, gauge: int, completed: Completed | None) -> None:
+        """Keep a main request as sent (redacted by the store), with the gauge's figure and the
+        usage of its reply; the inspector reads it. A store that cannot write costs the
+        inspector this request, never the turn."""
+        if self.requests is None:
+            return
+        parts = self.engine.request_parts(request)
+        usage = completed.usage if completed is not None else None
+        envelope = RequestEnvelope(
+            number=0, gauge_tokens=gauge, model=self.provider.model, max_tokens=request.max_tokens,
+            input_tokens=usage.input_tokens if usage else None,
+            cache_read_tokens=usage.cache_read_tokens if usage else None,
+            cache_write_tokens=usage.cache_write_tokens if usage else None,
+            output_tokens=usage.output_tokens if usage else None,
+            ok=completed is not None)
+        try:
+            number = self.requests.record(parts, envelope)
+        except OSError as err:
+            self.requests = None
+            self.emit(ConfigWarningEvent(setting="requests",
+                                         text=f"requests are no longer kept for the inspector: {err}"))
+            return
+        self.emit(RequestRecordedEvent(request=number, total_tokens=gauge, parts=len(parts),
+                                       store=str(self.requests.folder)))
 
     # ---- model calls ----
 

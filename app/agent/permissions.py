@@ -11,14 +11,17 @@ A rule names a tool, optionally with an argument pattern::
 Every tool call is checked before it runs: **deny** wins over everything (``--yes`` too),
 then **ask**, then **allow**; with no rule, tools that change things ask and the rest run.
 
-A shell command is split on ``;``, ``&&``, ``||``, ``|``, ``&``, newlines, ``$(...)``,
-backticks and ``<(...)``/``>(...)`` (quotes respected): an allow rule with a command
-pattern allows the command only when *every* part matches an allow rule, and never a part
-that redirects output to a file. So ``run_bash(git status:*)`` does not allow
-``git status; rm -rf ~``. A deny rule refuses the command when *any* part matches, and a
-command that cannot be split (an open quote, too long, nested too deep) when there is a deny
-rule with a command pattern. Deny rules on commands are a guard, not a sandbox:
-``bash -c "rm …"`` is one part, ``bash``.
+A shell command is read as bash reads it (``shell_commands.py``: a real bash grammar). A
+command pattern allows a line only when every node of it is one that module reads completely
+(simple commands of literal words joined by ``&&``, ``||``, ``;``, ``|``; redirects only to
+``/dev/null`` or ``2>&1``) and *every* simple command matches an allow rule; a prefix rule
+(``:*``) never allows a command that runs others (``env``, ``sudo``, ``bash``, ``eval``…). So
+``run_bash(git status:*)`` allows neither ``git status; rm -rf ~`` nor ``git status #'⏎touch X``
+nor ``git status > out``: they ask. A deny (or ask) rule refuses the line when it may name any
+command the line runs: nested in substitutions and subshells, after wrappers, inside
+``bash -c`` strings, ``/bin/rm`` and ``\rm`` as ``rm``; a line that cannot be read matches
+every deny rule with a command pattern. Deny rules on commands are a guard, not a sandbox: a
+script file, a pipe into ``sh`` or a program's own options can still run what they name.
 
 Where rules come from (``/permissions`` shows each with its source):
 
@@ -40,12 +43,13 @@ import json
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from app.kernel.private_files import write_private_atomic
+from app.agent.shell_commands import RUNS_OTHERS, may_name, pattern_words, quote_words, read_command_line
+from app.kernel.private_files import read_private, refusal, write_private_atomic
 from app.kernel.describe import source_words as source_words  # re-exported: the loop names a rule's source too
 
 Effect = Literal["allow", "ask", "deny"]
@@ -71,14 +75,7 @@ _RUNS_ANYTHING = frozenset({"bash", "sh", "zsh", "fish", "dash", "ksh", "eval", 
                             "xargs", "command", "builtin", "nohup", "time", "timeout", "nice", "watch", "python",
                             "python3", "node", "perl", "ruby", "php", "source", ".", "ssh", "find", "awk", "sed"})
 
-# A command line longer, or nested deeper, than this is not parsed (so never allowed by a
-# command pattern): a model's command cannot make the matcher slow or recurse without end.
-MAX_COMMAND_CHARS = 64 * 1024
-MAX_NESTING = 16
-
 _RULE = re.compile(r"^(?P<tool>[A-Za-z0-9_*-]+)(?:\((?P<argument>.*)\))?$", re.DOTALL)
-_HARMLESS_REDIRECT = re.compile(r">>?\s*(?:&\d|/dev/null(?![^\s;&|)]))")
-_SEPARATORS = ("&&", "||", "|&", ";;", ";", "|", "&", "\n", "\r")
 
 
 class RuleError(ValueError):
@@ -92,6 +89,8 @@ class Rule:
     source: Source
     tool: str  # a tool name, or a pattern with * (mcp__ prefix dropped)
     argument: str | None = None  # None: every call of the tool
+    words: tuple[str, ...] | None = None  # a command pattern's words (without its ":*")
+    prefix: bool = False  # a command pattern ending in ":*": commands starting with those words
 
     def names(self, tool_name: str) -> bool:
         return fnmatchcase(tool_name, self.tool)
@@ -121,10 +120,12 @@ def parse_rule(text: str, effect: Effect, source: Source) -> Rule:
         elif "*" in tool:
             raise RuleError(f"permission rule {written!r}: a pattern in parentheses needs one tool's name, not {tool!r}")
         elif tool in COMMAND_TOOLS:
-            parts = command_parts(argument.removesuffix(":*"))
-            if parts is None or len(parts) != 1 or parts[0].writes or parts[0].text != _words(argument.removesuffix(":*")):
+            words = pattern_words(argument.removesuffix(":*"))
+            if words is None:
                 raise RuleError(f"permission rule {written!r}: a command pattern is one simple command "
                                 "(write one rule per command; ;, &&, |, $(...) and > are not allowed in it)")
+            return Rule(effect=effect, text=written, source=source, tool=tool, argument=argument, words=words,
+                        prefix=argument.endswith(":*"))
         elif tool not in PATH_TOOLS:
             raise RuleError(f"permission rule {written!r}: only {', '.join(sorted(COMMAND_TOOLS | PATH_TOOLS))} "
                             f"take a pattern; write {tool} alone to match every call")
@@ -155,143 +156,15 @@ def split_rule_list(values: list[str]) -> list[str]:
 # ---------------------------------------------------------------- shell commands
 
 
-@dataclass(frozen=True)
-class CommandPart:
-    """One simple command of a command line, words separated by single spaces."""
-
-    text: str
-    writes: bool = False  # it redirects output to a file (never allowed by a command pattern)
-
-
-def _words(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _closing_paren(command: str, opening: int) -> int | None:
-    """Index of the ``)`` closing the ``(`` at ``opening``; quotes and escapes respected."""
-    depth, quote, index = 0, None, opening
-    while index < len(command):
-        char = command[index]
-        if char == "\\" and quote != "'":
-            index += 2
-            continue
-        if quote:
-            if char == quote:
-                quote = None
-        elif char in "'\"":
-            quote = char
-        elif char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-            if depth == 0:
-                return index
-        index += 1
-    return None
-
-
-def _closing_backtick(command: str, opening: int) -> int | None:
-    index = opening + 1
-    while index < len(command):
-        if command[index] == "\\":
-            index += 2
-            continue
-        if command[index] == "`":
-            return index
-        index += 1
-    return None
-
-
-def _scan(command: str, parts: list[CommandPart], depth: int = 0) -> bool:
-    """Append the simple commands of ``command`` (substitutions' insides too); False if it does not parse."""
-    if depth > MAX_NESTING:
+def _allows(rule: Rule, words: tuple[str, ...]) -> bool:
+    """An allow rule's pattern and one simple command of a line a pattern may allow."""
+    if rule.words is None:
         return False
-    current: list[str] = []
-    writes = False
-    quote: str | None = None
-
-    def flush() -> None:
-        nonlocal current, writes
-        text = _words("".join(current))
-        if text:
-            parts.append(CommandPart(text, writes))
-        current, writes = [], False
-
-    index = 0
-    while index < len(command):
-        char = command[index]
-        if quote == "'":
-            current.append(char)
-            quote = None if char == "'" else quote
-            index += 1
-            continue
-        if char == "\\":
-            if command.startswith("\\\n", index):
-                index += 2  # a line continuation
-                continue
-            current.append(command[index:index + 2])
-            index += 2
-            continue
-        if char == "`":
-            end = _closing_backtick(command, index)
-            if end is None or not _scan(command[index + 1:end], parts, depth + 1):
-                return False
-            current.append(command[index:end + 1])
-            index = end + 1
-            continue
-        if command.startswith(("$(", "<(", ">("), index):
-            end = _closing_paren(command, index + 1)
-            if end is None or not _scan(command[index + 2:end], parts, depth + 1):
-                return False
-            current.append(command[index:end + 1])
-            index = end + 1
-            continue
-        if quote == '"':
-            current.append(char)
-            quote = None if char == '"' else quote
-            index += 1
-            continue
-        if char in "'\"":
-            quote = char
-            current.append(char)
-            index += 1
-            continue
-        if char == ">":
-            harmless = _HARMLESS_REDIRECT.match(command, index)
-            if harmless:
-                current.append(harmless.group())
-                index = harmless.end()
-                continue
-            writes = True
-            current.append(char)
-            index += 1
-            continue
-        separator = next((s for s in _SEPARATORS if command.startswith(s, index)), None) if char in "&|;\n\r" else None
-        if separator is not None:
-            flush()
-            index += len(separator)
-            continue
-        current.append(char)
-        index += 1
-    if quote is not None:
-        return False
-    flush()
-    return True
-
-
-def command_parts(command: str) -> list[CommandPart] | None:
-    """The simple commands a command line runs; None when it does not parse (an open quote)."""
-    if len(command) > MAX_COMMAND_CHARS:
-        return None
-    parts: list[CommandPart] = []
-    return parts if _scan(command, parts) else None
-
-
-def _command_matches(pattern: str, part: CommandPart) -> bool:
-    if pattern.endswith(":*"):
-        prefix = _words(pattern[:-2])
-        return part.text == prefix or part.text.startswith(prefix + " ")
-    return part.text == _words(pattern)
+    if not rule.prefix:
+        return words == rule.words
+    # a prefix of what runs other commands would allow those commands too
+    name = words[0].rsplit("/", 1)[-1]
+    return words[:len(rule.words)] == rule.words and name not in RUNS_OTHERS
 
 
 # ---------------------------------------------------------------- paths
@@ -391,24 +264,20 @@ class Permissions:
 
     @staticmethod
     def _command_match(effect: Effect, rules: list[Rule], command: str) -> Rule | None:
-        parts = command_parts(command)
+        line = read_command_line(command)
         if effect == "allow":
-            # every part allowed, none writing a file; a line that does not parse is never allowed
-            if not parts or any(part.writes for part in parts):
+            # every simple command allowed; a line with anything else in it is never allowed
+            if line.simple is None:
                 return None
-            matched = [next((r for r in rules if _command_matches(r.argument or "", part)), None) for part in parts]
+            matched = [next((r for r in rules if _allows(r, words)), None) for words in line.simple]
             return matched[0] if all(matched) else None
-        if parts is None:
-            if effect == "deny":  # what cannot be checked against a deny rule does not run, --yes or not
-                rule = rules[0]
-                return Rule(effect="deny", source=rule.source, tool=rule.tool, argument=rule.argument,
-                            text=f"{rule.text} (the command could not be checked against it: an open quote, "
-                                 f"or longer than {MAX_COMMAND_CHARS // 1024} KiB, or nested deeper than "
-                                 f"{MAX_NESTING})")
-            parts = [CommandPart(_words(command), True)]
-        for part in parts:
+        if line.unreadable is not None:  # what cannot be checked against a deny rule does not run, --yes or not
+            rule = rules[0]
+            return replace(rule, text=f"{rule.text} (the command could not be checked against it: "
+                                      f"{line.unreadable})")
+        for words, start in line.everything:
             for rule in rules:
-                if _command_matches(rule.argument or "", part):
+                if rule.words is not None and may_name(words, start, rule.words, prefix=rule.prefix):
                     return rule
         return None
 
@@ -420,12 +289,13 @@ class Permissions:
         that cannot be a rule is left out (a command writing a file, ``bash -c …``)."""
         offered: dict[str, list[str]] = {}
         if tool_name in COMMAND_TOOLS:
-            parts = command_parts(str(tool_input.get("command", "")))
-            if parts and not any(part.writes for part in parts):
+            simple = read_command_line(str(tool_input.get("command", ""))).simple
+            if simple is not None:  # a line no pattern can allow is offered as the tool alone
+                exact = _unique(f"{tool_name}({quote_words(words)})" for words in simple)
                 # a command that reads as a pattern ("rm:*") would be a prefix rule, not itself
-                if not any(part.text.endswith(":*") for part in parts):
-                    offered["exact"] = _unique(f"{tool_name}({part.text})" for part in parts)
-                prefixes = [_prefix_of(part.text) for part in parts]
+                if not any(text.endswith(":*)") for text in exact):
+                    offered["exact"] = exact
+                prefixes = [_prefix_of(words) for words in simple]
                 if all(prefixes):
                     offered["prefix"] = _unique(f"{tool_name}({prefix}:*)" for prefix in prefixes)
         elif tool_name in PATH_TOOLS and isinstance(tool_input.get("path"), str):
@@ -454,10 +324,10 @@ def _unique(texts: Any) -> list[str]:
     return list(dict.fromkeys(texts))
 
 
-def _prefix_of(command: str) -> str | None:
+def _prefix_of(words: tuple[str, ...]) -> str | None:
     """The first word(s) of a simple command, or None when a prefix rule would allow anything."""
-    words = command.split()
-    if not words or words[0] in _RUNS_ANYTHING or "=" in words[0] or not re.fullmatch(r"[\w./+-]+", words[0]):
+    if not words or words[0] in _RUNS_ANYTHING or words[0] in RUNS_OTHERS or "=" in words[0] \
+            or not re.fullmatch(r"[\w./+-]+", words[0]):
         return None
     if words[0] in _TWO_WORD_COMMANDS and len(words) > 1 and re.fullmatch(r"[\w.:+-]+", words[1]) \
             and not words[1].startswith("-"):
@@ -475,6 +345,8 @@ class SavedRules:
 
     data_dir: Path
     project: Path
+    # Why the file was not read (a symlink planted there...), one line; None when it was or is missing.
+    refused: str | None = None
 
     @property
     def path(self) -> Path:
@@ -482,11 +354,13 @@ class SavedRules:
 
     def _read(self) -> dict[str, list[str]]:
         try:
-            with open(self.path, "rb") as handle:
-                raw = handle.read(MAX_SETTINGS_BYTES + 1)
+            raw = read_private(self.path, MAX_SETTINGS_BYTES + 1)  # never through a symlink
             data = json.loads(raw) if len(raw) <= MAX_SETTINGS_BYTES else {}
-        except (OSError, ValueError):
-            return {}  # missing or damaged: nothing is allowed by it, the safe side
+        except OSError as error:
+            self.refused = refusal(self.path, error)
+            return {}  # missing or refused: nothing is allowed by it, the safe side
+        except ValueError:
+            return {}  # damaged: the same
         if not isinstance(data, dict):
             return {}
         return {k: [r for r in v if isinstance(r, str)] for k, v in data.items() if isinstance(v, list)}
@@ -563,4 +437,6 @@ def load_permissions(*, workspace: Path, project: Path, config_rules: Mapping[st
                 rules.append(parse_rule(text, "allow", "saved"))
             except RuleError as error:
                 warnings.append(f"{saved.path}: {error}; not applied")
+        if saved.refused is not None:
+            warnings.append(f"{saved.refused}; the rules you saved are not applied")
     return Permissions(workspace=workspace, rules=rules, saved=saved, warnings=warnings)

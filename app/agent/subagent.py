@@ -164,6 +164,7 @@ class TaskTool:
             engine=engine,
             tool_context=tool_context,
             options=AgentOptions(max_steps=self.limits.max_steps, max_tokens=self.limits.max_tokens,
+                                 max_tool_calls_per_turn=parent.options.max_tool_calls_per_turn,
                                  auto_approve=parent.options.auto_approve, max_retries=parent.options.max_retries,
                                  retry_base_delay=parent.options.retry_base_delay),
             price=parent.price,

@@ -50,6 +50,39 @@ CALIBRATION_MIN_GROWTH = 128
 CALIBRATION_DEAD_BAND = 0.03
 
 
+# "auto-compact in N–M model calls": how far apart the forecast may be from the recent calls'
+# growths. The range runs from the biggest recent growth (fewest calls) to the lower quartile (most
+# calls), the middle figure from the median: one big read widens the range's near end and does not
+# move the middle, so the figure does not jump on it.
+GROWTH_WINDOW = 8  # growths measured: the last this many model calls since the last restart
+GROWTH_MIN_SAMPLES = 3  # no figure below this many (two calls' "median" is their mean)
+
+
+@dataclass(frozen=True)
+class CallsToLine:
+    """Model calls that still run before the context reaches a line, at the recent calls' growth
+    (each call's growth: its reply and the results of the tools it called): ``fewest`` if every
+    call grows as much as the biggest recent one, ``most`` at the lower quartile, ``typical`` at
+    the median. All 0 at the line. A single tool result bigger than the remaining room reaches the
+    line sooner than any pace: the range is about the pace, not about one result."""
+
+    typical: int
+    fewest: int
+    most: int
+
+    def less_one(self) -> "CallsToLine":
+        """One growth of the pace is not a model call's (tool results still to come before the next)."""
+        return CallsToLine(max(0, self.typical - 1), max(0, self.fewest - 1), max(0, self.most - 1))
+
+
+def _quantile(ordered: Sequence[int], share: float) -> float:
+    """The ``share`` quantile of sorted values, interpolated between neighbours."""
+    at = (len(ordered) - 1) * share
+    low = math.floor(at)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
+
+
 @dataclass(frozen=True)
 class UsageCheck:
     """What ``record_usage`` made of a call's usage.
@@ -141,10 +174,6 @@ class _TextCount:
 
 class ContextAccounting:
     """The exact figure, the projection, the breakdown and the growth history."""
-
-    # "auto-compact in ~N turns" is the median growth of the last few model calls: one outlier
-    # (a big file read) does not move it, so the figure does not jump on it.
-    GROWTH_WINDOW = 5
 
     def __init__(self, window: int | None = None) -> None:
         self.exact_tokens: int | None = None
@@ -343,32 +372,55 @@ class ContextAccounting:
         self._run_start = len(self.points)
         self.points.append(int(projected))
 
-    def growth_per_call(self) -> float | None:
-        """Typical growth per model call since the last restart: the median of the last
-        GROWTH_WINDOW calls' growth (None until one call since the restart, or not growing)."""
-        pts = self.points
-        start = len(pts) - 1
-        # Walk back over the run of non-decreasing points (a drop restarts it as well).
-        while (start > self._run_start and pts[start - 1] <= pts[start]
-               and len(pts) - start <= self.GROWTH_WINDOW):
-            start -= 1
-        run = pts[start:]
-        if len(run) < 2:
+    def recent_growths(self) -> list[int]:
+        """The growth of each model call since the last restart, oldest first (at most
+        GROWTH_WINDOW of them: the pace of the work now, not of an hour ago)."""
+        run = self.points[self._run_start:]
+        return [b - a for a, b in zip(run, run[1:])][-GROWTH_WINDOW:]
+
+    def calls_to(self, line: int, projected: int) -> CallsToLine | None:
+        """Model calls until ``projected`` reaches ``line``, as a range (see CallsToLine).
+
+        None until GROWTH_MIN_SAMPLES calls were measured since the last compaction, clearing or
+        reset; when the context is not steadily growing (the lower quartile of the growths is not
+        above 0); and when even the slow end would lie further ahead than the calls measured: a
+        pace seen over three calls says little about the next thirty (the demo's file reads grow
+        as it goes, and every longer forecast from their start came too late)."""
+        if projected >= line:
+            return CallsToLine(0, 0, 0)
+        growths = sorted(self.recent_growths())
+        if len(growths) < GROWTH_MIN_SAMPLES:
             return None
-        growth = sorted(b - a for a, b in zip(run, run[1:]))
-        middle = len(growth) // 2
-        typical = growth[middle] if len(growth) % 2 else (growth[middle - 1] + growth[middle]) / 2
-        return typical if typical > 0 else None
+        slow = _quantile(growths, 0.25)
+        if slow <= 0:
+            return None
+        left = line - projected
+        most = math.ceil(left / slow)
+        if most > len(growths):
+            return None
+        typical = math.ceil(left / _quantile(growths, 0.5))
+        fewest = math.ceil(left / growths[-1])
+        return CallsToLine(typical=typical, fewest=fewest, most=most)
 
     def turns_to(self, line: int, projected: int) -> int | None:
-        """Model calls until ``projected`` reaches ``line`` at the recent growth rate: the one
-        figure of "auto-compact in ~N turns" (the gauge draws it as it is)."""
-        if projected >= line:
-            return 0
-        growth = self.growth_per_call()
-        if growth is None:
-            return None
-        return math.ceil((line - projected) / growth)
+        """The typical figure of ``calls_to`` (0 at the line; None when no range is shown)."""
+        calls = self.calls_to(line, projected)
+        return calls.typical if calls is not None else None
+
+    def restore(self, exact_tokens: int | None, history_len: int, points: Sequence[tuple[int, bool]]) -> None:
+        """A resumed session: the last measured figure of the history it resumes (None: there is
+        none, the estimate stands in), and its chart points in order, (tokens, a model call's)
+        (any other point restarts the pace), so the figure and the calls to compact read as they
+        did when the session was left."""
+        self.exact_tokens = exact_tokens
+        self.exact_history_len = history_len if exact_tokens is not None else 0
+        self.points.clear()
+        self._run_start = 0
+        for tokens, call in points:
+            if call:
+                self.record_point(tokens)
+            else:
+                self.restart_growth(tokens)
 
     def to_dict(self) -> dict[str, Any]:
         return {"exact_tokens": self.exact_tokens, "exact_history_len": self.exact_history_len,

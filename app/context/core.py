@@ -94,6 +94,10 @@ class EngineConfig:
     # know the "memory" compaction trigger first.
     memory_update_tokens: int = 0
     memory_keep_tokens: int = 4_000
+    # The first update waits until the context is this big; each later one also waits for this many
+    # tool calls (or a reply that called none). 0: no wait (the runtime passes the settings).
+    memory_init_tokens: int = 0
+    memory_update_tool_calls: int = 0
     memory_max_output: int = 4_000
     # Reversible clearing (issue 15): a restored output larger than this is cut head+tail.
     restore_max_chars: int = 40_000
@@ -176,6 +180,12 @@ def estimate_text_fast(text: str) -> int:
     return int(len(text) * ratio) + 1
 
 
+def server_instructions_section(server: str, text: str) -> str:
+    """One MCP server's instructions as the system prompt carries them: under its name, said to be
+    the server's words (a server is someone else's code; the user never wrote them)."""
+    return f"\n\n# Instructions from the MCP server {server!r} (the server's own words)\n{text}"
+
+
 @dataclass
 class ContextCore:
     """Live history + accounting + thresholds + plans for one session; no I/O."""
@@ -197,6 +207,8 @@ class ContextCore:
     session_memory: SessionMemory = field(default_factory=lambda: SessionMemory(path=None))
 
     def __post_init__(self) -> None:
+        # MCP servers' `instructions` (from initialize), bounded and sanitized by the hub: server -> text.
+        self.server_instructions: dict[str, str] = {}
         self.thresholds: Thresholds = compute_thresholds(
             self.config.window, self.config.budget, self.config.compact_max_output,
             fixed_tokens=self.fixed_tokens_if_budget_is_near(),
@@ -235,16 +247,34 @@ class ContextCore:
 
     def _with_memory(self, memory: MemoryBundle) -> str:
         return self.system_prompt + (
-            "\n\n# Project and user rules (memory files)\n" + memory.text if memory.text else "")
+            "\n\n# Project and user rules (memory files)\n" + memory.text if memory.text else "") + (
+            self._instructions_section())
+
+    def _instructions_section(self) -> str:
+        return "".join(server_instructions_section(name, text) for name, text in self.server_instructions.items())
+
+    @property
+    def counted_system(self) -> str:
+        """The system prompt as the accounting counts it: the base prompt and the servers' instructions
+        (the memory files are counted apart, as their own part)."""
+        return self.system_prompt + self._instructions_section()
 
     def use_memory(self, memory: MemoryBundle) -> None:
         self.memory = memory
         self.system_text = self._with_memory(memory)
         self.set_budget(self.config.budget)
 
+    def use_server_instructions(self, instructions: dict[str, str]) -> None:
+        """The ready MCP servers' instructions: every later request carries them in its system prompt,
+        and the budget lines and the stable prefix move with the fixed part."""
+        self.server_instructions = dict(instructions)
+        self.system_text = self._with_memory(self.memory)
+        self._stable_tokens = None
+        self.set_budget(self.config.budget)
+
     def fixed_tokens(self) -> int:
         """Estimated tokens every request carries whatever the history: system prompt, memory files, tools."""
-        return (count_tokens(self.system_prompt) + count_tokens(self.memory.text)
+        return (count_tokens(self.counted_system) + count_tokens(self.memory.text)
                 + estimate_tools(self.tools))
 
     def fixed_tokens_if_budget_is_near(self) -> int:
@@ -254,7 +284,7 @@ class ContextCore:
         budget = self.config.budget
         if budget <= 0:
             return 0
-        upper = (len(self.system_prompt) + len(self.memory.text) + MIN_SUMMARY_ROOM
+        upper = (len(self.counted_system) + len(self.memory.text) + MIN_SUMMARY_ROOM
                  + sum(len(t.name) + len(t.description) + len(json.dumps(t.input_schema)) + 64 for t in self.tools))
         return self.fixed_tokens() if budget < upper else 0
 
@@ -278,7 +308,7 @@ class ContextCore:
 
     def projection(self, extra: list[Message] | None = None) -> Projection:
         history = self.history + extra if extra else self.history
-        return self.accounting.project(self.system_prompt, self.tools, history, self.memory.text)
+        return self.accounting.project(self.counted_system, self.tools, history, self.memory.text)
 
     def projected(self) -> int:
         return self.projection().projected_tokens
@@ -286,7 +316,8 @@ class ContextCore:
     def estimate_request(self, history: list[Message]) -> int:
         """The whole request for ``history``, estimated (one measure for before and after:
         the server's own figure may count with another tokenizer)."""
-        return ContextAccounting().project(self.system_prompt, self.tools, history, self.memory.text).projected_tokens
+        return ContextAccounting().project(self.counted_system, self.tools, history,
+                                           self.memory.text).projected_tokens
 
     def estimate_with_summary(self, summary: str) -> int:
         """The estimated context if ``summary`` replaced the history (nothing is changed)."""
@@ -423,11 +454,26 @@ class ContextCore:
             return None
         if self.memory_new_tokens < self.config.memory_update_tokens:
             return None
+        if not self.session_memory.exists and self.projected() < self.config.memory_init_tokens:
+            return None  # a short session: the update would cost as much as the work it summarises
+        if not self._enough_tool_calls_for_memory():
+            return None
         batch = self.unseen().batch(max(self.config.memory_update_tokens, self.config.window // 2))
         if not batch:
             return None
         self.memory_batch_last = batch[-1]
         return batch
+
+    def _enough_tool_calls_for_memory(self) -> bool:
+        """memory_update_tool_calls calls since the memory's last update, or the latest reply
+        called none (the end of a piece of work: a natural point to write it down)."""
+        wanted = self.config.memory_update_tool_calls
+        if wanted <= 0:
+            return True
+        latest_reply = next((m for m in reversed(self.history) if m.role == "assistant"), None)
+        if latest_reply is not None and not latest_reply.tool_uses:
+            return True
+        return sum(len(m.tool_uses) for m in self.unseen().messages) >= wanted
 
     def memory_update_failed(self) -> None:
         # Wait for another full interval before retrying (no retry storm on a failing server).
@@ -477,16 +523,24 @@ class ContextCore:
         proj = self.projection()
         t = self.thresholds
         total = self.ledger.total()
+        calls = self.accounting.calls_to(t.auto_compact_line, proj.projected_tokens)
+        last = self.history[-1] if self.history else None
+        if calls is not None and last is not None and last.role == "assistant" and last.tool_uses:
+            # The results of this reply's calls are still to come: they are the first growth the
+            # pace counts, and they come before the next model call, not with it.
+            calls = calls.less_one()
         return ContextEvent(
             exact_tokens=proj.exact_tokens,
             estimated_tokens=proj.estimated_tokens,
             projected_tokens=proj.projected_tokens,
             thresholds=thresholds_model(t),
             breakdown=self._feature_breakdown(
-                self.accounting.breakdown(self.system_prompt, self.memory.text, self.tools, self.history,
+                self.accounting.breakdown(self.counted_system, self.memory.text, self.tools, self.history,
                                           tool_owner=self.tool_owner)),
             level=level(proj.projected_tokens, t),
-            turns_to_compact=self.accounting.turns_to(t.auto_compact_line, proj.projected_tokens),
+            turns_to_compact=calls.typical if calls is not None else None,
+            calls_to_compact_fewest=calls.fewest if calls is not None else None,
+            calls_to_compact_most=calls.most if calls is not None else None,
             cumulative_input=total.input_tokens,
             cumulative_cached=total.cached_tokens,
             cumulative_output=total.output_tokens,
@@ -740,7 +794,7 @@ class ContextCore:
             summary = append_checked_facts(summary, audit)
             new_history = self.summary_history(summary, self.history)
         audit = self._with_left_out(audit, self.history)
-        self.summary_sizes.append(estimate_message(new_history[0]))  # cached: the accounting reuses it
+        self.summary_sizes.append(count_tokens(summary))  # the summary alone: the forecast's bound
         replaced = self.replace(new_history, "compaction")
         self.warned = False
         tokens_after = self.projected()
@@ -882,26 +936,28 @@ class ContextCore:
         tokens_before = self.projected()
         action: ForecastAction = "compact"
         summary_tokens = 0
+        after_range: tuple[int, int] | None = None
         if plan is not None:
             action = "memory_compact"
-            tokens_after = self.stable_prefix() + estimate_messages(plan.history)
+            # the same measure as the gauge's after it: the memory and the kept messages are known
+            tokens_after = round(self.estimate_request(plan.history) * self.accounting.request_scale)
         else:
-            # The summary's size is not known before it is written: the average of this
-            # session's summaries, else a typical handoff summary.
+            # The summary's size is not known before it is written: what is kept beside it (the
+            # fixed part, the user's words and rules) is counted exactly, the summary is bounded by
+            # its max_tokens and by the history it replaces (a summary no smaller than the history
+            # is refused). The middle figure: this session's summaries so far, else a typical one.
+            kept = round(self.estimate_with_summary("") * self.accounting.request_scale)
             history_tokens = max(0, tokens_before - self.stable_prefix())
             summary_tokens = (sum(self.summary_sizes) // len(self.summary_sizes) if self.summary_sizes
                               else min(1_500, self.config.compact_max_output, max(200, history_tokens // 3)))
-            # The user's words kept after the summary: at most their bound (an upper bound,
-            # cheap: the exact pick would walk the whole history once more).
-            self.accounting._sums.update(self.history)
-            quoted = min(self.kept_words_budget(), self.accounting._sums.by_part["user"])
-            tokens_after = self.stable_prefix() + summary_tokens + quoted + 60
+            tokens_after = kept + summary_tokens
+            after_range = (min(kept, tokens_before), min(kept + self.config.compact_max_output, tokens_before))
         memory = self.ledger.memory
         return forecast(action, tokens_before=tokens_before, tokens_after=min(tokens_after, tokens_before),
                         cached_prefix=self.cached_prefix, stable_prefix=self.stable_prefix(),
                         price=self.price, summary_tokens=summary_tokens, compact_price=self.compact_price,
                         memory_updates=memory.calls, memory_input_tokens=memory.input_tokens,
-                        memory_cost_usd=memory.cost_usd if memory.cost_known else None)
+                        memory_cost_usd=memory.cost_usd if memory.cost_known else None, after_range=after_range)
 
     def forecast_reset(self) -> Forecast:
         """What ``reset`` will do: everything but the system prompt, memory files and tools goes."""
@@ -978,6 +1034,10 @@ class ContextCore:
         """The session memory's and the attached rules' tokens as parts of their own
         (taken out of "user" and "tool_results", so the parts still add up)."""
         out = dict(breakdown)
+        for server, text in self.server_instructions.items():  # counted in "system", shown as the server's
+            tokens = min(count_tokens(server_instructions_section(server, text)), out.get("system", 0))
+            out["system"] = out.get("system", 0) - tokens
+            out[f"mcp:{server}"] = out.get(f"mcp:{server}", 0) + tokens
         first = self.history[0] if self.history else None
         if first is not None and first.role == "user" and MEMORY_INTRO in first.text:
             tokens = min(estimate_message(first), out.get("user", 0))
@@ -1028,6 +1088,8 @@ class _ForecastFields(TypedDict, total=False):
     """The forecast's fields of a CompactionEvent (none when nothing was forecast)."""
 
     forecast_tokens_freed: int
+    forecast_tokens_after_low: int
+    forecast_tokens_after_high: int
     cache_tokens_invalidated: int
     next_request_cost_before_usd: float | None
     next_request_cost_after_usd: float | None
@@ -1041,7 +1103,9 @@ def _audit_fields(audit: AuditResult) -> _AuditFields:
 def _forecast_fields(planned: Forecast | None) -> _ForecastFields:
     if planned is None:
         return {}
+    low, high = planned.after_range
     return {"forecast_tokens_freed": planned.tokens_freed,
+            "forecast_tokens_after_low": low, "forecast_tokens_after_high": high,
             "cache_tokens_invalidated": planned.cache_tokens_invalidated,
             "next_request_cost_before_usd": planned.next_request_cost_before_usd,
             "next_request_cost_after_usd": planned.next_request_cost_after_usd,

@@ -37,6 +37,7 @@ from app.context.forecast import Forecast
 from app.context.memory import MemoryBundle
 from app.context.plans import Plan
 from app.context.prices import Price
+from app.context.request_parts import PartsMemo, request_parts
 from app.context.pruning import PruneResult
 from app.context.rules import RuleSet
 from app.context.session_memory import MEMORY_FILE_NAME, SessionMemory, build_memory_request
@@ -55,8 +56,9 @@ from app.kernel.events import (
     UsageEvent,
 )
 from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolSpec
-from app.kernel.private_files import open_private
+from app.kernel.private_files import open_private, open_private_read
 from app.kernel.redact import redact
+from app.kernel.request_store import RequestPart
 from app.kernel.usage import Usage
 from app.providers.base import Completed, ContextTooLongError, ModelRequest, Provider, ProviderError
 
@@ -167,6 +169,7 @@ class ContextEngine:
         # Events of the background memory update wait here until the agent next touches the
         # engine, so they never land after a turn's final "result" event.
         self._deferred: list[Event] = []
+        self._parts_memo = PartsMemo()  # each message cut into the inspector's parts once
 
     # ---- the core's state, as the callers knew it before the split (read and set alike) ----
 
@@ -223,6 +226,10 @@ class ContextEngine:
         request carries them, and the budget lines move with the fixed part."""
         self.core.use_memory(memory)
 
+    def use_server_instructions(self, instructions: dict[str, str]) -> None:
+        """The MCP servers' instructions (server -> bounded text): in the system prompt from the next request."""
+        self.core.use_server_instructions(instructions)
+
     def fixed_tokens(self) -> int:
         """Estimated tokens every request carries whatever the history: system prompt, memory files, tools."""
         return self.core.fixed_tokens()
@@ -248,6 +255,13 @@ class ContextEngine:
 
     def projection(self, extra: list[Message] | None = None) -> Projection:
         return self.core.projection(extra)
+
+    def request_parts(self, request: ModelRequest) -> list[RequestPart]:
+        """``request`` as the inspector keeps it: each part with its estimated tokens and origin."""
+        prompt = self.core.system_prompt
+        system, memory = ((prompt, request.system[len(prompt):]) if request.system.startswith(prompt)
+                          else (request.system, ""))
+        return request_parts(system, memory, request.tools, request.messages, self.core.tool_owner, self._parts_memo)
 
     # ---- history changes (every one persisted) ----
 
@@ -646,8 +660,8 @@ class ContextEngine:
 
     def _saved_output(self, cleared: ClearedResult) -> str:
         try:
-            with open(cleared.saved_path, encoding="utf-8", errors="replace", newline="") as f:
-                return f.read()
+            with open_private_read(cleared.saved_path) as f:  # never through a symlink planted there
+                return f.read().decode("utf-8", errors="replace")
         except OSError as err:
             raise RestoreError(f"cannot read the saved output {cleared.saved_path}: "
                                f"{err.strerror or err}") from None

@@ -40,6 +40,17 @@ class Forecast:
     memory_updates: int = 0
     memory_input_tokens: int = 0
     memory_cost_usd: float | None = None  # None: some update had no price or no usage
+    # What is known of the size after: a summary's length is not known until the model writes it,
+    # so a compaction that calls the model has a range (what it keeps, exactly, plus the summary's
+    # bounds); -1: as tokens_after (a reset, a compaction from the memory: exact).
+    tokens_after_low: int = -1
+    tokens_after_high: int = -1
+
+    @property
+    def after_range(self) -> tuple[int, int]:
+        low = self.tokens_after if self.tokens_after_low < 0 else self.tokens_after_low
+        high = self.tokens_after if self.tokens_after_high < 0 else self.tokens_after_high
+        return low, high
 
     def memory_text(self) -> str:
         """The memory's own spend, and the setting that turns it off ("" when there were no updates)."""
@@ -58,7 +69,13 @@ class Forecast:
         """One line for a confirmation dialog or a log."""
         what = {"compact": "compaction", "memory_compact": "compaction from session memory",
                 "reset": "reset", "nothing": "nothing to do"}[self.action]
-        parts = [f"{what}: frees ~{self.tokens_freed:,} tokens ({self.tokens_before:,} → ~{self.tokens_after:,})",
+        low, high = self.after_range
+        if low == high:
+            frees = f"frees ~{self.tokens_freed:,} tokens ({self.tokens_before:,} → ~{self.tokens_after:,})"
+        else:
+            frees = (f"frees {max(0, self.tokens_before - high):,}–{max(0, self.tokens_before - low):,} tokens "
+                     f"({self.tokens_before:,} → {low:,}–{high:,})")
+        parts = [f"{what}: {frees}",
                  f"invalidates {self.cache_tokens_invalidated:,} cached prompt tokens"]
         if self.next_request_cost_before_usd is not None and self.next_request_cost_after_usd is not None:
             parts.append(f"next request ~${self.next_request_cost_before_usd:.4f} → "
@@ -84,7 +101,7 @@ def request_cost(tokens: int, cached_tokens: int, price: Price | None) -> float 
 def forecast(action: ForecastAction, *, tokens_before: int, tokens_after: int, cached_prefix: int,
              stable_prefix: int, price: Price | None, summary_tokens: int = 0,
              compact_price: Price | None = None, memory_updates: int = 0, memory_input_tokens: int = 0,
-             memory_cost_usd: float | None = None) -> Forecast:
+             memory_cost_usd: float | None = None, after_range: tuple[int, int] | None = None) -> Forecast:
     """The figures for one action.
 
     ``cached_prefix``: prompt-cache tokens the last request read or wrote (0 when
@@ -92,6 +109,7 @@ def forecast(action: ForecastAction, *, tokens_before: int, tokens_after: int, c
     starts with (system prompt, memory files, tool definitions), which stay cached.
     ``summary_tokens``: the expected output of the compaction call (0: no call).
     ``memory_*``: the session memory's updates so far, from the ledger (shown, not added in).
+    ``after_range``: the size after as a range (low, high), when it is not known exactly.
     """
     kept_cached = min(cached_prefix, stable_prefix)
     invalidated = max(0, cached_prefix - kept_cached)
@@ -108,4 +126,6 @@ def forecast(action: ForecastAction, *, tokens_before: int, tokens_after: int, c
                     cache_tokens_invalidated=invalidated, next_request_cost_before_usd=before,
                     next_request_cost_after_usd=after, operation_cost_usd=operation, model_call=model_call,
                     memory_updates=memory_updates, memory_input_tokens=memory_input_tokens,
-                    memory_cost_usd=memory_cost_usd)
+                    memory_cost_usd=memory_cost_usd,
+                    tokens_after_low=after_range[0] if after_range else -1,
+                    tokens_after_high=after_range[1] if after_range else -1)

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Literal
 
+from app.kernel.secret_stores import HOME_SECRET_STORES
+
 
 def find_repo_root(cwd: Path) -> Path | None:
     """The nearest ancestor (or ``cwd`` itself) holding ``.git`` (a dir or a worktree file)."""
@@ -29,14 +31,21 @@ MAX_FILE_BYTES = 256 * 1024
 MAX_TOTAL_BYTES = 1024 * 1024
 
 # Under the user's home: stores of keys and tokens. Never imported, approved or not.
-_HOME_SECRET_STORES = (
-    ".ssh", ".aws", ".gnupg", ".netrc", ".git-credentials", ".pgpass", ".docker", ".kube",
-    ".azure", ".npmrc", ".pypirc", ".password-store", ".terraform.d", ".vault-token",
-    ".config/gcloud", ".config/gh", ".config/hub", ".config/op", ".local/share/keyrings",
-)
-# File names that hold secrets wherever they are (a repository's .env as much as the home's).
-_SECRET_NAMES = frozenset({".env", ".netrc", ".git-credentials", ".pgpass", "credentials",
-                           "id_rsa", "id_dsa", "id_ecdsa", "id_ed25519"})
+_HOME_SECRET_STORES = HOME_SECRET_STORES
+# File names that hold secrets wherever they are (a repository's .env as much as the home's):
+# dotenv and direnv files, login and registry tokens, cloud credentials, SSH keys, Terraform
+# variables and state. The README lists them (Security).
+_SECRET_NAMES = frozenset({
+    ".env", ".envrc", ".netrc", "_netrc", ".git-credentials", ".pgpass", "credentials", "credentials.json",
+    ".npmrc", ".pypirc", ".yarnrc.yml", ".dockercfg", ".vault-token", ".s3cfg", ".boto", ".my.cnf",
+    ".htpasswd", "terraform.tfvars",
+    "id_rsa", "id_dsa", "id_ecdsa", "id_ed25519", "id_ecdsa_sk", "id_ed25519_sk",
+})
+# Folder and file together: a config.json is harmless, Docker's is not.
+_SECRET_PAIRS = frozenset({(".docker", "config.json"), (".aws", "config"), (".kube", "config"),
+                           ("gh", "hosts.yml")})
+_SECRET_SUFFIXES = (".pem", ".key", ".p12", ".pfx", ".jks", ".keystore", ".tfvars", ".tfstate",
+                    ".tfstate.backup", ".kdbx")
 _ENV_EXAMPLES = (".example", ".sample", ".template", ".dist")
 _PRIVATE_KEY_MARK = b"PRIVATE KEY-----"
 
@@ -160,16 +169,20 @@ class ImportPolicy:
             for store in _HOME_SECRET_STORES:
                 if _is_within(path, self.home / store):
                     return f"~/{store} is a store of keys or tokens"
-        if name in _SECRET_NAMES or (name.startswith(".env.") and not name.endswith(_ENV_EXAMPLES)):
+        if ".git" in path.parts[:-1]:
+            return "it is inside a .git folder (its config holds remote URLs, tokens among them)"
+        if name in _SECRET_NAMES or (path.parent.name, name) in _SECRET_PAIRS:
             return f"a file named {name} holds secrets"
-        if name.endswith((".pem", ".key", ".p12", ".pfx")):
-            return f"a {path.suffix} file holds keys"
+        if (name.startswith((".env.", "secrets.")) or name.endswith(".env")) and not name.endswith(_ENV_EXAMPLES):
+            return f"a file named {name} holds secrets"
+        if name.endswith(_SECRET_SUFFIXES):
+            return f"a {path.suffix} file holds keys or secrets"
         return None
 
     def placement(self, path: Path, *, user_level: bool) -> Literal["inside", "allowed", "declined", "outside"]:
         if _is_within(path, self.workspace_root):
             return "inside"
-        if any(_is_within(path, allowed) for allowed in self.allowed):  # a folder allows what is in it
+        if self.approved(path):  # a folder allows what is in it
             return "allowed"
         if self.user_config_dir is not None and _is_within(path, self.user_config_dir):
             return "inside"
@@ -193,9 +206,15 @@ class ImportPolicy:
             return False
         return True
 
-    def read(self, path: Path, importer: Path) -> str | None:
+    def approved(self, path: Path) -> bool:
+        """Approved by the user (memory_allowed_imports or an answer for this project)."""
+        return any(_is_within(path, allowed) for allowed in self.allowed)
+
+    def read(self, path: Path, importer: Path, *, scan: bool = False) -> str | None:
         """The text of an admitted file, at most the byte caps of it (a notice when cut), or
-        None for a file that is refused (not regular, a private key) or not text."""
+        None for a file that is refused (not regular, a private key) or not text. With
+        ``scan`` (an import or a rule file), a text holding something shaped like a credential
+        is held back until the user approves that file."""
         cap = min(self.max_file_bytes, max(self.bytes_left, 0))
         if cap <= 0:
             self._note(ImportNotice("cut", path, importer,
@@ -213,6 +232,17 @@ class ImportPolicy:
         if b"\0" in got.data[:8192]:
             return None  # binary: not a rules file
         text = got.data.decode("utf-8", errors="replace")
+        if scan and not self.approved(path):
+            from app.context.credential_scan import credential_kind  # ~0.25 s: only when an import is read
+
+            kind = credential_kind(text)
+            if kind is not None:
+                if path in self.declined:
+                    self._note(ImportNotice("declined", path, importer, "you declined it for this project"))
+                else:
+                    self._note(ImportNotice("ask", path, importer,
+                                            f"holding what looks like a credential ({kind})"))
+                return None
         if got.size > len(got.data):
             self._note(ImportNotice("cut", path, importer,
                                     f"{_human_bytes(got.size)}, only the first {_human_bytes(len(got.data))} read"))

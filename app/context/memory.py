@@ -34,7 +34,7 @@ from app.context.import_policy import (  # re-exported: callers know them as mem
 )
 from app.context.rules import RuleSet, load_rules
 from app.context.tokens import count_tokens
-from app.kernel.private_files import write_private_atomic
+from app.kernel.private_files import read_private, refusal, write_private_atomic
 
 MAX_IMPORT_DEPTH = 5
 MAX_FILE_CHARS = 40_000
@@ -126,8 +126,9 @@ class _Loader:
 
     def expand(self, path: Path, depth: int, stack: tuple[Path, ...], *, user_level: bool,
                importer: Path) -> str:
-        """The text of ``path`` with its imports inlined after the line naming them."""
-        text = self.policy.read(path, importer)
+        """The text of ``path`` with its imports inlined after the line naming them. An import
+        (``depth`` > 0) holding something shaped like a credential waits for approval."""
+        text = self.policy.read(path, importer, scan=depth > 0)
         if text is None:
             return ""
         text = _cap(text, self.max_file_chars, f"file {path}")
@@ -278,19 +279,23 @@ class ImportApprovals:
 
     data_dir: Path
     project: Path
+    # Why the file was not read (a symlink planted there...), one line; None when it was or is missing.
+    refused: str | None = None
 
     @property
     def path(self) -> Path:
         return self.data_dir / APPROVALS_FILE
 
     def _read(self) -> _DecisionsFile:
-        if not self.path.exists():
-            return _DecisionsFile()
-        got = read_bounded(self.path, MAX_APPROVALS_BYTES)
         try:
-            return _DecisionsFile.model_validate_json(got.data or b"{}")
+            raw = read_private(self.path, MAX_APPROVALS_BYTES)  # never through a symlink
+        except OSError as error:
+            self.refused = refusal(self.path, error)
+            return _DecisionsFile()  # missing or refused: asked again, which is the safe side
+        try:
+            return _DecisionsFile.model_validate_json(raw or b"{}")
         except ValidationError:
-            return _DecisionsFile()  # damaged: asked again, which is the safe side
+            return _DecisionsFile()  # damaged: the same
 
     def decisions(self) -> tuple[set[Path], set[Path]]:
         """(approved, declined) for this project."""

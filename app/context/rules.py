@@ -272,7 +272,7 @@ def load_rules(cwd: Path, user_config_dir: Path | None, *, policy: ImportPolicy 
             seen_paths.add(resolved)
             if not policy.admit(resolved, directory, user_level=policy.user_level(directory)):
                 continue
-            text = policy.read(resolved, path)
+            text = policy.read(resolved, path, scan=True)  # a credential in it waits for approval
             if text is None:
                 continue
             try:

@@ -129,21 +129,57 @@ def _ascii_split() -> Any:
     return re.compile(ASCII_PATTERN).findall
 
 
+# Kept pieces checked against the encoder once it is loaded: a file that undercounts (written by
+# something else running as the user) would delay compaction, so one wrong sample drops it all.
+PIECES_CHECKED = 64
+
+
+def _plausible(piece: Any, count: Any) -> bool:
+    """Could ``count`` be cl100k's count of ``piece``? Every group of 1 to 3 digits is one token,
+    no token is longer than 128 characters, and a count is never above the piece's length."""
+    if not (isinstance(piece, str) and piece.isascii() and type(count) is int):
+        return False
+    if piece.isdigit():
+        return count == 1
+    return -(-len(piece) // 128) <= count <= len(piece)
+
+
 class _PieceCounts:
     """Pieces of ASCII text and their cl100k token counts, as the encoder counted them, kept in
-    one file of ours (0600, never through a symlink) for this encoder file (its SHA-256). An
-    entry that could not be a count (not 1..len(piece)) makes the whole file untrusted."""
+    one file of ours (0600, this user's, never through a symlink) for this encoder file (its
+    SHA-256). A file that is not ours, or holds an entry that could not be a count, is dropped
+    whole (``problem`` says so); once the encoder is loaded a sample of the entries is counted
+    again, and one wrong count drops them all."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.counts: dict[str, int] = {}
         self.changed = False
-        kept = read_kept_json(path, PIECES_MAX_BYTES)
+        self.checked = False
+        self.problem: str | None = None
+        refused: list[str] = []
+        kept = read_kept_json(path, PIECES_MAX_BYTES, ours=True, refused=refused)
         pieces = kept.get("pieces") if kept.get("encoder") == CL100K_SHA256 else None
-        if isinstance(pieces, dict) and len(pieces) <= PIECES_MAX and all(
-                isinstance(k, str) and k.isascii() and type(v) is int and 1 <= v <= len(k)
-                for k, v in pieces.items()):
+        if refused:
+            self.problem = f"{refused[0]}; token counts are not taken from it"
+        elif isinstance(pieces, dict) and len(pieces) <= PIECES_MAX and all(
+                _plausible(k, v) for k, v in pieces.items()):
             self.counts = pieces
+        elif pieces is not None:
+            self.problem = f"{path} holds counts that cannot be cl100k's; not used, written anew"
+            self.changed = True
+
+    def check_sample(self) -> None:
+        """Count a sample of the kept pieces with the encoder (loaded by now); drop them all on a
+        difference. Once per process."""
+        import random
+
+        self.checked = True
+        enc = encoder()
+        sample = random.sample(sorted(self.counts), min(PIECES_CHECKED, len(self.counts)))
+        if any(len(enc.encode_ordinary(piece)) != self.counts[piece] for piece in sample):
+            self.counts = {}
+            self.changed = True
 
     def count(self, text: str) -> int | None:
         counts = self.counts
@@ -156,6 +192,8 @@ class _PieceCounts:
         return total
 
     def learn(self, text: str) -> None:
+        if not self.checked:
+            self.check_sample()
         if len(text) > LEARN_MAX_CHARS or len(self.counts) >= PIECES_MAX:
             return
         if holds_secret(text):
@@ -175,9 +213,10 @@ class _PieceCounts:
 _pieces: _PieceCounts | None = None
 
 
-def remember_pieces_in(path: Path | None) -> None:
+def remember_pieces_in(path: Path | None) -> str | None:
     """Count from (and add to) the pieces kept in ``path``; saved when the process exits.
-    None: the encoder counts everything, nothing is kept."""
+    None: the encoder counts everything, nothing is kept. Returns the one line saying why the
+    kept file was dropped (not ours, implausible counts), or None."""
     global _pieces
     if _pieces is not None:
         _pieces.save()
@@ -187,6 +226,7 @@ def remember_pieces_in(path: Path | None) -> None:
 
         atexit.unregister(_save_pieces)
         atexit.register(_save_pieces)
+    return _pieces.problem if _pieces is not None else None
 
 
 def _save_pieces() -> None:
@@ -258,7 +298,8 @@ _TOOLS_CACHE: dict[tuple[int, ...], tuple[tuple[ToolSpec, ...], int]] = {}
 _TOOLS_CACHE_MAX = 32  # the full list, what is sent, and one list per MCP server
 
 
-def _estimate_tool(spec: ToolSpec) -> int:
+def estimate_tool(spec: ToolSpec) -> int:
+    """Tokens of one tool definition as sent (the overhead, name, description, JSON schema)."""
     return (TOOL_OVERHEAD + count_tokens(spec.name) + count_tokens(spec.description)
             + count_tokens(_json(spec.input_schema)))
 
@@ -271,7 +312,7 @@ def estimate_tools(specs: Sequence[ToolSpec]) -> int:
     hit = _TOOLS_CACHE.get(key)
     if hit is not None and all(a is b for a, b in zip(hit[0], specs)):
         return hit[1]
-    total = sum(_estimate_tool(s) for s in specs)
+    total = sum(estimate_tool(s) for s in specs)
     if len(_TOOLS_CACHE) >= _TOOLS_CACHE_MAX:
         _TOOLS_CACHE.pop(next(iter(_TOOLS_CACHE)))
     _TOOLS_CACHE[key] = (tuple(specs), total)

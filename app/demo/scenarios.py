@@ -51,6 +51,7 @@ from app.context.summarizer import (
 )
 from app.demo.rejections import SourceFile, find_rejections, rejection_report
 from app.demo.tools import UNTRUNCATED_BASH
+from app.kernel.describe import plural
 from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from app.providers.base import ModelRequest
 from app.agent.subagent import SUB_SYSTEM_PROMPT, TASK_TOOL
@@ -254,10 +255,10 @@ def _decide_errors(turn: Turn) -> Decision:
     count = "one ERROR line" if len(hits) == 1 else f"{len(hits)} ERROR lines"
     cause = " The application lost its database: the connection was refused." if "database" in line else ""
     return Decision(
-        thinking=f"grep found {len(hits)} line(s); the last is line {number}.",
+        thinking=f"grep found {plural(len(hits), 'line')}; the last is line {number}.",
         text=(f"Found {count} in `app.log`:\n\n```\n{listed}{more}\n```\n\n"
               f"**Line {number}**: `{line.strip()}`.{last_line}{cause} Everything else in the log is INFO "
-              "traffic. The full `cat` output is saved on disk (ctrl+o expands it), but it never had to enter "
+              "traffic. The full `cat` output is saved on disk (the notice names the file), but it never had to enter "
               "my context: the truncation notice told me how to narrow it."))
 
 
@@ -340,7 +341,7 @@ def _decide_summarize(turn: Turn) -> Decision:
         if turn.from_summary and outlines:
             return Decision(
                 thinking="The history was compacted. The summary lists what I read; list again to find the rest.",
-                text=(f"Carrying on from the summary: I had read {len(outlines)} files before the context was "
+                text=(f"Carrying on from the summary: I had read {plural(len(outlines), 'file')} before the context was "
                       "compacted. Listing the project again to see what is left."),
                 calls=[PlannedCall("list_files", {"path": "."})])
         return Decision(thinking="To summarize a project, first see what it contains.",
@@ -384,13 +385,32 @@ def _project_summary(outlines: dict[str, str], turn: Turn) -> str:
             note = _tests_note(outlines[p]) if group == 5 else _clip_words(outlines[p], 200)
             lines.append(f"- `{p}` — {note}")
         lines.append("")
-    before = len(turn.summary.files_read) if turn.summary else 0
+    before = _read_before_compaction(outlines, turn)
     if before:
-        lines.append(f"I read {len(outlines)} files; {before} of them before the context was compacted — what I "
-                     "say about those comes from the compaction summary, the rest from the files themselves.")
+        total = len(outlines)
+        summarized = len(turn.summary.files_read) if turn.summary else 0
+        when = (f"all {before} before the context was compacted" if before == total
+                else f"{before} of them before the context was compacted")
+        source = ("those comes from the compaction summary" if summarized == before
+                  else f"the {plural(summarized, 'file')} the compaction summary lists comes from it")
+        lines.append(f"I read {total} files, {when}; what I say about {source}, the rest from the files "
+                     "themselves.")
     else:
-        lines.append(f"I read {len(outlines)} files.")
+        lines.append(f"I read {plural(len(outlines), 'file')}.")
     return "\n".join(lines)
+
+
+def _read_before_compaction(outlines: dict[str, str], turn: Turn) -> int:
+    """How many of the files read were read before this request's compaction: those the summary
+    lists, and those read in the rounds it kept verbatim. After a compaction I list the project
+    again ("Carrying on from the summary"), so every read before the last listing came before it."""
+    if not turn.summary:
+        return 0
+    before = set(turn.summary.files_read)
+    listings = [i for i, c in enumerate(turn.calls) if c.use.name == "list_files"]
+    if listings:
+        before |= {c.path for c in turn.calls[:listings[-1]] if c.use.name == "read_file" and c.result is not None}
+    return len(before & outlines.keys())
 
 
 def _decide_flood(turn: Turn, dropped_note: bool, untruncated_offered: bool) -> Decision:
@@ -470,8 +490,14 @@ def _decide_recall(messages: Sequence[Message], system: str) -> Decision:
         parts.append("Rules from the memory files (they live in the system prompt, so no compaction can drop "
                      "them):\n\n" + "\n".join(f"- {r}" for r in rules[:6]))
     compacted = any(is_summary_message(m) for m in messages)
-    parts.append("The conversation was compacted; I know this from the summary, which quotes your words verbatim."
-                 if compacted else "Nothing has been compacted yet, so I read it straight from the conversation.")
+    dropped = any(isinstance(b, TextBlock) and b.text == DROPPED_NOTE for m in messages for b in m.content)
+    if compacted:
+        parts.append("The conversation was compacted; I know this from the summary, which quotes your words verbatim.")
+    elif dropped:
+        parts.append("The overflow recovery dropped older rounds from my context (they stay in the transcript on "
+                     "disk); it kept your words with its note, so I read them from the conversation.")
+    else:
+        parts.append("Nothing has been compacted yet, so I read it straight from the conversation.")
     return Decision(thinking="Look up the user's own words.", text="\n\n".join(parts))
 
 
@@ -644,8 +670,7 @@ def menu_text() -> str:
     return ("I'm the **demo model**: a scripted stand-in that needs no API key. My decisions are canned; "
             "everything else is real — the tools run in a scratch workspace, tool output is truncated, tokens "
             "are counted with tiktoken, and the context engine compacts and recovers for real. Type one of these, "
-            "in any order:\n\n" + items + "\n\nKeys: ctrl+s compacts now, ctrl+r resets, ctrl+o expands a "
-            "truncated output.")
+            "in any order:\n\n" + items)
 
 
 def banner_text() -> str:

@@ -124,5 +124,14 @@ class AnswerElicitation:
     values: dict[str, object] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class WhatIf:
+    """Replay this session's transcript offline under another window and auto-compact line (a
+    fraction of the window): the curve it would have drawn (``WhatIfEvent``). No model call."""
+
+    window: int
+    auto_compact: float
+
+
 Command = Union[UserInput, Compact, Reset, Interrupt, Approve, Report, Shutdown,
-                Preview, PreviewRestore, RestoreResult, ServerCompaction, ApproveImport, AnswerElicitation]
+                Preview, PreviewRestore, RestoreResult, ServerCompaction, ApproveImport, AnswerElicitation, WhatIf]

@@ -71,7 +71,7 @@ def _compaction(e: "ev.CompactionEvent") -> Line:
                     f"{plural(e.messages_before, 'message')} → {e.messages_after:,}, "
                     f"~{human_tokens(e.tokens_before)} → ~{human_tokens(e.tokens_after)} tokens "
                     "(they stay in the transcript on disk)")
-    tokens = f"~{human_tokens(e.tokens_before)} → ~{human_tokens(e.tokens_after)} tokens"
+    tokens = f"~{human_tokens(e.tokens_before)} → ~{human_tokens(e.tokens_after)} tokens{_forecast_beside(e)}"
     facts = ""
     if e.facts_added:
         facts = f"; the audit added {plural(e.facts_added, 'checked fact')} the summary missed"
@@ -95,6 +95,15 @@ def _compaction(e: "ev.CompactionEvent") -> Line:
     return Line("compaction",
                 f"context compacted: {plural(e.messages_before, 'message')} → 1 summary ({label}, {tokens}){facts}"
                 f"{_checked_facts(e)}")
+
+
+def _forecast_beside(e: "ev.CompactionEvent") -> str:
+    """The size after the forecast gave, beside what happened (nothing when none was made)."""
+    low, high = e.forecast_tokens_after_low, e.forecast_tokens_after_high
+    if low is None or high is None:
+        return ""
+    said = f"~{human_tokens(low)}" if low == high else f"{human_tokens(low)}–{human_tokens(high)}"
+    return f"; forecast {said}"
 
 
 def _forecast_said(e: "ev.CompactionEvent") -> str:
@@ -261,7 +270,9 @@ def _mcp_server(e: "ev.McpServerEvent") -> Line | None:
     if e.status == "ready":
         left_out = (f"; not offered: {', '.join(e.not_offered)} (they run only as MCP tasks, which tidegauge "
                     "does not support)") if e.not_offered else ""
-        return Line("info", f"MCP server {e.name} ready: {plural(e.tools, 'tool')}{left_out}")
+        roots = ("" if e.roots is None else "; no roots advertised" if not e.roots
+                 else f"; roots: {', '.join(e.roots)}")
+        return Line("info", f"MCP server {e.name} ready: {plural(e.tools, 'tool')}{roots}{left_out}")
     if e.status == "failed":
         return Line("warning", f"MCP server {e.name} did not start: {e.detail}; carrying on without its tools")
     if e.status == "exited":
@@ -305,7 +316,14 @@ def forecast_text(e: "ev.ForecastEvent") -> str:
         return e.reason or f"nothing to {e.kind}"
     what = {"compact": "compaction", "memory_compact": "compaction from the session memory",
             "reset": "reset"}[e.action]
-    lines = [f"{what}: frees ~{e.tokens_freed:,} tokens (~{e.tokens_before:,} → ~{e.tokens_after:,})"]
+    if e.tokens_after_low is not None and e.tokens_after_high is not None and e.tokens_after_low < e.tokens_after_high:
+        low, high = e.tokens_after_low, e.tokens_after_high
+        lines = [f"{what}: frees {max(0, e.tokens_before - high):,}–{max(0, e.tokens_before - low):,} tokens "
+                 f"(~{e.tokens_before:,} → {low:,}–{high:,})",
+                 f"after: {low:,} kept (counted) + the summary, up to {high - low:,} (its max_tokens; "
+                 "its length is known once it is written)"]
+    else:
+        lines = [f"{what}: frees ~{e.tokens_freed:,} tokens (~{e.tokens_before:,} → ~{e.tokens_after:,})"]
     if e.messages_before:
         kept = {"compact": "1 summary", "reset": "none kept",
                 "memory_compact": f"the memory + {plural(max(0, e.messages_after - 1), 'recent message')} kept"}
@@ -337,6 +355,15 @@ def _restore_preview(e: "ev.RestorePreviewEvent") -> Line | None:
     if e.reason:
         return Line("warning", f"cannot restore: {e.reason}")  # the reasons name the call
     return None  # the figures are the restore dialog's question (restore_question)
+
+
+def _whatif(e: "ev.WhatIfEvent") -> Line:
+    if e.reason:
+        return Line("warning", f"what-if not replayed: {e.reason}")
+    return Line("info", f"what-if {e.name} (window {e.window:,}, auto-compact at {e.auto_compact_line:,}): "
+                        f"{plural(e.compactions, 'compaction')}, peak {e.peak_tokens:,} tokens; recorded "
+                        f"{plural(e.recorded_compactions, 'compaction')}, peak {e.recorded_peak_tokens:,} "
+                        "(the chart overlays its curve)")
 
 
 def _server_compaction(e: "ev.ServerCompactionEvent") -> Line:
@@ -402,6 +429,11 @@ def tool_progress_text(e: "ev.ToolProgressEvent") -> str:
     if e.total is not None and e.total > 0:
         done = f"{done} of {e.total:g} ({min(e.progress / e.total, 1.0):.0%})"
     return f"{done}: {e.message}" if e.message else done
+
+
+def _tool_calls_capped(e: "ev.ToolCallsCappedEvent") -> Line:
+    return Line("warning", f"the model asked for {e.asked:,} tool calls in one reply: the first {e.ran:,} ran, "
+                           f"{e.asked - e.ran:,} were answered \"not run\" (max_tool_calls_per_turn = {e.ran:,})")
 
 
 def _tool_user_content(e: "ev.ToolUserContentEvent") -> Line:
@@ -486,6 +518,25 @@ def _prompt_cache_off(e: "ev.PromptCacheOffEvent") -> Line:
                            " later sessions")
 
 
+SANDBOX_WORDS = {
+    "bwrap": "commands run in a sandbox (bubblewrap): only the workspace and a private /tmp are writable, "
+             "key stores and tidegauge's data are hidden",
+    "off": "commands are not sandboxed (sandbox = \"off\")",
+    "unavailable": "commands are not sandboxed: bubblewrap cannot run here (apt-get install bubblewrap, "
+                   "or enable user namespaces)",
+}
+# The header's few words.
+SANDBOX_BADGES = {"bwrap": "sandboxed", "off": "no sandbox", "unavailable": "no sandbox (unavailable)"}
+
+
+def sandbox_words(state: str, network: bool = False) -> str:
+    """How commands run, as /permissions says it."""
+    words = SANDBOX_WORDS.get(state, state)
+    if state == "bwrap":
+        words += "; network " + ("on (sandbox_network)" if network else "off")
+    return words
+
+
 def _permissions(e: "ev.PermissionsEvent") -> Line:
     """/permissions: the rules in force, strongest first, each with where it came from."""
     if e.rules:
@@ -493,7 +544,7 @@ def _permissions(e: "ev.PermissionsEvent") -> Line:
     else:
         lines = ["  no rules: tools that change things ask, the rest run"]
     head = "permission rules (deny wins over ask, ask over allow; deny also over --yes):"
-    where = []
+    where = [sandbox_words(e.sandbox, e.sandbox_network)] if e.sandbox is not None else []
     if e.project_file:
         where.append(f"project rules (ask and deny only): {e.project_file}")
     if e.saved_file:
@@ -508,8 +559,18 @@ def _approval_resolved(e: "ev.ApprovalResolvedEvent") -> Line | None:
     return Line("info", sanitize_for_display(f"allowed without asking from now on ({where}): {', '.join(e.rules)}"))
 
 
+def approval_question(e: "ev.ApprovalRequestEvent") -> str:
+    """The approval dialog's question: leaving the sandbox is said as such, with the model's reason."""
+    if e.outside_sandbox is not None:
+        reason = " ".join(sanitize_for_display(e.outside_sandbox).split())
+        return f"Allow {e.name} to run outside the sandbox: {reason}?"
+    return f"Allow {e.name}?"
+
+
 def approval_choices(e: "ev.ApprovalRequestEvent") -> list[tuple[str, str]]:
     """(decision, words) of each answer the approval dialog offers, in order."""
+    if e.outside_sandbox is not None:  # asked every time: no rule may let a command out
+        return [("yes", "Yes, run it outside the sandbox this once"), ("no", "No")]
     offered: list[tuple[str, str]] = [("yes", "Yes, this once")]
     exact, prefix = e.choices.get("exact"), e.choices.get("prefix")
     command = e.name in ("run_bash", "run_bash_untruncated")
@@ -551,6 +612,7 @@ DESCRIBERS: dict[str, Callable[[Any], Line | None]] = {
     "user_message": _silent,
     "tool_start": _silent,
     "tool_result": _silent,
+    "tool_calls_capped": _tool_calls_capped,
     "tool_progress": _silent,  # drawn on the tool's own line (tool_progress_text)
     "tool_user_content": _tool_user_content,
     "usage": _silent,
@@ -598,8 +660,10 @@ DESCRIBERS: dict[str, Callable[[Any], Line | None]] = {
     "elicitation_request": _elicitation_request,  # issue 26: an MCP server's form (the App shows it)
     "elicitation_resolved": _elicitation_resolved,
     "mcp_sampling": _sampling,
+    "request_recorded": _silent,  # the inspector (i, /inspect) shows it
     "mcp_prompts": _silent,  # the prompt box completes them; /help names none
     "mcp_attachment": _mcp_attachment,  # issue 26: a server's prompt or resource in the user's turn
+    "whatif": _whatif,  # the transcript replayed under another policy; the chart overlays the curve
 }
 
 

@@ -20,6 +20,8 @@ AgentName = Union[
 AgentState = Literal["starting", "idle", "streaming", "tool", "compacting", "waiting_approval", "retrying",
                      "interrupting"]
 PointKind = Literal["call", "compaction", "prune", "reset", "memory", "server"]  # memory/server: compactions from the session memory / by the provider
+# How commands run: in bubblewrap, unsandboxed by the user's choice, or unsandboxed for want of it.
+SandboxState = Literal["bwrap", "off", "unavailable"]
 
 
 # A session uses a handful of its ~60 event types; building a model's validator when it is first
@@ -96,6 +98,15 @@ class ToolResultEvent(EventBase):
     refused: bool = Field(default=False, exclude_if=lambda value: not value)
 
 
+class ToolCallsCappedEvent(EventBase):
+    """The model asked for more tool calls in one reply than ``max_tool_calls_per_turn``: the first
+    ``ran`` run, the others are answered "not run" without being shown one by one."""
+
+    type: Literal["tool_calls_capped"] = "tool_calls_capped"
+    asked: int
+    ran: int
+
+
 class ToolProgressEvent(EventBase):
     """A running tool said how far it got (an MCP server's progress notification)."""
 
@@ -149,7 +160,12 @@ class ContextEvent(EventBase):
     thresholds: ThresholdsModel
     breakdown: dict[str, int]  # system, memory, tools, user, assistant, tool_results
     level: Literal["ok", "warning", "compact", "blocking"]
+    # Model calls until the auto-compact line at the recent calls' pace: the median's figure and
+    # its range (fewest..most); None until enough calls were measured since the last compaction,
+    # or when the line is further ahead than the calls measured. 0: at the line.
     turns_to_compact: int | None = None
+    calls_to_compact_fewest: int | None = Field(default=None, exclude_if=lambda value: value is None)
+    calls_to_compact_most: int | None = Field(default=None, exclude_if=lambda value: value is None)
     cumulative_input: int = 0
     cumulative_cached: int = 0
     cumulative_output: int = 0
@@ -192,6 +208,9 @@ class CompactionEvent(EventBase):
     checked_facts: list[str] = Field(default_factory=list)
     # Cost before you compact (issue 15): the forecast made just before this compaction ran.
     forecast_tokens_freed: int | None = None
+    # The size after that forecast gave, low to high (equal: it was known exactly).
+    forecast_tokens_after_low: int | None = Field(default=None, exclude_if=lambda value: value is None)
+    forecast_tokens_after_high: int | None = Field(default=None, exclude_if=lambda value: value is None)
     cache_tokens_invalidated: int | None = None
     next_request_cost_before_usd: float | None = None
     next_request_cost_after_usd: float | None = None
@@ -327,6 +346,9 @@ class ResultEvent(EventBase):
     # "main", "compact" (compaction), "sub" (the task tool's agents) and "memory" (the session memory's updates)
     usage_by_agent: dict[str, TokenTotals] = Field(default_factory=dict)
     permission_denials: list[PermissionDenial] = Field(default_factory=list)
+    # How the run's commands ran: in bwrap, unsandboxed by choice ("off"), or unsandboxed because
+    # the sandbox cannot run here ("unavailable"). None: not known (an older transcript).
+    sandbox: SandboxState | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -355,6 +377,8 @@ class SessionInfoEvent(EventBase):
     started_in: str = ""
     # Server-side compaction: None where the provider has none, else whether it is on now.
     server_compaction: bool | None = None
+    # Whether commands run sandboxed (see ResultEvent.sandbox); None in older transcripts.
+    sandbox: SandboxState | None = None
 
 
 class ChartPointEvent(EventBase):
@@ -363,6 +387,16 @@ class ChartPointEvent(EventBase):
     type: Literal["chart_point"] = "chart_point"
     tokens: int
     kind: PointKind
+
+
+class RequestRecordedEvent(EventBase):
+    """A main request was sent and kept in the session's request store (the inspector reads it there)."""
+
+    type: Literal["request_recorded"] = "request_recorded"
+    request: int  # its number in the session, from 1
+    total_tokens: int  # the gauge's figure when it was sent
+    parts: int
+    store: str  # the store's folder (``<session>/requests``)
 
 
 class CommandQueuedEvent(EventBase):
@@ -387,6 +421,9 @@ class ApprovalRequestEvent(EventBase):
     # The allow rules each "always" answer would add (issue 27): "exact" (this command / file),
     # "prefix" (commands starting with its first word(s) / files in its folder), "tool".
     choices: dict[str, list[str]] = Field(default_factory=dict)
+    # A command asking to run outside the sandbox: the model's reason (asked every time; no
+    # "always" answer is offered).
+    outside_sandbox: str | None = None
 
 
 class ApprovalResolvedEvent(EventBase):
@@ -412,6 +449,8 @@ class PermissionsEvent(EventBase):
     rules: list[PermissionRuleLine]
     saved_file: str | None = None  # where rules saved from the approval dialog go
     project_file: str | None = None  # the project's settings (ask and deny rules only)
+    sandbox: SandboxState | None = None  # how commands run (see ResultEvent.sandbox)
+    sandbox_network: bool = False  # ... and whether they may reach the network
 
 
 class InterruptedEvent(EventBase):
@@ -474,6 +513,8 @@ class McpServerEvent(EventBase):
     # Tools it lists that are not offered to the model: they run only as MCP tasks (taskSupport
     # "required"), which tidegauge does not make, so every call would fail.
     not_offered: list[str] = Field(default_factory=list)
+    # The folders given to it as roots when ready ([]: none advertised); None where not said (older lines).
+    roots: list[str] | None = None
 
 
 class SubAgentEvent(EventBase):
@@ -563,6 +604,10 @@ class ForecastEvent(EventBase):
     tokens_before: int
     tokens_after: int  # estimated
     tokens_freed: int
+    # What is known of the size after: for a summary, what is kept (exactly) up to that plus the
+    # summary's max_tokens; None: tokens_after is exact (a reset, a compaction from the memory).
+    tokens_after_low: int | None = Field(default=None, exclude_if=lambda value: value is None)
+    tokens_after_high: int | None = Field(default=None, exclude_if=lambda value: value is None)
     cache_tokens_invalidated: int
     next_request_cost_before_usd: float | None = None  # None: no price known for the model
     next_request_cost_after_usd: float | None = None
@@ -585,6 +630,23 @@ class RestorePreviewEvent(EventBase):
     projected_after: int = 0
     level_after: Literal["ok", "warning", "compact", "blocking"] = "ok"
     reason: str | None = None  # set: it cannot be restored (one line)
+
+
+class WhatIfEvent(EventBase):
+    """This session replayed offline under another policy (the answer to ``WhatIf``): the context
+    after each model call it would have had, beside the recorded one; or (``reason``) why not."""
+
+    type: Literal["whatif"] = "whatif"
+    name: str = ""  # the policy, as the user gave it
+    window: int = 0
+    auto_compact_line: int = 0
+    warning_line: int = 0
+    compactions: int = 0
+    peak_tokens: int = 0
+    points: list[int] = Field(default_factory=list)  # tokens after each model call, in order
+    recorded_compactions: int = 0
+    recorded_peak_tokens: int = 0
+    reason: str | None = None  # set: nothing was replayed (one line)
 
 
 class ClearedResultsEvent(EventBase):
@@ -646,26 +708,41 @@ class ElicitationField(BaseModel):
     model_config = DEFERRED
 
     name: str
-    kind: Literal["string", "number", "integer", "boolean", "enum"]
+    # multi_enum: several of the options (the spec's array of enum, a multi-select)
+    kind: Literal["string", "number", "integer", "boolean", "enum", "multi_enum"]
     title: str = ""
     description: str = ""
     required: bool = False
-    options: list[str] = Field(default_factory=list)  # enum: the values sent
-    option_labels: list[str] = Field(default_factory=list)  # enum: the words shown (same order)
+    options: list[str] = Field(default_factory=list)  # enum, multi_enum: the values sent
+    option_labels: list[str] = Field(default_factory=list)  # enum, multi_enum: the words shown (same order)
     minimum: float | None = None
     maximum: float | None = None
     min_length: int | None = None
     max_length: int | None = None
-    default: str | int | float | bool | None = None  # int before float: a whole-number field keeps 30, not 30.0
+    min_items: int | None = None  # multi_enum
+    max_items: int | None = None
+    format: Literal["email", "uri", "date", "date-time"] | None = None  # string: the spec's formats
+    # int before float: a whole-number field keeps 30, not 30.0
+    default: str | int | float | bool | list[str] | None = None
 
-    def value_from(self, given: object) -> str | int | float | bool | None:
-        """The value to send for what the user gave (text, a bool, an option), None for an empty
-        optional field; ValueError with one line naming what was wrong."""
+    def value_from(self, given: object) -> str | int | float | bool | list[str] | None:
+        """The value to send for what the user gave (text, a bool, an option, a list of options),
+        None for an empty optional field; ValueError with one line naming what was wrong."""
         label = self.title or self.name
-        if given is None or (isinstance(given, str) and not given.strip() and self.kind != "string") or given == "":
+        if (given is None or (isinstance(given, str) and not given.strip() and self.kind != "string") or given == ""
+                or (self.kind == "multi_enum" and given == [] and not self.min_items)):
             if self.required:
                 raise ValueError(f"{label}: required")
-            return None
+            return [] if self.kind == "multi_enum" and given == [] else None
+        if self.kind == "multi_enum":
+            if not isinstance(given, list) or not all(isinstance(g, str) and g in self.options for g in given):
+                raise ValueError(f"{label}: must be some of the choices")
+            chosen = [option for option in self.options if option in given]  # the form's order, once each
+            if self.min_items is not None and len(chosen) < self.min_items:
+                raise ValueError(f"{label}: choose at least {self.min_items}")
+            if self.max_items is not None and len(chosen) > self.max_items:
+                raise ValueError(f"{label}: choose at most {self.max_items}")
+            return chosen
         if self.kind == "boolean":
             if isinstance(given, bool):
                 return given
@@ -681,6 +758,8 @@ class ElicitationField(BaseModel):
                 raise ValueError(f"{label}: at least {self.min_length} characters")
             if self.max_length is not None and len(given) > self.max_length:
                 raise ValueError(f"{label}: at most {self.max_length} characters")
+            if self.format is not None and given and not _has_format(given, self.format):
+                raise ValueError(f"{label}: must be {_FORMAT_WORDS[self.format]}")
             return given
         number: int | float
         if isinstance(given, bool) or not isinstance(given, (str, int, float)):
@@ -697,6 +776,32 @@ class ElicitationField(BaseModel):
         if self.maximum is not None and number > self.maximum:
             raise ValueError(f"{label}: at most {self.maximum:g}")
         return number
+
+
+_FORMAT_WORDS = {"email": "an email address", "uri": "a URI (scheme:…)", "date": "a date (YYYY-MM-DD)",
+                 "date-time": "a date and time (YYYY-MM-DDTHH:MM:SS, with an offset or Z)"}
+
+
+def _has_format(text: str, form: str) -> bool:
+    """Whether ``text`` is of the spec's string ``format`` (checked as a person would type it)."""
+    import datetime
+    import re
+    from urllib.parse import urlsplit
+
+    if form == "email":
+        return re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s.]+", text) is not None
+    if form == "uri":
+        parts = urlsplit(text)
+        return bool(re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", parts.scheme or "-")) and bool(parts.netloc or parts.path)
+    try:
+        if form == "date":
+            datetime.date.fromisoformat(text)
+        else:
+            moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+            return moment.tzinfo is not None and "T" in text.upper()
+    except ValueError:
+        return False
+    return True
 
 
 class ElicitationRequestEvent(EventBase):
@@ -777,7 +882,7 @@ class McpAttachmentEvent(EventBase):
 Event = Annotated[
     Union[
         TextDeltaEvent, ThinkingDeltaEvent, AssistantMessageEvent, UserMessageEvent,
-        ToolStartEvent, ToolResultEvent, ToolProgressEvent, ToolUserContentEvent, UsageEvent, ContextEvent, CompactionEvent,
+        ToolStartEvent, ToolResultEvent, ToolCallsCappedEvent, ToolProgressEvent, ToolUserContentEvent, UsageEvent, ContextEvent, CompactionEvent,
         MicroCompactionEvent, ResetEvent, WarningCrossedEvent, ResultCutEvent, BreakerEvent, RetryEvent,
         StateEvent, NoticeEvent, ErrorEvent, ResultEvent,
         SessionInfoEvent, ChartPointEvent, CommandQueuedEvent, ApprovalRequestEvent, ApprovalResolvedEvent,
@@ -788,7 +893,7 @@ Event = Annotated[
         ForecastEvent, RestorePreviewEvent, ClearedResultsEvent, ServerCompactionEvent,
         MemoryImportEvent, PromptCacheOffEvent, PermissionsEvent,
         ElicitationRequestEvent, ElicitationResolvedEvent, SamplingEvent,
-        McpPromptsEvent, McpAttachmentEvent,
+        McpPromptsEvent, McpAttachmentEvent, RequestRecordedEvent, WhatIfEvent,
     ],
     Field(discriminator="type"),
 ]

@@ -15,6 +15,7 @@ so both use it without importing each other.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -95,34 +96,104 @@ def write_private_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def read_private(path: Path, max_bytes: int) -> bytes:
-    """At most ``max_bytes`` of a regular file, never through a symlink (OSError otherwise)."""
-    fd = os.open(path, os.O_RDONLY | _SAFE_FLAGS)
+def read_private(path: Path, max_bytes: int, offset: int = 0, *, ours: bool = False) -> bytes:
+    """At most ``max_bytes`` of a regular file from ``offset``, never through a symlink (OSError otherwise).
+    ``ours``: only a file this user owns that no one else may write or read (0600, as we
+    write them); a file another user made, or one left group- or world-writable, is refused."""
+    fd = _open_regular(path, ours=ours)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path}: not a regular file")
-        os.set_blocking(fd, True)
-        chunks: list[bytes] = []
-        left = max_bytes
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
+        if offset:
+            os.lseek(fd, offset, os.SEEK_SET)
+        return _read_up_to(fd, max_bytes)
     finally:
         os.close(fd)
 
 
-def read_kept_json(path: Path, max_bytes: int) -> dict[str, Any]:
+def read_private_ends(path: Path, head_bytes: int, tail_bytes: int) -> tuple[bytes, bytes, int]:
+    """The first ``head_bytes`` and the last ``tail_bytes`` (not overlapping the head) of a
+    regular file and its size, by the rules above: a saved output too big to read whole."""
+    fd = _open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+        head = _read_up_to(fd, head_bytes)
+        tail = b""
+        if tail_bytes > 0 and size > len(head):
+            os.lseek(fd, max(len(head), size - tail_bytes), os.SEEK_SET)
+            tail = _read_up_to(fd, tail_bytes)
+        return head, tail, size
+    finally:
+        os.close(fd)
+
+
+def _open_regular(path: Path, *, ours: bool = False) -> int:
+    """A blocking descriptor of the regular file ``path``, never through a symlink (OSError otherwise)."""
+    fd = os.open(path, os.O_RDONLY | _SAFE_FLAGS)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        if ours and (info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077):
+            raise OSError(errno.EPERM, f"not tidegauge's own file (owner {info.st_uid}, "
+                                       f"mode {stat.S_IMODE(info.st_mode):04o}; ours are 0600)", str(path))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_private_read(path: Path | str) -> IO[bytes]:
+    """``path`` opened for reading (a transcript read line by line), never through a symlink,
+    only a regular file (OSError otherwise)."""
+    fd = os.open(path, os.O_RDONLY | _SAFE_FLAGS)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def refusal(path: Path, error: OSError) -> str | None:
+    """The one line saying why a file under the data directory was not read, or None when it is
+    simply not there (a first run): a planted symlink, a FIFO or an unreadable file is said."""
+    if isinstance(error, FileNotFoundError):
+        return None
+    if error.errno == errno.ELOOP:
+        return f"{path} is a symlink: not followed, not read (remove it; tidegauge writes a file there)"
+    reason = error.strerror or str(error)
+    return f"{path} not read: {reason}"
+
+
+def _read_up_to(fd: int, max_bytes: int) -> bytes:
+    chunks: list[bytes] = []
+    left = max_bytes
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_kept_json(path: Path, max_bytes: int, *, ours: bool = False,
+                   refused: list[str] | None = None) -> dict[str, Any]:
     """A small JSON object tidegauge keeps between runs (a cache), by the rules above; ``{}`` when
     it is missing, bigger than ``max_bytes``, not JSON or not an object: the caller starts afresh.
-    Only the shape is checked here; what each field may hold is the caller's to check."""
+    Only the shape is checked here; what each field may hold is the caller's to check.
+    ``ours`` as for ``read_private``; ``refused`` gets the line saying why a file there was not read."""
     try:
-        raw = read_private(path, max_bytes + 1)
+        raw = read_private(path, max_bytes + 1, ours=ours)
         kept = json.loads(raw) if len(raw) <= max_bytes else {}
-    except (OSError, ValueError):
+    except OSError as error:
+        line = refusal(path, error)
+        if line is not None and refused is not None:
+            refused.append(line)
+        return {}
+    except ValueError:
         return {}
     return kept if isinstance(kept, dict) else {}
 

@@ -292,6 +292,7 @@ async def read_lines(stdout: Any, deliver: Any, max_bytes: int, spill_dir: Path 
     message = _Message(max_bytes, spill_dir, budget, max_saved)
     async for chunk in stdout:
         start = 0
+        batch: list[bytes | dict[str, Any]] = []  # the chunk's whole lines, delivered together below
         while True:
             newline = chunk.find(b"\n", start)
             if newline < 0:
@@ -307,30 +308,66 @@ async def read_lines(stdout: Any, deliver: Any, max_bytes: int, spill_dir: Path 
             line = message.finish()
             if line is not None:
                 if line.strip():
-                    await deliver(line)
+                    batch.append(line)
             else:
                 answer = cut_answer(message)
                 if answer is not None:
-                    await deliver(answer)
+                    batch.append(answer)
                 else:
                     logger.warning("an MCP message of %d bytes was over the limit and had no id; dropped",
                                    message.size)
             message = _Message(max_bytes, spill_dir, budget, max_saved)
+        for kept in superseded_progress_dropped(batch):
+            await deliver(kept)
     message.finish()
     return None
+
+
+# A progress notification's token, read off the line's bytes: parsing each of a flood of them as JSON
+# cost more than the SDK's own work on the few that are kept.
+_PROGRESS_TOKEN = re.compile(rb'"progressToken"\s*:\s*("[^"\\]*"|-?\d+)')
+
+
+def _progress_token(line: bytes | dict[str, Any]) -> bytes | None:
+    """The token of a ``notifications/progress`` line, as its bytes (None for any other message).
+
+    A line with an ``"id"`` is a request or an answer, never taken for progress whatever its text
+    holds (an answer quoting MCP traffic keeps its quotes escaped). A server that writes its own
+    notifications in a stranger shape can at worst have one of its own messages dropped."""
+    if not isinstance(line, bytes) or b'"notifications/progress"' not in line or b'"id"' in line:
+        return None
+    found = _PROGRESS_TOKEN.search(line)
+    return found.group(1) if found is not None else None
+
+
+def superseded_progress_dropped(lines: list[bytes | dict[str, Any]]) -> list[bytes | dict[str, Any]]:
+    """``lines`` without each progress notification that the very next line supersedes (a newer one for
+    the same token): a server may send tens of thousands a second, and the SDK spends about a
+    millisecond on each, so a flood took 20 times the server's own time. Only the newest of a run
+    is kept; nothing else is dropped or reordered."""
+    if len(lines) < 2:
+        return lines
+    tokens = [_progress_token(line) for line in lines]
+    return [line for index, (line, token) in enumerate(zip(lines, tokens))
+            if token is None or index + 1 == len(lines) or tokens[index + 1] != token]
 
 
 @asynccontextmanager
 async def bounded_stdio_client(server: Any, errlog: TextIO, *, spill_dir: Path | None,
                                saved_output_budget: SavedOutputBudget | None = None,
                                on_stopped: Callable[[str], None] = lambda _reason: None,
+                               on_bad_line: Callable[[str], None] = lambda _line: None,
+                               on_exited: Callable[[int | None], None] = lambda _status: None,
                                max_message_bytes: int = MAX_MESSAGE_BYTES,
                                max_saved: int = MAX_SAVED_ANSWER_BYTES) -> AsyncGenerator[Any, None]:
     """``mcp.client.stdio.stdio_client`` with ``read_lines`` as its reader.
 
     ``saved_output_budget``: the session's cap on saved outputs, which cut answers count toward;
     ``on_stopped(reason)``: told when the transport ended a server that sent a message without end
-    (called before the session sees the connection close, so a pending call reads that reason)."""
+    (called before the session sees the connection close, so a pending call reads that reason);
+    ``on_bad_line(text)``: a stdout line that is not a JSON-RPC message (never handed to the SDK, whose
+    parser logs a traceback of kilobytes for each to our stderr); ``on_exited(status)``: the server's
+    exit status once its stdout ended (None when it had not exited within half a second)."""
     import mcp_types as types
     from mcp.client import stdio as sdk
     from mcp.shared.message import SessionMessage
@@ -350,9 +387,13 @@ async def bounded_stdio_client(server: Any, errlog: TextIO, *, spill_dir: Path |
             if isinstance(line, dict):
                 item: SessionMessage | Exception = SessionMessage(types.jsonrpc_message_adapter.validate_python(line))
             else:
-                item = sdk._parse_line(line.decode("utf-8", errors="replace"))
+                item = SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
         except ValueError as exc:
-            item = exc
+            if isinstance(line, dict):
+                item = exc
+            else:
+                on_bad_line(line.decode("utf-8", errors="replace"))
+                return
         await read_stream_writer.send(item)
 
     async def stdout_reader() -> None:
@@ -368,8 +409,11 @@ async def bounded_stdio_client(server: Any, errlog: TextIO, *, spill_dir: Path |
                 finally:
                     if stopped is None:
                         await sdk._drain_stdout(process)
-                if stopped is None:
-                    return  # the end of stdout: the server exited
+                if stopped is None:  # the end of stdout: the server exited (or is about to)
+                    with anyio.move_on_after(0.5):
+                        await process.wait()
+                    on_exited(process.returncode)
+                    return
                 # A line without end: nothing after it can be read, so the server goes, as a crashed one
                 # does. Told first, then ended; the session then sees the connection close.
                 on_stopped(stopped)

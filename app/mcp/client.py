@@ -17,10 +17,10 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Protocol, TypeVar, runtime_checkable
 
 from app import __version__
-from app.mcp.client_features import ClientRequests, SamplingRefused, workspace_roots
+from app.mcp.client_features import ClientRequests, SamplingRefused, configured_roots, folder_roots
 from app.mcp.settings import McpServerConfig, MissingEnvironment, hide_url_secrets, resolved_headers
 from app.mcp.stderr_log import ServerStderrLog
 from app.kernel.redact import redact
@@ -106,6 +106,14 @@ async def _prompts_and_resources(client: Client) -> tuple[list[RemotePrompt], bo
     return prompts[:MAX_PROMPTS], serves_resources
 
 
+@runtime_checkable
+class ScopeKeeper(Protocol):
+    """A session's OAuth (app.mcp.oauth) that keeps the scope a 403 asked for, so the next
+    ``tidegauge mcp login`` asks for it beside what was granted."""
+
+    def want_scope(self, scope: str) -> None: ...
+
+
 @dataclass
 class McpConnection:
     name: str
@@ -120,6 +128,8 @@ class McpConnection:
     # Its prompts (prompts/list at start, when it declares prompts) and whether it serves resources.
     prompts: list[RemotePrompt] = field(default_factory=list)
     serves_resources: bool = False
+    # What the server's initialize answer says a client should tell its model (raw, unbounded).
+    instructions: str | None = None
     # The session's cap on saved outputs: answers the transport cuts and saves count toward it.
     saved_output_budget: SavedOutputBudget | None = None
 
@@ -141,6 +151,9 @@ class McpConnection:
         self.mode = "auto"
         self._closed_in_handshake = False
         self._ended_by_transport: str | None = None  # why the transport ended the server in the handshake
+        self._exit_status: int | None = None  # a stdio server's, once its stdout ended
+        self._last_stderr_line = ""  # once its log is closed
+        self.bad_lines = 0  # stdout lines that were not MCP messages (filed in its log)
         self._unauthorized: str | None = None  # the WWW-Authenticate of the last 401, for the message
         # The scope a 403 insufficient_scope asked for (the spec's scope step-up), cleaned; "" when
         # it named none; None when no call met one.
@@ -166,8 +179,20 @@ class McpConnection:
 
     # ---- start and stop ----
 
+    @property
+    def roots(self) -> list[Path] | None:
+        """The folders given to the server as roots (None: none advertised). Checked by ``start``."""
+        try:
+            return configured_roots(self.config.roots, self.workspace)
+        except ValueError:
+            return []
+
     async def start(self) -> None:
         """Start the server and list its tools; raises McpServerError with one line on failure."""
+        try:
+            configured_roots(self.config.roots, self.workspace)
+        except ValueError as bad:
+            raise McpServerError(str(bad)) from None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.startup_timeout
         try:
@@ -190,6 +215,8 @@ class McpConnection:
         self.stopped_cleanly = False
         self._closed_in_handshake = False
         self._ended_by_transport = None
+        self._exit_status = None
+        self._last_stderr_line = ""
         self._unauthorized = None
         self._more_scope = None
 
@@ -211,6 +238,7 @@ class McpConnection:
 
     async def _run(self) -> None:
         assert self._ready is not None
+        handshake_failure: str | None = None
         before = _session_leader_children()
         # Found while the handshake runs, so even a server that hangs or dies in it has
         # its process group ended afterwards.
@@ -224,6 +252,7 @@ class McpConnection:
                 finder.cancel()
                 tools = await self._list_tools(client)
                 self.prompts, self.serves_resources = await _prompts_and_resources(client)
+                self.instructions = client.instructions
                 self._client = client
                 self.tools = tools
                 self._ready.set_result(None)
@@ -240,8 +269,9 @@ class McpConnection:
             if not self._ready.done():
                 # A server the transport ended is not one that crashed on the probe: not started again.
                 self._closed_in_handshake = _connection_closed(exc) and self._ended_by_transport is None
-                self._ready.set_exception(McpServerError(reason))
+                handshake_failure = reason  # said once the server's last stderr words are read (below)
             elif not self._stop.is_set():
+                reason += self._how_it_ended()
                 self.failure = reason
                 if self.config.url is None:  # a url server is reconnected at its next call instead
                     self.on_exit(self, reason)
@@ -256,14 +286,17 @@ class McpConnection:
                 # period; a server that exits in time leaves its own children behind.
                 await _end_process_group(self._pgid)
                 self._pgid = None
+            errlog, self._errlog = self._errlog, None
+            if errlog is not None:
+                await asyncio.to_thread(errlog.close)  # waits for the server's last words, off the loop
+                self._last_stderr_line = errlog.last_line
             if self._ready is not None and not self._ready.done():
                 if self._stop.is_set():
                     self._ready.cancel()  # start() gave up waiting: nobody will read an error
+                elif handshake_failure is not None:
+                    self._ready.set_exception(McpServerError(handshake_failure + self._how_it_ended()))
                 else:
                     self._ready.set_exception(McpServerError(self.failure or "stopped before it was ready"))
-            if self._errlog is not None:
-                errlog, self._errlog = self._errlog, None
-                await asyncio.to_thread(errlog.close)  # waits for the server's last words, off the loop
 
     def _explain(self, exc: BaseException) -> str:
         """One line for a failure; a 401 says how to log in rather than the SDK's "error response"."""
@@ -281,6 +314,33 @@ class McpConnection:
             return str(exc)
         return describe_failure(exc)
 
+    def _how_it_ended(self) -> str:
+        """What a stdio server's end says of its cause, for the failure's one line: its exit status, its
+        last stderr line and the stdout lines that were not MCP messages ("" when none is known)."""
+        said: list[str] = []
+        status = self._exit_status
+        if status is not None:
+            said.append(f"exit status {status}" if status >= 0 else f"killed by signal {-status}")
+        last = self._last_stderr_line or (self._errlog.last_line if self._errlog is not None else "")
+        if last:
+            said.append(f"its last stderr line: {last!r}")
+        if self.bad_lines:
+            where = f" (in {self.log_path})" if self.log_path is not None else ""
+            said.append(f"{self.bad_lines} stdout line{'s' if self.bad_lines != 1 else ''} that "
+                        f"{'were' if self.bad_lines != 1 else 'was'} not MCP messages{where}")
+        return f" ({'; '.join(said)})" if said else ""
+
+    def _bad_stdout_line(self, text: str) -> None:
+        """A line on a stdio server's stdout that is not a JSON-RPC message: counted, and filed in the
+        server's log as one line (never a traceback on our stderr); the server goes on."""
+        self.bad_lines += 1
+        if self._errlog is not None:
+            shown = text if len(text) <= 300 else text[:299] + "…"
+            self._errlog.write_line(f"[tidegauge] a stdout line that is not an MCP message was ignored: {shown!r}")
+
+    def _exited(self, status: int | None) -> None:
+        self._exit_status = status
+
     def _more_scope_words(self) -> str:
         """A 403 insufficient_scope, said as the 401's words say it: what the server wants, how to get it.
 
@@ -288,7 +348,9 @@ class McpConnection:
         asked): the tokens are forgotten first, and the new login asks for the scopes the server
         advertises. A session never opens a browser for the SDK's own step-up."""
         asked = f", scope {self._more_scope!r} asked for" if self._more_scope else ""
-        if self.authorization is not None:
+        if isinstance(self.authorization, ScopeKeeper) and self._more_scope:
+            how = (f"run `{login_command(self.name)}`: it asks for that scope beside the one you have")
+        elif self.authorization is not None:
             how = (f"log in again for it: `tidegauge mcp logout {self.name}`, then `{login_command(self.name)}`")
         else:
             how = (f"give the server a token with that scope with bearer_token_env_var or headers in "
@@ -334,7 +396,8 @@ class McpConnection:
         spill_dir = self.log_dir / "tool-results" if self.log_dir is not None else None
         transport = bounded_stdio_client(params, self._errlog.writer, spill_dir=spill_dir,
                                          saved_output_budget=self.saved_output_budget,
-                                         on_stopped=self._stopped_by_transport)
+                                         on_stopped=self._stopped_by_transport, on_bad_line=self._bad_stdout_line,
+                                         on_exited=self._exited)
         return Client(transport, read_timeout_seconds=self._request_timeout(), client_info=client_info,
                       mode=self.mode, **self._log_options())
 
@@ -354,14 +417,18 @@ class McpConnection:
 
     def _client_features(self) -> dict[str, Any]:
         """The callbacks that answer the server's own requests (issue 26, app/mcp/client_features.py):
-        roots always (the workspace alone); forms only when the session can answer them."""
+        roots as the server's setting says (the workspace alone by default); forms only when the session
+        can answer them."""
         import mcp_types as types
+
+        folders = self.roots
 
         async def list_roots(_context: Any) -> types.ListRootsResult:
             return types.ListRootsResult.model_validate(
-                {"roots": [{"uri": uri, "name": name} for uri, name in workspace_roots(self.workspace)]})
+                {"roots": [{"uri": uri, "name": name} for uri, name in folder_roots(folders or [])]})
 
-        features: dict[str, Any] = {"list_roots_callback": list_roots}
+        # roots = false: the capability is not declared, so the server keeps to its own arguments
+        features: dict[str, Any] = {"list_roots_callback": list_roots} if folders is not None else {}
         requests = self.requests
         if requests is None:
             return features
@@ -417,6 +484,8 @@ class McpConnection:
                 self._unauthorized = f", {found.group(1)} expected" if found else ""
             if response.status_code == 403:
                 self._more_scope = _insufficient_scope(response)
+                if self._more_scope and isinstance(self.authorization, ScopeKeeper):
+                    self.authorization.want_scope(self._more_scope)  # the next `mcp login` asks for it
 
         from app.mcp.http_bounds import bound_response, identity_only
 

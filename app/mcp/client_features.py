@@ -2,8 +2,9 @@
 
 A server is someone else's code, so each question is a way in:
 
-- **roots** (``roots/list``): the session's workspace as one ``file://`` root, nothing else. A
-  server learns the folder it is started in anyway; it never learns another folder from us.
+- **roots** (``roots/list``): by default the session's workspace as one ``file://`` root, nothing
+  else; a server's ``roots`` setting gives it the folders the user names there, or none at all
+  (the capability is then not declared). A server never learns another folder from us.
 - **elicitation** (``elicitation/create``, form mode): the server's message and fields reach
   the user as an ``ElicitationRequestEvent``; the answer comes back through ``submit`` as an
   ``AnswerElicitation`` and goes to that server only (never to the model, the transcript or a
@@ -107,9 +108,29 @@ class UnfitForm(ValueError):
 
 
 def workspace_roots(workspace: Path) -> list[tuple[str, str]]:
-    """(uri, name) of the roots given to every server: the workspace, resolved, alone."""
-    resolved = workspace.resolve()
-    return [(resolved.as_uri(), resolved.name or str(resolved))]
+    """(uri, name) of the roots given to a server by default: the workspace, resolved, alone."""
+    return folder_roots([workspace])
+
+
+def folder_roots(folders: list[Path]) -> list[tuple[str, str]]:
+    """(uri, name) of each folder, resolved."""
+    return [(path.as_uri(), path.name or str(path)) for path in (folder.resolve() for folder in folders)]
+
+
+def configured_roots(setting: bool | list[str], workspace: Path) -> list[Path] | None:
+    """The folders a server's ``roots`` setting gives it (None: no roots are advertised). Raises
+    ValueError with one line naming a folder that is not there."""
+    if setting is False:
+        return None
+    if setting is True:
+        return [workspace.resolve()]
+    folders = []
+    for entry in setting:
+        folder = (workspace / Path(entry).expanduser()).resolve()
+        if not folder.is_dir():
+            raise ValueError(f"roots: {entry!r} is not a folder ({folder})")
+        folders.append(folder)
+    return folders
 
 
 def shown(text: object, limit: int) -> str:
@@ -149,17 +170,14 @@ def _field(name: str, spec: object, required: bool) -> ElicitationField:
     common: dict[str, Any] = {"name": name, "required": required,
                               "title": shown(spec.get("title") or "", MAX_TITLE_CHARS),
                               "description": shown(spec.get("description") or "", MAX_DESCRIPTION_CHARS)}
+    if kind == "array":
+        return _multi_select(name, spec, common)
     if options is not None:
-        if kind not in (None, "string") or not isinstance(options, list) or not all(isinstance(o, str) for o in options):
+        if kind not in (None, "string"):
             raise UnfitForm(f"field {name} offers choices that are not text")
-        if not options or len(options) > MAX_OPTIONS:
-            raise UnfitForm(f"field {name} offers {len(options)} choices (a form shows 1 to {MAX_OPTIONS})")
-        if not isinstance(labels, list) or len(labels) != len(options):
-            labels = options
-        default = spec.get("default") if spec.get("default") in options else None
-        return ElicitationField(kind="enum", options=list(options),
-                                option_labels=[shown(label, MAX_OPTION_CHARS) for label in labels],
-                                default=default, **common)
+        values, shown_labels = _choices(name, options, labels)
+        default = spec.get("default") if spec.get("default") in values else None
+        return ElicitationField(kind="enum", options=values, option_labels=shown_labels, default=default, **common)
     if kind == "boolean":
         default = spec.get("default")
         return ElicitationField(kind="boolean", default=default if isinstance(default, bool) else None, **common)
@@ -173,9 +191,45 @@ def _field(name: str, spec: object, required: bool) -> ElicitationField:
         lengths: dict[str, Any] = {key: spec.get(attr) for key, attr in (("min_length", "minLength"), ("max_length", "maxLength"))
                    if isinstance(spec.get(attr), int) and not isinstance(spec.get(attr), bool)}
         default = spec.get("default")
+        form = spec.get("format") if spec.get("format") in ("email", "uri", "date", "date-time") else None
         return ElicitationField(kind="string", default=shown(default, 2_000) if isinstance(default, str) else None,
-                                **lengths, **common)
+                                format=form, **lengths, **common)
     raise UnfitForm(f"field {name} has type {shown(kind, 40)!r}, which a form cannot ask")
+
+
+def _choices(name: str, options: object, labels: object) -> tuple[list[str], list[str]]:
+    """(values, shown labels) of a field's choices, checked; UnfitForm naming what is wrong."""
+    if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
+        raise UnfitForm(f"field {name} offers choices that are not text")
+    if not options or len(options) > MAX_OPTIONS:
+        raise UnfitForm(f"field {name} offers {len(options)} choices (a form shows 1 to {MAX_OPTIONS})")
+    if not isinstance(labels, list) or len(labels) != len(options):
+        labels = options
+    return list(options), [shown(label, MAX_OPTION_CHARS) for label in labels]
+
+
+def _multi_select(name: str, spec: dict[str, Any], common: dict[str, Any]) -> ElicitationField:
+    """The spec's multi-select: ``{"type": "array", "items": {"enum": [...]}}``, or titled with
+    ``"items": {"anyOf": [{"const", "title"}]}``; ``minItems``, ``maxItems`` and a default list."""
+    items = spec.get("items")
+    if not isinstance(items, dict):
+        raise UnfitForm(f"field {name} is a list without the choices of its items")
+    options: object = items.get("enum")
+    labels: object = items.get("enumNames")
+    titled = items.get("anyOf") if isinstance(items.get("anyOf"), list) else items.get("oneOf")
+    if options is None and isinstance(titled, list):
+        options = [choice.get("const") for choice in titled if isinstance(choice, dict)]
+        labels = [choice.get("title") or choice.get("const") for choice in titled if isinstance(choice, dict)]
+    if options is None:
+        raise UnfitForm(f"field {name} is a list of {shown(items.get('type'), 40)!r}, which a form cannot ask "
+                        "(only a list of choices)")
+    values, shown_labels = _choices(name, options, labels)
+    counts: dict[str, Any] = {key: spec.get(attr) for key, attr in (("min_items", "minItems"), ("max_items", "maxItems"))
+                              if isinstance(spec.get(attr), int) and not isinstance(spec.get(attr), bool)}
+    default = spec.get("default")
+    chosen = [value for value in values if isinstance(default, list) and value in default] if default else None
+    return ElicitationField(kind="multi_enum", options=values, option_labels=shown_labels, default=chosen,
+                            **counts, **common)
 
 
 def answer_content(fields: list[ElicitationField], values: dict[str, object]) -> dict[str, Any]:

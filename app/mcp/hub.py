@@ -14,9 +14,10 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
-from app.kernel.events import Event, McpAttachmentEvent, McpPromptsEvent, McpServerEvent
+from app.kernel.events import (Event, McpAttachmentEvent, McpPromptsEvent, McpServerEvent, ToolResultEvent,
+                               ToolStartEvent)
 from app.kernel.messages import TextBlock
 from app.mcp.client import McpConnection, McpServerError, RemotePrompt
 from app.mcp.prompts import (
@@ -39,6 +40,7 @@ from app.mcp.settings import McpServerConfig, header_secrets, hide_url_secrets, 
 from app.mcp.tools import McpTool, offered, prefixed_name
 from app.kernel.messages import ToolSpec
 from app.kernel.redact import register_secret
+from app.kernel.sanitize import sanitize_for_model
 from app.tools.deferral import LOAD_TOOLS, LoadToolsTool, ToolDeferral
 from app.tools.registry import ToolRegistry
 
@@ -114,8 +116,9 @@ class McpHub:
                 registry.register(tool)
             count = sum(map(offered, connection.tools))
             left_out = [remote.name for remote in connection.tools if not offered(remote)]
+            roots = connection.roots
             self.emit(McpServerEvent(name=connection.name, status="ready", tools=count, detail=f"{count} tools",
-                                     not_offered=left_out))
+                                     not_offered=left_out, roots=[str(p) for p in roots] if roots is not None else []))
             self._add_prompts(connection)
         if self.resource_servers() and registry.get(READ_RESOURCE) is None:
             registry.register(ReadResourceTool(self._resource_connection, self.resource_servers))
@@ -214,6 +217,24 @@ class McpHub:
         self.connections.clear()
 
 
+# A server's `instructions` go into every request's system prompt: bounded, as Claude Code bounds them,
+# so a server cannot fill the window from there (a longer text keeps its head and says it was cut).
+MAX_INSTRUCTIONS_BYTES = 2048
+
+
+def bounded_instructions(server: str, text: str | None) -> str:
+    """A server's instructions made fit for the system prompt: escape sequences and control
+    characters made harmless, at most ``MAX_INSTRUCTIONS_BYTES`` of UTF-8, the rest cut with a notice."""
+    if not text or not text.strip():
+        return ""
+    clean = sanitize_for_model(text).strip()
+    data = clean.encode()
+    if len(data) <= MAX_INSTRUCTIONS_BYTES:
+        return clean
+    kept = data[:MAX_INSTRUCTIONS_BYTES].decode(errors="ignore")
+    return f"{kept}\n[the rest of {server}'s instructions was cut: {len(data) - len(kept.encode()):,} more bytes]"
+
+
 class McpSettings(Protocol):
     """What the hub reads of the session's settings (app.wiring.config.Settings has both)."""
 
@@ -224,10 +245,25 @@ class McpSettings(Protocol):
     def tool_defer_share(self) -> float: ...
 
 
+def tools_loaded_before(events: Sequence[Event]) -> list[str]:
+    """The tool names an earlier run of the session passed to ``load_tools`` in calls that ran (its
+    transcript's tool_start and tool_result events; the history may have been compacted since)."""
+    ran = {e.id for e in events if isinstance(e, ToolResultEvent) and e.name == LOAD_TOOLS and not e.refused}
+    names: list[str] = []
+    for event in events:
+        if isinstance(event, ToolStartEvent) and event.name == LOAD_TOOLS and event.id in ran:
+            asked = event.input.get("names")
+            asked = [asked] if isinstance(asked, str) else asked
+            if isinstance(asked, list):
+                names.extend(str(name).strip() for name in asked)
+    return list(dict.fromkeys(name for name in names if name))
+
+
 async def start_mcp(settings: McpSettings, registry: ToolRegistry, engine: ContextEngine,
                     emit: Callable[[Event], None], *,
                     workspace: Path, log_dir: Path | None = None, requests: ClientRequests | None = None,
-                    saved_output_budget: SavedOutputBudget | None = None) -> McpHub:
+                    saved_output_budget: SavedOutputBudget | None = None,
+                    loaded_before: Sequence[str] = ()) -> McpHub:
     """Start the session's MCP servers and hand their tools to the registry and the engine.
 
     ``settings`` needs ``mcp_servers`` and ``tool_defer_share``; ``engine`` is the
@@ -235,7 +271,8 @@ async def start_mcp(settings: McpSettings, registry: ToolRegistry, engine: Conte
     Never raises for a server that fails: that is an event and a warning line. ``requests``:
     the session's answers to what servers ask (forms); without it, forms are not offered.
     ``saved_output_budget``: the session's cap on saved outputs (``ToolContext``'s), which answers
-    the transports cut and save count toward; without it they count toward none.
+    the transports cut and save count toward; without it they count toward none. ``loaded_before``:
+    the tools a resumed session had loaded (``tools_loaded_before``), declared again from the start.
     """
     hub = McpHub(emit=emit)
     servers: dict[str, McpServerConfig] = dict(settings.mcp_servers or {})
@@ -253,7 +290,13 @@ async def start_mcp(settings: McpSettings, registry: ToolRegistry, engine: Conte
         # request until the next call's usage, rather than miss what was just loaded.
         engine.accounting.invalidate()
 
-    hub.defer(registry, engine.config.window, float(settings.tool_defer_share), send)
+    instructions = {name: text for name, connection in hub.connections.items()
+                    if connection.alive and (text := bounded_instructions(name, connection.instructions))}
+    if instructions:
+        engine.use_server_instructions(instructions)
+    deferral = hub.defer(registry, engine.config.window, float(settings.tool_defer_share), send)
+    if loaded_before and deferral.active:
+        deferral.restore_loaded(list(loaded_before))
     engine.tool_owner = hub.server_of
     engine.tool_tokens_saved = lambda: hub.saved_tokens
     engine.emit_context()  # the gauge and the breakdown now include the servers' definitions

@@ -229,6 +229,38 @@ class TokenFile:
         register_secret(client_info.client_secret)
         self._write(client_info=client_info.model_dump(mode="json", exclude_none=True))
 
+    def granted_scope(self) -> str | None:
+        """The scope the stored tokens were granted (None when none is said)."""
+        tokens = self._read().get("tokens")
+        scope = tokens.get("scope") if isinstance(tokens, dict) else None
+        return scope if isinstance(scope, str) and scope.strip() else None
+
+    def wanted_scope(self) -> str | None:
+        """The scope servers asked for beyond the granted one (403 insufficient_scope), for the next login."""
+        wanted = self._read().get("wanted_scope")
+        return wanted if isinstance(wanted, str) and wanted.strip() else None
+
+    def want_scope(self, scope: str) -> None:
+        """A session met a 403 asking for ``scope``: the next login asks for it too (with what it has)."""
+        from mcp.client.auth.utils import union_scopes
+
+        if self.exists():
+            self._write(wanted_scope=union_scopes(self.wanted_scope(), scope))
+
+    def clear_wanted_scope(self) -> None:
+        stored = self._read()
+        if "wanted_scope" in stored:
+            write_private_atomic(self.path, json.dumps(
+                {k: v for k, v in stored.items() if k != "wanted_scope"}, indent=1).encode())
+
+    def forget_tokens(self) -> None:
+        """Drop the tokens (a login for more scope: still valid, they would keep the login from asking),
+        keeping the client's registration and the authorization server."""
+        stored = self._read()
+        if stored:
+            write_private_atomic(self.path, json.dumps(
+                {k: v for k, v in stored.items() if k not in ("tokens", "expires_at")}, indent=1).encode())
+
     def forget(self) -> bool:
         """Remove the file (``tidegauge mcp logout``); whether there was one."""
         try:
@@ -377,6 +409,10 @@ def _provider(name: str, config: McpServerConfig, storage: Any, redirect_uri: st
         origin_metadata_issuer: str | None = None
         # The authorization server of the stored tokens, as the token file keeps it.
         kept: KeptAuthorizationServer | None = None
+
+        def want_scope(self, scope: str) -> None:
+            """A 403 insufficient_scope named ``scope``: kept for the next login (see ``ScopeKeeper``)."""
+            file.want_scope(scope)
 
         async def _initialize(self) -> None:
             await super()._initialize()
@@ -877,15 +913,33 @@ async def show_in_browser(url: str) -> None:
         await asyncio.to_thread(webbrowser.open, url)
 
 
+def with_scope(url: str, extra: str | None) -> str:
+    """The authorization URL asking for its own scope and ``extra`` too (RFC 6750 §3.1's step-up: the
+    scopes granted and those a 403 named, so a login for more keeps what was had)."""
+    if not extra:
+        return url
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    from mcp.client.auth.utils import union_scopes
+
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    asked = next((value for key, value in query if key == "scope"), None)
+    query = [(key, value) for key, value in query if key != "scope"] + [("scope", union_scopes(asked, extra) or "")]
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
 def consent_auth(name: str, config: McpServerConfig, data_dir: Path, receiver: LoopbackReceiver,
-                 open_consent: OpenConsent, consent_timeout: float = CONSENT_TIMEOUT) -> OAuthClientProvider:
-    """The auth of a login's connection: the whole flow, consent through ``open_consent`` and ``receiver``."""
+                 open_consent: OpenConsent, consent_timeout: float = CONSENT_TIMEOUT,
+                 extra_scope: str | None = None) -> OAuthClientProvider:
+    """The auth of a login's connection: the whole flow, consent through ``open_consent`` and ``receiver``;
+    ``extra_scope``: asked for beside what the server's challenge asks (a step-up)."""
     assert config.url is not None
     file = TokenFile(token_path(data_dir, name), config.url)
 
     async def redirect(url: str) -> None:
         await receiver.expect(_state_of(url))
-        await open_consent(url)
+        await open_consent(with_scope(url, extra_scope))
 
     async def callback() -> AuthorizationCodeResult:
         return await receiver.result(consent_timeout)
@@ -909,8 +963,16 @@ async def login(name: str, config: McpServerConfig, data_dir: Path, workspace: P
         raise LoginError(f"{name} uses oauth_grant = \"{config.oauth_grant}\": sessions get its tokens themselves, "
                          "no login needed")
     client_secret(name, config)  # a missing secret is named now, before a browser opens
+    file = TokenFile(token_path(data_dir, name), config.url)
+    wanted = file.wanted_scope()
+    extra_scope: str | None = None
+    if wanted:  # a session met a 403 for more scope: ask for it and for what was granted, with consent
+        from mcp.client.auth.utils import union_scopes
+
+        extra_scope = union_scopes(file.granted_scope(), wanted)
+        file.forget_tokens()
     receiver = await LoopbackReceiver().start()
-    auth = consent_auth(name, config, data_dir, receiver, open_consent, consent_timeout)
+    auth = consent_auth(name, config, data_dir, receiver, open_consent, consent_timeout, extra_scope=extra_scope)
     # The handshake waits for the user's consent: it may take the consent's time as well as its own.
     patient = config.model_copy(update={"startup_timeout": config.startup_timeout + consent_timeout})
     connection = McpConnection(name, patient, workspace, authorization=auth)
@@ -921,8 +983,10 @@ async def login(name: str, config: McpServerConfig, data_dir: Path, workspace: P
     finally:
         await receiver.close()
         await connection.aclose()
-    if not TokenFile(token_path(data_dir, name), config.url).exists():
+    if not file.exists():
         raise LoginError(f"{name} answered without asking for authorization: it needs no login")
+    if wanted:
+        file.clear_wanted_scope()
     return len(connection.tools)
 
 

@@ -58,6 +58,10 @@ class McpServerConfig(BaseModel):
     oauth_idp_id_token_env_var: str | None = None
     oauth_idp_client_id: str | None = None
     oauth_idp_client_secret_env_var: str | None = None
+    # The folders the server is told it may work in (MCP roots): true, the workspace alone; false, no
+    # roots at all (a server then keeps to the folders in its own args, as server-filesystem does);
+    # or a list of folders (relative to the working directory, ~ expanded).
+    roots: bool | list[str] = True
     enabled: bool = True
     startup_timeout: float = Field(30.0, gt=0)  # seconds to start and list the tools
     tool_timeout: float = Field(300.0, gt=0)  # seconds one tool call may take
@@ -68,6 +72,8 @@ class McpServerConfig(BaseModel):
             raise ValueError("set either command (a program started over stdio) or url (streamable HTTP), not both")
         if self.command is not None and not self.command.strip():
             raise ValueError("command is empty")
+        if isinstance(self.roots, list) and not all(root.strip() for root in self.roots):
+            raise ValueError("roots: an entry is empty (give folders, or roots = false for none)")
         if self.url is not None and not re.match(r"^https?://", self.url):
             raise ValueError(f"url must start with http:// or https:// (got {shown_url(self.url)!r})")
         if self.url is None and (self.headers or self.bearer_token_env_var):

@@ -21,6 +21,7 @@ from typing import IO, Iterable, TextIO
 
 from app.kernel.private_files import make_private_dir, open_private_fd
 from app.kernel.redact import MIN_SECRET_LENGTH, REDACTED, redact
+from app.kernel.sanitize import sanitize_for_display
 from app.tools.registry import CappedFile
 
 MAX_LOG_BYTES = 1024 * 1024
@@ -59,6 +60,8 @@ class ServerStderrLog:
         self.writer: TextIO | None = os.fdopen(write_fd, "w", encoding="utf-8", errors="replace")
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._pending = ""
+        # The server's last non-blank stderr line, redacted and bounded: a failure's one line quotes it.
+        self.last_line = ""
         self._stop = threading.Event()
         self._file_lock = threading.Lock()  # the reader thread and write_line share the file
         self._reader = threading.Thread(target=self._read_all, name="mcp-stderr-log", daemon=True)
@@ -86,7 +89,7 @@ class ServerStderrLog:
 
     def write_line(self, text: str) -> None:
         """A line from tidegauge itself (the server's log notifications): redacted and capped like stderr."""
-        self._flush(text.rstrip("\n") + "\n")
+        self._flush(text.rstrip("\n") + "\n", from_server=False)
 
     def spawned(self) -> None:
         """The server process holds its own copy of the pipe: drop ours, so its exit is an EOF."""
@@ -150,7 +153,12 @@ class ServerStderrLog:
             self._flush(pending[:cut])
         self._pending = pending[cut:]
 
-    def _flush(self, text: str) -> None:
+    def _flush(self, text: str, from_server: bool = True) -> None:
+        if text and from_server:
+            lines = [line for line in text.splitlines() if line.strip()]
+            if lines:
+                last = sanitize_for_display(self._redact(lines[-1][-2000:])).strip()
+                self.last_line = last if len(last) <= 200 else last[:199] + "…"
         if text and self.file is not None:
             data = self._redact(text).encode("utf-8", errors="replace")
             with self._file_lock:

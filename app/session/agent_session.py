@@ -41,6 +41,7 @@ from app.kernel.commands import (
     Reset,
     RestoreResult,
     ServerCompaction,
+    WhatIf,
     Shutdown,
     UserInput,
 )
@@ -60,18 +61,22 @@ from app.kernel.events import (
     PermissionsEvent,
     ReportEvent,
     ResultEvent,
+    SandboxState,
     SessionInfoEvent,
     SessionRepairedEvent,
     StateEvent,
     TokenTotals,
+    WhatIfEvent,
 )
 from app.context.chart_history import with_chart_points  # old sessions' chart points: derived beside the engine
 from app.mcp.client_features import ClientRequests
 from app.agent.permissions import EFFECTS, PROJECT_SETTINGS, Permissions
+from app.tools.bash import escape_reason
 from app.kernel.protocol import EventLog, Listener, Listeners, SessionSnapshot
 
 if TYPE_CHECKING:
     from app.agent.loop import Agent
+    from app.context.prices import Price
     from app.context.memory import ImportNotice, MemoryBundle
     from app.kernel.messages import TextBlock, ToolUseBlock
     from app.mcp.client_features import SampledReply, SamplingCall
@@ -210,7 +215,8 @@ class RunFigures:
         if cost is not None:
             self.cost_usd = (self.cost_usd or 0.0) + cost
 
-    def completed(self, result: ResultEvent, session_id: str, api_seconds: float) -> ResultEvent:
+    def completed(self, result: ResultEvent, session_id: str, api_seconds: float,
+                  sandbox: SandboxState | None = None) -> ResultEvent:
         total = TokenTotals()
         for totals in self.by_agent.values():
             for name in TokenTotals.model_fields:
@@ -224,6 +230,7 @@ class RunFigures:
             "usage": total,
             "usage_by_agent": dict(self.by_agent),
             "permission_denials": list(self.denials),
+            "sandbox": sandbox,
         })
 
 
@@ -324,6 +331,7 @@ class AgentSession:
             agent.permissions = Permissions(workspace=agent.workspace)
         self.permissions: Permissions = agent.permissions
         self._stopping = False
+        self._whatif_task: asyncio.Task[None] | None = None  # the replay running in a worker thread
         # Prompts, compactions and resets submitted and not yet done (or dropped): counted
         # at ``submit``, on the caller's thread, so "nothing pending" never races a submit.
         self._pending = 0
@@ -416,7 +424,8 @@ class AgentSession:
         for command_id in unanswered:
             cause = _CAUSE.set(command_id)
             try:
-                self._emit(ResultEvent(stop_reason="interrupted", text="", steps=0, session_id=self.info.session_id))
+                self._emit(ResultEvent(stop_reason="interrupted", text="", steps=0, session_id=self.info.session_id,
+                                       sandbox=self.info.sandbox))
             finally:
                 _CAUSE.reset(cause)
 
@@ -443,7 +452,8 @@ class AgentSession:
             run.denials.append(PermissionDenial(tool_name=name, tool_use_id=event.id, tool_input=tool_input))
         elif event.type == "result":
             self._run = None
-            return run.completed(event, self.info.session_id, self._api_clock.now() - run.api_at_start)
+            return run.completed(event, self.info.session_id, self._api_clock.now() - run.api_at_start,
+                                 sandbox=self.info.sandbox)
         return event
 
     def _tell_cleared(self) -> None:
@@ -497,11 +507,15 @@ class AgentSession:
             self._answer_import(command.path, command.approve)
         elif isinstance(command, AnswerElicitation):
             self._answer_elicitation(command)
+        elif isinstance(command, WhatIf):
+            self._start_whatif(command)
         elif isinstance(command, Shutdown):
             self._stopping = True
             if command.now:
                 self._drop_queue()
                 self._interrupt()
+                if self._whatif_task is not None:
+                    self._whatif_task.cancel()  # its answer is not waited for (its thread ends on its own)
         else:
             if isinstance(command, Reset):
                 # A confirmed reset replaces what was queued and ends the running turn.
@@ -513,6 +527,34 @@ class AgentSession:
                 self._emit(CommandQueuedEvent(command=kind, position=len(self._queue) + 1,
                                               text=command.text if isinstance(command, UserInput) else ""))
             self._queue.append((command_id, command))
+
+    # ------------------------------------------------------------ the policy what-if
+
+    def _start_whatif(self, command: WhatIf) -> None:
+        """Replay the transcript under ``command``'s policy in a worker thread (a long session takes
+        seconds), then answer with its curve; one at a time. A surface's figures are checked here:
+        the web surface is a way in too."""
+        reason = _whatif_problem(command)
+        if reason is None and self._whatif_task is not None and not self._whatif_task.done():
+            reason = "a what-if is already being replayed"
+        if reason is None and not self.info.transcript_path:
+            reason = "this session keeps no transcript"
+        if reason is not None:
+            self._emit(WhatIfEvent(reason=reason))
+            return
+        assert self._loop is not None
+        cause = _CAUSE.get()
+        price = self.agent.engine.price
+
+        async def replay() -> None:
+            event = await asyncio.to_thread(_whatif_event, self.info, price, command)
+            token = _CAUSE.set(cause)
+            try:
+                self._emit(event)
+            finally:
+                _CAUSE.reset(token)
+
+        self._whatif_task = self._loop.create_task(replay())
 
     # ------------------------------------------------------------ previews, restore, server compaction
 
@@ -526,6 +568,8 @@ class AgentSession:
             reason=plan.reason or None, messages_before=plan.messages_before, messages_after=plan.messages_after,
             tokens_before=planned.tokens_before,
             tokens_after=planned.tokens_after, tokens_freed=planned.tokens_freed,
+            tokens_after_low=planned.after_range[0] if planned.after_range[0] != planned.after_range[1] else None,
+            tokens_after_high=planned.after_range[1] if planned.after_range[0] != planned.after_range[1] else None,
             cache_tokens_invalidated=planned.cache_tokens_invalidated,
             next_request_cost_before_usd=planned.next_request_cost_before_usd,
             next_request_cost_after_usd=planned.next_request_cost_after_usd,
@@ -650,6 +694,9 @@ class AgentSession:
             while True:
                 if not self._queue:
                     if self._stopping:
+                        whatif = self._whatif_task
+                        if whatif is not None and not whatif.done():  # asked before the stop: answered
+                            await asyncio.wait([whatif])
                         break
                     self._wake.clear()
                     await self._wake.wait()
@@ -753,7 +800,8 @@ class AgentSession:
 
             line = " ".join(sanitize_for_display(str(refused)).split())[:500]
             self._emit(ErrorEvent(message=line))
-            self._emit(ResultEvent(stop_reason="error", text=line, steps=0, session_id=self.info.session_id))
+            self._emit(ResultEvent(stop_reason="error", text=line, steps=0, session_id=self.info.session_id,
+                                   sandbox=self.info.sandbox))
             return None
 
     # ------------------------------------------------------------ approvals
@@ -767,13 +815,16 @@ class AgentSession:
         request_id = f"approval-{self._next_id()}"
         future: asyncio.Future[tuple[Decision, bool]] = self._loop.create_future()
         self._approvals[request_id] = (future, use.name)
-        choices = self.permissions.choices(use.name, use.input)
+        tool = self.agent.registry.get(use.name)
+        outside = escape_reason(tool.spec, use.input, self.agent.tool_context.sandbox) if tool is not None else None
+        # Leaving the sandbox is asked about every time: no "always" answer is offered for it.
+        choices = self.permissions.choices(use.name, use.input) if outside is None else {}
         running = self._last_state  # the agent's "tool" state: its numbers stay while we wait
         self._state("waiting_approval", tool_name=use.name, tool_index=running.tool_index,
                     tool_count=running.tool_count)
         self._emit(ApprovalRequestEvent(request_id=request_id, tool_id=use.id, name=use.name,
                                         input=dict(use.input), summary=summarize_args(use.name, use.input),
-                                        choices=choices))
+                                        choices=choices, outside_sandbox=outside))
         try:
             decision, save = await future
         except asyncio.CancelledError:
@@ -802,4 +853,38 @@ class AgentSession:
         return PermissionsEvent(
             rules=[PermissionRuleLine(effect=r.effect, rule=r.text, source=r.source) for r in rules],
             saved_file=str(saved.path) if saved is not None else None,
-            project_file=str((saved.project if saved is not None else self.permissions.workspace) / PROJECT_SETTINGS))
+            project_file=str((saved.project if saved is not None else self.permissions.workspace) / PROJECT_SETTINGS),
+            sandbox=self.agent.tool_context.sandbox.state, sandbox_network=self.agent.tool_context.sandbox.network)
+
+
+def _whatif_problem(command: WhatIf) -> str | None:
+    """What is wrong with a ``WhatIf``'s figures (one line), or None."""
+    window, fraction = command.window, command.auto_compact
+    if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+        return f"window {window!r}: must be a whole number of tokens, more than 0"
+    if window > 100_000_000:
+        return f"window {window:,}: more than 100,000,000 tokens"
+    if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 < fraction <= 1:
+        return f"auto-compact {fraction!r}: must be a fraction of the window, more than 0 and at most 1"
+    return None
+
+
+def _whatif_event(info: SessionInfoEvent, price: "Price | None", command: WhatIf) -> WhatIfEvent:
+    """This session's transcript replayed under the policy (in a worker thread: no loop, no I/O but the reads)."""
+    from pathlib import Path
+
+    from app.session.whatif import Policy, PolicyError, load_recording, run_whatif
+
+    transcript = Path(info.transcript_path or "")  # checked before: the session keeps one
+    name = f"window={command.window},auto-compact={command.auto_compact:g}"
+    try:
+        recording = load_recording(transcript, session_id=info.session_id, model=info.model,
+                                   tool_results_dir=transcript.parent / "tool-results", price=price)
+        recorded, curve = run_whatif(recording, [Policy(name=name, window=command.window,
+                                                        auto_compact=float(command.auto_compact))])
+    except PolicyError as err:
+        return WhatIfEvent(name=name, reason=str(err))
+    return WhatIfEvent(name=name, window=curve.window, auto_compact_line=curve.auto_compact_line,
+                       warning_line=curve.warning_line, compactions=curve.compactions, peak_tokens=curve.peak_tokens,
+                       points=[tokens for _, tokens in curve.points], recorded_compactions=recorded.compactions,
+                       recorded_peak_tokens=recorded.peak_tokens)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.kernel.errors import SetupError
-from app.kernel.private_files import open_private_fd
+from app.kernel.private_files import open_private_fd, read_private
 
 LOCK_SUFFIX = ".lock"
 
@@ -68,7 +68,8 @@ def _pid_alive(pid: int) -> bool:
 def read_holder(lock_path: Path) -> dict[str, object]:
     """What the holder wrote: pid and start time ({} when unreadable)."""
     try:
-        data = json.loads(lock_path.read_bytes().decode("utf-8", errors="replace") or "{}")
+        raw = read_private(lock_path, 64 * 1024)  # never through a symlink planted at the lock
+        data = json.loads(raw.decode("utf-8", errors="replace") or "{}")
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from app.kernel.errors import SetupError
-from app.kernel.private_files import make_private_dir, write_private_atomic
+from app.kernel.private_files import make_private_dir, open_private_read, read_private, write_private_atomic
 from app.session.lock import SessionLocked
 from app.session.transcript import RestoredState, TranscriptWriter, restore
 
@@ -34,7 +34,9 @@ __all__ = [
 
 TRANSCRIPT_NAME = "transcript.jsonl"
 TOOL_RESULTS_NAME = "tool-results"
+REQUESTS_DIR_NAME = "requests"
 META_NAME = "meta.json"
+MAX_META_BYTES = 1024 * 1024  # a meta.json is a few hundred bytes: more is not ours
 _ID_PATTERN = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{4,}$")
 
 
@@ -66,6 +68,11 @@ class Session:
     transcript_path: Path
     tool_results_dir: Path
     meta: SessionMeta
+
+    @property
+    def requests_dir(self) -> Path:
+        """The requests it sent, kept for the inspector (``app.kernel.request_store``)."""
+        return self.dir / REQUESTS_DIR_NAME
 
     def writer(self) -> TranscriptWriter:
         """A writer appending to this session's transcript."""
@@ -115,7 +122,7 @@ def summarize(session: Session) -> SessionSummary:
     """The session's title, prompts, last context size and cost (a damaged line is skipped)."""
     summary = SessionSummary(session=session)
     try:
-        transcript = session.transcript_path.open("rb")
+        transcript = open_private_read(session.transcript_path)
     except OSError:
         return summary
     typed: list[str] = []  # the user's messages, for a transcript without user_message events
@@ -160,7 +167,7 @@ def holds_a_prompt(session: Session) -> bool:
 
 def _holds_prompt(path: Path) -> bool:
     try:
-        with path.open("rb") as transcript:
+        with open_private_read(path) as transcript:
             return any(_is_prompt_line(raw) for raw in transcript)
     except OSError:
         return False
@@ -358,7 +365,7 @@ def _os_problem(err: OSError, where: Path) -> str:
 
 
 def _read_meta(directory: Path) -> SessionMeta:
-    raw = (directory / META_NAME).read_text(encoding="utf-8")
+    raw = read_private(directory / META_NAME, MAX_META_BYTES).decode("utf-8")  # never through a symlink
     try:
         return SessionMeta.model_validate(json.loads(raw))
     except (json.JSONDecodeError, ValidationError) as err:

@@ -27,14 +27,14 @@ from typing import Annotated, Any, Callable, Literal, Mapping, Protocol, Sequenc
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
-from app.kernel.events import Event, ToolResultEvent, event_adapter
+from app.kernel.events import Event, ToolResultEvent, UsageDistrustedEvent, UsageEvent, event_adapter
 from app.session import lock as session_lock
 from app.context.compaction import upgrade_legacy_summary
 from app.context.user_words import is_legacy_summary
 from app.context.validate import history_problems
 from app.kernel.markers import INTERRUPTED_RESULT  # one text for a call that never finished
 from app.kernel.messages import ContentBlock, Message, OpaqueBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
-from app.kernel.private_files import make_private_dir, open_private_fd
+from app.kernel.private_files import make_private_dir, open_private_fd, open_private_read, refusal
 from app.kernel.redact import redact_obj
 
 # Reasons the engine replaces the live history. The field is a plain str so
@@ -176,7 +176,7 @@ def encode_line(line: BaseModel) -> bytes:
 
 def _ends_with_newline(path: Path) -> bool:
     try:
-        with open(path, "rb") as f:
+        with open_private_read(path) as f:
             f.seek(0, os.SEEK_END)
             if f.tell() == 0:
                 return True
@@ -205,11 +205,11 @@ def read_transcript(path: Path | str) -> TranscriptReadResult:
     result = TranscriptReadResult()
     path = Path(path)
     try:
-        f = open(path, "rb")
+        f = open_private_read(path)  # never through a symlink planted in its place
     except FileNotFoundError:
         return result
     except OSError as err:
-        result.warnings.append(f"transcript {path}: cannot read ({err.strerror or err})")
+        result.warnings.append(f"transcript {refusal(path, err)}")
         return result
     number = 0
     try:
@@ -297,6 +297,9 @@ class RestoredState:
     events: list[Event]  # in order
     warnings: list[str]  # every line skipped and every repair made: the caller shows them all
     turns: int
+    # The last main call's context figure and the history length it covers, when the live history
+    # still starts with what it measured (None: no figure, or the history was replaced since).
+    measured: tuple[int, int] | None = None
 
 
 # Results of finished tools, by the assistant message whose call they answer (keyed by
@@ -320,11 +323,15 @@ def restore(source: _HasTranscript | Path | str) -> RestoredState:
     turns = 0
     finished_by_message: dict[int, dict[str, ToolResultEvent]] = {}
     upgraded: dict[str, Message] = {}
+    measured: tuple[int, int] | None = None
     for line in read.lines:
         if isinstance(line, MessageLine):
             history.append(line.message)
         elif isinstance(line, HistoryLine):
-            history = _upgrade_legacy_summary(list(line.messages), history, upgraded)
+            new = _upgrade_legacy_summary(list(line.messages), history, upgraded)
+            if measured is not None and not (line.reason == "resume" and _starts_with(new, history[:measured[1]])):
+                measured = None  # a compaction, a clearing, a reset, a repair: the figure measured another history
+            history = new
         elif isinstance(line, EventLine):
             try:
                 event = event_adapter().validate_python(line.event)
@@ -333,6 +340,10 @@ def restore(source: _HasTranscript | Path | str) -> RestoredState:
                 warnings.append(f"transcript: skipped an event this version cannot read (type {kind!r})")
                 continue
             events.append(event)
+            if isinstance(event, UsageEvent) and event.agent == "main" and event.context_tokens is not None:
+                measured = (event.context_tokens, len(history))  # written after the reply it counts
+            elif isinstance(event, UsageDistrustedEvent):
+                measured = None  # the engine set that figure aside
             if isinstance(event, ToolResultEvent):
                 # A tool's result event is written when the tool finishes, its results message
                 # only when every call of the round has: a kill in between must not lose
@@ -342,9 +353,16 @@ def restore(source: _HasTranscript | Path | str) -> RestoredState:
                     finished_by_message.setdefault(id(owner), {}).setdefault(event.id, event)
         else:
             turns += 1
+    raw = history
     history, repairs = repair_history(history, lambda m: finished_by_message.get(id(m), {}))
     warnings.extend(repairs)
-    return RestoredState(history=history, events=events, warnings=warnings, turns=turns)
+    if measured is not None and not _starts_with(history, raw[:measured[1]]):
+        measured = None  # the repair changed what the figure measured
+    return RestoredState(history=history, events=events, warnings=warnings, turns=turns, measured=measured)
+
+
+def _starts_with(history: Sequence[Message], head: Sequence[Message]) -> bool:
+    return len(history) >= len(head) and all(a is b or a == b for a, b in zip(history, head))
 
 
 def _upgrade_legacy_summary(new: list[Message], before: list[Message], upgraded: dict[str, Message]) -> list[Message]:

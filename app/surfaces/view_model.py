@@ -15,16 +15,35 @@ widget on the UI thread never sees one half-updated by the session's thread. No 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from app.kernel.describe import tool_progress_text
 from app.kernel.protocol import CommandQueue
+from app.kernel.request_store import PartView, head_and_tail
+
+__all__ = ["PartView", "InspectorPage", "head_and_tail"]
 
 if TYPE_CHECKING:
     from app.kernel import events as ev
     from app.kernel.protocol import SessionSnapshot
 
 ToolStatus = Literal["running", "ok", "error", "interrupted"]
+
+
+@dataclass(frozen=True)
+class InspectorPage:
+    """What the request inspector draws: a kept request's parts, and its diff against the one
+    before (``app.surfaces.inspect_output.inspector_page`` reads them from the session's store)."""
+
+    number: int  # which request, from 1
+    count: int  # how many the session kept
+    title: str  # which request, its size as the gauge showed it, the cache's figures
+    parts: tuple[PartView, ...]  # each with its whole text (the inspector cuts what it draws)
+    # Its diff, worked out when first asked for: (what it moved, in one line; the parts removed,
+    # changed, then added)
+    diff_of: "Callable[[], tuple[str, tuple[PartView, ...]]]"
+    # Another request of the same session (None: only this one is shown)
+    page_for: "Callable[[int], InspectorPage] | None" = None
 
 
 @dataclass

@@ -16,6 +16,7 @@ from typing import Any, Callable, ClassVar, Generic, Protocol, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from app.kernel.messages import ToolResultImage, ToolSpec
+from app.tools.sandbox import SandboxPolicy
 
 # Saved full outputs stop growing here (the tail beyond it is still kept); see registry.
 DEFAULT_MAX_SAVED_OUTPUT = 1024**3
@@ -92,6 +93,10 @@ class ToolContext:
     # content meant for the user alone reaches the screen (call_id, text), never the model.
     on_progress: Callable[[str, float, float | None, str], None] = lambda _id, _done, _total, _message: None
     on_user_content: Callable[[str, str], None] = lambda _id, _text: None
+    # How run_bash's commands run (bwrap, or not at all when the user asked for it and it cannot).
+    sandbox: SandboxPolicy = field(default_factory=SandboxPolicy)
+    # Set by the agent: the call whose request to leave the sandbox was approved (its call_id).
+    approved_escape: str = ""
 
 
 @dataclass

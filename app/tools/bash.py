@@ -24,10 +24,12 @@ import subprocess
 from collections import deque
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from app.kernel.redact import redact
+from app.kernel.messages import ToolSpec
+from app.kernel.redact import STREAM_HOLD_BACK, redact, safe_cut
 from app.system import proctree
+from app.tools.sandbox import SandboxPolicy
 from app.tools.base import DEFAULT_MAX_SAVED_OUTPUT, ArgsTool, ToolArgs, ToolContext, ToolInputError, ToolOutput
 from app.context.truncation import join_head_tail
 from app.kernel.private_files import open_private
@@ -87,12 +89,10 @@ def _visible(text: str) -> str:
 class _RedactingWriter:
     """Streams text to a file with secrets redacted, also when a key is split across chunks.
 
-    Text goes out up to its last whitespace (keys contain none), so a key cut
-    between two reads is redacted whole once its end has arrived.
+    The last ``STREAM_HOLD_BACK`` characters wait for the next chunk, and the cut before them
+    is moved before any copy of a key lying across it (``safe_cut``): a key, or its base64
+    folded over lines, cut between two reads is redacted whole once its end has arrived.
     """
-
-    _LONG_LINE = 1024 * 1024
-    _KEY_WINDOW = 4096
 
     def __init__(self, path: Path, max_bytes: int = DEFAULT_MAX_SAVED_OUTPUT) -> None:
         self.file = CappedFile(open_private(path), max_bytes)
@@ -100,13 +100,11 @@ class _RedactingWriter:
 
     def write(self, text: str) -> None:
         pending = self.pending + text
-        cut = max(pending.rfind("\n"), pending.rfind(" "), pending.rfind("\t")) + 1
-        if cut == 0 and len(pending) > self._LONG_LINE:
-            # One endless line: cut where no key lies across the cut.
-            cut = len(pending) - self._KEY_WINDOW
-            around = pending[cut - self._KEY_WINDOW :]
-            if redact(around) != around and len(pending) < 4 * self._LONG_LINE:
-                cut = 0
+        cut = len(pending) - STREAM_HOLD_BACK
+        if cut <= 0:
+            self.pending = pending
+            return
+        cut = safe_cut(pending, cut)
         if cut:
             self.file.write(redact(pending[:cut]).encode("utf-8", "surrogateescape"))
         self.pending = pending[cut:]
@@ -286,6 +284,33 @@ class RunBashArgs(ToolArgs):
         description=f"Seconds before the command is killed (default {DEFAULT_TIMEOUT_S}).",
         json_schema_extra={"maximum": MAX_TIMEOUT_S},
     )
+    # Strict: only a JSON true asks to leave the sandbox, exactly what the approval checks
+    # (escape_reason); "true" or 1 are refused, never read as a yes the approval did not see.
+    unsandboxed: bool = Field(
+        False,
+        strict=True,
+        description="Run outside the sandbox (network, writes outside the workspace and /tmp). The user is "
+                    "always asked first, with your reason; use it only after a sandboxed try failed for that.",
+    )
+    reason: str = Field("", max_length=500, description="With unsandboxed: why the command needs it, in a few words.")
+
+    @model_validator(mode="after")
+    def _escape_has_a_reason(self) -> RunBashArgs:
+        if self.unsandboxed and not self.reason.strip():
+            raise ValueError("unsandboxed needs a reason: say in a few words why the command needs the network "
+                             "or a write outside the workspace")
+        return self
+
+
+def escape_reason(spec: ToolSpec, tool_input: dict[str, object], sandbox: SandboxPolicy) -> str | None:
+    """The reason a call gives for running outside the sandbox, when its tool takes run_bash's
+    ``unsandboxed`` (run_bash, a wrapper with its schema), it asks to, and the sandbox is on; else
+    None: the call runs as every other. "" when it gives none."""
+    if (tool_input.get("unsandboxed") is not True or not sandbox.active
+            or "unsandboxed" not in (spec.input_schema.get("properties") or {})):
+        return None
+    reason = tool_input.get("reason")
+    return reason.strip() if isinstance(reason, str) else ""
 
 
 class RunBashTool(ArgsTool[RunBashArgs]):
@@ -301,7 +326,10 @@ class RunBashTool(ArgsTool[RunBashArgs]):
         "lines. Long outputs are cut to their head and tail with the full output saved to "
         "a file, so narrow them at the source: grep -n PATTERN, head, tail, wc -l. For a "
         "long-running server, run it in the background with its output redirected to a "
-        "file: nohup CMD > server.log 2>&1 &"
+        "file: nohup CMD > server.log 2>&1 &. When tidegauge has a sandbox, commands run in it: "
+        "only the workspace and /tmp are writable, there is no network, and what a command leaves "
+        "running ends with it. A command that needs more may ask with unsandboxed: true and a reason "
+        "(the user is asked)."
     )
 
     async def call(self, args: RunBashArgs, ctx: ToolContext) -> ToolOutput:
@@ -309,8 +337,18 @@ class RunBashTool(ArgsTool[RunBashArgs]):
         if not command.strip():
             raise ToolInputError("command is empty; give a bash command to run.")
         timeout = min(args.timeout, MAX_TIMEOUT_S)
+        sandbox = ctx.sandbox
+        if (refused := sandbox.refusal()) is not None:
+            raise ToolInputError(refused)
+        argv = ["bash", "-c", command]
+        env = child_env(ctx.env, marker := proctree.new_marker())
+        if sandbox.active and args.unsandboxed and ctx.approved_escape != ctx.call_id:
+            # Whatever called the tool (a wrapper under another name) did not ask the user.
+            raise ToolInputError("unsandboxed was not approved for this call: it did not run.")
+        if sandbox.active and not args.unsandboxed:
+            argv = sandbox.wrap(argv, Path(ctx.workspace))
+            env["TMPDIR"] = "/tmp"  # the sandbox's own, empty at each command
         proctree.enable_subreaper()
-        marker = proctree.new_marker()
         spill_path = Path(ctx.tool_results_dir) / f"{safe_file_stem(ctx.call_id)}.txt"
         collector = _OutputCollector(keep_chars_for(output_limit.get()), spill_path, ctx.max_saved_output,
                                      ctx.saved_output_budget.not_saved_note())
@@ -320,14 +358,12 @@ class RunBashTool(ArgsTool[RunBashArgs]):
         starting = asyncio.ensure_future(
             loop.subprocess_exec(
                 lambda: _BashProtocol(collector, loop),
-                "bash",
-                "-c",
-                command,
+                *argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 cwd=ctx.workspace,
-                env=child_env(ctx.env, marker),
+                env=env,
                 start_new_session=True,  # its own process group: pgid == pid
                 # Killed by the kernel if tidegauge is (kill -9, the OOM killer): relative to this
                 # thread, the event loop's, which lives as long as the session can run a tool.

@@ -156,6 +156,17 @@ class ToolDeferral:
         return "\n".join(lines)
 
 
+    def restore_loaded(self, names: list[str]) -> list[str]:
+        """A resumed session's loads again, before its first request: the tools the model loaded stay
+        declared, as they do through a compaction. Names no server offers now are skipped; returns the
+        names loaded."""
+        new = [n for n in dict.fromkeys(names) if n in self._by_name and n not in self.loaded]
+        if new:
+            self.loaded.extend(new)
+            self._refresh()
+        return new
+
+
 class LoadToolsTool:
     """The registry face of ToolDeferral.load. Changes nothing outside the session: never asks."""
 

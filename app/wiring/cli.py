@@ -25,7 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Every setting flag can also come from the environment (TIDEGAUGE_MAX_STEPS=20) or from "
                "the config file (tidegauge --config-path prints where it is); flags win over the "
                "environment, the environment over the file. `tidegauge sessions` (--all: every directory) "
-               "lists the sessions --resume takes.")
+               "lists the sessions --resume takes; `tidegauge inspect [SESSION]` shows a request one sent, "
+               "part by part; `tidegauge whatif` replays one under other context settings.")
     p.add_argument("-p", "--prompt", metavar="PROMPT",
                    help="run one task headless, print the answer and exit (text piped in is appended "
                         "to PROMPT; -p - reads the whole prompt from standard input)")
@@ -49,6 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
                         'write_file(src/**)" (repeatable; see /permissions)')
     p.add_argument("--disallowed-tools", action="append", metavar="RULES",
                    help='refuse these tool calls, even with --yes, e.g. "run_bash(rm:*), git__push" (repeatable)')
+    p.add_argument("--sandbox", choices=["auto", "on", "off"],
+                   help="run commands in bubblewrap: auto (when it works here; default), on (refuse commands "
+                        "without it), off")
+    p.add_argument("--sandbox-network", action="store_true", default=None,
+                   help="let sandboxed commands reach the network (off by default)")
     p.add_argument("--allow-outside", action="store_true", default=None, help="let file tools reach outside the working directory")
     p.add_argument("--output-format", choices=["text", "json", "stream-json"],
                    help="with -p: the answer as text (default), one JSON object at the end (json), "
@@ -81,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # CLI flag -> settings field (and each provider plug-in's own options, see flag_fields)
 FLAG_FIELDS = ("provider", "model", "base_url", "api_key_env", "max_output", "max_steps", "budget",
-               "window", "yes", "allow_outside", "thinking_budget",
+               "window", "yes", "allow_outside", "sandbox", "sandbox_network", "thinking_budget",
                "web_port", "allowed_tools", "disallowed_tools")
 
 
@@ -124,14 +130,70 @@ def _sessions(argv: list[str]) -> int:
     return _print_sessions(load_settings({}), every_directory=args.all, out=sys.stdout)
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Bad arguments: one line naming what was wrong, exit 2 (not argparse's usage block)."""
+
+    def error(self, message: str) -> Any:  # argparse's own signature returns NoReturn
+        print(f"{self.prog}: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def build_inspect_parser() -> argparse.ArgumentParser:
+    p = _OneLineParser(prog="tidegauge inspect",
+                       description="A request a session sent, as sent (after redaction): each part with its "
+                                   "tokens, its origin and whether the cache served it.")
+    p.add_argument("session", nargs="?", help="a session id or its start (default: the latest of this directory)")
+    p.add_argument("--request", type=int, metavar="N", help="which request, from 1 (default: the last)")
+    p.add_argument("--diff", action="store_true", help="what changed against the request before it")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    return p
+
+
+def _inspect(argv: list[str]) -> int:
+    """`tidegauge inspect [SESSION] [--request N] [--diff] [--json]`."""
+    args = build_inspect_parser().parse_args(argv)
+    from pathlib import Path
+
+    from app.kernel.errors import SetupError
+    from app.kernel.request_store import StoredRequests
+    from app.kernel.sanitize import sanitize_for_display
+    from app.session.store import SessionStore
+    from app.surfaces.inspect_output import inspect_json, inspect_text
+    from app.wiring.config import load_settings
+
+    store = SessionStore(load_settings({}).data_dir_path)
+    session = store.open(args.session) if args.session is not None else store.latest_for(Path.cwd())
+    if session is None:
+        raise SetupError(f"inspect: no session for {sanitize_for_display(str(Path.cwd()))} "
+                         "(`tidegauge sessions --all` lists every directory's)")
+    try:
+        stored = StoredRequests.load(session.requests_dir)
+    except OSError as err:
+        raise SetupError(f"inspect: cannot read the requests of session {session.id}: {err}") from None
+    if stored.count == 0:
+        raise SetupError(f"inspect: session {session.id} kept no request")
+    number = stored.count if args.request is None else args.request
+    if not 1 <= number <= stored.count:
+        raise SetupError(f"inspect: --request {args.request}: session {session.id} has requests 1 to {stored.count}")
+    render = inspect_json if args.json else inspect_text
+    try:
+        print(render(session.id, stored, number, diff=args.diff))
+    except BrokenPipeError:  # `| head`: the reader had enough
+        sys.stderr.close()
+    return 0
+
+
 def _mcp(argv: list[str]) -> int:
-    """`tidegauge mcp login NAME` / `tidegauge mcp logout NAME`: OAuth for a url server (app/mcp/oauth.py)."""
+    """`tidegauge mcp list [--json]`: the configured servers, each started once, and what they offer;
+    `tidegauge mcp login NAME` / `tidegauge mcp logout NAME`: OAuth for a url server (app/mcp/oauth.py)."""
     parser = argparse.ArgumentParser(prog="tidegauge mcp",
-                                     description="Log in to a remote MCP server of config.toml with OAuth (a browser "
-                                                 "opens; with no display the address to open is printed), or forget "
-                                                 "its tokens.")
-    parser.add_argument("action", choices=["login", "logout"])
-    parser.add_argument("name", help="the server's name, as in [mcp_servers.NAME]")
+                                     description="List the MCP servers of config.toml (each is started once to see "
+                                                 "what it offers, then stopped), log in to a remote one with OAuth "
+                                                 "(a browser opens; with no display the address to open is "
+                                                 "printed), or forget its tokens.")
+    parser.add_argument("action", choices=["list", "login", "logout"])
+    parser.add_argument("name", nargs="?", help="login/logout: the server's name, as in [mcp_servers.NAME]")
+    parser.add_argument("--json", action="store_true", help="list: one JSON object on stdout")
     args = parser.parse_args(argv)
     import asyncio
     from pathlib import Path
@@ -142,6 +204,10 @@ def _mcp(argv: list[str]) -> int:
     from app.wiring.config import load_settings
 
     settings = load_settings({})
+    if args.action == "list":
+        return _mcp_list(settings, as_json=args.json)
+    if args.name is None:
+        parser.error(f"mcp {args.action} needs the server's name")
     name = sanitize_for_display(args.name)
     config = settings.mcp_servers.get(args.name)
     if config is None:
@@ -161,6 +227,24 @@ def _mcp(argv: list[str]) -> int:
         return 130
     print(f"logged in to {name}: {tools} tools", file=sys.stderr)
     return 0
+
+
+def _mcp_list(settings: "Settings", *, as_json: bool) -> int:
+    import asyncio
+    import json
+    from pathlib import Path
+
+    from app.context.thresholds import context_window_for
+    from app.mcp.status import status_table, survey
+
+    window = settings.window or context_window_for(settings.model or "")
+    statuses = asyncio.run(survey(settings.mcp_servers, workspace=Path.cwd(), data_dir=settings.data_dir_path,
+                                  window=window, defer_share=float(settings.tool_defer_share)))
+    if as_json:
+        print(json.dumps({"servers": [status.as_json() for status in statuses]}))
+    else:
+        print(status_table(statuses))
+    return 1 if any(status.state == "failed" for status in statuses) else 0
 
 
 def _print_sessions(settings: "Settings", *, every_directory: bool, out: Any) -> int:
@@ -224,6 +308,12 @@ def main(argv: list[str] | None = None) -> int:
         return _run_setup(lambda: _sessions(argv[1:]))
     if argv[:1] == ["mcp"]:
         return _run_setup(lambda: _mcp(argv[1:]))
+    if argv[:1] == ["inspect"]:
+        return _run_setup(lambda: _inspect(argv[1:]))
+    if argv[:1] == ["whatif"]:  # a recorded session replayed offline (app/wiring/whatif_command.py)
+        from app.wiring.whatif_command import run_whatif_command
+
+        return _run_setup(lambda: run_whatif_command(argv[1:]))
     parser = build_parser()
     args = parser.parse_args(argv)
     idle = _idle_flag(args)

@@ -14,7 +14,7 @@ import re
 import stat
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, create_model, PrivateAttr, SecretStr, ValidationError, ValidationInfo, field_validator
@@ -128,12 +128,19 @@ class Settings(BaseSettings):
     api_key_env: str | None = None
     max_output: int = Field(40_000, ge=0)  # 0 disables truncation
     max_steps: int = Field(50, ge=1)
+    # tool calls run from one model reply; the rest are answered "not run"
+    max_tool_calls_per_turn: int = Field(64, ge=1)
     budget: int = Field(150_000, ge=0)  # 0 = no budget cap
     window: int | None = Field(None, ge=1000)
     compact_max_output: int = Field(8_000, ge=1)
     max_tokens: int = Field(16_000, ge=1)
     yes: bool = False
     allow_outside: bool = False
+    # run_bash's commands in bubblewrap (app/tools/sandbox.py): "auto" when bwrap works here (one line
+    # at start says when it does not), "on" refuses commands without it, "off" never; the network
+    # inside only with sandbox_network.
+    sandbox: Literal["auto", "on", "off"] = "auto"
+    sandbox_network: bool = False
     timeout_connect: float = Field(10, gt=0, allow_inf_nan=False)
     timeout_read: float = Field(120, gt=0, allow_inf_nan=False)
     max_retries: int = Field(4, ge=0)
@@ -149,9 +156,14 @@ class Settings(BaseSettings):
     max_session_saved_output: int = Field(DEFAULT_MAX_SESSION_SAVED_OUTPUT, ge=0)
     # Keys written by hand under [api_keys] in config.toml (kept 0600); environment variables win.
     api_keys: dict[str, SecretStr] = Field(default_factory=dict)
-    # Session memory (issue 15): a background summary every N tokens of new context
-    # (0: off); a compaction from it keeps at least the last N tokens verbatim.
-    memory_update_tokens: int = Field(10_000, ge=0)
+    # Session memory: a background summary, as Claude Code's: the first once the context reaches
+    # memory_init_tokens, then after memory_update_tokens of new context and memory_update_tool_calls
+    # tool calls (or a reply that called none) (memory_update_tokens 0: off); a compaction from it
+    # keeps at least the last memory_keep_tokens verbatim. On a short session an update cost as much
+    # as the work it summarised.
+    memory_init_tokens: int = Field(10_000, ge=0)
+    memory_update_tokens: int = Field(5_000, ge=0)
+    memory_update_tool_calls: int = Field(3, ge=0)
     memory_keep_tokens: int = Field(4_000, ge=0)
     # Memory imports and rule files outside the repository read without asking (issue 24):
     # files or folders, "~" allowed, relative ones from the repository's root. Secret stores

@@ -6,7 +6,7 @@ import os
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from app.agent.loop import Agent, AgentOptions, Approver
 from app.context.server_side import configure_server_context, switch_server_compaction
@@ -27,6 +27,7 @@ from app.context.tokens import remember_pieces_in
 from app.context.thresholds import assumed_window_warning, context_window_for
 from app.kernel.errors import ConfigError, SetupError
 from app.system import startup
+from app.tools.sandbox import policy_for, start_check
 from app.agent.permissions import Permissions, RuleError, load_permissions
 from app.kernel.events import Event, SessionInfoEvent
 from app.kernel.protocol import Listener
@@ -35,6 +36,7 @@ from app.providers.base import ServerCompactingProvider
 from app.providers.http_base import SseHttpProvider
 from app.providers.sse import StreamLimits
 from app.kernel.redact import register_secret
+from app.kernel.request_store import RequestStore
 from app.session.store import Session, SessionStore
 from app.tools.base import SavedOutputBudget, ToolContext
 from app.tools.registry import default_registry
@@ -66,6 +68,8 @@ class MemorySource:
 
     settings: Settings
     workspace: Path
+    # Why the remembered answers were not read (a symlink planted at their file), one line.
+    refused: str | None = None
 
     @property
     def project(self) -> Path:
@@ -80,7 +84,9 @@ class MemorySource:
         return [self.project / Path(entry).expanduser() for entry in self.settings.memory_allowed_imports]
 
     def load(self) -> MemoryBundle:
-        approved, declined = self.approvals.decisions()
+        approvals = self.approvals
+        approved, declined = approvals.decisions()
+        self.refused = approvals.refused
         policy = ImportPolicy.for_workspace(self.workspace, self.settings.config_dir,
                                             data_dir=self.settings.data_dir_path,
                                             allowed=[*self.allowed_by_config(), *approved], declined=declined)
@@ -138,7 +144,10 @@ def build_session(settings: Settings, *, approvals: bool, resume: str | None = N
     async def start_services() -> Closable | None:
         if not settings.mcp_servers:
             return None
-        return await start_session_mcp(agent, settings, requests=session.client_requests)
+        from app.mcp.hub import tools_loaded_before
+
+        return await start_session_mcp(agent, settings, requests=session.client_requests,
+                                       loaded_before=tools_loaded_before(built.restored))
 
     session = AgentSession(agent, stream=built.stream, info=built.info, restored=built.restored,
                            approvals=approvals and not settings.yes, services=start_services,
@@ -165,6 +174,8 @@ class _Built:
 def _build(settings: Settings, *, emit: Listener | None = None, approver: Approver | None = None,
            resume: str | None = None, continue_latest: bool = False, cwd: Path | None = None) -> _Built:
     cwd = (cwd or Path.cwd()).resolve()
+    if settings.sandbox != "off":
+        start_check()  # a bwrap run (10-35 ms), off the path to the first request
     provider_name = resolve_provider(settings)
     store = SessionStore(settings.data_dir_path)
 
@@ -193,7 +204,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
     for extra in setup.tools:
         registry.register(extra.tool, max_output=extra.max_output)
     remember_lookups_in(settings.data_dir_path / "catalogue-lookups.json")
-    remember_pieces_in(settings.data_dir_path / "token-pieces.json")
+    pieces_dropped = remember_pieces_in(settings.data_dir_path / "token-pieces.json")
     window = settings.window
     if window is None:
         window = setup.default_window or context_window_for(provider.model)
@@ -213,7 +224,9 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         memory=memory,
         tools=registry.specs(),
         config=EngineConfig(window=window, budget=budget, compact_max_output=settings.compact_max_output,
+                            memory_init_tokens=settings.memory_init_tokens,
                             memory_update_tokens=settings.memory_update_tokens,
+                            memory_update_tool_calls=settings.memory_update_tool_calls,
                             memory_keep_tokens=settings.memory_keep_tokens),
         price=price_for(provider.model, settings.prices, provider_price=setup.price),
         compact_price=price_for(provider.model, settings.prices, provider_price=setup.price),
@@ -229,6 +242,10 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
     assert rules is not None  # load_memory read them with the memory files, under the same policy
     engine.use_rules(rules, workspace)
     warnings += [("rules", f"{problem}; that rule is not loaded") for problem in rules.problems]
+    if pieces_dropped is not None:
+        warnings.append(("token pieces", pieces_dropped))
+    if memory_source.refused is not None:
+        warnings.append(("memory imports", f"{memory_source.refused}; imports you answered about are asked again"))
     if (exposed := exposed_keys_warning(settings)) is not None:
         warnings.append(("api_keys", exposed))
     # A model the price catalogue does not know: what was assumed, once, with the setting that changes it.
@@ -243,6 +260,10 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         state = restore(session)
         engine.history = state.history
         restored_events = list(state.events)
+        # The last usage measured this history: the gauge resumes on that figure, not on an estimate.
+        exact, covered = state.measured or (None, 0)
+        engine.accounting.restore(exact, covered, [(e.tokens, e.kind == "call") for e in restored_events
+                                                   if e.type == "chart_point"])
         repairs = list(state.warnings)
         for event in restored_events:
             if event.type == "usage":
@@ -266,7 +287,12 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         max_saved_output=settings.max_saved_output,
         read_max_bytes=settings.read_max_bytes,
         saved_output_budget=saved_output_budget,
+        # tidegauge's own folders are hidden from commands with the user's key stores
+        sandbox=policy_for(settings.sandbox, settings.sandbox_network,
+                           (settings.data_dir_path, settings.config_dir)),
     )
+    if (unsandboxed := tool_context.sandbox.start_warning()) is not None:
+        warnings.append(("sandbox", unsandboxed))
     label = provider.label
     agent = Agent(
         provider=provider,
@@ -274,6 +300,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         engine=engine,
         tool_context=tool_context,
         options=AgentOptions(max_steps=settings.max_steps, max_tokens=settings.max_tokens,
+                             max_tool_calls_per_turn=settings.max_tool_calls_per_turn,
                              auto_approve=settings.yes, max_retries=settings.max_retries),
         price=engine.price,
         session_id=session.id,
@@ -281,6 +308,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         transcript=transcript,
         approver=approver,
         permissions=permissions,
+        requests=RequestStore(session.requests_dir),
     )
     # the session memory's background updates call the provider quietly (no state, no retries)
     engine.memory_summarize = quiet_model_call(lambda: agent.provider)
@@ -310,17 +338,21 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
                             max_steps=settings.max_steps, banner=provider.banner,
                             resumed=bool(resume or continue_latest), started_in=str(cwd),
                             server_compaction=(engine.config.server_compaction
-                                               if isinstance(provider, ServerCompactingProvider) else None))
+                                               if isinstance(provider, ServerCompactingProvider) else None),
+                            sandbox=tool_context.sandbox.state)
     return _Built(agent, stream, info, restored_events, warnings, repairs, memory_source)
 
 
 # ---- MCP servers (issue 16): started with the session, stopped with it (hub.aclose()) ----
 
-async def start_session_mcp(agent: Agent, settings: Settings, *, requests: ClientRequests | None = None) -> McpHub:
+async def start_session_mcp(agent: Agent, settings: Settings, *, requests: ClientRequests | None = None,
+                            loaded_before: Sequence[str] = ()) -> McpHub:
     """Start the configured MCP servers for this agent's session; failures are events, never raised.
-    ``requests``: the session's answers to what the servers ask (forms)."""
+    ``requests``: the session's answers to what the servers ask (forms); ``loaded_before``: the tools
+    a resumed session had loaded."""
     from app.mcp.hub import start_mcp
 
     return await start_mcp(settings, agent.registry, agent.engine, agent.engine.emit,
                            workspace=agent.workspace, log_dir=agent.tool_context.tool_results_dir.parent,
-                           requests=requests, saved_output_budget=agent.tool_context.saved_output_budget)
+                           requests=requests, saved_output_budget=agent.tool_context.saved_output_budget,
+                           loaded_before=loaded_before)

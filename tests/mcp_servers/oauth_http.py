@@ -1,6 +1,7 @@
 """An OAuth-protected streamable-HTTP MCP server with its own authorization server, on one port.
 
     python tests/mcp_servers/oauth_http.py --port PORT --record FILE [--access-expires-in S] [--client ID:SECRET]
+                                           [--scoped-tool NAME:SCOPE]
 
 As the MCP authorization spec has it: ``/mcp`` answers 401 with ``WWW-Authenticate: Bearer
 resource_metadata=...`` without a valid access token; protected-resource metadata
@@ -12,7 +13,10 @@ token issued so far (a user revoking access at the server). Every request goes t
 JSON line: method, path, the JSON-RPC method or grant type, and the Authorization header.
 ``--client ID:SECRET`` is a client registered beforehand: it may use the authorization code
 (any loopback redirect URI, RFC 8252) and the client_credentials grant, authenticated with HTTP
-Basic at the token endpoint.
+Basic at the token endpoint. ``--scoped-tool NAME:SCOPE`` adds the tool NAME, which needs SCOPE:
+tokens then carry the scopes asked for at ``/authorize`` (the 401 asks for ``mcp:basic``), and a
+call of NAME with a token without SCOPE is answered 403 ``insufficient_scope`` naming it (the
+spec's scope step-up).
 """
 
 from __future__ import annotations
@@ -37,7 +41,9 @@ def main() -> None:
     parser.add_argument("--record", required=True)
     parser.add_argument("--access-expires-in", type=int, default=3600)
     parser.add_argument("--client", default="")
+    parser.add_argument("--scoped-tool", default="")
     args = parser.parse_args()
+    scoped_tool, _, needed_scope = args.scoped_tool.partition(":")
     pre_id, _, pre_secret = args.client.partition(":")
     pre_basic = "Basic " + base64.b64encode(f"{pre_id}:{pre_secret}".encode()).decode() if pre_id else None
     base = f"http://127.0.0.1:{args.port}"
@@ -49,19 +55,24 @@ def main() -> None:
     def echo(text: str) -> str:
         return f"echo: {text}"
 
+    if scoped_tool:
+        @server.tool(name=scoped_tool, description=f"Needs the scope {needed_scope}.")
+        def scoped() -> str:
+            return f"{scoped_tool} done"
+
     mcp_app = server.streamable_http_app()
     record = open(args.record, "a", encoding="utf-8")
     clients: dict[str, list[str]] = {}  # client_id -> redirect_uris
     codes: dict[str, dict[str, str]] = {}
-    access_tokens: set[str] = set()
+    access_tokens: dict[str, set[str]] = {}  # token -> the scopes it carries
     refresh_tokens: set[str] = set()
 
-    def grant() -> dict[str, Any]:
+    def grant(scopes: str = "") -> dict[str, Any]:
         access, refresh = "at-" + secrets.token_hex(16), "rt-" + secrets.token_hex(16)
-        access_tokens.add(access)
+        access_tokens[access] = set(scopes.split())
         refresh_tokens.add(refresh)
         return {"access_token": access, "token_type": "Bearer", "expires_in": args.access_expires_in,
-                "refresh_token": refresh}
+                "refresh_token": refresh, **({"scope": scopes} if scoped_tool else {})}
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -101,7 +112,8 @@ def main() -> None:
             if redirect_uri not in registered or query.get("code_challenge_method") != "S256":
                 return await reply(send, 400, {"error": "invalid_request"})
             code = "code-" + secrets.token_hex(8)
-            codes[code] = {"challenge": query["code_challenge"], "redirect_uri": redirect_uri}
+            codes[code] = {"challenge": query["code_challenge"], "redirect_uri": redirect_uri,
+                           "scope": query.get("scope", "")}
             location = f"{redirect_uri}?{urlencode({'code': code, 'state': query.get('state', '')})}"
             return await reply(send, 302, headers=[(b"location", location.encode())])
         if path == "/token" and method == "POST":
@@ -117,7 +129,7 @@ def main() -> None:
                 challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).decode().rstrip("=")
                 if issued is None or issued["challenge"] != challenge or issued["redirect_uri"] != form.get("redirect_uri"):
                     return await reply(send, 400, {"error": "invalid_grant"})
-                return await reply(send, 200, grant())
+                return await reply(send, 200, grant(issued["scope"]))
             if form.get("grant_type") == "refresh_token":
                 if form.get("refresh_token") not in refresh_tokens:
                     return await reply(send, 400, {"error": "invalid_grant"})
@@ -131,8 +143,18 @@ def main() -> None:
         if path.startswith("/mcp"):
             token = headers.get("authorization", "").removeprefix("Bearer ")
             if token not in access_tokens:
-                challenge = f'Bearer error="invalid_token", resource_metadata="{prm_url}"'.encode()
+                asked = ', scope="mcp:basic"' if scoped_tool else ""
+                challenge = f'Bearer error="invalid_token", resource_metadata="{prm_url}"{asked}'.encode()
                 return await reply(send, 401, {"error": "invalid_token"}, [(b"www-authenticate", challenge)])
+            if scoped_tool and body and needed_scope not in access_tokens[token]:
+                try:
+                    call = json.loads(body)
+                except ValueError:
+                    call = {}
+                if call.get("method") == "tools/call" and call.get("params", {}).get("name") == scoped_tool:
+                    challenge = (f'Bearer error="insufficient_scope", scope="{needed_scope}", '
+                                 f'resource_metadata="{prm_url}"').encode()
+                    return await reply(send, 403, {"error": "insufficient_scope"}, [(b"www-authenticate", challenge)])
             sent = False
 
             async def replay() -> dict[str, Any]:

@@ -30,7 +30,9 @@ def thresholds(window: int = 200_000, budget: int = 150_000) -> ev.ThresholdsMod
 
 
 def context(exact: int | None, estimated: int = 0, *, window: int = 200_000, budget: int = 150_000,
-            turns: int | None = None, cost: float = 0.0, compact_cost: float = 0.0) -> ev.ContextEvent:
+            turns: int | None = None, cost: float = 0.0, compact_cost: float = 0.0,
+            calls: tuple[int, int] | None = None) -> ev.ContextEvent:
+    """``turns``: model calls to compact, a range of one figure (``calls``: fewest, most)."""
     th = thresholds(window, budget)
     projected = (exact or 0) + estimated
     level = context_level(projected, Thresholds(**th.model_dump()))
@@ -39,7 +41,9 @@ def context(exact: int | None, estimated: int = 0, *, window: int = 200_000, bud
     parts.update(user=rest // 10, assistant=rest // 5, tool_results=rest - rest // 10 - rest // 5)
     return ev.ContextEvent(
         exact_tokens=exact, estimated_tokens=estimated, projected_tokens=projected, thresholds=th,
-        breakdown=parts, level=level, turns_to_compact=turns, cumulative_input=projected * 3,
+        breakdown=parts, level=level, turns_to_compact=turns,
+        calls_to_compact_fewest=calls[0] if calls else turns, calls_to_compact_most=calls[1] if calls else turns,
+        cumulative_input=projected * 3,
         cumulative_cached=projected * 2, cumulative_output=projected // 20, cost_usd=cost,
         compact_cost_usd=compact_cost,
     )
@@ -142,6 +146,9 @@ class FakeSession:
         if isinstance(command, cmd.Report):
             self.emit(ev.ReportEvent(kind=command.kind, messages=len(self.history), context=self._context))
             return len(self.submitted)
+        if isinstance(command, cmd.WhatIf):
+            self._answer_whatif(command)
+            return len(self.submitted)
         if isinstance(command, (cmd.Preview, cmd.PreviewRestore, cmd.RestoreResult, cmd.ServerCompaction)):
             self._answer_now(command)
             return len(self.submitted)
@@ -182,6 +189,23 @@ class FakeSession:
                                restored=list(self._restored),
                                busy=self._current is not None and not self._current.done(), seq=self._seq,
                                events=self._log.events(), standing=self._log.standing())
+
+    def _answer_whatif(self, command: cmd.WhatIf) -> None:
+        """A fixed stand-in for the replay (the real one is tests/test_whatif.py's): its own call
+        points, dropped to a third of the auto-compact line whenever they reach it."""
+        line = int(command.window * command.auto_compact)
+        calls = [e.tokens for e in self._log.events() if e.type == "chart_point" and e.kind == "call"]
+        points, offset, compactions = [], 0, 0
+        for tokens in calls:
+            value = tokens - offset
+            if value >= line:
+                offset += value - line // 3
+                value, compactions = line // 3, compactions + 1
+            points.append(value)
+        self.emit(ev.WhatIfEvent(name=f"window={command.window},auto-compact={command.auto_compact:g}",
+                                 window=command.window, auto_compact_line=line, warning_line=line * 3 // 4,
+                                 compactions=compactions, peak_tokens=max(points, default=0), points=points,
+                                 recorded_compactions=0, recorded_peak_tokens=max(calls, default=0)))
 
     def _answer_now(self, command: Any) -> None:
         """Previews, restores and the server-compaction switch, answered at once like the real session."""
@@ -390,7 +414,7 @@ def session_steps(full_output_path: str, hostile: str = "") -> list[Step]:
         ev.ToolResultEvent(id="call-1", name="run_bash", is_error=False, truncated=True,
                            original_chars=len(full), kept_chars=len(view), full_output_path=full_output_path,
                            duration_ms=412.0, content=view),
-        context(4_960, 11_200, turns=9, cost=0.012),
+        context(4_960, 11_200, turns=9, calls=(7, 11), cost=0.012),
         ev.ThinkingDeltaEvent(text="The tail shows an ERROR line; grep for the others."),
         Text("The tail ends with an **ERROR**. Let me grep for every error line."),
         ev.UsageEvent(input_tokens=1_200, cache_read_tokens=14_000, cache_write_tokens=1_000, output_tokens=80,

@@ -11,6 +11,7 @@ arrive on another thread: the widgets are only touched on the UI loop.
 from __future__ import annotations
 
 import gc
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
 
@@ -39,6 +40,7 @@ from app.kernel.commands import (
     ServerCompaction,
     Shutdown,
     UserInput,
+    WhatIf,
 )
 from app.surfaces.dashboard.bridge import SessionBridge
 from app.surfaces.view_model import DashboardView, catch_up
@@ -54,6 +56,7 @@ from widgets.session_messages import (
     EngineSaid,
     ForecastReady,
     MemoryImportSaid,
+    RequestRecorded,
     RestorePreviewReady,
     SessionStarted,
     StateChanged,
@@ -64,6 +67,9 @@ from widgets.tool_output_panel import ToolOutputPanel
 
 if TYPE_CHECKING:
     from app.kernel.commands import Command
+    from app.kernel.events import RequestRecordedEvent
+    from app.kernel.request_store import StoredRequests
+    from app.surfaces.view_model import InspectorPage
     from app.kernel.protocol import SessionSurface
 
 CSS_FILE = Path(styles.__file__).parent / "tidegauge.tcss"
@@ -79,6 +85,7 @@ HELP_KEYS: list[tuple[str, str]] = [
     ("ctrl+o", "open/close the full output of the selected call (nothing selected: the latest cut output)"),
     ("ctrl+f", "in the full output: its file's whole path"),
     ("ctrl+g", "show/hide the context chart and breakdown"),
+    ("ctrl+t", "inspect the last request as sent (d in it: the diff)"),
     ("ctrl+s", "compact (asks first)"),
     ("ctrl+r", "reset (asks first)"),
     (RESTORE_KEY, "in the tool list: restore a cleared result (asks first)"),
@@ -152,6 +159,7 @@ FOOTER_RANKS: dict[str, int] = {
     "move": 10,
     "restore": 11,
     "focus_next": 12,
+    "inspect": 13,  # after tab: at 80 columns the footer keeps the keys it had, /help names ctrl+t
     "page_up": 110, "page_down": 110, "scroll_home": 111, "scroll_end": 111, "first": 111, "last": 111,
     "history": 112,
     "scroll_conversation": 113,
@@ -209,7 +217,7 @@ class TidegaugeApp(App[int]):
     CSS_PATH = str(CSS_FILE)
     TITLE = "tidegauge"
     SESSION_MESSAGES = (ApprovalRequested, ApprovalResolved, MemoryImportSaid, ForecastReady, StateChanged,
-                        RestorePreviewReady, ElicitationSaid, SessionStarted, EngineSaid)
+                        RestorePreviewReady, ElicitationSaid, SessionStarted, EngineSaid, RequestRecorded)
     ENABLE_COMMAND_PALETTE = True
 
     BINDINGS = [
@@ -217,6 +225,7 @@ class TidegaugeApp(App[int]):
         Binding("pagedown", "scroll_conversation(1)", "Scroll", group=Binding.Group("Scroll")),
         Binding("ctrl+o", "toggle_output", "Output"),
         Binding("ctrl+g", "toggle_context_details", "Chart"),
+        Binding("ctrl+t", "inspect", "Inspect"),
         Binding("ctrl+s", "compact", "Compact"),
         Binding("ctrl+r", "reset", "Reset"),
         Binding("escape", "interrupt", "Interrupt"),
@@ -251,6 +260,11 @@ class TidegaugeApp(App[int]):
         self._max_mounted = max_mounted
         self._cursor_blink = cursor_blink
         self._waiting: list[Command] = []  # commands given before the session exists
+        self._last_request: RequestRecordedEvent | None = None  # what the inspector opens on
+        # The session's request store, read as requests are kept, and the page of the last one.
+        self._inspector_lock = threading.Lock()
+        self._inspector_store: StoredRequests | None = None
+        self._inspector_ready: tuple[tuple[str, int], InspectorPage] | None = None
         self._approval_screens: dict[str, Any] = {}
         # ctrl+s / ctrl+r waiting for the session's plan, by kind: the dialog opens when it comes
         self._awaiting_plan: dict[str, Callable[[bool | None, str | None], None]] = {}
@@ -465,7 +479,7 @@ class TidegaugeApp(App[int]):
         request = message.event
         from widgets.approval_screen import ApprovalScreen  # modals: imported when first shown
 
-        from app.kernel.describe import approval_choices
+        from app.kernel.describe import approval_choices, approval_question
 
         def answered(answer: "tuple[str, bool] | str | None") -> None:
             self._approval_screens.pop(request.request_id, None)
@@ -477,7 +491,8 @@ class TidegaugeApp(App[int]):
             else:  # answered elsewhere, or gone
                 self.submit(Approve(request.request_id, "no"))
 
-        screen = ApprovalScreen(request.name, dict(request.input), approval_choices(request))
+        screen = ApprovalScreen(request.name, dict(request.input), approval_choices(request),
+                                question=approval_question(request))
         self._approval_screens[request.request_id] = screen
         await self.push_screen(screen, callback=answered)
 
@@ -577,6 +592,8 @@ class TidegaugeApp(App[int]):
                 self.conversation.add_engine("info", "the agent is still starting: try again in a moment")
             else:
                 self.session.submit(Report(command.removeprefix("/")))  # type: ignore[arg-type]
+        elif command == "/inspect":
+            self.action_inspect()
         elif command == "/resume":
             if self._list_sessions is None:
                 self.conversation.add_engine("info", "/resume: quit and run tidegauge --resume (tidegauge sessions lists them)")
@@ -726,6 +743,8 @@ class TidegaugeApp(App[int]):
         yield SystemCommand("Interrupt", "Stop the running turn (escape)", self.action_interrupt)
         yield SystemCommand("Show / hide context chart and breakdown", "The history chart and the breakdown by part"
                             " (ctrl+g)", self.action_toggle_context_details)
+        yield SystemCommand("What-if: overlay policy…", "Replay this session under another window and auto-compact"
+                            " line; the chart overlays the curve", self.action_whatif)
         # One toggle that says the state it is in, offered only where the provider can compact
         # on its server (Responses, Anthropic): the session's info says which, its events the state.
         on = self._server_compaction_on
@@ -736,6 +755,58 @@ class TidegaugeApp(App[int]):
                 "the provider compacts at the auto-compact line; tidegauge's own auto-compaction stands down",
                 lambda: self._switch_server_compaction(not on))
 
+    @on(RequestRecorded)
+    def _on_request_recorded(self, message: RequestRecorded) -> None:
+        self._last_request = message.event
+        if not message.restored:  # an earlier run's requests: read when the inspector opens
+            self._prepare_inspector(message.event)
+
+    @work(thread=True, group="inspector", exit_on_error=False)
+    def _prepare_inspector(self, recorded: "RequestRecordedEvent") -> None:
+        """The inspector's page for the request just kept, made off the UI loop (only what was
+        appended to the store is read), so ctrl+t shows it at once."""
+        try:
+            self._inspector_page_for(recorded)
+        except OSError:
+            pass  # said when the inspector is opened
+
+    def _inspector_page_for(self, recorded: "RequestRecordedEvent") -> "InspectorPage":
+        from pathlib import Path
+
+        from app.kernel.request_store import StoredRequests
+        from app.surfaces.inspect_output import inspector_page
+
+        with self._inspector_lock:
+            key = (recorded.store, recorded.request)
+            ready = self._inspector_ready
+            if ready is not None and ready[0] == key:
+                return ready[1]
+            folder = Path(recorded.store)
+            stored = self._inspector_store
+            if stored is None or stored.folder != folder:
+                stored = self._inspector_store = StoredRequests(folder)
+            stored.refresh()
+            if stored.count == 0:
+                raise OSError(f"no request kept in {folder}")
+            page = inspector_page(folder.parent.name, stored, min(recorded.request, stored.count))
+            self._inspector_ready = (key, page)
+            return page
+
+    def action_inspect(self) -> None:
+        """The last request as sent, part by part, with its diff: read from the session's store."""
+        recorded = self._last_request
+        if recorded is None:
+            self.conversation.add_engine("info", "no request sent yet: the inspector shows the last one")
+            return
+        from widgets.request_inspector import RequestInspectorScreen  # modals: imported when first shown
+
+        try:
+            page = self._inspector_page_for(recorded)
+        except OSError as err:
+            self.conversation.add_engine("warning", f"the inspector cannot read the session's requests: {err}")
+            return
+        self.push_screen(RequestInspectorScreen(page))
+
     @on(SessionStarted)
     def _on_session_started(self, message: SessionStarted) -> None:
         self._server_compaction_on = message.event.server_compaction
@@ -745,6 +816,17 @@ class TidegaugeApp(App[int]):
         event = message.event
         if event.type == "server_compaction" and self._server_compaction_on is not None:
             self._server_compaction_on = event.on  # the state now, switched or refused
+
+    def action_whatif(self) -> None:
+        """Ask for a window and an auto-compact fraction; the session replays its transcript with them."""
+        from widgets.whatif_screen import WhatIfScreen
+
+        def chosen(answer: tuple[int, float] | None) -> None:
+            if answer is not None:
+                self.submit(WhatIf(window=answer[0], auto_compact=answer[1]))
+
+        last = self.query_one(ContextPanel).last_context
+        self.push_screen(WhatIfScreen(last.thresholds.window if last is not None else None), chosen)
 
     def _switch_server_compaction(self, on: bool) -> None:
         if self.session is None:
