@@ -84,7 +84,7 @@ def litellm_cli(given: Path | None) -> str:
     if given is not None:
         if not given.is_file():
             raise CannotRun(f"--litellm {given}: no such file")
-        return str(given)
+        return str(given.resolve())  # the proxy starts in the scratch folder
     cli = shutil.which("litellm", path=str(Path(sys.executable).parent)) or shutil.which("litellm")
     if cli is None:
         raise CannotRun(f"no litellm command (beside {sys.executable} or on PATH; --litellm names one): "
