@@ -49,6 +49,7 @@ Failures (either protocol)
     stream_error("openai" | "anthropic", message, error_type="overloaded_error", after_text="Partial ")
     refusing_cache_control(*replies)         a handler: 400 for a request with cache_control marks
                                              (a gateway that takes none), else the replies in order
+    refusing_system_blocks(*replies)         a handler: 500 (LiteLLM's words) for a system prompt as blocks
     counting_usage(ratio, reply_for, tools_ratio=None)
                                              a handler: a server whose tokenizer counts ``ratio`` times what
                                              cl100k counts in the request (``cl100k_request_tokens``), its
@@ -376,6 +377,30 @@ def refusing_cache_control(*replies: Reply, message: str = CACHE_CONTROL_REFUSAL
             return http_error(400, anthropic_error_body("invalid_request_error", message))
         if not waiting:
             return http_error(500, {"error": {"message": "refusing_cache_control: no reply left"}})
+        return waiting.popleft()
+
+    return answer
+
+
+# What LiteLLM's proxy answers when the llama-cpp-python server behind it refuses a system
+# message whose content is a list (the proxy's translation of Anthropic system blocks).
+SYSTEM_LIST_REFUSAL = ("litellm.APIConnectionError: Hosted_vllmException - Internal Server Error: "
+                       "Expected 'content' to be a string in the system message")
+
+
+def refusing_system_blocks(*replies: Reply, status: int = 500, message: str = SYSTEM_LIST_REFUSAL) -> Handler:
+    """A gateway that passes the system prompt's blocks on as list content to a server that takes
+    only a string: a request whose ``system`` is a list gets HTTP ``status`` (500 as LiteLLM in front
+    of llama-cpp-python answers) in LiteLLM's error shape, naming neither cache marks nor blocks; the
+    others get ``replies`` in order. Use as ``fake_llm.default``."""
+    waiting = deque(replies)
+
+    def answer(body: dict[str, Any], path: str) -> Reply:
+        if isinstance(body.get("system"), list):
+            return http_error(status, {"error": {"message": message, "type": None, "param": None,
+                                                 "code": str(status)}})
+        if not waiting:
+            return http_error(500, {"error": {"message": "refusing_system_blocks: no reply left"}})
         return waiting.popleft()
 
     return answer

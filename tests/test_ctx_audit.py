@@ -68,10 +68,8 @@ def test_the_checklist_holds_each_kind_of_fact_in_order():
                       "E AssertionError: expected 3 got 4",
                       "unresolved error from read_file(docs/missing.md): File not found: docs/missing.md"]
     assert "the user's latest request: Now fix the failing test, and always explain the cause first." in texts
-    constraints = [t for t in texts if t.startswith("user constraint")]
-    assert constraints == ["user constraint: Do not change the public API.",
-                           "user constraint: You must keep Python 3.9 support.",
-                           "user constraint: Now fix the failing test, and always explain the cause first."]
+    # the user's sentences are not taken by their words: every message is kept whole by the summary
+    assert [t for t in texts if t.startswith("user constraint")] == []
 
 
 def test_a_summary_naming_everything_gets_nothing_appended():
@@ -88,8 +86,7 @@ def test_deliberate_omissions_come_back_exactly():
                .replace("; must keep Python 3.9 support", ""))
     audit = audit_summary(HISTORY, omitted)
     assert audit.added == ["file edited: app/wiring/config.py",
-                           "unresolved error from read_file(docs/missing.md): File not found: docs/missing.md",
-                           "user constraint: You must keep Python 3.9 support."]
+                           "unresolved error from read_file(docs/missing.md): File not found: docs/missing.md"]
     text = append_checked_facts(omitted, audit)
     assert text.startswith(omitted.rstrip())
     section = text[text.index(CHECKED_FACTS_HEADER):]
@@ -108,18 +105,12 @@ def test_messages_kept_verbatim_count_as_named():
     assert "request" not in kinds(audit_summary(HISTORY, without_request, kept=[latest]).missing)
 
 
-def test_a_constraint_without_its_negation_is_not_named():
-    history = [Message.user("go on"), Message.user("Do not change the public API.")]
-    assert "constraint" in kinds(audit_summary(history, "We will change the public API.").missing)
-
-
-def test_paraphrased_constraints_count_when_most_words_are_there():
+def test_a_request_paraphrased_with_most_words_counts_as_named():
     history = [Message.user("Never push to main without asking me.")]
     named = audit_summary(history, "The user said never to push to main without asking them first.")
     assert [f.kind for f in named.missing] == []
     unnamed = audit_summary(history, "The user wants the tests fixed.")
-    assert [f.text for f in unnamed.missing] == ["the user's latest request: Never push to main without asking me.",
-                                                 "user constraint: Never push to main without asking me."]
+    assert [f.text for f in unnamed.missing] == ["the user's latest request: Never push to main without asking me."]
 
 
 def test_earlier_summaries_and_instructions_are_not_user_requests():

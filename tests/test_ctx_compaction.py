@@ -110,17 +110,22 @@ def test_summary_history_is_one_user_message_with_the_users_words() -> None:
     assert history_problems(new) == []
 
 
-def test_recent_messages_fit_the_budget_newest_kept() -> None:
-    history = [Message.user("OLD-TASK " + "padding " * 3_000)]
+def test_every_message_is_kept_a_paste_head_and_tail_and_the_bound_counts_the_oldest() -> None:
+    paste = "OLD-TASK-LOG-HEAD\n" + "padding line\n" * 3_000 + "OLD-TASK-LOG-TAIL"
+    history = [Message.user(paste)]
     for i in range(20):
         history += [Message.assistant_text("ok"), Message.user(f"instruction {i}: " + "x y " * 150)]
-    text = build_summary_history("S", history, recent_user_budget=4_000)[0].text
+    text = build_summary_history("S", history, kept_budget=100_000)[0].text
     recent = text.split(RECENT_INTRO, 1)[1]
-    assert "instruction 19:" in recent
-    assert "OLD-TASK" not in recent
+    assert all(f"instruction {i}: " + "x y " * 150 in recent for i in range(20))  # whole, whatever the words
+    assert "OLD-TASK-LOG-HEAD" in recent and "OLD-TASK-LOG-TAIL" in recent  # the paste: head and tail
+    assert "padding line\n" * 20 not in recent and "pasted message cut by compaction" in recent
+    # Under a bound the newest are kept whole and the oldest left out whole, and said.
+    text = build_summary_history("S", history, kept_budget=4_000)[0].text
+    recent = text.split(RECENT_INTRO, 1)[1]
     kept = [i for i in range(20) if f"instruction {i}:" in recent]
-    assert 5 < len(kept) < 20
-    assert kept == list(range(kept[0], 20))  # contiguous, the latest ones
+    assert 5 < len(kept) < 20 and kept == list(range(kept[0], 20))  # contiguous, the latest ones
+    assert f"{kept[0] + 1:,} of the user's earliest messages" in recent
     assert count_tokens(recent) <= 4_000 + 200
 
 

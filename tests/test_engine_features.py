@@ -34,12 +34,12 @@ from test_engine_support import (
 )
 
 from app.context.audit import CHECKED_FACTS_HEADER
-from app.context.compaction import RULES_HEADER
 from app.context.engine import RestoreError
 from app.context.rules import load_rules
 from app.context.session_memory import MEMORY_INTRO, MEMORY_PROMPT_HEAD
 from app.context.thresholds import compute_thresholds
 from app.context.tokens import count_tokens
+from app.kernel.messages import TextBlock
 from app.session.transcript import read_transcript
 
 
@@ -280,8 +280,6 @@ def _audit_session_replies(provider: str) -> list:
 @pytest.mark.parametrize("provider", PROTOCOLS)
 async def test_a_summary_missing_facts_gets_exactly_those_back(fake_llm, tmp_path, monkeypatch, provider):
     agent, events = make_agent(fake_llm, tmp_path, monkeypatch, provider=provider, yes=True, memory_update_tokens=0)
-    # Only the newest user message is quoted after the summary: the first one, with the rules, is not.
-    agent.engine.config.recent_user_budget = 20
     router = Router(provider)
     router.main.extend(_audit_session_replies(provider))
     # The summary names the write and the failing command but forgets the missing file and both rules.
@@ -297,10 +295,10 @@ async def test_a_summary_missing_facts_gets_exactly_those_back(fake_llm, tmp_pat
     assert event.facts_added == len(added)
     joined = "\n".join(added)
     assert "missing_module.py" in joined  # the unresolved read error
-    # the rules the summary forgot are carried whole in its rules section (issue 25), not as checked facts
+    # the rules the summary forgot are in the user's messages, every one kept whole: never checked facts
     assert not any(a.startswith("user constraint") for a in added)
-    rules = agent.history[0].text.split(RULES_HEADER, 1)[1]
-    assert "Do not touch setup.py." in rules and "Always run the tests with -q." in rules
+    kept = [b.text for b in agent.history[0].content if isinstance(b, TextBlock) and b.user_message_id]
+    assert kept == [AUDIT_TASK, "now make the tests pass"]
     # named in the summary: not repeated; the latest request is quoted verbatim after the summary
     assert "parser_fix.py" not in joined and "sys.exit(3)" not in joined
     assert not any(a.startswith("the user's latest request") for a in added)
@@ -319,7 +317,6 @@ async def test_a_summary_missing_facts_gets_exactly_those_back(fake_llm, tmp_pat
 async def test_a_summary_that_names_every_fact_gets_nothing_appended(fake_llm, tmp_path, monkeypatch, provider):
     agent, events = make_agent(fake_llm, tmp_path, monkeypatch, provider=provider, yes=True, memory_update_tokens=0)
     router = Router(provider)
-    agent.engine.config.recent_user_budget = 20
     router.main.extend(_audit_session_replies(provider))
     fake_llm.default = router
     await agent.run_turn(AUDIT_TASK)

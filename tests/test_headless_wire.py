@@ -21,7 +21,10 @@ from fake_llm_server import (
     openai_text,
     openai_tool_calls,
     openai_usage,
+    SYSTEM_LIST_REFUSAL,
+    http_error,
     refusing_cache_control,
+    refusing_system_blocks,
 )
 from fake_responses_server import (
     responses_error,
@@ -40,11 +43,11 @@ def _cli(fake_llm: Any, provider: str, *args: str) -> list[str]:
             "--base-url", fake_llm.base_url(provider), *args]
 
 
-def _run(fake_llm: Any, tmp_path: Path, provider: str, *args: str) -> subprocess.CompletedProcess[str]:
+def _run(fake_llm: Any, tmp_path: Path, provider: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
     return subprocess.run(_cli(fake_llm, provider, *args), cwd=work,
-                          env=_env(tmp_path, OPENAI_API_KEY=KEY, ANTHROPIC_API_KEY=KEY),
+                          env=_env(tmp_path, OPENAI_API_KEY=KEY, ANTHROPIC_API_KEY=KEY, **env),
                           capture_output=True, text=True, timeout=120)
 
 
@@ -160,7 +163,7 @@ def test_cache_marks_go_to_any_anthropic_server_and_a_refusal_turns_them_off_for
     assert first.stdout.strip() == "Two files."
     lines = [line for line in first.stderr.splitlines() if "prompt caching off" in line]
     assert len(lines) == 1, first.stderr  # said once, not on every call
-    assert CACHE_CONTROL_REFUSAL in lines[0] and "sent again without them" in lines[0]
+    assert CACHE_CONTROL_REFUSAL in lines[0] and "sent again without cache marks" in lines[0]
     # the first request carried the marks (a gateway host, not anthropic.com); after the 400, none did
     assert [_marked(r) for r in fake_llm.requests] == [True, False, False]
     assert fake_llm.requests[1].json["system"] == fake_llm.requests[2].json["system"]
@@ -177,6 +180,65 @@ def test_stream_json_carries_the_cache_fallback_as_a_typed_line(fake_llm, tmp_pa
     proc = _run(fake_llm, tmp_path, "anthropic", "-p", "hello", "--output-format", "stream-json")
     assert proc.returncode == 0, proc.stderr
     [line] = [e for e in _stream_json(proc) if e["type"] == "prompt_cache_off"]
-    assert line == {"type": "prompt_cache_off", "provider": "anthropic",
-                    "reason": "system: Input should be a valid string", "seq": line["seq"], "command_id": 1}
+    assert line == {"type": "prompt_cache_off", "provider": "anthropic", "base_url": fake_llm.base_url("anthropic"),
+                    "reason": "HTTP 400: system: Input should be a valid string", "remembered": False,
+                    "seq": line["seq"], "command_id": 1}
     assert len(fake_llm.requests) == 2
+
+
+def test_a_gateway_answering_500_to_system_blocks_gets_one_plain_retry_remembered_for_the_url(
+        fake_llm, tmp_path) -> None:
+    """LiteLLM in front of llama-cpp-python answers 500 to the system prompt as blocks, without a
+    word about cache marks: the first cached request is sent once more without them (the system
+    a plain string), said in one line, and the next session sends none from its first request."""
+    fake_llm.default = refusing_system_blocks(anthropic_text("Bonjour."), anthropic_text("Encore."))
+    first = _run(fake_llm, tmp_path, "anthropic", "-p", "hello")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip() == "Bonjour."
+    lines = [line for line in first.stderr.splitlines() if "prompt caching off" in line]
+    assert len(lines) == 1, first.stderr
+    assert fake_llm.base_url("anthropic") in lines[0] and "HTTP 500" in lines[0] and SYSTEM_LIST_REFUSAL in lines[0]
+    assert [_marked(r) for r in fake_llm.requests] == [True, False]
+    assert isinstance(fake_llm.requests[1].json["system"], str)
+    kept = tmp_path / "data" / "prompt-cache-refused.json"
+    assert oct(kept.stat().st_mode & 0o777) == "0o600"
+
+    again = _run(fake_llm, tmp_path, "anthropic", "-p", "and again", "--output-format", "stream-json")
+    assert again.returncode == 0, again.stderr
+    assert [_marked(r) for r in fake_llm.requests[2:]] == [False], "a new session tried the marks again"
+    [said] = [e for e in _stream_json(again) if e["type"] == "prompt_cache_off"]
+    assert said["remembered"] is True and SYSTEM_LIST_REFUSAL in said["reason"]
+
+
+@pytest.mark.parametrize("status", [401, 403, 429, 529])
+def test_a_key_rights_or_rate_failure_is_not_blamed_on_the_cache_marks(fake_llm, tmp_path, status) -> None:
+    fake_llm.default = refusing_system_blocks(status=status, message="denied")
+    proc = _run(fake_llm, tmp_path, "anthropic", "-p", "hello", TIDEGAUGE_MAX_RETRIES="0")
+    assert proc.returncode == 1, proc.stderr
+    assert "prompt caching off" not in proc.stderr
+    assert [_marked(r) for r in fake_llm.requests] == [True]
+    assert not (tmp_path / "data" / "prompt-cache-refused.json").exists()
+
+
+def test_a_server_failing_without_the_marks_too_keeps_them_and_remembers_nothing(fake_llm, tmp_path) -> None:
+    fake_llm.default = lambda body, path: http_error(500, {"error": {"message": "model not loaded"}})
+    proc = _run(fake_llm, tmp_path, "anthropic", "-p", "hello", TIDEGAUGE_MAX_RETRIES="0")
+    assert proc.returncode == 1, proc.stderr
+    assert "prompt caching off" not in proc.stderr
+    assert [_marked(r) for r in fake_llm.requests] == [True, False]  # one plain try, then the error
+    assert not (tmp_path / "data" / "prompt-cache-refused.json").exists()
+
+
+def test_the_remembered_refusals_file_is_private_and_a_planted_link_is_not_followed(tmp_path) -> None:
+    from app.providers.anthropic import CacheRefusals
+
+    outside = tmp_path / "outside.json"
+    outside.write_text(json.dumps({"http://gw.example": {"reason": "planted"}}), encoding="utf-8")
+    kept = tmp_path / "prompt-cache-refused.json"
+    kept.symlink_to(outside)
+    refusals = CacheRefusals(kept)
+    assert refusals.reason_for("http://gw.example") is None  # a link is not read
+    refusals.remember("http://gw.example/", "HTTP 500: " + "x" * 1_000)
+    assert json.loads(outside.read_text(encoding="utf-8")) == {"http://gw.example": {"reason": "planted"}}
+    assert not kept.is_symlink() and oct(kept.stat().st_mode & 0o777) == "0o600"
+    assert refusals.reason_for("http://gw.example") == ("HTTP 500: " + "x" * 1_000)[:200]

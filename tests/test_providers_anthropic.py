@@ -243,7 +243,9 @@ async def test_http_529_overloaded_with_retry_after(fake_llm, provider) -> None:
 
 
 async def test_invalid_request_is_not_retryable(fake_llm, provider) -> None:
-    fake_llm.enqueue(http_error(400, anthropic_error_body("invalid_request_error", "messages: roles must alternate")))
+    # a gateway's first cached request is tried once more without cache marks: both refused
+    refusal = http_error(400, anthropic_error_body("invalid_request_error", "messages: roles must alternate"))
+    fake_llm.default = lambda body, path: refusal
     error = (await run_stream(provider, request())).error
     assert error.message == "messages: roles must alternate" and not error.retryable
 

@@ -45,7 +45,7 @@ from app.context.summarizer import (
     extractive_summary,
     parse_summary,
 )
-from app.kernel.messages import Message, ToolResultBlock, ToolUseBlock
+from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from app.session.store import SessionStore
 from app.session.transcript import restore
 
@@ -288,17 +288,18 @@ def test_a_transcript_of_the_previous_format_resumes_with_the_typed_words_only(f
     _assert_only_typed_words(mains, provider, [*typed, THIRD])
 
 
-# ---- issue 25: the audit's near twins and caps ----
+# ---- near twins: the audit's latest request, and the words every summary keeps ----
 
-def _missing_constraints(history: list[Message], summary: str) -> list[str]:
-    return [f.text for f in audit_summary(history, summary).missing if f.kind == "constraint"]
+def _missing_request(history: list[Message], summary: str) -> list[str]:
+    return [f.text for f in audit_summary(history, summary).missing if f.kind == "request"]
 
 
-def test_a_near_twin_rule_kept_verbatim_does_not_keep_the_other():
+def test_near_twins_are_both_kept_verbatim_whatever_the_summary_names():
     history = [Message.user("You must never name a file ZX0QW."), Message.assistant_text("Noted."),
                Message.user("You must never name a file ZX7QW.")]
-    summary = "## User preferences\nYou must never name a file ZX7QW."
-    assert _missing_constraints(history, summary) == ["user constraint: You must never name a file ZX0QW."]
+    [summary] = build_summary_history("## User preferences\nYou must never name a file ZX7QW.", history)
+    kept = [b.text for b in summary.content if isinstance(b, TextBlock) and b.user_message_id]
+    assert kept == ["You must never name a file ZX0QW.", "You must never name a file ZX7QW."]
 
 
 @pytest.mark.parametrize(("rule", "token", "twin"), [
@@ -309,21 +310,12 @@ def test_a_near_twin_rule_kept_verbatim_does_not_keep_the_other():
     ("Always call parseConfig before you start the server.", "parseConfig", "loadConfig"),
 ])
 def test_identifiers_paths_numbers_and_quotes_must_be_there_verbatim(rule, token, twin):
-    """Most of the words are there, the one that matters is not: the constraint is missing.
-    With the token itself (whatever punctuation is around it) the constraint counts as kept."""
+    """Most of the words of the latest request are there, the one that matters is not: it is
+    missing. With the token itself (whatever punctuation is around it) it counts as named."""
     history = [Message.user(rule)]
     paraphrase = rule.replace(token, twin)
-    assert _missing_constraints(history, f"The user said: {paraphrase}") == [f"user constraint: {rule}"]
-    assert _missing_constraints(history, f"The user said: {rule.replace(token, f'`{token}`')}") == []
-
-
-def test_long_rules_that_differ_only_at_the_end_are_both_listed_whole():
-    shared = "Never change any of these settings without asking me first: " + "timeout, retries, backoff, " * 12
-    first, second = shared + "ALPHA_KEY.", shared + "BETA_KEY."
-    history = [Message.user(first), Message.assistant_text("Noted."), Message.user(second)]
-    assert _missing_constraints(history, "Nothing about settings.") == [f"user constraint: {first}",
-                                                                        f"user constraint: {second}"]
-    assert _missing_constraints(history, f"The user said: {second}") == [f"user constraint: {first}"]
+    assert _missing_request(history, f"The user said: {paraphrase}") == [f"the user's latest request: {rule}"]
+    assert _missing_request(history, f"The user said: {rule.replace(token, f'`{token}`')}") == []
 
 
 # ---- the extractive fallback: an earlier summary's "requests" are words only if the user typed them ----

@@ -472,7 +472,8 @@ class Agent:
                         if stream_to_ui:  # the gauge moves as soon as the server says the prompt size
                             self.engine.live_usage(item.usage)
                     elif isinstance(item, PromptCacheOff):  # said whichever call hit it (a summary too)
-                        self.emit(PromptCacheOffEvent(provider=self.provider.name, reason=item.reason))
+                        self.emit(PromptCacheOffEvent(provider=self.provider.name, reason=item.reason,
+                                                      base_url=item.base_url, remembered=item.remembered))
                     elif isinstance(item, Completed):
                         partial.clear()
                         return item

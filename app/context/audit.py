@@ -3,10 +3,15 @@
 A summary written by a model (or by the session memory) can silently drop
 the things a successor most needs: which files were changed, which commands
 ran and how they ended, which errors are still open, what the user asked
-last and the rules the user laid down. This module extracts those facts
+last. This module extracts those facts
 from the history being replaced, checks which of them the summary (plus
 whatever is kept verbatim after it) already names, and returns the missing
 ones as lines for a "checked facts" section.
+
+The user's own words are not its business: a summary keeps every message the user typed
+(``app.context.compaction.kept_user_words``), chosen by size, never by words; the audit
+takes no sentence of theirs by its words either. It checks the latest request, which the
+kept words always hold.
 
 No model call, no randomness: the same history and summary always give the
 same items, in the order they happened.
@@ -14,7 +19,6 @@ same items, in the order they happened.
 
 from __future__ import annotations
 
-import bisect
 import functools
 import math
 import re
@@ -24,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
-from app.context.user_words import carried_rule_blocks, user_words
+from app.context.user_words import user_words
 
 CHECKED_FACTS_HEADER = "## Checked facts"
 CHECKED_FACTS_NOTE = ("(added by tidegauge: facts from the replaced history that the summary above did not "
@@ -32,22 +36,12 @@ CHECKED_FACTS_NOTE = ("(added by tidegauge: facts from the replaced history that
 EDIT_TOOLS = ("write_file", "edit_file")
 COMMAND_TOOL = "run_bash"
 MAX_COMMANDS = 12  # the latest ones; older commands are counted, not listed
-MAX_ITEM_CHARS = 200  # a command's or a request's line; never a rule's (rules are whole)
-# A fact counts as named when this share of its significant words is in the summary; a rule
-# of the user's only with all of them (RULE_WORD_COVERAGE): with 0.8, "you must never delete the
-# cache folder" was named by a summary keeping "you must never delete the build folder".
+MAX_ITEM_CHARS = 200  # a command's or a request's line
+# A fact counts as named when this share of its significant words is in the summary.
 WORD_COVERAGE = 0.8
-RULE_WORD_COVERAGE = 1.0
-# What every summary carries of the user's rules, verbatim (app.context.compaction writes the
-# section): the newest rules whole up to this many characters; any older rule over it is left
-# out whole, never cut, and the compaction event says how many.
-MAX_RULES_CHARS = 16_000
 
 _EXIT_RE = EXIT_CODE  # run_bash's marker (app.kernel.markers)
-_CONSTRAINT_RE = re.compile(
-    r"\b(do not|don't|dont|never|always|must|must not|mustn't|only ever|avoid)\b", re.IGNORECASE)
 _FAILURE_RE = re.compile(r"error|fail|exit|not found|missing|does not exist|denied|refused|crash", re.IGNORECASE)
-_SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORD_RE = re.compile(r"[A-Za-z0-9_./-]{3,}")
 _STOPWORDS = frozenset("""the and for with that this from into your you are was were have has had but all any
 can will would should could then than them they their there here what when where which while who why how about
@@ -56,7 +50,7 @@ after before also just only very more most some such each other into onto over u
 
 @dataclass(frozen=True)
 class Fact:
-    kind: str  # "file", "command", "error", "request", "constraint"
+    kind: str  # "file", "command", "error", "request"; "words": what the bound on the user's words left out
     text: str  # the line shown in the checked-facts section
     # What the summary must contain for the fact to count as named.
     needles: tuple[str, ...] = ()  # any one of these substrings (case-insensitive)
@@ -67,22 +61,6 @@ class Fact:
     # Tokens that tell this fact from a near twin (identifiers, paths, numbers, quoted
     # strings): nothing counts as naming the fact unless every one of these is there verbatim.
     distinctive: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Rule:
-    """A sentence the user typed that says what must, or must never, be done."""
-
-    text: str  # the sentence, whitespace folded
-    user_message_id: str | None  # the message it was typed in
-
-
-@dataclass(frozen=True)
-class RulesPlan:
-    """Which of a history's rules a summary carries (oldest first), and which are over the bound."""
-
-    carried: list[Rule]
-    left_out: list[Rule]
 
 
 @dataclass
@@ -185,80 +163,6 @@ def _user_texts(history: Sequence[Message]) -> list[str]:
     return [b.text for b in user_words(history)]
 
 
-def _sentences(text: str) -> list[str]:
-    """The sentences of ``text``; a quoted string is never split ("never log 'a. b'" is one)."""
-    quoted = [m.span() for m in _QUOTED_RE.finditer(text)]  # in order, never overlapping
-    begins = [begin for begin, _end in quoted]
-    parts: list[str] = []
-    start = 0
-    for gap in _SENTENCE_SPLIT.finditer(text):
-        inside = bisect.bisect_left(begins, gap.start()) - 1  # the last quote opened before the gap
-        if inside >= 0 and gap.start() < quoted[inside][1]:
-            continue
-        parts.append(text[start:gap.start()])
-        start = gap.end()
-    parts.append(text[start:])
-    return parts
-
-
-def _constraints(texts: Sequence[str]) -> list[str]:
-    """Every constraint sentence of the user, whole: a cap on its length would make two
-    rules that differ only after it one, and drop the other."""
-    found: dict[str, None] = {}
-    for text in texts:
-        for sentence in _sentences(text):
-            sentence = " ".join(sentence.strip(" -*\t").split())
-            if sentence and _CONSTRAINT_RE.search(sentence):
-                found.setdefault(sentence, None)
-    return list(found)
-
-
-def user_rules(history: Sequence[Message]) -> list[Rule]:
-    """The user's rules in ``history``, oldest first, each once: the constraint sentences of
-    the blocks the user typed, and the rules an earlier summary carried (its blocks with a
-    message id, app.context.user_words.carried_rule_blocks). Known by blocks, never by
-    reading a summary's text, so a model cannot add a rule and a compaction cannot lose one."""
-    typed = {id(b) for b in user_words(history)}
-    carried = {id(b) for b in carried_rule_blocks(history)}
-    found: dict[str, Rule] = {}
-    for msg in history:
-        for block in msg.content:
-            if id(block) in carried and isinstance(block, TextBlock):
-                found.setdefault(block.text, Rule(block.text, block.user_message_id))
-            elif id(block) in typed and isinstance(block, TextBlock):
-                for sentence in _constraints([block.text]):
-                    found.setdefault(sentence, Rule(sentence, block.user_message_id))
-    return list(found.values())
-
-
-def plan_rules(history: Sequence[Message], max_chars: int = MAX_RULES_CHARS) -> RulesPlan:
-    """The rules a summary of ``history`` carries: the newest first while they fit in
-    ``max_chars`` (a rule that does not fit is skipped whole and an older, shorter one may
-    still fit); both lists oldest first. A function of the history alone, so the audit
-    finds the same rules left out as the compaction that left them out."""
-    return _plan(user_rules(history), max_chars)
-
-
-def _plan(rules: Sequence[Rule], max_chars: int = MAX_RULES_CHARS) -> RulesPlan:
-    carried: list[Rule] = []
-    left_out: list[Rule] = []
-    room = max_chars
-    for rule in reversed(rules):
-        if len(rule.text) <= room:
-            carried.append(rule)
-            room -= len(rule.text)
-        else:
-            left_out.append(rule)
-    return RulesPlan(carried=carried[::-1], left_out=left_out[::-1])
-
-
-def rules_left_out_line(left_out: Sequence[Rule]) -> str:
-    """What a summary and the compaction event say about rules over the bound."""
-    chars = sum(len(r.text) for r in left_out)
-    return (f"{len(left_out):,} of the user's rules ({chars:,} characters) not carried: over the "
-            f"{MAX_RULES_CHARS:,}-character bound of the rules a summary carries; the session transcript keeps them")
-
-
 def _exit_code(content: str) -> str | None:
     matches = _EXIT_RE.findall(content[-400:])
     return matches[-1][0] if matches else None  # the code; the rest of the marker says how it ended
@@ -286,10 +190,6 @@ def _call_key(use: ToolUseBlock) -> str:
 
 def extract_facts(history: Sequence[Message]) -> list[Fact]:
     """The checklist of the history a summary is about to replace."""
-    return _extract_facts(history, user_rules(history))
-
-
-def _extract_facts(history: Sequence[Message], rules: Sequence[Rule]) -> list[Fact]:
     uses: dict[str, ToolUseBlock] = {}
     results: list[tuple[ToolUseBlock, ToolResultBlock]] = []
     for msg in history:
@@ -350,29 +250,15 @@ def _extract_facts(history: Sequence[Message], rules: Sequence[Rule]) -> list[Fa
         facts.append(Fact("request", f"the user's latest request: {_one_line(latest)}",
                           needles=(_one_line(latest, 10_000),), words=_significant_words(latest),
                           distinctive=distinctive_tokens(latest)))
-    # A rule is named verbatim, or by every one of its words (not a share of them): "never
-    # delete the cache folder" is not kept by "never delete the build folder".
-    for rule in rules:
-        facts.append(Fact("constraint", f"user constraint: {rule.text}", needles=(rule.text,),
-                          words=_significant_words(rule.text), coverage=RULE_WORD_COVERAGE,
-                          distinctive=distinctive_tokens(rule.text)))
     return facts
 
 
 def audit_summary(history: Sequence[Message], summary: str, kept: Sequence[Message] = ()) -> AuditResult:
     """Compare the checklist of ``history`` with ``summary`` (and the messages kept verbatim after it)."""
-    rules = user_rules(history)
-    facts = _extract_facts(history, rules)
+    facts = extract_facts(history)
     kept_text = "\n".join(_message_text(m) for m in kept)
     against = summary + ("\n" + kept_text if kept_text else "")
     missing = [f for f in facts if not is_named(f, against)]
-    # A rule over the bound is said once, counted, not appended whole: the bound is what
-    # keeps every summary from growing with each rule typed.
-    over = {f"user constraint: {r.text}": r for r in _plan(rules).left_out}
-    left_out = [over[f.text] for f in missing if f.kind == "constraint" and f.text in over]
-    if left_out:
-        missing = [f for f in missing if f.text not in over]
-        missing.append(Fact("constraint", rules_left_out_line(left_out)))
     return AuditResult(facts=facts, missing=missing)
 
 

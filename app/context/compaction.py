@@ -4,7 +4,8 @@ Seed 000 part 4 point by point: the instruction goes on a copy of the
 history (a failure leaves the original untouched), at the end of the last
 user message when there is one (roles keep alternating), with the tool
 definitions present and tool choice none. On success the history becomes
-one user message: the summary plus the user's own latest words verbatim.
+one user message: the summary plus every message the user typed (a paste as its head and
+tail, the whole saved).
 """
 
 from __future__ import annotations
@@ -13,15 +14,14 @@ import hashlib
 import re
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from app.kernel.messages import ContentBlock, Message, TextBlock, ToolResultBlock, ToolSpec
 from app.providers.base import ModelRequest
 
 from app.context import tokens as _tokens
-from app.context.audit import Rule, plan_rules, rules_left_out_line
 from app.context.user_words import SUMMARY_INTRO as _SUMMARY_INTRO
-from app.context.user_words import is_legacy_summary, user_words
+from app.context.user_words import carried_rule_blocks, is_legacy_summary, user_words
 
 COMPACT_PROMPT = """\
 [Context compaction] The context is nearly full. Write a handoff summary of the conversation so far. \
@@ -58,9 +58,6 @@ _QUOTE_CLOSE = "</user-message>"
 # What ends a summary's first block when user words follow it.
 _FRAME_HEAD = f"\n\n{RECENT_INTRO}\n\n{_QUOTE_OPEN}\n"
 _INTERRUPTED_RESULT = "(not run: the conversation is being compacted)"
-# The user's rules, each a block of its own after the summary (see ``_rules_blocks``).
-# One line: every request after a compaction pays for it.
-RULES_HEADER = "## The user's rules, verbatim (carried through every compaction; all still apply)"
 
 
 class CompactionFailed(Exception):
@@ -140,29 +137,140 @@ def _id_for(block: TextBlock) -> str:
     return "u-" + hashlib.sha256(block.text.encode("utf-8", "surrogatepass")).hexdigest()[:20]
 
 
-def recent_user_words(history: Sequence[Message], budget: int = 4_000) -> list[TextBlock]:
-    """The user's latest words that fit in ``budget`` tokens, oldest first, as blocks with
-    the id of the message each was typed in.
+# A message of the user's is a paste (a log, a file, a trace) by its size and shape, never by its
+# words: over PASTE_CHARS characters, or PASTE_LINES lines and more of over PASTE_MIN_CHARS (forty
+# one-word lines are a list the user typed). Every other message is kept whole by every summary.
+PASTE_CHARS = 4_000
+PASTE_LINES = 40
+PASTE_MIN_CHARS = 1_000
+# What a summary keeps of a paste: its head and its tail, each at most this many characters and
+# lines; the cut is smaller than a paste, so a later compaction never cuts it again.
+PASTE_END_CHARS = 1_000
+PASTE_END_LINES = 12
+PASTE_FIRST_LINE_CHARS = 160
 
-    The newest is always included (cut head+tail if alone it is too long).
+
+def is_paste(text: str) -> bool:
+    """Is this message of the user's a paste (long, or many lines)? Its words play no part."""
+    return len(text) > PASTE_CHARS or (len(text) > PASTE_MIN_CHARS and text.count("\n") >= PASTE_LINES)
+
+
+def paste_call_id(user_message_id: str) -> str:
+    """The name a paste's saved copy goes by (``read_saved_output``'s call_id, the file's stem):
+    letters, digits, ``-`` and ``_`` only, so no id can name a path outside the folder."""
+    return "paste-" + ("".join(c if c.isalnum() or c in "-_" else "_" for c in user_message_id)[:90] or "x")
+
+
+def _where(user_message_id: str, saved_as: str) -> str:
+    if not saved_as:
+        return "it could not be saved; the session transcript keeps it whole"
+    return (f"the whole message is saved in {saved_as}: read it with read_saved_output "
+            f"(call_id \"{paste_call_id(user_message_id)}\")")
+
+
+def cut_paste(text: str, user_message_id: str, saved_as: str | None) -> TextBlock:
+    """A paste as a summary keeps it: head and tail, with a line between them saying how much
+    was left out and where the whole is (``saved_as``: the file; None or "": not saved)."""
+    head = "\n".join(text[:PASTE_END_CHARS].split("\n")[:PASTE_END_LINES])
+    tail = "\n".join(text[-PASTE_END_CHARS:].split("\n")[-PASTE_END_LINES:])
+    omitted = len(text) - len(head) - len(tail)
+    lines = text.count("\n") + 1
+    middle = (f"[... pasted message cut by compaction: {omitted:,} of its {len(text):,} characters "
+              f"({lines:,} lines) left out here; {_where(user_message_id, saved_as or '')} ...]")
+    return TextBlock(text=f"{head}\n{middle}\n{tail}", user_message_id=user_message_id, paste_copy=saved_as or "")
+
+
+def paste_first_line(text: str, user_message_id: str, saved_as: str) -> TextBlock:
+    """A paste (whole, or cut by an earlier summary) down to its first line: what the bound on
+    the user's words keeps of the oldest pastes before it leaves out any message."""
+    first = text.split("\n", 1)[0][:PASTE_FIRST_LINE_CHARS]
+    return TextBlock(text=f"{first}\n[... the rest of this pasted message left out by compaction; "
+                          f"{_where(user_message_id, saved_as)} ...]",
+                     user_message_id=user_message_id, paste_copy=saved_as)
+
+def kept_word_id(block: TextBlock) -> str:
+    """The id a summary keeps ``block`` under (its own, or one made from its text)."""
+    return _id_for(block)
+
+
+def typed_words(history: Sequence[Message]) -> list[TextBlock]:
+    """Every block of the user's words in ``history``, oldest first: what the user typed (and
+    earlier summaries kept), and the rules a summary of the previous format carried apart (a
+    rule there is a sentence of a message no longer kept: it is kept as it is)."""
+    typed = user_words(history)
+    ids = {b.user_message_id for b in typed if b.user_message_id is not None}
+    carried = {id(b) for b in carried_rule_blocks(history) if b.user_message_id not in ids}
+    if not carried:
+        return typed
+    mine = {id(b) for b in typed} | carried
+    return [b for msg in history if msg.role == "user" for b in msg.content
+            if isinstance(b, TextBlock) and id(b) in mine]
+
+
+@dataclass(frozen=True)
+class KeptWords:
+    """The user's words a summary keeps (oldest first) and what the bound left out."""
+
+    blocks: list[TextBlock]
+    left_out: int = 0  # the oldest messages, left out whole
+    left_out_chars: int = 0
+    budget: int = 0  # the bound, in tokens
+
+    def left_out_line(self) -> str:
+        return (f"{self.left_out:,} of the user's earliest messages ({self.left_out_chars:,} characters) not "
+                f"kept: over the {self.budget:,}-token bound of the user's words a summary keeps; "
+                "the session transcript keeps them")
+
+
+def kept_user_words(history: Sequence[Message], budget: int,
+                    saved: Mapping[str, str | None] | None = None) -> KeptWords:
+    """Every message the user typed, each a block with the id of its message: whole, or for a
+    paste its head and tail naming the saved copy (``saved``: message id -> the file, None or
+    absent when it was not saved). Chosen by size and shape alone, never by words.
+
+    The bound, ``budget`` tokens: over it, the oldest pastes keep only their first line; still
+    over, the oldest messages are left out whole (the newest always stays) and counted
+    (``KeptWords.left_out_line``), so a session of thousands of short messages still compacts
+    below its window. A short message gives way only to the bound, never to a paste.
     """
-    picked: list[TextBlock] = []
-    left = budget
-    for block in reversed(user_words(history)):
-        cost = _tokens.count_tokens(block.text)
-        if cost > left:
-            if not picked and budget > 0:
-                picked.append(TextBlock(text=_head_tail(block.text, budget), user_message_id=_id_for(block)))
+    saved = saved or {}
+    words = typed_words(history)
+    kept: list[TextBlock] = []
+    pastes: list[int] = []  # positions in ``kept`` of the pastes, oldest first
+    for block in words:
+        ident = _id_for(block)
+        if block.paste_copy is not None:
+            pastes.append(len(kept))
+            kept.append(TextBlock(text=block.text, user_message_id=ident, paste_copy=block.paste_copy))
+        elif is_paste(block.text):
+            pastes.append(len(kept))
+            kept.append(cut_paste(block.text, ident, saved.get(ident)))
+        else:
+            kept.append(TextBlock(text=block.text, user_message_id=ident))
+    costs = [_tokens.count_tokens(b.text) for b in kept]
+    total = sum(costs)
+    for index in pastes:
+        if total <= budget:
             break
-        picked.append(TextBlock(text=block.text, user_message_id=_id_for(block)))
-        left -= cost
-    picked.reverse()
-    return picked
+        block = kept[index]
+        short = paste_first_line(block.text, block.user_message_id or "", block.paste_copy or "")
+        cost = _tokens.count_tokens(short.text)
+        if cost < costs[index]:
+            total += cost - costs[index]
+            kept[index], costs[index] = short, cost
+    start = 0
+    while total > budget and start < len(kept) - 1:
+        total -= costs[start]
+        start += 1
+    if not start:
+        return KeptWords(kept, budget=budget)
+    left = words[:start]
+    return KeptWords(kept[start:], start, sum(len(b.text) for b in left), budget)
 
 
-def recent_user_messages(history: Sequence[Message], budget: int = 4_000) -> list[str]:
-    """The text of ``recent_user_words``."""
-    return [b.text for b in recent_user_words(history, budget)]
+def recent_user_messages(history: Sequence[Message]) -> list[str]:
+    """The text of every message the user typed (and earlier summaries kept), oldest first."""
+    return [b.text for b in typed_words(history)]
 
 
 # A tag or intro that imitates the frame around the user's kept words, in text a model or a
@@ -170,77 +278,40 @@ def recent_user_messages(history: Sequence[Message], budget: int = 4_000) -> lis
 # model reading a summary sees one list of the user's words: the engine's.
 _FRAME_LOOKALIKE = re.compile(r"<(\s*/?\s*user[\s_-]*message\b[^<>]*)>", re.IGNORECASE)
 _INTRO_LOOKALIKE = re.compile(r"the\s+user[’']?s\s+most\s+recent\s+messages", re.IGNORECASE)
-# A heading that imitates the rules section's: the rules are only what follows the engine's own.
-_RULES_LOOKALIKE = re.compile(r"^[ \t]*#+[ \t]*(the\s+user[’']?s\s+rules\b)", re.IGNORECASE | re.MULTILINE)
 
 
 def defuse_frame_lookalikes(text: str) -> str:
     """``text`` with every imitation of the engine's frame made visibly inert."""
     text = _FRAME_LOOKALIKE.sub(lambda m: f"‹{m.group(1)}›", text)
-    text = _RULES_LOOKALIKE.sub(lambda m: f"(quoted heading) {m.group(1)}", text)
     return _INTRO_LOOKALIKE.sub(lambda m: f"(quoted) {m.group(0)}", text)
 
 
-def build_summary_history(summary: str, history: Sequence[Message],
-                          recent_user_budget: int = 4_000) -> list[Message]:
-    """The whole new history: one user message with the summary, the user's rules and the
-    user's own recent words.
+def build_summary_history(summary: str, history: Sequence[Message], kept_budget: int = 50_000,
+                          saved: Mapping[str, str | None] | None = None) -> list[Message]:
+    """The whole new history: one user message with the summary and the user's words
+    (``kept_user_words``: every message, a paste as head and tail naming its saved copy).
 
     The user's words are blocks of their own (with the ids of the messages they were typed
     in), between frame blocks that show the model where each begins and ends; joined, the
-    blocks read as one text: the summary, the rules section, then each message in
-    <user-message> tags. Every rule of ``history`` (``app.context.audit.plan_rules``) that
-    the recent words do not hold verbatim is carried whatever the summary says: a model's
-    summary is text, and the next compaction must find the rules by their blocks.
+    blocks read as one text: the summary, then each message in <user-message> tags, then
+    what the bound left out, counted. Whatever the summary says, the next compaction finds
+    the user's words by their blocks.
     """
-    recent = recent_user_words(history, recent_user_budget)
-    # each kept message on a line of its own: a rule (whitespace folded, one line) is found
-    # only inside one message, never across two
-    kept = "\n".join(" ".join(b.text.split()) for b in recent)
-    plan = plan_rules(history)
-    rules = [r for r in plan.carried if r.text not in kept]
-    left_out = [r for r in plan.left_out if r.text not in kept]
-    return _summary_message(summary, recent, rules, left_out)
+    return _summary_message(summary, kept_user_words(history, kept_budget, saved))
 
 
-def _rules_blocks(rules: Sequence[Rule], left_out: Sequence[Rule]) -> list[ContentBlock]:
-    """The rules section: a header, then each rule a block of its own (marked as the
-    summary's, with the id of the message it was typed in), then what the bound left out."""
-    if not rules and not left_out:
-        return []
-    blocks: list[ContentBlock] = [TextBlock(text=f"\n\n{RULES_HEADER}", in_summary=True)]
-    for rule in rules:
-        blocks.append(TextBlock(text="\n- ", in_summary=True))
-        blocks.append(TextBlock(text=rule.text, user_message_id=rule.user_message_id or _rule_id(rule),
-                                in_summary=True))
-    if left_out:
-        blocks.append(TextBlock(text=f"\n({rules_left_out_line(left_out)}.)", in_summary=True))
-    return blocks
-
-
-def _rule_id(rule: Rule) -> str:
-    """An id for a rule from words typed before ids (the same every time, as ``_id_for``)."""
-    return "u-" + hashlib.sha256(rule.text.encode("utf-8", "surrogatepass")).hexdigest()[:20]
-
-
-def _summary_message(summary: str, recent: Sequence[TextBlock], rules: Sequence[Rule] = (),
-                     left_out: Sequence[Rule] = ()) -> list[Message]:
+def _summary_message(summary: str, kept: KeptWords | Sequence[TextBlock]) -> list[Message]:
+    if not isinstance(kept, KeptWords):
+        kept = KeptWords(list(kept))
+    recent = kept.blocks
     head = f"{SUMMARY_INTRO}\n\n{defuse_frame_lookalikes(summary.strip())}"
-    section = _rules_blocks(rules, left_out)
-    if section:
-        # the summary's own block ends with its text: summary_parts reads it without the section
-        end = _FRAME_HEAD if recent else f"\n\n{SUMMARY_OUTRO}"
-        blocks: list[ContentBlock] = [TextBlock(text=head, in_summary=True), *section,
-                                      TextBlock(text=end, in_summary=True)]
-        if not recent:
-            return [Message(role="user", content=blocks)]
-    elif not recent:
-        return [Message(role="user", content=[TextBlock(text=f"{head}\n\n{SUMMARY_OUTRO}", in_summary=True)])]
-    else:
-        blocks = [TextBlock(text=head + _FRAME_HEAD, in_summary=True)]
+    outro = SUMMARY_OUTRO if not kept.left_out else f"({kept.left_out_line()}.)\n\n{SUMMARY_OUTRO}"
+    if not recent:
+        return [Message(role="user", content=[TextBlock(text=f"{head}\n\n{outro}", in_summary=True)])]
+    blocks: list[ContentBlock] = [TextBlock(text=head + _FRAME_HEAD, in_summary=True)]
     for index, words in enumerate(recent):
         blocks.append(words)
-        after = f"{_QUOTE_OPEN}\n" if index < len(recent) - 1 else SUMMARY_OUTRO
+        after = f"{_QUOTE_OPEN}\n" if index < len(recent) - 1 else outro
         blocks.append(TextBlock(text=f"\n{_QUOTE_CLOSE}\n\n{after}", in_summary=True))
     return [Message(role="user", content=blocks)]
 

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Literal, Sequence, TypedDict, Union
 
 from app.context.accounting import USAGE_FLOOR_RATIO, USAGE_WINDOW_FACTOR, ContextAccounting, Ledger, Projection
-from app.context.audit import AuditResult, append_checked_facts, audit_summary
-from app.context.compaction import build_summary_history, is_summary_message, summary_problem
+from app.context.audit import AuditResult, Fact, append_checked_facts, audit_summary
+from app.context.compaction import (build_summary_history, is_paste, is_summary_message, kept_user_words,
+                                    kept_word_id, summary_problem, typed_words)
 from app.context.forecast import Forecast, ForecastAction, forecast
 from app.context.overflow import drop_oldest_rounds
 from app.context.plans import PLANS_KEPT, Plan, PlanKind, new_plan_id
@@ -59,6 +60,9 @@ if TYPE_CHECKING:
 
 Trigger = Literal["auto", "manual", "reactive", "fallback", "memory"]
 
+# The least the bound on the user's words a summary keeps may be (tokens).
+MIN_KEPT_WORDS = 2_000
+
 # Exact counting of a 15 MB string costs seconds; above this size we sample.
 EXACT_COUNT_LIMIT_CHARS = 200_000
 SAMPLE_CHARS = 50_000
@@ -77,7 +81,10 @@ class EngineConfig:
     micro_keep_latest: int = 5
     micro_keep_tokens: int = 40_000
     micro_min_free: int = 20_000
-    recent_user_budget: int = 4_000
+    # The user's words a summary keeps, in tokens (None: a quarter of the auto-compact line, at
+    # least MIN_KEPT_WORDS): every message whole, a paste head and tail; the oldest over it left
+    # out whole and counted.
+    kept_words_budget: int | None = None
     # issue 17: the provider compacts server-side at the auto-compact line, so ours stands down
     server_compaction: bool = False
 
@@ -242,6 +249,9 @@ class ContextCore:
         self.history_version = 0
         self._stable_tokens: int | None = None
         self.attached_rules: set[str] = set()
+        # The user's pastes saved whole by the service (message id -> file; None: not saved),
+        # which the summaries' cuts name.
+        self.saved_pastes: dict[str, str | None] = {}
 
     # ---- the fixed part and the lines ----
 
@@ -321,7 +331,23 @@ class ContextCore:
 
     def estimate_with_summary(self, summary: str) -> int:
         """The estimated context if ``summary`` replaced the history (nothing is changed)."""
-        return self.estimate_request(build_summary_history(summary, self.history, self.config.recent_user_budget))
+        return self.estimate_request(self.summary_history(summary, self.history))
+
+    def kept_words_budget(self) -> int:
+        """The bound on the user's words a summary keeps, in tokens."""
+        if self.config.kept_words_budget is not None:
+            return self.config.kept_words_budget
+        return max(MIN_KEPT_WORDS, self.thresholds.auto_compact_line // 4)
+
+    def summary_history(self, summary: str, replaced: Sequence[Message]) -> list[Message]:
+        """The summary message for ``replaced``: the summary and the user's words it keeps."""
+        return build_summary_history(summary, replaced, self.kept_words_budget(), self.saved_pastes)
+
+    def pastes_to_save(self, messages: Sequence[Message] | None = None) -> list[tuple[str, str]]:
+        """(message id, text) of the user's pastes in ``messages`` (the history) not saved yet: a
+        summary keeps only their head and tail, and names the saved copy."""
+        return [(kept_word_id(b), b.text) for b in typed_words(self.history if messages is None else messages)
+                if b.paste_copy is None and is_paste(b.text) and kept_word_id(b) not in self.saved_pastes]
 
     # ---- history changes (each returned for the service to persist) ----
 
@@ -772,11 +798,12 @@ class ContextCore:
                         planned: Forecast | None = None, replanned: bool = False) -> tuple[CompactionEvent, list[Effect]]:
         # Audited summaries: the checklist of what is replaced, against the summary and the
         # user's words quoted after it; what is missing is appended as checked facts.
-        new_history = build_summary_history(summary, self.history, self.config.recent_user_budget)
+        new_history = self.summary_history(summary, self.history)
         audit = audit_summary(self.history, new_history[0].text)
         if audit.missing:
             summary = append_checked_facts(summary, audit)
-            new_history = build_summary_history(summary, self.history, self.config.recent_user_budget)
+            new_history = self.summary_history(summary, self.history)
+        audit = self._with_left_out(audit, self.history)
         self.summary_sizes.append(count_tokens(summary))  # the summary alone: the forecast's bound
         replaced = self.replace(new_history, "compaction")
         self.warned = False
@@ -786,6 +813,14 @@ class ContextCore:
                                 tokens_after=tokens_after, replanned=replanned, **_audit_fields(audit),
                                 **_forecast_fields(planned))
         return event, [replaced, event, *self._after_change("compaction", tokens_after)]
+
+    def _with_left_out(self, audit: AuditResult, replaced: Sequence[Message]) -> AuditResult:
+        """The audit's result, with the line saying which of the user's oldest messages the
+        bound left out (the summary says it too): never left out silently."""
+        kept = kept_user_words(replaced, self.kept_words_budget(), self.saved_pastes)
+        if not kept.left_out:
+            return audit
+        return AuditResult(facts=audit.facts, missing=[*audit.missing, Fact("words", kept.left_out_line())])
 
     def fallback_compact(self) -> tuple[CompactionEvent, list[Effect]]:
         """Deterministic extractive summary: no model call, so it works when nothing else can."""
@@ -822,11 +857,12 @@ class ContextCore:
             return None
         replaced, kept = self.history[:cut], self.history[cut:]
         summary = f"{MEMORY_INTRO}\n\n{memory.text}"
-        head = build_summary_history(summary, replaced, self.config.recent_user_budget)
+        head = self.summary_history(summary, replaced)
         audit = audit_summary(replaced, head[0].text, kept)
         if audit.missing:
             summary = append_checked_facts(summary, audit)
-            head = build_summary_history(summary, replaced, self.config.recent_user_budget)
+            head = self.summary_history(summary, replaced)
+        audit = self._with_left_out(audit, replaced)
         new_history = head + list(kept)
         # Everything the memory does not cover stays verbatim, so a stale memory loses
         # nothing; it is only used when that leaves real headroom (under the warning line).

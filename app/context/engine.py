@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Awaitable, Callable, Generic, Literal, Protocol, Sequence, TypeVar, overload
 
 from app.context.accounting import ContextAccounting, Ledger, Projection
-from app.context.compaction import CircuitBreaker, CompactionFailed, build_compaction_request, extract_summary
+from app.context.compaction import (CircuitBreaker, CompactionFailed, build_compaction_request, extract_summary,
+                                    paste_call_id)
 from app.context.core import (
     Appended,
     ClearedResult,
@@ -56,6 +57,7 @@ from app.kernel.events import (
 )
 from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolSpec
 from app.kernel.private_files import open_private, open_private_read
+from app.kernel.redact import redact
 from app.kernel.request_store import RequestPart
 from app.kernel.usage import Usage
 from app.providers.base import Completed, ContextTooLongError, ModelRequest, Provider, ProviderError
@@ -119,6 +121,16 @@ class _OfCore(Generic[T]):
         setattr(engine.core, self.name, value)
 
 
+class SavedBytes(Protocol):
+    """The session's budget of saved bytes (``app.tools.base.SavedOutputBudget``, shared with the
+    tools): a paste saved whole by a compaction counts against it as a saved tool output does."""
+
+    @property
+    def room(self) -> int: ...
+
+    def take(self, wanted: int) -> int: ...
+
+
 class ContextEngine:
     """One session's context: a ``ContextCore`` and the I/O that carries out its decisions."""
 
@@ -134,7 +146,8 @@ class ContextEngine:
                  tool_tokens_saved: Callable[[], int] = lambda: 0,
                  rules: RuleSet | None = None,
                  workspace: Path | None = None,
-                 memory_summarize: Summarize | None = None) -> None:
+                 memory_summarize: Summarize | None = None,
+                 saved_budget: SavedBytes | None = None) -> None:
         memory_path = (tool_results_dir.parent / MEMORY_FILE_NAME) if tool_results_dir else None
         self.core = ContextCore(system_prompt=system_prompt, memory=memory, tools=tools, config=config,
                                 price=price, compact_price=compact_price,
@@ -150,6 +163,7 @@ class ContextEngine:
         self.workspace = workspace
         # The background memory update's model call; None: the ``summarize`` of before_request.
         self.memory_summarize = memory_summarize
+        self.saved_budget = saved_budget
         self._pause_noted: float | None = None  # the breaker pause the last paused notice was about
         self._memory_task: asyncio.Task[None] | None = None
         # Events of the background memory update wait here until the agent next touches the
@@ -259,6 +273,7 @@ class ContextEngine:
         so roles keep alternating. ``attached``: blocks that go with it and are not the user's
         words (an MCP server's prompt or resource, ``TextBlock.from_mcp``)."""
         self._run(self.core.append_user_text(text, attached, self.clock()))
+        self._save_pastes(self.history[-1:])
 
     def reset(self) -> None:
         """Clear the conversation and the live accounting; the ledger and files on disk stay
@@ -326,6 +341,7 @@ class ContextEngine:
         """The lines of defence in order; each "is it needed" is the core's, each run is here."""
         self.flush_background_events()
         core = self.core
+        self._save_pastes()  # a resumed history's pastes too
         self._micro_by_time()
         proj = core.projected()
         crossed = core.warning_crossed(proj)
@@ -389,6 +405,35 @@ class ContextEngine:
             return None
         return str(out)
 
+    def _save_pastes(self, messages: Sequence[Message] | None = None) -> None:
+        """Save the user's pastes not saved yet (in ``messages``, else the whole history), whole,
+        for the summaries that keep only their head and tail to name
+        (tool-results/paste-<message id>.txt, read back with read_saved_output). Once each: a
+        failure is remembered, and the cut says it."""
+        for ident, text in self.core.pastes_to_save(messages):
+            self.core.saved_pastes[ident] = self._save_paste(ident, text)
+
+    def _save_paste(self, ident: str, text: str) -> str | None:
+        if self.tool_results_dir is None:
+            return None
+        data = redact(text).encode("utf-8", errors="replace")
+        out = self.tool_results_dir / f"{paste_call_id(ident)}.txt"
+        try:  # saved by an earlier run of this session (a resume): already counted in the budget
+            if not out.is_symlink() and out.is_file() and out.stat().st_size == len(data):
+                return str(out)
+        except OSError:
+            pass
+        if self.saved_budget is not None:
+            if self.saved_budget.room < len(data):  # over the session's cap: not saved, never cut short
+                return None
+            self.saved_budget.take(len(data))
+        try:  # 0600, and a symlink planted at ``out`` is not followed
+            with open_private(out) as f:
+                f.write(data)
+        except OSError:
+            return None
+        return str(out)
+
     # ---- compaction ----
 
     async def compact(self, summarize: Summarize, trigger: Trigger = "manual", focus: str | None = None,
@@ -396,6 +441,7 @@ class ContextEngine:
         """Run ``plan`` (from ``plan_compaction`` or ``take_plan``: a summary, or a compaction from
         the session memory), or without one a summary. On failure the history is exactly as it was."""
         core = self.core
+        self._save_pastes()
         if plan is None:
             plan = core.plan_compaction(focus, use_memory=False)
         before_msgs = len(self.history)
@@ -463,6 +509,7 @@ class ContextEngine:
 
     def fallback_compact(self) -> CompactionEvent:
         """Deterministic extractive summary: no model call, so it works when nothing else can."""
+        self._save_pastes()
         event, effects = self.core.fallback_compact()
         self._run(effects)
         return event
@@ -569,6 +616,7 @@ class ContextEngine:
         """Compact without a model call: the memory replaces what it covers, the latest
         messages stay verbatim. None when the memory is not usable (then compact normally).
         ``planned``: the forecast the user confirmed (else it is made here)."""
+        self._save_pastes()
         plan = plan or self.core.memory_plan()
         if plan is None:
             return None
@@ -590,6 +638,7 @@ class ContextEngine:
         memory when it is up to date and frees at least half of what a summary would (no model
         call), else a summary (with ``focus``, always a summary: the memory was not written
         with it); nothing when the context is empty or already one summary."""
+        self._save_pastes()
         return self.core.remember(self.core.plan_compaction(focus, use_memory=True))
 
     def plan_reset(self) -> Plan:
@@ -600,6 +649,7 @@ class ContextEngine:
         """The compaction plan a confirmation named, if it was made on the live history; else
         (the conversation moved on, or the plan is unknown) one made now, marked ``replanned``
         when a plan was named. Without an id: a plan made now, as ``plan_compaction``."""
+        self._save_pastes()
         return self.core.take_plan(plan_id, focus)
 
     def forecast_reset(self) -> Forecast:

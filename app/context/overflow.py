@@ -50,7 +50,8 @@ def _with_note(task: Message, carried: Sequence[TextBlock] = ()) -> Message:
 def _user_texts(messages: Sequence[Message]) -> list[TextBlock]:
     """Text the user typed in these messages (not tool results, not our own note)."""
     # An MCP server's prompt or resource (from_mcp) is not carried: it is not the user's, and it may be long.
-    return [TextBlock(text=b.text, user_message_id=b.user_message_id) for m in messages if m.role == "user"
+    return [TextBlock(text=b.text, user_message_id=b.user_message_id, paste_copy=b.paste_copy)
+            for m in messages if m.role == "user"
             for b in m.content
             if isinstance(b, TextBlock) and b.text.strip() and b.text != DROPPED_NOTE and not b.from_mcp]
 

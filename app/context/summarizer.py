@@ -326,7 +326,7 @@ def collect_facts(history: Sequence[Message]) -> SummaryFacts:
             results[block.tool_use_id] = block
 
     # The user's own words, oldest first (earlier summaries contribute the words they kept).
-    typed = recent_user_messages(history, budget=10**9)
+    typed = recent_user_messages(history)
     # The rules earlier summaries carry (blocks with the id of the message they were typed
     # in) confirm an earlier summary's preferences as the user's words too.
     confirmed = [*typed, *(b.text for b in carried_rule_blocks(history))]

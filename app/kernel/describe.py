@@ -516,6 +516,16 @@ def source_words(source: str) -> str:
     return SOURCE_WORDS.get(source, source)
 
 
+def _prompt_cache_off(e: "ev.PromptCacheOffEvent") -> Line:
+    server = e.base_url or f"the {e.provider} server"
+    if e.remembered:
+        return Line("warning", f"prompt caching off for {server}: it refused cached requests in an earlier session"
+                               f" ({e.reason}); none are sent (prompt_caching = true asks for them again)")
+    return Line("warning", f"prompt caching off for {server}: it refused the cached request ({e.reason}); sent"
+                           " again without cache marks and with a plain system prompt, and remembered for its"
+                           " later sessions")
+
+
 SANDBOX_WORDS = {
     "bwrap": "commands run in a sandbox (bubblewrap): only the workspace and a private /tmp are writable, "
              "key stores and tidegauge's data are hidden",
@@ -653,9 +663,7 @@ DESCRIBERS: dict[str, Callable[[Any], Line | None]] = {
     "restore_preview": _restore_preview,
     "server_compaction": _server_compaction,
     "memory_import": _memory_import,  # issue 24: imports outside the repository, refused, cut
-    "prompt_cache_off": lambda e: Line("warning", f"prompt caching off for this session: the {e.provider} server"
-                                                  f" rejected the cache breakpoints ({e.reason}); the call was"
-                                                  " sent again without them"),
+    "prompt_cache_off": _prompt_cache_off,
     "permissions": _permissions,  # issue 27: /permissions
     "elicitation_request": _elicitation_request,  # issue 26: an MCP server's form (the App shows it)
     "elicitation_resolved": _elicitation_resolved,

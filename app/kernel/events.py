@@ -672,6 +672,9 @@ class PromptCacheOffEvent(EventBase):
     type: Literal["prompt_cache_off"] = "prompt_cache_off"
     provider: str
     reason: str
+    base_url: str = ""
+    # it refused them in an earlier session: none were sent, nothing was sent twice
+    remembered: bool = False
 
 
 class ServerCompactionEvent(EventBase):

@@ -30,6 +30,9 @@ class TextBlock(BaseModel):
     # attached with @S:URI): "server:prompt NAME" / "server:resource URI". Never the user's words,
     # whatever it says: compaction and the audit do not take rules from it.
     from_mcp: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    # A paste of the user's that a compaction cut (head and tail, or its first line): the file its
+    # whole text is saved in ("" when it could not be saved). The text says so where it was cut.
+    paste_copy: str | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
 class ThinkingBlock(BaseModel):

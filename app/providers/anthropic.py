@@ -10,14 +10,17 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, AsyncIterator, Iterable, Unpack
 
 import httpx
 
+from app.kernel.private_files import read_kept_json, write_kept_json
 from app.kernel.messages import Message, OpaqueBlock, RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from app.providers.base import (
     APIError,
     Completed,
+    ContextTooLongError,
     ModelRequest,
     PromptCacheOff,
     ProviderError,
@@ -120,6 +123,43 @@ def rejects_cache_breakpoints(error: ProviderError) -> bool:
     if error.status not in (400, 422):
         return False
     return bool(_CACHE_FIELD.search(error.message) or _SYSTEM_BLOCKS.search(error.message))
+
+
+# A first cached request to a server other than Anthropic's that fails with one of these says
+# nothing about the cache marks: the key (401), its rights (403), the rate or the load (429, 529:
+# another request now would spend the quota or the capacity the server asks to wait for; the
+# agent's retry waits as told). Any other 4xx or 5xx may be a gateway choking on them (LiteLLM in
+# front of llama-cpp-python answers 500 to a system prompt as blocks).
+NOT_ABOUT_CACHING = frozenset({401, 403, 429, 529})
+# Base URLs that refused cache marks, kept between sessions (<data_dir>/prompt-cache-refused.json).
+CACHE_REFUSALS_FILE = "prompt-cache-refused.json"
+MAX_CACHE_REFUSALS_BYTES = 256 * 1024
+MAX_CACHE_REFUSALS = 200
+
+
+class CacheRefusals:
+    """The servers (by base URL) that refused a cached request, so the next session sends them
+    none from its first request. Read and written through ``private_files`` (0600, no links)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def reason_for(self, base_url: str) -> str | None:
+        entry = read_kept_json(self.path, MAX_CACHE_REFUSALS_BYTES).get(_url_key(base_url))
+        reason = entry.get("reason") if isinstance(entry, dict) else None
+        return reason[:200] if isinstance(reason, str) else None
+
+    def remember(self, base_url: str, reason: str) -> None:
+        kept = read_kept_json(self.path, MAX_CACHE_REFUSALS_BYTES)
+        kept.pop(_url_key(base_url), None)
+        kept[_url_key(base_url)] = {"reason": reason[:200]}
+        while len(kept) > MAX_CACHE_REFUSALS:  # the oldest go first (insertion order)
+            del kept[next(iter(kept))]
+        write_kept_json(self.path, kept)
+
+
+def _url_key(base_url: str) -> str:
+    return base_url.rstrip("/")
 
 
 def add_cache_breakpoints(body: dict[str, Any]) -> int:
@@ -457,6 +497,7 @@ class AnthropicProvider(SseHttpProvider):
         thinking_budget: int = 0,
         prompt_caching: bool | None = None,
         context_edits: list[dict[str, Any]] | None = None,
+        cache_refusals: CacheRefusals | None = None,
         **settings: Unpack[HttpSettings],
     ) -> None:
         super().__init__(model, base_url, api_key, **settings)
@@ -464,6 +505,7 @@ class AnthropicProvider(SseHttpProvider):
         # provider); compatible servers (DeepSeek's /anthropic) sign nothing and want their thinking back.
         host = httpx.URL(self.base_url).host
         is_anthropic = host == "anthropic.com" or host.endswith(".anthropic.com")
+        self.is_anthropic = is_anthropic
         if send_unsigned_thinking is None:
             send_unsigned_thinking = not is_anthropic
         self.send_unsigned_thinking = send_unsigned_thinking
@@ -472,6 +514,15 @@ class AnthropicProvider(SseHttpProvider):
         # Breakpoints are sent to every server of this protocol (gateways in front of Anthropic cache
         # too); one that rejects them gets the call again without, and no more of them (``stream``).
         self.prompt_caching = True if prompt_caching is None else prompt_caching
+        # A server that refused them in an earlier session gets none (unless the setting asks for them).
+        self.cache_refusals = cache_refusals
+        self.remembered_refusal = (cache_refusals.reason_for(self.base_url)
+                                   if cache_refusals is not None and prompt_caching is None else None)
+        if self.remembered_refusal is not None:
+            self.prompt_caching = False
+        self._refusal_said = False
+        self._cache_worked = False  # a cached request went through: a later failure is not the marks'
+        self._plain_retry_tried = False
         # issue 17: context_management.edits sent with every request (see app/context/server_side.py)
         self.context_edits: list[dict[str, Any]] = list(context_edits or [])
 
@@ -518,23 +569,66 @@ class AnthropicProvider(SseHttpProvider):
         return body
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
-        """One call; when the server rejects the cache breakpoints, once more without them, and
-        caching stays off for the rest of the session (said once, with the server's words)."""
+        """One call. When the server rejects the cache breakpoints, once more without them and
+        with the system prompt as a plain string; caching stays off for the rest of the session
+        and for this base URL's later sessions (said once, with the server's words)."""
+        if self.remembered_refusal is not None and not self._refusal_said:
+            self._refusal_said = True
+            yield PromptCacheOff(reason=self.remembered_refusal, base_url=self.base_url, remembered=True)
         marked = self.prompt_caching
         streamed = False
         try:
             async for event in super().stream(request):
-                streamed = True
+                if not streamed:  # the server took the request as sent (a caller may stop at Completed)
+                    streamed = True
+                    self._cache_worked = self._cache_worked or marked
                 yield event
             return
         except APIError as err:
-            if not marked or streamed or not rejects_cache_breakpoints(err):
+            if not marked or streamed:
+                raise
+            named = rejects_cache_breakpoints(err)
+            if not named and not self._may_be_the_marks(err):
                 raise
             reason = " ".join(err.message.split())[:200]
+            if err.status is not None:
+                reason = f"HTTP {err.status}: {reason}"
+            refused = err
         self.prompt_caching = False
-        yield PromptCacheOff(reason=reason)
-        async for event in super().stream(request):
-            yield event
+        if named:
+            self._remember(reason)
+            yield PromptCacheOff(reason=reason, base_url=self.base_url)
+            async for event in super().stream(request):
+                yield event
+            return
+        # Not named: the marks are to blame only if the same call without them goes through.
+        self._plain_retry_tried = True
+        first = True
+        try:
+            async for event in super().stream(request):
+                if first:
+                    first = False
+                    self._remember(reason)
+                    yield PromptCacheOff(reason=reason, base_url=self.base_url)
+                yield event
+        except APIError:
+            if not first:
+                raise
+            # it failed without them too: not the marks; the server's first answer is the error
+            self.prompt_caching = True
+            raise refused from None
+
+    def _may_be_the_marks(self, err: APIError) -> bool:
+        """Could this failure of the first cached request be a gateway refusing the cache marks
+        (or the system prompt as blocks) without saying so? Never for Anthropic's own API, whose
+        errors name them; once per session."""
+        return (not self.is_anthropic and not self._cache_worked and not self._plain_retry_tried
+                and err.status is not None and 400 <= err.status < 600 and err.status not in NOT_ABOUT_CACHING
+                and not isinstance(err, ContextTooLongError))
+
+    def _remember(self, reason: str) -> None:
+        if self.cache_refusals is not None:
+            self.cache_refusals.remember(self.base_url, reason)
 
     def key_headers(self, api_key: str) -> dict[str, str]:
         """The Messages API takes the key in its own header, not as a bearer token."""

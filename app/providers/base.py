@@ -84,9 +84,12 @@ def cut_call_result(name: str) -> str:
 class PromptCacheOff:
     """The server rejected the prompt-cache breakpoints (``cache_control``, the system prompt as
     blocks): the call was made again without them, and so is every later call of the session.
-    ``reason`` is the server's own words."""
+    ``reason`` is the server's own words. ``remembered``: it refused them in an earlier session
+    (``base_url`` is kept in the data directory), so this session sends none from the start."""
 
     reason: str
+    base_url: str = ""
+    remembered: bool = False
 
 
 StreamEvent = Union[TextDelta, ThinkingDelta, ToolCallStart, ToolCallDelta, UsageUpdate, PromptCacheOff, Completed]

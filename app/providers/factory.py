@@ -184,8 +184,13 @@ def provider_options(settings: Any, name: str) -> dict[str, Any]:
     The host passes them to ``create_provider``: ``create_provider(name, ..., **provider_options(settings, name))``.
     """
     if name == "anthropic":
+        from app.providers.anthropic import CACHE_REFUSALS_FILE, CacheRefusals
+
+        data_dir = getattr(settings, "data_dir_path", None)
         return {"thinking_budget": getattr(settings, "thinking_budget", 0) or 0,
-                "prompt_caching": getattr(settings, "prompt_caching", None)}
+                "prompt_caching": getattr(settings, "prompt_caching", None),
+                # the servers that refused cache marks before, remembered in the data directory
+                "cache_refusals": CacheRefusals(Path(data_dir) / CACHE_REFUSALS_FILE) if data_dir else None}
     if name in ("openai", "deepseek"):
         return {"max_completion_tokens": getattr(settings, "max_completion_tokens", None)}
     return {}

@@ -220,6 +220,8 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
     memory = memory_source.load()
     _register_mcp_secrets(settings)
     system = SYSTEM_PROMPT.format(cwd=workspace, platform=platform.system())
+    # a resumed session's outputs already saved count too; the engine's saved pastes count with them
+    saved_output_budget = SavedOutputBudget.for_folder(session.tool_results_dir, settings.max_session_saved_output)
     engine = ContextEngine(
         system_prompt=system,
         memory=memory,
@@ -232,6 +234,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         price=price_for(provider.model, settings.prices, provider_price=setup.price),
         compact_price=price_for(provider.model, settings.prices, provider_price=setup.price),
         tool_results_dir=session.tool_results_dir,
+        saved_budget=saved_output_budget,
     )
     if isinstance(provider, SseHttpProvider):  # a server cannot make one call unbounded in memory or time
         provider.limits = StreamLimits.from_settings(settings)
@@ -286,8 +289,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         file_cache=FileReadCache(),
         max_saved_output=settings.max_saved_output,
         read_max_bytes=settings.read_max_bytes,
-        # a resumed session's outputs already saved count too
-        saved_output_budget=SavedOutputBudget.for_folder(session.tool_results_dir, settings.max_session_saved_output),
+        saved_output_budget=saved_output_budget,
         # tidegauge's own folders are hidden from commands with the user's key stores
         sandbox=policy_for(settings.sandbox, settings.sandbox_network,
                            (settings.data_dir_path, settings.config_dir)),
