@@ -39,7 +39,7 @@ def part_label(key: str) -> str:
 
 
 def cached_share(cached: int, total_input: int) -> str:
-    """``, 62%``: prompt caching's share of all input so far (issue 14), after the cached figure."""
+    """``, 62%``: prompt caching's share of all input so far, after the cached figure."""
     return f", {cached / total_input:.0%}" if total_input > 0 else ""
 
 

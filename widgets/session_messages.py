@@ -135,7 +135,7 @@ class ElicitationSaid(SessionMessage):
 
 
 class McpPromptsOffered(SessionMessage):
-    """A server's prompts, as slash commands the prompt box completes (issue 26)."""
+    """A server's prompts, as slash commands the prompt box completes."""
 
     event: "ev.McpPromptsEvent"
 
@@ -262,8 +262,8 @@ MESSAGES_FOR: dict[str, tuple[type[SessionMessage], ...]] = {
     "restore_preview": (RestorePreviewReady, EngineSaid),  # EngineSaid: a refusal's one line
     "partial_discarded": (ReplyDiscarded, EngineSaid),  # the partial is set apart, then the line says why
     "sub_agent": (SubAgentUpdate,),  # folded under the task call, started and finished included
-    "memory_import": (MemoryImportSaid, EngineSaid),  # issue 24: the App asks, the conversation says
-    "elicitation_request": (ElicitationSaid, EngineSaid),  # issue 26: the App shows the form
+    "memory_import": (MemoryImportSaid, EngineSaid),  # the App asks, the conversation says
+    "elicitation_request": (ElicitationSaid, EngineSaid),  # the App shows the form
     "elicitation_resolved": (ElicitationSaid, EngineSaid),  # ... and closes it when it ends elsewhere
     "mcp_prompts": (McpPromptsOffered,),  # the prompt box completes a server's prompts
     "request_recorded": (RequestRecorded,),  # the App keeps the latest for the inspector

@@ -1,4 +1,4 @@
-"""A task call's sub-agent, folded under the call in the conversation (issue 16).
+"""A task call's sub-agent, folded under the call in the conversation.
 
 While it runs: its step, its own small gauge (its context against its auto-compact
 line and window) and the tools it called, latest last. When it finishes it folds to

@@ -152,7 +152,7 @@ class Agent:
     transcript: TurnRecorder | None = None
     emit: Callable[[Event], None] = lambda _e: None
     approver: Approver | None = None
-    # The rules in force (issue 27): checked for every call, before --yes and before asking.
+    # The rules in force: checked for every call, before --yes and before asking.
     permissions: "Permissions | None" = None
     # Where each main request is kept as sent, for the inspector (None: not kept; sub-agents).
     requests: RequestStore | None = None

@@ -1,4 +1,4 @@
-"""Permission rules (issue 27): ``allow``, ``ask`` and ``deny`` patterns, as Claude Code's.
+"""Permission rules: ``allow``, ``ask`` and ``deny`` patterns, as Claude Code's.
 
 A rule names a tool, optionally with an argument pattern::
 

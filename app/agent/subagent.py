@@ -179,7 +179,7 @@ class TaskTool:
             session_id=parent.session_id,
             provider_label=parent.provider_label,
             transcript=None,
-            # The session's rules and the user's answers hold inside it too (issue 27): a deny
+            # The session's rules and the user's answers hold inside it too: a deny
             # rule refuses, an ask rule asks the user as the main agent would. (Its tools only
             # read; a tool that changes things is not lent to it at all.)
             approver=parent.approver,

@@ -29,7 +29,7 @@ MAX_PLAUSIBLE_TOKENS = 10_000_000  # (or over this when the window is not known)
 USAGE_FLOOR_RATIO = 0.25  # or the input is under this share of our estimate of the request
 USAGE_FLOOR_MARGIN = 256  # and under it by at least this many tokens (small requests vary).
 
-# Calibration (issue 28): a server whose tokenizer is not cl100k (SmolLM2's counted 4-22% more on
+# Calibration: a server whose tokenizer is not cl100k (SmolLM2's counted 4-22% more on
 # a local llama.cpp server) counts what we append at a steady ratio to our estimate of it; the
 # estimate of what was appended since the last figure is scaled by that ratio. It is measured on
 # the growth between two figures (the server's count of the messages appended between them over our
@@ -183,7 +183,7 @@ class ContextAccounting:
         self._sums = _RunningSums()
         self._system = _TextCount()
         self._memory = _TextCount()
-        # issue 17: tokens the server's context editing cleared from the last request, by part
+        # tokens the server's context editing cleared from the last request, by part
         self.server_cleared: dict[str, int] = {}
         # The model's window, for the plausibility check of usage (None: an absolute cap).
         self.window = window
@@ -284,7 +284,7 @@ class ContextAccounting:
         self.exact_history_len = 0
         self._request_growth = None
         self._sums.clear()
-        self.server_cleared = {}  # issue 17: the server reports afresh for the new history
+        self.server_cleared = {}  # the server reports afresh for the new history
 
     def reset(self) -> None:
         """A conversation reset: forget everything, growth history included."""
@@ -316,7 +316,7 @@ class ContextAccounting:
             projected = max(self.exact_tokens + since, fixed)
             return Projection(self.exact_tokens, projected - self.exact_tokens, projected, scale)
         self._request_growth = None
-        # issue 17: what the server's context editing cleared is not in the request it sees
+        # what the server's context editing cleared is not in the request it sees
         whole = self._request_estimate - sum(self.server_cleared.values())
         scale = self.request_scale if self.request_scale != 1.0 else None
         if scale is not None:
@@ -350,7 +350,7 @@ class ContextAccounting:
                 tokens = _tokens.estimate_tools(specs)
                 parts[f"mcp:{owner}"] = tokens
                 parts["tools"] -= tokens
-        for part, cleared in self.server_cleared.items():  # issue 17: as the server saw it
+        for part, cleared in self.server_cleared.items():  # as the server saw it
             parts[part] = max(0, parts[part] - cleared)
         return parts
 
@@ -538,7 +538,7 @@ class Ledger:
 
     @property
     def memory(self) -> AgentTotals:
-        """The session memory's background updates (issue 27: a line of their own)."""
+        """The session memory's background updates (a line of their own)."""
         return self.get("memory")
 
     def to_dict(self) -> dict[str, Any]:

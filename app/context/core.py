@@ -67,7 +67,7 @@ MIN_KEPT_WORDS = 2_000
 EXACT_COUNT_LIMIT_CHARS = 200_000
 SAMPLE_CHARS = 50_000
 
-# issue 17: what stands before a server's compaction item in the history (the item carries the rest).
+# what stands before a server's compaction item in the history (the item carries the rest).
 SERVER_COMPACTED_NOTE = ("[Context compaction] The conversation before this point was compacted by the server; "
                          "its compaction item follows.")
 
@@ -85,10 +85,10 @@ class EngineConfig:
     # least MIN_KEPT_WORDS): every message whole, a paste head and tail; the oldest over it left
     # out whole and counted.
     kept_words_budget: int | None = None
-    # issue 17: the provider compacts server-side at the auto-compact line, so ours stands down
+    # the provider compacts server-side at the auto-compact line, so ours stands down
     server_compaction: bool = False
 
-    # Session memory (issue 15): update every N tokens of new context (0: off); a memory
+    # Session memory: update every N tokens of new context (0: off); a memory
     # compaction keeps at least this many tokens of the latest messages verbatim. Off unless
     # the runtime passes Settings.memory_update_tokens (default 10,000) on: the dashboard must
     # know the "memory" compaction trigger first.
@@ -99,7 +99,7 @@ class EngineConfig:
     memory_init_tokens: int = 0
     memory_update_tool_calls: int = 0
     memory_max_output: int = 4_000
-    # Reversible clearing (issue 15): a restored output larger than this is cut head+tail.
+    # Reversible clearing: a restored output larger than this is cut head+tail.
     restore_max_chars: int = 40_000
 
 
@@ -207,11 +207,11 @@ class ContextCore:
     price: Price | None = None
     compact_price: Price | None = None
     history: list[Message] = field(default_factory=list)
-    # MCP (issue 16): which server a tool comes from (the breakdown per server), and the
+    # MCP: which server a tool comes from (the breakdown per server), and the
     # tokens deferred tool definitions save on every request (the gauge). Set by start_mcp.
     tool_owner: Callable[[str], str | None] | None = None
     tool_tokens_saved: Callable[[], int] = lambda: 0
-    # Path-scoped rules (issue 15): only their paths and sizes are read here.
+    # Path-scoped rules: only their paths and sizes are read here.
     rules: RuleSet | None = None
     # The memory's text and what it covers; the service loads and saves its file.
     session_memory: SessionMemory = field(default_factory=lambda: SessionMemory(path=None))
@@ -227,12 +227,12 @@ class ContextCore:
         self.ledger = Ledger()
         self.last_assistant_at: float | None = None
         self.warned = False
-        # issue 17: a server compaction seen in a reply, waiting for that call's usage (messages, tokens before)
+        # a server compaction seen in a reply, waiting for that call's usage (messages, tokens before)
         self.server_compaction_pending: tuple[int, int] | None = None
         self.server_edits_reported: tuple[ServerEdit, ...] = ()
         self.system_text = self._with_memory(self.memory)
         self.memory_new_tokens = 0  # tokens of the messages the memory has not seen
-        # The messages the memory has not seen (issue 27: an update sends only these). Filled
+        # The messages the memory has not seen (an update sends only these). Filled
         # from the history at first use, which after a resume is the whole restored history
         # (which part the memory file covers is not known).
         self.memory_unseen = UnseenMessages()
@@ -243,7 +243,7 @@ class ContextCore:
         self.pinned: set[str] = set()  # restored results, kept through the next request
         self.cached_prefix = 0  # prompt-cache tokens of the last main request
         self.summary_sizes: list[int] = []
-        # Plans a confirmation may name (issue 25), and a count of history changes: a plan made
+        # Plans a confirmation may name, and a count of history changes: a plan made
         # on another history than the live one is made again before it runs.
         self.plans: dict[str, Plan] = {}
         self.history_version = 0
@@ -596,7 +596,7 @@ class ContextCore:
         point = self.point(self.projected() if tokens is None else tokens, kind)
         return [point, self.context_event()]
 
-    # ---- issue 17: what the provider did to the context, as it reported ----
+    # ---- what the provider did to the context, as it reported ----
 
     def _install_server_compaction(self, message: Message, now: float) -> list[Effect]:
         """The reply carries a compaction item: it stands for everything before it, so the
@@ -712,7 +712,7 @@ class ContextCore:
         return projected >= self.thresholds.blocking_line
 
     def wants_auto_compaction(self, projected: int) -> bool:
-        """At the auto-compact line, with something to compact, and ours to do (issue 17: with
+        """At the auto-compact line, with something to compact, and ours to do (with
         server-side compaction on, the server compacts at this same line; the blocking-line
         fallback stays, as the last line of defence)."""
         return (projected >= self.thresholds.auto_compact_line and not self.only_a_summary()
@@ -889,7 +889,7 @@ class ContextCore:
         # drawn apart on the gauge's history: no model call
         return event, [replaced, event, *self._after_change("memory", tokens_after)]
 
-    # ---- plans: what the confirmation shows is what runs (issue 25) ----
+    # ---- plans: what the confirmation shows is what runs ----
 
     def history_mark(self) -> tuple[int, int, int]:
         """Which history (and session memory) a plan was made on: it changes with every append

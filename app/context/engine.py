@@ -159,7 +159,7 @@ class ContextEngine:
         self.tool_results_dir = tool_results_dir
         self.clock = clock
         self.breaker = breaker if breaker is not None else CircuitBreaker()
-        # File paths in tool calls are relative to ``workspace`` (path-scoped rules, issue 15).
+        # File paths in tool calls are relative to ``workspace`` (path-scoped rules).
         self.workspace = workspace
         # The background memory update's model call; None: the ``summarize`` of before_request.
         self.memory_summarize = memory_summarize
@@ -222,7 +222,7 @@ class ContextEngine:
     # ---- the budget and the memory files ----
 
     def use_memory(self, memory: MemoryBundle) -> None:
-        """Memory files read again mid-session (issue 24: an import the user approved): the next
+        """Memory files read again mid-session (an import the user approved): the next
         request carries them, and the budget lines move with the fixed part."""
         self.core.use_memory(memory)
 
@@ -627,7 +627,7 @@ class ContextEngine:
         self._run(effects)
         return event
 
-    # ---- plans: what the confirmation shows is what runs (issue 25) ----
+    # ---- plans: what the confirmation shows is what runs ----
 
     def forecast_compaction(self) -> Forecast:
         """What a compaction asked for now will do (the forecast of ``plan_compaction``)."""

@@ -35,7 +35,7 @@ class Forecast:
     next_request_cost_after_usd: float | None
     operation_cost_usd: float | None  # the compaction call itself (0 for a reset or a memory compaction)
     model_call: bool  # does it call the model?
-    # What the session memory's background updates cost so far (issue 27): a compaction from
+    # What the session memory's background updates cost so far: a compaction from
     # the memory makes no call because these were paid for already. 0 updates: off or none yet.
     memory_updates: int = 0
     memory_input_tokens: int = 0

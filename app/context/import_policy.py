@@ -1,4 +1,4 @@
-"""Which files memory imports and rule files may read (issue 24), and the bounded read.
+"""Which files memory imports and rule files may read, and the bounded read.
 
 Kept apart from ``memory.py`` because both the memory loader and ``rules.py`` apply it,
 and the memory loader also loads the rules: one module each way, no cycle.
@@ -23,7 +23,7 @@ def find_repo_root(cwd: Path) -> Path | None:
     return None
 
 
-# ---- where imports may come from (issue 24) ----
+# ---- where imports may come from ----
 
 # Bytes read from one memory file, import or rule file, and from all of them together: a 3 GB
 # import (or /dev/zero behind a symlink) must not be read whole before the first frame.

@@ -6,7 +6,7 @@ rules come last). ``@relative/path`` imports are inlined where they appear.
 The bundle goes into the system prompt, never into the history.
 
 What goes into the system prompt goes to the provider with every request, so
-what may be read is decided by ``ImportPolicy`` (issue 24): inside the
+what may be read is decided by ``ImportPolicy``: inside the
 repository, or approved by the user; never a secret store or tidegauge's own
 config; never more than a byte cap; never a FIFO or a device.
 """

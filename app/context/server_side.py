@@ -1,4 +1,4 @@
-"""Provider-side context management (issue 17): the settings turned into request options.
+"""Provider-side context management: the settings turned into request options.
 
 Two APIs manage context themselves. OpenAI's Responses API compacts on the
 server when the rendered input crosses ``compact_threshold`` and returns an

@@ -7,7 +7,7 @@ context later reaches the auto-compact line and the memory is up to date, the
 compaction needs no model call: the memory replaces the history it covers and
 the most recent messages stay verbatim.
 
-Updates are incremental (issue 27): a request carries the memory so far and only
+Updates are incremental: a request carries the memory so far and only
 the messages it has not seen, so an update costs what is new, not the whole
 history. The engine keeps the unseen messages (``UnseenMessages``) in the order
 they were appended, as they were then: a compaction, a clearing or an overflow

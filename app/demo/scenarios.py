@@ -22,7 +22,7 @@ Scenarios (``SCENARIOS``, in the order the menu lists them):
    overflow recovery runs too (see ``DemoProvider.FLOOD_SERVER_WINDOW``).
 4. "what did I ask first?": answers from the history or the summary (the
    seed's check that compaction kept the user's words).
-5. "find where the importer rejects rows" (issue 16): delegates the search to
+5. "find where the importer rejects rows": delegates the search to
    a sub-agent through the real ``task`` tool. The same scripted model then
    serves the sub-agent: it knows it is one from the sub-agent's system prompt
    (as a real model would), lists the workspace and reads the importer and the

@@ -89,7 +89,7 @@ def _compaction(e: "ev.CompactionEvent") -> Line:
         return Line("compaction", f"context compacted from the session memory (no model call):"
                                   f" {plural(e.messages_before, 'message')} → 1 summary + {e.messages_after - 1:,}"
                                   f" recent kept ({tokens}){facts}{_checked_facts(e)}")
-    if e.replanned:  # issue 25: not the plan the user confirmed, so it says so
+    if e.replanned:  # not the plan the user confirmed, so it says so
         facts += "; re-planned: the conversation changed after the confirmation"
     label = {"auto": "auto", "manual": "manual", "fallback": "fallback (extractive)"}.get(e.trigger, e.trigger)
     return Line("compaction",
@@ -246,7 +246,7 @@ def _report(e: "ev.ReportEvent") -> Line:
                     f"~${c.cost_usd:.4f} (compaction ${c.compact_cost_usd:.4f})" + _memory_usage(c))
     parts = ", ".join(f"{k} {v:,}" for k, v in c.breakdown.items())
     exact = f"{c.exact_tokens:,}" if c.exact_tokens is not None else "none yet"
-    # issue 28: the estimate scaled to how the server counts (its tokenizer is not cl100k)
+    # the estimate scaled to how the server counts (its tokenizer is not cl100k)
     scaled = f", scaled x{c.estimate_scale:.2f} to the server's count" if c.estimate_scale is not None else ""
     return Line("info",
                 f"context ~{c.projected_tokens:,} tokens (exact {exact} + ~{c.estimated_tokens:,} since{scaled}); "
@@ -255,7 +255,7 @@ def _report(e: "ev.ReportEvent") -> Line:
 
 
 def _memory_usage(c: "ev.ContextEvent") -> str:
-    """The session memory's updates, apart (issue 27), and the setting that turns them off."""
+    """The session memory's updates, apart, and the setting that turns them off."""
     if not c.memory_updates:
         return ""
     return (f"; session memory {plural(c.memory_updates, 'update')}: input {c.memory_input_tokens:,}, "
@@ -268,7 +268,7 @@ def reasoning_share(reasoning: int) -> str:
 
 
 def cached_share(cached: int, total_input: int) -> str:
-    """``, 62% of input`` (prompt caching, issue 14); "" before any input."""
+    """``, 62% of input`` (prompt caching); "" before any input."""
     if total_input <= 0:
         return ""
     return f", {cached / total_input:.0%} of input"
@@ -320,7 +320,7 @@ def _repaired(e: "ev.SessionRepairedEvent") -> Line:
 
 def forecast_text(e: "ev.ForecastEvent") -> str:
     """What a compaction or a reset will do, for its confirmation (same figures as auto-compaction logs)."""
-    if e.action == "nothing":  # issue 25: said at once, in one line, without a dialog
+    if e.action == "nothing":  # said at once, in one line, without a dialog
         return e.reason or f"nothing to {e.kind}"
     what = {"compact": "compaction", "memory_compact": "compaction from the session memory",
             "reset": "reset"}[e.action]
@@ -472,7 +472,7 @@ def _memory_import(e: "ev.MemoryImportEvent") -> Line:
     return Line("info", f"{where} approved for this project: it is in the next request")
 
 
-# ---- MCP servers asking the client (issue 26)
+# ---- MCP servers asking the client
 
 def _elicitation_request(e: "ev.ElicitationRequestEvent") -> Line:
     return Line("warning", f"MCP server {e.server} asks you to fill in a form (your answer goes to {e.server} only)")
@@ -497,7 +497,7 @@ def _sampling(e: "ev.SamplingEvent") -> Line:
         return Line("warning", f"MCP server {e.server} asked for a model call: refused, {e.reason}")
     return Line("warning", f"model call for MCP server {e.server} failed: {e.reason}")
 
-# ---- permissions (issue 27)
+# ---- permissions
 
 _EFFECT_WORDS = {"allow": "allow", "ask": "ask  ", "deny": "deny "}
 
@@ -662,15 +662,15 @@ DESCRIBERS: dict[str, Callable[[Any], Line | None]] = {
     "cleared_results": _silent,  # the tool list marks them
     "restore_preview": _restore_preview,
     "server_compaction": _server_compaction,
-    "memory_import": _memory_import,  # issue 24: imports outside the repository, refused, cut
+    "memory_import": _memory_import,  # imports outside the repository, refused, cut
     "prompt_cache_off": _prompt_cache_off,
-    "permissions": _permissions,  # issue 27: /permissions
-    "elicitation_request": _elicitation_request,  # issue 26: an MCP server's form (the App shows it)
+    "permissions": _permissions,  # /permissions
+    "elicitation_request": _elicitation_request,  # an MCP server's form (the App shows it)
     "elicitation_resolved": _elicitation_resolved,
     "mcp_sampling": _sampling,
     "request_recorded": _silent,  # the inspector (i, /inspect) shows it
     "mcp_prompts": _silent,  # the prompt box completes them; /help names none
-    "mcp_attachment": _mcp_attachment,  # issue 26: a server's prompt or resource in the user's turn
+    "mcp_attachment": _mcp_attachment,  # a server's prompt or resource in the user's turn
     "whatif": _whatif,  # the transcript replayed under another policy; the chart overlays the curve
 }
 

@@ -172,13 +172,13 @@ class ContextEvent(EventBase):
     cumulative_reasoning: int = 0  # of cumulative_output: reasoning the servers reported
     cost_usd: float = 0.0
     compact_cost_usd: float = 0.0
-    # issue 27: the session memory's background updates, apart (also counted in the totals above)
+    # the session memory's background updates, apart (also counted in the totals above)
     memory_updates: int = 0
     memory_input_tokens: int = 0
     memory_cost_usd: float = 0.0
     # Figures from a usage update inside a stream (the prompt size, known before the call ends).
     live: bool = False
-    # Tokens the deferred tool definitions save on every request (issue 16; 0: none deferred).
+    # Tokens the deferred tool definitions save on every request (0: none deferred).
     tool_tokens_saved: int = 0
     # Issue 28: estimated_tokens was scaled by this (the server's count of the last request over our
     # estimate of it: its tokenizer is not cl100k); None: the estimate as it is.
@@ -202,11 +202,11 @@ class CompactionEvent(EventBase):
     nothing_to_compact: bool = False
     # Overflow recovery: how far over the server said the request was (None: it gave no figures).
     gap_tokens: int | None = None
-    # Audited summaries (issue 15): facts the summary missed, appended to it as "checked facts".
+    # Audited summaries: facts the summary missed, appended to it as "checked facts".
     facts_added: int = 0
     facts_checked: int = 0  # facts the audit checked the summary against
     checked_facts: list[str] = Field(default_factory=list)
-    # Cost before you compact (issue 15): the forecast made just before this compaction ran.
+    # Cost before you compact: the forecast made just before this compaction ran.
     forecast_tokens_freed: int | None = None
     # The size after that forecast gave, low to high (equal: it was known exactly).
     forecast_tokens_after_low: int | None = Field(default=None, exclude_if=lambda value: value is None)
@@ -423,7 +423,7 @@ class ApprovalRequestEvent(EventBase):
     name: str
     input: dict[str, Any]
     summary: str
-    # The allow rules each "always" answer would add (issue 27): "exact" (this command / file),
+    # The allow rules each "always" answer would add: "exact" (this command / file),
     # "prefix" (commands starting with its first word(s) / files in its folder), "tool".
     choices: dict[str, list[str]] = Field(default_factory=dict)
     # A command asking to run outside the sandbox: the model's reason (asked every time; no
@@ -448,7 +448,7 @@ class PermissionRuleLine(BaseModel):
 
 
 class PermissionsEvent(EventBase):
-    """Answer to ``/permissions``: the rules in force, each with where it came from (issue 27)."""
+    """Answer to ``/permissions``: the rules in force, each with where it came from."""
 
     type: Literal["permissions"] = "permissions"
     rules: list[PermissionRuleLine]
@@ -508,7 +508,7 @@ class ConfigWarningEvent(EventBase):
 
 
 class McpServerEvent(EventBase):
-    """An MCP server started, failed or stopped (issue 16); a failure is never fatal."""
+    """An MCP server started, failed or stopped; a failure is never fatal."""
 
     type: Literal["mcp_server"] = "mcp_server"
     name: str
@@ -523,7 +523,7 @@ class McpServerEvent(EventBase):
 
 
 class SubAgentEvent(EventBase):
-    """What a task tool's sub-agent is doing (issue 16): the dashboard folds it under the task call
+    """What a task tool's sub-agent is doing: the dashboard folds it under the task call
     and draws the sub-agent's own small gauge from it."""
 
     type: Literal["sub_agent"] = "sub_agent"
@@ -542,7 +542,7 @@ class SubAgentEvent(EventBase):
 
 
 
-# ---- issue 15: session memory, reversible clearing, path-scoped rules ----
+# ---- session memory, reversible clearing, path-scoped rules ----
 
 class SessionMemoryEvent(EventBase):
     """The session memory was updated in the background (or the update failed)."""
@@ -621,7 +621,7 @@ class ForecastEvent(EventBase):
     next_request_cost_after_usd: float | None = None
     operation_cost_usd: float | None = None  # the summary call itself
     model_call: bool = True
-    # issue 27: what the session memory's background updates cost so far (0 updates: off or none yet)
+    # what the session memory's background updates cost so far (0 updates: off or none yet)
     memory_updates: int = 0
     memory_input_tokens: int = 0
     memory_cost_usd: float | None = None
@@ -688,7 +688,7 @@ class ServerCompactionEvent(EventBase):
 
 
 class MemoryImportEvent(EventBase):
-    """A memory import or rule file that was not read whole (issue 24), said when the session
+    """A memory import or rule file that was not read whole, said when the session
     starts and when the user answers: ``ask`` (outside the repository; the dashboard asks,
     answered with an ``ApproveImport`` command), ``skipped`` (the same without a surface that
     asks: headless mode), ``refused`` (a secret store, tidegauge's config, a FIFO or device:
@@ -702,7 +702,7 @@ class MemoryImportEvent(EventBase):
     reason: str = ""
 
 
-# ---- MCP servers asking the client (issue 26): forms (elicitation)
+# ---- MCP servers asking the client: forms (elicitation)
 
 ElicitationAction = Literal["accept", "decline", "cancel"]
 
@@ -850,7 +850,7 @@ class ElicitationResolvedEvent(EventBase):
 
 
 
-# ---- MCP prompts and resources (issue 26, rest)
+# ---- MCP prompts and resources (rest)
 
 
 class McpPromptInfo(BaseModel):

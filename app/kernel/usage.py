@@ -29,7 +29,7 @@ class Usage:
     cache_read_tokens: int | None = None
     cache_write_tokens: int | None = None
     output_tokens: int | None = None
-    # ---- what the server reported beyond the counts (issue 17: provider-side context management) ----
+    # ---- what the server reported beyond the counts (provider-side context management) ----
     # Part of output_tokens spent on reasoning (Responses' output_tokens_details.reasoning_tokens).
     reasoning_tokens: int | None = None
     # Context edits the server applied to this request (Anthropic context_management.applied_edits).

@@ -416,7 +416,7 @@ class McpConnection:
         return {"logging_callback": on_log, "log_level": "info", **self._client_features()}
 
     def _client_features(self) -> dict[str, Any]:
-        """The callbacks that answer the server's own requests (issue 26, app/mcp/client_features.py):
+        """The callbacks that answer the server's own requests (app/mcp/client_features.py):
         roots as the server's setting says (the workspace alone by default); forms only when the session
         can answer them."""
         import mcp_types as types

@@ -1,4 +1,4 @@
-"""What an MCP server may ask of tidegauge (issue 26): its roots, and forms for the user.
+"""What an MCP server may ask of tidegauge: its roots, and forms for the user.
 
 A server is someone else's code, so each question is a way in:
 

@@ -1,4 +1,4 @@
-"""MCP prompts as slash commands (issue 26): ``/mcp__SERVER__PROMPT name=value ...``.
+"""MCP prompts as slash commands: ``/mcp__SERVER__PROMPT name=value ...``.
 
 A prompt is someone else's text put in the user's turn, so:
 

@@ -1,4 +1,4 @@
-"""MCP resources (issue 26): ``@SERVER:URI`` in a prompt attaches one; ``read_resource`` reads one for the model.
+"""MCP resources: ``@SERVER:URI`` in a prompt attaches one; ``read_resource`` reads one for the model.
 
 Both go through ``resources/read`` on the named server and through the tool registry (the
 ``read_resource`` tool), so a resource is bounded exactly like a tool result: sanitized,

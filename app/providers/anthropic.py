@@ -31,19 +31,19 @@ from app.providers.base import (
     ToolCallStart,
     UsageUpdate,
 )
-from app.providers.json_fields import ArgumentBuffer  # issue 24: arguments held up to a cap
+from app.providers.json_fields import ArgumentBuffer  # arguments held up to a cap
 from app.providers.openai import parse_tool_arguments, tool_use_block
 from app.providers.http_base import HttpSettings, SseHttpProvider
 from app.providers.json_fields import int_field, object_field
 from app.providers.sse import SSEEvent, assemble_stream, error_from_payload, event_object, stream_cut_error
 from app.kernel.usage import ServerEdit, Usage
 
-# The server-side compaction edit, and the smallest trigger the API accepts for it (issue 17).
+# The server-side compaction edit, and the smallest trigger the API accepts for it.
 COMPACT_EDIT = "compact_20260112"
 ANTHROPIC_MIN_COMPACT_TRIGGER = 50_000
 
 ANTHROPIC_VERSION = "2023-06-01"
-# ---- provider-side context management (issue 17): the betas and the edit types that need them ----
+# ---- provider-side context management: the betas and the edit types that need them ----
 CONTEXT_MANAGEMENT_BETA = "context-management-2025-06-27"  # clear_tool_uses_20250919, clear_thinking_20251015
 COMPACTION_BETA = "compact-2026-01-12"  # compact_20260112
 
@@ -76,7 +76,7 @@ def to_anthropic_messages(messages: list[Message], *, send_unsigned_thinking: bo
                 if message.role == "assistant":
                     blocks.append({"type": "tool_use", "id": block.id, "name": block.name, "input": block.input})
             elif isinstance(block, OpaqueBlock):
-                # issue 17: our own compaction blocks go back verbatim (the server drops what precedes them)
+                # our own compaction blocks go back verbatim (the server drops what precedes them)
                 if message.role == "assistant" and block.provider == "anthropic":
                     blocks.append(dict(block.item))
             elif isinstance(block, ToolResultBlock):
@@ -214,7 +214,7 @@ class _Block:
     id: str = ""
     name: str = ""
     initial_input: dict[str, Any] = field(default_factory=dict)
-    compaction: dict[str, Any] = field(default_factory=dict)  # issue 17: a compaction block's content
+    compaction: dict[str, Any] = field(default_factory=dict)  # a compaction block's content
 
 
 _USAGE_FIELDS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens")
@@ -239,7 +239,7 @@ class AnthropicStreamAssembler:
         self._stop_reason: str | None = None
         self._stopped = False
         self._events_seen = 0
-        # issue 17: what the server reported about its own context management
+        # what the server reported about its own context management
         self._server_edits: tuple[ServerEdit, ...] = ()
         self._compaction_usage: Usage | None = None
 
@@ -307,7 +307,7 @@ class AnthropicStreamAssembler:
         elif kind == "redacted_thinking":
             data = start.get("data")
             block = _Block("redacted_thinking", parts=[data] if isinstance(data, str) else [])
-        elif kind == "compaction":  # issue 17: server-side compaction (compact_20260112)
+        elif kind == "compaction":  # server-side compaction (compact_20260112)
             block = _Block("compaction", compaction={k: start.get(k) for k in ("content", "encrypted_content")
                                                      if start.get(k) is not None})
         else:
@@ -321,7 +321,7 @@ class AnthropicStreamAssembler:
             return
         kind = delta.get("type")
         block = self._blocks.get(index)
-        if kind == "compaction_delta":  # issue 17: the delta sets the block's content, it does not append
+        if kind == "compaction_delta":  # the delta sets the block's content, it does not append
             if block is not None and block.kind == "compaction":
                 block.compaction.update({k: delta[k] for k in ("content", "encrypted_content")
                                          if delta.get(k) is not None})
@@ -380,7 +380,7 @@ class AnthropicStreamAssembler:
             compaction_usage=self._compaction_usage,
         )
 
-    # ---- issue 17: context editing and compaction, as the server reports them ----
+    # ---- context editing and compaction, as the server reports them ----
 
     def _note_context_management(self, payload: dict[str, Any]) -> None:
         """``context_management.applied_edits`` and ``usage.iterations`` of a message_delta."""
@@ -424,7 +424,7 @@ class AnthropicStreamAssembler:
                                               cut=self._stop_reason == "max_tokens",
                                               no_arguments_yet=(index == last_index and not joined.strip()
                                                                 and not block.initial_input)))
-            elif block.kind == "compaction":  # issue 17: kept verbatim, sent back to this provider only
+            elif block.kind == "compaction":  # kept verbatim, sent back to this provider only
                 # "content" is always there: null marks a failed compaction, which the server treats as a no-op
                 item = {"type": "compaction", "content": block.compaction.get("content"), **block.compaction}
                 content.append(OpaqueBlock(provider="anthropic", item=item))
@@ -523,7 +523,7 @@ class AnthropicProvider(SseHttpProvider):
         self._refusal_said = False
         self._cache_worked = False  # a cached request went through: a later failure is not the marks'
         self._plain_retry_tried = False
-        # issue 17: context_management.edits sent with every request (see app/context/server_side.py)
+        # context_management.edits sent with every request (see app/context/server_side.py)
         self.context_edits: list[dict[str, Any]] = list(context_edits or [])
 
     def set_server_compaction(self, threshold: int | None) -> int | None:
@@ -563,7 +563,7 @@ class AnthropicProvider(SseHttpProvider):
             body["tool_choice"] = {"type": request.tool_choice}
         if self.prompt_caching:
             add_cache_breakpoints(body)
-        if self.context_edits:  # issue 17
+        if self.context_edits:
             body["context_management"] = {"edits": [dict(e) for e in self.context_edits]}
         body.update(self.extra_body)
         return body
@@ -636,14 +636,14 @@ class AnthropicProvider(SseHttpProvider):
 
     def headers(self) -> dict[str, str]:
         headers = super().headers()
-        betas = self._context_betas()  # issue 17
+        betas = self._context_betas()
         if betas:
             given = [b.strip() for b in headers.get("anthropic-beta", "").split(",") if b.strip()]
             headers["anthropic-beta"] = ",".join(given + [b for b in betas if b not in given])
         return headers
 
     def _context_betas(self) -> list[str]:
-        """The beta headers the configured context edits need (issue 17)."""
+        """The beta headers the configured context edits need."""
         kinds = {e.get("type") for e in self.context_edits}
         betas = []
         if kinds & {"clear_tool_uses_20250919", "clear_thinking_20251015"}:

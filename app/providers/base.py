@@ -179,7 +179,7 @@ class Provider(Protocol):
 
 @runtime_checkable
 class ServerCompactingProvider(Protocol):
-    """A provider whose server can compact the conversation itself (issue 17): the engine's
+    """A provider whose server can compact the conversation itself: the engine's
     server-side compaction goes through this method, never through a provider's attributes."""
 
     def set_server_compaction(self, threshold: int | None) -> int | None:

@@ -120,7 +120,7 @@ class SseHttpProvider:
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         assembler = self.assembler_class(secret=self.api_key)
         reply_chars = 0
-        # The last line of defence (issue 24): whatever brought a secret tidegauge holds into the
+        # The last line of defence: whatever brought a secret tidegauge holds into the
         # request (a memory import, a tool result, a prompt), its bytes never leave the process.
         # Every protocol's body passes here, once, before it is serialized.
         body = redact_obj(self.build_body(request))

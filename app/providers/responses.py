@@ -133,7 +133,7 @@ class _Item:
     item: dict[str, Any]
     text: list[str] = field(default_factory=list)
     refusal: list[str] = field(default_factory=list)
-    arguments: list[str] = field(default_factory=ArgumentBuffer)  # issue 24: held up to a cap
+    arguments: list[str] = field(default_factory=ArgumentBuffer)  # held up to a cap
     done: bool = False
 
     @property

@@ -85,7 +85,7 @@ if TYPE_CHECKING:
 # Deltas are not persisted (the assistant_message after them holds the whole text), nor
 # reports and previews (answers to a question about the session, not part of it).
 _NOT_RECORDED = frozenset({"text_delta", "thinking_delta", "report", "forecast", "restore_preview", "permissions"})
-# An "always" answer -> which of the request's offered rules it adds (issue 27).
+# An "always" answer -> which of the request's offered rules it adds.
 _ALWAYS_KINDS: dict[str, str] = {"always": "tool", "always_tool": "tool", "always_exact": "exact",
                                  "always_prefix": "prefix"}
 # After these events the set of cleared (restorable) tool results may have changed.
@@ -561,7 +561,7 @@ class AgentSession:
     # ------------------------------------------------------------ previews, restore, server compaction
 
     def _preview(self, command: Preview) -> None:
-        """The plan a confirmation shows (issue 25): ``Compact(plan_id=...)`` runs exactly it."""
+        """The plan a confirmation shows: ``Compact(plan_id=...)`` runs exactly it."""
         engine = self.agent.engine
         plan = engine.plan_reset() if command.kind == "reset" else engine.plan_compaction(command.focus)
         planned = plan.forecast
@@ -616,7 +616,7 @@ class AgentSession:
                                          provider=getattr(provider, "name", "") or "this",
                                          threshold=threshold, reason=problem))
 
-    # ------------------------------------------------------------ memory imports (issue 24)
+    # ------------------------------------------------------------ memory imports
 
     def _tell_imports(self, notices: "list[ImportNotice]") -> None:
         """Each import or rule file held back or cut, once. Where a surface asks, the questions

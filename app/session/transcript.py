@@ -394,7 +394,7 @@ def _has_content(message: Message) -> bool:
     if message.tool_uses:
         return True
     if any(isinstance(b, OpaqueBlock) and b.kind == "compaction" for b in message.content):
-        return True  # issue 17: a server's compaction item stands for the whole earlier conversation
+        return True  # a server's compaction item stands for the whole earlier conversation
     return any(isinstance(b, TextBlock) and b.text.strip() for b in message.content)
 
 

@@ -84,7 +84,7 @@ class ToolContext:
     result_in_context: Callable[[str], bool] = lambda _id: False
     # app.context.file_cache.FileReadCache (typed loosely to keep tools free of the engine)
     file_cache: Any = None
-    # tool hardening (issue 12): Settings.max_saved_output / Settings.read_max_bytes
+    # tool hardening: Settings.max_saved_output / Settings.read_max_bytes
     max_saved_output: int = DEFAULT_MAX_SAVED_OUTPUT
     read_max_bytes: int = DEFAULT_READ_MAX_BYTES
     # Settings.max_session_saved_output; shared, not copied, when a sub-agent's context is made

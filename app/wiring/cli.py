@@ -380,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
             return _serve_web(settings(), overrides, args)
         from app.surfaces.dashboard.launch import run_dashboard
 
-        def sessions_here() -> list[tuple[str, str]]:  # /resume's and --resume's list (issue 27)
+        def sessions_here() -> list[tuple[str, str]]:  # /resume's and --resume's list
             from pathlib import Path
 
             from app.session.store import session_rows

@@ -37,14 +37,14 @@ from app.providers.factory import (  # the providers' key variables: one list; t
     provider_for_model,
 )
 from app.kernel.errors import ConfigError  # raised here; the CLI imports it from app.kernel.errors
-from app.mcp.settings import McpServerConfig, check_server_names  # MCP servers (issue 16)
+from app.mcp.settings import McpServerConfig, check_server_names  # MCP servers
 from app.tools.base import (  # tool hardening (issues 12, 24)
     DEFAULT_MAX_SAVED_OUTPUT,
     DEFAULT_MAX_SESSION_SAVED_OUTPUT,
     DEFAULT_READ_MAX_BYTES,
 )
 from app.kernel.redact import redact, register_env_var, register_secret
-from app.agent.permissions import RuleError, parse_rule, split_rule_list  # permission rules (issue 27)
+from app.agent.permissions import RuleError, parse_rule, split_rule_list  # permission rules
 
 APP_NAME = "tidegauge"
 ENV_PREFIX = "TIDEGAUGE_"
@@ -90,7 +90,7 @@ def default_data_dir() -> Path:
 
 
 class PermissionRules(BaseModel):
-    """``[permissions]`` in config.toml: lists of rules such as ``run_bash(git status:*)`` (issue 27)."""
+    """``[permissions]`` in config.toml: lists of rules such as ``run_bash(git status:*)``."""
 
     model_config = ConfigDict(extra="forbid")
     allow: list[str] = Field(default_factory=list)
@@ -149,7 +149,7 @@ class Settings(BaseSettings):
     # model-prefix -> {input, cached_input, cache_write, output} in USD per million tokens
     prices: dict[str, dict[str, float]] = Field(default_factory=dict)
     data_dir: Path = Field(default_factory=default_data_dir)
-    # Tool hardening (issue 12): the saved full output of one tool call stops growing
+    # Tool hardening: the saved full output of one tool call stops growing
     # here (its tail is still kept), and read_file consumes at most this many bytes
     # per call. Both reach the tools through ToolContext.
     max_saved_output: int = Field(DEFAULT_MAX_SAVED_OUTPUT, ge=1024)
@@ -167,21 +167,21 @@ class Settings(BaseSettings):
     memory_update_tokens: int = Field(5_000, ge=0)
     memory_update_tool_calls: int = Field(3, ge=0)
     memory_keep_tokens: int = Field(4_000, ge=0)
-    # Memory imports and rule files outside the repository read without asking (issue 24):
+    # Memory imports and rule files outside the repository read without asking:
     # files or folders, "~" allowed, relative ones from the repository's root. Secret stores
     # and tidegauge's own config are refused even when listed here.
     memory_allowed_imports: list[str] = Field(default_factory=list)
 
-    # MCP servers (issue 16): one [mcp_servers.NAME] table per server, started with the
+    # MCP servers: one [mcp_servers.NAME] table per server, started with the
     # session; and the share of the window over which MCP tool definitions are deferred
     # (only names and one-line descriptions sent, plus load_tools for the full schemas).
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
     tool_defer_share: float = Field(0.10, ge=0, le=1)
-    # Sub-agents (issue 16): the task tool's step limit and the size of the report it returns.
+    # Sub-agents: the task tool's step limit and the size of the report it returns.
     subagents: bool = True  # offer the task tool (a sub-agent in a fresh context)
     subagent_max_steps: int = Field(20, ge=1)
     subagent_report_tokens: int = Field(2_000, ge=100)
-    # Permission rules (issue 27, app/agent/permissions.py): [permissions] allow/ask/deny in
+    # Permission rules (app/agent/permissions.py): [permissions] allow/ask/deny in
     # config.toml; --allowed-tools / --disallowed-tools add allow / deny rules for one run.
     permissions: PermissionRules = Field(default_factory=PermissionRules)
     allowed_tools: list[str] = Field(default_factory=list)
@@ -205,7 +205,7 @@ class Settings(BaseSettings):
     # (None: on for every Anthropic-protocol server; one that rejects them is retried without, and caching
     # stays off for the session).
     prompt_caching: bool | None = None
-    # ---- provider-side context management (issue 17; applied by app/context/server_side.py) ----
+    # ---- provider-side context management (applied by app/context/server_side.py) ----
     # Let the server compact (Responses: context_management compaction; Anthropic: compact_20260112)
     # at the auto-compact line instead of our own compaction. Off: ours is auditable and works everywhere.
     server_compaction: bool = False
@@ -219,7 +219,7 @@ class Settings(BaseSettings):
     anthropic_clear_thinking: bool = False
     anthropic_clear_thinking_keep: int | None = Field(None, ge=1)  # newest thinking turns kept; None: the server's 1
 
-    # Bounded resources (issue 12): what one model call may cost at most. A server cannot
+    # Bounded resources: what one model call may cost at most. A server cannot
     # make tidegauge hold unbounded memory or wait forever (keep-alives do not extend the
     # deadline). Finite and positive; defaults in app.providers.sse (StreamLimits).
     request_deadline: float = Field(900.0, gt=0, allow_inf_nan=False)  # seconds per model call

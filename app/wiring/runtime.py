@@ -65,7 +65,7 @@ Be concise. When the task is done, say what you did and what you verified."""
 @dataclass
 class MemorySource:
     """Where the session's memory files come from, and the user's answers about imports
-    outside the repository (issue 24): loaded at start and again after an answer."""
+    outside the repository: loaded at start and again after an answer."""
 
     settings: Settings
     workspace: Path
@@ -98,7 +98,7 @@ class MemorySource:
 
 
 def _permissions(settings: Settings, workspace: Path, project: Path) -> Permissions:
-    """The rules in force (issue 27): a bad one, wherever it is written, is one line at start."""
+    """The rules in force: a bad one, wherever it is written, is one line at start."""
     try:
         return load_permissions(workspace=workspace, project=project,
                                 config_rules=settings.permissions.model_dump(),
@@ -346,7 +346,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
     return _Built(agent, stream, info, restored_events, warnings, repairs, memory_source)
 
 
-# ---- MCP servers (issue 16): started with the session, stopped with it (hub.aclose()) ----
+# ---- MCP servers: started with the session, stopped with it (hub.aclose()) ----
 
 async def start_session_mcp(agent: Agent, settings: Settings, *, requests: ClientRequests | None = None,
                             loaded_before: Sequence[str] = ()) -> McpHub:

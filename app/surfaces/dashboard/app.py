@@ -535,7 +535,7 @@ class TidegaugeApp(App[int]):
 
     @on(ElicitationSaid)
     async def _on_elicitation(self, message: ElicitationSaid) -> None:
-        """An MCP server's form (issue 26): shown until answered here, closed when it ends elsewhere
+        """An MCP server's form: shown until answered here, closed when it ends elsewhere
         (the server's call cancelled, an interrupt). Kept with the approval modals, by request id."""
         said = message.event
         if said.type == "elicitation_resolved":

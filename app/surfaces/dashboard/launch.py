@@ -21,7 +21,7 @@ def exit_now(code: int) -> None:
     """End the process once the dashboard has closed and the session process has stopped.
 
     Python's own finalization (freeing every module and the ~80K objects the dashboard
-    built) took about 1 s of the 1.1-3.4 s quit (issue 13), longer than everything
+    built) took about 1 s of the 1.1-3.4 s quit, longer than everything
     before it, and nothing is left for it to do.
     """
     from app.system.process_exit import exit_without_teardown
