@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import re
+
+from app.kernel.json_depth import json_too_deep
 from typing import Any, Mapping
 
 # A JSON \u escape of a lone surrogate (an unpaired \ud800): json.loads would turn it into a
@@ -71,8 +73,6 @@ MAX_ARGUMENT_DEPTH = 64
 # The input of a call refused for its size or depth: the registry answers the model with it.
 BAD_ARGUMENTS_KEY = "_bad_arguments"
 
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_NOT_A_BRACKET = re.compile(r"[^\[\]{}]+")
 
 
 class ArgumentBuffer(list[str]):
@@ -105,19 +105,6 @@ class ArgumentBuffer(list[str]):
 
     def __bool__(self) -> bool:  # something arrived, even when it was not kept
         return self.total_chars > 0
-
-
-def json_too_deep(raw: str, max_depth: int = MAX_ARGUMENT_DEPTH) -> bool:
-    """Does ``raw`` nest arrays/objects deeper than ``max_depth``? A scan of the brackets
-    outside strings, stopped at the first level past the limit (json.loads would recurse)."""
-    if raw.count("[") + raw.count("{") <= max_depth:
-        return False
-    depth = 0
-    for bracket in _NOT_A_BRACKET.sub("", _JSON_STRING.sub("", raw)):
-        depth += 1 if bracket in "[{" else -1
-        if depth > max_depth:
-            return True
-    return False
 
 
 def argument_problem(total_chars: int, raw: str | None, *, max_chars: int = MAX_ARGUMENT_CHARS,

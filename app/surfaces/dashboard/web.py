@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.kernel.json_depth import json_too_deep
 from app.kernel.errors import SetupError
 from app.system import startup
 
@@ -58,8 +59,6 @@ MAX_PING_CHARS = 64
 # The page's messages nest two levels (["resize", {...}]); json.loads recurses once per level,
 # so a message of 100,000 brackets is refused before it is parsed.
 MAX_MESSAGE_DEPTH = 8
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_NOT_A_BRACKET = re.compile(r"[^\[\]{}]+")
 # A websocket close reason is at most 123 bytes (RFC 6455); the page shows it.
 MAX_CLOSE_REASON_BYTES = 123
 # Try again later (RFC 6455 1013): the tab limit, or the resumed session open in another tab.
@@ -196,23 +195,10 @@ class BadTabMessage(ValueError):
     """A websocket message that is not one the page sends; the text is one line for the log."""
 
 
-def nests_deeper_than(raw: str, max_depth: int) -> bool:
-    """Do the arrays/objects of ``raw`` nest deeper than ``max_depth``? The brackets outside
-    strings are scanned, up to the first level past the limit."""
-    if raw.count("[") + raw.count("{") <= max_depth:
-        return False
-    depth = 0
-    for bracket in _NOT_A_BRACKET.sub("", _JSON_STRING.sub("", raw)):
-        depth += 1 if bracket in "[{" else -1
-        if depth > max_depth:
-            return True
-    return False
-
-
 def parse_tab_message(raw: str) -> TabMessage:
     """The page's JSON envelope (``["stdin", "ls"]``, ``["resize", {"width": 80, "height": 24}]``,
     ``["ping", "123"]``, ``["focus"]``, ``["blur"]``), or BadTabMessage saying what was wrong."""
-    if nests_deeper_than(raw, MAX_MESSAGE_DEPTH):
+    if json_too_deep(raw, MAX_MESSAGE_DEPTH):
         raise BadTabMessage(f"nested more than {MAX_MESSAGE_DEPTH} levels deep ({len(raw)} characters)")
     try:
         envelope = json.loads(raw)
