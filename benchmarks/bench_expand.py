@@ -77,7 +77,7 @@ async def _load_the_output(app: Any, pilot: Any, text: str) -> str:
     use = ToolUseBlock(id="call_cat_app_log", name="cat_log", input={})
     agent.engine.append(Message.user("find errors in app.log"))
     agent.engine.append(Message(role="assistant", content=[use]))
-    await agent._run_tools([use])
+    await agent._run_tools([use], offered=frozenset({use.name}))
     await pilot.pause()
     panel = app.tool_panel
     assert panel.selected_id == use.id, panel.selected_id

@@ -104,7 +104,7 @@ def run(quick: bool) -> list[Check]:
             loop = asyncio.new_event_loop()
             try:
                 started = time.perf_counter()
-                loop.run_until_complete(agent._run_tools([use]))
+                loop.run_until_complete(agent._run_tools([use], offered=frozenset({use.name})))
                 elapsed = time.perf_counter() - started
             finally:
                 loop.close()
