@@ -40,17 +40,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 
 from local_llama import (
     CannotRun,
     _default_gguf,
-    _log_tail,
     _sigterm_exits,
     end_process,
     free_port,
     missing_requirements,
     tidegauge_env,
+    wait_for_200,
     wait_until_ready,
 )
 
@@ -98,21 +97,8 @@ def litellm_command(cli: str, config: Path, port: int) -> list[str]:
 
 def wait_for_proxy(base: str, key: str, proc: subprocess.Popen[Any], log: Path, deadline_s: float) -> float:
     """Poll the proxy's liveliness route until it answers 200; seconds it took."""
-    started = time.monotonic()
-    seen = "no answer yet"
-    with httpx.Client(timeout=5.0, headers={"Authorization": f"Bearer {key}"}) as client:
-        while time.monotonic() - started < deadline_s:
-            if proc.poll() is not None:
-                raise CannotRun(f"litellm exited with {proc.returncode} before answering: {_log_tail(log)}")
-            try:
-                response = client.get(f"{base}/health/liveliness")
-                if response.status_code == 200:
-                    return time.monotonic() - started
-                seen = f"HTTP {response.status_code}"
-            except httpx.HTTPError as err:
-                seen = type(err).__name__
-            time.sleep(0.5)  # a poll interval, not a synchronisation: the loop re-checks the condition
-    raise CannotRun(f"litellm did not answer {base} within {deadline_s:.0f} s (last: {seen}; log: {_log_tail(log)})")
+    return wait_for_200(f"{base}/health/liveliness", proc, log, deadline_s, "litellm",
+                        headers={"Authorization": f"Bearer {key}"})
 
 
 def tidegauge_command(base_url: str, *extra: str) -> list[str]:

@@ -546,22 +546,28 @@ def _log_tail(path: Path, lines: int = 5) -> str:
 
 def wait_until_ready(base: str, proc: subprocess.Popen[Any], log: Path, deadline_s: float) -> float:
     """Poll ``GET /v1/models`` until it answers 200; seconds it took. Fails with what it saw."""
+    return wait_for_200(f"{base}/v1/models", proc, log, deadline_s, "llama_cpp.server")
+
+
+def wait_for_200(url: str, proc: subprocess.Popen[Any], log: Path, deadline_s: float, who: str,
+                 headers: dict[str, str] | None = None) -> float:
+    """Poll ``GET url`` until it answers 200; seconds it took. Fails with what it saw, and ``proc``'s
+    log when it exits first (``who`` names it)."""
     started = time.monotonic()
     seen = "no answer yet"
-    with httpx.Client(timeout=5.0) as client:
+    with httpx.Client(timeout=5.0, headers=headers) as client:
         while time.monotonic() - started < deadline_s:
             if proc.poll() is not None:
-                raise CannotRun(f"llama_cpp.server exited with {proc.returncode} before answering: {_log_tail(log)}")
+                raise CannotRun(f"{who} exited with {proc.returncode} before answering: {_log_tail(log)}")
             try:
-                response = client.get(f"{base}/v1/models")
+                response = client.get(url)
                 if response.status_code == 200:
                     return time.monotonic() - started
                 seen = f"HTTP {response.status_code}"
             except httpx.HTTPError as err:
                 seen = type(err).__name__
             time.sleep(0.25)  # a poll interval, not a synchronisation: the loop re-checks the condition
-    raise CannotRun(f"llama_cpp.server did not answer {base}/v1/models within {deadline_s:.0f} s "
-                    f"(last: {seen}; log: {_log_tail(log)})")
+    raise CannotRun(f"{who} did not answer {url} within {deadline_s:.0f} s (last: {seen}; log: {_log_tail(log)})")
 
 
 def tokenizer_count(client: httpx.Client, base: str, text: str) -> int:
