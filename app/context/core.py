@@ -219,6 +219,7 @@ class ContextCore:
     def __post_init__(self) -> None:
         # MCP servers' `instructions` (from initialize), bounded and sanitized by the hub: server -> text.
         self.server_instructions: dict[str, str] = {}
+        self.server_instruction_tokens: dict[str, int] = {}
         self.thresholds: Thresholds = compute_thresholds(
             self.config.window, self.config.budget, self.config.compact_max_output,
             fixed_tokens=self.fixed_tokens_if_budget_is_near(),
@@ -278,6 +279,9 @@ class ContextCore:
         """The ready MCP servers' instructions: every later request carries them in its system prompt,
         and the budget lines and the stable prefix move with the fixed part."""
         self.server_instructions = dict(instructions)
+        # counted once here: every context event shows them under the server's part
+        self.server_instruction_tokens = {name: count_tokens(server_instructions_section(name, text))
+                                          for name, text in self.server_instructions.items()}
         self.system_text = self._with_memory(self.memory)
         self._stable_tokens = None
         self.set_budget(self.config.budget)
@@ -1048,8 +1052,8 @@ class ContextCore:
         """The session memory's and the attached rules' tokens as parts of their own
         (taken out of "user" and "tool_results", so the parts still add up)."""
         out = dict(breakdown)
-        for server, text in self.server_instructions.items():  # counted in "system", shown as the server's
-            tokens = min(count_tokens(server_instructions_section(server, text)), out.get("system", 0))
+        for server, counted in self.server_instruction_tokens.items():  # counted in "system", shown as the server's
+            tokens = min(counted, out.get("system", 0))
             out["system"] = out.get("system", 0) - tokens
             out[f"mcp:{server}"] = out.get(f"mcp:{server}", 0) + tokens
         first = self.history[0] if self.history else None
