@@ -40,6 +40,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable
 
 from app.kernel import commands as cmd
 from app.kernel.errors import SetupError
+from app.system.proctree import wait_for_exit
 from app.kernel.protocol import DELTA_TYPES, EventLog, Listener, Listeners, SessionSnapshot, merge_deltas
 
 if TYPE_CHECKING:
@@ -262,7 +263,7 @@ class SessionProcess:
             except (OSError, ValueError):
                 pass
             try:
-                process.wait(timeout)
+                wait_for_exit(process, timeout)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
