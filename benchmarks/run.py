@@ -68,6 +68,10 @@ BENCHMARKS: dict[str, list[tuple[str, str]]] = {
     ],
     "bench_whatif": [("17 whatif: 1,000 turns, three policies", "<= 5 s")],
     "bench_sandbox": [("18 sandboxed run_bash: added time", "adds <= 15 ms to `true`")],
+    "bench_peer_codex": [
+        ("19 headless run vs codex exec", "<= 1.0× codex exec"),
+        ("19b headless run, new data directory, vs codex exec", "<= 1.3× codex exec"),
+    ],
 }
 
 _MARKER = "@@BENCH-RESULTS@@"
