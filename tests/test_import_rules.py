@@ -198,6 +198,18 @@ def test_the_packages_of_one_layer_import_each_other_without_cycles() -> None:
     assert cycles == [], "packages of one layer in a cycle:\n" + "\n".join(cycles)
 
 
+def test_the_context_engine_knows_no_provider() -> None:
+    # Wire formats stay in providers: the engine builds a ``ModelRequest`` (app.kernel) and
+    # switches server-side management through ``Provider.server_context()``, which the agent
+    # layer calls; a type from a provider, even under TYPE_CHECKING, would be wire knowledge.
+    modules = _app_modules()
+    offenders = sorted(f"{source} imports {target}" for source, path in modules.items()
+                       if _package(source) == "app.context"
+                       for target in _imported_modules(path, modules, with_type_only=True)
+                       if _package(target) == "app.providers")
+    assert offenders == [], "app/context imports a provider:\n" + "\n".join(offenders)
+
+
 def test_no_two_modules_of_app_import_each_other() -> None:
     # Imports inside functions count: a lazy import hides a cycle from the interpreter, not
     # from the reader (each module needs the other to be understood or changed).

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Awaitable, Callable, Literal, Protocol, Sequence
 
-from app.context.engine import ContextEngine
+from app.context.engine import ContextEngine, Summarize
 from app.context.plans import Plan
 from app.context.prices import Price
 from app.kernel.events import (
@@ -78,6 +78,20 @@ class TurnRecorder(Protocol):
 
     def close(self) -> None: ...
 
+
+
+def quiet_model_call(provider_of: Callable[[], Provider]) -> Summarize:
+    """One model call streamed to its end, showing nothing and retrying nothing (a failed
+    background memory update is simply tried again after more context). ``provider_of`` is
+    asked at each call: the host may swap its provider."""
+
+    async def call(request: ModelRequest) -> tuple[Message, Usage]:
+        async for item in provider_of().stream(request):
+            if isinstance(item, Completed):
+                return item.message, item.usage
+        raise ProviderError("the stream ended without a final message")
+
+    return call
 
 
 def retry_delay(attempt: int, retry_after: float | None, base: float, cap: float = 30.0,

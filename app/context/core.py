@@ -725,6 +725,10 @@ class ContextCore:
     def auto_compaction_is_ours(self) -> bool:
         return not self.config.server_compaction
 
+    def use_server_compaction(self, on: bool) -> None:
+        """The server compacts at the auto-compact line (on) or our own compaction does (off)."""
+        self.config.server_compaction = on
+
     def only_a_summary(self) -> bool:
         """A history that is just a summary (plus the user's new words): compacting it
         again gains nothing and, with a tiny budget, would loop on every request."""

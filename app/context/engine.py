@@ -60,11 +60,10 @@ from app.kernel.private_files import open_private, open_private_read
 from app.kernel.redact import redact
 from app.kernel.request_store import RequestPart
 from app.kernel.usage import Usage
-from app.providers.base import Completed, ContextTooLongError, ModelRequest, Provider, ProviderError
+from app.kernel.model_call import ContextTooLongError, ModelRequest, ProviderError
 
 # EngineConfig, RestoreError and RestorePreview are the core's; callers keep importing them from here.
-__all__ = ["ContextEngine", "EngineConfig", "HistoryRecorder", "RestoreError", "RestorePreview", "Summarize",
-           "quiet_model_call"]
+__all__ = ["ContextEngine", "EngineConfig", "HistoryRecorder", "RestoreError", "RestorePreview", "Summarize"]
 
 
 class HistoryRecorder(Protocol):
@@ -80,20 +79,6 @@ class HistoryRecorder(Protocol):
 Summarize = Callable[[ModelRequest], Awaitable[tuple[Message, Usage]]]
 
 MAX_OVERFLOW_RETRIES = 3
-
-
-def quiet_model_call(provider_of: Callable[[], Provider]) -> Summarize:
-    """One model call streamed to its end, showing nothing and retrying nothing (a failed
-    background memory update is simply tried again after more context). ``provider_of`` is
-    asked at each call: the host may swap its provider."""
-
-    async def call(request: ModelRequest) -> tuple[Message, Usage]:
-        async for item in provider_of().stream(request):
-            if isinstance(item, Completed):
-                return item.message, item.usage
-        raise ProviderError("the stream ended without a final message")
-
-    return call
 
 
 T = TypeVar("T")
@@ -218,6 +203,10 @@ class ContextEngine:
 
     def _auto_compaction_is_ours(self) -> bool:
         return self.core.auto_compaction_is_ours()
+
+    def use_server_compaction(self, on: bool) -> None:
+        """The provider's server compacts from now on (on), or our own compaction does (off)."""
+        self.core.use_server_compaction(on)
 
     # ---- the budget and the memory files ----
 

@@ -608,7 +608,7 @@ class AgentSession:
             self._emit(RestorePreviewEvent(call_id=call_id, reason=str(error)))
 
     def _switch_server_compaction(self, on: bool) -> None:
-        from app.context.server_side import switch_server_compaction
+        from app.agent.server_context import switch_server_compaction
 
         provider = self.agent.provider
         threshold, problem = switch_server_compaction(provider, self.agent.engine, on)

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from app.agent.loop import Agent, AgentOptions, Approver
-from app.context.server_side import configure_server_context, switch_server_compaction
+from app.agent.loop import Agent, AgentOptions, Approver, quiet_model_call
+from app.agent.server_context import configure_server_context, switch_server_compaction
 from app.session.agent_session import AgentSession, Closable, EventStream, transcript_recorder
 from app.wiring.config import (
     Settings,
@@ -20,7 +20,7 @@ from app.wiring.config import (
     provider_key_env_names,
     resolve_provider,
 )
-from app.context.engine import ContextEngine, EngineConfig, quiet_model_call
+from app.context.engine import ContextEngine, EngineConfig
 from app.context.file_cache import FileReadCache
 from app.context.memory import ImportApprovals, ImportPolicy, MemoryBundle, find_repo_root, load_memory
 from app.context.prices import assumed_price_warning, price_for, remember_lookups_in
@@ -33,7 +33,6 @@ from app.agent.permissions import Permissions, RuleError, load_permissions
 from app.kernel.events import Event, SessionInfoEvent
 from app.kernel.protocol import Listener
 from app.providers.factory import open_provider
-from app.providers.base import ServerCompactingProvider
 from app.providers.http_base import SseHttpProvider
 from app.providers.sse import StreamLimits
 from app.kernel.redact import register_secret
@@ -329,8 +328,8 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         if problem:
             warnings.append(("server context", f"this session had server-side compaction on, but {problem}"))
     # A server that rejected the prompt-cache breakpoints still does on resume: none are sent.
-    if any(e.type == "prompt_cache_off" for e in restored_events) and hasattr(provider, "prompt_caching"):
-        provider.prompt_caching = False
+    if any(e.type == "prompt_cache_off" for e in restored_events):
+        provider.stop_prompt_caching()
     stream = EventStream()
     stream.subscribe(transcript_recorder(transcript))  # first: persisted before any surface sees it
     if emit is not None:
@@ -341,7 +340,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
                             max_steps=settings.max_steps, banner=provider.banner,
                             resumed=bool(resume or continue_latest), started_in=str(cwd),
                             server_compaction=(engine.config.server_compaction
-                                               if isinstance(provider, ServerCompactingProvider) else None),
+                                               if provider.server_context() is not None else None),
                             sandbox=tool_context.sandbox.state)
     return _Built(agent, stream, info, restored_events, warnings, repairs, memory_source)
 
