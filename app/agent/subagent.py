@@ -235,5 +235,5 @@ def register_task_tool(agent: Agent, limits: SubAgentLimits | None = None) -> Ta
     tool = TaskTool(agent, limits)
     agent.registry.register(tool)
     if all(spec.name != TASK_TOOL for spec in agent.engine.tools):
-        agent.engine.tools = [*agent.engine.tools, tool.spec]
+        agent.engine.use_tools([*agent.engine.tools, tool.spec])
     return tool

@@ -286,6 +286,33 @@ class ContextCore:
         self._stable_tokens = None
         self.set_budget(self.config.budget)
 
+    def use_tools(self, tools: list[ToolSpec]) -> None:
+        """The tools every later request offers (an MCP server's, the task tool): the stable
+        prefix is counted again with them."""
+        self.tools = tools
+        self._stable_tokens = None
+        # The last exact figure was measured with the old definitions: the whole request is
+        # estimated until the next call's usage, rather than miss what was just loaded.
+        self.accounting.invalidate()
+
+    def use_tool_owners(self, owner: Callable[[str], str | None] | None, tokens_saved: Callable[[], int]) -> None:
+        """Which server a tool comes from (the breakdown per server), and the tokens deferred
+        tool definitions save on every request (the gauge)."""
+        self.tool_owner = owner
+        self.tool_tokens_saved = tokens_saved
+
+    def use_rules(self, rules: RuleSet | None) -> None:
+        self.rules = rules
+
+    def load_history(self, history: list[Message]) -> None:
+        """A history read back (a resumed session, a replay) taken as the live one; the caller
+        persists it if it must."""
+        self.history = history
+
+    def set_warning_line(self, line: int) -> None:
+        """The warning line at ``line`` instead of where the budget puts it (a what-if policy's)."""
+        self.thresholds = replace(self.thresholds, warning_line=max(1, line))
+
     def fixed_tokens(self) -> int:
         """Estimated tokens every request carries whatever the history: system prompt, memory files, tools."""
         return (count_tokens(self.counted_system) + count_tokens(self.memory.text)

@@ -654,7 +654,7 @@ class AgentSession:
         self._memory_source.record(path, approve)
         bundle = self._memory_source.load()
         engine.use_memory(bundle)
-        engine.rules = bundle.rules
+        engine.replace_rules(bundle.rules)
         self._emit(MemoryImportEvent(action="approved" if approve else "declined", path=path,
                                      importer=str(notice.importer), reason=notice.reason))
         # What reading it brought along (its own imports from further out, a cut) is said too.

@@ -260,7 +260,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
     repairs: list[str] = []
     if resume or continue_latest:
         state = restore(session)
-        engine.history = state.history
+        engine.load_history(state.history)
         restored_events = list(state.events)
         # The last usage measured this history: the gauge resumes on that figure, not on an estimate.
         exact, covered = state.measured or (None, 0)
