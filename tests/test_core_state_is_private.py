@@ -91,3 +91,26 @@ def test_the_engine_shows_the_core_state_read_only() -> None:
         engine.tools = []  # type: ignore[misc]
     engine.use_tools([])
     assert engine.tools == []
+
+
+def late_wiring(source: str) -> list[int]:
+    """Lines assigning a part's ``emit`` or a provider's ``stream`` after it was built."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                chain = _chain(target)
+                if len(chain) >= 2 and (chain[-1] == "emit" and chain[-2] != "self"
+                                        or chain[-2:] == ["provider", "stream"]):
+                    lines.append(node.lineno)
+    return lines
+
+
+def test_emit_and_the_model_stream_are_given_when_a_part_is_built() -> None:
+    # The engine and the loop get one EventSink at construction, the session connects to it;
+    # model calls are timed by Agent.model_stream, not by wrapping the provider's method.
+    assert late_wiring("agent.emit = stream.emit\nsub.emit = f\nagent.provider.stream = t(x)") == [1, 2, 3]
+    assert late_wiring("self.emit = emit\nevents.connect(stream.emit)") == []
+    offenders = [f"{path.relative_to(ROOT)}:{line}" for path in sorted((ROOT / "app").rglob("*.py"))
+                 for line in late_wiring(path.read_text(encoding="utf-8"))]
+    assert offenders == [], "wired after construction:\n" + "\n".join(offenders)

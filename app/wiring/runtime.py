@@ -30,6 +30,7 @@ from app.kernel.errors import ConfigError, SetupError
 from app.system import startup
 from app.tools.sandbox import policy_for, start_check
 from app.agent.permissions import Permissions, RuleError, load_permissions
+from app.kernel.event_sink import EventSink
 from app.kernel.events import Event, SessionInfoEvent
 from app.kernel.protocol import Listener
 from app.providers.factory import open_provider
@@ -221,8 +222,10 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
     system = SYSTEM_PROMPT.format(cwd=workspace, platform=platform.system())
     # a resumed session's outputs already saved count too; the engine's saved pastes count with them
     saved_output_budget = SavedOutputBudget.for_folder(session.tool_results_dir, settings.max_session_saved_output)
+    events = EventSink()  # the engine's and the agent's, connected to the session's stream below
     engine = ContextEngine(
         system_prompt=system,
+        emit=events,
         memory=memory,
         tools=registry.specs(),
         config=EngineConfig(window=window, budget=budget, compact_max_output=settings.compact_max_output,
@@ -311,9 +314,10 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         approver=approver,
         permissions=permissions,
         requests=RequestStore(session.requests_dir),
+        emit=events,
     )
     # the session memory's background updates call the provider quietly (no state, no retries)
-    engine.memory_summarize = quiet_model_call(lambda: agent.provider)
+    engine.memory_summarize = quiet_model_call(agent.model_stream)
     warnings += [("permissions", warning) for warning in permissions.warnings]
     if settings.subagents:
         from app.agent.subagent import SubAgentLimits, register_task_tool
@@ -334,7 +338,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
     stream.subscribe(transcript_recorder(transcript))  # first: persisted before any surface sees it
     if emit is not None:
         stream.subscribe(emit)
-    agent.emit = stream.emit
+    events.connect(stream.emit)
     info = SessionInfoEvent(session_id=session.id, provider_label=label, model=provider.model, provider=provider_name,
                             workspace=str(workspace), transcript_path=str(session.transcript_path),
                             max_steps=settings.max_steps, banner=provider.banner,
