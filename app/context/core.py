@@ -354,6 +354,12 @@ class ContextCore:
     def projected(self) -> int:
         return self.projection().projected_tokens
 
+    def projected_unnoted(self) -> int:
+        """The projection, worked out on a copy of the accounting: a forecast leaves the estimate
+        the next usage is checked against as the last request left it."""
+        return self.accounting.copy().project(self.counted_system, self.tools, self.history,
+                                              self.memory.text).projected_tokens
+
     def estimate_request(self, history: list[Message]) -> int:
         """The whole request for ``history``, estimated (one measure for before and after:
         the server's own figure may count with another tokenizer)."""
@@ -978,7 +984,7 @@ class ContextCore:
         return replace(fresh, replanned=True) if plan_id is not None else fresh
 
     def forecast_compaction(self, plan: MemoryPlan | None) -> Forecast:
-        tokens_before = self.projected()
+        tokens_before = self.projected_unnoted()
         action: ForecastAction = "compact"
         summary_tokens = 0
         after_range: tuple[int, int] | None = None
@@ -1006,7 +1012,7 @@ class ContextCore:
 
     def forecast_reset(self) -> Forecast:
         """What ``reset`` will do: everything but the system prompt, memory files and tools goes."""
-        tokens_before = self.projected()
+        tokens_before = self.projected_unnoted()
         return forecast("reset", tokens_before=tokens_before, tokens_after=min(self.stable_prefix(), tokens_before),
                         cached_prefix=self.cached_prefix, stable_prefix=self.stable_prefix(), price=self.price)
 

@@ -24,7 +24,7 @@ from app.context.engine import ContextEngine, EngineConfig
 from app.context.file_cache import FileReadCache
 from app.context.memory import ImportApprovals, ImportPolicy, MemoryBundle, find_repo_root, load_memory
 from app.context.prices import assumed_price_warning, price_for, remember_lookups_in
-from app.context.tokens import remember_pieces_in
+from app.context.token_pieces import remember_pieces_in
 from app.context.thresholds import assumed_window_warning, context_window_for
 from app.kernel.errors import ConfigError, SetupError
 from app.system import startup
