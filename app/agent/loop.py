@@ -42,7 +42,7 @@ from app.kernel.events import (
 from app.kernel.markers import INTERRUPTED_RESULT, NOT_RUN_RESULT  # one text each: a call cut short, one never started
 from app.kernel.request_store import RequestEnvelope, RequestStore
 from app.kernel.messages import ContentBlock, Message, TextBlock, ToolResultBlock, ToolUseBlock
-from app.providers.json_fields import BAD_ARGUMENTS_KEY
+from app.kernel.markers import BAD_ARGUMENTS_KEY
 from app.agent.permissions import Permissions, source_words
 from app.providers.sse import MAX_RETRY_AFTER
 from app.providers.base import (

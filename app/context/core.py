@@ -26,7 +26,7 @@ from app.context.compaction import (build_summary_history, is_paste, is_summary_
                                     kept_word_id, summary_problem, typed_words)
 from app.context.forecast import Forecast, ForecastAction, forecast
 from app.context.overflow import drop_oldest_rounds
-from app.context.plans import PLANS_KEPT, Plan, PlanKind, new_plan_id
+from app.context.plans import PLANS_KEPT, MemoryPlan, Plan, PlanKind, new_plan_id
 from app.context.prices import Price, cost_usd
 from app.context.pruning import PruneResult, is_cleared, prune_by_size, prune_by_time, stub_for
 from app.context.rules import attached_rule_paths
@@ -122,15 +122,6 @@ class Appended:
 
 # In order: a history change is persisted before the events after it are emitted.
 Effect = Union[Replaced, Appended, Event]
-
-
-@dataclass(frozen=True)
-class MemoryPlan:
-    """A compaction from the session memory, worked out but not applied."""
-
-    cut: int  # messages before this index are replaced by the memory
-    history: list[Message]  # the new history: the memory message, then the kept messages
-    audit: AuditResult
 
 
 def _call_words(name: str, tool_input: object) -> str:

@@ -27,7 +27,6 @@ from app.context.core import (
     ContextCore,
     Effect,
     EngineConfig as EngineConfig,
-    MemoryPlan,
     Replaced,
     RestoreError as RestoreError,
     RestorePreview as RestorePreview,
@@ -35,7 +34,7 @@ from app.context.core import (
 )
 from app.context.forecast import Forecast
 from app.context.memory import MemoryBundle
-from app.context.plans import Plan
+from app.context.plans import MemoryPlan, Plan
 from app.context.prices import Price
 from app.context.request_parts import PartsMemo, request_parts
 from app.context.pruning import PruneResult

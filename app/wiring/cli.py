@@ -460,7 +460,8 @@ def _serve_web(settings: "Settings", overrides: dict[str, Any], args: argparse.N
     from app.wiring.config import missing_key_problem, resolve_provider
     from app.kernel.errors import SetupError
     from app.session.store import SessionStore
-    from app.surfaces.dashboard.web import WEB_HOST, serve_dashboard
+    from app.surfaces.dashboard.web import WEB_HOST
+    from app.surfaces.dashboard.web_server import serve_dashboard  # aiohttp and textual-serve: --web only
 
     if (problem := missing_key_problem(settings, resolve_provider(settings))) is not None:
         raise SetupError(problem)
