@@ -46,7 +46,6 @@ from app.kernel.events import (
     ResetEvent,
     RestoreEvent,
     ResultCutEvent,
-    ThresholdsModel,
     UsageDistrustedEvent,
     UsageEvent,
     WarningCrossedEvent,
@@ -571,7 +570,7 @@ class ContextCore:
             exact_tokens=proj.exact_tokens,
             estimated_tokens=proj.estimated_tokens,
             projected_tokens=proj.projected_tokens,
-            thresholds=thresholds_model(t),
+            thresholds=t,
             breakdown=self._feature_breakdown(
                 self.accounting.breakdown(self.counted_system, self.memory.text, self.tools, self.history,
                                           tool_owner=self.tool_owner)),
@@ -1162,9 +1161,3 @@ def _server_compaction_in(message: Message) -> bool:
     """Issue 17: a provider's compaction item (Responses) or block (Anthropic) in a reply."""
     return any(isinstance(b, OpaqueBlock) and b.kind == "compaction" for b in message.content)
 
-
-def thresholds_model(t: Thresholds) -> ThresholdsModel:
-    """The lines as the event carries them (thresholds.py stays free of the event models)."""
-    return ThresholdsModel(window=t.window, reserve=t.reserve, effective_window=t.effective_window,
-                           auto_compact_line=t.auto_compact_line, warning_line=t.warning_line,
-                           blocking_line=t.blocking_line)
