@@ -348,6 +348,7 @@ class AgentSession:
         except (AttributeError, TypeError):  # a provider that cannot be wrapped: no API share measured
             pass
         agent.emit = self._emit
+        agent.engine.emit_background = self._emit_background
         if approvals:
             agent.approver = self._ask_approval
         else:
@@ -449,6 +450,17 @@ class AgentSession:
         self.stream.emit(event, _CAUSE.get())
         if isinstance(event, _CLEARING_EVENTS):
             self._tell_cleared()
+
+    def _emit_background(self, update: int, events: list[Event]) -> None:
+        """What the background memory update number ``update`` reported, emitted at a later step:
+        under an id of the update's own (``-update``: negative, never a command's, which a parent
+        process numbers), not the id of whatever command runs when they are let out."""
+        cause = _CAUSE.set(-update)
+        try:
+            for event in events:
+                self.agent.engine.emit(event)
+        finally:
+            _CAUSE.reset(cause)
 
     def _count(self, run: RunFigures, event: Event) -> Event:
         """Add the event to the run's figures; the result leaves with them."""
