@@ -10,7 +10,7 @@ from typing import Any, Callable, Literal
 import pytest
 
 from app.kernel import events as ev
-from app.kernel.protocol import CommandQueue, EventLog, SessionSnapshot
+from app.kernel.protocol import EventLog, SessionSnapshot
 from app.session.process import _mirror
 from app.surfaces.view_model import DashboardView
 from event_examples import example, one_of_each, union_classes
@@ -29,7 +29,6 @@ def _snapshot() -> SessionSnapshot:
 
 DISPATCHERS: dict[str, Callable[[Any], object]] = {
     "view model": lambda event: DashboardView().apply(event),
-    "command queue": lambda event: CommandQueue().see(event),
     "event log": lambda event: EventLog().add(event),
     "session process mirror": lambda event: _mirror(_snapshot(), event),
 }

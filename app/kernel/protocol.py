@@ -114,9 +114,8 @@ class CommandQueue:
     A ``queued`` event adds one; the first later event its command caused (the same
     ``command_id``) takes it off: a prompt an interrupt dropped ends in its own result, a queued
     compaction stays through the interrupt and leaves when it runs. A queued reset replaces what
-    was queued before it. Events without command ids (a surface that does not number its
-    commands) take off the oldest of the kind they start, and an interrupt drops such prompts,
-    as the session does.
+    was queued before it. Every session numbers its commands (the real one, its process and the
+    test fake alike), so there is no rule for events without an id: they take nothing off.
     """
 
     def __init__(self) -> None:
@@ -124,58 +123,15 @@ class CommandQueue:
 
     def see(self, event: "Event") -> bool:
         """Fold one event in; whether the queue changed."""
-        match event:
-            case ev.CommandQueuedEvent():
-                if event.command == "reset":
-                    self.waiting.clear()  # a reset replaces what was queued before it
-                self.waiting.append(event)
-                return True
-            case ev.InterruptedEvent():
-                return self._ran(event) or self._drop_unnumbered_prompts()
-            # The queued command a starting event runs, for a queued event without a command id.
-            case ev.UserMessageEvent():
-                return self._ran(event) or self._started_unnumbered("prompt")
-            case ev.CompactionEvent():
-                return self._ran(event) or self._started_unnumbered("compact")
-            case ev.ResetEvent():
-                return self._ran(event) or self._started_unnumbered("reset")
-            case (ev.TextDeltaEvent() | ev.ThinkingDeltaEvent() | ev.AssistantMessageEvent() | ev.ToolStartEvent()
-                  | ev.ToolResultEvent() | ev.ToolCallsCappedEvent() | ev.ToolProgressEvent()
-                  | ev.ToolUserContentEvent() | ev.UsageEvent() | ev.ContextEvent() | ev.MicroCompactionEvent()
-                  | ev.WarningCrossedEvent() | ev.ResultCutEvent() | ev.BreakerEvent() | ev.RetryEvent()
-                  | ev.StateEvent() | ev.NoticeEvent() | ev.ErrorEvent() | ev.ResultEvent() | ev.SessionInfoEvent()
-                  | ev.ChartPointEvent() | ev.ApprovalRequestEvent() | ev.ApprovalResolvedEvent()
-                  | ev.OutputLimitEvent() | ev.PartialDiscardedEvent() | ev.CompactionPausedEvent()
-                  | ev.ReportEvent() | ev.McpServerEvent() | ev.SubAgentEvent() | ev.ConfigWarningEvent()
-                  | ev.SessionMemoryEvent() | ev.RestoreEvent() | ev.RuleAttachedEvent() | ev.SessionRepairedEvent()
-                  | ev.UsageDistrustedEvent() | ev.ForecastEvent() | ev.RestorePreviewEvent()
-                  | ev.ClearedResultsEvent() | ev.ServerCompactionEvent() | ev.MemoryImportEvent()
-                  | ev.PromptCacheOffEvent() | ev.PermissionsEvent() | ev.ElicitationRequestEvent()
-                  | ev.ElicitationResolvedEvent() | ev.SamplingEvent() | ev.McpPromptsEvent()
-                  | ev.McpAttachmentEvent() | ev.RequestRecordedEvent() | ev.WhatIfEvent()):
-                return self._ran(event)  # only by its command id
-            case _:
-                assert_never(event)
-
-    def _ran(self, event: "Event") -> bool:
-        """The first event a queued command caused takes it off (by the command's id)."""
+        if isinstance(event, ev.CommandQueuedEvent):
+            if event.command == "reset":
+                self.waiting.clear()  # a reset replaces what was queued before it
+            self.waiting.append(event)
+            return True
         if event.command_id is None:
             return False
         for index, queued in enumerate(self.waiting):
             if queued.command_id == event.command_id:
-                del self.waiting[index]
-                return True
-        return False
-
-    def _drop_unnumbered_prompts(self) -> bool:
-        kept = [q for q in self.waiting if q.command_id is not None or q.command != "prompt"]
-        changed = len(kept) != len(self.waiting)
-        self.waiting = kept
-        return changed
-
-    def _started_unnumbered(self, command: str) -> bool:
-        for index, queued in enumerate(self.waiting):
-            if queued.command_id is None and queued.command == command:
                 del self.waiting[index]
                 return True
         return False
