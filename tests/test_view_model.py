@@ -98,19 +98,20 @@ def test_the_approval_in_progress_and_the_call_waiting_for_it() -> None:
     assert view.approval is None and not answered.waiting_approval
 
 
-def test_the_queue_fills_while_busy_empties_as_commands_run_and_on_an_interrupt() -> None:
+def test_the_queue_fills_while_busy_and_empties_as_each_command_runs() -> None:
     view = DashboardView()
-    view.apply(ev.CommandQueuedEvent(command="prompt", position=1, text="first"))
-    view.apply(ev.CommandQueuedEvent(command="compact", position=2))
-    view.apply(ev.CommandQueuedEvent(command="prompt", position=3, text="second"))
+    view.apply(ev.CommandQueuedEvent(command="prompt", position=1, text="first", command_id=2))
+    view.apply(ev.CommandQueuedEvent(command="compact", position=2, command_id=3))
+    view.apply(ev.CommandQueuedEvent(command="prompt", position=3, text="second", command_id=4))
     assert view.queue == [QueuedCommand("prompt", "first"), QueuedCommand("compact"), QueuedCommand("prompt", "second")]
-    view.apply(ev.UserMessageEvent(text="first"))
+    view.apply(ev.UserMessageEvent(text="first", command_id=2))
     assert view.queue == [QueuedCommand("compact"), QueuedCommand("prompt", "second")]
-    view.apply(ev.InterruptedEvent())  # it drops the prompts queued behind the turn, as the session does
-    assert view.queue == [QueuedCommand("compact")]
+    view.apply(ev.UserMessageEvent(text="said by nobody's command"))  # no id: takes nothing off
     view.apply(ev.CompactionEvent(trigger="manual", ok=True, reason="", messages_before=4, messages_after=1,
-                                  tokens_before=9_000, tokens_after=2_000))
-    assert view.queue == []
+                                  tokens_before=9_000, tokens_after=2_000, command_id=3))
+    assert view.queue == [QueuedCommand("prompt", "second")]
+    view.apply(ev.CommandQueuedEvent(command="reset", position=1, command_id=5))  # it replaces what waited
+    assert view.queue == [QueuedCommand("reset")]
 
 
 def test_the_queue_follows_the_sessions_numbered_commands_through_an_interrupt() -> None:

@@ -11,6 +11,7 @@ from textual.reactive import reactive, var
 from textual.widget import Widget
 
 from app.kernel.describe import SANDBOX_BADGES, STATE_WORDS, state_text
+from app.kernel.events import is_busy
 from widgets._literal import sanitize
 from widgets._paths import shorten_path
 from widgets.session_messages import BreakerChanged, SessionStarted, StateChanged
@@ -57,7 +58,7 @@ class HeaderBar(Widget):
         self.state_event: "StateEvent | None" = None
 
     def watch_state(self, state: str) -> None:
-        self.busy = state not in ("idle", "starting")
+        self.busy = is_busy(state)
 
     @on(SessionStarted)
     def _on_session(self, message: SessionStarted) -> None:

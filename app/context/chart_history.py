@@ -8,7 +8,8 @@ the session (and every surface) only passes them on.
 
 from __future__ import annotations
 
-from app.kernel.events import ChartPointEvent, Event, PointKind
+from app.kernel.events import (ChartPointEvent, CompactionEvent, ContextEvent, Event, MicroCompactionEvent, PointKind,
+                               ResetEvent, UsageEvent)
 
 
 def compaction_point_kind(trigger: str) -> PointKind:
@@ -20,20 +21,22 @@ def compaction_point_kind(trigger: str) -> PointKind:
 
 def with_chart_points(events: list[Event]) -> list[Event]:
     """``events`` with the chart points an old session's transcript lacks (unchanged when it has them)."""
-    if any(e.type == "chart_point" for e in events):
+    if any(isinstance(e, ChartPointEvent) for e in events):
         return list(events)
     out: list[Event] = []
     pending_drop: PointKind | None = None
     last_projected = 0
     for event in events:
         out.append(event)
-        if event.type == "usage" and event.agent == "main":
+        # Only the events an old transcript can hold matter here: no exhaustive match (a new
+        # event is never in a transcript written before chart points were events).
+        if isinstance(event, UsageEvent) and event.agent == "main":
             out.append(ChartPointEvent(tokens=event.context_tokens or last_projected, kind="call"))
-        elif event.type == "compaction" and event.ok:
+        elif isinstance(event, CompactionEvent) and event.ok:
             out.append(ChartPointEvent(tokens=event.tokens_after, kind=compaction_point_kind(event.trigger)))
-        elif event.type in ("micro_compaction", "reset"):
-            pending_drop = "prune" if event.type == "micro_compaction" else "reset"
-        elif event.type == "context":
+        elif isinstance(event, (MicroCompactionEvent, ResetEvent)):
+            pending_drop = "prune" if isinstance(event, MicroCompactionEvent) else "reset"
+        elif isinstance(event, ContextEvent):
             last_projected = event.projected_tokens
             if pending_drop is not None:
                 out.append(ChartPointEvent(tokens=event.projected_tokens, kind=pending_drop))

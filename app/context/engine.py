@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from itertools import groupby
 from pathlib import Path
 from typing import Awaitable, Callable, Literal, Protocol, Sequence
 
@@ -128,8 +129,13 @@ class ContextEngine:
         self._pause_noted: float | None = None  # the breaker pause the last paused notice was about
         self._memory_task: asyncio.Task[None] | None = None
         # Events of the background memory update wait here until the agent next touches the
-        # engine, so they never land after a turn's final "result" event.
-        self._deferred: list[Event] = []
+        # engine, so they never land after a turn's final "result" event; each with the number of
+        # the update that said it (counted from 1), for the host to tell them from the step's own.
+        self._deferred: list[tuple[int, Event]] = []
+        self._memory_updates = 0  # started so far
+        # How a host emits what update N reported, held until a later step: apart from whatever
+        # command runs then (the session gives them an id of the update's own). None: ``emit``.
+        self.emit_background: Callable[[int, list[Event]], None] | None = None
         self._parts_memo = PartsMemo()  # each message cut into the inspector's parts once
 
     # ---- the core's state, read here; it changes only through the core's methods ----
@@ -313,7 +319,7 @@ class ContextEngine:
     def record_usage(self, agent: AgentName, usage: Usage, model_price: Price | None) -> UsageEvent:
         record = self.core.record_usage(agent, usage, model_price)
         if agent != "main" and self._in_background():
-            self._deferred.append(record.event)  # a background memory update: shown at the next step
+            self._deferred.append((self._memory_updates, record.event))  # a background update: shown at the next step
         else:
             self.emit(record.event)
         self._run(record.then)
@@ -563,8 +569,13 @@ class ContextEngine:
         """Emit what the background memory update reported since the last step.
         The agent's next step does it anyway; a host may call it when a turn is over."""
         pending, self._deferred = self._deferred, []
-        for event in pending:
-            self.emit(event)
+        for update, held in groupby(pending, key=lambda numbered: numbered[0]):
+            events = [event for _update, event in held]
+            if self.emit_background is not None:
+                self.emit_background(update, events)
+            else:
+                for event in events:
+                    self.emit(event)
 
     def _maybe_start_memory_update(self, summarize: Summarize) -> None:
         """Start a background update once enough new context has piled up.
@@ -577,6 +588,7 @@ class ContextEngine:
         batch = self.core.memory_batch()
         if batch is None:
             return
+        self._memory_updates += 1
         self._memory_task = asyncio.get_running_loop().create_task(
             self._update_memory(self._memory_caller(summarize), batch))
 
@@ -597,16 +609,16 @@ class ContextEngine:
         except asyncio.CancelledError:
             raise
         except Exception as err:  # a background failure must never reach the turn; it is shown instead
-            self._deferred.append(SessionMemoryEvent(
+            self._deferred.append((self._memory_updates, SessionMemoryEvent(
                 ok=False, memory_tokens=count_tokens(memory.text),
-                covered_messages=memory.covered_index(self.history), reason=str(err) or type(err).__name__))
+                covered_messages=memory.covered_index(self.history), reason=str(err) or type(err).__name__)))
             self.core.memory_update_failed()
             return
         memory.save(text, self.core.memory_update_seen(batch))
         self.core.recount_memory_tokens()
-        self._deferred.append(SessionMemoryEvent(
+        self._deferred.append((self._memory_updates, SessionMemoryEvent(
             ok=True, memory_tokens=count_tokens(memory.text), covered_messages=memory.covered_index(self.history),
-            path=str(memory.path) if memory.path else None))
+            path=str(memory.path) if memory.path else None)))
 
     async def wait_memory_update(self) -> None:
         """Wait for a running background memory update (tests, benchmarks, shutdown)."""

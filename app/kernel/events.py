@@ -21,6 +21,18 @@ AgentName = Union[
 ]
 AgentState = Literal["starting", "idle", "streaming", "tool", "compacting", "waiting_approval", "retrying",
                      "interrupting"]
+# Whether the session is running a command, by its state: the one definition, for the session's
+# snapshot, its process mirror, the view model and the header. "starting" is the dashboard's own
+# word before the session exists: nothing runs yet, so nothing to interrupt or queue behind.
+AT_REST: frozenset[str] = frozenset({"starting", "idle"})
+
+
+def is_busy(state: str) -> bool:
+    """A session in ``state`` is running a command (an interrupt has something to stop); a state
+    word this version does not know (a newer session's) counts as busy: nothing is sent past it."""
+    return state not in AT_REST
+
+
 PointKind = Literal["call", "compaction", "prune", "reset", "memory", "server"]  # memory/server: compactions from the session memory / by the provider
 # How commands run: in bubblewrap, unsandboxed by the user's choice, or unsandboxed for want of it.
 SandboxState = Literal["bwrap", "off", "unavailable"]

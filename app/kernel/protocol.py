@@ -16,7 +16,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol, TypeAlias, assert_never, runtime_checkable
+
+from app.kernel import events as ev
 
 if TYPE_CHECKING:
     from app.kernel.commands import Command
@@ -54,28 +56,27 @@ class SessionSnapshot:
 EVENT_RING = 4096
 
 # The streamed pieces of a reply: in a row, of one kind and one command, they make one event.
-DELTA_TYPES = frozenset({"text_delta", "thinking_delta"})
-# Kinds whose latest event is what a surface shows now (the offered MCP prompts, the breaker, the
-# cleared results, the server-side compaction switch), kept however long ago it was said.
-STANDING_KINDS = frozenset({"mcp_prompts", "breaker", "cleared_results", "server_compaction"})
+DELTAS = (ev.TextDeltaEvent, ev.ThinkingDeltaEvent)
+Delta: TypeAlias = "ev.TextDeltaEvent | ev.ThinkingDeltaEvent"
+# Events whose latest of each class is what a surface shows now (the offered MCP prompts, the breaker,
+# the cleared results, the server-side compaction switch), kept however long ago it was said.
+Standing: TypeAlias = "ev.McpPromptsEvent | ev.BreakerEvent | ev.ClearedResultsEvent | ev.ServerCompactionEvent"
 # Questions a session waits on (with an import outside the repository: ``memory_import``, ``ask``),
 # and the events that answer them, with the same request id.
-_QUESTIONS = frozenset({"approval_request", "elicitation_request"})
-_ANSWERS = frozenset({"approval_resolved", "elicitation_resolved"})
-# The queued command a starting event runs, for a queued event without a command id.
-_STARTS = {"user_message": "prompt", "compaction": "compact", "reset": "reset"}
+Question: TypeAlias = ("ev.ApprovalRequestEvent | ev.ElicitationRequestEvent | ev.ApprovalResolvedEvent"
+                       " | ev.ElicitationResolvedEvent | ev.MemoryImportEvent")
 
 
-def _question_key(event: Any) -> str:  # a question or an answer: its fields read by its kind
+def _question_key(event: Question) -> str:
     """What names a question and its answer: the request id, or the path of an import."""
-    if event.type == "memory_import":
+    if isinstance(event, ev.MemoryImportEvent):
         return f"import:{event.path}"
     return f"request:{event.request_id}"
 
 
 def continues_run(last: "Event", event: "Event") -> bool:
     """``event`` is a delta that goes on from ``last`` (a delta of the same kind and command)."""
-    return event.type == last.type and event.type in DELTA_TYPES and event.command_id == last.command_id
+    return isinstance(event, DELTAS) and type(event) is type(last) and event.command_id == last.command_id
 
 
 def merged_run(last: "Event", texts: list[str]) -> "Event":
@@ -89,15 +90,15 @@ def merge_deltas(events: "Iterable[Event]") -> "list[Event]":
     run: list[str] = []
     last: Event | None = None
     for event in events:
-        if last is not None and continues_run(last, event):
-            run.append(event.text)  # type: ignore[union-attr]
+        if last is not None and isinstance(event, DELTAS) and continues_run(last, event):
+            run.append(event.text)
             last = event
             continue
         if last is not None:
             merged.append(merged_run(last, run))
             last = None
-        if event.type in DELTA_TYPES:
-            run = [event.text]  # type: ignore[union-attr]
+        if isinstance(event, DELTAS):
+            run = [event.text]
             last = event
         else:
             merged.append(event)
@@ -113,42 +114,29 @@ class CommandQueue:
     A ``queued`` event adds one; the first later event its command caused (the same
     ``command_id``) takes it off: a prompt an interrupt dropped ends in its own result, a queued
     compaction stays through the interrupt and leaves when it runs. A queued reset replaces what
-    was queued before it. Events without command ids (a surface that does not number its
-    commands) take off the oldest of the kind they start, and an interrupt drops such prompts,
-    as the session does.
+    was queued before it. Every session numbers its commands (the real one, its process and the
+    test fake alike), so there is no rule for events without an id: they take nothing off.
     """
 
     def __init__(self) -> None:
-        self.waiting: list[Any] = []  # the queued events of the commands waiting, oldest first
+        self.waiting: list[ev.CommandQueuedEvent] = []  # the queued events of the commands waiting, oldest first
 
     def see(self, event: "Event") -> bool:
         """Fold one event in; whether the queue changed."""
-        if event.type == "queued":
+        if isinstance(event, ev.CommandQueuedEvent):
             if event.command == "reset":
                 self.waiting.clear()  # a reset replaces what was queued before it
             self.waiting.append(event)
             return True
-        if not self.waiting:
+        if event.command_id is None:
             return False
-        command_id = event.command_id
         for index, queued in enumerate(self.waiting):
-            if queued.command_id is not None and queued.command_id == command_id:
+            if queued.command_id == event.command_id:
                 del self.waiting[index]
                 return True
-        if event.type == "interrupted":
-            kept = [q for q in self.waiting if q.command_id is not None or q.command != "prompt"]
-            changed = len(kept) != len(self.waiting)
-            self.waiting = kept
-            return changed
-        started = _STARTS.get(event.type)
-        if started is not None:
-            for index, queued in enumerate(self.waiting):
-                if queued.command_id is None and queued.command == started:
-                    del self.waiting[index]
-                    return True
         return False
 
-    def take_over(self, queued: "Event") -> None:
+    def take_over(self, queued: ev.CommandQueuedEvent) -> None:
         """A queued event another log held (the session process's ``@ready`` line), in seq order."""
         self.waiting.append(queued)
         self.waiting.sort(key=lambda event: event.seq)
@@ -169,21 +157,20 @@ class EventLog:
         self._run: list[str] = []
         self._run_last: Event | None = None
         self._queue = CommandQueue()
-        self._questions: dict[str, Event] = {}  # request id or import path -> the question
-        self._latest: dict[str, Any] = {}  # STANDING_KINDS -> the latest of that kind
+        self._questions: dict[str, Question] = {}  # request id or import path -> the question
+        self._latest: dict[type[Standing], Standing] = {}  # the latest of each standing class
 
     def add(self, event: "Event") -> None:
         last = self._run_last
         if last is not None:
-            if continues_run(last, event):
-                self._run.append(event.text)  # type: ignore[union-attr]
+            if isinstance(event, DELTAS) and continues_run(last, event):
+                self._run.append(event.text)
                 self._run_last = event
                 return
             self._closed.append(merged_run(last, self._run))
             self._run_last = None
-        kind = event.type
-        if kind in DELTA_TYPES:
-            self._run = [event.text]  # type: ignore[union-attr]
+        if isinstance(event, DELTAS):
+            self._run = [event.text]
             self._run_last = event
             return
         self._closed.append(event)
@@ -196,12 +183,29 @@ class EventLog:
         for event in events:
             if event.seq in known:
                 continue
-            if event.type == "queued":
-                self._queue.take_over(event)
-            elif event.type in STANDING_KINDS:
-                self._latest.setdefault(event.type, event)
-            elif event.type in _QUESTIONS or event.type == "memory_import":
-                self._questions[_question_key(event)] = event
+            match event:
+                case ev.CommandQueuedEvent():
+                    self._queue.take_over(event)
+                case ev.McpPromptsEvent() | ev.BreakerEvent() | ev.ClearedResultsEvent() | ev.ServerCompactionEvent():
+                    self._latest.setdefault(type(event), event)
+                case ev.ApprovalRequestEvent() | ev.ElicitationRequestEvent() | ev.MemoryImportEvent():
+                    self._questions[_question_key(event)] = event
+                case (ev.TextDeltaEvent() | ev.ThinkingDeltaEvent() | ev.AssistantMessageEvent()
+                      | ev.UserMessageEvent() | ev.ToolStartEvent() | ev.ToolResultEvent() | ev.ToolCallsCappedEvent()
+                      | ev.ToolProgressEvent() | ev.ToolUserContentEvent() | ev.UsageEvent() | ev.ContextEvent()
+                      | ev.CompactionEvent() | ev.MicroCompactionEvent() | ev.ResetEvent() | ev.WarningCrossedEvent()
+                      | ev.ResultCutEvent() | ev.RetryEvent() | ev.StateEvent() | ev.NoticeEvent() | ev.ErrorEvent()
+                      | ev.ResultEvent() | ev.SessionInfoEvent() | ev.ChartPointEvent() | ev.InterruptedEvent()
+                      | ev.OutputLimitEvent() | ev.PartialDiscardedEvent() | ev.CompactionPausedEvent()
+                      | ev.ReportEvent() | ev.McpServerEvent() | ev.SubAgentEvent() | ev.ConfigWarningEvent()
+                      | ev.SessionMemoryEvent() | ev.RestoreEvent() | ev.RuleAttachedEvent()
+                      | ev.SessionRepairedEvent() | ev.UsageDistrustedEvent() | ev.ForecastEvent()
+                      | ev.RestorePreviewEvent() | ev.PromptCacheOffEvent() | ev.PermissionsEvent()
+                      | ev.SamplingEvent() | ev.McpAttachmentEvent() | ev.RequestRecordedEvent() | ev.WhatIfEvent()
+                      | ev.ApprovalResolvedEvent() | ev.ElicitationResolvedEvent()):
+                    pass  # not in force: an answer is only ever seen with its question gone
+                case _:
+                    assert_never(event)
 
     def events(self) -> "list[Event]":
         """The ring, oldest first; a run of deltas still going on as one event (its text so far)."""
@@ -216,19 +220,38 @@ class EventLog:
 
     def server_compaction(self, info: "SessionInfoEvent") -> "SessionInfoEvent":
         """``info`` with server-side compaction as it was last switched (None stays None: no such provider)."""
-        switched = self._latest.get("server_compaction")
-        if switched is None or info.server_compaction is None or info.server_compaction == switched.on:
+        switched = self._latest.get(ev.ServerCompactionEvent)
+        if not isinstance(switched, ev.ServerCompactionEvent) or info.server_compaction is None or info.server_compaction == switched.on:
             return info
         return info.model_copy(update={"server_compaction": switched.on})
 
-    def _stand(self, event: Any) -> None:  # any event: its fields read by its kind
-        kind = event.type
-        if kind in STANDING_KINDS:
-            self._latest[kind] = event
-        elif kind in _QUESTIONS or (kind == "memory_import" and event.action == "ask"):
-            self._questions[_question_key(event)] = event
-        elif kind in _ANSWERS or kind == "memory_import":  # answered (or, an import, said otherwise since)
-            self._questions.pop(_question_key(event), None)
+    def _stand(self, event: "Event") -> None:
+        match event:
+            case ev.McpPromptsEvent() | ev.BreakerEvent() | ev.ClearedResultsEvent() | ev.ServerCompactionEvent():
+                self._latest[type(event)] = event
+            case ev.ApprovalRequestEvent() | ev.ElicitationRequestEvent():
+                self._questions[_question_key(event)] = event
+            case ev.MemoryImportEvent() if event.action == "ask":
+                self._questions[_question_key(event)] = event
+            # answered (or, an import, said otherwise since)
+            case ev.ApprovalResolvedEvent() | ev.ElicitationResolvedEvent() | ev.MemoryImportEvent():
+                self._questions.pop(_question_key(event), None)
+            case (ev.TextDeltaEvent() | ev.ThinkingDeltaEvent() | ev.AssistantMessageEvent()
+                  | ev.UserMessageEvent() | ev.ToolStartEvent() | ev.ToolResultEvent() | ev.ToolCallsCappedEvent()
+                  | ev.ToolProgressEvent() | ev.ToolUserContentEvent() | ev.UsageEvent() | ev.ContextEvent()
+                  | ev.CompactionEvent() | ev.MicroCompactionEvent() | ev.ResetEvent() | ev.WarningCrossedEvent()
+                  | ev.ResultCutEvent() | ev.RetryEvent() | ev.StateEvent() | ev.NoticeEvent() | ev.ErrorEvent()
+                  | ev.ResultEvent() | ev.SessionInfoEvent() | ev.ChartPointEvent() | ev.InterruptedEvent()
+                  | ev.OutputLimitEvent() | ev.PartialDiscardedEvent() | ev.CompactionPausedEvent()
+                  | ev.ReportEvent() | ev.McpServerEvent() | ev.SubAgentEvent() | ev.ConfigWarningEvent()
+                  | ev.SessionMemoryEvent() | ev.RestoreEvent() | ev.RuleAttachedEvent()
+                  | ev.SessionRepairedEvent() | ev.UsageDistrustedEvent() | ev.ForecastEvent()
+                  | ev.RestorePreviewEvent() | ev.PromptCacheOffEvent() | ev.PermissionsEvent()
+                  | ev.SamplingEvent() | ev.McpAttachmentEvent() | ev.RequestRecordedEvent() | ev.WhatIfEvent()
+                  | ev.CommandQueuedEvent()):
+                pass  # not in force after it is said (the queue's, below)
+            case _:
+                assert_never(event)
         self._queue.see(event)
 
 

@@ -23,7 +23,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Literal, Protocol, assert_never
 
 from app.kernel.commands import (
     MCP_PROMPT_PREFIX,
@@ -45,6 +45,7 @@ from app.kernel.commands import (
     Shutdown,
     UserInput,
 )
+from app.kernel import events as ev
 from app.kernel.events import (
     MemoryImportEvent,
     ApprovalRequestEvent,
@@ -84,20 +85,22 @@ if TYPE_CHECKING:
 
 # Deltas are not persisted (the assistant_message after them holds the whole text), nor
 # reports and previews (answers to a question about the session, not part of it).
-_NOT_RECORDED = frozenset({"text_delta", "thinking_delta", "report", "forecast", "restore_preview", "permissions"})
+_NOT_RECORDED = (ev.TextDeltaEvent, ev.ThinkingDeltaEvent, ev.ReportEvent, ev.ForecastEvent, ev.RestorePreviewEvent,
+                 ev.PermissionsEvent)
 # An "always" answer -> which of the request's offered rules it adds.
 _ALWAYS_KINDS: dict[str, str] = {"always": "tool", "always_tool": "tool", "always_exact": "exact",
                                  "always_prefix": "prefix"}
 # After these events the set of cleared (restorable) tool results may have changed.
-_CLEARING_EVENTS = frozenset({"micro_compaction", "compaction", "restore", "reset"})
+_CLEARING_EVENTS = (ev.MicroCompactionEvent, ev.CompactionEvent, ev.RestoreEvent, ev.ResetEvent)
 # Restored events a surface redraws from; the rest was transient (or, for notices
 # written before the events were typed, a repeat of the typed event before it), or said what
 # an earlier run found when it started (its settings' warnings, its MCP servers and their
 # prompts, its memory imports): this run says its own, and a session resumed k times showed
 # k copies of each warning before its conversation.
-_NOT_REPLAYED = frozenset({"text_delta", "thinking_delta", "state", "notice", "session",
-                           "approval_request", "approval_resolved", "queued", "forecast", "restore_preview",
-                           "server_compaction", "config_warning", "mcp_server", "mcp_prompts", "memory_import"})
+_NOT_REPLAYED = (ev.TextDeltaEvent, ev.ThinkingDeltaEvent, ev.StateEvent, ev.NoticeEvent, ev.SessionInfoEvent,
+                 ev.ApprovalRequestEvent, ev.ApprovalResolvedEvent, ev.CommandQueuedEvent, ev.ForecastEvent,
+                 ev.RestorePreviewEvent, ev.ServerCompactionEvent, ev.ConfigWarningEvent, ev.McpServerEvent,
+                 ev.McpPromptsEvent, ev.MemoryImportEvent)
 
 
 # The id of the command whose handling emits the event (asyncio copies it into the tasks a
@@ -177,7 +180,7 @@ def transcript_recorder(transcript: "TranscriptWriter") -> Listener:
     """The first listener of every session: persist the event (deltas excepted)."""
 
     def record(event: Event) -> None:
-        if event.type not in _NOT_RECORDED:
+        if not isinstance(event, _NOT_RECORDED):
             transcript.append_event(event)
 
     return record
@@ -186,7 +189,7 @@ def transcript_recorder(transcript: "TranscriptWriter") -> Listener:
 def replayable(events: list[Event]) -> list[Event]:
     """What a surface redraws a resumed session from, with the gauge's history points
     (derived in app.context for a session recorded before they were events)."""
-    return with_chart_points([e for e in events if e.type not in _NOT_REPLAYED])
+    return with_chart_points([e for e in events if not isinstance(e, _NOT_REPLAYED)])
 
 
 @dataclass
@@ -297,6 +300,7 @@ class AgentSession:
         self._run: RunFigures | None = None  # the figures of the run in progress
         self._api_clock = agent.api_clock  # every model call of the agent's (Agent.model_stream) runs on it
         agent.emit.connect(self._emit)
+        agent.engine.emit_background = self._emit_background
         if approvals:
             agent.approver = self._ask_approval
         else:
@@ -345,6 +349,13 @@ class AgentSession:
 
     @property
     def busy(self) -> bool:
+        """Running a command, as its state says (``is_busy``: the one definition every surface uses)."""
+        return ev.is_busy(self._last_state.state)
+
+    @property
+    def _running(self) -> bool:
+        """A command's task is in hand: what an interrupt cancels and a new command queues behind
+        (from the moment it is taken off the queue, before its first state event)."""
         return self._current is not None and not self._current.done()
 
     @property
@@ -382,32 +393,62 @@ class AgentSession:
                 _CAUSE.reset(cause)
 
     def _emit(self, event: Event) -> None:
-        if event.type == "state":
+        if isinstance(event, StateEvent):
             self._last_state = event
         elif isinstance(event, ResultEvent) and not event.model:
             event = event.model_copy(update={"provider": self.info.provider, "model": self.info.model})
         if self._run is not None:
             event = self._count(self._run, event)
         self.stream.emit(event, _CAUSE.get())
-        if event.type in _CLEARING_EVENTS:
+        if isinstance(event, _CLEARING_EVENTS):
             self._tell_cleared()
+
+    def _emit_background(self, update: int, events: list[Event]) -> None:
+        """What the background memory update number ``update`` reported, emitted at a later step:
+        under an id of the update's own (``-update``: negative, never a command's, which a parent
+        process numbers), not the id of whatever command runs when they are let out."""
+        cause = _CAUSE.set(-update)
+        try:
+            for event in events:
+                self.agent.engine.emit(event)
+        finally:
+            _CAUSE.reset(cause)
 
     def _count(self, run: RunFigures, event: Event) -> Event:
         """Add the event to the run's figures; the result leaves with them."""
-        if event.type == "usage":
-            run.count_usage(event.agent, event.input_tokens, event.cache_read_tokens, event.cache_write_tokens,
-                            event.output_tokens, event.reasoning_tokens, event.cost_usd)
-        elif event.type == "assistant_message":
-            run.replies += 1
-        elif event.type == "tool_start":
-            run.started_tools[event.id] = (event.name, dict(event.input))
-        elif event.type == "tool_result" and event.refused:
-            name, tool_input = run.started_tools.get(event.id, (event.name, {}))
-            run.denials.append(PermissionDenial(tool_name=name, tool_use_id=event.id, tool_input=tool_input))
-        elif event.type == "result":
-            self._run = None
-            return run.completed(event, self.info.session_id, self._api_clock.now() - run.api_at_start,
-                                 sandbox=self.info.sandbox)
+        match event:
+            case ev.UsageEvent():
+                run.count_usage(event.agent, event.input_tokens, event.cache_read_tokens, event.cache_write_tokens,
+                                event.output_tokens, event.reasoning_tokens, event.cost_usd)
+            case ev.AssistantMessageEvent():
+                run.replies += 1
+            case ev.ToolStartEvent():
+                run.started_tools[event.id] = (event.name, dict(event.input))
+            case ev.ToolResultEvent():
+                if event.refused:
+                    name, tool_input = run.started_tools.get(event.id, (event.name, {}))
+                    run.denials.append(PermissionDenial(tool_name=name, tool_use_id=event.id, tool_input=tool_input))
+            case ev.ResultEvent():
+                self._run = None
+                return run.completed(event, self.info.session_id, self._api_clock.now() - run.api_at_start,
+                                     sandbox=self.info.sandbox)
+            case (ev.TextDeltaEvent() | ev.ThinkingDeltaEvent() | ev.UserMessageEvent() | ev.ToolCallsCappedEvent()
+                  | ev.ToolProgressEvent() | ev.ToolUserContentEvent() | ev.ContextEvent() | ev.CompactionEvent()
+                  | ev.MicroCompactionEvent() | ev.ResetEvent() | ev.WarningCrossedEvent() | ev.ResultCutEvent()
+                  | ev.BreakerEvent() | ev.RetryEvent() | ev.StateEvent() | ev.NoticeEvent() | ev.ErrorEvent()
+                  | ev.SessionInfoEvent() | ev.ChartPointEvent() | ev.CommandQueuedEvent()
+                  | ev.ApprovalRequestEvent() | ev.ApprovalResolvedEvent() | ev.InterruptedEvent()
+                  | ev.OutputLimitEvent() | ev.PartialDiscardedEvent() | ev.CompactionPausedEvent()
+                  | ev.ReportEvent() | ev.McpServerEvent() | ev.SubAgentEvent() | ev.ConfigWarningEvent()
+                  | ev.SessionMemoryEvent() | ev.RestoreEvent() | ev.RuleAttachedEvent() | ev.SessionRepairedEvent()
+                  | ev.UsageDistrustedEvent() | ev.ForecastEvent() | ev.RestorePreviewEvent()
+                  | ev.ClearedResultsEvent() | ev.ServerCompactionEvent() | ev.MemoryImportEvent()
+                  | ev.PromptCacheOffEvent() | ev.PermissionsEvent() | ev.ElicitationRequestEvent()
+                  | ev.ElicitationResolvedEvent() | ev.SamplingEvent() | ev.McpPromptsEvent()
+                  | ev.McpAttachmentEvent() | ev.RequestRecordedEvent() | ev.WhatIfEvent()):
+                pass  # not part of the run's figures
+            case _:
+                assert_never(event)
         return event
 
     def _tell_cleared(self) -> None:
@@ -430,7 +471,7 @@ class AgentSession:
             self._act_or_queue(command_id, command)
         finally:
             _CAUSE.reset(cause)
-        if not self.busy:  # else when the running turn has ended
+        if not self._running:  # else when the running turn has ended
             self._answer_dropped_prompts()
         if self._wake is not None:
             self._wake.set()
@@ -475,7 +516,7 @@ class AgentSession:
                 # A confirmed reset replaces what was queued and ends the running turn.
                 self._drop_queue()
                 self._interrupt()
-            if self.busy:
+            if self._running:
                 kind = "prompt" if isinstance(command, UserInput) else (
                     "compact" if isinstance(command, Compact) else "reset")
                 self._emit(CommandQueuedEvent(command=kind, position=len(self._queue) + 1,
@@ -551,7 +592,7 @@ class AgentSession:
         """Between turns only: a turn running now holds the request the history is built into."""
         from app.context.engine import RestoreError
 
-        if self.busy:
+        if self._running:
             self._emit(RestorePreviewEvent(call_id=call_id, reason=f"the agent is busy: restore {call_id} when this turn ends"))
             return
         try:
@@ -619,7 +660,7 @@ class AgentSession:
             question.set_result(approve)
 
     def _interrupt(self) -> None:
-        if self.busy:
+        if self._running:
             assert self._current is not None
             self._state("interrupting")
             self._current.cancel()

@@ -36,12 +36,14 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Callable
+from typing import IO, TYPE_CHECKING, Any, Callable, assert_never
 
 from app.kernel import commands as cmd
+from app.kernel import events as ev
 from app.kernel.errors import SetupError
+from app.kernel.events import is_busy
+from app.kernel.protocol import DELTAS, EventLog, Listener, Listeners, SessionSnapshot, merge_deltas
 from app.system.proctree import wait_for_exit
-from app.kernel.protocol import DELTA_TYPES, EventLog, Listener, Listeners, SessionSnapshot, merge_deltas
 
 if TYPE_CHECKING:
     from app.kernel.events import Event, SessionInfoEvent
@@ -128,7 +130,7 @@ class EventWriter:
                 self._write(merged_lines(batch))
             if closed:
                 return
-            if batch and batch[-1].type in DELTA_TYPES:
+            if batch and isinstance(batch[-1], DELTAS):
                 time.sleep(DELTA_WINDOW)  # a stream is on: let its next deltas join one line
 
     def _write(self, data: bytes) -> None:
@@ -144,7 +146,7 @@ class EventWriter:
 def merged_lines(batch: "list[Event]") -> bytes:
     """The events as JSON lines, deltas of one kind in a row merged into one event (as the
     session's log keeps them: ``app.kernel.protocol.merge_deltas``)."""
-    return b"".join((json.dumps(event.model_dump(mode="json")).encode() if event.type in DELTA_TYPES
+    return b"".join((json.dumps(event.model_dump(mode="json")).encode() if isinstance(event, DELTAS)
                      else event.model_dump_json().encode()) + b"\n" for event in merge_deltas(batch))
 
 
@@ -346,18 +348,7 @@ class SessionProcess:
                 event = event.model_copy(update={"seq": snapshot.seq + 1})
             snapshot.seq = max(snapshot.seq, event.seq)
             self._log.add(event)
-            kind = event.type
-            if kind == "session":
-                snapshot.info = event  # type: ignore[assignment]
-            elif kind == "context":
-                snapshot.context = event  # type: ignore[assignment]
-            elif kind == "state":
-                snapshot.state = event  # type: ignore[assignment]
-                snapshot.busy = event.state not in ("idle", "starting")  # type: ignore[union-attr]
-                if not snapshot.busy:
-                    snapshot.queued = 0
-            elif kind == "queued":
-                snapshot.queued = max(snapshot.queued, event.position)  # type: ignore[union-attr]
+            _mirror(snapshot, event)
             listeners = self._listeners.current()
         for listener in listeners:
             listener(event)
@@ -367,3 +358,37 @@ class SessionProcess:
             text = raw.decode(errors="replace").rstrip()
             if text:
                 self._stderr_tail.append(text)
+
+
+def _mirror(snapshot: SessionSnapshot, event: "Event") -> None:
+    """Fold an event of the child's into the parent's snapshot of it (what the child's own
+    snapshot would say now)."""
+    match event:
+        case ev.SessionInfoEvent():
+            snapshot.info = event
+        case ev.ContextEvent():
+            snapshot.context = event
+        case ev.StateEvent():
+            snapshot.state = event
+            snapshot.busy = is_busy(event.state)
+            if not snapshot.busy:
+                snapshot.queued = 0
+        case ev.CommandQueuedEvent():
+            snapshot.queued = max(snapshot.queued, event.position)
+        case (ev.TextDeltaEvent() | ev.ThinkingDeltaEvent() | ev.AssistantMessageEvent() | ev.UserMessageEvent()
+              | ev.ToolStartEvent() | ev.ToolResultEvent() | ev.ToolCallsCappedEvent() | ev.ToolProgressEvent()
+              | ev.ToolUserContentEvent() | ev.UsageEvent() | ev.CompactionEvent() | ev.MicroCompactionEvent()
+              | ev.ResetEvent() | ev.WarningCrossedEvent() | ev.ResultCutEvent() | ev.BreakerEvent()
+              | ev.RetryEvent() | ev.NoticeEvent() | ev.ErrorEvent() | ev.ResultEvent() | ev.ChartPointEvent()
+              | ev.ApprovalRequestEvent() | ev.ApprovalResolvedEvent() | ev.InterruptedEvent()
+              | ev.OutputLimitEvent() | ev.PartialDiscardedEvent() | ev.CompactionPausedEvent() | ev.ReportEvent()
+              | ev.McpServerEvent() | ev.SubAgentEvent() | ev.ConfigWarningEvent() | ev.SessionMemoryEvent()
+              | ev.RestoreEvent() | ev.RuleAttachedEvent() | ev.SessionRepairedEvent() | ev.UsageDistrustedEvent()
+              | ev.ForecastEvent() | ev.RestorePreviewEvent() | ev.ClearedResultsEvent()
+              | ev.ServerCompactionEvent() | ev.MemoryImportEvent() | ev.PromptCacheOffEvent()
+              | ev.PermissionsEvent() | ev.ElicitationRequestEvent() | ev.ElicitationResolvedEvent()
+              | ev.SamplingEvent() | ev.McpPromptsEvent() | ev.McpAttachmentEvent() | ev.RequestRecordedEvent()
+              | ev.WhatIfEvent()):
+            pass  # the log holds them (the standing ones too)
+        case _:
+            assert_never(event)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, BinaryIO, Callable, Protocol, TextIO
 
 from app.kernel.commands import Interrupt, Shutdown, UserInput
 from app.kernel.describe import LineKind, denials_text, describe, legacy_notice, tool_result_text, tool_start_text
+from app.kernel import events as ev
 from app.kernel.events import Event, ResultEvent, SessionRepairedEvent
 from app.kernel.redact import redact, redact_obj
 from app.kernel.sanitize import sanitize_for_display, scrub_surrogates_obj
@@ -51,16 +52,16 @@ class TextPrinter:
         self._streamed: list[str] = []  # the reply streaming now (said on stderr if it never ends)
 
     def __call__(self, event: Event) -> None:
-        if event.type == "text_delta":
+        if isinstance(event, ev.TextDeltaEvent):
             self._streamed.append(event.text)
             return
-        if event.type == "partial_discarded":  # a failed attempt's text: the retry streams it anew
+        if isinstance(event, ev.PartialDiscardedEvent):  # a failed attempt's text: the retry streams it anew
             self._streamed = []
-        if event.type == "assistant_message":
+        if isinstance(event, ev.AssistantMessageEvent):
             self._streamed = []
             if event.text:
                 self._write(self.err if event.tool_calls else self.out, event.text)
-        elif event.type == "result" and self._streamed:  # an interrupted reply: what came of it
+        elif isinstance(event, ResultEvent) and self._streamed:  # an interrupted reply: what came of it
             self._write(self.err, "".join(self._streamed))
             self._streamed = []
         line = self._line(event)
@@ -76,9 +77,9 @@ class TextPrinter:
 
     @staticmethod
     def _line(event: Event) -> str | None:
-        if event.type == "tool_start":
+        if isinstance(event, ev.ToolStartEvent):
             return tool_start_text(event)
-        if event.type == "tool_result":
+        if isinstance(event, ev.ToolResultEvent):
             return tool_result_text(event)
         line = describe(event)
         if line is None:
@@ -190,8 +191,8 @@ def stderr_notes(err: TextIO, *, errors: bool) -> "Callable[[Event], None]":
 
     def say(event: Event) -> None:
         text: str | None = None
-        if isinstance(event, SessionRepairedEvent) or (errors and event.type == "error") or (
-                event.type in ("elicitation_resolved", "mcp_sampling") and event.reason):  # an MCP server's form
+        if isinstance(event, SessionRepairedEvent) or (errors and isinstance(event, ev.ErrorEvent)) or (
+                isinstance(event, (ev.ElicitationResolvedEvent, ev.SamplingEvent)) and event.reason):  # an MCP server's form
             # or model call refused (no one to ask): the person watching learns why
             line = describe(event)
             text = line.text if line is not None else None

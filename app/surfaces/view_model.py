@@ -15,8 +15,9 @@ widget on the UI thread never sees one half-updated by the session's thread. No 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import TYPE_CHECKING, Callable, Literal, assert_never
 
+from app.kernel import events as ev
 from app.kernel.describe import tool_progress_text
 from app.kernel.protocol import CommandQueue
 from app.kernel.request_store import PartView, head_and_tail
@@ -24,7 +25,7 @@ from app.kernel.request_store import PartView, head_and_tail
 __all__ = ["PartView", "InspectorPage", "head_and_tail"]
 
 if TYPE_CHECKING:
-    from app.kernel import events as ev
+    from app.kernel.events import Event
     from app.kernel.protocol import SessionSnapshot
 
 ToolStatus = Literal["running", "ok", "error", "interrupted"]
@@ -92,7 +93,7 @@ class DashboardView:
     @property
     def busy(self) -> bool:
         """The session is running a command (as its last state event says)."""
-        return self.state is not None and self.state.state != "idle"
+        return self.state is not None and ev.is_busy(self.state.state)
 
     @property
     def queue(self) -> list[QueuedCommand]:
@@ -103,73 +104,100 @@ class DashboardView:
         """The newest call whose output was cut (its full output is on disk)."""
         return next((call_id for call_id in reversed(self.order) if self.tool_calls[call_id].full_output_path), None)
 
-    def apply(self, event: Any) -> tuple[ToolCallRecord, ...]:
-        """Fold ``event`` in; returns the tool call records it changed (new records, oldest first)."""
-        kind = event.type
-        if kind == "tool_start":
-            record = ToolCallRecord(id=event.id, name=event.name, summary=event.summary,
-                                    cleared=event.id in self.cleared_ids)
-            if event.id not in self.tool_calls:
-                self.order.append(event.id)
-            return self._put(record)
-        if kind == "tool_result":
-            known = self.tool_calls.get(event.id)
-            if known is None:  # a result whose start was not seen (an earlier run): drawn all the same
-                self.order.append(event.id)
-                known = ToolCallRecord(id=event.id, name=event.name, summary="", cleared=event.id in self.cleared_ids)
-            status = "interrupted" if event.interrupted else ("error" if event.is_error else "ok")
-            return self._put(replace(
-                known, status=status, truncated=event.truncated, original_chars=event.original_chars,
-                kept_chars=event.kept_chars, duration_ms=event.duration_ms, full_output_path=event.full_output_path,
-                content=event.content, progress="", waiting_approval=False))
-        if kind == "tool_progress":
-            known = self.tool_calls.get(event.id)
-            if known is None or known.status != "running":
-                return ()
-            return self._put(replace(known, progress=tool_progress_text(event)))
-        if kind == "result_cut":
-            known = self.tool_calls.get(event.id)
-            if known is None:
-                return ()
-            return self._put(replace(known, cut_before_send=True, truncated=True, kept_chars=event.kept_chars,
-                                     full_output_path=event.full_output_path or known.full_output_path))
-        if kind == "cleared_results":
-            self.cleared_ids = frozenset(event.call_ids)
-            changed = [replace(record, cleared=record.id in self.cleared_ids,
-                               restored=record.restored and record.id not in self.cleared_ids)
-                       for record in self.tool_calls.values() if record.cleared != (record.id in self.cleared_ids)]
-            for record in changed:
-                self.tool_calls[record.id] = record
-            return tuple(changed)
-        if kind == "restore":
-            known = self.tool_calls.get(event.id)
-            self.cleared_ids = self.cleared_ids - {event.id}
-            if known is None:
-                return ()
-            return self._put(replace(known, cleared=False, restored=True))
-        if kind == "approval_request":
-            self.approval = event
-            self._asking[event.request_id] = event.tool_id
-            known = self.tool_calls.get(event.tool_id)
-            return self._put(replace(known, waiting_approval=True)) if known is not None else ()
-        if kind == "approval_resolved":
-            if self.approval is not None and self.approval.request_id == event.request_id:
-                self.approval = None
-            call_id = self._asking.pop(event.request_id, None)
-            known = self.tool_calls.get(call_id) if call_id is not None else None
-            return self._put(replace(known, waiting_approval=False)) if known is not None else ()
-        if kind == "state":
-            self.state = event
-        elif kind == "context":
-            self.context = event
-        elif kind == "breaker":
-            self.breaker_paused = event.paused
+    def apply(self, event: "Event") -> tuple[ToolCallRecord, ...]:
+        """Fold ``event`` in; returns the tool call records it changed (new records, oldest first).
+
+        One ``case`` per event class (mypy checks every class of the union is named): an event
+        added to the union fails type-checking here until it is folded in or listed as ignored."""
+        match event:
+            case ev.ToolStartEvent():
+                return self._tool_started(event)
+            case ev.ToolResultEvent():
+                return self._tool_ended(event)
+            case ev.ToolProgressEvent():
+                known = self.tool_calls.get(event.id)
+                if known is None or known.status != "running":
+                    return ()
+                return self._put(replace(known, progress=tool_progress_text(event)))
+            case ev.ResultCutEvent():
+                known = self.tool_calls.get(event.id)
+                if known is None:
+                    return ()
+                return self._put(replace(known, cut_before_send=True, truncated=True, kept_chars=event.kept_chars,
+                                         full_output_path=event.full_output_path or known.full_output_path))
+            case ev.ClearedResultsEvent():
+                return self._cleared(frozenset(event.call_ids))
+            case ev.RestoreEvent():
+                known = self.tool_calls.get(event.id)
+                self.cleared_ids = self.cleared_ids - {event.id}
+                if known is None:
+                    return ()
+                return self._put(replace(known, cleared=False, restored=True))
+            case ev.ApprovalRequestEvent():
+                self.approval = event
+                self._asking[event.request_id] = event.tool_id
+                known = self.tool_calls.get(event.tool_id)
+                return self._put(replace(known, waiting_approval=True)) if known is not None else ()
+            case ev.ApprovalResolvedEvent():
+                if self.approval is not None and self.approval.request_id == event.request_id:
+                    self.approval = None
+                call_id = self._asking.pop(event.request_id, None)
+                known = self.tool_calls.get(call_id) if call_id is not None else None
+                return self._put(replace(known, waiting_approval=False)) if known is not None else ()
+            case ev.StateEvent():
+                self.state = event
+            case ev.ContextEvent():
+                self.context = event
+            case ev.BreakerEvent():
+                self.breaker_paused = event.paused
+            case ev.InterruptedEvent():
+                if self.approval is not None:
+                    self._asking.pop(self.approval.request_id, None)
+                    self.approval = None
+            case (ev.TextDeltaEvent() | ev.ThinkingDeltaEvent() | ev.AssistantMessageEvent() | ev.UserMessageEvent()
+                  | ev.ToolCallsCappedEvent() | ev.ToolUserContentEvent() | ev.UsageEvent() | ev.CompactionEvent()
+                  | ev.MicroCompactionEvent() | ev.ResetEvent() | ev.WarningCrossedEvent() | ev.RetryEvent()
+                  | ev.NoticeEvent() | ev.ErrorEvent() | ev.ResultEvent() | ev.SessionInfoEvent()
+                  | ev.ChartPointEvent() | ev.CommandQueuedEvent() | ev.OutputLimitEvent()
+                  | ev.PartialDiscardedEvent() | ev.CompactionPausedEvent() | ev.ReportEvent() | ev.McpServerEvent()
+                  | ev.SubAgentEvent() | ev.ConfigWarningEvent() | ev.SessionMemoryEvent() | ev.RuleAttachedEvent()
+                  | ev.SessionRepairedEvent() | ev.UsageDistrustedEvent() | ev.ForecastEvent()
+                  | ev.RestorePreviewEvent() | ev.ServerCompactionEvent() | ev.MemoryImportEvent()
+                  | ev.PromptCacheOffEvent() | ev.PermissionsEvent() | ev.ElicitationRequestEvent()
+                  | ev.ElicitationResolvedEvent() | ev.SamplingEvent() | ev.McpPromptsEvent()
+                  | ev.McpAttachmentEvent() | ev.RequestRecordedEvent() | ev.WhatIfEvent()):
+                pass  # the queue's alone (below), or drawn from the event itself by its widget
+            case _:
+                assert_never(event)
         self._queue.see(event)  # the session's own rule (an interrupt keeps a queued compaction)
-        if kind == "interrupted":
-            if self.approval is not None:
-                self._asking.pop(self.approval.request_id, None)
-                self.approval = None
         return ()
+
+    def _tool_started(self, event: "ev.ToolStartEvent") -> tuple[ToolCallRecord, ...]:
+        record = ToolCallRecord(id=event.id, name=event.name, summary=event.summary,
+                                cleared=event.id in self.cleared_ids)
+        if event.id not in self.tool_calls:
+            self.order.append(event.id)
+        return self._put(record)
+
+    def _tool_ended(self, event: "ev.ToolResultEvent") -> tuple[ToolCallRecord, ...]:
+        known = self.tool_calls.get(event.id)
+        if known is None:  # a result whose start was not seen (an earlier run): drawn all the same
+            self.order.append(event.id)
+            known = ToolCallRecord(id=event.id, name=event.name, summary="", cleared=event.id in self.cleared_ids)
+        status = "interrupted" if event.interrupted else ("error" if event.is_error else "ok")
+        return self._put(replace(
+            known, status=status, truncated=event.truncated, original_chars=event.original_chars,
+            kept_chars=event.kept_chars, duration_ms=event.duration_ms, full_output_path=event.full_output_path,
+            content=event.content, progress="", waiting_approval=False))
+
+    def _cleared(self, cleared_ids: frozenset[str]) -> tuple[ToolCallRecord, ...]:
+        self.cleared_ids = cleared_ids
+        changed = [replace(record, cleared=record.id in cleared_ids,
+                           restored=record.restored and record.id not in cleared_ids)
+                   for record in self.tool_calls.values() if record.cleared != (record.id in cleared_ids)]
+        for record in changed:
+            self.tool_calls[record.id] = record
+        return tuple(changed)
 
     def _put(self, record: ToolCallRecord) -> tuple[ToolCallRecord, ...]:
         self.tool_calls[record.id] = record
@@ -177,14 +205,14 @@ class DashboardView:
 
 
 # The snapshot holds the latest of these itself (its info, context and state): drawn from it, not the ring.
-_IN_SNAPSHOT = frozenset({"session", "context", "state"})
+_IN_SNAPSHOT = (ev.SessionInfoEvent, ev.ContextEvent, ev.StateEvent)
 
 
-def catch_up(snapshot: "SessionSnapshot") -> list[Any]:
+def catch_up(snapshot: "SessionSnapshot") -> "list[Event]":
     """What a surface attaching with ``snapshot`` folds in of this run, in order: the events still
     in force that have left the ring (a command still queued, a question still open, the server-side
     compaction switch) and then the ring. Its info first and its context and state last are the
     surface's to draw: they are the session as it stands, whatever the ring still holds."""
     first_in_ring = snapshot.events[0].seq if snapshot.events else snapshot.seq + 1
     left_the_ring = [event for event in snapshot.standing if event.seq < first_in_ring]
-    return [*left_the_ring, *(event for event in snapshot.events if event.type not in _IN_SNAPSHOT)]
+    return [*left_the_ring, *(event for event in snapshot.events if not isinstance(event, _IN_SNAPSHOT))]

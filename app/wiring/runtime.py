@@ -31,7 +31,7 @@ from app.system import startup
 from app.tools.sandbox import policy_for, start_check
 from app.agent.permissions import Permissions, RuleError, load_permissions
 from app.kernel.event_sink import EventSink
-from app.kernel.events import Event, SessionInfoEvent
+from app.kernel.events import ChartPointEvent, Event, PromptCacheOffEvent, ServerCompactionEvent, SessionInfoEvent, UsageEvent
 from app.kernel.protocol import Listener
 from app.providers.factory import open_provider
 from app.providers.http_base import SseHttpProvider
@@ -268,10 +268,10 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         # The last usage measured this history: the gauge resumes on that figure, not on an estimate.
         exact, covered = state.measured or (None, 0)
         engine.accounting.restore(exact, covered, [(e.tokens, e.kind == "call") for e in restored_events
-                                                   if e.type == "chart_point"])
+                                                   if isinstance(e, ChartPointEvent)])
         repairs = list(state.warnings)
         for event in restored_events:
-            if event.type == "usage":
+            if isinstance(event, UsageEvent):
                 from app.kernel.usage import Usage
                 engine.ledger.add(event.agent, Usage(event.input_tokens, event.cache_read_tokens,
                                                      event.cache_write_tokens, event.output_tokens,
@@ -326,13 +326,13 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
                                                  report_tokens=int(settings.subagent_report_tokens)))
         engine.set_budget(engine.config.budget)  # the lines again, with the task tool in the fixed part
     # Server-side compaction switched in the session (the palette) stays as it was left on resume.
-    switched = [e for e in restored_events if e.type == "server_compaction" and not e.reason]
+    switched = [e for e in restored_events if isinstance(e, ServerCompactionEvent) and not e.reason]
     if switched and switched[-1].on != engine.config.server_compaction:
         _, problem = switch_server_compaction(provider, engine, switched[-1].on)
         if problem:
             warnings.append(("server context", f"this session had server-side compaction on, but {problem}"))
     # A server that rejected the prompt-cache breakpoints still does on resume: none are sent.
-    if any(e.type == "prompt_cache_off" for e in restored_events):
+    if any(isinstance(e, PromptCacheOffEvent) for e in restored_events):
         provider.stop_prompt_caching()
     stream = EventStream()
     stream.subscribe(transcript_recorder(transcript))  # first: persisted before any surface sees it

@@ -10,6 +10,7 @@ real session does before a mutating tool) and ``Text`` (stream a reply in deltas
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -78,6 +79,10 @@ class Text:
 
 Step = Any  # an Event, Gate, Ask or Text
 
+# The id of the command being handled, as the real session keeps it: what it causes carries it
+# (the queued command's task is started in a copy of the context that holds it).
+_CAUSE: contextvars.ContextVar[int | None] = contextvars.ContextVar("fake_session_command", default=None)
+
 
 class FakeSession:
     """A scripted session: implements ``app.kernel.protocol.SessionSurface`` like the real one.
@@ -106,10 +111,11 @@ class FakeSession:
         self._listeners: list[Callable[[Any], None]] = []
         self._seq = 0  # of the last event emitted
         self._log = EventLog()  # the real session's log: what a late surface catches up from
-        self._queue: asyncio.Queue[Any] | None = None
+        self._queue: asyncio.Queue[tuple[int, Any]] | None = None
         self._runner: asyncio.Task[None] | None = None
         self._current: asyncio.Task[Any] | None = None
         self._approvals: dict[str, asyncio.Future[str]] = {}
+        self._plans = 0  # forecasts made: each names its plan, as the engine's do
         self._idle = asyncio.Event()
         self._idle.set()
         self.pending = 0  # commands submitted and not finished (the real session has it too)
@@ -127,35 +133,46 @@ class FakeSession:
 
     def submit(self, command: cmd.Command) -> int:
         self.submitted.append(command)
+        cause = _CAUSE.set(len(self.submitted))  # the id returned, on the events the command causes
+        try:
+            self._accept(command)
+        finally:
+            _CAUSE.reset(cause)
+        return len(self.submitted)
+
+    def _accept(self, command: cmd.Command) -> None:
         if isinstance(command, cmd.Interrupt):
             while self._queue is not None and not self._queue.empty():
                 self._queue.get_nowait()
                 self.pending -= 1
             if self._current is not None and not self._current.done():
                 self._current.cancel()
-            return len(self.submitted)
+            return
         if isinstance(command, cmd.Approve):
             future = self._approvals.pop(command.request_id, None)
             if future is not None and not future.done():
                 future.set_result(command.decision)
-            return len(self.submitted)
+            return
         # The fake asks about no import and shows no server's form: an answer changes nothing.
         if isinstance(command, (cmd.ApproveImport, cmd.AnswerElicitation)):
-            return len(self.submitted)
-        if isinstance(command, cmd.Report):
+            return
+        if isinstance(command, cmd.Report) and command.kind == "permissions":
+            self.emit(ev.PermissionsEvent(rules=[], project_file=f"{self.info.workspace}/.tidegauge/settings.toml"))
+            return
+        if isinstance(command, cmd.Report) and command.kind != "permissions":
             self.emit(ev.ReportEvent(kind=command.kind, messages=len(self.history), context=self._context))
-            return len(self.submitted)
+            return
         if isinstance(command, cmd.WhatIf):
             self._answer_whatif(command)
-            return len(self.submitted)
+            return
         if isinstance(command, (cmd.Preview, cmd.PreviewRestore, cmd.RestoreResult, cmd.ServerCompaction)):
             self._answer_now(command)
-            return len(self.submitted)
+            return
         if isinstance(command, cmd.Shutdown):
             self.closed = True
             if self._runner is not None:
                 self._runner.cancel()
-            return len(self.submitted)
+            return
         if isinstance(command, cmd.Reset):  # like the real one: replaces what waits, ends what runs
             while self._queue is not None and not self._queue.empty():
                 self._queue.get_nowait()
@@ -172,8 +189,7 @@ class FakeSession:
                                             text=command.text if isinstance(command, cmd.UserInput) else ""))
         self._idle.clear()
         self.pending += 1
-        self._queue.put_nowait(command)
-        return len(self.submitted)
+        self._queue.put_nowait((len(self.submitted), command))
 
     def attach(self, listener: Listener) -> tuple[SessionSnapshot, Callable[[], None]]:
         """Like the real one: the snapshot at the last event's seq, the events after it (one thread here)."""
@@ -213,8 +229,9 @@ class FakeSession:
             after = min(projected, 6_000 if command.kind == "compact" else 4_800)
             # what the last request read from the cache beyond the fixed parts (4,800) goes
             invalidated = max(0, projected - 4_800) if self._context.cumulative_cached else 0
+            self._plans += 1
             self.emit(ev.ForecastEvent(
-                kind=command.kind, action=command.kind, focus=command.focus, tokens_before=projected,
+                plan_id=f"plan-{self._plans}", kind=command.kind, action=command.kind, focus=command.focus, tokens_before=projected,
                 tokens_after=after, tokens_freed=projected - after, cache_tokens_invalidated=invalidated,
                 next_request_cost_before_usd=projected * 3 / 1e6, next_request_cost_after_usd=after * 3 / 1e6,
                 operation_cost_usd=projected * 3 / 1e6 if command.kind == "compact" else 0.0,
@@ -246,8 +263,10 @@ class FakeSession:
     # --- test helpers ---
 
     def emit(self, event: Any) -> None:
+        """Emit as the session does: numbered, with the id of the command being handled (None
+        for what a test emits itself, as for what nobody asked for)."""
         self._seq += 1
-        event = event.model_copy(update={"seq": self._seq})
+        event = event.model_copy(update={"seq": self._seq, "command_id": _CAUSE.get()})
         if event.type == "state":
             self._state = event
         self._log.add(event)
@@ -266,8 +285,10 @@ class FakeSession:
     async def _consume(self) -> None:
         assert self._queue is not None
         while True:
-            command = await self._queue.get()
+            command_id, command = await self._queue.get()
+            cause = _CAUSE.set(command_id)
             self._current = asyncio.ensure_future(self._execute(command))
+            _CAUSE.reset(cause)
             try:
                 await self._current
             except asyncio.CancelledError:
@@ -294,12 +315,16 @@ class FakeSession:
         self._context = context(None, 4_800)
         self.emit(self._context)
         self.emit(ev.ChartPointEvent(tokens=self._context.projected_tokens, kind="reset"))
+        self.emit(ev.StateEvent(state="idle", step=0, max_steps=self.max_steps))
 
     async def compact(self, focus: str | None = None) -> ev.CompactionEvent:
         self.calls.append(("compact", focus))
         self.emit(ev.StateEvent(state="compacting", step=0, max_steps=self.max_steps))
         await asyncio.sleep(0)
         before = self._context.projected_tokens
+        # the summary's model call, on the ledger as compaction work (as the engine records it)
+        self.emit(ev.UsageEvent(agent="compact", input_tokens=before, cache_read_tokens=0, cache_write_tokens=0,
+                                output_tokens=600, context_tokens=before + 600))
         event = ev.CompactionEvent(trigger="manual", ok=True, messages_before=len(self.history) or 4,
                                    messages_after=1, tokens_before=before, tokens_after=6_000)
         self.history[:] = ["summary"]

@@ -62,6 +62,7 @@ from widgets.session_messages import (
     SessionStarted,
     StateChanged,
 )
+from app.kernel.events import ElicitationResolvedEvent, ServerCompactionEvent
 from widgets.tool_call_line import ToolCallLine
 from widgets.tool_call_list import RESTORE_KEY, ToolCallList
 from widgets.tool_output_panel import ToolOutputPanel
@@ -553,7 +554,7 @@ class TidegaugeApp(App[int]):
         """An MCP server's form: shown until answered here, closed when it ends elsewhere
         (the server's call cancelled, an interrupt). Kept with the approval modals, by request id."""
         said = message.event
-        if said.type == "elicitation_resolved":
+        if isinstance(said, ElicitationResolvedEvent):
             screen = self._approval_screens.pop(said.request_id, None)
             if screen is not None and screen.is_attached and self.screen is screen:
                 screen.dismiss(None)
@@ -877,7 +878,7 @@ class TidegaugeApp(App[int]):
     @on(EngineSaid)
     def _on_engine_said(self, message: EngineSaid) -> None:
         event = message.event
-        if event.type == "server_compaction" and self._server_compaction_on is not None:
+        if isinstance(event, ServerCompactionEvent) and self._server_compaction_on is not None:
             self._server_compaction_on = event.on  # the state now, switched or refused
 
     def action_whatif(self) -> None:

@@ -14,8 +14,10 @@ goes to a target that lists ``Replayed`` as one message holding its messages in 
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Iterable
 
+from app.kernel.events import Event
+from app.kernel.protocol import DELTAS
 from app.surfaces.view_model import DashboardView
 from widgets.session_messages import (
     MESSAGES_FOR,
@@ -52,12 +54,11 @@ class SessionBridge:
         self._batch: Deltas | None = None
         self._paused: DeltasPaused | None = None  # holds other widgets' messages until released
 
-    def __call__(self, event: Any) -> None:
-        kind = event.type
-        if kind == "text_delta" or kind == "thinking_delta":
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, DELTAS):
             batch = self._batch
-            if batch is None or batch.kind != kind or not batch.add(event.text):
-                batch = self._batch = Deltas(kind)
+            if batch is None or batch.kind != event.type or not batch.add(event.text):
+                batch = self._batch = Deltas(event.type)
                 batch.add(event.text)
                 self._deltas_target.post_message(batch)
             return
@@ -72,7 +73,7 @@ class SessionBridge:
                 self._paused = None  # released: the reply's text is on screen
             target.post_message(message)
 
-    def _messages(self, event: Any, *, restored: bool) -> "Iterable[tuple[MessageTarget, SessionMessage]]":
+    def _messages(self, event: Event, *, restored: bool) -> "Iterable[tuple[MessageTarget, SessionMessage]]":
         records = self.view.apply(event)
         if records:
             for target in self._record_targets:
@@ -85,7 +86,7 @@ class SessionBridge:
         """Messages wait for a reply's text to be drawn (tests wait for them to go out)."""
         return self._paused is not None and not self._paused.released
 
-    def replay(self, events: Iterable[Any], *, restored: bool = True) -> None:
+    def replay(self, events: Iterable[Event], *, restored: bool = True) -> None:
         """Draw what an earlier run of a resumed session recorded (``restored``: no deltas among
         them), or this run's events so far for a surface attaching late (``restored=False``: the
         ring's, a reply's deltas merged into one). A target that takes ``Replayed`` gets its
@@ -93,7 +94,7 @@ class SessionBridge:
         batches: dict[int, list[SessionMessage | Deltas]] = {id(target): [] for target in self._batch_targets}
         into_batch = batches.get(id(self._deltas_target))
         for event in events:
-            if event.type == "text_delta" or event.type == "thinking_delta":
+            if isinstance(event, DELTAS):
                 if into_batch is None:  # no target folds a batch: the deltas go as they do live
                     self(event)
                     continue

@@ -1,0 +1,69 @@
+"""Every dispatcher of the session's events names every event class (``match`` with
+``assert_never``): mypy fails where a new event is not handled, and at run time an event
+outside the union is refused, never folded in silently as one of the others."""
+
+from __future__ import annotations
+
+import typing
+from typing import Any, Callable, Literal
+
+import pytest
+
+from app.kernel import events as ev
+from app.kernel.protocol import EventLog, SessionSnapshot
+from app.session.process import _mirror
+from app.surfaces.view_model import DashboardView
+from event_examples import example, one_of_each, union_classes
+
+
+class UnheardOfEvent(ev.EventBase):
+    """An event a dispatcher was never told of (what a new event is to an unchanged one)."""
+
+    type: Literal["unheard_of"] = "unheard_of"
+
+
+def _snapshot() -> SessionSnapshot:
+    return SessionSnapshot(info=example(ev.SessionInfoEvent), context=example(ev.ContextEvent),
+                           state=ev.StateEvent(state="idle", step=0, max_steps=5))
+
+
+DISPATCHERS: dict[str, Callable[[Any], object]] = {
+    "view model": lambda event: DashboardView().apply(event),
+    "event log": lambda event: EventLog().add(event),
+    "session process mirror": lambda event: _mirror(_snapshot(), event),
+}
+
+
+def test_every_event_class_is_in_the_union() -> None:
+    declared = {cls for cls in vars(ev).values()
+                if isinstance(cls, type) and issubclass(cls, ev.EventBase) and cls is not ev.EventBase}
+    assert declared == set(union_classes())
+
+
+@pytest.mark.parametrize("dispatch", DISPATCHERS.values(), ids=DISPATCHERS.keys())
+def test_each_dispatcher_takes_one_of_each_event(dispatch: Callable[[Any], object]) -> None:
+    for event in one_of_each():
+        dispatch(event)  # raises (assert_never) on a class it does not name
+
+
+@pytest.mark.parametrize("dispatch", DISPATCHERS.values(), ids=DISPATCHERS.keys())
+def test_each_dispatcher_refuses_an_event_it_was_never_told_of(dispatch: Callable[[Any], object]) -> None:
+    with pytest.raises(AssertionError):
+        dispatch(UnheardOfEvent())
+
+
+def test_busy_is_every_state_but_starting_and_idle() -> None:
+    states = typing.get_args(ev.AgentState)
+    assert ev.AT_REST <= set(states)
+    assert [state for state in states if not ev.is_busy(state)] == ["starting", "idle"]
+    assert ev.is_busy("a state a newer session has")  # nothing is sent past a state not understood
+
+
+@pytest.mark.parametrize("state", typing.get_args(ev.AgentState))
+def test_the_view_model_and_the_process_mirror_agree_on_busy(state: ev.AgentState) -> None:
+    """"starting" (the dashboard's word before the session exists) is not busy for anyone."""
+    event = ev.StateEvent(state=state, step=0, max_steps=5)
+    view, snapshot = DashboardView(), _snapshot()
+    view.apply(event)
+    _mirror(snapshot, event)
+    assert view.busy == snapshot.busy == ev.is_busy(state) == (state not in ("idle", "starting"))
