@@ -124,6 +124,43 @@ def test_a_cancelled_call_leaves_the_task_cancelled_as_tasks_get_reads_it(npm_se
     assert task.task_id == task_id and task.status == "cancelled"
 
 
+def test_a_task_that_needs_input_asks_its_question_as_a_form_and_goes_on_with_the_answer(npm_servers,  # noqa: F811
+                                                                                          tmp_path):
+    """``ambiguous``: the task stops at input_required and queues a form, which reaches the user through
+    tasks/result; the answer (chosen from the form's options) ends up in the report."""
+    from app.kernel.events import ElicitationRequestEvent, Event
+    from app.mcp.client_features import ClientRequests
+
+    asked: list[Any] = []
+
+    def surface(event: Event) -> None:
+        if isinstance(event, ElicitationRequestEvent):
+            asked.append(event)
+            (field,) = event.fields
+            choice = field.options[field.option_labels.index("Python snake species")]
+            asyncio.get_running_loop().call_soon(requests.answer, event.request_id, "accept", {field.name: choice})
+
+    requests = ClientRequests(emit=surface, shows_forms=True)
+    reports: list[tuple[str, str]] = []
+
+    async def run() -> Any:
+        config = McpServerConfig(command=str(npm_servers / "mcp-server-everything"), args=["stdio"],
+                                 startup_timeout=120)
+        connection = McpConnection("every", config, tmp_path, tmp_path / "session", requests=requests)
+        await connection.start()
+        try:
+            return await connection.call_tool(RESEARCH, {"topic": "python", "ambiguous": True},
+                                              on_task_status=lambda *report: reports.append(report))
+        finally:
+            await connection.aclose()
+
+    output = asyncio.run(run())
+
+    assert len(asked) == 1 and asked[0].server == "every"
+    assert ("input_required", 'Found multiple interpretations for "python". Requesting clarification...') in reports
+    assert not output.is_error and "# Research Report: python (snake)" in output.text, output.text[:300]
+
+
 # ---- a careless or hostile task server ----
 
 def task_connection(tmp_path: Path, behaviour: str, tool_timeout: float = 30) -> McpConnection:
