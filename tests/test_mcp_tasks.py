@@ -158,6 +158,8 @@ def test_a_task_that_needs_input_asks_its_question_as_a_form_and_goes_on_with_th
 
     assert len(asked) == 1 and asked[0].server == "every"
     assert ("input_required", 'Found multiple interpretations for "python". Requesting clarification...') in reports
+    # Polled while tasks/result waited: the task's later stages still reached the tool's line.
+    assert ("working", 'Continuing with interpretation: "snake"...') in reports, reports
     assert not output.is_error and "# Research Report: python (snake)" in output.text, output.text[:300]
 
 

@@ -788,10 +788,11 @@ class McpConnection:
     async def _run_task(self, client: Client, tool_name: str, args: dict[str, Any], read_timeout: float,
                         progress: Any, status: Callable[[str, str | None], None]) -> Any:
         """Call ``tool_name`` as a task: create it, poll tasks/get (at the server's pollInterval, bounded)
-        while it works, then take its result with tasks/result (which also brings the questions the
-        server queued for an ``input_required`` task: its forms are answered as any other). Given up
-        (cancelled: an interrupt, a timeout, the server gone) before it ended, the task is cancelled on
-        the server with tasks/cancel."""
+        while it works, then take its result with tasks/result, which waits for the task's end and
+        brings the questions the server queued for an ``input_required`` task (its forms are answered
+        as any other); the polling goes on meanwhile, so the task's status stays on the tool's line
+        and counts as a word from the server. Given up (cancelled: an interrupt, a timeout, the
+        server gone) before it ended, the task is cancelled on the server with tasks/cancel."""
         import mcp_types as types
 
         session = client.session
@@ -801,11 +802,15 @@ class McpConnection:
         task: Any = created.task
         self.tasks[task.task_id] = task.status
         ended = False
+
+        def poll_wait() -> float:  # the spec's polling, at the interval the server suggests, bounded
+            wait = TASK_POLL_DEFAULT if task.poll_interval is None else task.poll_interval / 1000
+            return float(min(max(wait, TASK_POLL_MIN), TASK_POLL_MAX))
+
         try:
             status(task.status, task.status_message)
             while task.status == "working":
-                wait = TASK_POLL_DEFAULT if task.poll_interval is None else task.poll_interval / 1000
-                await asyncio.sleep(min(max(wait, TASK_POLL_MIN), TASK_POLL_MAX))  # the spec's polling
+                await asyncio.sleep(poll_wait())
                 task = await self.get_task(task.task_id, read_timeout)
                 status(task.status, task.status_message)
             if task.status == "cancelled":
@@ -813,10 +818,21 @@ class McpConnection:
                 said = f": {task.status_message}" if task.status_message else ""
                 return types.CallToolResult(content=[types.TextContent(
                     type="text", text=f"The server cancelled the task{said}.")], is_error=True)
-            result = await session.send_request(
+            answer = asyncio.ensure_future(session.send_request(
                 types.GetTaskPayloadRequest(params=types.GetTaskPayloadRequestParams(task_id=task.task_id)),
-                types.CallToolResult, request_read_timeout_seconds=read_timeout)
-            ended = True
+                types.CallToolResult, request_read_timeout_seconds=read_timeout))
+            try:
+                while not answer.done():
+                    await asyncio.wait({answer}, timeout=poll_wait())
+                    if not answer.done() and task.status not in ("completed", "failed", "cancelled"):
+                        task = await self.get_task(task.task_id, read_timeout)
+                        status(task.status, task.status_message)
+            finally:
+                if not answer.done():
+                    answer.cancel()
+                    await asyncio.gather(answer, return_exceptions=True)
+            ended = True  # answered, with the result or an error: the task is over on the server
+            result = answer.result()
             self.tasks[task.task_id] = "failed" if task.status == "failed" else "completed"
             return result
         finally:
