@@ -836,7 +836,7 @@ class McpConnection:
             self.tasks[task.task_id] = "failed" if task.status == "failed" else "completed"
             return result
         finally:
-            if not ended:
+            if not ended and not self._dead.is_set():  # a server that is gone has no task left to cancel
                 await asyncio.shield(self._cancel_task(client, task.task_id))
 
     async def _create_task(self, client: Client, tool_name: str, args: dict[str, Any], read_timeout: float,
