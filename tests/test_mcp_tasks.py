@@ -137,8 +137,9 @@ def test_a_task_that_needs_input_asks_its_question_as_a_form_and_goes_on_with_th
         if isinstance(event, ElicitationRequestEvent):
             asked.append(event)
             (field,) = event.fields
-            choice = field.options[field.option_labels.index("Python snake species")]
-            asyncio.get_running_loop().call_soon(requests.answer, event.request_id, "accept", {field.name: choice})
+            values: dict[str, object] = {field.name: field.options[field.option_labels.index("Python snake species")]}
+            # Answered on the next turn of the loop, as a surface's command would be, not inside emit.
+            asyncio.get_running_loop().call_soon(lambda: requests.answer(event.request_id, "accept", values))
 
     requests = ClientRequests(emit=surface, shows_forms=True)
     reports: list[tuple[str, str]] = []
