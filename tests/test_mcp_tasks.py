@@ -51,8 +51,8 @@ def test_a_task_only_tool_runs_as_a_task_through_the_cli_its_status_on_the_tools
     # The task's stages, as tasks/get told them, reached the tool's line in order.
     statuses = [(e["task_status"], e["message"]) for e in events
                 if e["type"] == "tool_progress" and e["id"] == "call_research"]
-    assert statuses[0] == ("working", "Gathering sources...")
-    assert ("working", "Generating report...") in statuses
+    assert statuses[0] == ("working", "Gathering sources...")  # the task as its creation answered
+    assert statuses[-1][0] == "completed" and len(statuses) >= 3  # stages seen on the way (polled each second)
     shown = tool_progress_text(ToolProgressEvent(id="c", progress=0, task_status="working",
                                                  message="Gathering sources..."))
     assert shown == "task working: Gathering sources..."
@@ -158,9 +158,10 @@ def test_a_task_that_needs_input_asks_its_question_as_a_form_and_goes_on_with_th
     output = asyncio.run(run())
 
     assert len(asked) == 1 and asked[0].server == "every"
-    assert ("input_required", 'Found multiple interpretations for "python". Requesting clarification...') in reports
-    # Polled while tasks/result waited: the task's later stages still reached the tool's line.
-    assert ("working", 'Continuing with interpretation: "snake"...') in reports, reports
+    asking = reports.index(("input_required",
+                            'Found multiple interpretations for "python". Requesting clarification...'))
+    # Polled while tasks/result waited: the two seconds of work after the answer reached the tool's line.
+    assert "working" in [status for status, _message in reports[asking + 1:]], reports
     assert not output.is_error and "# Research Report: python (snake)" in output.text, output.text[:300]
 
 
