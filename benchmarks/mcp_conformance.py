@@ -249,6 +249,7 @@ def dashboard_session(env: dict[str, str], workspace: Path, base_url: str) -> in
     pressing ctrl+s on the form would; the answer is checked against the form by tidegauge's own rules."""
     import queue
 
+    sys.path.insert(0, str(ROOT))
     from app.kernel.commands import AnswerElicitation, UserInput
     from app.kernel.events import ElicitationRequestEvent, Event
     from app.session.process import SessionProcess
