@@ -220,6 +220,8 @@ class Agent:
         self.tool_context.on_progress = lambda call_id, done, total, message: self.emit(
             ToolProgressEvent(id=call_id, progress=done, total=total, message=message))
         self.tool_context.on_user_content = lambda call_id, text: self.emit(ToolUserContentEvent(id=call_id, text=text))
+        self.tool_context.on_task_status = lambda call_id, status, message: self.emit(
+            ToolProgressEvent(id=call_id, progress=0, task_status=status, message=message))
         self.step = 0
         self._pending_uses: list[ToolUseBlock] = []
         self._pending_results: list[ToolResultBlock] = []

@@ -122,13 +122,16 @@ class ToolCallsCappedEvent(EventBase):
 
 
 class ToolProgressEvent(EventBase):
-    """A running tool said how far it got (an MCP server's progress notification)."""
+    """A running tool said how far it got (an MCP server's progress notification), or where the MCP
+    task it runs as stands (``task_status``, from the server's answer to ``tasks/get``)."""
 
     type: Literal["tool_progress"] = "tool_progress"
     id: str  # the tool call
     progress: float
     total: float | None = None
     message: str = ""  # the server's words, cleaned and cut to 200 characters
+    # An MCP task's status (working, input_required, completed, failed, cancelled); "" for progress.
+    task_status: str = ""
 
 
 class ToolUserContentEvent(EventBase):
