@@ -56,7 +56,7 @@ def test_a_reset_runs_the_plan_it_was_given_and_its_event_carries_the_forecast()
     assert event.cache_tokens_invalidated == shown.forecast.cache_tokens_invalidated
     # and it says both: what happened, and what was forecast
     line = describe(event)
-    assert line is not None and f"forecast ~" in line.text and "→" in line.text, line
+    assert line is not None and "forecast ~" in line.text and "→" in line.text, line
     # the stream-json and transcript line carries them too
     assert event_adapter().validate_json(event.model_dump_json()) == event
 
