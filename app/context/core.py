@@ -1160,16 +1160,17 @@ class ContextCore:
         new_history[i] = self.history[i].copy_with(blocks)
         return new_history
 
-    def plan_evict(self, call_id: str) -> Plan:
+    def plan_evict(self, call_id: str, save_to: str | None = None) -> Plan:
         """Taking one result out of the context (a stub naming its saved file stays), kept for
-        ``take_named_plan``; ResultChangeError when it cannot be."""
+        ``take_named_plan``; ResultChangeError when it cannot be. ``save_to``: where the service
+        would save an output never saved (the stub names it)."""
         i, _j, block, use, words = self._live_result(call_id)
         if is_cleared(block):
             raise ResultChangeError(f"the result of {words} is already out of the context")
         if block.pinned:
             raise ResultChangeError(f"the result of {words} is pinned: unpin it first (p)")
         before = self.projected()
-        stub = evicted_stub(use, block.full_output_path or "tool-results/" + "x" * 24)  # the path's size, roughly
+        stub = evicted_stub(use, block.full_output_path or save_to or "not saved")
         freed = max(0, estimate_text_fast(block.content) - count_tokens(stub))
         planned = forecast("evict", tokens_before=before, tokens_after=before - freed,
                            cached_prefix=self.cached_prefix, stable_prefix=self._shared_prefix(i), price=self.price)

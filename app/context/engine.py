@@ -397,6 +397,12 @@ class ContextEngine:
                     saved[block.tool_use_id] = path
         self._run(self.core.run_clearing(plan, saved))
 
+    def _output_path(self, tool_use_id: str) -> str | None:
+        """Where ``_save_output`` writes this call's output (None: this engine saves none)."""
+        if self.tool_results_dir is None:
+            return None
+        return str(self.tool_results_dir / f"{_safe_name(tool_use_id)}.txt")
+
     def _save_output(self, tool_use_id: str, content: str) -> str | None:
         """Write a full output to tool-results/; on a disk error there is just no path."""
         if self.tool_results_dir is None:
@@ -699,7 +705,11 @@ class ContextEngine:
     def plan_evict(self, call_id: str) -> Plan:
         """What taking ``call_id``'s result out of the context frees, kept for ``evict_result``.
         ResultChangeError (one line) when it cannot be evicted."""
-        return self.core.plan_evict(call_id)
+        return self.core.plan_evict(call_id, self._output_path(call_id))
+
+    def plan_pin(self, call_id: str, pin: bool = True) -> Plan:
+        """What pinning (or unpinning) ``call_id``'s result does; ResultChangeError (one line) when it cannot."""
+        return self.core.plan_pin(call_id, pin)
 
     def evict_result(self, call_id: str, plan_id: str | None = None) -> EvictEvent:
         """Run the eviction ``plan_id`` names if the context is as it was shown, else one made now
@@ -707,7 +717,7 @@ class ContextEngine:
         plan = self.core.take_named_plan("evict", plan_id, call_id)
         replanned = plan_id is not None and plan is None
         if plan is None:
-            plan = self.core.plan_evict(call_id)
+            plan = self.plan_evict(call_id)
         unsaved = self.core.output_to_save(call_id)
         path = self._save_output(call_id, unsaved.content) if unsaved is not None else None
         event, effects = self.core.evict(plan, path, replanned)
