@@ -283,3 +283,34 @@ async def test_resume_keeps_the_evicted_result_a_stub_and_the_pinned_one_pinned(
     assert tool_messages == {ids["b.txt"]: b_content}, "the pinned result did not survive the compaction whole"
     lines = [json.loads(line) for line in resumed.stdout.splitlines() if line.startswith("{")]
     assert any(line["type"] == "compaction" and line["ok"] for line in lines), resumed.stdout[-2_000:]
+
+
+# ---- the demo's step: an eviction, seen from the scripted model's side ----
+
+async def test_the_demo_model_sees_an_evicted_result_as_a_stub_naming_its_saved_file(tmp_path, monkeypatch):
+    from agent_helpers import EventLog
+
+    from app.wiring.config import load_settings
+    from app.wiring.runtime import build_agent
+
+    monkeypatch.setenv("TIDEGAUGE_CONFIG_DIR", str(tmp_path / "config"))
+    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "DEEPSEEK_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    settings = load_settings({"provider": "demo", "data_dir": tmp_path / "data", "demo_speed": 0, "yes": True})
+    work = tmp_path / "work"
+    work.mkdir()
+    events = EventLog()
+    agent = build_agent(settings, emit=events, cwd=work)
+    try:
+        await agent.run_turn("find errors in app.log")
+        cat = next(e.id for e in events.of("tool_start") if e.input.get("command", "").startswith("cat "))
+        before = agent.context_event().projected_tokens
+        evicted = agent.engine.evict_result(cat)
+        assert evicted.tokens_after < before - 5_000, "taking the 40,000-character cat out freed little"
+        answer = await agent.run_turn("what is in your context?")
+        assert "**taken out by you**" in answer.text and evicted.path and evicted.path in answer.text, answer.text
+        agent.engine.restore_result(cat)
+        again = await agent.run_turn("what is in your context?")
+        assert "taken out by you" not in again.text and "characters, whole" in again.text
+    finally:
+        await agent.aclose()
