@@ -314,3 +314,35 @@ async def test_the_demo_model_sees_an_evicted_result_as_a_stub_naming_its_saved_
         assert "taken out by you" not in again.text and "characters, whole" in again.text
     finally:
         await agent.aclose()
+
+
+async def test_a_malformed_evict_or_pin_from_the_command_pipe_is_one_line_and_the_session_goes_on(
+        fake_llm, tmp_path, monkeypatch):
+    """The session process builds commands from JSON lines without checking their types: a call id
+    that is a list, a plan id that is an object, answered in one line each, nothing lost."""
+    from agent_helpers import make_session
+
+    from app.kernel.commands import EvictResult, PinResult, Report, Shutdown
+    from app.session.process import decode_command_line
+
+    session, events = make_session(fake_llm, tmp_path, monkeypatch, provider="openai")
+    running = asyncio.ensure_future(session.run())
+    try:
+        for line in (b'{"command": "EvictResult", "fields": {"call_id": ["x"], "plan_id": {"a": 1}}}',
+                     b'{"command": "PinResult", "fields": {"call_id": 7, "pin": "yes"}}'):
+            _id, command = decode_command_line(line)
+            assert isinstance(command, (EvictResult, PinResult))
+            session.submit(command)
+        session.submit(Report("context"))
+        await _settled(session)
+        while not events.of("report"):
+            await asyncio.sleep(0.005)
+        (evicted,) = events.of("evict")
+        (pinned,) = events.of("pin")
+        for event in (evicted, pinned):
+            line = describe(event)
+            assert line is not None and line.kind == "warning" and "\n" not in line.text
+            assert "no longer in the live context" in line.text
+    finally:
+        session.submit(Shutdown())
+        await asyncio.wait_for(running, 60)

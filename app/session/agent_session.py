@@ -615,20 +615,21 @@ class AgentSession:
         history is built into); a refusal is the event with its one-line reason."""
         from app.context.engine import ResultChangeError
 
-        call_id = command.call_id
+        call_id = str(command.call_id)  # a command line from the pipe is not type-checked: never more than a name
         refused: EvictEvent | PinEvent
         if isinstance(command, EvictResult):
             refused = EvictEvent(id=call_id, reason="")
         else:
-            refused = PinEvent(id=call_id, pinned=command.pin, reason="")
+            refused = PinEvent(id=call_id, pinned=command.pin is not False, reason="")
         if self.busy:
             self._emit(refused.model_copy(update={"reason": "the agent is busy: try again when this turn ends"}))
             return
         try:
             if isinstance(command, EvictResult):
-                self.agent.engine.evict_result(call_id, command.plan_id)  # emits the event and the new context
+                plan_id = command.plan_id if isinstance(command.plan_id, str) else None
+                self.agent.engine.evict_result(call_id, plan_id)  # emits the event and the new context
             else:
-                self.agent.engine.pin_result(call_id, command.pin)
+                self.agent.engine.pin_result(call_id, command.pin is not False)
         except ResultChangeError as error:
             self._emit(refused.model_copy(update={"reason": str(error)}))
 
