@@ -173,3 +173,23 @@ async def test_the_session_runs_the_reset_plan_a_forecast_showed_and_makes_a_sta
     finally:
         session.submit(Shutdown())
         await asyncio.wait_for(running, 60)
+
+
+# ---- the compactions nobody confirms carry their forecast too ----
+
+def test_the_extractive_fallback_and_an_overflow_drop_carry_their_forecast_beside_what_happened() -> None:
+    from app.kernel.events import CompactionEvent
+
+    log = Log()
+    engine = engine_with(history_of(10, result_words=400), log)
+    fallback = engine.fallback_compact()
+    # its summary is written before it runs: the size after is known, and is what happened
+    assert fallback.forecast_tokens_freed is not None
+    assert fallback.forecast_tokens_after_low == fallback.forecast_tokens_after_high
+    assert abs((fallback.forecast_tokens_after_low or 0) - fallback.tokens_after) <= 5, fallback
+
+    engine = engine_with(history_of(10, result_words=400), log)
+    ok, effects = engine.core.recover_overflow(3_000, "prompt is too long")
+    (dropped,) = [e for e in effects if isinstance(e, CompactionEvent)]
+    assert ok and dropped.trigger == "reactive" and dropped.forecast_tokens_freed is not None
+    assert dropped.forecast_tokens_after_low == dropped.tokens_after

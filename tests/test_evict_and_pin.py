@@ -328,9 +328,9 @@ async def test_a_malformed_evict_or_pin_from_the_command_pipe_is_one_line_and_th
     session, events = make_session(fake_llm, tmp_path, monkeypatch, provider="openai")
     running = asyncio.ensure_future(session.run())
     try:
-        for line in (b'{"command": "EvictResult", "fields": {"call_id": ["x"], "plan_id": {"a": 1}}}',
-                     b'{"command": "PinResult", "fields": {"call_id": 7, "pin": "yes"}}'):
-            _id, command = decode_command_line(line)
+        for raw in (b'{"command": "EvictResult", "fields": {"call_id": ["x"], "plan_id": {"a": 1}}}',
+                    b'{"command": "PinResult", "fields": {"call_id": 7, "pin": "yes"}}'):
+            _id, command = decode_command_line(raw)
             assert isinstance(command, (EvictResult, PinResult))
             session.submit(command)
         session.submit(Report("context"))

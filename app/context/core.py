@@ -882,7 +882,12 @@ class ContextCore:
         """Deterministic extractive summary: no model call, so it works when nothing else can."""
         before_msgs = len(self.history)
         tokens_before = self.projected()
-        return self.install_summary(extractive_summary(self.history), "fallback", before_msgs, tokens_before)
+        summary = extractive_summary(self.history)
+        # written before it runs, so its size after is known: the plan's forecast is exact
+        after = round(self.estimate_with_summary(summary) * self.accounting.request_scale)
+        planned = forecast("extractive", tokens_before=tokens_before, tokens_after=min(after, tokens_before),
+                           cached_prefix=self.cached_prefix, stable_prefix=self.stable_prefix(), price=self.price)
+        return self.install_summary(summary, "fallback", before_msgs, tokens_before, planned)
 
     def recover_overflow(self, gap_tokens: int | None, message: str) -> tuple[bool, list[Effect]]:
         """Drop the oldest API rounds to cover the reported gap. False when nothing can be dropped."""
@@ -892,11 +897,16 @@ class ContextCore:
         if not dropped:
             return False, [self.compaction_not_done("reactive", before_msgs, tokens_before,
                                                     reason="nothing left to drop")]
+        first = next((i for i, (old, new) in enumerate(zip(self.history, kept)) if old is not new), len(kept))
+        planned = forecast("drop", tokens_before=tokens_before,
+                           tokens_after=min(tokens_before, round(self.estimate_request(kept) * self.accounting.request_scale)),
+                           cached_prefix=self.cached_prefix, stable_prefix=self._shared_prefix(first), price=self.price)
         replaced = self.replace(kept, "overflow")
         tokens_after = self.projected()
         event = CompactionEvent(trigger="reactive", ok=True, messages_before=before_msgs,
                                 messages_after=len(kept), tokens_before=tokens_before,
-                                tokens_after=tokens_after, reason=message, gap_tokens=gap_tokens)
+                                tokens_after=tokens_after, reason=message, gap_tokens=gap_tokens,
+                                **_forecast_fields(planned))
         return True, [replaced, event, *self._after_change("compaction", tokens_after)]
 
     # ---- compaction from the session memory ----

@@ -21,11 +21,12 @@ from typing import Literal
 
 from app.context.prices import Price
 
-# "nothing": the plan does nothing (the context is already one summary, or empty); "clear":
-# old results cleared; "restore", "evict", "pin", "unpin": one result brought back, taken out,
-# kept verbatim through clearing and compaction, or no longer kept
-ForecastAction = Literal["compact", "memory_compact", "reset", "nothing", "clear", "restore", "evict", "pin",
-                         "unpin"]
+# "nothing": the plan does nothing (the context is already one summary, or empty); "extractive":
+# the fallback's summary, written before it runs; "drop": the oldest rounds dropped on a "too long";
+# "clear": old results cleared; "restore", "evict", "pin", "unpin": one result brought back, taken
+# out, kept verbatim through clearing and compaction, or no longer kept
+ForecastAction = Literal["compact", "memory_compact", "reset", "nothing", "extractive", "drop", "clear", "restore",
+                         "evict", "pin", "unpin"]
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,8 @@ class Forecast:
     def describe(self) -> str:
         """One line for a confirmation dialog or a log."""
         what = {"compact": "compaction", "memory_compact": "compaction from session memory",
-                "reset": "reset", "nothing": "nothing to do", "clear": "clearing old results",
+                "reset": "reset", "nothing": "nothing to do", "extractive": "extractive compaction",
+                "drop": "overflow drop", "clear": "clearing old results",
                 "restore": "restore", "evict": "eviction", "pin": "pin", "unpin": "unpin"}[self.action]
         low, high = self.after_range
         if low == high and self.tokens_after > self.tokens_before:  # a restore grows the context
