@@ -256,7 +256,18 @@ class FakeSession:
         """An eviction's plan, an eviction and a pin, answered at once like the real session (a fixed
         1,200 tokens per result: the figures are the real engine's in tests/test_evict_and_pin.py)."""
         projected = self._context.projected_tokens
-        name = next((e.name for e in self._log.events() if e.type == "tool_start" and e.id == command.call_id), "tool")
+        name = next((e.name for e in self._log.events() if e.type == "tool_start" and e.id == command.call_id), None)
+        if name is None:  # no such call: refused in one line, as the real session does
+            reason = f"the result of {command.call_id} is no longer in the live context"
+            if isinstance(command, cmd.Preview):
+                self.emit(ev.ForecastEvent(kind="evict", action="nothing", reason=reason, call_id=command.call_id,
+                                           tokens_before=projected, tokens_after=projected, tokens_freed=0,
+                                           cache_tokens_invalidated=0, model_call=False))
+            elif isinstance(command, cmd.EvictResult):
+                self.emit(ev.EvictEvent(id=command.call_id, reason=reason))
+            else:
+                self.emit(ev.PinEvent(id=command.call_id, pinned=command.pin, reason=reason))
+            return
         if isinstance(command, cmd.Preview):
             self._evict_plans += 1
             self.emit(ev.ForecastEvent(kind="evict", action="evict", plan_id=f"evict-{self._evict_plans}",
