@@ -38,7 +38,7 @@ from test_engine_support import (
 )
 
 from app.context.core import SERVER_COMPACTED_NOTE
-from app.context.engine import RestoreError
+from app.context.engine import RestoreError, ResultChangeError
 from app.context.pruning import is_cleared
 from app.context.session_memory import MEMORY_INTRO
 from app.kernel.messages import OpaqueBlock, ToolResultBlock
@@ -65,6 +65,9 @@ OPS = st.one_of(
     st.tuples(st.just("restore"), st.integers(min_value=0, max_value=5), round_calls),
     # keep tokens; this step's rounds first (so the memory has something to cover), then update and compact
     st.tuples(st.just("memory"), st.sampled_from([0, 50, 400]), round_calls),
+    # this step's rounds, then the user's hand on one result: pinned (kept through what follows) or evicted
+    st.tuples(st.just("hand"), st.tuples(st.sampled_from(["pin", "evict"]), st.integers(min_value=0, max_value=5)),
+              round_calls),
 )
 
 
@@ -137,7 +140,9 @@ async def _run_example(server: FakeLLMServer, agent, provider: str, ops: list) -
                 outcome = await agent.compact()
                 assert outcome.ok == shrinks
                 if shrinks:
-                    assert len(agent.history) == 1 and f"summary-step{step}" in agent.history[0].text
+                    # one summary, and after it only the results the user pinned, carried verbatim
+                    assert f"summary-step{step}" in agent.history[0].text
+                    assert agent.engine.core.only_a_summary(), dump(agent.history)[1:]
                 else:
                     assert dump(agent.history) == before
                     assert before == [] or "smaller" in (outcome.reason or "") or (
@@ -216,6 +221,26 @@ async def _run_example(server: FakeLLMServer, agent, provider: str, ops: list) -
                         assert not is_cleared(block)
                         assert len(agent.history) == len(before)
                 event(f"restore of {len(cleared)} cleared")
+            elif op == "hand":
+                what, index = arg
+                script.main.extend([*extra, "text"])
+                result = await agent.run_turn(f"step {step}: read")
+                assert result.stop_reason == "end_turn", result
+                before = dump(agent.history)
+                ids = [b.tool_use_id for m in agent.history if m.role == "user" for b in m.tool_results
+                       if not is_cleared(b) and not b.pinned]
+                if ids:
+                    call_id = ids[index % len(ids)]
+                    try:
+                        if what == "pin":
+                            agent.engine.pin_result(call_id)
+                        else:
+                            agent.engine.evict_result(call_id)
+                    except ResultChangeError:
+                        assert dump(agent.history) == before  # refused: nothing changed
+                    else:
+                        assert len(agent.history) == len(before)
+                event(f"{what} of {len(ids)}")
             elif op == "memory":
                 engine = agent.engine
                 script.main.extend([*extra, "text"])

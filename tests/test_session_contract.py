@@ -17,6 +17,8 @@ from agent_helpers import make_session
 from app.kernel import events as ev
 from app.session.agent_session import AgentSession, replayable
 from app.kernel.commands import (
+    EvictResult,
+    PinResult,
     Approve,
     AnswerElicitation,
     ApproveImport,
@@ -263,6 +265,9 @@ ANSWERED_AT_ONCE = [
     (RestoreResult("call-nope"), "restore_preview"),
     (ServerCompaction(True), "server_compaction"),
     (WhatIf(100_000, 0.5), "whatif"),
+    (Preview("evict", call_id="call-nope"), "forecast"),
+    (EvictResult("call-nope"), "evict"),
+    (PinResult("call-nope"), "pin"),
 ]
 
 

@@ -11,7 +11,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-from app.kernel.describe import forecast_text
+from app.kernel.describe import evict_question, forecast_text
 from widgets._literal import literal
 from widgets.key_footer import KeyFooter
 
@@ -70,18 +70,21 @@ class ForecastConfirmScreen(ConfirmScreen):
     tokens freed, prompt-cache tokens invalidated, next request's cost before/after, whether the
     model is called. Yes runs that plan (the dashboard sends its id)."""
 
-    def __init__(self, kind: Literal["compact", "reset"], focus: str | None = None,
+    def __init__(self, kind: Literal["compact", "reset", "evict"], focus: str | None = None,
                  forecast: ForecastEvent | None = None, **kwargs: Any) -> None:
         if kind == "reset":
             question = "Reset the conversation? The model forgets it; the transcript stays on disk."
+        elif kind == "evict":
+            question = evict_question(forecast) if forecast is not None else "Take this result out of the context?"
         else:
             question = f"Compact the conversation now{f' (focus: {focus})' if focus else ''}?"
         super().__init__(question, detail=forecast_text(forecast) if forecast is not None else FORECAST_PENDING,
                          **kwargs)
         self.kind = kind
         self.focus_text = focus
-        # enter compacts (nothing is lost: the transcript keeps it all); a reset keeps "no" as the default
-        self.default_answer = "yes" if kind == "compact" else "no"
+        # enter compacts or evicts (nothing is lost: the transcript and the saved output keep it all);
+        # a reset keeps "no" as the default
+        self.default_answer = "no" if kind == "reset" else "yes"
         self.forecast: ForecastEvent | None = forecast
 
     def show_forecast(self, event: "ForecastEvent") -> None:

@@ -1,4 +1,5 @@
-"""One tool call in the conversation: name, short argument, size, duration, truncated badge."""
+"""One tool call in the conversation: name, short argument, size, duration, and its badges
+(truncated, cleared, evicted, pinned)."""
 
 from __future__ import annotations
 
@@ -91,8 +92,12 @@ def tool_call_text(
             pieces += [_Piece("  ", ""), _Piece(" truncated ", badge)]
         if info.cut_before_send:
             pieces += [_Piece(" ", ""), _Piece(" cut " if compact else " cut before send ", badge)]
-        if info.cleared:
+        if info.evicted:  # the user took it out (d): a cleared result by the user's hand
+            pieces += [_Piece(" ", ""), _Piece(" evicted " if compact else " evicted by you ", badge)]
+        elif info.cleared:
             pieces += [_Piece(" ", ""), _Piece(" cleared " if compact else " cleared from context ", badge)]
+        elif info.pinned:  # the user pinned it (p): clearing and compaction keep it verbatim
+            pieces += [_Piece(" ", ""), _Piece(" pinned " if compact else " pinned in context ", badge)]
         elif info.restored:
             pieces.append(_Piece("  restored" if compact else "  restored to the context", dim))
     summary_room = summary_width

@@ -24,6 +24,10 @@ from widgets.tool_call_line import ToolCallInfo, tool_call_text
 # Restore is a control key: a letter would be eaten from a sentence typed while the list has
 # focus (typing anywhere goes to the prompt, app.py's on_key).
 RESTORE_KEY = "ctrl+t"
+# Evict and pin are letters, taken only while the list has focus and a call is highlighted
+# (``takes_key``); an eviction asks first, so a stray d costs a question, never a result.
+EVICT_KEY = "d"
+PIN_KEY = "p"
 
 
 class ToolCallList(ScrollView, can_focus=True):
@@ -37,6 +41,8 @@ class ToolCallList(ScrollView, can_focus=True):
         Binding("home", "first", "First call", show=False),
         Binding("end", "last", "Last call", show=False),
         Binding(RESTORE_KEY, "restore", "Restore cleared"),
+        Binding(EVICT_KEY, "evict", "Evict"),
+        Binding(PIN_KEY, "pin", "Pin"),
     ]
 
     COMPONENT_CLASSES = {
@@ -62,6 +68,19 @@ class ToolCallList(ScrollView, can_focus=True):
         """The user asked to bring the highlighted call's cleared result back (the App asks the session)."""
 
         call_id: str
+
+    @dataclass
+    class EvictAsked(Message):
+        """The user asked to take the highlighted call's result out of the context (the App asks first)."""
+
+        call_id: str
+
+    @dataclass
+    class PinAsked(Message):
+        """The user asked to pin the highlighted call's result (``pin``), or to unpin it."""
+
+        call_id: str
+        pin: bool
 
     cursor: reactive[int | None] = reactive(None)
 
@@ -121,6 +140,8 @@ class ToolCallList(ScrollView, can_focus=True):
         for index in (old, new):
             if index is not None:
                 self._cache.discard(index)
+        if (old is None) != (new is None):
+            self.refresh_bindings()  # evict and pin are listed only with a call highlighted
         self.refresh()
         self._scroll_to_cursor()
         # once more after layout: the first time the size may not be known yet
@@ -184,6 +205,29 @@ class ToolCallList(ScrollView, can_focus=True):
         if self.cursor is None or not self.calls:
             return
         self.post_message(self.RestoreAsked(self.calls[self.cursor].id))
+
+    def takes_key(self, character: str) -> bool:
+        """Whether this printable key is the list's (the App gives the others to the prompt)."""
+        return character in (EVICT_KEY, PIN_KEY) and self.cursor is not None and bool(self.calls)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("evict", "pin"):
+            return self.cursor is not None and bool(self.calls)  # listed only with a call highlighted
+        return True
+
+    def action_evict(self) -> None:
+        """Ask to take the highlighted call's result out of the context: the App asks the session
+        what it frees, and a dialog follows."""
+        if self.cursor is None or not self.calls:
+            return
+        self.post_message(self.EvictAsked(self.calls[self.cursor].id))
+
+    def action_pin(self) -> None:
+        """Pin the highlighted call's result, or unpin a pinned one."""
+        if self.cursor is None or not self.calls:
+            return
+        call = self.calls[self.cursor]
+        self.post_message(self.PinAsked(call.id, pin=not call.pinned))
 
     # ---------------------------------------------------------------- render
 

@@ -270,8 +270,8 @@ class Agent:
             self._end_turn()
             self._state("idle")
 
-    def reset(self) -> None:
-        self.engine.reset()
+    def reset(self, plan: Plan | None = None) -> None:
+        self.engine.reset(plan)
         self.step = 0
         self._end_turn()
         self._state("idle")

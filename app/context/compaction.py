@@ -65,13 +65,17 @@ class CompactionFailed(Exception):
 
 
 def build_compaction_request(system: str, history: Sequence[Message], tools: Sequence[ToolSpec],
-                             focus: str | None = None, max_tokens: int = 8_000) -> ModelRequest:
-    """The compaction call: the history plus the instruction, on a copy."""
+                             focus: str | None = None, max_tokens: int = 8_000,
+                             pinned: str | None = None) -> ModelRequest:
+    """The compaction call: the history plus the instruction, on a copy. ``pinned``: what the
+    summarizer is told of the results the user pinned (they follow the summary verbatim)."""
     if not history:
         raise CompactionFailed("nothing to compact: the history is empty")
     instruction = COMPACT_PROMPT
     if focus and focus.strip():
         instruction += f"\n\nFocus especially on: {focus.strip()}"
+    if pinned:
+        instruction += f"\n\n{pinned}"
     messages = list(history)
     last = messages[-1]
     if last.role == "user":

@@ -26,9 +26,10 @@ from app.context.compaction import (build_summary_history, is_paste, is_summary_
                                     kept_word_id, summary_problem, typed_words)
 from app.context.forecast import Forecast, ForecastAction, forecast
 from app.context.overflow import drop_oldest_rounds
+from app.context.pins import only_pinned_carry, pinned_carry, pinned_note
 from app.context.plans import PLANS_KEPT, MemoryPlan, Plan, PlanKind, new_plan_id
 from app.context.prices import Price, cost_usd
-from app.context.pruning import PruneResult, is_cleared, prune_by_size, prune_by_time, stub_for
+from app.context.pruning import PruneResult, call_words, evicted_stub, is_cleared, prune_by_size, prune_by_time, stub_for
 from app.context.rules import attached_rule_paths
 from app.context.session_memory import MEMORY_INTRO, SessionMemory, UnseenMessages, safe_cut
 from app.context.summarizer import extractive_summary
@@ -41,7 +42,9 @@ from app.kernel.events import (
     CompactionEvent,
     ContextEvent,
     Event,
+    EvictEvent,
     MicroCompactionEvent,
+    PinEvent,
     PointKind,
     ResetEvent,
     RestoreEvent,
@@ -50,7 +53,7 @@ from app.kernel.events import (
     UsageEvent,
     WarningCrossedEvent,
 )
-from app.kernel.messages import Message, OpaqueBlock, TextBlock, ToolResultBlock, ToolSpec
+from app.kernel.messages import Message, OpaqueBlock, TextBlock, ToolResultBlock, ToolSpec, ToolUseBlock
 from app.kernel.usage import ServerEdit, Usage
 
 if TYPE_CHECKING:
@@ -133,7 +136,11 @@ def _call_words(name: str, tool_input: object) -> str:
     return f"{name} {argument}".strip()
 
 
-class RestoreError(Exception):
+class ResultChangeError(Exception):
+    """A tool result cannot be restored, evicted or pinned; the message says why in one line."""
+
+
+class RestoreError(ResultChangeError):
     """A cleared result cannot be restored; the message says why in one line."""
 
 
@@ -146,6 +153,7 @@ class RestorePreview:
     projected_after: int
     level_after: str  # "ok", "warning", "compact", "blocking"
     fits: bool  # False: it would push the request over the blocking line
+    plan_id: str = ""  # the plan these figures describe (``RestoreResult(plan_id=...)`` runs it)
 
     def describe(self) -> str:
         return (f"restore {self.tool_name} result {self.call_id}: +~{self.tokens:,} tokens, "
@@ -367,8 +375,14 @@ class ContextCore:
         return max(MIN_KEPT_WORDS, self.thresholds.auto_compact_line // 4)
 
     def summary_history(self, summary: str, replaced: Sequence[Message]) -> list[Message]:
-        """The summary message for ``replaced``: the summary and the user's words it keeps."""
-        return build_summary_history(summary, replaced, self.kept_words_budget(), self.saved_pastes)
+        """The summary message for ``replaced``: the summary and the user's words it keeps, then the
+        results the user pinned, verbatim (``pins.pinned_carry``)."""
+        return (build_summary_history(summary, replaced, self.kept_words_budget(), self.saved_pastes)
+                + pinned_carry(replaced))
+
+    def pinned_note(self) -> str | None:
+        """What the summarizer is told of the pinned results it must not summarize away."""
+        return pinned_note(self.history)
 
     def pastes_to_save(self, messages: Sequence[Message] | None = None) -> list[tuple[str, str]]:
         """(message id, text) of the user's pastes in ``messages`` (the history) not saved yet: a
@@ -425,7 +439,7 @@ class ContextCore:
         """Keep what the features track about the history in step with a replacement."""
         if self.config.memory_update_tokens > 0:
             self.unseen(old_history)  # a resumed history replaced before any append: still unseen
-        if reason in ("micro_compaction", "restore", "merge_user") and len(old_history) == len(self.history):
+        if reason in ("micro_compaction", "restore", "merge_user", "evict", "pin") and len(old_history) == len(self.history):
             # Same messages, some blocks changed: the memory still covers the same positions.
             # (A clearing leaves the unseen messages as they were sent: the memory sees the output.)
             covered = self.session_memory.covered_index(old_history)
@@ -453,16 +467,22 @@ class ContextCore:
             self.attached_rules = attached_rule_paths(
                 [b.content for m in self.history if m.role == "user" for b in m.tool_results])
 
-    def reset(self) -> list[Effect]:
-        """Clear the conversation and the live accounting; the ledger stays."""
-        effects: list[Effect] = [ResetEvent(messages_before=len(self.history))]  # a resumed chart shows the drop
-        effects.append(self.replace([], "reset"))
+    def reset(self, plan: Plan | None = None) -> list[Effect]:
+        """Run a reset plan (None: one made now): clear the conversation and the live accounting;
+        the ledger stays. The event carries the plan's forecast beside what happened."""
+        plan = plan or self.plan_reset()
+        tokens_before = self.projected()
+        messages_before = len(self.history)
+        replaced = self.replace([], "reset")
         self.accounting.reset()  # the growth of the old conversation says nothing about the new one
         self.last_assistant_at = None
         self.warned = False
         self.cached_prefix = 0  # a new conversation shares no cached prefix beyond the system part
         context = self.context_event()
-        return [*effects, context, self.point(context.projected_tokens, "reset")]
+        event = ResetEvent(messages_before=messages_before, tokens_before=tokens_before,
+                           tokens_after=context.projected_tokens, **_planned_fields(plan))
+        # the event first: a resumed chart shows the drop
+        return [event, replaced, context, self.point(context.projected_tokens, "reset")]
 
     # ---- the session memory's bookkeeping ----
 
@@ -755,7 +775,8 @@ class ContextCore:
     def only_a_summary(self) -> bool:
         """A history that is just a summary (plus the user's new words): compacting it
         again gains nothing and, with a tiny budget, would loop on every request."""
-        return len(self.history) == 1 and is_summary_message(self.history[0])
+        return (bool(self.history) and is_summary_message(self.history[0])
+                and only_pinned_carry(self.history[1:]))
 
     def prune_by_time(self, now: float) -> PruneResult | None:
         """The results to clear after an idle pause (None: nothing to clear)."""
@@ -772,6 +793,27 @@ class ContextCore:
                                keep_ids=frozenset(self.pinned))
         return result if result.results_cleared else None
 
+    def plan_clearing(self, trigger: Literal["time", "size"], now: float = 0.0) -> Plan | None:
+        """The clearing of old results an idle pause (``now``: the time it is) or the warning line
+        asks for, as a plan its event is measured against; None: nothing to clear."""
+        result = self.prune_by_time(now) if trigger == "time" else self.prune_by_size()
+        if result is None:
+            return None
+        before = self.projected()
+        first = next((i for i, (old, new) in enumerate(zip(self.history, result.history)) if old is not new),
+                     len(self.history))
+        planned = forecast("clear", tokens_before=before, tokens_after=max(0, before - result.tokens_freed),
+                           cached_prefix=self.cached_prefix, stable_prefix=self._shared_prefix(first),
+                           price=self.price)
+        count = len(self.history)
+        return Plan(new_plan_id(), "clear", planned, count, count, self.history_mark(), prune=result,
+                    trigger=trigger)
+
+    def _shared_prefix(self, index: int) -> int:
+        """Tokens of what a change from message ``index`` on leaves cached: the fixed part and the
+        messages before it."""
+        return self.stable_prefix() + estimate_messages(self.history[:index])
+
     def outputs_to_save(self, pruned: list[Message]) -> list[ToolResultBlock]:
         """Results a clearing cuts whose full output was never saved (it was not truncated):
         they are written to disk first, so their stubs can name a file the model can re-read."""
@@ -786,14 +828,24 @@ class ContextCore:
         return found
 
     def clear_results(self, result: PruneResult, trigger: Literal["time", "size"],
-                      saved: dict[str, str]) -> list[Effect]:
-        """Apply a clearing; ``saved``: call id -> the file a result's full output was just saved to
-        (its stub names it; a result not in it keeps a "not saved" stub, the transcript holds it)."""
+                      saved: dict[str, str], plan: Plan | None = None) -> list[Effect]:
+        """Apply a clearing (``plan``: the one it runs, whose forecast its event carries); ``saved``:
+        call id -> the file a result's full output was just saved to (its stub names it; a result
+        not in it keeps a "not saved" stub, the transcript holds it)."""
         new = _with_saved_stubs(self.history, result.history, saved) if saved else result.history
+        tokens_before = self.projected()
         effects: list[Effect] = [self.replace(new, "micro_compaction")]
+        freed = max(0, tokens_before - self.projected()) if plan is not None else result.tokens_freed
+        planned = {"forecast_tokens_freed": plan.forecast.tokens_freed, "plan_id": plan.id} if plan else {}
         effects.append(MicroCompactionEvent(trigger=trigger, results_cleared=result.results_cleared,
-                                            tokens_freed=result.tokens_freed))
+                                            tokens_freed=freed, **planned))
         return effects + self._after_change("prune")
+
+    def run_clearing(self, plan: Plan, saved: dict[str, str]) -> list[Effect]:
+        """Run a clearing plan (``plan_clearing``), made just before on this same history."""
+        assert plan.prune is not None and plan.trigger in ("time", "size")
+        trigger: Literal["time", "size"] = "time" if plan.trigger == "time" else "size"
+        return self.clear_results(plan.prune, trigger, saved, plan)
 
     # ---- compaction ----
 
@@ -857,7 +909,12 @@ class ContextCore:
         """Deterministic extractive summary: no model call, so it works when nothing else can."""
         before_msgs = len(self.history)
         tokens_before = self.projected()
-        return self.install_summary(extractive_summary(self.history), "fallback", before_msgs, tokens_before)
+        summary = extractive_summary(self.history)
+        # written before it runs, so its size after is known: the plan's forecast is exact
+        after = round(self.estimate_with_summary(summary) * self.accounting.request_scale)
+        planned = forecast("extractive", tokens_before=tokens_before, tokens_after=min(after, tokens_before),
+                           cached_prefix=self.cached_prefix, stable_prefix=self.stable_prefix(), price=self.price)
+        return self.install_summary(summary, "fallback", before_msgs, tokens_before, planned)
 
     def recover_overflow(self, gap_tokens: int | None, message: str) -> tuple[bool, list[Effect]]:
         """Drop the oldest API rounds to cover the reported gap. False when nothing can be dropped."""
@@ -867,11 +924,16 @@ class ContextCore:
         if not dropped:
             return False, [self.compaction_not_done("reactive", before_msgs, tokens_before,
                                                     reason="nothing left to drop")]
+        first = next((i for i, (old, new) in enumerate(zip(self.history, kept)) if old is not new), len(kept))
+        planned = forecast("drop", tokens_before=tokens_before,
+                           tokens_after=min(tokens_before, round(self.estimate_request(kept) * self.accounting.request_scale)),
+                           cached_prefix=self.cached_prefix, stable_prefix=self._shared_prefix(first), price=self.price)
         replaced = self.replace(kept, "overflow")
         tokens_after = self.projected()
         event = CompactionEvent(trigger="reactive", ok=True, messages_before=before_msgs,
                                 messages_after=len(kept), tokens_before=tokens_before,
-                                tokens_after=tokens_after, reason=message, gap_tokens=gap_tokens)
+                                tokens_after=tokens_after, reason=message, gap_tokens=gap_tokens,
+                                **_forecast_fields(planned))
         return True, [replaced, event, *self._after_change("compaction", tokens_after)]
 
     # ---- compaction from the session memory ----
@@ -958,7 +1020,9 @@ class ContextCore:
                 if from_memory.tokens_freed * 2 >= by_summary.tokens_freed > 0:
                     return Plan(new_plan_id(), "compact", from_memory, count, len(memory_plan.history),
                                 self.history_mark(), focus, memory=memory_plan)
-        return Plan(new_plan_id(), "compact", by_summary, count, 1, self.history_mark(), focus)
+        # one summary, and the pinned results carried after it
+        return Plan(new_plan_id(), "compact", by_summary, count, 1 + len(pinned_carry(self.history)),
+                    self.history_mark(), focus)
 
     def plan_reset(self) -> Plan:
         if not self.history:
@@ -1044,10 +1108,23 @@ class ContextCore:
             return truncate_head_tail(text, self.config.restore_max_chars, cleared.saved_path)
         return text
 
-    def restore(self, cleared: ClearedResult, text: str,
-                by: Literal["user", "model"]) -> tuple[RestorePreview, list[Effect]]:
+    def plan_restore(self, cleared: ClearedResult, text: str) -> RestorePreview:
+        """The restore a confirmation asks about, kept as a plan: its figures, with its id."""
+        preview = self.restore_preview(cleared, text)
+        planned = forecast("restore", tokens_before=preview.projected_before, tokens_after=preview.projected_after,
+                           cached_prefix=self.cached_prefix, stable_prefix=self._shared_prefix(cleared.message_index),
+                           price=self.price)
+        count = len(self.history)
+        plan = self.remember(Plan(new_plan_id(), "restore", planned, count, count, self.history_mark(),
+                                  call_id=cleared.block.tool_use_id))
+        return replace(preview, plan_id=plan.id)
+
+    def restore(self, cleared: ClearedResult, text: str, by: Literal["user", "model"],
+                plan: Plan | None = None, replanned: bool = False) -> tuple[RestorePreview, list[Effect]]:
         """Bring a cleared result back for the next request (kept through it, then prunable
-        again); RestoreError when it would push the request over the blocking line."""
+        again); RestoreError when it would push the request over the blocking line. ``plan``:
+        the one confirmed (its forecast goes on the event); ``replanned``: one was named, and
+        the history had changed since."""
         preview = self.restore_preview(cleared, text)
         call_id = cleared.block.tool_use_id
         if not preview.fits:
@@ -1063,8 +1140,11 @@ class ContextCore:
         replaced = self.replace(new_history, "restore")
         self.pinned.add(call_id)
         after = self.projected()
+        planned = ({"forecast_projected_after": plan.forecast.tokens_after, "plan_id": plan.id}
+                   if plan is not None else {"forecast_projected_after": preview.projected_after})
         event = RestoreEvent(id=call_id, name=preview.tool_name, tokens=preview.tokens,
-                             projected_before=preview.projected_before, projected_after=after, by=by)
+                             projected_before=preview.projected_before, projected_after=after, by=by,
+                             replanned=replanned, **planned)
         done = replace(preview, projected_after=after, level_after=level(after, self.thresholds), fits=True)
         return done, [replaced, event, self.context_event()]
 
@@ -1072,6 +1152,120 @@ class ContextCore:
         """Call ids of the cleared results that can be restored (oldest first)."""
         return [b.tool_use_id for m in self.history if m.role == "user" for b in m.tool_results
                 if is_cleared(b) and b.full_output_path]
+
+    def marked_results(self) -> tuple[list[str], list[str]]:
+        """Call ids of the results the user evicted, and of those pinned (oldest first)."""
+        results = [b for m in self.history if m.role == "user" for b in m.tool_results]
+        return ([b.tool_use_id for b in results if b.evicted],
+                [b.tool_use_id for b in results if b.pinned and not is_cleared(b)])
+
+    # ---- the user's hand on one result: evict, pin (the tool list's d and p) ----
+
+    def take_named_plan(self, kind: PlanKind, plan_id: str | None, call_id: str | None = None) -> Plan | None:
+        """The plan a confirmation named, if it is of this kind, about this call, and was made on
+        the live history (None: unknown, or made on another history: the caller makes it again)."""
+        named = self.plans.pop(plan_id, None) if isinstance(plan_id, str) else None
+        if (named is None or named.kind != kind or named.call_id != call_id
+                or named.history_mark != self.history_mark()):
+            return None
+        return named
+
+    def take_reset_plan(self, plan_id: str | None) -> Plan:
+        """The reset plan a confirmation named, or one made now (marked ``replanned`` when one was named)."""
+        named = self.take_named_plan("reset", plan_id)
+        if named is not None:
+            return named
+        fresh = self.plan_reset()
+        return replace(fresh, replanned=plan_id is not None)
+
+    def _live_result(self, call_id: str) -> tuple[int, int, ToolResultBlock, ToolUseBlock | None, str]:
+        """(message index, block index, result, its call, the call in words) of ``call_id``'s result
+        in the live history; ResultChangeError (one line) when it is not there."""
+        use = next((u for m in self.history if m.role == "assistant" for u in m.tool_uses if u.id == call_id), None)
+        words = _call_words(use.name, use.input) if use is not None else "that call"
+        for i in range(len(self.history) - 1, -1, -1):
+            for j, block in enumerate(self.history[i].content):
+                if isinstance(block, ToolResultBlock) and block.tool_use_id == call_id:
+                    return i, j, block, use, words
+        raise ResultChangeError(f"the result of {words} is no longer in the live context "
+                                "(it may have been compacted into a summary)")
+
+    def _with_block(self, i: int, j: int, block: ToolResultBlock) -> list[Message]:
+        blocks = list(self.history[i].content)
+        blocks[j] = block
+        new_history = list(self.history)
+        new_history[i] = self.history[i].copy_with(blocks)
+        return new_history
+
+    def plan_evict(self, call_id: str, save_to: str | None = None) -> Plan:
+        """Taking one result out of the context (a stub naming its saved file stays), kept for
+        ``take_named_plan``; ResultChangeError when it cannot be. ``save_to``: where the service
+        would save an output never saved (the stub names it)."""
+        i, _j, block, use, words = self._live_result(call_id)
+        if is_cleared(block):
+            raise ResultChangeError(f"the result of {words} is already out of the context")
+        if block.pinned:
+            raise ResultChangeError(f"the result of {words} is pinned: unpin it first (p)")
+        before = self.projected()
+        stub = evicted_stub(use, block.full_output_path or save_to or "not saved")
+        freed = max(0, estimate_text_fast(block.content) - count_tokens(stub))
+        planned = forecast("evict", tokens_before=before, tokens_after=before - freed,
+                           cached_prefix=self.cached_prefix, stable_prefix=self._shared_prefix(i), price=self.price)
+        count = len(self.history)
+        return self.remember(Plan(new_plan_id(), "evict", planned, count, count, self.history_mark(),
+                                  call_id=call_id, call=call_words(use)))
+
+    def output_to_save(self, call_id: str) -> ToolResultBlock | None:
+        """The result an eviction replaces by a stub, when its full output was never saved (the
+        service writes it first, so the stub names a file the result can be restored from)."""
+        _i, _j, block, _use, _words = self._live_result(call_id)
+        return block if block.full_output_path is None and not is_cleared(block) else None
+
+    def evict(self, plan: Plan, saved_path: str | None, replanned: bool = False) -> tuple[EvictEvent, list[Effect]]:
+        """Run an eviction plan: the result becomes a stub naming ``saved_path`` (or the file its
+        output was already saved to), marked ``evicted``; restore brings it back."""
+        assert plan.call_id is not None
+        i, j, block, use, words = self._live_result(plan.call_id)
+        path = block.full_output_path or saved_path
+        if path is None:
+            raise ResultChangeError(f"the output of {words} could not be saved, so it stays in the context")
+        tokens_before = self.projected()
+        stubbed = block.model_copy(update={"content": evicted_stub(use, path), "full_output_path": path,
+                                           "evicted": True, "pinned": False})
+        replaced = self.replace(self._with_block(i, j, stubbed), "evict")
+        tokens_after = self.projected()
+        event = EvictEvent(id=plan.call_id, name=use.name if use is not None else "tool", path=path,
+                           tokens_before=tokens_before, tokens_after=tokens_after, **_planned_fields(plan, replanned))
+        return event, [replaced, event, *self._after_change("prune", tokens_after)]
+
+    def plan_pin(self, call_id: str, pin: bool) -> Plan:
+        """Pinning (or unpinning) one result: kept verbatim through clearing and compaction, and the
+        summarizer told so; ResultChangeError when it cannot be. The request is the same after it."""
+        _i, _j, block, use, words = self._live_result(call_id)
+        if pin and is_cleared(block):
+            raise ResultChangeError(f"the result of {words} is out of the context: restore it first (ctrl+t)")
+        if block.pinned == pin:
+            raise ResultChangeError(f"the result of {words} is {'already' if pin else 'not'} pinned")
+        before = self.projected()
+        # nothing sent changes: the cache stays whole
+        planned = forecast("pin" if pin else "unpin", tokens_before=before, tokens_after=before,
+                           cached_prefix=self.cached_prefix, stable_prefix=self.cached_prefix, price=self.price)
+        count = len(self.history)
+        return self.remember(Plan(new_plan_id(), "pin", planned, count, count, self.history_mark(),
+                                  call_id=call_id, call=call_words(use), pin=pin))
+
+    def set_pin(self, plan: Plan, replanned: bool = False) -> tuple[PinEvent, list[Effect]]:
+        """Run a pin plan: the result's ``pinned`` mark is set (or taken off)."""
+        assert plan.call_id is not None
+        i, j, block, use, _words = self._live_result(plan.call_id)
+        cached = self.cached_prefix
+        replaced = self.replace(self._with_block(i, j, block.model_copy(update={"pinned": plan.pin})), "pin")
+        self.cached_prefix = cached  # the request is the same: what was cached still is
+        event = PinEvent(id=plan.call_id, name=use.name if use is not None else "tool", pinned=plan.pin,
+                         call=call_words(use), tokens=estimate_text_fast(block.content),
+                         tokens_before=plan.forecast.tokens_before, tokens_after=self.projected(),
+                         **_planned_fields(plan, replanned))
+        return event, [replaced, event, self.context_event()]
 
     # ---- the breakdown ----
 
@@ -1143,6 +1337,21 @@ class _ForecastFields(TypedDict, total=False):
 
 def _audit_fields(audit: AuditResult) -> _AuditFields:
     return {"facts_added": len(audit.missing), "checked_facts": audit.added, "facts_checked": len(audit.facts)}
+
+
+class _PlannedFields(TypedDict):
+    """The plan's fields of a ResetEvent, EvictEvent or PinEvent: its forecast beside what happened."""
+
+    plan_id: str
+    forecast_tokens_after: int
+    cache_tokens_invalidated: int
+    replanned: bool
+
+
+def _planned_fields(plan: Plan, replanned: bool = False) -> _PlannedFields:
+    return {"plan_id": plan.id, "forecast_tokens_after": plan.forecast.tokens_after,
+            "cache_tokens_invalidated": plan.forecast.cache_tokens_invalidated,
+            "replanned": replanned or plan.replanned}
 
 
 def _forecast_fields(planned: Forecast | None) -> _ForecastFields:

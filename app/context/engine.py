@@ -31,6 +31,7 @@ from app.context.core import (
     Replaced,
     RestoreError as RestoreError,
     RestorePreview as RestorePreview,
+    ResultChangeError as ResultChangeError,
     Trigger,
 )
 from app.context.forecast import Forecast
@@ -38,7 +39,6 @@ from app.context.memory import MemoryBundle
 from app.context.plans import MemoryPlan, Plan
 from app.context.prices import Price
 from app.context.request_parts import PartsMemo, request_parts
-from app.context.pruning import PruneResult
 from app.context.rules import RuleSet
 from app.context.session_memory import MEMORY_FILE_NAME, SessionMemory, build_memory_request
 from app.context.thresholds import Thresholds
@@ -51,6 +51,8 @@ from app.kernel.events import (
     ConfigWarningEvent,
     ContextEvent,
     Event,
+    EvictEvent,
+    PinEvent,
     RuleAttachedEvent,
     SessionMemoryEvent,
     UsageEvent,
@@ -63,7 +65,8 @@ from app.kernel.usage import Usage
 from app.kernel.model_call import ContextTooLongError, ModelRequest, ProviderError
 
 # EngineConfig, RestoreError and RestorePreview are the core's; callers keep importing them from here.
-__all__ = ["ContextEngine", "EngineConfig", "HistoryRecorder", "RestoreError", "RestorePreview", "Summarize"]
+__all__ = ["ContextEngine", "EngineConfig", "HistoryRecorder", "RestoreError", "RestorePreview",
+           "ResultChangeError", "Summarize"]
 
 
 class HistoryRecorder(Protocol):
@@ -305,14 +308,15 @@ class ContextEngine:
         self._run(self.core.append_user_text(text, attached, self.clock()))
         self._save_pastes(self.history[-1:])
 
-    def reset(self) -> None:
-        """Clear the conversation and the live accounting; the ledger and files on disk stay
-        (the session memory's file is emptied: its words must not seep into the new one)."""
+    def reset(self, plan: Plan | None = None) -> None:
+        """Run a reset plan (``take_reset_plan``; None: one made now): clear the conversation and the
+        live accounting; the ledger and files on disk stay (the session memory's file is emptied:
+        its words must not seep into the new one)."""
         if self._memory_task is not None and not self._memory_task.done():
             self._memory_task.cancel()
         if self.session_memory.exists:
             self.session_memory.save("", None)
-        self._run(self.core.reset())
+        self._run(self.core.reset(plan))
 
     # ---- accounting ----
 
@@ -403,25 +407,32 @@ class ContextEngine:
         self._maybe_start_memory_update(summarize)
 
     def _micro_by_time(self) -> None:
-        result = self.core.prune_by_time(self.clock())
-        if result is not None:
-            self._clear(result, "time")
+        plan = self.core.plan_clearing("time", self.clock())
+        if plan is not None:
+            self._clear(plan)
 
     def _micro_by_size(self) -> None:
-        result = self.core.prune_by_size()
-        if result is not None:
-            self._clear(result, "size")
+        plan = self.core.plan_clearing("size")
+        if plan is not None:
+            self._clear(plan)
 
-    def _clear(self, result: PruneResult, trigger: Literal["time", "size"]) -> None:
-        """A cleared result whose full output was never saved is written to tool-results/ first,
-        so its stub can name a file the model can re-read."""
+    def _clear(self, plan: Plan) -> None:
+        """Run a clearing plan. A cleared result whose full output was never saved is written to
+        tool-results/ first, so its stub can name a file the model can re-read."""
+        assert plan.prune is not None
         saved: dict[str, str] = {}
         if self.tool_results_dir is not None:
-            for block in self.core.outputs_to_save(result.history):
+            for block in self.core.outputs_to_save(plan.prune.history):
                 path = self._save_output(block.tool_use_id, block.content)
                 if path is not None:  # else the stub says "not saved"; the transcript still holds it
                     saved[block.tool_use_id] = path
-        self._run(self.core.clear_results(result, trigger, saved))
+        self._run(self.core.run_clearing(plan, saved))
+
+    def _output_path(self, tool_use_id: str) -> str | None:
+        """Where ``_save_output`` writes this call's output (None: this engine saves none)."""
+        if self.tool_results_dir is None:
+            return None
+        return str(self.tool_results_dir / f"{_safe_name(tool_use_id)}.txt")
 
     def _save_output(self, tool_use_id: str, content: str) -> str | None:
         """Write a full output to tool-results/; on a disk error there is just no path."""
@@ -489,7 +500,7 @@ class ContextEngine:
         summary: str | None = None
         for _attempt in range(MAX_OVERFLOW_RETRIES + 1):
             request = build_compaction_request(self.system_text, work, self.tools, plan.focus,
-                                               self.config.compact_max_output)
+                                               self.config.compact_max_output, pinned=core.pinned_note())
             try:
                 message, usage = await summarize(request)
                 self.record_usage("compact", usage, self.compact_price)
@@ -681,6 +692,11 @@ class ContextEngine:
         """The reset a confirmation asks about (its figures use the prompt cache as it is now)."""
         return self.core.plan_reset()
 
+    def take_reset_plan(self, plan_id: str | None) -> Plan:
+        """The reset plan a confirmation named, if it was made on the live history; else one made
+        now, marked ``replanned`` when a plan was named (the event says so)."""
+        return self.core.take_reset_plan(plan_id)
+
     def take_plan(self, plan_id: str | None, focus: str | None = None) -> Plan:
         """The compaction plan a confirmation named, if it was made on the live history; else
         (the conversation moved on, or the plan is unknown) one made now, marked ``replanned``
@@ -703,18 +719,58 @@ class ContextEngine:
                                f"{err.strerror or err}") from None
 
     def preview_restore(self, call_id: str) -> RestorePreview:
-        """What restoring a cleared result costs: its tokens and the projection after.
-        Raises RestoreError (one line saying why) when it cannot be restored."""
+        """What restoring a cleared result costs: its tokens and the projection after, kept as a
+        plan (its id in ``plan_id``). Raises RestoreError (one line saying why) when it cannot be restored."""
         cleared = self.core.cleared_result(call_id)
-        return self.core.restore_preview(cleared, self._saved_output(cleared))
+        return self.core.plan_restore(cleared, self._saved_output(cleared))
 
-    def restore_result(self, call_id: str, by: Literal["user", "model"] = "user") -> RestorePreview:
+    def restore_result(self, call_id: str, by: Literal["user", "model"] = "user",
+                       plan_id: str | None = None) -> RestorePreview:
         """Bring a cleared result back for the next request (kept through it, then prunable
-        again). Returns its token cost and the new projection; the transcript records it."""
+        again): the plan ``plan_id`` names if the context is as it was shown, else the restore
+        as it is now (the event says it was made anew). Returns its token cost and the new
+        projection; the transcript records it."""
         cleared = self.core.cleared_result(call_id)
-        done, effects = self.core.restore(cleared, self._saved_output(cleared), by)
+        plan = self.core.take_named_plan("restore", plan_id, call_id)
+        done, effects = self.core.restore(cleared, self._saved_output(cleared), by, plan,
+                                          replanned=plan_id is not None and plan is None)
         self._run(effects)
         return done
+
+    # ---- the user's hand on one result: evict and pin ----
+
+    def plan_evict(self, call_id: str) -> Plan:
+        """What taking ``call_id``'s result out of the context frees, kept for ``evict_result``.
+        ResultChangeError (one line) when it cannot be evicted."""
+        return self.core.plan_evict(call_id, self._output_path(call_id))
+
+    def plan_pin(self, call_id: str, pin: bool = True) -> Plan:
+        """What pinning (or unpinning) ``call_id``'s result does; ResultChangeError (one line) when it cannot."""
+        return self.core.plan_pin(call_id, pin)
+
+    def evict_result(self, call_id: str, plan_id: str | None = None) -> EvictEvent:
+        """Run the eviction ``plan_id`` names if the context is as it was shown, else one made now
+        (said so). An output never saved is saved first, so the stub names a file restore reads."""
+        plan = self.core.take_named_plan("evict", plan_id, call_id)
+        replanned = plan_id is not None and plan is None
+        if plan is None:
+            plan = self.plan_evict(call_id)
+        unsaved = self.core.output_to_save(call_id)
+        path = self._save_output(call_id, unsaved.content) if unsaved is not None else None
+        event, effects = self.core.evict(plan, path, replanned)
+        self._run(effects)
+        return event
+
+    def pin_result(self, call_id: str, pin: bool = True) -> PinEvent:
+        """Pin (or unpin) ``call_id``'s result: a plan made and run at once (a pin changes nothing
+        sent; its event says what clearing and compaction now keep)."""
+        event, effects = self.core.set_pin(self.core.plan_pin(call_id, pin))
+        self._run(effects)
+        return event
+
+    def marked_results(self) -> tuple[list[str], list[str]]:
+        """Call ids of the results the user evicted, and of those pinned (oldest first)."""
+        return self.core.marked_results()
 
     def cleared_results(self) -> list[str]:
         """Call ids of the cleared results that can be restored (oldest first)."""

@@ -21,8 +21,12 @@ from typing import Literal
 
 from app.context.prices import Price
 
-# "nothing": the plan does nothing (the context is already one summary, or empty)
-ForecastAction = Literal["compact", "memory_compact", "reset", "nothing"]
+# "nothing": the plan does nothing (the context is already one summary, or empty); "extractive":
+# the fallback's summary, written before it runs; "drop": the oldest rounds dropped on a "too long";
+# "clear": old results cleared; "restore", "evict", "pin", "unpin": one result brought back, taken
+# out, kept verbatim through clearing and compaction, or no longer kept
+ForecastAction = Literal["compact", "memory_compact", "reset", "nothing", "extractive", "drop", "clear", "restore",
+                         "evict", "pin", "unpin"]
 
 
 @dataclass(frozen=True)
@@ -68,9 +72,13 @@ class Forecast:
     def describe(self) -> str:
         """One line for a confirmation dialog or a log."""
         what = {"compact": "compaction", "memory_compact": "compaction from session memory",
-                "reset": "reset", "nothing": "nothing to do"}[self.action]
+                "reset": "reset", "nothing": "nothing to do", "extractive": "extractive compaction",
+                "drop": "overflow drop", "clear": "clearing old results",
+                "restore": "restore", "evict": "eviction", "pin": "pin", "unpin": "unpin"}[self.action]
         low, high = self.after_range
-        if low == high:
+        if low == high and self.tokens_after > self.tokens_before:  # a restore grows the context
+            frees = f"adds ~{self.tokens_after - self.tokens_before:,} tokens ({self.tokens_before:,} → ~{self.tokens_after:,})"
+        elif low == high:
             frees = f"frees ~{self.tokens_freed:,} tokens ({self.tokens_before:,} → ~{self.tokens_after:,})"
         else:
             frees = (f"frees {max(0, self.tokens_before - high):,}–{max(0, self.tokens_before - low):,} tokens "

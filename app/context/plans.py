@@ -1,10 +1,13 @@
-"""Plans: what a compaction or a reset will do, worked out before it runs, and then run as is.
+"""Plans: what a change to the context will do, worked out before it runs, and then run as is.
 
-The confirmation shows a plan; confirming names the plan by its id, and the engine runs that
-plan, not a fresh guess (a forecast once described a compaction from the session memory, no
-model call, while a summary with a model call ran). A plan made on a history that has changed
-since is made again, and the compaction says so. A plan that does nothing (the context is
-already one summary, the conversation is already empty) is answered at once, without a dialog.
+Every change the engine makes to the context is one: a compaction, a reset, a clearing of old
+results, a restore, and the user's eviction and pin of one result. The confirmation shows a
+plan; confirming names the plan by its id, and the engine runs that plan, not a fresh guess (a
+forecast once described a compaction from the session memory, no model call, while a summary
+with a model call ran). A plan made on a history that has changed since is made again, and the
+event says so. A plan that does nothing (the context is already one summary, the conversation
+is already empty) is answered at once, without a dialog. The event a plan's run emits carries
+the plan's forecast beside what happened.
 
 Pure data: the core (app/context/core.py) makes them, the engine (app/context/engine.py) runs them.
 """
@@ -17,6 +20,7 @@ from typing import Literal
 
 from app.context.audit import AuditResult
 from app.context.forecast import Forecast
+from app.context.pruning import PruneResult
 from app.kernel.messages import Message
 
 
@@ -29,7 +33,7 @@ class MemoryPlan:
     audit: AuditResult
 
 
-PlanKind = Literal["compact", "reset"]
+PlanKind = Literal["compact", "reset", "clear", "restore", "evict", "pin"]
 
 # Plans kept for a confirmation to name (older ones are made again when named).
 PLANS_KEPT = 8
@@ -54,6 +58,13 @@ class Plan:
     reason: str = ""  # why it does nothing (for "nothing")
     memory: MemoryPlan | None = None  # the compaction from the session memory it runs
     replanned: bool = False  # made again at run time: the history changed after the confirmation
+    # restore, evict, pin: the tool call whose result the plan changes; pin: pin (True) or unpin
+    call_id: str | None = None
+    call: str = ""  # that call in words ("read_file(path='a.py')")
+    pin: bool = True
+    # clear: the clearing it runs, and what asked for it ("time": an idle pause, "size": the warning line)
+    prune: PruneResult | None = None
+    trigger: str = ""
 
     @property
     def action(self) -> str:

@@ -19,6 +19,10 @@ from app.context import tokens as _tokens
 CLEARED_PREFIX = "[Old tool result cleared to save context:"
 STUB_TEMPLATE = (CLEARED_PREFIX + " {call}. Full output: {path}. "
                  "Call the tool again if you need it.]")
+# The stub of a result the user took out of the context (the tool list's d): the block carries
+# ``evicted``, which is what marks it (a tool's output reading like this stub is not one).
+EVICTED_TEMPLATE = ("[Tool result taken out of the context by the user: {call}. Full output: {path}. "
+                    "Read it again only if the user asks for it.]")
 
 
 @dataclass
@@ -47,12 +51,20 @@ def short_args(args: dict[str, Any], max_chars: int = 80) -> str:
 
 
 def is_cleared(block: ToolResultBlock) -> bool:
-    return block.content.startswith(CLEARED_PREFIX)
+    """Out of the context: cleared by micro-compaction, or evicted by the user."""
+    return block.evicted or block.content.startswith(CLEARED_PREFIX)
+
+
+def call_words(use: ToolUseBlock | None) -> str:
+    return f"{use.name}({short_args(use.input)})" if use is not None else "unknown tool()"
 
 
 def stub_for(block: ToolResultBlock, use: ToolUseBlock | None) -> str:
-    call = f"{use.name}({short_args(use.input)})" if use is not None else "unknown tool()"
-    return STUB_TEMPLATE.format(call=call, path=block.full_output_path or "not saved")
+    return STUB_TEMPLATE.format(call=call_words(use), path=block.full_output_path or "not saved")
+
+
+def evicted_stub(use: ToolUseBlock | None, path: str) -> str:
+    return EVICTED_TEMPLATE.format(call=call_words(use), path=path)
 
 
 def _uses_by_id(history: Sequence[Message]) -> dict[str, ToolUseBlock]:
@@ -82,7 +94,7 @@ def _clear(history: Sequence[Message], positions: Sequence[tuple[int, int]]) -> 
     for i, j in positions:
         block = history[i].content[j]
         assert isinstance(block, ToolResultBlock)
-        if is_cleared(block):
+        if is_cleared(block) or block.pinned:  # a pinned result stays verbatim: the user said so
             continue
         stub = stub_for(block, uses.get(block.tool_use_id))
         saved = _block_tokens(history[i], block) - _tokens.count_tokens_cached(stub)
@@ -107,9 +119,12 @@ def _noop(history: Sequence[Message]) -> PruneResult:
 def _without(history: Sequence[Message], positions: list[tuple[int, int]],
              keep_ids: frozenset[str]) -> list[tuple[int, int]]:
     """Positions minus the results pinned in the context (restored for the next request)."""
-    if not keep_ids:
-        return positions
-    return [(i, j) for i, j in positions if _result_id(history[i].content[j]) not in keep_ids]
+    return [(i, j) for i, j in positions if _result_id(history[i].content[j]) not in keep_ids
+            and not _pinned(history[i].content[j])]
+
+
+def _pinned(block: ContentBlock) -> bool:
+    return isinstance(block, ToolResultBlock) and block.pinned
 
 
 def _result_id(block: ContentBlock) -> str | None:
@@ -145,7 +160,7 @@ def prune_by_size(history: Sequence[Message], keep_tokens: int = 40_000,
         block = history[i].content[j]
         assert isinstance(block, ToolResultBlock)
         tokens = _block_tokens(history[i], block)
-        if i == latest_turn or block.tool_use_id in keep_ids:
+        if i == latest_turn or block.tool_use_id in keep_ids or block.pinned:
             kept += tokens
             continue
         if to_clear or kept + tokens > keep_tokens:

@@ -29,6 +29,10 @@ Scenarios (``SCENARIOS``, in the order the menu lists them):
    module it validates rows with, and reports file and lines
    (``app.demo.rejections``); the main model's answer quotes that report, and
    none of the sub-agent's reading enters the main context.
+
+Besides the menu, "what is in your context?" answers from the request what its tool results
+are now: after the user takes one out (the tool list's d), a one-line stub naming the saved
+file stands where it was, which is what the demo's walk-through shows of an eviction.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from typing import Any
 
 from app.context.compaction import is_summary_message, summary_parts
 from app.context.overflow import DROPPED_NOTE
+from app.context.pruning import CLEARED_PREFIX, EVICTED_TEMPLATE
 from app.context.summarizer import (
     SummaryFacts,
     collect_facts,
@@ -621,7 +626,42 @@ def decide(request: ModelRequest) -> Decision:
         return _decide_flood(turn, dropped, offered)
     if scenario == "recall":
         return _decide_recall(request.messages, request.system)
+    if CONTEXT_QUESTION.search(turn.request.lower()):
+        return _decide_context(request.messages)
     return Decision(text=menu_text(), thinking="No scenario asked for: offer the list.")
+
+
+# A question about the context itself (not on the menu: it is the eviction's step in the walk-through).
+CONTEXT_QUESTION = re.compile(r"(?:in|of) (?:your|the) context|what do you (?:see|hold)")
+_EVICTED_HEAD = EVICTED_TEMPLATE.split("{", 1)[0]
+
+
+def _decide_context(messages: Sequence[Message]) -> Decision:
+    """What the request's tool results are now, each in a line: whole, cleared, or taken out by the user
+    (a real model would read it from the same text)."""
+    uses = {u.id: u for m in messages if m.role == "assistant" for u in m.tool_uses}
+    lines: list[str] = []
+    for message in messages:
+        for result in message.tool_results:
+            use = uses.get(result.tool_use_id)
+            call = f"`{use.name} {next(iter(use.input.values()), '')}`" if use is not None else "a call"
+            if result.content.startswith(_EVICTED_HEAD):
+                saved = re.search(r"Full output: (.+?)\. Read it", result.content)
+                lines.append(f"- {call}: **taken out by you**, a one-line stub in its place; the whole output is "
+                             f"in `{saved.group(1) if saved else 'its saved file'}`")
+            elif result.content.startswith(CLEARED_PREFIX):
+                lines.append(f"- {call}: cleared by micro-compaction, a stub naming its saved file")
+            else:
+                lines.append(f"- {call}: {len(result.content):,} characters, whole")
+    if not lines:
+        return Decision(text="No tool results are in my context yet: ask me to find errors in app.log first.",
+                        thinking="Nothing to list.")
+    out = sum(1 for line in lines if "taken out by you" in line)
+    tail = (f"\n\nYou took {plural(out, 'result')} out: I no longer see {'it' if out == 1 else 'them'}, and "
+            "ctrl+t in the tool list puts it back." if out else
+            "\n\nIn the tool list, d takes a result out of my context and p pins one through compactions.")
+    return Decision(text="The tool results in my context now:\n\n" + "\n".join(lines) + tail,
+                    thinking="List the tool results the request holds, as they are now.")
 
 
 # ---- the scenarios, as the menu and the banner list them ----

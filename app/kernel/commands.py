@@ -39,7 +39,11 @@ class Compact:
 
 @dataclass(frozen=True)
 class Reset:
-    """Forget the conversation (the transcript stays). Replaces whatever is queued and ends the running turn."""
+    """Forget the conversation (the transcript stays). Replaces whatever is queued and ends the running turn.
+    ``plan_id``: the plan a ``ForecastEvent`` showed; it runs as shown (made anew, and said so, when
+    the conversation changed since)."""
+
+    plan_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -76,11 +80,12 @@ class Shutdown:
 
 @dataclass(frozen=True)
 class Preview:
-    """What a compaction or a reset would do, before it runs (answered by a ``ForecastEvent``):
-    tokens freed, prompt-cache tokens invalidated, next request's cost before and after."""
+    """What a compaction, a reset or an eviction would do, before it runs (answered by a
+    ``ForecastEvent``): tokens freed, prompt-cache tokens invalidated, next request's cost before and after."""
 
-    kind: Literal["compact", "reset"]
+    kind: Literal["compact", "reset", "evict"]
     focus: str | None = None  # /compact's focus, echoed in the answer
+    call_id: str | None = None  # an eviction: the tool call whose result it takes out
 
 
 @dataclass(frozen=True)
@@ -93,9 +98,11 @@ class PreviewRestore:
 @dataclass(frozen=True)
 class RestoreResult:
     """Bring a cleared tool result back into the context for the next request (``RestoreEvent``,
-    or ``RestorePreviewEvent`` with the one-line reason it cannot be done)."""
+    or ``RestorePreviewEvent`` with the one-line reason it cannot be done). ``plan_id``: the plan the
+    ``RestorePreviewEvent`` showed, run as shown (made anew, and said so, when the context changed since)."""
 
     call_id: str
+    plan_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -133,5 +140,26 @@ class WhatIf:
     auto_compact: float
 
 
+@dataclass(frozen=True)
+class EvictResult:
+    """Take one tool result out of the context (the tool list's d): a stub naming its saved file stands
+    in for it, and restore (``RestoreResult``) brings it back (``EvictEvent``). ``plan_id``: the plan
+    ``Preview("evict", call_id=...)`` showed, run as shown (made anew, and said so, when the context
+    changed since). Between turns only."""
+
+    call_id: str
+    plan_id: str | None = None
+
+
+@dataclass(frozen=True)
+class PinResult:
+    """Pin one tool result (the tool list's p), or unpin it (``pin=False``): clearing and compaction
+    keep a pinned result verbatim and the summarizer is told so (``PinEvent``). Between turns only."""
+
+    call_id: str
+    pin: bool = True
+
+
 Command = Union[UserInput, Compact, Reset, Interrupt, Approve, Report, Shutdown,
-                Preview, PreviewRestore, RestoreResult, ServerCompaction, ApproveImport, AnswerElicitation, WhatIf]
+                Preview, PreviewRestore, RestoreResult, ServerCompaction, ApproveImport, AnswerElicitation, WhatIf,
+                EvictResult, PinResult]

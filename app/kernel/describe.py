@@ -137,8 +137,9 @@ def _micro(e: "ev.MicroCompactionEvent") -> Line:
         return Line("micro", f"the server cleared {plural(e.results_cleared, 'tool result')} from the request"
                              f" (~{human_tokens(e.tokens_freed)} tokens, as reported); the full history stays here")
     why = {"time": "an hour since the last reply", "size": "context crossed the warning line"}.get(e.trigger, e.trigger)
+    planned = f"; forecast ~{human_tokens(e.forecast_tokens_freed)}" if e.forecast_tokens_freed is not None else ""
     return Line("micro", f"micro-compaction ({why}): cleared {plural(e.results_cleared, 'old tool result')},"
-                         f" freed ~{human_tokens(e.tokens_freed)} tokens (full outputs stay on disk)")
+                         f" freed ~{human_tokens(e.tokens_freed)} tokens{planned} (full outputs stay on disk)")
 
 
 def _result_cut(e: "ev.ResultCutEvent") -> Line:
@@ -170,8 +171,17 @@ def _warning_crossed(e: "ev.WarningCrossedEvent") -> Line:
 
 
 def _reset(e: "ev.ResetEvent") -> Line:
+    tokens = ""
+    if e.tokens_before:  # a line written before resets were plans has no figures
+        tokens = f", ~{human_tokens(e.tokens_before)} → ~{human_tokens(e.tokens_after)} tokens{_planned_beside(e)}"
     return Line("info", f"conversation reset: {plural(e.messages_before, 'message')} cleared from the context"
-                        " (transcript and tool outputs kept on disk)")
+                        f"{tokens} (transcript and tool outputs kept on disk)")
+
+
+def _planned_beside(e: "ev.ResetEvent | ev.EvictEvent | ev.PinEvent") -> str:
+    """The size after its plan forecast, beside what happened, and whether it was made anew."""
+    said = f"; forecast ~{human_tokens(e.forecast_tokens_after)}" if e.forecast_tokens_after is not None else ""
+    return said + ("; re-planned: the conversation changed after the confirmation" if e.replanned else "")
 
 
 def _interrupted(e: "ev.InterruptedEvent") -> Line:
@@ -307,8 +317,13 @@ def _session_memory(e: "ev.SessionMemoryEvent") -> Line:
 
 def _restore(e: "ev.RestoreEvent") -> Line:
     who = "the model asked for" if e.by == "model" else "restored"
+    planned = ""
+    if e.forecast_projected_after is not None and e.forecast_projected_after != e.projected_after:
+        planned = f"; forecast ~{human_tokens(e.forecast_projected_after)}"
+    if e.replanned:
+        planned += "; re-planned: the context changed after the confirmation"
     return Line("info", f"{who} the {e.name} result {e.id} back into the context"
-                        f" (+~{human_tokens(e.tokens)} tokens, ~{human_tokens(e.projected_after)} now)")
+                        f" (+~{human_tokens(e.tokens)} tokens, ~{human_tokens(e.projected_after)} now{planned})")
 
 
 def _repaired(e: "ev.SessionRepairedEvent") -> Line:
@@ -322,6 +337,8 @@ def forecast_text(e: "ev.ForecastEvent") -> str:
     """What a compaction or a reset will do, for its confirmation (same figures as auto-compaction logs)."""
     if e.action == "nothing":  # said at once, in one line, without a dialog
         return e.reason or f"nothing to {e.kind}"
+    if e.action == "evict":
+        return evict_text(e)
     what = {"compact": "compaction", "memory_compact": "compaction from the session memory",
             "reset": "reset"}[e.action]
     if e.tokens_after_low is not None and e.tokens_after_high is not None and e.tokens_after_low < e.tokens_after_high:
@@ -363,6 +380,39 @@ def _restore_preview(e: "ev.RestorePreviewEvent") -> Line | None:
     if e.reason:
         return Line("warning", f"cannot restore: {e.reason}")  # the reasons name the call
     return None  # the figures are the restore dialog's question (restore_question)
+
+
+def evict_text(e: "ev.ForecastEvent") -> str:
+    """What taking one result out of the context will do, for its confirmation."""
+    lines = [f"eviction: frees ~{e.tokens_freed:,} tokens (~{e.tokens_before:,} → ~{e.tokens_after:,})",
+             "the result becomes a one-line stub naming its saved file; restore (ctrl+t) brings it back",
+             f"prompt cache: invalidates {e.cache_tokens_invalidated:,} cached tokens"]
+    if e.next_request_cost_before_usd is not None and e.next_request_cost_after_usd is not None:
+        lines.append(f"next request: ~${e.next_request_cost_before_usd:.4f} → ~${e.next_request_cost_after_usd:.4f}")
+    lines.append("no model call")
+    return "\n".join(lines)
+
+
+def evict_question(e: "ev.ForecastEvent") -> str:
+    return f"Take the result of {e.call or e.call_id} out of the context?"
+
+
+def _evict(e: "ev.EvictEvent") -> Line:
+    if e.reason is not None:
+        return Line("warning", f"cannot evict: {e.reason}")
+    return Line("micro", f"evicted the {e.name} result {e.id} from the context: ~{human_tokens(e.tokens_before)} → "
+                         f"~{human_tokens(e.tokens_after)} tokens{_planned_beside(e)} (full output at {e.path};"
+                         " ctrl+t restores it)")
+
+
+def _pin(e: "ev.PinEvent") -> Line:
+    if e.reason is not None:
+        return Line("warning", f"cannot {'pin' if e.pinned else 'unpin'}: {e.reason}")
+    if e.pinned:
+        return Line("info", f"pinned {e.call or e.id}: its ~{human_tokens(e.tokens)} tokens stay verbatim through "
+                            f"clearing and compaction (context ~{human_tokens(e.tokens_after)}{_planned_beside(e)})")
+    return Line("info", f"unpinned {e.call or e.id}: clearing and compaction may free its ~{human_tokens(e.tokens)}"
+                        f" tokens again (context ~{human_tokens(e.tokens_after)}{_planned_beside(e)})")
 
 
 def _whatif(e: "ev.WhatIfEvent") -> Line:
@@ -676,6 +726,8 @@ DESCRIBERS: dict[str, Callable[[Any], Line | None]] = {
     "mcp_prompts": _silent,  # the prompt box completes them; /help names none
     "mcp_attachment": _mcp_attachment,  # a server's prompt or resource in the user's turn
     "whatif": _whatif,  # the transcript replayed under another policy; the chart overlays the curve
+    "evict": _evict,  # the tool list's d
+    "pin": _pin,  # the tool list's p
 }
 
 

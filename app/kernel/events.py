@@ -234,13 +234,25 @@ class MicroCompactionEvent(EventBase):
     trigger: Literal["time", "size", "server"]  # server: the provider's context editing, as it reported
     results_cleared: int
     tokens_freed: int
+    # The plan it ran: what it was forecast to free (None: the server's, reported after the fact).
+    forecast_tokens_freed: int | None = Field(default=None, exclude_if=lambda value: value is None)
+    plan_id: str | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
 class ResetEvent(EventBase):
-    """The conversation was cleared (ctrl+r, /reset); the ContextEvent after it shows the drop."""
+    """The conversation was cleared (ctrl+r, /reset); the ContextEvent after it shows the drop.
+    The plan it ran (``Reset(plan_id)``, what the dialog showed) is beside what happened."""
 
     type: Literal["reset"] = "reset"
     messages_before: int
+    # 0 and None in lines written before resets were plans
+    tokens_before: int = 0
+    tokens_after: int = 0
+    plan_id: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    forecast_tokens_after: int | None = Field(default=None, exclude_if=lambda value: value is None)
+    cache_tokens_invalidated: int | None = Field(default=None, exclude_if=lambda value: value is None)
+    # the confirmed plan was made on a history that changed before it ran: this one was made anew
+    replanned: bool = Field(default=False, exclude_if=lambda value: not value)
 
 
 class WarningCrossedEvent(EventBase):
@@ -575,6 +587,10 @@ class RestoreEvent(EventBase):
     projected_before: int
     projected_after: int
     by: Literal["user", "model"] = "user"
+    # The plan it ran (``RestoreResult(plan_id)``, what the dialog showed), beside what happened.
+    plan_id: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    forecast_projected_after: int | None = Field(default=None, exclude_if=lambda value: value is None)
+    replanned: bool = Field(default=False, exclude_if=lambda value: not value)
 
 
 class RuleAttachedEvent(EventBase):
@@ -607,12 +623,12 @@ class UsageDistrustedEvent(EventBase):
 # RestoreResult, ServerCompaction; and which results are cleared) ----
 
 class ForecastEvent(EventBase):
-    """What a compaction or a reset would do (the answer to ``Preview``), before it runs."""
+    """What a compaction, a reset or an eviction would do (the answer to ``Preview``), before it runs."""
 
     type: Literal["forecast"] = "forecast"
-    kind: Literal["compact", "reset"]
+    kind: Literal["compact", "reset", "evict"]
     # memory_compact: from the session memory; nothing: there is nothing to do (``reason`` says why)
-    action: Literal["compact", "memory_compact", "reset", "nothing"]
+    action: Literal["compact", "memory_compact", "reset", "nothing", "evict"]
     focus: str | None = None
     # Issue 25: the plan these figures describe; ``Compact(plan_id=...)`` runs exactly it.
     plan_id: str = ""
@@ -635,6 +651,9 @@ class ForecastEvent(EventBase):
     memory_updates: int = 0
     memory_input_tokens: int = 0
     memory_cost_usd: float | None = None
+    # an eviction: the call whose result it takes out, in words ("read_file(path='a.py')")
+    call_id: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    call: str | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
 class RestorePreviewEvent(EventBase):
@@ -648,6 +667,7 @@ class RestorePreviewEvent(EventBase):
     projected_after: int = 0
     level_after: Literal["ok", "warning", "compact", "blocking"] = "ok"
     reason: str | None = None  # set: it cannot be restored (one line)
+    plan_id: str = ""  # the plan these figures describe; ``RestoreResult(plan_id=...)`` runs exactly it
 
 
 class WhatIfEvent(EventBase):
@@ -673,6 +693,9 @@ class ClearedResultsEvent(EventBase):
 
     type: Literal["cleared_results"] = "cleared_results"
     call_ids: list[str]
+    # the results the user took out (a subset of call_ids) and those pinned, oldest first
+    evicted: list[str] = Field(default_factory=list, exclude_if=lambda value: not value)
+    pinned: list[str] = Field(default_factory=list, exclude_if=lambda value: not value)
 
 
 class PromptCacheOffEvent(EventBase):
@@ -897,6 +920,44 @@ class McpAttachmentEvent(EventBase):
     messages: int = 0  # a prompt's messages
 
 
+class EvictEvent(EventBase):
+    """The user took one tool result out of the context (the tool list's d): a stub naming the
+    saved file stands in its place until it is restored. With the plan it ran beside what happened;
+    or (``reason``) why nothing changed."""
+
+    type: Literal["evict"] = "evict"
+    id: str  # the tool call id
+    name: str = ""  # the tool's name
+    path: str | None = None  # where its full output is (what restore reads back)
+    tokens_before: int = 0
+    tokens_after: int = 0
+    plan_id: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    forecast_tokens_after: int | None = Field(default=None, exclude_if=lambda value: value is None)
+    cache_tokens_invalidated: int | None = Field(default=None, exclude_if=lambda value: value is None)
+    replanned: bool = Field(default=False, exclude_if=lambda value: not value)
+    reason: str | None = Field(default=None, exclude_if=lambda value: value is None)  # set: not evicted (one line)
+
+
+class PinEvent(EventBase):
+    """The user pinned one tool result (the tool list's p), or unpinned it: clearing and compaction
+    keep a pinned result verbatim. With the plan it ran beside what happened; or (``reason``) why
+    nothing changed."""
+
+    type: Literal["pin"] = "pin"
+    id: str  # the tool call id
+    name: str = ""
+    pinned: bool = True  # False: unpinned
+    call: str = ""  # the call in words ("read_file(path='a.py')")
+    tokens: int = 0  # the result's own tokens: what clearing and compaction now keep (or may free)
+    tokens_before: int = 0
+    tokens_after: int = 0
+    plan_id: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    forecast_tokens_after: int | None = Field(default=None, exclude_if=lambda value: value is None)
+    cache_tokens_invalidated: int | None = Field(default=None, exclude_if=lambda value: value is None)
+    replanned: bool = Field(default=False, exclude_if=lambda value: not value)
+    reason: str | None = Field(default=None, exclude_if=lambda value: value is None)  # set: nothing changed (one line)
+
+
 Event = Annotated[
     Union[
         TextDeltaEvent, ThinkingDeltaEvent, AssistantMessageEvent, UserMessageEvent,
@@ -912,6 +973,7 @@ Event = Annotated[
         MemoryImportEvent, PromptCacheOffEvent, PermissionsEvent,
         ElicitationRequestEvent, ElicitationResolvedEvent, SamplingEvent,
         McpPromptsEvent, McpAttachmentEvent, RequestRecordedEvent, WhatIfEvent,
+        EvictEvent, PinEvent,
     ],
     Field(discriminator="type"),
 ]

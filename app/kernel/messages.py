@@ -80,6 +80,12 @@ class ToolResultBlock(BaseModel):
     # Images for the model, sent the way each wire protocol allows (see the providers);
     # left out of the JSON when there are none (older transcripts match).
     images: list[ToolResultImage] = Field(default_factory=list, exclude_if=lambda value: not value)
+    # The user's hand on this result (the tool list's d and p), carried through history and transcript
+    # so a resume keeps it, left out of the JSON when unset: ``pinned``, kept verbatim through
+    # clearing and compaction; ``evicted``, taken out (the content is a stub naming the saved file).
+    # Known by these fields, never by the text: a tool's output that reads like a stub is not one.
+    pinned: bool = Field(default=False, exclude_if=lambda value: not value)
+    evicted: bool = Field(default=False, exclude_if=lambda value: not value)
 
 
 class OpaqueBlock(BaseModel):

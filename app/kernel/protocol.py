@@ -202,6 +202,7 @@ class EventLog:
                       | ev.SessionRepairedEvent() | ev.UsageDistrustedEvent() | ev.ForecastEvent()
                       | ev.RestorePreviewEvent() | ev.PromptCacheOffEvent() | ev.PermissionsEvent()
                       | ev.SamplingEvent() | ev.McpAttachmentEvent() | ev.RequestRecordedEvent() | ev.WhatIfEvent()
+                  | ev.EvictEvent() | ev.PinEvent()
                       | ev.ApprovalResolvedEvent() | ev.ElicitationResolvedEvent()):
                     pass  # not in force: an answer is only ever seen with its question gone
                 case _:
@@ -248,6 +249,7 @@ class EventLog:
                   | ev.SessionRepairedEvent() | ev.UsageDistrustedEvent() | ev.ForecastEvent()
                   | ev.RestorePreviewEvent() | ev.PromptCacheOffEvent() | ev.PermissionsEvent()
                   | ev.SamplingEvent() | ev.McpAttachmentEvent() | ev.RequestRecordedEvent() | ev.WhatIfEvent()
+                  | ev.EvictEvent() | ev.PinEvent()
                   | ev.CommandQueuedEvent()):
                 pass  # not in force after it is said (the queue's, below)
             case _:

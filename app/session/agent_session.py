@@ -34,7 +34,9 @@ from app.kernel.commands import (
     DECISIONS,
     Compact,
     Decision,
+    EvictResult,
     Interrupt,
+    PinResult,
     Preview,
     PreviewRestore,
     Report,
@@ -51,7 +53,9 @@ from app.kernel.events import (
     ApprovalRequestEvent,
     ApprovalResolvedEvent,
     ClearedResultsEvent,
+    EvictEvent,
     ForecastEvent,
+    PinEvent,
     RestorePreviewEvent,
     ServerCompactionEvent,
     CommandQueuedEvent,
@@ -79,6 +83,7 @@ if TYPE_CHECKING:
     from app.agent.loop import Agent
     from app.context.prices import Price
     from app.context.memory import ImportNotice, MemoryBundle
+    from app.context.plans import Plan
     from app.kernel.messages import TextBlock, ToolUseBlock
     from app.mcp.client_features import SampledReply, SamplingCall
     from app.session.transcript import TranscriptWriter
@@ -91,7 +96,8 @@ _NOT_RECORDED = (ev.TextDeltaEvent, ev.ThinkingDeltaEvent, ev.ReportEvent, ev.Fo
 _ALWAYS_KINDS: dict[str, str] = {"always": "tool", "always_tool": "tool", "always_exact": "exact",
                                  "always_prefix": "prefix"}
 # After these events the set of cleared (restorable) tool results may have changed.
-_CLEARING_EVENTS = (ev.MicroCompactionEvent, ev.CompactionEvent, ev.RestoreEvent, ev.ResetEvent)
+_CLEARING_EVENTS = (ev.MicroCompactionEvent, ev.CompactionEvent, ev.RestoreEvent, ev.ResetEvent, ev.EvictEvent,
+                    ev.PinEvent)
 # Restored events a surface redraws from; the rest was transient (or, for notices
 # written before the events were typed, a repeat of the typed event before it), or said what
 # an earlier run found when it started (its settings' warnings, its MCP servers and their
@@ -296,7 +302,8 @@ class AgentSession:
         self._pending = 0
         self._pending_lock = threading.Lock()
         self._last_state = StateEvent(state="idle", step=0, max_steps=agent.max_steps)
-        self._cleared: list[str] = []  # the restorable results the surfaces were last told of
+        # the restorable, evicted and pinned results the surfaces were last told of
+        self._cleared: tuple[list[str], list[str], list[str]] = ([], [], [])
         self._run: RunFigures | None = None  # the figures of the run in progress
         self._api_clock = agent.api_clock  # every model call of the agent's (Agent.model_stream) runs on it
         agent.emit.connect(self._emit)
@@ -445,7 +452,8 @@ class AgentSession:
                   | ev.ClearedResultsEvent() | ev.ServerCompactionEvent() | ev.MemoryImportEvent()
                   | ev.PromptCacheOffEvent() | ev.PermissionsEvent() | ev.ElicitationRequestEvent()
                   | ev.ElicitationResolvedEvent() | ev.SamplingEvent() | ev.McpPromptsEvent()
-                  | ev.McpAttachmentEvent() | ev.RequestRecordedEvent() | ev.WhatIfEvent()):
+                  | ev.McpAttachmentEvent() | ev.RequestRecordedEvent() | ev.WhatIfEvent()
+                  | ev.EvictEvent() | ev.PinEvent()):
                 pass  # not part of the run's figures
             case _:
                 assert_never(event)
@@ -453,10 +461,12 @@ class AgentSession:
 
     def _tell_cleared(self) -> None:
         """Say which results are cleared and restorable, when that changed (the tool list marks them)."""
-        cleared = self.agent.engine.cleared_results()
+        engine = self.agent.engine
+        cleared = (engine.cleared_results(), *engine.marked_results())
         if cleared != self._cleared:
             self._cleared = cleared
-            self.stream.emit(ClearedResultsEvent(call_ids=cleared), _CAUSE.get())
+            self.stream.emit(ClearedResultsEvent(call_ids=cleared[0], evicted=cleared[1], pinned=cleared[2]),
+                             _CAUSE.get())
 
     def _state(self, state: str, **fields: object) -> None:
         self._emit(StateEvent(state=state, step=self.agent.step, max_steps=self.agent.max_steps,
@@ -495,7 +505,9 @@ class AgentSession:
         elif isinstance(command, PreviewRestore):
             self._preview_restore(command.call_id)
         elif isinstance(command, RestoreResult):
-            self._restore(command.call_id)
+            self._restore(command.call_id, command.plan_id)
+        elif isinstance(command, (EvictResult, PinResult)):
+            self._change_result(command)
         elif isinstance(command, ServerCompaction):
             self._switch_server_compaction(command.on)
         elif isinstance(command, ApproveImport):
@@ -556,10 +568,17 @@ class AgentSession:
     def _preview(self, command: Preview) -> None:
         """The plan a confirmation shows: ``Compact(plan_id=...)`` runs exactly it."""
         engine = self.agent.engine
+        if command.kind == "evict":
+            self._preview_evict(command.call_id or "")
+            return
         plan = engine.plan_reset() if command.kind == "reset" else engine.plan_compaction(command.focus)
+        self._emit(self._forecast_event(command.kind, plan, command.focus))
+
+    def _forecast_event(self, kind: Literal["compact", "reset", "evict"], plan: Plan,
+                        focus: str | None = None) -> ForecastEvent:
         planned = plan.forecast
-        self._emit(ForecastEvent(
-            kind=command.kind, action=planned.action, focus=command.focus, plan_id=plan.id,
+        return ForecastEvent(
+            kind=kind, action=planned.action, focus=focus, plan_id=plan.id,
             reason=plan.reason or None, messages_before=plan.messages_before, messages_after=plan.messages_after,
             tokens_before=planned.tokens_before,
             tokens_after=planned.tokens_after, tokens_freed=planned.tokens_freed,
@@ -570,7 +589,44 @@ class AgentSession:
             next_request_cost_after_usd=planned.next_request_cost_after_usd,
             operation_cost_usd=planned.operation_cost_usd, model_call=planned.model_call,
             memory_updates=planned.memory_updates, memory_input_tokens=planned.memory_input_tokens,
-            memory_cost_usd=planned.memory_cost_usd))
+            memory_cost_usd=planned.memory_cost_usd, call_id=plan.call_id, call=plan.call or None)
+
+    def _preview_evict(self, call_id: str) -> None:
+        """The eviction a confirmation shows (``EvictResult(plan_id=...)`` runs it), or, as a plan that
+        does nothing, the one line saying why it cannot be done."""
+        from app.context.engine import ResultChangeError
+
+        try:
+            plan = self.agent.engine.plan_evict(call_id)
+        except ResultChangeError as error:
+            self._emit(ForecastEvent(kind="evict", action="nothing", reason=str(error), call_id=call_id,
+                                     tokens_before=0, tokens_after=0, tokens_freed=0, cache_tokens_invalidated=0,
+                                     model_call=False))
+            return
+        self._emit(self._forecast_event("evict", plan))
+
+    def _change_result(self, command: EvictResult | PinResult) -> None:
+        """Evict or pin one result: between turns only (a turn running now holds the request the
+        history is built into); a refusal is the event with its one-line reason."""
+        from app.context.engine import ResultChangeError
+
+        call_id = str(command.call_id)  # a command line from the pipe is not type-checked: never more than a name
+        refused: EvictEvent | PinEvent
+        if isinstance(command, EvictResult):
+            refused = EvictEvent(id=call_id, reason="")
+        else:
+            refused = PinEvent(id=call_id, pinned=command.pin is not False, reason="")
+        if self.busy:
+            self._emit(refused.model_copy(update={"reason": "the agent is busy: try again when this turn ends"}))
+            return
+        try:
+            if isinstance(command, EvictResult):
+                plan_id = command.plan_id if isinstance(command.plan_id, str) else None
+                self.agent.engine.evict_result(call_id, plan_id)  # emits the event and the new context
+            else:
+                self.agent.engine.pin_result(call_id, command.pin is not False)
+        except ResultChangeError as error:
+            self._emit(refused.model_copy(update={"reason": str(error)}))
 
     def _preview_restore(self, call_id: str) -> None:
         from app.context.engine import RestoreError
@@ -586,9 +642,9 @@ class AgentSession:
         self._emit(RestorePreviewEvent(call_id=call_id, tool_name=preview.tool_name, tokens=preview.tokens,
                                        projected_before=preview.projected_before,
                                        projected_after=preview.projected_after,
-                                       level_after=preview.level_after, reason=reason))
+                                       level_after=preview.level_after, reason=reason, plan_id=preview.plan_id))
 
-    def _restore(self, call_id: str) -> None:
+    def _restore(self, call_id: str, plan_id: str | None = None) -> None:
         """Between turns only: a turn running now holds the request the history is built into."""
         from app.context.engine import RestoreError
 
@@ -596,7 +652,7 @@ class AgentSession:
             self._emit(RestorePreviewEvent(call_id=call_id, reason=f"the agent is busy: restore {call_id} when this turn ends"))
             return
         try:
-            self.agent.engine.restore_result(call_id, by="user")  # emits RestoreEvent and the new context
+            self.agent.engine.restore_result(call_id, by="user", plan_id=plan_id)  # emits RestoreEvent, the new context
         except RestoreError as error:
             self._emit(RestorePreviewEvent(call_id=call_id, reason=str(error)))
 
@@ -773,7 +829,8 @@ class AgentSession:
             plan = self.agent.engine.take_plan(command.plan_id, command.focus)
             await self.agent.compact(command.focus, plan=plan)
         elif isinstance(command, Reset):
-            self.agent.reset()
+            # The confirmed plan if the conversation is as it was shown, else one made now (said so)
+            self.agent.reset(self.agent.engine.take_reset_plan(command.plan_id))
 
     async def _mcp_text(self, text: str) -> "tuple[list[TextBlock], list[Event]] | None":
         """What MCP servers add to the user's turn: a prompt run as ``/mcp__SERVER__PROMPT``, the

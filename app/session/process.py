@@ -388,7 +388,8 @@ def _mirror(snapshot: SessionSnapshot, event: "Event") -> None:
               | ev.ServerCompactionEvent() | ev.MemoryImportEvent() | ev.PromptCacheOffEvent()
               | ev.PermissionsEvent() | ev.ElicitationRequestEvent() | ev.ElicitationResolvedEvent()
               | ev.SamplingEvent() | ev.McpPromptsEvent() | ev.McpAttachmentEvent() | ev.RequestRecordedEvent()
-              | ev.WhatIfEvent()):
+              | ev.WhatIfEvent()
+                  | ev.EvictEvent() | ev.PinEvent()):
             pass  # the log holds them (the standing ones too)
         case _:
             assert_never(event)

@@ -63,6 +63,8 @@ class ToolCallRecord:
     cut_before_send: bool = False  # cut again before sending: it alone would have crossed the blocking line
     cleared: bool = False  # micro-compaction cleared the result from the context (restorable)
     restored: bool = False  # a cleared result brought back into the context
+    evicted: bool = False  # the user took the result out of the context (restorable)
+    pinned: bool = False  # the user pinned the result: clearing and compaction keep it verbatim
     progress: str = ""  # while it runs: how far it got, in describe's words
     content: str | None = None  # what the model saw (None until the result comes)
     waiting_approval: bool = False  # not running yet: the user is asked first
@@ -87,6 +89,8 @@ class DashboardView:
     context: "ev.ContextEvent | None" = None
     approval: "ev.ApprovalRequestEvent | None" = None  # the question waiting for the user, if any
     cleared_ids: frozenset[str] = frozenset()
+    evicted_ids: frozenset[str] = frozenset()
+    pinned_ids: frozenset[str] = frozenset()
     breaker_paused: bool = False
     _asking: dict[str, str] = field(default_factory=dict)  # approval request id -> the call it is about
 
@@ -103,6 +107,24 @@ class DashboardView:
     def latest_cut_call(self) -> str | None:
         """The newest call whose output was cut (its full output is on disk)."""
         return next((call_id for call_id in reversed(self.order) if self.tool_calls[call_id].full_output_path), None)
+
+    def _cleared_results(self, event: "ev.ClearedResultsEvent") -> tuple[ToolCallRecord, ...]:
+        """Which results are out of the context (cleared or evicted) and which are pinned."""
+        self.cleared_ids = frozenset(event.call_ids)
+        self.evicted_ids = frozenset(event.evicted)
+        self.pinned_ids = frozenset(event.pinned)
+        changed = [self._marked(record) for record in self.tool_calls.values()
+                   if (record.cleared, record.evicted, record.pinned) != (
+                       record.id in self.cleared_ids, record.id in self.evicted_ids, record.id in self.pinned_ids)]
+        for record in changed:
+            self.tool_calls[record.id] = record
+        return tuple(changed)
+
+    def _marked(self, record: ToolCallRecord) -> ToolCallRecord:
+        """``record`` with the marks the session last said (a new record: handed-out ones never change)."""
+        cleared = record.id in self.cleared_ids
+        return replace(record, cleared=cleared, restored=record.restored and not cleared,
+                       evicted=record.id in self.evicted_ids, pinned=record.id in self.pinned_ids)
 
     def apply(self, event: "Event") -> tuple[ToolCallRecord, ...]:
         """Fold ``event`` in; returns the tool call records it changed (new records, oldest first).
@@ -126,13 +148,14 @@ class DashboardView:
                 return self._put(replace(known, cut_before_send=True, truncated=True, kept_chars=event.kept_chars,
                                          full_output_path=event.full_output_path or known.full_output_path))
             case ev.ClearedResultsEvent():
-                return self._cleared(frozenset(event.call_ids))
+                return self._cleared_results(event)
             case ev.RestoreEvent():
                 known = self.tool_calls.get(event.id)
                 self.cleared_ids = self.cleared_ids - {event.id}
+                self.evicted_ids = self.evicted_ids - {event.id}
                 if known is None:
                     return ()
-                return self._put(replace(known, cleared=False, restored=True))
+                return self._put(replace(known, cleared=False, evicted=False, restored=True))
             case ev.ApprovalRequestEvent():
                 self.approval = event
                 self._asking[event.request_id] = event.tool_id
@@ -165,7 +188,8 @@ class DashboardView:
                   | ev.RestorePreviewEvent() | ev.ServerCompactionEvent() | ev.MemoryImportEvent()
                   | ev.PromptCacheOffEvent() | ev.PermissionsEvent() | ev.ElicitationRequestEvent()
                   | ev.ElicitationResolvedEvent() | ev.SamplingEvent() | ev.McpPromptsEvent()
-                  | ev.McpAttachmentEvent() | ev.RequestRecordedEvent() | ev.WhatIfEvent()):
+                  | ev.McpAttachmentEvent() | ev.RequestRecordedEvent() | ev.WhatIfEvent()
+                  | ev.EvictEvent() | ev.PinEvent()):
                 pass  # the queue's alone (below), or drawn from the event itself by its widget
             case _:
                 assert_never(event)
@@ -173,8 +197,7 @@ class DashboardView:
         return ()
 
     def _tool_started(self, event: "ev.ToolStartEvent") -> tuple[ToolCallRecord, ...]:
-        record = ToolCallRecord(id=event.id, name=event.name, summary=event.summary,
-                                cleared=event.id in self.cleared_ids)
+        record = self._marked(ToolCallRecord(id=event.id, name=event.name, summary=event.summary))
         if event.id not in self.tool_calls:
             self.order.append(event.id)
         return self._put(record)
@@ -183,21 +206,12 @@ class DashboardView:
         known = self.tool_calls.get(event.id)
         if known is None:  # a result whose start was not seen (an earlier run): drawn all the same
             self.order.append(event.id)
-            known = ToolCallRecord(id=event.id, name=event.name, summary="", cleared=event.id in self.cleared_ids)
+            known = self._marked(ToolCallRecord(id=event.id, name=event.name, summary=""))
         status = "interrupted" if event.interrupted else ("error" if event.is_error else "ok")
         return self._put(replace(
             known, status=status, truncated=event.truncated, original_chars=event.original_chars,
             kept_chars=event.kept_chars, duration_ms=event.duration_ms, full_output_path=event.full_output_path,
             content=event.content, progress="", waiting_approval=False))
-
-    def _cleared(self, cleared_ids: frozenset[str]) -> tuple[ToolCallRecord, ...]:
-        self.cleared_ids = cleared_ids
-        changed = [replace(record, cleared=record.id in cleared_ids,
-                           restored=record.restored and record.id not in cleared_ids)
-                   for record in self.tool_calls.values() if record.cleared != (record.id in cleared_ids)]
-        for record in changed:
-            self.tool_calls[record.id] = record
-        return tuple(changed)
 
     def _put(self, record: ToolCallRecord) -> tuple[ToolCallRecord, ...]:
         self.tool_calls[record.id] = record

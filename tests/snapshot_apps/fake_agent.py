@@ -128,6 +128,10 @@ class FakeSession:
         # Cleared results the user may restore: call id -> (tool name, tokens it adds back).
         self.restorable: dict[str, tuple[str, int]] = {}
         self.server_compaction = False
+        # The results the user evicted and pinned (the tool list's d and p), and the plan last shown.
+        self.evicted: list[str] = []
+        self.pinned: list[str] = []
+        self._evict_plans = 0
 
     # --- the SessionSurface Protocol ---
 
@@ -164,6 +168,10 @@ class FakeSession:
             return
         if isinstance(command, cmd.WhatIf):
             self._answer_whatif(command)
+            return
+        if isinstance(command, (cmd.EvictResult, cmd.PinResult)) or (
+                isinstance(command, cmd.Preview) and command.kind == "evict"):
+            self._change_result(command)
             return
         if isinstance(command, (cmd.Preview, cmd.PreviewRestore, cmd.RestoreResult, cmd.ServerCompaction)):
             self._answer_now(command)
@@ -259,6 +267,46 @@ class FakeSession:
             self._context = self._context.model_copy(update={"estimated_tokens": self._context.estimated_tokens
                                                              + tokens, "projected_tokens": after})
             self.emit(self._context)
+
+    def _change_result(self, command: "cmd.EvictResult | cmd.PinResult | cmd.Preview") -> None:
+        """An eviction's plan, an eviction and a pin, answered at once like the real session (a fixed
+        1,200 tokens per result: the figures are the real engine's in tests/test_evict_and_pin.py)."""
+        projected = self._context.projected_tokens
+        name = next((e.name for e in self._log.events() if e.type == "tool_start" and e.id == command.call_id), None)
+        if name is None:  # no such call: refused in one line, as the real session does
+            reason = f"the result of {command.call_id} is no longer in the live context"
+            if isinstance(command, cmd.Preview):
+                self.emit(ev.ForecastEvent(kind="evict", action="nothing", reason=reason, call_id=command.call_id,
+                                           tokens_before=projected, tokens_after=projected, tokens_freed=0,
+                                           cache_tokens_invalidated=0, model_call=False))
+            elif isinstance(command, cmd.EvictResult):
+                self.emit(ev.EvictEvent(id=command.call_id, reason=reason))
+            else:
+                self.emit(ev.PinEvent(id=command.call_id, pinned=command.pin, reason=reason))
+            return
+        if isinstance(command, cmd.Preview):
+            self._evict_plans += 1
+            self.emit(ev.ForecastEvent(kind="evict", action="evict", plan_id=f"evict-{self._evict_plans}",
+                                       call_id=command.call_id, call=f"{name}({command.call_id})",
+                                       tokens_before=projected, tokens_after=projected - 1_200, tokens_freed=1_200,
+                                       cache_tokens_invalidated=0, model_call=False))
+            return
+        self.calls.append(("evict" if isinstance(command, cmd.EvictResult) else "pin", command.call_id))
+        if isinstance(command, cmd.EvictResult):
+            self.evicted.append(command.call_id)
+            self.emit(ev.EvictEvent(id=command.call_id, name=name, path=f"/tmp/tool-results/{command.call_id}.txt",
+                                    tokens_before=projected, tokens_after=projected - 1_200, plan_id=command.plan_id,
+                                    forecast_tokens_after=projected - 1_200))
+            self._context = self._context.model_copy(update={"projected_tokens": projected - 1_200})
+        else:
+            self.pinned = [*self.pinned, command.call_id] if command.pin else [
+                call for call in self.pinned if call != command.call_id]
+            self.emit(ev.PinEvent(id=command.call_id, name=name, pinned=command.pin,
+                                  call=f"{name}({command.call_id})", tokens=1_200, tokens_before=projected,
+                                  tokens_after=projected, forecast_tokens_after=projected))
+        self.emit(ev.ClearedResultsEvent(call_ids=[*self.restorable, *self.evicted], evicted=list(self.evicted),
+                                         pinned=list(self.pinned)))
+        self.emit(self._context)
 
     # --- test helpers ---
 

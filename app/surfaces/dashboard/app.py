@@ -35,6 +35,8 @@ from app.kernel.commands import (
     Interrupt,
     Preview,
     PreviewRestore,
+    EvictResult,
+    PinResult,
     Report,
     Reset,
     RestoreResult,
@@ -92,6 +94,8 @@ HELP_KEYS: list[tuple[str, str]] = [
     ("ctrl+s", "compact (asks first)"),
     ("ctrl+r", "reset (asks first)"),
     (RESTORE_KEY, "in the tool list: restore a cleared result (asks first)"),
+    ("d", "in the tool list: take a result out of the context (asks first; ctrl+t restores it)"),
+    ("p", "in the tool list: pin a result (clearing and compaction keep it verbatim), again: unpin"),
     ("/ n N", "in the full output: search (as in less), next match, previous match"),
     ("escape", "interrupt the running turn"),
     ("ctrl+c", "interrupt the running turn, else clear the prompt; twice quits"),
@@ -168,6 +172,7 @@ FOOTER_RANKS: dict[str, int] = {
     "toggle_context_details": 9,
     "move": 10,
     "restore": 11,
+    "evict": 11, "pin": 11,
     "focus_next": 12,
     "inspect": 13,  # after tab: at 80 columns the footer keeps the keys it had, /help names ctrl+n
     "page_up": 110, "page_down": 110, "scroll_home": 111, "scroll_end": 111, "first": 111, "last": 111,
@@ -647,6 +652,26 @@ class TidegaugeApp(App[int]):
         """Ask the session what restoring the call's cleared result costs; the dialog follows."""
         self.submit(PreviewRestore(message.call_id))
 
+    @on(ToolCallList.EvictAsked)
+    def _on_evict_asked(self, message: ToolCallList.EvictAsked) -> None:
+        """Ask the session what taking the result out frees; the dialog follows, and yes runs that plan."""
+        if self.session is None:
+            self.conversation.add_engine("info", "the agent is still starting: try again in a moment")
+            return
+
+        def confirmed(answer: bool | None, plan_id: str | None) -> None:
+            if not answer:
+                self.conversation.add_engine("info", "eviction cancelled")
+                return
+            self.submit(EvictResult(message.call_id, plan_id=plan_id))
+
+        self._confirm_with_forecast("evict", None, confirmed, call_id=message.call_id)
+
+    @on(ToolCallList.PinAsked)
+    def _on_pin_asked(self, message: ToolCallList.PinAsked) -> None:
+        """Pin or unpin at once: nothing sent changes, and the line that follows says what it keeps."""
+        self.submit(PinResult(message.call_id, pin=message.pin))
+
     @on(RestorePreviewReady)
     def _on_restore_preview(self, message: RestorePreviewReady) -> None:
         preview = message.event
@@ -658,7 +683,7 @@ class TidegaugeApp(App[int]):
 
         def confirmed(answer: bool | None) -> None:
             if answer:
-                self.submit(RestoreResult(preview.call_id))
+                self.submit(RestoreResult(preview.call_id, plan_id=preview.plan_id or None))
 
         self.push_screen(ConfirmScreen(restore_question(preview)), callback=confirmed)
 
@@ -689,12 +714,13 @@ class TidegaugeApp(App[int]):
             if not answer:
                 self.conversation.add_engine("info", "reset cancelled")
                 return
-            self.submit(Reset())
+            self.submit(Reset(plan_id=_plan_id))  # runs the plan shown, not a fresh guess
 
         self._confirm_with_forecast("reset", None, confirmed)
 
     def _confirm_with_forecast(self, kind: str, focus: str | None,
-                               confirmed: Callable[[bool | None, str | None], None]) -> None:
+                               confirmed: Callable[[bool | None, str | None], None],
+                               call_id: str | None = None) -> None:
         """Ask the session for its plan; the dialog opens with it (``_on_forecast``), or, when the
         plan does nothing, one line says so and no dialog opens. The session answers a preview at
         once, busy or not."""
@@ -706,7 +732,7 @@ class TidegaugeApp(App[int]):
             screen.set_detail("the agent is still starting: no figures yet")
             return
         self._awaiting_plan[kind] = confirmed  # a second ctrl+s before the answer asks once
-        self.session.submit(Preview(kind, focus))  # type: ignore[arg-type]
+        self.session.submit(Preview(kind, focus, call_id))  # type: ignore[arg-type]
 
     @on(ForecastReady)
     def _on_forecast(self, message: ForecastReady) -> None:
