@@ -50,7 +50,7 @@ def context_editing(settings: ServerContextSettings) -> ContextEditing:
 
 
 def _name(provider: Provider) -> str:
-    return getattr(provider, "name", "") or "current"
+    return provider.name or "current"
 
 
 def configure_server_context(provider: Provider, engine: ContextEngine, settings: ServerContextSettings) -> list[str]:

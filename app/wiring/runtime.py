@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from app.agent.loop import Agent, AgentOptions, Approver, quiet_model_call
+from app.agent.subagent import SubAgentLimits, register_task_tool
 from app.agent.server_context import configure_server_context, switch_server_compaction
 from app.session.agent_session import AgentSession, Closable, EventStream, transcript_recorder
 from app.wiring.config import (
@@ -37,6 +38,7 @@ from app.providers.factory import open_provider
 from app.providers.http_base import SseHttpProvider
 from app.providers.sse import StreamLimits
 from app.kernel.redact import register_secret
+from app.kernel.usage import Usage
 from app.kernel.request_store import RequestStore
 from app.session.store import Session, SessionStore
 from app.tools.base import SavedOutputBudget, ToolContext
@@ -272,7 +274,6 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         repairs = list(state.warnings)
         for event in restored_events:
             if isinstance(event, UsageEvent):
-                from app.kernel.usage import Usage
                 engine.ledger.add(event.agent, Usage(event.input_tokens, event.cache_read_tokens,
                                                      event.cache_write_tokens, event.output_tokens,
                                                      reasoning_tokens=event.reasoning_tokens),
@@ -320,8 +321,6 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
     engine.memory_summarize = quiet_model_call(agent.model_stream)
     warnings += [("permissions", warning) for warning in permissions.warnings]
     if settings.subagents:
-        from app.agent.subagent import SubAgentLimits, register_task_tool
-
         register_task_tool(agent, SubAgentLimits(max_steps=int(settings.subagent_max_steps),
                                                  report_tokens=int(settings.subagent_report_tokens)))
         engine.set_budget(engine.config.budget)  # the lines again, with the task tool in the fixed part
