@@ -29,6 +29,7 @@ from app.context.overflow import drop_oldest_rounds
 from app.context.plans import PLANS_KEPT, Plan, PlanKind, new_plan_id
 from app.context.prices import Price, cost_usd
 from app.context.pruning import PruneResult, is_cleared, prune_by_size, prune_by_time, stub_for
+from app.context.rewind import RewindTarget, history_before, rewind_points
 from app.context.rules import attached_rule_paths
 from app.context.session_memory import MEMORY_INTRO, SessionMemory, UnseenMessages, safe_cut
 from app.context.summarizer import extractive_summary
@@ -46,6 +47,7 @@ from app.kernel.events import (
     ResetEvent,
     RestoreEvent,
     ResultCutEvent,
+    RewindEvent,
     ThresholdsModel,
     UsageDistrustedEvent,
     UsageEvent,
@@ -247,6 +249,7 @@ class ContextCore:
         # Plans a confirmation may name, and a count of history changes: a plan made
         # on another history than the live one is made again before it runs.
         self.plans: dict[str, Plan] = {}
+        self.rewind_plans: dict[str, Plan] = {}  # the last listing's, one per user message
         self.history_version = 0
         self._stable_tokens: int | None = None
         self.attached_rules: set[str] = set()
@@ -978,6 +981,63 @@ class ContextCore:
         tokens_before = self.projected()
         return forecast("reset", tokens_before=tokens_before, tokens_after=min(self.stable_prefix(), tokens_before),
                         cached_prefix=self.cached_prefix, stable_prefix=self.stable_prefix(), price=self.price)
+
+    # ---- rewind: back to just before an earlier user message ----
+
+    def plan_rewinds(self) -> list[Plan]:
+        """A plan for each user message the conversation can go back to, oldest first; all kept
+        (replacing the last listing) so that the one the user picks runs as it was shown."""
+        plans = [self._plan_rewind(target) for target in rewind_points(self.history)]
+        self.rewind_plans = {plan.id: plan for plan in plans}
+        return plans
+
+    def _plan_rewind(self, target: RewindTarget) -> Plan:
+        kept = history_before(self.history, target)
+        tokens_before = self.projected()
+        tokens_after = min(tokens_before, round(self.estimate_request(kept) * self.accounting.request_scale))
+        # The messages before the point are sent again as they were: their cached prefix stays.
+        shared = self.stable_prefix() + estimate_messages(self.history[:target.message_index])
+        planned = forecast("rewind", tokens_before=tokens_before, tokens_after=tokens_after,
+                           cached_prefix=self.cached_prefix, stable_prefix=shared, price=self.price)
+        return Plan(new_plan_id(), "rewind", planned, len(self.history), len(kept), self.history_mark(),
+                    rewind=target)
+
+    def take_rewind_plan(self, plan_id: str) -> Plan | None:
+        """The rewind a confirmation named, if made on the live history; else made again to the same
+        message, marked ``replanned`` (None: unknown, or that message is no longer in the context)."""
+        named = self.rewind_plans.pop(plan_id, None)
+        if named is None or named.rewind is None:
+            return None
+        if named.history_mark == self.history_mark():
+            return named
+        for target in rewind_points(self.history):
+            if target.message_id == named.rewind.message_id:
+                return replace(self._plan_rewind(target), replanned=True)
+        return None
+
+    def rewind(self, plan: Plan) -> tuple[RewindEvent, list[Effect]]:
+        """Run a rewind plan: the history becomes what stood just before its message."""
+        target = plan.rewind
+        assert target is not None, "a rewind plan names its message"
+        old_history = self.history
+        kept = history_before(old_history, target)
+        tokens_before = self.projected()
+        abandoned = old_history[target.message_index:]
+        if self.config.memory_update_tokens > 0 and self.memory_unseen_ready:
+            # the abandoned turns must not reach the session memory's next update
+            self.memory_unseen.messages = [m for m in self.memory_unseen.messages
+                                           if not any(m is a for a in abandoned)]
+        replaced = self.replace(kept, "rewind")
+        self.warned = False
+        tokens_after = self.projected()
+        event = RewindEvent(ok=True, turn=target.turn, message_id=target.message_id, text=target.text,
+                            abandoned_turns=target.abandoned_turns, abandoned_ids=list(target.abandoned_ids),
+                            messages_before=len(old_history), messages_after=len(kept),
+                            tokens_before=tokens_before, tokens_after=tokens_after,
+                            forecast_tokens_after=plan.forecast.tokens_after,
+                            cache_tokens_invalidated=plan.forecast.cache_tokens_invalidated,
+                            replanned=plan.replanned)
+        return event, [replaced, event, *self._after_change("rewind", tokens_after)]
 
     # ---- reversible clearing ----
 

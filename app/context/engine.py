@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Awaitable, Callable, Generic, Literal, Protocol, Sequence, TypeVar, overload
+from typing import Awaitable, Callable, Generic, Literal, Mapping, Protocol, Sequence, TypeVar, overload
 
 from app.context.accounting import ContextAccounting, Ledger, Projection
 from app.context.compaction import (CircuitBreaker, CompactionFailed, build_compaction_request, extract_summary,
@@ -51,6 +51,7 @@ from app.kernel.events import (
     ConfigWarningEvent,
     ContextEvent,
     Event,
+    RewindEvent,
     RuleAttachedEvent,
     SessionMemoryEvent,
     UsageEvent,
@@ -651,6 +652,27 @@ class ContextEngine:
         when a plan was named. Without an id: a plan made now, as ``plan_compaction``."""
         self._save_pastes()
         return self.core.take_plan(plan_id, focus)
+
+    # ---- rewind: back to just before an earlier user message ----
+
+    def plan_rewinds(self) -> list[Plan]:
+        """A plan per user message the conversation can go back to (oldest first), kept for ``take_rewind_plan``."""
+        return self.core.plan_rewinds()
+
+    def take_rewind_plan(self, plan_id: str) -> Plan | None:
+        """The rewind plan a confirmation named (made again, and marked so, on a changed history)."""
+        return self.core.take_rewind_plan(plan_id)
+
+    def rewind(self, plan: Plan, files: Mapping[str, object] | None = None) -> RewindEvent:
+        """Run a rewind plan: persisted (a ``rewind`` history line), then its event and the new context.
+        ``files``: what putting the files back did (the event's ``files_*`` fields), said with it."""
+        event, effects = self.core.rewind(plan)
+        if files:
+            said = event.model_copy(update=dict(files))
+            effects = [said if effect is event else effect for effect in effects]
+            event = said
+        self._run(effects)
+        return event
 
     def forecast_reset(self) -> Forecast:
         """What ``reset`` will do: everything but the system prompt, memory files and tools goes."""

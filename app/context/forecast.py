@@ -22,7 +22,7 @@ from typing import Literal
 from app.context.prices import Price
 
 # "nothing": the plan does nothing (the context is already one summary, or empty)
-ForecastAction = Literal["compact", "memory_compact", "reset", "nothing"]
+ForecastAction = Literal["compact", "memory_compact", "reset", "nothing", "rewind"]
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class Forecast:
     def describe(self) -> str:
         """One line for a confirmation dialog or a log."""
         what = {"compact": "compaction", "memory_compact": "compaction from session memory",
-                "reset": "reset", "nothing": "nothing to do"}[self.action]
+                "reset": "reset", "nothing": "nothing to do", "rewind": "rewind"}[self.action]
         low, high = self.after_range
         if low == high:
             frees = f"frees ~{self.tokens_freed:,} tokens ({self.tokens_before:,} → ~{self.tokens_after:,})"

@@ -19,8 +19,9 @@ from app.context.forecast import Forecast
 
 if TYPE_CHECKING:
     from app.context.core import MemoryPlan
+    from app.context.rewind import RewindTarget
 
-PlanKind = Literal["compact", "reset"]
+PlanKind = Literal["compact", "reset", "rewind"]
 
 # Plans kept for a confirmation to name (older ones are made again when named).
 PLANS_KEPT = 8
@@ -45,6 +46,7 @@ class Plan:
     reason: str = ""  # why it does nothing (for "nothing")
     memory: MemoryPlan | None = None  # the compaction from the session memory it runs
     replanned: bool = False  # made again at run time: the history changed after the confirmation
+    rewind: RewindTarget | None = None  # the user message a rewind goes back to (just before it)
 
     @property
     def action(self) -> str:

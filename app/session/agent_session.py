@@ -37,8 +37,10 @@ from app.kernel.commands import (
     Interrupt,
     Preview,
     PreviewRestore,
+    PreviewRewind,
     Report,
     Reset,
+    Rewind,
     RestoreResult,
     ServerCompaction,
     WhatIf,
@@ -511,6 +513,10 @@ class AgentSession:
             self._answer_elicitation(command)
         elif isinstance(command, WhatIf):
             self._start_whatif(command)
+        elif isinstance(command, PreviewRewind):
+            self._preview_rewind()
+        elif isinstance(command, Rewind):
+            self._rewind(command)
         elif isinstance(command, Shutdown):
             self._stopping = True
             if command.now:
@@ -578,6 +584,53 @@ class AgentSession:
             operation_cost_usd=planned.operation_cost_usd, model_call=planned.model_call,
             memory_updates=planned.memory_updates, memory_input_tokens=planned.memory_input_tokens,
             memory_cost_usd=planned.memory_cost_usd))
+
+    def _preview_rewind(self) -> None:
+        """The user messages the conversation can go back to, newest first, each with its plan and
+        the files that changed since (answered at once, busy or not: the list is only shown)."""
+        from app.kernel.events import RewindPoint, RewindPointsEvent
+
+        engine = self.agent.engine
+        plans = engine.plan_rewinds()
+        files = self.agent.tool_context.file_history
+        points = []
+        for plan in reversed(plans):
+            target = plan.rewind
+            assert target is not None
+            changed = files.plan(target.abandoned_ids) if files is not None else None
+            points.append(RewindPoint(
+                turn=target.turn, message_id=target.message_id, text=target.text, plan_id=plan.id,
+                messages_after=plan.messages_after, tokens_after=plan.forecast.tokens_after,
+                abandoned_turns=target.abandoned_turns,
+                cache_tokens_invalidated=plan.forecast.cache_tokens_invalidated,
+                next_request_cost_after_usd=plan.forecast.next_request_cost_after_usd,
+                files=changed.files if changed else [], files_changed_since=changed.changed_since if changed else [],
+                files_not_restorable=changed.not_restorable if changed else []))
+        tokens = engine.projection().projected_tokens
+        cost = plans[0].forecast.next_request_cost_before_usd if plans else None
+        reason = None if points else "nothing to rewind: no message of yours is in the context (a compaction keeps them in its summary)"
+        self._emit(RewindPointsEvent(tokens_before=tokens, points=points, next_request_cost_before_usd=cost,
+                                     reason=reason))
+
+    def _rewind(self, command: Rewind) -> None:
+        """Between turns only: run the plan the list showed; the files first, when asked."""
+        from app.kernel.events import RewindEvent
+
+        if self.busy:
+            self._emit(RewindEvent(ok=False, reason="the agent is busy: interrupt the turn (escape) or rewind when it ends"))
+            return
+        plan = self.agent.engine.take_rewind_plan(command.plan_id)
+        if plan is None or plan.rewind is None:
+            self._emit(RewindEvent(ok=False, reason="that message is no longer in the context; open the list again"))
+            return
+        said: dict[str, object] = {}
+        files = self.agent.tool_context.file_history
+        if command.files and files is not None:
+            done = files.restore(plan.rewind.abandoned_ids, overwrite_changed=command.overwrite_changed)
+            said = {"files_restored": done.restored, "files_skipped": done.skipped,
+                    "files_not_restorable": done.not_restorable,
+                    "reason": "; ".join(done.problems) or None}
+        self.agent.engine.rewind(plan, said)
 
     def _preview_restore(self, call_id: str) -> None:
         from app.context.engine import RestoreError
