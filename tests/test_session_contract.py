@@ -25,9 +25,11 @@ from app.kernel.commands import (
     Interrupt,
     Preview,
     PreviewRestore,
+    PreviewRewind,
     Report,
     Reset,
     RestoreResult,
+    Rewind,
     ServerCompaction,
     Shutdown,
     UserInput,
@@ -263,6 +265,8 @@ ANSWERED_AT_ONCE = [
     (RestoreResult("call-nope"), "restore_preview"),
     (ServerCompaction(True), "server_compaction"),
     (WhatIf(100_000, 0.5), "whatif"),
+    (PreviewRewind(), "rewind_points"),
+    (Rewind("plan-nope"), "rewind"),
 ]
 
 

@@ -413,7 +413,8 @@ def _rewind_points(e: "ev.RewindPointsEvent") -> Line | None:
 
 def rewind_point_row(p: "ev.RewindPoint", width: int = 60) -> str:
     """One user message in the rewind list: its turn, the context just before it, its words."""
-    return f"turn {p.turn:>3}  ~{human_tokens(p.tokens_after):>6}  {short_title(p.text, width)}"
+    size = "~" + human_tokens(p.tokens_after)
+    return f"turn {p.turn:>3}  {size:>7}  {short_title(p.text, width)}"
 
 
 def rewind_plan_text(tokens_before: int, p: "ev.RewindPoint", cost_before: float | None = None) -> str:
