@@ -94,3 +94,18 @@ def test_bad_input_is_one_line(three_turns, tmp_path: Path) -> None:
     assert "can go back to turn(s) 1, 2, 3" in proc.stderr
     proc = _tidegauge(["rewind", "--files"], tmp_path)
     assert proc.returncode != 0 and "--files goes with --to N" in proc.stderr
+
+
+def test_the_demo_adds_a_changelog_entry_and_a_rewind_with_files_takes_it_back(tmp_path: Path) -> None:
+    (tmp_path / "work").mkdir()
+    proc = _tidegauge(["--provider", "demo", "--demo-speed", "0", "--yes", "--output-format", "stream-json",
+                       "-p", "add a changelog entry"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    changelog = Path(next(e for e in events if e["type"] == "session")["workspace"]) / "CHANGELOG.md"
+    assert "## Unreleased" in changelog.read_text()
+    assert "Esc Esc" in next(e for e in events if e["type"] == "result")["text"]
+    done = _tidegauge(["rewind", "--to", "1", "--files", "--json"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["files_restored"] == ["CHANGELOG.md"]
+    assert "## Unreleased" not in changelog.read_text() and changelog.read_text().startswith("# Changelog")

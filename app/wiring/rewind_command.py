@@ -143,8 +143,8 @@ def _print_list(out: IO[str], session_id: str, tokens_now: int, listed: list[dic
     print(f"{'turn':>5}  {'context':>8}  message", file=out)
     for point in listed:
         files = f"  [{len(point['files'])} file(s) changed since]" if point["files"] else ""
-        print(f"{point['turn']:>5}  ~{human_tokens(point['tokens_after']):>7}  {short_title(point['text'], 60)}{files}",
-              file=out)
+        size = "~" + human_tokens(point["tokens_after"])
+        print(f"{point['turn']:>5}  {size:>8}  {short_title(point['text'], 60)}{files}", file=out)
     print("tidegauge rewind --to N [--files] goes back to just before turn N", file=out)
 
 
