@@ -88,3 +88,27 @@ async def test_a_single_escape_when_idle_only_says_what_a_second_does() -> None:
 def test_snapshot_rewind_list(snap_compare, size) -> None:
     app, _ = make_app()
     assert snap_compare(app, terminal_size=size, run_before=_open_rewind("down"))
+
+
+async def test_a_resumed_session_shows_the_abandoned_turns_dimmed() -> None:
+    """What `tidegauge rewind` or an earlier run's Esc Esc recorded: on resume the turns are there, marked."""
+    from snapshot_apps.fake_agent import FakeSession
+    from textual.app import App
+
+    from app.kernel import events as ev
+    from app.surfaces.dashboard.app import TidegaugeApp
+
+    restored: list[object] = []
+    for n, words in enumerate(("write the plan", "rewrite it", "and again"), start=1):
+        restored += [ev.UserMessageEvent(text=words), ev.AssistantMessageEvent(text=f"done {n}"),
+                     ev.ResultEvent(stop_reason="end_turn", text=f"done {n}", steps=1)]
+    restored.append(ev.RewindEvent(ok=True, turn=2, text="rewrite it", abandoned_turns=2, tokens_before=9_000,
+                                   tokens_after=6_000, by="cli"))
+    app: App[int] = TidegaugeApp(FakeSession(restored=restored), cursor_blink=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        conversation = app.conversation  # type: ignore[attr-defined]
+        await until(pilot, lambda: any(item.kind == "engine" and "rewound" in item.text for item in conversation.items))
+        marked = [(item.text, item.abandoned) for item in conversation.items if item.kind in ("user", "assistant")]
+        assert marked == [("write the plan", False), ("done 1", False), ("rewrite it", True), ("done 2", True),
+                          ("and again", True), ("done 3", True)]
+        assert app.query_one("#prompt", Input).value == ""  # an earlier run's rewind fills no prompt

@@ -82,8 +82,6 @@ class RewindScreen(ModalScreen["RewindAnswer | None"]):
         point = self.highlighted
         text = "" if point is None else rewind_plan_text(self.event.tokens_before, point,
                                                          self.event.next_request_cost_before_usd)
-        if point is not None and point.files:
-            text += "\nenter: conversation only · f: conversation and files · o: and overwrite files changed since"
         self.query_one("#rewind-plan", Static).update(literal(text))
 
     def action_choose(self, files: bool, overwrite: bool) -> None:
