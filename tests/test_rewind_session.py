@@ -66,3 +66,21 @@ async def test_rewind_runs_the_plan_shown_and_the_next_request_starts_before_tha
     sent = str(fake_llm.requests[-1].json["messages"])
     assert "write the plan" in sent and "one done" in sent
     assert "many more words" not in sent and "two done" not in sent
+
+
+async def test_a_rewind_command_from_a_surface_that_names_no_plan_of_this_session_is_one_line(
+        fake_llm, tmp_path, monkeypatch) -> None:
+    """A web tab or a pipe sends what it likes: an id of another session's list, or not a string at all."""
+    session, events = make_session(fake_llm, tmp_path, monkeypatch)
+    fake_llm.enqueue(openai_text("one done"))
+    await_run = asyncio.create_task(session.run())
+    session.submit(UserInput("write the plan"))
+    await _until(session, events, "result")
+    session.submit(Rewind("plan-1"))
+    session.submit(Rewind(["not", "an", "id"], files=True))  # type: ignore[arg-type]
+    session.submit(Shutdown())
+    await await_run
+    refused = events.of("rewind")
+    assert [e.ok for e in refused] == [False, False]
+    assert all(e.reason and "\n" not in e.reason for e in refused)
+    assert "write the plan" in str(session.agent.history[0].content)  # nothing lost

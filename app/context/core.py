@@ -1005,7 +1005,7 @@ class ContextCore:
     def take_rewind_plan(self, plan_id: str) -> Plan | None:
         """The rewind a confirmation named, if made on the live history; else made again to the same
         message, marked ``replanned`` (None: unknown, or that message is no longer in the context)."""
-        named = self.rewind_plans.pop(plan_id, None)
+        named = self.rewind_plans.pop(plan_id, None) if isinstance(plan_id, str) else None
         if named is None or named.rewind is None:
             return None
         if named.history_mark == self.history_mark():

@@ -593,11 +593,13 @@ class AgentSession:
         engine = self.agent.engine
         plans = engine.plan_rewinds()
         files = self.agent.tool_context.file_history
+        newest_first = list(reversed(plans))
+        changes = (files.plans([plan.rewind.abandoned_ids if plan.rewind else () for plan in newest_first])
+                   if files is not None else [None] * len(newest_first))
         points = []
-        for plan in reversed(plans):
+        for plan, changed in zip(newest_first, changes):
             target = plan.rewind
             assert target is not None
-            changed = files.plan(target.abandoned_ids) if files is not None else None
             points.append(RewindPoint(
                 turn=target.turn, message_id=target.message_id, text=target.text, plan_id=plan.id,
                 messages_after=plan.messages_after, tokens_after=plan.forecast.tokens_after,
@@ -625,8 +627,8 @@ class AgentSession:
             return
         said: dict[str, object] = {}
         files = self.agent.tool_context.file_history
-        if command.files and files is not None:
-            done = files.restore(plan.rewind.abandoned_ids, overwrite_changed=command.overwrite_changed)
+        if command.files is True and files is not None:  # a surface's JSON: only a real true asks for it
+            done = files.restore(plan.rewind.abandoned_ids, overwrite_changed=command.overwrite_changed is True)
             said = {"files_restored": done.restored, "files_skipped": done.skipped,
                     "files_not_restorable": done.not_restorable,
                     "reason": "; ".join(done.problems) or None}

@@ -161,13 +161,15 @@ class FileHistory:
                 entries.append(entry)
         return entries
 
-    def _fold(self, turns: Collection[str]) -> tuple[dict[str, dict[str, Any]], dict[str, str | None]]:
+    def _fold(self, turns: Collection[str], entries: list[dict[str, Any]] | None = None,
+              ) -> tuple[dict[str, dict[str, Any]], dict[str, str | None]]:
         """(path -> its first before-image in ``turns``, path -> the hash tidegauge last left there)."""
+        wanted = set(turns)
         first: dict[str, dict[str, Any]] = {}
         expected: dict[str, str | None] = {}
-        for entry in self._entries():
+        for entry in self._entries() if entries is None else entries:
             path = entry["path"]
-            if entry.get("kind") == "before" and entry.get("turn") in turns and path not in first:
+            if entry.get("kind") == "before" and entry.get("turn") in wanted and path not in first:
                 first[path] = entry
             elif entry.get("kind") in ("wrote", "restored"):
                 sha = entry.get("sha")
@@ -188,19 +190,30 @@ class FileHistory:
 
     def plan(self, turns: Collection[str]) -> RestorePlan:
         """The files changed in ``turns`` and what a restore would do with each."""
-        first, expected = self._fold(turns)
-        out = RestorePlan()
-        for path, entry in sorted(first.items()):
-            if entry.get("too_large") or (entry.get("existed") and not _HASH.fullmatch(str(entry.get("blob")))):
-                out.not_restorable.append(path)
-                continue
-            out.files.append(path)
-            try:
-                changed = self._current(path) != expected.get(path)
-            except (OSError, ToolInputError):
-                changed = True
-            if changed:
-                out.changed_since.append(path)
+        return self.plans([turns])[0]
+
+    def plans(self, turn_sets: list[Collection[str]]) -> list[RestorePlan]:
+        """``plan`` for each set of turns (a rewind list: one per message), the index read once and
+        each file hashed at most once."""
+        entries = self._entries()
+        current: dict[str, str | None | bool] = {}  # path -> its hash now (False: unreadable)
+        out: list[RestorePlan] = []
+        for turns in turn_sets:
+            first, expected = self._fold(turns, entries)
+            plan = RestorePlan()
+            for path, entry in sorted(first.items()):
+                if entry.get("too_large") or (entry.get("existed") and not _HASH.fullmatch(str(entry.get("blob")))):
+                    plan.not_restorable.append(path)
+                    continue
+                plan.files.append(path)
+                if path not in current:
+                    try:
+                        current[path] = self._current(path)
+                    except (OSError, ToolInputError):
+                        current[path] = False
+                if current[path] is False or current[path] != expected.get(path):
+                    plan.changed_since.append(path)
+            out.append(plan)
         return out
 
     def restore(self, turns: Collection[str], *, overwrite_changed: bool = False) -> Restored:

@@ -83,8 +83,8 @@ def run_rewind_command(argv: Sequence[str], out: IO[str] | None = None) -> int:
 
     if args.to is None:
         listed = []
-        for point in reversed(points):
-            plan = files.plan(point.abandoned_ids)
+        newest_first = list(reversed(points))
+        for point, plan in zip(newest_first, files.plans([p.abandoned_ids for p in newest_first])):
             listed.append({"turn": point.turn, "tokens_after": fixed + estimate_messages(history_before(history, point)),
                            "abandoned_turns": point.abandoned_turns, "text": point.text,
                            "files": plan.files, "files_changed_since": plan.changed_since,
