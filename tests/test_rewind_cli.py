@@ -109,3 +109,16 @@ def test_the_demo_adds_a_changelog_entry_and_a_rewind_with_files_takes_it_back(t
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["files_restored"] == ["CHANGELOG.md"]
     assert "## Unreleased" not in changelog.read_text() and changelog.read_text().startswith("# Changelog")
+
+
+def test_whatif_replays_a_rewound_session_without_the_abandoned_turns(three_turns, tmp_path: Path) -> None:
+    assert _tidegauge(["rewind", "--to", "2"], tmp_path).returncode == 0
+    three_turns.enqueue(openai_text("done again"))
+    _turn("rewrite the notes, shorter", tmp_path, three_turns)
+    proc = _tidegauge(["whatif", "--json"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    recorded, replayed = json.loads(proc.stdout)["policies"][:2]
+    # the last request came after the rewind: the replay's is as small as the recorded one
+    last_recorded, last_replayed = recorded["points"][-1][1], replayed["points"][-1][1]
+    assert abs(last_replayed - last_recorded) <= 0.05 * last_recorded
+    assert last_replayed < max(point[1] for point in replayed["points"])
