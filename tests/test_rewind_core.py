@@ -9,7 +9,8 @@ from test_context_core_is_pure import core_of
 from test_ctx_support import filler, tool_round
 
 from app.context.compaction import build_summary_history
-from app.context.core import ContextCore, Replaced
+from app.context.core import ContextCore, EngineConfig, Replaced
+from app.context.engine import ContextEngine
 from app.session.transcript import sendable_problems
 from app.kernel.events import ChartPointEvent, ContextEvent, RewindEvent
 from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
@@ -112,3 +113,28 @@ def test_every_rewind_leaves_a_valid_request(turns: list[tuple[int, bool]], data
     plan = plans[data.draw(st.integers(0, len(plans) - 1))]
     core.rewind(plan)
     assert not sendable_problems(core.history)
+
+
+def _engine_with(core: ContextCore) -> ContextEngine:
+    engine = ContextEngine(system_prompt=core.system_prompt, memory=core.memory, tools=[],
+                           config=EngineConfig(window=100_000, budget=0, memory_update_tokens=1_000),
+                           history=list(core.history))
+    return engine
+
+
+def test_a_session_memory_written_from_abandoned_turns_is_emptied_and_written_again_from_what_stays() -> None:
+    engine = _engine_with(conversation(3))
+    engine.session_memory.text = "the user asked for prompt 3's work and it was done"
+    engine.session_memory.covered = engine.history[-1]  # it covers turn 3, which the rewind abandons
+    plan = engine.plan_rewinds()[2]
+    engine.rewind(plan)
+    assert not engine.session_memory.exists  # a later compaction from it cannot bring turn 3 back
+    assert engine.core.memory_unseen.messages == engine.history  # the next update covers what stays
+
+
+def test_a_session_memory_of_what_stays_is_kept() -> None:
+    engine = _engine_with(conversation(3))
+    engine.session_memory.text = "prompt 1's work"
+    engine.session_memory.covered = engine.history[3]  # the end of turn 1
+    engine.rewind(engine.plan_rewinds()[2])
+    assert engine.session_memory.exists and engine.session_memory.covered is engine.history[3]

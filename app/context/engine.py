@@ -666,7 +666,20 @@ class ContextEngine:
     def rewind(self, plan: Plan, files: Mapping[str, object] | None = None) -> RewindEvent:
         """Run a rewind plan: persisted (a ``rewind`` history line), then its event and the new context.
         ``files``: what putting the files back did (the event's ``files_*`` fields), said with it."""
+        target = plan.rewind
+        covered = self.session_memory.covered
+        # The session memory written from turns this rewind abandons would bring them back at the
+        # next compaction from it: it is emptied (as by a reset) and written again from what stays.
+        stale = (target is not None and self.session_memory.exists and covered is not None
+                 and any(m is covered for m in self.history[target.message_index:]))
         event, effects = self.core.rewind(plan)
+        if stale:
+            if self._memory_task is not None and not self._memory_task.done():
+                self._memory_task.cancel()
+            self.session_memory.save("", None)
+            self.core.memory_unseen.messages = list(self.history)
+            self.core.memory_unseen_ready = True
+            self.core.recount_memory_tokens()
         if files:
             said = event.model_copy(update=dict(files))
             effects = [said if effect is event else effect for effect in effects]
