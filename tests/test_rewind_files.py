@@ -120,3 +120,11 @@ async def test_a_file_written_outside_the_workspace_is_not_recorded(ctx: ToolCon
     history(ctx).turn = "u-1"
     await call(ctx, "write_file", path=str(tmp_path / "elsewhere.txt"), content="x")
     assert history(ctx).plan(["u-1"]).files == []
+
+
+async def test_a_write_that_fails_records_nothing(ctx: ToolContext) -> None:
+    (ctx.workspace / "folder").mkdir()
+    history(ctx).turn = "u-1"
+    run = await call(ctx, "write_file", path="folder", content="x")  # a directory: refused
+    assert run.is_error
+    assert history(ctx).plan(["u-1"]) == file_history.RestorePlan()

@@ -40,6 +40,15 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+@dataclass(frozen=True)
+class BeforeImage:
+    """A file about to be written: where (relative to the workspace) and, on the turn's first change
+    to it, the index entry of what it held."""
+
+    path: str
+    entry: dict[str, Any] | None
+
+
 @dataclass
 class RestorePlan:
     """What putting the files back to before the given turns would do."""
@@ -96,35 +105,41 @@ class FileHistory:
         except ValueError:
             return None
 
-    def before_write(self, raw: str, ctx: ToolContext) -> str | None:
-        """Keep the file's content before this turn's first change to it; the path recorded."""
+    def before_write(self, raw: str, ctx: ToolContext) -> BeforeImage | None:
+        """The file's content before this turn's first change to it (None: outside the workspace, or
+        kept already this turn); recorded by ``wrote`` once the write is done."""
         if not self.turn:
             return None
         path = self._relative(raw, ctx)
-        if path is None or (self.turn, path) in self._kept:
-            return path
-        entry: dict[str, Any] = {"kind": "before", "turn": self.turn, "path": path, "existed": True}
-        try:
-            opened = open_file_for_reading(raw, ctx)
-        except FileNotFoundError:
-            entry["existed"] = False
-        except (OSError, ToolInputError):
-            entry["too_large"] = True  # not readable as a regular file: no copy, named as such
-        else:
-            with os.fdopen(opened.fd, "rb") as f:
-                data = f.read(MAX_BEFORE_IMAGE + 1)
-            if len(data) > MAX_BEFORE_IMAGE:
-                entry["too_large"] = True
+        if path is None:
+            return None
+        entry: dict[str, Any] | None = None
+        if (self.turn, path) not in self._kept:
+            entry = {"kind": "before", "turn": self.turn, "path": path, "existed": True}
+            try:
+                opened = open_file_for_reading(raw, ctx)
+            except FileNotFoundError:
+                entry["existed"] = False
+            except (OSError, ToolInputError):
+                entry["too_large"] = True  # not readable as a regular file: no copy, named as such
             else:
-                entry["blob"] = self._keep_blob(data)
-        self._append(entry)
-        self._kept.add((self.turn, path))
-        return path
+                with os.fdopen(opened.fd, "rb") as f:
+                    data = f.read(MAX_BEFORE_IMAGE + 1)
+                if len(data) > MAX_BEFORE_IMAGE:
+                    entry["too_large"] = True
+                else:
+                    entry["blob"] = self._keep_blob(data)
+        return BeforeImage(path, entry)
 
-    def wrote(self, path: str | None, data: bytes) -> None:
-        """tidegauge wrote ``data`` to ``path``: a later restore expects to find exactly that."""
-        if path is not None and self.turn:
-            self._append({"kind": "wrote", "turn": self.turn, "path": path, "sha": _sha(data)})
+    def wrote(self, before: BeforeImage | None, data: bytes) -> None:
+        """tidegauge wrote ``data`` over ``before``: its before-image (the turn's first change) and what
+        a later restore expects to find there are recorded. A write that failed records nothing."""
+        if before is None or not self.turn:
+            return
+        if before.entry is not None and (self.turn, before.path) not in self._kept:
+            self._append(before.entry)
+            self._kept.add((self.turn, before.path))
+        self._append({"kind": "wrote", "turn": self.turn, "path": before.path, "sha": _sha(data)})
 
     def _keep_blob(self, data: bytes) -> str:
         digest = _sha(data)
