@@ -101,6 +101,9 @@ _NOT_REPLAYED = frozenset({"text_delta", "thinking_delta", "state", "notice", "s
                            "approval_request", "approval_resolved", "queued", "forecast", "restore_preview",
                            "server_compaction", "config_warning", "mcp_server", "mcp_prompts", "memory_import"})
 
+# What a rewind list keeps of each message (a line is drawn; the rewind event carries it whole).
+REWIND_POINT_CHARS = 1_000
+
 
 # The id of the command whose handling emits the event (asyncio copies it into the tasks a
 # turn starts, so its tool calls, retries and result carry it too); None: nobody asked.
@@ -601,7 +604,9 @@ class AgentSession:
             target = plan.rewind
             assert target is not None
             points.append(RewindPoint(
-                turn=target.turn, message_id=target.message_id, text=target.text, plan_id=plan.id,
+                # the list shows a line of each (and the event is kept in the transcript): the whole
+                # message comes back with the rewind's own event
+                turn=target.turn, message_id=target.message_id, text=target.text[:REWIND_POINT_CHARS], plan_id=plan.id,
                 messages_after=plan.messages_after, tokens_after=plan.forecast.tokens_after,
                 abandoned_turns=target.abandoned_turns,
                 cache_tokens_invalidated=plan.forecast.cache_tokens_invalidated,
