@@ -86,7 +86,8 @@ if TYPE_CHECKING:
 
 # Deltas are not persisted (the assistant_message after them holds the whole text), nor
 # reports and previews (answers to a question about the session, not part of it).
-_NOT_RECORDED = frozenset({"text_delta", "thinking_delta", "report", "forecast", "restore_preview", "permissions"})
+_NOT_RECORDED = frozenset({"text_delta", "thinking_delta", "report", "forecast", "restore_preview", "permissions",
+                           "rewind_points"})
 # An "always" answer -> which of the request's offered rules it adds.
 _ALWAYS_KINDS: dict[str, str] = {"always": "tool", "always_tool": "tool", "always_exact": "exact",
                                  "always_prefix": "prefix"}
@@ -99,7 +100,8 @@ _CLEARING_EVENTS = frozenset({"micro_compaction", "compaction", "restore", "rese
 # k copies of each warning before its conversation.
 _NOT_REPLAYED = frozenset({"text_delta", "thinking_delta", "state", "notice", "session",
                            "approval_request", "approval_resolved", "queued", "forecast", "restore_preview",
-                           "server_compaction", "config_warning", "mcp_server", "mcp_prompts", "memory_import"})
+                           "server_compaction", "config_warning", "mcp_server", "mcp_prompts", "memory_import",
+                           "rewind_points"})
 
 # What a rewind list keeps of each message (a line is drawn; the rewind event carries it whole).
 REWIND_POINT_CHARS = 1_000
