@@ -92,7 +92,7 @@ _NOT_RECORDED = frozenset({"text_delta", "thinking_delta", "report", "forecast",
 _ALWAYS_KINDS: dict[str, str] = {"always": "tool", "always_tool": "tool", "always_exact": "exact",
                                  "always_prefix": "prefix"}
 # After these events the set of cleared (restorable) tool results may have changed.
-_CLEARING_EVENTS = frozenset({"micro_compaction", "compaction", "restore", "reset"})
+_CLEARING_EVENTS = frozenset({"micro_compaction", "compaction", "restore", "reset", "rewind"})
 # Restored events a surface redraws from; the rest was transient (or, for notices
 # written before the events were typed, a repeat of the typed event before it), or said what
 # an earlier run found when it started (its settings' warnings, its MCP servers and their
