@@ -112,3 +112,28 @@ async def test_a_resumed_session_shows_the_abandoned_turns_dimmed() -> None:
         assert marked == [("write the plan", False), ("done 1", False), ("rewrite it", True), ("done 2", True),
                           ("and again", True), ("done 3", True)]
         assert app.query_one("#prompt", Input).value == ""  # an earlier run's rewind fills no prompt
+
+
+def test_the_tool_list_marks_the_calls_of_the_abandoned_turns() -> None:
+    """The view model (no Textual): the calls of the turns a rewind abandoned are marked, once; a later
+    rewind counts only the turns still in the context."""
+    from app.kernel import events as ev
+    from app.surfaces.view_model import DashboardView
+    from widgets.tool_call_line import tool_call_text
+
+    view = DashboardView()
+    for turn, calls in enumerate((["a1"], ["b1", "b2"], ["c1"]), start=1):
+        view.apply(ev.UserMessageEvent(text=f"prompt {turn}"))
+        for call in calls:
+            view.apply(ev.ToolStartEvent(id=call, name="write_file", input={}, summary=call))
+            view.apply(ev.ToolResultEvent(id=call, name="write_file", is_error=False, truncated=False,
+                                          original_chars=5, kept_chars=5, content="done"))
+    changed = view.apply(ev.RewindEvent(ok=True, turn=2, abandoned_turns=2))
+    assert sorted(r.id for r in changed) == ["b1", "b2", "c1"]
+    assert {i: r.rewound for i, r in view.tool_calls.items()} == {"a1": False, "b1": True, "b2": True, "c1": True}
+    assert "rewound" in tool_call_text(view.tool_calls["c1"], {}).plain
+    view.apply(ev.UserMessageEvent(text="prompt 2, edited"))
+    view.apply(ev.ToolStartEvent(id="d1", name="read_file", input={}, summary="d1"))
+    changed = view.apply(ev.RewindEvent(ok=True, turn=2, abandoned_turns=1))  # the edited prompt's turn
+    assert [r.id for r in changed] == ["d1"] and not view.tool_calls["a1"].rewound
+    assert view.apply(ev.RewindEvent(ok=False, reason="busy")) == ()

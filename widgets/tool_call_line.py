@@ -95,6 +95,8 @@ def tool_call_text(
             pieces += [_Piece(" ", ""), _Piece(" cleared " if compact else " cleared from context ", badge)]
         elif info.restored:
             pieces.append(_Piece("  restored" if compact else "  restored to the context", dim))
+    if info.rewound:  # a turn a rewind abandoned: listed still, out of the context
+        pieces.append(_Piece("  rewound" if compact else "  rewound: out of the context", dim))
     summary_room = summary_width
     if width is not None:
         def room_left() -> int:

@@ -65,6 +65,7 @@ class ToolCallRecord:
     progress: str = ""  # while it runs: how far it got, in describe's words
     content: str | None = None  # what the model saw (None until the result comes)
     waiting_approval: bool = False  # not running yet: the user is asked first
+    rewound: bool = False  # in a turn a rewind went back before: out of the context (kept in the transcript)
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ class DashboardView:
     cleared_ids: frozenset[str] = frozenset()
     breaker_paused: bool = False
     _asking: dict[str, str] = field(default_factory=dict)  # approval request id -> the call it is about
+    _turn_calls: list[list[str]] = field(default_factory=list)  # the calls of each turn not rewound, in order
 
     @property
     def busy(self) -> bool:
@@ -106,11 +108,17 @@ class DashboardView:
     def apply(self, event: Any) -> tuple[ToolCallRecord, ...]:
         """Fold ``event`` in; returns the tool call records it changed (new records, oldest first)."""
         kind = event.type
+        if kind == "user_message":
+            self._turn_calls.append([])
+        elif kind == "rewind":
+            return self._rewound(event)
         if kind == "tool_start":
             record = ToolCallRecord(id=event.id, name=event.name, summary=event.summary,
                                     cleared=event.id in self.cleared_ids)
             if event.id not in self.tool_calls:
                 self.order.append(event.id)
+                if self._turn_calls:
+                    self._turn_calls[-1].append(event.id)
             return self._put(record)
         if kind == "tool_result":
             known = self.tool_calls.get(event.id)
@@ -170,6 +178,19 @@ class DashboardView:
                 self._asking.pop(self.approval.request_id, None)
                 self.approval = None
         return ()
+
+    def _rewound(self, event: "ev.RewindEvent") -> tuple[ToolCallRecord, ...]:
+        """The calls of the turns a rewind abandoned are marked (still listed, out of the context)."""
+        if not event.ok or event.abandoned_turns <= 0:
+            return ()
+        cut = max(0, len(self._turn_calls) - event.abandoned_turns)
+        abandoned = [call_id for calls in self._turn_calls[cut:] for call_id in calls]
+        del self._turn_calls[cut:]
+        changed = [replace(self.tool_calls[call_id], rewound=True) for call_id in abandoned
+                   if call_id in self.tool_calls]
+        for record in changed:
+            self.tool_calls[record.id] = record
+        return tuple(changed)
 
     def _put(self, record: ToolCallRecord) -> tuple[ToolCallRecord, ...]:
         self.tool_calls[record.id] = record
