@@ -96,7 +96,7 @@ def tool_call_text(
         elif info.restored:
             pieces.append(_Piece("  restored" if compact else "  restored to the context", dim))
     if info.rewound:  # a turn a rewind abandoned: listed still, out of the context
-        pieces.append(_Piece("  rewound" if compact else "  rewound: out of the context", dim))
+        pieces.append(_Piece("  rewound", dim))  # short: the call's arguments still tell it apart
     summary_room = summary_width
     if width is not None:
         def room_left() -> int:
