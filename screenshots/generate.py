@@ -174,6 +174,29 @@ async def expanded_output(data_dir: Path, size: tuple[int, int], name: str) -> N
         await save(app, pilot, name)
 
 
+async def rewind_list(data_dir: Path, size: tuple[int, int], name: str) -> None:
+    """add a changelog entry, then another prompt; escape escape opens the rewind list on the first."""
+    from widgets.rewind_screen import RewindScreen
+
+    app, session = make_app(data_dir)
+    SessionThread(session).start()
+    async with app.run_test(size=size) as pilot:
+        for prompt in ("add a changelog entry", "what did I ask first?"):
+            await send(pilot, prompt)
+            await until_idle(app, pilot, session)
+        app.clock = lambda: 0.0  # the two escapes count as one double press, however slow the machine
+        await pilot.press("escape", "escape")
+        for _ in range(1_000):
+            if isinstance(app.screen, RewindScreen):
+                break
+            await pilot.pause(0.01)
+        else:
+            print("warning: the rewind list never opened", file=sys.stderr)
+            return
+        await pilot.press("down")  # the first message: the one that changed CHANGELOG.md
+        await save(app, pilot, name)
+
+
 def web_dashboard(tmp: Path, name: str) -> None:
     """``tidegauge --web`` in Chromium: find errors in app.log, then ctrl+o on its cut output."""
     import psutil
@@ -219,6 +242,7 @@ async def svgs(tmp: str) -> None:
     # the smallest: the chart folded away, the conversation keeps its rows
     await context_states(Path(tmp) / "c", SMALLEST, {"over": "dashboard-80x24"})
     await expanded_output(Path(tmp) / "d", SMALLEST, "truncated-output-expanded-80x24")
+    await rewind_list(Path(tmp) / "e", SMALLEST, "rewind-80x24")
 
 
 def main() -> int:

@@ -28,7 +28,8 @@ from app.kernel.usage import Usage
 
 ROOT = Path(__file__).resolve().parents[1]
 # The core and the modules whose values it hands out (plans and their forecasts).
-PURE_MODULES = ["app/context/core.py", "app/context/plans.py", "app/context/forecast.py", "app/context/pins.py"]
+PURE_MODULES = ["app/context/core.py", "app/context/plans.py", "app/context/forecast.py", "app/context/pins.py",
+                "app/context/rewind.py"]
 
 FORBIDDEN_IMPORTS = ("asyncio", "time", "os", "pathlib", "shutil", "subprocess", "socket", "threading",
                      "httpx", "tempfile", "io", "app.providers", "app.kernel.private_files", "app.session",

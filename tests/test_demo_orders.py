@@ -21,7 +21,9 @@ three earlier prompts); the fifth prompt is inserted at every position of the
 one order that builds the most state (summarize, which compacts; flood, which
 drops rounds; errors; recall): so it runs first, after each other prompt (after
 a compaction and after an overflow recovery), each other prompt runs right after
-it, and recall quotes it. That adds 15 runs to the 64.
+it, and recall quotes it. That adds 15 runs to the 64. The sixth prompt (add a changelog entry, the
+rewind's demo) is inserted the same way, and the two newer prompts run one after the other both
+ways round.
 """
 
 from __future__ import annotations
@@ -42,11 +44,12 @@ from app.demo.scenarios import SCENARIOS
 from app.demo.workspace import LOG_ERROR_LINE, project_files
 
 PROMPT_OF = {name: scenario.prompt for name, scenario in SCENARIOS.items()}
-NEWEST = "delegate"  # the fifth prompt (issue 16): inserted into one order, see the docstring
-OLDER = tuple(name for name in PROMPT_OF if name != NEWEST)
+NEWER = ("delegate", "changelog")  # the fifth and sixth prompts: each inserted into one order, see the docstring
+OLDER = tuple(name for name in PROMPT_OF if name not in NEWER)
 MOST_STATE = ("summarize", "flood", "errors", "recall")
 ORDERS = [*permutations(OLDER),
-          *(MOST_STATE[:at] + (NEWEST,) + MOST_STATE[at:] for at in range(len(MOST_STATE) + 1))]
+          *(MOST_STATE[:at] + (newer,) + MOST_STATE[at:] for newer in NEWER for at in range(len(MOST_STATE) + 1)),
+          NEWER, NEWER[::-1]]
 READABLE = sorted(p for p in project_files() if p.endswith((".py", ".md", ".toml", ".csv")))
 # Files above this size are never written again once made (the 15 MB log, saved
 # tool outputs): forks share them. Everything smaller is copied.
@@ -177,8 +180,15 @@ def check_delegate(run: Run, earlier: list[str]) -> None:
     assert all(line in text for line in report.splitlines())
 
 
+def check_changelog(run: Run, earlier: list[str]) -> None:
+    assert [(e["name"], e["input"]["path"]) for e in run.of("tool_start")] == [
+        ("read_file", "CHANGELOG.md"), ("edit_file", "CHANGELOG.md")]
+    assert not any(r["is_error"] for r in run.of("tool_result"))
+    assert "Esc Esc" in run.result["text"]  # the way back: a rewind with its files
+
+
 CHECKS = {"errors": check_errors, "summarize": check_summarize, "flood": check_flood, "recall": check_recall,
-          "delegate": check_delegate}
+          "delegate": check_delegate, "changelog": check_changelog}
 
 
 @pytest.mark.parametrize("order", ORDERS, ids=["-".join(order) for order in ORDERS])
@@ -214,4 +224,4 @@ def test_the_orders_run_every_prompt_first_and_right_after_every_other() -> None
     assert {order[0] for order in ORDERS} == set(PROMPT_OF)
     adjacent = {pair for order in ORDERS for pair in zip(order, order[1:])}
     assert adjacent == {(a, b) for a in PROMPT_OF for b in PROMPT_OF if a != b}
-    assert all(sorted(order) == sorted(PROMPT_OF) for order in ORDERS if NEWEST in order)
+    assert all(set(order) - set(NEWER) in (set(), set(MOST_STATE)) for order in ORDERS if set(order) & set(NEWER))

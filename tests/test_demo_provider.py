@@ -419,7 +419,7 @@ async def test_menu_and_banner_list_every_scenario_and_each_prompt_picks_its_own
     text = final.message.text
     assert final.message.tool_uses == []
     assert DemoProvider().banner == banner_text()
-    assert len(SCENARIOS) == 5
+    assert len(SCENARIOS) == 6
     for name, scenario in SCENARIOS.items():
         assert f"**{scenario.prompt}**" in text
         assert scenario.prompt in banner_text()

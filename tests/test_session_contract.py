@@ -27,9 +27,11 @@ from app.kernel.commands import (
     Interrupt,
     Preview,
     PreviewRestore,
+    PreviewRewind,
     Report,
     Reset,
     RestoreResult,
+    Rewind,
     ServerCompaction,
     Shutdown,
     UserInput,
@@ -268,6 +270,8 @@ ANSWERED_AT_ONCE = [
     (Preview("evict", call_id="call-nope"), "forecast"),
     (EvictResult("call-nope"), "evict"),
     (PinResult("call-nope"), "pin"),
+    (PreviewRewind(), "rewind_points"),
+    (Rewind("plan-nope"), "rewind"),
 ]
 
 

@@ -12,7 +12,7 @@ from textual.widget import Widget
 from app.kernel.describe import human_tokens, plural
 from widgets._runs import styled_runs
 
-PointKind = Literal["call", "compaction", "prune", "reset", "memory", "server"]
+PointKind = Literal["call", "compaction", "prune", "reset", "memory", "server", "rewind"]
 EIGHTHS = " ▁▂▃▄▅▆▇█"
 GUTTER = 7  # y-axis labels
 
@@ -156,6 +156,7 @@ class ContextHistory(Widget):
             "compaction": style("history--compaction"),
             "prune": style("history--prune"),
             "reset": style("history--prune"),  # a reset is a drop like pruning's, drawn alike
+            "rewind": style("history--prune"),
             "memory": style("history--memory"),
             "server": style("history--server"),
         }

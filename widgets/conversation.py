@@ -30,6 +30,7 @@ from widgets.session_messages import (
     EngineSaid,
     ReplyDiscarded,
     Replayed,
+    Rewound,
     ReplyDone,
     SessionStarted,
     SubAgentUpdate,
@@ -67,6 +68,7 @@ class ConversationItem:
     sub: SubAgentState | None = None  # kind "sub": a task call's sub-agent, under the call
     widget: Widget | None = None
     discarded: bool = False  # kind "assistant": a failed stream's partial text, set apart from the retry
+    abandoned: bool = False  # a turn a rewind went back before: out of the context, drawn dimmed
 
     @property
     def text(self) -> str:
@@ -79,7 +81,11 @@ class Conversation(VerticalScroll, can_focus=True):
     """Scrollable list of conversation items with a bounded number of mounted widgets."""
 
     SESSION_MESSAGES = (SessionStarted, UserSaid, ReplyDone, ReplyDiscarded, ToolCallsChanged, EngineSaid,
-                        SubAgentUpdate, TurnEnded, Replayed)
+                        SubAgentUpdate, TurnEnded, Replayed, Rewound)
+
+    DEFAULT_CSS = """
+    Conversation > .-abandoned { text-opacity: 45%; }
+    """
 
     # Styles of the tool-call lines, resolved once here rather than per line.
     COMPONENT_CLASSES = {f"toolcall--{key}" for key in TOOL_STYLE_KEYS}
@@ -259,6 +265,12 @@ class Conversation(VerticalScroll, can_focus=True):
     # ---------------------------------------------------------------- windowing
 
     def _make_widget(self, item: ConversationItem) -> Widget:
+        widget = self._widget_for(item)
+        if item.abandoned:
+            widget.add_class("-abandoned")
+        return widget
+
+    def _widget_for(self, item: ConversationItem) -> Widget:
         if item.kind == "user":
             return UserPrompt(item.text)
         if item.kind == "assistant":
@@ -497,6 +509,21 @@ class Conversation(VerticalScroll, can_focus=True):
         if isinstance(item.widget, SubAgentLine):
             item.widget.update_state()
 
+    @on(Rewound)
+    def _on_rewound(self, message: Rewound) -> None:
+        """The turns a rewind abandoned (its message and every one after it) stay, dimmed."""
+        event = message.event
+        if not event.ok or event.abandoned_turns <= 0:
+            return
+        users = [i for i, item in enumerate(self.items) if item.kind == "user" and not item.abandoned]
+        if not users:
+            return
+        first = users[-min(event.abandoned_turns, len(users))]
+        for item in self.items[first:]:
+            item.abandoned = True
+            if item.widget is not None:
+                item.widget.add_class("-abandoned")
+
     @on(TurnEnded)
     def _on_turn_end(self, _message: TurnEnded) -> None:
         self.end_turn_streams()
@@ -532,5 +559,6 @@ _REPLAY_HANDLERS: "dict[type[Any], Callable[[Conversation, Any], Awaitable[None]
     EngineSaid: Conversation._on_engine_line,
     SubAgentUpdate: Conversation._on_sub_agent,
     TurnEnded: Conversation._on_turn_end,
+    Rewound: Conversation._on_rewound,
     Deltas: Conversation._on_deltas,  # a reply still streaming when a dashboard attaches late
 }

@@ -19,6 +19,7 @@ SLASH_COMMANDS: dict[str, str] = {
     "/context": "what the context holds, by part",
     "/permissions": "the permission rules in force, and where each came from",
     "/inspect": "the last request as sent, part by part, and its diff (ctrl+n)",
+    "/rewind": "back to just before one of your messages, with or without the files (escape escape)",
     "/resume": "open another session of this directory (a list: enter opens)",
     "/help": "commands and keys",
 }

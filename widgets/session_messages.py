@@ -156,6 +156,19 @@ class WhatIfReady(SessionMessage):
     event: "ev.WhatIfEvent"
 
 
+class RewindPointsReady(SessionMessage):
+    """The messages a rewind can go back to, each with its plan (the answer to ``PreviewRewind``)."""
+
+    event: "ev.RewindPointsEvent"
+
+
+class Rewound(SessionMessage):
+    """The conversation went back to before a message: the App puts it back in the prompt, the
+    conversation marks the abandoned turns (on a resume too)."""
+
+    event: "ev.RewindEvent"
+
+
 class SubAgentUpdate(SessionMessage):
     event: "ev.SubAgentEvent"
 
@@ -268,6 +281,8 @@ MESSAGES_FOR: dict[str, tuple[type[SessionMessage], ...]] = {
     "mcp_prompts": (McpPromptsOffered,),  # the prompt box completes a server's prompts
     "request_recorded": (RequestRecorded,),  # the App keeps the latest for the inspector
     "whatif": (WhatIfReady, EngineSaid),  # the chart overlays the curve, the conversation says its figures
+    "rewind_points": (RewindPointsReady, EngineSaid),  # the App shows the list (a line when there is nothing)
+    "rewind": (Rewound, EngineSaid),  # the prompt gets the message back, abandoned turns are dimmed, then the line
 }
 for _type in ENGINE_LINE_TYPES:
     MESSAGES_FOR.setdefault(_type, (EngineSaid,))

@@ -100,6 +100,8 @@ def tool_call_text(
             pieces += [_Piece(" ", ""), _Piece(" pinned " if compact else " pinned in context ", badge)]
         elif info.restored:
             pieces.append(_Piece("  restored" if compact else "  restored to the context", dim))
+    if info.rewound:  # a turn a rewind abandoned: listed still, out of the context
+        pieces.append(_Piece("  rewound", dim))  # short: the call's arguments still tell it apart
     summary_room = summary_width
     if width is not None:
         def room_left() -> int:

@@ -278,10 +278,20 @@ class Agent:
 
     # ---- the loop ----
 
+    def _start_file_history_turn(self) -> None:
+        """The files changed from now on belong to this turn, known by the id of the user's message
+        (a rewind to it puts back what they held before)."""
+        history = self.tool_context.file_history
+        last = self.history[-1] if self.history else None
+        ids = [b.user_message_id for b in last.content if isinstance(b, TextBlock) and b.user_message_id] if last else []
+        if history is not None and ids:
+            history.turn = ids[-1]
+
     async def run_turn(self, user_text: str, attached: Sequence[TextBlock] = (), said: Sequence[Event] = ()) -> ResultEvent:
         """One turn. ``attached``: blocks sent with the user's words that are not theirs (an MCP
         prompt's or resource's text); ``said``: the events that show them, after the user's message."""
         self.engine.append_user_text(user_text, attached)
+        self._start_file_history_turn()
         self.emit(UserMessageEvent(text=user_text))
         for event in said:
             self.emit(event)

@@ -30,6 +30,7 @@ from app.context.pins import only_pinned_carry, pinned_carry, pinned_note
 from app.context.plans import PLANS_KEPT, MemoryPlan, Plan, PlanKind, new_plan_id
 from app.context.prices import Price, cost_usd
 from app.context.pruning import PruneResult, call_words, evicted_stub, is_cleared, prune_by_size, prune_by_time, stub_for
+from app.context.rewind import RewindTarget, history_before, rewind_points
 from app.context.rules import attached_rule_paths
 from app.context.session_memory import MEMORY_INTRO, SessionMemory, UnseenMessages, safe_cut
 from app.context.summarizer import extractive_summary
@@ -49,6 +50,7 @@ from app.kernel.events import (
     ResetEvent,
     RestoreEvent,
     ResultCutEvent,
+    RewindEvent,
     UsageDistrustedEvent,
     UsageEvent,
     WarningCrossedEvent,
@@ -245,6 +247,7 @@ class ContextCore:
         # Plans a confirmation may name, and a count of history changes: a plan made
         # on another history than the live one is made again before it runs.
         self.plans: dict[str, Plan] = {}
+        self.rewind_plans: dict[str, Plan] = {}  # the last listing's, one per user message
         self.history_version = 0
         self._stable_tokens: int | None = None
         self.attached_rules: set[str] = set()
@@ -1069,6 +1072,75 @@ class ContextCore:
         tokens_before = self.projected_unnoted()
         return forecast("reset", tokens_before=tokens_before, tokens_after=min(self.stable_prefix(), tokens_before),
                         cached_prefix=self.cached_prefix, stable_prefix=self.stable_prefix(), price=self.price)
+
+    # ---- rewind: back to just before an earlier user message ----
+
+    def plan_rewinds(self) -> list[Plan]:
+        """A plan for each user message the conversation can go back to, oldest first; all kept
+        (replacing the last listing) so that the one the user picks runs as it was shown."""
+        sizes = self._rewind_sizes()
+        plans = [self._plan_rewind(target, sizes) for target in rewind_points(self.history)]
+        self.rewind_plans = {plan.id: plan for plan in plans}
+        return plans
+
+    def _rewind_sizes(self) -> tuple[int, int, list[int]]:
+        """(the projection now, the request with no message, each prefix of the history's tokens):
+        a request's estimate is its fixed part plus its messages' (``estimate_request``), so every
+        point's size is a sum, not a count of its history again (1,000 points in milliseconds)."""
+        prefix = [0]
+        for message in self.history:
+            prefix.append(prefix[-1] + estimate_message(message))
+        return self.projected(), self.estimate_request([]), prefix
+
+    def _plan_rewind(self, target: RewindTarget, sizes: tuple[int, int, list[int]]) -> Plan:
+        tokens_before, fixed, prefix = sizes
+        i, j = target.message_index, target.block_index
+        head = self.history[i].copy_with(list(self.history[i].content[:j])) if j else None
+        kept = fixed + prefix[i] + (estimate_message(head) if head is not None else 0)
+        tokens_after = min(tokens_before, round(kept * self.accounting.request_scale))
+        # The messages before the point are sent again as they were: their cached prefix stays.
+        shared = self.stable_prefix() + prefix[i]
+        planned = forecast("rewind", tokens_before=tokens_before, tokens_after=tokens_after,
+                           cached_prefix=self.cached_prefix, stable_prefix=shared, price=self.price)
+        return Plan(new_plan_id(), "rewind", planned, len(self.history), i + (1 if head is not None else 0),
+                    self.history_mark(), rewind=target)
+
+    def take_rewind_plan(self, plan_id: str) -> Plan | None:
+        """The rewind a confirmation named, if made on the live history; else made again to the same
+        message, marked ``replanned`` (None: unknown, or that message is no longer in the context)."""
+        named = self.rewind_plans.pop(plan_id, None) if isinstance(plan_id, str) else None
+        if named is None or named.rewind is None:
+            return None
+        if named.history_mark == self.history_mark():
+            return named
+        for target in rewind_points(self.history):
+            if target.message_id == named.rewind.message_id:
+                return replace(self._plan_rewind(target, self._rewind_sizes()), replanned=True)
+        return None
+
+    def rewind(self, plan: Plan) -> tuple[RewindEvent, list[Effect]]:
+        """Run a rewind plan: the history becomes what stood just before its message."""
+        target = plan.rewind
+        assert target is not None, "a rewind plan names its message"
+        old_history = self.history
+        kept = history_before(old_history, target)
+        tokens_before = self.projected()
+        abandoned = old_history[target.message_index:]
+        if self.config.memory_update_tokens > 0 and self.memory_unseen_ready:
+            # the abandoned turns must not reach the session memory's next update
+            self.memory_unseen.messages = [m for m in self.memory_unseen.messages
+                                           if not any(m is a for a in abandoned)]
+        replaced = self.replace(kept, "rewind")
+        self.warned = False
+        tokens_after = self.projected()
+        event = RewindEvent(ok=True, turn=target.turn, message_id=target.message_id, text=target.text,
+                            abandoned_turns=target.abandoned_turns, abandoned_ids=list(target.abandoned_ids),
+                            messages_before=len(old_history), messages_after=len(kept),
+                            tokens_before=tokens_before, tokens_after=tokens_after,
+                            forecast_tokens_after=plan.forecast.tokens_after,
+                            cache_tokens_invalidated=plan.forecast.cache_tokens_invalidated,
+                            replanned=plan.replanned)
+        return event, [replaced, event, *self._after_change("rewind", tokens_after)]
 
     # ---- reversible clearing ----
 

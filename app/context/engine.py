@@ -17,7 +17,7 @@ import asyncio
 import time
 from itertools import groupby
 from pathlib import Path
-from typing import Awaitable, Callable, Literal, Protocol, Sequence
+from typing import Awaitable, Callable, Literal, Mapping, Protocol, Sequence
 
 from app.context.accounting import ContextAccounting, Ledger, Projection
 from app.context.compaction import (CircuitBreaker, CompactionFailed, build_compaction_request, extract_summary,
@@ -53,6 +53,7 @@ from app.kernel.events import (
     Event,
     EvictEvent,
     PinEvent,
+    RewindEvent,
     RuleAttachedEvent,
     SessionMemoryEvent,
     UsageEvent,
@@ -703,6 +704,40 @@ class ContextEngine:
         when a plan was named. Without an id: a plan made now, as ``plan_compaction``."""
         self._save_pastes()
         return self.core.take_plan(plan_id, focus)
+
+    # ---- rewind: back to just before an earlier user message ----
+
+    def plan_rewinds(self) -> list[Plan]:
+        """A plan per user message the conversation can go back to (oldest first), kept for ``take_rewind_plan``."""
+        return self.core.plan_rewinds()
+
+    def take_rewind_plan(self, plan_id: str) -> Plan | None:
+        """The rewind plan a confirmation named (made again, and marked so, on a changed history)."""
+        return self.core.take_rewind_plan(plan_id)
+
+    def rewind(self, plan: Plan, files: Mapping[str, object] | None = None) -> RewindEvent:
+        """Run a rewind plan: persisted (a ``rewind`` history line), then its event and the new context.
+        ``files``: what putting the files back did (the event's ``files_*`` fields), said with it."""
+        target = plan.rewind
+        covered = self.session_memory.covered
+        # The session memory written from turns this rewind abandons would bring them back at the
+        # next compaction from it: it is emptied (as by a reset) and written again from what stays.
+        stale = (target is not None and self.session_memory.exists and covered is not None
+                 and any(m is covered for m in self.history[target.message_index:]))
+        event, effects = self.core.rewind(plan)
+        if stale:
+            if self._memory_task is not None and not self._memory_task.done():
+                self._memory_task.cancel()
+            self.session_memory.save("", None)
+            self.core.memory_unseen.messages = list(self.history)
+            self.core.memory_unseen_ready = True
+            self.core.recount_memory_tokens()
+        if files:
+            said = event.model_copy(update=dict(files))
+            effects = [said if effect is event else effect for effect in effects]
+            event = said
+        self._run(effects)
+        return event
 
     def forecast_reset(self) -> Forecast:
         """What ``reset`` will do: everything but the system prompt, memory files and tools goes."""

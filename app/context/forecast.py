@@ -24,9 +24,10 @@ from app.context.prices import Price
 # "nothing": the plan does nothing (the context is already one summary, or empty); "extractive":
 # the fallback's summary, written before it runs; "drop": the oldest rounds dropped on a "too long";
 # "clear": old results cleared; "restore", "evict", "pin", "unpin": one result brought back, taken
-# out, kept verbatim through clearing and compaction, or no longer kept
+# out, kept verbatim through clearing and compaction, or no longer kept; "rewind": back to just
+# before an earlier user message
 ForecastAction = Literal["compact", "memory_compact", "reset", "nothing", "extractive", "drop", "clear", "restore",
-                         "evict", "pin", "unpin"]
+                         "evict", "pin", "unpin", "rewind"]
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,8 @@ class Forecast:
         what = {"compact": "compaction", "memory_compact": "compaction from session memory",
                 "reset": "reset", "nothing": "nothing to do", "extractive": "extractive compaction",
                 "drop": "overflow drop", "clear": "clearing old results",
-                "restore": "restore", "evict": "eviction", "pin": "pin", "unpin": "unpin"}[self.action]
+                "restore": "restore", "evict": "eviction", "pin": "pin", "unpin": "unpin",
+                "rewind": "rewind"}[self.action]
         low, high = self.after_range
         if low == high and self.tokens_after > self.tokens_before:  # a restore grows the context
             frees = f"adds ~{self.tokens_after - self.tokens_before:,} tokens ({self.tokens_before:,} → ~{self.tokens_after:,})"

@@ -21,6 +21,7 @@ from typing import Literal
 from app.context.audit import AuditResult
 from app.context.forecast import Forecast
 from app.context.pruning import PruneResult
+from app.context.rewind import RewindTarget
 from app.kernel.messages import Message
 
 
@@ -33,7 +34,7 @@ class MemoryPlan:
     audit: AuditResult
 
 
-PlanKind = Literal["compact", "reset", "clear", "restore", "evict", "pin"]
+PlanKind = Literal["compact", "reset", "clear", "restore", "evict", "pin", "rewind"]
 
 # Plans kept for a confirmation to name (older ones are made again when named).
 PLANS_KEPT = 8
@@ -65,6 +66,7 @@ class Plan:
     # clear: the clearing it runs, and what asked for it ("time": an idle pause, "size": the warning line)
     prune: PruneResult | None = None
     trigger: str = ""
+    rewind: RewindTarget | None = None  # the user message a rewind goes back to (just before it)
 
     @property
     def action(self) -> str:

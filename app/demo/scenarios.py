@@ -29,6 +29,9 @@ Scenarios (``SCENARIOS``, in the order the menu lists them):
    module it validates rows with, and reports file and lines
    (``app.demo.rejections``); the main model's answer quotes that report, and
    none of the sub-agent's reading enters the main context.
+6. "add a changelog entry": reads CHANGELOG.md and adds an "Unreleased" entry with edit_file,
+   then says how to take it back: Esc Esc (or ``tidegauge rewind``) takes the conversation back
+   to before the request and, with the files, the changelog as it was.
 
 Besides the menu, "what is in your context?" answers from the request what its tool results
 are now: after the user takes one out (the tool list's d), a one-line stub naming the saved
@@ -506,6 +509,34 @@ def _decide_recall(messages: Sequence[Message], system: str) -> Decision:
     return Decision(thinking="Look up the user's own words.", text="\n\n".join(parts))
 
 
+CHANGELOG = "CHANGELOG.md"
+_CHANGELOG_HEAD = "# Changelog\n\n"
+CHANGELOG_ENTRY = "## Unreleased\n- Docs: a line the demo added (rewind with files puts the file back as it was).\n\n"
+
+
+def _decide_changelog(turn: Turn) -> Decision:
+    """Read the changelog, add an entry at its top, then show the way back (a rewind with its files)."""
+    reads = [c for c in turn.calls if c.use.name == "read_file" and c.path == CHANGELOG and c.result is not None]
+    edits = [c for c in turn.calls if c.use.name == "edit_file" and c.result is not None]
+    if not reads:
+        return Decision(thinking="Read the changelog before changing it.",
+                        text="Reading the changelog first.", calls=[PlannedCall("read_file", {"path": CHANGELOG})])
+    if not edits:
+        return Decision(thinking="Add the entry under the title.", text="Adding an **Unreleased** entry.",
+                        calls=[PlannedCall("edit_file", {"path": CHANGELOG, "old": _CHANGELOG_HEAD,
+                                                         "new": _CHANGELOG_HEAD + CHANGELOG_ENTRY})])
+    result = edits[-1].result
+    if result is not None and result.is_error:
+        return Decision(thinking="The edit did not apply.", text=(
+            f"The changelog did not take the entry ({_brief(result.content)}); it may already be there. "
+            "A rewind with its files (**Esc Esc**, then **f**) puts it back as it was before."))
+    return Decision(thinking="Done; show the way back.", text=(
+        f"Added an **Unreleased** entry to `{CHANGELOG}`. To take it back, press **Esc Esc**: the list shows "
+        "your messages with the context just before each; pick this one and press **f**. The conversation and "
+        f"`{CHANGELOG}` go back to before it, and your message returns to the prompt to edit "
+        "(headless: `tidegauge rewind --to N --files`)."))
+
+
 def _decide_delegate(turn: Turn, task_offered: bool) -> Decision:
     """The main agent's side: hand the search to a sub-agent, then quote its report."""
     task = next((c for c in reversed(turn.calls) if c.use.name == TASK_TOOL), None)
@@ -626,6 +657,8 @@ def decide(request: ModelRequest) -> Decision:
         return _decide_flood(turn, dropped, offered)
     if scenario == "recall":
         return _decide_recall(request.messages, request.system)
+    if scenario == "changelog":
+        return _decide_changelog(turn)
     if CONTEXT_QUESTION.search(turn.request.lower()):
         return _decide_context(request.messages)
     return Decision(text=menu_text(), thinking="No scenario asked for: offer the list.")
@@ -699,9 +732,14 @@ SCENARIOS: dict[str, Scenario] = {
         "I hand the search to a **sub-agent** (the `task` tool): it reads the importer in a fresh context of its "
         "own, folded under the call with its own small gauge, and only its short report enters my context.",
         re.compile(r"\brejects?\b|\brejected\b|importer|sub-?agent|delegat|拒绝")),
+    "changelog": Scenario(
+        "add a changelog entry",
+        "I add a line to `CHANGELOG.md` with `edit_file`. Then **rewind** (Esc Esc): back to before your "
+        "message, with the file as it was, and your message in the prompt again.",
+        re.compile(r"changelog|更新日志")),
 }
 # Which scenario a request picks when several words match: the most specific first.
-MATCH_ORDER = ("flood", "recall", "delegate", "errors", "summarize")
+MATCH_ORDER = ("flood", "recall", "changelog", "delegate", "errors", "summarize")
 
 
 def menu_text() -> str:

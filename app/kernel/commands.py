@@ -160,6 +160,22 @@ class PinResult:
     pin: bool = True
 
 
+@dataclass(frozen=True)
+class PreviewRewind:
+    """The user messages the conversation can go back to, each with its plan (``RewindPointsEvent``)."""
+
+
+@dataclass(frozen=True)
+class Rewind:
+    """Run the rewind plan a ``RewindPointsEvent`` showed (``RewindEvent``): the conversation and the
+    context go back to just before that user message. ``files``: also put back the files
+    write_file/edit_file changed since; ``overwrite_changed``: even those changed since by something else."""
+
+    plan_id: str
+    files: bool = False
+    overwrite_changed: bool = False
+
+
 Command = Union[UserInput, Compact, Reset, Interrupt, Approve, Report, Shutdown,
                 Preview, PreviewRestore, RestoreResult, ServerCompaction, ApproveImport, AnswerElicitation, WhatIf,
-                EvictResult, PinResult]
+                EvictResult, PinResult, PreviewRewind, Rewind]

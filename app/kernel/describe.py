@@ -434,6 +434,57 @@ def _server_compaction(e: "ev.ServerCompactionEvent") -> Line:
     return Line("info", "server-side compaction off: tidegauge compacts at the auto-compact line as usual")
 
 
+def _rewind(e: "ev.RewindEvent") -> Line:
+    if not e.ok:
+        return Line("warning", f"rewind not done: {e.reason or 'unknown reason'} — conversation unchanged")
+    forecast = (f" (forecast ~{human_tokens(e.forecast_tokens_after)})"
+                if e.forecast_tokens_after is not None and e.forecast_tokens_after != e.tokens_after else "")
+    again = "; re-planned: the conversation changed after the list was shown" if e.replanned else ""
+    lines = [f"rewound to before turn {e.turn}: {plural(e.abandoned_turns, 'turn')} abandoned (kept in the "
+             f"transcript), ~{human_tokens(e.tokens_before)} → ~{human_tokens(e.tokens_after)} tokens{forecast}{again}"]
+    if e.files_restored:
+        lines.append(f"files restored: {', '.join(sanitize_for_display(f) for f in e.files_restored)}")
+    if e.files_skipped:
+        lines.append("files left as they are (changed since tidegauge wrote them): "
+                     + ", ".join(sanitize_for_display(f) for f in e.files_skipped))
+    if e.files_not_restorable:
+        lines.append("files not restorable (no copy kept: over the size bound or unreadable): "
+                     + ", ".join(sanitize_for_display(f) for f in e.files_not_restorable))
+    if e.reason:
+        lines.append(e.reason)
+    return Line("info", "\n".join(lines))
+
+
+def _rewind_points(e: "ev.RewindPointsEvent") -> Line | None:
+    if e.reason:
+        return Line("info", e.reason)
+    return None  # the list is the rewind dialog
+
+
+def rewind_point_row(p: "ev.RewindPoint", width: int = 60) -> str:
+    """One user message in the rewind list: its turn, the context just before it, its words."""
+    size = "~" + human_tokens(p.tokens_after)
+    return f"turn {p.turn:>3}  {size:>7}  {short_title(p.text, width)}"
+
+
+def rewind_plan_text(tokens_before: int, p: "ev.RewindPoint", cost_before: float | None = None) -> str:
+    """What rewinding to ``p`` will do (the plan it runs), for the rewind dialog."""
+    lines = [f"rewind to before turn {p.turn}: frees ~{max(0, tokens_before - p.tokens_after):,} tokens "
+             f"(~{tokens_before:,} → ~{p.tokens_after:,})",
+             f"abandons {plural(p.abandoned_turns, 'turn')} (kept in the transcript); "
+             f"prompt cache: invalidates {p.cache_tokens_invalidated:,} cached tokens; no model call"]
+    if cost_before is not None and p.next_request_cost_after_usd is not None:
+        lines.append(f"next request: ~${cost_before:.4f} → ~${p.next_request_cost_after_usd:.4f}")
+    if p.files:
+        lines.append(f"files changed since: {', '.join(sanitize_for_display(f) for f in p.files)}")
+    if p.files_changed_since:
+        lines.append("changed since by something else (left as they are unless overwritten): "
+                     + ", ".join(sanitize_for_display(f) for f in p.files_changed_since))
+    if p.files_not_restorable:
+        lines.append("not restorable: " + ", ".join(sanitize_for_display(f) for f in p.files_not_restorable))
+    return "\n".join(lines)
+
+
 def tool_start_text(e: "ev.ToolStartEvent") -> str:
     """A tool call's line in headless text mode (the dashboard draws it as a widget)."""
     return f"⏺ {e.name} {e.summary}"
@@ -728,6 +779,8 @@ DESCRIBERS: dict[str, Callable[[Any], Line | None]] = {
     "whatif": _whatif,  # the transcript replayed under another policy; the chart overlays the curve
     "evict": _evict,  # the tool list's d
     "pin": _pin,  # the tool list's p
+    "rewind_points": _rewind_points,  # the rewind dialog's list (a line only when there is nothing)
+    "rewind": _rewind,
 }
 
 

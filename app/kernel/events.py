@@ -33,7 +33,7 @@ def is_busy(state: str) -> bool:
     return state not in AT_REST
 
 
-PointKind = Literal["call", "compaction", "prune", "reset", "memory", "server"]  # memory/server: compactions from the session memory / by the provider
+PointKind = Literal["call", "compaction", "prune", "reset", "memory", "server", "rewind"]  # memory/server: compactions from the session memory / by the provider
 # How commands run: in bubblewrap, unsandboxed by the user's choice, or unsandboxed for want of it.
 SandboxState = Literal["bwrap", "off", "unavailable"]
 
@@ -958,6 +958,63 @@ class PinEvent(EventBase):
     reason: str | None = Field(default=None, exclude_if=lambda value: value is None)  # set: nothing changed (one line)
 
 
+# ---- rewind: back to just before an earlier user message (commands PreviewRewind, Rewind) ----
+
+class RewindPoint(BaseModel):
+    """One user message the conversation can go back to, with the plan that does it."""
+
+    turn: int  # 1-based, among the user's messages the context knows
+    message_id: str
+    text: str  # what the user typed: put back in the prompt
+    plan_id: str  # ``Rewind(plan_id)`` runs exactly this plan
+    messages_after: int
+    tokens_after: int  # the context just before this message (estimated, as the gauge)
+    abandoned_turns: int  # this message and every one after it
+    cache_tokens_invalidated: int = 0
+    next_request_cost_after_usd: float | None = None
+    # Files write_file/edit_file changed since (relative to the workspace): restorable, of which
+    # ``files_changed_since`` were changed by something else after tidegauge wrote them (not
+    # overwritten unless asked), and those over the size bound, named as not restorable.
+    files: list[str] = Field(default_factory=list)
+    files_changed_since: list[str] = Field(default_factory=list)
+    files_not_restorable: list[str] = Field(default_factory=list)
+
+
+class RewindPointsEvent(EventBase):
+    """The user messages a rewind can go back to, newest first (the answer to ``PreviewRewind``)."""
+
+    type: Literal["rewind_points"] = "rewind_points"
+    tokens_before: int
+    points: list[RewindPoint] = Field(default_factory=list)
+    next_request_cost_before_usd: float | None = None
+    reason: str | None = None  # why there is nothing to go back to
+
+
+class RewindEvent(EventBase):
+    """The conversation went back to just before turn ``turn`` (its words are ``text``); the turns
+    from it on are abandoned: out of the context, still in the transcript (a resume marks them)."""
+
+    type: Literal["rewind"] = "rewind"
+    ok: bool
+    turn: int = 0
+    message_id: str = ""
+    text: str = ""
+    abandoned_turns: int = 0
+    abandoned_ids: list[str] = Field(default_factory=list)
+    messages_before: int = 0
+    messages_after: int = 0
+    tokens_before: int = 0
+    tokens_after: int = 0
+    forecast_tokens_after: int | None = None  # the plan's figure, beside the actual one
+    cache_tokens_invalidated: int = 0
+    replanned: bool = False  # the conversation changed after the list was shown: planned again
+    files_restored: list[str] = Field(default_factory=list)
+    files_skipped: list[str] = Field(default_factory=list)  # changed since by something else: left as they are
+    files_not_restorable: list[str] = Field(default_factory=list)
+    reason: str | None = None  # why it was not done (ok False), or what went wrong with a file
+    by: Literal["dashboard", "cli"] = "dashboard"
+
+
 Event = Annotated[
     Union[
         TextDeltaEvent, ThinkingDeltaEvent, AssistantMessageEvent, UserMessageEvent,
@@ -973,7 +1030,7 @@ Event = Annotated[
         MemoryImportEvent, PromptCacheOffEvent, PermissionsEvent,
         ElicitationRequestEvent, ElicitationResolvedEvent, SamplingEvent,
         McpPromptsEvent, McpAttachmentEvent, RequestRecordedEvent, WhatIfEvent,
-        EvictEvent, PinEvent,
+        EvictEvent, PinEvent, RewindPointsEvent, RewindEvent,
     ],
     Field(discriminator="type"),
 ]

@@ -202,7 +202,7 @@ class EventLog:
                       | ev.SessionRepairedEvent() | ev.UsageDistrustedEvent() | ev.ForecastEvent()
                       | ev.RestorePreviewEvent() | ev.PromptCacheOffEvent() | ev.PermissionsEvent()
                       | ev.SamplingEvent() | ev.McpAttachmentEvent() | ev.RequestRecordedEvent() | ev.WhatIfEvent()
-                  | ev.EvictEvent() | ev.PinEvent()
+                  | ev.EvictEvent() | ev.PinEvent() | ev.RewindPointsEvent() | ev.RewindEvent()
                       | ev.ApprovalResolvedEvent() | ev.ElicitationResolvedEvent()):
                     pass  # not in force: an answer is only ever seen with its question gone
                 case _:
@@ -249,7 +249,7 @@ class EventLog:
                   | ev.SessionRepairedEvent() | ev.UsageDistrustedEvent() | ev.ForecastEvent()
                   | ev.RestorePreviewEvent() | ev.PromptCacheOffEvent() | ev.PermissionsEvent()
                   | ev.SamplingEvent() | ev.McpAttachmentEvent() | ev.RequestRecordedEvent() | ev.WhatIfEvent()
-                  | ev.EvictEvent() | ev.PinEvent()
+                  | ev.EvictEvent() | ev.PinEvent() | ev.RewindPointsEvent() | ev.RewindEvent()
                   | ev.CommandQueuedEvent()):
                 pass  # not in force after it is said (the queue's, below)
             case _:

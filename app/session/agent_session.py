@@ -39,8 +39,10 @@ from app.kernel.commands import (
     PinResult,
     Preview,
     PreviewRestore,
+    PreviewRewind,
     Report,
     Reset,
+    Rewind,
     RestoreResult,
     ServerCompaction,
     WhatIf,
@@ -91,13 +93,13 @@ if TYPE_CHECKING:
 # Deltas are not persisted (the assistant_message after them holds the whole text), nor
 # reports and previews (answers to a question about the session, not part of it).
 _NOT_RECORDED = (ev.TextDeltaEvent, ev.ThinkingDeltaEvent, ev.ReportEvent, ev.ForecastEvent, ev.RestorePreviewEvent,
-                 ev.PermissionsEvent)
+                 ev.PermissionsEvent, ev.RewindPointsEvent)
 # An "always" answer -> which of the request's offered rules it adds.
 _ALWAYS_KINDS: dict[str, str] = {"always": "tool", "always_tool": "tool", "always_exact": "exact",
                                  "always_prefix": "prefix"}
 # After these events the set of cleared (restorable) tool results may have changed.
 _CLEARING_EVENTS = (ev.MicroCompactionEvent, ev.CompactionEvent, ev.RestoreEvent, ev.ResetEvent, ev.EvictEvent,
-                    ev.PinEvent)
+                    ev.PinEvent, ev.RewindEvent)
 # Restored events a surface redraws from; the rest was transient (or, for notices
 # written before the events were typed, a repeat of the typed event before it), or said what
 # an earlier run found when it started (its settings' warnings, its MCP servers and their
@@ -106,7 +108,10 @@ _CLEARING_EVENTS = (ev.MicroCompactionEvent, ev.CompactionEvent, ev.RestoreEvent
 _NOT_REPLAYED = (ev.TextDeltaEvent, ev.ThinkingDeltaEvent, ev.StateEvent, ev.NoticeEvent, ev.SessionInfoEvent,
                  ev.ApprovalRequestEvent, ev.ApprovalResolvedEvent, ev.CommandQueuedEvent, ev.ForecastEvent,
                  ev.RestorePreviewEvent, ev.ServerCompactionEvent, ev.ConfigWarningEvent, ev.McpServerEvent,
-                 ev.McpPromptsEvent, ev.MemoryImportEvent)
+                 ev.McpPromptsEvent, ev.MemoryImportEvent, ev.RewindPointsEvent)
+
+# What a rewind list keeps of each message (a line is drawn; the rewind event carries it whole).
+REWIND_POINT_CHARS = 1_000
 
 
 # The id of the command whose handling emits the event (asyncio copies it into the tasks a
@@ -453,7 +458,7 @@ class AgentSession:
                   | ev.PromptCacheOffEvent() | ev.PermissionsEvent() | ev.ElicitationRequestEvent()
                   | ev.ElicitationResolvedEvent() | ev.SamplingEvent() | ev.McpPromptsEvent()
                   | ev.McpAttachmentEvent() | ev.RequestRecordedEvent() | ev.WhatIfEvent()
-                  | ev.EvictEvent() | ev.PinEvent()):
+                  | ev.EvictEvent() | ev.PinEvent() | ev.RewindPointsEvent() | ev.RewindEvent()):
                 pass  # not part of the run's figures
             case _:
                 assert_never(event)
@@ -516,6 +521,10 @@ class AgentSession:
             self._answer_elicitation(command)
         elif isinstance(command, WhatIf):
             self._start_whatif(command)
+        elif isinstance(command, PreviewRewind):
+            self._preview_rewind()
+        elif isinstance(command, Rewind):
+            self._rewind(command)
         elif isinstance(command, Shutdown):
             self._stopping = True
             if command.now:
@@ -627,6 +636,57 @@ class AgentSession:
                 self.agent.engine.pin_result(call_id, command.pin is not False)
         except ResultChangeError as error:
             self._emit(refused.model_copy(update={"reason": str(error)}))
+
+    def _preview_rewind(self) -> None:
+        """The user messages the conversation can go back to, newest first, each with its plan and
+        the files that changed since (answered at once, busy or not: the list is only shown)."""
+        from app.kernel.events import RewindPoint, RewindPointsEvent
+
+        engine = self.agent.engine
+        plans = engine.plan_rewinds()
+        files = self.agent.tool_context.file_history
+        newest_first = list(reversed(plans))
+        changes = (files.plans([plan.rewind.abandoned_ids if plan.rewind else () for plan in newest_first])
+                   if files is not None else [None] * len(newest_first))
+        points = []
+        for plan, changed in zip(newest_first, changes):
+            target = plan.rewind
+            assert target is not None
+            points.append(RewindPoint(
+                # the list shows a line of each (and the event is kept in the transcript): the whole
+                # message comes back with the rewind's own event
+                turn=target.turn, message_id=target.message_id, text=target.text[:REWIND_POINT_CHARS], plan_id=plan.id,
+                messages_after=plan.messages_after, tokens_after=plan.forecast.tokens_after,
+                abandoned_turns=target.abandoned_turns,
+                cache_tokens_invalidated=plan.forecast.cache_tokens_invalidated,
+                next_request_cost_after_usd=plan.forecast.next_request_cost_after_usd,
+                files=changed.files if changed else [], files_changed_since=changed.changed_since if changed else [],
+                files_not_restorable=changed.not_restorable if changed else []))
+        tokens = engine.projection().projected_tokens
+        cost = plans[0].forecast.next_request_cost_before_usd if plans else None
+        reason = None if points else "nothing to rewind: no message of yours is in the context (a compaction keeps them in its summary)"
+        self._emit(RewindPointsEvent(tokens_before=tokens, points=points, next_request_cost_before_usd=cost,
+                                     reason=reason))
+
+    def _rewind(self, command: Rewind) -> None:
+        """Between turns only: run the plan the list showed; the files first, when asked."""
+        from app.kernel.events import RewindEvent
+
+        if self.busy:
+            self._emit(RewindEvent(ok=False, reason="the agent is busy: interrupt the turn (escape) or rewind when it ends"))
+            return
+        plan = self.agent.engine.take_rewind_plan(command.plan_id)
+        if plan is None or plan.rewind is None:
+            self._emit(RewindEvent(ok=False, reason="that message is no longer in the context; open the list again"))
+            return
+        said: dict[str, object] = {}
+        files = self.agent.tool_context.file_history
+        if command.files is True and files is not None:  # a surface's JSON: only a real true asks for it
+            done = files.restore(plan.rewind.abandoned_ids, overwrite_changed=command.overwrite_changed is True)
+            said = {"files_restored": done.restored, "files_skipped": done.skipped,
+                    "files_not_restorable": done.not_restorable,
+                    "reason": "; ".join(done.problems) or None}
+        self.agent.engine.rewind(plan, said)
 
     def _preview_restore(self, call_id: str) -> None:
         from app.context.engine import RestoreError

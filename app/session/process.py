@@ -389,7 +389,7 @@ def _mirror(snapshot: SessionSnapshot, event: "Event") -> None:
               | ev.PermissionsEvent() | ev.ElicitationRequestEvent() | ev.ElicitationResolvedEvent()
               | ev.SamplingEvent() | ev.McpPromptsEvent() | ev.McpAttachmentEvent() | ev.RequestRecordedEvent()
               | ev.WhatIfEvent()
-                  | ev.EvictEvent() | ev.PinEvent()):
+                  | ev.EvictEvent() | ev.PinEvent() | ev.RewindPointsEvent() | ev.RewindEvent()):
             pass  # the log holds them (the standing ones too)
         case _:
             assert_never(event)

@@ -113,6 +113,16 @@ class WhatIfCurve:
                           "auto_compact": self.auto_compact_line, "blocking": self.blocking_line}}
 
 
+def _replay_rewind(engine: ContextEngine, abandoned_ids: tuple[str, ...]) -> None:
+    """The recorded rewind, run as the live session ran it: the engine's plan back to the oldest
+    abandoned message this replay still holds (one its policy compacted away is in a summary: the
+    history stays as it is)."""
+    wanted = set(abandoned_ids)
+    plan = next((p for p in engine.plan_rewinds() if p.rewind is not None and p.rewind.message_id in wanted), None)
+    if plan is not None:
+        engine.rewind(plan)
+
+
 # ---- the recording: what the transcript says, once, shared by every policy ----
 
 @dataclass(frozen=True)
@@ -134,7 +144,15 @@ class _Reset:
     ts: float
 
 
-_Step = _Append | _MergeUser | _Reset
+@dataclass(frozen=True)
+class _Rewind:
+    """The user went back to just before one of these messages (the first the replay still holds)."""
+
+    abandoned_ids: tuple[str, ...]
+    ts: float
+
+
+_Step = _Append | _MergeUser | _Reset | _Rewind
 
 
 @dataclass
@@ -188,6 +206,8 @@ def load_recording(transcript: Path, *, session_id: str = "", model: str = "",
             elif line.reason == "reset":
                 steps.append(_Reset(line.ts))
                 live = []
+            elif line.reason == "rewind":
+                live = line.messages()[-1:]  # what a prompt typed next merges into (the rewind event is the step)
             else:
                 live = [_ANY_ASSISTANT]  # the recorded policy's change: only the last message's role matters
         elif isinstance(line, _Event):
@@ -208,6 +228,8 @@ def load_recording(transcript: Path, *, session_id: str = "", model: str = "",
                     pending = None
             elif kind == "compaction" and event.get("ok"):
                 compactions += 1
+            elif kind == "rewind" and event.get("ok") and isinstance(event.get("abandoned_ids"), list):
+                steps.append(_Rewind(tuple(str(i) for i in event["abandoned_ids"]), line.ts))
             elif kind == "session_memory" and event.get("ok"):
                 memory_updates = True
             elif kind == "session" and not model and isinstance(event.get("model"), str):
@@ -241,7 +263,7 @@ def load_recording(transcript: Path, *, session_id: str = "", model: str = "",
 _EVENT_PREFIX = b'{"kind":"event"'
 _HISTORY_PREFIX = b'{"kind":"history"'
 _MESSAGE_PREFIX = b'{"kind":"message"'
-_EVENT_TYPES = tuple(b'"type":"%s"' % t for t in (b"usage", b"chart_point", b"compaction", b"session_memory",
+_EVENT_TYPES = tuple(b'"type":"%s"' % t for t in (b"usage", b"chart_point", b"compaction", b"session_memory", b"rewind",
                                                    b"session", b"context"))  # context last: read once
 
 
@@ -513,6 +535,9 @@ async def _replay(recording: Recording, policy: Policy) -> WhatIfCurve:
             continue
         if isinstance(step, _MergeUser):
             _append_user_blocks(engine, step.blocks)
+            continue
+        if isinstance(step, _Rewind):
+            _replay_rewind(engine, step.abandoned_ids)
             continue
         message = step.message
         if message.role == "assistant" and step.call:

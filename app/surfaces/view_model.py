@@ -68,6 +68,7 @@ class ToolCallRecord:
     progress: str = ""  # while it runs: how far it got, in describe's words
     content: str | None = None  # what the model saw (None until the result comes)
     waiting_approval: bool = False  # not running yet: the user is asked first
+    rewound: bool = False  # in a turn a rewind went back before: out of the context (kept in the transcript)
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ class DashboardView:
     pinned_ids: frozenset[str] = frozenset()
     breaker_paused: bool = False
     _asking: dict[str, str] = field(default_factory=dict)  # approval request id -> the call it is about
+    _turn_calls: list[list[str]] = field(default_factory=list)  # the calls of each turn not rewound, in order
 
     @property
     def busy(self) -> bool:
@@ -132,6 +134,10 @@ class DashboardView:
         One ``case`` per event class (mypy checks every class of the union is named): an event
         added to the union fails type-checking here until it is folded in or listed as ignored."""
         match event:
+            case ev.UserMessageEvent():
+                self._turn_calls.append([])
+            case ev.RewindEvent():
+                return self._rewound(event)
             case ev.ToolStartEvent():
                 return self._tool_started(event)
             case ev.ToolResultEvent():
@@ -177,7 +183,7 @@ class DashboardView:
                 if self.approval is not None:
                     self._asking.pop(self.approval.request_id, None)
                     self.approval = None
-            case (ev.TextDeltaEvent() | ev.ThinkingDeltaEvent() | ev.AssistantMessageEvent() | ev.UserMessageEvent()
+            case (ev.TextDeltaEvent() | ev.ThinkingDeltaEvent() | ev.AssistantMessageEvent()
                   | ev.ToolCallsCappedEvent() | ev.ToolUserContentEvent() | ev.UsageEvent() | ev.CompactionEvent()
                   | ev.MicroCompactionEvent() | ev.ResetEvent() | ev.WarningCrossedEvent() | ev.RetryEvent()
                   | ev.NoticeEvent() | ev.ErrorEvent() | ev.ResultEvent() | ev.SessionInfoEvent()
@@ -189,7 +195,7 @@ class DashboardView:
                   | ev.PromptCacheOffEvent() | ev.PermissionsEvent() | ev.ElicitationRequestEvent()
                   | ev.ElicitationResolvedEvent() | ev.SamplingEvent() | ev.McpPromptsEvent()
                   | ev.McpAttachmentEvent() | ev.RequestRecordedEvent() | ev.WhatIfEvent()
-                  | ev.EvictEvent() | ev.PinEvent()):
+                  | ev.EvictEvent() | ev.PinEvent() | ev.RewindPointsEvent()):
                 pass  # the queue's alone (below), or drawn from the event itself by its widget
             case _:
                 assert_never(event)
@@ -200,6 +206,8 @@ class DashboardView:
         record = self._marked(ToolCallRecord(id=event.id, name=event.name, summary=event.summary))
         if event.id not in self.tool_calls:
             self.order.append(event.id)
+            if self._turn_calls:
+                self._turn_calls[-1].append(event.id)
         return self._put(record)
 
     def _tool_ended(self, event: "ev.ToolResultEvent") -> tuple[ToolCallRecord, ...]:
@@ -212,6 +220,19 @@ class DashboardView:
             known, status=status, truncated=event.truncated, original_chars=event.original_chars,
             kept_chars=event.kept_chars, duration_ms=event.duration_ms, full_output_path=event.full_output_path,
             content=event.content, progress="", waiting_approval=False))
+
+    def _rewound(self, event: "ev.RewindEvent") -> tuple[ToolCallRecord, ...]:
+        """The calls of the turns a rewind abandoned are marked (still listed, out of the context)."""
+        if not event.ok or event.abandoned_turns <= 0:
+            return ()
+        cut = max(0, len(self._turn_calls) - event.abandoned_turns)
+        abandoned = [call_id for calls in self._turn_calls[cut:] for call_id in calls]
+        del self._turn_calls[cut:]
+        changed = [replace(self.tool_calls[call_id], rewound=True) for call_id in abandoned
+                   if call_id in self.tool_calls]
+        for record in changed:
+            self.tool_calls[record.id] = record
+        return tuple(changed)
 
     def _put(self, record: ToolCallRecord) -> tuple[ToolCallRecord, ...]:
         self.tool_calls[record.id] = record

@@ -99,6 +99,8 @@ class ToolContext:
     sandbox: SandboxPolicy = field(default_factory=SandboxPolicy)
     # Set by the agent: the call whose request to leave the sandbox was approved (its call_id).
     approved_escape: str = ""
+    # app.tools.file_history.FileHistory: the before-images a rewind restores (None: not kept)
+    file_history: Any = None
 
 
 @dataclass

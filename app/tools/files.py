@@ -473,6 +473,16 @@ def _encode(content: str) -> bytes:
 
 
 def _write(raw: str, ctx: ToolContext, data: bytes, flag: CancelFlag) -> tuple[OpenedFile, os.stat_result]:
+    # The file as it was before this turn changed it, kept for a rewind (app/tools/file_history.py).
+    history = ctx.file_history
+    kept = history.before_write(raw, ctx) if history is not None else None
+    written = _write_opened(raw, ctx, data, flag)
+    if history is not None:
+        history.wrote(kept, data)
+    return written
+
+
+def _write_opened(raw: str, ctx: ToolContext, data: bytes, flag: CancelFlag) -> tuple[OpenedFile, os.stat_result]:
     opened = open_file_for_writing(raw, ctx)
     try:
         view = memoryview(data)

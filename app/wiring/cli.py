@@ -36,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
                "the config file (tidegauge --config-path prints where it is); flags win over the "
                "environment, the environment over the file. `tidegauge sessions` (--all: every directory) "
                "lists the sessions --resume takes; `tidegauge inspect [SESSION]` shows a request one sent, "
-               "part by part; `tidegauge whatif` replays one under other context settings.")
+               "part by part; `tidegauge whatif` replays one under other context settings; `tidegauge rewind` "
+               "takes one back to before an earlier message (as Esc Esc in the dashboard).")
     p.add_argument("-p", "--prompt", metavar="PROMPT",
                    help="run one task headless, print the answer and exit (text piped in is appended "
                         "to PROMPT; -p - reads the whole prompt from standard input)")
@@ -307,6 +308,10 @@ def main(argv: list[str] | None = None) -> int:
         return _run_setup(lambda: _mcp(argv[1:]))
     if argv[:1] == ["inspect"]:
         return _run_setup(lambda: _inspect(argv[1:]))
+    if argv[:1] == ["rewind"]:  # a recorded session taken back to before a message (app/wiring/rewind_command.py)
+        from app.wiring.rewind_command import run_rewind_command
+
+        return _run_setup(lambda: run_rewind_command(argv[1:]))
     if argv[:1] == ["whatif"]:  # a recorded session replayed offline (app/wiring/whatif_command.py)
         from app.wiring.whatif_command import run_whatif_command
 

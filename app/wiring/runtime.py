@@ -41,6 +41,7 @@ from app.kernel.redact import register_secret
 from app.kernel.usage import Usage
 from app.kernel.request_store import RequestStore
 from app.session.store import Session, SessionStore
+from app.tools.file_history import FileHistory
 from app.tools.base import SavedOutputBudget, ToolContext
 from app.tools.registry import default_registry
 from app.session.transcript import TranscriptWriter, restore
@@ -296,6 +297,8 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         # tidegauge's own folders are hidden from commands with the user's key stores
         sandbox=policy_for(settings.sandbox, settings.sandbox_network,
                            (settings.data_dir_path, settings.config_dir)),
+        # before-images of the files write_file/edit_file change, for a rewind (in the session folder)
+        file_history=FileHistory(session.tool_results_dir.parent, workspace),
     )
     if (unsandboxed := tool_context.sandbox.start_warning()) is not None:
         warnings.append(("sandbox", unsandboxed))

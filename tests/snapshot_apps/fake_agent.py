@@ -173,6 +173,9 @@ class FakeSession:
                 isinstance(command, cmd.Preview) and command.kind == "evict"):
             self._change_result(command)
             return
+        if isinstance(command, (cmd.PreviewRewind, cmd.Rewind)):
+            self._answer_rewind(command)
+            return
         if isinstance(command, (cmd.Preview, cmd.PreviewRestore, cmd.RestoreResult, cmd.ServerCompaction)):
             self._answer_now(command)
             return
@@ -229,6 +232,41 @@ class FakeSession:
                                  window=command.window, auto_compact_line=line, warning_line=line * 3 // 4,
                                  compactions=compactions, peak_tokens=max(points, default=0), points=points,
                                  recorded_compactions=0, recorded_peak_tokens=max(calls, default=0)))
+
+    def _rewind_points(self) -> list[ev.RewindPoint]:
+        """Each prompt of ``history`` (prompts and replies alternate), newest first; the context just
+        before it grows with its place in the conversation, from the fixed part (4,800)."""
+        projected = self._context.projected_tokens
+        prompts = list(range(0, len(self.history), 2))
+        points = [ev.RewindPoint(turn=n + 1, message_id=f"u-{n + 1}", text=self.history[index], plan_id=f"rewind-{n + 1}",
+                                 messages_after=index, abandoned_turns=len(prompts) - n,
+                                 tokens_after=4_800 + (projected - 4_800) * index // max(1, len(self.history)),
+                                 files=["src/app.py"] if n == 0 else [])
+                  for n, index in enumerate(prompts)]
+        return points[::-1]
+
+    def _answer_rewind(self, command: "cmd.PreviewRewind | cmd.Rewind") -> None:
+        """The list with a plan per prompt, and running one, at once like the real session."""
+        projected = self._context.projected_tokens
+        points = self._rewind_points()
+        if isinstance(command, cmd.PreviewRewind):
+            self.emit(ev.RewindPointsEvent(tokens_before=projected, points=points,
+                                           reason=None if points else "nothing to rewind"))
+            return
+        point = next((p for p in points if p.plan_id == command.plan_id), None)
+        if point is None:
+            self.emit(ev.RewindEvent(ok=False, reason="that message is no longer in the context"))
+            return
+        self.calls.append(("rewind", (point.turn, command.files)))
+        del self.history[point.messages_after:]
+        self._context = self._context.model_copy(update={"projected_tokens": point.tokens_after,
+                                                         "estimated_tokens": point.tokens_after, "exact_tokens": None})
+        self.emit(ev.RewindEvent(ok=True, turn=point.turn, message_id=point.message_id, text=point.text,
+                                 abandoned_turns=point.abandoned_turns, tokens_before=projected,
+                                 tokens_after=point.tokens_after, forecast_tokens_after=point.tokens_after,
+                                 files_restored=point.files if command.files else []))
+        self.emit(self._context)
+        self.emit(ev.ChartPointEvent(tokens=point.tokens_after, kind="rewind"))
 
     def _answer_now(self, command: Any) -> None:
         """Previews, restores and the server-compaction switch, answered at once like the real session."""

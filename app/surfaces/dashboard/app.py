@@ -37,9 +37,11 @@ from app.kernel.commands import (
     PreviewRestore,
     EvictResult,
     PinResult,
+    PreviewRewind,
     Report,
     Reset,
     RestoreResult,
+    Rewind,
     ServerCompaction,
     Shutdown,
     UserInput,
@@ -61,6 +63,8 @@ from widgets.session_messages import (
     MemoryImportSaid,
     RequestRecorded,
     RestorePreviewReady,
+    RewindPointsReady,
+    Rewound,
     SessionStarted,
     StateChanged,
 )
@@ -98,6 +102,7 @@ HELP_KEYS: list[tuple[str, str]] = [
     ("p", "in the tool list: pin a result (clearing and compaction keep it verbatim), again: unpin"),
     ("/ n N", "in the full output: search (as in less), next match, previous match"),
     ("escape", "interrupt the running turn"),
+    ("escape escape", "when idle: rewind to before one of your messages (/rewind)"),
     ("ctrl+c", "interrupt the running turn, else clear the prompt; twice quits"),
     ("ctrl+p", "command palette"),
     ("ctrl+q", "quit"),
@@ -157,6 +162,8 @@ HELP_TEXT = help_text(HELP_TWO_COLUMNS_FROM)  # its words, whatever the width (t
 
 # A second ctrl+c within this many seconds quits (Claude Code's and Codex's double press).
 QUIT_WINDOW_S = 1.0
+# Esc Esc (idle): the second escape within this many seconds opens the rewind list.
+REWIND_WINDOW_S = 0.8
 
 # What the footer keeps when its keys do not all fit, most important first (by action; a
 # region's keys not named here come after these, before the last four).
@@ -232,7 +239,8 @@ class TidegaugeApp(App[int]):
     CSS_PATH = str(CSS_FILE)
     TITLE = "tidegauge"
     SESSION_MESSAGES = (ApprovalRequested, ApprovalResolved, MemoryImportSaid, ForecastReady, StateChanged,
-                        RestorePreviewReady, ElicitationSaid, SessionStarted, EngineSaid, RequestRecorded)
+                        RestorePreviewReady, ElicitationSaid, SessionStarted, EngineSaid, RequestRecorded,
+                        RewindPointsReady, Rewound)
     ENABLE_COMMAND_PALETTE = True
 
     BINDINGS = [
@@ -244,6 +252,8 @@ class TidegaugeApp(App[int]):
         Binding("ctrl+s", "compact", "Compact"),
         Binding("ctrl+r", "reset", "Reset"),
         Binding("escape", "interrupt", "Interrupt"),
+        # Idle, escape does nothing else: twice opens the rewind list (as Claude Code and Codex do).
+        Binding("escape", "rewind_escape", "Rewind", show=False),
         Binding("ctrl+q", "quit", "Quit", priority=True),
         # As in Claude Code and Codex: interrupt a running turn, else clear the prompt; a second
         # ctrl+c within QUIT_WINDOW_S quits. Priority: the prompt's own ctrl+c (copy) is kept for a
@@ -287,6 +297,8 @@ class TidegaugeApp(App[int]):
         self._approval_screens: dict[str, Any] = {}
         # ctrl+s / ctrl+r waiting for the session's plan, by kind: the dialog opens when it comes
         self._awaiting_plan: dict[str, Callable[[bool | None, str | None], None]] = {}
+        self._last_escape: float | None = None  # an idle escape: a second one soon after rewinds
+        self._awaiting_rewind = False  # the list was asked for here (not an earlier run's answer)
         self.startup_error: BaseException | None = None  # building the session failed (the app exits 2)
         self.exit_note: str | None = None  # one line said on stderr once the dashboard has closed
         self._listed_busy = False  # what the footer's bindings were last refreshed for
@@ -635,6 +647,8 @@ class TidegaugeApp(App[int]):
                 self.session.submit(Report(command.removeprefix("/")))  # type: ignore[arg-type]
         elif command == "/inspect":
             self.action_inspect()
+        elif command == "/rewind":
+            self.action_rewind()
         elif command == "/resume":
             if self._list_sessions is None:
                 self.conversation.add_engine("info", "/resume: quit and run tidegauge --resume (tidegauge sessions lists them)")
@@ -775,6 +789,11 @@ class TidegaugeApp(App[int]):
             conversation.scroll_page_down(animate=False)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "rewind_escape":
+            try:
+                return not self.busy  # busy, escape interrupts
+            except NoMatches:
+                return False
         if action == "interrupt":
             try:
                 return True if self.busy else False  # nothing to interrupt: escape is not offered
@@ -796,6 +815,56 @@ class TidegaugeApp(App[int]):
         """Interrupt the running turn."""
         if self.busy:
             self.submit(Interrupt())
+
+    def action_rewind_escape(self) -> None:
+        """An idle escape: the second within REWIND_WINDOW_S opens the rewind list."""
+        now = self.clock()
+        if self._last_escape is not None and now - self._last_escape <= REWIND_WINDOW_S:
+            self._last_escape = None
+            self.action_rewind()
+            return
+        self._last_escape = now
+        self.prompt_box.say_briefly("escape again: rewind", REWIND_WINDOW_S)
+
+    def action_rewind(self) -> None:
+        """Ask the session for the messages it can go back to; the list opens with their plans."""
+        if self.session is None:
+            self.conversation.add_engine("info", "the agent is still starting: try again in a moment")
+            return
+        if self.busy:
+            self.conversation.add_engine("info", "rewind: the agent is busy; escape interrupts the turn, then rewind")
+            return
+        self._awaiting_rewind = True
+        self.session.submit(PreviewRewind())
+
+    @on(RewindPointsReady)
+    def _on_rewind_points(self, message: RewindPointsReady) -> None:
+        from widgets.rewind_screen import RewindAnswer, RewindScreen  # modals: imported when first shown
+
+        event = message.event
+        if message.restored or not self._awaiting_rewind or event.reason or not event.points:
+            return  # an earlier run's list, or nothing to go back to (the conversation says so)
+        self._awaiting_rewind = False
+        if any(isinstance(s, RewindScreen) for s in self.screen_stack):
+            return
+
+        def chosen(answer: "RewindAnswer | None") -> None:
+            if answer is not None:
+                plan_id, files, overwrite = answer
+                self.submit(Rewind(plan_id, files=files, overwrite_changed=overwrite))  # the plan shown
+
+        self.push_screen(RewindScreen(event), callback=chosen)
+
+    @on(Rewound)
+    def _on_rewound(self, message: Rewound) -> None:
+        """The message rewound to goes back in the prompt, for editing."""
+        event = message.event
+        if message.restored or not event.ok:
+            return
+        prompt = self.prompt_box
+        prompt.value = event.text
+        prompt.cursor_position = len(event.text)
+        prompt.focus()
 
     def action_interrupt_clear_or_quit(self) -> None:
         """ctrl+c: copy the prompt's selection if it has one; else a second ctrl+c within
@@ -820,6 +889,8 @@ class TidegaugeApp(App[int]):
         yield from super().get_system_commands(screen)
         yield SystemCommand("Compact now", "Summarise the conversation (ctrl+s)", self.action_compact)
         yield SystemCommand("Reset conversation", "Clear the conversation after asking (ctrl+r)", self.action_reset)
+        yield SystemCommand("Rewind…", "Back to just before one of your messages, with or without the files "
+                            "(escape escape, /rewind)", self.action_rewind)
         # Each toggle is named by what it will do now, so the entry states the state it changes.
         panel = self.tool_panel
         if panel.expanded or panel.loading or panel.full_view:
