@@ -59,7 +59,7 @@ def run(quick: bool) -> list[Check]:
 
     async def one(workdir: Path, rep: int) -> float:
         engine = new_engine(workdir / f"tr-{rep}", workdir / f"transcript-{rep}.jsonl")
-        engine.history = list(history)
+        engine.load_history(list(history))
         engine.record_usage("main", Usage(500, tokens - 560, 0, 60), None)
         engine.context_event()  # the live session has emitted this after the last turn
         inside = 0.0

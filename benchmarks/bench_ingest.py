@@ -53,6 +53,7 @@ def _make_agent(text: str, workdir: Path, rep: int) -> Any:
     from app.agent.loop import Agent, AgentOptions
     from app.context.engine import ContextEngine, EngineConfig
     from app.context.memory import MemoryBundle
+    from app.kernel.event_sink import EventSink
     from app.kernel.messages import Message, ToolUseBlock
     from app.tools.base import ToolContext
     from app.tools.registry import DEFAULT_MAX_OUTPUT, ToolRegistry
@@ -61,16 +62,16 @@ def _make_agent(text: str, workdir: Path, rep: int) -> Any:
     registry = ToolRegistry(DEFAULT_MAX_OUTPUT)
     registry.register(_LogTool(text))
     session = workdir / f"session-{rep}"
-    engine = ContextEngine(system_prompt="You are a coding agent.", memory=MemoryBundle([]),
+    events: list[Any] = []
+    sink = EventSink(events.append)
+    engine = ContextEngine(system_prompt="You are a coding agent.", memory=MemoryBundle([]), emit=sink,
                            tools=registry.specs(), config=EngineConfig(window=200_000, budget=150_000),
                            tool_results_dir=session / "tool-results")
     transcript = TranscriptWriter(session / "transcript.jsonl")
     engine.transcript = transcript
     ctx = ToolContext(workspace=workdir, tool_results_dir=session / "tool-results")
-    events: list[Any] = []
     agent = Agent(provider=_NoModel(), registry=registry, engine=engine, tool_context=ctx,  # type: ignore[arg-type]
-                  options=AgentOptions(auto_approve=True), transcript=transcript)
-    agent.emit = events.append
+                  options=AgentOptions(auto_approve=True), transcript=transcript, emit=sink)
     engine.append(Message.user("find errors in app.log"))
     use = ToolUseBlock(id=f"call_{rep}", name="cat_log", input={})
     engine.append(Message(role="assistant", content=[use]))

@@ -65,7 +65,7 @@ def run(quick: bool) -> list[Check]:
 
     def fresh_engine() -> Any:
         engine = new_engine(window=4 * tokens, budget=tokens)
-        engine.history = list(history)
+        engine.load_history(list(history))
         engine.context_event()
         return engine
 

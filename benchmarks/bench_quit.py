@@ -1,4 +1,7 @@
-"""9. Quitting the dashboard (issue 13): ctrl+q to the process's exit, under 0.5 s.
+"""9. Quitting the dashboard: ctrl+q to the exit of every process, within 100 ms.
+
+The dashboard waits for its session process (and what that started) before it exits, so its
+exit is the last of them.
 
 ``tidegauge`` runs as a child process on a pseudo-terminal (80 columns are
 not needed: 100×30), as a person starts it, on the demo model. Once its header
@@ -28,7 +31,7 @@ from benchmarks.harness import Check, median, seconds
 ROOT = Path(__file__).resolve().parents[1]
 NAME_IDLE = "9a quit: ctrl+q to exit, idle"
 NAME_BUSY = "9b quit: ctrl+q to exit, mid-reply"
-MAX_QUIT_S = 0.5
+MAX_QUIT_S = 0.1
 CTRL_Q = b"\x11"
 
 

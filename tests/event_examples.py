@@ -6,6 +6,7 @@ tests that feed every dispatcher one of each cover it the day it is added.
 
 from __future__ import annotations
 
+import dataclasses
 import types
 import typing
 from typing import Any, Literal, Union
@@ -35,6 +36,10 @@ def _value(annotation: Any) -> Any:
         return {}
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return example(annotation)
+    if dataclasses.is_dataclass(annotation) and isinstance(annotation, type):
+        hints = typing.get_type_hints(annotation)
+        return {f.name: _value(hints[f.name]) for f in dataclasses.fields(annotation)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
     return {str: "x", int: 1, float: 1.0, bool: False}.get(annotation, None)
 
 

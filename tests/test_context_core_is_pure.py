@@ -267,3 +267,98 @@ def test_a_cut_tool_result_is_saved_by_the_service_where_the_core_said(tmp_path:
     saved = tmp_path / "tool-results" / "call_big.txt"
     assert fitted.full_output_path == str(saved) and saved.read_text(encoding="utf-8") == big.content
     assert len(fitted.content) <= room + 400  # the cut note's own words
+
+
+# ---- not just file by file: what the pure modules import, all the way down ----
+
+# Files a module reads or writes on disk (the data directory's, the session's): what the service
+# does. Reading the encoder's bundled rank table (package data, like an import) is not among them.
+FILE_IO_IMPORTS = ("app.kernel.private_files", "shutil", "tempfile", "io")
+FILE_IO_CALLS = {"open", "write_text", "write_bytes", "save", "load", "mkdir", "unlink", "open_private",
+                 "open_private_read", "write_private_atomic", "read_kept_json", "write_kept_json", "atexit"}
+# What the core still imports that touches files: prices (the catalogue's lookups file),
+# session_memory (SessionMemory.save/load), rules (rule files). Each holds a pure part the core
+# uses (Price and cost_usd, the memory's text, a rule's paths) beside its I/O. This list only shrinks.
+CORE_IMPORTS_WITH_IO = {"app.context.prices", "app.context.session_memory", "app.context.rules"}
+
+
+def _module_path(module: str) -> Path | None:
+    path = ROOT / (module.replace(".", "/") + ".py")
+    return path if path.exists() else None
+
+
+def _app_imports(path: Path) -> set[str]:
+    """The app modules ``path`` imports, at module level or inside a function (TYPE_CHECKING
+    imports are types, never run)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    type_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                 and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+                 for stmt in node.body for n in ast.walk(stmt)}
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                 [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+                 if isinstance(node, ast.ImportFrom) and node.module else [])
+        found |= {name for name in names if name.startswith("app.") and _module_path(name) is not None}
+    return found
+
+
+def import_closure(module: str, stop_at: set[str] = frozenset()) -> set[str]:  # type: ignore[assignment]
+    """Every app module ``module`` imports, directly or not (not followed past ``stop_at``)."""
+    seen, todo = set(), [module]
+    while todo:
+        current = todo.pop()
+        if current in seen or (path := _module_path(current)) is None:
+            continue
+        seen.add(current)
+        if current not in stop_at:
+            todo += sorted(_app_imports(path) - seen)
+    return seen - {module}
+
+
+def file_io(module: str) -> list[str]:
+    path = _module_path(module)
+    assert path is not None
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        found += [f"{module}:{node.lineno} imports {n}" for n in names  # type: ignore[attr-defined]
+                  if any(n == bad or n.startswith(bad + ".") for bad in FILE_IO_IMPORTS)]
+        if isinstance(node, ast.Call):
+            called = node.func.id if isinstance(node.func, ast.Name) else (
+                node.func.attr if isinstance(node.func, ast.Attribute) else "")
+            if called in FILE_IO_CALLS:
+                found.append(f"{module}:{node.lineno} calls {called}()")
+    return found
+
+
+@pytest.mark.parametrize("module", ["app.context.accounting", "app.context.pruning", "app.context.core"])
+def test_the_pure_modules_import_nothing_that_touches_files(module: str) -> None:
+    allowed = CORE_IMPORTS_WITH_IO if module == "app.context.core" else set()
+    closure = import_closure(module, allowed)
+    assert "app.context.tokens" in closure  # the scan follows imports (every one of these counts tokens)
+    problems = [p for m in sorted(closure - allowed) for p in file_io(m)]
+    assert problems == [], f"{module} imports, directly or not, a module that touches files:\n" + "\n".join(problems)
+    gone = sorted(allowed - closure) if allowed else []
+    assert gone == [], "no longer imported by the core, remove from CORE_IMPORTS_WITH_IO: " + ", ".join(gone)
+
+
+def test_the_closure_scan_names_a_module_that_writes_files() -> None:
+    assert any("write_kept_json" in p for p in file_io("app.context.token_pieces"))
+    assert "app.kernel.private_files" in import_closure("app.context.token_pieces")
+
+
+def test_a_forecast_leaves_the_accounting_as_the_last_request_left_it() -> None:
+    core = core_of(history_of(6, result_words=300))
+    core.projection()  # the estimate of the request just sent, which its usage is checked against
+    before = (core.accounting._request_estimate, core.accounting._request_growth, core.accounting._sums.total,
+              core.accounting._sums.length, core.accounting._sums.source)
+    core.append(Message.user("one more thing"), now=0.0)
+    core.forecast_compaction(None)
+    core.forecast_reset()
+    after = (core.accounting._request_estimate, core.accounting._request_growth, core.accounting._sums.total,
+             core.accounting._sums.length, core.accounting._sums.source)
+    assert after == before

@@ -59,12 +59,13 @@ def test_level_at_each_line() -> None:
 
 
 def test_the_context_event_carries_every_figure_of_the_lines() -> None:
-    from app.context.core import thresholds_model as _thresholds_model
+    from pydantic import TypeAdapter
 
     t = compute_thresholds(200_000, 150_000, 8_000)
-    m = _thresholds_model(t)
-    assert isinstance(m, ThresholdsModel)
-    assert m.model_dump() == {
+    assert isinstance(t, ThresholdsModel)  # one definition: the engine's lines are the event's
+    adapter = TypeAdapter(ThresholdsModel)
+    assert adapter.validate_json(adapter.dump_json(t)) == t
+    assert adapter.dump_python(t) == {
         "window": 200_000, "reserve": 8_000, "effective_window": 192_000,
         "auto_compact_line": 150_000, "warning_line": 130_000, "blocking_line": 189_000}
 

@@ -47,13 +47,19 @@ def test_ctrl_q_after_a_turn_exits_zero_and_keeps_the_transcript(tmp_path: Path)
         term.type(b"what did I ask first?\r")
         term.wait_for(b"step 1 of", since=mark)
         _wait_for_turn_end(tmp_path / "data", term)
+        quit_at = len(term.output)
         term.type(CTRL_Q)
         code = term.proc.wait(timeout=60)
         output = bytes(term.output).decode(errors="replace")
+        after_quit = bytes(term.output[quit_at:]).decode(errors="replace")
     finally:
         term.close()
     assert code == 0, output[-800:]
     assert "Traceback" not in output
+    # The terminal is given back as it was, though the input thread is not waited for: mouse
+    # reporting off, the main screen back, the cursor shown.
+    for sequence in ("\x1b[?1000l", "\x1b[?1003l", "\x1b[?1006l", "\x1b[?1049l", "\x1b[?25h"):
+        assert sequence in after_quit, repr(sequence)
     assert "resume with: tidegauge --resume " in output
     lines = _transcript_events(tmp_path / "data")
     assert lines[-1]["kind"] == "turn_end", lines[-1]

@@ -281,7 +281,7 @@ async def test_flood_shows_the_cut_and_the_overflow_recovery(workspace: Path, tm
             break
     [result] = driver.history.pop().tool_results
     assert len(result.content) > 15_000_000  # truncation really was off for this call
-    engine.history = driver.history
+    engine.load_history(driver.history)
     fitted = engine.fit_tool_result(result, "run_bash", [])
     assert any(e.type == "result_cut" for e in events)
     engine.history.append(Message(role="user", content=[fitted]))

@@ -15,7 +15,7 @@ async def test_compaction_request_is_trimmed_under_the_blocking_line(fake_llm, t
     for i in range(12):  # ~2,400 tokens a round: far over the blocking line in all
         history.append(Message(role="assistant", content=[ToolUseBlock(id=f"t{i}", name="read_file", input={"path": f"f{i}"})]))
         history.append(Message(role="user", content=[ToolResultBlock(tool_use_id=f"t{i}", content="word " * 2_400)]))
-    agent.engine.history = history
+    agent.engine.load_history(history)
     agent.engine.accounting.invalidate()
     assert agent.context_event().projected_tokens > blocking
     fake_llm.enqueue(text_reply("openai", summary_text("trimmed")))

@@ -363,33 +363,46 @@ async def test_a_memory_that_would_free_next_to_nothing_is_not_the_plan(fake_llm
 # ---- the engine's boundary: server-side compaction through the provider's method ----
 
 def test_server_compaction_goes_through_the_providers_method_whatever_its_name() -> None:
-    """A provider plug-in with ``set_server_compaction`` gets server-side compaction; nothing is
-    set on a provider by attribute name any more (a plug-in called "anthropic" without the method
-    is told it has none)."""
-    from types import SimpleNamespace
+    """A provider plug-in offering a ``ServerContext`` gets server-side compaction; nothing is
+    set on a provider by attribute name (a plug-in called "anthropic" that offers none is told
+    it has none)."""
+    from app.agent.server_context import switch_server_compaction
+    from app.context.engine import ContextEngine, EngineConfig
+    from app.context.memory import MemoryBundle
+    from app.demo.provider import DemoProvider
+    from app.providers.base import ContextEditing
 
-    from app.context.server_side import switch_server_compaction
-    from app.context.thresholds import compute_thresholds
-
-    class PluginProvider:
-        name = "my-plugin"
-
+    class PluginServer:
         def __init__(self) -> None:
             self.thresholds: list[int | None] = []
 
-        def set_server_compaction(self, threshold: int | None) -> int | None:
+        def set_compaction(self, threshold: int | None) -> int | None:
             self.thresholds.append(threshold)
             return threshold
 
-    engine = SimpleNamespace(thresholds=compute_thresholds(200_000, 0, 20_000), config=SimpleNamespace(
-        server_compaction=False))
+        def set_editing(self, editing: ContextEditing) -> bool:
+            return False
+
+    server = PluginServer()
+
+    class PluginProvider(DemoProvider):
+        name = "my-plugin"
+
+        def server_context(self) -> PluginServer:  # type: ignore[override]
+            return server
+
+    engine = ContextEngine(system_prompt="", memory=MemoryBundle([]), tools=[],
+                           config=EngineConfig(window=200_000, budget=0))
     plugin = PluginProvider()
     assert switch_server_compaction(plugin, engine, True) == (engine.thresholds.auto_compact_line, None)
-    assert engine.config.server_compaction and plugin.thresholds == [engine.thresholds.auto_compact_line]
+    assert engine.config.server_compaction and server.thresholds == [engine.thresholds.auto_compact_line]
+    assert not engine._auto_compaction_is_ours()
     assert switch_server_compaction(plugin, engine, False) == (None, None)
-    assert not engine.config.server_compaction and plugin.thresholds[-1] is None
+    assert not engine.config.server_compaction and server.thresholds[-1] is None
 
-    impostor = SimpleNamespace(name="anthropic", context_edits=[])
-    threshold, problem = switch_server_compaction(impostor, engine, True)
+    class Impostor(DemoProvider):
+        name = "anthropic"
+
+    threshold, problem = switch_server_compaction(Impostor(), engine, True)
     assert threshold is None and problem and "no server-side compaction" in problem
-    assert impostor.context_edits == [] and not engine.config.server_compaction
+    assert not engine.config.server_compaction and engine._auto_compaction_is_ours()

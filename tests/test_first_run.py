@@ -161,7 +161,7 @@ def test_a_web_tabs_dashboard_lines_are_printed_once_when_it_ends(capfd: pytest.
 
     from textual_serve.download_manager import DownloadManager
 
-    from app.surfaces.dashboard.web import _dashboard_server_class
+    from app.surfaces.dashboard.web_server import DashboardServer
 
     script = ("import sys; " + ("sys.stdout.write('__GANGLION__\\n'); sys.stdout.flush(); " if prelude else "")
               + "sys.stderr.write('resume with: tidegauge --resume 20261206-000000-abcd\\n')")
@@ -171,7 +171,7 @@ def test_a_web_tabs_dashboard_lines_are_printed_once_when_it_ends(capfd: pytest.
         return None
 
     async def scenario() -> None:
-        server: Any = _dashboard_server_class()
+        server: Any = DashboardServer
         tab_service = server.TabService
         service = tab_service(command, write_bytes=nothing, write_str=nothing, close=nothing,
                               download_manager=DownloadManager())

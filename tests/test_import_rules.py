@@ -15,7 +15,8 @@ The layers, bottom to top (a package may import the ones below it, never one abo
                                   them to the surfaces
 
 Imports under ``if TYPE_CHECKING:`` count for the layers (a type from above is knowledge
-from above) but not for the module cycles (they never run).
+from above) and for the cycles: they never run, but each module still needs the other to be
+understood or changed.
 """
 
 from __future__ import annotations
@@ -190,7 +191,7 @@ def test_the_packages_of_one_layer_import_each_other_without_cycles() -> None:
     modules = _app_modules()
     graph: dict[str, set[str]] = defaultdict(set)
     for source, path in modules.items():
-        for target in _imported_modules(path, modules, with_type_only=False):
+        for target in _imported_modules(path, modules, with_type_only=True):
             here, there = _package(source), _package(target)
             if here != there and LAYER_OF[here] == LAYER_OF[there]:
                 graph[here].add(there)
@@ -198,13 +199,26 @@ def test_the_packages_of_one_layer_import_each_other_without_cycles() -> None:
     assert cycles == [], "packages of one layer in a cycle:\n" + "\n".join(cycles)
 
 
+def test_the_context_engine_knows_no_provider() -> None:
+    # Wire formats stay in providers: the engine builds a ``ModelRequest`` (app.kernel) and
+    # switches server-side management through ``Provider.server_context()``, which the agent
+    # layer calls; a type from a provider, even under TYPE_CHECKING, would be wire knowledge.
+    modules = _app_modules()
+    offenders = sorted(f"{source} imports {target}" for source, path in modules.items()
+                       if _package(source) == "app.context"
+                       for target in _imported_modules(path, modules, with_type_only=True)
+                       if _package(target) == "app.providers")
+    assert offenders == [], "app/context imports a provider:\n" + "\n".join(offenders)
+
+
 def test_no_two_modules_of_app_import_each_other() -> None:
-    # Imports inside functions count: a lazy import hides a cycle from the interpreter, not
-    # from the reader (each module needs the other to be understood or changed).
+    # Imports inside functions and under TYPE_CHECKING count: a lazy or type-only import hides a
+    # cycle from the interpreter, not from the reader (each module needs the other to be
+    # understood or changed).
     modules = _app_modules()
     graph: dict[str, set[str]] = defaultdict(set)
     for source, path in modules.items():
-        for target in _imported_modules(path, modules, with_type_only=False):
+        for target in _imported_modules(path, modules, with_type_only=True):
             # A package's __init__ is not a dependency: importing app.x.y runs it anyway.
             if target != source and target not in {_package(source), "app"}:
                 graph[source].add(target)

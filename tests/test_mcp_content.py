@@ -375,13 +375,13 @@ def test_at_80_columns_a_running_calls_progress_is_seen_before_its_arguments():
     assert len(wider.plain) <= 80  # the arguments shortened to make room
 
 
-def test_the_ready_line_names_tools_left_out_because_they_need_tasks():
+def test_the_ready_line_names_tools_left_out_because_their_server_takes_no_task_calls():
     line = describe(McpServerEvent(name="every", status="ready", tools=12, detail="12 tools",
                                    not_offered=["simulate-research-query"]))
 
     assert line is not None
     assert line.text == ("MCP server every ready: 12 tools; not offered: simulate-research-query (they run only "
-                         "as MCP tasks, which tidegauge does not support)")
+                         "as MCP tasks, which the server does not say it accepts)")
 
 
 # ---- the reference servers from npm ----
@@ -403,7 +403,7 @@ def npm_servers(request, tmp_path_factory) -> Path:
     return bins
 
 
-def test_server_everything_through_the_cli_images_progress_and_task_only_tools(npm_servers, fake_llm, tmp_path):
+def test_server_everything_through_the_cli_images_progress_and_its_task_only_tool_offered(npm_servers, fake_llm, tmp_path):
     fake_llm.enqueue(
         openai_tool_calls([("every__get-tiny-image", {}, "call_image"),
                            ("every__trigger-long-running-operation", {"duration": 2, "steps": 4}, "call_long"),
@@ -419,9 +419,9 @@ def test_server_everything_through_the_cli_images_progress_and_task_only_tools(n
     first, second = (r.json for r in fake_llm.requests)
     offered = {t["function"]["name"] for t in first["tools"]}
     assert "every__get-tiny-image" in offered
-    assert "every__simulate-research-query" not in offered  # taskSupport "required": every call would fail
+    assert "every__simulate-research-query" in offered  # taskSupport "required": called as a task
     ready = [e for e in events if e["type"] == "mcp_server" and e["status"] == "ready"]
-    assert ready[0]["not_offered"] == ["simulate-research-query"]
+    assert ready[0]["not_offered"] == []
     # The image follows the tool messages as a user message the model can see.
     messages = second["messages"]
     tool_index = max(i for i, m in enumerate(messages) if m["role"] == "tool")

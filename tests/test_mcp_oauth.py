@@ -134,8 +134,8 @@ async def test_login_discovers_registers_uses_pkce_and_a_session_then_calls_the_
     (config / "config.toml").write_text(_config_toml(oauth_server))
     (config / "config.toml").chmod(0o600)
     data = tmp_path / "data"
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("TIDEGAUGE_") and k not in ("DISPLAY", "WAYLAND_DISPLAY")}  # no browser: printed
+    env = {k: v for k, v in os.environ.items()  # no browser: the address is printed
+           if not k.startswith("TIDEGAUGE_") and k not in ("DISPLAY", "WAYLAND_DISPLAY", "BROWSER")}
     env.update({"TIDEGAUGE_CONFIG_DIR": str(config), "TIDEGAUGE_DATA_DIR": str(data)})
     stderr = tmp_path / "login.err"
     with open(stderr, "wb") as err:
@@ -179,6 +179,42 @@ async def test_login_discovers_registers_uses_pkce_and_a_session_then_calls_the_
     for path in data.rglob("*"):
         if path.is_file() and path != file.path:
             assert access not in path.read_text(errors="replace"), f"the access token was written to {path}"
+
+
+# The browser a user names in BROWSER (here: one that follows the redirect, as a browser would, and
+# notes the address it was given).
+NAMED_BROWSER = """\
+import sys
+import urllib.request
+
+with open(sys.argv[2], "a") as seen:
+    seen.write(sys.argv[1] + "\\n")
+with urllib.request.urlopen(sys.argv[1], timeout=30) as page:
+    page.read()
+"""
+
+
+async def test_login_opens_the_browser_named_in_browser_even_without_a_display(
+        tmp_path: Path, oauth_server: OAuthServer) -> None:
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "config.toml").write_text(_config_toml(oauth_server))
+    (config / "config.toml").chmod(0o600)
+    (tmp_path / "browser.py").write_text(NAMED_BROWSER)
+    opened = tmp_path / "opened.txt"
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("TIDEGAUGE_") and k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    env.update({"TIDEGAUGE_CONFIG_DIR": str(config), "TIDEGAUGE_DATA_DIR": str(tmp_path / "data"),
+                "BROWSER": f"{sys.executable} {tmp_path / 'browser.py'} %s {opened}"})
+
+    proc = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "app", "mcp", "login", "web"], cwd=tmp_path,
+                                   env=env, capture_output=True, text=True, timeout=120)
+
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip().endswith("logged in to web: 1 tools"), proc.stderr
+    (address,) = opened.read_text().splitlines()  # nobody else opened the printed address
+    assert address.startswith(f"{oauth_server.base}/authorize?") and address in proc.stderr
+    assert oauth_server.grants() == ["authorization_code"]
 
 
 async def test_an_expired_access_token_is_refreshed_once_and_the_new_one_kept(

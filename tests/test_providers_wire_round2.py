@@ -257,7 +257,7 @@ async def test_the_sdk_sees_the_refusal_phase_and_summary_parts_we_keep(fake_llm
 async def test_phase_survives_a_server_compaction_and_goes_back_after_it(fake_llm, tmp_path, monkeypatch) -> None:
     from test_server_context import server_settings
 
-    from app.context.server_side import configure_server_context
+    from app.agent.server_context import configure_server_context
 
     agent, _events = make_agent(fake_llm, tmp_path, monkeypatch, memory_update_tokens=0, provider="responses")
     configure_server_context(agent.provider, agent.engine, server_settings(server_compaction=True))

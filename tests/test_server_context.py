@@ -20,10 +20,11 @@ from test_engine_support import (
 )
 
 from app.context.accounting import ContextAccounting
-from app.context.server_side import ANTHROPIC_MIN_COMPACT_TRIGGER, anthropic_context_edits, configure_server_context
-from app.context.thresholds import compute_thresholds
+from app.agent.server_context import configure_server_context, context_editing
+from app.context.thresholds import Thresholds, compute_thresholds
 from app.kernel.describe import describe
 from app.kernel.messages import OpaqueBlock, ToolResultBlock
+from app.providers.anthropic import ANTHROPIC_MIN_COMPACT_TRIGGER, AnthropicProvider
 from app.session.transcript import restore
 
 
@@ -44,6 +45,16 @@ def local_breakdown(agent) -> dict[str, int]:
 
 
 # ---- the settings become the request ----
+
+def anthropic_context_edits(settings: SimpleNamespace, thresholds: Thresholds) -> list[dict[str, Any]]:
+    """What an Anthropic provider sends as ``context_management.edits`` for these settings."""
+    provider = AnthropicProvider("claude-sonnet-4-5", "https://api.anthropic.com", None)
+    server = provider.server_context()
+    server.set_editing(context_editing(settings))
+    if settings.server_compaction:
+        server.set_compaction(thresholds.auto_compact_line)
+    return provider.context_edits
+
 
 def test_anthropic_edits_carry_every_chosen_parameter_and_the_auto_compact_line() -> None:
     thresholds = compute_thresholds(200_000, 0, 8_000)

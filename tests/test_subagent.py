@@ -89,7 +89,7 @@ async def test_a_sub_agent_at_its_step_limit_says_so_in_its_report(fake_llm, tmp
     agent, _events = make_agent(fake_llm, tmp_path, monkeypatch)
     (agent.workspace / "importer.py").write_text(IMPORTER)
     agent.registry.register(TaskTool(agent, SubAgentLimits(max_steps=2)))
-    agent.engine.tools = agent.registry.specs()
+    agent.engine.use_tools(agent.registry.specs())
     fake_llm.enqueue(
         openai_tool_calls([(TASK_TOOL, {"prompt": "Read everything."}, "call_task")]),
         openai_tool_calls([("list_files", {"path": "."}, "sub_1")], text="Looking around."),

@@ -1,4 +1,4 @@
-"""Counting ASCII text from pieces counted in earlier runs (app.context.tokens.remember_pieces_in).
+"""Counting ASCII text from pieces counted in earlier runs (app.context.token_pieces.remember_pieces_in).
 
 Loading the cl100k encoder is most of what a one-turn headless run spends on counting. cl100k
 splits a text with its pattern and encodes each piece alone, so a text whose pieces were all
@@ -23,7 +23,7 @@ from fake_llm_server import openai_text
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.context import tokens
+from app.context import token_pieces, tokens
 from app.context.tokens import CL100K_PATTERN, CL100K_SHA256, count_tokens, encoder
 
 # Every ASCII character, with the pattern's interesting runs (contractions, CRLF, digits) more often.
@@ -35,9 +35,9 @@ SPLIT = regex.compile(CL100K_PATTERN)
 @pytest.fixture
 def pieces(tmp_path: Path):
     path = tmp_path / "token-pieces.json"
-    tokens.remember_pieces_in(path)
+    token_pieces.remember_pieces_in(path)
     yield path
-    tokens.remember_pieces_in(None)
+    token_pieces.remember_pieces_in(None)
 
 
 @settings(max_examples=400, deadline=None)
@@ -49,7 +49,7 @@ def test_ascii_text_is_split_as_tiktoken_splits_it(text: str) -> None:
 @settings(max_examples=200, deadline=None)
 @given(learnt=ASCII, counted=ASCII)
 def test_a_text_counted_from_known_pieces_has_the_encoders_count(learnt: str, counted: str) -> None:
-    table = tokens._PieceCounts(Path("/nonexistent/token-pieces.json"))
+    table = tokens.PieceCounts()
     table.learn(learnt)
     table.learn(counted)
     assert table.count(counted) == len(encoder().encode(counted, disallowed_special=()))
@@ -63,8 +63,8 @@ def test_a_text_counted_from_known_pieces_has_the_encoders_count(learnt: str, co
 SECOND_RUN = textwrap.dedent("""
     import json, sys
     from pathlib import Path
-    from app.context import tokens
-    tokens.remember_pieces_in(Path(sys.argv[1]))
+    from app.context import token_pieces, tokens
+    token_pieces.remember_pieces_in(Path(sys.argv[1]))
     texts = json.loads(sys.argv[2])
     counts = [tokens.count_tokens(t) for t in texts]
     print(json.dumps({"encoder_loaded": "tiktoken" in sys.modules, "counts": counts}))
@@ -104,8 +104,8 @@ def test_a_second_run_counts_known_text_without_the_encoder_and_new_text_with_it
 def test_a_kept_file_that_is_not_what_we_wrote_is_not_believed(pieces: Path, kept: Any) -> None:
     pieces.write_text(json.dumps(kept))
     pieces.chmod(0o600)  # ours by owner and mode: what is refused here is the content
-    assert tokens._PieceCounts(pieces).counts == {}
-    tokens.remember_pieces_in(pieces)
+    assert token_pieces.KeptPieces(pieces).counts == {}
+    token_pieces.remember_pieces_in(pieces)
     assert count_tokens("hi hi hi") == len(encoder().encode("hi hi hi"))
 
 
@@ -126,8 +126,8 @@ def test_a_poisoned_pieces_file_not_ours_does_not_change_the_figures(tmp_path: P
     exact = [len(encoder().encode(t, disallowed_special=())) for t in POISON_TEXTS]
     assert sum(exact) > len([p for t in POISON_TEXTS for p in tokens._ascii_split()(t)])  # the poison undercounts
 
-    said = tokens.remember_pieces_in(path)  # one line, for the session's start
-    tokens.remember_pieces_in(None)
+    said = token_pieces.remember_pieces_in(path)  # one line, for the session's start
+    token_pieces.remember_pieces_in(None)
     assert said is not None and "not tidegauge's own file" in said and "0644" in said and str(path) in said
     assert _run(path, POISON_TEXTS)["counts"] == exact
 
@@ -145,7 +145,7 @@ def test_a_poisoned_file_of_ours_is_dropped_once_the_encoder_checks_a_sample(tmp
     path = tmp_path / "token-pieces.json"
     _poison(path)
     path.chmod(0o600)  # as if written by a command run as the user
-    table = tokens._PieceCounts(path)
+    table = token_pieces.KeptPieces(path)
     table.learn("hello there")  # the encoder is loaded: the kept counts are checked first
     table.save()
     assert "Zqxjvkwplm" not in table.counts
@@ -154,13 +154,13 @@ def test_a_poisoned_file_of_ours_is_dropped_once_the_encoder_checks_a_sample(tmp
 
 def test_an_oversized_or_linked_file_is_neither_read_nor_written_through(tmp_path: Path) -> None:
     big = tmp_path / "token-pieces.json"
-    big.write_text(json.dumps({"encoder": CL100K_SHA256, "pieces": {"hi": 2}}) + " " * tokens.PIECES_MAX_BYTES)
-    assert tokens._PieceCounts(big).counts == {}
+    big.write_text(json.dumps({"encoder": CL100K_SHA256, "pieces": {"hi": 2}}) + " " * token_pieces.PIECES_MAX_BYTES)
+    assert token_pieces.KeptPieces(big).counts == {}
     elsewhere = tmp_path / "elsewhere"
     elsewhere.write_text("precious")
     link = tmp_path / "linked.json"
     link.symlink_to(elsewhere)
-    table = tokens._PieceCounts(link)
+    table = token_pieces.KeptPieces(link)
     table.learn("hello there")
     table.save()
     assert elsewhere.read_text() == "precious" and not link.is_symlink()
@@ -199,7 +199,7 @@ def test_no_piece_of_a_key_is_kept(pieces: Path) -> None:
         text = f"export OPENAI_API_KEY={secret}\nthen run the tests"
         assert count_tokens(text) == len(encoder().encode(text))
         assert count_tokens("then run the tests") == len(encoder().encode("then run the tests"))
-        tokens.remember_pieces_in(None)  # saves what was learnt
+        token_pieces.remember_pieces_in(None)  # saves what was learnt
         kept = pieces.read_text()
         assert "Qwertzuiopasdfghjkl" not in kept and "Mnbvcxyqwerty" not in kept
         assert '" tests"' in kept  # the other text was learnt from

@@ -375,7 +375,7 @@ def test_a_resumed_session_names_the_copy_an_earlier_run_saved_without_counting_
     first = _engine(tmp_path)
     first.append_user_text(paste)
     second = _engine(tmp_path)  # the same session's folder, the history as a resume restores it
-    second.history = list(first.history)
+    second.load_history(list(first.history))
     second.saved_budget = SavedOutputBudget.for_folder(tmp_path / "tool-results", 10**9)
     counted = second.saved_budget.used
     second.append(Message.assistant_text("ok"))

@@ -34,6 +34,15 @@ def test_one_record_per_call_follows_it_from_start_to_result() -> None:
     assert started.status == "running"  # a record handed out is never changed afterwards
 
 
+def test_a_call_running_as_an_mcp_task_shows_where_its_task_stands() -> None:
+    view = DashboardView()
+    view.apply(_start("c1", "every__simulate-research-query"))
+    view.apply(ev.ToolProgressEvent(id="c1", progress=0, task_status="working", message="Gathering sources..."))
+    assert view.tool_calls["c1"].progress == "task working: Gathering sources..."
+    view.apply(ev.ToolProgressEvent(id="c1", progress=0, task_status="input_required"))
+    assert view.tool_calls["c1"].progress == "task input required"
+
+
 def test_error_and_interrupted_results_and_a_result_whose_start_was_not_seen() -> None:
     view = DashboardView()
     view.apply(_start("c1"))

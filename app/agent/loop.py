@@ -8,11 +8,12 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Awaitable, Callable, Literal, Protocol, Sequence
+from typing import AsyncIterator, Awaitable, Callable, Literal, Protocol, Sequence
 
-from app.context.engine import ContextEngine
+from app.context.engine import ContextEngine, Summarize
 from app.context.plans import Plan
 from app.context.prices import Price
+from app.kernel.event_sink import EventSink
 from app.kernel.events import (
     AgentState,
     AssistantMessageEvent,
@@ -41,7 +42,7 @@ from app.kernel.events import (
 from app.kernel.markers import INTERRUPTED_RESULT, NOT_RUN_RESULT  # one text each: a call cut short, one never started
 from app.kernel.request_store import RequestEnvelope, RequestStore
 from app.kernel.messages import ContentBlock, Message, TextBlock, ToolResultBlock, ToolUseBlock
-from app.providers.json_fields import BAD_ARGUMENTS_KEY
+from app.kernel.markers import BAD_ARGUMENTS_KEY
 from app.agent.permissions import Permissions, source_words
 from app.providers.sse import MAX_RETRY_AFTER
 from app.providers.base import (
@@ -51,6 +52,7 @@ from app.providers.base import (
     PromptCacheOff,
     Provider,
     ProviderError,
+    StreamEvent,
     TextDelta,
     ThinkingDelta,
     ToolCallStart,
@@ -78,6 +80,59 @@ class TurnRecorder(Protocol):
 
     def close(self) -> None: ...
 
+
+
+def quiet_model_call(stream: Callable[[ModelRequest], AsyncIterator[StreamEvent]]) -> Summarize:
+    """One model call streamed to its end, showing nothing and retrying nothing (a failed
+    background memory update is simply tried again after more context). ``stream`` is the
+    agent's ``model_stream``: the provider is looked up at each call (the host may swap it)."""
+
+    async def call(request: ModelRequest) -> tuple[Message, Usage]:
+        async for item in stream(request):
+            if isinstance(item, Completed):
+                return item.message, item.usage
+        raise ProviderError("the stream ended without a final message")
+
+    return call
+
+
+class ApiClock:
+    """Wall time with at least one model call in flight (a background memory update may overlap
+    a main call: the overlap counts once). One per session: the agent, its sub-agents and the
+    session's own calls share it (``Agent.model_stream``)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._in_flight = 0
+        self._since = 0.0
+
+    def now(self) -> float:
+        """The total so far, a call still in flight included."""
+        return self.seconds + (time.monotonic() - self._since if self._in_flight else 0.0)
+
+    async def timed(self, events: AsyncIterator[StreamEvent]) -> AsyncIterator[StreamEvent]:
+        """``events`` (one model call) passed on, its time counted until ``Completed`` or its end."""
+        self._begin()
+        running = True
+        try:
+            async for item in events:
+                if isinstance(item, Completed) and running:
+                    running = False  # the caller stops reading here: the call is over
+                    self._end()
+                yield item
+        finally:
+            if running:
+                self._end()
+
+    def _begin(self) -> None:
+        if self._in_flight == 0:
+            self._since = time.monotonic()
+        self._in_flight += 1
+
+    def _end(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self.seconds += time.monotonic() - self._since
 
 
 def retry_delay(attempt: int, retry_after: float | None, base: float, cap: float = 30.0,
@@ -150,19 +205,23 @@ class Agent:
     provider_label: str = ""
     # History persistence (the engine writes the messages; the agent closes turns).
     transcript: TurnRecorder | None = None
-    emit: Callable[[Event], None] = lambda _e: None
+    # Where the agent's events go; the engine was built with the same sink (``EventSink``).
+    emit: EventSink = field(default_factory=EventSink)
     approver: Approver | None = None
     # The rules in force: checked for every call, before --yes and before asking.
     permissions: "Permissions | None" = None
     # Where each main request is kept as sent, for the inspector (None: not kept; sub-agents).
     requests: RequestStore | None = None
+    # The session's time in model calls (a sub-agent's count on its parent's clock).
+    api_clock: ApiClock = field(default_factory=ApiClock)
 
     def __post_init__(self) -> None:
-        self.engine.emit = self._emit_from_engine
         self.tool_context.result_in_context = self.engine.result_in_context
         self.tool_context.on_progress = lambda call_id, done, total, message: self.emit(
             ToolProgressEvent(id=call_id, progress=done, total=total, message=message))
         self.tool_context.on_user_content = lambda call_id, text: self.emit(ToolUserContentEvent(id=call_id, text=text))
+        self.tool_context.on_task_status = lambda call_id, status, message: self.emit(
+            ToolProgressEvent(id=call_id, progress=0, task_status=status, message=message))
         self.step = 0
         self._pending_uses: list[ToolUseBlock] = []
         self._pending_results: list[ToolResultBlock] = []
@@ -190,8 +249,10 @@ class Agent:
     def context_event(self) -> ContextEvent:
         return self.engine.context_event()
 
-    def _emit_from_engine(self, event: Event) -> None:
-        self.emit(event)  # late-bound: the session sets ``emit`` after the engine exists
+    def model_stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        """One model call on this agent's provider, timed on the session's clock: every call
+        (main, compaction, memory, sub-agents, an MCP server's) goes through here."""
+        return self.api_clock.timed(self.provider.stream(request))
 
     def _state(self, state: AgentState, detail: str = "", *, tool_name: str = "", tool_index: int = 0,
                tool_count: int = 0, attempt: int = 0, max_attempts: int = 0) -> None:
@@ -454,7 +515,7 @@ class Agent:
             shown = 0  # characters of reply text shown on screen in this attempt
             tool_started = False
             try:
-                async for item in self.provider.stream(request):
+                async for item in self.model_stream(request):
                     if isinstance(item, TextDelta):
                         if stream_to_ui:
                             if not tool_started:

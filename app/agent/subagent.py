@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from app.context.file_cache import FileReadCache
 from app.context.memory import MemoryBundle
+from app.kernel.event_sink import EventSink
 from app.kernel.events import (
     AssistantMessageEvent,
     ContextEvent,
@@ -121,7 +122,7 @@ class TaskTool:
             raise ToolInputError('task needs a "prompt": the whole task for the sub-agent, as text.')
         call_id = ctx.call_id
         sub = self.build_sub_agent(ctx)
-        sub.emit = _forward(self.parent, sub, call_id)
+        sub.emit.connect(_forward(self.parent, sub, call_id))
         self.parent.engine.emit(SubAgentEvent(call_id=call_id, status="started", summary=str(args.get("description") or ""),
                                               max_steps=self.limits.max_steps,
                                               window=sub.engine.thresholds.window,
@@ -152,7 +153,9 @@ class TaskTool:
         registry = self.read_only_registry()
         parent_config = parent.engine.config
         results_dir = sub_agent_results_dir(ctx.tool_results_dir, ctx.call_id)
+        events = EventSink()  # its engine's and its loop's, connected to the parent by ``run``
         engine = ContextEngine(
+            emit=events,
             system_prompt=SUB_SYSTEM_PROMPT.format(cwd=ctx.workspace, report_tokens=self.limits.report_tokens),
             memory=MemoryBundle(),
             tools=registry.specs(),
@@ -184,6 +187,8 @@ class TaskTool:
             # read; a tool that changes things is not lent to it at all.)
             approver=parent.approver,
             permissions=parent.permissions,
+            emit=events,
+            api_clock=parent.api_clock,  # its calls are the session's model time too
         )
         return agent
 
@@ -235,5 +240,5 @@ def register_task_tool(agent: Agent, limits: SubAgentLimits | None = None) -> Ta
     tool = TaskTool(agent, limits)
     agent.registry.register(tool)
     if all(spec.name != TASK_TOOL for spec in agent.engine.tools):
-        agent.engine.tools = [*agent.engine.tools, tool.spec]
+        agent.engine.use_tools([*agent.engine.tools, tool.spec])
     return tool

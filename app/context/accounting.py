@@ -10,6 +10,7 @@ not O(history).
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -293,6 +294,16 @@ class ContextAccounting:
         self._run_start = 0
 
     # ---- projection ----
+
+    def copy(self) -> ContextAccounting:
+        """A copy to project with and throw away (a forecast): this one's running sums and the
+        estimate the next usage is checked against stay as they are."""
+        twin = copy.copy(self)
+        twin._sums = copy.copy(self._sums)
+        twin._sums.by_part = dict(self._sums.by_part)
+        twin._system = copy.copy(self._system)
+        twin._memory = copy.copy(self._memory)
+        return twin
 
     def project(self, system: str, tools: Sequence[ToolSpec], history: Sequence[Message],
                 memory_text: str = "") -> Projection:

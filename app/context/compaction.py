@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 from app.kernel.messages import ContentBlock, Message, TextBlock, ToolResultBlock, ToolSpec
-from app.providers.base import ModelRequest
+from app.kernel.model_call import ModelRequest
 
 from app.context import tokens as _tokens
 from app.context.user_words import SUMMARY_INTRO as _SUMMARY_INTRO

@@ -26,7 +26,7 @@ from app.context.compaction import (build_summary_history, is_paste, is_summary_
                                     kept_word_id, summary_problem, typed_words)
 from app.context.forecast import Forecast, ForecastAction, forecast
 from app.context.overflow import drop_oldest_rounds
-from app.context.plans import PLANS_KEPT, Plan, PlanKind, new_plan_id
+from app.context.plans import PLANS_KEPT, MemoryPlan, Plan, PlanKind, new_plan_id
 from app.context.prices import Price, cost_usd
 from app.context.pruning import PruneResult, is_cleared, prune_by_size, prune_by_time, stub_for
 from app.context.rules import attached_rule_paths
@@ -46,7 +46,6 @@ from app.kernel.events import (
     ResetEvent,
     RestoreEvent,
     ResultCutEvent,
-    ThresholdsModel,
     UsageDistrustedEvent,
     UsageEvent,
     WarningCrossedEvent,
@@ -122,15 +121,6 @@ class Appended:
 
 # In order: a history change is persisted before the events after it are emitted.
 Effect = Union[Replaced, Appended, Event]
-
-
-@dataclass(frozen=True)
-class MemoryPlan:
-    """A compaction from the session memory, worked out but not applied."""
-
-    cut: int  # messages before this index are replaced by the memory
-    history: list[Message]  # the new history: the memory message, then the kept messages
-    audit: AuditResult
 
 
 def _call_words(name: str, tool_input: object) -> str:
@@ -286,6 +276,33 @@ class ContextCore:
         self._stable_tokens = None
         self.set_budget(self.config.budget)
 
+    def use_tools(self, tools: list[ToolSpec]) -> None:
+        """The tools every later request offers (an MCP server's, the task tool): the stable
+        prefix is counted again with them."""
+        self.tools = tools
+        self._stable_tokens = None
+        # The last exact figure was measured with the old definitions: the whole request is
+        # estimated until the next call's usage, rather than miss what was just loaded.
+        self.accounting.invalidate()
+
+    def use_tool_owners(self, owner: Callable[[str], str | None] | None, tokens_saved: Callable[[], int]) -> None:
+        """Which server a tool comes from (the breakdown per server), and the tokens deferred
+        tool definitions save on every request (the gauge)."""
+        self.tool_owner = owner
+        self.tool_tokens_saved = tokens_saved
+
+    def use_rules(self, rules: RuleSet | None) -> None:
+        self.rules = rules
+
+    def load_history(self, history: list[Message]) -> None:
+        """A history read back (a resumed session, a replay) taken as the live one; the caller
+        persists it if it must."""
+        self.history = history
+
+    def set_warning_line(self, line: int) -> None:
+        """The warning line at ``line`` instead of where the budget puts it (a what-if policy's)."""
+        self.thresholds = replace(self.thresholds, warning_line=max(1, line))
+
     def fixed_tokens(self) -> int:
         """Estimated tokens every request carries whatever the history: system prompt, memory files, tools."""
         return (count_tokens(self.counted_system) + count_tokens(self.memory.text)
@@ -326,6 +343,12 @@ class ContextCore:
 
     def projected(self) -> int:
         return self.projection().projected_tokens
+
+    def projected_unnoted(self) -> int:
+        """The projection, worked out on a copy of the accounting: a forecast leaves the estimate
+        the next usage is checked against as the last request left it."""
+        return self.accounting.copy().project(self.counted_system, self.tools, self.history,
+                                              self.memory.text).projected_tokens
 
     def estimate_request(self, history: list[Message]) -> int:
         """The whole request for ``history``, estimated (one measure for before and after:
@@ -547,7 +570,7 @@ class ContextCore:
             exact_tokens=proj.exact_tokens,
             estimated_tokens=proj.estimated_tokens,
             projected_tokens=proj.projected_tokens,
-            thresholds=thresholds_model(t),
+            thresholds=t,
             breakdown=self._feature_breakdown(
                 self.accounting.breakdown(self.counted_system, self.memory.text, self.tools, self.history,
                                           tool_owner=self.tool_owner)),
@@ -724,6 +747,10 @@ class ContextCore:
 
     def auto_compaction_is_ours(self) -> bool:
         return not self.config.server_compaction
+
+    def use_server_compaction(self, on: bool) -> None:
+        """The server compacts at the auto-compact line (on) or our own compaction does (off)."""
+        self.config.server_compaction = on
 
     def only_a_summary(self) -> bool:
         """A history that is just a summary (plus the user's new words): compacting it
@@ -947,7 +974,7 @@ class ContextCore:
         return replace(fresh, replanned=True) if plan_id is not None else fresh
 
     def forecast_compaction(self, plan: MemoryPlan | None) -> Forecast:
-        tokens_before = self.projected()
+        tokens_before = self.projected_unnoted()
         action: ForecastAction = "compact"
         summary_tokens = 0
         after_range: tuple[int, int] | None = None
@@ -975,7 +1002,7 @@ class ContextCore:
 
     def forecast_reset(self) -> Forecast:
         """What ``reset`` will do: everything but the system prompt, memory files and tools goes."""
-        tokens_before = self.projected()
+        tokens_before = self.projected_unnoted()
         return forecast("reset", tokens_before=tokens_before, tokens_after=min(self.stable_prefix(), tokens_before),
                         cached_prefix=self.cached_prefix, stable_prefix=self.stable_prefix(), price=self.price)
 
@@ -1134,9 +1161,3 @@ def _server_compaction_in(message: Message) -> bool:
     """Issue 17: a provider's compaction item (Responses) or block (Anthropic) in a reply."""
     return any(isinstance(b, OpaqueBlock) and b.kind == "compaction" for b in message.content)
 
-
-def thresholds_model(t: Thresholds) -> ThresholdsModel:
-    """The lines as the event carries them (thresholds.py stays free of the event models)."""
-    return ThresholdsModel(window=t.window, reserve=t.reserve, effective_window=t.effective_window,
-                           auto_compact_line=t.auto_compact_line, warning_line=t.warning_line,
-                           blocking_line=t.blocking_line)

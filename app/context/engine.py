@@ -17,7 +17,7 @@ import asyncio
 import time
 from itertools import groupby
 from pathlib import Path
-from typing import Awaitable, Callable, Generic, Literal, Protocol, Sequence, TypeVar, overload
+from typing import Awaitable, Callable, Literal, Protocol, Sequence
 
 from app.context.accounting import ContextAccounting, Ledger, Projection
 from app.context.compaction import (CircuitBreaker, CompactionFailed, build_compaction_request, extract_summary,
@@ -28,7 +28,6 @@ from app.context.core import (
     ContextCore,
     Effect,
     EngineConfig as EngineConfig,
-    MemoryPlan,
     Replaced,
     RestoreError as RestoreError,
     RestorePreview as RestorePreview,
@@ -36,7 +35,7 @@ from app.context.core import (
 )
 from app.context.forecast import Forecast
 from app.context.memory import MemoryBundle
-from app.context.plans import Plan
+from app.context.plans import MemoryPlan, Plan
 from app.context.prices import Price
 from app.context.request_parts import PartsMemo, request_parts
 from app.context.pruning import PruneResult
@@ -61,11 +60,10 @@ from app.kernel.private_files import open_private, open_private_read
 from app.kernel.redact import redact
 from app.kernel.request_store import RequestPart
 from app.kernel.usage import Usage
-from app.providers.base import Completed, ContextTooLongError, ModelRequest, Provider, ProviderError
+from app.kernel.model_call import ContextTooLongError, ModelRequest, ProviderError
 
 # EngineConfig, RestoreError and RestorePreview are the core's; callers keep importing them from here.
-__all__ = ["ContextEngine", "EngineConfig", "HistoryRecorder", "RestoreError", "RestorePreview", "Summarize",
-           "quiet_model_call"]
+__all__ = ["ContextEngine", "EngineConfig", "HistoryRecorder", "RestoreError", "RestorePreview", "Summarize"]
 
 
 class HistoryRecorder(Protocol):
@@ -83,43 +81,6 @@ Summarize = Callable[[ModelRequest], Awaitable[tuple[Message, Usage]]]
 MAX_OVERFLOW_RETRIES = 3
 
 
-def quiet_model_call(provider_of: Callable[[], Provider]) -> Summarize:
-    """One model call streamed to its end, showing nothing and retrying nothing (a failed
-    background memory update is simply tried again after more context). ``provider_of`` is
-    asked at each call: the host may swap its provider."""
-
-    async def call(request: ModelRequest) -> tuple[Message, Usage]:
-        async for item in provider_of().stream(request):
-            if isinstance(item, Completed):
-                return item.message, item.usage
-        raise ProviderError("the stream ended without a final message")
-
-    return call
-
-
-T = TypeVar("T")
-
-
-class _OfCore(Generic[T]):
-    """An attribute the core owns, read and set on the engine under the same name."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    @overload
-    def __get__(self, engine: None, owner: type) -> _OfCore[T]: ...
-
-    @overload
-    def __get__(self, engine: ContextEngine, owner: type | None = None) -> T: ...
-
-    def __get__(self, engine: ContextEngine | None, owner: type | None = None) -> T | _OfCore[T]:
-        if engine is None:
-            return self  # on the class: the descriptor itself (introspection, monkeypatch)
-        value: T = getattr(engine.core, self.name)
-        return value
-
-    def __set__(self, engine: ContextEngine, value: T) -> None:
-        setattr(engine.core, self.name, value)
 
 
 class SavedBytes(Protocol):
@@ -177,25 +138,72 @@ class ContextEngine:
         self.emit_background: Callable[[int, list[Event]], None] | None = None
         self._parts_memo = PartsMemo()  # each message cut into the inspector's parts once
 
-    # ---- the core's state, as the callers knew it before the split (read and set alike) ----
+    # ---- the core's state, read here; it changes only through the core's methods ----
 
-    history: _OfCore[list[Message]] = _OfCore()
-    tools: _OfCore[list[ToolSpec]] = _OfCore()
-    system_prompt: _OfCore[str] = _OfCore()
-    memory: _OfCore[MemoryBundle] = _OfCore()
-    config: _OfCore[EngineConfig] = _OfCore()
-    price: _OfCore[Price | None] = _OfCore()
-    compact_price: _OfCore[Price | None] = _OfCore()
-    tool_owner: _OfCore[Callable[[str], str | None] | None] = _OfCore()
-    tool_tokens_saved: _OfCore[Callable[[], int]] = _OfCore()
-    rules: _OfCore[RuleSet | None] = _OfCore()
-    session_memory: _OfCore[SessionMemory] = _OfCore()
-    thresholds: _OfCore[Thresholds] = _OfCore()
-    accounting: _OfCore[ContextAccounting] = _OfCore()
-    ledger: _OfCore[Ledger] = _OfCore()
-    last_assistant_at: _OfCore[float | None] = _OfCore()
-    # System prompt with the memory files: they live in the core, so compaction cannot lose them.
-    system_text: _OfCore[str] = _OfCore()
+    @property
+    def history(self) -> list[Message]:
+        return self.core.history
+
+    @property
+    def tools(self) -> list[ToolSpec]:
+        return self.core.tools
+
+    @property
+    def system_prompt(self) -> str:
+        return self.core.system_prompt
+
+    @property
+    def memory(self) -> MemoryBundle:
+        return self.core.memory
+
+    @property
+    def config(self) -> EngineConfig:
+        return self.core.config
+
+    @property
+    def price(self) -> Price | None:
+        return self.core.price
+
+    @property
+    def compact_price(self) -> Price | None:
+        return self.core.compact_price
+
+    @property
+    def tool_owner(self) -> Callable[[str], str | None] | None:
+        return self.core.tool_owner
+
+    @property
+    def tool_tokens_saved(self) -> Callable[[], int]:
+        return self.core.tool_tokens_saved
+
+    @property
+    def rules(self) -> RuleSet | None:
+        return self.core.rules
+
+    @property
+    def session_memory(self) -> SessionMemory:
+        return self.core.session_memory
+
+    @property
+    def thresholds(self) -> Thresholds:
+        return self.core.thresholds
+
+    @property
+    def accounting(self) -> ContextAccounting:
+        return self.core.accounting
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.core.ledger
+
+    @property
+    def last_assistant_at(self) -> float | None:
+        return self.core.last_assistant_at
+
+    @property
+    def system_text(self) -> str:
+        """System prompt with the memory files: they live in the core, so compaction cannot lose them."""
+        return self.core.system_text
 
     # ---- carrying out what the core decided ----
 
@@ -224,6 +232,22 @@ class ContextEngine:
 
     def _auto_compaction_is_ours(self) -> bool:
         return self.core.auto_compaction_is_ours()
+
+    def use_tools(self, tools: list[ToolSpec]) -> None:
+        """The tools every later request offers (an MCP server's, the task tool)."""
+        self.core.use_tools(tools)
+
+    def use_tool_owners(self, owner: Callable[[str], str | None] | None, tokens_saved: Callable[[], int]) -> None:
+        """Which server each tool comes from, and what deferring tool definitions saves (MCP)."""
+        self.core.use_tool_owners(owner, tokens_saved)
+
+    def load_history(self, history: list[Message]) -> None:
+        """A history read back (a resumed session) as the live one; the caller persists it."""
+        self.core.load_history(history)
+
+    def use_server_compaction(self, on: bool) -> None:
+        """The provider's server compacts from now on (on), or our own compaction does (off)."""
+        self.core.use_server_compaction(on)
 
     # ---- the budget and the memory files ----
 
@@ -701,10 +725,14 @@ class ContextEngine:
     def use_rules(self, rules: RuleSet, workspace: Path) -> None:
         """Take the path-scoped rules (app.context.rules.load_rules) for tool paths relative to
         ``workspace``; a rule file that could not be read is named in one warning line each."""
-        self.rules = rules
+        self.core.use_rules(rules)
         self.workspace = workspace
         for problem in rules.problems:
             self.emit(ConfigWarningEvent(setting="rules", text=f"{problem}; that rule is not loaded"))
+
+    def replace_rules(self, rules: RuleSet | None) -> None:
+        """The rules read again with the memory files (an import the user answered), said already."""
+        self.core.use_rules(rules)
 
     def _attach_rules(self, block: ToolResultBlock, tool_name: str) -> ToolResultBlock:
         """The rules for the file a read or write touched, attached once (here, not in the core:

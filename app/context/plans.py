@@ -13,12 +13,21 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
+from app.context.audit import AuditResult
 from app.context.forecast import Forecast
+from app.kernel.messages import Message
 
-if TYPE_CHECKING:
-    from app.context.core import MemoryPlan
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """A compaction from the session memory, worked out but not applied."""
+
+    cut: int  # messages before this index are replaced by the memory
+    history: list[Message]  # the new history: the memory message, then the kept messages
+    audit: AuditResult
+
 
 PlanKind = Literal["compact", "reset"]
 

@@ -27,7 +27,7 @@ from app.context import tokens as _tokens
 from app.context.compaction import COMPACT_PROMPT, build_compaction_request, build_summary_history
 from app.kernel.messages import ContentBlock, Message, TextBlock, ToolResultBlock, ToolSpec
 from app.kernel.private_files import read_private, write_private_atomic
-from app.providers.base import ModelRequest
+from app.kernel.model_call import ModelRequest
 from app.kernel.redact import redact
 
 MEMORY_FILE_NAME = "session-memory.md"

@@ -8,10 +8,10 @@ warning 147,000, auto-compact 167,000, blocking 177,000 (seed 001).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Literal
 
 from app.context.prices import MAX_MODEL_NAME, catalogue_model, model_key
+from app.kernel.context_lines import Thresholds as Thresholds  # computed here, carried by the context event
 
 
 Level = Literal["ok", "warning", "compact", "blocking"]
@@ -21,17 +21,6 @@ AUTO_COMPACT_BUFFER = 13_000
 WARNING_BUFFER = 20_000
 BLOCKING_BUFFER = 3_000
 DEFAULT_WINDOW = 128_000
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    window: int
-    reserve: int
-    effective_window: int
-    auto_compact_line: int
-    warning_line: int
-    blocking_line: int
-
 
 
 MIN_SUMMARY_ROOM = 500  # the shortest useful handoff summary, with the user's latest words

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from app.kernel.private_files import read_kept_json, write_kept_json
 from app.kernel.redact import holds_secret
 
 from app.kernel.messages import (
@@ -117,7 +115,6 @@ ASCII_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\nA-Za-z0-9]?+[A-Za-z]++|[0-9]{1,
                  r"""| ?[^ \t\n\v\f\rA-Za-z0-9]++[\r\n]*+|[ \t\n\v\f\r]++\Z|[ \t\n\v\f\r]*[\r\n]"""
                  r"""|[ \t\n\v\f\r]+(?![^ \t\n\v\f\r])|[ \t\n\v\f\r]""")
 PIECES_MAX = 20_000  # ~250 KB on disk, read in a few milliseconds
-PIECES_MAX_BYTES = 1 << 20
 PIECE_MAX_CHARS = 64  # longer pieces (a run of spaces, a long identifier) are rare repeats: not kept
 LEARN_MAX_CHARS = 16_384  # a big tool output is counted, not learnt from
 
@@ -144,30 +141,17 @@ def _plausible(piece: Any, count: Any) -> bool:
     return -(-len(piece) // 128) <= count <= len(piece)
 
 
-class _PieceCounts:
-    """Pieces of ASCII text and their cl100k token counts, as the encoder counted them, kept in
-    one file of ours (0600, this user's, never through a symlink) for this encoder file (its
-    SHA-256). A file that is not ours, or holds an entry that could not be a count, is dropped
-    whole (``problem`` says so); once the encoder is loaded a sample of the entries is counted
-    again, and one wrong count drops them all."""
+class PieceCounts:
+    """Pieces of ASCII text and their cl100k token counts, as the encoder counted them, in
+    memory. Where they are kept between runs (a file of ours in the data directory) is the
+    service's business (``app.context.token_pieces``), which gives a table to ``use_pieces``;
+    counting never touches a file. Once the encoder is loaded a sample of the entries is
+    counted again, and one wrong count drops them all."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.counts: dict[str, int] = {}
-        self.changed = False
+    def __init__(self, counts: dict[str, int] | None = None) -> None:
+        self.counts: dict[str, int] = counts if counts is not None else {}
+        self.changed = False  # learnt something since it was last kept
         self.checked = False
-        self.problem: str | None = None
-        refused: list[str] = []
-        kept = read_kept_json(path, PIECES_MAX_BYTES, ours=True, refused=refused)
-        pieces = kept.get("pieces") if kept.get("encoder") == CL100K_SHA256 else None
-        if refused:
-            self.problem = f"{refused[0]}; token counts are not taken from it"
-        elif isinstance(pieces, dict) and len(pieces) <= PIECES_MAX and all(
-                _plausible(k, v) for k, v in pieces.items()):
-            self.counts = pieces
-        elif pieces is not None:
-            self.problem = f"{path} holds counts that cannot be cl100k's; not used, written anew"
-            self.changed = True
 
     def check_sample(self) -> None:
         """Count a sample of the kept pieces with the encoder (loaded by now); drop them all on a
@@ -197,41 +181,29 @@ class _PieceCounts:
         if len(text) > LEARN_MAX_CHARS or len(self.counts) >= PIECES_MAX:
             return
         if holds_secret(text):
-            return  # a text with a key in it: no piece of the key is kept in a file
+            return  # a text with a key in it: no piece of the key is kept
         enc = encoder()
         for piece in _ascii_split()(text):
             if piece not in self.counts and len(piece) <= PIECE_MAX_CHARS and len(self.counts) < PIECES_MAX:
                 self.counts[piece] = len(enc.encode_ordinary(piece))
                 self.changed = True
 
-    def save(self) -> None:
-        if self.changed:
-            self.changed = False
-            write_kept_json(self.path, {"encoder": CL100K_SHA256, "pieces": self.counts})
+
+def plausible_pieces(pieces: Any) -> bool:
+    """Could ``pieces`` be a table of cl100k counts this program wrote?"""
+    return isinstance(pieces, dict) and len(pieces) <= PIECES_MAX and all(
+        _plausible(k, v) for k, v in pieces.items())
 
 
-_pieces: _PieceCounts | None = None
+_pieces: PieceCounts | None = None
 
 
-def remember_pieces_in(path: Path | None) -> str | None:
-    """Count from (and add to) the pieces kept in ``path``; saved when the process exits.
-    None: the encoder counts everything, nothing is kept. Returns the one line saying why the
-    kept file was dropped (not ours, implausible counts), or None."""
+def use_pieces(table: PieceCounts | None) -> PieceCounts | None:
+    """Count ASCII text from ``table`` (and teach it what the encoder counts) from now on; None:
+    the encoder counts everything. Returns the table used before."""
     global _pieces
-    if _pieces is not None:
-        _pieces.save()
-    _pieces = _PieceCounts(path) if path is not None else None
-    if path is not None:
-        import atexit
-
-        atexit.unregister(_save_pieces)
-        atexit.register(_save_pieces)
-    return _pieces.problem if _pieces is not None else None
-
-
-def _save_pieces() -> None:
-    if _pieces is not None:
-        _pieces.save()
+    before, _pieces = _pieces, table
+    return before
 
 
 @lru_cache(maxsize=512)

@@ -74,6 +74,13 @@ class DemoProvider:
     def banner(self) -> str:
         return banner_text()
 
+    def server_context(self) -> None:
+        """The scripted server manages no context: the engine does it all."""
+        return None
+
+    def stop_prompt_caching(self) -> None:
+        """The scripted server takes no cache breakpoints."""
+
     # ---- what the "server" counts ----
 
     def _segments(self, request: ModelRequest) -> list[tuple[str, int]]:

@@ -276,8 +276,8 @@ def cached_share(cached: int, total_input: int) -> str:
 
 def _mcp_server(e: "ev.McpServerEvent") -> Line | None:
     if e.status == "ready":
-        left_out = (f"; not offered: {', '.join(e.not_offered)} (they run only as MCP tasks, which tidegauge "
-                    "does not support)") if e.not_offered else ""
+        left_out = (f"; not offered: {', '.join(e.not_offered)} (they run only as MCP tasks, which the server "
+                    "does not say it accepts)") if e.not_offered else ""
         roots = ("" if e.roots is None else "; no roots advertised" if not e.roots
                  else f"; roots: {', '.join(e.roots)}")
         return Line("info", f"MCP server {e.name} ready: {plural(e.tools, 'tool')}{roots}{left_out}")
@@ -432,7 +432,11 @@ def state_text(e: "ev.StateEvent | None") -> str:
 
 
 def tool_progress_text(e: "ev.ToolProgressEvent") -> str:
-    """How far a running tool got: ``3 of 10 (30%): indexing``, or ``3: indexing`` with no total."""
+    """How far a running tool got: ``3 of 10 (30%): indexing``, or ``3: indexing`` with no total; an
+    MCP task's status: ``task working: Gathering sources...``."""
+    if e.task_status:
+        status = f"task {e.task_status.replace('_', ' ')}"
+        return f"{status}: {e.message}" if e.message else status
     done = f"{e.progress:g}"
     if e.total is not None and e.total > 0:
         done = f"{done} of {e.total:g} ({min(e.progress / e.total, 1.0):.0%})"

@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
+from app.kernel.context_lines import Thresholds
+
 AgentName = Union[
     Literal["main", "compact", "sub", "memory"],  # sub: a task tool's sub-agent; memory: the session memory's updates
     Annotated[str, Field(pattern=r"^mcp:[A-Za-z0-9_-]{1,64}$")],  # mcp:NAME: model calls MCP server NAME asked for
@@ -120,13 +122,16 @@ class ToolCallsCappedEvent(EventBase):
 
 
 class ToolProgressEvent(EventBase):
-    """A running tool said how far it got (an MCP server's progress notification)."""
+    """A running tool said how far it got (an MCP server's progress notification), or where the MCP
+    task it runs as stands (``task_status``, from the server's answer to ``tasks/get``)."""
 
     type: Literal["tool_progress"] = "tool_progress"
     id: str  # the tool call
     progress: float
     total: float | None = None
     message: str = ""  # the server's words, cleaned and cut to 200 characters
+    # An MCP task's status (working, input_required, completed, failed, cancelled); "" for progress.
+    task_status: str = ""
 
 
 class ToolUserContentEvent(EventBase):
@@ -151,15 +156,8 @@ class UsageEvent(EventBase):
     reasoning_tokens: int | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
-class ThresholdsModel(BaseModel):
-    model_config = DEFERRED
-
-    window: int
-    reserve: int
-    effective_window: int
-    auto_compact_line: int
-    warning_line: int
-    blocking_line: int
+# The lines as the engine computes them: one definition (a dataclass pydantic validates as is).
+ThresholdsModel = Thresholds
 
 
 class ContextEvent(EventBase):
@@ -169,7 +167,7 @@ class ContextEvent(EventBase):
     exact_tokens: int | None  # last figure from API usage (None: none since reset/compaction)
     estimated_tokens: int  # tiktoken estimate of what was appended since
     projected_tokens: int  # exact + estimated: what decides
-    thresholds: ThresholdsModel
+    thresholds: Thresholds
     breakdown: dict[str, int]  # system, memory, tools, user, assistant, tool_results
     level: Literal["ok", "warning", "compact", "blocking"]
     # Model calls until the auto-compact line at the recent calls' pace: the median's figure and

@@ -22,3 +22,7 @@ INTERRUPTED_RESULT = ("Interrupted before this tool finished (by the user, or th
 # queued behind the call that was running): it did nothing, and the model is told so.
 NOT_RUN_RESULT = ("Not run: the user interrupted the turn before this tool started. "
                   "Ask the user before running it.")
+
+# The input of a call whose arguments were refused for their size or depth before they were
+# parsed: the provider writes the problem under this key, and the registry answers the model with it.
+BAD_ARGUMENTS_KEY = "_bad_arguments"

@@ -370,6 +370,12 @@ async def bounded_stdio_client(server: Any, errlog: TextIO, *, spill_dir: Path |
     exit status once its stdout ended (None when it had not exited within half a second)."""
     import mcp_types as types
     from mcp.client import stdio as sdk
+    # The SDK's stdio_client takes no reader of ours, so this is its body with read_lines in it.
+    # Starting, draining and ending the process stay the SDK's own private helpers
+    # (_get_executable_command, _create_platform_compatible_process, _drain_stdout,
+    # _terminate_process_tree, _stop_server_process, _aclose_all, _WRITER_FLUSH_TIMEOUT): copying
+    # them would fork its process-tree handling. tests/test_mcp_sdk_private_calls.py pins each
+    # one's name and signature, so an SDK upgrade that changes them fails there, not in a session.
     from mcp.shared.message import SessionMessage
 
     command = await sdk._get_executable_command(server.command)

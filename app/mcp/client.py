@@ -35,10 +35,20 @@ if TYPE_CHECKING:  # the SDK is imported only when a server is configured
 CallResult = TypeVar("CallResult")
 # How a call's progress is reported upward: (progress, total, message), message cleaned.
 ProgressReport = Callable[[float, "float | None", str], None]
+# How the status of the MCP task a call runs as is reported upward: (status, message), message cleaned.
+TaskStatusReport = Callable[[str, str], None]
 # A call that keeps reporting progress may run this many times its tool_timeout in all.
 PROGRESS_MAX_FACTOR = 4
 # One log notification keeps at most this much in the server's log.
 MAX_LOG_MESSAGE_CHARS = 8192
+# How often a task is polled (tasks/get) when its server suggests no pollInterval, and the bounds put
+# on the one it suggests: a server asking for 0 ms does not get a busy loop, nor one asking for an
+# hour a call that looks hung.
+TASK_POLL_DEFAULT = 1.0
+TASK_POLL_MIN = 0.1
+TASK_POLL_MAX = 10.0
+# A task given up (an interrupt, a timeout) is cancelled on its server (tasks/cancel) within this long.
+TASK_CANCEL_WAIT = 5.0
 
 
 def login_command(name: str) -> str:
@@ -65,9 +75,11 @@ class RemoteTool:
     description: str
     input_schema: dict[str, Any]
     read_only: bool  # declared read-only (annotations.readOnlyHint); anything else asks first
-    # execution.taskSupport == "required": callable only as a task, which tidegauge does not
-    # make (the call fails with -32601), so the tool is not offered to the model.
+    # execution.taskSupport == "required": callable only as an MCP task (spec 2025-11-25).
     task_required: bool = False
+    # Called as a task: it requires one and its server declares task-augmented tools/call. A
+    # task-only tool of a server that does not is not offered (every call would fail).
+    as_task: bool = False
 
 
 @dataclass(frozen=True)
@@ -168,6 +180,8 @@ class McpConnection:
         self._asking_user = 0
         self._answered_at = 0.0
         self.on_reconnect: Callable[[McpConnection], None] = lambda _c: None
+        # The MCP tasks this connection created, and the last status it knows of each.
+        self.tasks: dict[str, str] = {}
 
     @property
     def alive(self) -> bool:
@@ -536,18 +550,25 @@ class McpConnection:
 
     @staticmethod
     async def _list_tools(client: Client) -> list[RemoteTool]:
+        capabilities = client.server_capabilities
+        tasks = capabilities.tasks if capabilities is not None else None
+        # The spec's task-augmented tools/call, which a client may send only where the server declares it.
+        task_calls = (tasks is not None and tasks.requests is not None and tasks.requests.tools is not None
+                      and tasks.requests.tools.call is not None)
         tools: list[RemoteTool] = []
         cursor: str | None = None
         for _ in range(100):  # a server that pages forever is a broken server
             page = await client.list_tools(cursor=cursor)
             for tool in page.tools:
                 annotations = tool.annotations
+                task_required = tool.execution is not None and tool.execution.task_support == "required"
                 tools.append(RemoteTool(
                     name=tool.name,
                     description=tool.description or "",
                     input_schema=dict(tool.input_schema or {"type": "object"}),
                     read_only=bool(annotations is not None and annotations.read_only_hint is True),
-                    task_required=tool.execution is not None and tool.execution.task_support == "required",
+                    task_required=task_required,
+                    as_task=task_required and task_calls,
                 ))
             cursor = page.next_cursor
             if cursor is None:
@@ -612,14 +633,15 @@ class McpConnection:
     # ---- calls ----
 
     async def call_tool(self, tool_name: str, args: dict[str, Any],
-                        on_progress: ProgressReport | None = None) -> ToolOutput:
+                        on_progress: ProgressReport | None = None,
+                        on_task_status: TaskStatusReport | None = None) -> ToolOutput:
         """One tool call; a failure comes back as an error output the model can read.
 
         A url server that restarted is reconnected (a new handshake) once per call, and the call
         is sent again when it surely never reached the server.
         """
         if self.config.url is None:
-            return await self._call_tool_once(tool_name, args, on_progress)
+            return await self._call_tool_once(tool_name, args, on_progress, on_task_status)
         if not self.alive:
             failure = await self._reconnect()
             if failure is not None:
@@ -628,7 +650,7 @@ class McpConnection:
         undelivered = self._undelivered
         self._unauthorized = None  # a 401 is news only when this call meets it
         self._more_scope = None
-        output = await self._call_tool_once(tool_name, args, on_progress)
+        output = await self._call_tool_once(tool_name, args, on_progress, on_task_status)
         delivered = self._undelivered == undelivered
         if (delivered and not self._dead.is_set()) or self._more_scope is not None:
             return output  # a step-up the OAuth flow could not make (no consent in a session) ends the call
@@ -640,7 +662,7 @@ class McpConnection:
             return ToolOutput(f"MCP server {self.name!r} could not be reached ({failure}); {tool_name} was not sent. "
                               "It is tried again at the next call.", is_error=True)
         if not delivered:
-            return await self._call_tool_once(tool_name, args, on_progress)
+            return await self._call_tool_once(tool_name, args, on_progress, on_task_status)
         return ToolOutput(f"MCP server {self.name!r} was lost during {tool_name}, which may have run: it was not "
                           "sent again. The server is reconnected; its tools work again.", is_error=True)
 
@@ -660,10 +682,12 @@ class McpConnection:
         return None
 
     async def _call_tool_once(self, tool_name: str, args: dict[str, Any],
-                              on_progress: ProgressReport | None = None) -> ToolOutput:
+                              on_progress: ProgressReport | None = None,
+                              on_task_status: TaskStatusReport | None = None) -> ToolOutput:
         """One attempt. A progress token goes with every call. The call is abandoned after
-        ``tool_timeout`` seconds without a word from the server; each progress notification starts
-        that wait again, up to ``PROGRESS_MAX_FACTOR`` times ``tool_timeout`` in all.
+        ``tool_timeout`` seconds without a word from the server; each progress notification (and each
+        change of a task's status) starts that wait again, up to ``PROGRESS_MAX_FACTOR`` times
+        ``tool_timeout`` in all. A tool that runs only as a task is called as one (``_run_task``).
         """
         client = self._client
         if client is None or not self.alive:
@@ -698,20 +722,34 @@ class McpConnection:
             return ToolOutput(f"MCP server {self.name!r}: {tool_name} timed out after {idle:g} s without an "
                               "answer; the call was cancelled.", is_error=True)
 
-        call = asyncio.ensure_future(self._unless_dead(
-            client.call_tool(tool_name, args, read_timeout_seconds=hard_max, progress_callback=server_progress)))
+        last_status: tuple[str, str] | None = None
+
+        def task_status(status: str, message: str | None) -> None:
+            nonlocal heard, progressed, last_status
+            said = (status, sanitize_for_display(redact(message or ""))[:200])
+            if said != last_status:  # a task still at the same stage is no word from the server
+                heard, progressed, last_status = loop.time(), True, said
+                if on_task_status is not None:
+                    on_task_status(*said)
+
+        as_task = any(remote.name == tool_name and remote.as_task for remote in self.tools)
+        request = (self._run_task(client, tool_name, args, hard_max, server_progress, task_status) if as_task else
+                   client.call_tool(tool_name, args, read_timeout_seconds=hard_max, progress_callback=server_progress))
+        call = asyncio.ensure_future(self._unless_dead(request))
         try:
             while not call.done():
                 heard = loop.time() if self._asking_user else max(heard, self._answered_at)
                 wait = heard + idle - loop.time()
                 if wait <= 0:
-                    call.cancel()  # the SDK sends the server a notifications/cancelled
+                    call.cancel()  # the SDK sends the server a notifications/cancelled; a task, tasks/cancel
                     await asyncio.gather(call, return_exceptions=True)
                     return timed_out()
                 await asyncio.wait({call}, timeout=wait)
             result = call.result()
         except asyncio.CancelledError:
             call.cancel()
+            if as_task:  # its tasks/cancel goes out before the call is given up (bounded in _run_task)
+                await asyncio.wait({call}, timeout=TASK_CANCEL_WAIT + 1)
             raise
         except _ServerGone:
             if self._more_scope is not None:
@@ -739,6 +777,118 @@ class McpConnection:
             return ToolOutput(f"MCP server {self.name!r} failed on {tool_name}: {describe_failure(exc)}",
                               is_error=True)
         return tool_output_from_result(result, self.name if self.serves_resources else None)
+
+    # ---- MCP tasks (spec 2025-11-25): a tool that runs only as a task ----
+    #
+    # The SDK has no client side of tasks; every request goes over its session's generic
+    # ``send_request``. Its result check for tools/call at 2025-11-25 knows only CallToolResult, so
+    # the task's creation comes back as a ValidationError carrying the server's answer (see
+    # ``_task_answer``); tasks/get, tasks/result and tasks/cancel are outside its tables and pass.
+
+    async def _run_task(self, client: Client, tool_name: str, args: dict[str, Any], read_timeout: float,
+                        progress: Any, status: Callable[[str, str | None], None]) -> Any:
+        """Call ``tool_name`` as a task: create it, poll tasks/get (at the server's pollInterval, bounded)
+        while it works, then take its result with tasks/result, which waits for the task's end and
+        brings the questions the server queued for an ``input_required`` task (its forms are answered
+        as any other); the polling goes on meanwhile, so the task's status stays on the tool's line
+        and counts as a word from the server. Given up (cancelled: an interrupt, a timeout, the
+        server gone) before it ended, the task is cancelled on the server with tasks/cancel."""
+        import mcp_types as types
+
+        session = client.session
+        created = await self._create_task(client, tool_name, args, read_timeout, progress)
+        if isinstance(created, types.CallToolResult):
+            return created  # the server ran it at once, without a task
+        task: Any = created.task
+        self.tasks[task.task_id] = task.status
+        ended = False
+
+        def poll_wait() -> float:  # the spec's polling, at the interval the server suggests, bounded
+            wait = TASK_POLL_DEFAULT if task.poll_interval is None else task.poll_interval / 1000
+            return float(min(max(wait, TASK_POLL_MIN), TASK_POLL_MAX))
+
+        try:
+            status(task.status, task.status_message)
+            while task.status == "working":
+                await asyncio.sleep(poll_wait())
+                task = await self.get_task(task.task_id, read_timeout)
+                status(task.status, task.status_message)
+            if task.status == "cancelled":
+                ended = True
+                said = f": {task.status_message}" if task.status_message else ""
+                return types.CallToolResult(content=[types.TextContent(
+                    type="text", text=f"The server cancelled the task{said}.")], is_error=True)
+            answer = asyncio.ensure_future(session.send_request(
+                types.GetTaskPayloadRequest(params=types.GetTaskPayloadRequestParams(task_id=task.task_id)),
+                types.CallToolResult, request_read_timeout_seconds=read_timeout))
+            try:
+                while not answer.done():
+                    await asyncio.wait({answer}, timeout=poll_wait())
+                    if not answer.done() and task.status not in ("completed", "failed", "cancelled"):
+                        task = await self.get_task(task.task_id, read_timeout)
+                        status(task.status, task.status_message)
+            finally:
+                if not answer.done():
+                    answer.cancel()
+                    await asyncio.gather(answer, return_exceptions=True)
+            ended = True  # answered, with the result or an error: the task is over on the server
+            result = answer.result()
+            self.tasks[task.task_id] = "failed" if task.status == "failed" else "completed"
+            return result
+        finally:
+            if not ended and not self._dead.is_set():  # a server that is gone has no task left to cancel
+                await asyncio.shield(self._cancel_task(client, task.task_id))
+
+    async def _create_task(self, client: Client, tool_name: str, args: dict[str, Any], read_timeout: float,
+                           progress: Any) -> Any:
+        """The task-augmented tools/call: the server's CreateTaskResult (or a CallToolResult, when it ran
+        the tool at once). The task is asked to be kept a minute past the longest this call may wait."""
+        import mcp_types as types
+        from pydantic import ValidationError
+
+        request = types.CallToolRequest(params=types.CallToolRequestParams(
+            name=tool_name, arguments=args, task=types.TaskMetadata(ttl=int((read_timeout + 60) * 1000))))
+        try:
+            return await client.session.send_request(request, types.CreateTaskResult,
+                                                     request_read_timeout_seconds=read_timeout, progress_callback=progress)
+        except ValidationError as refused:
+            answer = _task_answer(refused)
+            if answer is None:
+                raise
+            if "task" in answer:
+                return types.CreateTaskResult.model_validate(answer)
+            return types.CallToolResult.model_validate(answer)
+
+    async def get_task(self, task_id: str, read_timeout: float | None = None) -> Any:
+        """``tasks/get``: where a task of this connection stands (the server's Task)."""
+        import mcp_types as types
+
+        client = self._client
+        if client is None:
+            raise McpServerError(f"MCP server {self.name!r} is not running")
+        task = await client.session.send_request(
+            types.GetTaskRequest(params=types.GetTaskRequestParams(task_id=task_id)), types.GetTaskResult,
+            request_read_timeout_seconds=read_timeout or self.config.tool_timeout)
+        self.tasks[task_id] = task.status
+        return task
+
+    async def _cancel_task(self, client: Client, task_id: str) -> None:
+        """``tasks/cancel``, bounded; a server that cannot be told (gone, refusing) is left as it is."""
+        import mcp_types as types
+
+        try:
+            async with asyncio.timeout(TASK_CANCEL_WAIT):
+                task = await client.session.send_request(
+                    types.CancelTaskRequest(params=types.CancelTaskRequestParams(task_id=task_id)),
+                    types.CancelTaskResult, request_read_timeout_seconds=TASK_CANCEL_WAIT)
+            self.tasks[task_id] = task.status
+            if self._errlog is not None:
+                said = sanitize_for_display(redact(task.status_message or ""))[:200]
+                self._errlog.write_line(f"[tidegauge] task {task_id[:100]!r} given up and cancelled: the server says "
+                                        f"{task.status}{': ' + said if said else ''}")
+        except Exception as exc:  # noqa: BLE001 - the call is over either way; its log says why
+            if self._errlog is not None:
+                self._errlog.write_line(f"[tidegauge] tasks/cancel of task {task_id[:100]!r} failed: {describe_failure(exc)}")
 
     async def get_prompt(self, name: str, arguments: dict[str, str]) -> Any:
         """``prompts/get``: the server's GetPromptResult; McpServerError with one line on failure."""
@@ -803,6 +953,22 @@ class McpConnection:
         if task.cancelled():
             raise _ServerGone()
         return task.result()
+
+
+def _task_answer(refused: Exception) -> dict[str, Any] | None:
+    """The server's answer to a task-augmented tools/call, out of the SDK's refusal of it: its check
+    wants a CallToolResult's ``content`` and reports the whole answer as that field's input. None when
+    the refusal is something else (a malformed answer stays an error)."""
+    from pydantic import ValidationError
+
+    if not isinstance(refused, ValidationError):
+        return None
+    for error in refused.errors():
+        answer = error.get("input")
+        if (error.get("type") == "missing" and len(error.get("loc", ())) == 1 and isinstance(answer, dict)
+                and ("task" in answer or "content" in answer)):
+            return answer
+    return None
 
 
 def _text_of(content: Any) -> tuple[str, object]:

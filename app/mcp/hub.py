@@ -285,10 +285,7 @@ async def start_mcp(settings: McpSettings, registry: ToolRegistry, engine: Conte
                     saved_output_budget=saved_output_budget)
 
     def send(specs: list[ToolSpec]) -> None:
-        engine.tools = specs
-        # The last exact figure was measured with the old definitions: estimate the whole
-        # request until the next call's usage, rather than miss what was just loaded.
-        engine.accounting.invalidate()
+        engine.use_tools(specs)  # the whole request estimated until the next call's usage
 
     instructions = {name: text for name, connection in hub.connections.items()
                     if connection.alive and (text := bounded_instructions(name, connection.instructions))}
@@ -297,7 +294,6 @@ async def start_mcp(settings: McpSettings, registry: ToolRegistry, engine: Conte
     deferral = hub.defer(registry, engine.config.window, float(settings.tool_defer_share), send)
     if loaded_before and deferral.active:
         deferral.restore_loaded(list(loaded_before))
-    engine.tool_owner = hub.server_of
-    engine.tool_tokens_saved = lambda: hub.saved_tokens
+    engine.use_tool_owners(hub.server_of, lambda: hub.saved_tokens)
     engine.emit_context()  # the gauge and the breakdown now include the servers' definitions
     return hub

@@ -901,13 +901,16 @@ def _state_of(url: str) -> str | None:
 
 
 async def show_in_browser(url: str) -> None:
-    """Open ``url`` in a graphical browser when there is a display; the address is printed anyway.
+    """Open ``url`` in a graphical browser when there is a display, or in the browser the user named
+    in ``BROWSER``; the address is printed anyway.
 
     Without a display Python's ``webbrowser`` would start a text browser in this terminal, so it
-    is not asked: the user opens the printed address wherever a browser is.
+    is not asked unless ``BROWSER`` names the one to use (a user's choice, as for every program
+    that reads it): otherwise the user opens the printed address wherever a browser is.
     """
     print(f"Open this address in a browser to authorize tidegauge:\n  {url}", file=sys.stderr, flush=True)
-    if sys.platform == "darwin" or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"):
+    if (sys.platform == "darwin" or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+            or os.environ.get("BROWSER")):
         import webbrowser
 
         await asyncio.to_thread(webbrowser.open, url)

@@ -73,7 +73,11 @@ class McpTool:
                 last_shown = now
                 ctx.on_progress(call_id, done, total, message)
 
-        output = await self.connection.call_tool(self.remote.name, args, on_progress=progress)
+        def task_status(status: str, message: str) -> None:
+            ctx.on_task_status(call_id, status, message)  # a status changes a few times a task: each is shown
+
+        output = await self.connection.call_tool(self.remote.name, args, on_progress=progress,
+                                                 on_task_status=task_status)
         if output.for_user:
             shown = redact(sanitize_for_display(output.for_user))
             if len(shown) > MAX_USER_CONTENT_CHARS:
@@ -83,7 +87,8 @@ class McpTool:
 
 
 def offered(remote: RemoteTool) -> bool:
-    """Whether the model may be offered this tool (a task-only tool would fail every call)."""
-    return not remote.task_required
+    """Whether the model may be offered this tool: a task-only tool only when its server accepts task
+    calls (otherwise every call would fail)."""
+    return not remote.task_required or remote.as_task
 
 

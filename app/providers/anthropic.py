@@ -20,10 +20,12 @@ from app.kernel.messages import Message, OpaqueBlock, RedactedThinkingBlock, Tex
 from app.providers.base import (
     APIError,
     Completed,
+    ContextEditing,
     ContextTooLongError,
     ModelRequest,
     PromptCacheOff,
     ProviderError,
+    ServerContext,
     StreamEvent,
     TextDelta,
     ThinkingDelta,
@@ -477,6 +479,33 @@ def message_to_events(payload: dict[str, Any]) -> list[SSEEvent]:
     return events
 
 
+# ---- provider-side context management ----
+
+def context_management_edits(editing: ContextEditing, compact_threshold: int | None) -> list[dict[str, Any]]:
+    """``context_management.edits`` for the Messages API ([] when nothing is on). Thinking
+    clearing comes first: the API wants it ahead of the other edits; compaction comes last."""
+    edits: list[dict[str, Any]] = []
+    if editing.clear_thinking:
+        thinking: dict[str, Any] = {"type": "clear_thinking_20251015"}
+        if editing.clear_thinking_keep is not None:
+            thinking["keep"] = {"type": "thinking_turns", "value": editing.clear_thinking_keep}
+        edits.append(thinking)
+    if editing.clear_tool_uses:
+        tools: dict[str, Any] = {"type": "clear_tool_uses_20250919"}
+        if editing.clear_tool_uses_trigger is not None:
+            tools["trigger"] = {"type": "input_tokens", "value": editing.clear_tool_uses_trigger}
+        if editing.clear_tool_uses_keep is not None:
+            tools["keep"] = {"type": "tool_uses", "value": editing.clear_tool_uses_keep}
+        if editing.clear_tool_uses_clear_at_least is not None:
+            tools["clear_at_least"] = {"type": "input_tokens", "value": editing.clear_tool_uses_clear_at_least}
+        if editing.clear_tool_uses_exclude:
+            tools["exclude_tools"] = list(editing.clear_tool_uses_exclude)
+        edits.append(tools)
+    if compact_threshold is not None:
+        edits.append({"type": COMPACT_EDIT, "trigger": {"type": "input_tokens", "value": compact_threshold}})
+    return edits
+
+
 # ---- the HTTP layer ----
 
 class AnthropicProvider(SseHttpProvider):
@@ -496,7 +525,6 @@ class AnthropicProvider(SseHttpProvider):
         send_unsigned_thinking: bool | None = None,
         thinking_budget: int = 0,
         prompt_caching: bool | None = None,
-        context_edits: list[dict[str, Any]] | None = None,
         cache_refusals: CacheRefusals | None = None,
         **settings: Unpack[HttpSettings],
     ) -> None:
@@ -523,18 +551,32 @@ class AnthropicProvider(SseHttpProvider):
         self._refusal_said = False
         self._cache_worked = False  # a cached request went through: a later failure is not the marks'
         self._plain_retry_tried = False
-        # context_management.edits sent with every request (see app/context/server_side.py)
-        self.context_edits: list[dict[str, Any]] = list(context_edits or [])
+        # What ``context_management.edits`` carries on every request (``ServerContext``).
+        self._editing = ContextEditing()
+        self._compact_threshold: int | None = None
 
-    def set_server_compaction(self, threshold: int | None) -> int | None:
-        """ServerCompactingProvider: the ``compact_20260112`` edit at ``threshold`` (None: off),
-        raised to the API's floor; the other context edits stay as they are."""
-        edits = [e for e in self.context_edits if e.get("type") != COMPACT_EDIT]
-        if threshold is not None:
-            threshold = max(ANTHROPIC_MIN_COMPACT_TRIGGER, threshold)
-            edits.append({"type": COMPACT_EDIT, "trigger": {"type": "input_tokens", "value": threshold}})
-        self.context_edits = edits
-        return threshold
+    # ---- ServerContext: the Messages API's context editing and compaction ----
+
+    def server_context(self) -> ServerContext:
+        return self
+
+    def set_compaction(self, threshold: int | None) -> int | None:
+        """The ``compact_20260112`` edit at ``threshold`` (None: off), raised to the API's floor;
+        the other context edits stay as they are."""
+        self._compact_threshold = None if threshold is None else max(ANTHROPIC_MIN_COMPACT_TRIGGER, threshold)
+        return self._compact_threshold
+
+    def set_editing(self, editing: ContextEditing) -> bool:
+        self._editing = editing
+        return True
+
+    @property
+    def context_edits(self) -> list[dict[str, Any]]:
+        """``context_management.edits`` as sent ([] when nothing is on)."""
+        return context_management_edits(self._editing, self._compact_threshold)
+
+    def stop_prompt_caching(self) -> None:
+        self.prompt_caching = False
 
     @property
     def url(self) -> str:
@@ -563,8 +605,8 @@ class AnthropicProvider(SseHttpProvider):
             body["tool_choice"] = {"type": request.tool_choice}
         if self.prompt_caching:
             add_cache_breakpoints(body)
-        if self.context_edits:
-            body["context_management"] = {"edits": [dict(e) for e in self.context_edits]}
+        if edits := self.context_edits:
+            body["context_management"] = {"edits": edits}
         body.update(self.extra_body)
         return body
 
@@ -648,6 +690,6 @@ class AnthropicProvider(SseHttpProvider):
         betas = []
         if kinds & {"clear_tool_uses_20250919", "clear_thinking_20251015"}:
             betas.append(CONTEXT_MANAGEMENT_BETA)
-        if "compact_20260112" in kinds:
+        if COMPACT_EDIT in kinds:
             betas.append(COMPACTION_BETA)
         return betas

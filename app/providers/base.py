@@ -8,22 +8,17 @@ or raises a ``ProviderError``. It never touches the agent's history.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import AsyncIterator, Literal, Protocol, Union, runtime_checkable
+from typing import AsyncIterator, Protocol, Union
 
-from app.kernel.messages import Message, ToolSpec
+from app.kernel.messages import Message
+from app.kernel.model_call import APIError as APIError
+from app.kernel.model_call import ConnectError as ConnectError
+from app.kernel.model_call import ContextTooLongError as ContextTooLongError
+from app.kernel.model_call import ModelRequest as ModelRequest
+from app.kernel.model_call import ProviderError as ProviderError
+from app.kernel.model_call import StreamCutError as StreamCutError
+from app.kernel.model_call import ToolChoice as ToolChoice
 from app.kernel.usage import Usage
-
-ToolChoice = Literal["auto", "none"]
-
-
-@dataclass
-class ModelRequest:
-    system: str
-    messages: list[Message]
-    tools: list[ToolSpec]
-    max_tokens: int = 16_000
-    tool_choice: ToolChoice = "auto"
-
 
 # ---- stream events (plain dataclasses: internal) ----
 
@@ -95,67 +90,6 @@ class PromptCacheOff:
 StreamEvent = Union[TextDelta, ThinkingDelta, ToolCallStart, ToolCallDelta, UsageUpdate, PromptCacheOff, Completed]
 
 
-# ---- errors ----
-
-class ProviderError(Exception):
-    """A model call failed. ``message`` is the server's own text where there was one."""
-
-    retryable: bool = False
-
-    def __init__(self, message: str, *, status: int | None = None, error_type: str | None = None,
-                 retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.error_type = error_type
-        self.retry_after = retry_after
-
-    def __str__(self) -> str:
-        prefix = f"HTTP {self.status}: " if self.status else ""
-        kind = f"[{self.error_type}] " if self.error_type else ""
-        return f"{prefix}{kind}{self.message}"
-
-
-class APIError(ProviderError):
-    """A non-2xx answer or an error event inside the stream."""
-
-    def __init__(self, message: str, *, status: int | None = None, error_type: str | None = None,
-                 retry_after: float | None = None) -> None:
-        super().__init__(message, status=status, error_type=error_type, retry_after=retry_after)
-        transient_status = status in (408, 409, 429, 500, 502, 503, 504, 529)
-        transient_type = error_type in ("overloaded_error", "rate_limit_error", "api_error")
-        self.retryable = bool(transient_status or transient_type)
-
-
-class ContextTooLongError(APIError):
-    """The request was rejected for its length. Counts are parsed when the message gives them."""
-
-    def __init__(self, message: str, *, status: int | None = None, error_type: str | None = None,
-                 actual_tokens: int | None = None, limit_tokens: int | None = None) -> None:
-        super().__init__(message, status=status, error_type=error_type)
-        self.retryable = False
-        self.actual_tokens = actual_tokens
-        self.limit_tokens = limit_tokens
-
-    @property
-    def gap_tokens(self) -> int | None:
-        if self.actual_tokens is None or self.limit_tokens is None:
-            return None
-        return max(0, self.actual_tokens - self.limit_tokens)
-
-
-class StreamCutError(ProviderError):
-    """The stream ended without a stop reason / [DONE], or stalled past the read timeout."""
-
-    retryable = True
-
-
-class ConnectError(ProviderError):
-    """Could not reach the server (connect error or connect timeout)."""
-
-    retryable = True
-
-
 class Provider(Protocol):
     """One wire protocol. ``stream`` performs exactly one HTTP request."""
 
@@ -176,13 +110,46 @@ class Provider(Protocol):
 
     async def aclose(self) -> None: ...
 
+    def server_context(self) -> ServerContext | None:
+        """The server's own context management (compaction, context editing), in this
+        provider's wire format; None: this provider has none, and tidegauge's engine does it all."""
+        ...
 
-@runtime_checkable
-class ServerCompactingProvider(Protocol):
-    """A provider whose server can compact the conversation itself: the engine's
-    server-side compaction goes through this method, never through a provider's attributes."""
+    def stop_prompt_caching(self) -> None:
+        """Send no prompt-cache breakpoints from now on (the server refused them earlier in this
+        session); nothing to do for a provider that sends none."""
+        ...
 
-    def set_server_compaction(self, threshold: int | None) -> int | None:
+
+@dataclass(frozen=True)
+class ContextEditing:
+    """Server-side context editing as the user asked for it: old tool uses and thinking
+    cleared by the server (Anthropic's Messages API has it). Provider-neutral: the provider
+    whose server can do it turns it into its own wire format."""
+
+    clear_tool_uses: bool = False
+    clear_tool_uses_trigger: int | None = None
+    clear_tool_uses_keep: int | None = None
+    clear_tool_uses_clear_at_least: int | None = None
+    clear_tool_uses_exclude: tuple[str, ...] = ()
+    clear_thinking: bool = False
+    clear_thinking_keep: int | None = None
+
+    @property
+    def wanted(self) -> bool:
+        return self.clear_tool_uses or self.clear_thinking
+
+
+class ServerContext(Protocol):
+    """A server that manages the context itself, as its provider offers it: what the engine
+    switches goes through these methods, never through a provider's attributes or its name."""
+
+    def set_compaction(self, threshold: int | None) -> int | None:
         """Compact on the server once a request reaches ``threshold`` input tokens (None: off).
         Returns the threshold the server will use (its API may have a floor), None when off."""
+        ...
+
+    def set_editing(self, editing: ContextEditing) -> bool:
+        """Send ``editing`` with every request. False: this server has no context editing
+        (nothing is sent)."""
         ...

@@ -7,7 +7,7 @@ from typing import Any, AsyncIterator, ClassVar, Mapping, Protocol, TypedDict
 
 import httpx
 
-from app.providers.base import Completed, ModelRequest, StreamEvent, TextDelta, ThinkingDelta, ToolCallDelta
+from app.providers.base import Completed, ModelRequest, ServerContext, StreamEvent, TextDelta, ThinkingDelta, ToolCallDelta
 from app.providers.json_fields import json_object
 from app.providers.sse import LimitExceededError, SSEEvent, StreamLimits, stream_sse_request
 from app.kernel.redact import redact_obj
@@ -81,6 +81,13 @@ class SseHttpProvider:
     @property
     def url(self) -> str:
         raise NotImplementedError
+
+    def server_context(self) -> ServerContext | None:
+        """None: the protocol has no server-side context management (those that do override it)."""
+        return None
+
+    def stop_prompt_caching(self) -> None:
+        """Nothing: only a protocol that sends cache breakpoints has any to stop."""
 
     def headers(self) -> dict[str, str]:
         """JSON in, events out, the key as the protocol carries it; the user's extra headers win."""

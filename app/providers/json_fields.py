@@ -11,6 +11,8 @@ import json
 import re
 
 from app.kernel.json_depth import json_too_deep
+# The input of a call refused for its size or depth (with the markers: the registry reads it too).
+from app.kernel.markers import BAD_ARGUMENTS_KEY as BAD_ARGUMENTS_KEY
 from typing import Any, Mapping
 
 # A JSON \u escape of a lone surrogate (an unpaired \ud800): json.loads would turn it into a
@@ -70,8 +72,6 @@ def int_field(obj: Mapping[str, Any], key: str) -> int:
 MAX_ARGUMENT_CHARS = 2 * 1024 * 1024
 # Real schemas nest a few levels; 900 levels broke the event encoder and ended the turn.
 MAX_ARGUMENT_DEPTH = 64
-# The input of a call refused for its size or depth: the registry answers the model with it.
-BAD_ARGUMENTS_KEY = "_bad_arguments"
 
 
 

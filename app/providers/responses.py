@@ -23,8 +23,10 @@ from typing import Any, Iterable, Unpack
 from app.kernel.messages import Message, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from app.providers.base import (
     Completed,
+    ContextEditing,
     ModelRequest,
     ProviderError,
+    ServerContext,
     StreamEvent,
     TextDelta,
     ThinkingDelta,
@@ -388,13 +390,21 @@ class ResponsesProvider(SseHttpProvider):
     def __init__(self, model: str, base_url: str, api_key: str | None, *, compact_threshold: int | None = None,
                  **settings: Unpack[HttpSettings]) -> None:
         super().__init__(model, base_url, api_key, **settings)
-        # Server-side compaction: on when set (the auto-compact line; see app/context/server_side.py).
+        # Server-side compaction: on when set (the engine's auto-compact line, ``ServerContext``).
         self.compact_threshold = compact_threshold
 
-    def set_server_compaction(self, threshold: int | None) -> int | None:
-        """ServerCompactingProvider: ``context_management`` compaction at ``threshold`` (None: off)."""
+    # ---- ServerContext: the Responses API compacts on the server; it has no context editing ----
+
+    def server_context(self) -> ServerContext:
+        return self
+
+    def set_compaction(self, threshold: int | None) -> int | None:
+        """``context_management`` compaction at ``threshold`` (None: off)."""
         self.compact_threshold = threshold
         return threshold
+
+    def set_editing(self, editing: ContextEditing) -> bool:
+        return not editing.wanted
 
     @property
     def url(self) -> str:

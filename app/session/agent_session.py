@@ -23,7 +23,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Literal, Protocol, assert_never
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Literal, Protocol, assert_never
 
 from app.kernel.commands import (
     MCP_PROMPT_PREFIX,
@@ -237,50 +237,6 @@ class RunFigures:
         })
 
 
-class ApiClock:
-    """Wall time with at least one model call in flight (a background memory update may overlap
-    a main call: the overlap counts once)."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self._in_flight = 0
-        self._since = 0.0
-
-    def now(self) -> float:
-        """The total so far, a call still in flight included."""
-        return self.seconds + (time.monotonic() - self._since if self._in_flight else 0.0)
-
-    def timed(self, stream: "Callable[[Any], AsyncIterator[Any]]") -> "Callable[[Any], AsyncIterator[Any]]":
-        from app.providers.base import Completed
-
-        clock = self
-
-        async def timed_stream(request: Any) -> AsyncIterator[Any]:
-            clock._begin()
-            running = True
-            try:
-                async for item in stream(request):
-                    if isinstance(item, Completed) and running:
-                        running = False  # the caller stops reading here: the call is over
-                        clock._end()
-                    yield item
-            finally:
-                if running:
-                    clock._end()
-
-        return timed_stream
-
-    def _begin(self) -> None:
-        if self._in_flight == 0:
-            self._since = time.monotonic()
-        self._in_flight += 1
-
-    def _end(self) -> None:
-        self._in_flight -= 1
-        if self._in_flight == 0:
-            self.seconds += time.monotonic() - self._since
-
-
 class AgentSession:
     """One agent, one queue of commands, one stream of events (implements ``SessionSurface``)."""
 
@@ -342,12 +298,8 @@ class AgentSession:
         self._last_state = StateEvent(state="idle", step=0, max_steps=agent.max_steps)
         self._cleared: list[str] = []  # the restorable results the surfaces were last told of
         self._run: RunFigures | None = None  # the figures of the run in progress
-        self._api_clock = ApiClock()
-        try:  # every model call (main, compaction, memory, sub-agents) goes through this provider
-            agent.provider.stream = self._api_clock.timed(agent.provider.stream)  # type: ignore[method-assign,assignment]
-        except (AttributeError, TypeError):  # a provider that cannot be wrapped: no API share measured
-            pass
-        agent.emit = self._emit
+        self._api_clock = agent.api_clock  # every model call of the agent's (Agent.model_stream) runs on it
+        agent.emit.connect(self._emit)
         agent.engine.emit_background = self._emit_background
         if approvals:
             agent.approver = self._ask_approval
@@ -649,7 +601,7 @@ class AgentSession:
             self._emit(RestorePreviewEvent(call_id=call_id, reason=str(error)))
 
     def _switch_server_compaction(self, on: bool) -> None:
-        from app.context.server_side import switch_server_compaction
+        from app.agent.server_context import switch_server_compaction
 
         provider = self.agent.provider
         threshold, problem = switch_server_compaction(provider, self.agent.engine, on)
@@ -695,7 +647,7 @@ class AgentSession:
         self._memory_source.record(path, approve)
         bundle = self._memory_source.load()
         engine.use_memory(bundle)
-        engine.rules = bundle.rules
+        engine.replace_rules(bundle.rules)
         self._emit(MemoryImportEvent(action="approved" if approve else "declined", path=path,
                                      importer=str(notice.importer), reason=notice.reason))
         # What reading it brought along (its own imports from further out, a cut) is said too.
@@ -801,7 +753,7 @@ class AgentSession:
 
         request = ModelRequest(system=call.system, tools=[], max_tokens=call.max_tokens, tool_choice="none",
                                messages=[Message(role=role, content=[TextBlock(text=text)]) for role, text in call.messages])
-        async for item in self.agent.provider.stream(request):
+        async for item in self.agent.model_stream(request):
             if isinstance(item, Completed):
                 self.agent.engine.record_usage(f"mcp:{server}", item.usage, self.agent.price)
                 text = "".join(block.text for block in item.message.content if isinstance(block, TextBlock))

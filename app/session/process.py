@@ -43,6 +43,7 @@ from app.kernel import events as ev
 from app.kernel.errors import SetupError
 from app.kernel.events import is_busy
 from app.kernel.protocol import DELTAS, EventLog, Listener, Listeners, SessionSnapshot, merge_deltas
+from app.system.proctree import wait_for_exit
 
 if TYPE_CHECKING:
     from app.kernel.events import Event, SessionInfoEvent
@@ -264,7 +265,7 @@ class SessionProcess:
             except (OSError, ValueError):
                 pass
             try:
-                process.wait(timeout)
+                wait_for_exit(process, timeout)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()

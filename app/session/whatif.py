@@ -503,8 +503,7 @@ async def _replay(recording: Recording, policy: Policy) -> WhatIfCurve:
                            clock=clock, memory_summarize=_extractive_call)
     if policy.warning is not None:
         # the warning line is the one setting the live session derives instead of taking
-        engine.core.thresholds = replace(engine.core.thresholds,
-                                         warning_line=max(1, int(config.window * policy.warning)))
+        engine.core.set_warning_line(int(config.window * policy.warning))
     max_output = policy.max_output
     points: list[tuple[int, int]] = []
     for step in recording.steps:

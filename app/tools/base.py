@@ -93,6 +93,8 @@ class ToolContext:
     # content meant for the user alone reaches the screen (call_id, text), never the model.
     on_progress: Callable[[str, float, float | None, str], None] = lambda _id, _done, _total, _message: None
     on_user_content: Callable[[str, str], None] = lambda _id, _text: None
+    # Set by the agent: where the MCP task a call runs as stands (call_id, status, message).
+    on_task_status: Callable[[str, str, str], None] = lambda _id, _status, _message: None
     # How run_bash's commands run (bwrap, or not at all when the user asked for it and it cannot).
     sandbox: SandboxPolicy = field(default_factory=SandboxPolicy)
     # Set by the agent: the call whose request to leave the sandbox was approved (its call_id).

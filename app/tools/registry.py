@@ -25,7 +25,7 @@ from app.context.truncation import (  # the cut itself is pure logic; the regist
 )
 from app.kernel.messages import ToolResultImage, ToolSpec
 from app.kernel.private_files import open_private as open_private  # re-exported: run_bash opens its spill with it
-from app.providers.json_fields import BAD_ARGUMENTS_KEY
+from app.kernel.markers import BAD_ARGUMENTS_KEY
 from app.kernel.redact import redact
 from app.kernel.sanitize import sanitize_for_model
 from app.tools.base import (

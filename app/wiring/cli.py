@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from app import __version__
+from app.kernel.errors import ConfigError, SetupError  # two exception classes: cheap before the first frame
 
 if TYPE_CHECKING:
     from app.wiring.config import Settings
@@ -108,9 +110,6 @@ def flag_fields() -> tuple[str, ...]:
 
 def _fork(args: argparse.Namespace, settings: "Settings") -> str:
     """--fork-session: copy the session --continue/--resume would open; returns the copy's id."""
-    from pathlib import Path
-
-    from app.kernel.errors import SetupError
     from app.session.store import SessionStore
 
     if not (args.resume or args.continue_latest):
@@ -160,9 +159,6 @@ def build_inspect_parser() -> argparse.ArgumentParser:
 def _inspect(argv: list[str]) -> int:
     """`tidegauge inspect [SESSION] [--request N] [--diff] [--json]`."""
     args = build_inspect_parser().parse_args(argv)
-    from pathlib import Path
-
-    from app.kernel.errors import SetupError
     from app.kernel.request_store import StoredRequests
     from app.kernel.sanitize import sanitize_for_display
     from app.session.store import SessionStore
@@ -204,9 +200,6 @@ def _mcp(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true", help="list: one JSON object on stdout")
     args = parser.parse_args(argv)
     import asyncio
-    from pathlib import Path
-
-    from app.kernel.errors import SetupError
     from app.kernel.sanitize import sanitize_for_display
     from app.mcp.oauth import LoginError, login, logout
     from app.wiring.config import load_settings
@@ -240,7 +233,6 @@ def _mcp(argv: list[str]) -> int:
 def _mcp_list(settings: "Settings", *, as_json: bool) -> int:
     import asyncio
     import json
-    from pathlib import Path
 
     from app.context.thresholds import context_window_for
     from app.mcp.status import status_table, survey
@@ -256,7 +248,6 @@ def _mcp_list(settings: "Settings", *, as_json: bool) -> int:
 
 
 def _print_sessions(settings: "Settings", *, every_directory: bool, out: Any) -> int:
-    from pathlib import Path
 
     from app.session.store import session_rows
 
@@ -274,7 +265,6 @@ def _print_sessions(settings: "Settings", *, every_directory: bool, out: Any) ->
 
 def _run_setup(step: "Callable[[], int]") -> int:
     """Run ``step``; a setup problem is one line on stderr and exit code 2."""
-    from app.kernel.errors import ConfigError, SetupError
 
     try:
         return step()
@@ -296,7 +286,6 @@ def _idle_flag(args: argparse.Namespace) -> str | None:
 
 def _headless_prompt(prompt: str) -> str:
     """-p's prompt with what was piped in: appended (as Claude Code does), or all of it with -p -."""
-    from app.kernel.errors import SetupError
     from app.surfaces.headless import piped_input
 
     if prompt == "-":
@@ -328,7 +317,6 @@ def main(argv: list[str] | None = None) -> int:
     if idle is not None:
         print(f"tidegauge: {idle}", file=sys.stderr)
         return 2
-    from app.kernel.errors import ConfigError, SetupError
 
     if args.config_path:
         from app.wiring.config import config_file_path
@@ -381,7 +369,6 @@ def main(argv: list[str] | None = None) -> int:
         from app.surfaces.dashboard.launch import run_dashboard
 
         def sessions_here() -> list[tuple[str, str]]:  # /resume's and --resume's list
-            from pathlib import Path
 
             from app.session.store import session_rows
 
@@ -455,12 +442,11 @@ def _skip_httpx_command_line() -> None:
 
 def _serve_web(settings: "Settings", overrides: dict[str, Any], args: argparse.Namespace) -> int:
     """--web: check here what every tab would need (one line now, not an error in each tab), then serve."""
-    from pathlib import Path
 
     from app.wiring.config import missing_key_problem, resolve_provider
-    from app.kernel.errors import SetupError
     from app.session.store import SessionStore
-    from app.surfaces.dashboard.web import WEB_HOST, serve_dashboard
+    from app.surfaces.dashboard.web import WEB_HOST
+    from app.surfaces.dashboard.web_server import serve_dashboard  # aiohttp and textual-serve: --web only
 
     if (problem := missing_key_problem(settings, resolve_provider(settings))) is not None:
         raise SetupError(problem)
@@ -482,7 +468,6 @@ def settings_environment(overrides: dict[str, Any]) -> dict[str, str]:
     the same settings the flags gave; they were already validated in this process.
     """
     import json
-    from pathlib import Path
 
     from app.wiring.config import ENV_PREFIX
 

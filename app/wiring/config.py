@@ -205,7 +205,7 @@ class Settings(BaseSettings):
     # (None: on for every Anthropic-protocol server; one that rejects them is retried without, and caching
     # stays off for the session).
     prompt_caching: bool | None = None
-    # ---- provider-side context management (applied by app/context/server_side.py) ----
+    # ---- provider-side context management (applied by app/agent/server_context.py) ----
     # Let the server compact (Responses: context_management compaction; Anthropic: compact_20260112)
     # at the auto-compact line instead of our own compaction. Off: ours is auditable and works everywhere.
     server_compaction: bool = False

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from app.agent.loop import Agent, AgentOptions, Approver
-from app.context.server_side import configure_server_context, switch_server_compaction
+from app.agent.loop import Agent, AgentOptions, Approver, quiet_model_call
+from app.agent.server_context import configure_server_context, switch_server_compaction
 from app.session.agent_session import AgentSession, Closable, EventStream, transcript_recorder
 from app.wiring.config import (
     Settings,
@@ -20,20 +20,20 @@ from app.wiring.config import (
     provider_key_env_names,
     resolve_provider,
 )
-from app.context.engine import ContextEngine, EngineConfig, quiet_model_call
+from app.context.engine import ContextEngine, EngineConfig
 from app.context.file_cache import FileReadCache
 from app.context.memory import ImportApprovals, ImportPolicy, MemoryBundle, find_repo_root, load_memory
 from app.context.prices import assumed_price_warning, price_for, remember_lookups_in
-from app.context.tokens import remember_pieces_in
+from app.context.token_pieces import remember_pieces_in
 from app.context.thresholds import assumed_window_warning, context_window_for
 from app.kernel.errors import ConfigError, SetupError
 from app.system import startup
 from app.tools.sandbox import policy_for, start_check
 from app.agent.permissions import Permissions, RuleError, load_permissions
+from app.kernel.event_sink import EventSink
 from app.kernel.events import ChartPointEvent, Event, PromptCacheOffEvent, ServerCompactionEvent, SessionInfoEvent, UsageEvent
 from app.kernel.protocol import Listener
 from app.providers.factory import open_provider
-from app.providers.base import ServerCompactingProvider
 from app.providers.http_base import SseHttpProvider
 from app.providers.sse import StreamLimits
 from app.kernel.redact import register_secret
@@ -222,8 +222,10 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
     system = SYSTEM_PROMPT.format(cwd=workspace, platform=platform.system())
     # a resumed session's outputs already saved count too; the engine's saved pastes count with them
     saved_output_budget = SavedOutputBudget.for_folder(session.tool_results_dir, settings.max_session_saved_output)
+    events = EventSink()  # the engine's and the agent's, connected to the session's stream below
     engine = ContextEngine(
         system_prompt=system,
+        emit=events,
         memory=memory,
         tools=registry.specs(),
         config=EngineConfig(window=window, budget=budget, compact_max_output=settings.compact_max_output,
@@ -261,7 +263,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
     repairs: list[str] = []
     if resume or continue_latest:
         state = restore(session)
-        engine.history = state.history
+        engine.load_history(state.history)
         restored_events = list(state.events)
         # The last usage measured this history: the gauge resumes on that figure, not on an estimate.
         exact, covered = state.measured or (None, 0)
@@ -312,9 +314,10 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         approver=approver,
         permissions=permissions,
         requests=RequestStore(session.requests_dir),
+        emit=events,
     )
     # the session memory's background updates call the provider quietly (no state, no retries)
-    engine.memory_summarize = quiet_model_call(lambda: agent.provider)
+    engine.memory_summarize = quiet_model_call(agent.model_stream)
     warnings += [("permissions", warning) for warning in permissions.warnings]
     if settings.subagents:
         from app.agent.subagent import SubAgentLimits, register_task_tool
@@ -329,19 +332,19 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         if problem:
             warnings.append(("server context", f"this session had server-side compaction on, but {problem}"))
     # A server that rejected the prompt-cache breakpoints still does on resume: none are sent.
-    if any(isinstance(e, PromptCacheOffEvent) for e in restored_events) and hasattr(provider, "prompt_caching"):
-        provider.prompt_caching = False
+    if any(isinstance(e, PromptCacheOffEvent) for e in restored_events):
+        provider.stop_prompt_caching()
     stream = EventStream()
     stream.subscribe(transcript_recorder(transcript))  # first: persisted before any surface sees it
     if emit is not None:
         stream.subscribe(emit)
-    agent.emit = stream.emit
+    events.connect(stream.emit)
     info = SessionInfoEvent(session_id=session.id, provider_label=label, model=provider.model, provider=provider_name,
                             workspace=str(workspace), transcript_path=str(session.transcript_path),
                             max_steps=settings.max_steps, banner=provider.banner,
                             resumed=bool(resume or continue_latest), started_in=str(cwd),
                             server_compaction=(engine.config.server_compaction
-                                               if isinstance(provider, ServerCompactingProvider) else None),
+                                               if provider.server_context() is not None else None),
                             sandbox=tool_context.sandbox.state)
     return _Built(agent, stream, info, restored_events, warnings, repairs, memory_source)
 

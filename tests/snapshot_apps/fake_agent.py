@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from app.context.engine import EngineConfig
 from app.context.forecast import forecast
 from app.context.prices import Price
-from app.context.thresholds import Thresholds, compute_thresholds
+from app.context.thresholds import compute_thresholds
 from app.context.thresholds import level as context_level
 from app.kernel import commands as cmd
 from app.kernel import events as ev
@@ -28,8 +28,7 @@ from app.kernel.protocol import EventLog, Listener, SessionSnapshot
 def thresholds(window: int = 200_000, budget: int = 150_000) -> ev.ThresholdsModel:
     """The lines the engine draws for this window and budget (its own arithmetic, its default
     compaction output), so what the dashboard is tested with is what it will be shown."""
-    lines = compute_thresholds(window, budget, EngineConfig.compact_max_output)
-    return ev.ThresholdsModel(**asdict(lines))
+    return compute_thresholds(window, budget, EngineConfig.compact_max_output)
 
 
 def context(exact: int | None, estimated: int = 0, *, window: int = 200_000, budget: int = 150_000,
@@ -38,7 +37,7 @@ def context(exact: int | None, estimated: int = 0, *, window: int = 200_000, bud
     """``turns``: model calls to compact, a range of one figure (``calls``: fewest, most)."""
     th = thresholds(window, budget)
     projected = (exact or 0) + estimated
-    level = context_level(projected, Thresholds(**th.model_dump()))
+    level = context_level(projected, th)
     parts = {"system": 1_800, "memory": 600, "tools": 2_400}
     rest = max(0, projected - sum(parts.values()))
     parts.update(user=rest // 10, assistant=rest // 5, tool_results=rest - rest // 10 - rest // 5)

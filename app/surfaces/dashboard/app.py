@@ -68,6 +68,7 @@ from widgets.tool_call_list import RESTORE_KEY, ToolCallList
 from widgets.tool_output_panel import ToolOutputPanel
 
 if TYPE_CHECKING:
+    from textual.driver import Driver
     from app.kernel.commands import Command
     from app.kernel.events import RequestRecordedEvent
     from app.kernel.request_store import StoredRequests
@@ -289,6 +290,7 @@ class TidegaugeApp(App[int]):
         # The session as the dashboard shows it: the bridge folds each event in once.
         self.view = DashboardView()
         self._session_stopped = False
+        self.quitting = False  # exit() was called: the terminal driver need not wait for input
         # ctrl+g's choice: None follows the terminal's height, True/False is the user's and stays
         self._context_details: bool | None = None
         # Server-side compaction as the session last said: None where the provider has none
@@ -453,11 +455,24 @@ class TidegaugeApp(App[int]):
         Conversation is mounted", exit code 1, on some quits). Stopping the session
         here also lets it wind down while Textual closes instead of after.
         """
+        self.quitting = True
         if self._unsubscribe_bridge is not None:
             self._unsubscribe_bridge()
             self._unsubscribe_bridge = None
         self._stop_session()
         super().exit(result, return_code, message)
+
+    def get_driver_class(self) -> "type[Driver]":
+        """Textual's own driver, except on a Linux terminal: the one that quits without
+        waiting ~0.2 s for its input thread (see terminal_driver)."""
+        driver_class = super().get_driver_class()
+        from textual.drivers.linux_driver import LinuxDriver
+
+        if driver_class is LinuxDriver:
+            from app.surfaces.dashboard.terminal_driver import QuickQuitDriver
+
+            return QuickQuitDriver
+        return driver_class
 
     def _stop_session(self) -> None:
         """Once: the session's loop closes soon after, and a command submitted to a closed
