@@ -96,3 +96,51 @@ async def test_the_fake_and_the_real_session_answer_every_command_alike(
     real.submit(cmd.Shutdown())
     await asyncio.wait_for(running, 60)
     assert differ == []
+
+
+async def _until_caused(events: list[Any], command_id: int, kind: str) -> None:
+    async def said() -> None:
+        while not any(event.command_id == command_id and event.type == kind for event in events):
+            await asyncio.sleep(0.005)  # polls the condition above
+
+    await asyncio.wait_for(said(), 60)
+
+
+async def test_while_a_turn_runs_both_queue_and_interrupt_alike(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prompt and a compaction given during a turn, then an interrupt: the prompt is dropped and
+    ends in its own result, the compaction stays and runs, the turn ends interrupted."""
+    from app.wiring.config import load_settings
+    from app.wiring.runtime import build_session
+    from snapshot_apps.fake_agent import Gate, Text
+
+    monkeypatch.setenv("TIDEGAUGE_CONFIG_DIR", str(tmp_path / "config"))
+    settings = load_settings({"provider": "demo", "demo_speed": 20, "data_dir": str(tmp_path / "data"),
+                              "memory_update_tokens": 0})  # 20 tokens/s: the reply takes a while
+    real = build_session(settings, approvals=True, cwd=tmp_path)
+    fake = FakeSession(turns={"summarize the project": [Text("The project is"), Gate()]})
+    said: dict[str, list[Any]] = {"real": [], "fake": []}
+    real.subscribe(said["real"].append)
+    fake.subscribe(said["fake"].append)
+    running = asyncio.ensure_future(real.run())
+    await _until_done(real)
+    answers: dict[str, dict[str, list[str]]] = {}
+    for name, session in (("real", real), ("fake", fake)):
+        ids = {"turn": session.submit(cmd.UserInput("summarize the project"))}
+        await _until_caused(said[name], ids["turn"], "text_delta")
+        ids["prompt"] = session.submit(cmd.UserInput("and then?"))
+        ids["compact"] = session.submit(cmd.Compact())
+        ids["interrupt"] = session.submit(cmd.Interrupt())
+        await _until_done(session)
+        caused = {what: [e for e in said[name] if e.command_id == command_id] for what, command_id in ids.items()}
+        compaction = _kinds(caused["compact"], None)
+        answers[name] = {
+            "turn": _kinds(caused["turn"], cmd.UserInput("")),
+            "prompt": _kinds(caused["prompt"], None),
+            # whether the summary made it smaller is the demo's history's doing: that it ran is the point
+            "compact": [compaction[0], *(["compaction"] if "compaction" in compaction else []), compaction[-1]],
+            "interrupt": _kinds(caused["interrupt"], None),
+        }
+    real.submit(cmd.Shutdown())
+    await asyncio.wait_for(running, 60)
+    assert answers["real"] == answers["fake"]
+    assert answers["fake"]["prompt"] == ["queued", "result"] and answers["fake"]["interrupt"] == ["state"]

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from app.context.engine import EngineConfig
+from app.context.forecast import forecast
+from app.context.prices import Price
 from app.context.thresholds import compute_thresholds
 from app.context.thresholds import level as context_level
 from app.kernel import commands as cmd
@@ -79,6 +81,11 @@ class Text:
 
 Step = Any  # an Event, Gate, Ask or Text
 
+# The scripted model's price: $3 per million input tokens, cached or not (what its figures assume).
+FAKE_PRICE = Price(input_per_mtok=3.0, cached_input_per_mtok=3.0, cache_write_per_mtok=3.0, output_per_mtok=15.0)
+# What every request of the fake starts with (system prompt, memory, tools: context(None, 4_800)).
+FIXED_TOKENS = 4_800
+
 # The id of the command being handled, as the real session keeps it: what it causes carries it
 # (the queued command's task is started in a copy of the context that holds it).
 _CAUSE: contextvars.ContextVar[int | None] = contextvars.ContextVar("fake_session_command", default=None)
@@ -116,6 +123,7 @@ class FakeSession:
         self._current: asyncio.Task[Any] | None = None
         self._approvals: dict[str, asyncio.Future[str]] = {}
         self._plans = 0  # forecasts made: each names its plan, as the engine's do
+        self._unanswered: list[int] = []  # prompts an interrupt dropped, told of their result after the turn
         self._idle = asyncio.Event()
         self._idle.set()
         self.pending = 0  # commands submitted and not finished (the real session has it too)
@@ -145,12 +153,9 @@ class FakeSession:
         return len(self.submitted)
 
     def _accept(self, command: cmd.Command) -> None:
-        if isinstance(command, cmd.Interrupt):
-            while self._queue is not None and not self._queue.empty():
-                self._queue.get_nowait()
-                self.pending -= 1
-            if self._current is not None and not self._current.done():
-                self._current.cancel()
+        if isinstance(command, cmd.Interrupt):  # like the real one: a queued compaction stays
+            self._drop_queued(keep=cmd.Compact)
+            self._interrupt()
             return
         if isinstance(command, cmd.Approve):
             future = self._approvals.pop(command.request_id, None)
@@ -185,11 +190,8 @@ class FakeSession:
                 self._runner.cancel()
             return
         if isinstance(command, cmd.Reset):  # like the real one: replaces what waits, ends what runs
-            while self._queue is not None and not self._queue.empty():
-                self._queue.get_nowait()
-                self.pending -= 1
-            if self._current is not None and not self._current.done():
-                self._current.cancel()
+            self._drop_queued(keep=None)
+            self._interrupt()
         if self._queue is None:
             self._queue = asyncio.Queue()
             self._runner = asyncio.get_running_loop().create_task(self._consume())
@@ -201,6 +203,40 @@ class FakeSession:
         self._idle.clear()
         self.pending += 1
         self._queue.put_nowait((len(self.submitted), command))
+
+    def _drop_queued(self, keep: type | None) -> None:
+        """Take what waits off the queue but commands of the kind ``keep``; a prompt dropped ends
+        in a result of its own, after the turn running now (at once when none runs)."""
+        waiting: list[tuple[int, Any]] = []
+        while self._queue is not None and not self._queue.empty():
+            waiting.append(self._queue.get_nowait())
+        for command_id, command in waiting:
+            if keep is not None and isinstance(command, keep):
+                self._queue.put_nowait((command_id, command))
+                continue
+            self.pending -= 1
+            if isinstance(command, cmd.UserInput):
+                self._unanswered.append(command_id)
+        if not self._running():
+            self._answer_dropped()
+
+    def _running(self) -> bool:
+        return self._current is not None and not self._current.done()
+
+    def _interrupt(self) -> None:
+        if self._running():
+            assert self._current is not None
+            self.emit(ev.StateEvent(state="interrupting", step=1, max_steps=self.max_steps))
+            self._current.cancel()
+
+    def _answer_dropped(self) -> None:
+        unanswered, self._unanswered = self._unanswered, []
+        for command_id in unanswered:
+            cause = _CAUSE.set(command_id)
+            try:
+                self.emit(ev.ResultEvent(stop_reason="interrupted", text="", steps=0))
+            finally:
+                _CAUSE.reset(cause)
 
     def attach(self, listener: Listener) -> tuple[SessionSnapshot, Callable[[], None]]:
         """Like the real one: the snapshot at the last event's seq, the events after it (one thread here)."""
@@ -272,16 +308,20 @@ class FakeSession:
         """Previews, restores and the server-compaction switch, answered at once like the real session."""
         projected = self._context.projected_tokens
         if isinstance(command, cmd.Preview):
-            after = min(projected, 6_000 if command.kind == "compact" else 4_800)
-            # what the last request read from the cache beyond the fixed parts (4,800) goes
-            invalidated = max(0, projected - 4_800) if self._context.cumulative_cached else 0
+            # What the plan keeps is the fake's (it holds no history): a summary of 6,000 tokens,
+            # or the fixed parts alone; the figures from it are the engine's own arithmetic.
+            after = min(projected, 6_000 if command.kind == "compact" else FIXED_TOKENS)
+            figures = forecast(command.kind, tokens_before=projected, tokens_after=after,
+                               cached_prefix=projected if self._context.cumulative_cached else 0,
+                               stable_prefix=FIXED_TOKENS, price=FAKE_PRICE)
             self._plans += 1
             self.emit(ev.ForecastEvent(
-                plan_id=f"plan-{self._plans}", kind=command.kind, action=command.kind, focus=command.focus, tokens_before=projected,
-                tokens_after=after, tokens_freed=projected - after, cache_tokens_invalidated=invalidated,
-                next_request_cost_before_usd=projected * 3 / 1e6, next_request_cost_after_usd=after * 3 / 1e6,
-                operation_cost_usd=projected * 3 / 1e6 if command.kind == "compact" else 0.0,
-                model_call=command.kind == "compact"))
+                plan_id=f"plan-{self._plans}", kind=command.kind, action=figures.action, focus=command.focus,
+                tokens_before=projected, tokens_after=after, tokens_freed=figures.tokens_freed,
+                cache_tokens_invalidated=figures.cache_tokens_invalidated,
+                next_request_cost_before_usd=figures.next_request_cost_before_usd,
+                next_request_cost_after_usd=figures.next_request_cost_after_usd,
+                operation_cost_usd=figures.operation_cost_usd, model_call=figures.model_call))
         elif isinstance(command, cmd.ServerCompaction):
             self.server_compaction = command.on
             self.emit(ev.ServerCompactionEvent(on=command.on, provider="fake",
@@ -383,6 +423,7 @@ class FakeSession:
             finally:
                 self._current = None
                 self.pending -= 1
+                self._answer_dropped()
                 if self._queue.empty():
                     self._idle.set()
 
