@@ -20,6 +20,7 @@ SLASH_COMMANDS: dict[str, str] = {
     "/permissions": "the permission rules in force, and where each came from",
     "/inspect": "the last request as sent, part by part, and its diff (ctrl+n)",
     "/resume": "open another session of this directory (a list: enter opens)",
+    "/mcp": "the MCP servers: state, tools, schema tokens, auth; reconnect, login, logout",
     "/help": "commands and keys",
 }
 

@@ -88,6 +88,7 @@ class DashboardView:
     cleared_ids: frozenset[str] = frozenset()
     breaker_paused: bool = False
     _asking: dict[str, str] = field(default_factory=dict)  # approval request id -> the call it is about
+    mcp_status: "ev.McpStatusEvent | None" = None  # the MCP servers as the session last said (/mcp)
 
     @property
     def busy(self) -> bool:
@@ -164,6 +165,8 @@ class DashboardView:
             self.context = event
         elif kind == "breaker":
             self.breaker_paused = event.paused
+        elif kind == "mcp_status":
+            self.mcp_status = event
         self._queue.see(event)  # the session's own rule (an interrupt keeps a queued compaction)
         if kind == "interrupted":
             if self.approval is not None:

@@ -1,0 +1,345 @@
+"""The dashboard's /mcp view and the re-authorize offer (issue 37), as a user meets them.
+
+The real dashboard on a real session (on a thread, as the dashboard tests run it), with real MCP
+servers: ``mcp-server-time`` from PyPI over stdio, and the OAuth-protected url server of
+tests/mcp_servers/oauth_http.py with its own authorization server. The browser's part of a login
+is a real process: ``$BROWSER`` names tests/mcp_servers/follow_redirect.py, which opens the
+address and follows the redirect back to tidegauge, as a browser that consents would.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import sys
+import webbrowser
+from pathlib import Path
+from typing import Any, Callable
+
+import psutil
+import pytest
+from rich.console import Console
+from fake_llm_server import openai_text, openai_tool_calls
+from test_mcp_oauth import OAuthServer, _browser
+from test_mcp_servers import BIN, START
+
+from app.kernel.commands import ManageMcpServer
+from app.kernel.events import McpServerRow, McpStatusEvent
+from app.kernel.redact import clear_secrets
+from app.mcp.oauth import TokenFile, login, token_path
+from app.mcp.settings import McpServerConfig
+from widgets.confirm_screen import ConfirmScreen
+from widgets.mcp_screen import McpScreen
+
+FOLLOW_REDIRECT = Path(__file__).parent / "mcp_servers" / "follow_redirect.py"
+KEY = "sk-test-fake-key-0123456789"
+
+
+def _dashboard(fake_llm: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, servers: dict[str, Any],
+               **settings_given: Any) -> Any:
+    from session_thread import SessionThread
+
+    from app.surfaces.dashboard.app import TidegaugeApp
+    from app.wiring.config import load_settings
+    from app.wiring.runtime import build_session
+
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    (tmp_path / "config").mkdir(exist_ok=True)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("TIDEGAUGE_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    settings = load_settings({"provider": "openai", "model": "m", "base_url": fake_llm.base_url("openai"),
+                              "data_dir": str(tmp_path / "data"), "memory_update_tokens": 0, "mcp_servers": servers,
+                              **settings_given})
+    return TidegaugeApp(SessionThread(build_session(settings, approvals=True, cwd=work)).start(), cursor_blink=False)
+
+
+async def _until(pilot: Any, condition: Callable[[], Any], what: str, rounds: int = 9_000) -> Any:
+    """Let the App run until ``condition()`` holds (state decides, not time; the bound only stops a hang)."""
+    for _ in range(rounds):
+        value = condition()
+        if value:
+            return value
+        await pilot.pause(0.01)
+    lines = [line.text for line in pilot.app.screen_stack[0].query("EngineLine")]
+    raise AssertionError(f"never: {what}; the screen is {pilot.app.screen!r}; the conversation said {lines}")
+
+
+def _row(app: Any, name: str) -> McpServerRow | None:
+    screen = app.screen
+    if not isinstance(screen, McpScreen):
+        return None
+    return next((row for row in screen.rows if row.name == name), None)
+
+
+def _in_state(app: Any, name: str, state: str) -> McpServerRow | None:
+    row = _row(app, name)
+    return row if row is not None and row.state == state and not row.busy else None
+
+
+async def _open_view(pilot: Any) -> McpScreen:
+    from dashboard_helpers import send
+
+    await send(pilot, "/mcp")
+    screen = await _until(pilot, lambda: isinstance(pilot.app.screen, McpScreen) and pilot.app.screen, "/mcp opens")
+    assert isinstance(screen, McpScreen)
+    return screen
+
+
+def _server_pids(command: str) -> list[int]:
+    """The processes of the test's own tree running ``command`` (the session runs on a thread here)."""
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if any(command in part for part in child.cmdline()):
+                found.append(child.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+# ---------------------------------------------------------------- a real stdio server: the view, reconnect
+
+
+async def test_the_view_lists_a_real_server_and_reconnect_after_its_process_is_killed_goes_failed_then_ready(
+        fake_llm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    app = _dashboard(fake_llm, tmp_path, monkeypatch, {
+        "time": {"command": str(BIN / "mcp-server-time"), "args": ["--local-timezone", "UTC"],
+                 "startup_timeout": START},
+        "off": {"command": "/nonexistent/server", "enabled": False}})
+    async with app.run_test(size=(160, 50)) as pilot:
+        await _open_view(pilot)
+        ready = await _until(pilot, lambda: _in_state(app, "time", "ready"), "time is ready in the view")
+        assert (ready.transport, ready.tools, ready.deferred, ready.auth) == ("stdio", 2, False, "none")
+        assert ready.target.endswith("mcp-server-time --local-timezone UTC")
+        # Its schema tokens are what the gauge's breakdown carries for it (definitions and instructions).
+        context = app.view.context
+        assert ready.schema_tokens > 0
+        assert context.breakdown["mcp:time"] == ready.schema_tokens + ready.instructions_tokens
+        assert _row(app, "off") is not None and _row(app, "off").state == "disabled"
+
+        [pid] = _server_pids("mcp-server-time")
+        os.kill(pid, signal.SIGKILL)
+        failed = await _until(pilot, lambda: _in_state(app, "time", "failed"), "the killed server shows failed")
+        assert "exited" in failed.reason or "signal" in failed.reason, failed.reason
+
+        await pilot.press("r")  # the cursor is on the first server: time
+        await _until(pilot, lambda: (row := _row(app, "time")) is not None and row.busy == "reconnecting",
+                     "the row says it is reconnecting")
+        again = await _until(pilot, lambda: _in_state(app, "time", "ready"), "time is ready again")
+        assert again.tools == 2 and again.reason == ""
+        [new_pid] = _server_pids("mcp-server-time")
+        assert new_pid != pid
+        assert app.view.context.breakdown["mcp:time"] == again.schema_tokens + again.instructions_tokens
+        await pilot.press("escape")
+        assert not isinstance(app.screen, McpScreen)
+
+
+async def test_actions_the_session_cannot_do_say_why_in_one_line_and_change_nothing(
+        fake_llm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commands reach the session from a pipe too: a made-up server, a login of a stdio server, a
+    disabled server are each refused in the view's note."""
+    app = _dashboard(fake_llm, tmp_path, monkeypatch, {
+        "time": {"command": str(BIN / "mcp-server-time"), "args": ["--local-timezone", "UTC"],
+                 "startup_timeout": START},
+        "off": {"command": "/nonexistent/server", "enabled": False}})
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await _open_view(pilot)
+        await _until(pilot, lambda: _in_state(app, "time", "ready"), "time is ready")
+        notes = []
+        for command in (ManageMcpServer("reconnect", "nope\x1b[2J"), ManageMcpServer("login", "time"),
+                        ManageMcpServer("logout", "time"), ManageMcpServer("reconnect", "off")):
+            before = app.view.mcp_status
+
+            def answered(before: McpStatusEvent | None = before) -> bool:
+                return screen.status is not before and screen.status is app.view.mcp_status
+
+            app.session.submit(command)
+            await _until(pilot, answered, f"the view draws the answer to {command}")
+            notes.append(screen.status.note)
+        assert notes == ["no MCP server named 'nope\\x1b[2J' in this session",
+                         "time is started as a command: OAuth login is for url servers",
+                         "time is started as a command: OAuth login is for url servers",
+                         "off is disabled in config.toml (enabled = false)"]
+        assert _in_state(app, "time", "ready") is not None
+
+
+# ---------------------------------------------------------------- OAuth: logout, login, the re-authorize offer
+
+
+@pytest.fixture
+def browser(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A graphical browser as ``webbrowser`` finds it: a display and ``$BROWSER``, a real process."""
+    monkeypatch.setenv("DISPLAY", ":tidegauge-test")
+    monkeypatch.setenv("BROWSER", f"{sys.executable} {FOLLOW_REDIRECT} %s")
+    monkeypatch.setattr(webbrowser, "_tryorder", None)  # read from the environment above at the next open
+
+
+async def _logged_in(server: OAuthServer, tmp_path: Path) -> TokenFile:
+    data = tmp_path / "data"
+    await login("web", McpServerConfig(url=server.url, startup_timeout=START), data, tmp_path,
+                open_consent=_browser, consent_timeout=60)
+    return TokenFile(token_path(data, "web"), server.url)
+
+
+async def test_logout_deletes_the_token_file_and_login_from_the_view_gets_new_tokens(
+        fake_llm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, browser: None) -> None:
+    server = OAuthServer(tmp_path)
+    await server.start()
+    try:
+        file = await _logged_in(server, tmp_path)
+        first_token = json.loads(file.path.read_text())["tokens"]["access_token"]
+        app = _dashboard(fake_llm, tmp_path, monkeypatch, {"web": {"url": server.url, "startup_timeout": START}})
+        async with app.run_test(size=(160, 50)) as pilot:
+            await _open_view(pilot)
+            ready = await _until(pilot, lambda: _in_state(app, "web", "ready"), "web is ready")
+            assert (ready.transport, ready.auth, ready.tools) == ("http", "oauth (logged in)", 1)
+
+            await pilot.press("o")
+            out = await _until(pilot, lambda: _in_state(app, "web", "failed"), "web needs a login after the logout")
+            assert not file.path.exists()
+            assert out.auth == "oauth (needs login)" and out.reason.startswith("authorization required")
+
+            await pilot.press("l")
+            back = await _until(pilot, lambda: _in_state(app, "web", "ready"), "web is ready after the login")
+            assert back.auth == "oauth (logged in)"
+            assert json.loads(file.path.read_text())["tokens"]["access_token"] != first_token
+            lines = [line.text for line in app.query("EngineLine")]
+            assert any(text.startswith("logged out of MCP server web") for text in lines), lines
+            assert any(text.startswith("logging in to MCP server web: authorize tidegauge in your browser")
+                       for text in lines), lines
+            assert first_token not in "\n".join(lines)
+    finally:
+        server.stop()
+        clear_secrets()
+
+
+async def test_a_call_refused_for_scope_offers_to_log_in_again_and_is_sent_again_once_logged_in(
+        fake_llm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, browser: None) -> None:
+    """Logged in with mcp:basic; the model calls `admin`, which needs mcp:admin: the server answers
+    403 insufficient_scope. The dialog names the server and the scopes the login will ask for (both);
+    yes runs the login in the browser, and the call is sent again: the model gets the tool's answer."""
+    server = OAuthServer(tmp_path, scoped_tool="admin:mcp:admin")
+    await server.start()
+    try:
+        file = await _logged_in(server, tmp_path)
+        assert file.granted_scope() == "mcp:basic"
+        fake_llm.enqueue(openai_tool_calls([("web__admin", {}, "call_admin")]), openai_text("Done."))
+        # --yes: the tool runs without its own approval; the offer is asked all the same
+        app = _dashboard(fake_llm, tmp_path, monkeypatch, {"web": {"url": server.url, "startup_timeout": START}},
+                         yes=True)
+        async with app.run_test(size=(160, 50)) as pilot:
+            from dashboard_helpers import send, settle
+
+            await send(pilot, "administer")
+            dialog = await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen,
+                                  "the re-authorize dialog")
+            assert "MCP server web refused a tool call" in dialog.question
+            assert "Log in again, asking for: mcp:basic mcp:admin?" in dialog.question
+            await pilot.press("y")
+            await settle(pilot)
+
+        tool_replies = [m["content"] for m in fake_llm.requests[1].json["messages"] if m["role"] == "tool"]
+        assert tool_replies == ["admin done"]
+        assert set((file.granted_scope() or "").split()) == {"mcp:basic", "mcp:admin"}
+        assert file.wanted_scope() is None
+    finally:
+        server.stop()
+        clear_secrets()
+
+
+async def test_no_to_the_offer_gives_the_call_its_refusal_and_logs_in_to_nothing(
+        fake_llm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, browser: None) -> None:
+    server = OAuthServer(tmp_path, scoped_tool="admin:mcp:admin")
+    await server.start()
+    try:
+        file = await _logged_in(server, tmp_path)
+        grants_before = server.grants()
+        fake_llm.enqueue(openai_tool_calls([("web__admin", {}, "call_admin")]), openai_text("Refused."))
+        # --yes: the tool runs without its own approval; the offer is asked all the same
+        app = _dashboard(fake_llm, tmp_path, monkeypatch, {"web": {"url": server.url, "startup_timeout": START}},
+                         yes=True)
+        async with app.run_test(size=(160, 50)) as pilot:
+            from dashboard_helpers import send, settle
+
+            await send(pilot, "administer")
+            await _until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the re-authorize dialog")
+            await pilot.press("n")
+            await settle(pilot)
+
+        [reply] = [m["content"] for m in fake_llm.requests[1].json["messages"] if m["role"] == "tool"]
+        assert reply == ("Error: MCP server 'web': more scope required (HTTP 403 insufficient_scope, scope 'mcp:admin' "
+                         "asked for): run `tidegauge mcp login web`: it asks for that scope beside the one you have")
+        assert server.grants() == grants_before  # no login ran
+        assert file.granted_scope() == "mcp:basic" and file.wanted_scope() == "mcp:admin"
+    finally:
+        server.stop()
+        clear_secrets()
+
+
+# ---------------------------------------------------------------- the view alone: snapshots, drawing
+
+
+ROWS = [
+    McpServerRow(name="time", state="ready", transport="stdio", target="/usr/bin/mcp-server-time --local-timezone UTC",
+                 tools=2, schema_tokens=412),
+    McpServerRow(name="git", state="ready", transport="stdio", target="mcp-server-git --repository /src/app",
+                 tools=12, prompts=0, schema_tokens=2_804, instructions_tokens=35, deferred=True),
+    McpServerRow(name="docs", state="failed", transport="http", target="https://docs.example.com/mcp",
+                 auth="oauth (needs login)",
+                 reason="authorization required (HTTP 401, Bearer expected): run `tidegauge mcp login docs`, or give "
+                        "the server a token with bearer_token_env_var or headers in [mcp_servers.docs]"),
+    McpServerRow(name="files", state="starting", transport="stdio", target="npx -y @modelcontextprotocol/server-filesystem",
+                 busy="reconnecting"),
+    McpServerRow(name="issues", state="ready", transport="http", target="https://issues.example.com/mcp", tools=5,
+                 prompts=2, resources=True, schema_tokens=1_230, auth="oauth (logged in)", scopes="mcp:basic mcp:admin"),
+]
+
+
+class ViewHost:
+    """The /mcp view on the dashboard's stylesheet, with fixed rows (so the snapshot is the same every run)."""
+
+    @staticmethod
+    def app(status: McpStatusEvent) -> Any:
+        from textual.app import App
+
+        from app.surfaces.dashboard.app import CSS_FILE
+
+        class Host(App[None]):
+            CSS_PATH = str(CSS_FILE)
+
+            def __init__(self) -> None:
+                super().__init__()
+                self.asked: list[tuple[str, str]] = []
+
+            async def on_mount(self) -> None:
+                await self.push_screen(McpScreen(status))
+
+            def on_mcp_screen_action_asked(self, message: McpScreen.ActionAsked) -> None:
+                self.asked.append((message.action, message.server))
+
+        return Host()
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 50)])
+def test_snapshot_mcp_view(snap_compare, size) -> None:
+    assert snap_compare(ViewHost.app(McpStatusEvent(servers=ROWS)), terminal_size=size)
+
+
+async def test_the_keys_ask_for_the_selected_server_and_hostile_words_are_drawn_inert() -> None:
+    hostile = McpServerRow(name="evil", state="failed", transport="http", target="https://x.example/mcp",
+                           reason="\x1b]8;;https://evil.example\x07click\x1b]8;;\x07 [bold]markup[/bold]")
+    host = ViewHost.app(McpStatusEvent(servers=[ROWS[0], hostile]))
+    async with host.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        await pilot.press("down", "l", "up", "r", "o")
+        await pilot.pause()
+        assert host.asked == [("login", "evil"), ("reconnect", "time"), ("logout", "time")]
+        option = host.screen.query_one("OptionList").get_option_at_index(1)
+        console = Console(width=100, record=True, file=io.StringIO())
+        console.print(option.prompt)
+        text = console.export_text()
+        assert "\x1b" not in text and "\x07" not in text and "[bold]markup[/bold]" in text  # shown, not obeyed
