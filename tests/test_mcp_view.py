@@ -343,3 +343,34 @@ async def test_the_keys_ask_for_the_selected_server_and_hostile_words_are_drawn_
         console.print(option.prompt)
         text = console.export_text()
         assert "\x1b" not in text and "\x07" not in text and "[bold]markup[/bold]" in text  # shown, not obeyed
+
+
+# ---------------------------------------------------------------- logout as an attacker meets it
+
+
+def test_a_logout_deletes_a_symlink_planted_at_the_token_path_never_the_file_it_names(tmp_path: Path) -> None:
+    """Another local process replaced the token file with a link to a file of the user's: the
+    logout removes the link, and the file it pointed at is untouched."""
+    from app.mcp.oauth import logout
+
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me")
+    path = token_path(tmp_path / "data", "web")
+    path.parent.mkdir(parents=True)
+    path.symlink_to(precious)
+
+    assert logout("web", tmp_path / "data") is True
+    assert not path.is_symlink() and not path.exists()
+    assert precious.read_text() == "keep me"
+    assert logout("web", tmp_path / "data") is False  # nothing left to delete: said, not raised
+
+
+def test_the_view_model_keeps_the_latest_servers_for_the_view() -> None:
+    from app.surfaces.view_model import DashboardView
+
+    view = DashboardView()
+    first = McpStatusEvent(servers=ROWS[:1])
+    second = McpStatusEvent(servers=ROWS, note="time: reconnecting already")
+    view.apply(first)
+    view.apply(second)
+    assert view.mcp_status is second and [row.name for row in view.mcp_status.servers][:2] == ["time", "git"]

@@ -284,8 +284,8 @@ def _mcp_server(e: "ev.McpServerEvent") -> Line | None:
     if e.status == "failed":
         return Line("warning", f"MCP server {e.name} did not start: {e.detail}; carrying on without its tools")
     if e.status == "exited":
-        return Line("warning", f"MCP server {e.name} stopped: {e.detail}; its tools are unavailable for the rest"
-                               " of the session")
+        return Line("warning", f"MCP server {e.name} stopped: {e.detail}; its tools are unavailable until it is"
+                               " reconnected (/mcp in the dashboard)")
     return None
 
 

@@ -354,6 +354,7 @@ class AgentSession:
         self._whatif_task: asyncio.Task[None] | None = None  # the replay running in a worker thread
         self._mcp_tasks: set[asyncio.Task[None]] = set()  # the /mcp view's reconnects, logins, logouts
         self._services_started = False
+        self._mcp_status_asked = False  # a surface asked for the MCP servers' rows (/mcp)
         # Prompts, compactions and resets submitted and not yet done (or dropped): counted
         # at ``submit``, on the caller's thread, so "nothing pending" never races a submit.
         self._pending = 0
@@ -604,6 +605,7 @@ class AgentSession:
         """The /mcp view's asks. A reconnect, login or logout runs beside the turn (a login waits for
         the browser for minutes), one at a time per server; each ends in the servers' rows again."""
         if command.action == "status":
+            self._mcp_status_asked = True
             self._mcp_status()
             return
         hub: McpControl | None = self._services if hasattr(self._services, "configs") else None  # type: ignore[assignment]
@@ -777,6 +779,8 @@ class AgentSession:
                 services = await self._start_services()  # their tools are in the first request
                 self._services = services
             self._services_started = True
+            if self._mcp_status_asked:  # /mcp was opened while they started: its rows now
+                self._mcp_status()
             self.agent.engine.emit_context()
             while True:
                 if not self._queue:
