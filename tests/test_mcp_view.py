@@ -9,6 +9,7 @@ address and follows the redirect back to tidegauge, as a browser that consents w
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import os
@@ -374,3 +375,65 @@ def test_the_view_model_keeps_the_latest_servers_for_the_view() -> None:
     view.apply(first)
     view.apply(second)
     assert view.mcp_status is second and [row.name for row in view.mcp_status.servers][:2] == ["time", "git"]
+
+
+# ---------------------------------------------------------------- the offer, as a hostile server meets it
+
+
+async def _call_with_stored_tokens(tmp_path: Path, forbidden: dict[str, str],
+                                   answer: str) -> tuple[Any, list[Any]]:
+    """The hub of a dashboard session (forms shown) calling `docs__write` on a server that refuses it
+    403 insufficient_scope; each re-authorize offer is answered ``answer`` at once."""
+    from loopback_http import serving
+    from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+    from test_mcp_step_up import ScopedServer
+
+    from app.kernel.events import McpAuthEvent
+    from app.mcp.client_features import ClientRequests
+    from app.mcp.hub import McpHub
+    from app.tools.base import ToolContext
+    from app.tools.registry import default_registry
+
+    events: list[Any] = []
+    loop = asyncio.get_running_loop()
+
+    def emit(event: Any) -> None:
+        events.append(event)
+        if isinstance(event, McpAuthEvent) and event.status == "offer":
+            loop.call_soon(requests.approve, event.request_id, answer)
+
+    requests = ClientRequests(emit=emit, shows_forms=True)
+    with serving(ScopedServer(forbidden)) as server:
+        tokens = TokenFile(token_path(tmp_path / "data", "docs"), server.url)
+        await tokens.set_client_info(OAuthClientInformationFull.model_validate(
+            {"client_id": "tidegauge-test", "redirect_uris": ["http://127.0.0.1:9/callback"],
+             "token_endpoint_auth_method": "none"}))
+        await tokens.set_tokens(OAuthToken(access_token="tg-view-access-5d2c", token_type="Bearer",
+                                           expires_in=3600, scope="files:read"))
+        hub = McpHub(emit=emit)
+        registry = default_registry(40_000)
+        try:
+            await hub.start({"docs": McpServerConfig(url=server.url, startup_timeout=START)}, workspace=tmp_path,
+                            log_dir=None, registry=registry, requests=requests, data_dir=tmp_path / "data")
+            run = await registry.run("docs__write", {}, ToolContext(workspace=tmp_path,
+                                                                    tool_results_dir=tmp_path / "results"))
+        finally:
+            await hub.aclose()
+            clear_secrets()
+    return run, events
+
+
+async def test_the_offer_names_the_union_of_scopes_and_a_no_runs_no_login(tmp_path: Path) -> None:
+    run, events = await _call_with_stored_tokens(tmp_path, {"write": 'scope="files:write", '}, "no")
+    [offer] = [e for e in events if e.type == "mcp_auth"]
+    assert (offer.status, offer.server, offer.scopes) == ("offer", "docs", "files:read files:write")
+    assert run.is_error and "more scope required" in run.content
+    assert [e.decision for e in events if e.type == "approval_resolved"] == ["no"]
+
+
+async def test_a_scope_that_is_no_scope_is_never_offered(tmp_path: Path) -> None:
+    """A server naming an escape sequence or a link as its scope gets no dialog: nothing to log in for."""
+    run, events = await _call_with_stored_tokens(
+        tmp_path, {"write": 'scope="x\x1b]8;;https://evil.example\x07click", '}, "yes")
+    assert not [e for e in events if e.type == "mcp_auth"]
+    assert run.is_error and "evil" not in run.content and "\x1b" not in run.content
