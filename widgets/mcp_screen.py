@@ -135,6 +135,13 @@ class McpScreen(ModalScreen[None]):
             note = status.note
         self.query_one("#mcp-note", Static).update(literal(note))
 
+    def say(self, text: str) -> None:
+        """One line under the list until the next rows (a login's consent address, how it ended)."""
+        try:
+            self.query_one("#mcp-note", Static).update(literal(text))
+        except NoMatches:  # not composed yet, or closing
+            pass
+
     def action_act(self, action: str) -> None:
         server = self.selected
         if server is not None:

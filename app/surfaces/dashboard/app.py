@@ -912,6 +912,18 @@ class TidegaugeApp(App[int]):
         if self.session is not None and any(isinstance(screen, McpScreen) for screen in self.screen_stack):
             self.session.submit(ManageMcpServer("status"))
 
+    def _tell_mcp_view(self, said: Any) -> None:
+        """A login's progress under /mcp's list too (the consent address above all): the view covers
+        the conversation that says it."""
+        from widgets.mcp_screen import McpScreen
+
+        from app.kernel.describe import describe
+
+        line = describe(said)
+        for screen in self.screen_stack:
+            if isinstance(screen, McpScreen) and line is not None:
+                screen.say(line.text)
+
     @on(McpStatusReady)
     def _on_mcp_status(self, _message: McpStatusReady) -> None:
         from widgets.mcp_screen import McpScreen
@@ -929,7 +941,10 @@ class TidegaugeApp(App[int]):
         """A tool call refused for want of scope: log in again now? Yes runs the login (the browser
         opens) and the call is sent again; no gives the call its refusal."""
         said = message.event
-        if said.status != "offer" or message.restored:
+        if message.restored:
+            return
+        if said.status != "offer":
+            self._tell_mcp_view(said)
             return
         from widgets.confirm_screen import ConfirmScreen
 
