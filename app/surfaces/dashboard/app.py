@@ -797,8 +797,9 @@ class TidegaugeApp(App[int]):
         yield SystemCommand(f"{'Hide' if shown else 'Show'} context chart and breakdown",
                             f"They are {'shown' if shown else 'hidden'} now; the history chart and the breakdown "
                             "by part (ctrl+g)", self.action_toggle_context_details)
-        yield SystemCommand("MCP servers", "Their state, tools, schema tokens and auth; reconnect, login, logout "
-                            "(/mcp)", self.action_mcp)
+        # Not named "servers": typing "server" finds the server-side compaction switch first
+        yield SystemCommand("MCP: state, reconnect, login, logout (/mcp)",
+                            "Each MCP server's state, tools, schema tokens and auth", self.action_mcp)
         yield SystemCommand("What-if: overlay policy…", "Replay this session under another window and auto-compact"
                             " line; the chart overlays the curve", self.action_whatif)
         # One toggle that says the state it is in, offered only where the provider can compact
