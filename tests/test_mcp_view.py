@@ -428,3 +428,14 @@ async def test_a_scope_that_is_no_scope_is_never_offered(tmp_path: Path) -> None
         tmp_path, {"write": 'scope="x\x1b]8;;https://evil.example\x07click", '}, "yes")
     assert not [e for e in events if e.type == "mcp_auth"]
     assert run.is_error and "evil" not in run.content and "\x1b" not in run.content
+
+
+def test_the_views_command_and_answer_cross_the_session_process_pipe() -> None:
+    """The dashboard runs its session in a child process: the ask and the rows go as JSON lines."""
+    from app.kernel.events import McpAuthEvent, event_adapter
+    from app.session.process import decode_command_line, encode_command
+
+    assert decode_command_line(encode_command(ManageMcpServer("login", "docs"), 9)) == (9, ManageMcpServer("login", "docs"))
+    for event in (McpStatusEvent(servers=ROWS, note="docs: logging in already"),
+                  McpAuthEvent(server="docs", status="offer", request_id="reauthorize-1", scopes="a b")):
+        assert event_adapter().validate_json(event.model_dump_json()) == event
