@@ -439,3 +439,24 @@ def test_the_views_command_and_answer_cross_the_session_process_pipe() -> None:
     for event in (McpStatusEvent(servers=ROWS, note="docs: logging in already"),
                   McpAuthEvent(server="docs", status="offer", request_id="reauthorize-1", scopes="a b")):
         assert event_adapter().validate_json(event.model_dump_json()) == event
+
+
+async def test_a_reconnect_ends_a_call_in_flight_saying_so_rather_than_leaving_it_to_its_timeout(
+        tmp_path: Path) -> None:
+    from test_mcp_servers import Session, python_server
+
+    session = Session(tmp_path)
+    hub = await session.start({"content": python_server("content_server.py")})
+    try:
+        progressed = asyncio.Event()
+        session.ctx.on_progress = lambda *_report: progressed.set()
+        call = asyncio.ensure_future(session.run("content__progress", {"steps": 100_000, "every_ms": 50}))
+        await asyncio.wait_for(progressed.wait(), 120)  # the server is working on the call: it is in flight
+        await hub.reconnect("content")
+        run = await asyncio.wait_for(call, 120)  # bounds a hang only: the call ends with the restart
+        assert run.is_error and "stopped during progress (it was restarted)" in run.content, run.content
+        assert [e.status for e in session.server_events("content")][-2:] == ["starting", "ready"]
+        assert not (await session.run("content__silent", {"seconds": 0}, "call-2")).is_error
+    finally:
+        await hub.aclose()
+        clear_secrets()

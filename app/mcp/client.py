@@ -657,6 +657,11 @@ class McpConnection:
         """Stop the server and start it again (the /mcp view's reconnect, a login's new tokens): its
         tools listed anew. McpServerError with one line when it does not start."""
         async with self._reconnecting:
+            if self.failure is None:
+                self.failure = "it was restarted"
+            # A call in flight ends now as "stopped during", saying why: never through the crash path,
+            # which would mark as lost the connection started again below.
+            self._dead.set()
             await self.aclose()
             self._reset()
             await self.start()
