@@ -21,6 +21,7 @@ SLASH_COMMANDS: dict[str, str] = {
     "/inspect": "the last request as sent, part by part, and its diff (ctrl+n)",
     "/rewind": "back to just before one of your messages, with or without the files (escape escape)",
     "/resume": "open another session of this directory (a list: enter opens)",
+    "/mcp": "the MCP servers: state, tools, schema tokens, auth; reconnect, login, logout",
     "/help": "commands and keys",
 }
 

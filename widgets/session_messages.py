@@ -173,6 +173,18 @@ class SubAgentUpdate(SessionMessage):
     event: "ev.SubAgentEvent"
 
 
+class McpStatusReady(SessionMessage):
+    """The session's MCP servers as they stand: the /mcp view redraws from the view model."""
+
+    event: "ev.McpStatusEvent"
+
+
+class McpAuthSaid(SessionMessage):
+    """A login in the running session: the App asks the re-authorize question of an ``offer``."""
+
+    event: "ev.McpAuthEvent"
+
+
 class Replayed(SessionMessage):
     """What an earlier run recorded (``restored``), or this run's events so far for a dashboard
     attaching late, for a widget that takes it in one go (it lists ``Replayed`` in its
@@ -283,6 +295,8 @@ MESSAGES_FOR: dict[str, tuple[type[SessionMessage], ...]] = {
     "whatif": (WhatIfReady, EngineSaid),  # the chart overlays the curve, the conversation says its figures
     "rewind_points": (RewindPointsReady, EngineSaid),  # the App shows the list (a line when there is nothing)
     "rewind": (Rewound, EngineSaid),  # the prompt gets the message back, abandoned turns are dimmed, then the line
+    "mcp_status": (McpStatusReady,),  # the /mcp view's rows
+    "mcp_auth": (McpAuthSaid, EngineSaid),  # the App asks the re-authorize question; the conversation says
 }
 for _type in ENGINE_LINE_TYPES:
     MESSAGES_FOR.setdefault(_type, (EngineSaid,))

@@ -176,6 +176,20 @@ class Rewind:
     overwrite_changed: bool = False
 
 
+McpAction = Literal["status", "reconnect", "login", "logout"]
+
+
+@dataclass(frozen=True)
+class ManageMcpServer:
+    """The /mcp view's asks: ``status`` (every configured server as it stands, answered by an
+    ``McpStatusEvent``), or ``reconnect``, ``login`` (the OAuth consent of ``tidegauge mcp login``, a
+    browser opened) or ``logout`` (its tokens deleted) for ``server``. They run beside the turn, never
+    queued behind it; each ends in a new ``McpStatusEvent``."""
+
+    action: McpAction
+    server: str = ""
+
+
 Command = Union[UserInput, Compact, Reset, Interrupt, Approve, Report, Shutdown,
                 Preview, PreviewRestore, RestoreResult, ServerCompaction, ApproveImport, AnswerElicitation, WhatIf,
-                EvictResult, PinResult, PreviewRewind, Rewind]
+                EvictResult, PinResult, PreviewRewind, Rewind, ManageMcpServer]

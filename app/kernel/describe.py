@@ -294,8 +294,8 @@ def _mcp_server(e: "ev.McpServerEvent") -> Line | None:
     if e.status == "failed":
         return Line("warning", f"MCP server {e.name} did not start: {e.detail}; carrying on without its tools")
     if e.status == "exited":
-        return Line("warning", f"MCP server {e.name} stopped: {e.detail}; its tools are unavailable for the rest"
-                               " of the session")
+        return Line("warning", f"MCP server {e.name} stopped: {e.detail}; its tools are unavailable until it is"
+                               " reconnected (/mcp in the dashboard)")
     return None
 
 
@@ -703,6 +703,62 @@ def _pattern_of(rule: str) -> str:
     return rule[rule.index("(") + 1:-1] if rule.endswith(")") and "(" in rule else rule
 
 
+def _mcp_auth(e: "ev.McpAuthEvent") -> Line:
+    scopes = f" ({sanitize_for_display(e.scopes)})" if e.scopes else ""
+    if e.status == "offer":
+        return Line("warning", f"MCP server {e.server} wants more scope{scopes}: asked whether to log in again")
+    if e.status == "consent":
+        return Line("info", f"logging in to MCP server {e.server}{scopes}: authorize tidegauge in your browser "
+                            f"(opened if there is a display), at {sanitize_for_display(e.url)}")
+    if e.status == "logged_in":
+        return Line("info", f"logged in to MCP server {e.server}{scopes}")
+    if e.status == "logged_out":
+        return Line("info", f"logged out of MCP server {e.server}: its tokens are deleted")
+    return Line("warning", f"login to MCP server {e.server} failed: {sanitize_for_display(e.reason)}")
+
+
+def reauthorize_question(e: "ev.McpAuthEvent") -> str:
+    """The re-authorize dialog's words: which server, which scopes the new login will ask for."""
+    scopes = sanitize_for_display(e.scopes) or "the scope it names"
+    return (f"MCP server {e.server} refused a tool call: it wants more scope (HTTP 403 insufficient_scope).\n"
+            f"Log in again, asking for: {scopes}?\n"
+            "Your browser opens for consent; the call waits and is sent again once you are logged in.")
+
+
+MCP_VIEW_HEADER = ("server", "state", "transport", "tools", "prompts", "resources", "schema tokens", "deferred",
+                   "auth")
+
+
+def mcp_server_cells(row: Any) -> tuple[str, ...]:
+    """A server's cells under ``MCP_VIEW_HEADER`` (an ``McpServerRow`` or ``app.mcp.status.ServerStatus``):
+    the same words in ``tidegauge mcp list`` and the dashboard's /mcp view."""
+    state = row.state + (f" ({row.busy})" if getattr(row, "busy", "") else "")
+    tokens = f"{row.schema_tokens:,}" + (f" (+{row.instructions_tokens:,} instructions)"
+                                         if row.instructions_tokens else "")
+    auth = row.auth + (f"; scopes: {row.scopes}" if getattr(row, "scopes", "") else "")
+    return (row.name, state, row.transport, str(row.tools), str(row.prompts), "yes" if row.resources else "no",
+            tokens, "yes" if row.deferred else "no", sanitize_for_display(auth))
+
+
+def mcp_row_lines(row: Any) -> list[str]:
+    """A server of the /mcp view in lines: name, state, transport and target; what it offers and
+    costs; its auth; why it failed, when it did."""
+    state = row.state + (f" ({row.busy})" if getattr(row, "busy", "") else "")
+    lines = [f"{row.name}  {state}  {row.transport} {row.target}".rstrip()]
+    offers = (f"{plural(row.tools, 'tool')}, {plural(row.prompts, 'prompt')}, "
+              f"{'resources' if row.resources else 'no resources'}; "
+              f"schema {row.schema_tokens:,} tokens"
+              + (f" (+{row.instructions_tokens:,} instructions)" if row.instructions_tokens else "")
+              + ("; deferred behind load_tools" if row.deferred else ""))
+    if row.state == "ready":
+        lines.append(f"  {offers}")
+    auth = row.auth + (f"; scopes: {row.scopes}" if getattr(row, "scopes", "") else "")
+    lines.append(f"  auth: {auth}")
+    if row.reason:
+        lines.append(f"  {' '.join(row.reason.split())}")
+    return [sanitize_for_display(line) for line in lines]
+
+
 # Every event type has an entry (a test checks it against the Event union): a new
 # event type without words is a failing test, not a silent gap.
 
@@ -781,6 +837,8 @@ DESCRIBERS: dict[str, Callable[[Any], Line | None]] = {
     "pin": _pin,  # the tool list's p
     "rewind_points": _rewind_points,  # the rewind dialog's list (a line only when there is nothing)
     "rewind": _rewind,
+    "mcp_status": _silent,  # the /mcp view draws it
+    "mcp_auth": _mcp_auth,  # a login in a running session, and the re-authorize offer
 }
 
 

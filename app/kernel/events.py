@@ -1015,6 +1015,57 @@ class RewindEvent(EventBase):
     by: Literal["dashboard", "cli"] = "dashboard"
 
 
+# ---- the /mcp view and re-authorization
+
+
+class McpServerRow(BaseModel):
+    """One configured MCP server as ``tidegauge mcp list`` and the /mcp view show it (``app.mcp.status``)."""
+
+    model_config = DEFERRED
+
+    name: str
+    state: Literal["starting", "ready", "failed", "stopped", "disabled"]
+    transport: str  # "stdio" or "http"
+    target: str = ""  # the command, or the URL without its secrets
+    reason: str = ""  # why it failed or stopped
+    tools: int = 0
+    prompts: int = 0
+    resources: bool = False
+    schema_tokens: int = 0
+    instructions_tokens: int = 0
+    deferred: bool = False
+    auth: str = "none"
+    scopes: str = ""  # what its OAuth tokens were granted ("" when none is said)
+    not_offered: list[str] = Field(default_factory=list)
+    busy: str = ""  # "reconnecting", "logging in", "logging out" while the view's action runs
+
+
+class McpStatusEvent(EventBase):
+    """Every configured MCP server as it stands (the /mcp view's rows), sent when asked
+    (``ManageMcpServer("status")``) and after each reconnect, login or logout. ``note``: what the
+    action just did or why it could not (one line)."""
+
+    type: Literal["mcp_status"] = "mcp_status"
+    servers: list[McpServerRow] = Field(default_factory=list)
+    note: str = ""
+
+
+class McpAuthEvent(EventBase):
+    """A url server's OAuth in a running session. ``offer``: a tool call met a 403
+    insufficient_scope; the user is asked whether to log in again for ``scopes`` (the union of
+    those granted and those asked), answered by ``Approve(request_id, "yes" | "no")``, the call
+    waiting. ``consent``: a login waits for the browser at ``url`` (opened when there is a display).
+    ``logged_in``, ``failed`` (``reason``), ``logged_out``: how it ended."""
+
+    type: Literal["mcp_auth"] = "mcp_auth"
+    server: str
+    status: Literal["offer", "consent", "logged_in", "failed", "logged_out"]
+    request_id: str = ""
+    scopes: str = ""
+    url: str = ""
+    reason: str = ""
+
+
 Event = Annotated[
     Union[
         TextDeltaEvent, ThinkingDeltaEvent, AssistantMessageEvent, UserMessageEvent,
@@ -1030,7 +1081,7 @@ Event = Annotated[
         MemoryImportEvent, PromptCacheOffEvent, PermissionsEvent,
         ElicitationRequestEvent, ElicitationResolvedEvent, SamplingEvent,
         McpPromptsEvent, McpAttachmentEvent, RequestRecordedEvent, WhatIfEvent,
-        EvictEvent, PinEvent, RewindPointsEvent, RewindEvent,
+        EvictEvent, PinEvent, RewindPointsEvent, RewindEvent, McpStatusEvent, McpAuthEvent,
     ],
     Field(discriminator="type"),
 ]

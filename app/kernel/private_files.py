@@ -207,3 +207,14 @@ def write_kept_json(path: Path, value: dict[str, Any]) -> None:
         write_private_atomic(path, json.dumps(value, separators=(",", ":")).encode())
     except OSError:
         pass
+
+
+def remove_private(path: Path) -> bool:
+    """Delete ``path`` (a logout's tokens); whether there was something to delete. ``unlink``
+    never follows a link: a symlink planted at the path is removed, never the file it points at.
+    A folder there is left alone (OSError)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True

@@ -203,6 +203,7 @@ class EventLog:
                       | ev.RestorePreviewEvent() | ev.PromptCacheOffEvent() | ev.PermissionsEvent()
                       | ev.SamplingEvent() | ev.McpAttachmentEvent() | ev.RequestRecordedEvent() | ev.WhatIfEvent()
                   | ev.EvictEvent() | ev.PinEvent() | ev.RewindPointsEvent() | ev.RewindEvent()
+                  | ev.McpStatusEvent() | ev.McpAuthEvent()
                       | ev.ApprovalResolvedEvent() | ev.ElicitationResolvedEvent()):
                     pass  # not in force: an answer is only ever seen with its question gone
                 case _:
@@ -250,6 +251,7 @@ class EventLog:
                   | ev.RestorePreviewEvent() | ev.PromptCacheOffEvent() | ev.PermissionsEvent()
                   | ev.SamplingEvent() | ev.McpAttachmentEvent() | ev.RequestRecordedEvent() | ev.WhatIfEvent()
                   | ev.EvictEvent() | ev.PinEvent() | ev.RewindPointsEvent() | ev.RewindEvent()
+                  | ev.McpStatusEvent() | ev.McpAuthEvent()
                   | ev.CommandQueuedEvent()):
                 pass  # not in force after it is said (the queue's, below)
             case _:

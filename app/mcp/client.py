@@ -182,6 +182,10 @@ class McpConnection:
         self.on_reconnect: Callable[[McpConnection], None] = lambda _c: None
         # The MCP tasks this connection created, and the last status it knows of each.
         self.tasks: dict[str, str] = {}
+        # A call refused 403 insufficient_scope: asked whether the user logs in again for that scope
+        # (the dashboard's offer); True once logged in and this connection restarted with the new
+        # tokens, and the call is then sent once more. None: the refusal is the call's answer.
+        self.on_step_up: Callable[[McpConnection, str], Awaitable[bool]] | None = None
 
     @property
     def alive(self) -> bool:
@@ -652,6 +656,11 @@ class McpConnection:
         self._more_scope = None
         output = await self._call_tool_once(tool_name, args, on_progress, on_task_status)
         delivered = self._undelivered == undelivered
+        if self._more_scope is not None and self.on_step_up is not None:
+            async with self._waiting_for_user():  # the user is asked, then consents in a browser
+                logged_in = await self.on_step_up(self, self._more_scope)
+            if logged_in:  # once: a server that still refuses gets its refusal said
+                return await self._call_tool_once(tool_name, args, on_progress)
         if (delivered and not self._dead.is_set()) or self._more_scope is not None:
             return output  # a step-up the OAuth flow could not make (no consent in a session) ends the call
         failure = await self._reconnect()
@@ -665,6 +674,19 @@ class McpConnection:
             return await self._call_tool_once(tool_name, args, on_progress, on_task_status)
         return ToolOutput(f"MCP server {self.name!r} was lost during {tool_name}, which may have run: it was not "
                           "sent again. The server is reconnected; its tools work again.", is_error=True)
+
+    async def restart(self) -> None:
+        """Stop the server and start it again (the /mcp view's reconnect, a login's new tokens): its
+        tools listed anew. McpServerError with one line when it does not start."""
+        async with self._reconnecting:
+            if self.failure is None:
+                self.failure = "it was restarted"
+            # A call in flight ends now as "stopped during", saying why: never through the crash path,
+            # which would mark as lost the connection started again below.
+            self._dead.set()
+            await self.aclose()
+            self._reset()
+            await self.start()
 
     async def _reconnect(self) -> str | None:
         """Start a url server's connection anew (one at a time); None when it is ready, else why not."""

@@ -276,6 +276,7 @@ class ClientRequests:
     # request id -> (the user's answer, the server); servers allowed for the session ("always")
     _approvals: dict[str, tuple[asyncio.Future[bool], str]] = field(default_factory=dict)
     _always: set[str] = field(default_factory=set)
+    _reauthorizations: set[str] = field(default_factory=set)  # request ids of re-authorize offers
 
     async def sample(self, server: str, system: str | None, messages: Sequence[tuple[str, str, object]],
                      max_tokens: int, tools: object = None) -> SampledReply:
@@ -326,6 +327,28 @@ class ClientRequests:
         if not allowed:
             raise SamplingRefused("you said no")
 
+    async def reauthorize(self, server: str, scopes: str) -> bool:
+        """A tool call of ``server`` refused for want of scope: ask the user whether to log in again,
+        asking for ``scopes`` (answered by ``Approve``). False at once where no surface asks questions
+        (headless: the refusal's line says how to log in)."""
+        from app.kernel.events import McpAuthEvent
+
+        if not self.shows_forms:
+            return False
+        request_id = f"reauthorize-{next(self._ids)}"
+        answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._approvals[request_id] = (answer, server)
+        self._reauthorizations.add(request_id)
+        self.emit(McpAuthEvent(server=server, status="offer", request_id=request_id, scopes=scopes))
+        try:
+            return await answer
+        except asyncio.CancelledError:  # the call ended (an interrupt): the dialog goes
+            if self._approvals.pop(request_id, None) is not None:
+                self.emit(ApprovalResolvedEvent(request_id=request_id, decision="interrupted"))
+            raise
+        finally:
+            self._reauthorizations.discard(request_id)
+
     def asks(self, request_id: str) -> bool:
         """Whether ``request_id`` is a model call waiting for the user's answer."""
         return request_id in self._approvals
@@ -337,7 +360,7 @@ class ClientRequests:
             return
         answer, server = waiting
         allowed = decision != "no"
-        if decision.startswith("always"):
+        if decision.startswith("always") and request_id not in self._reauthorizations:  # a login is asked each time
             self._always.add(server)
         self.emit(ApprovalResolvedEvent(request_id=request_id, decision="yes" if allowed else "no"))
         answer.set_result(allowed)

@@ -14,7 +14,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Awaitable, Callable, Mapping, Protocol, Sequence
 
 from app.kernel.events import (Event, McpAttachmentEvent, McpPromptsEvent, McpServerEvent, ToolResultEvent,
                                ToolStartEvent)
@@ -35,7 +35,7 @@ from app.mcp.prompts import (
 from app.mcp.resources import READ_RESOURCE, AttachmentError, ReadResourceTool, attachment_block, attachments
 from app.tools.base import SavedOutputBudget, ToolContext
 from app.mcp.client_features import ClientRequests
-from app.mcp.oauth import OAuthSetupError, session_auth
+from app.mcp.oauth import OAuthSetupError, open_in_browser, session_auth
 from app.mcp.settings import McpServerConfig, header_secrets, hide_url_secrets, shown_url, url_secrets
 from app.mcp.tools import McpTool, offered, prefixed_name
 from app.kernel.messages import ToolSpec
@@ -58,11 +58,27 @@ class McpHub:
     deferral: ToolDeferral | None = None
     # "/mcp__SERVER__PROMPT" -> (its server's connection, the prompt): the slash commands they make
     prompts: dict[str, tuple[McpConnection, RemotePrompt]] = field(default_factory=dict)
+    # Every configured server (enabled or not) and how it stands: (state, why) for the /mcp view
+    configs: dict[str, McpServerConfig] = field(default_factory=dict)
+    states: dict[str, tuple[str, str]] = field(default_factory=dict)
+    busy: dict[str, str] = field(default_factory=dict)  # server -> the view's action running on it
+    _where: "_Where" = field(default_factory=lambda: _Where())
+    # Called after a server's tools changed mid-session (a reconnect, a login): the engine's
+    # definitions, deferral and instructions are worked out again (set by ``start_mcp``).
+    on_tools_changed: Callable[[], None] = lambda: None
+    # How a login in a running session shows the consent page (a browser when there is a display;
+    # the address is said in an McpAuthEvent either way).
+    open_consent: Callable[[str], Awaitable[object]] = open_in_browser
 
     def server_of(self, tool_name: str) -> str | None:
         """The server a tool comes from (None for the built-ins and load_tools)."""
         tool = self.tools.get(tool_name)
         return tool.server if tool is not None else None
+
+    @property
+    def data_dir(self) -> Path | None:
+        """Where the session keeps its OAuth tokens (None: a session that keeps none)."""
+        return self._where.data_dir
 
     @property
     def saved_tokens(self) -> int:
@@ -71,6 +87,10 @@ class McpHub:
     async def start(self, servers: dict[str, McpServerConfig], *, workspace: Path, log_dir: Path | None,
                     registry: ToolRegistry, requests: ClientRequests | None = None,
                     data_dir: Path | None = None, saved_output_budget: SavedOutputBudget | None = None) -> None:
+        self.configs = dict(servers)
+        self._where = _Where(workspace, log_dir, registry, requests, data_dir, saved_output_budget)
+        for name, cfg in servers.items():
+            self.states[name] = ("starting", "") if cfg.enabled else ("disabled", "")
         enabled = {name: cfg for name, cfg in servers.items() if cfg.enabled}
         for name, cfg in enabled.items():
             for var, value in cfg.env.items():
@@ -88,40 +108,67 @@ class McpHub:
                 for header, value in cfg.headers.items():
                     if _SECRET_NAME.search(header):
                         register_secret(value.split(None, 1)[-1] if value.lower().startswith("bearer ") else value)
-            where = shown_url(cfg.url) if cfg.url else cfg.command or ""
-            self.emit(McpServerEvent(name=name, status="starting", detail=where))
-            # A url server logged in to (`tidegauge mcp login NAME`) is sent its stored tokens.
-            try:
-                authorization = session_auth(name, cfg, data_dir)
-            except OAuthSetupError as exc:
-                self.emit(McpServerEvent(name=name, status="failed", detail=str(exc)))
-                continue
-            connection = McpConnection(name, cfg, workspace, log_dir, requests=requests,
-                                       authorization=authorization, saved_output_budget=saved_output_budget)
-            connection.on_exit = self._exited
-            connection.on_reconnect = self._reconnected
-            self.connections[name] = connection
+            connection = self._connection(name, cfg)
+            if connection is not None:
+                self.connections[name] = connection
         outcomes = await asyncio.gather(*(c.start() for c in self.connections.values()), return_exceptions=True)
-        taken = {spec.name for spec in registry.specs()}
         for connection, outcome in zip(list(self.connections.values()), outcomes):
             if isinstance(outcome, BaseException):
                 if isinstance(outcome, asyncio.CancelledError):
                     raise outcome
                 self._failed(connection, outcome)
                 continue
-            for remote in filter(offered, connection.tools):
-                tool = McpTool(connection, remote, prefixed_name(connection.name, remote.name, taken))
-                taken.add(tool.spec.name)
-                self.tools[tool.spec.name] = tool
-                registry.register(tool)
-            count = sum(map(offered, connection.tools))
-            left_out = [remote.name for remote in connection.tools if not offered(remote)]
-            roots = connection.roots
-            self.emit(McpServerEvent(name=connection.name, status="ready", tools=count, detail=f"{count} tools",
-                                     not_offered=left_out, roots=[str(p) for p in roots] if roots is not None else []))
-            self._add_prompts(connection)
+            self._offer(connection)
+        self._offer_resources()
+
+    def _connection(self, name: str, cfg: McpServerConfig) -> McpConnection | None:
+        """A server's connection, not started yet (None, and said, when its OAuth settings cannot work)."""
+        where = self._where
+        self._say(McpServerEvent(name=name, status="starting", detail=shown_url(cfg.url) if cfg.url else cfg.command or ""))
+        # A url server logged in to (`tidegauge mcp login NAME`) is sent its stored tokens.
+        try:
+            authorization = session_auth(name, cfg, where.data_dir)
+        except OAuthSetupError as exc:
+            self._say(McpServerEvent(name=name, status="failed", detail=str(exc)))
+            return None
+        connection = McpConnection(name, cfg, where.workspace, where.log_dir, requests=where.requests,
+                                   authorization=authorization, saved_output_budget=where.saved_output_budget)
+        connection.on_exit = self._exited
+        connection.on_reconnect = self._reconnected
+        connection.on_step_up = self._step_up
+        return connection
+
+    def _offer(self, connection: McpConnection) -> None:
+        """A ready server's tools into the registry (those of an earlier connection of it replaced) and its prompts."""
+        registry = self._where.registry
+        for name in [name for name, tool in self.tools.items() if tool.server == connection.name]:
+            del self.tools[name]
+            registry.unregister(name)
+        for command in [command for command, (owner, _) in self.prompts.items() if owner.name == connection.name]:
+            del self.prompts[command]
+        taken = {spec.name for spec in registry.specs()}
+        for remote in filter(offered, connection.tools):
+            tool = McpTool(connection, remote, prefixed_name(connection.name, remote.name, taken))
+            taken.add(tool.spec.name)
+            self.tools[tool.spec.name] = tool
+            registry.register(tool)
+        count = sum(map(offered, connection.tools))
+        left_out = [remote.name for remote in connection.tools if not offered(remote)]
+        roots = connection.roots
+        self._say(McpServerEvent(name=connection.name, status="ready", tools=count, detail=f"{count} tools",
+                                 not_offered=left_out, roots=[str(p) for p in roots] if roots is not None else []))
+        self._add_prompts(connection)
+
+    def _offer_resources(self) -> None:
+        registry = self._where.registry
         if self.resource_servers() and registry.get(READ_RESOURCE) is None:
             registry.register(ReadResourceTool(self._resource_connection, self.resource_servers))
+
+    def _say(self, event: McpServerEvent) -> None:
+        """Emit a server's event, and keep its state for the /mcp view."""
+        state = {"exited": "failed"}.get(event.status, event.status)
+        self.states[event.name] = (state, event.detail if state in ("failed",) else "")
+        self.emit(event)
 
     def _add_prompts(self, connection: McpConnection) -> None:
         """A server's prompts as slash commands (a name two prompts clean up to goes to the first)."""
@@ -181,17 +228,122 @@ class McpHub:
         reason = str(error) if isinstance(error, McpServerError) else f"{type(error).__name__}: {error}"
         reason = hide_url_secrets(reason)  # the SDK's errors repeat the URL, a token too short to register included
         log = f" (server log: {connection.log_path})" if connection.log_path and connection.config.command else ""
-        self.emit(McpServerEvent(name=connection.name, status="failed", detail=f"{reason}{log}"))
+        self._say(McpServerEvent(name=connection.name, status="failed", detail=f"{reason}{log}"))
         self.connections.pop(connection.name, None)
 
     def _exited(self, connection: McpConnection, reason: str) -> None:
         """A server that stopped on its own mid-session: its tools answer with an error from now on."""
-        self.emit(McpServerEvent(name=connection.name, status="exited", detail=hide_url_secrets(reason)))
+        self._say(McpServerEvent(name=connection.name, status="exited", detail=hide_url_secrets(reason)))
 
     def _reconnected(self, connection: McpConnection) -> None:
         """A url server that was lost answers again (it restarted): its tools work from now on."""
-        self.emit(McpServerEvent(name=connection.name, status="ready", tools=len(connection.tools),
+        self._say(McpServerEvent(name=connection.name, status="ready", tools=len(connection.tools),
                                  detail=f"reconnected, {len(connection.tools)} tools"))
+
+    # ---- the /mcp view: reconnect, login, logout; the re-authorize offer
+
+    async def reconnect(self, name: str) -> None:
+        """Stop server ``name`` and start it again: its tools listed anew, the engine's definitions (and
+        so the gauge) follow. A server that failed to start is started anew (its OAuth tokens read again).
+        A failure is its ``failed`` event, never raised."""
+        cfg = self.configs[name]
+        connection = self.connections.get(name)
+        if connection is None:
+            connection = self._connection(name, cfg)
+            if connection is None:
+                return
+            self.connections[name] = connection
+            starting = connection.start()
+        else:
+            self._say(McpServerEvent(name=name, status="starting",
+                                     detail=shown_url(cfg.url) if cfg.url else cfg.command or ""))
+            try:  # tokens from a login since it started, or none after a logout
+                connection.authorization = session_auth(name, cfg, self._where.data_dir)
+            except OAuthSetupError as exc:
+                await connection.aclose()
+                self._failed(connection, McpServerError(str(exc)))
+                self._forget_tools(name)
+                return
+            starting = connection.restart()
+        try:
+            await starting
+        except (McpServerError, OSError) as error:
+            self._failed(connection, error)
+            self._forget_tools(name)
+            return
+        self._offer(connection)
+        self._offer_resources()
+        self.on_tools_changed()
+
+    def _forget_tools(self, name: str) -> None:
+        """A server that is down: its tools are no longer offered (the definitions shrink on the gauge)."""
+        registry = self._where.registry
+        gone = [tool_name for tool_name, tool in self.tools.items() if tool.server == name]
+        for tool_name in gone:
+            del self.tools[tool_name]
+            registry.unregister(tool_name)
+        if gone:
+            self.on_tools_changed()
+
+    async def login(self, name: str) -> bool:
+        """``tidegauge mcp login NAME`` in the running session: the consent page shown (an McpAuthEvent
+        with its address, a browser opened where there is one), the tokens stored, then the server
+        reconnected with them. Whether it ended logged in; a failure is an McpAuthEvent, never raised."""
+        from app.kernel.events import McpAuthEvent
+        from app.mcp.oauth import LoginError, TokenFile, login, token_path, wanted_scopes
+
+        cfg, data_dir = self.configs[name], self._where.data_dir
+        if data_dir is None or cfg.url is None:
+            self.emit(McpAuthEvent(server=name, status="failed", reason=f"{name} is started as a command; "
+                                   "OAuth is for url servers" if cfg.url is None else "this session keeps no tokens"))
+            return False
+        scopes = wanted_scopes(TokenFile(token_path(data_dir, name), cfg.url)) or ""
+
+        async def consent(url: str) -> None:
+            self.emit(McpAuthEvent(server=name, status="consent", scopes=scopes, url=hide_url_secrets(url)))
+            await self.open_consent(url)
+
+        try:
+            await login(name, cfg, data_dir, self._where.workspace, open_consent=consent)
+        except (LoginError, OSError) as error:
+            self.emit(McpAuthEvent(server=name, status="failed", reason=" ".join(str(error).split())[:300]))
+            return False
+        granted = TokenFile(token_path(data_dir, name), cfg.url).granted_scope() or ""
+        self.emit(McpAuthEvent(server=name, status="logged_in", scopes=granted))
+        await self.reconnect(name)
+        return self.states.get(name, ("", ""))[0] == "ready"
+
+    async def logout(self, name: str) -> None:
+        """Delete server ``name``'s tokens (through private_files), then reconnect it without them: it
+        says what it needs now (a login, or nothing)."""
+        from app.kernel.events import McpAuthEvent
+        from app.mcp.oauth import logout
+
+        if self._where.data_dir is None:
+            self.emit(McpAuthEvent(server=name, status="failed", reason="this session keeps no tokens"))
+            return
+        if not logout(name, self._where.data_dir):
+            self.emit(McpAuthEvent(server=name, status="failed", reason=f"no stored tokens for {name}"))
+            return
+        self.emit(McpAuthEvent(server=name, status="logged_out"))
+        await self.reconnect(name)
+
+    async def _step_up(self, connection: McpConnection, scope: str) -> bool:
+        """A tool call refused 403 insufficient_scope on OAuth tokens: where a surface shows questions,
+        ask whether to log in again for the union of the scopes granted and asked (the consent
+        follows); True once logged in and reconnected, and the call is sent again."""
+        from app.mcp.client import ScopeKeeper
+        from app.mcp.oauth import TokenFile, token_path, wanted_scopes
+
+        requests, data_dir = self._where.requests, self._where.data_dir
+        cfg = connection.config
+        if (requests is None or data_dir is None or cfg.url is None or not scope
+                or not isinstance(connection.authorization, ScopeKeeper)):
+            return False
+        scopes = wanted_scopes(TokenFile(token_path(data_dir, connection.name), cfg.url)) or scope
+        if not await requests.reauthorize(connection.name, scopes):
+            return False
+        return await self.login(connection.name)
 
     def defer(self, registry: ToolRegistry, window: int, share: float,
               on_change: Callable[[list[ToolSpec]], None]) -> ToolDeferral:
@@ -213,8 +365,20 @@ class McpHub:
         await asyncio.gather(*(c.aclose() for c in connections), return_exceptions=True)
         for connection in connections:
             if connection.stopped_cleanly:
-                self.emit(McpServerEvent(name=connection.name, status="stopped"))
+                self._say(McpServerEvent(name=connection.name, status="stopped"))
         self.connections.clear()
+
+
+@dataclass
+class _Where:
+    """What a server's connection is made with (kept from ``McpHub.start`` for reconnects)."""
+
+    workspace: Path = field(default_factory=Path.cwd)
+    log_dir: Path | None = None
+    registry: ToolRegistry = field(default_factory=ToolRegistry)
+    requests: ClientRequests | None = None
+    data_dir: Path | None = None
+    saved_output_budget: SavedOutputBudget | None = None
 
 
 # A server's `instructions` go into every request's system prompt: bounded, as Claude Code bounds them,
@@ -287,13 +451,34 @@ async def start_mcp(settings: McpSettings, registry: ToolRegistry, engine: Conte
     def send(specs: list[ToolSpec]) -> None:
         engine.use_tools(specs)  # the whole request estimated until the next call's usage
 
-    instructions = {name: text for name, connection in hub.connections.items()
-                    if connection.alive and (text := bounded_instructions(name, connection.instructions))}
-    if instructions:
-        engine.use_server_instructions(instructions)
+    given: dict[str, str] = {}  # the instructions the engine has
+
+    def use_instructions() -> None:
+        instructions = {name: text for name, connection in hub.connections.items()
+                        if connection.alive and (text := bounded_instructions(name, connection.instructions))}
+        if instructions != given:
+            engine.use_server_instructions(instructions)
+            given.clear()
+            given.update(instructions)
+
+    use_instructions()
     deferral = hub.defer(registry, engine.config.window, float(settings.tool_defer_share), send)
     if loaded_before and deferral.active:
         deferral.restore_loaded(list(loaded_before))
     engine.use_tool_owners(hub.server_of, lambda: hub.saved_tokens)
+
+    def tools_changed() -> None:
+        """A server reconnected (or went down) mid-session: the definitions, what is deferred (the
+        tools the model loaded stay loaded) and the instructions worked out again, the gauge redrawn."""
+        loaded = list(hub.deferral.loaded) if hub.deferral is not None else []
+        if registry.get(LOAD_TOOLS) is not None:
+            registry.unregister(LOAD_TOOLS)
+        use_instructions()
+        again = hub.defer(registry, engine.config.window, float(settings.tool_defer_share), send)
+        if loaded and again.active:
+            again.restore_loaded(loaded)
+        engine.emit_context()
+
+    hub.on_tools_changed = tools_changed
     engine.emit_context()  # the gauge and the breakdown now include the servers' definitions
     return hub

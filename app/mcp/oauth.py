@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncGenerator, Awaitable, Callable, cast
 from urllib.parse import parse_qs, urlsplit
 
-from app.kernel.private_files import read_private, write_private_atomic
+from app.kernel.private_files import read_private, remove_private, write_private_atomic
 from app.mcp.client import login_command
 from app.kernel.redact import register_secret
 
@@ -262,12 +262,8 @@ class TokenFile:
                 {k: v for k, v in stored.items() if k not in ("tokens", "expires_at")}, indent=1).encode())
 
     def forget(self) -> bool:
-        """Remove the file (``tidegauge mcp logout``); whether there was one."""
-        try:
-            self.path.unlink()
-        except FileNotFoundError:
-            return False
-        return True
+        """Remove the file (``tidegauge mcp logout``, the /mcp view's logout); whether there was one."""
+        return remove_private(self.path)
 
 
 @dataclass
@@ -909,11 +905,30 @@ async def show_in_browser(url: str) -> None:
     that reads it): otherwise the user opens the printed address wherever a browser is.
     """
     print(f"Open this address in a browser to authorize tidegauge:\n  {url}", file=sys.stderr, flush=True)
+    await open_in_browser(url)
+
+
+async def open_in_browser(url: str) -> bool:
+    """Open ``url`` in a graphical browser when there is a display, or in the one ``$BROWSER``
+    names (the user's choice); whether one was asked. Otherwise nothing is started: a text
+    browser would take the terminal."""
     if (sys.platform == "darwin" or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
             or os.environ.get("BROWSER")):
         import webbrowser
 
-        await asyncio.to_thread(webbrowser.open, url)
+        return bool(await asyncio.to_thread(webbrowser.open, url))
+    return False
+
+
+def wanted_scopes(file: TokenFile) -> str | None:
+    """What the next login asks for beside the server's own challenge: the scopes granted and those a
+    403 named since (RFC 6750 §3.1), or None when no 403 asked for more."""
+    wanted = file.wanted_scope()
+    if not wanted:
+        return None
+    from mcp.client.auth.utils import union_scopes
+
+    return union_scopes(file.granted_scope(), wanted)
 
 
 def with_scope(url: str, extra: str | None) -> str:
@@ -968,11 +983,8 @@ async def login(name: str, config: McpServerConfig, data_dir: Path, workspace: P
     client_secret(name, config)  # a missing secret is named now, before a browser opens
     file = TokenFile(token_path(data_dir, name), config.url)
     wanted = file.wanted_scope()
-    extra_scope: str | None = None
-    if wanted:  # a session met a 403 for more scope: ask for it and for what was granted, with consent
-        from mcp.client.auth.utils import union_scopes
-
-        extra_scope = union_scopes(file.granted_scope(), wanted)
+    extra_scope = wanted_scopes(file)
+    if extra_scope:  # a session met a 403 for more scope: ask for it and for what was granted, with consent
         file.forget_tokens()
     receiver = await LoopbackReceiver().start()
     auth = consent_auth(name, config, data_dir, receiver, open_consent, consent_timeout, extra_scope=extra_scope)

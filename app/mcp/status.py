@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from app.context.tokens import count_tokens, estimate_tools
+from app.kernel.describe import MCP_VIEW_HEADER, mcp_server_cells
 from app.kernel.events import Event, McpServerEvent
 from app.mcp.hub import McpHub, bounded_instructions
-from app.mcp.oauth import token_path
+from app.mcp.oauth import TokenFile, token_path
 from app.mcp.settings import McpServerConfig, shown_url
 from app.tools.registry import default_registry
 
@@ -24,7 +25,7 @@ from app.tools.registry import default_registry
 @dataclass
 class ServerStatus:
     name: str
-    state: str  # "ready", "failed", "disabled"
+    state: str  # "ready", "failed", "disabled" ("starting", "stopped" in a running session)
     transport: str  # "stdio" or "http"
     target: str  # the command, or the URL without its secrets
     reason: str = ""  # why it failed
@@ -34,21 +35,57 @@ class ServerStatus:
     schema_tokens: int = 0  # its tool definitions, as every request would carry them in full
     instructions_tokens: int = 0
     deferred: bool = False  # its definitions would be sent as names behind load_tools
-    auth: str = "none"  # "oauth (logged in)", "oauth (not logged in)", "bearer token", "headers", "none"
+    # "oauth (logged in)", "oauth (needs login)", "oauth (needs login for more scope)",
+    # "none (oauth login available)", "bearer token", "headers", "none"
+    auth: str = "none"
     not_offered: list[str] = field(default_factory=list)
+    scopes: str = ""  # what its OAuth tokens were granted, when the authorization server said
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def _auth(name: str, config: McpServerConfig, data_dir: Path) -> str:
+def _auth(name: str, config: McpServerConfig, data_dir: Path | None, failure: str = "") -> tuple[str, str]:
+    """(its auth, the scopes its tokens were granted): "needs login" when its tokens are missing or
+    refused, or a 403 asked for more scope since the login."""
     if config.url is None:
-        return "none"
+        return "none", ""
     if config.bearer_token_env_var:
-        return "bearer token"
+        return "bearer token", ""
     if config.headers:
-        return "headers"
-    return "oauth (logged in)" if token_path(data_dir, name).is_file() else "none (oauth login available)"
+        return "headers", ""
+    refused = failure.startswith("authorization required")
+    path = token_path(data_dir, name) if data_dir is not None else None
+    if path is None or not path.is_file():
+        return ("oauth (needs login)" if refused else "none (oauth login available)"), ""
+    file = TokenFile(path, config.url)
+    scopes = file.granted_scope() or ""
+    if file.wanted_scope():
+        return "oauth (needs login for more scope)", scopes
+    return ("oauth (needs login)" if refused else "oauth (logged in)"), scopes
+
+
+def _status(name: str, config: McpServerConfig, data_dir: Path | None) -> ServerStatus:
+    transport = "http" if config.url else "stdio"
+    target = shown_url(config.url) if config.url else " ".join([config.command or "", *config.args]).strip()
+    auth, scopes = _auth(name, config, data_dir)
+    return ServerStatus(name=name, state="disabled" if not config.enabled else "starting", transport=transport,
+                        target=target, auth=auth, scopes=scopes)
+
+
+def _offers(status: ServerStatus, hub: McpHub, deferred: set[str]) -> None:
+    """A ready server's figures: what it offers, what its definitions and instructions cost."""
+    connection = hub.connections.get(status.name)
+    if connection is None:
+        return
+    specs = [tool.spec for tool in hub.tools.values() if tool.server == status.name]
+    status.tools = len(specs)
+    status.prompts = len(connection.prompts)
+    status.resources = connection.serves_resources
+    status.schema_tokens = estimate_tools(specs) if specs else 0
+    status.deferred = bool(specs) and all(spec.name in deferred for spec in specs)
+    text = bounded_instructions(status.name, connection.instructions)
+    status.instructions_tokens = count_tokens(text) if text else 0
 
 
 async def survey(servers: Mapping[str, McpServerConfig], *, workspace: Path, data_dir: Path, window: int,
@@ -57,12 +94,7 @@ async def survey(servers: Mapping[str, McpServerConfig], *, workspace: Path, dat
     events: list[Event] = []
     hub = McpHub(emit=events.append)
     registry = default_registry(40_000)
-    statuses: dict[str, ServerStatus] = {}
-    for name, config in servers.items():
-        transport = "http" if config.url else "stdio"
-        target = shown_url(config.url) if config.url else " ".join([config.command or "", *config.args]).strip()
-        statuses[name] = ServerStatus(name=name, state="disabled" if not config.enabled else "starting",
-                                      transport=transport, target=target, auth=_auth(name, config, data_dir))
+    statuses = {name: _status(name, config, data_dir) for name, config in servers.items()}
     with tempfile.TemporaryDirectory(prefix="tidegauge-mcp-list-") as logs:
         try:
             await hub.start(dict(servers), workspace=workspace, log_dir=Path(logs), registry=registry,
@@ -74,41 +106,50 @@ async def survey(servers: Mapping[str, McpServerConfig], *, workspace: Path, dat
                     status = statuses[event.name]
                     if event.status == "failed":
                         status.state, status.reason = "failed", event.detail
+                        status.auth, status.scopes = _auth(event.name, servers[event.name], data_dir, event.detail)
                     elif event.status == "ready":
                         status.state, status.not_offered = "ready", list(event.not_offered)
-            for name, connection in hub.connections.items():
-                status = statuses[name]
-                if status.state != "ready":
-                    continue
-                specs = [tool.spec for tool in hub.tools.values() if tool.server == name]
-                status.tools = len(specs)
-                status.prompts = len(connection.prompts)
-                status.resources = connection.serves_resources
-                status.schema_tokens = estimate_tools(specs) if specs else 0
-                status.deferred = bool(specs) and all(spec.name in deferred for spec in specs)
-                text = bounded_instructions(name, connection.instructions)
-                status.instructions_tokens = count_tokens(text) if text else 0
+            for name in hub.connections:
+                if statuses[name].state == "ready":
+                    _offers(statuses[name], hub, deferred)
         finally:
             await hub.aclose()
     return list(statuses.values())
 
 
+def live_statuses(hub: McpHub) -> list[ServerStatus]:
+    """A running session's servers as they stand now (the /mcp view): the same rows as ``survey``'s,
+    from the session's own hub, nothing started or stopped."""
+    data_dir = hub.data_dir
+    deferred = set(hub.deferral.deferred_names) if hub.deferral is not None and hub.deferral.active else set()
+    statuses: list[ServerStatus] = []
+    for name, config in hub.configs.items():
+        status = _status(name, config, data_dir)
+        state, reason = hub.states.get(name, (status.state, ""))
+        status.state, status.reason = state, reason
+        if reason:
+            status.auth, status.scopes = _auth(name, config, data_dir, reason)
+        if state == "ready":
+            connection = hub.connections.get(name)
+            if connection is not None:
+                status.not_offered = [remote.name for remote in connection.tools if remote.task_required]
+            _offers(status, hub, deferred)
+        statuses.append(status)
+    return statuses
+
+
 def status_table(statuses: list[ServerStatus]) -> str:
-    """The list for people: one row a server, a failure's reason on the line under it."""
+    """The list for people: one row a server, a failure's reason on the line under it (the /mcp
+    view's words, ``describe.mcp_server_cells``)."""
     if not statuses:
         return "no MCP servers in [mcp_servers] of config.toml"
-    header = ("server", "state", "transport", "tools", "prompts", "resources", "schema tokens", "deferred", "auth")
-    rows = [header]
-    for s in statuses:
-        rows.append((s.name, s.state, s.transport, str(s.tools), str(s.prompts), "yes" if s.resources else "no",
-                     f"{s.schema_tokens:,}" + (f" (+{s.instructions_tokens:,} instructions)"
-                                               if s.instructions_tokens else ""),
-                     "yes" if s.deferred else "no", s.auth))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    rows = [MCP_VIEW_HEADER, *(mcp_server_cells(s) for s in statuses)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(MCP_VIEW_HEADER))]
+
     def line(row: tuple[str, ...]) -> str:
         return "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
 
-    lines = [line(header)]
+    lines = [line(MCP_VIEW_HEADER)]
     for row, status in zip(rows[1:], statuses):
         lines.append(line(row))
         if status.reason:

@@ -37,6 +37,7 @@ from app.kernel.commands import (
     EvictResult,
     Interrupt,
     PinResult,
+    ManageMcpServer,
     Preview,
     PreviewRestore,
     PreviewRewind,
@@ -93,7 +94,7 @@ if TYPE_CHECKING:
 # Deltas are not persisted (the assistant_message after them holds the whole text), nor
 # reports and previews (answers to a question about the session, not part of it).
 _NOT_RECORDED = (ev.TextDeltaEvent, ev.ThinkingDeltaEvent, ev.ReportEvent, ev.ForecastEvent, ev.RestorePreviewEvent,
-                 ev.PermissionsEvent, ev.RewindPointsEvent)
+                 ev.PermissionsEvent, ev.RewindPointsEvent, ev.McpStatusEvent)
 # An "always" answer -> which of the request's offered rules it adds.
 _ALWAYS_KINDS: dict[str, str] = {"always": "tool", "always_tool": "tool", "always_exact": "exact",
                                  "always_prefix": "prefix"}
@@ -108,7 +109,7 @@ _CLEARING_EVENTS = (ev.MicroCompactionEvent, ev.CompactionEvent, ev.RestoreEvent
 _NOT_REPLAYED = (ev.TextDeltaEvent, ev.ThinkingDeltaEvent, ev.StateEvent, ev.NoticeEvent, ev.SessionInfoEvent,
                  ev.ApprovalRequestEvent, ev.ApprovalResolvedEvent, ev.CommandQueuedEvent, ev.ForecastEvent,
                  ev.RestorePreviewEvent, ev.ServerCompactionEvent, ev.ConfigWarningEvent, ev.McpServerEvent,
-                 ev.McpPromptsEvent, ev.MemoryImportEvent, ev.RewindPointsEvent)
+                 ev.McpPromptsEvent, ev.MemoryImportEvent, ev.RewindPointsEvent, ev.McpAuthEvent)
 
 # What a rewind list keeps of each message (a line is drawn; the rewind event carries it whole).
 REWIND_POINT_CHARS = 1_000
@@ -130,6 +131,23 @@ class MemoryReloader(Protocol):
 
 class Closable(Protocol):
     async def aclose(self) -> None: ...
+
+
+class McpControl(Protocol):
+    """What the /mcp view asks of the session's MCP servers (``app.mcp.hub.McpHub``)."""
+
+    configs: "dict[str, Any]"
+    busy: dict[str, str]
+
+    async def reconnect(self, name: str) -> None: ...
+
+    async def login(self, name: str) -> bool: ...
+
+    async def logout(self, name: str) -> None: ...
+
+
+# The /mcp view's actions, as its row says them while they run.
+_MCP_BUSY = {"reconnect": "reconnecting", "login": "logging in", "logout": "logging out"}
 
 
 class EventStream:
@@ -302,6 +320,9 @@ class AgentSession:
         self.permissions: Permissions = agent.permissions
         self._stopping = False
         self._whatif_task: asyncio.Task[None] | None = None  # the replay running in a worker thread
+        self._mcp_tasks: set[asyncio.Task[None]] = set()  # the /mcp view's reconnects, logins, logouts
+        self._services_started = False
+        self._mcp_status_asked = False  # a surface asked for the MCP servers' rows (/mcp)
         # Prompts, compactions and resets submitted and not yet done (or dropped): counted
         # at ``submit``, on the caller's thread, so "nothing pending" never races a submit.
         self._pending = 0
@@ -458,7 +479,8 @@ class AgentSession:
                   | ev.PromptCacheOffEvent() | ev.PermissionsEvent() | ev.ElicitationRequestEvent()
                   | ev.ElicitationResolvedEvent() | ev.SamplingEvent() | ev.McpPromptsEvent()
                   | ev.McpAttachmentEvent() | ev.RequestRecordedEvent() | ev.WhatIfEvent()
-                  | ev.EvictEvent() | ev.PinEvent() | ev.RewindPointsEvent() | ev.RewindEvent()):
+                  | ev.EvictEvent() | ev.PinEvent() | ev.RewindPointsEvent() | ev.RewindEvent()
+                  | ev.McpStatusEvent() | ev.McpAuthEvent()):
                 pass  # not part of the run's figures
             case _:
                 assert_never(event)
@@ -525,6 +547,8 @@ class AgentSession:
             self._preview_rewind()
         elif isinstance(command, Rewind):
             self._rewind(command)
+        elif isinstance(command, ManageMcpServer):
+            self._manage_mcp(command)
         elif isinstance(command, Shutdown):
             self._stopping = True
             if command.now:
@@ -571,6 +595,67 @@ class AgentSession:
                 _CAUSE.reset(token)
 
         self._whatif_task = self._loop.create_task(replay())
+
+    # ------------------------------------------------------------ the /mcp view
+
+    def _mcp_status(self, note: str = "") -> None:
+        """Every configured server as it stands (``app.mcp.status``: the rows of ``tidegauge mcp list``)."""
+        from app.kernel.events import McpServerRow, McpStatusEvent
+
+        hub = self._services
+        if hub is None or not hasattr(hub, "configs"):
+            starting = self._start_services is not None and not self._services_started
+            self._emit(McpStatusEvent(note=note or ("the MCP servers are still starting" if starting else "")))
+            return
+        from app.mcp.status import live_statuses
+
+        busy: dict[str, str] = getattr(hub, "busy", {})
+        rows = [McpServerRow(**status.as_json(), busy=busy.get(status.name, ""))
+                for status in live_statuses(hub)]  # type: ignore[arg-type]
+        self._emit(McpStatusEvent(servers=rows, note=note))
+
+    def _manage_mcp(self, command: ManageMcpServer) -> None:
+        """The /mcp view's asks. A reconnect, login or logout runs beside the turn (a login waits for
+        the browser for minutes), one at a time per server; each ends in the servers' rows again."""
+        if command.action == "status":
+            self._mcp_status_asked = True
+            self._mcp_status()
+            return
+        hub: McpControl | None = self._services if hasattr(self._services, "configs") else None  # type: ignore[assignment]
+        name = command.server
+        config = hub.configs.get(name) if hub is not None else None
+        problem = None
+        if hub is None or config is None:
+            problem = f"no MCP server named {name!r} in this session"
+        elif command.action not in _MCP_BUSY:
+            problem = f"unknown MCP action {command.action!r}"
+        elif not config.enabled:
+            problem = f"{name} is disabled in config.toml (enabled = false)"
+        elif name in hub.busy:
+            problem = f"{name}: {hub.busy[name]} already"
+        elif command.action in ("login", "logout") and config.url is None:
+            problem = f"{name} is started as a command: OAuth login is for url servers"
+        if problem is not None or hub is None:
+            self._mcp_status(problem or "")
+            return
+        assert self._loop is not None
+        hub.busy[name] = _MCP_BUSY[command.action]
+        self._mcp_status()
+        act = getattr(hub, command.action)
+
+        async def run() -> None:
+            note = ""
+            try:
+                await act(name)
+            except Exception as error:  # noqa: BLE001 - a bug in one server's action must not end the session
+                note = f"{command.action} {name} failed: {type(error).__name__}: {error}"
+            finally:
+                hub.busy.pop(name, None)
+                self._mcp_status(note)
+
+        task = self._loop.create_task(run())
+        self._mcp_tasks.add(task)
+        task.add_done_callback(self._mcp_tasks.discard)
 
     # ------------------------------------------------------------ previews, restore, server compaction
 
@@ -801,6 +886,9 @@ class AgentSession:
             if self._start_services is not None:
                 services = await self._start_services()  # their tools are in the first request
                 self._services = services
+            self._services_started = True
+            if self._mcp_status_asked:  # /mcp was opened while they started: its rows now
+                self._mcp_status()
             self.agent.engine.emit_context()
             while True:
                 if not self._queue:
@@ -841,6 +929,10 @@ class AgentSession:
                 if not question.done():
                     question.cancel()
             self.client_requests.cancel_all("the session stopped")
+            for task in list(self._mcp_tasks):
+                task.cancel()
+            if self._mcp_tasks:
+                await asyncio.gather(*self._mcp_tasks, return_exceptions=True)
             if services is not None:
                 await services.aclose()
             await self.agent.aclose()

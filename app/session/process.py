@@ -389,7 +389,8 @@ def _mirror(snapshot: SessionSnapshot, event: "Event") -> None:
               | ev.PermissionsEvent() | ev.ElicitationRequestEvent() | ev.ElicitationResolvedEvent()
               | ev.SamplingEvent() | ev.McpPromptsEvent() | ev.McpAttachmentEvent() | ev.RequestRecordedEvent()
               | ev.WhatIfEvent()
-                  | ev.EvictEvent() | ev.PinEvent() | ev.RewindPointsEvent() | ev.RewindEvent()):
+                  | ev.EvictEvent() | ev.PinEvent() | ev.RewindPointsEvent() | ev.RewindEvent()
+                  | ev.McpStatusEvent() | ev.McpAuthEvent()):
             pass  # the log holds them (the standing ones too)
         case _:
             assert_never(event)

@@ -95,6 +95,7 @@ class DashboardView:
     breaker_paused: bool = False
     _asking: dict[str, str] = field(default_factory=dict)  # approval request id -> the call it is about
     _turn_calls: list[list[str]] = field(default_factory=list)  # the calls of each turn not rewound, in order
+    mcp_status: "ev.McpStatusEvent | None" = None  # the MCP servers as the session last said (/mcp)
 
     @property
     def busy(self) -> bool:
@@ -179,6 +180,8 @@ class DashboardView:
                 self.context = event
             case ev.BreakerEvent():
                 self.breaker_paused = event.paused
+            case ev.McpStatusEvent():
+                self.mcp_status = event
             case ev.InterruptedEvent():
                 if self.approval is not None:
                     self._asking.pop(self.approval.request_id, None)
@@ -195,7 +198,7 @@ class DashboardView:
                   | ev.PromptCacheOffEvent() | ev.PermissionsEvent() | ev.ElicitationRequestEvent()
                   | ev.ElicitationResolvedEvent() | ev.SamplingEvent() | ev.McpPromptsEvent()
                   | ev.McpAttachmentEvent() | ev.RequestRecordedEvent() | ev.WhatIfEvent()
-                  | ev.EvictEvent() | ev.PinEvent() | ev.RewindPointsEvent()):
+                  | ev.EvictEvent() | ev.PinEvent() | ev.RewindPointsEvent() | ev.McpAuthEvent()):
                 pass  # the queue's alone (below), or drawn from the event itself by its widget
             case _:
                 assert_never(event)

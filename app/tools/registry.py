@@ -117,6 +117,11 @@ class ToolRegistry:
         else:
             self._output_limits[name] = max(0, max_output)
 
+    def unregister(self, name: str) -> None:
+        """Remove tool ``name`` (an MCP server's tool it no longer offers after a reconnect)."""
+        self._tools.pop(name, None)
+        self._output_limits.pop(name, None)
+
     def output_limit_for(self, name: str) -> int:
         """The character limit a result of tool ``name`` is cut to (0: none)."""
         return self._output_limits.get(name, self.max_output)

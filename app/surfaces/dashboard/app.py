@@ -33,6 +33,7 @@ from app.kernel.commands import (
     ApproveImport,
     Compact,
     Interrupt,
+    ManageMcpServer,
     Preview,
     PreviewRestore,
     EvictResult,
@@ -60,6 +61,8 @@ from widgets.session_messages import (
     ElicitationSaid,
     EngineSaid,
     ForecastReady,
+    McpAuthSaid,
+    McpStatusReady,
     MemoryImportSaid,
     RequestRecorded,
     RestorePreviewReady,
@@ -240,7 +243,7 @@ class TidegaugeApp(App[int]):
     TITLE = "tidegauge"
     SESSION_MESSAGES = (ApprovalRequested, ApprovalResolved, MemoryImportSaid, ForecastReady, StateChanged,
                         RestorePreviewReady, ElicitationSaid, SessionStarted, EngineSaid, RequestRecorded,
-                        RewindPointsReady, Rewound)
+                        RewindPointsReady, Rewound, McpStatusReady, McpAuthSaid)
     ENABLE_COMMAND_PALETTE = True
 
     BINDINGS = [
@@ -649,6 +652,8 @@ class TidegaugeApp(App[int]):
             self.action_inspect()
         elif command == "/rewind":
             self.action_rewind()
+        elif command == "/mcp":
+            self.action_mcp()
         elif command == "/resume":
             if self._list_sessions is None:
                 self.conversation.add_engine("info", "/resume: quit and run tidegauge --resume (tidegauge sessions lists them)")
@@ -904,6 +909,9 @@ class TidegaugeApp(App[int]):
         yield SystemCommand(f"{'Hide' if shown else 'Show'} context chart and breakdown",
                             f"They are {'shown' if shown else 'hidden'} now; the history chart and the breakdown "
                             "by part (ctrl+g)", self.action_toggle_context_details)
+        # Not named "servers": typing "server" finds the server-side compaction switch first
+        yield SystemCommand("MCP: state, reconnect, login, logout (/mcp)",
+                            "Each MCP server's state, tools, schema tokens and auth", self.action_mcp)
         yield SystemCommand("What-if: overlay policy…", "Replay this session under another window and auto-compact"
                             " line; the chart overlays the curve", self.action_whatif)
         # One toggle that says the state it is in, offered only where the provider can compact
@@ -977,6 +985,8 @@ class TidegaugeApp(App[int]):
         event = message.event
         if isinstance(event, ServerCompactionEvent) and self._server_compaction_on is not None:
             self._server_compaction_on = event.on  # the state now, switched or refused
+        elif event.type == "mcp_server" and self.session is not None and not message.restored:
+            self._refresh_mcp_view()
 
     def action_whatif(self) -> None:
         """Ask for a window and an auto-compact fraction; the session replays its transcript with them."""
@@ -994,3 +1004,70 @@ class TidegaugeApp(App[int]):
             self.conversation.add_engine("info", "the agent is still starting: try again in a moment")
         else:
             self.session.submit(ServerCompaction(on))
+
+    # ------------------------------------------------------------------ /mcp and re-authorization
+
+    def action_mcp(self) -> None:
+        """The MCP servers as the session last said, asked again: the view redraws when it answers."""
+        from widgets.mcp_screen import McpScreen  # modals: imported when first shown
+
+        if not any(isinstance(screen, McpScreen) for screen in self.screen_stack):
+            self.push_screen(McpScreen(self.view.mcp_status))
+        if self.session is None:
+            self.conversation.add_engine("info", "the agent is still starting: try /mcp again in a moment")
+            return
+        self.session.submit(ManageMcpServer("status"))
+
+    def _refresh_mcp_view(self) -> None:
+        """A server started, failed or stopped while /mcp is open: its rows are asked for again."""
+        from widgets.mcp_screen import McpScreen
+
+        if self.session is not None and any(isinstance(screen, McpScreen) for screen in self.screen_stack):
+            self.session.submit(ManageMcpServer("status"))
+
+    def _tell_mcp_view(self, said: Any) -> None:
+        """A login's progress under /mcp's list too (the consent address above all): the view covers
+        the conversation that says it."""
+        from widgets.mcp_screen import McpScreen
+
+        from app.kernel.describe import describe
+
+        line = describe(said)
+        for screen in self.screen_stack:
+            if isinstance(screen, McpScreen) and line is not None:
+                screen.say(line.text)
+
+    @on(McpStatusReady)
+    def _on_mcp_status(self, _message: McpStatusReady) -> None:
+        from widgets.mcp_screen import McpScreen
+
+        for screen in self.screen_stack:
+            if isinstance(screen, McpScreen):
+                screen.show(self.view.mcp_status)
+
+    def on_mcp_screen_action_asked(self, message: Any) -> None:
+        """A key in the /mcp view: the session does the work (``ManageMcpServer``)."""
+        self.submit(ManageMcpServer(message.action, message.server))
+
+    @on(McpAuthSaid)
+    async def _on_mcp_auth(self, message: McpAuthSaid) -> None:
+        """A tool call refused for want of scope: log in again now? Yes runs the login (the browser
+        opens) and the call is sent again; no gives the call its refusal."""
+        said = message.event
+        if message.restored:
+            return
+        if said.status != "offer":
+            self._tell_mcp_view(said)
+            return
+        from widgets.confirm_screen import ConfirmScreen
+
+        from app.kernel.describe import reauthorize_question
+
+        def answered(answer: bool | None) -> None:
+            if self._approval_screens.pop(said.request_id, None) is not None:
+                self.submit(Approve(said.request_id, "yes" if answer else "no"))
+
+        screen = ConfirmScreen(reauthorize_question(said))
+        screen.default_answer = "yes"
+        self._approval_screens[said.request_id] = screen
+        await self.push_screen(screen, callback=answered)
