@@ -25,7 +25,7 @@ COMMANDS: list[Any] = [
     cmd.ServerCompaction(True), cmd.ApproveImport("/nowhere/notes.md", True),
     cmd.AnswerElicitation("form-nowhere", "decline"), cmd.Approve("approval-nowhere", "yes"),
     cmd.WhatIf(100_000, 0.8), cmd.EvictResult("call-nowhere"), cmd.PinResult("call-nowhere"),
-    cmd.PreviewRewind(), cmd.Rewind("plan-nowhere"),
+    cmd.PreviewRewind(), cmd.Rewind("plan-nowhere"), cmd.ManageMcpServer("status"),
     cmd.UserInput("hello"), cmd.UserInput("explain the project"), cmd.UserInput("what next"),
     cmd.Compact(), cmd.Reset(), cmd.Interrupt(),
 ]

@@ -18,6 +18,7 @@ from app.kernel import events as ev
 from app.session.agent_session import AgentSession, replayable
 from app.kernel.commands import (
     EvictResult,
+    ManageMcpServer,
     PinResult,
     Approve,
     AnswerElicitation,
@@ -272,6 +273,8 @@ ANSWERED_AT_ONCE = [
     (PinResult("call-nope"), "pin"),
     (PreviewRewind(), "rewind_points"),
     (Rewind("plan-nope"), "rewind"),
+    (ManageMcpServer("status"), "mcp_status"),
+    (ManageMcpServer("reconnect", "nowhere"), "mcp_status"),
 ]
 
 

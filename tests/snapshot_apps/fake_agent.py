@@ -181,6 +181,10 @@ class FakeSession:
         if isinstance(command, (cmd.PreviewRewind, cmd.Rewind)):
             self._answer_rewind(command)
             return
+        if isinstance(command, cmd.ManageMcpServer):  # the fake runs no MCP server, as a session without any
+            note = "" if command.action == "status" else f"no MCP server named {command.server!r} in this session"
+            self.emit(ev.McpStatusEvent(servers=[], note=note))
+            return
         if isinstance(command, (cmd.Preview, cmd.PreviewRestore, cmd.RestoreResult, cmd.ServerCompaction)):
             self._answer_now(command)
             return
