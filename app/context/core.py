@@ -34,6 +34,7 @@ from app.context.session_memory import MEMORY_INTRO, SessionMemory, UnseenMessag
 from app.context.summarizer import extractive_summary
 from app.context.thresholds import MIN_SUMMARY_ROOM, Thresholds, budget_floor_warning, compute_thresholds, level
 from app.context.tokens import count_tokens, estimate_message, estimate_messages, estimate_tools
+from app.context.user_words import carried_rule_blocks, user_words
 from app.context.truncation import truncate_head_tail
 from app.kernel.events import (
     AgentName,
@@ -122,6 +123,17 @@ class Appended:
 
 # In order: a history change is persisted before the events after it are emitted.
 Effect = Union[Replaced, Appended, Event]
+
+
+@dataclass
+class _PasteScan:
+    """The unsaved-paste blocks of the first ``length`` messages of ``history`` (that very list)."""
+
+    history: list[Message]
+    length: int = 0
+    last: Message | None = None  # history[length - 1] when scanned: the prefix is still the one scanned
+    found: list[TextBlock] = field(default_factory=list)
+    carried: bool = False
 
 
 @dataclass(frozen=True)
@@ -253,6 +265,9 @@ class ContextCore:
         # The user's pastes saved whole by the service (message id -> file; None: not saved),
         # which the summaries' cuts name.
         self.saved_pastes: dict[str, str | None] = {}
+        # id(message) -> (that message, its unsaved-paste blocks, whether a carried rule is one)
+        self._paste_memo: dict[int, tuple[Message, list[TextBlock], bool]] = {}
+        self._paste_scan: _PasteScan | None = None
 
     # ---- the fixed part and the lines ----
 
@@ -350,8 +365,42 @@ class ContextCore:
     def pastes_to_save(self, messages: Sequence[Message] | None = None) -> list[tuple[str, str]]:
         """(message id, text) of the user's pastes in ``messages`` (the history) not saved yet: a
         summary keeps only their head and tail, and names the saved copy."""
-        return [(kept_word_id(b), b.text) for b in typed_words(self.history if messages is None else messages)
-                if b.paste_copy is None and is_paste(b.text) and kept_word_id(b) not in self.saved_pastes]
+        if messages is None:
+            candidates = self._history_paste_candidates()
+        else:
+            candidates = [b for b in typed_words(messages) if b.paste_copy is None and is_paste(b.text)]
+        return [(kept_word_id(b), b.text) for b in candidates if kept_word_id(b) not in self.saved_pastes]
+
+    def _history_paste_candidates(self) -> list[TextBlock]:
+        """The unsaved-paste blocks of ``typed_words(history)``, found once per message: this runs
+        before every request, and walking every block of a long history each time made a long
+        session's requests quadratic. A message never changes (a change is a new message) and the
+        history only grows between replacements, so the messages scanned before are not scanned
+        again; after a replacement each message's blocks are remembered by its identity."""
+        history = self.history
+        scan = self._paste_scan
+        if (scan is None or scan.history is not history or scan.length > len(history)
+                or (scan.length and history[scan.length - 1] is not scan.last)):
+            memo = self._paste_memo
+            if len(memo) > 2 * len(history) + 64:  # messages gone from the history are let go
+                memo = self._paste_memo = {id(m): memo[id(m)] for m in history
+                                           if id(m) in memo and memo[id(m)][0] is m}
+            scan = self._paste_scan = _PasteScan(history)
+        memo = self._paste_memo
+        for message in history[scan.length:]:
+            entry = memo.get(id(message))
+            if entry is None or entry[0] is not message:
+                typed = [b for b in user_words([message]) if b.paste_copy is None and is_paste(b.text)]
+                carried = any(b.paste_copy is None and is_paste(b.text) for b in carried_rule_blocks([message]))
+                entry = memo[id(message)] = (message, typed, carried)
+            scan.found.extend(entry[1])
+            scan.carried = scan.carried or entry[2]
+        scan.length, scan.last = len(history), (history[-1] if history else None)
+        if scan.carried:
+            # a rule an older summary carried counts only when no message kept holds its id:
+            # decided on the whole history, as typed_words decides it (rare: legacy summaries)
+            return [b for b in typed_words(history) if b.paste_copy is None and is_paste(b.text)]
+        return list(scan.found)
 
     # ---- history changes (each returned for the service to persist) ----
 
@@ -741,6 +790,10 @@ class ContextCore:
 
     def prune_by_size(self) -> PruneResult | None:
         """The results to clear over the warning line (None: nothing to clear)."""
+        if self.accounting.tool_result_tokens(self.history) < self.config.micro_min_free:
+            # All the results together could not free the minimum: no need to walk them (this
+            # is asked before every request over the warning line).
+            return None
         result = prune_by_size(self.history, self.config.micro_keep_tokens, self.config.micro_min_free,
                                keep_ids=frozenset(self.pinned))
         return result if result.results_cleared else None
