@@ -70,3 +70,10 @@ def test_a_replays_figures_are_unchanged(recording: Recording, spec: str) -> Non
     assert (curve.compactions, curve.peak_tokens, curve.input_tokens, sum(t for _, t in curve.points)) == FIGURES[spec]
     assert len(curve.points) == 2 * TURNS
 
+
+def test_a_window_too_small_for_what_a_summary_keeps_compacts_at_most_every_other_call(recording: Recording) -> None:
+    """Under 12K the user's kept words and pastes leave a summary near the line: every request
+    compacted again (89 compactions in 80 calls); now one waits for the room it should make."""
+    curve = run_whatif(recording, [parse_policy("window=12000")])[1]
+    assert 0 < curve.compactions <= len(curve.points) // 2
+    assert curve.peak_tokens < curve.window

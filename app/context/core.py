@@ -268,6 +268,15 @@ class ContextCore:
         # id(message) -> (that message, its unsaved-paste blocks, whether a carried rule is one)
         self._paste_memo: dict[int, tuple[Message, list[TextBlock], bool]] = {}
         self._paste_scan: _PasteScan | None = None
+        # Set by a compaction that left the context over the warning line: what a summary keeps
+        # (the summary, the user's words, the fixed part) fills the room it should have made, so
+        # compacting again at the next request would free a few tokens for a model call each
+        # time, request after request. Auto-compaction waits until the context reaches this figure.
+        self.auto_compaction_held_until: int | None = None
+        # The same for the blocking line's fallback, when what a compaction kept is over the
+        # auto-compact line: each fallback would summarize away only the latest turn (the result
+        # the model just asked for), request after request.
+        self.fallback_held_until: int | None = None
 
     # ---- the fixed part and the lines ----
 
@@ -751,6 +760,8 @@ class ContextCore:
     def rearm_warning(self, projected: int) -> None:
         if projected < self.thresholds.warning_line:
             self.warned = False
+            # room was made (a reset, a clearing): no longer held
+            self.auto_compaction_held_until = self.fallback_held_until = None
 
     def needs_clearing_by_size(self, projected: int) -> bool:
         """At the warning line: old tool results are cleared, largest savings first."""
@@ -761,15 +772,30 @@ class ContextCore:
         return projected >= self.thresholds.auto_compact_line
 
     def must_fall_back(self, projected: int) -> bool:
-        """At the blocking line: a request that cannot fit is never sent; the extractive summary."""
-        return projected >= self.thresholds.blocking_line
+        """At the blocking line: a request that cannot fit is never sent; the extractive summary
+        (unless the last compaction showed a summary cannot make room: see ``fallback_held_until``)."""
+        held = self.fallback_held_until
+        return projected >= self.thresholds.blocking_line and (held is None or projected >= held)
 
     def wants_auto_compaction(self, projected: int) -> bool:
         """At the auto-compact line, with something to compact, and ours to do (with
         server-side compaction on, the server compacts at this same line; the blocking-line
         fallback stays, as the last line of defence)."""
+        held = self.auto_compaction_held_until
         return (projected >= self.thresholds.auto_compact_line and not self.only_a_summary()
-                and self.auto_compaction_is_ours())
+                and self.auto_compaction_is_ours() and (held is None or projected >= held))
+
+    def _hold_auto_compaction(self, tokens_after: int) -> int | None:
+        """After a compaction: when it left the context over the warning line, the figure the
+        context must reach before auto-compaction tries again (as much growth past what it left as
+        the room a compaction is meant to make: the warning line to the auto-compact line); over
+        the auto-compact line, the fallback's likewise (the auto-compact line to the blocking line)."""
+        t = self.thresholds
+        held = tokens_after + max(1, t.auto_compact_line - t.warning_line) if tokens_after >= t.warning_line else None
+        self.auto_compaction_held_until = held
+        self.fallback_held_until = (tokens_after + max(1, t.blocking_line - t.auto_compact_line)
+                                    if tokens_after >= t.auto_compact_line else None)
+        return held
 
     def auto_compaction_is_ours(self) -> bool:
         return not self.config.server_compaction
@@ -867,7 +893,8 @@ class ContextCore:
         tokens_after = self.projected()
         event = CompactionEvent(trigger=trigger, ok=True, messages_before=messages_before,
                                 messages_after=len(new_history), tokens_before=tokens_before,
-                                tokens_after=tokens_after, replanned=replanned, **_audit_fields(audit),
+                                tokens_after=tokens_after, replanned=replanned,
+                                auto_held_until=self._hold_auto_compaction(tokens_after), **_audit_fields(audit),
                                 **_forecast_fields(planned))
         return event, [replaced, event, *self._after_change("compaction", tokens_after)]
 
