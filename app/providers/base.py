@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import AsyncIterator, Literal, Protocol, Union, runtime_checkable
 
 from app.kernel.messages import Message, ToolSpec
+from app.kernel.request_store import CacheMark
 from app.kernel.usage import Usage
 
 ToolChoice = Literal["auto", "none"]
@@ -175,6 +176,16 @@ class Provider(Protocol):
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]: ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class CacheMarkingProvider(Protocol):
+    """A provider that marks prompt-cache breakpoints in what it sends (Anthropic's ``cache_control``)."""
+
+    def cache_marks(self, request: ModelRequest) -> tuple[CacheMark, ...]:
+        """Where the breakpoints went in the body last built for ``request`` (the one sent: a
+        retry without them builds it again); () for another request or none sent."""
+        ...
 
 
 @runtime_checkable
