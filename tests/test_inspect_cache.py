@@ -105,3 +105,26 @@ def test_openai_cached_tokens_mark_a_prefix_of_parts_without_breakpoints(fake_ll
     # what the parts served add up to stays within what the server read (a part half inside is not served)
     assert sum(part["tokens"] for part in parts[:served]) <= cache_view["read_tokens"] * 1.05
     assert not any(part["cached"] for part in parts if part["kind"] == "tool_result")
+
+
+def test_a_planted_index_with_bogus_breakpoints_is_shown_without_them(tmp_path: Path) -> None:
+    """The index is a file on disk: breakpoints out of range are ignored, a line that is not
+    numbers is skipped, and the inspector still shows the request."""
+    from app.context.request_parts import request_parts
+    from app.kernel.messages import Message
+    from app.kernel.request_store import INDEX_NAME, RequestEnvelope, RequestStore, StoredRequests
+
+    folder = tmp_path / "requests"
+    parts = request_parts("You are a test.", "", [], [Message.typed_by_user("hello there")])
+    gauge = sum(p.tokens for p in parts)
+    RequestStore(folder).record(parts, RequestEnvelope(number=0, gauge_tokens=gauge, input_tokens=0,
+                                                       cache_read_tokens=gauge, cache_write_tokens=0))
+    line = json.loads((folder / INDEX_NAME).read_text().splitlines()[0])
+    with open(folder / INDEX_NAME, "a", encoding="utf-8") as index:
+        index.write(json.dumps({**line, "keep": len(parts), "add": [], "breakpoints": [-5, 10**12, 0]}) + "\n")
+        index.write(json.dumps({**line, "breakpoints": ["a"]}) + "\n")
+    stored = StoredRequests.load(folder)
+    assert stored.count == 2
+    views = stored.views(2)
+    assert [v.breakpoint for v in views] == [True] + [False] * (len(views) - 1)
+    assert all(v.cached for v in views)
