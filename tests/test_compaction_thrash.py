@@ -68,3 +68,36 @@ def test_auto_compaction_waits_after_one_that_left_the_context_over_the_warning_
         turn(n)
     asyncio.run(engine.before_request(summarize))
     assert len(calls) == 2
+
+
+def test_the_blocking_line_fallback_waits_after_one_that_left_the_context_over_the_auto_compact_line() -> None:
+    """With the server compacting (ours stands down), the blocking line's extractive fallback is the
+    one that runs; when what it keeps is over the auto-compact line it is not run at each request."""
+    events: list[Event] = []
+    engine = ContextEngine(system_prompt="You are terse.", memory=MemoryBundle(), tools=[],
+                           config=EngineConfig(window=40_000, budget=8_000, kept_words_budget=30_000,
+                                               server_compaction=True),
+                           emit=events.append, clock=lambda: 0.0)
+
+    async def summarize(request: ModelRequest) -> tuple[Message, Usage]:
+        raise AssertionError("the fallback makes no model call")
+
+    def turn(n: int) -> None:
+        engine.append_user_text(f"note {n}: " + " ".join(f"keep{n}w{k}" for k in range(30)))
+        engine.append(Message.assistant_text(f"Noted {n}. " + " ".join(f"detail{n}x{k}" for k in range(8))))
+
+    lines = engine.core.thresholds
+    n = 0
+    while engine.core.projected() < lines.blocking_line:
+        n += 1
+        turn(n)
+    asyncio.run(engine.before_request(summarize))
+    fallbacks = [e for e in events if isinstance(e, CompactionEvent) and e.trigger == "fallback"]
+    assert len(fallbacks) == 1 and fallbacks[0].tokens_after >= lines.auto_compact_line
+    n += 1
+    turn(n)
+    while engine.core.projected() < lines.blocking_line:
+        n += 1
+        turn(n)
+    asyncio.run(engine.before_request(summarize))
+    assert len([e for e in events if isinstance(e, CompactionEvent) and e.trigger == "fallback"]) == 1
