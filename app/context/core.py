@@ -810,6 +810,8 @@ class ContextCore:
         if self.last_assistant_at is None:
             return None
         idle_min = (now - self.last_assistant_at) / 60.0
+        if idle_min <= self.config.micro_idle_minutes:
+            return None  # not idle long enough (asked before every request: no copy of the history)
         result = prune_by_time(self.history, idle_min, self.config.micro_idle_minutes, self.config.micro_keep_latest,
                                keep_ids=frozenset(self.pinned))
         return result if result.results_cleared else None
