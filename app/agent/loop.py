@@ -14,6 +14,7 @@ from app.context.engine import ContextEngine, Summarize
 from app.context.plans import Plan
 from app.context.prices import Price
 from app.kernel.event_sink import EventSink
+from app.context.request_parts import breakpoint_indexes
 from app.kernel.events import (
     AgentState,
     AssistantMessageEvent,
@@ -46,6 +47,7 @@ from app.kernel.markers import BAD_ARGUMENTS_KEY
 from app.agent.permissions import Permissions, source_words
 from app.providers.sse import MAX_RETRY_AFTER
 from app.providers.base import (
+    CacheMarkingProvider,
     Completed,
     ContextTooLongError,
     ModelRequest,
@@ -491,12 +493,14 @@ class Agent:
             return
         parts = self.engine.request_parts(request)
         usage = completed.usage if completed is not None else None
+        marks = self.provider.cache_marks(request) if isinstance(self.provider, CacheMarkingProvider) else ()
         envelope = RequestEnvelope(
             number=0, gauge_tokens=gauge, model=self.provider.model, max_tokens=request.max_tokens,
             input_tokens=usage.input_tokens if usage else None,
             cache_read_tokens=usage.cache_read_tokens if usage else None,
             cache_write_tokens=usage.cache_write_tokens if usage else None,
             output_tokens=usage.output_tokens if usage else None,
+            breakpoints=breakpoint_indexes(parts, marks) if marks else (),
             ok=completed is not None)
         try:
             number = self.requests.record(parts, envelope)

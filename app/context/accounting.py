@@ -335,6 +335,12 @@ class ContextAccounting:
         whole = max(fixed, whole)
         return Projection(None, whole, whole, scale)
 
+    def tool_result_tokens(self, history: Sequence[Message]) -> int:
+        """Estimated tokens of the messages holding tool results (their other blocks left out),
+        kept up to date as the history grows: no clearing of ``history`` can free more."""
+        self._sums.update(history)
+        return self._sums.by_part["tool_results"]
+
     def breakdown(self, system: str, memory_text: str, tools: Sequence[ToolSpec],
                   history: Sequence[Message],
                   tool_owner: Callable[[str], str | None] | None = None) -> dict[str, int]:

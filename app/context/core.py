@@ -36,6 +36,7 @@ from app.context.session_memory import MEMORY_INTRO, SessionMemory, UnseenMessag
 from app.context.summarizer import extractive_summary
 from app.context.thresholds import MIN_SUMMARY_ROOM, Thresholds, budget_floor_warning, compute_thresholds, level
 from app.context.tokens import count_tokens, estimate_message, estimate_messages, estimate_tools
+from app.context.user_words import carried_rule_blocks, user_words
 from app.context.truncation import truncate_head_tail
 from app.kernel.events import (
     AgentName,
@@ -126,6 +127,17 @@ class Appended:
 
 # In order: a history change is persisted before the events after it are emitted.
 Effect = Union[Replaced, Appended, Event]
+
+
+@dataclass
+class _PasteScan:
+    """The unsaved-paste blocks of the first ``length`` messages of ``history`` (that very list)."""
+
+    history: list[Message]
+    length: int = 0
+    last: Message | None = None  # history[length - 1] when scanned: the prefix is still the one scanned
+    found: list[TextBlock] = field(default_factory=list)
+    carried: bool = False
 
 
 def _call_words(name: str, tool_input: object) -> str:
@@ -254,6 +266,18 @@ class ContextCore:
         # The user's pastes saved whole by the service (message id -> file; None: not saved),
         # which the summaries' cuts name.
         self.saved_pastes: dict[str, str | None] = {}
+        # id(message) -> (that message, its unsaved-paste blocks, whether a carried rule is one)
+        self._paste_memo: dict[int, tuple[Message, list[TextBlock], bool]] = {}
+        self._paste_scan: _PasteScan | None = None
+        # Set by a compaction that left the context over the warning line: what a summary keeps
+        # (the summary, the user's words, the fixed part) fills the room it should have made, so
+        # compacting again at the next request would free a few tokens for a model call each
+        # time, request after request. Auto-compaction waits until the context reaches this figure.
+        self.auto_compaction_held_until: int | None = None
+        # The same for the blocking line's fallback, when what a compaction kept is over the
+        # auto-compact line: each fallback would summarize away only the latest turn (the result
+        # the model just asked for), request after request.
+        self.fallback_held_until: int | None = None
 
     # ---- the fixed part and the lines ----
 
@@ -390,8 +414,42 @@ class ContextCore:
     def pastes_to_save(self, messages: Sequence[Message] | None = None) -> list[tuple[str, str]]:
         """(message id, text) of the user's pastes in ``messages`` (the history) not saved yet: a
         summary keeps only their head and tail, and names the saved copy."""
-        return [(kept_word_id(b), b.text) for b in typed_words(self.history if messages is None else messages)
-                if b.paste_copy is None and is_paste(b.text) and kept_word_id(b) not in self.saved_pastes]
+        if messages is None:
+            candidates = self._history_paste_candidates()
+        else:
+            candidates = [b for b in typed_words(messages) if b.paste_copy is None and is_paste(b.text)]
+        return [(kept_word_id(b), b.text) for b in candidates if kept_word_id(b) not in self.saved_pastes]
+
+    def _history_paste_candidates(self) -> list[TextBlock]:
+        """The unsaved-paste blocks of ``typed_words(history)``, found once per message: this runs
+        before every request, and walking every block of a long history each time made a long
+        session's requests quadratic. A message never changes (a change is a new message) and the
+        history only grows between replacements, so the messages scanned before are not scanned
+        again; after a replacement each message's blocks are remembered by its identity."""
+        history = self.history
+        scan = self._paste_scan
+        if (scan is None or scan.history is not history or scan.length > len(history)
+                or (scan.length and history[scan.length - 1] is not scan.last)):
+            memo = self._paste_memo
+            if len(memo) > 2 * len(history) + 64:  # messages gone from the history are let go
+                memo = self._paste_memo = {id(m): memo[id(m)] for m in history
+                                           if id(m) in memo and memo[id(m)][0] is m}
+            scan = self._paste_scan = _PasteScan(history)
+        memo = self._paste_memo
+        for message in history[scan.length:]:
+            entry = memo.get(id(message))
+            if entry is None or entry[0] is not message:
+                typed = [b for b in user_words([message]) if b.paste_copy is None and is_paste(b.text)]
+                carried = any(b.paste_copy is None and is_paste(b.text) for b in carried_rule_blocks([message]))
+                entry = memo[id(message)] = (message, typed, carried)
+            scan.found.extend(entry[1])
+            scan.carried = scan.carried or entry[2]
+        scan.length, scan.last = len(history), (history[-1] if history else None)
+        if scan.carried:
+            # a rule an older summary carried counts only when no message kept holds its id:
+            # decided on the whole history, as typed_words decides it (rare: legacy summaries)
+            return [b for b in typed_words(history) if b.paste_copy is None and is_paste(b.text)]
+        return list(scan.found)
 
     # ---- history changes (each returned for the service to persist) ----
 
@@ -748,6 +806,8 @@ class ContextCore:
     def rearm_warning(self, projected: int) -> None:
         if projected < self.thresholds.warning_line:
             self.warned = False
+            # room was made (a reset, a clearing): no longer held
+            self.auto_compaction_held_until = self.fallback_held_until = None
 
     def needs_clearing_by_size(self, projected: int) -> bool:
         """At the warning line: old tool results are cleared, largest savings first."""
@@ -758,15 +818,30 @@ class ContextCore:
         return projected >= self.thresholds.auto_compact_line
 
     def must_fall_back(self, projected: int) -> bool:
-        """At the blocking line: a request that cannot fit is never sent; the extractive summary."""
-        return projected >= self.thresholds.blocking_line
+        """At the blocking line: a request that cannot fit is never sent; the extractive summary
+        (unless the last compaction showed a summary cannot make room: see ``fallback_held_until``)."""
+        held = self.fallback_held_until
+        return projected >= self.thresholds.blocking_line and (held is None or projected >= held)
 
     def wants_auto_compaction(self, projected: int) -> bool:
         """At the auto-compact line, with something to compact, and ours to do (with
         server-side compaction on, the server compacts at this same line; the blocking-line
         fallback stays, as the last line of defence)."""
+        held = self.auto_compaction_held_until
         return (projected >= self.thresholds.auto_compact_line and not self.only_a_summary()
-                and self.auto_compaction_is_ours())
+                and self.auto_compaction_is_ours() and (held is None or projected >= held))
+
+    def _hold_auto_compaction(self, tokens_after: int) -> int | None:
+        """After a compaction: when it left the context over the warning line, the figure the
+        context must reach before auto-compaction tries again (as much growth past what it left as
+        the room a compaction is meant to make: the warning line to the auto-compact line); over
+        the auto-compact line, the fallback's likewise (the auto-compact line to the blocking line)."""
+        t = self.thresholds
+        held = tokens_after + max(1, t.auto_compact_line - t.warning_line) if tokens_after >= t.warning_line else None
+        self.auto_compaction_held_until = held
+        self.fallback_held_until = (tokens_after + max(1, t.blocking_line - t.auto_compact_line)
+                                    if tokens_after >= t.auto_compact_line else None)
+        return held
 
     def auto_compaction_is_ours(self) -> bool:
         return not self.config.server_compaction
@@ -786,12 +861,18 @@ class ContextCore:
         if self.last_assistant_at is None:
             return None
         idle_min = (now - self.last_assistant_at) / 60.0
+        if idle_min <= self.config.micro_idle_minutes:
+            return None  # not idle long enough (asked before every request: no copy of the history)
         result = prune_by_time(self.history, idle_min, self.config.micro_idle_minutes, self.config.micro_keep_latest,
                                keep_ids=frozenset(self.pinned))
         return result if result.results_cleared else None
 
     def prune_by_size(self) -> PruneResult | None:
         """The results to clear over the warning line (None: nothing to clear)."""
+        if self.accounting.tool_result_tokens(self.history) < self.config.micro_min_free:
+            # All the results together could not free the minimum: no need to walk them (this
+            # is asked before every request over the warning line).
+            return None
         result = prune_by_size(self.history, self.config.micro_keep_tokens, self.config.micro_min_free,
                                keep_ids=frozenset(self.pinned))
         return result if result.results_cleared else None
@@ -896,7 +977,8 @@ class ContextCore:
         tokens_after = self.projected()
         event = CompactionEvent(trigger=trigger, ok=True, messages_before=messages_before,
                                 messages_after=len(new_history), tokens_before=tokens_before,
-                                tokens_after=tokens_after, replanned=replanned, **_audit_fields(audit),
+                                tokens_after=tokens_after, replanned=replanned,
+                                auto_held_until=self._hold_auto_compaction(tokens_after), **_audit_fields(audit),
                                 **_forecast_fields(planned))
         return event, [replaced, event, *self._after_change("compaction", tokens_after)]
 

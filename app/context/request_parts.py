@@ -29,7 +29,7 @@ from app.kernel.messages import (
     ToolSpec,
     ToolUseBlock,
 )
-from app.kernel.request_store import RequestPart
+from app.kernel.request_store import CacheMark, RequestPart
 
 # The deferred tools' catalogue (app.tools.deferral.LOAD_TOOLS): named here, not imported, so the
 # context package keeps off the tools package.
@@ -82,6 +82,30 @@ def request_parts(system_prompt: str, memory_text: str, tools: Sequence[ToolSpec
         parts.append(RequestPart("tool", "tools", origin, text, estimate_tool(spec), f"tool:{spec.name}"))
     parts.extend((memo or PartsMemo()).parts_of(messages))
     return parts
+
+
+def breakpoint_indexes(parts: Sequence[RequestPart], marks: Sequence[CacheMark]) -> tuple[int, ...]:
+    """The indexes of the parts each cache breakpoint follows (a mark no part matches is left out).
+    The system prompt's mark follows the memory files, sent in the same system text; a marked text
+    block cut into a summary and its checked facts is followed by its last part. The marks sit on
+    the latest messages, so the search runs from the end."""
+    found: set[int] = set()
+    for kind, value in marks:
+        if kind == "system":
+            at = [i for i, p in enumerate(parts[:2]) if p.role == "system"]
+            index = at[-1] if at else None
+        elif kind in ("tool", "tool_use", "tool_result"):
+            key = {"tool": "tool:", "tool_use": "use:", "tool_result": "result:"}[kind] + value
+            index = next((i for i in range(len(parts) - 1, -1, -1) if parts[i].key == key), None)
+        elif kind == "text":
+            index = next((i for i in range(len(parts) - 1, -1, -1) if parts[i].kind == "text" and (
+                parts[i].text == value or (parts[i].origin == "checked facts" and value.endswith(parts[i].text)))),
+                None)
+        else:
+            index = None
+        if index is not None:
+            found.add(index)
+    return tuple(sorted(found))
 
 
 def _message_parts(message: Message, names: dict[str, str]) -> list[RequestPart]:

@@ -91,6 +91,9 @@ def _compaction(e: "ev.CompactionEvent") -> Line:
                                   f" recent kept ({tokens}){facts}{_checked_facts(e)}")
     if e.replanned:  # not the plan the user confirmed, so it says so
         facts += "; re-planned: the conversation changed after the confirmation"
+    if e.auto_held_until is not None:
+        facts += (f"; what it kept is over the warning line, so auto-compaction waits until "
+                  f"~{human_tokens(e.auto_held_until)} tokens")
     label = {"auto": "auto", "manual": "manual", "fallback": "fallback (extractive)"}.get(e.trigger, e.trigger)
     return Line("compaction",
                 f"context compacted: {plural(e.messages_before, 'message')} → 1 summary ({label}, {tokens}){facts}"

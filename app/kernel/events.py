@@ -227,6 +227,9 @@ class CompactionEvent(EventBase):
     compaction_call_cost_usd: float | None = None
     # Issue 25: the confirmed plan was made on a history that changed before it ran: this one was made anew.
     replanned: bool = False
+    # What was kept is over the warning line: auto-compaction waits until the context reaches this
+    # (compacting again at once would free next to nothing, one model call per request).
+    auto_held_until: int | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
 class MicroCompactionEvent(EventBase):

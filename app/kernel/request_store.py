@@ -58,6 +58,12 @@ class RequestPart:
         return hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()[:20]
 
 
+# Where a provider put a prompt-cache breakpoint (Anthropic's ``cache_control``), by what the marked
+# block is: ("tool", name), ("system", ""), ("tool_use", call id), ("tool_result", call id) or
+# ("text", the block's text). The context package finds the part each names.
+CacheMark = tuple[str, str]
+
+
 @dataclass(frozen=True)
 class RequestEnvelope:
     """What goes with a request: its number, the gauge's figure when it was sent, the usage."""
@@ -348,17 +354,44 @@ def apportion(estimates: Sequence[int], total: int) -> list[int]:
 
 def _views(parts: Sequence[RequestPart], envelope: RequestEnvelope, *, whole_text: bool) -> list[PartView]:
     tokens = apportion([p.tokens for p in parts], envelope.gauge_tokens)
-    # The prompt cache serves a prefix: the parts wholly inside what the server read from it.
-    cached_left = envelope.cache_read_tokens or 0
+    cached_parts = cached_prefix(tokens, envelope)
     breakpoints = set(envelope.breakpoints)
-    views = []
-    for index, (part, share) in enumerate(zip(parts, tokens)):
-        cached = 0 < share <= cached_left
-        cached_left = cached_left - share if cached else 0
-        views.append(PartView(part.kind, part.role, part.origin, share, cached,
-                              part.text if whole_text else head_and_tail(part.text), len(part.text),
-                              breakpoint=index in breakpoints))
-    return views
+    return [PartView(part.kind, part.role, part.origin, share, index < cached_parts,
+                     part.text if whole_text else head_and_tail(part.text), len(part.text),
+                     breakpoint=index in breakpoints)
+            for index, (part, share) in enumerate(zip(parts, tokens))]
+
+
+# How far a breakpoint's running total (our estimate) may be from what the server read from the
+# cache (its count) for the read to be taken as ending there: two tokenizers weigh parts apart.
+BREAKPOINT_TOLERANCE = 0.15
+
+
+def cached_prefix(shares: Sequence[int], envelope: RequestEnvelope) -> int:
+    """How many parts, from the first, the prompt cache served. A cache serves a prefix: with
+    breakpoints, up to the last one the usage confirms (its running total within
+    ``BREAKPOINT_TOLERANCE`` of what the server read: the cache reads up to a breakpoint); without
+    (OpenAI-style automatic prefix caching), or when none is near, the parts wholly inside what
+    was read."""
+    read = envelope.cache_read_tokens or 0
+    if read <= 0:
+        return 0
+    # The parts' shares add up to the gauge's figure, which stands on the server's last count:
+    # what it read is compared with them as it is.
+    served = float(read)
+    running: list[int] = []
+    total = 0
+    for share in shares:
+        total += share
+        running.append(total)
+    confirmed = [i for i in envelope.breakpoints
+                 if 0 <= i < len(running) and abs(running[i] - served) <= BREAKPOINT_TOLERANCE * served]
+    if confirmed:
+        return max(confirmed) + 1
+    inside = 0
+    while inside < len(running) and 0 < running[inside] <= served:
+        inside += 1
+    return inside
 
 
 def _int_or_none(value: Any) -> int | None:

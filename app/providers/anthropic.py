@@ -16,6 +16,7 @@ from typing import Any, AsyncIterator, Iterable, Unpack
 import httpx
 
 from app.kernel.private_files import read_kept_json, write_kept_json
+from app.kernel.request_store import CacheMark
 from app.kernel.messages import Message, OpaqueBlock, RedactedThinkingBlock, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from app.providers.base import (
     APIError,
@@ -204,6 +205,30 @@ def add_cache_breakpoints(body: dict[str, Any]) -> int:
             used += 1
             break
     return used
+
+
+def cache_marks_in(body: dict[str, Any]) -> tuple[CacheMark, ...]:
+    """The blocks of a built body that carry ``cache_control``, by what each is (``CacheMark``)."""
+    marks: list[CacheMark] = []
+    for tool in body.get("tools") or []:
+        if "cache_control" in tool:
+            marks.append(("tool", str(tool.get("name", ""))))
+    system = body.get("system")
+    if isinstance(system, list) and any(isinstance(b, dict) and "cache_control" in b for b in system):
+        marks.append(("system", ""))
+    for message in body.get("messages") or []:
+        content = message.get("content")
+        for block in content if isinstance(content, list) else ():
+            if not (isinstance(block, dict) and "cache_control" in block):
+                continue
+            kind = block.get("type")
+            if kind == "tool_result":
+                marks.append(("tool_result", str(block.get("tool_use_id", ""))))
+            elif kind == "tool_use":
+                marks.append(("tool_use", str(block.get("id", ""))))
+            elif kind == "text":
+                marks.append(("text", str(block.get("text", ""))))
+    return tuple(marks)
 
 
 # ---- wire -> events ----
@@ -554,6 +579,12 @@ class AnthropicProvider(SseHttpProvider):
         # What ``context_management.edits`` carries on every request (``ServerContext``).
         self._editing = ContextEditing()
         self._compact_threshold: int | None = None
+        self._marked: tuple[ModelRequest | None, tuple[CacheMark, ...]] = (None, ())
+
+    def cache_marks(self, request: ModelRequest) -> tuple[CacheMark, ...]:
+        """CacheMarkingProvider: the breakpoints of the body last built, when it was ``request``'s."""
+        built, marks = self._marked
+        return marks if built is request else ()
 
     # ---- ServerContext: the Messages API's context editing and compaction ----
 
@@ -605,6 +636,8 @@ class AnthropicProvider(SseHttpProvider):
             body["tool_choice"] = {"type": request.tool_choice}
         if self.prompt_caching:
             add_cache_breakpoints(body)
+        # what the inspector shows as this request's breakpoints (read back by ``cache_marks``)
+        self._marked = (request, cache_marks_in(body) if self.prompt_caching else ())
         if edits := self.context_edits:
             body["context_management"] = {"edits": edits}
         body.update(self.extra_body)

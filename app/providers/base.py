@@ -8,9 +8,10 @@ or raises a ``ProviderError``. It never touches the agent's history.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import AsyncIterator, Protocol, Union
+from typing import AsyncIterator, Protocol, Union, runtime_checkable
 
 from app.kernel.messages import Message
+from app.kernel.request_store import CacheMark
 from app.kernel.model_call import APIError as APIError
 from app.kernel.model_call import ConnectError as ConnectError
 from app.kernel.model_call import ContextTooLongError as ContextTooLongError
@@ -118,6 +119,16 @@ class Provider(Protocol):
     def stop_prompt_caching(self) -> None:
         """Send no prompt-cache breakpoints from now on (the server refused them earlier in this
         session); nothing to do for a provider that sends none."""
+        ...
+
+
+@runtime_checkable
+class CacheMarkingProvider(Protocol):
+    """A provider that marks prompt-cache breakpoints in what it sends (Anthropic's ``cache_control``)."""
+
+    def cache_marks(self, request: ModelRequest) -> tuple[CacheMark, ...]:
+        """Where the breakpoints went in the body last built for ``request`` (the one sent: a
+        retry without them builds it again); () for another request or none sent."""
         ...
 
 

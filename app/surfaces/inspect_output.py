@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Sequence
 
+from app.kernel.describe import plural
 from app.kernel.request_store import PartView, StoredRequests
 from app.kernel.sanitize import sanitize_for_display
 from app.surfaces.view_model import InspectorPage
@@ -21,8 +22,17 @@ def inspect_json(session_id: str, stored: StoredRequests, number: int, *, diff: 
                           ensure_ascii=False)
     views = stored.views(number)
     return json.dumps({"session": session_id, "request": number, "total_tokens": envelope.gauge_tokens,
-                       "usage": usage_json(stored, number),
+                       "usage": usage_json(stored, number), "cache": cache_json(views, stored, number),
                        "parts": [v.as_json() for v in views]}, ensure_ascii=False)
+
+
+def cache_json(views: Sequence[PartView], stored: StoredRequests, number: int) -> dict[str, object]:
+    """What the prompt cache did for the request: the parts (numbered from 1) a breakpoint follows,
+    the tokens the server read from it and wrote to it, and how many parts, from the first, it served."""
+    e = stored.envelope(number)
+    return {"breakpoints": [index for index, view in enumerate(views, start=1) if view.breakpoint],
+            "read_tokens": e.cache_read_tokens, "write_tokens": e.cache_write_tokens,
+            "cached_parts": sum(1 for view in views if view.cached)}
 
 
 def usage_json(stored: StoredRequests, number: int) -> dict[str, int | None]:
@@ -59,7 +69,7 @@ def part_label(view: PartView) -> str:
 def table(views: Sequence[PartView], *, change: bool = False) -> list[str]:
     rows = [(view.change if change else str(index), part_label(view), one_line(view.origin, 40),
              (f"{view.tokens:,}" if view.tokens_before is None else f"{view.tokens_before:,} → {view.tokens:,}"),
-             "yes" if view.cached else "")
+             ("yes" if view.cached else "") + (" ▸" if view.breakpoint else ""))
             for index, view in enumerate(views, start=1)]
     head = ("" if change else "#", "part", "origin", "tokens", "cached")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(5)]
@@ -99,5 +109,9 @@ def inspect_text(session_id: str, stored: StoredRequests, number: int, *, diff: 
         if views:
             lines.extend(table(views, change=True))
         return "\n".join(lines)
-    lines.extend(table(stored.views(number)))
+    views = stored.views(number)
+    marks = sum(1 for v in views if v.breakpoint)
+    if marks:
+        lines.append(f"{plural(marks, 'cache breakpoint')} (▸): the cache can serve the request up to each")
+    lines.extend(table(views))
     return "\n".join(lines)
