@@ -757,7 +757,8 @@ class AgentSession:
         """Between turns only: run the plan the list showed; the files first, when asked."""
         from app.kernel.events import RewindEvent
 
-        if self.busy:
+        # its state may say idle while the command's task still ends (its result is out): both count
+        if self._running or self.busy:
             self._emit(RewindEvent(ok=False, reason="the agent is busy: interrupt the turn (escape) or rewind when it ends"))
             return
         plan = self.agent.engine.take_rewind_plan(command.plan_id)
