@@ -40,7 +40,7 @@ from app.kernel.redact import redact_obj
 # Reasons the engine replaces the live history. The field is a plain str so
 # a reason added later never makes older readers drop the line.
 HistoryReason = Literal["compaction", "micro_compaction", "overflow", "reset", "result_cut", "resume", "merge_user",
-                        "server_compaction", "rewind"]
+                        "server_compaction", "rewind", "restore", "evict", "pin", "memory_compaction"]
 
 LOST_START = "[the start of this conversation was lost from the session's transcript]"
 
