@@ -197,6 +197,80 @@ async def rewind_list(data_dir: Path, size: tuple[int, int], name: str) -> None:
         await save(app, pilot, name)
 
 
+async def inspector_diff(data_dir: Path, size: tuple[int, int], name: str) -> None:
+    """summarize the project; ctrl+n, then back to the first request after its compaction and d: the diff."""
+    from widgets.request_inspector import RequestInspectorScreen
+
+    app, session = make_app(data_dir)
+    requests: list[int] = []
+    after_compaction: list[int] = []
+
+    def watch(event) -> None:
+        if isinstance(event, ev.RequestRecordedEvent):
+            requests.append(event.request)
+        elif isinstance(event, ev.CompactionEvent) and event.ok:
+            after_compaction.append(len(requests) + 1)  # the next request is the first after it
+
+    session.subscribe(watch)
+    SessionThread(session).start()
+    async with app.run_test(size=size) as pilot:
+        await send(pilot, "summarize the project")
+        await until_idle(app, pilot, session)
+        if not after_compaction or not requests:
+            print("warning: no compaction to show in the inspector", file=sys.stderr)
+            return
+        await pilot.press("ctrl+n")
+        for _ in range(1_000):
+            if isinstance(app.screen, RequestInspectorScreen):
+                break
+            await pilot.pause(0.01)
+        else:
+            print("warning: the inspector never opened", file=sys.stderr)
+            return
+        for _ in range(requests[-1] - after_compaction[0]):
+            await pilot.press("left")
+        await pilot.press("d")
+        await save(app, pilot, name)
+
+
+async def evicted_and_pinned(data_dir: Path, size: tuple[int, int], name: str) -> None:
+    """find errors in app.log; in the tool list, p pins the first call and d evicts the cut cat."""
+    from widgets.confirm_screen import ForecastConfirmScreen
+    from widgets.tool_call_list import ToolCallList
+
+    app, session = make_app(data_dir)
+    SessionThread(session).start()
+    async with app.run_test(size=size) as pilot:
+        await send(pilot, "find errors in app.log")
+        await until_idle(app, pilot, session)
+        tools = app.query_one(ToolCallList)
+        tools.focus()
+        await pilot.press("home")
+        cut = next((i for i, call in enumerate(tools.calls) if call.truncated), None)
+        if cut is None:
+            print("warning: no cut output to evict", file=sys.stderr)
+            return
+        for _ in range(cut):
+            await pilot.press("down")
+        await pilot.press("d")
+        for _ in range(1_000):
+            if isinstance(app.screen, ForecastConfirmScreen) and app.screen.forecast is not None:
+                break
+            await pilot.pause(0.01)
+        await pilot.press("y")
+        await pilot.press("home")
+        if cut == 0:
+            await pilot.press("down")
+        await pilot.press("p")
+        for _ in range(1_000):
+            if tools.calls[cut].evicted and any(call.pinned for call in tools.calls):
+                break
+            await pilot.pause(0.01)
+        else:
+            print("warning: the tool list never showed an evicted and a pinned result", file=sys.stderr)
+        await save(app, pilot, name)
+
+
 def web_dashboard(tmp: Path, name: str) -> None:
     """``tidegauge --web`` in Chromium: find errors in app.log, then ctrl+o on its cut output."""
     import psutil
@@ -243,6 +317,8 @@ async def svgs(tmp: str) -> None:
     await context_states(Path(tmp) / "c", SMALLEST, {"over": "dashboard-80x24"})
     await expanded_output(Path(tmp) / "d", SMALLEST, "truncated-output-expanded-80x24")
     await rewind_list(Path(tmp) / "e", SMALLEST, "rewind-80x24")
+    await inspector_diff(Path(tmp) / "f", LARGEST, "inspector-diff-after-compaction")
+    await evicted_and_pinned(Path(tmp) / "g", SMALLEST, "tool-list-evicted-pinned-80x24")
 
 
 def main() -> int:
