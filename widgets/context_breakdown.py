@@ -21,7 +21,7 @@ PART_LABELS = {
     "assistant": "assistant",
     "tool_results": "tool results",
 }
-# Parts that only some sessions have: shown when present (issues 15 and 16).
+# Parts that only some sessions have (a session memory, path-scoped rules): shown when present.
 EXTRA_LABELS = {
     "session_memory": "session memory",
     "rules": "path rules",

@@ -282,7 +282,7 @@ MESSAGES_FOR: dict[str, tuple[type[SessionMessage], ...]] = {
     "result": (TurnEnded, EngineSaid),
     "approval_request": (ApprovalRequested,),
     "approval_resolved": (ApprovalResolved, EngineSaid),  # EngineSaid: the rules an "always" added
-    # issues 14-17 on the dashboard
+    # the dashboard's questions and their answers
     "forecast": (ForecastReady,),
     "restore_preview": (RestorePreviewReady, EngineSaid),  # EngineSaid: a refusal's one line
     "partial_discarded": (ReplyDiscarded, EngineSaid),  # the partial is set apart, then the line says why

@@ -372,7 +372,7 @@ class ContextAccounting:
         return parts
 
     def note_server_cleared(self, by_part: dict[str, int]) -> None:
-        """Issue 17: the server's context editing cleared these tokens (by breakdown part) from
+        """The server's context editing cleared these tokens (by breakdown part) from
         the last request; the local history stays whole, the breakdown shows what was sent."""
         self.server_cleared = {part: tokens for part, tokens in by_part.items() if tokens > 0}
 

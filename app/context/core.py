@@ -1521,6 +1521,6 @@ def _forecast_fields(planned: Forecast | None) -> _ForecastFields:
 
 
 def _server_compaction_in(message: Message) -> bool:
-    """Issue 17: a provider's compaction item (Responses) or block (Anthropic) in a reply."""
+    """A provider's compaction item (Responses) or block (Anthropic) in a reply."""
     return any(isinstance(b, OpaqueBlock) and b.kind == "compaction" for b in message.content)
 

@@ -75,7 +75,7 @@ class Shutdown:
     now: bool = False
 
 
-# ---- the dashboard side of issues 14-17: answered at once with a typed event ----
+# ---- the dashboard's questions: answered at once with a typed event ----
 
 
 @dataclass(frozen=True)

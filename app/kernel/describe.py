@@ -333,7 +333,7 @@ def _repaired(e: "ev.SessionRepairedEvent") -> Line:
     return Line("warning", f"the transcript was damaged and repaired on resume: {'; '.join(e.warnings)}")
 
 
-# ---- the dashboard side of issues 14-17 ----
+# ---- the dashboard's questions and their answers ----
 
 
 def forecast_text(e: "ev.ForecastEvent") -> str:

@@ -190,7 +190,7 @@ class ContextEvent(EventBase):
     live: bool = False
     # Tokens the deferred tool definitions save on every request (0: none deferred).
     tool_tokens_saved: int = 0
-    # Issue 28: estimated_tokens was scaled by this (the server's count of the last request over our
+    # estimated_tokens was scaled by this (the server's count of the last request over our
     # estimate of it: its tokenizer is not cl100k); None: the estimate as it is.
     estimate_scale: float | None = Field(default=None, exclude_if=lambda value: value is None)
 
@@ -225,7 +225,7 @@ class CompactionEvent(EventBase):
     next_request_cost_before_usd: float | None = None
     next_request_cost_after_usd: float | None = None
     compaction_call_cost_usd: float | None = None
-    # Issue 25: the confirmed plan was made on a history that changed before it ran: this one was made anew.
+    # The confirmed plan was made on a history that changed before it ran: this one was made anew.
     replanned: bool = False
     # What was kept is over the warning line: auto-compaction waits until the context reaches this
     # (compacting again at once would free next to nothing, one model call per request).
@@ -622,7 +622,7 @@ class UsageDistrustedEvent(EventBase):
     estimated_tokens: int  # our estimate, used instead
 
 
-# ---- the dashboard side of issues 14-17 (answers to app.kernel.commands Preview, PreviewRestore,
+# ---- the dashboard's questions (answers to app.kernel.commands Preview, PreviewRestore,
 # RestoreResult, ServerCompaction; and which results are cleared) ----
 
 class ForecastEvent(EventBase):
@@ -633,7 +633,7 @@ class ForecastEvent(EventBase):
     # memory_compact: from the session memory; nothing: there is nothing to do (``reason`` says why)
     action: Literal["compact", "memory_compact", "reset", "nothing", "evict"]
     focus: str | None = None
-    # Issue 25: the plan these figures describe; ``Compact(plan_id=...)`` runs exactly it.
+    # The plan these figures describe; ``Compact(plan_id=...)`` runs exactly it.
     plan_id: str = ""
     reason: str | None = None
     messages_before: int = 0

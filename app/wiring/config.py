@@ -38,7 +38,7 @@ from app.providers.factory import (  # the providers' key variables: one list; t
 )
 from app.kernel.errors import ConfigError  # raised here; the CLI imports it from app.kernel.errors
 from app.mcp.settings import McpServerConfig, check_server_names  # MCP servers
-from app.tools.base import (  # tool hardening (issues 12, 24)
+from app.tools.base import (  # the tools' hard limits
     DEFAULT_MAX_SAVED_OUTPUT,
     DEFAULT_MAX_SESSION_SAVED_OUTPUT,
     DEFAULT_READ_MAX_BYTES,
