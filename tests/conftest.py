@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Iterator
 
 import pytest
@@ -12,6 +14,18 @@ from fake_llm_server import FakeLLMServer
 # Shared, loaded machines make per-example deadlines flaky; the pytest timeout is the hang guard.
 settings.register_profile("tidegauge", deadline=None)
 settings.load_profile("tidegauge")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Let the suite's processes keep the bytecode they compile.
+
+    With PYTHONDONTWRITEBYTECODE set (some machines set it), every ``python -m app`` the tests
+    start compiled tidegauge's ~80 modules from source again: a third of a headless run's CPU.
+    The bytecode goes where Python always puts it (``__pycache__`` beside each module, ignored by
+    git), is checked against its source on every import, and changes nothing a test observes.
+    Set here, before xdist starts its workers, so they and every child they start inherit it."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.dont_write_bytecode = False
 
 
 @pytest.fixture
