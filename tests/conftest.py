@@ -28,6 +28,22 @@ def pytest_configure(config: pytest.Config) -> None:
     sys.dont_write_bytecode = False
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the marks into the test ids
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Keep the tests that share a module-scoped fixture on one xdist worker.
+
+    Such a fixture is built once per worker that runs one of its tests (the demo's sessions in
+    test_demo_orders.py, a recorded session, a web server): split over both workers it is built
+    twice. ``--dist loadgroup`` (pyproject.toml) sends each group whole to one worker; every other
+    test is spread one by one as before."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        if any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
 @pytest.fixture
 def fake_llm() -> Iterator[FakeLLMServer]:
     """A fresh fake LLM server on 127.0.0.1 for one test.
