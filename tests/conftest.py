@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Iterator
 
 import pytest
@@ -12,6 +14,34 @@ from fake_llm_server import FakeLLMServer
 # Shared, loaded machines make per-example deadlines flaky; the pytest timeout is the hang guard.
 settings.register_profile("tidegauge", deadline=None)
 settings.load_profile("tidegauge")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Let the suite's processes keep the bytecode they compile.
+
+    With PYTHONDONTWRITEBYTECODE set (some machines set it), every ``python -m app`` the tests
+    start compiled tidegauge's ~80 modules from source again: a third of a headless run's CPU.
+    The bytecode goes where Python always puts it (``__pycache__`` beside each module, ignored by
+    git), is checked against its source on every import, and changes nothing a test observes.
+    Set here, before xdist starts its workers, so they and every child they start inherit it."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.dont_write_bytecode = False
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the marks into the test ids
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Keep the tests that share a module-scoped fixture on one xdist worker.
+
+    Such a fixture is built once per worker that runs one of its tests (the demo's sessions in
+    test_demo_orders.py, a recorded session, a web server): split over both workers it is built
+    twice. ``--dist loadgroup`` (pyproject.toml) sends each group whole to one worker; every other
+    test is spread one by one as before."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        if any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 @pytest.fixture
