@@ -11,7 +11,7 @@ from textual.reactive import reactive, var
 from textual.widget import Widget
 
 from app.kernel.describe import SANDBOX_BADGES, STATE_WORDS, state_text
-from app.kernel.events import is_busy
+from app.kernel.session_states import is_busy
 from widgets._literal import sanitize
 from widgets._paths import shorten_path
 from widgets.session_messages import BreakerChanged, SessionStarted, StateChanged

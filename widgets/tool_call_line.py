@@ -11,7 +11,7 @@ from rich.text import Text
 from textual.message import Message
 from textual.widget import Widget
 
-from app.surfaces.view_model import ToolCallRecord
+from app.surfaces.tool_calls import ToolCallRecord
 from widgets._literal import sanitize
 
 if TYPE_CHECKING:

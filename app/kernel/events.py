@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from app.kernel.context_lines import Thresholds
+# Busy is defined without pydantic (the dashboard's header needs it before its first frame); re-exported.
+from app.kernel.session_states import AT_REST as AT_REST, is_busy as is_busy
 
 AgentName = Union[
     Literal["main", "compact", "sub", "memory"],  # sub: a task tool's sub-agent; memory: the session memory's updates
@@ -21,16 +23,6 @@ AgentName = Union[
 ]
 AgentState = Literal["starting", "idle", "streaming", "tool", "compacting", "waiting_approval", "retrying",
                      "interrupting"]
-# Whether the session is running a command, by its state: the one definition, for the session's
-# snapshot, its process mirror, the view model and the header. "starting" is the dashboard's own
-# word before the session exists: nothing runs yet, so nothing to interrupt or queue behind.
-AT_REST: frozenset[str] = frozenset({"starting", "idle"})
-
-
-def is_busy(state: str) -> bool:
-    """A session in ``state`` is running a command (an interrupt has something to stop); a state
-    word this version does not know (a newer session's) counts as busy: nothing is sent past it."""
-    return state not in AT_REST
 
 
 PointKind = Literal["call", "compaction", "prune", "reset", "memory", "server", "rewind"]  # memory/server: compactions from the session memory / by the provider

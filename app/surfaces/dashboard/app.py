@@ -48,8 +48,6 @@ from app.kernel.commands import (
     UserInput,
     WhatIf,
 )
-from app.surfaces.dashboard.bridge import SessionBridge
-from app.surfaces.view_model import DashboardView, catch_up
 from widgets.context_panel import ContextPanel
 from widgets.conversation import Conversation
 from widgets.header_bar import HeaderBar
@@ -71,7 +69,6 @@ from widgets.session_messages import (
     SessionStarted,
     StateChanged,
 )
-from app.kernel.events import ElicitationResolvedEvent, ServerCompactionEvent
 from widgets.tool_call_line import ToolCallLine
 from widgets.tool_call_list import RESTORE_KEY, ToolCallList
 from widgets.tool_output_panel import ToolOutputPanel
@@ -81,7 +78,8 @@ if TYPE_CHECKING:
     from app.kernel.commands import Command
     from app.kernel.events import RequestRecordedEvent
     from app.kernel.request_store import StoredRequests
-    from app.surfaces.view_model import InspectorPage
+    from app.surfaces.dashboard.bridge import SessionBridge
+    from app.surfaces.view_model import DashboardView, InspectorPage
     from app.kernel.protocol import SessionSurface
 
 CSS_FILE = Path(styles.__file__).parent / "tidegauge.tcss"
@@ -307,8 +305,9 @@ class TidegaugeApp(App[int]):
         self._listed_busy = False  # what the footer's bindings were last refreshed for
         self._unsubscribe_bridge: Callable[[], None] | None = None
         self.bridge: SessionBridge | None = None
-        # The session as the dashboard shows it: the bridge folds each event in once.
-        self.view = DashboardView()
+        # The session as the dashboard shows it: the bridge folds each event in once. Built when
+        # first asked for (``view``): its module imports the events (pydantic), which the first frame needs not.
+        self._view: DashboardView | None = None
         self._session_stopped = False
         self.quitting = False  # exit() was called: the terminal driver need not wait for input
         # ctrl+g's choice: None follows the terminal's height, True/False is the user's and stays
@@ -363,9 +362,17 @@ class TidegaugeApp(App[int]):
         return self._main(PromptBox)  # type: ignore[no-any-return]
 
     @property
+    def view(self) -> "DashboardView":
+        if self._view is None:
+            from app.surfaces.view_model import DashboardView  # the events' models: after the first frame
+
+            self._view = DashboardView()
+        return self._view
+
+    @property
     def busy(self) -> bool:
         """The session is running a command (as its last state event says)."""
-        return self.view.busy
+        return self._view is not None and self._view.busy  # no view yet: no event said it is busy
 
     @property
     def ready(self) -> bool:
@@ -444,6 +451,10 @@ class TidegaugeApp(App[int]):
     # Not ``_attach``: that name is Textual's own (MessagePump._attach), as ``batch`` was Widget's.
     def _follow_session(self, session: "SessionSurface") -> None:
         """Draw the session as it stands, then follow its events."""
+        # The session's vocabulary (the events' pydantic models) is imported here, after the first frame.
+        from app.surfaces.dashboard.bridge import SessionBridge
+        from app.surfaces.view_model import catch_up
+
         bridge = SessionBridge(
             targets=[self.header, self.conversation, self.tool_panel, self.context_panel, self.prompt_box, self],
             deltas_target=self.conversation,
@@ -574,6 +585,8 @@ class TidegaugeApp(App[int]):
         """An MCP server's form: shown until answered here, closed when it ends elsewhere
         (the server's call cancelled, an interrupt). Kept with the approval modals, by request id."""
         said = message.event
+        from app.kernel.events import ElicitationResolvedEvent  # loaded by now: the session sent this
+
         if isinstance(said, ElicitationResolvedEvent):
             screen = self._approval_screens.pop(said.request_id, None)
             if screen is not None and screen.is_attached and self.screen is screen:
@@ -983,6 +996,8 @@ class TidegaugeApp(App[int]):
     @on(EngineSaid)
     def _on_engine_said(self, message: EngineSaid) -> None:
         event = message.event
+        from app.kernel.events import ServerCompactionEvent  # loaded by now: the session sent this
+
         if isinstance(event, ServerCompactionEvent) and self._server_compaction_on is not None:
             self._server_compaction_on = event.on  # the state now, switched or refused
         elif event.type == "mcp_server" and self.session is not None and not message.restored:

@@ -9,9 +9,12 @@ only through ``submit`` and the bridge's messages.
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from app.system import startup
+
+if TYPE_CHECKING:
+    from app.session.process import SessionProcess
 
 # /resume's and --resume's list: (id, what it says) of this directory's sessions, newest first.
 ListSessions = Callable[[], "list[tuple[str, str]]"]
@@ -84,11 +87,13 @@ def run_dashboard(overrides: dict[str, Any], list_sessions: ListSessions, resume
     """
     from app.surfaces.dashboard.app import TidegaugeApp
     from app.system.process_exit import is_the_tidegauge_process
-    from app.session.process import SessionProcess
 
     runners: list[SessionProcess] = []
 
     def build(resume_id: str | None = resume) -> SessionProcess:
+        # Imported here: its events and commands (pydantic) load in the session-build thread, after the first frame.
+        from app.session.process import SessionProcess
+
         if is_the_tidegauge_process():  # all below is the session's; orphans it leaves come to us
             from app.system import proctree
 
