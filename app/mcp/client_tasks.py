@@ -25,6 +25,7 @@ nothing here), ids are random, at most ``MAX_CLIENT_TASKS`` are kept and none pa
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import secrets
 from collections.abc import AsyncIterator, Callable
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-from mcp.shared.message import SessionMessage
+from mcp.shared.message import ServerMessageMetadata, SessionMessage
 from mcp_types import INVALID_PARAMS, INVALID_REQUEST, ErrorData, JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 
 from app.kernel.redact import redact
@@ -248,7 +249,12 @@ class ClientTasks:
                     await self._send(message, {"task": task.wire()})
                     inner = JSONRPCRequest(jsonrpc="2.0", id=task.request_id, method=message.method,
                                            params={key: value for key, value in params.items() if key != "task"})
-                    item = SessionMessage(message=inner, metadata=item.metadata)
+                    # Without the transport's hook for an unanswered request: the server's request was
+                    # answered (with the task), so a cancelled task must not end it a second time.
+                    metadata = item.metadata
+                    if isinstance(metadata, ServerMessageMetadata):
+                        metadata = dataclasses.replace(metadata, on_request_unanswered=None)
+                    item = SessionMessage(message=inner, metadata=metadata)
                 await to_session.send(item)
 
     async def _answer(self, request: JSONRPCRequest) -> None:
