@@ -18,13 +18,13 @@ import anyio
 import pytest
 from fake_llm_server import openai_text, openai_tool_calls
 from mcp.shared.message import SessionMessage
-from mcp_types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
+from mcp_types import ErrorData, JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 from test_mcp_content import npm_servers, results_by_id, server_table, tidegauge  # noqa: F401 - npm_servers: the fixture
 
 from app.kernel.events import ElicitationRequestEvent, Event
 from app.mcp.client import McpConnection
 from app.mcp.client_features import ClientRequests
-from app.mcp.client_tasks import MAX_CLIENT_TASKS, MAX_TASK_TTL, ClientTasks
+from app.mcp.client_tasks import MAX_CLIENT_TASKS, MAX_RESULT_WAITERS, MAX_TASK_TTL, MIN_TASK_TTL, ClientTasks
 from app.mcp.settings import McpServerConfig
 
 SAMPLING_ASYNC = "trigger-sampling-request-async"
@@ -223,3 +223,38 @@ async def test_initialize_declares_only_the_task_requests_the_connection_answers
             passed = await line.reaches_session()
             assert passed.id == request.id and passed.params == request.params
         assert json.dumps(capabilities)  # what goes out is plain JSON
+
+
+async def test_tasks_result_waits_for_the_end_and_a_flood_of_waiters_is_refused() -> None:
+    async with wire() as line:
+        created = await line.answer("sampling/createMessage", sampling_params())
+        task_id = created.result["task"]["taskId"]
+        inner = await line.reaches_session()
+        waiting = [await line.request("tasks/result", {"taskId": task_id}) for _ in range(MAX_RESULT_WAITERS)]
+        refused = await line.answer("tasks/result", {"taskId": task_id})
+        assert isinstance(refused, JSONRPCError) and f"at most {MAX_RESULT_WAITERS}" in refused.error.message
+        # Still working: tasks/get is answered while the waiters wait.
+        assert (await line.answer("tasks/get", {"taskId": task_id})).result["status"] == "working"
+        await line.session_write.send(SessionMessage(message=JSONRPCError(
+            jsonrpc="2.0", id=inner.id, error=ErrorData(code=-32600, message="tidegauge refused the model call: you said no"))))
+        with anyio.fail_after(10):
+            answers = [(await line.from_client.receive()).message for _ in waiting]
+        assert {answer.id for answer in answers} == {request.id for request in waiting}
+        assert all(isinstance(answer, JSONRPCError) and answer.error.message.endswith("you said no") for answer in answers)
+        got = await line.answer("tasks/get", {"taskId": task_id})
+        assert got.result["status"] == "failed"
+
+
+async def test_a_task_past_its_ttl_is_cancelled_and_forgotten() -> None:
+    async with wire() as line:
+        created = await line.answer("elicitation/create", {"task": {"ttl": 1}, "message": "?",
+                                                           "requestedSchema": {"type": "object"}})
+        task = created.result["task"]
+        assert task["ttl"] == MIN_TASK_TTL  # a server's 1 ms is raised to the least tidegauge keeps
+        inner = await line.reaches_session()
+        line.tasks.tasks[task["taskId"]].started -= MIN_TASK_TTL / 1000 + 1  # as if the ttl had passed
+        gone = await line.answer("tasks/get", {"taskId": task["taskId"]})
+        assert isinstance(gone, JSONRPCError) and gone.error.message == "no such task"
+        notice = await line.reaches_session()
+        assert notice.method == "notifications/cancelled" and notice.params["requestId"] == inner.id
+        assert line.tasks.tasks == {}

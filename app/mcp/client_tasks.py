@@ -45,6 +45,9 @@ MAX_CLIENT_TASKS = 16
 # The longest a task is kept, whatever ttl the server asks (ms); and the shortest.
 MAX_TASK_TTL = 15 * 60 * 1000
 MIN_TASK_TTL = 1_000
+# tasks/result requests waiting for their task's end at once: more are refused, so a server
+# cannot pile up waiters by asking again and again.
+MAX_RESULT_WAITERS = 4 * MAX_CLIENT_TASKS
 # The poll interval the client suggests (ms).
 TASK_POLL_INTERVAL = 1_000
 # The spec's key for the task a message belongs to, in ``_meta``.
@@ -102,6 +105,7 @@ class ClientTasks:
         self._by_request: dict[str, ClientTask] = {}
         self._upstream: Any = None  # the transport's write stream
         self._to_session: Any = None  # where cancellations for the SDK go
+        self._waiting = 0  # tasks/result requests waiting for their task's end
 
     def capability(self) -> dict[str, Any]:
         """The ``tasks`` client capability: cancel, and the requests this connection can run as tasks."""
@@ -235,8 +239,16 @@ class ClientTasks:
         async with to_session:
             async for item in read_stream:
                 message = item.message if isinstance(item, SessionMessage) else None
-                if isinstance(message, JSONRPCRequest) and message.method in ("tasks/get", "tasks/result", "tasks/cancel"):
-                    group.start_soon(self._answer, message)
+                if isinstance(message, JSONRPCRequest) and message.method in ("tasks/get", "tasks/cancel"):
+                    await self._answer(message)
+                    continue
+                if isinstance(message, JSONRPCRequest) and message.method == "tasks/result":
+                    if self._waiting >= MAX_RESULT_WAITERS:
+                        await self._send_error(message, TaskRefused(
+                            INVALID_REQUEST, f"tidegauge keeps at most {MAX_RESULT_WAITERS} tasks/result requests waiting"))
+                    else:
+                        self._waiting += 1
+                        group.start_soon(self._answer, message)
                     continue
                 params = message.params if isinstance(message, JSONRPCRequest) else None
                 if isinstance(message, JSONRPCRequest) and message.method in self.methods and isinstance(params, dict) \
@@ -263,6 +275,9 @@ class ClientTasks:
         except TaskRefused as refused:
             await self._send_error(request, refused)
             return
+        finally:
+            if request.method == "tasks/result":
+                self._waiting -= 1
         await self._send(request, result)
 
     async def _send(self, request: JSONRPCRequest, result: dict[str, Any]) -> None:
