@@ -258,3 +258,6 @@ async def test_a_task_past_its_ttl_is_cancelled_and_forgotten() -> None:
         notice = await line.reaches_session()
         assert notice.method == "notifications/cancelled" and notice.params["requestId"] == inner.id
         assert line.tasks.tasks == {}
+        # The SDK's late answer to the forgotten task's request is not sent to a server that never knew its id.
+        await line.session_write.send(SessionMessage(message=JSONRPCResponse(jsonrpc="2.0", id=inner.id, result={})))
+        assert isinstance(await line.answer("tasks/get", {"taskId": task["taskId"]}), JSONRPCError)

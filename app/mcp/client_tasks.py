@@ -53,6 +53,9 @@ TASK_POLL_INTERVAL = 1_000
 # The spec's key for the task a message belongs to, in ``_meta``.
 RELATED_TASK = "io.modelcontextprotocol/related-task"
 
+# The ids a task's request runs under in the SDK: answers to them never go to the server.
+INNER_ID_PREFIX = "tidegauge-task-"
+
 TERMINAL = ("completed", "failed", "cancelled")
 # How a task is reported upward (the tool's line): (status, message), message cleaned.
 StatusReport = Callable[[str, str], None]
@@ -131,7 +134,7 @@ class ClientTasks:
         ttl = MAX_TASK_TTL if not isinstance(ttl, int) or isinstance(ttl, bool) else min(max(ttl, MIN_TASK_TTL), MAX_TASK_TTL)
         doing = "waiting for the user's answer to the form" if method == "elicitation/create" else "making the model call"
         task = ClientTask(task_id=secrets.token_urlsafe(16), method=method, ttl=ttl, started=anyio.current_time(),
-                          request_id=f"tidegauge-task-{secrets.token_hex(16)}", status_message=doing)
+                          request_id=f"{INNER_ID_PREFIX}{secrets.token_hex(16)}", status_message=doing)
         self.tasks[task.task_id] = task
         self._by_request[task.request_id] = task
         self._report(task)
@@ -170,9 +173,11 @@ class ClientTasks:
 
     def settled(self, message: JSONRPCResponse | JSONRPCError) -> bool:
         """The SDK's answer to a task's request: kept as the task's result (True), not sent."""
-        task = self._by_request.get(str(message.id)) if isinstance(message.id, str) else None
-        if task is None:
+        if not (isinstance(message.id, str) and message.id.startswith(INNER_ID_PREFIX)):
             return False
+        task = self._by_request.get(message.id)
+        if task is None:  # a task forgotten (its ttl ran out): the server never knew this id
+            return True
         if task.status in TERMINAL:  # cancelled already: the late answer is dropped
             return True
         if isinstance(message, JSONRPCResponse):
