@@ -31,6 +31,8 @@ if TYPE_CHECKING:  # the SDK is imported only when a server is configured
     from mcp import Client
     from mcp_types import LoggingMessageNotificationParams
 
+    from app.mcp.client_tasks import ClientTasks
+
 # What a call awaited by ``_unless_dead`` returns.
 CallResult = TypeVar("CallResult")
 # How a call's progress is reported upward: (progress, total, message), message cleaned.
@@ -182,6 +184,10 @@ class McpConnection:
         self.on_reconnect: Callable[[McpConnection], None] = lambda _c: None
         # The MCP tasks this connection created, and the last status it knows of each.
         self.tasks: dict[str, str] = {}
+        # The server's requests run as tasks on our side (None: no form or model call is answered).
+        self.client_tasks: ClientTasks | None = None
+        # The task-status reports of the tool calls in flight (see _client_task_status).
+        self._task_reporters: list[Callable[[str, str | None], None]] = []
         # A call refused 403 insufficient_scope: asked whether the user logs in again for that scope
         # (the dashboard's offer); True once logged in and this connection restarted with the new
         # tokens, and the call is then sent once more. None: the refusal is the call's answer.
@@ -395,8 +401,8 @@ class McpConnection:
             # event would refuse answers the stdio path takes (up to the cap, then cut and saved).
             transport = streamable_http_client(self.config.url, http_client=self._http,
                                                max_sse_event_size=SDK_MAX_SSE_EVENT_BYTES)
-            return Client(transport, read_timeout_seconds=self._request_timeout(), client_info=client_info,
-                          mode=self.mode, **self._log_options())
+            return Client(self._with_client_tasks(transport), read_timeout_seconds=self._request_timeout(),
+                          client_info=client_info, mode=self.mode, **self._log_options())
         cwd = self.workspace
         if self.config.cwd:
             cwd = (self.workspace / os.path.expanduser(self.config.cwd)).resolve()
@@ -416,8 +422,25 @@ class McpConnection:
                                          saved_output_budget=self.saved_output_budget,
                                          on_stopped=self._stopped_by_transport, on_bad_line=self._bad_stdout_line,
                                          on_exited=self._exited)
-        return Client(transport, read_timeout_seconds=self._request_timeout(), client_info=client_info,
-                      mode=self.mode, **self._log_options())
+        return Client(self._with_client_tasks(transport), read_timeout_seconds=self._request_timeout(),
+                      client_info=client_info, mode=self.mode, **self._log_options())
+
+    def _with_client_tasks(self, transport: Any) -> Any:
+        """``transport`` with the server's sampling and form requests runnable as tasks
+        (app/mcp/client_tasks.py): only what this connection answers at all is offered."""
+        if self.requests is None:
+            return transport
+        from app.mcp.client_tasks import ClientTasks
+
+        self.client_tasks = ClientTasks(sampling=self.requests.call_model is not None, elicitation=True,
+                                        on_status=self._client_task_status)
+        return self.client_tasks.wrap(transport)
+
+    def _client_task_status(self, status: str, message: str) -> None:
+        """A client-side task's status goes on the line of the tool call that caused it: the call in
+        flight, when there is one alone (with several, which one asked is not on the wire)."""
+        if len(self._task_reporters) == 1:
+            self._task_reporters[0](status, message)
 
     def _request_timeout(self) -> float:
         """The SDK's bound on a request none of ours bounds itself: the handshake and the lists at
@@ -758,6 +781,7 @@ class McpConnection:
         request = (self._run_task(client, tool_name, args, hard_max, server_progress, task_status) if as_task else
                    client.call_tool(tool_name, args, read_timeout_seconds=hard_max, progress_callback=server_progress))
         call = asyncio.ensure_future(self._unless_dead(request))
+        self._task_reporters.append(task_status)
         try:
             while not call.done():
                 heard = loop.time() if self._asking_user else max(heard, self._answered_at)
@@ -798,6 +822,8 @@ class McpConnection:
         except Exception as exc:
             return ToolOutput(f"MCP server {self.name!r} failed on {tool_name}: {describe_failure(exc)}",
                               is_error=True)
+        finally:
+            self._task_reporters.remove(task_status)
         return tool_output_from_result(result, self.name if self.serves_resources else None)
 
     # ---- MCP tasks (spec 2025-11-25): a tool that runs only as a task ----
