@@ -547,6 +547,13 @@ class ContextCore:
 
     # ---- the session memory's bookkeeping ----
 
+    def memory_starts_over(self) -> None:
+        """The session memory was emptied (a rewind abandoned what it was written from): every
+        message the history holds now is unseen by it again, and counted."""
+        self.memory_unseen.messages = list(self.history)
+        self.memory_unseen_ready = True
+        self.recount_memory_tokens()
+
     def recount_memory_tokens(self) -> None:
         if self.config.memory_update_tokens <= 0:
             self.memory_new_tokens = 0

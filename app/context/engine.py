@@ -729,9 +729,7 @@ class ContextEngine:
             if self._memory_task is not None and not self._memory_task.done():
                 self._memory_task.cancel()
             self.session_memory.save("", None)
-            self.core.memory_unseen.messages = list(self.history)
-            self.core.memory_unseen_ready = True
-            self.core.recount_memory_tokens()
+            self.core.memory_starts_over()
         if files:
             said = event.model_copy(update=dict(files))
             effects = [said if effect is event else effect for effect in effects]

@@ -52,9 +52,9 @@ def build_rewind_parser() -> argparse.ArgumentParser:
 
 
 def run_rewind_command(argv: Sequence[str], out: IO[str] | None = None) -> int:
-    from app.context.rewind import history_before, rewind_points
+    from app.context.rewind import history_before, rewind_points, rewind_recorded
     from app.context.tokens import estimate_messages
-    from app.kernel.events import ChartPointEvent, ContextEvent, RewindEvent, SessionInfoEvent
+    from app.kernel.events import ContextEvent, SessionInfoEvent
     from app.kernel.sanitize import sanitize_for_display
     from app.session.store import SessionStore
     from app.tools.file_history import FileHistory
@@ -107,14 +107,10 @@ def run_rewind_command(argv: Sequence[str], out: IO[str] | None = None) -> int:
                     "files_not_restorable": done.not_restorable, "reason": "; ".join(done.problems) or None}
         tokens_after = fixed + estimate_messages(kept)
         seq = max((e.seq for e in state.events), default=0)
-        event = RewindEvent(ok=True, turn=target.turn, message_id=target.message_id, text=target.text,
-                            abandoned_turns=target.abandoned_turns, abandoned_ids=list(target.abandoned_ids),
-                            messages_before=len(history), messages_after=len(kept), tokens_before=tokens_now,
-                            tokens_after=tokens_after, forecast_tokens_after=tokens_after, by="cli",
-                            seq=seq + 1, **said)
+        kept, event, chart_point = rewind_recorded(history, target, tokens_now, tokens_after, seq=seq, said=said)
         writer.replace_history(kept, "rewind")  # what --continue starts from
         writer.append_event(event)
-        writer.append_event(ChartPointEvent(tokens=tokens_after, kind="rewind", seq=seq + 2))
+        writer.append_event(chart_point)
         writer.sync()
     finally:
         writer.close()

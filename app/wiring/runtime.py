@@ -263,15 +263,13 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
                                               provider_price=setup.price)) is not None:
         warnings.append(("prices", unpriced))
     restored_events: list[Event] = []
+    measured: tuple[int, int] | None = None
     repairs: list[str] = []
     if resume or continue_latest:
         state = restore(session)
         engine.load_history(state.history)
         restored_events = list(state.events)
-        # The last usage measured this history: the gauge resumes on that figure, not on an estimate.
-        exact, covered = state.measured or (None, 0)
-        engine.accounting.restore(exact, covered, [(e.tokens, e.kind == "call") for e in restored_events
-                                                   if isinstance(e, ChartPointEvent)])
+        measured = state.measured
         repairs = list(state.warnings)
         for event in restored_events:
             if isinstance(event, UsageEvent):
@@ -327,6 +325,13 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         register_task_tool(agent, SubAgentLimits(max_steps=int(settings.subagent_max_steps),
                                                  report_tokens=int(settings.subagent_report_tokens)))
         engine.set_budget(engine.config.budget)  # the lines again, with the task tool in the fixed part
+    if resume or continue_latest:
+        # The last usage measured this history with these same tools: the gauge resumes on that
+        # figure, not on an estimate. After the tools are registered: a change of the tool list
+        # sets the measured figure aside, and the measured request had them all.
+        exact, covered = measured or (None, 0)
+        engine.accounting.restore(exact, covered, [(e.tokens, e.kind == "call") for e in restored_events
+                                                   if isinstance(e, ChartPointEvent)])
     # Server-side compaction switched in the session (the palette) stays as it was left on resume.
     switched = [e for e in restored_events if isinstance(e, ServerCompactionEvent) and not e.reason]
     if switched and switched[-1].on != engine.config.server_compaction:

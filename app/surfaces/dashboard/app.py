@@ -923,8 +923,8 @@ class TidegaugeApp(App[int]):
                             f"They are {'shown' if shown else 'hidden'} now; the history chart and the breakdown "
                             "by part (ctrl+g)", self.action_toggle_context_details)
         # Not named "servers": typing "server" finds the server-side compaction switch first
-        yield SystemCommand("MCP: state, reconnect, login, logout (/mcp)",
-                            "Each MCP server's state, tools, schema tokens and auth", self.action_mcp)
+        yield SystemCommand("MCP: state, reconnect, login, logout",
+                            "Each MCP server's state, tools, schema tokens and auth (typed: /mcp)", self.action_mcp)
         yield SystemCommand("What-if: overlay policy…", "Replay this session under another window and auto-compact"
                             " line; the chart overlays the curve", self.action_whatif)
         # One toggle that says the state it is in, offered only where the provider can compact
