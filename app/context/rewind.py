@@ -16,14 +16,13 @@ Pure functions over messages: the core (app/context/core.py) makes the plans, `t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from app.context.compaction import is_summary_message
+from app.context.tokens import estimate_messages
 from app.context.user_words import user_words
+from app.kernel.events import ChartPointEvent, RewindEvent
 from app.kernel.messages import Message, TextBlock
-
-if TYPE_CHECKING:
-    from app.kernel.events import ChartPointEvent, RewindEvent
 
 # The message put back in the prompt is the user's own text; a paste bigger than this comes back
 # as its head (the prompt is one line of input, and a rewind event crosses a pipe).
@@ -97,14 +96,14 @@ def history_before(history: Sequence[Message], target: RewindTarget) -> list[Mes
     return kept
 
 
-def rewind_recorded(history: list[Message], target: RewindTarget, tokens_before: int, tokens_after: int, *,
-                    seq: int, said: dict[str, Any]) -> tuple[list[Message], "RewindEvent", "ChartPointEvent"]:
+def rewind_recorded(history: list[Message], target: RewindTarget, tokens_before: int, fixed_tokens: int, *,
+                    seq: int, said: dict[str, Any]) -> tuple[list[Message], RewindEvent, ChartPointEvent]:
     """A rewind done on a recorded session (``tidegauge rewind --to``): the history kept, the
-    event that says it (its forecast is its figure: nothing ran in between) and the chart's point,
+    event that says it, sized as the fixed part (``fixed_tokens``) and the kept messages' estimate
+    (its forecast is its figure: nothing ran in between), and the chart's point,
     numbered after the transcript's last event ``seq``. The chart's points are made in app/context."""
-    from app.kernel.events import ChartPointEvent, RewindEvent
-
     kept = history_before(history, target)
+    tokens_after = fixed_tokens + estimate_messages(kept)
     event = RewindEvent(ok=True, turn=target.turn, message_id=target.message_id, text=target.text,
                         abandoned_turns=target.abandoned_turns, abandoned_ids=list(target.abandoned_ids),
                         messages_before=len(history), messages_after=len(kept), tokens_before=tokens_before,

@@ -18,18 +18,15 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import IO, Any, NoReturn, Sequence
+from typing import IO, Any, Sequence
 
 from app.kernel.errors import SetupError
+from app.wiring.subcommand_parser import SubcommandParser
 
-
-class _OneLineParser(argparse.ArgumentParser):
-    def error(self, message: str) -> "NoReturn":
-        raise SetupError(f"rewind: {message} (tidegauge rewind --help lists the flags)")
 
 
 def build_rewind_parser() -> argparse.ArgumentParser:
-    p = _OneLineParser(
+    p = SubcommandParser(
         prog="tidegauge rewind",
         description="Take a recorded session back to just before one of your earlier messages, as Esc Esc does "
                     "in the dashboard. With no --to, list the messages it can go back to (newest first: turn, "
@@ -97,7 +94,6 @@ def run_rewind_command(argv: Sequence[str], out: IO[str] | None = None) -> int:
         turns = ", ".join(str(p.turn) for p in points) or "none"
         raise SetupError(f"rewind: --to {args.to}: session {session.id} can go back to turn(s) {turns} "
                          "(tidegauge rewind --list shows them)")
-    kept = history_before(history, target)
     said: dict[str, Any] = {}
     writer = session.writer()  # refuses (one line naming the process) while a live session writes it
     try:
@@ -105,9 +101,8 @@ def run_rewind_command(argv: Sequence[str], out: IO[str] | None = None) -> int:
             done = files.restore(target.abandoned_ids, overwrite_changed=args.overwrite_changed)
             said = {"files_restored": done.restored, "files_skipped": done.skipped,
                     "files_not_restorable": done.not_restorable, "reason": "; ".join(done.problems) or None}
-        tokens_after = fixed + estimate_messages(kept)
         seq = max((e.seq for e in state.events), default=0)
-        kept, event, chart_point = rewind_recorded(history, target, tokens_now, tokens_after, seq=seq, said=said)
+        kept, event, chart_point = rewind_recorded(history, target, tokens_now, fixed, seq=seq, said=said)
         writer.replace_history(kept, "rewind")  # what --continue starts from
         writer.append_event(event)
         writer.append_event(chart_point)

@@ -11,9 +11,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, NoReturn, Sequence
+from typing import IO, TYPE_CHECKING, Sequence
 
 from app.kernel.errors import SetupError
+from app.wiring.subcommand_parser import SubcommandParser
 
 if TYPE_CHECKING:
     from app.session.whatif import WhatIfCurve
@@ -22,15 +23,9 @@ POLICY_HELP = ('another policy to replay, its settings as KEY=VALUE with commas:
                'max-output, micro-compact, summarizer (e.g. "window=100000,auto-compact=0.6"; repeatable)')
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    """A flag it does not know, or one without its value: one line and exit 2, like every bad input here."""
-
-    def error(self, message: str) -> "NoReturn":
-        raise SetupError(f"whatif: {message} (tidegauge whatif --help lists the flags)")
-
 
 def build_whatif_parser() -> argparse.ArgumentParser:
-    p = _OneLineParser(
+    p = SubcommandParser(
         prog="tidegauge whatif",
         description="Replay a recorded session offline under other context settings and compare the context "
                     "curves: compactions, peak, input tokens and cost per policy, the recorded run first. No model "
