@@ -128,3 +128,20 @@ async def test_a_write_that_fails_records_nothing(ctx: ToolContext) -> None:
     run = await call(ctx, "write_file", path="folder", content="x")  # a directory: refused
     assert run.is_error
     assert history(ctx).plan(["u-1"]) == file_history.RestorePlan()
+
+
+async def test_a_file_swapped_for_a_link_to_outside_is_never_written_through(ctx: ToolContext, tmp_path: Path) -> None:
+    """A hostile repository (a build step, a git hook) replaces a file tidegauge changed with a
+    symlink to a file outside the workspace; a rewind that puts files back, overwriting changed
+    ones, must not write the before-image through it."""
+    ws = ctx.workspace
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me\n")
+    (ws / "a.txt").write_text("original\n")
+    history(ctx).turn = "u-1"
+    await call(ctx, "write_file", path="a.txt", content="changed\n")
+    (ws / "a.txt").unlink()
+    (ws / "a.txt").symlink_to(outside)
+    done = history(ctx).restore(["u-1"], overwrite_changed=True)
+    assert outside.read_text() == "keep me\n"
+    assert "a.txt" not in done.restored
