@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import fcntl
 import json
 import os
 import shutil
@@ -396,10 +397,14 @@ def npm_servers(request, tmp_path_factory) -> Path:
     cache = getattr(request.config, "cache", None)
     folder = Path(cache.mkdir("mcp-npm-servers")) if cache is not None else tmp_path_factory.mktemp("mcp-npm")
     bins = folder / "node_modules" / ".bin"
-    if not (bins / "mcp-server-everything").exists() or not (bins / "mcp-server-filesystem").exists():
-        done = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix", str(folder), *NPM_PACKAGES],
-                              capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, f"npm install of the reference MCP servers failed: {done.stderr[-2000:]}"
+    # Each xdist worker has its own session fixtures; two npm installs into one folder at once
+    # fail with ENOTEMPTY, so one installs while the others wait on the lock, then use it.
+    with open(folder / ".install-lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (bins / "mcp-server-everything").exists() or not (bins / "mcp-server-filesystem").exists():
+            done = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix", str(folder), *NPM_PACKAGES],
+                                  capture_output=True, text=True, timeout=600)
+            assert done.returncode == 0, f"npm install of the reference MCP servers failed: {done.stderr[-2000:]}"
     return bins
 
 

@@ -9,6 +9,7 @@ next ``--continue`` must send a valid request and keep the conversation.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -227,6 +228,53 @@ def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path: Path) -> None:
     with TranscriptWriter(transcript) as writer:
         writer.append_message(Message.user("hello"))
         assert json.loads(lock.read_text())["pid"] == os.getpid()
+
+
+def _waits_on_lock(pid: int, inode: int) -> bool:
+    """Whether process ``pid`` is blocked waiting for a flock on the file with ``inode`` (/proc/locks)."""
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if "->" in fields and fields[fields.index("->") + 4] == str(pid) \
+                and fields[fields.index("->") + 5].rsplit(":", 1)[-1] == str(inode):
+            return True
+    return False
+
+
+def test_a_holder_between_its_flock_and_its_pid_is_not_taken_for_a_dead_one(tmp_path: Path) -> None:
+    # A live process has just locked the session, and the pid of a dead earlier holder (one
+    # that exited without releasing) is still in the file. A second process must not judge
+    # the lock leaked and take a fresh one: both would write one transcript.
+    transcript = tmp_path / "s" / "transcript.jsonl"
+    transcript.parent.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    lock = transcript.with_name(transcript.name + ".lock")
+    guard_path = lock.with_name(lock.name + ".take.lock")
+    guard = os.open(guard_path, os.O_RDWR | os.O_CREAT, 0o600)
+    held = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        os.write(held, json.dumps({"pid": dead.pid, "since": 0}).encode())
+        fcntl.flock(held, fcntl.LOCK_EX)  # this process is now the holder, its pid not yet written
+        code = ("import sys; from app.session.transcript import TranscriptWriter\n"
+                "try:\n    TranscriptWriter(sys.argv[1])\nexcept Exception as err:\n"
+                "    print(type(err).__name__, err); sys.exit(2)\n")
+        other = subprocess.Popen([sys.executable, "-c", code, str(transcript)], stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True, cwd=Path(__file__).resolve().parents[1])
+        inode = os.fstat(guard).st_ino
+        # Go on once the other process waits for the guard (or has already decided without it).
+        while other.poll() is None and not _waits_on_lock(other.pid, inode):
+            threading.Event().wait(0.01)  # polling a condition, not timing it
+        os.ftruncate(held, 0)
+        os.pwrite(held, json.dumps({"pid": os.getpid(), "since": 0}).encode(), 0)
+        fcntl.flock(guard, fcntl.LOCK_UN)
+        out, _ = other.communicate(timeout=60)
+        assert other.returncode == 2, out
+        assert out.startswith("SessionLocked") and f"process {os.getpid()}" in out
+        assert lock.exists() and os.stat(lock).st_ino == os.fstat(held).st_ino  # not replaced
+    finally:
+        os.close(held)
+        os.close(guard)
 
 
 def test_a_lock_held_by_a_live_process_refuses_in_another(tmp_path: Path) -> None:

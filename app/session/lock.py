@@ -29,6 +29,7 @@ from app.kernel.errors import SetupError
 from app.kernel.private_files import open_private_fd, read_private
 
 LOCK_SUFFIX = ".lock"
+GUARD_SUFFIX = ".take.lock"  # ends in .lock: a fork copies neither
 
 
 class SessionLocked(SetupError):
@@ -121,6 +122,21 @@ def release(lock_path: Path) -> None:
 
 
 def _take(lock_path: Path, transcript_path: Path) -> int:
+    # Taking the lock and writing our pid into it are two steps. Without a guard, a second
+    # process could fail the flock between them, read the pid a dead earlier holder left
+    # (one that exited without release), judge the lock leaked, unlink it and lock a fresh
+    # file: two writers on one transcript, their tasks merged into one message. Both steps
+    # happen under a short blocking flock on a guard file, so whoever reads the pid reads
+    # the live holder's.
+    guard = open_private_fd(lock_path.with_name(lock_path.name + GUARD_SUFFIX), os.O_RDWR)
+    try:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        return _take_guarded(lock_path, transcript_path)
+    finally:
+        os.close(guard)  # closing drops the guard's flock
+
+
+def _take_guarded(lock_path: Path, transcript_path: Path) -> int:
     for attempt in range(2):
         fd = open_private_fd(lock_path, os.O_RDWR)  # 0600, never through a symlink
         try:
