@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -263,7 +264,9 @@ def test_a_holder_between_its_flock_and_its_pid_is_not_taken_for_a_dead_one(tmp_
                                  stderr=subprocess.STDOUT, text=True, cwd=Path(__file__).resolve().parents[1])
         inode = os.fstat(guard).st_ino
         # Go on once the other process waits for the guard (or has already decided without it).
-        while other.poll() is None and not _waits_on_lock(other.pid, inode):
+        # The bound only keeps a kernel that lists no waiters in /proc/locks from hanging here.
+        give_up = time.monotonic() + 60
+        while other.poll() is None and not _waits_on_lock(other.pid, inode) and time.monotonic() < give_up:
             threading.Event().wait(0.01)  # polling a condition, not timing it
         os.ftruncate(held, 0)
         os.pwrite(held, json.dumps({"pid": os.getpid(), "since": 0}).encode(), 0)
