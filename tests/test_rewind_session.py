@@ -51,12 +51,14 @@ async def test_rewind_runs_the_plan_shown_and_the_next_request_starts_before_tha
     chosen = listed.points[0]
     session.submit(Rewind(chosen.plan_id, files=True))
     await _until(session, events, "rewind")
-    done: ev.RewindEvent = events.of("rewind")[-1]
+    done_in = events.enveloped("rewind")[-1]
+    done = done_in.event
+    assert isinstance(done, ev.RewindEvent)
     assert done.ok and not done.replanned and done.text.startswith("rewrite the plan")
     assert done.forecast_tokens_after == chosen.tokens_after
     assert abs(done.tokens_after - chosen.tokens_after) <= 0.02 * done.tokens_after
     assert done.files_restored == ["plan.md"] and (work / "plan.md").read_text() == "v1\n"
-    context_after = [e for e in events if e.type == "context" and e.seq > done.seq][0]
+    context_after = [e.event for e in events.envelopes if e.event.type == "context" and e.seq > done_in.seq][0]
     assert context_after.projected_tokens == done.tokens_after  # the gauge shows the size after
 
     fake_llm.enqueue(openai_text("shorter done"))
