@@ -11,6 +11,7 @@ from typing import Any
 from agent_helpers import make_session
 from fake_llm_server import openai_text, openai_tool_calls
 
+from app.kernel.envelope import EventEnvelope
 from app.kernel import events as ev
 from app.kernel.commands import PreviewRewind, Rewind, Shutdown, UserInput
 
@@ -19,8 +20,8 @@ async def _until(session: Any, events: list[Any], wanted: str, count: int = 1) -
     """Until ``count`` events of type ``wanted`` have arrived (told by the session's own stream)."""
     arrived = asyncio.Event()
 
-    def listener(event: Any) -> None:  # after the log's own listener: ``events`` holds ``event``
-        if event.type == wanted and sum(e.type == wanted for e in events) >= count:
+    def listener(envelope: EventEnvelope) -> None:  # after the log's own listener: ``events`` holds its event
+        if envelope.event.type == wanted and sum(e.type == wanted for e in events) >= count:
             arrived.set()
 
     unsubscribe = session.subscribe(listener)
