@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from app.kernel import events as ev
-from app.kernel.envelope import ENVELOPE_KEYS, EventEnvelope, envelope_from_json, outside_log
+from app.kernel.envelope import ENVELOPE_KEYS, EventEnvelope, envelope_from_json, envelope_from_json_line, outside_log
 from app.session.agent_session import EventStream
 from app.session.transcript import TranscriptWriter, restore
 from event_examples import one_of_each, union_classes
@@ -57,6 +57,7 @@ def test_every_event_goes_flat_onto_the_wire_and_back(event: Any) -> None:
     # The session process's fast path writes the same object.
     assert json.loads(envelope.to_json_bytes()) == line
     assert envelope_from_json(line) == envelope
+    assert envelope_from_json_line(envelope.to_json_bytes()) == envelope  # the pipe's reader
 
 
 def test_outside_the_log_the_line_is_the_event_alone() -> None:
@@ -74,8 +75,11 @@ def test_a_line_whose_envelope_is_not_whole_numbers_is_refused_naming_it(bad: di
     is read as lines: a seq or command id that is not a whole number would misplace the event in the
     log (a string "9" sorted among ints) or tie it to a command it is not from."""
     (key, value), = bad.items()
+    line = {"type": "notice", "level": "info", "text": "x", **bad}
     with pytest.raises(ValueError, match=f"event {key} {value!r} is not a whole number"):
-        envelope_from_json({"type": "notice", "level": "info", "text": "x", **bad})
+        envelope_from_json(line)
+    with pytest.raises(ValueError, match=key):  # the same line on the session process's pipe
+        envelope_from_json_line(json.dumps(line).encode())
 
 
 def test_a_resumed_transcript_keeps_its_seqs_and_skips_a_doctored_line_with_a_warning(tmp_path: Path) -> None:

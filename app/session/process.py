@@ -40,7 +40,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable, assert_never
 
 from app.kernel import commands as cmd
 from app.kernel import events as ev
-from app.kernel.envelope import EventEnvelope, envelope_from_json
+from app.kernel.envelope import EventEnvelope, envelope_from_json, envelope_from_json_line
 from app.kernel.errors import SetupError
 from app.kernel.events import is_busy
 from app.kernel.protocol import DELTAS, EventLog, Listener, Listeners, SessionSnapshot, merge_deltas
@@ -325,10 +325,7 @@ class SessionProcess:
     def _read_events(self, stdout: IO[bytes]) -> None:
         for line in stdout:
             try:
-                data = json.loads(line)
-                if not isinstance(data, dict):
-                    raise ValueError("not a JSON object")
-                envelope = envelope_from_json(data)
+                envelope = envelope_from_json_line(line)
             except ValueError as error:  # bad JSON, a bad seq or command id, an event this version cannot read
                 self._stderr_tail.append(f"unreadable event line ({error.__class__.__name__}): {line[:80]!r}")
                 continue
