@@ -151,7 +151,8 @@ _MCP_BUSY = {"reconnect": "reconnecting", "login": "logging in", "logout": "logg
 
 
 class EventStream:
-    """The session's event log: numbers each event (``seq``), keeps what a surface attaching late
+    """The session's event log: wraps each event in its envelope (``seq``, ``command_id``: the one
+    place an event is numbered), keeps what a surface attaching late
     catches up from (``EventLog``: the last ``EVENT_RING`` events, a reply's deltas as one, and the
     events still in force), and fans them out to listeners in order of subscription.
 
