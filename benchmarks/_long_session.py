@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TypeVar
-
-from pydantic import BaseModel
-
+from app.kernel.envelope import EventEnvelope
 from app.kernel.events import (
+    Event,
     AssistantMessageEvent,
     ChartPointEvent,
     CompactionEvent,
@@ -38,7 +36,6 @@ from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolUseBloc
 from app.session.store import SessionStore
 from app.session.transcript import TurnEndLine
 
-EventT = TypeVar("EventT", bound=BaseModel)
 
 THRESHOLDS = ThresholdsModel(window=128_000, reserve=8_000, effective_window=120_000, auto_compact_line=107_000,
                              warning_line=87_000, blocking_line=117_000)
@@ -60,10 +57,10 @@ def write_long_session(data_dir: Path, cwd: Path, turns: int, *, compact_every: 
     session = SessionStore(data_dir).create(cwd, "openai", "fake-model")
     seq = 0
 
-    def numbered(event: EventT) -> EventT:
+    def numbered(event: Event) -> EventEnvelope:
         nonlocal seq
         seq += 1
-        return event.model_copy(update={"seq": seq})
+        return EventEnvelope(seq, None, event)
 
     with session.writer() as writer:
         writer.append_event(numbered(SessionInfoEvent(

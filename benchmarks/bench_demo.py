@@ -66,11 +66,12 @@ def headless_once(tmp: Path, speed: float) -> float:
 async def dashboard_once(tmp: Path, speed: float) -> float:
     """Seconds from the session's ``user_message`` event to the first frame after its ``result``."""
     from app.kernel.commands import UserInput
+    from app.kernel.envelope import EventEnvelope
 
     marks: dict[str, float] = {}
 
-    def note(event: object) -> None:  # called on the session's thread
-        kind = getattr(event, "type", "")
+    def note(envelope: EventEnvelope) -> None:  # called on the session's thread
+        kind = envelope.event.type
         if kind in ("user_message", "result") and kind not in marks:
             marks[kind] = time.perf_counter()
 

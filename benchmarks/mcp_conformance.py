@@ -251,19 +251,20 @@ def dashboard_session(env: dict[str, str], workspace: Path, base_url: str) -> in
 
     sys.path.insert(0, str(ROOT))
     from app.kernel.commands import AnswerElicitation, UserInput
-    from app.kernel.events import ElicitationRequestEvent, Event
+    from app.kernel.envelope import EventEnvelope
+    from app.kernel.events import ElicitationRequestEvent
     from app.session.process import SessionProcess
 
     os.environ.clear()
     os.environ.update(env)  # the session process reads its settings from the environment, as tidegauge does
-    seen: queue.Queue[Event] = queue.Queue()
+    seen: queue.Queue[EventEnvelope] = queue.Queue()
     process = SessionProcess({"provider": "openai", "model": "conformance-model", "base_url": base_url,
                               "yes": True}, cwd=workspace).start()
     try:
         process.subscribe(seen.put)
         process.submit(UserInput(PROMPT))
         while True:
-            event = seen.get(timeout=120)
+            event = seen.get(timeout=120).event
             say(f"  event {event.type}")
             if isinstance(event, ElicitationRequestEvent):
                 defaults = {field.name: field.default for field in event.fields if field.default is not None}

@@ -7,20 +7,34 @@ from typing import Any
 
 from app.wiring.config import load_settings
 from app.kernel.describe import describe, legacy_notice
-from app.kernel.events import Event, NoticeEvent
+from app.kernel.envelope import EventEnvelope
+from app.kernel.events import NoticeEvent
 from app.wiring.runtime import build_agent, build_session
 
 TEST_KEY = "sk-test-fake-key-0123456789"
 
 
 class EventLog(list):
-    """Collects every event; helpers to pick by type."""
+    """Collects every event (the envelopes too, in ``envelopes``); helpers to pick by type."""
 
-    def __call__(self, event: Event) -> None:
-        self.append(event)
+    def __init__(self) -> None:
+        super().__init__()
+        self.envelopes: list[EventEnvelope] = []
+
+    def __call__(self, envelope: EventEnvelope) -> None:
+        self.envelopes.append(envelope)
+        self.append(envelope.event)
 
     def of(self, kind: str) -> list[Any]:
         return [e for e in self if e.type == kind]
+
+    def enveloped(self, kind: str) -> list[EventEnvelope]:
+        """The envelopes of the events of type ``kind`` (their seq and command id)."""
+        return [envelope for envelope in self.envelopes if envelope.event.type == kind]
+
+    def caused_by(self, command_id: int | None) -> list[Any]:
+        """The events the command ``command_id`` caused, in order."""
+        return [envelope.event for envelope in self.envelopes if envelope.command_id == command_id]
 
     def notices(self) -> list[NoticeEvent]:
         """The notice lines stream-json prints after typed events (worded by app.kernel.describe)."""

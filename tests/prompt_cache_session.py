@@ -102,7 +102,7 @@ async def run_session(turns: int, *, caching: bool, budget: int | None = None,
             overrides["budget"] = budget
         settings = load_settings(overrides)
         events: list[Any] = []
-        agent = build_agent(settings, emit=events.append, cwd=work)
+        agent = build_agent(settings, emit=lambda envelope: events.append(envelope.event), cwd=work)
         # the host passes these once it calls provider_options (see the branch report)
         agent.provider = server.provider("anthropic", model=MODEL, prompt_caching=caching)
         cache = AnthropicPromptCache()

@@ -208,7 +208,7 @@ async def test_in_one_live_session_flood_after_summarize_floods(tmp_path: Path) 
 
     settings = load_settings({"provider": "demo", "demo_speed": 0, "yes": True, "data_dir": str(tmp_path / "data")})
     events: list[dict] = []
-    agent = build_agent(settings, cwd=tmp_path, emit=lambda event: events.append(event.model_dump(mode="json")))
+    agent = build_agent(settings, cwd=tmp_path, emit=lambda envelope: events.append(envelope.to_json()))
     order = ("errors", "summarize", "flood")
     try:
         for index, name in enumerate(order):

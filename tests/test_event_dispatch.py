@@ -9,6 +9,7 @@ from typing import Any, Callable, Literal
 
 import pytest
 
+from app.kernel.envelope import EventEnvelope, outside_log
 from app.kernel import events as ev
 from app.kernel.protocol import EventLog, SessionSnapshot
 from app.session.process import _mirror
@@ -28,8 +29,8 @@ def _snapshot() -> SessionSnapshot:
 
 
 DISPATCHERS: dict[str, Callable[[Any], object]] = {
-    "view model": lambda event: DashboardView().apply(event),
-    "event log": lambda event: EventLog().add(event),
+    "view model": lambda event: DashboardView().apply(EventEnvelope(1, 1, event)),
+    "event log": lambda event: EventLog().add(EventEnvelope(1, 1, event)),
     "session process mirror": lambda event: _mirror(_snapshot(), event),
 }
 
@@ -64,6 +65,6 @@ def test_the_view_model_and_the_process_mirror_agree_on_busy(state: ev.AgentStat
     """"starting" (the dashboard's word before the session exists) is not busy for anyone."""
     event = ev.StateEvent(state=state, step=0, max_steps=5)
     view, snapshot = DashboardView(), _snapshot()
-    view.apply(event)
+    view.apply(outside_log(event))
     _mirror(snapshot, event)
     assert view.busy == snapshot.busy == ev.is_busy(state) == (state not in ("idle", "starting"))

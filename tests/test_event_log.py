@@ -15,6 +15,7 @@ import pytest
 
 from agent_helpers import make_session
 from app.kernel.commands import Compact, Interrupt, Report, Shutdown, UserInput
+from app.kernel.envelope import EventEnvelope
 from app.kernel.protocol import EVENT_RING, merge_deltas
 from app.session.process import SessionProcess
 from app.surfaces.view_model import DashboardView, catch_up
@@ -24,27 +25,29 @@ WAIT = 120  # seconds: a hang guard only; each wait ends on an event
 
 
 class Collector:
-    """A listener that keeps every event (and the thread it came on); a test waits for one of a kind."""
+    """A listener that keeps every event in its envelope (and the thread it came on); a test waits
+    for one of a kind."""
 
     def __init__(self) -> None:
-        self.events: list[Any] = []
+        self.events: list[EventEnvelope] = []
         self.threads: set[int] = set()
         self._changed = threading.Condition()
 
-    def __call__(self, event: Any) -> None:
+    def __call__(self, envelope: EventEnvelope) -> None:
         with self._changed:
-            self.events.append(event)
+            self.events.append(envelope)
             self.threads.add(threading.get_ident())
             self._changed.notify_all()
 
     def wait_for(self, kind: str, count: int = 1) -> Any:
         with self._changed:
             came = self._changed.wait_for(lambda: len(self.of(kind)) >= count, WAIT)
-            assert came, f"no {kind} event #{count} came; the events were {[e.type for e in self.events]}"
+            assert came, f"no {kind} event #{count} came; the events were {[e.event.type for e in self.events]}"
             return self.of(kind)[count - 1]
 
     def of(self, kind: str) -> list[Any]:
-        return [event for event in self.events if event.type == kind]
+        """The envelopes of the events of type ``kind``."""
+        return [envelope for envelope in self.events if envelope.event.type == kind]
 
 
 @pytest.fixture(autouse=True)
@@ -98,17 +101,17 @@ def test_a_compaction_queued_during_a_turn_runs_after_an_interrupt(tmp_path: Pat
         session.submit(UserInput("summarize the project"))
         events.wait_for("user_message")
         compact_id = session.submit(Compact())
-        assert events.wait_for("queued").command == "compact"
+        assert events.wait_for("queued").event.command == "compact"
         session.submit(Interrupt())
         after_id = session.submit(UserInput("what did I ask first?"))  # queued behind the compaction, if kept
-        assert events.wait_for("result").stop_reason == "interrupted"
+        assert events.wait_for("result").event.stop_reason == "interrupted"
         last = events.wait_for("result", 2)
-        said = [e for e in events.events if not e.type.endswith("_delta")]
-        first_end, second_end = [i for i, e in enumerate(said) if e.type == "result"]
+        said = [e for e in events.events if not e.event.type.endswith("_delta")]
+        first_end, second_end = [i for i, e in enumerate(said) if e.event.type == "result"]
         between = said[first_end:second_end + 1]
-        compactions = [e for e in between if e.type == "compaction"]
-        assert [c.trigger for c in compactions] == ["manual"], \
-            f"no compaction between the interrupted turn and the next: {[e.type for e in between]}"
+        compactions = [e for e in between if e.event.type == "compaction"]
+        assert [c.event.trigger for c in compactions] == ["manual"], \
+            f"no compaction between the interrupted turn and the next: {[e.event.type for e in between]}"
         assert compactions[0].command_id == compact_id and last.command_id == after_id
     finally:
         session.stop()
@@ -134,11 +137,11 @@ async def test_commands_submitted_before_the_session_runs_are_handled_on_its_loo
     kinds = [e.type for e in events]
     assert kinds[0] == "session", f"an event came before the session's first: {kinds}"
     assert listened.threads == {threading.get_ident()}, "a listener was called off the session's loop"
-    assert [e.type for e in events if e.command_id == ids["report"]] == ["report"]
-    by_prompt = [e.type for e in events if e.command_id == ids["prompt"]]
+    assert [e.type for e in events.caused_by(ids["report"])] == ["report"]
+    by_prompt = [e.type for e in events.caused_by(ids["prompt"])]
     assert by_prompt[0] == "user_message" and by_prompt[-1] == "result", by_prompt
-    assert not [e for e in events if e.type in ("session", "config_warning") and e.command_id is not None]
-    seqs = [e.seq for e in events]
+    assert not [e for e in events.envelopes if e.event.type in ("session", "config_warning") and e.command_id is not None]
+    seqs = [e.seq for e in events.envelopes]
     assert seqs == list(range(1, len(seqs) + 1))
 
 
@@ -166,12 +169,13 @@ def test_seq_and_command_ids_cross_the_pipe_into_the_transcript_and_a_resumed_se
     later = Collector()
     try:
         snapshot, _unsubscribe = again.attach(later)
-        assert [e.seq for e in snapshot.restored if e.type == "result"] == [result.seq]
+        # The same event, read back from the transcript: it is equal wherever it was emitted.
+        assert [e for e in snapshot.restored if e.type == "result"] == [result.event]
         report_id = again.submit(Report(kind="context"))
         report = later.wait_for("report")
         assert report.command_id == report_id and report.seq > snapshot.seq
         this_run = snapshot.events + later.events  # what it said before we attached, and after
-        assert this_run[0].type == "session" and this_run[0].seq > max(e["seq"] for e in recorded)
+        assert this_run[0].event.type == "session" and this_run[0].seq > max(e["seq"] for e in recorded)
     finally:
         again.stop()
 
@@ -195,7 +199,7 @@ def test_a_surface_attaching_late_gets_the_snapshot_and_every_event_after_it_onc
     everything = [e.seq for e in at_start.events] + [e.seq for e in early.events]
     assert [e.seq for e in snapshot.events] + [e.seq for e in late.events] == everything
     assert snapshot.seq == snapshot.events[-1].seq
-    assert [e.command_id for e in late.events if e.type == "report"] == [report_id]
+    assert [e.command_id for e in late.of("report")] == [report_id]
 
 
 
@@ -221,7 +225,7 @@ async def test_every_prompt_ends_in_one_result_even_one_an_interrupt_dropped_bef
     session.submit(Interrupt())
     session.submit(Shutdown())
     await session.run()
-    results = [(e.command_id, e.stop_reason, e.session_id) for e in events if e.type == "result"]
+    results = [(e.command_id, e.event.stop_reason, e.event.session_id) for e in events.enveloped("result")]
     assert results == [(first, "interrupted", session.info.session_id),
                        (second, "interrupted", session.info.session_id)]
     assert fake_llm.requests == [] and session.pending == 0
@@ -231,8 +235,8 @@ async def test_every_prompt_ends_in_one_result_even_one_an_interrupt_dropped_bef
 LONG_REPLY = [f"w{index} " for index in range(EVENT_RING + 400)]
 
 
-def dumped(events: list[Any]) -> list[dict[str, Any]]:
-    return [event.model_dump(mode="json") for event in events]
+def dumped(envelopes: list[EventEnvelope]) -> list[dict[str, Any]]:
+    return [envelope.to_json() for envelope in envelopes]
 
 
 async def test_a_long_reply_leaves_the_prompt_and_the_tool_call_before_it_for_a_late_surface(
@@ -246,9 +250,9 @@ async def test_a_long_reply_leaves_the_prompt_and_the_tool_call_before_it_for_a_
     attached_during: list[Any] = []
     deltas = 0
 
-    def attach_during_the_reply(event: Any) -> None:  # on the session's thread, under its lock, as emit runs
+    def attach_during_the_reply(envelope: EventEnvelope) -> None:  # on the session's thread, under its lock, as emit runs
         nonlocal deltas
-        deltas += event.type == "text_delta"
+        deltas += envelope.event.type == "text_delta"
         if deltas == EVENT_RING and not attached_during:
             attached_during.append(session.attach(during)[0])
 
@@ -259,15 +263,16 @@ async def test_a_long_reply_leaves_the_prompt_and_the_tool_call_before_it_for_a_
     late = Collector()
     snapshot, _ = session.attach(late)
 
-    kinds = [event.type for event in snapshot.events]
+    kinds = [envelope.event.type for envelope in snapshot.events]
     assert len(snapshot.events) <= EVENT_RING
-    said = [e.text for e in snapshot.events if e.type == "user_message"]
+    shown: list[Any] = [envelope.event for envelope in snapshot.events]
+    said = [e.text for e in shown if e.type == "user_message"]
     assert said == ["read notes.txt, then say a lot"], f"the prompt is not in the late snapshot: {kinds[:20]}"
-    assert [e.name for e in snapshot.events if e.type in ("tool_start", "tool_result")] == ["read_file"] * 2
-    assert "".join(e.text for e in snapshot.events if e.type == "text_delta") == "".join(LONG_REPLY)
-    assert [e.command_id for e in snapshot.events if e.type == "text_delta"] == [prompt_id]
-    seqs = [event.seq for event in snapshot.events]
-    assert seqs == sorted(set(seqs)) and snapshot.seq == seqs[-1] == events[-1].seq, seqs[-5:]
+    assert [e.name for e in shown if e.type in ("tool_start", "tool_result")] == ["read_file"] * 2
+    assert "".join(e.text for e in shown if e.type == "text_delta") == "".join(LONG_REPLY)
+    assert [e.command_id for e in snapshot.events if e.event.type == "text_delta"] == [prompt_id]
+    seqs = [envelope.seq for envelope in snapshot.events]
+    assert seqs == sorted(set(seqs)) and snapshot.seq == seqs[-1] == events.envelopes[-1].seq, seqs[-5:]
     # The view the dashboard folds from it holds the call, finished.
     view = DashboardView()
     for event in catch_up(snapshot):
@@ -278,7 +283,7 @@ async def test_a_long_reply_leaves_the_prompt_and_the_tool_call_before_it_for_a_
     # its reply so far and the deltas after it are the whole reply, and together they are the log.
     (middle,) = attached_during
     after = [event.seq for event in during.events]
-    assert after == list(range(middle.seq + 1, events[-1].seq + 1)), (middle.seq, after[:5])
+    assert after == list(range(middle.seq + 1, events.envelopes[-1].seq + 1)), (middle.seq, after[:5])
     assert dumped(merge_deltas(middle.events + during.events)) == dumped(snapshot.events)
 
 
@@ -299,14 +304,14 @@ async def test_the_palette_and_header_a_late_dashboard_draws_do_not_depend_on_th
         switched = Collector()
         runner.subscribe(switched)
         runner.submit(ServerCompaction(True))
-        assert switched.wait_for("server_compaction").on is True
+        assert switched.wait_for("server_compaction").event.on is True
         flooded = threading.Event()
-        runner.subscribe(lambda event: flooded.set() if event.type == "permissions" else None)
+        runner.subscribe(lambda envelope: flooded.set() if envelope.event.type == "permissions" else None)
         for _ in range(EVENT_RING):  # each answered by one event (drawn by no widget): the switch leaves the ring
             runner.submit(Preview("reset"))
         runner.submit(Report(kind="permissions"))
         assert flooded.wait(WAIT), "the previews were not all answered"
-        assert "server_compaction" not in [event.type for event in runner.snapshot().events]
+        assert "server_compaction" not in [envelope.event.type for envelope in runner.snapshot().events]
 
         app = TidegaugeApp(runner, cursor_blink=False)
         async with app.run_test():
@@ -342,12 +347,12 @@ async def test_an_approval_and_a_prompt_still_waiting_reach_a_dashboard_that_att
     said = Collector()
     session.subscribe(said)
     flooded = threading.Event()
-    session.subscribe(lambda event: flooded.set() if event.type == "permissions" else None)
+    session.subscribe(lambda envelope: flooded.set() if envelope.event.type == "permissions" else None)
     runner = SessionThread(session)
     runner.start()
     try:
         session.submit(UserInput("run echo hi"))
-        request = said.wait_for("approval_request")
+        request = said.wait_for("approval_request").event
         session.submit(UserInput("then this"))
         said.wait_for("queued")
         for _ in range(EVENT_RING):
@@ -355,7 +360,7 @@ async def test_an_approval_and_a_prompt_still_waiting_reach_a_dashboard_that_att
         session.submit(Report(kind="permissions"))
         assert flooded.wait(WAIT), "the previews were not all answered"
         snapshot = session.snapshot()
-        assert "approval_request" not in [event.type for event in snapshot.events]
+        assert "approval_request" not in [envelope.event.type for envelope in snapshot.events]
         view = DashboardView()
         for event in catch_up(snapshot):
             view.apply(event)
@@ -377,8 +382,8 @@ async def test_an_approval_and_a_prompt_still_waiting_reach_a_dashboard_that_att
         runner.stop()
 
 
-def _numbered(*events: Any, command_id: int | None = None, start: int = 1) -> list[Any]:
-    return [event.model_copy(update={"seq": start + index, "command_id": command_id}) for index, event in enumerate(events)]
+def _numbered(*events: Any, command_id: int | None = None, start: int = 1) -> list[EventEnvelope]:
+    return [EventEnvelope(start + index, command_id, event) for index, event in enumerate(events)]
 
 
 def test_the_ring_keeps_a_run_of_deltas_as_one_event_and_at_most_its_size() -> None:
@@ -392,12 +397,12 @@ def test_the_ring_keeps_a_run_of_deltas_as_one_event_and_at_most_its_size() -> N
             *_numbered(ev.TextDeltaEvent(text="f"), command_id=2, start=7)]  # another command's reply
     for event in said:
         log.add(event)
-    assert [(e.type, getattr(e, "text", ""), e.seq) for e in log.events()] == [
+    assert [(e.event.type, getattr(e.event, "text", ""), e.seq) for e in log.events()] == [
         ("user_message", "hi", 1), ("thinking_delta", "ab", 3), ("text_delta", "cde", 6), ("text_delta", "f", 7)]
     log.add(*_numbered(ev.TextDeltaEvent(text="g"), command_id=2, start=8))
     log.add(*_numbered(ev.AssistantMessageEvent(text="fg"), command_id=2, start=9))
     # Four at most: the oldest goes, the run that went on is one event with its last seq.
-    assert [(e.type, e.seq) for e in log.events()] == [
+    assert [(e.event.type, e.seq) for e in log.events()] == [
         ("thinking_delta", 3), ("text_delta", 6), ("text_delta", 8), ("assistant_message", 9)]
 
 
@@ -410,7 +415,7 @@ def test_the_events_in_force_outlive_the_ring() -> None:
     seq = iter(range(1, 1_000))
 
     def add(event: Any, command_id: int | None = None) -> None:
-        log.add(event.model_copy(update={"seq": next(seq), "command_id": command_id}))
+        log.add(EventEnvelope(next(seq), command_id, event))
 
     add(ev.ServerCompactionEvent(on=True, provider="responses"), 1)
     add(ev.ApprovalRequestEvent(request_id="approval-5", tool_id="c1", name="run_bash", input={}, summary="ls"), 2)
@@ -421,7 +426,7 @@ def test_the_events_in_force_outlive_the_ring() -> None:
     for _ in range(5):
         add(ev.NoticeEvent(level="info", text="said"))
     standing = log.standing()
-    assert [e.type for e in standing] == ["server_compaction", "approval_request", "memory_import", "queued",
+    assert [e.event.type for e in standing] == ["server_compaction", "approval_request", "memory_import", "queued",
                                           "queued", "queued"]
     assert [e.seq for e in standing] == sorted(e.seq for e in standing)
     assert not {e.seq for e in standing} & {e.seq for e in log.events()}  # all of them left the ring
@@ -431,11 +436,11 @@ def test_the_events_in_force_outlive_the_ring() -> None:
     add(ev.UserMessageEvent(text="one"), 3)  # the first prompt runs
     add(ev.ResultEvent(stop_reason="interrupted", text="", steps=0), 5)  # an interrupt dropped the second
     add(ev.ServerCompactionEvent(on=False, provider="responses"), 6)
-    assert [(e.type, getattr(e, "command", None)) for e in log.standing()] == [("queued", "compact"),
+    assert [(e.event.type, getattr(e.event, "command", None)) for e in log.standing()] == [("queued", "compact"),
                                                                               ("server_compaction", None)]
     add(ev.CommandQueuedEvent(command="prompt", position=2, text="three"), 7)
     add(ev.CommandQueuedEvent(command="reset", position=1), 8)  # a reset replaces what waited before it
-    assert [(e.type, getattr(e, "command", None)) for e in log.standing()] == [("server_compaction", None),
+    assert [(e.event.type, getattr(e.event, "command", None)) for e in log.standing()] == [("server_compaction", None),
                                                                               ("queued", "reset")]
     info = ev.SessionInfoEvent(session_id="s", provider_label="p", model="m", workspace="/w", max_steps=5,
                                server_compaction=True)
@@ -462,7 +467,7 @@ async def test_the_fake_session_a_dashboard_test_drives_keeps_the_same_log() -> 
     for _ in range(EVENT_RING):
         fake.submit(Preview("reset"))
     snapshot = fake.snapshot()
-    assert snapshot.info.server_compaction is True and [e.type for e in snapshot.standing] == ["server_compaction"]
+    assert snapshot.info.server_compaction is True and [e.event.type for e in snapshot.standing] == ["server_compaction"]
     app = TidegaugeApp(fake, cursor_blink=False)
     async with app.run_test() as pilot:
         await pilot.pause()
@@ -490,4 +495,5 @@ def test_a_resumed_session_redraws_its_conversation_not_each_earlier_runs_start_
     kinds = [event.type for event in snapshot.restored]
     assert "config_warning" not in kinds, kinds
     assert [e.text for e in snapshot.restored if e.type == "user_message"] == ["hi 0", "hi 1"]
-    assert len([e for e in [*snapshot.events, *said.events] if e.type == "config_warning"]) == 1, [e.type for e in snapshot.events]  # this run's, once
+    assert len([e for e in [*snapshot.events, *said.events] if e.event.type == "config_warning"]) == 1, [
+        e.event.type for e in snapshot.events]  # this run's, once

@@ -40,9 +40,9 @@ def _kinds(events: list[Any], command: Any) -> list[str]:
     a state said twice in a row as once; a prompt by how its turn starts and ends (the demo's
     reply and the fake's script differ in between, by design)."""
     kinds: list[str] = []
-    for event in merge_deltas(events):
-        if not (kinds and kinds[-1] == event.type == "state"):
-            kinds.append(event.type)
+    for envelope in merge_deltas(events):
+        if not (kinds and kinds[-1] == envelope.event.type == "state"):
+            kinds.append(envelope.event.type)
     if isinstance(command, cmd.UserInput):
         return [kinds[0], "...", *kinds[-2:]]
     return kinds
@@ -100,7 +100,7 @@ async def test_the_fake_and_the_real_session_answer_every_command_alike(
 
 async def _until_caused(events: list[Any], command_id: int, kind: str) -> None:
     async def said() -> None:
-        while not any(event.command_id == command_id and event.type == kind for event in events):
+        while not any(envelope.command_id == command_id and envelope.event.type == kind for envelope in events):
             await asyncio.sleep(0.005)  # polls the condition above
 
     await asyncio.wait_for(said(), 60)

@@ -12,6 +12,7 @@ from app.kernel.describe import describe
 from app.kernel.events import (
     AssistantMessageEvent, CompactionEvent, ErrorEvent, NoticeEvent, RetryEvent, TextDeltaEvent, ToolResultEvent, ToolStartEvent,
 )
+from app.kernel.envelope import outside_log
 from app.surfaces.headless import TextPrinter
 
 
@@ -19,7 +20,7 @@ def _print(*events: object) -> tuple[str, list[str]]:
     out, err = io.StringIO(), io.StringIO()
     printer = TextPrinter(out, err)
     for event in events:
-        printer(event)  # type: ignore[arg-type]
+        printer(outside_log(event))  # type: ignore[arg-type]
     return out.getvalue(), err.getvalue().splitlines()
 
 

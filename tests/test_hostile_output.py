@@ -7,7 +7,8 @@ import io
 from agent_helpers import make_agent
 from fake_llm_server import openai_text, openai_tool_calls
 
-from app.kernel.events import AssistantMessageEvent, TextDeltaEvent, ToolResultEvent
+from app.kernel.envelope import outside_log
+from app.kernel.events import Event, AssistantMessageEvent, TextDeltaEvent, ToolResultEvent
 from app.surfaces.headless import TextPrinter
 
 HOSTILE_SHELL = r"printf '\033]0;pwned\007\033]52;c;ZXZpbA==\007\033[31mred\033[0m\033[2J [bold]x[/bold] nul:\000: bad:\377\376:'"
@@ -27,7 +28,11 @@ async def test_escape_sequences_from_a_tool_never_reach_the_model_raw(fake_llm, 
 
 def test_text_mode_printer_never_writes_escape_sequences():
     out, err = io.StringIO(), io.StringIO()
-    printer = TextPrinter(out, err)
+    say = TextPrinter(out, err)
+
+    def printer(event: Event) -> None:
+        say(outside_log(event))
+
     reply = "hello \x1b]52;c;ZXZpbA==\x07\x1b[2J world [link=https://x]y[/link]\n"
     printer(TextDeltaEvent(text=reply))
     printer(AssistantMessageEvent(text=reply))  # the answer is printed when its reply ends
@@ -42,7 +47,11 @@ def test_text_mode_printer_never_writes_escape_sequences():
 
 def test_a_single_10mb_line_goes_through_the_printer():
     out, err = io.StringIO(), io.StringIO()
-    printer = TextPrinter(out, err)
+    say = TextPrinter(out, err)
+
+    def printer(event: Event) -> None:
+        say(outside_log(event))
+
     printer(TextDeltaEvent(text="a" * 10_000_000))
     printer(AssistantMessageEvent(text="a" * 10_000_000))
     assert out.getvalue() == "a" * 10_000_000 + "\n"  # the answer whole, ended by a newline

@@ -21,6 +21,8 @@ if str(ROOT) not in sys.path:  # the long session is written by the benchmark's 
 from benchmarks._long_session import last_reply, write_long_session  # noqa: E402
 from session_thread import SessionThread  # noqa: E402
 
+from app.kernel.envelope import EventEnvelope  # noqa: E402
+
 TURNS = 2_000
 
 
@@ -191,9 +193,9 @@ async def test_a_dashboard_attaching_late_to_a_ring_of_4096_reports_mounts_only_
     answered: list[int] = []
     all_answered = threading.Event()
 
-    def count(event: Any) -> None:
-        if event.type == "report":
-            answered.append(event.seq)
+    def count(envelope: EventEnvelope) -> None:
+        if envelope.event.type == "report":
+            answered.append(envelope.seq)
             if len(answered) == EVENT_RING:
                 all_answered.set()
 
@@ -204,7 +206,7 @@ async def test_a_dashboard_attaching_late_to_a_ring_of_4096_reports_mounts_only_
         for _ in range(EVENT_RING):
             session.submit(Report(kind="usage"))
         assert all_answered.wait(60), f"{len(answered)} of {EVENT_RING} reports answered"
-        assert sum(event.type == "report" for event in session.snapshot().events) > EVENT_RING - 50
+        assert sum(envelope.event.type == "report" for envelope in session.snapshot().events) > EVENT_RING - 50
         app = TidegaugeApp(session, cursor_blink=False)
         async with app.run_test(size=(120, 40)) as pilot:
             conversation = app.conversation

@@ -25,6 +25,7 @@ import pytest
 from fake_llm_server import anthropic_text, anthropic_tool_calls, openai_text, openai_tool_calls
 
 from app.context.tokens import IMAGE_TOKENS, estimate_block
+from app.kernel.envelope import outside_log
 from app.kernel.describe import describe, tool_progress_text
 from app.kernel.events import McpServerEvent, ToolProgressEvent, ToolStartEvent
 from app.mcp.bounded_stdio import read_lines
@@ -351,9 +352,9 @@ def test_an_image_counts_a_fixed_estimate_on_the_gauge():
 def test_progress_is_drawn_on_the_running_tools_line_in_describes_words():
     event = ToolProgressEvent(id="call_1", progress=3, total=10, message="indexing")
     view = DashboardView()
-    view.apply(ToolStartEvent(id="call_1", name="c__index", input={}, summary=""))
+    view.apply(outside_log(ToolStartEvent(id="call_1", name="c__index", input={}, summary="")))
 
-    (info,) = view.apply(event)
+    (info,) = view.apply(outside_log(event))
 
     assert tool_progress_text(event) == "3 of 10 (30%): indexing"
     assert "3 of 10 (30%): indexing" in tool_call_text(info, {}).plain
@@ -365,9 +366,9 @@ def test_progress_is_drawn_on_the_running_tools_line_in_describes_words():
 def test_at_80_columns_a_running_calls_progress_is_seen_before_its_arguments():
     # Checked in tmux at 80x24: the arguments filled the line and the progress was cut off.
     view = DashboardView()
-    view.apply(ToolStartEvent(id="c", name="content__progress", input={},
-                              summary='{"steps": 12, "every_ms": 700, "label": "a long argument to show"}'))
-    (info,) = view.apply(ToolProgressEvent(id="c", progress=6, total=12, message="step 6"))
+    view.apply(outside_log(ToolStartEvent(id="c", name="content__progress", input={},
+                              summary='{"steps": 12, "every_ms": 700, "label": "a long argument to show"}')))
+    (info,) = view.apply(outside_log(ToolProgressEvent(id="c", progress=6, total=12, message="step 6")))
     line = tool_call_text(info, {}, width=46)  # the conversation's width at 80 columns
     line.truncate(46, overflow="ellipsis")
     assert line.plain.endswith("6 of 12 (50%): step 6"), line.plain

@@ -26,6 +26,7 @@ from fake_llm_server import openai_text, openai_tool_calls
 from test_mcp_oauth import OAuthServer, _browser
 from test_mcp_servers import BIN, START
 
+from app.kernel.envelope import outside_log
 from app.kernel.commands import ManageMcpServer
 from app.kernel.events import McpServerRow, McpStatusEvent
 from app.kernel.redact import clear_secrets
@@ -363,8 +364,8 @@ def test_the_view_model_keeps_the_latest_servers_for_the_view() -> None:
     view = DashboardView()
     first = McpStatusEvent(servers=ROWS[:1])
     second = McpStatusEvent(servers=ROWS, note="time: reconnecting already")
-    view.apply(first)
-    view.apply(second)
+    view.apply(outside_log(first))
+    view.apply(outside_log(second))
     assert view.mcp_status is second and [row.name for row in view.mcp_status.servers][:2] == ["time", "git"]
 
 

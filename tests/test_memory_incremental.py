@@ -212,9 +212,9 @@ class Collector:
         self.events: list[Any] = []
         self.changed = threading.Condition()
 
-    def __call__(self, event: Any) -> None:
+    def __call__(self, envelope: Any) -> None:  # an EventEnvelope: the event is what the tests read
         with self.changed:
-            self.events.append(event)
+            self.events.append(envelope.event)
             self.changed.notify_all()
 
     def of(self, kind: str) -> list[Any]:

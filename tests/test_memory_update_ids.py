@@ -42,21 +42,21 @@ async def test_a_memory_update_finished_during_the_next_prompt_carries_its_own_i
     session.submit(Shutdown())
     await asyncio.wait_for(running, 60)
 
-    (memory,) = events.of("session_memory")
-    memory_usage = [u for u in events.of("usage") if u.agent == "memory"]
-    assert memory.ok and len(memory_usage) == 1
+    (memory,) = events.enveloped("session_memory")
+    memory_usage = [u for u in events.enveloped("usage") if u.event.agent == "memory"]
+    assert memory.event.ok and len(memory_usage) == 1
     own = memory.command_id
     assert own is not None and own not in (first, second), own
     assert memory_usage[0].command_id == own  # one update, one id
     assert own < 0  # never a command's id (a parent process numbers those)
     # the second prompt's own events keep its id
-    assert [e.type for e in events if e.command_id == second][0] == "user_message"
+    assert [e.type for e in events.caused_by(second)][0] == "user_message"
 
 
 async def _result_of(events: Any, command_id: int) -> Any:
     async def ended() -> Any:
         while True:
-            done = [e for e in events.of("result") if e.command_id == command_id]
+            done = [e.event for e in events.enveloped("result") if e.command_id == command_id]
             if done:
                 return done[0]
             await asyncio.sleep(0.005)  # polls the condition above

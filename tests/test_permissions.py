@@ -370,7 +370,7 @@ def test_slash_permissions_lists_every_rule_with_where_it_came_from(tmp_path, mo
     session = build_session(settings, approvals=True, cwd=work)
     session.permissions.allow(["run_bash(ls:*)"], save=False)  # as an "always" in the dialog does
     said: list[Any] = []
-    session.subscribe(said.append)
+    session.subscribe(lambda envelope: said.append(envelope.event))
     session.submit(Report("permissions"))  # given before the session runs: answered when it does
     session.submit(Shutdown())
     asyncio.run(session.run())

@@ -14,6 +14,7 @@ from dashboard_helpers import engine_texts, send, settle
 from fake_llm_server import openai_text, openai_tool_calls
 from session_thread import SessionThread
 
+from app.kernel import events as ev
 from app.wiring.config import load_settings
 from app.surfaces.dashboard.app import TidegaugeApp
 from app.wiring.runtime import build_session
@@ -49,7 +50,8 @@ async def test_always_commands_starting_with_saved_for_the_project(fake_llm, tmp
                               "data_dir": str(data)})
     session = build_session(settings, approvals=True, cwd=work)
     asked: list[str] = []
-    session.subscribe(lambda event: asked.append(event.tool_id) if event.type == "approval_request" else None)
+    session.subscribe(lambda envelope: asked.append(envelope.event.tool_id)
+                      if isinstance(envelope.event, ev.ApprovalRequestEvent) else None)
     app = TidegaugeApp(SessionThread(session).start(), cursor_blink=False)
     async with app.run_test(size=(160, 50)) as pilot:
         await send(pilot, "go")

@@ -47,7 +47,7 @@ async def drawn_after_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         history, gauge = app.query_one(ContextHistory), app.query_one(GaugeBar)
 
         def figures(event: Any) -> Any:
-            return None if event is None else event.model_dump(exclude={"seq", "command_id"})
+            return None if event is None else event.model_dump()
 
         def settled() -> bool:
             """Everything handed over: one by one, the context events of the turns come before the

@@ -77,6 +77,12 @@ def test_list_then_rewind_with_files_then_continue_from_there(three_turns, tmp_p
     # append-only: the abandoned turns and the branch record stay in the transcript
     transcript = next((tmp_path / "data").rglob("transcript.jsonl")).read_text()
     assert "just talk" in transcript and '"type":"rewind"' in transcript
+    # numbered on after the session's last event, as the session itself would have numbered them
+    recorded = [line["event"] for line in map(json.loads, transcript.splitlines()) if line["kind"] == "event"]
+    rewound = next(index for index, event in enumerate(recorded) if event["type"] == "rewind")
+    before = max(event.get("seq", 0) for event in recorded[:rewound])
+    assert [(e["type"], e["seq"]) for e in recorded[rewound:rewound + 2]] == [("rewind", before + 1),
+                                                                            ("chart_point", before + 2)]
     assert _tidegauge(["rewind", "--list", "--json"], tmp_path).stdout.count('"turn"') == 2
 
 

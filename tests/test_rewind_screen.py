@@ -10,6 +10,7 @@ from textual.widgets import Input
 from widgets.context_panel import ContextPanel
 from widgets.rewind_screen import RewindScreen
 
+from app.kernel.envelope import outside_log
 from app.kernel import commands as cmd
 
 PROMPTS = ("under", "fix the failing test in tests/test_api.py", "now update the docs")
@@ -123,17 +124,17 @@ def test_the_tool_list_marks_the_calls_of_the_abandoned_turns() -> None:
 
     view = DashboardView()
     for turn, calls in enumerate((["a1"], ["b1", "b2"], ["c1"]), start=1):
-        view.apply(ev.UserMessageEvent(text=f"prompt {turn}"))
+        view.apply(outside_log(ev.UserMessageEvent(text=f"prompt {turn}")))
         for call in calls:
-            view.apply(ev.ToolStartEvent(id=call, name="write_file", input={}, summary=call))
-            view.apply(ev.ToolResultEvent(id=call, name="write_file", is_error=False, truncated=False,
-                                          original_chars=5, kept_chars=5, content="done"))
-    changed = view.apply(ev.RewindEvent(ok=True, turn=2, abandoned_turns=2))
+            view.apply(outside_log(ev.ToolStartEvent(id=call, name="write_file", input={}, summary=call)))
+            view.apply(outside_log(ev.ToolResultEvent(id=call, name="write_file", is_error=False, truncated=False,
+                                          original_chars=5, kept_chars=5, content="done")))
+    changed = view.apply(outside_log(ev.RewindEvent(ok=True, turn=2, abandoned_turns=2)))
     assert sorted(r.id for r in changed) == ["b1", "b2", "c1"]
     assert {i: r.rewound for i, r in view.tool_calls.items()} == {"a1": False, "b1": True, "b2": True, "c1": True}
     assert "rewound" in tool_call_text(view.tool_calls["c1"], {}).plain
-    view.apply(ev.UserMessageEvent(text="prompt 2, edited"))
-    view.apply(ev.ToolStartEvent(id="d1", name="read_file", input={}, summary="d1"))
-    changed = view.apply(ev.RewindEvent(ok=True, turn=2, abandoned_turns=1))  # the edited prompt's turn
+    view.apply(outside_log(ev.UserMessageEvent(text="prompt 2, edited")))
+    view.apply(outside_log(ev.ToolStartEvent(id="d1", name="read_file", input={}, summary="d1")))
+    changed = view.apply(outside_log(ev.RewindEvent(ok=True, turn=2, abandoned_turns=1)))  # the edited prompt's turn
     assert [r.id for r in changed] == ["d1"] and not view.tool_calls["a1"].rewound
-    assert view.apply(ev.RewindEvent(ok=False, reason="busy")) == ()
+    assert view.apply(outside_log(ev.RewindEvent(ok=False, reason="busy"))) == ()

@@ -11,6 +11,7 @@ from typing import Any
 from agent_helpers import make_session
 from fake_llm_server import openai_text, openai_tool_calls
 
+from app.kernel.envelope import EventEnvelope
 from app.kernel import events as ev
 from app.kernel.commands import PreviewRewind, Rewind, Shutdown, UserInput
 
@@ -19,8 +20,8 @@ async def _until(session: Any, events: list[Any], wanted: str, count: int = 1) -
     """Until ``count`` events of type ``wanted`` have arrived (told by the session's own stream)."""
     arrived = asyncio.Event()
 
-    def listener(event: Any) -> None:  # after the log's own listener: ``events`` holds ``event``
-        if event.type == wanted and sum(e.type == wanted for e in events) >= count:
+    def listener(envelope: EventEnvelope) -> None:  # after the log's own listener: ``events`` holds its event
+        if envelope.event.type == wanted and sum(e.type == wanted for e in events) >= count:
             arrived.set()
 
     unsubscribe = session.subscribe(listener)
@@ -51,12 +52,14 @@ async def test_rewind_runs_the_plan_shown_and_the_next_request_starts_before_tha
     chosen = listed.points[0]
     session.submit(Rewind(chosen.plan_id, files=True))
     await _until(session, events, "rewind")
-    done: ev.RewindEvent = events.of("rewind")[-1]
+    done_in = events.enveloped("rewind")[-1]
+    done = done_in.event
+    assert isinstance(done, ev.RewindEvent)
     assert done.ok and not done.replanned and done.text.startswith("rewrite the plan")
     assert done.forecast_tokens_after == chosen.tokens_after
     assert abs(done.tokens_after - chosen.tokens_after) <= 0.02 * done.tokens_after
     assert done.files_restored == ["plan.md"] and (work / "plan.md").read_text() == "v1\n"
-    context_after = [e for e in events if e.type == "context" and e.seq > done.seq][0]
+    context_after = [e.event for e in events.envelopes if e.event.type == "context" and e.seq > done_in.seq][0]
     assert context_after.projected_tokens == done.tokens_after  # the gauge shows the size after
 
     fake_llm.enqueue(openai_text("shorter done"))

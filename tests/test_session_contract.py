@@ -78,7 +78,8 @@ async def test_approvals_are_answered_through_submit_and_always_is_remembered_by
     answers = iter(["no", "always"])
     asked: list[str] = []
 
-    def answer(event):
+    def answer(envelope):
+        event = envelope.event
         if event.type == "approval_request":
             asked.append(event.input["command"])
             session.submit(Approve(event.request_id, next(answers)))  # type: ignore[arg-type]
@@ -103,7 +104,8 @@ async def test_approvals_are_answered_through_submit_and_always_is_remembered_by
 async def test_a_prompt_given_while_busy_is_queued_says_so_and_runs_after(fake_llm, tmp_path, monkeypatch):
     session, events = make_session(fake_llm, tmp_path, monkeypatch)
 
-    def answer_later(event):
+    def answer_later(envelope):
+        event = envelope.event
         if event.type == "approval_request":
             session.submit(UserInput("second task"))  # the first turn is busy, waiting for the user
             session.submit(Compact("focus"))
@@ -129,8 +131,8 @@ async def test_a_prompt_given_while_busy_is_queued_says_so_and_runs_after(fake_l
 async def test_interrupt_ends_the_turn_clears_the_queue_and_leaves_a_valid_history(fake_llm, tmp_path, monkeypatch):
     session, events = make_session(fake_llm, tmp_path, monkeypatch)
 
-    def interrupt(event):
-        if event.type == "approval_request":
+    def interrupt(envelope):
+        if envelope.event.type == "approval_request":
             session.submit(UserInput("never runs"))
             session.submit(Interrupt())
 
@@ -170,12 +172,13 @@ async def test_every_event_is_in_the_transcript_before_any_surface_sees_it(fake_
     path = path or session.info.transcript_path
     seen_before: list[bool] = []
 
-    def check(event):
-        if event.type in ("text_delta", "thinking_delta"):
+    def check(envelope):
+        if envelope.event.type in ("text_delta", "thinking_delta"):
             return
         lines = open(path, encoding="utf-8").read().splitlines()
         recorded = [json.loads(line).get("event") for line in lines if '"event"' in line]
-        seen_before.append(bool(recorded) and recorded[-1] == event.model_dump(mode="json"))
+        # the line as written: the envelope's seq and command id beside the event's fields
+        seen_before.append(bool(recorded) and recorded[-1] == envelope.to_json())
 
     session.subscribe(check)
     fake_llm.enqueue(openai_tool_calls([("list_files", {})]), openai_text("done"))
@@ -255,7 +258,7 @@ async def test_the_fake_session_speaks_the_same_contract(make):
     fake.subscribe(seen.append)
     fake.submit(UserInput("hi"))
     await asyncio.wait_for(fake.idle(), 30)
-    assert [e.type for e in seen][-2:] == ["state", "result"] and seen[-2].state == "idle"
+    assert [e.event.type for e in seen][-2:] == ["state", "result"] and seen[-2].event.state == "idle"
     assert fake.snapshot().info.provider_label
 
 
@@ -293,5 +296,5 @@ async def test_the_real_and_the_fake_session_answer_a_question_with_the_same_eve
     fake, seen = FakeSession(), list[Any]()
     fake.subscribe(seen.append)
     fake.submit(command)
-    assert [e.type for e in events if e.command_id == command_id] == [answer]
-    assert [e.type for e in seen][-1:] == [answer]
+    assert [e.type for e in events.caused_by(command_id)] == [answer]
+    assert [e.event.type for e in seen][-1:] == [answer]

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from app.kernel.envelope import EventEnvelope
 from app.kernel.commands import Approve, Interrupt, UserInput
 from app.kernel.errors import SetupError
 from app.kernel.events import Event, StateEvent, TextDeltaEvent, ThinkingDeltaEvent
@@ -20,15 +21,17 @@ WAIT = 120  # seconds: a hang guard only; each wait ends on an event
 
 
 class Collector:
-    """A listener that keeps every event and lets a test wait for one of a kind."""
+    """A listener that keeps every event (their envelopes in ``envelopes``) and lets a test wait for one of a kind."""
 
     def __init__(self) -> None:
         self.events: list[Any] = []
+        self.envelopes: list[EventEnvelope] = []
         self._changed = threading.Condition()
 
-    def __call__(self, event: Any) -> None:
+    def __call__(self, envelope: EventEnvelope) -> None:
         with self._changed:
-            self.events.append(event)
+            self.envelopes.append(envelope)
+            self.events.append(envelope.event)
             self._changed.notify_all()
 
     def wait_for(self, kind: str, count: int = 1) -> Any:
@@ -145,8 +148,9 @@ def test_a_session_process_that_dies_says_so_as_an_error_event(tmp_path: Path) -
 
 
 def test_deltas_in_a_row_share_one_line_and_keep_their_order_around_other_events() -> None:
-    batch: list[Event] = [TextDeltaEvent(text="a"), TextDeltaEvent(text="b"), ThinkingDeltaEvent(text="t"),
-             StateEvent(state="tool", step=1, max_steps=5), TextDeltaEvent(text="c")]
+    said: list[Event] = [TextDeltaEvent(text="a"), TextDeltaEvent(text="b"), ThinkingDeltaEvent(text="t"),
+                         StateEvent(state="tool", step=1, max_steps=5), TextDeltaEvent(text="c")]
+    batch = [EventEnvelope(seq, 7, event) for seq, event in enumerate(said, start=1)]
     lines = merged_lines(batch).decode().splitlines()
     assert [line.split('"type":')[1].split(",")[0].strip(' "') for line in lines] == [
         "text_delta", "thinking_delta", "state", "text_delta"]

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from app.kernel.envelope import outside_log
 from app.kernel.events import event_adapter
 from app.surfaces.headless import JsonPrinter
 
@@ -47,7 +48,7 @@ def test_a_wave1_line_is_still_written_with_every_key(old_line: dict[str, Any]) 
     event = event_adapter().validate_python(old_line)
     assert event.type == old_line["type"]
     out = io.StringIO()
-    JsonPrinter(out)(event)
+    JsonPrinter(out)(outside_log(event))
     written = json.loads(out.getvalue().splitlines()[0])  # a legacy notice line may follow
     assert _missing(old_line, written, old_line["type"]) == []
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from app.kernel import commands, events, protocol
+from app.kernel.envelope import EventEnvelope
 from app.kernel.protocol import SessionSurface
 from app.session.agent_session import AgentSession
 from app.session.process import SessionProcess
@@ -52,7 +53,7 @@ def test_the_comparison_sees_a_type_that_drifted() -> None:
         def submit(self, order: commands.Command) -> int:
             return 0
 
-    assert _shape(Loose, "subscribe") != _shape(SessionSurface, "subscribe")  # Any is not an Event
+    assert _shape(Loose, "subscribe") != _shape(SessionSurface, "subscribe")  # Any is not an EventEnvelope
     assert _shape(Loose, "submit") != _shape(SessionSurface, "submit")  # another name
-    event_union = typing.get_args(events.Event)[0]  # Event is Annotated[Union[...], discriminator]
-    assert typing.get_args(_shape(SessionSurface, "subscribe")[0][2]) == ([event_union], type(None))
+    # A listener takes an envelope (seq, command id and the event), not the bare event.
+    assert typing.get_args(_shape(SessionSurface, "subscribe")[0][2]) == ([EventEnvelope], type(None))

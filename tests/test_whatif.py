@@ -247,9 +247,9 @@ def test_the_dashboards_whatif_is_the_same_replay_as_the_command_line(recorded, 
                             approvals=False, resume=session_id, cwd=recorded["work"])
     answers: queue.Queue[Any] = queue.Queue()
 
-    def listen(event: Any) -> None:
-        if event.type == "whatif":
-            answers.put(event)
+    def listen(envelope: Any) -> None:  # an EventEnvelope
+        if envelope.event.type == "whatif":
+            answers.put(envelope.event)
 
     session.subscribe(listen)
     runner = threading.Thread(target=lambda: asyncio.run(session.run()))

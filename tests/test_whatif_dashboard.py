@@ -5,6 +5,7 @@ stand-in curve; the real replay is tests/test_whatif.py's."""
 
 from __future__ import annotations
 
+from app.kernel import events as ev
 from app.kernel import commands as cmd
 from app.surfaces.dashboard.app import TidegaugeApp
 from snapshot_apps.fake_agent import FakeSession, session_steps
@@ -49,7 +50,7 @@ async def test_the_overlay_is_drawn_from_the_sessions_answer_and_bad_figures_kee
         await pilot.press("enter")
         await until(pilot, lambda: app.query_one(ContextHistory).overlay)
         assert [c for c in agent.submitted if isinstance(c, cmd.WhatIf)] == [cmd.WhatIf(window=12_000, auto_compact=0.5)]
-        [answer] = [e for e in agent._log.events() if e.type == "whatif"]
+        [answer] = [e.event for e in agent._log.events() if isinstance(e.event, ev.WhatIfEvent)]
         history = app.query_one(ContextHistory)
         assert history.overlay == answer.points and answer.compactions > 0
         drawn = history.render().plain.splitlines()

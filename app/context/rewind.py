@@ -97,16 +97,15 @@ def history_before(history: Sequence[Message], target: RewindTarget) -> list[Mes
 
 
 def rewind_recorded(history: list[Message], target: RewindTarget, tokens_before: int, fixed_tokens: int, *,
-                    seq: int, said: dict[str, Any]) -> tuple[list[Message], RewindEvent, ChartPointEvent]:
+                    said: dict[str, Any]) -> tuple[list[Message], RewindEvent, ChartPointEvent]:
     """A rewind done on a recorded session (``tidegauge rewind --to``): the history kept, the
     event that says it, sized as the fixed part (``fixed_tokens``) and the kept messages' estimate
-    (its forecast is its figure: nothing ran in between), and the chart's point,
-    numbered after the transcript's last event ``seq``. The chart's points are made in app/context."""
+    (its forecast is its figure: nothing ran in between), and the chart's point. The chart's
+    points are made in app/context."""
     kept = history_before(history, target)
     tokens_after = fixed_tokens + estimate_messages(kept)
     event = RewindEvent(ok=True, turn=target.turn, message_id=target.message_id, text=target.text,
                         abandoned_turns=target.abandoned_turns, abandoned_ids=list(target.abandoned_ids),
                         messages_before=len(history), messages_after=len(kept), tokens_before=tokens_before,
-                        tokens_after=tokens_after, forecast_tokens_after=tokens_after, by="cli",
-                        seq=seq + 1, **said)
-    return kept, event, ChartPointEvent(tokens=tokens_after, kind="rewind", seq=seq + 2)
+                        tokens_after=tokens_after, forecast_tokens_after=tokens_after, by="cli", **said)
+    return kept, event, ChartPointEvent(tokens=tokens_after, kind="rewind")

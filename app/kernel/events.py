@@ -36,23 +36,11 @@ DEFERRED = ConfigDict(defer_build=True)
 
 
 class EventBase(BaseModel):
-    """What every event carries besides its own fields: its place in the session's log and the
-    command that caused it.
-
-    ``seq`` rises by one with every event a session emits (0: not emitted yet); a resumed session
-    goes on after the last one its transcript holds. A surface attaching at seq N gets a snapshot
-    at N and every event after it, so none is lost or seen twice. ``command_id`` is the id
-    ``submit`` returned for the command that caused the event, None for what nobody asked for
-    (start-up notices). Transcripts and stream-json lines written before these fields existed
-    load with the defaults.
-    """
+    """What happened, and nothing about where it was emitted: the same event built twice is
+    equal wherever each was emitted. Its place in the session's log and the command that caused
+    it are the envelope's (``app.kernel.envelope.EventEnvelope``)."""
 
     model_config = DEFERRED
-
-    # Left out of a line at their defaults: an event built and not emitted (the context inside a
-    # report), and one nobody asked for, read as older lines did.
-    seq: int = Field(default=0, exclude_if=lambda value: value == 0)
-    command_id: int | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
 class TextDeltaEvent(EventBase):

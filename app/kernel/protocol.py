@@ -5,8 +5,9 @@ the test fakes (a test checks both against this Protocol, so they cannot drift).
 A surface submits commands and reads events; it never reaches into the agent,
 the engine, the providers or the tools.
 
-The events are a log (codex's operations in, events out): each carries ``seq`` (its place,
-rising by one) and ``command_id`` (what ``submit`` returned for the command that caused it).
+The events are a log (codex's operations in, events out): a listener gets each in an envelope
+(``app.kernel.envelope.EventEnvelope``) with ``seq`` (its place, rising by one) and ``command_id``
+(what ``submit`` returned for the command that caused it) around the event itself.
 A surface ``attach``es: one snapshot at seq N, then every event after N, nothing lost between
 the two and nothing twice, however late it attaches.
 """
@@ -19,12 +20,13 @@ import threading
 from typing import TYPE_CHECKING, Callable, Iterable, Protocol, TypeAlias, assert_never, runtime_checkable
 
 from app.kernel import events as ev
+from app.kernel.envelope import EventEnvelope
 
 if TYPE_CHECKING:
     from app.kernel.commands import Command
     from app.kernel.events import ContextEvent, Event, SessionInfoEvent, StateEvent
 
-Listener = Callable[["Event"], None]
+Listener = Callable[[EventEnvelope], None]
 
 
 @dataclass
@@ -35,7 +37,8 @@ class SessionSnapshot:
     context: "ContextEvent"
     state: "StateEvent"
     # Events of the earlier runs of a resumed session, in order, to redraw the
-    # conversation, the tool list and the gauge's history (no deltas among them).
+    # conversation, the tool list and the gauge's history (no deltas among them): not this
+    # run's log, so without envelopes.
     restored: list["Event"] = field(default_factory=list)
     busy: bool = False
     queued: int = 0
@@ -44,12 +47,12 @@ class SessionSnapshot:
     # This run's events up to ``seq``, in order (the last ``EVENT_RING`` of them, deltas in a row
     # of one reply as one): what was said before the surface attached (start-up warnings, repairs,
     # MCP servers that failed, the prompt a long reply answers) is not lost.
-    events: list["Event"] = field(default_factory=list)
+    events: list[EventEnvelope] = field(default_factory=list)
     # The events still in force at ``seq``, in order, whether or not ``events`` still holds them:
     # the commands waiting in the queue, the questions not answered yet (approvals, servers' forms,
     # imports to approve) and the latest of each kind that sets what a surface shows as current
     # (``STANDING_KINDS``). A surface replays those older than ``events`` before them.
-    standing: list["Event"] = field(default_factory=list)
+    standing: list[EventEnvelope] = field(default_factory=list)
 
 
 # How many of its latest events a session keeps for a surface that attaches late.
@@ -74,34 +77,36 @@ def _question_key(event: Question) -> str:
     return f"request:{event.request_id}"
 
 
-def continues_run(last: "Event", event: "Event") -> bool:
-    """``event`` is a delta that goes on from ``last`` (a delta of the same kind and command)."""
-    return isinstance(event, DELTAS) and type(event) is type(last) and event.command_id == last.command_id
+def continues_run(last: EventEnvelope, envelope: EventEnvelope) -> bool:
+    """``envelope`` holds a delta that goes on from ``last`` (a delta of the same kind and command)."""
+    return (isinstance(envelope.event, DELTAS) and type(envelope.event) is type(last.event)
+            and envelope.command_id == last.command_id)
 
 
-def merged_run(last: "Event", texts: list[str]) -> "Event":
-    """A run of deltas as one event: their texts joined, the last one's seq and command id."""
-    return last.model_copy(update={"text": "".join(texts)})
+def merged_run(last: EventEnvelope, texts: list[str]) -> EventEnvelope:
+    """A run of deltas as one event: their texts joined, in the last one's envelope (its seq and command id)."""
+    return EventEnvelope(last.seq, last.command_id, last.event.model_copy(update={"text": "".join(texts)}))
 
 
-def merge_deltas(events: "Iterable[Event]") -> "list[Event]":
-    """``events`` with each run of deltas in a row (``continues_run``) made one (``merged_run``)."""
-    merged: list[Event] = []
+def merge_deltas(envelopes: Iterable[EventEnvelope]) -> list[EventEnvelope]:
+    """``envelopes`` with each run of deltas in a row (``continues_run``) made one (``merged_run``)."""
+    merged: list[EventEnvelope] = []
     run: list[str] = []
-    last: Event | None = None
-    for event in events:
-        if last is not None and isinstance(event, DELTAS) and continues_run(last, event):
+    last: EventEnvelope | None = None
+    for envelope in envelopes:
+        event = envelope.event
+        if last is not None and isinstance(event, DELTAS) and continues_run(last, envelope):
             run.append(event.text)
-            last = event
+            last = envelope
             continue
         if last is not None:
             merged.append(merged_run(last, run))
             last = None
         if isinstance(event, DELTAS):
             run = [event.text]
-            last = event
+            last = envelope
         else:
-            merged.append(event)
+            merged.append(envelope)
     if last is not None:
         merged.append(merged_run(last, run))
     return merged
@@ -119,27 +124,38 @@ class CommandQueue:
     """
 
     def __init__(self) -> None:
-        self.waiting: list[ev.CommandQueuedEvent] = []  # the queued events of the commands waiting, oldest first
+        # The queued events of the commands waiting, oldest first, in their envelopes (the
+        # command's id is the envelope's).
+        self._waiting: list[EventEnvelope] = []
 
-    def see(self, event: "Event") -> bool:
+    @property
+    def waiting(self) -> list[ev.CommandQueuedEvent]:
+        """The queued events of the commands waiting, oldest first."""
+        return [envelope.event for envelope in self._waiting if isinstance(envelope.event, ev.CommandQueuedEvent)]
+
+    def envelopes(self) -> list[EventEnvelope]:
+        """The same, in their envelopes (a snapshot's standing events)."""
+        return list(self._waiting)
+
+    def see(self, envelope: EventEnvelope) -> bool:
         """Fold one event in; whether the queue changed."""
-        if isinstance(event, ev.CommandQueuedEvent):
-            if event.command == "reset":
-                self.waiting.clear()  # a reset replaces what was queued before it
-            self.waiting.append(event)
+        if isinstance(envelope.event, ev.CommandQueuedEvent):
+            if envelope.event.command == "reset":
+                self._waiting.clear()  # a reset replaces what was queued before it
+            self._waiting.append(envelope)
             return True
-        if event.command_id is None:
+        if envelope.command_id is None:
             return False
-        for index, queued in enumerate(self.waiting):
-            if queued.command_id == event.command_id:
-                del self.waiting[index]
+        for index, queued in enumerate(self._waiting):
+            if queued.command_id == envelope.command_id:
+                del self._waiting[index]
                 return True
         return False
 
-    def take_over(self, queued: ev.CommandQueuedEvent) -> None:
+    def take_over(self, queued: EventEnvelope) -> None:
         """A queued event another log held (the session process's ``@ready`` line), in seq order."""
-        self.waiting.append(queued)
-        self.waiting.sort(key=lambda event: event.seq)
+        self._waiting.append(queued)
+        self._waiting.sort(key=lambda envelope: envelope.seq)
 
 
 class EventLog:
@@ -151,45 +167,47 @@ class EventLog:
 
     def __init__(self, size: int = EVENT_RING) -> None:
         self._size = size
-        self._closed: deque[Event] = deque(maxlen=size)
+        self._closed: deque[EventEnvelope] = deque(maxlen=size)
         # The run of deltas going on: its texts and its last delta (merged only when read or closed:
         # a delta costs an append, not a copy of the reply so far).
         self._run: list[str] = []
-        self._run_last: Event | None = None
+        self._run_last: EventEnvelope | None = None
         self._queue = CommandQueue()
-        self._questions: dict[str, Question] = {}  # request id or import path -> the question
-        self._latest: dict[type[Standing], Standing] = {}  # the latest of each standing class
+        self._questions: dict[str, EventEnvelope] = {}  # request id or import path -> the question
+        self._latest: dict[type[Standing], EventEnvelope] = {}  # the latest of each standing class
 
-    def add(self, event: "Event") -> None:
+    def add(self, envelope: EventEnvelope) -> None:
+        event = envelope.event
         last = self._run_last
         if last is not None:
-            if isinstance(event, DELTAS) and continues_run(last, event):
+            if isinstance(event, DELTAS) and continues_run(last, envelope):
                 self._run.append(event.text)
-                self._run_last = event
+                self._run_last = envelope
                 return
             self._closed.append(merged_run(last, self._run))
             self._run_last = None
         if isinstance(event, DELTAS):
             self._run = [event.text]
-            self._run_last = event
+            self._run_last = envelope
             return
-        self._closed.append(event)
-        self._stand(event)
+        self._closed.append(envelope)
+        self._stand(envelope)
 
-    def add_standing(self, events: "Iterable[Event]") -> None:
+    def add_standing(self, envelopes: Iterable[EventEnvelope]) -> None:
         """Take over another log's standing events (the session process's ``@ready`` line): those
         the events added here do not hold already."""
-        known = {event.seq for event in self.standing()}
-        for event in events:
-            if event.seq in known:
+        known = {envelope.seq for envelope in self.standing()}
+        for envelope in envelopes:
+            if envelope.seq in known:
                 continue
+            event = envelope.event
             match event:
                 case ev.CommandQueuedEvent():
-                    self._queue.take_over(event)
+                    self._queue.take_over(envelope)
                 case ev.McpPromptsEvent() | ev.BreakerEvent() | ev.ClearedResultsEvent() | ev.ServerCompactionEvent():
-                    self._latest.setdefault(type(event), event)
+                    self._latest.setdefault(type(event), envelope)
                 case ev.ApprovalRequestEvent() | ev.ElicitationRequestEvent() | ev.MemoryImportEvent():
-                    self._questions[_question_key(event)] = event
+                    self._questions[_question_key(event)] = envelope
                 case (ev.TextDeltaEvent() | ev.ThinkingDeltaEvent() | ev.AssistantMessageEvent()
                       | ev.UserMessageEvent() | ev.ToolStartEvent() | ev.ToolResultEvent() | ev.ToolCallsCappedEvent()
                       | ev.ToolProgressEvent() | ev.ToolUserContentEvent() | ev.UsageEvent() | ev.ContextEvent()
@@ -209,32 +227,35 @@ class EventLog:
                 case _:
                     assert_never(event)
 
-    def events(self) -> "list[Event]":
+    def events(self) -> list[EventEnvelope]:
         """The ring, oldest first; a run of deltas still going on as one event (its text so far)."""
         if self._run_last is None:
             return list(self._closed)
         closed = list(self._closed)[-(self._size - 1):] if self._size > 1 else []
         return [*closed, merged_run(self._run_last, self._run)]
 
-    def standing(self) -> "list[Event]":
+    def standing(self) -> list[EventEnvelope]:
         """The events still in force, in seq order."""
-        return sorted([*self._queue.waiting, *self._questions.values(), *self._latest.values()], key=lambda e: e.seq)
+        return sorted([*self._queue.envelopes(), *self._questions.values(), *self._latest.values()],
+                      key=lambda envelope: envelope.seq)
 
     def server_compaction(self, info: "SessionInfoEvent") -> "SessionInfoEvent":
         """``info`` with server-side compaction as it was last switched (None stays None: no such provider)."""
-        switched = self._latest.get(ev.ServerCompactionEvent)
+        held = self._latest.get(ev.ServerCompactionEvent)
+        switched = held.event if held is not None else None
         if not isinstance(switched, ev.ServerCompactionEvent) or info.server_compaction is None or info.server_compaction == switched.on:
             return info
         return info.model_copy(update={"server_compaction": switched.on})
 
-    def _stand(self, event: "Event") -> None:
+    def _stand(self, envelope: EventEnvelope) -> None:
+        event = envelope.event
         match event:
             case ev.McpPromptsEvent() | ev.BreakerEvent() | ev.ClearedResultsEvent() | ev.ServerCompactionEvent():
-                self._latest[type(event)] = event
+                self._latest[type(event)] = envelope
             case ev.ApprovalRequestEvent() | ev.ElicitationRequestEvent():
-                self._questions[_question_key(event)] = event
+                self._questions[_question_key(event)] = envelope
             case ev.MemoryImportEvent() if event.action == "ask":
-                self._questions[_question_key(event)] = event
+                self._questions[_question_key(event)] = envelope
             # answered (or, an import, said otherwise since)
             case ev.ApprovalResolvedEvent() | ev.ElicitationResolvedEvent() | ev.MemoryImportEvent():
                 self._questions.pop(_question_key(event), None)
@@ -256,7 +277,7 @@ class EventLog:
                 pass  # not in force after it is said (the queue's, below)
             case _:
                 assert_never(event)
-        self._queue.see(event)
+        self._queue.see(envelope)
 
 
 @runtime_checkable
@@ -319,19 +340,19 @@ class HeldListener:
 
     def __init__(self, listener: Listener) -> None:
         self._listener = listener
-        self._held: list["Event"] | None = []
+        self._held: list[EventEnvelope] | None = []
         self._lock = threading.Lock()
 
-    def __call__(self, event: "Event") -> None:
+    def __call__(self, envelope: EventEnvelope) -> None:
         with self._lock:
             if self._held is not None:
-                self._held.append(event)
+                self._held.append(envelope)
                 return
-        self._listener(event)
+        self._listener(envelope)
 
     def release(self) -> None:
         """Pass on what was held, then every event as it comes."""
         with self._lock:  # under the lock: an event arriving now waits, so none overtakes the held ones
             held, self._held = self._held or [], None
-            for event in held:
-                self._listener(event)
+            for envelope in held:
+                self._listener(envelope)

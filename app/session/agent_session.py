@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import copy
 import threading
 import time
 from collections import deque
@@ -80,6 +79,7 @@ from app.context.chart_history import with_chart_points  # old sessions' chart p
 from app.mcp.client_features import ClientRequests
 from app.agent.permissions import EFFECTS, PROJECT_SETTINGS, Permissions
 from app.tools.bash import escape_reason
+from app.kernel.envelope import EventEnvelope
 from app.kernel.protocol import EventLog, Listener, Listeners, SessionSnapshot
 
 if TYPE_CHECKING:
@@ -151,7 +151,8 @@ _MCP_BUSY = {"reconnect": "reconnecting", "login": "logging in", "logout": "logg
 
 
 class EventStream:
-    """The session's event log: numbers each event (``seq``), keeps what a surface attaching late
+    """The session's event log: wraps each event in its envelope (``seq``, ``command_id``: the one
+    place an event is numbered), keeps what a surface attaching late
     catches up from (``EventLog``: the last ``EVENT_RING`` events, a reply's deltas as one, and the
     events still in force), and fans them out to listeners in order of subscription.
 
@@ -188,29 +189,26 @@ class EventStream:
             return snapshot
 
     def emit(self, event: Event, command_id: int | None = None) -> None:
-        """Number the event (a copy: the one given may be shared, as the session's info is) and
-        pass it to every listener."""
+        """Number the event in its envelope (the one place an event gets its seq and command id;
+        the event itself is not changed, so one shared, as the session's info is, stays as it is)
+        and pass it to every listener."""
         with self._lock:
             self.seq += 1
-            # copy.copy and the two fields set in place: a third of model_copy(update=...)'s time,
-            # on every delta of a stream (the fields are plain ints, nothing to validate).
-            event = copy.copy(event)
-            event.__dict__["seq"] = self.seq
-            event.__dict__["command_id"] = command_id
-            self._log.add(event)
+            envelope = EventEnvelope(self.seq, command_id, event)
+            self._log.add(envelope)
             listeners = self._listeners.current()
             # Listeners are called under the lock: an ``attach`` from another thread waits until
             # every listener has the event its snapshot counts.
             for listener in listeners:
-                listener(event)
+                listener(envelope)
 
 
 def transcript_recorder(transcript: "TranscriptWriter") -> Listener:
     """The first listener of every session: persist the event (deltas excepted)."""
 
-    def record(event: Event) -> None:
-        if not isinstance(event, _NOT_RECORDED):
-            transcript.append_event(event)
+    def record(envelope: EventEnvelope) -> None:
+        if not isinstance(envelope.event, _NOT_RECORDED):
+            transcript.append_event(envelope)
 
     return record
 
@@ -302,7 +300,6 @@ class AgentSession:
         self.stream = stream
         self.info = info
         self.restored = replayable(restored or [])
-        stream.continue_after(max((event.seq for event in restored or []), default=0))
         self._last_id = 0  # of the commands submitted (and of approval requests)
         self._queue: deque[tuple[int, Command]] = deque()
         # Commands submitted before ``run``: taken over by the session's loop when it starts.

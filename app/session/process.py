@@ -12,8 +12,8 @@ as ``tidegauge`` does and speaks JSON lines, codex's app-server in small:
 
 - child → parent, stdout: first one control line, ``{"type": "@ready", ...the
   snapshot and its seq}`` or ``{"type": "@failed", "message": one line}``; then
-  every event after that seq as its stream-json object, ``seq`` and ``command_id``
-  included. Deltas in a row are merged into one event (one line per
+  every event after that seq as its stream-json object, its envelope's ``seq`` and
+  ``command_id`` beside its fields (``EventEnvelope.to_json``). Deltas in a row are merged into one event (one line per
   ``DELTA_WINDOW`` of a stream, not one per token) carrying the last one's seq,
   so seqs seen by the parent rise but may skip.
 - parent → child, stdin: one command per line, ``{"command": "UserInput",
@@ -40,6 +40,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable, assert_never
 
 from app.kernel import commands as cmd
 from app.kernel import events as ev
+from app.kernel.envelope import EventEnvelope, envelope_from_json, envelope_from_json_line
 from app.kernel.errors import SetupError
 from app.kernel.events import is_busy
 from app.kernel.protocol import DELTAS, EventLog, Listener, Listeners, SessionSnapshot, merge_deltas
@@ -94,7 +95,7 @@ class EventWriter:
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
-        self._queue: deque[Event] = deque()
+        self._queue: deque[EventEnvelope] = deque()
         self._ready = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._main, name="tidegauge-event-writer", daemon=True)
@@ -105,9 +106,9 @@ class EventWriter:
         self._write(first_line)
         self._thread.start()
 
-    def __call__(self, event: "Event") -> None:
+    def __call__(self, envelope: EventEnvelope) -> None:
         with self._ready:
-            self._queue.append(event)
+            self._queue.append(envelope)
             self._ready.notify()
 
     def close(self) -> None:
@@ -130,7 +131,7 @@ class EventWriter:
                 self._write(merged_lines(batch))
             if closed:
                 return
-            if batch and isinstance(batch[-1], DELTAS):
+            if batch and isinstance(batch[-1].event, DELTAS):
                 time.sleep(DELTA_WINDOW)  # a stream is on: let its next deltas join one line
 
     def _write(self, data: bytes) -> None:
@@ -143,11 +144,11 @@ class EventWriter:
             view = view[written:]
 
 
-def merged_lines(batch: "list[Event]") -> bytes:
+def merged_lines(batch: list[EventEnvelope]) -> bytes:
     """The events as JSON lines, deltas of one kind in a row merged into one event (as the
     session's log keeps them: ``app.kernel.protocol.merge_deltas``)."""
-    return b"".join((json.dumps(event.model_dump(mode="json")).encode() if isinstance(event, DELTAS)
-                     else event.model_dump_json().encode()) + b"\n" for event in merge_deltas(batch))
+    return b"".join((json.dumps(envelope.to_json()).encode() if isinstance(envelope.event, DELTAS)
+                     else envelope.to_json_bytes()) + b"\n" for envelope in merge_deltas(batch))
 
 
 def ready_line(snapshot: SessionSnapshot) -> bytes:
@@ -157,8 +158,8 @@ def ready_line(snapshot: SessionSnapshot) -> bytes:
         "context": snapshot.context.model_dump(mode="json"), "state": snapshot.state.model_dump(mode="json"),
         "restored": [event.model_dump(mode="json") for event in snapshot.restored],
         "busy": snapshot.busy, "queued": snapshot.queued, "seq": snapshot.seq,
-        "events": [event.model_dump(mode="json") for event in snapshot.events],
-        "standing": [event.model_dump(mode="json") for event in snapshot.standing]}).encode() + b"\n"
+        "events": [envelope.to_json() for envelope in snapshot.events],
+        "standing": [envelope.to_json() for envelope in snapshot.standing]}).encode() + b"\n"
 
 
 def failed_line(message: str) -> bytes:
@@ -228,11 +229,10 @@ class SessionProcess:
             state=StateEvent.model_validate(ready["state"]),
             restored=[event_adapter().validate_python(event) for event in ready["restored"]],
             busy=ready["busy"], queued=ready["queued"], seq=ready.get("seq", 0))
-        adapter = event_adapter()
-        for event in ready.get("events", []):
-            self._log.add(adapter.validate_python(event))
+        for line in ready.get("events", []):
+            self._log.add(envelope_from_json(line))
         # Those the child's log kept standing after they left its ring, too.
-        self._log.add_standing(adapter.validate_python(event) for event in ready.get("standing", []))
+        self._log.add_standing(envelope_from_json(line) for line in ready.get("standing", []))
         self._reader = threading.Thread(target=self._read_events, args=(self._process.stdout,),
                                         name="tidegauge-session-events", daemon=True)
         self._reader.start()
@@ -323,16 +323,13 @@ class SessionProcess:
     # ---------------------------------------------------------- threads
 
     def _read_events(self, stdout: IO[bytes]) -> None:
-        from app.kernel.events import event_adapter
-
-        adapter = event_adapter()
         for line in stdout:
             try:
-                event = adapter.validate_json(line)
-            except ValueError as error:
+                envelope = envelope_from_json_line(line)
+            except ValueError as error:  # bad JSON, a bad seq or command id, an event this version cannot read
                 self._stderr_tail.append(f"unreadable event line ({error.__class__.__name__}): {line[:80]!r}")
                 continue
-            self._dispatch(event)
+            self._dispatch_numbered(envelope)
         code = self._process.wait() if self._process is not None else None
         _end_what_it_left()
         if not self._stopping:
@@ -341,17 +338,22 @@ class SessionProcess:
             self._dispatch(ErrorEvent(message=f"the session process ended (exit {code}): {self.stderr_tail()}"))
 
     def _dispatch(self, event: "Event") -> None:
+        """An event said here, not by the child (it is gone): next in the log all the same, no command."""
+        with self._lock:
+            assert self._snapshot is not None
+            seq = self._snapshot.seq + 1
+        self._dispatch_numbered(EventEnvelope(seq, None, event))
+
+    def _dispatch_numbered(self, envelope: EventEnvelope) -> None:
         with self._lock:
             snapshot = self._snapshot
             assert snapshot is not None
-            if event.seq == 0:  # said here (the child is gone): next in the log all the same
-                event = event.model_copy(update={"seq": snapshot.seq + 1})
-            snapshot.seq = max(snapshot.seq, event.seq)
-            self._log.add(event)
-            _mirror(snapshot, event)
+            snapshot.seq = max(snapshot.seq, envelope.seq)
+            self._log.add(envelope)
+            _mirror(snapshot, envelope.event)
             listeners = self._listeners.current()
         for listener in listeners:
-            listener(event)
+            listener(envelope)
 
     def _drain_stderr(self, stderr: IO[bytes]) -> None:
         for raw in stderr:

@@ -27,7 +27,8 @@ from typing import Annotated, Any, Callable, Literal, Mapping, Protocol, Sequenc
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
-from app.kernel.events import Event, ToolResultEvent, UsageDistrustedEvent, UsageEvent, event_adapter
+from app.kernel.envelope import EventEnvelope, envelope_from_json
+from app.kernel.events import Event, ToolResultEvent, UsageDistrustedEvent, UsageEvent
 from app.session import lock as session_lock
 from app.context.compaction import upgrade_legacy_summary
 from app.context.user_words import is_legacy_summary
@@ -109,8 +110,13 @@ class TranscriptWriter:
     def replace_history(self, messages: Sequence[Message], reason: HistoryReason | str) -> None:
         self.write_line(HistoryLine(ts=time.time(), reason=reason, messages=list(messages)))
 
-    def append_event(self, event: BaseModel | dict[str, Any]) -> None:
-        data = event.model_dump(mode="json") if isinstance(event, BaseModel) else dict(event)
+    def append_event(self, event: EventEnvelope | BaseModel | dict[str, Any]) -> None:
+        """An event line: an envelope flat (its seq and command id beside the event's fields), an
+        event outside any log as itself."""
+        if isinstance(event, EventEnvelope):
+            data = event.to_json()
+        else:
+            data = event.model_dump(mode="json") if isinstance(event, BaseModel) else dict(event)
         self.write_line(EventLine(ts=time.time(), event=data))
 
     def end_turn(self) -> None:
@@ -300,6 +306,8 @@ class RestoredState:
     # The last main call's context figure and the history length it covers, when the live history
     # still starts with what it measured (None: no figure, or the history was replaced since).
     measured: tuple[int, int] | None = None
+    # The seq of the last event recorded (0: none numbered): a resumed session numbers on after it.
+    last_seq: int = 0
 
 
 # Results of finished tools, by the assistant message whose call they answer (keyed by
@@ -320,6 +328,7 @@ def restore(source: _HasTranscript | Path | str) -> RestoredState:
     warnings = list(read.warnings)
     history: list[Message] = []
     events: list[Event] = []
+    last_seq = 0
     turns = 0
     finished_by_message: dict[int, dict[str, ToolResultEvent]] = {}
     upgraded: dict[str, Message] = {}
@@ -334,11 +343,13 @@ def restore(source: _HasTranscript | Path | str) -> RestoredState:
             history = new
         elif isinstance(line, EventLine):
             try:
-                event = event_adapter().validate_python(line.event)
-            except ValidationError:
+                envelope = envelope_from_json(line.event)
+            except ValueError:  # pydantic's ValidationError is one, and so is a bad seq or command id
                 kind = line.event.get("type")
                 warnings.append(f"transcript: skipped an event this version cannot read (type {kind!r})")
                 continue
+            event = envelope.event
+            last_seq = max(last_seq, envelope.seq)
             events.append(event)
             if isinstance(event, UsageEvent) and event.agent == "main" and event.context_tokens is not None:
                 measured = (event.context_tokens, len(history))  # written after the reply it counts
@@ -358,7 +369,8 @@ def restore(source: _HasTranscript | Path | str) -> RestoredState:
     warnings.extend(repairs)
     if measured is not None and not _starts_with(history, raw[:measured[1]]):
         measured = None  # the repair changed what the figure measured
-    return RestoredState(history=history, events=events, warnings=warnings, turns=turns, measured=measured)
+    return RestoredState(history=history, events=events, warnings=warnings, turns=turns, measured=measured,
+                         last_seq=last_seq)
 
 
 def _starts_with(history: Sequence[Message], head: Sequence[Message]) -> bool:

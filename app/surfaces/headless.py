@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, BinaryIO, Callable, Protocol, TextIO
 from app.kernel.commands import Interrupt, Shutdown, UserInput
 from app.kernel.describe import LineKind, denials_text, describe, legacy_notice, tool_result_text, tool_start_text
 from app.kernel import events as ev
+from app.kernel.envelope import EventEnvelope
 from app.kernel.events import Event, ResultEvent, SessionRepairedEvent
 from app.kernel.redact import redact, redact_obj
 from app.kernel.sanitize import sanitize_for_display, scrub_surrogates_obj
@@ -51,7 +52,8 @@ class TextPrinter:
         self.out, self.err = out, err
         self._streamed: list[str] = []  # the reply streaming now (said on stderr if it never ends)
 
-    def __call__(self, event: Event) -> None:
+    def __call__(self, envelope: EventEnvelope) -> None:
+        event = envelope.event
         if isinstance(event, ev.TextDeltaEvent):
             self._streamed.append(event.text)
             return
@@ -95,15 +97,18 @@ class JsonPrinter:
     def __init__(self, out: TextIO) -> None:
         self.out = out
 
-    def __call__(self, event: Event) -> None:
-        self._write(event.model_dump(mode="json"))
+    def __call__(self, envelope: EventEnvelope) -> None:
+        self._write(envelope.to_json())
         # Before engine lines were typed events, each of these came with a prose notice
         # line after it; scripts read it, so it is still printed (worded by describe), with
         # the seq and command id of the event it repeats.
-        notice = legacy_notice(event)
+        notice = legacy_notice(envelope.event)
         if notice is not None:
-            line = {"type": "notice", "level": notice[0], "text": notice[1],
-                    **event.model_dump(mode="json", include={"seq", "command_id"})}
+            line: dict[str, object] = {"type": "notice", "level": notice[0], "text": notice[1]}
+            if envelope.seq:
+                line["seq"] = envelope.seq
+            if envelope.command_id is not None:
+                line["command_id"] = envelope.command_id
             self._write(line)
 
     def _write(self, data: dict[str, object]) -> None:
@@ -125,9 +130,9 @@ async def run_task(session: "RunnableSession", prompt: str) -> ResultEvent | Non
     results: list[ResultEvent] = []
     prompt_id: int | None = None
 
-    def keep_result(event: Event) -> None:
-        if isinstance(event, ResultEvent) and event.command_id == prompt_id:
-            results.append(event)
+    def keep_result(envelope: EventEnvelope) -> None:
+        if isinstance(envelope.event, ResultEvent) and envelope.command_id == prompt_id:
+            results.append(envelope.event)
 
     session.subscribe(keep_result)
     interrupts = 0
@@ -173,23 +178,25 @@ class ResultJsonPrinter:
     def __init__(self, out: TextIO) -> None:
         self.out = out
 
-    def __call__(self, event: Event) -> None:
-        if isinstance(event, ResultEvent):
-            write_result_object(self.out, event)
+    def __call__(self, envelope: EventEnvelope) -> None:
+        if isinstance(envelope.event, ResultEvent):
+            write_result_object(self.out, envelope.event, envelope)
 
 
-def write_result_object(out: TextIO, result: ResultEvent) -> None:
-    data = result.model_dump(mode="json")
+def write_result_object(out: TextIO, result: ResultEvent, envelope: EventEnvelope | None = None) -> None:
+    """The result's object; with its ``envelope``, its seq and command id first, as every event line has them."""
+    data = envelope.to_json() if envelope is not None else result.model_dump(mode="json")
     data["result"] = data["text"] if result.stop_reason in ("end_turn", "refusal") else ""
     out.write(json.dumps(scrub_surrogates_obj(redact_obj(data)), ensure_ascii=False) + "\n")
     out.flush()
 
 
-def stderr_notes(err: TextIO, *, errors: bool) -> "Callable[[Event], None]":
+def stderr_notes(err: TextIO, *, errors: bool) -> "Callable[[EventEnvelope], None]":
     """What the JSON formats also say on stderr, for the person watching: repairs of a damaged
     transcript, refused tool calls (and, with ``errors``, the error lines)."""
 
-    def say(event: Event) -> None:
+    def say(envelope: EventEnvelope) -> None:
+        event = envelope.event
         text: str | None = None
         if isinstance(event, SessionRepairedEvent) or (errors and isinstance(event, ev.ErrorEvent)) or (
                 isinstance(event, (ev.ElicitationResolvedEvent, ev.SamplingEvent)) and event.reason):  # an MCP server's form

@@ -1,6 +1,6 @@
 """The session as the dashboard shows it: a plain-Python reducer over the session's events.
 
-``DashboardView.apply(event)`` folds one event into the state the dashboard draws: one
+``DashboardView.apply(envelope)`` folds one event into the state the dashboard draws: one
 record per tool call (status, sizes, cut, cleared, restored, where the full output was
 saved, the text the model saw), whether the session is busy, what waits in its queue,
 the latest context figures and the approval in progress. The dashboard's bridge applies
@@ -26,7 +26,7 @@ from app.surfaces.tool_calls import ToolCallRecord
 __all__ = ["PartView", "InspectorPage", "ToolCallRecord", "head_and_tail"]
 
 if TYPE_CHECKING:
-    from app.kernel.events import Event
+    from app.kernel.envelope import EventEnvelope
     from app.kernel.protocol import SessionSnapshot
 
 ToolStatus = Literal["running", "ok", "error", "interrupted"]
@@ -106,11 +106,14 @@ class DashboardView:
         return replace(record, cleared=cleared, restored=record.restored and not cleared,
                        evicted=record.id in self.evicted_ids, pinned=record.id in self.pinned_ids)
 
-    def apply(self, event: "Event") -> tuple[ToolCallRecord, ...]:
-        """Fold ``event`` in; returns the tool call records it changed (new records, oldest first).
+    def apply(self, envelope: "EventEnvelope") -> tuple[ToolCallRecord, ...]:
+        """Fold the event in ``envelope`` in; returns the tool call records it changed (new
+        records, oldest first). The envelope's command id is the queue's (what a queued command
+        caused takes it off).
 
         One ``case`` per event class (mypy checks every class of the union is named): an event
         added to the union fails type-checking here until it is folded in or listed as ignored."""
+        event = envelope.event
         match event:
             case ev.UserMessageEvent():
                 self._turn_calls.append([])
@@ -179,7 +182,7 @@ class DashboardView:
                 pass  # the queue's alone (below), or drawn from the event itself by its widget
             case _:
                 assert_never(event)
-        self._queue.see(event)  # the session's own rule (an interrupt keeps a queued compaction)
+        self._queue.see(envelope)  # the session's own rule (an interrupt keeps a queued compaction)
         return ()
 
     def _tool_started(self, event: "ev.ToolStartEvent") -> tuple[ToolCallRecord, ...]:
@@ -223,11 +226,11 @@ class DashboardView:
 _IN_SNAPSHOT = (ev.SessionInfoEvent, ev.ContextEvent, ev.StateEvent)
 
 
-def catch_up(snapshot: "SessionSnapshot") -> "list[Event]":
+def catch_up(snapshot: "SessionSnapshot") -> "list[EventEnvelope]":
     """What a surface attaching with ``snapshot`` folds in of this run, in order: the events still
     in force that have left the ring (a command still queued, a question still open, the server-side
     compaction switch) and then the ring. Its info first and its context and state last are the
     surface's to draw: they are the session as it stands, whatever the ring still holds."""
     first_in_ring = snapshot.events[0].seq if snapshot.events else snapshot.seq + 1
-    left_the_ring = [event for event in snapshot.standing if event.seq < first_in_ring]
-    return [*left_the_ring, *(event for event in snapshot.events if not isinstance(event, _IN_SNAPSHOT))]
+    left_the_ring = [envelope for envelope in snapshot.standing if envelope.seq < first_in_ring]
+    return [*left_the_ring, *(envelope for envelope in snapshot.events if not isinstance(envelope.event, _IN_SNAPSHOT))]

@@ -50,6 +50,7 @@ def build_rewind_parser() -> argparse.ArgumentParser:
 
 def run_rewind_command(argv: Sequence[str], out: IO[str] | None = None) -> int:
     from app.context.rewind import history_before, rewind_points, rewind_recorded
+    from app.kernel.envelope import EventEnvelope
     from app.context.tokens import estimate_messages
     from app.kernel.events import ContextEvent, SessionInfoEvent
     from app.kernel.sanitize import sanitize_for_display
@@ -101,11 +102,11 @@ def run_rewind_command(argv: Sequence[str], out: IO[str] | None = None) -> int:
             done = files.restore(target.abandoned_ids, overwrite_changed=args.overwrite_changed)
             said = {"files_restored": done.restored, "files_skipped": done.skipped,
                     "files_not_restorable": done.not_restorable, "reason": "; ".join(done.problems) or None}
-        seq = max((e.seq for e in state.events), default=0)
-        kept, event, chart_point = rewind_recorded(history, target, tokens_now, fixed, seq=seq, said=said)
+        kept, event, chart_point = rewind_recorded(history, target, tokens_now, fixed, said=said)
         writer.replace_history(kept, "rewind")  # what --continue starts from
-        writer.append_event(event)
-        writer.append_event(chart_point)
+        # Numbered after the transcript's last event, as the session would have numbered them.
+        writer.append_event(EventEnvelope(state.last_seq + 1, None, event))
+        writer.append_event(EventEnvelope(state.last_seq + 2, None, chart_point))
         writer.sync()
     finally:
         writer.close()

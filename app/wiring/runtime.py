@@ -263,12 +263,14 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
                                               provider_price=setup.price)) is not None:
         warnings.append(("prices", unpriced))
     restored_events: list[Event] = []
+    last_seq = 0  # of the restored events: this run numbers on after it
     measured: tuple[int, int] | None = None
     repairs: list[str] = []
     if resume or continue_latest:
         state = restore(session)
         engine.load_history(state.history)
         restored_events = list(state.events)
+        last_seq = state.last_seq
         measured = state.measured
         repairs = list(state.warnings)
         for event in restored_events:
@@ -342,6 +344,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
     if any(isinstance(e, PromptCacheOffEvent) for e in restored_events):
         provider.stop_prompt_caching()
     stream = EventStream()
+    stream.continue_after(last_seq)
     stream.subscribe(transcript_recorder(transcript))  # first: persisted before any surface sees it
     if emit is not None:
         stream.subscribe(emit)

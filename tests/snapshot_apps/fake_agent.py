@@ -22,6 +22,7 @@ from app.context.thresholds import compute_thresholds
 from app.context.thresholds import level as context_level
 from app.kernel import commands as cmd
 from app.kernel import events as ev
+from app.kernel.envelope import EventEnvelope
 from app.kernel.protocol import EventLog, Listener, SessionSnapshot
 
 
@@ -115,7 +116,7 @@ class FakeSession:
         self._context = start_context or context(None, 4_800)
         self._restored = restored or []
         self._state = ev.StateEvent(state="idle", step=0, max_steps=self.max_steps)
-        self._listeners: list[Callable[[Any], None]] = []
+        self._listeners: list[Listener] = []
         self._seq = 0  # of the last event emitted
         self._log = EventLog()  # the real session's log: what a late surface catches up from
         self._queue: asyncio.Queue[tuple[int, Any]] | None = None
@@ -260,7 +261,8 @@ class FakeSession:
         """A fixed stand-in for the replay (the real one is tests/test_whatif.py's): its own call
         points, dropped to a third of the auto-compact line whenever they reach it."""
         line = int(command.window * command.auto_compact)
-        calls = [e.tokens for e in self._log.events() if e.type == "chart_point" and e.kind == "call"]
+        calls = [e.tokens for e in (envelope.event for envelope in self._log.events())
+                 if isinstance(e, ev.ChartPointEvent) and e.kind == "call"]
         points, offset, compactions = [], 0, 0
         for tokens in calls:
             value = tokens - offset
@@ -354,7 +356,8 @@ class FakeSession:
         """An eviction's plan, an eviction and a pin, answered at once like the real session (a fixed
         1,200 tokens per result: the figures are the real engine's in tests/test_evict_and_pin.py)."""
         projected = self._context.projected_tokens
-        name = next((e.name for e in self._log.events() if e.type == "tool_start" and e.id == command.call_id), None)
+        name = next((e.name for e in (envelope.event for envelope in self._log.events())
+                     if isinstance(e, ev.ToolStartEvent) and e.id == command.call_id), None)
         if name is None:  # no such call: refused in one line, as the real session does
             reason = f"the result of {command.call_id} is no longer in the live context"
             if isinstance(command, cmd.Preview):
@@ -396,12 +399,12 @@ class FakeSession:
         """Emit as the session does: numbered, with the id of the command being handled (None
         for what a test emits itself, as for what nobody asked for)."""
         self._seq += 1
-        event = event.model_copy(update={"seq": self._seq, "command_id": _CAUSE.get()})
+        envelope = EventEnvelope(self._seq, _CAUSE.get(), event)
         if event.type == "state":
             self._state = event
-        self._log.add(event)
+        self._log.add(envelope)
         for listener in list(self._listeners):
-            listener(event)
+            listener(envelope)
 
     async def idle(self) -> None:
         """Until every submitted command has run."""

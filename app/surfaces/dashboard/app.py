@@ -461,15 +461,16 @@ class TidegaugeApp(App[int]):
             view=self.view,
         )
         self.bridge = bridge
+        from app.kernel.envelope import outside_log
         from app.kernel.protocol import HeldListener
 
         held = HeldListener(bridge)  # the events after the snapshot wait until it is drawn
         snapshot, self._unsubscribe_bridge = session.attach(held)
-        bridge.replay([snapshot.info, *snapshot.restored])
+        bridge.replay([outside_log(event) for event in (snapshot.info, *snapshot.restored)])
         # This run's so far (start-up warnings, repairs, servers that failed, the conversation), with
         # what is still in force however long ago it was said (a queued prompt, an open approval).
         bridge.replay(catch_up(snapshot), restored=False)  # the conversation mounts its newest window only
-        bridge.replay([snapshot.context, snapshot.state])
+        bridge.replay([outside_log(snapshot.context), outside_log(snapshot.state)])
         held.release()
         self.session = session
         waiting, self._waiting = self._waiting, []

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from app.kernel.events import Event
+from app.kernel.envelope import EventEnvelope
 from app.kernel.protocol import DELTAS
 from app.surfaces.view_model import DashboardView
 from widgets.session_messages import (
@@ -54,7 +54,8 @@ class SessionBridge:
         self._batch: Deltas | None = None
         self._paused: DeltasPaused | None = None  # holds other widgets' messages until released
 
-    def __call__(self, event: Event) -> None:
+    def __call__(self, envelope: EventEnvelope) -> None:
+        event = envelope.event
         if isinstance(event, DELTAS):
             batch = self._batch
             if batch is None or batch.kind != event.type or not batch.add(event.text):
@@ -66,15 +67,16 @@ class SessionBridge:
             self._paused = DeltasPaused(self._batch.kind, after=self._paused if self.holding else None)
             self._deltas_target.post_message(self._paused)
             self._batch = None
-        for target, message in self._messages(event, restored=False):
+        for target, message in self._messages(envelope, restored=False):
             if target is not self._deltas_target and self._paused is not None:
                 if self._paused.hold(target, message):
                     continue
                 self._paused = None  # released: the reply's text is on screen
             target.post_message(message)
 
-    def _messages(self, event: Event, *, restored: bool) -> "Iterable[tuple[MessageTarget, SessionMessage]]":
-        records = self.view.apply(event)
+    def _messages(self, envelope: EventEnvelope, *, restored: bool) -> "Iterable[tuple[MessageTarget, SessionMessage]]":
+        records = self.view.apply(envelope)
+        event = envelope.event
         if records:
             for target in self._record_targets:
                 yield target, ToolCallsChanged(event, restored=restored, records=records)
@@ -86,23 +88,24 @@ class SessionBridge:
         """Messages wait for a reply's text to be drawn (tests wait for them to go out)."""
         return self._paused is not None and not self._paused.released
 
-    def replay(self, events: Iterable[Event], *, restored: bool = True) -> None:
+    def replay(self, envelopes: Iterable[EventEnvelope], *, restored: bool = True) -> None:
         """Draw what an earlier run of a resumed session recorded (``restored``: no deltas among
-        them), or this run's events so far for a surface attaching late (``restored=False``: the
-        ring's, a reply's deltas merged into one). A target that takes ``Replayed`` gets its
-        messages in one, after those posted one by one."""
+        them; ``app.kernel.envelope.outside_log`` wraps them), or this run's events so far for a
+        surface attaching late (``restored=False``: the ring's, a reply's deltas merged into one).
+        A target that takes ``Replayed`` gets its messages in one, after those posted one by one."""
         batches: dict[int, list[SessionMessage | Deltas]] = {id(target): [] for target in self._batch_targets}
         into_batch = batches.get(id(self._deltas_target))
-        for event in events:
+        for envelope in envelopes:
+            event = envelope.event
             if isinstance(event, DELTAS):
                 if into_batch is None:  # no target folds a batch: the deltas go as they do live
-                    self(event)
+                    self(envelope)
                     continue
                 deltas = Deltas(event.type)
                 deltas.add(event.text)
                 into_batch.append(deltas)
                 continue
-            for target, message in self._messages(event, restored=restored):
+            for target, message in self._messages(envelope, restored=restored):
                 batch = batches.get(id(target))
                 if batch is None:
                     target.post_message(message)
