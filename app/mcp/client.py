@@ -528,26 +528,20 @@ class McpConnection:
                 if self._more_scope and isinstance(self.authorization, ScopeKeeper):
                     self.authorization.want_scope(self._more_scope)  # the next `mcp login` asks for it
 
-        from app.mcp.http_bounds import bound_response, identity_only
+        # Only a url server needs httpx2 and the bounds on its answers: a session of stdio servers never loads them.
+        from app.mcp.http_bounds import BoundedTransport
 
-        connection = self
+        def note_undelivered() -> None:
+            self._undelivered += 1  # no connection: the server never saw the request
+
         # Where an answer over the cap is saved: the stdio reader's folder.
         spill_dir = self.log_dir / "tool-results" if self.log_dir is not None else None
-
-        class NotingRefusals(httpx2.AsyncHTTPTransport):
-            async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-                identity_only(request)
-                try:
-                    response = await super().handle_async_request(request)
-                except httpx2.ConnectError:
-                    connection._undelivered += 1  # no connection: the server never saw the request
-                    raise
-                # Every body bounded in memory, disk and time, whatever the server sends.
-                return bound_response(request, response, connection.name, spill_dir,
-                                      budget=connection.saved_output_budget)
+        # Every body bounded in memory, disk and time, whatever the server sends.
+        transport = BoundedTransport(self.name, spill_dir, on_undelivered=note_undelivered,
+                                     budget=self.saved_output_budget)
 
         return httpx2.AsyncClient(headers=resolved_headers(self.config), timeout=httpx2.Timeout(30.0, read=300.0),
-                                  event_hooks={"response": [note_response]}, transport=NotingRefusals(),
+                                  event_hooks={"response": [note_response]}, transport=transport,
                                   auth=self.authorization)
 
     async def _find_group_soon(self, before: set[int]) -> None:
