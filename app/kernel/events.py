@@ -820,6 +820,7 @@ _FORMAT_WORDS = {"email": "an email address", "uri": "a URI (scheme:…)", "date
 
 def _has_format(text: str, form: str) -> bool:
     """Whether ``text`` is of the spec's string ``format`` (checked as a person would type it)."""
+    # Only a form's format check needs these: kept off events.py's import, which the first frame waits for.
     import datetime
     import re
     from urllib.parse import urlsplit

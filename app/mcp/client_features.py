@@ -43,6 +43,7 @@ from app.kernel.events import (
 )
 from app.kernel.redact import redact
 from app.kernel.sanitize import sanitize_for_display
+from app.kernel.events import McpAuthEvent
 
 # Bounds of a model call a server asks for.
 MAX_SAMPLING_TOKENS = 4_096  # out, whatever maxTokens the server asks
@@ -331,8 +332,6 @@ class ClientRequests:
         """A tool call of ``server`` refused for want of scope: ask the user whether to log in again,
         asking for ``scopes`` (answered by ``Approve``). False at once where no surface asks questions
         (headless: the refusal's line says how to log in)."""
-        from app.kernel.events import McpAuthEvent
-
         if not self.shows_forms:
             return False
         request_id = f"reauthorize-{next(self._ids)}"

@@ -32,12 +32,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, cast
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlsplit, quote, parse_qsl, urlencode, urlunsplit
 
 from app import __version__
 from app.kernel.private_files import read_private, remove_private, write_private_atomic
-from app.kernel.redact import register_secret
+from app.kernel.redact import register_secret, redact
 from app.mcp.oauth_endpoints import AuthorizationRequired, KeptAuthorizationServer
+import base64
+from app.mcp.settings import shown_url
+from app.mcp.client import McpConnection, McpServerError
 
 if TYPE_CHECKING:
     import httpx2
@@ -120,6 +123,7 @@ class TokenFile:
         return bool(self._read().get("tokens"))
 
     async def get_tokens(self) -> OAuthToken | None:
+        # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
         from mcp.shared.auth import OAuthToken
         from pydantic import ValidationError
 
@@ -157,6 +161,7 @@ class TokenFile:
         self._write(authorization_server={"issuer": server.issuer, "token_endpoint": server.token_endpoint})
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
+        # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
         from mcp.shared.auth import OAuthClientInformationFull
         from pydantic import ValidationError
 
@@ -187,6 +192,7 @@ class TokenFile:
 
     def want_scope(self, scope: str) -> None:
         """A session met a 403 asking for ``scope``: the next login asks for it too (with what it has)."""
+        # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
         from mcp.client.auth.utils import union_scopes
 
         if self.exists():
@@ -326,6 +332,7 @@ def session_auth(name: str, config: McpServerConfig, data_dir: Path | None) -> h
 
 def _client_credentials(name: str, config: McpServerConfig, file: TokenFile) -> OAuthClientProvider | None:
     """tidegauge as the OAuth client itself (``oauth_grant = "client_credentials"``): no user, no browser."""
+    # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
     from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
 
     assert config.url is not None and config.oauth_client_id is not None
@@ -345,6 +352,7 @@ MAX_KEY_FILE_BYTES = 64 * 1024
 
 def _private_key_jwt(name: str, config: McpServerConfig, file: TokenFile) -> OAuthClientProvider:
     """client_credentials with a signed JWT (RFC 7523): the key stays here, only its signatures leave."""
+    # cryptography and the SDK: loaded only for a server whose client signs its own JWT.
     from cryptography.hazmat.primitives.asymmetric import ec, rsa
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
     from mcp.client.auth.extensions.client_credentials import PrivateKeyJWTOAuthProvider, SignedJWTParameters
@@ -395,6 +403,7 @@ def _enterprise(name: str, config: McpServerConfig, file: TokenFile) -> httpx2.A
     identity provider for an ID-JAG, which the client presents at ``oauth_issuer`` (RFC 7523
     jwt-bearer, HTTP Basic). The SDK's provider does the second leg and only ever talks to the
     configured issuer's own metadata and token endpoint; the first leg is ``_id_jag_exchange``."""
+    # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
     from mcp.client.auth.extensions.identity_assertion import IdentityAssertionOAuthProvider
 
     assert config.url is not None and config.oauth_client_id is not None and config.oauth_issuer is not None
@@ -417,18 +426,13 @@ def _id_jag_exchange(config: McpServerConfig, id_token: str,
     would send the form on). What the provider answers is read up to a bound and never repeated
     whole: a failure is its HTTP status and its ``error`` code.
     """
-    import base64
-    from urllib.parse import quote
-
     endpoint = config.oauth_idp_token_endpoint
     assert endpoint is not None
 
     async def exchange(audience: str, resource: str) -> str:
+        # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
         import httpx2
         from mcp.client.auth import OAuthTokenError
-
-        from app.kernel.redact import redact
-        from app.mcp.settings import shown_url
 
         form = {"grant_type": TOKEN_EXCHANGE_GRANT, "subject_token": id_token, "subject_token_type": ID_TOKEN_TYPE,
                 "requested_token_type": ID_JAG_TYPE, "audience": audience, "resource": resource}
@@ -548,6 +552,7 @@ class LoopbackReceiver:
                 self._handlers.discard(task)
 
     async def _handle(self, reader: asyncio.StreamReader) -> tuple[str, str]:
+        # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
         from mcp.shared.auth import AuthorizationCodeResult
 
         try:
@@ -605,6 +610,7 @@ async def open_in_browser(url: str) -> bool:
     browser would take the terminal."""
     if (sys.platform == "darwin" or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
             or os.environ.get("BROWSER")):
+        # Only a login opens a browser.
         import webbrowser
 
         return bool(await asyncio.to_thread(webbrowser.open, url))
@@ -617,6 +623,7 @@ def wanted_scopes(file: TokenFile) -> str | None:
     wanted = file.wanted_scope()
     if not wanted:
         return None
+    # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
     from mcp.client.auth.utils import union_scopes
 
     return union_scopes(file.granted_scope(), wanted)
@@ -627,8 +634,8 @@ def with_scope(url: str, extra: str | None) -> str:
     scopes granted and those a 403 named, so a login for more keeps what was had)."""
     if not extra:
         return url
-    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+    # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
     from mcp.client.auth.utils import union_scopes
 
     parts = urlsplit(url)
@@ -661,8 +668,6 @@ async def login(name: str, config: McpServerConfig, data_dir: Path, workspace: P
                 open_consent: OpenConsent = show_in_browser, consent_timeout: float = CONSENT_TIMEOUT) -> int:
     """Authorize tidegauge at url server ``name`` (discovery, registration, PKCE consent, tokens
     stored 0600), then list its tools; returns how many. Raises LoginError with one line."""
-    from app.mcp.client import McpConnection, McpServerError
-
     if config.url is None:
         raise LoginError(f"{name} is started as a command; OAuth is for url servers")
     if _has_own_authorization(config):
