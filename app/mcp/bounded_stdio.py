@@ -24,6 +24,7 @@ group, the same bounded close, stdin first.
 
 from __future__ import annotations
 
+import codecs
 import json
 import logging
 import re
@@ -35,7 +36,6 @@ from typing import IO, TYPE_CHECKING, Any, TextIO
 
 import anyio
 import anyio.lowlevel
-import codecs
 
 from app.mcp.content import CUT_META_KEY
 from app.kernel.redact import redact

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Literal, Sequence
 
 from app.kernel.events import (
+    McpAuthEvent,
     ApprovalRequestEvent,
     ApprovalResolvedEvent,
     ElicitationAction,
@@ -43,7 +44,6 @@ from app.kernel.events import (
 )
 from app.kernel.redact import redact
 from app.kernel.sanitize import sanitize_for_display
-from app.kernel.events import McpAuthEvent
 
 # Bounds of a model call a server asks for.
 MAX_SAMPLING_TOKENS = 4_096  # out, whatever maxTokens the server asks

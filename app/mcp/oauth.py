@@ -24,6 +24,7 @@ refresh. This module gives it what is tidegauge's:
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import os
@@ -32,15 +33,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, cast
-from urllib.parse import parse_qs, urlsplit, quote, parse_qsl, urlencode, urlunsplit
+from urllib.parse import parse_qs, parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from app import __version__
 from app.kernel.private_files import read_private, remove_private, write_private_atomic
 from app.kernel.redact import register_secret, redact
-from app.mcp.oauth_endpoints import AuthorizationRequired, KeptAuthorizationServer
-import base64
-from app.mcp.settings import shown_url
 from app.mcp.client import McpConnection, McpServerError
+from app.mcp.oauth_endpoints import AuthorizationRequired, KeptAuthorizationServer
+from app.mcp.settings import shown_url
 
 if TYPE_CHECKING:
     import httpx2
