@@ -11,7 +11,8 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from app.mcp.http_bounds import MAX_MESSAGE_BYTES, BoundedTransport
+from app.mcp.bounded_stdio import MAX_MESSAGE_BYTES
+from app.mcp.http_bounds import BoundedTransport
 
 
 def _closed_port() -> int:
