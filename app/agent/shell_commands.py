@@ -84,6 +84,7 @@ class CommandLine:
 
 @lru_cache(maxsize=1)
 def _parser() -> "Parser":
+    # The grammar loads on the first check: a session that checks no command never pays for it.
     from tree_sitter import Language, Parser
     import tree_sitter_bash
 

@@ -37,6 +37,7 @@ class _Plugin(Protocol):
 
 @lru_cache(maxsize=1)
 def _plugins() -> tuple[tuple[_Plugin, ...], _Plugin, re.Pattern[str]]:
+    # detect-secrets' plugins are slow to import: loaded on the first scan, off the start-up path.
     from detect_secrets.plugins.artifactory import ArtifactoryDetector
     from detect_secrets.plugins.aws import AWSKeyDetector
     from detect_secrets.plugins.azure_storage_key import AzureStorageKeyDetector

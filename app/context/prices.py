@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from importlib.util import find_spec
 
 from app.kernel.private_files import read_kept_json, write_kept_json
 from app.kernel.usage import Usage
@@ -145,8 +146,6 @@ LOOKUPS_MAX_MODELS = 128
 def _catalogue_identity() -> str | None:
     """Which catalogue is installed, without importing it: its data file's size and mtime.
     An upgrade (or any edit) of the package changes it, and with it every kept answer."""
-    from importlib.util import find_spec
-
     try:
         spec = find_spec("genai_prices")
         if spec is None or not spec.submodule_search_locations:
@@ -216,6 +215,7 @@ def remember_lookups_in(path: Path | None) -> None:
 
 def _rate_at(value: Any, input_tokens: int | None) -> float | None:
     """A catalogue rate (a number or tiered prices) for a call with this much input (None: base)."""
+    # genai-prices is slow to import: loaded when a catalogue price is read, off the start-up path.
     from genai_prices.types import TieredPrices
 
     if value is None:
@@ -231,6 +231,7 @@ def _rate_at(value: Any, input_tokens: int | None) -> float | None:
 
 
 def _from_catalogue(model_price: ModelPrice) -> Price | None:
+    # genai-prices: loaded when a catalogue price is read (as above).
     from genai_prices.types import TieredPrices
 
     keys = ("input_mtok", "cache_read_mtok", "cache_write_mtok", "output_mtok")

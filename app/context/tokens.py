@@ -59,6 +59,7 @@ def encoder() -> tiktoken.Encoding:
     """The shared offline encoding (never ``cl100k_base``: that one downloads). Imported and
     loaded on the first count, not when the module is: a command that counts nothing
     (``--version``, ``sessions``) never pays for it."""
+    # On the first count, not at import (see the docstring).
     import tiktoken
 
     ranks = _cl100k_ranks()

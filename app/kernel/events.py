@@ -808,6 +808,7 @@ _FORMAT_WORDS = {"email": "an email address", "uri": "a URI (scheme:…)", "date
 
 def _has_format(text: str, form: str) -> bool:
     """Whether ``text`` is of the spec's string ``format`` (checked as a person would type it)."""
+    # Only a form's format check needs these: kept off events.py's import, which the first frame waits for.
     import datetime
     import re
     from urllib.parse import urlsplit
@@ -903,35 +904,19 @@ class McpAttachmentEvent(EventBase):
     messages: int = 0  # a prompt's messages
 
 
-class EvictEvent(EventBase):
-    """The user took one tool result out of the context (the tool list's d): a stub naming the
-    saved file stands in its place until it is restored. With the plan it ran beside what happened;
-    or (``reason``) why nothing changed."""
+class ToolResultPlanFields(BaseModel):
+    """What an evict and a pin of one tool result both carry: the call, the context's size before
+    and after, the plan it ran beside what happened; or (``reason``) why nothing changed. The
+    fields of both events, defined once; not an event of its own (not an ``EventBase``, not in
+    ``Event``)."""
 
-    type: Literal["evict"] = "evict"
+    model_config = DEFERRED
+
+    # Declared first so that each event's own ``type`` Literal, which overrides it, keeps its
+    # place at the head of the line, as every other event's does.
+    type: str
     id: str  # the tool call id
     name: str = ""  # the tool's name
-    path: str | None = None  # where its full output is (what restore reads back)
-    tokens_before: int = 0
-    tokens_after: int = 0
-    plan_id: str | None = Field(default=None, exclude_if=lambda value: value is None)
-    forecast_tokens_after: int | None = Field(default=None, exclude_if=lambda value: value is None)
-    cache_tokens_invalidated: int | None = Field(default=None, exclude_if=lambda value: value is None)
-    replanned: bool = Field(default=False, exclude_if=lambda value: not value)
-    reason: str | None = Field(default=None, exclude_if=lambda value: value is None)  # set: not evicted (one line)
-
-
-class PinEvent(EventBase):
-    """The user pinned one tool result (the tool list's p), or unpinned it: clearing and compaction
-    keep a pinned result verbatim. With the plan it ran beside what happened; or (``reason``) why
-    nothing changed."""
-
-    type: Literal["pin"] = "pin"
-    id: str  # the tool call id
-    name: str = ""
-    pinned: bool = True  # False: unpinned
-    call: str = ""  # the call in words ("read_file(path='a.py')")
-    tokens: int = 0  # the result's own tokens: what clearing and compaction now keep (or may free)
     tokens_before: int = 0
     tokens_after: int = 0
     plan_id: str | None = Field(default=None, exclude_if=lambda value: value is None)
@@ -939,6 +924,26 @@ class PinEvent(EventBase):
     cache_tokens_invalidated: int | None = Field(default=None, exclude_if=lambda value: value is None)
     replanned: bool = Field(default=False, exclude_if=lambda value: not value)
     reason: str | None = Field(default=None, exclude_if=lambda value: value is None)  # set: nothing changed (one line)
+
+
+class EvictEvent(ToolResultPlanFields, EventBase):
+    """The user took one tool result out of the context (the tool list's d): a stub naming the
+    saved file stands in its place until it is restored. With the plan it ran beside what happened;
+    or (``reason``) why nothing changed."""
+
+    type: Literal["evict"] = "evict"
+    path: str | None = None  # where its full output is (what restore reads back)
+
+
+class PinEvent(ToolResultPlanFields, EventBase):
+    """The user pinned one tool result (the tool list's p), or unpinned it: clearing and compaction
+    keep a pinned result verbatim. With the plan it ran beside what happened; or (``reason``) why
+    nothing changed."""
+
+    type: Literal["pin"] = "pin"
+    pinned: bool = True  # False: unpinned
+    call: str = ""  # the call in words ("read_file(path='a.py')")
+    tokens: int = 0  # the result's own tokens: what clearing and compaction now keep (or may free)
 
 
 # ---- rewind: back to just before an earlier user message (commands PreviewRewind, Rewind) ----

@@ -24,6 +24,7 @@ group, the same bounded close, stdin first.
 
 from __future__ import annotations
 
+import codecs
 import json
 import logging
 import re
@@ -37,6 +38,8 @@ import anyio
 import anyio.lowlevel
 
 from app.mcp.content import CUT_META_KEY
+from app.kernel.redact import redact
+from app.tools.registry import open_private
 
 if TYPE_CHECKING:
     from app.tools.base import SavedOutputBudget
@@ -77,15 +80,11 @@ class _RedactingFile:
     _WINDOW = 4096
 
     def __init__(self, file: IO[bytes]) -> None:
-        import codecs
-
         self.file = file
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.pending = ""
 
     def write(self, data: bytes) -> None:
-        from app.kernel.redact import redact
-
         pending = self.pending + self.decoder.decode(data)
         cut = len(pending) - self._WINDOW
         while cut > 0:
@@ -99,8 +98,6 @@ class _RedactingFile:
         self.pending = pending
 
     def close(self) -> None:
-        from app.kernel.redact import redact
-
         self.file.write(redact(self.pending + self.decoder.decode(b"", final=True)).encode("utf-8"))
         self.file.close()
 
@@ -146,8 +143,6 @@ class _Message:
         self.tail = (self.tail + data[-_TAIL_BYTES:])[-_TAIL_BYTES:]
 
     def _spill(self) -> None:
-        from app.tools.registry import open_private
-
         whole = b"".join(self.parts)
         self.parts = []
         self.spilled = True
@@ -368,6 +363,7 @@ async def bounded_stdio_client(server: Any, errlog: TextIO, *, spill_dir: Path |
     ``on_bad_line(text)``: a stdout line that is not a JSON-RPC message (never handed to the SDK, whose
     parser logs a traceback of kilobytes for each to our stderr); ``on_exited(status)``: the server's
     exit status once its stdout ended (None when it had not exited within half a second)."""
+    # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
     import mcp_types as types
     from mcp.client import stdio as sdk
     # The SDK's stdio_client takes no reader of ours, so this is its body with read_lines in it.

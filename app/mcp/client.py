@@ -18,6 +18,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Protocol, TypeVar, runtime_checkable
+import signal
+import psutil
+from pydantic import ValidationError
 
 from app import __version__
 from app.mcp.client_features import ClientRequests, SamplingRefused, configured_roots, folder_roots
@@ -382,6 +385,7 @@ class McpConnection:
         return f"more scope required (HTTP 403 insufficient_scope{asked}): {how}"
 
     def _make_client(self) -> Client:
+        # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
         import mcp.client.session
         from mcp import Client
         from mcp.client.stdio import StdioServerParameters
@@ -392,6 +396,7 @@ class McpConnection:
         mcp.client.session.DISCOVER_TIMEOUT_SECONDS = PROBE_TIMEOUT  # see PROBE_TIMEOUT
         client_info = Implementation(name="tidegauge", version=__version__)
         if self.config.url is not None:
+            # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
             from mcp.client.streamable_http import streamable_http_client
 
             self._http = self._http_client()  # ours to close: the SDK leaves a client it was given open
@@ -430,6 +435,7 @@ class McpConnection:
         (app/mcp/client_tasks.py): only what this connection answers at all is offered."""
         if self.requests is None:
             return transport
+        # Client tasks need the SDK's types: loaded only for a server that may ask for them.
         from app.mcp.client_tasks import ClientTasks
 
         self.client_tasks = ClientTasks(sampling=self.requests.call_model is not None, elicitation=True,
@@ -460,6 +466,7 @@ class McpConnection:
         """The callbacks that answer the server's own requests (app/mcp/client_features.py):
         roots as the server's setting says (the workspace alone by default); forms only when the session
         can answer them."""
+        # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
         import mcp_types as types
 
         folders = self.roots
@@ -514,6 +521,7 @@ class McpConnection:
     def _http_client(self) -> Any:
         """The HTTP client of a url server: its headers (tokens from the environment), the SDK's
         timeouts, and a hook that notes a 401 (the SDK reports it as a bare "error response")."""
+        # httpx2 only for a url server: a session of stdio servers never loads it.
         import httpx2
 
         async def note_response(response: httpx2.Response) -> None:
@@ -528,26 +536,20 @@ class McpConnection:
                 if self._more_scope and isinstance(self.authorization, ScopeKeeper):
                     self.authorization.want_scope(self._more_scope)  # the next `mcp login` asks for it
 
-        from app.mcp.http_bounds import bound_response, identity_only
+        # Only a url server needs httpx2 and the bounds on its answers: a session of stdio servers never loads them.
+        from app.mcp.http_bounds import BoundedTransport
 
-        connection = self
+        def note_undelivered() -> None:
+            self._undelivered += 1  # no connection: the server never saw the request
+
         # Where an answer over the cap is saved: the stdio reader's folder.
         spill_dir = self.log_dir / "tool-results" if self.log_dir is not None else None
-
-        class NotingRefusals(httpx2.AsyncHTTPTransport):
-            async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-                identity_only(request)
-                try:
-                    response = await super().handle_async_request(request)
-                except httpx2.ConnectError:
-                    connection._undelivered += 1  # no connection: the server never saw the request
-                    raise
-                # Every body bounded in memory, disk and time, whatever the server sends.
-                return bound_response(request, response, connection.name, spill_dir,
-                                      budget=connection.saved_output_budget)
+        # Every body bounded in memory, disk and time, whatever the server sends.
+        transport = BoundedTransport(self.name, spill_dir, on_undelivered=note_undelivered,
+                                     budget=self.saved_output_budget)
 
         return httpx2.AsyncClient(headers=resolved_headers(self.config), timeout=httpx2.Timeout(30.0, read=300.0),
-                                  event_hooks={"response": [note_response]}, transport=NotingRefusals(),
+                                  event_hooks={"response": [note_response]}, transport=transport,
                                   auth=self.authorization)
 
     async def _find_group_soon(self, before: set[int]) -> None:
@@ -562,7 +564,6 @@ class McpConnection:
         session (the SDK starts servers with start_new_session) whose command line is ours."""
         if self.config.command is None or os.name != "posix":
             return None
-        import psutil
 
         args = list(self.config.args)
         command = os.path.basename(self.config.command)
@@ -643,7 +644,6 @@ class McpConnection:
         pid = self._pgid
         if pid is None:
             return
-        import psutil
 
         while not self._stop.is_set():
             await asyncio.sleep(0.25)  # a liveness poll, four times a second, while the server runs
@@ -739,6 +739,7 @@ class McpConnection:
             why = f" ({self.failure})" if self.failure else ""
             return ToolOutput(f"MCP server {self.name!r} is not running{why}; its tools cannot be used now.",
                               is_error=True)
+        # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
         from mcp.shared.exceptions import MCPError
         from mcp_types import REQUEST_TIMEOUT
 
@@ -803,6 +804,7 @@ class McpConnection:
             return ToolOutput(f"MCP server {self.name!r} stopped during {tool_name} ({self.failure}); "
                               "its tools cannot be used now.", is_error=True)
         except MCPError as exc:
+            # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
             from mcp_types import CONNECTION_CLOSED
 
             if self._more_scope is not None:
@@ -841,6 +843,7 @@ class McpConnection:
         as any other); the polling goes on meanwhile, so the task's status stays on the tool's line
         and counts as a word from the server. Given up (cancelled: an interrupt, a timeout, the
         server gone) before it ended, the task is cancelled on the server with tasks/cancel."""
+        # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
         import mcp_types as types
 
         session = client.session
@@ -891,6 +894,7 @@ class McpConnection:
                            progress: Any) -> Any:
         """The task-augmented tools/call: the server's CreateTaskResult (or a CallToolResult, when it ran
         the tool at once). The task is asked to be kept a minute past the longest this call may wait."""
+        # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
         import mcp_types as types
         from pydantic import ValidationError
 
@@ -909,6 +913,7 @@ class McpConnection:
 
     async def get_task(self, task_id: str, read_timeout: float | None = None) -> Any:
         """``tasks/get``: where a task of this connection stands (the server's Task)."""
+        # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
         import mcp_types as types
 
         client = self._client
@@ -922,6 +927,7 @@ class McpConnection:
 
     async def _cancel_task(self, client: Client, task_id: str) -> None:
         """``tasks/cancel``, bounded; a server that cannot be told (gone, refusing) is left as it is."""
+        # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
         import mcp_types as types
 
         try:
@@ -957,6 +963,7 @@ class McpConnection:
         if client is None or not self.alive:
             why = f" ({self.failure})" if self.failure else ""
             raise McpServerError(f"MCP server {self.name!r} is not running{why}")
+        # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
         from mcp.shared.exceptions import MCPError
 
         self._more_scope = None
@@ -1007,8 +1014,6 @@ def _task_answer(refused: Exception) -> dict[str, Any] | None:
     """The server's answer to a task-augmented tools/call, out of the SDK's refusal of it: its check
     wants a CallToolResult's ``content`` and reports the whole answer as that field's input. None when
     the refusal is something else (a malformed answer stays an error)."""
-    from pydantic import ValidationError
-
     if not isinstance(refused, ValidationError):
         return None
     for error in refused.errors():
@@ -1052,6 +1057,7 @@ _SCOPE = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]+(?: [\x21\x23-\x5b\x5d-\x7e]+)*")
 def _insufficient_scope(response: Any) -> str | None:
     """The scope a 403 asks for when it is the step-up (``error="insufficient_scope"``), else None;
     "" when it names none or one that is not a scope (the server's text, bounded)."""
+    # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
     from mcp.client.auth.utils import extract_field_from_www_auth, extract_scope_from_www_auth
 
     if extract_field_from_www_auth(response, "error") != "insufficient_scope":
@@ -1063,6 +1069,7 @@ def _insufficient_scope(response: Any) -> str | None:
 def _is_oauth_failure(exc: BaseException) -> bool:
     """Whether ``exc`` is the OAuth flow failing (a refused registration or token request, a metadata
     mismatch); a flow that stops for the user's consent is a 401 like any other."""
+    # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
     from mcp.client.auth import OAuthFlowError
 
     return isinstance(exc, OAuthFlowError)
@@ -1070,6 +1077,7 @@ def _is_oauth_failure(exc: BaseException) -> bool:
 
 def _connection_closed(exc: BaseException) -> bool:
     """Whether ``exc`` (an exception group too) says the server closed the connection."""
+    # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
     from mcp.shared.exceptions import MCPError
     from mcp_types import CONNECTION_CLOSED
 
@@ -1082,7 +1090,6 @@ def _session_leader_children() -> set[int]:
     """Our child processes that lead their own process group (how the SDK starts servers)."""
     if os.name != "posix":
         return set()
-    import psutil
 
     leaders: set[int] = set()
     for child in psutil.Process().children():
@@ -1106,8 +1113,6 @@ def _group_alive(pgid: int) -> bool:
 
 async def _end_process_group(pgid: int, grace: float = 2.0) -> None:
     """SIGTERM whatever is left of the server's process group, SIGKILL it after ``grace`` seconds."""
-    import signal
-
     if not _group_alive(pgid):
         return
     try:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Literal, Sequence
 
 from app.kernel.events import (
+    McpAuthEvent,
     ApprovalRequestEvent,
     ApprovalResolvedEvent,
     ElicitationAction,
@@ -331,8 +332,6 @@ class ClientRequests:
         """A tool call of ``server`` refused for want of scope: ask the user whether to log in again,
         asking for ``scopes`` (answered by ``Approve``). False at once where no surface asks questions
         (headless: the refusal's line says how to log in)."""
-        from app.kernel.events import McpAuthEvent
-
         if not self.shows_forms:
             return False
         request_id = f"reauthorize-{next(self._ids)}"

@@ -51,6 +51,7 @@ def _decoded_size(data: str) -> int:
 def tool_output_from_result(result: CallToolResult, resources_of: str | None = None) -> ToolOutput:
     """What the model and the user get from one ``tools/call`` result. ``resources_of``: the
     server's name when it serves resources (a link then says how to read it: ``read_resource``)."""
+    # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
     from mcp_types import (
         AudioContent,
         BlobResourceContents,

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -363,3 +363,26 @@ def bound_response(request: httpx2.Request, response: httpx2.Response, server: s
 def identity_only(request: httpx2.Request) -> None:
     """Ask for the body as it is: a compressed one would be bounded only once decoded."""
     request.headers["accept-encoding"] = "identity"
+
+
+class BoundedTransport(httpx2.AsyncHTTPTransport):
+    """A url server's transport: every request asks for the body as it is, every response body is
+    bounded (``bound_response``), and a request that never reached the server (no connection) is
+    reported to ``on_undelivered``, so the caller knows the server never saw it."""
+
+    def __init__(self, server: str, spill_dir: Path | None, *, on_undelivered: Callable[[], None],
+                 budget: SavedOutputBudget | None = None) -> None:
+        super().__init__()
+        self.server = server
+        self.spill_dir = spill_dir
+        self.on_undelivered = on_undelivered
+        self.budget = budget
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        identity_only(request)
+        try:
+            response = await super().handle_async_request(request)
+        except httpx2.ConnectError:
+            self.on_undelivered()
+            raise
+        return bound_response(request, response, self.server, self.spill_dir, budget=self.budget)

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Awaitable, Callable, Mapping, Protocol, Sequence
 
-from app.kernel.events import (Event, McpAttachmentEvent, McpPromptsEvent, McpServerEvent, ToolResultEvent,
+from app.kernel.events import (Event, McpAttachmentEvent, McpAuthEvent, McpPromptsEvent, McpServerEvent, ToolResultEvent,
                                ToolStartEvent)
-from app.kernel.messages import TextBlock
-from app.mcp.client import McpConnection, McpServerError, RemotePrompt
+from app.kernel.messages import TextBlock, ToolSpec
+from app.mcp.client import McpConnection, McpServerError, RemotePrompt, ScopeKeeper
 from app.mcp.prompts import (
     PromptCommandError,
     bounded,
@@ -35,10 +35,10 @@ from app.mcp.prompts import (
 from app.mcp.resources import READ_RESOURCE, AttachmentError, ReadResourceTool, attachment_block, attachments
 from app.tools.base import SavedOutputBudget, ToolContext
 from app.mcp.client_features import ClientRequests
-from app.mcp.oauth import OAuthSetupError, open_in_browser, session_auth
+from app.mcp.oauth import (LoginError, OAuthSetupError, TokenFile, login, logout, open_in_browser, session_auth,
+                           token_path, wanted_scopes)
 from app.mcp.settings import McpServerConfig, header_secrets, hide_url_secrets, shown_url, url_secrets
 from app.mcp.tools import McpTool, offered, prefixed_name
-from app.kernel.messages import ToolSpec
 from app.kernel.redact import register_secret
 from app.kernel.sanitize import sanitize_for_model
 from app.tools.deferral import LOAD_TOOLS, LoadToolsTool, ToolDeferral
@@ -289,9 +289,6 @@ class McpHub:
         """``tidegauge mcp login NAME`` in the running session: the consent page shown (an McpAuthEvent
         with its address, a browser opened where there is one), the tokens stored, then the server
         reconnected with them. Whether it ended logged in; a failure is an McpAuthEvent, never raised."""
-        from app.kernel.events import McpAuthEvent
-        from app.mcp.oauth import LoginError, TokenFile, login, token_path, wanted_scopes
-
         cfg, data_dir = self.configs[name], self._where.data_dir
         if data_dir is None or cfg.url is None:
             self.emit(McpAuthEvent(server=name, status="failed", reason=f"{name} is started as a command; "
@@ -316,9 +313,6 @@ class McpHub:
     async def logout(self, name: str) -> None:
         """Delete server ``name``'s tokens (through private_files), then reconnect it without them: it
         says what it needs now (a login, or nothing)."""
-        from app.kernel.events import McpAuthEvent
-        from app.mcp.oauth import logout
-
         if self._where.data_dir is None:
             self.emit(McpAuthEvent(server=name, status="failed", reason="this session keeps no tokens"))
             return
@@ -332,9 +326,6 @@ class McpHub:
         """A tool call refused 403 insufficient_scope on OAuth tokens: where a surface shows questions,
         ask whether to log in again for the union of the scopes granted and asked (the consent
         follows); True once logged in and reconnected, and the call is sent again."""
-        from app.mcp.client import ScopeKeeper
-        from app.mcp.oauth import TokenFile, token_path, wanted_scopes
-
         requests, data_dir = self._where.requests, self._where.data_dir
         cfg = connection.config
         if (requests is None or data_dir is None or cfg.url is None or not scope

@@ -24,6 +24,7 @@ refresh. This module gives it what is tidegauge's:
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import os
@@ -31,12 +32,15 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncGenerator, Awaitable, Callable, cast
-from urllib.parse import parse_qs, urlsplit
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, cast
+from urllib.parse import parse_qs, parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
+from app import __version__
 from app.kernel.private_files import read_private, remove_private, write_private_atomic
-from app.mcp.client import login_command
-from app.kernel.redact import register_secret
+from app.kernel.redact import register_secret, redact
+from app.mcp.client import McpConnection, McpServerError
+from app.mcp.oauth_endpoints import AuthorizationRequired, KeptAuthorizationServer
+from app.mcp.settings import shown_url
 
 if TYPE_CHECKING:
     import httpx2
@@ -65,14 +69,6 @@ UNUSED_REDIRECT = "http://127.0.0.1/callback"
 OpenConsent = Callable[[str], Awaitable[None]]
 
 
-class AuthorizationRequired(Exception):
-    """The server wants the user's consent, which only ``tidegauge mcp login NAME`` asks for."""
-
-    def __init__(self, name: str, why: str = "") -> None:
-        self.name = name
-        super().__init__(f"authorization required{f' ({why})' if why else ''}: run `{login_command(name)}`")
-
-
 class OAuthSetupError(ValueError):
     """An OAuth setting that cannot be used (a key file that is not a key); one line."""
 
@@ -89,54 +85,6 @@ def _register_token_secrets(tokens: OAuthToken | None) -> None:
     if tokens is not None:
         register_secret(tokens.access_token)
         register_secret(tokens.refresh_token)
-
-
-def _is_loopback(host: str) -> bool:
-    import ipaddress
-
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _endpoint_refusal(url: str) -> str | None:
-    """Why ``url`` may not receive a refresh token (None when it may): https, or http on loopback only,
-    and nothing in it but scheme, host, port and path."""
-    parts = urlsplit(url)
-    if parts.username is not None or parts.password is not None or parts.fragment or not parts.hostname:
-        return "not a plain address"
-    if parts.scheme == "https" or (parts.scheme == "http" and _is_loopback(parts.hostname)):
-        return None
-    return "neither https nor http on loopback"
-
-
-@dataclass(frozen=True)
-class KeptAuthorizationServer:
-    """The authorization server that issued a server's stored tokens, kept beside them.
-
-    A new process (every session) holds no authorization server metadata, and the SDK then sends a
-    refresh to ``<MCP server origin>/token``: a refresh token given to a party that did not issue it
-    when the authorization server is elsewhere. What the refresh needs is kept instead, as discovered
-    at login (and at each refresh that discovered it again).
-    """
-
-    issuer: str
-    token_endpoint: str
-
-    def refusal(self) -> str | None:
-        """Why this may not be used (None when it may): both https (or http on loopback), the token
-        endpoint on the issuer's origin, as discovered at login. Read from a file that someone else
-        may have edited, so it is checked before a refresh token goes there."""
-        for what, url in (("issuer", self.issuer), ("token endpoint", self.token_endpoint)):
-            why = _endpoint_refusal(url)
-            if why is not None:
-                return f"its {what} is {why}"
-        if _origin(self.token_endpoint) != _origin(self.issuer):
-            return "its token endpoint is not on its issuer's origin"
-        return None
 
 
 @dataclass
@@ -175,6 +123,7 @@ class TokenFile:
         return bool(self._read().get("tokens"))
 
     async def get_tokens(self) -> OAuthToken | None:
+        # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
         from mcp.shared.auth import OAuthToken
         from pydantic import ValidationError
 
@@ -212,6 +161,7 @@ class TokenFile:
         self._write(authorization_server={"issuer": server.issuer, "token_endpoint": server.token_endpoint})
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
+        # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
         from mcp.shared.auth import OAuthClientInformationFull
         from pydantic import ValidationError
 
@@ -242,6 +192,7 @@ class TokenFile:
 
     def want_scope(self, scope: str) -> None:
         """A session met a 403 asking for ``scope``: the next login asks for it too (with what it has)."""
+        # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
         from mcp.client.auth.utils import union_scopes
 
         if self.exists():
@@ -324,272 +275,17 @@ def client_secret(name: str, config: McpServerConfig) -> str | None:
     return value
 
 
-def _origin(url: str) -> tuple[str, str, int | None]:
-    """(scheme, host, port) of ``url``, the port a scheme's default when it is left out."""
-    parts = urlsplit(url)
-    try:
-        port = parts.port
-    except ValueError:
-        port = -1  # not a port: never the same origin as a real one
-    return parts.scheme.lower(), (parts.hostname or "").lower(), port or {"https": 443, "http": 80}.get(parts.scheme)
-
-
-def _same_issuer(registered: str, issuer: str) -> bool:
-    """Whether the issuer a client was registered at is ``issuer`` (RFC 8414 §3.3's simple comparison;
-    a root issuer with and without its trailing slash is one)."""
-    from mcp.client.auth.utils import issuers_match
-
-    return issuers_match(registered, issuer)
-
-
-def _origin_url(server_url: str) -> str:
-    parts = urlsplit(server_url)
-    return f"{parts.scheme}://{parts.netloc}"
-
-
-def _origin_metadata_url(server_url: str) -> str:
-    """Where a 2025-03-26 server's authorization server metadata is: its origin's well-known address."""
-    return f"{_origin_url(server_url)}/.well-known/oauth-authorization-server"
-
-
-async def _last_resource_metadata_miss(sent: httpx2.Request, answer: httpx2.Response, server_url: str) -> bool:
-    """Whether ``answer`` is the last protected-resource metadata address of ``server_url`` (its
-    origin's) answering without any, so that the SDK takes the server for a 2025-03-26 one."""
-    from mcp.client.auth.utils import handle_protected_resource_response
-
-    root = f"{_origin_metadata_url(server_url).rsplit('/', 1)[0]}/oauth-protected-resource"
-    if str(sent.url) != root or answer.status_code >= 500 or answer.status_code == 429:
-        return False
-    return await handle_protected_resource_response(answer) is None
-
-
-async def _issuer_on_origin(answer: httpx2.Response, server_url: str) -> str | None:
-    """The issuer the metadata at the MCP server's origin names, if that issuer is on the same origin.
-
-    For the 2025-03-26 revision the authorization server is the MCP server's origin: no issuer is
-    named beforehand, and the metadata served there is the origin's own word about itself, so an
-    issuer with a path on that origin (``https://mcp.example.com/oauth``) is the origin's. An
-    issuer on any other origin is not: the SDK's exact comparison with the origin refuses it, so a
-    server can never claim another authorization server's identity (and its bound credentials).
-    """
-    from mcp.client.auth.utils import handle_auth_metadata_response
-
-    _found, metadata = await handle_auth_metadata_response(answer)
-    if metadata is None or _origin(str(metadata.issuer)) != _origin(server_url):
-        return None
-    return str(metadata.issuer)
-
-
 def _provider(name: str, config: McpServerConfig, storage: Any, redirect_uri: str,
               redirect_handler: Callable[[str], Awaitable[None]],
               callback_handler: Callable[[], Awaitable[AuthorizationCodeResult]], *,
               file: TokenFile, consent: bool) -> OAuthClientProvider:
     """The SDK's provider as tidegauge runs it; ``file`` keeps the authorization server beside the
     tokens; ``consent`` says whether this flow may ask for it (a login) or not (a session)."""
-    import httpx2
-    from mcp.client.auth import OAuthClientProvider, OAuthFlowError
-    from mcp.client.auth.utils import create_oauth_metadata_request
+    # The SDK's auth modules are loaded only when a url server's OAuth is set up: a session without one never pays for them.
     from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata
     from pydantic import AnyUrl
 
-    from app import __version__
-
-    class StoredExpiryProvider(OAuthClientProvider):
-        """The SDK's provider, which also believes a stored token's expiry (it loads tokens without
-        it, and would send an expired token, then ask for consent, rather than refresh it), takes a
-        2025-03-26 server's authorization server metadata as that revision serves it, and refreshes
-        only at the token endpoint of the authorization server that issued the tokens (kept in the
-        file, or discovered again as login discovers it), never at the MCP server's origin."""
-
-        # The issuer the metadata at the MCP server's origin names, when it is on that origin.
-        origin_metadata_issuer: str | None = None
-        # The authorization server of the stored tokens, as the token file keeps it.
-        kept: KeptAuthorizationServer | None = None
-
-        def want_scope(self, scope: str) -> None:
-            """A 403 insufficient_scope named ``scope``: kept for the next login (see ``ScopeKeeper``)."""
-            file.want_scope(scope)
-
-        async def _initialize(self) -> None:
-            await super()._initialize()
-            if self.context.current_tokens is not None:
-                self.context.update_token_expiry(self.context.current_tokens)
-            self.kept = file.get_authorization_server()
-            client = self.context.client_info
-            if self.kept is not None and client is not None and client.issuer is not None and not _same_issuer(
-                    client.issuer, self.kept.issuer):
-                self.kept = None  # not the server the client was registered at (SEP-2352): found again instead
-
-        def _expected_issuer(self) -> str:
-            # No protected-resource metadata: the 2025-03-26 revision, whose authorization server is
-            # the MCP server's origin. A server found through protected-resource metadata keeps the
-            # SDK's exact RFC 8414 §3.3 comparison with the issuer that metadata names.
-            if self.context.auth_server_url is None and self.origin_metadata_issuer is not None:
-                return self.origin_metadata_issuer
-            return super()._expected_issuer()
-
-        def _discovered(self) -> KeptAuthorizationServer | None:
-            """What to keep of the authorization server this process discovered (None: nothing to keep)."""
-            found = self.context.oauth_metadata
-            if found is not None:
-                return KeptAuthorizationServer(str(found.issuer), str(found.token_endpoint))
-            if self.context.auth_server_url is None:
-                # A 2025-03-26 server without metadata: its origin is the authorization server, and
-                # the login exchanged its code at the origin's /token (the revision's default).
-                return KeptAuthorizationServer(_origin_url(self.context.server_url), self._get_token_endpoint())
-            return None
-
-        def _keep_authorization_server(self) -> None:
-            server = self._discovered()
-            if server is not None and server.refusal() is None and server != self.kept:
-                file.set_authorization_server(server)
-                self.kept = server
-
-        async def _perform_authorization(self) -> httpx2.Request:
-            # The consent's code, the PKCE verifier and then the tokens go to these endpoints: never
-            # in clear text off loopback (the MCP authorization spec: every authorization server
-            # endpoint over HTTPS), as a refresh never goes there either (``_endpoint_refusal``).
-            metadata = self.context.oauth_metadata
-            endpoints = [("token endpoint", self._get_token_endpoint())]
-            if metadata is not None and metadata.authorization_endpoint is not None:
-                endpoints.insert(0, ("authorization endpoint", str(metadata.authorization_endpoint)))
-            for what, url in endpoints:
-                why = _endpoint_refusal(url)
-                if why is not None:
-                    raise OAuthFlowError(f"the authorization server's {what} {url} is {why}")
-            return await super()._perform_authorization()
-
-        async def _handle_token_response(self, response: httpx2.Response) -> None:
-            await super()._handle_token_response(response)
-            self._keep_authorization_server()
-
-        async def _handle_refresh_response(self, response: httpx2.Response) -> bool:
-            refreshed = await super()._handle_refresh_response(response)
-            if refreshed and self.context.oauth_metadata is not None:
-                self._keep_authorization_server()
-            return refreshed
-
-        async def _refresh_token(self) -> httpx2.Request:
-            # The SDK's request, sent where the tokens came from: its own fallback is the MCP server's origin.
-            request = await super()._refresh_token()
-            if self.context.oauth_metadata is not None:
-                return request
-            if self.kept is None:  # _auth_flow finds the server first; never the MCP server's /token
-                raise AuthorizationRequired(name, "the authorization server of its tokens is not known")
-            headers = [(key, value) for key, value in request.headers.multi_items()
-                       if key.lower() not in ("host", "content-length")]
-            return httpx2.Request("POST", self.kept.token_endpoint, headers=headers, content=request.content)
-
-        async def _refresh_needs_discovery(self) -> bool:
-            async with self.context.lock:
-                if not self._initialized:
-                    await self._initialize()
-                return (not self.context.is_token_valid() and self.context.can_refresh_token()
-                        and self.context.oauth_metadata is None and self.kept is None)
-
-        async def _rediscover(self) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
-            """The authorization server of tokens stored without it (a file from before it was kept),
-            found as login finds it, with login's checks: protected-resource metadata (or the
-            2025-03-26 origin's), then authorization server metadata naming the expected issuer, which
-            must also be the issuer the client was registered at. Raises ``AuthorizationRequired``
-            saying why when it cannot be found."""
-            from mcp.client.auth.utils import (
-                build_oauth_authorization_server_metadata_discovery_urls,
-                build_protected_resource_metadata_discovery_urls,
-                handle_auth_metadata_response,
-                handle_protected_resource_response,
-                issuers_match,
-                validate_metadata_issuer,
-            )
-
-            def cannot(why: str) -> AuthorizationRequired:
-                return AuthorizationRequired(name, f"the authorization server of its stored tokens cannot be "
-                                                   f"found again ({why}); log in again")
-
-            client = self.context.client_info
-            if client is None or client.issuer is None:
-                # Nothing says which server issued the tokens: the one found now may be the MCP
-                # server's own claim, and a refresh token is never sent on its word alone.
-                raise cannot("the client's registration names no issuer")
-            server_url = self.context.server_url
-            for url in build_protected_resource_metadata_discovery_urls(None, server_url):
-                answer = yield create_oauth_metadata_request(url)
-                if answer.status_code >= 500 or answer.status_code == 429:
-                    raise cannot(f"its protected-resource metadata answered HTTP {answer.status_code}")
-                resource = await handle_protected_resource_response(answer)
-                if resource is not None:
-                    try:
-                        await self._validate_resource_match(resource)
-                    except OAuthFlowError as exc:
-                        raise cannot(str(exc)) from None
-                    self.context.protected_resource_metadata = resource
-                    self.context.auth_server_url = self._select_authorization_server(
-                        [str(each) for each in resource.authorization_servers])
-                    break
-            else:
-                origin_metadata = yield create_oauth_metadata_request(_origin_metadata_url(server_url))
-                self.origin_metadata_issuer = await _issuer_on_origin(origin_metadata, server_url)
-            expected = self._expected_issuer()
-            for url in build_oauth_authorization_server_metadata_discovery_urls(self.context.auth_server_url,
-                                                                                server_url):
-                answer = yield create_oauth_metadata_request(url)
-                ok, metadata = await handle_auth_metadata_response(answer)
-                if not ok:
-                    break
-                if metadata is not None:
-                    if self.context.auth_server_url is None and issuers_match(str(metadata.issuer), expected):
-                        expected = str(metadata.issuer)
-                    try:
-                        validate_metadata_issuer(metadata, expected)
-                    except OAuthFlowError as exc:
-                        raise cannot(str(exc)) from None
-                    if not _same_issuer(client.issuer, str(metadata.issuer)):
-                        raise cannot(f"it is now {metadata.issuer}, the client was registered at {client.issuer}")
-                    self.context.oauth_metadata = metadata
-                    break
-            if self.context.oauth_metadata is None:
-                raise cannot("no authorization server metadata")
-            # The issuer's own metadata, checked as login checks it, may put its token endpoint on
-            # another origin (accounts.google.com's is oauth2.googleapis.com): used, though only an
-            # endpoint on the issuer's origin is kept in the file. Never in clear text off loopback.
-            why = _endpoint_refusal(str(self.context.oauth_metadata.token_endpoint))
-            if why is not None:
-                self.context.oauth_metadata = None
-                raise cannot(f"its token endpoint is {why}")
-
-        async def _auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
-            if await self._refresh_needs_discovery():
-                rediscovery = self._rediscover()
-                try:
-                    outgoing = await rediscovery.__anext__()
-                    while True:
-                        answer = yield outgoing
-                        outgoing = await rediscovery.asend(answer)
-                except StopAsyncIteration:
-                    pass
-                except AuthorizationRequired:
-                    if not consent:
-                        raise
-                    # A login asks for consent anyway: the stored tokens are dropped, not refreshed.
-                    self.context.clear_tokens()
-                finally:
-                    await rediscovery.aclose()
-            flow = super()._auth_flow(request)
-            try:
-                outgoing = await flow.__anext__()
-                while True:
-                    response = yield outgoing
-                    if outgoing is not request and await _last_resource_metadata_miss(outgoing, response,
-                                                                                     self.context.server_url):
-                        # The SDK goes the 2025-03-26 way next and compares the origin's metadata with
-                        # an issuer it decides first: read that metadata before it decides.
-                        origin_metadata = yield create_oauth_metadata_request(_origin_metadata_url(self.context.server_url))
-                        self.origin_metadata_issuer = await _issuer_on_origin(origin_metadata, self.context.server_url)
-                    outgoing = await flow.asend(response)
-            except StopAsyncIteration:
-                return
-            finally:
-                await flow.aclose()
+    from app.mcp.oauth_provider import StoredExpiryProvider
 
     assert config.url is not None
     metadata = OAuthClientMetadata(redirect_uris=[AnyUrl(redirect_uri)], client_name="tidegauge",
@@ -601,7 +297,8 @@ def _provider(name: str, config: McpServerConfig, storage: Any, redirect_uri: st
             token_endpoint_auth_method="client_secret_basic" if secret else "none",
             issuer=config.oauth_issuer))  # SEP-2352: bound to it, never presented to another server
     return StoredExpiryProvider(config.url, metadata, storage, redirect_handler=redirect_handler,
-                                callback_handler=callback_handler, client_metadata_url=config.oauth_client_metadata_url)
+                                callback_handler=callback_handler, client_metadata_url=config.oauth_client_metadata_url,
+                                name=name, file=file, consent=consent)
 
 
 def session_auth(name: str, config: McpServerConfig, data_dir: Path | None) -> httpx2.Auth | None:
@@ -635,6 +332,7 @@ def session_auth(name: str, config: McpServerConfig, data_dir: Path | None) -> h
 
 def _client_credentials(name: str, config: McpServerConfig, file: TokenFile) -> OAuthClientProvider | None:
     """tidegauge as the OAuth client itself (``oauth_grant = "client_credentials"``): no user, no browser."""
+    # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
     from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
 
     assert config.url is not None and config.oauth_client_id is not None
@@ -654,6 +352,7 @@ MAX_KEY_FILE_BYTES = 64 * 1024
 
 def _private_key_jwt(name: str, config: McpServerConfig, file: TokenFile) -> OAuthClientProvider:
     """client_credentials with a signed JWT (RFC 7523): the key stays here, only its signatures leave."""
+    # cryptography and the SDK: loaded only for a server whose client signs its own JWT.
     from cryptography.hazmat.primitives.asymmetric import ec, rsa
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
     from mcp.client.auth.extensions.client_credentials import PrivateKeyJWTOAuthProvider, SignedJWTParameters
@@ -704,6 +403,7 @@ def _enterprise(name: str, config: McpServerConfig, file: TokenFile) -> httpx2.A
     identity provider for an ID-JAG, which the client presents at ``oauth_issuer`` (RFC 7523
     jwt-bearer, HTTP Basic). The SDK's provider does the second leg and only ever talks to the
     configured issuer's own metadata and token endpoint; the first leg is ``_id_jag_exchange``."""
+    # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
     from mcp.client.auth.extensions.identity_assertion import IdentityAssertionOAuthProvider
 
     assert config.url is not None and config.oauth_client_id is not None and config.oauth_issuer is not None
@@ -726,18 +426,13 @@ def _id_jag_exchange(config: McpServerConfig, id_token: str,
     would send the form on). What the provider answers is read up to a bound and never repeated
     whole: a failure is its HTTP status and its ``error`` code.
     """
-    import base64
-    from urllib.parse import quote
-
     endpoint = config.oauth_idp_token_endpoint
     assert endpoint is not None
 
     async def exchange(audience: str, resource: str) -> str:
+        # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
         import httpx2
         from mcp.client.auth import OAuthTokenError
-
-        from app.kernel.redact import redact
-        from app.mcp.settings import shown_url
 
         form = {"grant_type": TOKEN_EXCHANGE_GRANT, "subject_token": id_token, "subject_token_type": ID_TOKEN_TYPE,
                 "requested_token_type": ID_JAG_TYPE, "audience": audience, "resource": resource}
@@ -857,6 +552,7 @@ class LoopbackReceiver:
                 self._handlers.discard(task)
 
     async def _handle(self, reader: asyncio.StreamReader) -> tuple[str, str]:
+        # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
         from mcp.shared.auth import AuthorizationCodeResult
 
         try:
@@ -914,6 +610,7 @@ async def open_in_browser(url: str) -> bool:
     browser would take the terminal."""
     if (sys.platform == "darwin" or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
             or os.environ.get("BROWSER")):
+        # Only a login opens a browser.
         import webbrowser
 
         return bool(await asyncio.to_thread(webbrowser.open, url))
@@ -926,6 +623,7 @@ def wanted_scopes(file: TokenFile) -> str | None:
     wanted = file.wanted_scope()
     if not wanted:
         return None
+    # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
     from mcp.client.auth.utils import union_scopes
 
     return union_scopes(file.granted_scope(), wanted)
@@ -936,8 +634,8 @@ def with_scope(url: str, extra: str | None) -> str:
     scopes granted and those a 403 named, so a login for more keeps what was had)."""
     if not extra:
         return url
-    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+    # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
     from mcp.client.auth.utils import union_scopes
 
     parts = urlsplit(url)
@@ -970,8 +668,6 @@ async def login(name: str, config: McpServerConfig, data_dir: Path, workspace: P
                 open_consent: OpenConsent = show_in_browser, consent_timeout: float = CONSENT_TIMEOUT) -> int:
     """Authorize tidegauge at url server ``name`` (discovery, registration, PKCE consent, tokens
     stored 0600), then list its tools; returns how many. Raises LoginError with one line."""
-    from app.mcp.client import McpConnection, McpServerError
-
     if config.url is None:
         raise LoginError(f"{name} is started as a command; OAuth is for url servers")
     if _has_own_authorization(config):

@@ -139,6 +139,7 @@ def bounded(text: str, ctx: ToolContext, limit: int, file_id: str, result: Any =
 def prompt_text(server: str, prompt: str, result: Any) -> tuple[str, int]:
     """The text of a ``GetPromptResult`` (every message under a header naming its role) and how
     many messages it had; non-text content named, not sent."""
+    # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
     from mcp_types import EmbeddedResource, TextContent, TextResourceContents
 
     parts: list[str] = []

@@ -51,6 +51,7 @@ def attachments(text: str, servers: set[str]) -> list[tuple[str, str]]:
 def resource_output(server: str, uri: str, result: Any) -> ToolOutput:
     """What a ``ReadResourceResult`` gives: its text contents under a header naming each URI; an
     error output for a binary (blob) content or none at all."""
+    # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
     from mcp_types import BlobResourceContents, TextResourceContents
 
     parts: list[str] = []

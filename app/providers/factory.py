@@ -123,15 +123,18 @@ def create_provider(name: str, model: str | None, base_url: str | None, api_key:
                     **opts: Any) -> Provider:
     """Build a built-in provider; ``opts`` go to its constructor (timeouts, max_tokens, extra headers...)."""
     if name == "openai":
+        # Only the provider asked for is imported: the others' wire protocols stay off the start-up path.
         from app.providers.openai import OpenAIProvider
 
         return OpenAIProvider(model or DEFAULT_MODELS["openai"], base_url or DEFAULT_BASE_URLS["openai"],
                               api_key, **opts)
     if name == "deepseek":
+        # Only the provider asked for is imported (as above).
         from app.providers.deepseek import deepseek_provider
 
         return deepseek_provider(model or DEFAULT_MODELS["deepseek"], api_key, base_url, **opts)
     if name == "anthropic":
+        # Only the provider asked for is imported (as above).
         from app.providers.anthropic import AnthropicProvider
 
         return AnthropicProvider(model or DEFAULT_MODELS["anthropic"], base_url or DEFAULT_BASE_URLS["anthropic"],
@@ -139,6 +142,7 @@ def create_provider(name: str, model: str | None, base_url: str | None, api_key:
     if name in PROVIDER_PLUGINS:
         raise ValueError(f"provider {name!r} is a plug-in: open it with open_provider()")
     if name == "responses":
+        # Only the provider asked for is imported (as above).
         from app.providers.responses import ResponsesProvider
 
         return ResponsesProvider(model or DEFAULT_MODELS["responses"], base_url or DEFAULT_BASE_URLS["responses"],
@@ -184,6 +188,7 @@ def provider_options(settings: Any, name: str) -> dict[str, Any]:
     The host passes them to ``create_provider``: ``create_provider(name, ..., **provider_options(settings, name))``.
     """
     if name == "anthropic":
+        # The Anthropic provider's module: imported only when the anthropic provider is used.
         from app.providers.anthropic import CACHE_REFUSALS_FILE, CacheRefusals
 
         data_dir = getattr(settings, "data_dir_path", None)

@@ -31,6 +31,7 @@ import httpx
 from app.providers.base import APIError, ConnectError, ContextTooLongError, ProviderError, StreamCutError
 from app.providers.json_fields import fix_surrogate_escapes, json_object
 from app.providers.too_long import parse_too_long
+from app.kernel.sanitize import scrub_surrogates_obj
 
 
 # Defaults of the stream limits (Settings carries the user's values; see StreamLimits).
@@ -321,8 +322,6 @@ def encode_body(body: dict[str, Any]) -> bytes:
     try:
         return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
     except UnicodeEncodeError:
-        from app.kernel.sanitize import scrub_surrogates_obj
-
         return json.dumps(scrub_surrogates_obj(body), ensure_ascii=False, separators=(",", ":"),
                           allow_nan=False).encode("utf-8")
 

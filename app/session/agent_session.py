@@ -23,6 +23,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Literal, Protocol, assert_never
+from pathlib import Path
 
 from app.kernel.commands import (
     MCP_PROMPT_PREFIX,
@@ -51,6 +52,12 @@ from app.kernel.commands import (
 )
 from app.kernel import events as ev
 from app.kernel.events import (
+    McpServerRow,
+    McpStatusEvent,
+    RewindPoint,
+    RewindPointsEvent,
+    RewindEvent,
+    ErrorEvent,
     MemoryImportEvent,
     ApprovalRequestEvent,
     ApprovalResolvedEvent,
@@ -76,11 +83,17 @@ from app.kernel.events import (
     WhatIfEvent,
 )
 from app.context.chart_history import with_chart_points  # old sessions' chart points: derived beside the engine
-from app.mcp.client_features import ClientRequests
+from app.mcp.client_features import ClientRequests, SampledReply
 from app.agent.permissions import EFFECTS, PROJECT_SETTINGS, Permissions
 from app.tools.bash import escape_reason
 from app.kernel.envelope import EventEnvelope
 from app.kernel.protocol import EventLog, Listener, Listeners, SessionSnapshot
+from app.context.engine import ResultChangeError, RestoreError
+from app.agent.server_context import switch_server_compaction
+from app.kernel.messages import Message, TextBlock
+from app.providers.base import Completed, ModelRequest, ProviderError
+from app.kernel.sanitize import sanitize_for_display
+from app.agent.loop import summarize_args
 
 if TYPE_CHECKING:
     from app.agent.loop import Agent
@@ -597,13 +610,12 @@ class AgentSession:
 
     def _mcp_status(self, note: str = "") -> None:
         """Every configured server as it stands (``app.mcp.status``: the rows of ``tidegauge mcp list``)."""
-        from app.kernel.events import McpServerRow, McpStatusEvent
-
         hub = self._services
         if hub is None or not hasattr(hub, "configs"):
             starting = self._start_services is not None and not self._services_started
             self._emit(McpStatusEvent(note=note or ("the MCP servers are still starting" if starting else "")))
             return
+        # The status rows need the MCP client: loaded when /mcp asks, not with the session.
         from app.mcp.status import live_statuses
 
         busy: dict[str, str] = getattr(hub, "busy", {})
@@ -685,8 +697,6 @@ class AgentSession:
     def _preview_evict(self, call_id: str) -> None:
         """The eviction a confirmation shows (``EvictResult(plan_id=...)`` runs it), or, as a plan that
         does nothing, the one line saying why it cannot be done."""
-        from app.context.engine import ResultChangeError
-
         try:
             plan = self.agent.engine.plan_evict(call_id)
         except ResultChangeError as error:
@@ -699,8 +709,6 @@ class AgentSession:
     def _change_result(self, command: EvictResult | PinResult) -> None:
         """Evict or pin one result: between turns only (a turn running now holds the request the
         history is built into); a refusal is the event with its one-line reason."""
-        from app.context.engine import ResultChangeError
-
         call_id = str(command.call_id)  # a command line from the pipe is not type-checked: never more than a name
         refused: EvictEvent | PinEvent
         if isinstance(command, EvictResult):
@@ -722,8 +730,6 @@ class AgentSession:
     def _preview_rewind(self) -> None:
         """The user messages the conversation can go back to, newest first, each with its plan and
         the files that changed since (answered at once, busy or not: the list is only shown)."""
-        from app.kernel.events import RewindPoint, RewindPointsEvent
-
         engine = self.agent.engine
         plans = engine.plan_rewinds()
         files = self.agent.tool_context.file_history
@@ -752,8 +758,6 @@ class AgentSession:
 
     def _rewind(self, command: Rewind) -> None:
         """Between turns only: run the plan the list showed; the files first, when asked."""
-        from app.kernel.events import RewindEvent
-
         # its state may say idle while the command's task still ends (its result is out): both count
         if self._running or self.busy:
             self._emit(RewindEvent(ok=False, reason="the agent is busy: interrupt the turn (escape) or rewind when it ends"))
@@ -772,8 +776,6 @@ class AgentSession:
         self.agent.engine.rewind(plan, said)
 
     def _preview_restore(self, call_id: str) -> None:
-        from app.context.engine import RestoreError
-
         try:
             preview = self.agent.engine.preview_restore(call_id)
         except RestoreError as error:
@@ -789,8 +791,6 @@ class AgentSession:
 
     def _restore(self, call_id: str, plan_id: str | None = None) -> None:
         """Between turns only: a turn running now holds the request the history is built into."""
-        from app.context.engine import RestoreError
-
         if self._running:
             self._emit(RestorePreviewEvent(call_id=call_id, reason=f"the agent is busy: restore {call_id} when this turn ends"))
             return
@@ -800,8 +800,6 @@ class AgentSession:
             self._emit(RestorePreviewEvent(call_id=call_id, reason=str(error)))
 
     def _switch_server_compaction(self, on: bool) -> None:
-        from app.agent.server_context import switch_server_compaction
-
         provider = self.agent.provider
         threshold, problem = switch_server_compaction(provider, self.agent.engine, on)
         self._emit(ServerCompactionEvent(on=self.agent.engine.config.server_compaction,
@@ -910,7 +908,6 @@ class AgentSession:
                         self._current.cancel()  # the session itself is being stopped
                         raise
                 except Exception as error:  # noqa: BLE001 - a bug in a turn must not end the session
-                    from app.kernel.events import ErrorEvent
 
                     self._emit(ErrorEvent(message=f"{type(error).__name__}: {error}"))
                     self._state("idle")
@@ -953,10 +950,6 @@ class AgentSession:
     async def _sampling_call(self, server: str, call: "SamplingCall") -> "SampledReply":
         """An MCP server's model call on the session's provider: the server's words alone (no system
         prompt, history or memory of ours), bounded output, usage on the ledger as mcp:<server>."""
-        from app.kernel.messages import Message, TextBlock
-        from app.mcp.client_features import SampledReply
-        from app.providers.base import Completed, ModelRequest, ProviderError
-
         request = ModelRequest(system=call.system, tools=[], max_tokens=call.max_tokens, tool_choice="none",
                                messages=[Message(role=role, content=[TextBlock(text=text)]) for role, text in call.messages])
         async for item in self.agent.model_stream(request):
@@ -997,9 +990,6 @@ class AgentSession:
             blocks, said = await prompt_turn(text, self.agent.registry, self.agent.tool_context)
             return blocks, said
         except (ValueError, McpServerError) as refused:
-            from app.kernel.events import ErrorEvent
-            from app.kernel.sanitize import sanitize_for_display
-
             line = " ".join(sanitize_for_display(str(refused)).split())[:500]
             self._emit(ErrorEvent(message=line))
             self._emit(ResultEvent(stop_reason="error", text=line, steps=0, session_id=self.info.session_id,
@@ -1011,8 +1001,6 @@ class AgentSession:
     async def _ask_approval(self, use: "ToolUseBlock") -> Literal["yes", "no"]:
         """Asked by the agent (and its sub-agents) when the rules say ask; an "always" answer adds
         the allow rules this request offered, for the session (and saved, if asked to)."""
-        from app.agent.loop import summarize_args
-
         assert self._loop is not None
         request_id = f"approval-{self._next_id()}"
         future: asyncio.Future[tuple[Decision, bool]] = self._loop.create_future()
@@ -1073,8 +1061,7 @@ def _whatif_problem(command: WhatIf) -> str | None:
 
 def _whatif_event(info: SessionInfoEvent, price: "Price | None", command: WhatIf) -> WhatIfEvent:
     """This session's transcript replayed under the policy (in a worker thread: no loop, no I/O but the reads)."""
-    from pathlib import Path
-
+    # The what-if replay loads when one is asked for, not with the session.
     from app.session.whatif import Policy, PolicyError, load_recording, run_whatif
 
     transcript = Path(info.transcript_path or "")  # checked before: the session keeps one

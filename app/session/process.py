@@ -42,7 +42,7 @@ from app.kernel import commands as cmd
 from app.kernel import events as ev
 from app.kernel.envelope import EventEnvelope, envelope_from_json, envelope_from_json_line
 from app.kernel.errors import SetupError
-from app.kernel.events import is_busy
+from app.kernel.events import is_busy, ContextEvent, SessionInfoEvent, StateEvent, event_adapter, ErrorEvent
 from app.kernel.protocol import DELTAS, EventLog, Listener, Listeners, SessionSnapshot, merge_deltas
 from app.system.proctree import wait_for_exit
 
@@ -207,8 +207,6 @@ class SessionProcess:
 
     def start(self) -> "SessionProcess":
         """Spawn the child and wait for its first line; SetupError with its one line if it failed."""
-        from app.kernel.events import ContextEvent, SessionInfoEvent, StateEvent, event_adapter
-
         self._process = subprocess.Popen(
             [sys.executable, "-m", CHILD_MODULE, json.dumps(self._request)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self._cwd,
@@ -333,8 +331,6 @@ class SessionProcess:
         code = self._process.wait() if self._process is not None else None
         _end_what_it_left()
         if not self._stopping:
-            from app.kernel.events import ErrorEvent
-
             self._dispatch(ErrorEvent(message=f"the session process ended (exit {code}): {self.stderr_tail()}"))
 
     def _dispatch(self, event: "Event") -> None:

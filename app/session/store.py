@@ -24,8 +24,9 @@ from pydantic import BaseModel, ValidationError
 
 from app.kernel.errors import SetupError
 from app.kernel.private_files import make_private_dir, open_private_read, read_private, write_private_atomic
-from app.session.lock import SessionLocked
+from app.session.lock import SessionLocked, acquire, release
 from app.session.transcript import RestoredState, TranscriptWriter, restore
+from app.kernel.describe import sanitize_for_display, session_row
 
 __all__ = [
     "Session", "SessionError", "SessionLocked", "SessionMeta", "SessionNotFound", "SessionStore", "SessionSummary",
@@ -176,8 +177,6 @@ def _holds_prompt(path: Path) -> bool:
 def session_rows(data_dir: Path | str, cwd: Path | str | None, *, choice: bool = False) -> list[tuple[str, str]]:
     """(id, line) of the sessions of ``cwd`` (None: every directory, the directory at the end),
     newest first: what ``tidegauge sessions`` prints (``choice``: what the dashboard's picker lists)."""
-    from app.kernel.describe import sanitize_for_display, session_row
-
     rows = []
     for summary in SessionStore(data_dir).summaries(cwd):
         session = summary.session
@@ -201,8 +200,6 @@ def remove_if_empty(directory: Path) -> bool:
     here, so a process that opened the session meanwhile (``--resume ID``) keeps it. Only
     a folder that is a session (its id as name, a meta.json) is ever removed.
     """
-    from app.session.lock import acquire, release
-
     transcript = directory / TRANSCRIPT_NAME
     if not _ID_PATTERN.match(directory.name) or not (directory / META_NAME).is_file():
         return False

@@ -164,6 +164,7 @@ async def run_task(session: "RunnableSession", prompt: str) -> ResultEvent | Non
 def _exit_now(code: int) -> None:
     """The second Ctrl-C: no cleanup beyond flushing what was printed and ending what run_bash
     started (whole process trees), no traceback."""
+    # Only the second ctrl+c needs these: headless start-up does not wait for them.
     from app.system.process_exit import exit_without_teardown
     from app.system.proctree import kill_all_descendants
 
@@ -243,6 +244,7 @@ def piped_input(stdin: "BinaryIO", *, required: bool) -> str | None:
     Read only from a pipe or a file: a terminal would wait for typing, and /dev/null or a
     closed stdin hold nothing. Raises SetupError (one line) above MAX_STDIN_BYTES.
     """
+    # Only a piped prompt is read here: headless start-up does not wait for these.
     import os
     import stat
 

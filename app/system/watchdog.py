@@ -52,6 +52,7 @@ def start_watchdog() -> int | None:
     global _pipe_to_watchdog
     if _pipe_to_watchdog is not None or not sys.platform.startswith("linux"):
         return None
+    # Only the process that starts the watchdog needs these; the watchdog itself runs this file with -I -S.
     import secrets
     import subprocess
 
@@ -99,6 +100,7 @@ def watch(fd: int = 0) -> int:
         return 2  # not started by tidegauge, or tidegauge died before it spoke: nothing is marked
     while os.read(fd, 4096):
         pass
+    # Imported once the pipe closes: the watchdog (run as a file, -I -S) loads tidegauge's code only to kill.
     from app.system.proctree import kill_marked
 
     kill_marked(RUN_TOKEN_ENV, token)

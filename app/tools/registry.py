@@ -274,6 +274,7 @@ def _file_size(path: str) -> int:
 
 def default_registry(max_output: int = DEFAULT_MAX_OUTPUT) -> ToolRegistry:
     """The built-in tools: five for the workspace, one to re-read saved outputs."""
+    # The built-in tools load when a registry is built, not when the agent loop imports this module for its types.
     from app.tools.bash import RunBashTool
     from app.tools.files import EditFileTool, ListFilesTool, ReadFileTool, WriteFileTool
     from app.tools.saved_output import ReadSavedOutputTool

@@ -104,6 +104,7 @@ FLAG_FIELDS = ("provider", "model", "base_url", "api_key_env", "max_output", "ma
 
 def flag_fields() -> tuple[str, ...]:
     """The settings the command line may set: FLAG_FIELDS and the plug-ins' options."""
+    # The plug-ins' settings are read when the flags are listed, not at import.
     from app.providers.factory import plugin_options
 
     return (*FLAG_FIELDS, *(option.name for option in plugin_options()))
@@ -111,6 +112,7 @@ def flag_fields() -> tuple[str, ...]:
 
 def _fork(args: argparse.Namespace, settings: "Settings") -> str:
     """--fork-session: copy the session --continue/--resume would open; returns the copy's id."""
+    # Only a fork needs the store.
     from app.session.store import SessionStore
 
     if not (args.resume or args.continue_latest):
@@ -133,6 +135,7 @@ def build_sessions_parser() -> argparse.ArgumentParser:
 def _sessions(argv: list[str]) -> int:
     """`tidegauge sessions [--all]`."""
     args = build_sessions_parser().parse_args(argv)
+    # Loaded by the subcommand that needs it: the dashboard's first frame waits for none of it.
     from app.wiring.config import load_settings
 
     return _print_sessions(load_settings({}), every_directory=args.all, out=sys.stdout)
@@ -160,6 +163,7 @@ def build_inspect_parser() -> argparse.ArgumentParser:
 def _inspect(argv: list[str]) -> int:
     """`tidegauge inspect [SESSION] [--request N] [--diff] [--json]`."""
     args = build_inspect_parser().parse_args(argv)
+    # Loaded by the subcommand that needs it: the dashboard's first frame waits for none of it.
     from app.kernel.request_store import StoredRequests
     from app.kernel.sanitize import sanitize_for_display
     from app.session.store import SessionStore
@@ -200,6 +204,7 @@ def _mcp(argv: list[str]) -> int:
     parser.add_argument("name", nargs="?", help="login/logout: the server's name, as in [mcp_servers.NAME]")
     parser.add_argument("--json", action="store_true", help="list: one JSON object on stdout")
     args = parser.parse_args(argv)
+    # Loaded by the subcommand that needs it: the dashboard's first frame waits for none of it.
     import asyncio
     from app.kernel.sanitize import sanitize_for_display
     from app.mcp.oauth import LoginError, login, logout
@@ -232,6 +237,7 @@ def _mcp(argv: list[str]) -> int:
 
 
 def _mcp_list(settings: "Settings", *, as_json: bool) -> int:
+    # Loaded by the subcommand that needs it: the dashboard's first frame waits for none of it.
     import asyncio
     import json
 
@@ -250,11 +256,13 @@ def _mcp_list(settings: "Settings", *, as_json: bool) -> int:
 
 def _print_sessions(settings: "Settings", *, every_directory: bool, out: Any) -> int:
 
+    # Loaded by the subcommand that needs it: the dashboard's first frame waits for none of it.
     from app.session.store import session_rows
 
     cwd = Path.cwd()
     rows = session_rows(settings.data_dir_path, None if every_directory else cwd)
     if not rows:
+        # Only a listing with rows needs it.
         from app.kernel.sanitize import sanitize_for_display
 
         where = "" if every_directory else f" for {sanitize_for_display(str(cwd))} (--all: every directory)"
@@ -287,6 +295,7 @@ def _idle_flag(args: argparse.Namespace) -> str | None:
 
 def _headless_prompt(prompt: str) -> str:
     """-p's prompt with what was piped in: appended (as Claude Code does), or all of it with -p -."""
+    # Only a headless run reads a piped prompt.
     from app.surfaces.headless import piped_input
 
     if prompt == "-":
@@ -324,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     if args.config_path:
+        # Loaded by the subcommand that needs it: the dashboard's first frame waits for none of it.
         from app.wiring.config import config_file_path
 
         print(config_file_path())
@@ -333,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.web_host is not None:
         if not args.web:
             parser.error("--web-host is for --web")
+        # Only --web's address check needs it.
         import ipaddress
 
         try:
@@ -353,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.prompt is not None:
             _end_everything_with_tidegauge()
             _skip_httpx_command_line()
+            # Headless only: the dashboard never loads the printer.
             from app.surfaces.headless import run_headless
 
             prompt = _headless_prompt(args.prompt)
@@ -360,6 +372,7 @@ def main(argv: list[str] | None = None) -> int:
                 _print_sessions(settings(), every_directory=False, out=sys.stderr)
                 raise SetupError("--resume needs a session id with -p (one of those above; "
                                  "`tidegauge sessions --all` lists every directory's)")
+            # A headless run builds its session here; the dashboard's is built in the session process.
             from app.wiring.runtime import build_session
 
             # Built here, handed to the surface: a surface never builds a session (the layers).
@@ -371,10 +384,12 @@ def main(argv: list[str] | None = None) -> int:
             if args.resume == "":
                 raise SetupError("--resume needs a session id with --web (`tidegauge sessions` lists them)")
             return _serve_web(settings(), overrides, args)
+        # Textual loads only when the dashboard opens.
         from app.surfaces.dashboard.launch import run_dashboard
 
         def sessions_here() -> list[tuple[str, str]]:  # /resume's and --resume's list
 
+            # The store loads when /resume lists the sessions.
             from app.session.store import session_rows
 
             return session_rows(settings().data_dir_path, Path.cwd(), choice=True)
@@ -401,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
 def _say_if_scripted(settings: "Settings") -> None:
     """Headless on the keyless demo: one line on stderr, so a script's author learns that the
     answers are canned (stdout stays the answer alone)."""
+    # Only when this note may be said: off the dashboard's first-frame path.
     from app.providers.factory import PROVIDER_KEY_ENV
     from app.wiring.config import AUTO_PROVIDER_ORDER, demo_chosen_for_want_of_a_key, needs_no_key, resolve_provider
 
@@ -419,12 +435,14 @@ def _end_everything_with_tidegauge() -> None:
     """Headless: every process this run starts (tools, MCP servers, their children) ends with it,
     also on SIGTERM or SIGHUP (closing the terminal), and on a kill -9 (``app/system/watchdog.py``).
     Only in tidegauge's own process: a program that calls ``main`` keeps its own children and signals."""
+    # Only tidegauge's own process installs these handlers and the watchdog.
     import signal
 
     from app.system.process_exit import end_everything_on, is_the_tidegauge_process
 
     if not is_the_tidegauge_process():
         return
+    # Only tidegauge's own process starts the watchdog.
     from app.system import proctree
     from app.system.watchdog import start_watchdog
 
@@ -439,6 +457,7 @@ def _skip_httpx_command_line() -> None:
     ``httpx.main``; httpx's ``__init__`` falls back to a stub when that import fails. Only in
     tidegauge's own process and before httpx is loaded: a program that calls ``main`` keeps its
     httpx whole."""
+    # Only tidegauge's own process needs it.
     from app.system.process_exit import is_the_tidegauge_process
 
     if "httpx" not in sys.modules and is_the_tidegauge_process():
@@ -447,11 +466,11 @@ def _skip_httpx_command_line() -> None:
 
 def _serve_web(settings: "Settings", overrides: dict[str, Any], args: argparse.Namespace) -> int:
     """--web: check here what every tab would need (one line now, not an error in each tab), then serve."""
-
-    from app.wiring.config import missing_key_problem, resolve_provider
+    # aiohttp and textual-serve, and what the check needs: --web only.
     from app.session.store import SessionStore
     from app.surfaces.dashboard.web import WEB_HOST
-    from app.surfaces.dashboard.web_server import serve_dashboard  # aiohttp and textual-serve: --web only
+    from app.surfaces.dashboard.web_server import serve_dashboard
+    from app.wiring.config import missing_key_problem, resolve_provider
 
     if (problem := missing_key_problem(settings, resolve_provider(settings))) is not None:
         raise SetupError(problem)
@@ -472,6 +491,7 @@ def settings_environment(overrides: dict[str, Any]) -> dict[str, str]:
     The environment ranks just below the flags (above config.toml), so a tab sees
     the same settings the flags gave; they were already validated in this process.
     """
+    # Only the settings handed to the session process need these.
     import json
 
     from app.wiring.config import ENV_PREFIX

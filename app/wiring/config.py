@@ -15,6 +15,7 @@ import stat
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, create_model, PrivateAttr, SecretStr, ValidationError, ValidationInfo, field_validator
@@ -260,8 +261,6 @@ class Settings(BaseSettings):
         # could hold a password (user:secret@host).
         if value is None or value == "":
             return None
-        from urllib.parse import urlsplit
-
         text = value.strip()
         shown = "" if "@" in text else f" (got {text[:60]!r})"
         try:
@@ -451,7 +450,7 @@ def _folders_holding(path: Path) -> list[Path]:
 
 def _user_name(uid: int) -> str:
     try:
-        import pwd
+        import pwd  # inside the try: POSIX only
 
         return pwd.getpwuid(uid).pw_name
     except (ImportError, KeyError):

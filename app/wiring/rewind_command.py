@@ -22,6 +22,15 @@ from typing import IO, Any, Sequence
 
 from app.kernel.errors import SetupError
 from app.wiring.subcommand_parser import SubcommandParser
+from app.context.rewind import history_before, rewind_points, rewind_recorded
+from app.context.tokens import estimate_messages
+from app.kernel.envelope import EventEnvelope
+from app.kernel.events import ContextEvent, SessionInfoEvent
+from app.kernel.sanitize import sanitize_for_display
+from app.session.store import SessionStore
+from app.tools.file_history import FileHistory
+from app.wiring.config import load_settings
+from app.kernel.describe import human_tokens, short_title, describe
 
 
 
@@ -49,15 +58,6 @@ def build_rewind_parser() -> argparse.ArgumentParser:
 
 
 def run_rewind_command(argv: Sequence[str], out: IO[str] | None = None) -> int:
-    from app.context.rewind import history_before, rewind_points, rewind_recorded
-    from app.kernel.envelope import EventEnvelope
-    from app.context.tokens import estimate_messages
-    from app.kernel.events import ContextEvent, SessionInfoEvent
-    from app.kernel.sanitize import sanitize_for_display
-    from app.session.store import SessionStore
-    from app.tools.file_history import FileHistory
-    from app.wiring.config import load_settings
-
     out = out or sys.stdout
     args = build_rewind_parser().parse_args(list(argv))
     if args.list and args.to is not None:
@@ -121,8 +121,6 @@ def _fixed_tokens(breakdown: dict[str, int]) -> int:
 
 
 def _print_list(out: IO[str], session_id: str, tokens_now: int, listed: list[dict[str, Any]], *, as_json: bool) -> None:
-    from app.kernel.describe import human_tokens, short_title
-
     if as_json:
         print(json.dumps({"session": session_id, "tokens_now": tokens_now, "points": listed}, ensure_ascii=False),
               file=out)
@@ -141,9 +139,6 @@ def _print_list(out: IO[str], session_id: str, tokens_now: int, listed: list[dic
 
 
 def _print_done(out: IO[str], session_id: str, event: Any, *, as_json: bool) -> None:
-    from app.kernel.describe import describe
-    from app.kernel.sanitize import sanitize_for_display
-
     if as_json:
         print(json.dumps({"session": session_id, "turn": event.turn, "text": event.text,
                           "abandoned_turns": event.abandoned_turns, "tokens_before": event.tokens_before,

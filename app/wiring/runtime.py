@@ -148,6 +148,7 @@ def build_session(settings: Settings, *, approvals: bool, resume: str | None = N
     async def start_services() -> Closable | None:
         if not settings.mcp_servers:
             return None
+        # The MCP hub (and its client) loads only when servers are configured.
         from app.mcp.hub import tools_loaded_before
 
         return await start_session_mcp(agent, settings, requests=session.client_requests,
@@ -366,6 +367,7 @@ async def start_session_mcp(agent: Agent, settings: Settings, *, requests: Clien
     """Start the configured MCP servers for this agent's session; failures are events, never raised.
     ``requests``: the session's answers to what the servers ask (forms); ``loaded_before``: the tools
     a resumed session had loaded."""
+    # The MCP hub (and its client) loads only when servers are configured.
     from app.mcp.hub import start_mcp
 
     return await start_mcp(settings, agent.registry, agent.engine, agent.engine.emit,

@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 from typing import Any
+import asyncio
 
 from app.kernel import commands as cmd
 from app.session.process import CHILD_MODULE, EventWriter, decode_command_line, failed_line, ready_line
@@ -21,8 +22,6 @@ from app.session.process import CHILD_MODULE, EventWriter, decode_command_line, 
 
 def serve(request: dict[str, Any]) -> int:
     """The child's main: build the session, say ``@ready`` (or ``@failed``), run it."""
-    import asyncio
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Everything the session starts (tools, MCP servers, what they leave) ends with it: at the
     # end of input (the dashboard closed, or killed), a Shutdown, a SIGTERM or a SIGHUP.
@@ -37,6 +36,7 @@ def serve(request: dict[str, Any]) -> int:
     sys.stdout = sys.stderr
 
     try:
+        # Inside the try: a failure while they load is one @failed line as well.
         from app.wiring.config import load_settings
         from app.wiring.runtime import build_session
 

@@ -15,6 +15,10 @@ from typing import IO, TYPE_CHECKING, Sequence
 
 from app.kernel.errors import SetupError
 from app.wiring.subcommand_parser import SubcommandParser
+from app.session.store import SessionStore
+from app.session.whatif import PolicyError, load_recording, make_policy, parse_policy, run_whatif, sparkline
+from app.wiring.config import load_settings
+from app.kernel.sanitize import sanitize_for_display
 
 if TYPE_CHECKING:
     from app.session.whatif import WhatIfCurve
@@ -54,10 +58,6 @@ def build_whatif_parser() -> argparse.ArgumentParser:
 
 def run_whatif_command(argv: Sequence[str], out: IO[str] | None = None) -> int:
     """The command; a bad input raises SetupError (one line, exit 2 in ``main``)."""
-    from app.session.store import SessionStore
-    from app.session.whatif import PolicyError, load_recording, make_policy, parse_policy, run_whatif
-    from app.wiring.config import load_settings
-
     out = out or sys.stdout
     args = build_whatif_parser().parse_args(list(argv))
     if args.plot is not None and Path(args.plot).suffix.lower() not in (".svg", ".png"):
@@ -88,6 +88,7 @@ def run_whatif_command(argv: Sequence[str], out: IO[str] | None = None) -> int:
         raise SetupError(str(err)) from None
     curves = run_whatif(recording, policies)
     if args.plot is not None:
+        # matplotlib only with --plot.
         from app.wiring.whatif_plot import PlotError, write_plot
 
         try:
@@ -104,9 +105,6 @@ def run_whatif_command(argv: Sequence[str], out: IO[str] | None = None) -> int:
 
 
 def print_table(session_id: str, model: str, curves: Sequence["WhatIfCurve"], out: IO[str]) -> None:
-    from app.kernel.sanitize import sanitize_for_display
-    from app.session.whatif import sparkline
-
     requests = len(curves[0].points) if curves else 0
     print(f"session {session_id} ({sanitize_for_display(model) or 'model unknown'}): {requests} model calls, "
           "replayed offline (extractive summaries, no model call)", file=out)

@@ -28,6 +28,7 @@ class PlotError(Exception):
 def write_plot(path: Path, curves: Sequence[WhatIfCurve], title: str) -> None:
     """Draw ``curves`` (the recorded one first) into ``path``; the format is its extension's."""
     try:
+        # Inside the try: a missing matplotlib is a PlotError, one line, not a traceback.
         import matplotlib
 
         matplotlib.use("Agg")  # no display: a file only

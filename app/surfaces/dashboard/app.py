@@ -118,6 +118,7 @@ HELP_TWO_COLUMNS_FROM = 100
 
 def _help_rows(entries: list[tuple[str, str]], width: int, *, two_columns: bool) -> list[str]:
     """``entries`` as rows of "  key  what it does", the words wrapped under their column."""
+    # Only the help screen wraps text: textwrap stays off the first frame's path.
     import textwrap
 
     # a long name (an MCP server's prompt) gets a row of its own rather than a column as wide
@@ -400,6 +401,7 @@ class TidegaugeApp(App[int]):
             self.call_after_refresh(self._build_session)
 
     def _open_picker(self, chosen: "Callable[[str | None], None]") -> None:
+        # A modal screen loads when it opens, off the first frame's path.
         from widgets.session_picker import SessionPicker
 
         rows = self._list_sessions() if self._list_sessions is not None else []
@@ -461,6 +463,7 @@ class TidegaugeApp(App[int]):
             view=self.view,
         )
         self.bridge = bridge
+        # The envelope's and the Protocol's modules load with the session, after the first frame.
         from app.kernel.envelope import outside_log
         from app.kernel.protocol import HeldListener
 
@@ -498,9 +501,11 @@ class TidegaugeApp(App[int]):
         """Textual's own driver, except on a Linux terminal: the one that quits without
         waiting ~0.2 s for its input thread (see terminal_driver)."""
         driver_class = super().get_driver_class()
+        # Textual's Linux driver and ours load only on a Linux terminal, when the App starts.
         from textual.drivers.linux_driver import LinuxDriver
 
         if driver_class is LinuxDriver:
+            # Ours only on a Linux terminal.
             from app.surfaces.dashboard.terminal_driver import QuickQuitDriver
 
             return QuickQuitDriver
@@ -527,6 +532,7 @@ class TidegaugeApp(App[int]):
             self.session.submit(command)
             return
         self._waiting.append(command)
+        # Only a command given before the session exists comes here: events (pydantic) stay off the first frame's path.
         from app.kernel.describe import describe
         from app.kernel.events import CommandQueuedEvent
 
@@ -757,6 +763,7 @@ class TidegaugeApp(App[int]):
         """Ask the session for its plan; the dialog opens with it (``_on_forecast``), or, when the
         plan does nothing, one line says so and no dialog opens. The session answers a preview at
         once, busy or not."""
+        # A modal screen loads when it opens, off the first frame's path.
         from widgets.confirm_screen import ForecastConfirmScreen
 
         if self.session is None:
@@ -769,6 +776,7 @@ class TidegaugeApp(App[int]):
 
     @on(ForecastReady)
     def _on_forecast(self, message: ForecastReady) -> None:
+        # A modal screen loads when it opens, off the first frame's path.
         from app.kernel.describe import forecast_text
         from widgets.confirm_screen import ForecastConfirmScreen
 
@@ -954,6 +962,7 @@ class TidegaugeApp(App[int]):
             pass  # said when the inspector is opened
 
     def _inspector_page_for(self, recorded: "RequestRecordedEvent") -> "InspectorPage":
+        # The inspector's store and page load when it opens, off the first frame's path.
         from pathlib import Path
 
         from app.kernel.request_store import StoredRequests
@@ -1006,6 +1015,7 @@ class TidegaugeApp(App[int]):
 
     def action_whatif(self) -> None:
         """Ask for a window and an auto-compact fraction; the session replays its transcript with them."""
+        # A modal screen loads when it opens, off the first frame's path.
         from widgets.whatif_screen import WhatIfScreen
 
         def chosen(answer: tuple[int, float] | None) -> None:
@@ -1036,6 +1046,7 @@ class TidegaugeApp(App[int]):
 
     def _refresh_mcp_view(self) -> None:
         """A server started, failed or stopped while /mcp is open: its rows are asked for again."""
+        # A modal screen loads when it opens, off the first frame's path.
         from widgets.mcp_screen import McpScreen
 
         if self.session is not None and any(isinstance(screen, McpScreen) for screen in self.screen_stack):
@@ -1044,6 +1055,7 @@ class TidegaugeApp(App[int]):
     def _tell_mcp_view(self, said: Any) -> None:
         """A login's progress under /mcp's list too (the consent address above all): the view covers
         the conversation that says it."""
+        # A modal screen loads when it opens, off the first frame's path.
         from widgets.mcp_screen import McpScreen
 
         from app.kernel.describe import describe
@@ -1055,6 +1067,7 @@ class TidegaugeApp(App[int]):
 
     @on(McpStatusReady)
     def _on_mcp_status(self, _message: McpStatusReady) -> None:
+        # A modal screen loads when it opens, off the first frame's path.
         from widgets.mcp_screen import McpScreen
 
         for screen in self.screen_stack:
@@ -1075,6 +1088,7 @@ class TidegaugeApp(App[int]):
         if said.status != "offer":
             self._tell_mcp_view(said)
             return
+        # A modal screen loads when it opens, off the first frame's path.
         from widgets.confirm_screen import ConfirmScreen
 
         from app.kernel.describe import reauthorize_question

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import sys
 from typing import TYPE_CHECKING, Any, Callable
+import asyncio
+import signal
+import threading
 
 from app.system import startup
+from app.system.process_exit import exit_without_teardown, end_everything_on, exit_after_signal
 
 if TYPE_CHECKING:
     from app.session.process import SessionProcess
@@ -27,8 +31,6 @@ def exit_now(code: int) -> None:
     built) took about 1 s of the 1.1-3.4 s quit, longer than everything
     before it, and nothing is left for it to do.
     """
-    from app.system.process_exit import exit_without_teardown
-
     exit_without_teardown(code)
 
 
@@ -46,12 +48,6 @@ def _quit_on_signals(app: Any, sessions: "list[Any]") -> None:
     has not ended the process ``SIGNAL_QUIT_GRACE_S`` after the signal, a thread of its own
     stops the session processes (``sessions``: each finishes what it was writing), ends every
     other process the dashboard started and exits, writing nothing that could block."""
-    import asyncio
-    import signal
-    import threading
-
-    from app.system.process_exit import end_everything_on, exit_after_signal
-
     def quit_the_hard_way(signum: int) -> None:
         for session in sessions:
             session.stop()
@@ -85,6 +81,7 @@ def run_dashboard(overrides: dict[str, Any], list_sessions: ListSessions, resume
     line on stderr. Resuming starts the child first, so a bad session id is one line
     on stderr without the screen opening. ``list_sessions``: the CLI's, which knows the settings.
     """
+    # Textual and the App load when the dashboard opens; is_the_tidegauge_process goes with them.
     from app.surfaces.dashboard.app import TidegaugeApp
     from app.system.process_exit import is_the_tidegauge_process
 

@@ -39,6 +39,8 @@ from dataclasses import dataclass
 
 from app.kernel.json_depth import json_too_deep
 from app.kernel.errors import SetupError
+from app.kernel.redact import redact
+from app.kernel.sanitize import sanitize_for_display
 
 WEB_HOST = "127.0.0.1"
 # A terminal size from a client is clamped to these (columns, rows): ?width=99999999 grew
@@ -341,9 +343,6 @@ class OneLineFormatter(logging.Formatter):
     and API keys redacted."""
 
     def format(self, record: logging.LogRecord) -> str:
-        from app.kernel.redact import redact
-        from app.kernel.sanitize import sanitize_for_display
-
         message = record.getMessage()
         if record.exc_info and record.exc_info[1] is not None:
             error = record.exc_info[1]

@@ -48,6 +48,9 @@ from app.surfaces.dashboard.web import (
     parse_tab_message,
 )
 from app.system import startup
+from app.kernel.redact import redact
+from app.kernel.sanitize import sanitize_for_display
+from app.surfaces.dashboard.favicon import favicon_ico
 
 
 class StderrTail:
@@ -121,9 +124,6 @@ class TabService(AppService):
 
 async def end_tab(websocket: web.WebSocketResponse, code: int, why: str) -> None:
     """Close a tab saying why, on its page (a text message) and in the close frame (cut)."""
-    from app.kernel.redact import redact
-    from app.kernel.sanitize import sanitize_for_display
-
     why = redact(sanitize_for_display(why))
     with contextlib.suppress(ConnectionError):
         await websocket.send_json([CLOSED_MESSAGE, why])
@@ -214,8 +214,6 @@ class DashboardServer(Server):
 
     async def handle_favicon(self, request: web.Request) -> web.Response:
         """The tab's icon: no token needed (it shows nothing of the session), Host still checked."""
-        from app.surfaces.dashboard.favicon import favicon_ico
-
         return web.Response(body=favicon_ico(), content_type="image/x-icon",
                             headers={"Cache-Control": "max-age=86400"})
 
