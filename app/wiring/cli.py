@@ -302,6 +302,7 @@ def _headless_prompt(prompt: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    _skip_pydantic_plugins()
     if argv[:1] == ["sessions"]:
         return _run_setup(lambda: _sessions(argv[1:]))
     if argv[:1] == ["mcp"]:
@@ -342,10 +343,16 @@ def main(argv: list[str] | None = None) -> int:
 
     overrides = {name: getattr(args, name) for name in flag_fields()}
 
-    def settings() -> "Settings":  # imported on use: the dashboard paints before pydantic is loaded
-        from app.wiring.config import load_settings
+    loaded: list["Settings"] = []
 
-        return load_settings(overrides)
+    def settings() -> "Settings":  # imported on use: the dashboard paints before pydantic is loaded
+        # Read once: the config file and the environment, validated once per run (the session and
+        # the demo's notice see the same settings).
+        if not loaded:
+            from app.wiring.config import load_settings
+
+            loaded.append(load_settings(overrides))
+        return loaded[0]
 
     try:
         if args.fork_session:
@@ -443,6 +450,23 @@ def _skip_httpx_command_line() -> None:
 
     if "httpx" not in sys.modules and is_the_tidegauge_process():
         sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]  # None: "not importable"
+
+
+def _skip_pydantic_plugins() -> None:
+    """pydantic looks for plug-ins (every installed distribution's ``pydantic`` entry points) when
+    it builds its first validator: importing ``importlib.metadata`` (email, csv, zipfile) and
+    reading each package's metadata, about a twentieth of a one-turn headless run, before its first
+    request. tidegauge uses no pydantic plug-in, and one found in the environment would run inside
+    tidegauge: its loader is replaced by one that finds none. Only in tidegauge's own process and
+    before pydantic has looked: a program that calls ``main`` keeps its plug-ins."""
+    from app.system.process_exit import is_the_tidegauge_process
+
+    if "pydantic.plugin._loader" not in sys.modules and is_the_tidegauge_process():
+        import types
+
+        no_plugins = types.ModuleType("pydantic.plugin._loader", "tidegauge: no pydantic plug-ins")
+        no_plugins.get_plugins = tuple  # type: ignore[attr-defined]  # () : pydantic's "none installed"
+        sys.modules["pydantic.plugin._loader"] = no_plugins
 
 
 def _serve_web(settings: "Settings", overrides: dict[str, Any], args: argparse.Namespace) -> int:
