@@ -145,3 +145,15 @@ def test_importing_the_events_builds_no_validator(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_a_program_that_calls_main_keeps_its_pydantic_plug_ins(tmp_path):
+    """Only tidegauge's own processes skip pydantic's search for plug-ins; a program that runs
+    ``main`` in its own process gets pydantic's real loader when it builds a model."""
+    code = ("import sys; from app.wiring.cli import main; main(['--config-path']); import pydantic\n"
+            "class Model(pydantic.BaseModel):\n    x: int\n"
+            "print(hasattr(sys.modules['pydantic.plugin._loader'], 'PYDANTIC_ENTRY_POINT_GROUP'))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(tmp_path),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "True"

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from app import __version__
 from app.kernel.errors import ConfigError, SetupError  # two exception classes: cheap before the first frame
+from app.system import startup
 
 if TYPE_CHECKING:
     from app.wiring.config import Settings
@@ -440,6 +441,14 @@ def _end_everything_with_tidegauge() -> None:
     start_watchdog()  # and on a kill -9, which leaves no time: the watchdog ends them
 
 
+def _skip_pydantic_plugins() -> None:
+    """Only in tidegauge's own process: a program that calls ``main`` keeps its pydantic plug-ins."""
+    from app.system.process_exit import is_the_tidegauge_process
+
+    if is_the_tidegauge_process():
+        startup.skip_pydantic_plugins()
+
+
 def _skip_httpx_command_line() -> None:
     """Headless: ``import httpx`` would also import its own command-line client (``httpx._main``:
     rich, click and pygments, a fifth of a headless run's imports) although nothing here calls
@@ -450,23 +459,6 @@ def _skip_httpx_command_line() -> None:
 
     if "httpx" not in sys.modules and is_the_tidegauge_process():
         sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]  # None: "not importable"
-
-
-def _skip_pydantic_plugins() -> None:
-    """pydantic looks for plug-ins (every installed distribution's ``pydantic`` entry points) when
-    it builds its first validator: importing ``importlib.metadata`` (email, csv, zipfile) and
-    reading each package's metadata, about a twentieth of a one-turn headless run, before its first
-    request. tidegauge uses no pydantic plug-in, and one found in the environment would run inside
-    tidegauge: its loader is replaced by one that finds none. Only in tidegauge's own process and
-    before pydantic has looked: a program that calls ``main`` keeps its plug-ins."""
-    from app.system.process_exit import is_the_tidegauge_process
-
-    if "pydantic.plugin._loader" not in sys.modules and is_the_tidegauge_process():
-        import types
-
-        no_plugins = types.ModuleType("pydantic.plugin._loader", "tidegauge: no pydantic plug-ins")
-        no_plugins.get_plugins = tuple  # type: ignore[attr-defined]  # () : pydantic's "none installed"
-        sys.modules["pydantic.plugin._loader"] = no_plugins
 
 
 def _serve_web(settings: "Settings", overrides: dict[str, Any], args: argparse.Namespace) -> int:
