@@ -87,7 +87,8 @@ def test_a_one_turn_headless_run_imports_no_dashboard_web_mcp_demo_or_httpx_cli(
     assert "genai_prices" in names  # the first run looks the model up
 
     # A second run in this data directory, with a new prompt whose words the first run counted (they
-    # are the tools' own description's): neither the encoder nor the price catalogue is loaded.
+    # are the tools' own description's): neither the encoder nor the price catalogue is loaded, nor
+    # pydantic's search for plug-ins (importlib.metadata: every installed package's metadata read).
     fake_llm.enqueue(openai_text("The answer is 42."))
     proc = subprocess.run([sys.executable, "-m", "app", "-p", "Run a bash command", "--provider", "openai",
                            "--model", "m", "--base-url", fake_llm.base_url("openai")],
@@ -95,6 +96,7 @@ def test_a_one_turn_headless_run_imports_no_dashboard_web_mcp_demo_or_httpx_cli(
     assert proc.returncode == 0 and proc.stdout == "The answer is 42.\n", proc.stderr
     names = set(modules_file.read_text().split())
     assert "app.surfaces.headless" in names and not _loaded(names, "tiktoken") and not _loaded(names, "genai_prices")
+    assert "pydantic" in names and not _loaded(names, "importlib.metadata")
 
 
 def test_importing_the_headless_path_loads_no_tokenizer_and_no_httpx_cli_in_a_host_program(tmp_path):
@@ -131,3 +133,27 @@ def test_a_rank_table_not_matching_its_hash_goes_to_tiktoken_s_own_loader(monkey
     monkeypatch.setattr(tokens, "CL100K_SHA256", "0" * 64)
     assert tokens._cl100k_ranks() is None
     assert tokens.encoder.__wrapped__().encode("hello world") == [15339, 1917]
+
+
+def test_importing_the_events_builds_no_validator(tmp_path):
+    """Each event model builds its validator when first used: a run uses a handful of them, and
+    building one at import also loads pydantic's schema machinery before the first request."""
+    code = ("import pydantic, app.kernel.events as e; "
+            "print(sorted(n for n, c in vars(e).items() if isinstance(c, type) and issubclass(c, pydantic.BaseModel)"
+            " and c.__module__ == e.__name__ and c.__pydantic_complete__))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(tmp_path),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_a_program_that_calls_main_keeps_its_pydantic_plug_ins(tmp_path):
+    """Only tidegauge's own processes skip pydantic's search for plug-ins; a program that runs
+    ``main`` in its own process gets pydantic's real loader when it builds a model."""
+    code = ("import sys; from app.wiring.cli import main; main(['--config-path']); import pydantic\n"
+            "class Model(pydantic.BaseModel):\n    x: int\n"
+            "print(hasattr(sys.modules['pydantic.plugin._loader'], 'PYDANTIC_ENTRY_POINT_GROUP'))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(tmp_path),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "True"

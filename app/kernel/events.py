@@ -951,6 +951,8 @@ class PinEvent(ToolResultPlanFields, EventBase):
 class RewindPoint(BaseModel):
     """One user message the conversation can go back to, with the plan that does it."""
 
+    model_config = DEFERRED
+
     turn: int  # 1-based, among the user's messages the context knows
     message_id: str
     text: str  # what the user typed: put back in the prompt

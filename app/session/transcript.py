@@ -17,6 +17,7 @@ API keys never reach disk.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
@@ -76,7 +77,12 @@ TranscriptLine = Annotated[
     Union[MessageLine, HistoryLine, EventLine, TurnEndLine],
     Field(discriminator="kind"),
 ]
-_line_adapter: TypeAdapter[TranscriptLine] = TypeAdapter(TranscriptLine)
+
+
+@functools.cache
+def _line_adapter() -> TypeAdapter[TranscriptLine]:
+    """Built when a transcript is first read (a resume), not by a new session, which only writes."""
+    return TypeAdapter(TranscriptLine)
 
 
 # ---------------------------------------------------------------- writing
@@ -203,7 +209,7 @@ class TranscriptReadResult:
 def parse_line(raw: bytes) -> MessageLine | HistoryLine | EventLine | TurnEndLine:
     """Parse one line; raises ValueError (or ValidationError) when it is not a valid line."""
     data = json.loads(raw)  # stdlib: accepts the \\u escapes of lone surrogates
-    return _line_adapter.validate_python(data)
+    return _line_adapter().validate_python(data)
 
 
 def read_transcript(path: Path | str) -> TranscriptReadResult:
@@ -266,7 +272,7 @@ def _salvage(body: bytes) -> list[MessageLine | HistoryLine | EventLine | TurnEn
         while start != -1:
             try:
                 data, end = _decoder.raw_decode(text, start)
-                found.append(_line_adapter.validate_python(data))
+                found.append(_line_adapter().validate_python(data))
             except Exception:
                 end = start + 1
             start = text.find(_LINE_START, max(end, start + 1))

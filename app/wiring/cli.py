@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from app import __version__
 from app.kernel.errors import ConfigError, SetupError  # two exception classes: cheap before the first frame
+from app.system import startup
 
 if TYPE_CHECKING:
     from app.wiring.config import Settings
@@ -311,6 +312,7 @@ def _headless_prompt(prompt: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    _skip_pydantic_plugins()
     if argv[:1] == ["sessions"]:
         return _run_setup(lambda: _sessions(argv[1:]))
     if argv[:1] == ["mcp"]:
@@ -353,10 +355,16 @@ def main(argv: list[str] | None = None) -> int:
 
     overrides = {name: getattr(args, name) for name in flag_fields()}
 
-    def settings() -> "Settings":  # imported on use: the dashboard paints before pydantic is loaded
-        from app.wiring.config import load_settings
+    loaded: list["Settings"] = []
 
-        return load_settings(overrides)
+    def settings() -> "Settings":  # imported on use: the dashboard paints before pydantic is loaded
+        # Read once: the config file and the environment, validated once per run (the session and
+        # the demo's notice see the same settings).
+        if not loaded:
+            from app.wiring.config import load_settings
+
+            loaded.append(load_settings(overrides))
+        return loaded[0]
 
     try:
         if args.fork_session:
@@ -449,6 +457,14 @@ def _end_everything_with_tidegauge() -> None:
     proctree.claim_every_descendant()
     end_everything_on(signal.SIGTERM, signal.SIGHUP)
     start_watchdog()  # and on a kill -9, which leaves no time: the watchdog ends them
+
+
+def _skip_pydantic_plugins() -> None:
+    """Only in tidegauge's own process: a program that calls ``main`` keeps its pydantic plug-ins."""
+    from app.system.process_exit import is_the_tidegauge_process
+
+    if is_the_tidegauge_process():
+        startup.skip_pydantic_plugins()
 
 
 def _skip_httpx_command_line() -> None:

@@ -93,7 +93,7 @@ def default_data_dir() -> Path:
 class PermissionRules(BaseModel):
     """``[permissions]`` in config.toml: lists of rules such as ``run_bash(git status:*)``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # built with the settings, when they are read
     allow: list[str] = Field(default_factory=list)
     ask: list[str] = Field(default_factory=list)
     deny: list[str] = Field(default_factory=list)
@@ -121,6 +121,9 @@ class Settings(BaseSettings):
         case_sensitive=False,
         extra="forbid",
         env_ignore_empty=True,
+        # Built when first read: a run reads settings_class(), the subclass with the plug-ins'
+        # settings, and building this base too at import was one validator too many before the first request.
+        defer_build=True,
     )
 
     # None = automatic: see resolve_provider.

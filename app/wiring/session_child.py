@@ -86,5 +86,7 @@ if __name__ == "__main__":
     # No interpreter teardown: the command reader is still blocked on stdin, and a daemon
     # thread holding stdin's lock at finalization aborts the process (exit -6).
     from app.system.process_exit import exit_without_teardown
+    from app.system.startup import skip_pydantic_plugins
 
+    skip_pydantic_plugins()  # the session's own process, as headless tidegauge's (app/system/startup.py)
     exit_without_teardown(main())
