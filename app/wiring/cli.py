@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         # Read once: the config file and the environment, validated once per run (the session and
         # the demo's notice see the same settings).
         if not loaded:
-            from app.wiring.config import load_settings
+            from app.wiring.config import load_settings  # pydantic: after the dashboard's first frame
 
             loaded.append(load_settings(overrides))
         return loaded[0]
@@ -461,7 +461,7 @@ def _end_everything_with_tidegauge() -> None:
 
 def _skip_pydantic_plugins() -> None:
     """Only in tidegauge's own process: a program that calls ``main`` keeps its pydantic plug-ins."""
-    from app.system.process_exit import is_the_tidegauge_process
+    from app.system.process_exit import is_the_tidegauge_process  # only when main runs, not on import
 
     if is_the_tidegauge_process():
         startup.skip_pydantic_plugins()
