@@ -10,8 +10,8 @@ from typing import Any, Callable, Literal
 import pytest
 
 from app.kernel import events as ev
-from app.kernel.protocol import EventLog, SessionSnapshot
-from app.session.process import _mirror
+from app.kernel.protocol import EventLog
+from app.kernel.session_facts import SessionFacts
 from app.surfaces.view_model import DashboardView
 from event_examples import example, one_of_each, union_classes
 
@@ -22,15 +22,10 @@ class UnheardOfEvent(ev.EventBase):
     type: Literal["unheard_of"] = "unheard_of"
 
 
-def _snapshot() -> SessionSnapshot:
-    return SessionSnapshot(info=example(ev.SessionInfoEvent), context=example(ev.ContextEvent),
-                           state=ev.StateEvent(state="idle", step=0, max_steps=5))
-
-
 DISPATCHERS: dict[str, Callable[[Any], object]] = {
     "view model": lambda event: DashboardView().apply(event),
     "event log": lambda event: EventLog().add(event),
-    "session process mirror": lambda event: _mirror(_snapshot(), event),
+    "session facts (the session process's mirror)": lambda event: SessionFacts().apply(event),
 }
 
 
@@ -63,7 +58,7 @@ def test_busy_is_every_state_but_starting_and_idle() -> None:
 def test_the_view_model_and_the_process_mirror_agree_on_busy(state: ev.AgentState) -> None:
     """"starting" (the dashboard's word before the session exists) is not busy for anyone."""
     event = ev.StateEvent(state=state, step=0, max_steps=5)
-    view, snapshot = DashboardView(), _snapshot()
+    view, facts = DashboardView(), SessionFacts()
     view.apply(event)
-    _mirror(snapshot, event)
-    assert view.busy == snapshot.busy == ev.is_busy(state) == (state not in ("idle", "starting"))
+    facts.apply(event)
+    assert view.busy == facts.busy == ev.is_busy(state) == (state not in ("idle", "starting"))

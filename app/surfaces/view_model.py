@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable, Literal, assert_never
 
 from app.kernel import events as ev
 from app.kernel.describe import tool_progress_text
-from app.kernel.protocol import CommandQueue
+from app.kernel.session_facts import SessionFacts
 from app.kernel.request_store import PartView, head_and_tail
 from app.surfaces.tool_calls import ToolCallRecord
 
@@ -62,9 +62,8 @@ class DashboardView:
 
     tool_calls: dict[str, ToolCallRecord] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)  # call ids, oldest first
-    state: "ev.StateEvent | None" = None
-    _queue: CommandQueue = field(default_factory=CommandQueue)
-    context: "ev.ContextEvent | None" = None
+    # The session's info, context, state and queue: the reducer the session process's mirror uses too.
+    facts: SessionFacts = field(default_factory=SessionFacts)
     approval: "ev.ApprovalRequestEvent | None" = None  # the question waiting for the user, if any
     cleared_ids: frozenset[str] = frozenset()
     evicted_ids: frozenset[str] = frozenset()
@@ -75,14 +74,22 @@ class DashboardView:
     mcp_status: "ev.McpStatusEvent | None" = None  # the MCP servers as the session last said (/mcp)
 
     @property
+    def state(self) -> "ev.StateEvent | None":
+        return self.facts.state
+
+    @property
+    def context(self) -> "ev.ContextEvent | None":
+        return self.facts.context
+
+    @property
     def busy(self) -> bool:
         """The session is running a command (as its last state event says)."""
-        return self.state is not None and ev.is_busy(self.state.state)
+        return self.facts.busy
 
     @property
     def queue(self) -> list[QueuedCommand]:
         """The commands waiting behind the one running, oldest first."""
-        return [QueuedCommand(queued.command, queued.text) for queued in self._queue.waiting]
+        return [QueuedCommand(queued.command, queued.text) for queued in self.facts.queue.waiting]
 
     def latest_cut_call(self) -> str | None:
         """The newest call whose output was cut (its full output is on disk)."""
@@ -107,9 +114,12 @@ class DashboardView:
                        evicted=record.id in self.evicted_ids, pinned=record.id in self.pinned_ids)
 
     def apply(self, event: "Event") -> tuple[ToolCallRecord, ...]:
-        """Fold ``event`` in; returns the tool call records it changed (new records, oldest first).
+        """Fold ``event`` in; returns the tool call records it changed (new records, oldest first)."""
+        self.facts.apply(event)  # the session's own rule for the queue (an interrupt keeps a queued compaction)
+        return self._fold(event)
 
-        One ``case`` per event class (mypy checks every class of the union is named): an event
+    def _fold(self, event: "Event") -> tuple[ToolCallRecord, ...]:
+        """One ``case`` per event class (mypy checks every class of the union is named): an event
         added to the union fails type-checking here until it is folded in or listed as ignored."""
         match event:
             case ev.UserMessageEvent():
@@ -151,10 +161,6 @@ class DashboardView:
                 call_id = self._asking.pop(event.request_id, None)
                 known = self.tool_calls.get(call_id) if call_id is not None else None
                 return self._put(replace(known, waiting_approval=False)) if known is not None else ()
-            case ev.StateEvent():
-                self.state = event
-            case ev.ContextEvent():
-                self.context = event
             case ev.BreakerEvent():
                 self.breaker_paused = event.paused
             case ev.McpStatusEvent():
@@ -175,11 +181,11 @@ class DashboardView:
                   | ev.PromptCacheOffEvent() | ev.PermissionsEvent() | ev.ElicitationRequestEvent()
                   | ev.ElicitationResolvedEvent() | ev.SamplingEvent() | ev.McpPromptsEvent()
                   | ev.McpAttachmentEvent() | ev.RequestRecordedEvent() | ev.WhatIfEvent()
-                  | ev.EvictEvent() | ev.PinEvent() | ev.RewindPointsEvent() | ev.McpAuthEvent()):
-                pass  # the queue's alone (below), or drawn from the event itself by its widget
+                  | ev.EvictEvent() | ev.PinEvent() | ev.RewindPointsEvent() | ev.McpAuthEvent()
+                  | ev.StateEvent() | ev.ContextEvent()):
+                pass  # the facts' alone (above), or drawn from the event itself by its widget
             case _:
                 assert_never(event)
-        self._queue.see(event)  # the session's own rule (an interrupt keeps a queued compaction)
         return ()
 
     def _tool_started(self, event: "ev.ToolStartEvent") -> tuple[ToolCallRecord, ...]:
