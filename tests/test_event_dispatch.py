@@ -13,7 +13,7 @@ from app.kernel import events as ev
 from app.kernel.protocol import EventLog
 from app.kernel.session_facts import SessionFacts
 from app.surfaces.view_model import DashboardView
-from event_examples import example, one_of_each, union_classes
+from event_examples import one_of_each, union_classes
 
 
 class UnheardOfEvent(ev.EventBase):

@@ -5,7 +5,11 @@ record per tool call (status, sizes, cut, cleared, restored, where the full outp
 saved, the text the model saw), whether the session is busy, what waits in its queue,
 the latest context figures and the approval in progress. The dashboard's bridge applies
 each event once, as it arrives, and the widgets draw the records it hands them; they keep
-no state of their own about a call.
+no state of their own about a call. The session's info, context, state and queue are a
+``SessionFacts`` (app/kernel/session_facts.py), the reducer the session process's mirror
+uses too. The conversation's entries (``conversation``, app/surfaces/conversation_view.py)
+are the view model's as well: the conversation widget folds its messages into them as it
+draws, and keeps only its mounted widgets.
 
 A record is never changed once handed out: a change makes a new record (``replace``), so a
 widget on the UI thread never sees one half-updated by the session's thread. No Textual here
@@ -20,6 +24,7 @@ from typing import TYPE_CHECKING, Callable, Literal, assert_never
 from app.kernel import events as ev
 from app.kernel.describe import tool_progress_text
 from app.kernel.session_facts import SessionFacts
+from app.surfaces.conversation_view import ConversationView
 from app.kernel.request_store import PartView, head_and_tail
 from app.surfaces.tool_calls import ToolCallRecord
 
@@ -72,6 +77,9 @@ class DashboardView:
     _asking: dict[str, str] = field(default_factory=dict)  # approval request id -> the call it is about
     _turn_calls: list[list[str]] = field(default_factory=list)  # the calls of each turn not rewound, in order
     mcp_status: "ev.McpStatusEvent | None" = None  # the MCP servers as the session last said (/mcp)
+    # What the conversation shows, entry by entry (its prompts, replies, tool calls and lines): folded
+    # by the conversation widget on the UI thread as it draws them, in the order it draws them.
+    conversation: ConversationView = field(default_factory=ConversationView)
 
     @property
     def state(self) -> "ev.StateEvent | None":
