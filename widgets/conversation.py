@@ -118,6 +118,8 @@ class Conversation(VerticalScroll, can_focus=True):
 
     def on_mount(self) -> None:
         self.anchor()
+        if not self.live:  # entries folded in before it was mounted: shown now
+            self.call_later(self.jump_to_end)
 
     # ------------------------------------------------------------------ state
 
