@@ -1,11 +1,13 @@
 """The conversation: user prompts, streamed replies, thinking, tool calls, engine lines.
 
-A long session must stay fast, so only a window of items is mounted in the
-DOM (``max_mounted`` plus some slack). Every item is kept as a small record;
-widgets beyond the window are removed and re-created from their record when
-the user scrolls back to them. What an earlier run recorded arrives as one
-``Replayed`` message: folded into records first, then only the newest window is
-mounted (a resumed session of 5,000 turns mounts what one of 50 does); so is this run's
+What it shows is the view model's (``app.surfaces.conversation_view.ConversationView``:
+the entries and the rules that make them); each message is folded in there, then drawn.
+The widget keeps only what drawing needs: which entries are mounted, and their widgets.
+A long session must stay fast, so only a window of entries is mounted in the
+DOM (``max_mounted`` plus some slack); widgets beyond the window are removed and
+re-created from their entry when the user scrolls back to them. What an earlier run
+recorded arrives as one ``Replayed`` message: folded into the entries first, then only
+the newest window is mounted (a resumed session of 5,000 turns mounts what one of 50 does); so is this run's
 catch-up when the dashboard attaches late.
 """
 
