@@ -87,8 +87,8 @@ class ConversationEntry:
 class ConversationView:
     """The conversation's entries, oldest first, and the streams still open at their end.
 
-    Each method folds one thing in and returns the indexes of the entries it changed (not those it
-    added: they are at the end, past the length before the call)."""
+    Each method folds one thing in. What it adds is at the end (past the length before the call);
+    those that can change entries already there return their indexes, for the widget to redraw."""
 
     entries: list[ConversationEntry] = field(default_factory=list)
     reply: int | None = None  # the reply streaming (its deltas go there), if any
