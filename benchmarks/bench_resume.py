@@ -58,7 +58,7 @@ def _resume_seconds(tmp: Path, turns: int) -> float:
         async with app.run_test(size=(120, 40)) as pilot:
             conversation = app.conversation
             for _ in range(100_000):
-                newest = conversation.items[-1].widget if conversation.items else None
+                newest = conversation.widget_of(len(conversation.items) - 1)
                 replies = [widget.source for widget in conversation.query(AssistantMessage)]
                 if (app.session is not None and replies and replies[-1] == last_reply(turns) and newest is not None
                         and conversation.region.contains_region(newest.region)):

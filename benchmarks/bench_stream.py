@@ -98,8 +98,8 @@ async def paced_with_keys(tmp: Path, server: LoopbackLLM, deltas: list[str]) -> 
         prompt = app.prompt_box
         drawn = DrawnValue(prompt)
         shown = clock.expect(lambda: clock.drew(MARKER))
-        streaming = clock.expect(lambda: any(type(i.widget).__name__ == "AssistantMessage"
-                                             for i in app.conversation.items))
+        streaming = clock.expect(lambda: any(type(app.conversation.widget_of(index)).__name__ == "AssistantMessage"
+                                             for index in range(len(app.conversation.items))))
         gc.collect()
         app.submit(UserInput(text="Explain how the context engine counts tokens."))
         await asyncio.wait_for(streaming, 120)

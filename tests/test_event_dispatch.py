@@ -11,10 +11,10 @@ import pytest
 
 from app.kernel.envelope import EventEnvelope, outside_log
 from app.kernel import events as ev
-from app.kernel.protocol import EventLog, SessionSnapshot
-from app.session.process import _mirror
+from app.kernel.protocol import EventLog
+from app.kernel.session_facts import SessionFacts
 from app.surfaces.view_model import DashboardView
-from event_examples import example, one_of_each, union_classes
+from event_examples import one_of_each, union_classes
 
 
 class UnheardOfEvent(ev.EventBase):
@@ -23,15 +23,10 @@ class UnheardOfEvent(ev.EventBase):
     type: Literal["unheard_of"] = "unheard_of"
 
 
-def _snapshot() -> SessionSnapshot:
-    return SessionSnapshot(info=example(ev.SessionInfoEvent), context=example(ev.ContextEvent),
-                           state=ev.StateEvent(state="idle", step=0, max_steps=5))
-
-
 DISPATCHERS: dict[str, Callable[[Any], object]] = {
     "view model": lambda event: DashboardView().apply(EventEnvelope(1, 1, event)),
     "event log": lambda event: EventLog().add(EventEnvelope(1, 1, event)),
-    "session process mirror": lambda event: _mirror(_snapshot(), event),
+    "session facts (the session process's mirror)": lambda event: SessionFacts().apply(EventEnvelope(1, 1, event)),
 }
 
 
@@ -64,7 +59,7 @@ def test_busy_is_every_state_but_starting_and_idle() -> None:
 def test_the_view_model_and_the_process_mirror_agree_on_busy(state: ev.AgentState) -> None:
     """"starting" (the dashboard's word before the session exists) is not busy for anyone."""
     event = ev.StateEvent(state=state, step=0, max_steps=5)
-    view, snapshot = DashboardView(), _snapshot()
+    view, facts = DashboardView(), SessionFacts()
     view.apply(outside_log(event))
-    _mirror(snapshot, event)
-    assert view.busy == snapshot.busy == ev.is_busy(state) == (state not in ("idle", "starting"))
+    facts.apply(outside_log(event))
+    assert view.busy == facts.busy == ev.is_busy(state) == (state not in ("idle", "starting"))

@@ -30,9 +30,11 @@ APP = ROOT / "app"
 WIDGETS = ROOT / "widgets"
 # What a widget may import from app/: the events, their words, the commands, the Protocol and the
 # view model (the records widgets draw).
-# session_states and tool_calls are parts of events and the view model kept free of pydantic (the first frame's).
+# session_states, tool_calls and conversation_view are parts of events and the view model kept free of pydantic
+# (the first frame's).
 WIDGET_ALLOWED = {"app.kernel.events", "app.kernel.describe", "app.kernel.commands", "app.kernel.protocol",
-                  "app.surfaces.view_model", "app.kernel.session_states", "app.surfaces.tool_calls"}
+                  "app.surfaces.view_model", "app.kernel.session_states", "app.surfaces.tool_calls",
+                  "app.surfaces.conversation_view"}
 
 LAYER_OF = {
     "app.kernel": 0, "app.system": 0,

@@ -90,9 +90,9 @@ async def test_a_resumed_session_of_2000_turns_opens_on_its_last_reply_with_only
     made: list[str] = []  # every conversation widget created (mounted) during the resume
     make_widget = Conversation._make_widget
 
-    def counted(self: Conversation, item: Any) -> Any:
-        made.append(item.kind)
-        return make_widget(self, item)
+    def counted(self: Conversation, index: int) -> Any:
+        made.append(self.items[index].kind)
+        return make_widget(self, index)
 
     monkeypatch.setattr(Conversation, "_make_widget", counted)
     drawn = count_side_panel_draws(monkeypatch)
@@ -151,8 +151,8 @@ async def test_a_resumed_session_of_2000_turns_opens_on_its_last_reply_with_only
         await pilot.press("home")
         await until(pilot, lambda: conversation.hidden_above < before,
                     lambda: f"scrolling to the top loaded nothing: {conversation.hidden_above} still hidden")
-        first_shown = conversation.items[conversation.hidden_above]
-        assert first_shown.widget is not None and first_shown.widget.is_mounted
+        first_shown = conversation.widget_of(conversation.hidden_above)
+        assert first_shown is not None and first_shown.is_mounted
 
 
 def test_every_message_the_conversation_draws_is_folded_when_replayed() -> None:
@@ -181,9 +181,9 @@ async def test_a_dashboard_attaching_late_to_a_ring_of_4096_reports_mounts_only_
     made: list[str] = []
     make_widget = Conversation._make_widget
 
-    def counted(self: Conversation, item: Any) -> Any:
-        made.append(item.kind)
-        return make_widget(self, item)
+    def counted(self: Conversation, index: int) -> Any:
+        made.append(self.items[index].kind)
+        return make_widget(self, index)
 
     monkeypatch.setattr(Conversation, "_make_widget", counted)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-long-resume")
@@ -212,7 +212,7 @@ async def test_a_dashboard_attaching_late_to_a_ring_of_4096_reports_mounts_only_
             conversation = app.conversation
 
             def newest_in_view() -> bool:
-                newest = conversation.items[-1].widget if conversation.items else None
+                newest = conversation.widget_of(len(conversation.items) - 1)
                 return (app.session is not None and isinstance(newest, EngineLine)
                         and conversation.region.contains_region(newest.region))
 

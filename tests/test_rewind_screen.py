@@ -49,9 +49,10 @@ async def test_escape_escape_lists_the_messages_and_choosing_one_rewinds() -> No
         after = app.query_one(ContextPanel).last_context
         assert after is not None and after.projected_tokens < before.projected_tokens
         conversation = app.conversation
-        users = [item for item in conversation.items if item.kind == "user"]
-        assert [item.abandoned for item in users] == [False, True, True]
-        assert all(item.widget is None or item.widget.has_class("-abandoned") for item in users[1:])
+        users = [index for index, item in enumerate(conversation.items) if item.kind == "user"]
+        assert [conversation.items[index].abandoned for index in users] == [False, True, True]
+        assert all((widget := conversation.widget_of(index)) is None or widget.has_class("-abandoned")
+                   for index in users[1:])
         assert any("rewound to before turn 2" in item.text for item in conversation.items if item.kind == "engine")
 
 

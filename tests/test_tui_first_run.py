@@ -358,7 +358,8 @@ async def test_at_80x24_the_header_names_the_provider_during_an_approval_and_the
 
 def test_the_sub_agent_line_says_how_much_of_its_report_it_has_written() -> None:
     from app.kernel.events import SubAgentEvent
-    from widgets.sub_agent_line import SubAgentState, sub_agent_text
+    from app.surfaces.conversation_view import SubAgentState
+    from widgets.sub_agent_line import sub_agent_text
 
     state = SubAgentState("task-1")
     state.apply(SubAgentEvent(call_id="task-1", status="started", summary="find the importer's rejects"))

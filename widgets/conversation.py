@@ -1,18 +1,19 @@
 """The conversation: user prompts, streamed replies, thinking, tool calls, engine lines.
 
-A long session must stay fast, so only a window of items is mounted in the
-DOM (``max_mounted`` plus some slack). Every item is kept as a small record;
-widgets beyond the window are removed and re-created from their record when
-the user scrolls back to them. What an earlier run recorded arrives as one
-``Replayed`` message: folded into records first, then only the newest window is
-mounted (a resumed session of 5,000 turns mounts what one of 50 does); so is this run's
+What it shows is the view model's (``app.surfaces.conversation_view.ConversationView``:
+the entries and the rules that make them); each message is folded in there, then drawn.
+The widget keeps only what drawing needs: which entries are mounted, and their widgets.
+A long session must stay fast, so only a window of entries is mounted in the
+DOM (``max_mounted`` plus some slack); widgets beyond the window are removed and
+re-created from their entry when the user scrolls back to them. What an earlier run
+recorded arrives as one ``Replayed`` message: folded into the entries first, then only
+the newest window is mounted (a resumed session of 5,000 turns mounts what one of 50 does); so is this run's
 catch-up when the dashboard attaches late.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, TYPE_CHECKING, Literal
+from typing import Any, Awaitable, Callable, TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual import events, on
@@ -40,7 +41,8 @@ from widgets.session_messages import (
 )
 from widgets.tool_call_line import TOOL_STYLE_KEYS, ToolCallInfo, ToolCallLine
 from widgets.user_prompt import UserPrompt
-from widgets.sub_agent_line import SubAgentLine, SubAgentState
+from widgets.sub_agent_line import SubAgentLine
+from app.surfaces.conversation_view import ConversationEntry, ConversationView
 
 if TYPE_CHECKING:
     from widgets.assistant_message import AssistantMessage
@@ -52,29 +54,6 @@ def _assistant_message() -> "type[AssistantMessage]":
     from widgets.assistant_message import AssistantMessage
 
     return AssistantMessage
-
-
-ItemKind = Literal["user", "assistant", "thinking", "tool", "engine", "sub"]
-
-
-@dataclass
-class ConversationItem:
-    """Everything needed to (re)create one conversation widget."""
-
-    kind: ItemKind
-    chunks: list[str] = field(default_factory=list)
-    engine_kind: str = ""
-    tool: ToolCallInfo | None = None
-    sub: SubAgentState | None = None  # kind "sub": a task call's sub-agent, under the call
-    widget: Widget | None = None
-    discarded: bool = False  # kind "assistant": a failed stream's partial text, set apart from the retry
-    abandoned: bool = False  # a turn a rewind went back before: out of the context, drawn dimmed
-
-    @property
-    def text(self) -> str:
-        if len(self.chunks) > 1:
-            self.chunks[:] = ["".join(self.chunks)]
-        return self.chunks[0] if self.chunks else ""
 
 
 class Conversation(VerticalScroll, can_focus=True):
@@ -105,6 +84,7 @@ class Conversation(VerticalScroll, can_focus=True):
         slack: int = 50,
         load_batch: int = 50,
         transcript_path: str | None = None,
+        records: ConversationView | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -112,13 +92,12 @@ class Conversation(VerticalScroll, can_focus=True):
         self.slack = slack
         self.load_batch = load_batch  # items re-created per scroll-back step
         self.transcript_path = transcript_path
-        self.items: list[ConversationItem] = []
-        self._start = 0  # mounted window is items[_start:_end]
+        # What the conversation shows (the view model's part of it): the widget keeps only which
+        # entries are mounted, and their widgets.
+        self.records = records if records is not None else ConversationView()
+        self._widgets: dict[int, Widget] = {}  # entry index -> its widget, for the mounted window
+        self._start = 0  # mounted window is entries[_start:_end]
         self._end = 0
-        self._tools: dict[str, ConversationItem] = {}
-        self._subs: dict[str, ConversationItem] = {}  # by the task call's id
-        self._assistant: ConversationItem | None = None
-        self._thinking: ConversationItem | None = None
         self._loading = False
         self._replaying = False  # folding a Replayed batch: items are recorded, mounted at its end
         self._tool_styles: dict[str, object] | None = None
@@ -141,13 +120,24 @@ class Conversation(VerticalScroll, can_focus=True):
 
     def on_mount(self) -> None:
         self.anchor()
+        if not self.live:  # entries folded in before it was mounted: shown now
+            self.call_later(self.jump_to_end)
 
     # ------------------------------------------------------------------ state
 
     @property
+    def items(self) -> list[ConversationEntry]:
+        """Everything the conversation shows, mounted or not, oldest first (the view model's entries)."""
+        return self.records.entries
+
+    def widget_of(self, index: int) -> Widget | None:
+        """The widget drawing entry ``index``, if it is in the mounted window."""
+        return self._widgets.get(index)
+
+    @property
     def live(self) -> bool:
         """True when the newest item is mounted (new items appear at once)."""
-        return self._end == len(self.items)
+        return self._end == len(self.records.entries)
 
     @property
     def mounted_count(self) -> int:
@@ -158,152 +148,168 @@ class Conversation(VerticalScroll, can_focus=True):
         return self._start
 
     # ------------------------------------------------------------- adding items
+    # Each folds into the records first, then draws what they say changed or was added.
 
     def add_user(self, text: str) -> None:
-        self.end_turn_streams()
-        self._add(ConversationItem("user", [text]))
+        reply, added = self.records.reply, len(self.records.entries)
+        self.records.user(text)
+        self._drawn(reply, added)
 
     def add_engine(self, kind: str, text: str) -> None:
-        self._close_thinking()
-        self._add(ConversationItem("engine", [text], engine_kind=kind))
-
-    def add_tool(self, info: ToolCallInfo) -> None:
-        self._close_assistant_sync()
-        self._close_thinking()
-        item = ConversationItem("tool", tool=info)
-        self._tools[info.id] = item
-        self._add(item)
+        reply, added = self.records.reply, len(self.records.entries)
+        self.records.line(kind, text)
+        self._drawn(reply, added)
 
     def update_tool(self, info: ToolCallInfo) -> None:
-        item = self._tools.get(info.id)
-        if item is None:
-            self.add_tool(info)
-            return
-        item.tool = info
-        if isinstance(item.widget, ToolCallLine):
-            item.widget.update_info(info)
+        reply, added = self.records.reply, len(self.records.entries)
+        for index in self.records.tool_call(info):
+            widget = self._widgets.get(index)
+            if isinstance(widget, ToolCallLine):
+                widget.update_info(info)
+        self._drawn(reply, added)
+
+    add_tool = update_tool
 
     def append_assistant(self, delta: str) -> None:
-        self._close_thinking()
-        item = self._assistant
-        if item is None:
-            item = self._assistant = ConversationItem("assistant")
-            self._add(item)
-        item.chunks.append(delta)
-        if isinstance(item.widget, _assistant_message()):
-            item.widget.append_text(delta)
+        reply, added = self.records.reply, len(self.records.entries)
+        index = self.records.open_reply()  # its widget is made empty: its text comes as a stream
+        self._drawn(reply, added)
+        self.records.reply_delta(delta)
+        widget = self._widgets.get(index)
+        if isinstance(widget, _assistant_message()):
+            widget.append_text(delta)
 
     def note_typing(self) -> None:
         """The user is typing: a reply streaming meanwhile spaces its redraws for a moment."""
-        item = self._assistant
-        if item is not None and isinstance(item.widget, _assistant_message()):
-            item.widget.note_typing()
+        widget = self._widgets.get(self.records.reply) if self.records.reply is not None else None
+        if widget is not None and isinstance(widget, _assistant_message()):
+            widget.note_typing()
 
     @property
     def streaming_assistant(self) -> bool:
         """True while an assistant message is receiving deltas."""
-        return self._assistant is not None
+        return self.records.reply is not None
 
     def add_assistant_text(self, text: str) -> None:
         """A complete assistant message (restored sessions, non-streaming providers)."""
-        self._close_assistant_sync()
-        self._close_thinking()
-        self._add(ConversationItem("assistant", [text]))
+        self.end_turn_streams()
+        reply, added = self.records.reply, len(self.records.entries)
+        self.records.reply_done(text)
+        self._drawn(reply, added)
 
     def append_thinking(self, delta: str) -> None:
-        item = self._thinking
-        if item is None:
-            item = self._thinking = ConversationItem("thinking")
-            self._add(item)
-        item.chunks.append(delta)
-        if isinstance(item.widget, ThinkingLine):
-            item.widget.append(delta)
+        reply, added = self.records.reply, len(self.records.entries)
+        index = self.records.open_thinking()
+        self._drawn(reply, added)
+        self.records.thinking_delta(delta)
+        widget = self._widgets.get(index)
+        if isinstance(widget, ThinkingLine):
+            widget.append(delta)
 
     async def end_assistant(self) -> None:
         """The assistant message is complete: flush its stream."""
-        item, self._assistant = self._assistant, None
-        self._thinking = None
-        if item is not None and isinstance(item.widget, _assistant_message()):
-            await item.widget.finish()
+        reply = self.records.reply
+        self.records.end_streams()
+        widget = self._widgets.get(reply) if reply is not None else None
+        if widget is not None and isinstance(widget, _assistant_message()):
+            await widget.finish()
 
     def end_turn_streams(self) -> None:
-        self._close_assistant_sync()
-        self._thinking = None
+        reply = self.records.reply
+        self.records.end_streams()
+        self._drawn(reply, len(self.records.entries))
 
-    def _close_assistant_sync(self) -> None:
-        # The widget's stream flushes itself; a new message starts on the next delta.
-        item, self._assistant = self._assistant, None
-        if item is not None and isinstance(item.widget, _assistant_message()):
-            self.run_worker(item.widget.finish(), group="conversation-flush")
+    def _drawn(self, reply: int | None, added: int) -> None:
+        """After a fold: the reply that was streaming, if the records closed it, flushes its
+        stream; the entries added from index ``added`` on are shown."""
+        if reply is not None and reply != self.records.reply:
+            widget = self._widgets.get(reply)
+            if widget is not None and isinstance(widget, _assistant_message()):
+                # The widget's stream flushes itself; a new message starts on the next delta.
+                self.run_worker(widget.finish(), group="conversation-flush")
+        for index in range(added, len(self.records.entries)):
+            self._show(index)
 
-    def _close_thinking(self) -> None:
-        self._thinking = None
-
-    def _add(self, item: ConversationItem) -> None:
+    def _show(self, index: int) -> None:
+        """Mount the widget of entry ``index`` (just added) if the window follows the end."""
         if self._closing or self._pruning or not self.is_attached:
             # The dashboard is closing: messages the session posted before it was told
             # to stop are still handled while the widgets are removed, and mounting then
             # raised MountError (exit code 1 on about one quit in eight mid-reply).
             return
-        was_live = self.live
-        self.items.append(item)
         if self._replaying:  # mounted (the newest window only) once the whole batch is folded
             return
+        was_live = self._end == index
         full = self.mounted_count >= self.max_mounted + self.slack
         if was_live and full and self.max_scroll_y > 0 and not self.is_vertical_scroll_end:
             # The user is reading further up: trimming the top would pull the text
             # away under their eyes. Stop following; the newer items wait below.
             was_live = False
         if was_live:
-            item.widget = self._make_widget(item)
-            self.mount(item.widget, before=self._below)
-            self._end = len(self.items)
+            widget = self._widgets[index] = self._make_widget(index)
+            self.mount(widget, before=self._below)
+            self._end = index + 1
             if self.mounted_count > self.max_mounted + self.slack:
                 self._trim_top(self.mounted_count - self.max_mounted)
         self._update_edges()
 
+    def _redraw(self, index: int) -> None:
+        """Entry ``index`` changed marks (set apart, abandoned): its widget, if mounted, shows them."""
+        widget = self._widgets.get(index)
+        if widget is None:
+            return
+        entry = self.records.entries[index]
+        widget.set_class(entry.abandoned, "-abandoned")
+        if entry.kind == "assistant":
+            widget.set_class(entry.discarded, "-discarded")
+        if isinstance(widget, SubAgentLine):
+            widget.update_state()
+
     # ---------------------------------------------------------------- windowing
 
-    def _make_widget(self, item: ConversationItem) -> Widget:
-        widget = self._widget_for(item)
-        if item.abandoned:
+    def _make_widget(self, index: int) -> Widget:
+        entry = self.records.entries[index]
+        widget = self._widget_for(entry)
+        if entry.abandoned:
             widget.add_class("-abandoned")
         return widget
 
-    def _widget_for(self, item: ConversationItem) -> Widget:
-        if item.kind == "user":
-            return UserPrompt(item.text)
-        if item.kind == "assistant":
-            return _assistant_message()(item.text, classes="-discarded" if item.discarded else "")
-        if item.kind == "thinking":
-            return ThinkingLine(item.text)
-        if item.kind == "tool":
-            assert item.tool is not None
-            return ToolCallLine(item.tool)
-        if item.kind == "sub":
-            assert item.sub is not None
-            return SubAgentLine(item.sub)
-        return EngineLine(item.engine_kind, item.text)
+    def _widget_for(self, entry: ConversationEntry) -> Widget:
+        if entry.kind == "user":
+            return UserPrompt(entry.text)
+        if entry.kind == "assistant":
+            return _assistant_message()(entry.text, classes="-discarded" if entry.discarded else "")
+        if entry.kind == "thinking":
+            return ThinkingLine(entry.text)
+        if entry.kind == "tool":
+            assert entry.tool is not None
+            return ToolCallLine(entry.tool)
+        if entry.kind == "sub":
+            assert entry.sub is not None
+            return SubAgentLine(entry.sub)
+        return EngineLine(entry.engine_kind, entry.text)
+
+    def _make_widgets(self, first: int, last: int) -> list[Widget]:
+        """The widgets of entries ``first`` to ``last`` (excluded), made and kept, to be mounted."""
+        widgets = []
+        for index in range(first, last):
+            widget = self._widgets[index] = self._make_widget(index)
+            widgets.append(widget)
+        return widgets
+
+    def _unmount(self, first: int, last: int) -> list[Widget]:
+        return [widget for index in range(first, last) if (widget := self._widgets.pop(index, None)) is not None]
 
     def _trim_top(self, count: int) -> int:
         """Unmount the oldest ``count`` mounted widgets; returns the height removed."""
-        removed: list[Widget] = []
-        height = 0
-        for item in self.items[self._start : self._start + count]:
-            if item.widget is not None:
-                height += item.widget.outer_size.height
-                removed.append(item.widget)
-                item.widget = None
+        removed = self._unmount(self._start, self._start + count)
+        height = sum(widget.outer_size.height for widget in removed)
         self._start += count
         self._remove(removed)
         return height
 
     def _trim_bottom(self, count: int) -> None:
-        removed: list[Widget] = []
-        for item in self.items[self._end - count : self._end]:
-            if item.widget is not None:
-                removed.append(item.widget)
-                item.widget = None
+        removed = self._unmount(self._end - count, self._end)
         self._end -= count
         self._remove(removed)
 
@@ -339,10 +345,7 @@ class Conversation(VerticalScroll, can_focus=True):
         try:
             count = min(self.load_batch, self._start)
             first = self._start - count
-            widgets = []
-            for item in self.items[first : self._start]:
-                item.widget = self._make_widget(item)
-                widgets.append(item.widget)
+            widgets = self._make_widgets(first, self._start)
             self._start = first
             await self.mount_all(widgets, after=self._above)
             self._update_edges()
@@ -365,10 +368,7 @@ class Conversation(VerticalScroll, can_focus=True):
         self._loading = True
         try:
             last = min(len(self.items), self._end + self.load_batch)
-            widgets = []
-            for item in self.items[self._end : last]:
-                item.widget = self._make_widget(item)
-                widgets.append(item.widget)
+            widgets = self._make_widgets(self._end, last)
             self._end = last
             await self.mount_all(widgets, before=self._below)
             if self.mounted_count > self.max_mounted + self.slack:
@@ -381,7 +381,7 @@ class Conversation(VerticalScroll, can_focus=True):
     def show_latest_from_its_top(self) -> None:
         """Scroll the newest item into view from its first line (a /help taller than the view
         would otherwise show only its end); the view stops following until the next prompt."""
-        widget = self.items[-1].widget if self.items else None
+        widget = self._widgets.get(len(self.items) - 1)
 
         def scroll() -> None:
             if widget is None or not widget.is_attached:
@@ -397,10 +397,7 @@ class Conversation(VerticalScroll, can_focus=True):
         if not self.live:
             self._trim_top(self.mounted_count)
             self._start = self._end = max(0, len(self.items) - self.max_mounted)
-            widgets = []
-            for item in self.items[self._start :]:
-                item.widget = self._make_widget(item)
-                widgets.append(item.widget)
+            widgets = self._make_widgets(self._start, len(self.items))
             self._end = len(self.items)
             await self.mount_all(widgets, before=self._below)
             self._update_edges()
@@ -413,10 +410,7 @@ class Conversation(VerticalScroll, can_focus=True):
         if newest_start > self._start:
             self._trim_top(min(newest_start, self._end) - self._start)
             self._start = newest_start
-        widgets = []
-        for item in self.items[max(self._end, newest_start):]:
-            item.widget = self._make_widget(item)
-            widgets.append(item.widget)
+        widgets = self._make_widgets(max(self._end, newest_start), len(self.items))
         self._end = len(self.items)
         if widgets:
             await self.mount_all(widgets, before=self._below)
@@ -461,30 +455,31 @@ class Conversation(VerticalScroll, can_focus=True):
 
     @on(DeltasPaused)
     def _on_deltas_paused(self, message: DeltasPaused) -> None:
-        item = self._assistant
-        if message.kind == "text_delta" and item is not None and isinstance(item.widget, _assistant_message()):
-            item.widget.flush_now()
-            item.widget.when_drawn(message.release)  # the other widgets' messages wait for that frame
+        reply = self.records.reply
+        widget = self._widgets.get(reply) if reply is not None else None
+        if message.kind == "text_delta" and widget is not None and isinstance(widget, _assistant_message()):
+            widget.flush_now()
+            widget.when_drawn(message.release)  # the other widgets' messages wait for that frame
         else:
             message.release()
 
     @on(ReplyDone)
     async def _on_reply(self, message: ReplyDone) -> None:
-        if not self.streaming_assistant and message.event.text:
-            self.add_assistant_text(message.event.text)  # restored, or a reply that was not streamed
-        await self.end_assistant()
+        reply, added = self.records.reply, len(self.records.entries)
+        self.records.reply_done(message.event.text)  # shown whole if it was not streamed (restored)
+        self._drawn(None, added)
+        widget = self._widgets.get(reply) if reply is not None else None
+        if widget is not None and isinstance(widget, _assistant_message()):
+            await widget.finish()  # its stream flushed before the next message is handled
 
     @on(ReplyDiscarded)
     def _on_reply_discarded(self, _message: ReplyDiscarded) -> None:
         """The stream failed: what it showed is set apart (dimmed, never continued); a retry
         streams its reply anew into a reply of its own."""
-        item = self._assistant
-        if item is None:
-            return
-        item.discarded = True
-        if item.widget is not None:
-            item.widget.add_class("-discarded")
-        self._close_assistant_sync()
+        reply = self.records.reply
+        for index in self.records.reply_discarded():
+            self._redraw(index)
+        self._drawn(reply, len(self.records.entries))
 
     @on(ToolCallsChanged)
     def _on_tool_calls(self, message: ToolCallsChanged) -> None:
@@ -499,30 +494,19 @@ class Conversation(VerticalScroll, can_focus=True):
 
     @on(SubAgentUpdate)
     def _on_sub_agent(self, message: SubAgentUpdate) -> None:
-        item = self._subs.get(message.event.call_id)
-        if item is None:  # its first event comes while the task call runs: the item lands under it
-            item = self._subs[message.event.call_id] = ConversationItem("sub", sub=SubAgentState(message.event.call_id))
-            self._close_thinking()
-            self._add(item)
-        assert item.sub is not None
-        item.sub.apply(message.event)
-        if isinstance(item.widget, SubAgentLine):
-            item.widget.update_state()
+        reply, added = self.records.reply, len(self.records.entries)
+        for index in self.records.sub_agent(message.event):
+            self._redraw(index)
+        self._drawn(reply, added)
 
     @on(Rewound)
     def _on_rewound(self, message: Rewound) -> None:
         """The turns a rewind abandoned (its message and every one after it) stay, dimmed."""
         event = message.event
-        if not event.ok or event.abandoned_turns <= 0:
+        if not event.ok:
             return
-        users = [i for i, item in enumerate(self.items) if item.kind == "user" and not item.abandoned]
-        if not users:
-            return
-        first = users[-min(event.abandoned_turns, len(users))]
-        for item in self.items[first:]:
-            item.abandoned = True
-            if item.widget is not None:
-                item.widget.add_class("-abandoned")
+        for index in self.records.rewound(event.abandoned_turns):
+            self._redraw(index)
 
     @on(TurnEnded)
     def _on_turn_end(self, _message: TurnEnded) -> None:

@@ -7,57 +7,19 @@ one line; a click unfolds it again.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.text import Text
 from textual.reactive import var
 from textual.widget import Widget
 
 from app.kernel.describe import human_tokens
+from app.surfaces.conversation_view import SubAgentState
 
 from widgets._literal import sanitize
 
-if TYPE_CHECKING:
-    from app.kernel.events import SubAgentEvent
-
 GAUGE_CELLS = 20
 TOOLS_SHOWN = 6  # the latest calls; older ones are counted
-
-
-@dataclass
-class SubAgentState:
-    """What the conversation keeps of one sub-agent (the widget is re-created from it)."""
-
-    call_id: str
-    description: str = ""
-    status: str = "running"  # running | finished
-    stop_reason: str = ""
-    step: int = 0
-    max_steps: int = 0
-    context_tokens: int = 0
-    auto_compact_line: int = 0
-    window: int = 0
-    tools: list[tuple[str, str]] = field(default_factory=list)  # (tool, its arguments in one line)
-    written_chars: int = 0  # of the reply it is streaming now (0: none streaming)
-
-    def apply(self, event: "SubAgentEvent") -> None:
-        if event.status == "started":
-            self.description = event.summary
-        elif event.status == "writing":
-            self.written_chars = event.written_chars
-        elif event.status == "tool":
-            self.tools.append((event.tool, event.summary))
-            self.written_chars = 0
-        elif event.status == "finished":
-            self.stop_reason = event.summary
-        self.status = "finished" if event.status == "finished" else "running"
-        self.step = event.step or self.step
-        self.max_steps = event.max_steps or self.max_steps
-        if event.context_tokens:
-            self.context_tokens = event.context_tokens
-        self.auto_compact_line = event.auto_compact_line or self.auto_compact_line
-        self.window = event.window or self.window
 
 
 def sub_agent_text(state: SubAgentState, unfolded: bool) -> Text:

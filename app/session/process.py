@@ -36,13 +36,14 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Callable, assert_never
+from typing import IO, TYPE_CHECKING, Any, Callable
 
 from app.kernel import commands as cmd
 from app.kernel import events as ev
 from app.kernel.envelope import EventEnvelope, envelope_from_json, envelope_from_json_line
 from app.kernel.errors import SetupError
-from app.kernel.events import is_busy, ContextEvent, SessionInfoEvent, StateEvent, event_adapter, ErrorEvent
+from app.kernel.events import ContextEvent, SessionInfoEvent, StateEvent, event_adapter, ErrorEvent
+from app.kernel.session_facts import SessionFacts
 from app.kernel.protocol import DELTAS, EventLog, Listener, Listeners, SessionSnapshot, merge_deltas
 from app.system.proctree import wait_for_exit
 
@@ -198,6 +199,9 @@ class SessionProcess:
         self._write_lock = threading.Lock()
         self._ids = 0
         self._snapshot: SessionSnapshot | None = None
+        # The child's session as its events say it now (info, context, state, queue): the reducer
+        # the dashboard's view model builds on, so the two cannot disagree on what "busy" is.
+        self._facts = SessionFacts()
         self._log = EventLog()  # what a surface attaching now catches up from
         self._reader: threading.Thread | None = None
         self._stderr_tail: deque[str] = deque(maxlen=40)
@@ -227,10 +231,15 @@ class SessionProcess:
             state=StateEvent.model_validate(ready["state"]),
             restored=[event_adapter().validate_python(event) for event in ready["restored"]],
             busy=ready["busy"], queued=ready["queued"], seq=ready.get("seq", 0))
+        self._facts = SessionFacts(info=self._snapshot.info, context=self._snapshot.context,
+                                   state=self._snapshot.state)
         for line in ready.get("events", []):
             self._log.add(envelope_from_json(line))
         # Those the child's log kept standing after they left its ring, too.
         self._log.add_standing(envelope_from_json(line) for line in ready.get("standing", []))
+        for queued in self._log.standing():
+            if isinstance(queued.event, ev.CommandQueuedEvent):
+                self._facts.queue.take_over(queued)
         self._reader = threading.Thread(target=self._read_events, args=(self._process.stdout,),
                                         name="tidegauge-session-events", daemon=True)
         self._reader.start()
@@ -243,7 +252,7 @@ class SessionProcess:
     @property
     def session_id(self) -> str | None:
         """The session's id once the child said it was ready (what ``--resume`` takes)."""
-        return self._snapshot.info.session_id if self._snapshot is not None else None
+        return self._facts.info.session_id if self._facts.info is not None else None
 
     @property
     def returncode(self) -> int | None:
@@ -279,8 +288,8 @@ class SessionProcess:
 
     @property
     def info(self) -> "SessionInfoEvent":
-        assert self._snapshot is not None, "start() first"
-        return self._snapshot.info
+        assert self._facts.info is not None, "start() first"
+        return self._facts.info
 
     def submit(self, command: cmd.Command) -> int:
         process = self._process
@@ -314,9 +323,12 @@ class SessionProcess:
 
     def _snapshot_now(self) -> SessionSnapshot:
         assert self._snapshot is not None, "start() first"
+        facts = self._facts
+        assert facts.info is not None and facts.context is not None and facts.state is not None
         return dataclasses.replace(self._snapshot, restored=list(self._snapshot.restored), events=self._log.events(),
-                                   standing=self._log.standing(),
-                                   info=self._log.server_compaction(self._snapshot.info))
+                                   standing=self._log.standing(), info=self._log.server_compaction(facts.info),
+                                   context=facts.context, state=facts.state, busy=facts.busy,
+                                   queued=facts.queued)
 
     # ---------------------------------------------------------- threads
 
@@ -346,7 +358,7 @@ class SessionProcess:
             assert snapshot is not None
             snapshot.seq = max(snapshot.seq, envelope.seq)
             self._log.add(envelope)
-            _mirror(snapshot, envelope.event)
+            self._facts.apply(envelope)
             listeners = self._listeners.current()
         for listener in listeners:
             listener(envelope)
@@ -356,39 +368,3 @@ class SessionProcess:
             text = raw.decode(errors="replace").rstrip()
             if text:
                 self._stderr_tail.append(text)
-
-
-def _mirror(snapshot: SessionSnapshot, event: "Event") -> None:
-    """Fold an event of the child's into the parent's snapshot of it (what the child's own
-    snapshot would say now)."""
-    match event:
-        case ev.SessionInfoEvent():
-            snapshot.info = event
-        case ev.ContextEvent():
-            snapshot.context = event
-        case ev.StateEvent():
-            snapshot.state = event
-            snapshot.busy = is_busy(event.state)
-            if not snapshot.busy:
-                snapshot.queued = 0
-        case ev.CommandQueuedEvent():
-            snapshot.queued = max(snapshot.queued, event.position)
-        case (ev.TextDeltaEvent() | ev.ThinkingDeltaEvent() | ev.AssistantMessageEvent() | ev.UserMessageEvent()
-              | ev.ToolStartEvent() | ev.ToolResultEvent() | ev.ToolCallsCappedEvent() | ev.ToolProgressEvent()
-              | ev.ToolUserContentEvent() | ev.UsageEvent() | ev.CompactionEvent() | ev.MicroCompactionEvent()
-              | ev.ResetEvent() | ev.WarningCrossedEvent() | ev.ResultCutEvent() | ev.BreakerEvent()
-              | ev.RetryEvent() | ev.NoticeEvent() | ev.ErrorEvent() | ev.ResultEvent() | ev.ChartPointEvent()
-              | ev.ApprovalRequestEvent() | ev.ApprovalResolvedEvent() | ev.InterruptedEvent()
-              | ev.OutputLimitEvent() | ev.PartialDiscardedEvent() | ev.CompactionPausedEvent() | ev.ReportEvent()
-              | ev.McpServerEvent() | ev.SubAgentEvent() | ev.ConfigWarningEvent() | ev.SessionMemoryEvent()
-              | ev.RestoreEvent() | ev.RuleAttachedEvent() | ev.SessionRepairedEvent() | ev.UsageDistrustedEvent()
-              | ev.ForecastEvent() | ev.RestorePreviewEvent() | ev.ClearedResultsEvent()
-              | ev.ServerCompactionEvent() | ev.MemoryImportEvent() | ev.PromptCacheOffEvent()
-              | ev.PermissionsEvent() | ev.ElicitationRequestEvent() | ev.ElicitationResolvedEvent()
-              | ev.SamplingEvent() | ev.McpPromptsEvent() | ev.McpAttachmentEvent() | ev.RequestRecordedEvent()
-              | ev.WhatIfEvent()
-                  | ev.EvictEvent() | ev.PinEvent() | ev.RewindPointsEvent() | ev.RewindEvent()
-                  | ev.McpStatusEvent() | ev.McpAuthEvent()):
-            pass  # the log holds them (the standing ones too)
-        case _:
-            assert_never(event)

@@ -5,7 +5,11 @@ record per tool call (status, sizes, cut, cleared, restored, where the full outp
 saved, the text the model saw), whether the session is busy, what waits in its queue,
 the latest context figures and the approval in progress. The dashboard's bridge applies
 each event once, as it arrives, and the widgets draw the records it hands them; they keep
-no state of their own about a call.
+no state of their own about a call. The session's info, context, state and queue are a
+``SessionFacts`` (app/kernel/session_facts.py), the reducer the session process's mirror
+uses too. The conversation's entries (``conversation``, app/surfaces/conversation_view.py)
+are the view model's as well: the conversation widget folds its messages into them as it
+draws, and keeps only its mounted widgets.
 
 A record is never changed once handed out: a change makes a new record (``replace``), so a
 widget on the UI thread never sees one half-updated by the session's thread. No Textual here
@@ -19,7 +23,8 @@ from typing import TYPE_CHECKING, Callable, Literal, assert_never
 
 from app.kernel import events as ev
 from app.kernel.describe import tool_progress_text
-from app.kernel.protocol import CommandQueue
+from app.kernel.session_facts import SessionFacts
+from app.surfaces.conversation_view import ConversationView
 from app.kernel.request_store import PartView, head_and_tail
 from app.surfaces.tool_calls import ToolCallRecord
 
@@ -27,6 +32,7 @@ __all__ = ["PartView", "InspectorPage", "ToolCallRecord", "head_and_tail"]
 
 if TYPE_CHECKING:
     from app.kernel.envelope import EventEnvelope
+    from app.kernel.events import Event
     from app.kernel.protocol import SessionSnapshot
 
 ToolStatus = Literal["running", "ok", "error", "interrupted"]
@@ -62,9 +68,8 @@ class DashboardView:
 
     tool_calls: dict[str, ToolCallRecord] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)  # call ids, oldest first
-    state: "ev.StateEvent | None" = None
-    _queue: CommandQueue = field(default_factory=CommandQueue)
-    context: "ev.ContextEvent | None" = None
+    # The session's info, context, state and queue: the reducer the session process's mirror uses too.
+    facts: SessionFacts = field(default_factory=SessionFacts)
     approval: "ev.ApprovalRequestEvent | None" = None  # the question waiting for the user, if any
     cleared_ids: frozenset[str] = frozenset()
     evicted_ids: frozenset[str] = frozenset()
@@ -73,16 +78,27 @@ class DashboardView:
     _asking: dict[str, str] = field(default_factory=dict)  # approval request id -> the call it is about
     _turn_calls: list[list[str]] = field(default_factory=list)  # the calls of each turn not rewound, in order
     mcp_status: "ev.McpStatusEvent | None" = None  # the MCP servers as the session last said (/mcp)
+    # What the conversation shows, entry by entry (its prompts, replies, tool calls and lines): folded
+    # by the conversation widget on the UI thread as it draws them, in the order it draws them.
+    conversation: ConversationView = field(default_factory=ConversationView)
+
+    @property
+    def state(self) -> "ev.StateEvent | None":
+        return self.facts.state
+
+    @property
+    def context(self) -> "ev.ContextEvent | None":
+        return self.facts.context
 
     @property
     def busy(self) -> bool:
         """The session is running a command (as its last state event says)."""
-        return self.state is not None and ev.is_busy(self.state.state)
+        return self.facts.busy
 
     @property
     def queue(self) -> list[QueuedCommand]:
         """The commands waiting behind the one running, oldest first."""
-        return [QueuedCommand(queued.command, queued.text) for queued in self._queue.waiting]
+        return [QueuedCommand(queued.command, queued.text) for queued in self.facts.queue.waiting]
 
     def latest_cut_call(self) -> str | None:
         """The newest call whose output was cut (its full output is on disk)."""
@@ -109,11 +125,13 @@ class DashboardView:
     def apply(self, envelope: "EventEnvelope") -> tuple[ToolCallRecord, ...]:
         """Fold the event in ``envelope`` in; returns the tool call records it changed (new
         records, oldest first). The envelope's command id is the queue's (what a queued command
-        caused takes it off).
+        caused takes it off)."""
+        self.facts.apply(envelope)  # the session's own rule for the queue (an interrupt keeps a queued compaction)
+        return self._fold(envelope.event)
 
-        One ``case`` per event class (mypy checks every class of the union is named): an event
+    def _fold(self, event: "Event") -> tuple[ToolCallRecord, ...]:
+        """One ``case`` per event class (mypy checks every class of the union is named): an event
         added to the union fails type-checking here until it is folded in or listed as ignored."""
-        event = envelope.event
         match event:
             case ev.UserMessageEvent():
                 self._turn_calls.append([])
@@ -154,10 +172,6 @@ class DashboardView:
                 call_id = self._asking.pop(event.request_id, None)
                 known = self.tool_calls.get(call_id) if call_id is not None else None
                 return self._put(replace(known, waiting_approval=False)) if known is not None else ()
-            case ev.StateEvent():
-                self.state = event
-            case ev.ContextEvent():
-                self.context = event
             case ev.BreakerEvent():
                 self.breaker_paused = event.paused
             case ev.McpStatusEvent():
@@ -178,11 +192,11 @@ class DashboardView:
                   | ev.PromptCacheOffEvent() | ev.PermissionsEvent() | ev.ElicitationRequestEvent()
                   | ev.ElicitationResolvedEvent() | ev.SamplingEvent() | ev.McpPromptsEvent()
                   | ev.McpAttachmentEvent() | ev.RequestRecordedEvent() | ev.WhatIfEvent()
-                  | ev.EvictEvent() | ev.PinEvent() | ev.RewindPointsEvent() | ev.McpAuthEvent()):
-                pass  # the queue's alone (below), or drawn from the event itself by its widget
+                  | ev.EvictEvent() | ev.PinEvent() | ev.RewindPointsEvent() | ev.McpAuthEvent()
+                  | ev.StateEvent() | ev.ContextEvent()):
+                pass  # the facts' alone (above), or drawn from the event itself by its widget
             case _:
                 assert_never(event)
-        self._queue.see(envelope)  # the session's own rule (an interrupt keeps a queued compaction)
         return ()
 
     def _tool_started(self, event: "ev.ToolStartEvent") -> tuple[ToolCallRecord, ...]:

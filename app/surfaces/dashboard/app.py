@@ -367,7 +367,9 @@ class TidegaugeApp(App[int]):
         if self._view is None:
             from app.surfaces.view_model import DashboardView  # the events' models: after the first frame
 
-            self._view = DashboardView()
+            # The conversation's entries are the view model's: the conversation widget folds its
+            # messages into them as it draws (it exists before the first frame; the view model after).
+            self._view = DashboardView(conversation=self.conversation.records)
         return self._view
 
     @property
