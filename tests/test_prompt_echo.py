@@ -33,7 +33,7 @@ async def test_a_key_typed_in_the_prompt_is_drawn_without_laying_out_the_screen(
             reflows.append(args)
             return reflow(*args)
 
-        compositor.reflow = counting_reflow  # type: ignore[method-assign]
+        compositor.reflow = counting_reflow  # type: ignore[method-assign,assignment]
         await pilot.press("h", "e", "l", "l", "o")
         await pilot.pause()
         assert app.prompt_box.value == "hello"
