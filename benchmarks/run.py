@@ -34,7 +34,7 @@ BENCHMARKS: dict[str, list[tuple[str, str]]] = {
         ("2b expand: page-down", "each < 50 ms"),
     ],
     "bench_stream": [
-        ("3a stream 40k deltas (real provider)", "<= 2.2× the time of 20k"),
+        ("3a stream 80k deltas (real provider)", "<= 2.2× the time of 40k"),
         ("3b stream at 2k/s: screen lag at end", "<= 100 ms"),
         ("3c key echo while streaming", "p95 <= 50 ms"),
     ],

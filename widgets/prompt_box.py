@@ -6,6 +6,8 @@ from typing import Any
 
 from textual import on
 from textual.binding import Binding
+from textual.geometry import Size
+from textual.reactive import Reactive
 from textual.suggester import SuggestFromList
 from textual.widgets import Input
 
@@ -45,6 +47,11 @@ class PromptBox(Input):
     # The placeholder that fits the box, longest first: cut, it lost its ")" when the full output
     # viewer narrowed the box at 80 columns.
     PLACEHOLDERS = ("Ask tidegauge… (/help for commands)", "Ask tidegauge… (/help)", "Ask… (/help)", "")
+
+    # A key changes the text's scrollable width; the box's own size is set by its CSS, so that takes a
+    # repaint of the box, not a layout of the whole screen (Textual's default for a widget: a reflow of
+    # every widget on each key, about a third of the frame that echoes it).
+    virtual_size: Reactive[Size] = Reactive(Size(0, 0), layout=False)
 
     def __init__(self, *, cursor_blink: bool = True, **kwargs: Any) -> None:
         kwargs.setdefault("placeholder", self.PLACEHOLDERS[0])

@@ -838,7 +838,8 @@ class TidegaugeApp(App[int]):
         busy = self.busy
         if busy != self._listed_busy:
             self._listed_busy = busy
-            self.refresh_bindings()
+            if self.screen_stack:  # (a state handled while the App closes has no footer left to redraw)
+                self.refresh_bindings()
 
     def action_interrupt(self) -> None:
         """Interrupt the running turn."""
