@@ -382,13 +382,20 @@ class Conversation(VerticalScroll, can_focus=True):
         """Scroll the newest item into view from its first line (a /help taller than the view
         would otherwise show only its end); the view stops following until the next prompt."""
         widget = self._widgets.get(len(self.items) - 1)
+        if widget is None:
+            return
+        # Let go of the end now, not after the refresh: an anchored view scrolls to the end in
+        # the layout that sizes the item, and a loaded machine then drew its end (a flaky
+        # snapshot). Once it is sized, a short item is followed again.
+        self.release_anchor()
 
         def scroll() -> None:
-            if widget is None or not widget.is_attached:
+            if not widget.is_attached:
                 return
             if widget.outer_size.height > self.scrollable_content_region.height:
-                self.release_anchor()
                 self.scroll_to_widget(widget, top=True, animate=False, immediate=True)
+            else:
+                self.anchor()
 
         self.call_after_refresh(scroll)
 
