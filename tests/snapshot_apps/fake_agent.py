@@ -212,7 +212,6 @@ class FakeSession:
         if start_context is not None:
             _start_at(agent.engine, start_context.projected_tokens)
         self.max_steps = agent.max_steps
-        self.info = self.session.info
         self.submitted: list[cmd.Command] = []
         self._by_id: dict[int, cmd.Command] = {}
         self.calls: list[tuple[str, Any]] = []  # the work done: run_turn, compact, reset, restore, evict, pin, rewind
@@ -294,6 +293,15 @@ class FakeSession:
         """The live history as the model sees it: each message's text (a tool result: its content)."""
         return [message.text or " ".join(str(b.content)[:40] for b in message.tool_results)
                 for message in self.session.agent.history]
+
+    @property
+    def info(self) -> ev.SessionInfoEvent:
+        return self.session.info
+
+    @info.setter
+    def info(self, info: ev.SessionInfoEvent) -> None:
+        """What the session says of itself when it starts (a test names another folder or label)."""
+        self.session.info = info
 
     @property
     def server_compaction(self) -> bool:
