@@ -11,7 +11,7 @@ from app.kernel import events as ev
 from app.surfaces.dashboard.app import TidegaugeApp
 from dashboard_helpers import engine_texts, send, settle, until
 from widgets.session_messages import Deltas, SessionMessage
-from snapshot_apps.fake_agent import Ask, FakeSession, Gate, Text, big_log, compaction_steps, context, session_steps
+from snapshot_apps.fake_agent import Ask, FakeSession, Gate, Text, big_log, context, session_steps
 from widgets.approval_screen import ApprovalScreen
 from widgets.assistant_message import AssistantMessage
 from widgets.confirm_screen import ConfirmScreen
@@ -367,7 +367,7 @@ async def test_approval_modal_yes_always_no() -> None:
         await until(pilot, lambda: isinstance(app.screen, ApprovalScreen))
         await pilot.press("a")  # always for this session: make docs is not asked
         await until(pilot, lambda: isinstance(app.screen, ApprovalScreen) and app.screen.tool_name == "write_file")
-        screen = app.screen  # type: ignore[assignment]
+        screen = app.screen
         assert isinstance(screen, ApprovalScreen) and screen.tool_name == "write_file"
         await pilot.press("n")
         await settle(pilot)

@@ -125,13 +125,9 @@ class ScriptedProvider(DemoProvider):
         super().__init__(model="scripted-model", speed=0, window=WINDOW)
         self.turns = turns
         self.default = default
-        self._label = label
+        self.label = label
         self._steps: list[Step] = []
         self.say: Callable[[Any], None] = lambda event: None  # the agent's emit, once it exists
-
-    @property  # type: ignore[override]
-    def label(self) -> str:
-        return self._label
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         self.calls += 1
@@ -400,19 +396,3 @@ def session_steps(full_output_path: str, hostile: str = "") -> list[Step]:
         if tokens >= 130_000 and not any(isinstance(s, ev.WarningCrossedEvent) for s in steps):
             steps.append(ev.WarningCrossedEvent(projected_tokens=tokens, warning_line=130_000))
     return steps
-
-
-def compaction_steps() -> list[Step]:
-    return [
-        ev.StateEvent(state="compacting", step=12, max_steps=50),
-        ev.UsageEvent(agent="compact", input_tokens=142_000, cache_read_tokens=0, cache_write_tokens=0,
-                      output_tokens=2_100, context_tokens=144_100),
-        ev.CompactionEvent(trigger="auto", ok=True, messages_before=26, messages_after=1, tokens_before=156_280,
-                           tokens_after=7_400),
-        ev.ChartPointEvent(tokens=7_400, kind="compaction"),
-        context(None, 7_400, turns=None, cost=0.31, compact_cost=0.09),
-        Text("Compacted; carrying on from the summary."),
-        ev.UsageEvent(input_tokens=7_400, cache_read_tokens=0, cache_write_tokens=0, output_tokens=120,
-                      context_tokens=7_520),
-        context(7_520, 0, turns=10, cost=0.33, compact_cost=0.09),
-    ]

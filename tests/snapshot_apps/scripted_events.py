@@ -9,75 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
-from app.context.engine import EngineConfig
 from app.context.forecast import forecast
 from app.context.prices import Price
-from app.context.thresholds import compute_thresholds
-from app.context.thresholds import level as context_level
 from app.kernel import commands as cmd
 from app.kernel import events as ev
 from app.kernel.protocol import EventLog, Listener, SessionSnapshot
+from snapshot_apps.fake_agent import Ask, Gate, Step, Text, big_log, context, session_steps, truncated_view
 
+__all__ = ["Ask", "EventsOnlySession", "Gate", "Step", "Text", "big_log", "compaction_steps", "context",
+           "session_steps", "truncated_view"]
 
-def thresholds(window: int = 200_000, budget: int = 150_000) -> ev.ThresholdsModel:
-    """The lines the engine draws for this window and budget (its own arithmetic, its default
-    compaction output), so what the dashboard is tested with is what it will be shown."""
-    return compute_thresholds(window, budget, EngineConfig.compact_max_output)
-
-
-def context(exact: int | None, estimated: int = 0, *, window: int = 200_000, budget: int = 150_000,
-            turns: int | None = None, cost: float = 0.0, compact_cost: float = 0.0,
-            calls: tuple[int, int] | None = None) -> ev.ContextEvent:
-    """``turns``: model calls to compact, a range of one figure (``calls``: fewest, most)."""
-    th = thresholds(window, budget)
-    projected = (exact or 0) + estimated
-    level = context_level(projected, th)
-    parts = {"system": 1_800, "memory": 600, "tools": 2_400}
-    rest = max(0, projected - sum(parts.values()))
-    parts.update(user=rest // 10, assistant=rest // 5, tool_results=rest - rest // 10 - rest // 5)
-    return ev.ContextEvent(
-        exact_tokens=exact, estimated_tokens=estimated, projected_tokens=projected, thresholds=th,
-        breakdown=parts, level=level, turns_to_compact=turns,
-        calls_to_compact_fewest=calls[0] if calls else turns, calls_to_compact_most=calls[1] if calls else turns,
-        cumulative_input=projected * 3,
-        cumulative_cached=projected * 2, cumulative_output=projected // 20, cost_usd=cost,
-        compact_cost_usd=compact_cost,
-    )
-
-
-@dataclass
-class Gate:
-    """A step that waits until the test calls ``open()``."""
-
-    event: asyncio.Event = field(default_factory=asyncio.Event)
-    reached: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def open(self) -> None:
-        self.event.set()
-
-
-@dataclass
-class Ask:
-    """Ask the approver about a mutating tool call, as the real agent does."""
-
-    name: str
-    input: dict[str, Any]
-    id: str = "call-ask"
-
-
-@dataclass
-class Text:
-    """Stream ``text`` as deltas of ``size`` characters."""
-
-    text: str
-    size: int = 7
-
-
-Step = Any  # an Event, Gate, Ask or Text
 
 # The scripted model's price: $3 per million input tokens, cached or not (what its figures assume).
 FAKE_PRICE = Price(input_per_mtok=3.0, cached_input_per_mtok=3.0, cache_write_per_mtok=3.0, output_per_mtok=15.0)
@@ -533,68 +476,6 @@ class EventsOnlySession:
             self.emit(ev.StateEvent(state="idle", step=1, max_steps=self.max_steps))
             self.emit(ev.ResultEvent(stop_reason="interrupted", text=final, steps=1))
             raise
-
-
-def big_log(lines: int = 300_000) -> str:
-    """The seed's app.log: INFO lines, an ERROR last (about 15 MB for 300,000 lines)."""
-    body = "".join(
-        f"2026-10-18 11:{(i // 60) % 60:02d}:{i % 60:02d} INFO request {i} handled in {i % 97} ms\n"
-        for i in range(lines - 1)
-    )
-    return body + "2026-10-18 12:00:01 ERROR database connection refused\n"
-
-
-def truncated_view(text: str, limit: int = 40_000, path: str = "") -> str:
-    """Head 40% + notice + tail 40%, like the registry."""
-    head, tail = text[: int(limit * 0.4)], text[-int(limit * 0.4):]
-    notice = (f"\n\n[... output truncated: {len(text):,} characters in total, "
-              f"{len(text) - len(head) - len(tail):,} left out. Full output: {path}. "
-              "Narrow it with grep, head/tail or read_file with offset/limit ...]\n\n")
-    return head + notice + tail
-
-
-def session_steps(full_output_path: str, hostile: str = "") -> list[Step]:
-    """A task whose context climbs past the warning line into an auto-compaction."""
-    full = Path(full_output_path).read_text() if Path(full_output_path).exists() else "x" * 100
-    view = truncated_view(full, path=full_output_path)
-    steps: list[Step] = [
-        ev.StateEvent(state="streaming", step=1, max_steps=50),
-        Text("Let me look at the log first."),
-        ev.UsageEvent(input_tokens=900, cache_read_tokens=4_000, cache_write_tokens=0, output_tokens=60,
-                      context_tokens=4_960),
-        ev.ToolStartEvent(id="call-1", name="run_bash", input={"command": "cat app.log"}, summary="cat app.log"),
-        ev.StateEvent(state="tool", step=1, max_steps=50, detail="run_bash (1/1)"),
-        ev.ToolResultEvent(id="call-1", name="run_bash", is_error=False, truncated=True,
-                           original_chars=len(full), kept_chars=len(view), full_output_path=full_output_path,
-                           duration_ms=412.0, content=view),
-        context(4_960, 11_200, turns=9, calls=(7, 11), cost=0.012),
-        ev.ThinkingDeltaEvent(text="The tail shows an ERROR line; grep for the others."),
-        Text("The tail ends with an **ERROR**. Let me grep for every error line."),
-        ev.UsageEvent(input_tokens=1_200, cache_read_tokens=14_000, cache_write_tokens=1_000, output_tokens=80,
-                      context_tokens=16_280),
-        ev.ToolStartEvent(id="call-2", name="run_bash", input={"command": "grep -n ERROR app.log"},
-                          summary="grep -n ERROR app.log"),
-        ev.ToolResultEvent(id="call-2", name="run_bash", is_error=False, truncated=False, original_chars=58,
-                           kept_chars=58, duration_ms=95.0,
-                           content="300000:2026-10-18 12:00:01 ERROR database connection refused\n"),
-        context(16_280, 40, turns=8, cost=0.021),
-    ]
-    tokens = 16_280
-    for i in range(3, 12):
-        tokens += 14_000
-        steps += [
-            ev.ToolStartEvent(id=f"call-{i}", name="read_file", input={"path": f"src/module_{i}.py"},
-                              summary=f"src/module_{i}.py"),
-            ev.ToolResultEvent(id=f"call-{i}", name="read_file", is_error=False, truncated=False,
-                               original_chars=52_000, kept_chars=52_000, duration_ms=3.0,
-                               content=hostile if i == 3 and hostile else f"     1\tdef handler_{i}():\n     2\t    return {i}\n"),
-            ev.UsageEvent(input_tokens=1_000, cache_read_tokens=tokens - 1_100, cache_write_tokens=0,
-                          output_tokens=100, context_tokens=tokens),
-            context(tokens, 0, turns=max(0, (150_000 - tokens) // 14_000), cost=0.02 * i),
-        ]
-        if tokens >= 130_000 and not any(isinstance(s, ev.WarningCrossedEvent) for s in steps):
-            steps.append(ev.WarningCrossedEvent(projected_tokens=tokens, warning_line=130_000))
-    return steps
 
 
 def compaction_steps() -> list[Step]:
