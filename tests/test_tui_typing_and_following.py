@@ -1,4 +1,4 @@
-"""Issue 25's dashboard bugs, driven through the real widgets under Pilot (the scripted EventsOnlySession).
+"""Issue 25's dashboard bugs, driven through the real widgets under Pilot (the scripted FakeSession).
 
 Typing while the tool list has focus, the tool list following new calls after the full-output
 viewer closed, and a failed stream's partial text kept apart from the retried reply.
@@ -12,7 +12,8 @@ from typing import Any
 from app.kernel import events as ev
 from app.surfaces.dashboard.app import HELP_TEXT, TidegaugeApp
 from dashboard_helpers import engine_texts, send, settle
-from snapshot_apps.scripted_events import EventsOnlySession, Gate, Text, context
+from snapshot_apps.fake_agent import FakeSession, Gate, Text, context
+from snapshot_apps.scripted_events import EventsOnlySession
 from widgets.assistant_message import AssistantMessage
 from widgets.confirm_screen import ConfirmScreen
 
@@ -35,6 +36,7 @@ def _calls(prefix: str, count: int, cut_path: str | None = None) -> list[Any]:
 
 
 def _cleared_session() -> EventsOnlySession:
+    """A result cleared and restorable: drawn from the earlier stand-in, not yet reached in the real core."""
     steps = [*_calls("call", 2)[:-1], ev.ClearedResultsEvent(call_ids=["call-1"]), Text("Read both.")]
     agent = EventsOnlySession({"read": steps}, start_context=context(40_000, 0))
     agent.restorable["call-1"] = ("read_file", 13_000)
@@ -89,7 +91,7 @@ async def test_restore_is_on_ctrl_t_in_the_tool_list_and_the_footer_and_help_say
 async def test_after_the_full_output_viewer_closes_the_tool_list_follows_new_calls_again(tmp_path: Path) -> None:
     full_output = tmp_path / "full-output.txt"
     full_output.write_text("line\n" * 1_000)
-    agent = EventsOnlySession({"first": _calls("first", 3, str(full_output)), "next": _calls("next", 30)})
+    agent = FakeSession({"first": _calls("first", 3, str(full_output)), "next": _calls("next", 30)})
     app = TidegaugeApp(agent, cursor_blink=False)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, "first")
@@ -118,7 +120,7 @@ async def test_a_failed_streams_partial_text_is_kept_apart_from_the_retried_repl
         ev.RetryEvent(attempt=1, max_attempts=3, delay_s=0.0, reason="stream cut"),
         Text(retried),
     ]
-    agent = EventsOnlySession({"go": steps})
+    agent = FakeSession({"go": steps})
     app = TidegaugeApp(agent, cursor_blink=False)
     async with app.run_test(size=(120, 30)) as pilot:
         await send(pilot, "go")
@@ -158,7 +160,7 @@ async def test_a_hostile_tool_name_in_the_header_state_is_drawn_inert() -> None:
     gate = Gate()
     steps = [ev.StateEvent(state="tool", step=1, max_steps=50, tool_name=hostile, tool_index=1, tool_count=2),
              gate, Text("ok")]
-    app = TidegaugeApp(EventsOnlySession({"go": steps}), cursor_blink=False)
+    app = TidegaugeApp(FakeSession({"go": steps}), cursor_blink=False)
     async with app.run_test(size=(160, 30)) as pilot:
         await send(pilot, "go")
         for _ in range(200):
