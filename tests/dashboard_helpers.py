@@ -53,3 +53,13 @@ def demo_app(tmp_path: Any, **overrides: Any) -> Any:
     settings = load_settings({"provider": "demo", "demo_speed": 0, "data_dir": str(tmp_path / "data"), **overrides})
     session = SessionThread(build_session(settings, approvals=True, cwd=tmp_path)).start()
     return TidegaugeApp(session, cursor_blink=False)
+
+
+async def until(pilot: Any, condition: Any, rounds: int = 2_000) -> None:
+    """Pause until ``condition()`` holds: a real session's turn takes a few loop rounds to reach
+    what a test waits for (its model call, the tool's start, the approval it asks)."""
+    for _ in range(rounds):
+        if condition():
+            return
+        await pilot.pause()
+    raise AssertionError(f"never came true: {condition}")

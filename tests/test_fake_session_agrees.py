@@ -1,6 +1,6 @@
-"""The dashboard tests' fake session and the real one answer every command with the same kinds
-of events, each carrying the id ``submit`` returned, so what the dashboard is tested against is
-what production sends it. The real one runs the offline demo in-process (no network)."""
+"""The dashboard tests' fake session is the real one with a scripted model: built by the same
+wiring, it answers every command with the same kinds of events as the demo's session, each
+carrying the id ``submit`` returned. The real one runs the offline demo in-process (no network)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,31 @@ COMMANDS: list[Any] = [
 ]
 
 
+def test_the_fake_is_the_real_session_and_only_its_model_differs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.demo.provider import DemoProvider
+    from app.session.agent_session import AgentSession
+    from app.wiring.config import load_settings
+    from app.wiring.runtime import build_session
+    from snapshot_apps.fake_agent import ScriptedProvider
+
+    monkeypatch.setenv("TIDEGAUGE_CONFIG_DIR", str(tmp_path / "config"))
+    real = build_session(load_settings({"provider": "demo", "demo_speed": 0, "data_dir": str(tmp_path / "data")}),
+                         approvals=True, cwd=tmp_path)
+    fake = FakeSession()
+    assert type(fake.session) is type(real) is AgentSession
+    parts = ("agent", "agent.engine", "agent.engine.core", "agent.registry", "agent.tool_context", "permissions",
+             "stream", "client_requests")
+
+    def part(session: Any, path: str) -> Any:
+        for name in path.split("."):
+            session = getattr(session, name)
+        return session
+
+    assert [type(part(fake.session, p)) for p in parts] == [type(part(real, p)) for p in parts]
+    assert [spec.name for spec in fake.session.agent.registry.specs()] == [spec.name for spec in real.agent.registry.specs()]
+    assert type(real.agent.provider) is DemoProvider and type(fake.session.agent.provider) is ScriptedProvider
+
+
 def test_every_command_is_given_to_both() -> None:
     assert {type(command) for command in COMMANDS} | {cmd.Shutdown} == set(typing.get_args(cmd.Command))
 
@@ -45,6 +70,8 @@ def _kinds(events: list[Any], command: Any) -> list[str]:
             kinds.append(envelope.event.type)
     if isinstance(command, cmd.UserInput):
         return [kinds[0], "...", *kinds[-2:]]
+    if isinstance(command, cmd.Compact):  # whether the summary made it smaller is each history's doing
+        return [kinds[0], *(["compaction"] if "compaction" in kinds else []), kinds[-1]]
     return kinds
 
 

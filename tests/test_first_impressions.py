@@ -156,7 +156,8 @@ async def test_a_long_state_cuts_the_provider_label_not_the_session_id() -> None
         await send(pilot, "approve")  # the longest words the state has: waiting for approval: run_bash
         await until(pilot, lambda: "waiting for approval" in header.render().plain, "the approval's state")
         row = header.render().plain
-        assert "session fixed" in row and "waiting for approval: run_bash" in row, row
+        assert f"session {agent.info.session_id.rsplit('-', 1)[-1]}" in row, row
+        assert "waiting for approval: run_bash" in row, row
         await pilot.press("n")
         await settle(pilot)
 
@@ -234,10 +235,13 @@ async def test_at_80x24_a_call_line_keeps_its_badge_and_size_whole(log_file: Pat
 async def test_at_80_columns_the_header_names_the_project_whole_before_the_providers_label() -> None:
     """At 80x24 the header gave the project "…-project" or "…fl2-demo" and the provider label
     all its words: the project's own name is whole, the label is shortened first."""
-    app = _app_started_in("/home/someone/code/my-project")
+    agent = FakeSession()
+    agent.info = agent.info.model_copy(update={"started_in": "/home/someone/code/my-project"})
+    app = TidegaugeApp(agent, cursor_blink=False)
     async with app.run_test(size=(80, 24)) as pilot:
-        row = await _header_row(pilot, app, "session fixed")
-        assert "…/my-project  session fixed" in row and len(row.rstrip()) <= 80, row
+        short_id = agent.info.session_id.rsplit("-", 1)[-1]
+        row = await _header_row(pilot, app, f"session {short_id}")
+        assert f"…/my-project  session {short_id}" in row and len(row.rstrip()) <= 80, row
         label = FakeSession().info.provider_label
         assert f" {label[:5]}" in row, f"the provider label's start is gone: {row!r}"
 
@@ -267,11 +271,12 @@ async def test_at_220x60_the_cost_stays_in_view_when_the_session_memory_takes_a_
     """After a compaction from the session memory the breakdown has one row more than its
     panel (the README's 220x60 picture lost "cost"): the cost goes beside the tokens."""
     from snapshot_apps.fake_agent import context
+    from snapshot_apps.scripted_events import EventsOnlySession
     from widgets.context_breakdown import ContextBreakdown
 
     base = context(40_000, 0)
     start = base.model_copy(update={"breakdown": dict(base.breakdown, session_memory=671)})
-    app = TidegaugeApp(FakeSession(start_context=start), cursor_blink=False)
+    app = TidegaugeApp(EventsOnlySession(start_context=start), cursor_blink=False)
     async with app.run_test(size=(220, 60)) as pilot:
         breakdown = app.query_one(ContextBreakdown)
 

@@ -41,7 +41,7 @@ from app.kernel.commands import (
 from app.kernel.describe import DESCRIBERS, describe
 from app.kernel.protocol import SessionSurface
 from fake_llm_server import anthropic_text, openai_text, openai_tool_calls
-from snapshot_apps.fake_agent import FakeSession
+from snapshot_apps.scripted_events import EventsOnlySession
 
 
 async def _run(session: AgentSession, *commands) -> None:
@@ -251,7 +251,7 @@ def test_replay_derives_chart_points_for_sessions_recorded_before_they_were_even
     assert not [e for e in replay if e.type == "notice"]  # the typed event before it already says it
 
 
-@pytest.mark.parametrize("make", [lambda: FakeSession()])
+@pytest.mark.parametrize("make", [lambda: EventsOnlySession()])
 async def test_the_fake_session_speaks_the_same_contract(make):
     fake = make()
     seen: list[Any] = []
@@ -293,7 +293,7 @@ async def test_the_real_and_the_fake_session_answer_a_question_with_the_same_eve
     session, events = make_session(fake_llm, tmp_path, monkeypatch)
     command_id = session.submit(command)  # before run: answered when the session starts, with its id
     await _run(session)
-    fake, seen = FakeSession(), list[Any]()
+    fake, seen = EventsOnlySession(), list[Any]()
     fake.subscribe(seen.append)
     fake.submit(command)
     assert [e.type for e in events.caused_by(command_id)] == [answer]

@@ -46,7 +46,7 @@ async def test_ctrl_c_interrupts_a_running_turn_and_the_dashboard_stays() -> Non
         await gate.reached.wait()
         await pilot.press("ctrl+c")
         await settle(pilot)
-        assert agent.history == ["slow", "[interrupted]"]
+        assert agent.history == ["slow", "starting\n\n[interrupted by the user]"]
         assert any(t.startswith("interrupted by the user") for t in engine_texts(app, "interrupted"))
         assert app.is_running and app.return_code is None
         assert _notes(app) == []
@@ -139,7 +139,9 @@ async def _until(pilot: Any, condition: Any, what: str) -> None:
 async def test_the_compaction_dialog_footer_shows_its_own_answers_not_the_main_keys() -> None:
     from widgets.confirm_screen import ForecastConfirmScreen
 
-    app = TidegaugeApp(FakeSession(), cursor_blink=False)
+    from snapshot_apps.fake_agent import context
+
+    app = TidegaugeApp(FakeSession(start_context=context(40_000)), cursor_blink=False)  # something to compact
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("ctrl+s")
         await _until(pilot, lambda: isinstance(app.screen, ForecastConfirmScreen), "the compaction dialog")
@@ -338,7 +340,8 @@ async def test_at_80x24_the_header_names_the_provider_during_an_approval_and_the
         await _until(pilot, lambda: "waiting for approval" in header.render().plain, "the approval's state")
         row = header.render().plain
         # the step count gave way: the provider keeps more than "demo …", the session id stays whole
-        assert "demo (sc" in row and "session fixed" in row and "step" not in row, row
+        short_id = agent.info.session_id.rsplit("-", 1)[-1]
+        assert "demo (sc" in row and f"session {short_id}" in row and "step" not in row, row
         await pilot.press("n")
         await settle(pilot)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from app.surfaces.dashboard.app import TidegaugeApp
-from snapshot_apps.fake_agent import Ask, FakeSession, compaction_steps, session_steps
+from snapshot_apps.scripted_events import Ask, EventsOnlySession, compaction_steps, session_steps
 
 SIZE = (160, 50)
 # The terminal sizes people use, smallest to largest: the layout is checked at each.
@@ -44,7 +44,7 @@ def full_output_file() -> Path:
     return FULL_OUTPUT
 
 
-def make_app(**turns) -> tuple[TidegaugeApp, FakeSession]:
+def make_app(**turns) -> tuple[TidegaugeApp, EventsOnlySession]:
     steps = session_steps(str(FULL_OUTPUT))
     scripted = {
         "under": steps[:13],  # two tool calls, context well under the warning line
@@ -52,7 +52,7 @@ def make_app(**turns) -> tuple[TidegaugeApp, FakeSession]:
         "compact": compaction_steps(),
         "approve": [Ask("run_bash", {"command": "rm -rf build && make"})],
     }
-    agent = FakeSession(scripted)
+    agent = EventsOnlySession(scripted)
     return TidegaugeApp(agent, cursor_blink=False), agent
 
 
@@ -172,7 +172,7 @@ def test_snapshot_help_at_80x24(snap_compare) -> None:
 
 def test_snapshot_palette_server_compaction_toggle(snap_compare) -> None:
     """A provider that compacts on its server: one palette entry, saying the state it is in."""
-    agent = FakeSession({}, server_compaction=False)
+    agent = EventsOnlySession({}, server_compaction=False)
     app = TidegaugeApp(agent, cursor_blink=False)
 
     async def run_before(pilot) -> None:
