@@ -30,7 +30,8 @@ def shut_down_now(server: HTTPServer) -> None:
     no request, so the handler closes it having answered nothing."""
     stopping = threading.Thread(target=server.shutdown, daemon=True)
     stopping.start()
-    address = server.server_address[:2]
+    host, port = server.server_address[:2]
+    address = (host if isinstance(host, str) else bytes(host).decode(), port)
     while stopping.is_alive():
         with contextlib.suppress(OSError):
             socket.create_connection(address, timeout=1).close()
