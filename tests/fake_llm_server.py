@@ -90,6 +90,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Literal, NamedTuple, Sequence, Union
 from urllib.parse import urlsplit
 
+from loopback_http import shut_down_now
+
 # ---- replies ----
 
 
@@ -732,7 +734,7 @@ class FakeLLMServer:
     def stop(self) -> None:
         self.release()
         if self._server is not None:
-            self._server.shutdown()
+            shut_down_now(self._server)
             self._server.server_close()
         if self._thread is not None:
             self._thread.join(timeout=5)

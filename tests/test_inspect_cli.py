@@ -1,4 +1,4 @@
-"""`tidegauge inspect` through the real binary, on sessions the real binary recorded against the
+"""`tidegauge inspect` through the real binary, on sessions the CLI recorded in-process against the
 fake LLM server: the figures it shows are the gauge's, its diff shows what a compaction removed and
 what replaced it, the store stays small, and bad arguments are one line."""
 
@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_in_process import run_cli
 from fake_llm_server import openai_text, openai_tool_calls
 from test_engine_support import is_compaction, summary_text, write_words
 
@@ -25,9 +26,9 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 
 def _run_session(args: list[str], tmp_path: Path, fake) -> list[dict]:
-    proc = subprocess.run([sys.executable, "-m", "app", "--provider", "openai", "--model", "m",
-                           "--base-url", fake.base_url("openai"), "--output-format", "stream-json", *args],
-                          cwd=tmp_path / "work", env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    """A recorded session: in-process (tests/cli_in_process.py), as it only makes what is inspected."""
+    proc = run_cli(["--provider", "openai", "--model", "m", "--base-url", fake.base_url("openai"),
+                    "--output-format", "stream-json", *args], cwd=tmp_path / "work", env=_env(tmp_path))
     assert proc.returncode == 0, proc.stderr
     return [json.loads(line) for line in proc.stdout.splitlines()]
 

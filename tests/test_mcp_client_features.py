@@ -14,11 +14,12 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, AsyncIterator, Iterator
 
 from textual.widgets import Input
 
 import pytest
+import pytest_asyncio
 
 from app.kernel.describe import describe
 from app.kernel.events import ElicitationRequestEvent, ElicitationResolvedEvent, McpServerEvent
@@ -62,16 +63,30 @@ class FormSession(Session):
         return [e for e in self.events if isinstance(e, ElicitationResolvedEvent)]
 
 
-@pytest.fixture
-async def features(tmp_path: Path):
-    workspace = tmp_path / "work"
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared_features(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[FormSession]:
+    """One features server for the module's tests of roots and forms (each start costs seconds).
+    Its connection lives on the module's event loop: the tests that use it run there (ON_SHARED_SERVER)."""
+    root = tmp_path_factory.mktemp("features")
+    workspace = root / "work"
     workspace.mkdir()
-    session = FormSession(tmp_path)
+    session = FormSession(root)
     session.ctx.workspace = workspace
     await session.start({"features": python_server(SERVER.name)})
     yield session
     if session.hub is not None:
         await session.hub.aclose()
+
+
+@pytest.fixture
+def features(shared_features: FormSession) -> Iterator[FormSession]:
+    """The shared server with only this test's events in view; each test answers the forms it opens."""
+    shared_features.events.clear()
+    yield shared_features
+    shared_features.requests.cancel_all("the test ended")  # a failed test's open form ends with it
+
+
+ON_SHARED_SERVER = pytest.mark.asyncio(loop_scope="module")
 
 
 def _answer(run: Any) -> dict[str, Any]:
@@ -94,6 +109,7 @@ FORM = {
 
 # ---------------------------------------------------------------- roots
 
+@ON_SHARED_SERVER
 async def test_a_server_asking_for_roots_gets_the_workspace_alone(features: FormSession) -> None:
     answer = _answer(await features.run("features__roots", {}))
 
@@ -130,6 +146,7 @@ async def test_a_servers_roots_setting_names_its_folders_or_advertises_none(tmp_
 
 # ---------------------------------------------------------------- forms
 
+@ON_SHARED_SERVER
 async def test_a_form_reaches_the_surface_and_its_checked_answer_goes_back_to_the_server(
         features: FormSession) -> None:
     call = asyncio.ensure_future(features.run("features__ask", {"message": "Who are you?", "schema": json.dumps(FORM)}))
@@ -152,6 +169,7 @@ async def test_a_form_reaches_the_surface_and_its_checked_answer_goes_back_to_th
     assert "Ada" not in resolved.model_dump_json()  # the values go to the server, not into the event stream
 
 
+@ON_SHARED_SERVER
 @pytest.mark.parametrize("action", ["decline", "cancel"])
 async def test_declining_or_cancelling_a_form_tells_the_server_so(features: FormSession, action: str) -> None:
     call = asyncio.ensure_future(features.run("features__ask", {"message": "Token?", "schema": json.dumps(FORM)}))
@@ -161,6 +179,7 @@ async def test_declining_or_cancelling_a_form_tells_the_server_so(features: Form
     assert _answer(await asyncio.wait_for(call, 60)) == {"action": action, "content": None}
 
 
+@ON_SHARED_SERVER
 async def test_an_answer_that_does_not_fit_the_form_is_declined_with_each_bad_field_named(
         features: FormSession) -> None:
     call = asyncio.ensure_future(features.run("features__ask", {"message": "Who?", "schema": json.dumps(FORM)}))
@@ -175,6 +194,7 @@ async def test_an_answer_that_does_not_fit_the_form_is_declined_with_each_bad_fi
     assert line is not None and "\n" not in line.text
 
 
+@ON_SHARED_SERVER
 async def test_a_hostile_form_is_never_drawn_raw(features: FormSession) -> None:
     """Escape sequences are defused and an endless message is cut before the surface sees them."""
     schema = {"type": "object", "properties": {
@@ -192,6 +212,7 @@ async def test_a_hostile_form_is_never_drawn_raw(features: FormSession) -> None:
     assert len(form.message) <= 2_000 and len(key.description) <= 500
 
 
+@ON_SHARED_SERVER
 async def test_a_form_of_megabytes_or_of_nested_objects_is_declined_without_being_shown(
         features: FormSession) -> None:
     huge = {"type": "object", "properties": {f"field_{n:05d}": {"type": "string", "description": "x" * 200}
@@ -212,7 +233,7 @@ async def test_a_form_open_longer_than_the_tool_timeout_does_not_time_the_call_o
     """The user takes their time: the call waits for the form, not for tool_timeout."""
     session = FormSession(tmp_path)
     config = python_server(SERVER.name)
-    config.tool_timeout = 2.0
+    config.tool_timeout = 1.0  # the wait below is this many times 2.5: short, and still forty round trips
     await session.start({"features": config})
     try:
         await session.run("features__roots", {})  # warmed up: the form comes well within tool_timeout
@@ -231,6 +252,7 @@ async def test_a_form_open_longer_than_the_tool_timeout_does_not_time_the_call_o
     assert answer == {"action": "accept", "content": {"name": "Ada", "age": 36}}
 
 
+@ON_SHARED_SERVER
 async def test_a_command_cannot_answer_a_form_that_was_never_asked(features: FormSession) -> None:
     call = asyncio.ensure_future(features.run("features__ask", {"message": "Who?", "schema": json.dumps(FORM)}))
     form = await features.form()

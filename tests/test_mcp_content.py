@@ -97,13 +97,14 @@ def test_content_server_results_reach_the_model_and_the_user_as_each_should(fake
             ("c__twin", {"kilobytes": 4}, "call_twin"),
             ("c__structured_only", {}, "call_struct"),
             ("c__link", {}, "call_link"),
-            ("c__progress", {"steps": 4, "every_ms": 1000}, "call_progress"),
+            ("c__progress", {"steps": 4, "every_ms": 500}, "call_progress"),
             ("c__silent", {"seconds": 60}, "call_silent"),
             ("c__log", {"text": f"connected with {SERVER_TOKEN}"}, "call_log"),
         ]),
         anthropic_text("Done."),
     )
-    tables = server_table("c", sys.executable, [str(CONTENT_SERVER)], tool_timeout=2.5,
+    # A timeout short enough that the suite does not sit it out, a step a third of it apart.
+    tables = server_table("c", sys.executable, [str(CONTENT_SERVER)], tool_timeout=1.5,
                           env={"SERVICE_TOKEN": SERVER_TOKEN})
 
     code, events, stderr = tidegauge(tmp_path, fake_llm, "anthropic", tables, "use the content tools")
@@ -129,14 +130,14 @@ def test_content_server_results_reach_the_model_and_the_user_as_each_should(fake
     # A resource link names its URI and how to read it (the server serves resources: read_resource).
     assert "file:///srv/report.pdf" in sent["call_link"]["content"]
     assert "read it with read_resource (server 'c', this uri)" in sent["call_link"]["content"]
-    # Progress: on the stream while the call runs, and it outlives the 2.5 s timeout (4 s in all).
+    # Progress: on the stream while the call runs, and it outlives the 1.5 s timeout (2 s in all).
     progress = [e for e in events if e["type"] == "tool_progress" and e["id"] == "call_progress"]
     assert [(e["progress"], e["total"], e["message"]) for e in progress] == [
         (float(n), 4.0, f"step {n}") for n in (1, 2, 3, 4)], progress
     assert sent["call_progress"]["content"] == "finished 4 steps"
     # A silent call: worded as a timeout, not a refusal, and the session carries on.
     silent = sent["call_silent"]
-    assert silent["is_error"] and "timed out after 2.5 s" in silent["content"]
+    assert silent["is_error"] and "timed out after 1.5 s" in silent["content"]
     assert "refused" not in silent["content"]
     # The server's log notification is in its log file, redacted, readable by the owner only.
     logs = list((tmp_path / "data").rglob("mcp-c.log"))
@@ -504,11 +505,11 @@ def test_a_flood_of_progress_notifications_reaches_the_session_bounded_and_ends_
 
 
 def test_a_call_that_keeps_reporting_progress_stops_at_the_hard_limit_worded_as_a_timeout(tmp_path):
-    # 1 s without a word would time it out; progress every 0.1 s keeps it going up to 4 × 1 s.
-    output, reports = run_content_tool(tmp_path, "progress", {"steps": 300, "every_ms": 100}, tool_timeout=1.0)
+    # 0.5 s without a word would time it out; progress every 0.05 s keeps it going up to 4 × 0.5 s.
+    output, reports = run_content_tool(tmp_path, "progress", {"steps": 300, "every_ms": 50}, tool_timeout=0.5)
 
     assert output.is_error
-    assert "timed out: still reporting progress past the 4 s limit" in output.text, output.text
+    assert "timed out: still reporting progress past the 2 s limit" in output.text, output.text
     assert "refused" not in output.text
     assert 3 <= len(reports) < 300, reports
 

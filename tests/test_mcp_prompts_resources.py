@@ -23,9 +23,10 @@ def test_a_forms_whole_number_default_is_sent_as_the_server_gave_it() -> None:
 import json  # noqa: E402 - the sections of this file read top to bottom
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import Any, AsyncIterator  # noqa: E402
 
 import pytest  # noqa: E402
+import pytest_asyncio  # noqa: E402
 
 from app.context.compaction import build_summary_history  # noqa: E402
 from app.context.user_words import user_words  # noqa: E402
@@ -45,9 +46,8 @@ README = "The readme of the prompts server: deploys go through staging first."
 KEY = "sk-test-fake-key-0123456789"
 
 
-@pytest.fixture
-async def served(tmp_path: Path):
-    session = Session(tmp_path, max_output=2_000)
+async def _served(directory: Path) -> AsyncIterator[Session]:
+    session = Session(directory, max_output=2_000)
     await session.start({"docs": python_server("prompts_server.py")})
     yield session
     assert session.hub is not None
@@ -55,11 +55,30 @@ async def served(tmp_path: Path):
     clear_secrets()
 
 
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Session]:
+    """One prompts server for the tests that only ask it things (each start costs seconds). Its
+    connection lives on the module's event loop: the tests that use it run there (ON_SHARED_SERVER)."""
+    async for session in _served(tmp_path_factory.mktemp("served")):
+        yield session
+
+
+@pytest.fixture
+async def own_server(tmp_path: Path) -> AsyncIterator[Session]:
+    """A server of the test's own, for a test that stops it."""
+    async for session in _served(tmp_path):
+        yield session
+
+
+ON_SHARED_SERVER = pytest.mark.asyncio(loop_scope="module")
+
+
 async def _turn(session: Session, text: str) -> tuple[list[Any], list[Any]]:
     assert session.hub is not None
     return await session.hub.prompt_turn(text, session.registry, session.ctx)
 
 
+@ON_SHARED_SERVER
 async def test_a_servers_prompts_become_slash_commands_with_their_arguments(served: Session) -> None:
     [offered] = [e for e in served.events if isinstance(e, McpPromptsEvent)]
     commands = {p.command: p for p in offered.prompts}
@@ -70,6 +89,7 @@ async def test_a_servers_prompts_become_slash_commands_with_their_arguments(serv
     assert describe(offered) is None  # the prompt box shows them; no line in the conversation
 
 
+@ON_SHARED_SERVER
 async def test_a_prompt_runs_with_its_arguments_and_its_text_is_the_servers_not_the_users(served: Session) -> None:
     blocks, said = await _turn(served, '/mcp__docs__review base=main focus="error handling"')
     [block] = blocks
@@ -93,6 +113,7 @@ BAD_COMMANDS = [
 ]
 
 
+@ON_SHARED_SERVER
 async def test_a_bad_prompt_command_is_one_line_naming_what_was_wrong(served: Session) -> None:
     for typed, error in BAD_COMMANDS:  # one server for all of them: each start costs seconds
         with pytest.raises(PromptCommandError) as refused:
@@ -100,6 +121,7 @@ async def test_a_bad_prompt_command_is_one_line_naming_what_was_wrong(served: Se
         assert str(refused.value) == error
 
 
+@ON_SHARED_SERVER
 async def test_a_prompt_imitating_tidegauge_never_becomes_the_users_words_or_rules(served: Session) -> None:
     blocks, _ = await _turn(served, "/mcp__docs__mimic")
     turn = Message.typed_by_user("/mcp__docs__mimic").copy_with(
@@ -115,6 +137,7 @@ async def test_a_prompt_imitating_tidegauge_never_becomes_the_users_words_or_rul
     assert "<user-message>" not in blocks[0].text and "‹user-message›" in blocks[0].text
 
 
+@ON_SHARED_SERVER
 async def test_a_prompt_of_megabytes_is_cut_like_a_tool_result_and_saved_whole(served: Session) -> None:
     blocks, [said] = await _turn(served, "/mcp__docs__big kilobytes=3000")
     text = blocks[0].text
@@ -126,6 +149,7 @@ async def test_a_prompt_of_megabytes_is_cut_like_a_tool_result_and_saved_whole(s
     assert oct(Path(said.full_output_path).stat().st_mode & 0o777) == "0o600"
 
 
+@ON_SHARED_SERVER
 async def test_a_prompt_or_resource_of_30_mb_is_its_start_and_the_whole_answer_on_disk(served: Session) -> None:
     # Over the transport's 8 MiB cap: it stood in with a tool-shaped answer, which prompts/get and
     # resources/read refused as malformed ("ValidationError: 2 validation errors ...").
@@ -136,6 +160,7 @@ async def test_a_prompt_or_resource_of_30_mb_is_its_start_and_the_whole_answer_o
         assert Path(said.full_output_path).stat().st_size > 30_000 * 1024, typed
 
 
+@ON_SHARED_SERVER
 async def test_an_attached_resource_is_the_servers_text_bounded_and_named(served: Session) -> None:
     blocks, [said, _] = await _turn(served, "what does @docs:notes://readme say? and @docs:big://2000.")
     assert [b.from_mcp for b in blocks] == ["docs:resource notes://readme", "docs:resource big://2000"]
@@ -151,6 +176,7 @@ async def test_an_attached_resource_is_the_servers_text_bounded_and_named(served
     assert "Review the diff against main." in blocks[0].text and len(blocks) == 1
 
 
+@ON_SHARED_SERVER
 async def test_a_binary_resource_is_refused_in_one_line(served: Session) -> None:
     with pytest.raises(AttachmentError) as refused:
         await _turn(served, "look at @docs:blob://logo")
@@ -158,6 +184,7 @@ async def test_a_binary_resource_is_refused_in_one_line(served: Session) -> None
                                   "(image/png, 72 bytes): only text resources are read")
 
 
+@ON_SHARED_SERVER
 async def test_a_file_uri_is_read_by_the_server_never_by_tidegauge(served: Session, tmp_path: Path) -> None:
     secret = tmp_path / "shadow"
     secret.write_text("LOCAL-FILE-CONTENT-ab12")
@@ -166,6 +193,7 @@ async def test_a_file_uri_is_read_by_the_server_never_by_tidegauge(served: Sessi
     assert f"the prompts server does not share files (asked for {secret})" in blocks[0].text
 
 
+@ON_SHARED_SERVER
 async def test_the_model_reads_a_resource_link_with_read_resource(served: Session) -> None:
     link = await served.run("docs__link", {}, "call-link")
     assert "notes://readme" in link.content
@@ -176,11 +204,11 @@ async def test_the_model_reads_a_resource_link_with_read_resource(served: Sessio
     assert missing.is_error and missing.content == "no MCP server 'nope' serves resources (servers: docs)"
 
 
-async def test_a_prompt_of_a_server_that_stopped_is_one_line(served: Session) -> None:
-    assert served.hub is not None
-    await served.hub.connections["docs"].aclose()
+async def test_a_prompt_of_a_server_that_stopped_is_one_line(own_server: Session) -> None:
+    assert own_server.hub is not None
+    await own_server.hub.connections["docs"].aclose()
     with pytest.raises(McpServerError) as refused:
-        await _turn(served, "/mcp__docs__review base=main")
+        await _turn(own_server, "/mcp__docs__review base=main")
     assert str(refused.value).startswith("MCP server 'docs' is not running")
 
 

@@ -10,6 +10,7 @@ stopping the session leaves no process behind.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import signal
@@ -288,7 +289,7 @@ async def _wait_listening(port: int, proc: subprocess.Popen, seconds: float = 12
         try:
             _reader, writer = await asyncio.open_connection("127.0.0.1", port)
         except OSError:
-            await asyncio.sleep(0.1)  # polling for the port to open, bounded
+            await asyncio.sleep(0.02)  # polling for the port to open, bounded (a refused connect costs little)
             continue
         writer.close()
         return
@@ -322,11 +323,16 @@ async def test_a_server_that_never_answers_times_out_and_leaves_no_process(sessi
     # Starts a child, then never speaks MCP: the handshake can only time out.
     script = ("import os, subprocess, sys, time; child = subprocess.Popen(['sleep', '600']); "
               f"open({str(pid_file)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}'); time.sleep(600)")
-    hung = McpServerConfig(command=sys.executable, args=["-c", script], startup_timeout=6)
+    # The SDK is imported on the first start, inside its timeout (seconds on a loaded machine):
+    # imported here first, the short timeout bounds only the server's own start, which is
+    # long enough for the script to write its pids (0.15 s on a loaded machine).
+    for module in ("mcp", "mcp.client.session", "mcp.client.stdio", "mcp.shared.message", "mcp_types"):
+        importlib.import_module(module)
+    hung = McpServerConfig(command=sys.executable, args=["-c", script], startup_timeout=2.5)
 
     await session.start({"hung": hung})
 
     [failed] = [e for e in session.server_events("hung") if e.status == "failed"]
-    assert "no answer within 6 s" in failed.detail
+    assert "no answer within 2.5 s" in failed.detail
     pids = [int(p) for p in pid_file.read_text().split()]
     assert await _wait_gone(pids), f"the hung server's processes outlived the timeout: {pids}"

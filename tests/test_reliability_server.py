@@ -85,7 +85,10 @@ def _stream_in_child(fake_llm, megabytes: int) -> tuple[int, float, int]:
     (5 MB in 2.3 s, 20 MB in 19.4 s: 8.4x), while an algorithm that grows with the reply
     shows in the CPU time it burns whatever else runs."""
     count = megabytes * 1024 * 1024 // len(PIECE)
-    fake_llm.enqueue(rechunk(openai_text([PIECE] * count), [256 * 1024]))
+    # Every delta's frame is the same bytes: one frame repeated instead of encoding 375,000 equal
+    # chunks (seconds of the test's own CPU); the wire carries exactly what openai_text would send.
+    head, delta, *tail = openai_text([PIECE]).events
+    fake_llm.enqueue(rechunk(Reply(events=[head, *[delta] * count, *tail]), [256 * 1024]))
     done = subprocess.run([sys.executable, "-c", STREAM_CHILD, fake_llm.base_url("openai")], cwd=REPO,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]

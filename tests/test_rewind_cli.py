@@ -1,6 +1,7 @@
-"""`tidegauge rewind` through the real binary, on a session the real binary recorded against the fake
-LLM server: the list, going back with the files, and a `--continue` that starts from just before the
-chosen message (the abandoned turns out of the request, still in the append-only transcript)."""
+"""`tidegauge rewind` through the real binary, on a session the CLI recorded against the fake LLM
+server (its turns run in-process: they only make the session): the list, going back with the files,
+and a `--continue` that starts from just before the chosen message (the abandoned turns out of the
+request, still in the append-only transcript)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_in_process import run_cli
 from fake_llm_server import openai_text, openai_tool_calls
 
 KEY = "sk-test-fake-key-0123456789"
@@ -29,8 +31,9 @@ def _tidegauge(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[s
 
 
 def _turn(prompt: str, tmp_path: Path, fake, *, first: bool = False) -> None:
-    proc = _tidegauge(["--provider", "openai", "--model", "m", "--base-url", fake.base_url("openai"), "--yes",
-                       *([] if first else ["--continue"]), "-p", prompt], tmp_path)
+    """One recorded turn: in-process (tests/cli_in_process.py), as it only makes the session rewound."""
+    proc = run_cli(["--provider", "openai", "--model", "m", "--base-url", fake.base_url("openai"), "--yes",
+                    *([] if first else ["--continue"]), "-p", prompt], cwd=tmp_path / "work", env=_env(tmp_path))
     assert proc.returncode == 0, proc.stderr
 
 

@@ -1,5 +1,6 @@
 """Sessions people can find (issue 27): `tidegauge sessions`, --continue, --resume without an id,
-and empty sessions not kept. Through the real process, against the fake server on loopback."""
+and empty sessions not kept. Through the real process, against the fake server on loopback (the
+headless tasks that only make the sessions listed run in-process: tests/cli_in_process.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_in_process import run_cli
 from fake_llm_server import openai_text
 
 from app.kernel.commands import Report
@@ -46,9 +48,12 @@ def tidegauge(home: Path, cwd: Path, *args: str, fake_llm: Any = None) -> subpro
 
 
 def task(home: Path, cwd: Path, fake_llm: Any, prompt: str, *args: str) -> str:
-    """Run one headless task; its session id."""
+    """Run one headless task (in-process: it only makes the session the test lists); its session id."""
     fake_llm.enqueue(openai_text("done", usage=dict(prompt=1000, completion=100)))
-    proc = tidegauge(home, cwd, "-p", prompt, "--output-format", "json", *args, fake_llm=fake_llm)
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("TIDEGAUGE_")}
+    env.update(_env(home) | {"OPENAI_API_KEY": KEY})
+    proc = run_cli(["-p", prompt, "--output-format", "json", *args, "--provider", "openai", "--model", "m",
+                    "--base-url", fake_llm.base_url("openai")], cwd=cwd, env=env)
     assert proc.returncode == 0, proc.stderr
     return str(json.loads(proc.stdout)["session_id"])
 

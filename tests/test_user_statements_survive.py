@@ -7,8 +7,8 @@ paste (by size and line count alone) kept as head and tail naming the file it is
   after each compaction every short message is verbatim in the body each wire protocol's
   provider builds for the next request;
 - one run per wire protocol through the loopback server (the real request bytes);
-- the side-by-side case through the real ``tidegauge -p`` process: three statements, eight
-  pasted 12 KB logs as user turns, two compactions;
+- the side-by-side case through the headless CLI (``tidegauge -p --continue``, in-process):
+  three statements, eight pasted 12 KB logs as user turns, two compactions;
 - the bound: thousands of short messages still compact below the window, and what it leaves
   out is said; a paste's saved copy is private, counted and never follows a planted link.
 """
@@ -16,9 +16,10 @@ paste (by size and line count alone) kept as head and tail naming the file it is
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from app.kernel.describe import describe
 from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from app.kernel.usage import Usage
 from app.providers.base import ModelRequest
+from app.wiring.cli import main
 from app.providers.factory import create_provider
 from app.tools.base import SavedOutputBudget
 
@@ -209,16 +211,24 @@ class TalkingModel:
 
 
 def _tidegauge(fake, tmp_path: Path, *args: str) -> list[dict[str, Any]]:
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("TIDEGAUGE_")}
-    env.update(TIDEGAUGE_CONFIG_DIR=str(tmp_path / "config"), TIDEGAUGE_DATA_DIR=str(tmp_path / "data"),
-               OPENAI_API_KEY=KEY, TIDEGAUGE_MEMORY_UPDATE_TOKENS="0")
-    proc = subprocess.run([sys.executable, "-m", "app", "--provider", "openai", "--model", "m",
-                           "--base-url", fake.base_url("openai"), "--output-format", "stream-json",
-                           "--budget", "20000", "--window", "60000", *args],
-                          cwd=tmp_path / "work", env=env, capture_output=True, text=True, timeout=120,
-                          stdin=subprocess.DEVNULL)
-    assert proc.returncode == 0, proc.stderr
-    return [json.loads(line) for line in proc.stdout.splitlines()]
+    """One ``tidegauge -p`` run, in-process as in test_demo_orders.py: eleven runs do not pay an
+    interpreter start-up each, and the session carries over on disk exactly as between processes."""
+    argv = ["--provider", "openai", "--model", "m", "--base-url", fake.base_url("openai"),
+            "--output-format", "stream-json", "--budget", "20000", "--window", "60000", *args]
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, open(os.devnull, encoding="utf-8") as nothing_piped:
+        for key in list(os.environ):
+            if key.endswith("_API_KEY") or key.startswith("TIDEGAUGE_"):
+                mp.delenv(key)
+        for key, value in dict(TIDEGAUGE_CONFIG_DIR=str(tmp_path / "config"), TIDEGAUGE_DATA_DIR=str(tmp_path / "data"),
+                               OPENAI_API_KEY=KEY, TIDEGAUGE_MEMORY_UPDATE_TOKENS="0").items():
+            mp.setenv(key, value)
+        mp.chdir(tmp_path / "work")
+        mp.setattr(sys, "stdin", nothing_piped)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(argv)
+    assert code == 0, err.getvalue()
+    return [json.loads(line) for line in out.getvalue().splitlines()]
 
 
 def test_three_statements_survive_eight_pasted_logs_and_two_compactions(fake_llm, tmp_path):
