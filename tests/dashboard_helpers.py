@@ -28,7 +28,9 @@ async def settle(pilot: Any, rounds: int = 20_000) -> None:
             break
         await asyncio.sleep(0.005)  # polls the condition above; Pilot.pause would wait for a busy screen
     else:
-        raise AssertionError("the session did not finish its commands")
+        session = app.session
+        raise AssertionError(f"the session did not finish its commands (pending {getattr(session, 'pending', None)}, "
+                             f"busy {getattr(session, 'busy', None)})")
     for _ in range(rounds):  # the other widgets' messages held until a reply's text was drawn
         bridge = app.bridge
         if bridge is None or not bridge.holding:

@@ -8,7 +8,9 @@ the agent) while the App draws. Both satisfy ``app.kernel.protocol.SessionSurfac
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
+import traceback
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -32,6 +34,10 @@ class SessionThread:
             asyncio.run(self.session.run())
         except BaseException as error:  # noqa: BLE001 - reported on stderr after the screen closes
             self.error = error
+            # Printed now as well: a test waiting on the session's commands then fails with
+            # the reason in its captured stderr, not only "did not finish".
+            traceback.print_exc(file=sys.stderr)
+        print(f"session thread: run() ended (pending {self.session.pending})", file=sys.stderr)
 
     def stop(self, timeout: float = 2.0) -> None:
         from app.kernel.commands import Shutdown
