@@ -292,6 +292,20 @@ def test_a_symlink_at_the_session_lock_is_refused(tmp_path):
     assert not transcript.exists()
 
 
+def test_a_symlink_at_the_session_locks_guard_is_refused(tmp_path):
+    # The guard under which the lock is taken is a file beside the transcript too: one planted
+    # by someone who can write the session folder must not be opened through.
+    transcript = tmp_path / "transcript.jsonl"
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    lock = lock_path_for(transcript)
+    lock.with_name(lock.name + ".take.lock").symlink_to(victim)
+    with pytest.raises(OSError):
+        TranscriptWriter(transcript)
+    assert victim.read_text() == "precious\n"
+    assert not transcript.exists()
+
+
 def test_a_fifo_planted_at_the_transcript_is_refused_at_once(tmp_path):
     """Opening a FIFO for writing waits for a reader: a planted one must be refused, not hang the session."""
     transcript = tmp_path / "transcript.jsonl"
