@@ -437,6 +437,11 @@ def _server_compaction(e: "ev.ServerCompactionEvent") -> Line:
     return Line("info", "server-side compaction off: tidegauge compacts at the auto-compact line as usual")
 
 
+def _file_names(paths: "list[str]") -> str:
+    """Paths a rewind names, made harmless to print (a file name is the workspace's, not ours)."""
+    return ", ".join(sanitize_for_display(path) for path in paths)
+
+
 def _rewind(e: "ev.RewindEvent") -> Line:
     if not e.ok:
         return Line("warning", f"rewind not done: {e.reason or 'unknown reason'} — conversation unchanged")
@@ -446,13 +451,13 @@ def _rewind(e: "ev.RewindEvent") -> Line:
     lines = [f"rewound to before turn {e.turn}: {plural(e.abandoned_turns, 'turn')} abandoned (kept in the "
              f"transcript), ~{human_tokens(e.tokens_before)} → ~{human_tokens(e.tokens_after)} tokens{forecast}{again}"]
     if e.files_restored:
-        lines.append(f"files restored: {', '.join(sanitize_for_display(f) for f in e.files_restored)}")
+        lines.append(f"files restored: {_file_names(e.files_restored)}")
     if e.files_skipped:
         lines.append("files left as they are (changed since tidegauge wrote them): "
-                     + ", ".join(sanitize_for_display(f) for f in e.files_skipped))
+                     + _file_names(e.files_skipped))
     if e.files_not_restorable:
         lines.append("files not restorable (no copy kept: over the size bound or unreadable): "
-                     + ", ".join(sanitize_for_display(f) for f in e.files_not_restorable))
+                     + _file_names(e.files_not_restorable))
     if e.reason:
         lines.append(e.reason)
     return Line("info", "\n".join(lines))
@@ -479,12 +484,12 @@ def rewind_plan_text(tokens_before: int, p: "ev.RewindPoint", cost_before: float
     if cost_before is not None and p.next_request_cost_after_usd is not None:
         lines.append(f"next request: ~${cost_before:.4f} → ~${p.next_request_cost_after_usd:.4f}")
     if p.files:
-        lines.append(f"files changed since: {', '.join(sanitize_for_display(f) for f in p.files)}")
+        lines.append(f"files changed since: {_file_names(p.files)}")
     if p.files_changed_since:
         lines.append("changed since by something else (left as they are unless overwritten): "
-                     + ", ".join(sanitize_for_display(f) for f in p.files_changed_since))
+                     + _file_names(p.files_changed_since))
     if p.files_not_restorable:
-        lines.append("not restorable: " + ", ".join(sanitize_for_display(f) for f in p.files_not_restorable))
+        lines.append("not restorable: " + _file_names(p.files_not_restorable))
     return "\n".join(lines)
 
 
