@@ -1,20 +1,20 @@
 """`tidegauge -p` end to end with an MCP server from config.toml, against the loopback fake LLM.
 
-The real CLI in a subprocess starts the real server (tests/mcp_servers/many_tools.py
-over stdio), the scripted model calls its tools, and the stream-json events and
-the recorded requests show what a user and the model would see.
+The real CLI (in the test process: tests/mcp_helpers.py) starts the real server
+(tests/mcp_servers/many_tools.py over stdio), the scripted model calls its tools, and the
+stream-json events and the recorded requests show what a user and the model would see.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from fake_llm_server import openai_text, openai_tool_calls
+from mcp_helpers import tidegauge_run
 
 
 KEY = "sk-test-fake-key-0123456789"
@@ -37,9 +37,8 @@ def _tidegauge(args: list[str], tmp_path: Path, fake, tools: int) -> tuple[int, 
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("TIDEGAUGE_")}
     env.update({"TIDEGAUGE_CONFIG_DIR": str(config), "TIDEGAUGE_DATA_DIR": str(tmp_path / "data"),
                 "OPENAI_API_KEY": KEY})
-    proc = subprocess.run([sys.executable, "-m", "app", "--provider", "openai", "--model", "m",
-                           "--base-url", fake.base_url("openai"), "--output-format", "stream-json", *args],
-                          cwd=tmp_path / "work", env=env, capture_output=True, text=True, timeout=240)
+    proc = tidegauge_run(["--provider", "openai", "--model", "m", "--base-url", fake.base_url("openai"),
+                          "--output-format", "stream-json", *args], cwd=tmp_path / "work", env=env)
     return proc.returncode, [json.loads(line) for line in proc.stdout.splitlines()], proc.stderr
 
 
