@@ -1,8 +1,8 @@
 """MCP tool results as people use them: images, user-only content, structured twins, links,
 progress, log notifications, task-only tools, timeouts and huge answers.
 
-The real CLI runs in a subprocess against the loopback fake LLM with real servers: our
-SDK-built ``tests/mcp_servers/content_server.py`` for the precise cases, and the reference
+The real CLI (in the test process: tests/mcp_helpers.py) runs against the loopback fake LLM with
+real servers: our SDK-built ``tests/mcp_servers/content_server.py`` for the precise cases, and the reference
 servers from npm (``@modelcontextprotocol/server-everything``, ``server-filesystem``),
 installed once into pytest's cache folder (skipped only when npm is not installed).
 """
@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from fake_llm_server import anthropic_text, anthropic_tool_calls, openai_text, openai_tool_calls
+from mcp_helpers import tidegauge_run
 
 from app.context.tokens import IMAGE_TOKENS, estimate_block
 from app.kernel.envelope import outside_log
@@ -67,7 +68,7 @@ def server_table(name: str, command: str, args: list[str], **extra: Any) -> str:
 
 
 def tidegauge(tmp_path: Path, fake, provider: str, tables: str, prompt: str) -> tuple[int, list[dict[str, Any]], str]:
-    """``tidegauge -p PROMPT --yes --output-format stream-json`` in a subprocess, with these servers."""
+    """``tidegauge -p PROMPT --yes --output-format stream-json`` (the CLI in this process), with these servers."""
     config = tmp_path / "config"
     config.mkdir(exist_ok=True)
     (config / "config.toml").write_text(tables, encoding="utf-8")
@@ -75,10 +76,8 @@ def tidegauge(tmp_path: Path, fake, provider: str, tables: str, prompt: str) -> 
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("TIDEGAUGE_")}
     env.update({"TIDEGAUGE_CONFIG_DIR": str(config), "TIDEGAUGE_DATA_DIR": str(tmp_path / "data"),
                 "OPENAI_API_KEY": KEY, "ANTHROPIC_API_KEY": KEY})
-    proc = subprocess.run([sys.executable, "-m", "app", "--provider", provider, "--model", "m",
-                           "--base-url", fake.base_url(provider), "--output-format", "stream-json", "--yes",
-                           "-p", prompt],
-                          cwd=tmp_path / "work", env=env, capture_output=True, text=True, timeout=240)
+    proc = tidegauge_run(["--provider", provider, "--model", "m", "--base-url", fake.base_url(provider),
+                          "--output-format", "stream-json", "--yes", "-p", prompt], cwd=tmp_path / "work", env=env)
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     return proc.returncode, events, proc.stderr
 
