@@ -9,6 +9,8 @@ wiring) pass ``real_process=True``."""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import os
 import subprocess
 import sys
@@ -25,7 +27,14 @@ def tidegauge_run(argv: list[str], *, cwd: Path, env: dict[str, str],
     """``tidegauge ARGV`` with exactly ``env``: in this process, or with ``real_process`` as
     ``python -m app``; the outcome shaped as ``subprocess.run(..., capture_output=True, text=True)``."""
     if not real_process:
-        return run_cli(argv, cwd=cwd, env=env)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return run_cli(argv, cwd=cwd, env=env)
+        # Called from an async test: the CLI's own asyncio.run needs a thread without a running
+        # loop. The caller's loop waits, as it did for subprocess.run.
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(run_cli, argv, cwd=cwd, env=env).result()
     return subprocess.run([sys.executable, "-m", "app", *argv], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=240)
 
