@@ -61,6 +61,8 @@ import json  # noqa: E402 - the sections of this file read top to bottom
 import os  # noqa: E402
 import subprocess  # noqa: E402
 
+from mcp_helpers import tidegauge_run  # noqa: E402
+
 
 def _mcp_list(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
     config = tmp_path / "config"
@@ -75,8 +77,7 @@ def _mcp_list(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
     (config / "config.toml").chmod(0o600)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEGAUGE_")}
     env.update({"TIDEGAUGE_CONFIG_DIR": str(config), "TIDEGAUGE_DATA_DIR": str(tmp_path / "data")})
-    return subprocess.run([sys.executable, "-m", "app", "mcp", "list", *flags], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=240)
+    return tidegauge_run(["mcp", "list", *flags], cwd=tmp_path, env=env)  # the CLI, in this process
 
 
 def test_mcp_list_starts_each_server_once_and_says_what_it_offers_or_why_it_failed(tmp_path: Path) -> None:
