@@ -4,13 +4,14 @@ memory or wait forever (issue 26, app/mcp/http_bounds.py).
 The server is a loopback HTTP/1.1 server in this file, speaking Streamable HTTP as real ones
 do (JSON-RPC in a POST; the answer as ``application/json`` or as a ``text/event-stream`` of
 ``event: message`` events; a session id; 202 for notifications; 405 for the GET stream). Its
-tools answer as an attacker would: a 50 MB JSON body, one 30 MB SSE event, a JSON body and an
+tools answer as an attacker would: a JSON body and one SSE event over the cap, a JSON body and an
 SSE line that never end, and an endless stream of small progress notifications that never
 gets to the answer. Each endless answer is bounded on the server's side too (it stops by
 itself) and counts what it managed to send before tidegauge hung up: the test asserts that
 tidegauge stopped reading at the cap, long before the server's own bound.
 
-Through the real process (``python -m app -p``), as a user meets it.
+Through the CLI (``tidegauge -p``, run in the test process: tests/mcp_helpers.py), as a user
+meets it; test_mcp_stdio_endless runs one such server through the real process.
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ from app.mcp.bounded_stdio import MAX_MESSAGE_BYTES
 from app.mcp.http_bounds import MAX_SAVED_ANSWER_BYTES
 
 MB = 1_000_000
+# The answers over the cap: a few MB past it show the cut as well as fifty would (the cut is at the
+# cap whatever the size), and every byte of them is read, redacted and saved.
+JSON_BIG_BYTES = 12 * MB  # the cap is 8 MiB
+SSE_BIG_BYTES = 12 * MB
 # What the server sends at most of an endless answer before it gives up by itself: far past
 # what tidegauge may read (the cap, or the saved bound of an answer over it).
 ENDLESS_BOUND = MAX_SAVED_ANSWER_BYTES + 200 * MB
@@ -83,20 +88,20 @@ class HostileMcp(QuietHandler):
     # ---- the tools ----
 
     def _tool_json_big(self, request_id: Any, _params: Any) -> None:
-        start, fill, end = _text_result(request_id, 50 * MB)
+        start, fill, end = _text_result(request_id, JSON_BIG_BYTES)
         self._headers(200, "application/json", length=len(start) + len(fill) + len(end))
         for part in (start, fill, end):
             self.wfile.write(part)
 
     def _tool_sse_big(self, request_id: Any, _params: Any) -> None:
-        start, fill, end = _text_result(request_id, 30 * MB, b"abcdefghij")
+        start, fill, end = _text_result(request_id, SSE_BIG_BYTES, b"abcdefghij")
         self._headers(200, "text/event-stream")
         for part in (b"event: message\r\ndata: " + start, fill, end + b"\r\n\r\n"):
             self._chunk(part)
         self._chunk(b"")
 
     def _tool_gzipped(self, request_id: Any, _params: Any) -> None:
-        start, fill, end = _text_result(request_id, 100 * MB, b"\0" * 1000)  # 100 KB on the wire, unasked for
+        start, fill, end = _text_result(request_id, 10 * MB, b"\0" * 1000)  # 10 KB on the wire, unasked for
         bomb = gzip.compress(start + fill + end, compresslevel=1)
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -222,17 +227,17 @@ async def test_answers_over_the_cap_are_cut_at_the_transport_with_the_whole_answ
     assert not json_big["is_error"], json_big["content"][:500]
     size = re.search(r"answer was ([\d,]+) bytes, over the ([\d,]+)-byte limit", json_big["content"])
     assert size is not None, json_big["content"][:500]
-    assert int(size[1].replace(",", "")) > 50 * MB and int(size[2].replace(",", "")) == MAX_MESSAGE_BYTES
+    assert int(size[1].replace(",", "")) > JSON_BIG_BYTES and int(size[2].replace(",", "")) == MAX_MESSAGE_BYTES
     assert "cut at the transport" in json_big["content"]
     assert json_big["content"].splitlines()[1].startswith("0123456789")  # the start of its text, for the model
     whole = json.loads(_saved(json_big, tmp_path).read_text())
-    assert len(whole["result"]["content"][0]["text"]) == 50 * MB
+    assert len(whole["result"]["content"][0]["text"]) == JSON_BIG_BYTES
 
     sse_big = results["sse_big"]
     assert not sse_big["is_error"] and "cut at the transport" in sse_big["content"], sse_big["content"][:500]
     assert sse_big["content"].splitlines()[1].startswith("abcdefghij")
     whole = json.loads(_saved(sse_big, tmp_path).read_text())  # the event's data: the JSON-RPC answer
-    assert whole["result"]["content"][0]["text"] == "abcdefghij" * (3 * MB)
+    assert whole["result"]["content"][0]["text"] == "abcdefghij" * (SSE_BIG_BYTES // 10)
 
     # Under the cap, over the SDK's own 1 MiB bound for one event: the answer arrives whole.
     fine = results["sse_fine"]
