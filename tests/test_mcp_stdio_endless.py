@@ -29,7 +29,7 @@ import pytest
 from fake_llm_server import openai_text, openai_tool_calls
 from loopback_http import serving
 from mcp_helpers import run_headless
-from test_mcp_url_bounds import HostileServer
+from test_mcp_url_bounds import SSE_BIG_BYTES, HostileServer
 
 from app.kernel.describe import describe
 from app.kernel.events import McpServerEvent
@@ -271,14 +271,15 @@ def url_server() -> Any:
 
 def test_a_url_servers_cut_answers_count_toward_the_sessions_cap_through_the_real_process(
         fake_llm, tmp_path, url_server: HostileServer) -> None:
-    """Over real HTTP (the hostile loopback server of test_mcp_url_bounds): three 30 MB SSE answers
-    against a cap of 40 MB, through ``python -m app -p``."""
-    limit = 40_000_000
+    """Over real HTTP (the hostile loopback server of test_mcp_url_bounds): three SSE answers over the
+    cut against a cap of one and a third of them, through ``python -m app -p``."""
+    limit = SSE_BIG_BYTES + SSE_BIG_BYTES // 3
     fake_llm.enqueue(*[openai_tool_calls([("bad__sse_big", {}, f"call_{n}")]) for n in (1, 2, 3)],
                      openai_text("Done."))
 
     proc = run_headless(fake_llm, tmp_path, f"memory_update_tokens = 0\nmax_session_saved_output = {limit}\n\n"
-                        f"[mcp_servers.bad]\nurl = {json.dumps(url_server.url)}\ntool_timeout = 600\n", "go")
+                        f"[mcp_servers.bad]\nurl = {json.dumps(url_server.url)}\ntool_timeout = 600\n", "go",
+                        real_process=True)
 
     assert proc.returncode == 0, proc.stderr[-3000:]
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
