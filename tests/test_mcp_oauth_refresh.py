@@ -155,7 +155,8 @@ def _edit(file: TokenFile, **changes: Any) -> None:
 def _session_calling_echo(tmp_path: Path, fake_llm: Any, servers: RefreshServers) -> tuple[int, list[dict[str, Any]], str]:
     """A headless session in a new process whose model calls web__echo."""
     fake_llm.enqueue(openai_tool_calls([("web__echo", {"text": "again"}, "call_echo")]), openai_text("Done."))
-    return _tidegauge(tmp_path, fake_llm, _toml(servers), "echo")
+    # A new process, as every session is: it holds no authorization server metadata of the login's.
+    return _tidegauge(tmp_path, fake_llm, _toml(servers), "echo", real_process=True)
 
 
 def _assert_echo_answered(code: int, events: list[dict[str, Any]], output: str) -> None:
@@ -219,7 +220,7 @@ async def test_when_the_authorization_server_cannot_be_found_again_one_line_says
     servers.hide_metadata()
     fake_llm.enqueue(openai_text("Fine."))
 
-    code, events, output = _tidegauge(tmp_path, fake_llm, _toml(servers), "hi")
+    code, events, output = _tidegauge(tmp_path, fake_llm, _toml(servers), "hi", real_process=True)
 
     _assert_the_mcp_server_never_saw(servers, refresh)
     assert servers.refreshes("as") == []

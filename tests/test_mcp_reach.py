@@ -146,8 +146,8 @@ def old_time_server() -> Path:
 
 
 def _tidegauge(tmp_path: Path, fake, servers_toml: str, prompt: str, env_extra: dict[str, str] | None = None,
-               ) -> tuple[int, list[dict[str, Any]], str]:
-    proc = run_headless(fake, tmp_path, servers_toml, prompt, "--yes", env_extra=env_extra)
+               real_process: bool = False) -> tuple[int, list[dict[str, Any]], str]:
+    proc = run_headless(fake, tmp_path, servers_toml, prompt, "--yes", env_extra=env_extra, real_process=real_process)
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     return proc.returncode, events, proc.stdout + proc.stderr
 
