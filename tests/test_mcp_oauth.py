@@ -28,44 +28,44 @@ from typing import Any
 
 import httpx
 import pytest
+from asgi_in_thread import AsgiInThread, listening_socket, server_module
 from fake_llm_server import openai_text, openai_tool_calls
 from test_mcp_headless import toml_string
 from test_mcp_reach import _statuses, _tidegauge
-from test_mcp_servers import START, Session, _free_port, _wait_listening
+from test_mcp_servers import START, Session
 
 from app.kernel.redact import REDACTED, clear_secrets, redact
 from app.mcp.oauth import LoopbackReceiver, TokenFile, login, token_path
 from app.mcp.settings import McpServerConfig
 
-OAUTH_HTTP = Path(__file__).parent / "mcp_servers" / "oauth_http.py"
 ROOT = Path(__file__).resolve().parent.parent
 
 
 class OAuthServer:
-    """tests/mcp_servers/oauth_http.py on a free loopback port."""
+    """tests/mcp_servers/oauth_http.py's app on a free loopback port, on a thread of the test process:
+    what the tests check is what tidegauge sends it and makes of its answers, not its process."""
 
     def __init__(self, tmp_path: Path, client: str = "", scoped_tool: str = "") -> None:
         self.client = client  # a client registered beforehand, "ID:SECRET"
         self.scoped_tool = scoped_tool  # "NAME:SCOPE": a tool that needs that scope (a step-up)
-        self.port = _free_port()
+        self.sock = listening_socket()
+        self.port = self.sock.getsockname()[1]
         self.record = tmp_path / "oauth-received.jsonl"
-        self.log = tmp_path / "oauth-server.log"
         self.base = f"http://127.0.0.1:{self.port}"
         self.url = f"{self.base}/mcp"
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.served: AsgiInThread | None = None
 
     async def start(self) -> None:
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, str(OAUTH_HTTP), "--port", str(self.port),
-                                          "--record", str(self.record), "--client", self.client,
-                                          "--scoped-tool", self.scoped_tool],
-                                         stdout=log, stderr=subprocess.STDOUT)
-        await _wait_listening(self.port, self.proc)
+        app = server_module("oauth_http").build_app(self.port, str(self.record), client=self.client,
+                                                    scoped_tool_and_scope=self.scoped_tool)
+        self.served = AsgiInThread(app, self.sock)
+        self.served.start()
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
+        if self.served is not None:
+            self.served.stop()
+            self.served.app.close_record()
+            self.served = None
 
     def received(self) -> list[dict[str, Any]]:
         return [json.loads(line) for line in self.record.read_text().splitlines()] if self.record.exists() else []

@@ -35,18 +35,13 @@ from mcp.server.mcpserver import MCPServer
 from _asgi import read_request, reply
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--record", required=True)
-    parser.add_argument("--access-expires-in", type=int, default=3600)
-    parser.add_argument("--client", default="")
-    parser.add_argument("--scoped-tool", default="")
-    args = parser.parse_args()
-    scoped_tool, _, needed_scope = args.scoped_tool.partition(":")
-    pre_id, _, pre_secret = args.client.partition(":")
+def build_app(port: int, record_path: str, *, access_expires_in: int = 3600, client: str = "",
+              scoped_tool_and_scope: str = "") -> Any:
+    """The server's ASGI app on ``port`` (run by ``main``, or in a test's thread: tests/asgi_in_thread.py)."""
+    scoped_tool, _, needed_scope = scoped_tool_and_scope.partition(":")
+    pre_id, _, pre_secret = client.partition(":")
     pre_basic = "Basic " + base64.b64encode(f"{pre_id}:{pre_secret}".encode()).decode() if pre_id else None
-    base = f"http://127.0.0.1:{args.port}"
+    base = f"http://127.0.0.1:{port}"
     prm_url = f"{base}/.well-known/oauth-protected-resource/mcp"
 
     server = MCPServer("oauth-http")
@@ -61,7 +56,7 @@ def main() -> None:
             return f"{scoped_tool} done"
 
     mcp_app = server.streamable_http_app()
-    record = open(args.record, "a", encoding="utf-8")
+    record = open(record_path, "a", encoding="utf-8")
     clients: dict[str, list[str]] = {}  # client_id -> redirect_uris
     codes: dict[str, dict[str, str]] = {}
     access_tokens: dict[str, set[str]] = {}  # token -> the scopes it carries
@@ -71,7 +66,7 @@ def main() -> None:
         access, refresh = "at-" + secrets.token_hex(16), "rt-" + secrets.token_hex(16)
         access_tokens[access] = set(scopes.split())
         refresh_tokens.add(refresh)
-        return {"access_token": access, "token_type": "Bearer", "expires_in": args.access_expires_in,
+        return {"access_token": access, "token_type": "Bearer", "expires_in": access_expires_in,
                 "refresh_token": refresh, **({"scope": scopes} if scoped_tool else {})}
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -167,6 +162,20 @@ def main() -> None:
             return await mcp_app(scope, replay if method == "POST" else receive, send)
         return await reply(send, 404, {"error": "not_found"})
 
+    app.close_record = record.close  # type: ignore[attr-defined]
+    return app
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--record", required=True)
+    parser.add_argument("--access-expires-in", type=int, default=3600)
+    parser.add_argument("--client", default="")
+    parser.add_argument("--scoped-tool", default="")
+    args = parser.parse_args()
+    app = build_app(args.port, args.record, access_expires_in=args.access_expires_in, client=args.client,
+                    scoped_tool_and_scope=args.scoped_tool)
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", lifespan="on")
 
 
