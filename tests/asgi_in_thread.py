@@ -20,11 +20,11 @@ import uvicorn
 class AsgiInThread:
     """``app`` served on 127.0.0.1:``port`` until ``stop``."""
 
-    def __init__(self, app: Any, sock: socket.socket) -> None:
+    def __init__(self, app: Any, sock: socket.socket, lifespan: str = "on") -> None:
         self.app = app
         self.sock = sock
         self.port: int = sock.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan=lifespan))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True,
                                        name=f"asgi-{self.port}")
 

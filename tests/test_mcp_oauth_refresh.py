@@ -30,51 +30,58 @@ from typing import Any
 
 import httpx
 import pytest
+from asgi_in_thread import AsgiInThread, listening_socket, server_module
 from fake_llm_server import openai_text, openai_tool_calls
 from test_mcp_headless import toml_string
 from test_mcp_oauth import _browser, _wait_for_line
 from test_mcp_reach import _statuses, _tidegauge
-from test_mcp_servers import START, _free_port, _wait_listening
+from test_mcp_servers import START
 
 from app.kernel.private_files import write_private_atomic
 from app.kernel.redact import clear_secrets
 from app.mcp.oauth import TokenFile, login, token_path
 from app.mcp.settings import McpServerConfig
 
-SERVER = Path(__file__).parent / "mcp_servers" / "oauth_refresh_http.py"
-
 
 class RefreshServers:
-    """tests/mcp_servers/oauth_refresh_http.py: the MCP server (and in ``split``, the authorization
-    server on another port), every request recorded whole."""
+    """tests/mcp_servers/oauth_refresh_http.py's apps: the MCP server (and in ``split``, the
+    authorization server on another port), every request recorded whole. They run on threads of
+    the test process (tests/asgi_in_thread.py); tidegauge's sessions are new processes."""
 
     def __init__(self, tmp_path: Path, layout: str) -> None:
         self.layout, _, token_elsewhere = layout.partition("+")
-        self.port = _free_port()
-        self.as_port = _free_port() if self.layout == "split" else self.port
-        self.token_port = _free_port() if token_elsewhere else 0
+        self.sockets = {"mcp": listening_socket()}
+        if self.layout == "split":
+            self.sockets["as"] = listening_socket()
+        if token_elsewhere:
+            self.sockets["token"] = listening_socket()
+        ports = {listener: sock.getsockname()[1] for listener, sock in self.sockets.items()}
+        self.port = ports["mcp"]
+        self.as_port = ports.get("as", self.port)
+        self.token_port = ports.get("token", 0)
         self.record = tmp_path / f"{layout}-received.jsonl"
-        self.log = tmp_path / f"{layout}-server.log"
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.as_base = f"http://127.0.0.1:{self.as_port}"
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.served: list[AsgiInThread] = []
+        self.close_record: Any = None
 
     async def start(self) -> RefreshServers:
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, str(SERVER), "--layout", self.layout, "--port", str(self.port),
-                                          "--as-port", str(self.as_port), "--token-port", str(self.token_port),
-                                          "--record", str(self.record)],
-                                         stdout=log, stderr=subprocess.STDOUT)
-        await _wait_listening(self.port, self.proc)
-        await _wait_listening(self.as_port, self.proc)
-        if self.token_port:
-            await _wait_listening(self.token_port, self.proc)
+        apps, self.close_record = server_module("oauth_refresh_http").build_apps(
+            self.layout, self.port, self.as_port, self.token_port, str(self.record))
+        for listener, app in apps.items():
+            # Only the MCP server's app has a lifespan (the SDK's session manager).
+            served = AsgiInThread(app, self.sockets[listener], lifespan="on" if listener == "mcp" else "off")
+            served.start()
+            self.served.append(served)
         return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
+        for served in self.served:
+            served.stop()
+        self.served = []
+        if self.close_record is not None:
+            self.close_record()
+            self.close_record = None
 
     def received(self, listener: str) -> list[dict[str, Any]]:
         lines = self.record.read_text().splitlines() if self.record.exists() else []

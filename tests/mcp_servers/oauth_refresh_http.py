@@ -39,20 +39,15 @@ from mcp.server.mcpserver import MCPServer
 from _asgi import read_request, reply
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--layout", choices=["split", "legacy"], required=True)
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--as-port", type=int, default=0)
-    parser.add_argument("--token-port", type=int, default=0)
-    parser.add_argument("--record", required=True)
-    args = parser.parse_args()
-    mcp_base = f"http://127.0.0.1:{args.port}"
-    if args.layout == "split":
-        as_base, issuer, prefix = f"http://127.0.0.1:{args.as_port}", f"http://127.0.0.1:{args.as_port}", ""
+def build_apps(layout: str, port: int, as_port: int, token_port: int, record_path: str) -> tuple[dict[str, Any], Any]:
+    """The ASGI app of each listener ("mcp"; "as" in ``split``; "token" with a ``token_port``), and
+    what closes the record (run by ``main``, or on a test's threads: tests/asgi_in_thread.py)."""
+    mcp_base = f"http://127.0.0.1:{port}"
+    if layout == "split":
+        as_base, issuer, prefix = f"http://127.0.0.1:{as_port}", f"http://127.0.0.1:{as_port}", ""
     else:
         as_base, issuer, prefix = mcp_base, f"{mcp_base}/oauth", "/oauth"
-    token_endpoint = f"http://127.0.0.1:{args.token_port}/token" if args.token_port else f"{as_base}{prefix}/token"
+    token_endpoint = f"http://127.0.0.1:{token_port}/token" if token_port else f"{as_base}{prefix}/token"
     prm_url = f"{mcp_base}/.well-known/oauth-protected-resource/mcp"
 
     server = MCPServer("oauth-refresh-http")
@@ -62,7 +57,7 @@ def main() -> None:
         return f"echo: {text}"
 
     mcp_app = server.streamable_http_app()
-    record = open(args.record, "a", encoding="utf-8")
+    record = open(record_path, "a", encoding="utf-8")
     clients: dict[str, list[str]] = {}
     codes: dict[str, dict[str, str]] = {}
     access_tokens: set[str] = set()
@@ -133,18 +128,18 @@ def main() -> None:
                                      "body": body.decode("utf-8", errors="replace")}) + "\n")
             record.flush()
 
-            if listener != "mcp" or args.layout == "legacy":
+            if listener != "mcp" or layout == "legacy":
                 if await authorization_server(scope, send, method, path, body):
                     return None
             if listener != "mcp":
                 return await reply(send, 404, {"error": "not_found"})
-            if path == "/.well-known/oauth-protected-resource/mcp" and args.layout == "split":
+            if path == "/.well-known/oauth-protected-resource/mcp" and layout == "split":
                 return await reply(send, 200, {"resource": f"{mcp_base}/mcp", "authorization_servers": [as_base]})
             if path.startswith("/mcp"):
                 token = headers.get("authorization", "").removeprefix("Bearer ")
                 if token not in access_tokens:
                     challenge = (f'Bearer error="invalid_token", resource_metadata="{prm_url}"'
-                                 if args.layout == "split" else "Bearer").encode()
+                                 if layout == "split" else "Bearer").encode()
                     return await reply(send, 401, {"error": "invalid_token"}, [(b"www-authenticate", challenge)])
                 sent = False
 
@@ -160,15 +155,30 @@ def main() -> None:
 
         return app
 
+    apps = {"mcp": app_for("mcp")}
+    if layout == "split":
+        apps["as"] = app_for("as")
+    if token_port:
+        apps["token"] = app_for("token")
+    return apps, record.close
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--layout", choices=["split", "legacy"], required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--as-port", type=int, default=0)
+    parser.add_argument("--token-port", type=int, default=0)
+    parser.add_argument("--record", required=True)
+    args = parser.parse_args()
+    apps, _close = build_apps(args.layout, args.port, args.as_port, args.token_port, args.record)
+    ports = {"mcp": args.port, "as": args.as_port, "token": args.token_port}
+
     async def serve() -> None:
-        servers = [uvicorn.Server(uvicorn.Config(app_for("mcp"), host="127.0.0.1", port=args.port,
-                                                 log_level="warning", lifespan="on"))]
-        if args.layout == "split":
-            servers.append(uvicorn.Server(uvicorn.Config(app_for("as"), host="127.0.0.1", port=args.as_port,
-                                                         log_level="warning", lifespan="off")))
-        if args.token_port:
-            servers.append(uvicorn.Server(uvicorn.Config(app_for("token"), host="127.0.0.1", port=args.token_port,
-                                                         log_level="warning", lifespan="off")))
+        # Only the MCP server's app has a lifespan (the SDK's session manager).
+        servers = [uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=ports[listener], log_level="warning",
+                                                 lifespan="on" if listener == "mcp" else "off"))
+                   for listener, app in apps.items()]
         await asyncio.gather(*(each.serve() for each in servers))
 
     asyncio.run(serve())
