@@ -30,45 +30,47 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from asgi_in_thread import AsgiInThread, listening_socket, server_module
 from fake_llm_server import openai_text, openai_tool_calls
 from test_mcp_headless import toml_string
 from test_mcp_oauth import _browser, _wait_for_line
 from test_mcp_reach import _statuses, _tidegauge
-from test_mcp_servers import START, _free_port, _wait_listening
+from test_mcp_servers import START
 
 from app.kernel.redact import clear_secrets
 from app.mcp.oauth import LoginError, TokenFile, login, token_path
 from app.mcp.settings import McpServerConfig
 
-SERVER = Path(__file__).parent / "mcp_servers" / "oauth_legacy_enterprise_http.py"
 ID_TOKEN = "eyJhbGciOiJFUzI1NiJ9.id-token-of-demo-user.c2lnbmF0dXJl"
 XAA_CLIENT, XAA_SECRET = "xaa-client", "xaa-client-secret-1234"
 
 
 class LayoutServer:
-    """tests/mcp_servers/oauth_legacy_enterprise_http.py in one MODE on a free loopback port."""
+    """tests/mcp_servers/oauth_legacy_enterprise_http.py's app in one MODE on a free loopback port, on
+    a thread of the test process (tests/asgi_in_thread.py): what the tests check is what tidegauge
+    sends it, not its process."""
 
     def __init__(self, tmp_path: Path, mode: str) -> None:
         self.mode = mode
-        self.port = _free_port()
+        self.sock = listening_socket()
+        self.port = self.sock.getsockname()[1]
         self.record = tmp_path / f"{mode}-received.jsonl"
-        self.log = tmp_path / f"{mode}-server.log"
         self.base = f"http://127.0.0.1:{self.port}"
         self.url = f"{self.base}/mcp"
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.served: AsgiInThread | None = None
 
     async def start(self) -> LayoutServer:
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, str(SERVER), "--port", str(self.port), "--record",
-                                          str(self.record), "--mode", self.mode, "--id-token", ID_TOKEN],
-                                         stdout=log, stderr=subprocess.STDOUT)
-        await _wait_listening(self.port, self.proc)
+        app = server_module("oauth_legacy_enterprise_http").build_app(self.port, str(self.record), self.mode,
+                                                                      ID_TOKEN)
+        self.served = AsgiInThread(app, self.sock)
+        self.served.start()
         return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
+        if self.served is not None:
+            self.served.stop()
+            self.served.app.close_record()
+            self.served = None
 
     def received(self) -> list[dict[str, Any]]:
         return [json.loads(line) for line in self.record.read_text().splitlines()] if self.record.exists() else []

@@ -52,17 +52,12 @@ ID_JAG = "urn:ietf:params:oauth:token-type:id-jag"
 XAA_CLIENT, XAA_SECRET = "xaa-client", "xaa-client-secret-1234"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--record", required=True)
-    parser.add_argument("--mode", required=True,
-                        choices=["legacy", "fallback", "foreign-issuer", "current-mismatch", "enterprise",
-                                 "cleartext-endpoints"])
-    parser.add_argument("--id-token", default="")
-    args = parser.parse_args()
-    base = f"http://127.0.0.1:{args.port}"
-    mode = args.mode
+MODES = ["legacy", "fallback", "foreign-issuer", "current-mismatch", "enterprise", "cleartext-endpoints"]
+
+
+def build_app(port: int, record_path: str, mode: str, id_token: str = "") -> Any:
+    """The server's ASGI app on ``port`` (run by ``main``, or in a test's thread: tests/asgi_in_thread.py)."""
+    base = f"http://127.0.0.1:{port}"
     # Where the authorization server's endpoints are, and the issuer its metadata names.
     prefix = "" if mode in ("fallback", "enterprise") else "/oauth"
     issuer = {"legacy": f"{base}/oauth", "current-mismatch": f"{base}/oauth", "enterprise": base,
@@ -79,7 +74,7 @@ def main() -> None:
         return f"echo: {text}"
 
     mcp_app = server.streamable_http_app()
-    record = open(args.record, "a", encoding="utf-8")
+    record = open(record_path, "a", encoding="utf-8")
     clients: dict[str, list[str]] = {}
     codes: dict[str, dict[str, str]] = {}
     id_jags: set[str] = set()
@@ -139,7 +134,7 @@ def main() -> None:
                 return await reply(send, 400, {"error": "invalid_grant"})
             return await reply(send, 200, grant())
         if path == "/idp/token" and method == "POST" and mode == "enterprise":
-            if (form.get("grant_type") != TOKEN_EXCHANGE or form.get("subject_token") != args.id_token
+            if (form.get("grant_type") != TOKEN_EXCHANGE or form.get("subject_token") != id_token
                     or form.get("requested_token_type") != ID_JAG or form.get("audience") != base
                     or form.get("resource") != f"{base}/mcp"):
                 return await reply(send, 400, {"error": "invalid_grant",
@@ -170,6 +165,18 @@ def main() -> None:
             return await mcp_app(scope, replay if method == "POST" else receive, send)
         return await reply(send, 404, {"error": "not_found"})
 
+    app.close_record = record.close  # type: ignore[attr-defined]
+    return app
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--record", required=True)
+    parser.add_argument("--mode", required=True, choices=MODES)
+    parser.add_argument("--id-token", default="")
+    args = parser.parse_args()
+    app = build_app(args.port, args.record, args.mode, args.id_token)
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", lifespan="on")
 
 
