@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import socket
 import threading
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
 
@@ -20,7 +20,7 @@ import uvicorn
 class AsgiInThread:
     """``app`` served on 127.0.0.1:``port`` until ``stop``."""
 
-    def __init__(self, app: Any, sock: socket.socket, lifespan: str = "on") -> None:
+    def __init__(self, app: Any, sock: socket.socket, lifespan: Literal["on", "off"] = "on") -> None:
         self.app = app
         self.sock = sock
         self.port: int = sock.getsockname()[1]
