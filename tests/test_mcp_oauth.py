@@ -125,7 +125,7 @@ def _wait_for_line(path: Path, needle: str, proc: subprocess.Popen[bytes], secon
     raise AssertionError(f"no line with {needle!r} (exit code {proc.poll()}); stderr so far: {text[-2000:]!r}")
 
 
-# ---------------------------------------------------------------- the whole flow, through the real process
+# ---------------------------------------------------------------- the whole flow, the login a real process
 
 async def test_login_discovers_registers_uses_pkce_and_a_session_then_calls_the_tool_with_the_token(
         fake_llm, tmp_path: Path, oauth_server: OAuthServer) -> None:

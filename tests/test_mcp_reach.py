@@ -8,8 +8,9 @@
   and never show them; a 401 says what to set; a streamable-HTTP server that restarts is
   reconnected and the call it never received is sent again.
 
-Through the real process (``python -m app -p``) where a user would see it, in-process
-through ``start_mcp`` (as the session wires it) where the test must act between two calls.
+Through the CLI (``tidegauge -p``, run in the test process: tests/mcp_helpers.py) where a user
+would see it, through ``start_mcp`` (as the session wires it) where the test must act between two
+calls.
 """
 
 from __future__ import annotations

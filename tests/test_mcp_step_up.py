@@ -4,7 +4,8 @@ that the server wants more scope, names the scope it asked for, and how to log i
 
 The server is a loopback HTTP/1.1 server in this file speaking Streamable HTTP with JSON
 answers; it wants a bearer token, and answers 403 with ``WWW-Authenticate: Bearer
-error="insufficient_scope", scope="..."`` where the test tells it to. Through the real process.
+error="insufficient_scope", scope="..."`` where the test tells it to. Through the CLI
+(``tidegauge -p``, run in the test process: tests/mcp_helpers.py).
 """
 
 from __future__ import annotations
