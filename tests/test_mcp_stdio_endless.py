@@ -1,7 +1,8 @@
 """A stdio MCP server's answer without end, and the session's cap on what answers may save.
 
-Issue 26 ("Bounds"). Through the real CLI (``python -m app -p``, stream-json) against the
-loopback fake LLM and a real server process (``tests/mcp_servers/endless_answer.py``):
+Issue 26 ("Bounds"). Through the real CLI (``python -m app -p``, stream-json; in the test process
+where a test does not measure the process's memory) against the loopback fake LLM and a real
+server process (``tests/mcp_servers/endless_answer.py``):
 
 - a finite answer over ``MAX_SAVED_ANSWER_BYTES`` (100 MB) is cut, its start saved, and the server
   goes on; a tool call answered with a line that never ends: at most ``MAX_SAVED_ANSWER_BYTES`` of
@@ -28,7 +29,7 @@ import psutil
 import pytest
 from fake_llm_server import openai_text, openai_tool_calls
 from loopback_http import serving
-from mcp_helpers import run_headless
+from mcp_helpers import run_headless, tidegauge_run
 from test_mcp_url_bounds import SSE_BIG_BYTES, HostileServer
 
 from app.kernel.describe import describe
@@ -91,6 +92,18 @@ def _tidegauge(tmp_path: Path, fake_llm: Any, prompt: str, *flags: str) -> tuple
     proc.returncode = os.waitstatus_to_exitcode(status)
     events = [json.loads(line) for line in out.read_text().splitlines() if line.startswith("{")]
     return proc.returncode, events, err.read_text(errors="replace"), peak
+
+
+def _tidegauge_in_process(tmp_path: Path, fake_llm: Any, prompt: str) -> tuple[int, list[dict[str, Any]], str]:
+    """One headless run through the CLI in the test process, for tests that do not measure the
+    process's memory: (exit code, stream-json events, stderr)."""
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("TIDEGAUGE_")}
+    env.update({"TIDEGAUGE_CONFIG_DIR": str(tmp_path / "config"), "TIDEGAUGE_DATA_DIR": str(tmp_path / "data"),
+                "OPENAI_API_KEY": KEY})
+    proc = tidegauge_run(["--provider", "openai", "--model", "m", "--base-url", fake_llm.base_url("openai"),
+                          "--output-format", "stream-json", "--yes", "-p", prompt], cwd=tmp_path / "work", env=env)
+    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    return proc.returncode, events, proc.stderr
 
 
 def _high_water_rss(pid: int) -> int:
@@ -191,7 +204,7 @@ def test_an_answer_without_end_during_the_start_fails_that_server_once_with_the_
     _config(tmp_path, pid_file, "", "--endless-tools-list")
     fake_llm.enqueue(openai_text("No tools from e; answering anyway."))
 
-    code, events, stderr, _ = _tidegauge(tmp_path, fake_llm, "hello")
+    code, events, stderr = _tidegauge_in_process(tmp_path, fake_llm, "hello")
 
     assert code == 0, stderr[-3000:]
     [failed] = [e for e in events if e["type"] == "mcp_server" and e["status"] == "failed"]
@@ -218,7 +231,7 @@ def test_answers_cut_at_the_transport_count_toward_the_sessions_cap_and_past_it_
                      openai_tool_calls([("e__big", {"megabytes": 12}, "call_3")]),
                      openai_text("Read them."))
 
-    code, events, stderr, _ = _tidegauge(tmp_path, fake_llm, "read three big answers")
+    code, events, stderr = _tidegauge_in_process(tmp_path, fake_llm, "read three big answers")
 
     assert code == 0, stderr[-3000:]
     results = {e["id"]: e for e in events if e["type"] == "tool_result"}
