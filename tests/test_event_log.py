@@ -479,19 +479,35 @@ def test_a_resumed_session_redraws_its_conversation_not_each_earlier_runs_start_
     """Each run says its own start-up lines (a setting that cannot work, its MCP servers): a
     session resumed twice redrew every earlier run's warnings before its conversation, one copy
     per run, and this run's again after it."""
-    session_id = None
-    for run in range(3):
-        runner = demo(tmp_path, resume=session_id, server_compaction=True).start()  # a config_warning each run
-        try:
-            said = Collector()
-            snapshot, unsubscribe = runner.attach(said)
-            session_id = runner.info.session_id
-            runner.submit(UserInput(f"hi {run}"))
-            said.wait_for("result")
-            unsubscribe()
-        finally:
-            runner.stop()
-        assert runner.returncode == 0, runner.stderr_tail()
+    from app.wiring.config import load_settings
+    from app.wiring.runtime import build_session
+
+    # The two earlier runs only record the session: the session the child process builds
+    # (build_session), run in this process. The third, whose redraw is tested, is a session process.
+    session_id: str | None = None
+    for run in range(2):
+        work = tmp_path / "work"
+        work.mkdir(exist_ok=True)
+        settings = load_settings({"provider": "demo", "demo_speed": 0, "data_dir": tmp_path / "data",
+                                  "server_compaction": True})  # a config_warning each run
+        earlier = build_session(settings, approvals=True, resume=session_id, cwd=work)
+        ended = Collector()
+        earlier.subscribe(ended)
+        earlier.submit(UserInput(f"hi {run}"))
+        earlier.submit(Shutdown())
+        asyncio.run(earlier.run())
+        assert ended.of("result") and ended.of("config_warning"), [e.event.type for e in ended.events]
+        session_id = earlier.info.session_id
+    runner = demo(tmp_path, resume=session_id, server_compaction=True).start()
+    try:
+        said = Collector()
+        snapshot, unsubscribe = runner.attach(said)
+        runner.submit(UserInput("hi 2"))
+        said.wait_for("result")
+        unsubscribe()
+    finally:
+        runner.stop()
+    assert runner.returncode == 0, runner.stderr_tail()
     kinds = [event.type for event in snapshot.restored]
     assert "config_warning" not in kinds, kinds
     assert [e.text for e in snapshot.restored if e.type == "user_message"] == ["hi 0", "hi 1"]

@@ -76,8 +76,13 @@ def _cmdline(process: psutil.Process) -> str:
         return "?"
 
 
-def _started_tree(root: int, expected: tuple[str, ...] = EXPECTED) -> list[psutil.Process]:
-    """Every process below ``root`` once the ``expected`` ones (the tool's and the server's) all run."""
+def _started_tree(root: int, expected: tuple[str, ...] = EXPECTED,
+                  started: Callable[[], object] = lambda: None) -> list[psutil.Process]:
+    """Every process below ``root`` once the ``expected`` ones (the tool's and the server's) all run.
+
+    ``started`` waits first for what tidegauge says when the tool starts: a walk of the process
+    table costs ~13 ms, so it is polled only for the moment the tool needs to start its own."""
+    started()
     seen: list[psutil.Process] = []
 
     def everything_runs() -> bool:
@@ -113,6 +118,18 @@ def _assert_all_end(processes: list[psutil.Process]) -> None:
 # ------------------------------------------------------------------------------------------- headless
 
 
+def _tool_started(proc: subprocess.Popen[bytes]) -> Callable[[], object]:
+    """Reads headless stream-json until the tool's tool_start line, or the end of its output."""
+    def read() -> object:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if b'"type": "tool_start"' in line or b'"type":"tool_start"' in line:
+                return line
+        return None
+
+    return read
+
+
 def _headless(tmp_path: Path, fake_llm, *, mcp: bool = True) -> subprocess.Popen[bytes]:
     if mcp:
         _write_config(tmp_path)
@@ -131,7 +148,7 @@ def test_headless_ended_by_a_signal_ends_its_tools_and_mcp_servers(tmp_path, fak
     _script_the_model(fake_llm)
     proc = _headless(tmp_path, fake_llm)
     try:
-        tree = _started_tree(proc.pid)
+        tree = _started_tree(proc.pid, started=_tool_started(proc))
         tool = next(p for p in tree if _cmdline(p) == "sleep 1002")
         proc.send_signal(signals[0])
         if len(signals) > 1:  # the second ctrl+c once the first has stopped the tool (two at once are one)
@@ -185,7 +202,7 @@ def test_the_dashboard_ended_any_way_ends_its_session_process_tools_and_mcp_serv
     _script_the_model(fake_llm)
     term = _dashboard(tmp_path, fake_llm, monkeypatch)
     try:
-        tree = _started_tree(term.proc.pid)
+        tree = _started_tree(term.proc.pid, started=lambda: term.wait_for(b"run_bash"))
         end(term)
         assert term.proc.wait(timeout=WAIT_S) == code
         _assert_all_end(tree)
@@ -202,7 +219,7 @@ def test_kill_9_of_the_session_process_ends_its_tools_and_mcp_servers_and_the_da
     _script_the_model(fake_llm)
     term = _dashboard(tmp_path, fake_llm, monkeypatch)
     try:
-        tree = _started_tree(term.proc.pid)
+        tree = _started_tree(term.proc.pid, started=lambda: term.wait_for(b"run_bash"))
         session = _session_process(term.proc.pid)
         mark = len(term.output)
         session.kill()
@@ -251,7 +268,7 @@ def test_kill_9_of_headless_tidegauge_ends_everything_it_started_and_only_that(t
     tree: list[psutil.Process] = []
     bystanders: list[psutil.Process] = []
     try:
-        tree = _started_tree(proc.pid)
+        tree = _started_tree(proc.pid, started=_tool_started(proc))
         cmdlines = [_cmdline(p) for p in tree]
         token = next(p for p in tree if _cmdline(p) == "sleep 1001").environ().get(TOKEN_ENV, "")
         bystanders = [_same_user_process({TOKEN_ENV: "0" * 32}), _same_user_process({TOKEN_ENV: token + "0"}),
@@ -280,7 +297,7 @@ def test_a_normal_headless_exit_leaves_no_watchdog_and_no_process(tmp_path, fake
     proc = _headless(tmp_path, fake_llm, mcp=False)
     tree: list[psutil.Process] = []
     try:
-        tree = _started_tree(proc.pid, ("sleep 1000", WATCHDOG))
+        tree = _started_tree(proc.pid, ("sleep 1000", WATCHDOG), started=_tool_started(proc))
         writer: list[int] = []
 
         def command_reads() -> bool:  # never a blocking open: tidegauge may have died instead

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_in_process import run_cli
 from fake_llm_server import openai_text
 
 from app.wiring.config import load_settings, resolve_provider
@@ -35,6 +36,13 @@ def _run(tmp_path: Path, *args: str, **extra: str) -> subprocess.CompletedProces
     work.mkdir(exist_ok=True)
     return subprocess.run([sys.executable, "-m", "app", *args], cwd=work, env=_env(tmp_path, **extra),
                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+
+
+def _run_in_process(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """A run that only makes a session a later command reads: the same CLI, in this process."""
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    return run_cli(list(args), cwd=work, env=_env(tmp_path))
 
 
 def _sessions_left(tmp_path: Path) -> list[str]:
@@ -82,8 +90,8 @@ def test_the_demo_runs_when_nothing_was_asked_and_says_so_on_stderr(tmp_path: Pa
 
 def test_the_session_event_names_provider_and_model_and_sessions_lists_them(fake_llm, tmp_path: Path) -> None:
     fake_llm.enqueue(openai_text("ok"))
-    proc = _run(tmp_path, "-p", "hi", "--provider", "openai", "--model", "local-7b",
-                "--base-url", fake_llm.base_url("openai"), "--output-format", "stream-json")
+    proc = _run_in_process(tmp_path, "-p", "hi", "--provider", "openai", "--model", "local-7b",
+                           "--base-url", fake_llm.base_url("openai"), "--output-format", "stream-json")
     assert proc.returncode == 0, proc.stderr
     events = [json.loads(line) for line in proc.stdout.splitlines()]
     session = events[0]
@@ -91,7 +99,7 @@ def test_the_session_event_names_provider_and_model_and_sessions_lists_them(fake
     assert (session["provider"], session["model"]) == ("openai", "local-7b")
     assert (events[-1]["provider"], events[-1]["model"]) == ("openai", "local-7b")
 
-    demo = _run(tmp_path, "-p", "hello")  # the provider's usual model is named too, not left blank
+    demo = _run_in_process(tmp_path, "-p", "hello")  # the provider's usual model is named too, not left blank
     assert demo.returncode == 0, demo.stderr
     listing = _run(tmp_path, "sessions")
     assert listing.returncode == 0

@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from cli_in_process import run_cli
 from fake_llm_server import anthropic_text, openai_text, openai_tool_calls, stall_after
 
 
@@ -126,7 +127,7 @@ def test_kill_9_mid_turn_then_continue(fake_llm, tmp_path):
     fake_llm.release()
 
     fake_llm.enqueue(openai_text("resumed fine"))
-    resumed = _run(["-p", "go on", "--continue", *args], tmp_path, env, cwd=work)
+    resumed = run_cli(["-p", "go on", "--continue", *args], cwd=work, env=env)  # the kill is what is tested
     assert resumed.returncode == 0, resumed.stderr
     body = fake_llm.requests[-1].json
     contents = json.dumps(body["messages"])

@@ -1,6 +1,7 @@
 """Issue 28 (wire fidelity, second round) through the real process: `python -m app -p` against the
 loopback server, whose streams are shaped like the real services' (nested stream errors, refusal
-parts, ``phase`` on message items, the model's own argument bytes)."""
+parts, ``phase`` on message items, the model's own argument bytes). A turn that only makes the
+session a later run resumes runs the same CLI in-process (tests/cli_in_process.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_in_process import run_cli
 from fake_llm_server import (
     CACHE_CONTROL_REFUSAL,
     Reply,
@@ -49,6 +51,14 @@ def _run(fake_llm: Any, tmp_path: Path, provider: str, *args: str, **env: str) -
     return subprocess.run(_cli(fake_llm, provider, *args), cwd=work,
                           env=_env(tmp_path, OPENAI_API_KEY=KEY, ANTHROPIC_API_KEY=KEY, **env),
                           capture_output=True, text=True, timeout=120)
+
+
+def _run_in_process(fake_llm: Any, tmp_path: Path, provider: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """A turn whose process is not what is tested (it makes the session a later run resumes)."""
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    return run_cli(_cli(fake_llm, provider, *args)[3:], cwd=work,
+                   env=_env(tmp_path, OPENAI_API_KEY=KEY, ANTHROPIC_API_KEY=KEY))
 
 
 def _stream_json(proc: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
@@ -108,7 +118,7 @@ def test_phase_and_argument_bytes_go_back_as_the_model_sent_them_also_after_resu
         responses_text("Two files.", phase="final_answer"),
         responses_text("Still two.", phase="final_answer"),
     )
-    first = _run(fake_llm, tmp_path, "responses", "-p", "what is here?")
+    first = _run_in_process(fake_llm, tmp_path, "responses", "-p", "what is here?")
     assert first.returncode == 0, first.stderr
     resumed = _run(fake_llm, tmp_path, "responses", "-p", "and now?", "--continue")
     assert resumed.returncode == 0, resumed.stderr
@@ -158,7 +168,7 @@ def test_cache_marks_go_to_any_anthropic_server_and_a_refusal_turns_them_off_for
         anthropic_text("Two files.", usage=dict(input=200, cache_read=800, output=5)),
         anthropic_text("Still two.", usage=dict(input=250, cache_read=800, output=4)),
     )
-    first = _run(fake_llm, tmp_path, "anthropic", "-p", "what is here?")
+    first = _run_in_process(fake_llm, tmp_path, "anthropic", "-p", "what is here?")
     assert first.returncode == 0, first.stderr
     assert first.stdout.strip() == "Two files."
     lines = [line for line in first.stderr.splitlines() if "prompt caching off" in line]
@@ -192,7 +202,7 @@ def test_a_gateway_answering_500_to_system_blocks_gets_one_plain_retry_remembere
     word about cache marks: the first cached request is sent once more without them (the system
     a plain string), said in one line, and the next session sends none from its first request."""
     fake_llm.default = refusing_system_blocks(anthropic_text("Bonjour."), anthropic_text("Encore."))
-    first = _run(fake_llm, tmp_path, "anthropic", "-p", "hello")
+    first = _run_in_process(fake_llm, tmp_path, "anthropic", "-p", "hello")
     assert first.returncode == 0, first.stderr
     assert first.stdout.strip() == "Bonjour."
     lines = [line for line in first.stderr.splitlines() if "prompt caching off" in line]

@@ -4,6 +4,10 @@ Each probe is something an unlucky user or a hostile server did to a session:
 a kill -9 at a bad moment, a server that reuses tool-call ids, two processes on
 one session, a damaged transcript, bytes that are not UTF-8. After each, the
 next ``--continue`` must send a valid request and keep the conversation.
+
+What happens to a process (killed mid-tool, holding the lock, writing bytes to a real stdout)
+runs as a real process; a turn that only makes the session, or only sends the request a
+resumed session builds, runs the same CLI in-process (tests/cli_in_process.py).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 import psutil
 import pytest
 
+from cli_in_process import run_cli
 from fake_llm_server import openai_events, openai_text, openai_tool_calls
 
 from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
@@ -51,9 +56,18 @@ def project(tmp_path: Path) -> Path:
     return path
 
 
+def cli_args(fake_llm, *args: str) -> list[str]:
+    return ["--provider", "openai", "--model", "fake-model", "--base-url", fake_llm.base_url("openai"),
+            "--output-format", "stream-json", *args]
+
+
 def cli(fake_llm, *args: str) -> list[str]:
-    return [sys.executable, "-m", "app", "--provider", "openai", "--model", "fake-model",
-            "--base-url", fake_llm.base_url("openai"), "--output-format", "stream-json", *args]
+    return [sys.executable, "-m", "app", *cli_args(fake_llm, *args)]
+
+
+def in_process(fake_llm, project: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """A turn whose process is not what is tested: the same CLI, run in this process."""
+    return run_cli(cli_args(fake_llm, *args), cwd=project, env=env)
 
 
 def wire_problems(messages: list[dict[str, Any]]) -> list[str]:
@@ -130,8 +144,7 @@ def test_reused_call_id_after_kill_gets_its_own_interrupted_result(fake_llm, env
     """call_0 in turn 1 and again in turn 2; a kill during the second must not give it the first's result."""
     fake_llm.enqueue(openai_tool_calls([("read_file", {"path": "notes.txt"}, "call_0")]),
                      openai_text("The file says: the first file."))
-    first = subprocess.run(cli(fake_llm, "-p", "read notes.txt", "--yes"), cwd=project, env=env,
-                           capture_output=True, text=True, timeout=120)
+    first = in_process(fake_llm, project, env, "-p", "read notes.txt", "--yes")
     assert first.returncode == 0, first.stderr
 
     tool = BlockingTool(project)
@@ -144,8 +157,7 @@ def test_reused_call_id_after_kill_gets_its_own_interrupted_result(fake_llm, env
         tool.end()
 
     fake_llm.enqueue(openai_text("It was interrupted."))
-    third = subprocess.run(cli(fake_llm, "-p", "what happened?", "--continue"), cwd=project, env=env,
-                           capture_output=True, text=True, timeout=120)
+    third = in_process(fake_llm, project, env, "-p", "what happened?", "--continue")
     assert third.returncode == 0, third.stderr
     sent = fake_llm.last_json["messages"]
     assert wire_problems(sent) == []
@@ -173,8 +185,7 @@ def test_second_process_on_a_live_session_refuses_naming_the_first(fake_llm, env
 
         # With --fork-session the same command continues in a copy, while the first still runs.
         fake_llm.enqueue(openai_text("Forked and answered."))
-        forked = subprocess.run(cli(fake_llm, "-p", "another task", "--continue", "--fork-session"),
-                                cwd=project, env=env, capture_output=True, text=True, timeout=120)
+        forked = in_process(fake_llm, project, env, "-p", "another task", "--continue", "--fork-session")
         assert forked.returncode == 0, forked.stderr
         sent = fake_llm.last_json["messages"]
         assert "run the long job" in json.dumps(sent)  # the copy has the earlier conversation
@@ -195,8 +206,7 @@ def test_second_process_on_a_live_session_refuses_naming_the_first(fake_llm, env
 
 def test_two_concurrent_continues_never_merge_their_tasks(fake_llm, env, project) -> None:
     fake_llm.enqueue(openai_text("Started."))
-    assert subprocess.run(cli(fake_llm, "-p", "start", "--yes"), cwd=project, env=env,
-                          capture_output=True, timeout=120).returncode == 0
+    assert in_process(fake_llm, project, env, "-p", "start", "--yes").returncode == 0
     fake_llm.default = lambda body, path: openai_text("Done.")
     procs = [start(fake_llm, project, env, "-p", f"task number {n}", "--continue") for n in (1, 2)]
     outcomes = []
@@ -348,8 +358,7 @@ def test_a_damaged_transcript_restores_to_a_valid_history_with_warnings(tmp_path
 def test_a_damaged_transcript_resumes_through_the_cli_with_a_valid_request(fake_llm, env, project) -> None:
     fake_llm.enqueue(openai_tool_calls([("read_file", {"path": "notes.txt"}, "call_0")]),
                      openai_text("Read it."))
-    assert subprocess.run(cli(fake_llm, "-p", "read notes.txt", "--yes"), cwd=project, env=env,
-                          capture_output=True, timeout=120).returncode == 0
+    assert in_process(fake_llm, project, env, "-p", "read notes.txt", "--yes").returncode == 0
     session = SessionStore(env["TIDEGAUGE_DATA_DIR"]).latest_for(project)
     lines = session.transcript_path.read_bytes().splitlines(keepends=True)
     assistant = next(line for line in lines if b'"tool_calls"' not in line and b'"tool_use"' in line
@@ -383,15 +392,24 @@ def test_non_utf8_cwd_and_a_lone_surrogate_delta_keep_the_session_usable(fake_ll
         json.loads(line.decode("utf-8"))  # strict UTF-8, valid JSON: one object per line
     assert b"half " in first.stdout
 
-    for attempt in range(2):  # the session stays usable on every later --continue
-        fake_llm.enqueue(openai_text(f"Answer {attempt}."))
-        later = subprocess.run(cli(fake_llm, "-p", f"again {attempt}", "--continue"), cwd=project, env=env,
-                               capture_output=True, timeout=120)
-        assert later.returncode == 0, later.stderr.decode(errors="replace")
-        for line in later.stdout.splitlines():
-            json.loads(line.decode("utf-8"))
-        sent = json.dumps(fake_llm.last_json["messages"])
-        assert "half " in sent and "hello" in sent
+    # The session stays usable on every later --continue: the first in-process (its output
+    # encoded strictly, as a real stdout would), the last a real process again.
+    fake_llm.enqueue(openai_text("Answer 0."))
+    later = in_process(fake_llm, project, env, "-p", "again 0", "--continue")
+    assert later.returncode == 0, later.stderr
+    for text_line in later.stdout.splitlines():
+        text_line.encode("utf-8")  # strict: a lone surrogate raises here as it would on a real stdout
+        json.loads(text_line)
+    sent = json.dumps(fake_llm.last_json["messages"])
+    assert "half " in sent and "hello" in sent and "again 0" in sent
+    fake_llm.enqueue(openai_text("Answer 1."))
+    last = subprocess.run(cli(fake_llm, "-p", "again 1", "--continue"), cwd=project, env=env,
+                          capture_output=True, timeout=120)
+    assert last.returncode == 0, last.stderr.decode(errors="replace")
+    for line in last.stdout.splitlines():
+        json.loads(line.decode("utf-8"))
+    sent = json.dumps(fake_llm.last_json["messages"])
+    assert "half " in sent and "hello" in sent and "again 0" in sent
     assert len(SessionStore(env["TIDEGAUGE_DATA_DIR"]).list_for(project)) == 1
 
 
@@ -441,8 +459,8 @@ def test_kill_9_at_many_points_then_continue_sends_a_valid_request(fake_llm, env
     state = restore(session)
     assert sendable_problems(state.history) == []
 
-    resumed = subprocess.run(cli(fake_llm, "-p", "resume check", "--continue", "--yes"), cwd=project, env=env,
-                             capture_output=True, text=True, timeout=120)
+    # The kill is what is tested; the resume that follows only builds and sends a request.
+    resumed = in_process(fake_llm, project, env, "-p", "resume check", "--continue", "--yes")
     assert resumed.returncode == 0, resumed.stderr
     sent = fake_llm.last_json["messages"]
     assert wire_problems(sent) == []

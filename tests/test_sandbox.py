@@ -222,10 +222,16 @@ def test_no_survivor_of_a_kill_9_even_after_env_i_setsid_double_forks(fake_llm, 
     env.update({"TIDEGAUGE_CONFIG_DIR": str(work.parent / "config"),
                 "TIDEGAUGE_DATA_DIR": str(work.parent / "data"), "OPENAI_API_KEY": KEY})
     proc = subprocess.Popen([sys.executable, "-m", "app", "--provider", "openai", "--model", "m", "--base-url",
-                             fake_llm.base_url("openai"), "--yes", "-p", "fork"], cwd=work, env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+                             fake_llm.base_url("openai"), "--yes", "--output-format", "stream-json", "-p", "fork"],
+                            cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
     try:
+        # Until tidegauge says the tool started (or its output ends): a walk of every process's
+        # command line costs ~10 ms, so it is polled only while the command starts its own.
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if b'"type": "tool_start"' in line or b'"type":"tool_start"' in line:
+                break
         _poll(lambda: len({p.pid for p in _marked(mark)}) >= 3 or proc.poll() is not None,
               "the command's processes never started")
         assert proc.poll() is None, "tidegauge ended before the kill"

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from cli_in_process import run_cli
 from fake_llm_server import Reply, openai_text
 
 from app.context.session_memory import MAX_MEMORY_FILE_BYTES, MEMORY_FILE_NAME, MEMORY_PROMPT_HEAD, SessionMemory
@@ -44,6 +45,14 @@ def _tidegauge(tmp_path: Path, fake, *args: str, **env: str) -> subprocess.Compl
     return subprocess.run([sys.executable, "-m", "app", "--provider", "openai", "--model", "m",
                            "--base-url", fake.base_url("openai"), "--output-format", "stream-json", *args],
                           cwd=work, env={**_env(tmp_path), **env}, capture_output=True, text=True, timeout=180)
+
+
+def _tidegauge_in_process(tmp_path: Path, fake, *args: str) -> subprocess.CompletedProcess[str]:
+    """A run that only makes the session a later run resumes: the same CLI, in this process."""
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    return run_cli(["--provider", "openai", "--model", "m", "--base-url", fake.base_url("openai"),
+                    "--output-format", "stream-json", *args], cwd=work, env=_env(tmp_path))
 
 
 def _write_config(tmp_path: Path, text: str) -> None:
@@ -107,7 +116,7 @@ def test_session_memory_on_disk_holds_no_key_and_is_the_owners_only(fake_llm, tm
 
 def test_a_resumed_session_does_not_reload_a_key_from_its_memory_file(fake_llm, tmp_path):
     fake_llm.enqueue(openai_text("Noted."))
-    first = _tidegauge(tmp_path, fake_llm, "-p", "remember the deployment")
+    first = _tidegauge_in_process(tmp_path, fake_llm, "-p", "remember the deployment")
     assert first.returncode == 0, first.stderr
     # As an older tidegauge wrote it: the model's summary, key included, in clear.
     memory = _session_dir(tmp_path) / MEMORY_FILE_NAME

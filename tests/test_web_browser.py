@@ -8,16 +8,17 @@ screen is read from xterm.js's buffer and every step waits for what it shows.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 from urllib.parse import urlsplit
 
 import psutil
 import pytest
 
 from app.surfaces.dashboard.web import SERVER_STOPPED_WORDS
-from web_support import START_TIMEOUT_S, BrowserTerminal, WebServer, browser_pages, require_chromium
+from web_support import START_TIMEOUT_S, BrowserTerminal, WebServer, launch_chromium, require_chromium
 
 VIEWPORT = (1600, 1000)
 
@@ -37,14 +38,34 @@ def server(tmp_path: Path) -> Iterator[WebServer]:
         web.stop()
 
 
-@pytest.fixture
-def terminal() -> Iterator[BrowserTerminal]:
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    """One Chromium for the module (a launch costs more than a test's own steps); each test has a
+    context of its own in it, so no cookie, storage or tab carries from one test to the next."""
     require_chromium()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        for page in browser_pages(playwright, VIEWPORT):
-            yield BrowserTerminal(page)
+        browser = launch_chromium(playwright)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@contextlib.contextmanager
+def _page(chromium: Any, viewport: tuple[int, int]) -> Iterator[Any]:
+    context = chromium.new_context(viewport={"width": viewport[0], "height": viewport[1]})
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def terminal(chromium: Any) -> Iterator[BrowserTerminal]:
+    with _page(chromium, VIEWPORT) as page:
+        yield BrowserTerminal(page)
 
 
 def test_the_demo_task_runs_in_the_browser_and_ctrl_o_and_ctrl_s_work(
@@ -140,22 +161,19 @@ FOOTER_WORDS = {"^o", "Output", "^s", "Compact", "^r", "Reset", "^g", "Chart", "
 
 
 def test_at_720x480_keys_typed_before_a_click_reach_the_terminal_and_the_footer_keeps_its_keys(
-        server: WebServer) -> None:
+        server: WebServer, chromium: Any) -> None:
     """A small browser window (issue 29): its terminal is 80 columns, the footer's keys are whole
     there (at 142 columns it read "^s C▏"), and the page takes keys before any click."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        for page in browser_pages(playwright, (720, 480)):
-            terminal = BrowserTerminal(page)
-            terminal.open(server.url)
-            screen = terminal.wait_for_text("Ask tidegauge", "session ", timeout_s=START_TIMEOUT_S)
-            cols, rows = page.evaluate("[window.__tidegaugeTerminal.cols, window.__tidegaugeTerminal.rows]")
-            assert cols <= 80 and rows <= 24, f"720x480 gives a {cols}x{rows} terminal"
-            footer = screen.rstrip("\n").split("\n")[-1]
-            assert set(footer.split()) <= FOOTER_WORDS, f"a cut word in the footer at {cols} columns: {footer!r}"
-            for entry in FOOTER_KEYS:
-                assert entry in footer, f"{entry!r} missing from the footer at {cols} columns: {footer!r}"
-            terminal.type("/help")  # no click into the page first
-            terminal.press("Enter")
-            terminal.wait_for_text("commands:", "/compact", timeout_s=START_TIMEOUT_S)
+    with _page(chromium, (720, 480)) as page:
+        terminal = BrowserTerminal(page)
+        terminal.open(server.url)
+        screen = terminal.wait_for_text("Ask tidegauge", "session ", timeout_s=START_TIMEOUT_S)
+        cols, rows = page.evaluate("[window.__tidegaugeTerminal.cols, window.__tidegaugeTerminal.rows]")
+        assert cols <= 80 and rows <= 24, f"720x480 gives a {cols}x{rows} terminal"
+        footer = screen.rstrip("\n").split("\n")[-1]
+        assert set(footer.split()) <= FOOTER_WORDS, f"a cut word in the footer at {cols} columns: {footer!r}"
+        for entry in FOOTER_KEYS:
+            assert entry in footer, f"{entry!r} missing from the footer at {cols} columns: {footer!r}"
+        terminal.type("/help")  # no click into the page first
+        terminal.press("Enter")
+        terminal.wait_for_text("commands:", "/compact", timeout_s=START_TIMEOUT_S)

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from cli_in_process import run_cli
 from fake_llm_server import FakeLLMServer, counting_usage, openai_text, openai_tool_calls
 from test_engine_support import is_compaction, summary_text, write_words
 
@@ -75,12 +76,12 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     fake = FakeLLMServer().start()
     fake.default = answer
     try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "app", "--provider", "openai", "--model", "gpt-4o", "--base-url",
+        # The recording only makes the session replayed: in-process (tests/cli_in_process.py).
+        proc = run_cli(
+            ["--provider", "openai", "--model", "gpt-4o", "--base-url",
              fake.base_url("openai"), "--output-format", "stream-json", "--window", "20000", "--budget", "6000",
              "--max-output", "3000", "-p", "read the eight files"],
-            cwd=work, env=_env(home, OPENAI_API_KEY=KEY, TIDEGAUGE_MEMORY_UPDATE_TOKENS="0"),
-            capture_output=True, text=True, timeout=120)
+            cwd=work, env=_env(home, OPENAI_API_KEY=KEY, TIDEGAUGE_MEMORY_UPDATE_TOKENS="0"))
     finally:
         fake.stop()
     assert proc.returncode == 0, proc.stderr
