@@ -129,6 +129,17 @@ def test_the_real_prompt_and_tools_merge_to_the_encoder_s_figure() -> None:
         assert tokens.PieceCounts().count_new(text) == len(encoder().encode(text, disallowed_special=()))
 
 
+def test_a_session_that_merged_its_budget_of_new_pieces_loads_the_encoder(monkeypatch, pieces: Path) -> None:
+    """Merging in Python is for a run's first few thousand words; a long session with ever new
+    tool output goes to the encoder, which is cheaper from then on."""
+    table = tokens.PieceCounts()
+    monkeypatch.setattr(tokens, "_merged_chars", 0)
+    assert table.count_new("some fresh words") == len(encoder().encode("some fresh words"))
+    assert tokens._merged_chars == len("some fresh words")
+    monkeypatch.setattr(tokens, "_merged_chars", tokens.MERGE_BUDGET_CHARS)
+    assert table.count_new("other quite new words") is None
+
+
 def test_a_rank_table_not_matching_its_hash_is_not_merged_over(monkeypatch, pieces: Path) -> None:
     """A rank table on disk that is not the one we know (edited by anything that can write the
     site-packages) gives no figure of its own: the encoder's loader and its checks count."""

@@ -176,6 +176,11 @@ LEARN_MAX_CHARS = 16_384  # a big tool output is counted, not learnt from
 # A piece longer than this is counted by the encoder: merging in Python takes time that grows
 # with the square of a piece's length (a run of spaces, a long identifier).
 MERGE_MAX_CHARS = 256
+# Merging in Python costs about a microsecond a character: after this many characters of new
+# pieces in one process (about half of what loading the encoder costs) a long session is better
+# served by the encoder, which then counts everything.
+MERGE_BUDGET_CHARS = 65_536
+_merged_chars = 0
 
 
 @lru_cache(maxsize=1)
@@ -244,8 +249,9 @@ class PieceCounts:
     def count_new(self, text: str) -> int | None:
         """The count of an ASCII text with pieces not in the table, the new ones counted by
         ``_bpe_count`` and learnt; None when the encoder must count it (a long text or piece,
-        the rank table not the one we know)."""
-        ranks = _ranks_by_base64() if len(text) <= LEARN_MAX_CHARS else None
+        the rank table not the one we know, the process's merging budget spent)."""
+        global _merged_chars
+        ranks = _ranks_by_base64() if len(text) <= LEARN_MAX_CHARS and _merged_chars < MERGE_BUDGET_CHARS else None
         if ranks is None:
             return None
         split = _ascii_split()(text)
@@ -263,6 +269,7 @@ class PieceCounts:
                 known = new.get(piece)
                 if known is None:
                     known = new[piece] = _bpe_count(piece.encode("ascii"), ranks)
+                    _merged_chars += len(piece)
             total += known
         for piece, count in new.items():
             if keep and len(piece) <= PIECE_MAX_CHARS and len(counts) < PIECES_MAX:
