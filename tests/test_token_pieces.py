@@ -78,18 +78,84 @@ def _run(path: Path, texts: list[str]) -> dict[str, Any]:
     return json.loads(proc.stdout)
 
 
-def test_a_second_run_counts_known_text_without_the_encoder_and_new_text_with_it(tmp_path: Path) -> None:
+def test_ascii_text_is_counted_without_the_encoder_in_a_first_run_and_kept_for_the_next(tmp_path: Path) -> None:
     path = tmp_path / "token-pieces.json"
     texts = ["You are tidegauge, a coding agent.\n  Work in /home/ann/project.", "hi", "Don't stop: 1234567 items!!\n"]
-    first = _run(path, texts)  # learns, saves when it exits
-    assert first["encoder_loaded"] and path.exists() and oct(path.stat().st_mode & 0o777) == "0o600"
+    first = _run(path, texts)  # new pieces merged over the rank table, learnt, saved when it exits
+    assert not first["encoder_loaded"] and path.exists() and oct(path.stat().st_mode & 0o777) == "0o600"
+    assert json.loads(path.read_text())["pieces"][" tidegauge"] == len(encoder().encode(" tidegauge"))
     second = _run(path, texts)
     assert not second["encoder_loaded"]
     exact = [len(encoder().encode(t, disallowed_special=())) for t in texts]
     assert first["counts"] == second["counts"] == exact
-    third = _run(path, texts + ["hi zqxjvkw"])  # one new piece: the encoder counts it
-    assert third["encoder_loaded"] and third["counts"][-1] == len(encoder().encode("hi zqxjvkw"))
-    assert not _run(path, ["hi zqxjvkw"])["encoder_loaded"]  # and it is known from then on
+    third = _run(path, texts + ["hi zqxjvkw"])  # one new piece: merged too
+    assert not third["encoder_loaded"] and third["counts"][-1] == len(encoder().encode("hi zqxjvkw"))
+    assert " zqxjvkw" in json.loads(path.read_text())["pieces"]  # and it is known from then on
+
+
+def test_text_that_is_not_ascii_or_has_a_long_piece_is_counted_by_the_encoder(tmp_path: Path) -> None:
+    path = tmp_path / "token-pieces.json"
+    texts = ["caf\u00e9 au lait", "x" * (tokens.MERGE_MAX_CHARS + 1), " " * 5000 + "end"]
+    counted = [_run(path, [text]) for text in texts]
+    assert all(run["encoder_loaded"] for run in counted)
+    assert [run["counts"][0] for run in counted] == [len(encoder().encode(t)) for t in texts]
+
+
+# Pieces the merge must get right: digits, contractions, runs of spaces and punctuation, CRLF.
+PIECES = st.lists(st.sampled_from([chr(i) for i in range(128)] + [" ", "    ", "'s", "'ve", "\r\n", "123", "the",
+                                                                   "ing", "://", "==", "__init__", "tidegauge"]),
+                  min_size=1, max_size=60).map("".join)
+
+
+@settings(max_examples=600, deadline=None)
+@given(PIECES)
+def test_merging_over_the_rank_table_counts_each_piece_as_the_encoder_does(text: str) -> None:
+    ranks = tokens._ranks_by_base64()
+    assert ranks is not None
+    for piece in tokens._ascii_split()(text):
+        assert tokens._bpe_count(piece.encode("ascii"), ranks) == len(encoder().encode_ordinary(piece)), piece
+
+
+def test_the_real_prompt_and_tools_merge_to_the_encoder_s_figure() -> None:
+    """The words a first request sends (the system prompt's source and the tools' own text), all
+    of them pieces never seen: the same figure as the encoder's."""
+    from app.tools.registry import default_registry
+
+    texts = [spec.description for spec in default_registry().specs()]
+    for source in (Path(tokens.__file__).read_text(), Path(tokens.__file__).with_name("core.py").read_text()):
+        texts += [source[at:at + tokens.LEARN_MAX_CHARS] for at in range(0, len(source), tokens.LEARN_MAX_CHARS)]
+    assert len(texts) > 8
+    for text in (t for t in texts if t.isascii()):
+        assert tokens.PieceCounts().count_new(text) == len(encoder().encode(text, disallowed_special=()))
+
+
+def test_a_session_that_merged_its_budget_of_new_pieces_loads_the_encoder(monkeypatch, pieces: Path) -> None:
+    """Merging in Python is for a run's first few thousand words; a long session with ever new
+    tool output goes to the encoder, which is cheaper from then on."""
+    table = tokens.PieceCounts()
+    monkeypatch.setattr(tokens, "_merged_chars", 0)
+    assert table.count_new("some fresh words") == len(encoder().encode("some fresh words"))
+    assert tokens._merged_chars == len("some fresh words")
+    monkeypatch.setattr(tokens, "_merged_chars", tokens.MERGE_BUDGET_CHARS)
+    assert table.count_new("other quite new words") is None
+
+
+def test_loading_the_encoder_lets_the_merge_table_go() -> None:
+    assert tokens._ranks_by_base64() is not None and tokens._ranks_by_base64.cache_info().currsize == 1
+    tokens.encoder.__wrapped__()
+    assert tokens._ranks_by_base64.cache_info().currsize == 0
+
+
+def test_a_rank_table_not_matching_its_hash_is_not_merged_over(monkeypatch, pieces: Path) -> None:
+    """A rank table on disk that is not the one we know (edited by anything that can write the
+    site-packages) gives no figure of its own: the encoder's loader and its checks count."""
+    monkeypatch.setattr(tokens, "CL100K_SHA256", "0" * 64)
+    tokens._ranks_by_base64.cache_clear()
+    try:
+        assert tokens.PieceCounts().count_new("hello world") is None
+        assert count_tokens("hello zqxjvkw world") == len(encoder().encode("hello zqxjvkw world"))
+    finally:
+        tokens._ranks_by_base64.cache_clear()
 
 
 @pytest.mark.parametrize("kept", [
@@ -141,15 +207,29 @@ def test_a_pieces_file_another_user_owns_is_not_read(tmp_path: Path) -> None:
     assert _run(path, POISON_TEXTS)["counts"] == [len(encoder().encode(t)) for t in POISON_TEXTS]
 
 
-def test_a_poisoned_file_of_ours_is_dropped_once_the_encoder_checks_a_sample(tmp_path: Path) -> None:
+def test_a_poisoned_file_of_ours_is_dropped_once_a_sample_is_counted_again(tmp_path: Path) -> None:
     path = tmp_path / "token-pieces.json"
     _poison(path)
     path.chmod(0o600)  # as if written by a command run as the user
     table = token_pieces.KeptPieces(path)
-    table.learn("hello there")  # the encoder is loaded: the kept counts are checked first
+    table.learn("hello there")  # the kept counts are checked first
     table.save()
     assert "Zqxjvkwplm" not in table.counts
     assert _run(path, POISON_TEXTS)["counts"] == [len(encoder().encode(t)) for t in POISON_TEXTS]
+
+
+def test_a_poisoned_file_of_ours_adds_nothing_to_a_figure_counted_with_new_pieces(tmp_path: Path) -> None:
+    """A text mixing poisoned pieces and new ones is counted without the encoder: the sample is
+    counted again before any kept count is added in, and the poison dropped."""
+    path = tmp_path / "token-pieces.json"
+    _poison(path)
+    path.chmod(0o600)
+    text = POISON_TEXTS[0] + " and some brandnewwords"
+    run = _run(path, [text])
+    assert not run["encoder_loaded"] and run["counts"] == [len(encoder().encode(text))]
+    assert json.loads(path.read_text())["pieces"][" brandnewwords"] > 0
+    kept = json.loads(path.read_text())["pieces"]
+    assert kept["Zqxjvkwplm"] == len(encoder().encode("Zqxjvkwplm")) > 1  # dropped, then learnt right
 
 
 def test_an_oversized_or_linked_file_is_neither_read_nor_written_through(tmp_path: Path) -> None:

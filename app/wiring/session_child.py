@@ -86,7 +86,8 @@ if __name__ == "__main__":
     # No interpreter teardown: the command reader is still blocked on stdin, and a daemon
     # thread holding stdin's lock at finalization aborts the process (exit -6).
     from app.system.process_exit import exit_without_teardown
-    from app.system.startup import skip_pydantic_plugins
+    from app.system.startup import skip_price_updater, skip_pydantic_plugins
 
     skip_pydantic_plugins()  # the session's own process, as headless tidegauge's (app/system/startup.py)
+    skip_price_updater()
     exit_without_teardown(main())
