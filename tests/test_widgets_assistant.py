@@ -300,8 +300,20 @@ async def _settled(pilot: Any, message: AssistantMessage) -> None:
                          f" {message.line_count} lines, {message.estimated} blocks estimated")
 
 
+# What a fresh reply draws depends only on its text and size: the tests that compare against the
+# same one (the long reply at 100x40) share it instead of rendering its 220 blocks each.
+_FRESH: dict[tuple[str, tuple[int, int]], tuple[list[str], int, str]] = {}
+
+
 async def _drawn_fresh(text: str, size: tuple[int, int]) -> tuple[list[str], int, str]:
     """What a reply newly made from ``text`` draws at ``size``: its lines, its height, a whole selection."""
+    if (text, size) not in _FRESH:
+        _FRESH[text, size] = await _draw_fresh(text, size)
+    lines, height, selected = _FRESH[text, size]
+    return list(lines), height, selected
+
+
+async def _draw_fresh(text: str, size: tuple[int, int]) -> tuple[list[str], int, str]:
     app = ScrollingHost(text)
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
