@@ -12,9 +12,7 @@ import pytest
 
 from test_long_resume import until
 
-# Two compactions (one every 50 turns), more calls than the tool list has rows and more chart points
-# than the chart has columns: every part drawn is past what fits, as at 200 turns for half the cost.
-TURNS = 100
+TURNS = 200
 
 
 def resumed_app_at_rest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
