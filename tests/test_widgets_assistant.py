@@ -191,10 +191,12 @@ async def test_a_long_reply_is_one_widget_whose_flushes_render_only_what_changed
             with VerticalScroll():
                 yield AssistantMessage()
 
-    paragraphs = [f"Paragraph {i}: " + "lorem ipsum " * 60 for i in range(120)]
+    # 40 paragraphs show it as well as hundreds: rendering every block on each flush would be
+    # ~flushes x paragraphs / 2 renders, ten times the bound below; each frame costs its cells.
+    paragraphs = [f"Paragraph {i}: " + "lorem ipsum " * 60 for i in range(40)]
     text = "\n\n".join(paragraphs) + "\n"
     app = Scrolling()
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=(80, 20)) as pilot:
         scroller = app.query_one(VerticalScroll)
         scroller.anchor()
         message = app.query_one(AssistantMessage)
@@ -204,22 +206,23 @@ async def test_a_long_reply_is_one_widget_whose_flushes_render_only_what_changed
             await pilot.pause()
         assert message.source == text
         assert not message.children  # no widget per block: layout sees one widget
-        assert message.block_renders <= message.flushes * 2 + 120
+        assert message.block_renders <= message.flushes * 2 + len(paragraphs)
         height = message.outer_size.height
-        assert "Paragraph 119" in _drawn(message, height - 10, 10)
+        assert "Paragraph 39" in _drawn(message, height - 10, 10)
         assert scroller.is_vertical_scroll_end  # anchored: the end is in view
         scroller.scroll_home(animate=False)
         await pilot.pause()
         assert _drawn(message, 0, 1).startswith("Paragraph 0:")
         # a narrower terminal: every block wrapped again at the new width, so the reply is longer
-        await pilot.resize_terminal(80, 40)
+        await pilot.resize_terminal(60, 20)
         await pilot.pause()
         assert message.outer_size.height > height
         assert "Paragraph 0:" in _drawn(message, 0, 1) and len(message.render_line(1).text) == message.size.width
 
 
 async def test_a_huge_streamed_code_block_stays_one_block_to_the_eye_and_each_segment_stays_small() -> None:
-    code = "".join(f"row_{i} = compute({i})\n" for i in range(5_000))  # ~120 KB of code
+    # ~35 KB of code: fifteen pieces show the cut as well as fifty, each drawn line costs a render
+    code = "".join(f"row_{i} = compute({i})\n" for i in range(1_500))
     text = "Here is the file:\n\n```python\n" + code + "```\n\nThat is all."
     app = Host()
     async with app.run_test(size=(120, 40)) as pilot:
@@ -233,8 +236,8 @@ async def test_a_huge_streamed_code_block_stays_one_block_to_the_eye_and_each_se
         assert _code_lines(sources) == code.splitlines()  # no line lost, doubled or cut in two
         drawn = _drawn(message, 0, message.outer_size.height).splitlines()
         first = next(i for i, line in enumerate(drawn) if "row_0 = compute(0)" in line)
-        last = next(i for i, line in enumerate(drawn) if "row_4999 = compute(4999)" in line)
-        assert last - first == 4_999  # drawn as one block: no blank line where a piece ends
+        last = next(i for i, line in enumerate(drawn) if "row_1499 = compute(1499)" in line)
+        assert last - first == 1_499  # drawn as one block: no blank line where a piece ends
 
     restored = Host(text)
     async with restored.run_test(size=(120, 40)) as pilot:
@@ -297,8 +300,20 @@ async def _settled(pilot: Any, message: AssistantMessage) -> None:
                          f" {message.line_count} lines, {message.estimated} blocks estimated")
 
 
+# What a fresh reply draws depends only on its text and size: the tests that compare against the
+# same one (the long reply at 100x40) share it instead of rendering its 220 blocks each.
+_FRESH: dict[tuple[str, tuple[int, int]], tuple[list[str], int, str]] = {}
+
+
 async def _drawn_fresh(text: str, size: tuple[int, int]) -> tuple[list[str], int, str]:
     """What a reply newly made from ``text`` draws at ``size``: its lines, its height, a whole selection."""
+    if (text, size) not in _FRESH:
+        _FRESH[text, size] = await _draw_fresh(text, size)
+    lines, height, selected = _FRESH[text, size]
+    return list(lines), height, selected
+
+
+async def _draw_fresh(text: str, size: tuple[int, int]) -> tuple[list[str], int, str]:
     app = ScrollingHost(text)
     async with app.run_test(size=size) as pilot:
         await pilot.pause()

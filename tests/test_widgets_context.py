@@ -135,27 +135,28 @@ def labels_of(gauge: GaugeBar) -> str:
 
 
 @pytest.mark.parametrize("columns", [44, 60, 80, 100, 160, 220])
-@pytest.mark.parametrize("window,budget", [(64_000, 20_000), (200_000, 150_000), (48_000, 12_000)])
-async def test_the_compact_label_and_the_headline_stay_whole_at_every_width(columns, window, budget) -> None:
-    app = Host()
+async def test_the_compact_label_and_the_headline_stay_whole_at_every_width(columns) -> None:
+    app = Host()  # one panel per width takes each window in turn: what it draws is the latest context's
     async with app.run_test(size=(columns, 12)) as pilot:
         panel = app.query_one(ContextPanel)
-        event = context(budget // 2, budget // 10, window=window, budget=budget, turns=7)
-        panel.update_context(event)
-        await pilot.pause()
-        gauge = app.query_one(GaugeBar)
-        figures, labels, bar = bar_lines(gauge)
-        compact = f"compact {human_tokens(event.thresholds.auto_compact_line)}"
-        assert f"▼{compact}" in labels or f"{compact}▼" in labels, labels
-        assert bar.count("┃") == 3
-        # the headline is never cut: pieces that do not fit are left out whole
-        assert not figures.rstrip().endswith("…"), figures
-        headline = (f"{human_tokens(event.projected_tokens)} of {human_tokens(event.thresholds.auto_compact_line)}"
-                    " auto-compact")
-        assert headline in figures or columns < 60, figures
-        assert f"{event.projected_tokens / event.thresholds.auto_compact_line:.0%}" in figures
-        # the window, secondary, is always in the panel's title
-        assert f"window {human_tokens(window)}" in str(panel.border_title)
+        for window, budget in ((64_000, 20_000), (200_000, 150_000), (48_000, 12_000)):
+            case = f"window {window}, budget {budget}"
+            event = context(budget // 2, budget // 10, window=window, budget=budget, turns=7)
+            panel.update_context(event)
+            await pilot.pause()
+            gauge = app.query_one(GaugeBar)
+            figures, labels, bar = bar_lines(gauge)
+            compact = f"compact {human_tokens(event.thresholds.auto_compact_line)}"
+            assert f"▼{compact}" in labels or f"{compact}▼" in labels, (case, labels)
+            assert bar.count("┃") == 3, (case, bar)
+            # the headline is never cut: pieces that do not fit are left out whole
+            assert not figures.rstrip().endswith("…"), (case, figures)
+            headline = (f"{human_tokens(event.projected_tokens)} of {human_tokens(event.thresholds.auto_compact_line)}"
+                        " auto-compact")
+            assert headline in figures or columns < 60, (case, figures)
+            assert f"{event.projected_tokens / event.thresholds.auto_compact_line:.0%}" in figures, (case, figures)
+            # the window, secondary, is always in the panel's title
+            assert f"window {human_tokens(window)}" in str(panel.border_title), case
 
 
 async def test_calls_until_auto_compact_is_the_engines_range_drawn_as_it_is() -> None:
