@@ -87,9 +87,24 @@ def _strip_escapes(text: str) -> str:
     return text
 
 
+# Plain ASCII: printable, tab and newline. ``bytes.translate`` deletes these in C at memory speed;
+# whatever is left is a control character. The regexes below scan a character at a time, about
+# ten times slower: a 5 MB log took 0.28 s to find no control character, 0.17 s more to find no
+# bidi override, and most tool output is plain ASCII.
+_PLAIN_ASCII = bytes([0x09, 0x0A, *range(0x20, 0x7F)])
+
+
+def _plain_ascii(text: str) -> bool:
+    """Nothing to make visible: ASCII (so no bidi override, no lone surrogate), no control character."""
+    return text.isascii() and not text.encode("ascii").translate(None, _PLAIN_ASCII)
+
+
 def sanitize_for_model(text: str) -> str:
     """Strip escape sequences, normalise CRs, and make other control characters visible."""
-    return _CONTROL_RUN.sub(_escape_controls, _strip_escapes(text))
+    text = _strip_escapes(text)
+    if _plain_ascii(text):
+        return text
+    return _CONTROL_RUN.sub(_escape_controls, text)
 
 
 def sanitize_for_display(text: str) -> str:
@@ -100,7 +115,10 @@ def sanitize_for_display(text: str) -> str:
     The result is meant for plain ``rich.text.Text`` (never markup parsing), so
     ``[bold]`` or ``[link=...]`` stay literal characters.
     """
-    text = scrub_surrogates(_CONTROL_RUN.sub(_escape_control_run, _strip_escapes(text)))  # a terminal cannot be sent a lone surrogate
+    text = _strip_escapes(text)
+    if _plain_ascii(text):
+        return text
+    text = scrub_surrogates(_CONTROL_RUN.sub(_escape_control_run, text))  # a terminal cannot be sent a lone surrogate
     return _BIDI_CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
