@@ -157,3 +157,31 @@ def test_a_reader_refreshed_sees_only_what_was_appended(tmp_path: Path) -> None:
     assert reader.count == 2
     assert [p.text for p in reader.parts(2)][-1] == "second"
     assert [v.change for v in reader.diff(2)["added"]] == ["added"] * 3
+
+
+def test_a_history_counted_for_the_gauge_is_not_counted_again_for_the_inspector(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resumed session's first request counts its history once: the gauge's estimate and the
+    inspector's parts share each block's count, and the tools' definitions are counted once per
+    memo however many requests carry them (both were counted again, a third of a demo run)."""
+    from app.context import tokens
+
+    history = [Message.typed_by_user("go")]
+    for i in range(20):
+        history += _turn(i, f"line {i} of an output\n" * 50)
+    counted: list[str] = []
+    real_count = tokens.count_tokens
+
+    def counting(text: str) -> int:
+        counted.append(text)
+        return real_count(text)
+
+    monkeypatch.setattr(tokens, "count_tokens", counting)
+    gauge = tokens.estimate_messages(history)
+    counted_by_the_gauge = len(counted)
+    memo = PartsMemo()
+    parts = request_parts("You are a test.", "", TOOLS, history, memo=memo)
+    request_parts("You are a test.", "", TOOLS, [*history, Message.typed_by_user("more")], memo=memo)
+    # Counted again: only the tool's name, description and schema (once for both requests) and the
+    # new message (the system prompt is counted apart, by request_parts' own count_tokens).
+    assert counted[counted_by_the_gauge:] == ["read_file", "Read a file.", '{"type":"object"}', "more"]
+    assert sum(p.tokens for p in parts[2:]) == gauge  # the parts of the messages add up to the gauge's figure

@@ -148,7 +148,7 @@ class _RunningSums:
                 self.by_part["user"] += est
             else:
                 # Tool results plus maybe some text: count only the (short) text again.
-                text = sum(_tokens.estimate_block(b) for b in msg.content
+                text = sum(tokens for b, tokens in zip(msg.content, _tokens.block_estimates(msg))
                            if not isinstance(b, ToolResultBlock))
                 text = min(text, est)
                 self.by_part["user"] += text

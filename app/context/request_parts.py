@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 from app.context.audit import CHECKED_FACTS_HEADER, CHECKED_FACTS_NOTE
 from app.context.pruning import is_cleared
 from app.context.session_memory import MEMORY_INTRO
-from app.context.tokens import BLOCK_OVERHEAD, MESSAGE_OVERHEAD, count_tokens, estimate_block, estimate_tool
+from app.context.tokens import BLOCK_OVERHEAD, MESSAGE_OVERHEAD, block_estimates, count_tokens, estimate_tool
 from app.context.user_words import SUMMARY_INTRO
 from app.kernel.markers import INTERRUPTED_RESULT, NOT_RUN_RESULT
 from app.kernel.messages import (
@@ -47,6 +47,18 @@ class PartsMemo:
     def __init__(self) -> None:
         self._by_message: dict[int, tuple[Message, list[RequestPart]]] = {}
         self._names: dict[str, str] = {}  # tool call id -> tool name, for the results' origins
+        # A tool's definition is counted once: the same spec objects go with every request.
+        self._tool_tokens: dict[int, tuple[ToolSpec, int]] = {}
+
+    def tool_tokens(self, spec: ToolSpec) -> int:
+        hit = self._tool_tokens.get(id(spec))
+        if hit is not None and hit[0] is spec:
+            return hit[1]
+        if len(self._tool_tokens) >= 1_024:  # specs made anew (an MCP server reconnected): start over
+            self._tool_tokens.clear()
+        tokens = estimate_tool(spec)
+        self._tool_tokens[id(spec)] = (spec, tokens)
+        return tokens
 
     def parts_of(self, messages: Sequence[Message]) -> list[RequestPart]:
         kept: dict[int, tuple[Message, list[RequestPart]]] = {}
@@ -69,6 +81,7 @@ def request_parts(system_prompt: str, memory_text: str, tools: Sequence[ToolSpec
                   tool_owner: Callable[[str], str | None] | None = None,
                   memo: PartsMemo | None = None) -> list[RequestPart]:
     """The parts of one request, in the order they are sent (system, memory, tools, messages)."""
+    memo = memo or PartsMemo()
     parts = [RequestPart("system", "system", "tidegauge", system_prompt, count_tokens(system_prompt), "system")]
     if memory_text:
         parts.append(RequestPart("memory", "system", "memory files", memory_text, count_tokens(memory_text), "memory"))
@@ -79,8 +92,8 @@ def request_parts(system_prompt: str, memory_text: str, tools: Sequence[ToolSpec
         else:
             origin = f"MCP server {owner}" if owner else "built-in"
         text = f"{spec.name}: {spec.description}\n{json.dumps(spec.input_schema, ensure_ascii=False)}"
-        parts.append(RequestPart("tool", "tools", origin, text, estimate_tool(spec), f"tool:{spec.name}"))
-    parts.extend((memo or PartsMemo()).parts_of(messages))
+        parts.append(RequestPart("tool", "tools", origin, text, memo.tool_tokens(spec), f"tool:{spec.name}"))
+    parts.extend(memo.parts_of(messages))
     return parts
 
 
@@ -111,16 +124,16 @@ def breakpoint_indexes(parts: Sequence[RequestPart], marks: Sequence[CacheMark])
 def _message_parts(message: Message, names: dict[str, str]) -> list[RequestPart]:
     summary_message = any(isinstance(b, TextBlock) and b.in_summary for b in message.content)
     parts: list[RequestPart] = []
-    for block in message.content:
-        parts.extend(_block_parts(block, message.role, summary_message, names))
+    for block, tokens in zip(message.content, block_estimates(message)):
+        parts.extend(_block_parts(block, tokens, message.role, summary_message, names))
     if parts:  # the message's own overhead goes with its first part
         head = parts[0]
         parts[0] = RequestPart(head.kind, head.role, head.origin, head.text, head.tokens + MESSAGE_OVERHEAD, head.key)
     return parts
 
 
-def _block_parts(block: ContentBlock, role: str, summary_message: bool, names: dict[str, str]) -> list[RequestPart]:
-    tokens = estimate_block(block)
+def _block_parts(block: ContentBlock, tokens: int, role: str, summary_message: bool,
+                 names: dict[str, str]) -> list[RequestPart]:
     if isinstance(block, TextBlock):
         if role == "assistant":
             return [RequestPart("text", role, "model", block.text, tokens)]

@@ -120,6 +120,8 @@ class Message(BaseModel):
     content: list[ContentBlock]
     # Token estimate cache: counted once per message, never re-counted.
     _token_estimate: int | None = PrivateAttr(default=None)
+    # Each block's tokens, counted once: the request's parts (the inspector) reuse them.
+    _block_estimates: tuple[int, ...] | None = PrivateAttr(default=None)
 
     @classmethod
     def user(cls, text: str) -> "Message":
