@@ -71,7 +71,7 @@ def _without_surrogates(text: str) -> str:
     They cannot be encoded as UTF-8, so one of them in a result would break the
     JSON of the next request and the transcript line.
     """
-    if not _SURROGATE.search(text):
+    if text.isascii() or not _SURROGATE.search(text):  # isascii: one C pass, the regex a character at a time
         return text
     return text.encode("utf-8", "surrogateescape" if _only_escapes(text) else "backslashreplace").decode(
         "utf-8", "backslashreplace"
