@@ -203,6 +203,11 @@ def context_details_fit(terminal_height: int) -> bool:
 class MainScreen(Screen[None]):
     """The dashboard's screen: tab is listed in the footer (shift+tab in /help)."""
 
+    # Textual would focus the first focusable widget (the conversation) as the screen composes,
+    # and the App then the prompt: two focus changes, each restyling the regions around them,
+    # before the first frame.
+    AUTO_FOCUS = "#prompt"
+
     BINDINGS = [
         Binding("tab", "app.focus_next", "Region"),
         # in /help; the footer's room goes to keys that do something new
@@ -335,7 +340,10 @@ class TidegaugeApp(App[int]):
                 yield Conversation(id="conversation", max_mounted=self._max_mounted)
                 yield PromptBox(id="prompt", cursor_blink=self._cursor_blink)
             yield ToolOutputPanel(id="tool-panel")
-        yield ContextPanel(id="context-panel")
+        context_panel = ContextPanel(id="context-panel")
+        # Folded or not from the start: a class changed once mounted restyles the panel and all in it.
+        context_panel.folded = not self._context_details_shown()
+        yield context_panel
         yield KeyFooter(FOOTER_RANKS, drawn_last=("quit",), id="footer")
 
     # The main widgets are looked up on the main screen, once: while a modal is
@@ -808,11 +816,12 @@ class TidegaugeApp(App[int]):
         self._context_details = self.context_panel.folded
         self._fold_context_details()
 
-    def _fold_context_details(self) -> None:
+    def _context_details_shown(self) -> bool:
         show = self._context_details
-        if show is None:
-            show = context_details_fit(self.size.height)
-        self.context_panel.folded = not show
+        return context_details_fit(self.size.height) if show is None else show
+
+    def _fold_context_details(self) -> None:
+        self.context_panel.folded = not self._context_details_shown()
 
     def action_scroll_conversation(self, direction: int) -> None:
         """Page keys from the prompt scroll the conversation."""
