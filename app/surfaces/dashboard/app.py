@@ -52,7 +52,7 @@ from widgets.tool_call_list import RESTORE_KEY, ToolCallList
 from widgets.tool_output_panel import ToolOutputPanel
 
 
-class _Deferred:
+class _ImportedOnFirstUse:
     """A module imported when one of its names is first used. The commands are ~20 frozen
     dataclasses, and building a dataclass compiles its methods: importing them cost as much as
     a tenth of ``import textual.app``, on the first frame's path though no key press has
@@ -63,7 +63,7 @@ class _Deferred:
         self._name = name
 
     def __getattr__(self, attribute: str) -> Any:
-        import importlib
+        import importlib  # the point of this class: the import happens here, at first use
 
         return getattr(importlib.import_module(self._name), attribute)
 
@@ -78,7 +78,7 @@ if TYPE_CHECKING:
     from app.surfaces.view_model import DashboardView, InspectorPage
     from app.kernel.protocol import SessionSurface
 else:
-    commands = _Deferred("app.kernel.commands")
+    commands = _ImportedOnFirstUse("app.kernel.commands")
 
 CSS_FILE = Path(styles.__file__).parent / "tidegauge.tcss"
 
