@@ -26,28 +26,6 @@ from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
 import styles
-from app.kernel.commands import (
-    MCP_PROMPT_PREFIX,
-    AnswerElicitation,
-    Approve,
-    ApproveImport,
-    Compact,
-    Interrupt,
-    ManageMcpServer,
-    Preview,
-    PreviewRestore,
-    EvictResult,
-    PinResult,
-    PreviewRewind,
-    Report,
-    Reset,
-    RestoreResult,
-    Rewind,
-    ServerCompaction,
-    Shutdown,
-    UserInput,
-    WhatIf,
-)
 from widgets.context_panel import ContextPanel
 from widgets.conversation import Conversation
 from widgets.header_bar import HeaderBar
@@ -73,14 +51,34 @@ from widgets.tool_call_line import ToolCallLine
 from widgets.tool_call_list import RESTORE_KEY, ToolCallList
 from widgets.tool_output_panel import ToolOutputPanel
 
+
+class _ImportedOnFirstUse:
+    """A module imported when one of its names is first used. The commands are ~20 frozen
+    dataclasses, and building a dataclass compiles its methods: importing them cost as much as
+    a tenth of ``import textual.app``, on the first frame's path though no key press has
+    happened yet. The session-build thread imports them after the first frame (the session
+    needs them too), so a key press rarely pays for it."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attribute: str) -> Any:
+        import importlib  # the point of this class: the import happens here, at first use
+
+        return getattr(importlib.import_module(self._name), attribute)
+
+
 if TYPE_CHECKING:
     from textual.driver import Driver
+    from app.kernel import commands
     from app.kernel.commands import Command
     from app.kernel.events import RequestRecordedEvent
     from app.kernel.request_store import StoredRequests
     from app.surfaces.dashboard.bridge import SessionBridge
     from app.surfaces.view_model import DashboardView, InspectorPage
     from app.kernel.protocol import SessionSurface
+else:
+    commands = _ImportedOnFirstUse("app.kernel.commands")
 
 CSS_FILE = Path(styles.__file__).parent / "tidegauge.tcss"
 
@@ -204,6 +202,11 @@ def context_details_fit(terminal_height: int) -> bool:
 
 class MainScreen(Screen[None]):
     """The dashboard's screen: tab is listed in the footer (shift+tab in /help)."""
+
+    # Textual would focus the first focusable widget (the conversation) as the screen composes,
+    # and the App then the prompt: two focus changes, each restyling the regions around them,
+    # before the first frame.
+    AUTO_FOCUS = "#prompt"
 
     BINDINGS = [
         Binding("tab", "app.focus_next", "Region"),
@@ -337,7 +340,10 @@ class TidegaugeApp(App[int]):
                 yield Conversation(id="conversation", max_mounted=self._max_mounted)
                 yield PromptBox(id="prompt", cursor_blink=self._cursor_blink)
             yield ToolOutputPanel(id="tool-panel")
-        yield ContextPanel(id="context-panel")
+        context_panel = ContextPanel(id="context-panel")
+        # Folded or not from the start: a class changed once mounted restyles the panel and all in it.
+        context_panel.folded = not self._context_details_shown()
+        yield context_panel
         yield KeyFooter(FOOTER_RANKS, drawn_last=("quit",), id="footer")
 
     # The main widgets are looked up on the main screen, once: while a modal is
@@ -443,6 +449,7 @@ class TidegaugeApp(App[int]):
         session = self._session_factory()
         session.snapshot()  # its first context figures load the token encoder: here, off the UI loop
         import widgets.assistant_message  # noqa: F401  the first reply's Markdown, imported here too
+        import app.kernel.commands  # noqa: F401  what a key press submits (deferred off the first frame)
 
         return session
 
@@ -524,7 +531,7 @@ class TidegaugeApp(App[int]):
         loop raises ("Event loop is closed")."""
         if self.session is not None and not self._session_stopped:
             self._session_stopped = True
-            self.session.submit(Shutdown(now=True))
+            self.session.submit(commands.Shutdown(now=True))
 
     async def on_unmount(self) -> None:
         if hasattr(self, "_gc_thresholds"):
@@ -545,8 +552,8 @@ class TidegaugeApp(App[int]):
         from app.kernel.events import CommandQueuedEvent
 
         kind: Literal["prompt", "compact", "reset"] = (
-            "prompt" if isinstance(command, UserInput) else "compact" if isinstance(command, Compact) else "reset")
-        text = command.text if isinstance(command, UserInput) else ""
+            "prompt" if isinstance(command, commands.UserInput) else "compact" if isinstance(command, commands.Compact) else "reset")
+        text = command.text if isinstance(command, commands.UserInput) else ""
         line = describe(CommandQueuedEvent(command=kind, position=len(self._waiting), waiting_for="start", text=text))
         if line is not None:
             self.conversation.add_engine(line.kind, line.text)
@@ -563,12 +570,12 @@ class TidegaugeApp(App[int]):
         def answered(answer: "tuple[str, bool] | str | None") -> None:
             self._approval_screens.pop(request.request_id, None)
             if answer == "interrupt":  # escape in the modal stops the turn, as everywhere else
-                self.submit(Interrupt())
+                self.submit(commands.Interrupt())
             elif isinstance(answer, tuple):
                 decision, save = answer
-                self.submit(Approve(request.request_id, decision, save))  # type: ignore[arg-type]
+                self.submit(commands.Approve(request.request_id, decision, save))  # type: ignore[arg-type]
             else:  # answered elsewhere, or gone
-                self.submit(Approve(request.request_id, "no"))
+                self.submit(commands.Approve(request.request_id, "no"))
 
         screen = ApprovalScreen(request.name, dict(request.input), approval_choices(request),
                                 question=approval_question(request))
@@ -591,7 +598,7 @@ class TidegaugeApp(App[int]):
         from widgets.import_approval_screen import ImportApprovalScreen  # modals: imported when first shown
 
         def answered(approve: bool | None) -> None:
-            self.submit(ApproveImport(said.path, bool(approve)))
+            self.submit(commands.ApproveImport(said.path, bool(approve)))
 
         await self.push_screen(ImportApprovalScreen(said.path, said.importer, said.reason), callback=answered)
 
@@ -615,7 +622,7 @@ class TidegaugeApp(App[int]):
             if self._approval_screens.pop(said.request_id, None) is None:
                 return  # it ended elsewhere: the session has its answer already
             action, values = answer if answer is not None else ("cancel", {})
-            self.submit(AnswerElicitation(said.request_id, action, values))  # type: ignore[arg-type]
+            self.submit(commands.AnswerElicitation(said.request_id, action, values))  # type: ignore[arg-type]
 
         screen = ElicitationScreen(said.server, said.message, list(said.fields))
         self._approval_screens[said.request_id] = screen
@@ -657,11 +664,11 @@ class TidegaugeApp(App[int]):
         prompt.remember(text)
         # whatever was sent, the user looks at the end of the conversation for its answer
         await self.conversation.jump_to_end()
-        if text.startswith("/") and not text.startswith(MCP_PROMPT_PREFIX):
+        if text.startswith("/") and not text.startswith(commands.MCP_PROMPT_PREFIX):
             self._slash_command(text)
             return
         # /mcp__SERVER__PROMPT runs a server's prompt: the session checks it and says what was wrong
-        self.submit(UserInput(text))
+        self.submit(commands.UserInput(text))
 
     def _slash_command(self, text: str) -> None:
         command, _, rest = text.partition(" ")
@@ -675,7 +682,7 @@ class TidegaugeApp(App[int]):
             if self.session is None:
                 self.conversation.add_engine("info", "the agent is still starting: try again in a moment")
             else:
-                self.session.submit(Report(command.removeprefix("/")))  # type: ignore[arg-type]
+                self.session.submit(commands.Report(command.removeprefix("/")))  # type: ignore[arg-type]
         elif command == "/inspect":
             self.action_inspect()
         elif command == "/rewind":
@@ -697,7 +704,7 @@ class TidegaugeApp(App[int]):
     @on(ToolCallList.RestoreAsked)
     def _on_restore_asked(self, message: ToolCallList.RestoreAsked) -> None:
         """Ask the session what restoring the call's cleared result costs; the dialog follows."""
-        self.submit(PreviewRestore(message.call_id))
+        self.submit(commands.PreviewRestore(message.call_id))
 
     @on(ToolCallList.EvictAsked)
     def _on_evict_asked(self, message: ToolCallList.EvictAsked) -> None:
@@ -710,14 +717,14 @@ class TidegaugeApp(App[int]):
             if not answer:
                 self.conversation.add_engine("info", "eviction cancelled")
                 return
-            self.submit(EvictResult(message.call_id, plan_id=plan_id))
+            self.submit(commands.EvictResult(message.call_id, plan_id=plan_id))
 
         self._confirm_with_forecast("evict", None, confirmed, call_id=message.call_id)
 
     @on(ToolCallList.PinAsked)
     def _on_pin_asked(self, message: ToolCallList.PinAsked) -> None:
         """Pin or unpin at once: nothing sent changes, and the line that follows says what it keeps."""
-        self.submit(PinResult(message.call_id, pin=message.pin))
+        self.submit(commands.PinResult(message.call_id, pin=message.pin))
 
     @on(RestorePreviewReady)
     def _on_restore_preview(self, message: RestorePreviewReady) -> None:
@@ -730,7 +737,7 @@ class TidegaugeApp(App[int]):
 
         def confirmed(answer: bool | None) -> None:
             if answer:
-                self.submit(RestoreResult(preview.call_id, plan_id=preview.plan_id or None))
+                self.submit(commands.RestoreResult(preview.call_id, plan_id=preview.plan_id or None))
 
         self.push_screen(ConfirmScreen(restore_question(preview)), callback=confirmed)
 
@@ -743,14 +750,14 @@ class TidegaugeApp(App[int]):
     def action_compact(self, focus: str | None = None) -> None:
         """Compact the conversation into a summary, after a confirmation showing the plan that will run."""
         if self.session is None:  # nothing to forecast yet: it waits for the session, as before
-            self.submit(Compact(focus))
+            self.submit(commands.Compact(focus))
             return
 
         def confirmed(answer: bool | None, plan_id: str | None) -> None:
             if not answer:
                 self.conversation.add_engine("info", "compaction cancelled")
                 return
-            self.submit(Compact(focus, plan_id=plan_id))  # runs the plan shown, not a fresh guess
+            self.submit(commands.Compact(focus, plan_id=plan_id))  # runs the plan shown, not a fresh guess
 
         self._confirm_with_forecast("compact", focus, confirmed)
 
@@ -761,7 +768,7 @@ class TidegaugeApp(App[int]):
             if not answer:
                 self.conversation.add_engine("info", "reset cancelled")
                 return
-            self.submit(Reset(plan_id=_plan_id))  # runs the plan shown, not a fresh guess
+            self.submit(commands.Reset(plan_id=_plan_id))  # runs the plan shown, not a fresh guess
 
         self._confirm_with_forecast("reset", None, confirmed)
 
@@ -780,7 +787,7 @@ class TidegaugeApp(App[int]):
             screen.set_detail("the agent is still starting: no figures yet")
             return
         self._awaiting_plan[kind] = confirmed  # a second ctrl+s before the answer asks once
-        self.session.submit(Preview(kind, focus, call_id))  # type: ignore[arg-type]
+        self.session.submit(commands.Preview(kind, focus, call_id))  # type: ignore[arg-type]
 
     @on(ForecastReady)
     def _on_forecast(self, message: ForecastReady) -> None:
@@ -809,11 +816,12 @@ class TidegaugeApp(App[int]):
         self._context_details = self.context_panel.folded
         self._fold_context_details()
 
-    def _fold_context_details(self) -> None:
+    def _context_details_shown(self) -> bool:
         show = self._context_details
-        if show is None:
-            show = context_details_fit(self.size.height)
-        self.context_panel.folded = not show
+        return context_details_fit(self.size.height) if show is None else show
+
+    def _fold_context_details(self) -> None:
+        self.context_panel.folded = not self._context_details_shown()
 
     def action_scroll_conversation(self, direction: int) -> None:
         """Page keys from the prompt scroll the conversation."""
@@ -850,7 +858,7 @@ class TidegaugeApp(App[int]):
     def action_interrupt(self) -> None:
         """Interrupt the running turn."""
         if self.busy:
-            self.submit(Interrupt())
+            self.submit(commands.Interrupt())
 
     def action_rewind_escape(self) -> None:
         """An idle escape: the second within REWIND_WINDOW_S opens the rewind list."""
@@ -871,7 +879,7 @@ class TidegaugeApp(App[int]):
             self.conversation.add_engine("info", "rewind: the agent is busy; escape interrupts the turn, then rewind")
             return
         self._awaiting_rewind = True
-        self.session.submit(PreviewRewind())
+        self.session.submit(commands.PreviewRewind())
 
     @on(RewindPointsReady)
     def _on_rewind_points(self, message: RewindPointsReady) -> None:
@@ -887,7 +895,7 @@ class TidegaugeApp(App[int]):
         def chosen(answer: "RewindAnswer | None") -> None:
             if answer is not None:
                 plan_id, files, overwrite = answer
-                self.submit(Rewind(plan_id, files=files, overwrite_changed=overwrite))  # the plan shown
+                self.submit(commands.Rewind(plan_id, files=files, overwrite_changed=overwrite))  # the plan shown
 
         self.push_screen(RewindScreen(event), callback=chosen)
 
@@ -916,7 +924,7 @@ class TidegaugeApp(App[int]):
             return
         self._last_ctrl_c = now
         if self.busy:
-            self.submit(Interrupt())
+            self.submit(commands.Interrupt())
         elif prompt.value:
             prompt.value = ""
         prompt.say_briefly("ctrl+c again quits", QUIT_WINDOW_S)
@@ -1029,7 +1037,7 @@ class TidegaugeApp(App[int]):
 
         def chosen(answer: tuple[int, float] | None) -> None:
             if answer is not None:
-                self.submit(WhatIf(window=answer[0], auto_compact=answer[1]))
+                self.submit(commands.WhatIf(window=answer[0], auto_compact=answer[1]))
 
         last = self.query_one(ContextPanel).last_context
         self.push_screen(WhatIfScreen(last.thresholds.window if last is not None else None), chosen)
@@ -1038,7 +1046,7 @@ class TidegaugeApp(App[int]):
         if self.session is None:
             self.conversation.add_engine("info", "the agent is still starting: try again in a moment")
         else:
-            self.session.submit(ServerCompaction(on))
+            self.session.submit(commands.ServerCompaction(on))
 
     # ------------------------------------------------------------------ /mcp and re-authorization
 
@@ -1051,7 +1059,7 @@ class TidegaugeApp(App[int]):
         if self.session is None:
             self.conversation.add_engine("info", "the agent is still starting: try /mcp again in a moment")
             return
-        self.session.submit(ManageMcpServer("status"))
+        self.session.submit(commands.ManageMcpServer("status"))
 
     def _refresh_mcp_view(self) -> None:
         """A server started, failed or stopped while /mcp is open: its rows are asked for again."""
@@ -1059,7 +1067,7 @@ class TidegaugeApp(App[int]):
         from widgets.mcp_screen import McpScreen
 
         if self.session is not None and any(isinstance(screen, McpScreen) for screen in self.screen_stack):
-            self.session.submit(ManageMcpServer("status"))
+            self.session.submit(commands.ManageMcpServer("status"))
 
     def _tell_mcp_view(self, said: Any) -> None:
         """A login's progress under /mcp's list too (the consent address above all): the view covers
@@ -1085,7 +1093,7 @@ class TidegaugeApp(App[int]):
 
     def on_mcp_screen_action_asked(self, message: Any) -> None:
         """A key in the /mcp view: the session does the work (``ManageMcpServer``)."""
-        self.submit(ManageMcpServer(message.action, message.server))
+        self.submit(commands.ManageMcpServer(message.action, message.server))
 
     @on(McpAuthSaid)
     async def _on_mcp_auth(self, message: McpAuthSaid) -> None:
@@ -1104,7 +1112,7 @@ class TidegaugeApp(App[int]):
 
         def answered(answer: bool | None) -> None:
             if self._approval_screens.pop(said.request_id, None) is not None:
-                self.submit(Approve(said.request_id, "yes" if answer else "no"))
+                self.submit(commands.Approve(said.request_id, "yes" if answer else "no"))
 
         screen = ConfirmScreen(reauthorize_question(said))
         screen.default_answer = "yes"
