@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
+import itertools
 import json
+import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -105,12 +108,45 @@ _DATA_DIR: Path | None = None
 
 def _data_dir() -> Path:
     """One data directory per test process: the demo's 15 MB log is written once into its cache
-    and linked into each session's workspace, as for a user who opens the demo again."""
+    and linked into each session's workspace, as for a user who opens the demo again. Its name
+    is the same number of tokens every run (ten digits: the process id and a count), for the
+    system prompt names the folder and the gauge's figures count it."""
     global _DATA_DIR
     if _DATA_DIR is None:
-        _DATA_DIR = Path(tempfile.mkdtemp(prefix="tidegauge-fake-session-"))
+        for attempt in range(1_000):
+            candidate = Path(tempfile.gettempdir()) / f"tidegauge-fake-session-{os.getpid() % 10_000_000:07d}{attempt:03d}"
+            try:
+                candidate.mkdir(mode=0o700)
+            except FileExistsError:
+                continue
+            _DATA_DIR = candidate
+            break
+        else:
+            raise RuntimeError("no free data directory for the fake session under " + tempfile.gettempdir())
         atexit.register(shutil.rmtree, _DATA_DIR, True)
     return _DATA_DIR
+
+
+_SESSIONS_MADE = itertools.count(1)
+
+
+@contextlib.contextmanager
+def _numbered_session_ids() -> Iterator[None]:
+    """New sessions named by the clock and a count instead of four random hex digits. The demo's
+    workspace is a folder of its session, the system prompt names it, and the gauge counts those
+    tokens: "c1a3" and "0017" can tokenize to different lengths, four digits always to two."""
+    from app.session import store
+
+    made = store.new_session_id
+
+    def numbered(now: float | None = None) -> str:
+        return f"{made(now).rsplit('-', 1)[0]}-{next(_SESSIONS_MADE) % 10_000:04d}"
+
+    store.new_session_id = numbered  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        store.new_session_id = made  # type: ignore[assignment]
 
 
 class ScriptedProvider(DemoProvider):
@@ -195,7 +231,8 @@ class FakeSession:
         settings = load_settings({"provider": "demo", "demo_speed": 0, "data_dir": str(_data_dir()),
                                   "window": WINDOW, "budget": BUDGET, "memory_update_tokens": 0,
                                   "sandbox": "off"})
-        self.session = build_session(settings, approvals=approvals, cwd=_data_dir())
+        with _numbered_session_ids():
+            self.session = build_session(settings, approvals=approvals, cwd=_data_dir())
         agent = self.session.agent
         self.provider = ScriptedProvider(turns or {}, default or [Text("Hello! I am a scripted agent.")],
                                          provider_label)
@@ -217,6 +254,7 @@ class FakeSession:
         self._decided: dict[str, str] = {}  # tool call id -> the user's answer
         self.closed = False
         self._run: asyncio.Task[None] | None = None
+        self._submitting = None
         self.session.subscribe(self._note)
 
     # --- the SessionSurface Protocol: the real session's ---
@@ -226,7 +264,12 @@ class FakeSession:
         self.submitted.append(command)
         if isinstance(command, cmd.Shutdown):
             self.closed = True
-        command_id = self.session.submit(command)
+        # A question is answered inside submit, before its id is returned: its events name this command.
+        self._submitting: cmd.Command | None = command
+        try:
+            command_id = self.session.submit(command)
+        finally:
+            self._submitting = None
         self._by_id[command_id] = command
         return command_id
 
@@ -262,7 +305,8 @@ class FakeSession:
 
     def _note(self, envelope: EventEnvelope) -> None:
         event = envelope.event
-        command = self._by_id.get(envelope.command_id) if envelope.command_id is not None else None
+        command = (self._by_id.get(envelope.command_id, self._submitting) if envelope.command_id is not None
+                   else None)
         if isinstance(event, ev.UserMessageEvent):
             self.calls.append(("run_turn", event.text))
         elif isinstance(event, ev.CompactionEvent) and isinstance(command, cmd.Compact):
@@ -300,6 +344,14 @@ class FakeSession:
     def info(self, info: ev.SessionInfoEvent) -> None:
         """What the session says of itself when it starts (a test names another folder or label)."""
         self.session.info = info
+
+    def named_the_same_every_run(self) -> "FakeSession":
+        """The session's id and folder as fixed words: a snapshot draws them, and the real ones
+        are the clock's and a temporary directory's. Its transcript stays where it is written."""
+        self.session.info = self.session.info.model_copy(update={
+            "session_id": "20260101-000000-fixed", "workspace": "/home/user/project",
+            "started_in": "/home/user/project"})
+        return self
 
     @property
     def server_compaction(self) -> bool:
