@@ -18,7 +18,6 @@ from app.surfaces.dashboard.app import TidegaugeApp
 from app.kernel.describe import describe
 from dashboard_helpers import engine_texts, send, settle
 from snapshot_apps.fake_agent import FakeSession, Gate, Text, context
-from snapshot_apps.scripted_events import EventsOnlySession
 from test_engine_features import MEMORY_SETUP, TAGS, TASK, Router, _clear_everything, let_each_memory_update_land, reads
 from test_engine_support import bodies, write_words
 from fake_responses_server import responses_text, responses_tool_calls
@@ -261,7 +260,7 @@ async def test_ctrl_r_shows_what_the_reset_frees_and_keeps_no_as_the_default() -
         assert agent.calls == [] and "reset cancelled" in engine_texts(app)
 
 
-def _cleared_session() -> EventsOnlySession:
+def _cleared_session() -> FakeSession:
     steps = [
         ev.ToolStartEvent(id="call-1", name="read_file", input={"path": "a.py"}, summary="a.py"),
         ev.ToolResultEvent(id="call-1", name="read_file", is_error=False, truncated=False, original_chars=52_000,
@@ -273,7 +272,7 @@ def _cleared_session() -> EventsOnlySession:
         ev.ClearedResultsEvent(call_ids=["call-1"]),
         Text("Read both."),
     ]
-    agent = EventsOnlySession({"read": steps}, start_context=context(40_000, 0))
+    agent = FakeSession({"read": steps}, start_context=context(40_000, 0))
     agent.restorable["call-1"] = ("read_file", 13_000)
     return agent
 
@@ -347,7 +346,7 @@ async def test_the_breakdown_names_memory_rules_and_mcp_servers_and_shows_saving
     base = context(40_000, 0)
     parts = dict(base.breakdown, session_memory=1_200, rules=300, **{"mcp:git": 2_900, "mcp:time": 350})
     start = base.model_copy(update={"breakdown": parts, "tool_tokens_saved": 12_000})
-    agent = EventsOnlySession(start_context=start)
+    agent = FakeSession(start_context=start)
     app = TidegaugeApp(agent, cursor_blink=False)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -413,7 +412,7 @@ async def test_a_sub_agent_is_folded_under_its_task_call_with_its_own_gauge_and_
 
 
 async def test_the_command_palette_switches_server_compaction_for_the_session() -> None:
-    agent = EventsOnlySession(server_compaction=False)  # a provider that has it (responses, anthropic)
+    agent = FakeSession(server_compaction=False)  # a provider that has it (responses, anthropic)
     app = TidegaugeApp(agent, cursor_blink=False)
     async with app.run_test(size=SIZE) as pilot:
         def toggle() -> Any:

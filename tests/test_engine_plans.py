@@ -59,7 +59,7 @@ async def test_the_gauge_draws_the_engines_calls_range_as_it_is() -> None:
     """The gauge smoothed the engine's figure once more: readings from before a compaction
     kept it at "next turn" after one (the engine smooths and restarts it; the gauge only draws)."""
     from dashboard_helpers import send, settle
-    from snapshot_apps.scripted_events import EventsOnlySession, context
+    from snapshot_apps.fake_agent import FakeSession, context
 
     from app.kernel import events as ev
     from app.surfaces.dashboard.app import TidegaugeApp
@@ -69,7 +69,7 @@ async def test_the_gauge_draws_the_engines_calls_range_as_it_is() -> None:
     compacted = [ev.CompactionEvent(trigger="auto", ok=True, messages_before=40, messages_after=1,
                                     tokens_before=148_000, tokens_after=15_000),
                  context(19_000, turns=17, calls=(14, 21))]
-    app = TidegaugeApp(EventsOnlySession({"go": [*near, *compacted]}), cursor_blink=False)
+    app = TidegaugeApp(FakeSession({"go": [*near, *compacted]}), cursor_blink=False)
     async with app.run_test(size=(160, 50)) as pilot:
         await send(pilot, "go")
         await settle(pilot)

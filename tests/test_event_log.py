@@ -460,9 +460,9 @@ async def test_the_fake_session_a_dashboard_test_drives_keeps_the_same_log() -> 
     the switch said before the last EVENT_RING events is still the palette's state."""
     from app.kernel.commands import Preview, ServerCompaction
     from app.surfaces.dashboard.app import TidegaugeApp
-    from snapshot_apps.scripted_events import EventsOnlySession
+    from snapshot_apps.fake_agent import FakeSession
 
-    fake = EventsOnlySession(server_compaction=False)
+    fake = FakeSession(server_compaction=False)
     fake.submit(ServerCompaction(True))
     for _ in range(EVENT_RING):
         fake.submit(Preview("reset"))

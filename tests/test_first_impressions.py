@@ -271,12 +271,12 @@ async def test_at_220x60_the_cost_stays_in_view_when_the_session_memory_takes_a_
     """After a compaction from the session memory the breakdown has one row more than its
     panel (the README's 220x60 picture lost "cost"): the cost goes beside the tokens."""
     from snapshot_apps.fake_agent import context
-    from snapshot_apps.scripted_events import EventsOnlySession
+    from snapshot_apps.fake_agent import FakeSession
     from widgets.context_breakdown import ContextBreakdown
 
     base = context(40_000, 0)
     start = base.model_copy(update={"breakdown": dict(base.breakdown, session_memory=671)})
-    app = TidegaugeApp(EventsOnlySession(start_context=start), cursor_blink=False)
+    app = TidegaugeApp(FakeSession(start_context=start), cursor_blink=False)
     async with app.run_test(size=(220, 60)) as pilot:
         breakdown = app.query_one(ContextBreakdown)
 

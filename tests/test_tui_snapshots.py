@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from app.surfaces.dashboard.app import TidegaugeApp
-from snapshot_apps.fake_agent import Ask, FakeSession, context, session_steps
+from snapshot_apps.fake_agent import Ask, FakeSession, Text, context, session_steps
 
 SIZE = (160, 50)
 # The terminal sizes people use, smallest to largest: the layout is checked at each.
@@ -56,6 +56,9 @@ def make_app(start_tokens: int | None = None) -> tuple[TidegaugeApp, FakeSession
         "under": steps[:13],  # two tool calls, context well under the warning line
         "over": steps,  # nine more reads: the warning line is crossed
         "approve": [Ask("run_bash", {"command": "rm -rf build && make"})],
+        # two real reads of the demo project's files: results in the real context, to evict or pin
+        "read two files": [Ask("read_file", {"path": "README.md"}, id="call-1"),
+                           Ask("read_file", {"path": "CHANGELOG.md"}, id="call-2"), Text("Read both.")],
     }
     agent = FakeSession(scripted, start_context=None if start_tokens is None else context(start_tokens))
     agent.named_the_same_every_run()

@@ -13,7 +13,6 @@ from app.kernel import events as ev
 from app.surfaces.dashboard.app import HELP_TEXT, TidegaugeApp
 from dashboard_helpers import engine_texts, send, settle
 from snapshot_apps.fake_agent import FakeSession, Gate, Text, context
-from snapshot_apps.scripted_events import EventsOnlySession
 from widgets.assistant_message import AssistantMessage
 from widgets.confirm_screen import ConfirmScreen
 
@@ -35,10 +34,10 @@ def _calls(prefix: str, count: int, cut_path: str | None = None) -> list[Any]:
     return [*steps, Text("Done.")]
 
 
-def _cleared_session() -> EventsOnlySession:
+def _cleared_session() -> FakeSession:
     """A result cleared and restorable: drawn from the earlier stand-in, not yet reached in the real core."""
     steps = [*_calls("call", 2)[:-1], ev.ClearedResultsEvent(call_ids=["call-1"]), Text("Read both.")]
-    agent = EventsOnlySession({"read": steps}, start_context=context(40_000, 0))
+    agent = FakeSession({"read": steps}, start_context=context(40_000, 0))
     agent.restorable["call-1"] = ("read_file", 13_000)
     return agent
 

@@ -8,15 +8,15 @@ from __future__ import annotations
 from app.kernel import events as ev
 from app.kernel import commands as cmd
 from app.surfaces.dashboard.app import TidegaugeApp
-from snapshot_apps.scripted_events import EventsOnlySession, session_steps
+from snapshot_apps.fake_agent import FakeSession, session_steps
 from test_tui_snapshots import FULL_OUTPUT, SIZES, drive, until
 from textual.widgets import Input, Static
 from widgets.context_history import ContextHistory
 from widgets.whatif_screen import WhatIfScreen
 
 
-def make_app() -> tuple[TidegaugeApp, EventsOnlySession]:
-    agent = EventsOnlySession({"over": session_steps(str(FULL_OUTPUT))})
+def make_app() -> tuple[TidegaugeApp, FakeSession]:
+    agent = FakeSession({"over": session_steps(str(FULL_OUTPUT))})
     return TidegaugeApp(agent, cursor_blink=False), agent
 
 

@@ -238,6 +238,9 @@ class FakeSession:
                                          provider_label)
         self.provider.say = agent.emit
         agent.provider = self.provider  # the one part swapped: the model
+        # Each tool call takes 3 ms by this clock, on a busy machine or not: the tool list draws it.
+        ticks = itertools.count(0, 0.0015)
+        agent.tool_clock = lambda: next(ticks)
         self.session.info = self.session.info.model_copy(update={
             "provider_label": provider_label, "model": self.provider.model, "banner": banner,
             "server_compaction": server_compaction})
@@ -347,7 +350,12 @@ class FakeSession:
 
     def named_the_same_every_run(self) -> "FakeSession":
         """The session's id and folder as fixed words: a snapshot draws them, and the real ones
-        are the clock's and a temporary directory's. Its transcript stays where it is written."""
+        are the clock's and a temporary directory's. Its transcript stays where it is written;
+        outputs it saves (an evicted result, named in the conversation) go to the snapshots'
+        shared folder, where every run writes the same file for the same call."""
+        shared = Path(tempfile.gettempdir()) / "tidegauge-snapshots" / "tool-results"
+        shared.mkdir(parents=True, exist_ok=True)
+        self.session.agent.engine.tool_results_dir = shared
         self.session.info = self.session.info.model_copy(update={
             "session_id": "20260101-000000-fixed", "workspace": "/home/user/project",
             "started_in": "/home/user/project"})
