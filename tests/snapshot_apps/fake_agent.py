@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from app.agent.server_context import switch_server_compaction
 from app.context.engine import EngineConfig
 from app.context.thresholds import compute_thresholds
 from app.context.thresholds import level as context_level
@@ -158,13 +159,26 @@ class ScriptedProvider(DemoProvider):
 
     name = "scripted"
 
-    def __init__(self, turns: dict[str, list[Step]], default: list[Step], label: str) -> None:
+    def __init__(self, turns: dict[str, list[Step]], default: list[Step], label: str,
+                 server_compaction: bool = False) -> None:
         super().__init__(model="scripted-model", speed=0, window=WINDOW)
+        self.server_side = server_compaction  # declares a server that compacts (as anthropic's does)
+        self.compact_threshold: int | None = None
         self.turns = turns
         self.default = default
         self.label = label
         self._steps: list[Step] = []
         self.say: Callable[[Any], None] = lambda event: None  # the agent's emit, once it exists
+
+    def server_context(self) -> "ScriptedProvider | None":  # type: ignore[override]
+        return self if self.server_side else None
+
+    def set_compaction(self, threshold: int | None) -> int | None:
+        self.compact_threshold = threshold
+        return threshold
+
+    def set_editing(self, editing: Any) -> bool:
+        return False  # no context editing on this server
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         self.calls += 1
@@ -235,7 +249,7 @@ class FakeSession:
             self.session = build_session(settings, approvals=approvals, cwd=_data_dir())
         agent = self.session.agent
         self.provider = ScriptedProvider(turns or {}, default or [Text("Hello! I am a scripted agent.")],
-                                         provider_label)
+                                         provider_label, server_compaction=server_compaction is not None)
         self.provider.say = agent.emit
         agent.provider = self.provider  # the one part swapped: the model
         # Each tool call takes 3 ms by this clock, on a busy machine or not: the tool list draws it.
@@ -244,6 +258,8 @@ class FakeSession:
         self.session.info = self.session.info.model_copy(update={
             "provider_label": provider_label, "model": self.provider.model, "banner": banner,
             "server_compaction": server_compaction})
+        if server_compaction:  # on from the start, as build_session switches a provider that has it
+            switch_server_compaction(self.provider, agent.engine, True)
         if restored:
             self.session.restored = replayable(restored)
         if start_context is not None:
@@ -396,6 +412,19 @@ def _start_at(engine: Any, tokens: int) -> None:
     history = [Message.typed_by_user(lines[0] + filler), Message.assistant_text(lines[1] + filler),
                Message.typed_by_user(lines[2] + filler), Message.assistant_text(lines[3] + filler)]
     engine.load_history(history)
+
+
+def clearing_session(**kwargs: Any) -> FakeSession:
+    """A session whose prompt "read" reads README.md (call-1) and CHANGELOG.md (call-2) for real;
+    its conversation starts over the warning line, and its engine clears old results to keep only
+    the last ~400 tokens of them, so before the reply's request the real engine clears call-1's
+    result (a real clearing, restorable with ctrl+t) and keeps call-2's."""
+    session = FakeSession({"read": [Ask("read_file", {"path": "README.md"}, id="call-1"),
+                                    Ask("read_file", {"path": "CHANGELOG.md"}, id="call-2"), Text("Read both.")]},
+                          start_context=context(132_000), **kwargs)
+    config = session.session.agent.engine.config
+    config.micro_keep_tokens, config.micro_min_free = 400, 300
+    return session
 
 
 def big_log(lines: int = 300_000) -> str:
