@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from app.agent.server_context import switch_server_compaction
+from app.context.compaction import is_summary_message
 from app.context.engine import EngineConfig
 from app.context.thresholds import compute_thresholds
 from app.context.thresholds import level as context_level
@@ -193,7 +194,9 @@ class ScriptedProvider(DemoProvider):
             return
         last = request.messages[-1] if request.messages else None
         typed = [b.text for b in last.content if isinstance(b, TextBlock)] if last and last.role == "user" else []
-        if typed:  # a prompt (after an interrupted call it shares a message with that call's result)
+        # a prompt (after an interrupted call it shares a message with that call's result); a summary
+        # the engine made mid-turn continues the turn's script
+        if typed and not (last is not None and is_summary_message(last)):
             self._steps = list(self.turns.get(typed[-1], self.default))
         said: list[str] = []
         content: list[Any] = []
