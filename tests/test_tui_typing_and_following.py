@@ -12,7 +12,7 @@ from typing import Any
 from app.kernel import events as ev
 from app.surfaces.dashboard.app import HELP_TEXT, TidegaugeApp
 from dashboard_helpers import engine_texts, send, settle
-from snapshot_apps.fake_agent import FakeSession, Gate, Text, clearing_session, context
+from snapshot_apps.fake_agent import FakeSession, Gate, Text, clearing_session
 from widgets.assistant_message import AssistantMessage
 from widgets.confirm_screen import ConfirmScreen
 

@@ -144,11 +144,11 @@ def _numbered_session_ids() -> Iterator[None]:
     def numbered(now: float | None = None) -> str:
         return f"{made(now).rsplit('-', 1)[0]}-{next(_SESSIONS_MADE) % 10_000:04d}"
 
-    store.new_session_id = numbered  # type: ignore[assignment]
+    store.new_session_id = numbered
     try:
         yield
     finally:
-        store.new_session_id = made  # type: ignore[assignment]
+        store.new_session_id = made
 
 
 class ScriptedProvider(DemoProvider):
@@ -195,8 +195,8 @@ class ScriptedProvider(DemoProvider):
         last = request.messages[-1] if request.messages else None
         typed = [b.text for b in last.content if isinstance(b, TextBlock)] if last and last.role == "user" else []
         # a prompt (after an interrupted call it shares a message with that call's result); a summary
-        # the engine made mid-turn continues the turn's script
-        if typed and not (last is not None and is_summary_message(last)):
+        # the engine made mid-turn continues the turn's script, one made before a prompt starts one
+        if typed and not (self._steps and last is not None and is_summary_message(last)):
             self._steps = list(self.turns.get(typed[-1], self.default))
         said: list[str] = []
         content: list[Any] = []
@@ -276,7 +276,7 @@ class FakeSession:
         self._decided: dict[str, str] = {}  # tool call id -> the user's answer
         self.closed = False
         self._run: asyncio.Task[None] | None = None
-        self._submitting = None
+        self._submitting: cmd.Command | None = None
         self.session.subscribe(self._note)
 
     # --- the SessionSurface Protocol: the real session's ---
@@ -287,7 +287,7 @@ class FakeSession:
         if isinstance(command, cmd.Shutdown):
             self.closed = True
         # A question is answered inside submit, before its id is returned: its events name this command.
-        self._submitting: cmd.Command | None = command
+        self._submitting = command
         try:
             command_id = self.session.submit(command)
         finally:
