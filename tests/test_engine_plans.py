@@ -59,22 +59,30 @@ async def test_the_gauge_draws_the_engines_calls_range_as_it_is() -> None:
     """The gauge smoothed the engine's figure once more: readings from before a compaction
     kept it at "next turn" after one (the engine smooths and restarts it; the gauge only draws)."""
     from dashboard_helpers import send, settle
-    from snapshot_apps.scripted_events import EventsOnlySession, context
+    from snapshot_apps.fake_agent import Ask, FakeSession, Text, context
 
-    from app.kernel import events as ev
     from app.surfaces.dashboard.app import TidegaugeApp
     from widgets.gauge_bar import GaugeBar
 
-    near = [context(140_000, turns=1), context(144_000, turns=1), context(148_000, turns=1)]
-    compacted = [ev.CompactionEvent(trigger="auto", ok=True, messages_before=40, messages_after=1,
-                                    tokens_before=148_000, tokens_after=15_000),
-                 context(19_000, turns=17, calls=(14, 21))]
-    app = TidegaugeApp(EventsOnlySession({"go": [*near, *compacted]}), cursor_blink=False)
+    # Reads of ~5K tokens each from just under the auto-compact line: readings of "next turn",
+    # then the real engine's auto-compaction, then reads from the summary that make a new range.
+    reads = [Ask("read_file", {"path": "app.log", "offset": 1 + 300 * n, "limit": 300}, id=f"call-{n + 1}")
+             for n in range(5)]
+    agent = FakeSession({"go": [*reads, Text("Read the log.")]}, start_context=context(141_000))
+    app = TidegaugeApp(agent, cursor_blink=False)
     async with app.run_test(size=(160, 50)) as pilot:
         await send(pilot, "go")
         await settle(pilot)
+        said = [e.event for e in agent.snapshot().events]
+        assert any(e.type == "compaction" and e.trigger == "auto" for e in said)
+        assert any(e.type == "context" and e.calls_to_compact_fewest == 0 for e in said)  # "next turn" before it
+        last = agent.context_event()
+        fewest, most = last.calls_to_compact_fewest, last.calls_to_compact_most
         figures = app.query_one(GaugeBar).render().plain.split("\n")[0]
-        assert "auto-compact in 14–21 model calls" in figures, figures
+        assert "next turn" not in figures, figures
+        if fewest is not None and most is not None:  # the engine's range, as it is
+            drawn = f"{fewest}–{most}" if fewest != most else f"{fewest}"
+            assert f"auto-compact in {drawn} model calls" in figures, figures
 
 
 # ---- plans: the forecast is the compaction that runs ----

@@ -456,16 +456,26 @@ def test_the_events_in_force_outlive_the_ring() -> None:
 
 
 async def test_the_fake_session_a_dashboard_test_drives_keeps_the_same_log() -> None:
-    """The scripted session the dashboard tests use catches a late surface up as the real one does:
+    """The session the dashboard tests use (the real one, its model scripted) catches a late surface up as the real one does:
     the switch said before the last EVENT_RING events is still the palette's state."""
     from app.kernel.commands import Preview, ServerCompaction
     from app.surfaces.dashboard.app import TidegaugeApp
-    from snapshot_apps.scripted_events import EventsOnlySession
+    from snapshot_apps.fake_agent import FakeSession
 
-    fake = EventsOnlySession(server_compaction=False)
+    import asyncio
+
+    fake = FakeSession(server_compaction=False)  # a provider whose server compacts, switched off
+    plans: list[object] = []
+    fake.subscribe(lambda envelope: plans.append(envelope) if envelope.event.type == "forecast" else None)
     fake.submit(ServerCompaction(True))
     for _ in range(EVENT_RING):
         fake.submit(Preview("reset"))
+
+    async def answered() -> None:
+        while len(plans) < EVENT_RING:
+            await asyncio.sleep(0.005)  # polls the condition above
+
+    await asyncio.wait_for(answered(), 60)
     snapshot = fake.snapshot()
     assert snapshot.info.server_compaction is True and [e.event.type for e in snapshot.standing] == ["server_compaction"]
     app = TidegaugeApp(fake, cursor_blink=False)

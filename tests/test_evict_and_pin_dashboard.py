@@ -23,7 +23,7 @@ async def pin_first_and_evict_second(pilot: Any) -> None:
     from dashboard_helpers import send, settle
 
     app = pilot.app
-    await send(pilot, "under")
+    await send(pilot, "read two files")
     await settle(pilot)
     tools = app.query_one(ToolCallList)
     tools.focus()
@@ -44,12 +44,14 @@ async def test_p_pins_the_highlighted_result_and_d_evicts_after_asking_with_its_
         first, second = app.query_one(ToolCallList).calls[:2]
         sent = [c for c in session.submitted if isinstance(c, (cmd.PinResult, cmd.EvictResult, cmd.Preview))]
         # the dialog showed a plan, and yes ran that plan, named by its id
+        [plan] = [e.event for e in session.snapshot().events
+                  if e.event.type == "forecast" and e.event.kind == "evict"]
         assert sent == [cmd.PinResult(first.id, pin=True), cmd.Preview("evict", None, second.id),
-                        cmd.EvictResult(second.id, plan_id="evict-1")]
+                        cmd.EvictResult(second.id, plan_id=plan.plan_id)]
         from dashboard_helpers import engine_texts
 
         said = engine_texts(app)
-        assert any(f"pinned {first.name}({first.id})" in text for text in said), said[-3:]
+        assert any(f"pinned {first.name}(path='README.md')" in text for text in said), said[-3:]
         assert any(f"evicted the {second.name} result {second.id}" in text for text in said), said[-3:]
 
         # p again unpins; d on a pinned result is refused in one line by the session, not by the list

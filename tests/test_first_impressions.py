@@ -271,14 +271,17 @@ async def test_at_220x60_the_cost_stays_in_view_when_the_session_memory_takes_a_
     """After a compaction from the session memory the breakdown has one row more than its
     panel (the README's 220x60 picture lost "cost"): the cost goes beside the tokens."""
     from snapshot_apps.fake_agent import context
-    from snapshot_apps.scripted_events import EventsOnlySession
     from widgets.context_breakdown import ContextBreakdown
 
     base = context(40_000, 0)
-    start = base.model_copy(update={"breakdown": dict(base.breakdown, session_memory=671)})
-    app = TidegaugeApp(EventsOnlySession(start_context=start), cursor_blink=False)
+    # a session memory is not reached in a short scripted run: its part is said to the dashboard
+    after = base.model_copy(update={"breakdown": dict(base.breakdown, session_memory=671)})
+    agent = FakeSession()
+    app = TidegaugeApp(agent, cursor_blink=False)
     async with app.run_test(size=(220, 60)) as pilot:
         breakdown = app.query_one(ContextBreakdown)
+        await pilot.pause()
+        agent.emit(after)
 
         def drawn() -> str:
             return "\n".join(breakdown.render_line(y).text.rstrip() for y in range(breakdown.size.height))

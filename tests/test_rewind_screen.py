@@ -66,7 +66,7 @@ async def test_f_rewinds_with_the_files_and_escape_cancels() -> None:
         app.clock = lambda: 0.0
         await pilot.press("escape", "escape")
         await until(pilot, lambda: isinstance(app.screen, RewindScreen))
-        await pilot.press("end", "f")  # the oldest message: its turn changed src/app.py
+        await pilot.press("end", "f")  # the oldest message, with its files
         await until(pilot, lambda: app.query_one("#prompt", Input).value == PROMPTS[0])
         assert ("rewind", (1, True)) in session.calls
 
@@ -94,7 +94,7 @@ def test_snapshot_rewind_list(snap_compare, size) -> None:
 
 async def test_a_resumed_session_shows_the_abandoned_turns_dimmed() -> None:
     """What `tidegauge rewind` or an earlier run's Esc Esc recorded: on resume the turns are there, marked."""
-    from snapshot_apps.scripted_events import EventsOnlySession
+    from snapshot_apps.fake_agent import FakeSession
     from textual.app import App
 
     from app.kernel import events as ev
@@ -106,7 +106,7 @@ async def test_a_resumed_session_shows_the_abandoned_turns_dimmed() -> None:
                      ev.ResultEvent(stop_reason="end_turn", text=f"done {n}", steps=1)]
     restored.append(ev.RewindEvent(ok=True, turn=2, text="rewrite it", abandoned_turns=2, tokens_before=9_000,
                                    tokens_after=6_000, by="cli"))
-    app: App[int] = TidegaugeApp(EventsOnlySession(restored=restored), cursor_blink=False)
+    app: App[int] = TidegaugeApp(FakeSession(restored=restored), cursor_blink=False)
     async with app.run_test(size=(80, 24)) as pilot:
         conversation = app.conversation  # type: ignore[attr-defined]
         await until(pilot, lambda: any(item.kind == "engine" and "rewound" in item.text for item in conversation.items))

@@ -41,7 +41,7 @@ from app.kernel.commands import (
 from app.kernel.describe import DESCRIBERS, describe
 from app.kernel.protocol import SessionSurface
 from fake_llm_server import anthropic_text, openai_text, openai_tool_calls
-from snapshot_apps.scripted_events import EventsOnlySession
+from snapshot_apps.fake_agent import FakeSession
 
 
 async def _run(session: AgentSession, *commands) -> None:
@@ -251,19 +251,20 @@ def test_replay_derives_chart_points_for_sessions_recorded_before_they_were_even
     assert not [e for e in replay if e.type == "notice"]  # the typed event before it already says it
 
 
-@pytest.mark.parametrize("make", [lambda: EventsOnlySession()])
-async def test_the_fake_session_speaks_the_same_contract(make):
-    fake = make()
+async def test_the_dashboard_tests_session_speaks_the_same_contract():
+    """The dashboard tests' session (the real one with a scripted model): a prompt ends idle, then in its result."""
+    fake = FakeSession()
     seen: list[Any] = []
     fake.subscribe(seen.append)
     fake.submit(UserInput("hi"))
     await asyncio.wait_for(fake.idle(), 30)
     assert [e.event.type for e in seen][-2:] == ["state", "result"] and seen[-2].event.state == "idle"
     assert fake.snapshot().info.provider_label
+    fake.submit(Shutdown())
 
 
-# Commands answered at once with a typed event (issues 14-17): the fake answers each with the
-# same event type as the real session, so dashboard tests on the fake mean the same thing.
+# Commands answered at once with a typed event (issues 14-17): the real session answers each with
+# one event, and so does the dashboard tests' session (the same session, its model scripted).
 ANSWERED_AT_ONCE = [
     (Preview("compact"), "forecast"),
     (Preview("reset"), "forecast"),
@@ -281,20 +282,27 @@ ANSWERED_AT_ONCE = [
 ]
 
 
-def test_every_command_is_one_the_fake_session_knows():
+def test_every_command_is_answered_at_once_or_runs_in_turn():
     union = set(typing.get_args(Command))
     assert {type(c) for c, _ in ANSWERED_AT_ONCE} | {UserInput, Compact, Reset, Interrupt, Approve, Report,
                                                       Shutdown, ApproveImport, AnswerElicitation} == union
 
 
 @pytest.mark.parametrize("command,answer", ANSWERED_AT_ONCE, ids=lambda v: getattr(v, "__name__", str(v))[:40])
-async def test_the_real_and_the_fake_session_answer_a_question_with_the_same_event(
+async def test_the_real_and_the_dashboard_tests_session_answer_a_question_with_the_same_event(
         command, answer, fake_llm, tmp_path, monkeypatch):
     session, events = make_session(fake_llm, tmp_path, monkeypatch)
     command_id = session.submit(command)  # before run: answered when the session starts, with its id
     await _run(session)
-    fake, seen = EventsOnlySession(), list[Any]()
-    fake.subscribe(seen.append)
-    fake.submit(command)
     assert [e.type for e in events.caused_by(command_id)] == [answer]
-    assert [e.event.type for e in seen][-1:] == [answer]
+    fake, seen = FakeSession(), list[Any]()
+    fake.subscribe(seen.append)
+    fake_id = fake.submit(command)
+
+    async def answered() -> None:
+        while not any(e.command_id == fake_id for e in seen):
+            await asyncio.sleep(0.005)  # polls the condition above
+
+    await asyncio.wait_for(answered(), 30)
+    assert [e.event.type for e in seen if e.command_id == fake_id] == [answer]
+    fake.submit(Shutdown())

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from app.surfaces.dashboard.app import TidegaugeApp
-from snapshot_apps.scripted_events import Ask, EventsOnlySession, compaction_steps, session_steps
+from snapshot_apps.fake_agent import Ask, FakeSession, Text, context, session_steps
 
 SIZE = (160, 50)
 # The terminal sizes people use, smallest to largest: the layout is checked at each.
@@ -44,15 +44,24 @@ def full_output_file() -> Path:
     return FULL_OUTPUT
 
 
-def make_app(**turns) -> tuple[TidegaugeApp, EventsOnlySession]:
+# A conversation over the warning line (130K), under the auto-compact line (150K): the scripted
+# tool events draw the calls, the real engine's figures the gauge.
+OVER = 138_000
+
+
+def make_app(start_tokens: int | None = None) -> tuple[TidegaugeApp, FakeSession]:
+    """``start_tokens``: the conversation the session starts with is about that long."""
     steps = session_steps(str(FULL_OUTPUT))
     scripted = {
         "under": steps[:13],  # two tool calls, context well under the warning line
         "over": steps,  # nine more reads: the warning line is crossed
-        "compact": compaction_steps(),
         "approve": [Ask("run_bash", {"command": "rm -rf build && make"})],
+        # two real reads of the demo project's files: results in the real context, to evict or pin
+        "read two files": [Ask("read_file", {"path": "README.md"}, id="call-1"),
+                           Ask("read_file", {"path": "CHANGELOG.md"}, id="call-2"), Text("Read both.")],
     }
-    agent = EventsOnlySession(scripted)
+    agent = FakeSession(scripted, start_context=None if start_tokens is None else context(start_tokens))
+    agent.named_the_same_every_run()
     return TidegaugeApp(agent, cursor_blink=False), agent
 
 
@@ -107,7 +116,7 @@ def test_snapshot_under_the_warning_line(snap_compare) -> None:
 
 @pytest.mark.parametrize("size", list(SIZES))
 def test_snapshot_over_the_warning_line(snap_compare, size: str) -> None:
-    app, _ = make_app()
+    app, _ = make_app(start_tokens=OVER)
     assert snap_compare(app, terminal_size=SIZES[size], run_before=drive("over"))
 
 
@@ -124,13 +133,21 @@ def test_snapshot_truncated_output_opened_with_ctrl_o_at_80x24(snap_compare) -> 
 
 
 def test_snapshot_chart_brought_back_at_100x30(snap_compare) -> None:
-    app, _ = make_app()
+    app, _ = make_app(start_tokens=OVER)
     assert snap_compare(app, terminal_size=SIZES["100x30"], run_before=drive("over", keys=("ctrl+g",)))
 
 
 def test_snapshot_after_auto_compaction(snap_compare) -> None:
-    app, _ = make_app()
-    assert snap_compare(app, terminal_size=SIZE, run_before=drive("over", "compact"))
+    """A conversation past the auto-compact line: the real engine compacts it (its summary call to
+    the scripted model) before the next prompt's request, and the gauge drops to what is left.
+    The prompt has no script of its own: the reply is the scripted model's default."""
+    app, agent = make_app(start_tokens=152_000)
+
+    async def run_before(pilot) -> None:
+        await drive("compact")(pilot)
+        await until(pilot, lambda: agent.context_event().projected_tokens < 20_000)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 
 
 def test_snapshot_truncated_output_expanded(snap_compare) -> None:
@@ -172,7 +189,7 @@ def test_snapshot_help_at_80x24(snap_compare) -> None:
 
 def test_snapshot_palette_server_compaction_toggle(snap_compare) -> None:
     """A provider that compacts on its server: one palette entry, saying the state it is in."""
-    agent = EventsOnlySession({}, server_compaction=False)
+    agent = FakeSession({}, server_compaction=False).named_the_same_every_run()
     app = TidegaugeApp(agent, cursor_blink=False)
 
     async def run_before(pilot) -> None:

@@ -12,8 +12,7 @@ from typing import Any
 from app.kernel import events as ev
 from app.surfaces.dashboard.app import HELP_TEXT, TidegaugeApp
 from dashboard_helpers import engine_texts, send, settle
-from snapshot_apps.fake_agent import FakeSession, Gate, Text, context
-from snapshot_apps.scripted_events import EventsOnlySession
+from snapshot_apps.fake_agent import FakeSession, Gate, Text, clearing_session
 from widgets.assistant_message import AssistantMessage
 from widgets.confirm_screen import ConfirmScreen
 
@@ -35,21 +34,13 @@ def _calls(prefix: str, count: int, cut_path: str | None = None) -> list[Any]:
     return [*steps, Text("Done.")]
 
 
-def _cleared_session() -> EventsOnlySession:
-    """A result cleared and restorable: drawn from the earlier stand-in, not yet reached in the real core."""
-    steps = [*_calls("call", 2)[:-1], ev.ClearedResultsEvent(call_ids=["call-1"]), Text("Read both.")]
-    agent = EventsOnlySession({"read": steps}, start_context=context(40_000, 0))
-    agent.restorable["call-1"] = ("read_file", 13_000)
-    return agent
-
-
 def _footer_keys(app: TidegaugeApp) -> dict[str, str]:
     return {binding.key: binding.description for (_, binding, enabled, _) in app.active_bindings.values()
             if binding.show and enabled}
 
 
 async def test_typing_a_sentence_with_the_tool_list_focused_goes_to_the_prompt_whole() -> None:
-    agent = _cleared_session()
+    agent = clearing_session()
     app = TidegaugeApp(agent, cursor_blink=False)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, "read")
@@ -66,7 +57,7 @@ async def test_typing_a_sentence_with_the_tool_list_focused_goes_to_the_prompt_w
 
 
 async def test_restore_is_on_ctrl_t_in_the_tool_list_and_the_footer_and_help_say_so() -> None:
-    agent = _cleared_session()
+    agent = clearing_session()
     app = TidegaugeApp(agent, cursor_blink=False)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, "read")

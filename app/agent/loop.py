@@ -216,6 +216,8 @@ class Agent:
     requests: RequestStore | None = None
     # The session's time in model calls (a sub-agent's count on its parent's clock).
     api_clock: ApiClock = field(default_factory=ApiClock)
+    # What a tool call's duration is read from (a test that draws it gives one that repeats).
+    tool_clock: Callable[[], float] = time.perf_counter
 
     def __post_init__(self) -> None:
         self.tool_context.result_in_context = self.engine.result_in_context
@@ -368,7 +370,7 @@ class Agent:
             # a call cut at the output limit is never run; the model is told to retry smaller
             refusal = (not_offered_result(use.name, offered) if use.name not in offered
                        else cut_call_result(use.name) if use.cut_at_output_limit else await self._approval_refusal(use))
-            started = time.perf_counter()  # after approval: the duration is the tool's, not the user's
+            started = self.tool_clock()  # after approval: the duration is the tool's, not the user's
             if refusal is not None:
                 block = ToolResultBlock(tool_use_id=use.id, content=refusal, is_error=True)
                 original = kept = len(refusal)
@@ -386,7 +388,7 @@ class Agent:
             self.emit(ToolResultEvent(
                 id=use.id, name=use.name, is_error=block.is_error, truncated=truncated,
                 original_chars=original, kept_chars=kept, full_output_path=block.full_output_path,
-                duration_ms=(time.perf_counter() - started) * 1000, content=block.content,
+                duration_ms=(self.tool_clock() - started) * 1000, content=block.content,
                 refused=refusal is not None and not use.cut_at_output_limit))
         self._running_tool = None
         results += [ToolResultBlock(tool_use_id=use.id, content=over_cap_result(cap), is_error=True) for use in over]

@@ -13,14 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
+import itertools
 import json
+import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from app.agent.server_context import switch_server_compaction
+from app.context.compaction import is_summary_message
 from app.context.engine import EngineConfig
 from app.context.thresholds import compute_thresholds
 from app.context.thresholds import level as context_level
@@ -105,12 +110,45 @@ _DATA_DIR: Path | None = None
 
 def _data_dir() -> Path:
     """One data directory per test process: the demo's 15 MB log is written once into its cache
-    and linked into each session's workspace, as for a user who opens the demo again."""
+    and linked into each session's workspace, as for a user who opens the demo again. Its name
+    is the same number of tokens every run (ten digits: the process id and a count), for the
+    system prompt names the folder and the gauge's figures count it."""
     global _DATA_DIR
     if _DATA_DIR is None:
-        _DATA_DIR = Path(tempfile.mkdtemp(prefix="tidegauge-fake-session-"))
+        for attempt in range(1_000):
+            candidate = Path(tempfile.gettempdir()) / f"tidegauge-fake-session-{os.getpid() % 10_000_000:07d}{attempt:03d}"
+            try:
+                candidate.mkdir(mode=0o700)
+            except FileExistsError:
+                continue
+            _DATA_DIR = candidate
+            break
+        else:
+            raise RuntimeError("no free data directory for the fake session under " + tempfile.gettempdir())
         atexit.register(shutil.rmtree, _DATA_DIR, True)
     return _DATA_DIR
+
+
+_SESSIONS_MADE = itertools.count(1)
+
+
+@contextlib.contextmanager
+def _numbered_session_ids() -> Iterator[None]:
+    """New sessions named by the clock and a count instead of four random hex digits. The demo's
+    workspace is a folder of its session, the system prompt names it, and the gauge counts those
+    tokens: "c1a3" and "0017" can tokenize to different lengths, four digits always to two."""
+    from app.session import store
+
+    made = store.new_session_id
+
+    def numbered(now: float | None = None) -> str:
+        return f"{made(now).rsplit('-', 1)[0]}-{next(_SESSIONS_MADE) % 10_000:04d}"
+
+    store.new_session_id = numbered
+    try:
+        yield
+    finally:
+        store.new_session_id = made
 
 
 class ScriptedProvider(DemoProvider):
@@ -122,13 +160,26 @@ class ScriptedProvider(DemoProvider):
 
     name = "scripted"
 
-    def __init__(self, turns: dict[str, list[Step]], default: list[Step], label: str) -> None:
+    def __init__(self, turns: dict[str, list[Step]], default: list[Step], label: str,
+                 server_compaction: bool = False) -> None:
         super().__init__(model="scripted-model", speed=0, window=WINDOW)
+        self.server_side = server_compaction  # declares a server that compacts (as anthropic's does)
+        self.compact_threshold: int | None = None
         self.turns = turns
         self.default = default
         self.label = label
         self._steps: list[Step] = []
         self.say: Callable[[Any], None] = lambda event: None  # the agent's emit, once it exists
+
+    def server_context(self) -> "ScriptedProvider | None":  # type: ignore[override]
+        return self if self.server_side else None
+
+    def set_compaction(self, threshold: int | None) -> int | None:
+        self.compact_threshold = threshold
+        return threshold
+
+    def set_editing(self, editing: Any) -> bool:
+        return False  # no context editing on this server
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         self.calls += 1
@@ -143,7 +194,9 @@ class ScriptedProvider(DemoProvider):
             return
         last = request.messages[-1] if request.messages else None
         typed = [b.text for b in last.content if isinstance(b, TextBlock)] if last and last.role == "user" else []
-        if typed:  # a prompt (after an interrupted call it shares a message with that call's result)
+        # a prompt (after an interrupted call it shares a message with that call's result); a summary
+        # the engine made mid-turn continues the turn's script, one made before a prompt starts one
+        if typed and not (self._steps and last is not None and is_summary_message(last)):
             self._steps = list(self.turns.get(typed[-1], self.default))
         said: list[str] = []
         content: list[Any] = []
@@ -195,15 +248,21 @@ class FakeSession:
         settings = load_settings({"provider": "demo", "demo_speed": 0, "data_dir": str(_data_dir()),
                                   "window": WINDOW, "budget": BUDGET, "memory_update_tokens": 0,
                                   "sandbox": "off"})
-        self.session = build_session(settings, approvals=approvals, cwd=_data_dir())
+        with _numbered_session_ids():
+            self.session = build_session(settings, approvals=approvals, cwd=_data_dir())
         agent = self.session.agent
         self.provider = ScriptedProvider(turns or {}, default or [Text("Hello! I am a scripted agent.")],
-                                         provider_label)
+                                         provider_label, server_compaction=server_compaction is not None)
         self.provider.say = agent.emit
         agent.provider = self.provider  # the one part swapped: the model
+        # Each tool call takes 3 ms by this clock, on a busy machine or not: the tool list draws it.
+        ticks = itertools.count(0, 0.0015)
+        agent.tool_clock = lambda: next(ticks)
         self.session.info = self.session.info.model_copy(update={
             "provider_label": provider_label, "model": self.provider.model, "banner": banner,
             "server_compaction": server_compaction})
+        if server_compaction:  # on from the start, as build_session switches a provider that has it
+            switch_server_compaction(self.provider, agent.engine, True)
         if restored:
             self.session.restored = replayable(restored)
         if start_context is not None:
@@ -217,6 +276,7 @@ class FakeSession:
         self._decided: dict[str, str] = {}  # tool call id -> the user's answer
         self.closed = False
         self._run: asyncio.Task[None] | None = None
+        self._submitting: cmd.Command | None = None
         self.session.subscribe(self._note)
 
     # --- the SessionSurface Protocol: the real session's ---
@@ -226,7 +286,12 @@ class FakeSession:
         self.submitted.append(command)
         if isinstance(command, cmd.Shutdown):
             self.closed = True
-        command_id = self.session.submit(command)
+        # A question is answered inside submit, before its id is returned: its events name this command.
+        self._submitting = command
+        try:
+            command_id = self.session.submit(command)
+        finally:
+            self._submitting = None
         self._by_id[command_id] = command
         return command_id
 
@@ -262,7 +327,8 @@ class FakeSession:
 
     def _note(self, envelope: EventEnvelope) -> None:
         event = envelope.event
-        command = self._by_id.get(envelope.command_id) if envelope.command_id is not None else None
+        command = (self._by_id.get(envelope.command_id, self._submitting) if envelope.command_id is not None
+                   else None)
         if isinstance(event, ev.UserMessageEvent):
             self.calls.append(("run_turn", event.text))
         elif isinstance(event, ev.CompactionEvent) and isinstance(command, cmd.Compact):
@@ -301,6 +367,19 @@ class FakeSession:
         """What the session says of itself when it starts (a test names another folder or label)."""
         self.session.info = info
 
+    def named_the_same_every_run(self) -> "FakeSession":
+        """The session's id and folder as fixed words: a snapshot draws them, and the real ones
+        are the clock's and a temporary directory's. Its transcript stays where it is written;
+        outputs it saves (an evicted result, named in the conversation) go to the snapshots'
+        shared folder, where every run writes the same file for the same call."""
+        shared = Path(tempfile.gettempdir()) / "tidegauge-snapshots" / "tool-results"
+        shared.mkdir(parents=True, exist_ok=True)
+        self.session.agent.engine.tool_results_dir = shared
+        self.session.info = self.session.info.model_copy(update={
+            "session_id": "20260101-000000-fixed", "workspace": "/home/user/project",
+            "started_in": "/home/user/project"})
+        return self
+
     @property
     def server_compaction(self) -> bool:
         return self.session.agent.engine.config.server_compaction
@@ -336,6 +415,19 @@ def _start_at(engine: Any, tokens: int) -> None:
     history = [Message.typed_by_user(lines[0] + filler), Message.assistant_text(lines[1] + filler),
                Message.typed_by_user(lines[2] + filler), Message.assistant_text(lines[3] + filler)]
     engine.load_history(history)
+
+
+def clearing_session(**kwargs: Any) -> FakeSession:
+    """A session whose prompt "read" reads README.md (call-1) and CHANGELOG.md (call-2) for real;
+    its conversation starts over the warning line, and its engine clears old results to keep only
+    the last ~400 tokens of them, so before the reply's request the real engine clears call-1's
+    result (a real clearing, restorable with ctrl+t) and keeps call-2's."""
+    session = FakeSession({"read": [Ask("read_file", {"path": "README.md"}, id="call-1"),
+                                    Ask("read_file", {"path": "CHANGELOG.md"}, id="call-2"), Text("Read both.")]},
+                          start_context=context(132_000), **kwargs)
+    config = session.session.agent.engine.config
+    config.micro_keep_tokens, config.micro_min_free = 400, 300
+    return session
 
 
 def big_log(lines: int = 300_000) -> str:
