@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import select
 import struct
 import subprocess
 import sys
@@ -44,7 +45,7 @@ class Terminal:
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", size[1], size[0], 0, 0))
         env = dict(os.environ, TERM="xterm-256color", TIDEGAUGE_DATA_DIR=str(tmp / "data"),
                    TIDEGAUGE_CONFIG_DIR=str(tmp / "config"), XDG_CONFIG_HOME=str(tmp / "xdg-config"),
-                   XDG_DATA_HOME=str(tmp / "xdg-data"))
+                   XDG_DATA_HOME=str(tmp / "xdg-data"), PYTHONPATH=str(ROOT))  # this checkout's tidegauge
         for key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "DEEPSEEK_API_KEY"):
             env.pop(key, None)
         workspace = tmp / "work"
@@ -119,10 +120,19 @@ def quit_once(tmp: Path, busy: bool) -> float:
         if busy:
             term.type(b"summarize the project\r")
             term.wait_until(lambda: _turn_started(tmp))  # the turn is under way
-        started = time.perf_counter()
-        term.type(CTRL_Q)
-        code = term.proc.wait(timeout=30)
-        elapsed = time.perf_counter() - started
+        # Told by a pidfd the moment the process ends: Popen.wait(timeout) polls with sleeps that
+        # double up to 50 ms, which read every exit as 31.5, 63.5 or 113.5 ms.
+        exited = os.pidfd_open(term.proc.pid)
+        try:
+            started = time.perf_counter()
+            term.type(CTRL_Q)
+            ready, _, _ = select.select([exited], [], [], 30)
+            elapsed = time.perf_counter() - started
+        finally:
+            os.close(exited)
+        if not ready:
+            raise RuntimeError("tidegauge did not exit within 30 s of ctrl+q")
+        code = term.proc.wait()
         if code != 0:
             tail = bytes(term.output[-3000:]).decode(errors="replace")
             raise RuntimeError(f"tidegauge exited {code} on ctrl+q: …{tail}")
