@@ -48,6 +48,7 @@ from app.kernel.commands import (
     UserInput,
     WhatIf,
 )
+from app.surfaces.dashboard.cropped_compositor import CroppedCompositor
 from widgets.context_panel import ContextPanel
 from widgets.conversation import Conversation
 from widgets.header_bar import HeaderBar
@@ -210,6 +211,11 @@ class MainScreen(Screen[None]):
         # in /help; the footer's room goes to keys that do something new
         Binding("shift+tab", "app.focus_previous", "Previous region", show=False),
     ]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # A frame renders only the widgets it changes (a key's echo: the prompt, not the screen).
+        self._compositor = CroppedCompositor()
 
     def on_resize(self, _event: events.Resize) -> None:
         fold = getattr(self.app, "_fold_context_details", None)
