@@ -4,9 +4,11 @@ own compositor would have written there."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import Any
 
+from textual import events
 from textual._compositor import Compositor
 from textual.geometry import Region
 
@@ -72,3 +74,36 @@ async def test_a_partial_update_writes_what_textuals_compositor_writes_in_the_ch
                         continue  # no cell of it in [x1, x2): the update writes none
                     drawn = ours[y].get(cut)
                     assert drawn is not None and list(drawn) == list(strip), (y, cut, changed)
+
+
+async def test_a_key_is_echoed_without_waiting_for_the_frame_timer() -> None:
+    # Textual draws on a 60 Hz timer; while a reply streams a key waited up to a tick for its echo.
+    # Here the timer never ticks again (and the keys are sent as the terminal driver sends them:
+    # the pilot's press draws a frame itself): the echo must come from the key's own frame.
+    app = TidegaugeApp(FakeSession({}), cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        app.conversation.append_assistant(REPLY)
+        await pilot.pause()
+        timer = app.screen._update_timer
+        timer.pause()
+        timer.resume = lambda: None  # type: ignore[method-assign]
+        prompt = app.prompt_box
+        echoed = asyncio.Event()
+        render_line = prompt.render_line
+
+        def noting_render_line(y: int) -> Any:
+            if prompt.value == "ok":
+                echoed.set()
+            return render_line(y)
+
+        prompt.render_line = noting_render_line  # type: ignore[method-assign]
+        app.conversation.append_assistant("more words ")  # the reply changes too: the frame is the timer's
+        for char in "ok":
+            key = events.Key(char, char)
+            key.set_sender(app)
+            assert app._driver is not None
+            app._driver.send_message(key)
+        await asyncio.wait_for(echoed.wait(), 10)
+        assert not timer._active.is_set(), "the frame timer ran: the test proves nothing"
+        assert prompt.value == "ok"
