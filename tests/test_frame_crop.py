@@ -107,3 +107,17 @@ async def test_a_key_is_echoed_without_waiting_for_the_frame_timer() -> None:
         await asyncio.wait_for(echoed.wait(), 10)
         assert not timer._active.is_set(), "the frame timer ran: the test proves nothing"
         assert prompt.value == "ok"
+        # The echo's frame held the prompt alone: the reply's new words come on the timer's next tick.
+        reply_drawn = asyncio.Event()
+        display = app._display
+
+        def noting_display(screen: Any, update: Any) -> None:
+            display(screen, update)
+            lines = [chop.values() for chop in getattr(update, "chops", [])]
+            if any("more words" in "".join(strip.text for strip in line if strip is not None) for line in lines):
+                reply_drawn.set()
+
+        app._display = noting_display
+        del timer.resume
+        timer.resume()
+        await asyncio.wait_for(reply_drawn.wait(), 10)
