@@ -107,6 +107,10 @@ class PromptBox(Input):
         self.set_timer(seconds, forget)
 
     def watch_value(self, value: str) -> None:
+        # The text changed (a key, as a rule): its echo is drawn without waiting for the frame timer.
+        draw_at_once = getattr(self.screen, "draw_at_once", None) if self.is_mounted else None
+        if draw_at_once is not None:
+            draw_at_once(self)
         if value.startswith("/"):
             word = value.split(" ", 1)[0].lower()
             matches = [f"{name} — {about}" for name, about in self._commands.items() if name.lower().startswith(word)]

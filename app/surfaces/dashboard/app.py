@@ -16,16 +16,18 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal
 
-from textual import events, on, work
+from textual import events, messages, on, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
 import styles
+from app.surfaces.dashboard.cropped_compositor import CroppedCompositor
 from widgets.context_panel import ContextPanel
 from widgets.conversation import Conversation
 from widgets.header_bar import HeaderBar
@@ -213,6 +215,36 @@ class MainScreen(Screen[None]):
         # in /help; the footer's room goes to keys that do something new
         Binding("shift+tab", "app.focus_previous", "Previous region", show=False),
     ]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # A frame renders only the widgets it changes (a key's echo: the prompt, not the screen).
+        self._compositor = CroppedCompositor()
+        self._draw_at_once: Widget | None = None
+
+    def draw_at_once(self, widget: Widget) -> None:
+        """Draw ``widget``'s next change in a frame of its own as soon as it reaches the screen.
+
+        Textual draws on a 60 Hz timer: while a reply streams there is a frame every tick or two,
+        so a key's echo waited up to a tick (16.7 ms) for the next one, and then for the layout and
+        the lines of the reply that frame drew too (benchmark 3c). The frame drawn here holds
+        ``widget`` alone, at the place the last layout gave it (the prompt's size and place are set
+        by the CSS, not by what streams); the rest waits for the timer's next tick as before. Keys
+        come at a typist's pace, so the frames this adds are few."""
+        self._draw_at_once = widget
+
+    async def _on_update(self, message: messages.Update) -> None:
+        await super()._on_update(message)  # marks the widget dirty (and stops Screen's handler)
+        widget = message.widget
+        if widget is not self._draw_at_once or not isinstance(widget, Widget):
+            return
+        self._draw_at_once = None
+        if not self.is_current or self.app._batch_count or widget not in self._dirty_widgets:
+            return
+        others = self._dirty_widgets - {widget}  # drawn on the timer's tick, as they were to be
+        self._compositor.update_widgets({widget})
+        self._compositor_refresh()  # (forgets every dirty widget: the others are put back)
+        self._dirty_widgets.update(others)
 
     def on_resize(self, _event: events.Resize) -> None:
         fold = getattr(self.app, "_fold_context_details", None)
