@@ -389,8 +389,13 @@ class Conversation(VerticalScroll, can_focus=True):
         # snapshot). Once it is sized, a short item is followed again.
         self.release_anchor()
 
-        def scroll() -> None:
+        def scroll(refreshes_left: int = 20) -> None:
             if not widget.is_attached:
+                return
+            if not widget.outer_size.height and refreshes_left:
+                # Not laid out yet: on a loaded machine the refresh came before the layout that
+                # sizes it, and a size of 0 read as "short" anchored the view to the help's end.
+                self.call_after_refresh(scroll, refreshes_left - 1)
                 return
             if widget.outer_size.height > self.scrollable_content_region.height:
                 self.scroll_to_widget(widget, top=True, animate=False, immediate=True)
