@@ -206,7 +206,12 @@ def test_second_process_on_a_live_session_refuses_naming_the_first(fake_llm, env
 
 def test_two_concurrent_continues_never_merge_their_tasks(fake_llm, env, project) -> None:
     fake_llm.enqueue(openai_text("Started."))
-    assert in_process(fake_llm, project, env, "-p", "start", "--yes").returncode == 0
+    # The first turn a real process too: with it run in this test process, two --continue runs
+    # merged their tasks in 3 of 8 runs under stress-ng (0 of 8 this way); the cause is not yet
+    # known, and until it is this test keeps the shape production has.
+    first = start(fake_llm, project, env, "-p", "start", "--yes")
+    first.communicate(timeout=120)
+    assert first.returncode == 0
     fake_llm.default = lambda body, path: openai_text("Done.")
     procs = [start(fake_llm, project, env, "-p", f"task number {n}", "--continue") for n in (1, 2)]
     outcomes = []
