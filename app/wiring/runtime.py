@@ -267,20 +267,27 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
     last_seq = 0  # of the restored events: this run numbers on after it
     measured: tuple[int, int] | None = None
     repairs: list[str] = []
-    if resume or continue_latest:
-        state = restore(session)
-        engine.load_history(state.history)
-        restored_events = list(state.events)
-        last_seq = state.last_seq
-        measured = state.measured
-        repairs = list(state.warnings)
-        for event in restored_events:
-            if isinstance(event, UsageEvent):
-                engine.ledger.add(event.agent, Usage(event.input_tokens, event.cache_read_tokens,
-                                                     event.cache_write_tokens, event.output_tokens,
-                                                     reasoning_tokens=event.reasoning_tokens),
-                                  event.cost_usd)
+    # The session's lock first (the writer holds it), then its history: read before the lock, the
+    # history could miss a turn another process was writing, and this run's "resume" history line
+    # would then drop that turn and leave its prompt beside this one (two tasks in one message).
     transcript = TranscriptWriter(session.transcript_path)
+    try:
+        if resume or continue_latest:
+            state = restore(session)
+            engine.load_history(state.history)
+            restored_events = list(state.events)
+            last_seq = state.last_seq
+            measured = state.measured
+            repairs = list(state.warnings)
+            for event in restored_events:
+                if isinstance(event, UsageEvent):
+                    engine.ledger.add(event.agent, Usage(event.input_tokens, event.cache_read_tokens,
+                                                         event.cache_write_tokens, event.output_tokens,
+                                                         reasoning_tokens=event.reasoning_tokens),
+                                      event.cost_usd)
+    except BaseException:
+        transcript.close()
+        raise
     engine.transcript = transcript
     if resume or continue_latest:
         # The repaired live history becomes the starting point of this run.
