@@ -30,3 +30,18 @@ async def reply(send: Any, status: int, body: Any = None, headers: list[tuple[by
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
                             *(headers or [])]})
     await send({"type": "http.response.body", "body": data})
+
+
+def replaying(body: bytes, receive: Any) -> Any:
+    """A ``receive`` that hands the wrapped app the body already read (``read_request``) as one
+    message, then the connection's own messages (a disconnect)."""
+    sent = False
+
+    async def replay() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay

@@ -32,7 +32,7 @@ from urllib.parse import parse_qs, urlencode
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 
-from _asgi import read_request, reply
+from _asgi import read_request, replaying, reply
 
 
 def build_app(port: int, record_path: str, *, access_expires_in: int = 3600, client: str = "",
@@ -150,16 +150,7 @@ def build_app(port: int, record_path: str, *, access_expires_in: int = 3600, cli
                     challenge = (f'Bearer error="insufficient_scope", scope="{needed_scope}", '
                                  f'resource_metadata="{prm_url}"').encode()
                     return await reply(send, 403, {"error": "insufficient_scope"}, [(b"www-authenticate", challenge)])
-            sent = False
-
-            async def replay() -> dict[str, Any]:
-                nonlocal sent
-                if not sent:
-                    sent = True
-                    return {"type": "http.request", "body": body, "more_body": False}
-                return await receive()
-
-            return await mcp_app(scope, replay if method == "POST" else receive, send)
+            return await mcp_app(scope, replaying(body, receive) if method == "POST" else receive, send)
         return await reply(send, 404, {"error": "not_found"})
 
     app.close_record = record.close  # type: ignore[attr-defined]

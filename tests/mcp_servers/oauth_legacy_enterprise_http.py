@@ -44,7 +44,7 @@ from urllib.parse import parse_qs, urlencode
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 
-from _asgi import read_request, reply
+from _asgi import read_request, replaying, reply
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
@@ -153,16 +153,7 @@ def build_app(port: int, record_path: str, mode: str, id_token: str = "") -> Any
             token = headers.get("authorization", "").removeprefix("Bearer ")
             if token not in access_tokens:
                 return await reply(send, 401, {"error": "invalid_token"}, [(b"www-authenticate", b"Bearer")])
-            sent = False
-
-            async def replay() -> dict[str, Any]:
-                nonlocal sent
-                if not sent:
-                    sent = True
-                    return {"type": "http.request", "body": body, "more_body": False}
-                return await receive()
-
-            return await mcp_app(scope, replay if method == "POST" else receive, send)
+            return await mcp_app(scope, replaying(body, receive) if method == "POST" else receive, send)
         return await reply(send, 404, {"error": "not_found"})
 
     app.close_record = record.close  # type: ignore[attr-defined]

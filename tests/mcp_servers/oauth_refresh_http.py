@@ -36,7 +36,7 @@ from urllib.parse import parse_qs, urlencode
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 
-from _asgi import read_request, reply
+from _asgi import read_request, replaying, reply
 
 
 def build_apps(layout: str, port: int, as_port: int, token_port: int, record_path: str) -> tuple[dict[str, Any], Any]:
@@ -141,16 +141,7 @@ def build_apps(layout: str, port: int, as_port: int, token_port: int, record_pat
                     challenge = (f'Bearer error="invalid_token", resource_metadata="{prm_url}"'
                                  if layout == "split" else "Bearer").encode()
                     return await reply(send, 401, {"error": "invalid_token"}, [(b"www-authenticate", challenge)])
-                sent = False
-
-                async def replay() -> dict[str, Any]:
-                    nonlocal sent
-                    if not sent:
-                        sent = True
-                        return {"type": "http.request", "body": body, "more_body": False}
-                    return await receive()
-
-                return await mcp_app(scope, replay if method == "POST" else receive, send)
+                return await mcp_app(scope, replaying(body, receive) if method == "POST" else receive, send)
             return await reply(send, 404, {"error": "not_found"})
 
         return app
