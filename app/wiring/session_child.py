@@ -6,7 +6,12 @@ because it builds a session from settings exactly as ``tidegauge`` does; the ses
 only speaks to it.
 """
 
+# ruff: noqa: E402  (the imports come after dataclass_code.install(), on purpose)
 from __future__ import annotations
+
+from app.system import dataclass_code
+
+dataclass_code.install()  # before the imports below make their dataclasses (app/system/dataclass_code.py)
 
 import json
 import os

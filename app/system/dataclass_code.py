@@ -1,0 +1,112 @@
+"""Dataclasses' generated methods, compiled once and kept beside tidegauge's own bytecode.
+
+``@dataclass`` writes each method it generates (``__init__``, ``__repr__``, ``__eq__``, a frozen
+class's ``__setattr__`` ...) as source text and compiles it with ``exec``, in every process, for
+every class: some 850 compiles before a headless run's first request, about a sixth of the run's
+CPU (sampled over six runs). The text says everything the method depends on (the fields, their
+defaults and the class's options are names bound when the text runs), so the same text always
+compiles to the same code. ``install`` gives the ``dataclasses`` module an ``exec`` of its own
+that compiles each text once and keeps the code in one file beside app's ``.pyc`` files; the
+classes, their methods and what they do are exactly those of the builtin ``exec``.
+
+Trust: the file holds code tidegauge runs, as the ``.pyc`` files beside it do, and it is where
+they are (``app/__pycache__``, or under ``sys.pycache_prefix``): whoever can write it can already
+write those, which Python runs without asking. It is read only if its header is this
+interpreter's bytecode magic number and it is at most ``MAX_BYTES``; any other file (another
+Python, truncated, not a mapping of text to code) is left unread, and the texts compile as usual.
+It is written only where Python itself would write bytecode (not under ``-B`` or
+``PYTHONDONTWRITEBYTECODE``), at exit and only if a text was new, to a temporary file renamed
+over the old one, so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import atexit
+import builtins
+import marshal
+import os
+import sys
+from importlib.util import MAGIC_NUMBER, cache_from_source
+from types import CodeType
+from typing import Any
+
+# What this module's callers compile is a few hundred short methods (~0.3 MB); anything far
+# larger is not a file this module wrote.
+MAX_BYTES = 4 * 1024 * 1024
+# Texts from older versions of tidegauge's classes stay in the file until it holds this many;
+# then it keeps only what the last process used.
+MAX_ENTRIES = 5_000
+FILE_STEM = "dataclass-methods"
+
+_compiled: dict[str, CodeType] = {}
+_used: set[str] = set()
+_new = 0
+_path: str | None = None
+
+
+def cache_path() -> str:
+    """Where the compiled methods are kept: app's own bytecode folder, named for this interpreter."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    folder = os.path.dirname(cache_from_source(os.path.join(package, "__init__.py")))  # sys.pycache_prefix too
+    return os.path.join(folder, f"{FILE_STEM}.{sys.implementation.cache_tag}.bin")
+
+
+def install() -> None:
+    """From now on, classes made with ``@dataclass`` reuse the methods compiled before."""
+    global _path
+    # Here, not at the top: the module is loaded before anything else, and this is its one use.
+    import dataclasses
+
+    if getattr(dataclasses, "exec", None) is _exec:
+        return
+    _path = cache_path()
+    _compiled.update(read(_path))
+    # A module global of that name comes before the builtin in the module's own lookups: only
+    # ``dataclasses`` sees it; nothing else in the process does.
+    setattr(dataclasses, "exec", _exec)  # noqa: B010  (the module declares no such name for mypy)
+    atexit.register(save)
+
+
+def read(path: str) -> dict[str, CodeType]:
+    """The file's text-to-code mapping, or nothing if it is not one this interpreter wrote."""
+    try:
+        with open(path, "rb") as file:
+            if os.fstat(file.fileno()).st_size > MAX_BYTES or file.read(len(MAGIC_NUMBER)) != MAGIC_NUMBER:
+                return {}
+            loaded = marshal.loads(file.read(MAX_BYTES))
+    except (OSError, EOFError, ValueError, TypeError):
+        return {}
+    if not isinstance(loaded, dict):
+        return {}
+    return {text: code for text, code in loaded.items() if isinstance(text, str) and isinstance(code, CodeType)}
+
+
+def save() -> None:
+    """Write the file if this process compiled a text it did not hold (where bytecode is written)."""
+    if not _new or _path is None or sys.dont_write_bytecode:
+        return
+    keep = _compiled if len(_compiled) <= MAX_ENTRIES else {t: _compiled[t] for t in _used}
+    temporary = f"{_path}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(_path), exist_ok=True)
+        with open(temporary, "wb") as file:
+            file.write(MAGIC_NUMBER + marshal.dumps(keep))
+        os.replace(temporary, _path)
+    except OSError:  # a read-only installation: the next process compiles, as without this module
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+
+
+def _exec(source: Any, globals: Any = None, locals: Any = None, /) -> None:
+    global _new
+    if isinstance(source, str):
+        code = _compiled.get(source)
+        if code is None:
+            # The builtin exec compiles a text under the name "<string>": the same name here.
+            code = _compiled[source] = compile(source, "<string>", "exec")
+            _new += 1
+        _used.add(source)
+        source = code
+    builtins.exec(source, globals, locals)
