@@ -43,6 +43,11 @@ def run_cli_headless(argv: list[str], at_first_frame: Callable[[Any], None]) -> 
 
 
 def main() -> int:
+    # What the console script does before any import (app/wiring/entry.py).
+    from app.wiring.entry import prepare
+
+    prepare()
+
     def stop(app: Any) -> None:
         print(f"FIRST_FRAME {time.time():.6f}", flush=True)
         app.exit(0)

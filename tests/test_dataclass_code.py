@@ -14,6 +14,8 @@ from importlib.util import MAGIC_NUMBER
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from app.system import dataclass_code
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,3 +115,17 @@ def test_nothing_is_written_where_python_writes_no_bytecode(tmp_path: Path) -> N
     seen = _run(tmp_path, "-B")
     assert seen["compiled_here"] > 0
     assert not Path(str(seen["path"])).exists()
+
+
+def test_the_installed_command_and_python_m_app_both_keep_the_methods(tmp_path: Path) -> None:
+    script = Path(sys.executable).parent / "tidegauge"
+    if not script.exists():
+        pytest.skip("tidegauge is not installed as a console script in this environment")
+    for name, command in (("script", [str(script), "--help"]), ("module", [sys.executable, "-m", "app", "--help"])):
+        prefix = tmp_path / name
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env.update(PYTHONPYCACHEPREFIX=str(prefix), PYTHONPATH=str(ROOT))
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        kept = list(prefix.rglob(f"{dataclass_code.FILE_STEM}.*.bin"))
+        assert len(kept) == 1 and dataclass_code.read(str(kept[0])), name

@@ -2,7 +2,7 @@
 
 Start-up makes a few hundred thousand objects that live as long as the process (modules,
 classes, pydantic models, the tool registry), and the collector scanned them again and again as
-they were made: about a tenth of a one-turn headless run. ``app/__main__.py`` raises the
+they were made: about a tenth of a one-turn headless run. tidegauge's entry (``app/wiring/entry.py``) raises the
 collector's first threshold before anything is imported (``begin``); once a session is built, or
 a long-lived surface starts, ``started`` moves everything alive into the permanent generation
 (never scanned again) and gives the collector back its usual thresholds. A path that never calls
