@@ -2,7 +2,7 @@
 
 The real program in a child process (``python -m app``: headless against the loopback
 fake LLM, or the dashboard on a pseudo-terminal with its session process), an MCP
-server from config.toml that starts a child of its own (tests/mcp_servers/process_tree.py),
+server from config.toml that starts a child of its own (tests/mcp_servers/process_tree_plain.py),
 and a model that runs ``sleep 1000 & setsid sleep 1001 & exec sleep 1002``. Once all of
 them run, the test ends tidegauge one way (a signal, a key, kill -9 of the session
 process, of the dashboard or of headless tidegauge) and waits, bounded, until every process recorded is gone.
@@ -35,9 +35,9 @@ pytestmark = pytest.mark.timeout(120)
 
 KEY = "sk-test-fake-key-0123456789"
 KEY_ENV = "TIDEGAUGE_EXIT_TEST_KEY"
-PROCESS_TREE = Path(__file__).parent / "mcp_servers" / "process_tree.py"
+PROCESS_TREE = Path(__file__).parent / "mcp_servers" / "process_tree_plain.py"  # no SDK: a cheap start
 COMMAND = "sleep 1000 & setsid sleep 1001 & exec sleep 1002"
-EXPECTED = ("sleep 1000", "sleep 1001", "sleep 1002", "sleep 600", "process_tree.py")  # 600: the server's child
+EXPECTED = ("sleep 1000", "sleep 1001", "sleep 1002", "sleep 600", "process_tree_plain.py")  # 600: the server's child
 WAIT_S = 60.0  # a bound, never a sleep: the conditions are polled
 
 

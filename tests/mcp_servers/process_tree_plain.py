@@ -1,0 +1,46 @@
+"""An MCP server over stdio, in plain JSON-RPC (no SDK), that starts a child process of its own
+(a long ``sleep``): what tests/test_exit_paths.py needs from a server, at a twentieth of the start.
+
+tests/mcp_servers/process_tree.py is the same server on the SDK; importing the SDK costs ~0.9 CPU-s
+per start, and what the exit tests check (every process tidegauge started, and theirs, ends) does
+not depend on which library speaks the protocol. Tool ``pids`` returns "<server pid> <child pid>".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+
+def main() -> None:
+    child = subprocess.Popen(["sleep", "600"])
+
+    def send(message: dict[str, object]) -> None:
+        sys.stdout.write(json.dumps(message) + "\n")
+        sys.stdout.flush()
+
+    for line in sys.stdin:
+        message = json.loads(line)
+        method, request_id = message.get("method"), message.get("id")
+        if request_id is None:
+            continue  # a notification (initialized, cancelled)
+        if method == "initialize":
+            send({"jsonrpc": "2.0", "id": request_id, "result": {
+                "protocolVersion": message["params"].get("protocolVersion", "2025-06-18"),
+                "capabilities": {"tools": {}}, "serverInfo": {"name": "process-tree-plain", "version": "0.0.1"}}})
+        elif method == "tools/list":
+            send({"jsonrpc": "2.0", "id": request_id, "result": {"tools": [{
+                "name": "pids", "description": "The server's process id and its child's.",
+                "inputSchema": {"type": "object", "properties": {}},
+                "annotations": {"readOnlyHint": True}}]}})
+        elif method == "tools/call":
+            send({"jsonrpc": "2.0", "id": request_id,
+                  "result": {"content": [{"type": "text", "text": f"{os.getpid()} {child.pid}"}], "isError": False}})
+        else:  # the 2026 server/discover probe among them: "method not found", as the spec asks
+            send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": "Method not found"}})
+
+
+if __name__ == "__main__":
+    main()
