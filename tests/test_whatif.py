@@ -90,8 +90,14 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"home": home, "work": work, "events": events}
 
 
-def whatif(recorded: dict[str, Any], *args: str, watch: Path | None = None) -> subprocess.CompletedProcess[str]:
+def whatif(recorded: dict[str, Any], *args: str, watch: Path | None = None,
+           real_process: bool = False) -> subprocess.CompletedProcess[str]:
+    """``tidegauge whatif ARGS``: in this process (tests/cli_in_process.py: the same parsing and
+    replay, without a ~0.5 CPU-s interpreter start) unless the test watches the process itself
+    (``watch``: every connection it tried and every module it loaded) or asks for the real binary."""
     extra = {"TIDEGAUGE_BASE_URL": "http://127.0.0.1:9/v1"}  # a closed port: whatif must not care
+    if watch is None and not real_process:
+        return run_cli(["whatif", *args], cwd=recorded["work"], env=_env(recorded["home"], **extra))
     if watch is not None:
         hook = watch.parent / "hook"
         hook.mkdir(exist_ok=True)
@@ -172,7 +178,9 @@ def test_a_larger_max_output_reads_the_saved_full_outputs(recorded):
     (["--windw", "5"], "whatif: unrecognized arguments: --windw"),
 ])
 def test_bad_input_is_one_line_and_exit_2(recorded, args, says):
-    proc = whatif(recorded, *args)
+    # The first through the real binary (its exit code and stderr as a shell sees them); the
+    # same parser and messages for the rest, in-process.
+    proc = whatif(recorded, *args, real_process=args == ["nosuchsession"])
     assert proc.returncode == 2
     assert proc.stdout == ""
     [line] = proc.stderr.splitlines()
