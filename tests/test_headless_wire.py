@@ -1,7 +1,8 @@
-"""Issue 28 (wire fidelity, second round) through the real process: `python -m app -p` against the
-loopback server, whose streams are shaped like the real services' (nested stream errors, refusal
-parts, ``phase`` on message items, the model's own argument bytes). A turn that only makes the
-session a later run resumes runs the same CLI in-process (tests/cli_in_process.py)."""
+"""Issue 28 (wire fidelity, second round) through the CLI: `tidegauge -p` against the loopback
+server, whose streams are shaped like the real services' (nested stream errors, refusal parts,
+``phase`` on message items, the model's own argument bytes). The runs go through the CLI in this
+process (tests/cli_in_process.py); the first test runs the real binary, `python -m app`, so its
+exit code and stderr are the ones a shell sees."""
 
 from __future__ import annotations
 
@@ -45,20 +46,18 @@ def _cli(fake_llm: Any, provider: str, *args: str) -> list[str]:
             "--base-url", fake_llm.base_url(provider), *args]
 
 
-def _run(fake_llm: Any, tmp_path: Path, provider: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+def _run(fake_llm: Any, tmp_path: Path, provider: str, *args: str, real_process: bool = False,
+         **env: str) -> subprocess.CompletedProcess[str]:
+    """``tidegauge ARGS`` against ``fake_llm``: the same CLI in this process (what reaches the wire,
+    stdout, stderr and the exit code do not depend on the interpreter it runs in, and a start costs
+    ~0.5 CPU-s), or ``real_process`` as ``python -m app`` where the real binary is the point."""
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
-    return subprocess.run(_cli(fake_llm, provider, *args), cwd=work,
-                          env=_env(tmp_path, OPENAI_API_KEY=KEY, ANTHROPIC_API_KEY=KEY, **env),
+    variables = _env(tmp_path, OPENAI_API_KEY=KEY, ANTHROPIC_API_KEY=KEY, **env)
+    if not real_process:
+        return run_cli(_cli(fake_llm, provider, *args)[3:], cwd=work, env=variables)
+    return subprocess.run(_cli(fake_llm, provider, *args), cwd=work, env=variables,
                           capture_output=True, text=True, timeout=120)
-
-
-def _run_in_process(fake_llm: Any, tmp_path: Path, provider: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """A turn whose process is not what is tested (it makes the session a later run resumes)."""
-    work = tmp_path / "work"
-    work.mkdir(exist_ok=True)
-    return run_cli(_cli(fake_llm, provider, *args)[3:], cwd=work,
-                   env=_env(tmp_path, OPENAI_API_KEY=KEY, ANTHROPIC_API_KEY=KEY))
 
 
 def _stream_json(proc: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
@@ -70,7 +69,7 @@ def _stream_json(proc: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]
 def test_a_quota_error_in_the_stream_is_shown_in_the_services_words_and_never_retried(fake_llm, tmp_path) -> None:
     # what the service sends: nested under "error" (the flat shape and response.failed: test_providers_wire_round2)
     fake_llm.enqueue(responses_error("insufficient_quota", QUOTA))
-    proc = _run(fake_llm, tmp_path, "responses", "-p", "hello")
+    proc = _run(fake_llm, tmp_path, "responses", "-p", "hello", real_process=True)  # the binary's exit and stderr
     assert proc.returncode == 1, (proc.returncode, proc.stderr)
     assert QUOTA in proc.stderr, proc.stderr
     assert "the response failed" not in proc.stderr, proc.stderr
@@ -118,7 +117,7 @@ def test_phase_and_argument_bytes_go_back_as_the_model_sent_them_also_after_resu
         responses_text("Two files.", phase="final_answer"),
         responses_text("Still two.", phase="final_answer"),
     )
-    first = _run_in_process(fake_llm, tmp_path, "responses", "-p", "what is here?")
+    first = _run(fake_llm, tmp_path, "responses", "-p", "what is here?")
     assert first.returncode == 0, first.stderr
     resumed = _run(fake_llm, tmp_path, "responses", "-p", "and now?", "--continue")
     assert resumed.returncode == 0, resumed.stderr
@@ -168,7 +167,7 @@ def test_cache_marks_go_to_any_anthropic_server_and_a_refusal_turns_them_off_for
         anthropic_text("Two files.", usage=dict(input=200, cache_read=800, output=5)),
         anthropic_text("Still two.", usage=dict(input=250, cache_read=800, output=4)),
     )
-    first = _run_in_process(fake_llm, tmp_path, "anthropic", "-p", "what is here?")
+    first = _run(fake_llm, tmp_path, "anthropic", "-p", "what is here?")
     assert first.returncode == 0, first.stderr
     assert first.stdout.strip() == "Two files."
     lines = [line for line in first.stderr.splitlines() if "prompt caching off" in line]
@@ -202,7 +201,7 @@ def test_a_gateway_answering_500_to_system_blocks_gets_one_plain_retry_remembere
     word about cache marks: the first cached request is sent once more without them (the system
     a plain string), said in one line, and the next session sends none from its first request."""
     fake_llm.default = refusing_system_blocks(anthropic_text("Bonjour."), anthropic_text("Encore."))
-    first = _run_in_process(fake_llm, tmp_path, "anthropic", "-p", "hello")
+    first = _run(fake_llm, tmp_path, "anthropic", "-p", "hello")
     assert first.returncode == 0, first.stderr
     assert first.stdout.strip() == "Bonjour."
     lines = [line for line in first.stderr.splitlines() if "prompt caching off" in line]
