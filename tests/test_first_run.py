@@ -31,18 +31,21 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def _run(tmp_path: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+def _run(tmp_path: Path, *args: str, real_process: bool = True, **extra: str) -> subprocess.CompletedProcess[str]:
+    """``tidegauge ARGS``: the real binary, or with ``real_process=False`` the same CLI in this
+    process with exactly the same environment (tests/cli_in_process.py), for a variation on what
+    one real run already showed, where a ``python -m app`` start (~0.5 CPU-s) is most of the cost."""
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
+    if not real_process:
+        return run_cli(list(args), cwd=work, env=_env(tmp_path, **extra))
     return subprocess.run([sys.executable, "-m", "app", *args], cwd=work, env=_env(tmp_path, **extra),
                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
 
 
 def _run_in_process(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """A run that only makes a session a later command reads: the same CLI, in this process."""
-    work = tmp_path / "work"
-    work.mkdir(exist_ok=True)
-    return run_cli(list(args), cwd=work, env=_env(tmp_path))
+    return _run(tmp_path, *args, real_process=False)
 
 
 def _sessions_left(tmp_path: Path) -> list[str]:
@@ -58,7 +61,8 @@ def _sessions_left(tmp_path: Path) -> list[str]:
 ])
 def test_a_real_model_asked_for_without_its_key_is_one_line_naming_the_variable(
         tmp_path: Path, args: tuple[str, ...], variable: str) -> None:
-    proc = _run(tmp_path, "-p", "hi", *args)
+    # the first through the real binary; the other providers' keys through the same code in-process
+    proc = _run(tmp_path, "-p", "hi", *args, real_process=args == ("--model", "gpt-4o"))
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("tidegauge: ") and f"set {variable}" in line and args[1] in line
@@ -111,7 +115,7 @@ def test_the_session_event_names_provider_and_model_and_sessions_lists_them(fake
 
 @pytest.mark.parametrize("url", ["notaurl", "ftp://example.com/v1", "http://", "http://host:port/v1"])
 def test_a_malformed_base_url_is_one_line_at_start_and_leaves_no_session(tmp_path: Path, url: str) -> None:
-    proc = _run(tmp_path, "-p", "hi", "--base-url", url)
+    proc = _run(tmp_path, "-p", "hi", "--base-url", url, real_process=url == "notaurl")
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
     assert "base_url" in line and "--base-url" in line
@@ -119,7 +123,7 @@ def test_a_malformed_base_url_is_one_line_at_start_and_leaves_no_session(tmp_pat
 
 
 def test_a_password_in_a_bad_base_url_is_not_echoed(tmp_path: Path) -> None:
-    proc = _run(tmp_path, "-p", "hi", "--base-url", "gopher://me:hunter2-secret@host/")
+    proc = _run(tmp_path, "-p", "hi", "--base-url", "gopher://me:hunter2-secret@host/", real_process=False)
     assert proc.returncode == 2
     assert "hunter2-secret" not in proc.stderr and "base_url" in proc.stderr
 
@@ -128,7 +132,7 @@ def test_an_unknown_flag_is_one_line_and_a_hint_to_help(tmp_path: Path) -> None:
     proc = _run(tmp_path, "-p", "hi", "--bogus")
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == ["tidegauge: unrecognized arguments: --bogus (see tidegauge --help)"]
-    sessions = _run(tmp_path, "sessions", "--everything")
+    sessions = _run(tmp_path, "sessions", "--everything", real_process=False)
     assert sessions.returncode == 2 and len(sessions.stderr.splitlines()) == 1 and "--help" in sessions.stderr
 
 
@@ -200,7 +204,8 @@ def test_a_web_tabs_dashboard_lines_are_printed_once_when_it_ends(capfd: pytest.
 def test_the_sub_agents_report_is_said_while_it_streams_after_its_last_read(tmp_path: Path) -> None:
     """After the sub-agent's last read its report streamed for ~7 s (at the demo's typing speed)
     with nothing changing under the task call: its progress says how much it has written."""
-    proc = _run(tmp_path, "-p", "find where the importer rejects rows", "--output-format", "stream-json")
+    proc = _run(tmp_path, "-p", "find where the importer rejects rows", "--output-format", "stream-json",
+                real_process=False)
     assert proc.returncode == 0, proc.stderr
     said = [event for event in map(json.loads, proc.stdout.splitlines()) if event["type"] == "sub_agent"]
     statuses = [event["status"] for event in said]
