@@ -3,7 +3,8 @@
 Real providers over real sockets on 127.0.0.1 (the scripted server, or a tiny
 one written here when the script cannot express the misbehaviour), and the real
 ``tidegauge -p`` process where the user-visible outcome is the exit code and
-the one line on stderr.
+the one line on stderr (one real run per kind of failure; its variations run the same CLI
+in-process, tests/cli_in_process.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Iterator
 
 import pytest
 
+from cli_in_process import run_cli
 from fake_llm_server import Reply, http_error, openai_text, openai_tool_calls, rechunk, run_stream
 
 from app.kernel.messages import Message
@@ -47,6 +49,16 @@ def env(tmp_path: Path) -> dict[str, str]:
 def cli(base_url: str, *args: str) -> list[str]:
     return [sys.executable, "-m", "app", "--provider", "openai", "--model", "fake-model",
             "--base-url", base_url, *args]
+
+
+def tidegauge(base_url: str, env: dict[str, str], cwd: Path, *args: str,
+              real_process: bool = True) -> subprocess.CompletedProcess[str]:
+    """``tidegauge -p`` against ``base_url``: the real process, or with ``real_process=False`` the
+    same CLI in this process with exactly ``env`` (tests/cli_in_process.py), for a variation on what
+    a real run in the same test group already showed (a ``python -m app`` start is ~0.5 CPU-s)."""
+    if not real_process:
+        return run_cli(cli(base_url, *args)[3:], cwd=cwd, env=env)
+    return subprocess.run(cli(base_url, *args), env=env, capture_output=True, text=True, timeout=120, cwd=cwd)
 
 
 # ---------------------------------------------------------------- huge replies
@@ -233,8 +245,9 @@ def test_the_deadline_setting_reaches_the_user_as_one_error_line(keepalive_serve
 def test_a_200_that_is_not_an_event_stream_says_what_it_was_and_is_not_retried(
         fake_llm, env, tmp_path, content_type, body, shown) -> None:
     fake_llm.enqueue(Reply(body=body, content_type=content_type))
-    done = subprocess.run(cli(fake_llm.base_url("openai"), "-p", "hi"), env=env, capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path)
+    # html through the real binary; random bytes take the same path, in-process
+    done = tidegauge(fake_llm.base_url("openai"), env, tmp_path, "-p", "hi",
+                     real_process=content_type != "application/octet-stream")
     assert done.returncode == 1
     assert content_type.split(";")[0] in done.stderr and shown in done.stderr, done.stderr
     assert "empty response" not in done.stderr and "retry" not in done.stderr
@@ -263,9 +276,9 @@ def test_absurd_usage_never_cuts_or_compacts(fake_llm, env, tmp_path, usage) -> 
     fake_llm.enqueue(openai_tool_calls([("read_file", {"path": "a.txt"})], usage=usage),
                      openai_tool_calls([("read_file", {"path": "a.txt", "offset": 10})], usage=usage),
                      openai_text("Done.", usage=usage))
-    done = subprocess.run(cli(fake_llm.base_url("openai"), "-p", "read a.txt", "--yes", "--window", "32000",
-                              "--output-format", "stream-json"),
-                          env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    # what the engine does with the figures, not the process: in-process
+    done = tidegauge(fake_llm.base_url("openai"), env, tmp_path, "-p", "read a.txt", "--yes", "--window", "32000",
+                     "--output-format", "stream-json", real_process=False)
     assert done.returncode == 0, done.stderr
     events = _events(done.stdout)
     kinds = {e["type"] for e in events}
@@ -297,15 +310,14 @@ def test_a_data_dir_that_is_a_file_is_one_line_and_exit_2(fake_llm, env, tmp_pat
 def test_a_data_dir_that_cannot_be_created_is_one_line_and_exit_2(fake_llm, env, tmp_path) -> None:
     (tmp_path / "blocker").write_text("a file where a folder would go")
     env["TIDEGAUGE_DATA_DIR"] = str(tmp_path / "blocker" / "data")
-    line = _one_line_exit_2(subprocess.run(cli(fake_llm.base_url("openai"), "-p", "hi"), env=env,
-                                           capture_output=True, text=True, timeout=120, cwd=tmp_path))
+    line = _one_line_exit_2(tidegauge(fake_llm.base_url("openai"), env, tmp_path, "-p", "hi", real_process=False))
     assert "blocker" in line
 
 
 def test_api_key_env_given_a_key_is_refused_without_echoing_it(fake_llm, env, tmp_path) -> None:
     pasted = "sk-proj-Zq81hT0cPx9LmW4rVb2NyK7dJs5"
-    line = _one_line_exit_2(subprocess.run(cli(fake_llm.base_url("openai"), "-p", "hi", "--api-key-env", pasted),
-                                           env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path))
+    line = _one_line_exit_2(tidegauge(fake_llm.base_url("openai"), env, tmp_path, "-p", "hi", "--api-key-env", pasted,
+                                      real_process=False))
     assert "api_key_env" in line and "looks like an API key" in line
     assert pasted not in line and pasted[:12] not in line
 
@@ -314,8 +326,9 @@ def test_api_key_env_given_a_key_is_refused_without_echoing_it(fake_llm, env, tm
                                         ("TIDEGAUGE_TIMEOUT_READ", "0"), ("TIDEGAUGE_REQUEST_DEADLINE", "-1")])
 def test_timeouts_must_be_finite_and_positive(fake_llm, env, tmp_path, name, value) -> None:
     env[name] = value
-    line = _one_line_exit_2(subprocess.run(cli(fake_llm.base_url("openai"), "-p", "hi"), env=env,
-                                           capture_output=True, text=True, timeout=120, cwd=tmp_path))
+    # the first through the real binary; the rest are the same check on other values
+    line = _one_line_exit_2(tidegauge(fake_llm.base_url("openai"), env, tmp_path, "-p", "hi",
+                                      real_process=(name, value) == ("TIDEGAUGE_TIMEOUT_READ", "inf")))
     assert name.removeprefix("TIDEGAUGE_").lower() in line and name in line
 
 
