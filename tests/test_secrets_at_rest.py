@@ -1,9 +1,10 @@
 """Secrets at rest: what tidegauge leaves under the data directory holds no key, is the owner's
 only, is bounded, and is never written through a symlink someone planted.
 
-Through the real CLI (a subprocess, the fake LLM on loopback, a real MCP server over stdio)
-where a user would see it: the session memory file, an MCP server's stderr log, a token in
-an MCP server's URL. The file primitives themselves are checked directly.
+Through the real CLI (the fake LLM on loopback, a real MCP server over stdio) where a user would
+see it: the session memory file, an MCP server's stderr log, a token in an MCP server's URL. A
+subprocess where what the process prints is checked; in-process (tests/cli_in_process.py) where
+only what it writes to disk or sends is. The file primitives themselves are checked directly.
 """
 
 from __future__ import annotations
@@ -47,12 +48,13 @@ def _tidegauge(tmp_path: Path, fake, *args: str, **env: str) -> subprocess.Compl
                           cwd=work, env={**_env(tmp_path), **env}, capture_output=True, text=True, timeout=180)
 
 
-def _tidegauge_in_process(tmp_path: Path, fake, *args: str) -> subprocess.CompletedProcess[str]:
-    """A run that only makes the session a later run resumes: the same CLI, in this process."""
+def _tidegauge_in_process(tmp_path: Path, fake, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """The same CLI, in this process (a ``python -m app`` start is ~0.5 CPU-s): for a run whose
+    outcome is what it writes to disk or sends, not what the process prints on its own streams."""
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
     return run_cli(["--provider", "openai", "--model", "m", "--base-url", fake.base_url("openai"),
-                    "--output-format", "stream-json", *args], cwd=work, env=_env(tmp_path))
+                    "--output-format", "stream-json", *args], cwd=work, env={**_env(tmp_path), **env})
 
 
 def _write_config(tmp_path: Path, text: str) -> None:
@@ -103,8 +105,9 @@ def test_session_memory_on_disk_holds_no_key_and_is_the_owners_only(fake_llm, tm
         return any((tmp_path / "data" / "sessions").glob(f"*/{MEMORY_FILE_NAME}"))
 
     _memory_server(fake_llm, memory_written, "session-memory.md to be written")
-    proc = _tidegauge(tmp_path, fake_llm, "-p", f"deploy with the key {KEY}", TIDEGAUGE_MEMORY_UPDATE_TOKENS="1",
-                      TIDEGAUGE_MEMORY_INIT_TOKENS="0", TIDEGAUGE_MEMORY_UPDATE_TOOL_CALLS="0")
+    proc = _tidegauge_in_process(tmp_path, fake_llm, "-p", f"deploy with the key {KEY}",
+                                 TIDEGAUGE_MEMORY_UPDATE_TOKENS="1", TIDEGAUGE_MEMORY_INIT_TOKENS="0",
+                                 TIDEGAUGE_MEMORY_UPDATE_TOOL_CALLS="0")
 
     assert proc.returncode == 0, proc.stderr
     memory = _session_dir(tmp_path) / MEMORY_FILE_NAME
@@ -123,7 +126,8 @@ def test_a_resumed_session_does_not_reload_a_key_from_its_memory_file(fake_llm, 
     memory.write_text(f"## Task\nDeploy with the API key {KEY}.\n", encoding="utf-8")
 
     requests = _memory_server(fake_llm, lambda: bool(requests), "the memory update request")
-    resumed = _tidegauge(tmp_path, fake_llm, "--continue", "-p", "go on", TIDEGAUGE_MEMORY_UPDATE_TOKENS="1")
+    resumed = _tidegauge_in_process(tmp_path, fake_llm, "--continue", "-p", "go on",
+                                    TIDEGAUGE_MEMORY_UPDATE_TOKENS="1")
 
     assert resumed.returncode == 0, resumed.stderr
     assert requests, "no memory update was asked for"
@@ -219,7 +223,7 @@ def test_a_symlink_planted_at_the_mcp_log_path_is_not_followed(fake_llm, tmp_pat
     victim.write_text("precious\n")
     log.symlink_to(victim)
 
-    resumed = _tidegauge(tmp_path, fake_llm, "--resume", session.id, "-p", "again")
+    resumed = _tidegauge_in_process(tmp_path, fake_llm, "--resume", session.id, "-p", "again")
 
     assert resumed.returncode == 0, resumed.stderr
     assert victim.read_text() == "precious\n", "the server's stderr was written through the planted symlink"
