@@ -1,4 +1,8 @@
-"""Each demo scenario end to end in headless mode: a real process, real tools, no network."""
+"""Each demo scenario end to end in headless mode: real tools, no network.
+
+The first scenario runs as a real process (``python -m app``); the others run the same CLI in
+this process (tests/cli_in_process.py): what they check is the scenario's events, and a start
+of the interpreter with its imports and token encoder costs more than most of them."""
 
 from __future__ import annotations
 
@@ -9,15 +13,20 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_in_process import run_cli
 
 
-def run_demo(tmp_path: Path, prompt: str, *extra: str, **settings: str) -> tuple[int, list[dict]]:
+def run_demo(tmp_path: Path, prompt: str, *extra: str, real_process: bool = False,
+             **settings: str) -> tuple[int, list[dict]]:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("TIDEGAUGE_")}
     env.update(TIDEGAUGE_CONFIG_DIR=str(tmp_path / "config"), TIDEGAUGE_DATA_DIR=str(tmp_path / "data"))
     env.update({f"TIDEGAUGE_{name.upper()}": value for name, value in settings.items()})
-    proc = subprocess.run([sys.executable, "-m", "app", "-p", prompt, "--demo-speed", "0", "--yes",
-                           "--output-format", "stream-json", *extra],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    argv = ["-p", prompt, "--demo-speed", "0", "--yes", "--output-format", "stream-json", *extra]
+    if real_process:
+        proc = subprocess.run([sys.executable, "-m", "app", *argv],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    else:
+        proc = run_cli(argv, cwd=tmp_path, env=env)
     return proc.returncode, [json.loads(line) for line in proc.stdout.splitlines()]
 
 
@@ -26,7 +35,7 @@ def of(events: list[dict], kind: str) -> list[dict]:
 
 
 def test_find_errors_cats_then_follows_the_notice_with_grep(tmp_path):
-    code, events = run_demo(tmp_path, "find errors in app.log")
+    code, events = run_demo(tmp_path, "find errors in app.log", real_process=True)
     assert code == 0
     starts = [e["input"].get("command") for e in of(events, "tool_start")]
     assert starts == ["cat app.log", "grep -n ERROR app.log"]
