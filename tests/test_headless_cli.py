@@ -1,4 +1,5 @@
-"""`tidegauge -p` as a user runs it: a real process, the fake server on loopback."""
+"""`tidegauge -p` as a user runs it: a real process, the fake server on loopback (a variation on
+what a real run here already showed runs the same CLI in-process, tests/cli_in_process.py)."""
 
 from __future__ import annotations
 
@@ -29,9 +30,14 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def _run(args: list[str], tmp_path: Path, env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess:
+def _run(args: list[str], tmp_path: Path, env: dict[str, str], cwd: Path | None = None,
+         real_process: bool = True) -> subprocess.CompletedProcess:
+    """The real process; ``real_process=False``: the same CLI in this process with exactly ``env``
+    (tests/cli_in_process.py), for a variation on what a real run here already showed."""
     workdir = cwd or tmp_path / "work"
     workdir.mkdir(parents=True, exist_ok=True)
+    if not real_process:
+        return run_cli(args, cwd=workdir, env=env)
     return subprocess.run([sys.executable, "-m", "app", *args], cwd=workdir, env=env, capture_output=True,
                           text=True, timeout=120)
 
@@ -91,7 +97,8 @@ def test_anthropic_text_mode_streams_the_answer(fake_llm, tmp_path):
     (["--provider", "nosuch"], "provider"),
 ])
 def test_bad_settings_give_one_line_errors(tmp_path, args, needle):
-    proc = _run(["-p", "x", *args], tmp_path, _env(tmp_path))
+    # the first through the real binary; the others are the same check on other settings
+    proc = _run(["-p", "x", *args], tmp_path, _env(tmp_path), real_process=args == ["--max-steps", "0"])
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
@@ -99,7 +106,7 @@ def test_bad_settings_give_one_line_errors(tmp_path, args, needle):
 
 
 def test_missing_key_for_a_named_provider_is_one_line(tmp_path):
-    proc = _run(["-p", "x", "--provider", "anthropic"], tmp_path, _env(tmp_path))
+    proc = _run(["-p", "x", "--provider", "anthropic"], tmp_path, _env(tmp_path), real_process=False)
     assert proc.returncode == 2
     assert "ANTHROPIC_API_KEY" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
@@ -177,5 +184,5 @@ def test_a_key_file_others_can_read_is_said_at_start_and_the_task_still_runs(fak
     assert warning == [f"[{toml} holds API keys and is readable by others (mode 0644): chmod 600 {toml}]"]
     assert KEY not in proc.stderr and proc.stdout.strip() == "done"
     toml.chmod(0o600)
-    quiet = _run(args, tmp_path, _env(tmp_path))
+    quiet = _run(args, tmp_path, _env(tmp_path), real_process=False)
     assert quiet.returncode == 0 and "readable by others" not in quiet.stderr
