@@ -3,7 +3,8 @@
 Every expected cost is the catalogue's own figure for that call (``genai_prices.calc_price``
 on the same token counts), never a number copied here: when the catalogue is updated the
 tests follow it. The fake server (tests/fake_llm_server.py) speaks the wire protocols on
-loopback; tidegauge runs as ``python -m app`` as a user's script would.
+loopback; tidegauge runs as ``python -m app`` as a user's script would in the tier test, and as
+the same CLI in-process elsewhere (what is checked is the figures, not the process).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 import genai_prices
 import pytest
+from cli_in_process import run_cli
 from fake_llm_server import anthropic_text, openai_text
 
 from app.context.prices import cost_usd, price_for
@@ -38,9 +40,10 @@ def catalogue_cost(model: str, provider_id: str, *, uncached: int, cache_read: i
     return float(total)
 
 
-def tidegauge(tmp_path: Path, fake_llm: Any, provider: str, model: str, *args: str,
-              config: str = "") -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
-    """The real program, stream-json: (the finished process, its events)."""
+def tidegauge(tmp_path: Path, fake_llm: Any, provider: str, model: str, *args: str, config: str = "",
+              real_process: bool = False) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
+    """The program, stream-json: (the finished process, its events). The same CLI in this process
+    (tests/cli_in_process.py; a ``python -m app`` start is ~0.5 CPU-s), or ``real_process``."""
     (tmp_path / "config").mkdir(exist_ok=True)
     (tmp_path / "config" / "config.toml").write_text(config, encoding="utf-8")
     (tmp_path / "work").mkdir(exist_ok=True)
@@ -49,8 +52,11 @@ def tidegauge(tmp_path: Path, fake_llm: Any, provider: str, model: str, *args: s
                 ENV_OF[provider]: KEY, "PYTHONUNBUFFERED": "1"})
     command = [sys.executable, "-m", "app", "-p", "hello", "--provider", provider, "--model", model,
                "--base-url", fake_llm.base_url(provider), "--output-format", "stream-json", *args]
-    proc = subprocess.run(command, cwd=tmp_path / "work", env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                          text=True, timeout=120)
+    if real_process:
+        proc = subprocess.run(command, cwd=tmp_path / "work", env=env, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=120)
+    else:
+        proc = run_cli(command[3:], cwd=tmp_path / "work", env=env)
     text_mode = args[-2:] == ("--output-format", "text")
     events = [] if text_mode else [json.loads(line) for line in proc.stdout.splitlines()]
     return proc, events
@@ -78,7 +84,7 @@ def test_a_call_above_a_tier_is_billed_at_the_tiers_rates_through_the_real_progr
     150K uncached + 60K cache reads + 5K cache writes is 215K of input, all of it at those rates."""
     fake_llm.enqueue(anthropic_text("Done.", usage={"input": 150_000, "cache_read": 60_000, "cache_write": 5_000,
                                                     "output": 1_000}))
-    proc, events = tidegauge(tmp_path, fake_llm, "anthropic", "claude-sonnet-4-5-20250929")
+    proc, events = tidegauge(tmp_path, fake_llm, "anthropic", "claude-sonnet-4-5-20250929", real_process=True)
     assert proc.returncode == 0, proc.stderr
     above = catalogue_cost("claude-sonnet-4-5", "anthropic", uncached=150_000, cache_read=60_000, cache_write=5_000,
                            output=1_000)
