@@ -2,8 +2,10 @@
 secret stores or tidegauge's own keys to the provider; reads are bounded; the keys tidegauge
 holds never leave in a request body, whatever brought them in.
 
-Through the real process (``python -m app -p``) against the loopback fake server, which
-records every request body; the dashboard's question through Pilot on a real session.
+Through the CLI (``tidegauge -p``) against the loopback fake server, which records every request
+body: the real process (``python -m app``) where what the process prints must hold no key, the
+same CLI in-process where what is checked is what was sent; the dashboard's question through
+Pilot on a real session.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from cli_in_process import run_cli
 from fake_llm_server import openai_text
 
 from app.context.memory import APPROVALS_FILE, ImportApprovals, ImportPolicy, load_memory
@@ -61,7 +64,12 @@ class Layout:
         return [sys.executable, "-m", "app", "-p", prompt, "--provider", "openai", "--model", "m",
                 "--base-url", fake_llm.base_url("openai")]
 
-    def run(self, fake_llm, prompt: str = "hello") -> subprocess.CompletedProcess[str]:
+    def run(self, fake_llm, prompt: str = "hello", real_process: bool = False) -> subprocess.CompletedProcess[str]:
+        """The same CLI in this process with exactly this environment (tests/cli_in_process.py;
+        a ``python -m app`` start is ~0.5 CPU-s), or ``real_process``: where a key must show
+        nowhere in what the process itself prints, and for the real binary's wiring."""
+        if not real_process:
+            return run_cli(self.command(fake_llm, prompt)[3:], cwd=self.repo, env=self.env())
         return subprocess.run(self.command(fake_llm, prompt), cwd=self.repo, env=self.env(), capture_output=True,
                               text=True, timeout=120)
 
@@ -89,7 +97,7 @@ def test_a_hostile_agents_md_sends_no_key_no_outside_file_and_says_how_to_allow(
     os.symlink(layout.outside / "secret.txt", layout.repo / ".agents" / "rules" / "leak.md")
     fake_llm.enqueue(openai_text("ok"))
 
-    proc = layout.run(fake_llm)
+    proc = layout.run(fake_llm, real_process=True)
 
     assert proc.returncode == 0, proc.stderr
     body = sent(fake_llm)
@@ -218,7 +226,7 @@ def test_credential_files_and_imports_holding_a_credential_stay_out_through_the_
         f"{RULE_MARKER}\n@.git/config\n@.envrc\n@docs/deploy.md\n@docs/style.md\n")
     fake_llm.enqueue(openai_text("ok"))
 
-    proc = layout.run(fake_llm)
+    proc = layout.run(fake_llm, real_process=True)
 
     assert proc.returncode == 0, proc.stderr
     body = sent(fake_llm)
