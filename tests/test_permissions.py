@@ -1,9 +1,10 @@
 """Issue 27: permission rules with the grain people expect.
 
 The matcher (rules, shell chaining, path globs, sources) as units; the rules as a user meets
-them through the real binary (``python -m app -p`` against the loopback fake server): deny
-wins over --yes, an allow rule runs without --yes, a prefix rule never allows a chained
-command, a repository's own settings cannot allow, sub-agents follow the same rules.
+them through the CLI (``tidegauge -p`` against the loopback fake server; the first as the real
+binary, ``python -m app``, the rest in-process, tests/cli_in_process.py): deny wins over --yes,
+an allow rule runs without --yes, a prefix rule never allows a chained command, a repository's
+own settings cannot allow, sub-agents follow the same rules.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings as hypothesis_settings, strategies as st
 
+from cli_in_process import run_cli
 from fake_llm_server import openai_text, openai_tool_calls
 from app.agent.shell_commands import read_command_line
 from app.agent.permissions import (
@@ -237,13 +239,18 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def _run(tmp_path: Path, fake_llm: Any, *flags: str) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
+def _run(tmp_path: Path, fake_llm: Any, *flags: str,
+         real_process: bool = False) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
+    """``tidegauge -p go FLAGS``: the same CLI in this process with exactly the process's environment
+    (tests/cli_in_process.py; a ``python -m app`` start is ~0.5 CPU-s), or ``real_process``."""
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
-    proc = subprocess.run(
-        [sys.executable, "-m", "app", "-p", "go", "--provider", "openai", "--model", "m",
-         "--base-url", fake_llm.base_url("openai"), "--output-format", "stream-json", *flags],
-        cwd=work, env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    command = [sys.executable, "-m", "app", "-p", "go", "--provider", "openai", "--model", "m",
+               "--base-url", fake_llm.base_url("openai"), "--output-format", "stream-json", *flags]
+    if real_process:
+        proc = subprocess.run(command, cwd=work, env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    else:
+        proc = run_cli(command[3:], cwd=work, env=_env(tmp_path))
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     return proc, events
 
@@ -265,7 +272,8 @@ def test_deny_wins_over_yes_and_covers_tools_that_only_read(fake_llm, tmp_path):
                            ("read_file", {"path": "secret.txt"}, "c_read"),
                            ("run_bash", {"command": "ls"}, "c_ls")]),
         openai_text("done"))
-    proc, events = _run(tmp_path, fake_llm, "--yes", "--disallowed-tools", "run_bash(rm:*), read_file(secret.txt)")
+    proc, events = _run(tmp_path, fake_llm, "--yes", "--disallowed-tools", "run_bash(rm:*), read_file(secret.txt)",
+                        real_process=True)
     assert proc.returncode == 0, proc.stderr
     results = _results(events)
     assert (work / "keep.txt").read_text() == "precious\n"
