@@ -1,5 +1,6 @@
-"""`tidegauge rewind` through the real binary, on a session the CLI recorded against the fake LLM
-server (its turns run in-process: they only make the session): the list, going back with the files,
+"""`tidegauge rewind` through the CLI, on a session the CLI recorded against the fake LLM server
+(its turns run in-process: they only make the session; the first test's list and rewind run the
+real binary, the others the same CLI in-process): the list, going back with the files,
 and a `--continue` that starts from just before the chosen message (the abandoned turns out of the
 request, still in the append-only transcript)."""
 
@@ -25,7 +26,11 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def _tidegauge(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def _tidegauge(args: list[str], tmp_path: Path, real_process: bool = False) -> subprocess.CompletedProcess[str]:
+    """``tidegauge ARGS``: the same CLI in this process with exactly the process's environment (a
+    ``python -m app`` start is ~0.5 CPU-s), or ``real_process``: the real binary's wiring."""
+    if not real_process:
+        return run_cli(args, cwd=tmp_path / "work", env=_env(tmp_path))
     return subprocess.run([sys.executable, "-m", "app", *args], cwd=tmp_path / "work", env=_env(tmp_path),
                           capture_output=True, text=True, timeout=120)
 
@@ -55,7 +60,7 @@ def three_turns(fake_llm, tmp_path: Path):
 
 def test_list_then_rewind_with_files_then_continue_from_there(three_turns, tmp_path: Path) -> None:
     work = tmp_path / "work"
-    listed = _tidegauge(["rewind", "--list", "--json"], tmp_path)
+    listed = _tidegauge(["rewind", "--list", "--json"], tmp_path, real_process=True)
     assert listed.returncode == 0, listed.stderr
     points = json.loads(listed.stdout)["points"]
     assert [(p["turn"], p["text"]) for p in points] == [(3, "just talk"), (2, "rewrite the notes"),
@@ -63,7 +68,7 @@ def test_list_then_rewind_with_files_then_continue_from_there(three_turns, tmp_p
     assert points[0]["tokens_after"] > points[1]["tokens_after"] > points[2]["tokens_after"]  # newest first
     assert points[1]["files"] == ["extra.txt", "notes.txt"] and points[1]["abandoned_turns"] == 2
 
-    done = _tidegauge(["rewind", "--to", "2", "--files", "--json"], tmp_path)
+    done = _tidegauge(["rewind", "--to", "2", "--files", "--json"], tmp_path, real_process=True)
     assert done.returncode == 0, done.stderr
     said = json.loads(done.stdout)
     assert said["text"] == "rewrite the notes" and said["abandoned_turns"] == 2
