@@ -1,6 +1,7 @@
-"""`tidegauge inspect` through the real binary, on sessions the CLI recorded in-process against the
-fake LLM server: the figures it shows are the gauge's, its diff shows what a compaction removed and
-what replaced it, the store stays small, and bad arguments are one line."""
+"""`tidegauge inspect` through the CLI (the real binary for the text diff and one bad argument, the
+same CLI in-process for the rest), on sessions the CLI recorded in-process against the fake LLM
+server: the figures it shows are the gauge's, its diff shows what a compaction removed and what
+replaced it, the store stays small, and bad arguments are one line."""
 
 from __future__ import annotations
 
@@ -33,7 +34,11 @@ def _run_session(args: list[str], tmp_path: Path, fake) -> list[dict]:
     return [json.loads(line) for line in proc.stdout.splitlines()]
 
 
-def _inspect(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def _inspect(args: list[str], tmp_path: Path, real_process: bool = False) -> subprocess.CompletedProcess[str]:
+    """``tidegauge inspect ARGS``: the same CLI in this process with exactly the process's environment
+    (a ``python -m app`` start is ~0.5 CPU-s), or ``real_process``: the real binary's wiring."""
+    if not real_process:
+        return run_cli(["inspect", *args], cwd=tmp_path / "work", env=_env(tmp_path))
     return subprocess.run([sys.executable, "-m", "app", "inspect", *args], cwd=tmp_path / "work",
                           env=_env(tmp_path), capture_output=True, text=True, timeout=60)
 
@@ -106,7 +111,7 @@ def test_the_diff_after_a_compaction_shows_what_was_removed_and_what_replaced_it
     moved = sum(p["tokens"] for p in latest["added"]) - sum(p["tokens"] for p in latest["removed"])
     assert moved < -1_000
 
-    text = _inspect(["--diff"], tmp_path)
+    text = _inspect(["--diff"], tmp_path, real_process=True)
     assert text.returncode == 0
     lines = text.stdout.splitlines()
     assert lines[0].startswith(f"session {session_id} · request 3 of 3 · ")
@@ -121,7 +126,7 @@ def test_the_diff_after_a_compaction_shows_what_was_removed_and_what_replaced_it
     (["nosuchsession"], "no session 'nosuchsession'"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(compacted_session, tmp_path, args, words):
-    proc = _inspect(args, tmp_path)
+    proc = _inspect(args, tmp_path, real_process=args == ["nosuchsession"])  # the rest: the same parser in-process
     assert proc.returncode == 2 and proc.stdout == ""
     assert len(proc.stderr.strip().splitlines()) == 1 and words in proc.stderr
 
