@@ -1,6 +1,7 @@
 """Sessions people can find (issue 27): `tidegauge sessions`, --continue, --resume without an id,
 and empty sessions not kept. Through the real process, against the fake server on loopback (the
-headless tasks that only make the sessions listed run in-process: tests/cli_in_process.py)."""
+headless tasks that only make the sessions listed, and the variations on what a real run here
+already showed, run in-process: tests/cli_in_process.py)."""
 
 from __future__ import annotations
 
@@ -39,10 +40,15 @@ def _env(home: Path) -> dict[str, str]:
     return {"TIDEGAUGE_CONFIG_DIR": str(home / "config"), "TIDEGAUGE_DATA_DIR": str(home / "data")}
 
 
-def tidegauge(home: Path, cwd: Path, *args: str, fake_llm: Any = None) -> subprocess.CompletedProcess[str]:
+def tidegauge(home: Path, cwd: Path, *args: str, fake_llm: Any = None,
+              real_process: bool = True) -> subprocess.CompletedProcess[str]:
+    """The real process; ``real_process=False``: the same CLI in this process with exactly its
+    environment (tests/cli_in_process.py), where a real run in this file already showed the wiring."""
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("TIDEGAUGE_")}
     env.update(_env(home) | {"OPENAI_API_KEY": KEY, "PYTHONUNBUFFERED": "1"})
     server = ["--provider", "openai", "--model", "m", "--base-url", fake_llm.base_url("openai")] if fake_llm else []
+    if not real_process:
+        return run_cli([*args, *server], cwd=cwd, env=env)
     return subprocess.run([sys.executable, "-m", "app", *args, *server], cwd=cwd, env=env, text=True,
                           stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
 
@@ -77,7 +83,7 @@ def test_sessions_lists_this_directorys_sessions_newest_first_and_all_lists_ever
     assert ", $0.0045  " in rows[1]  # 1000 in + 100 out at $3/$15 per M
     assert ", $0.0090  " in rows[0]  # two such calls
 
-    every = tidegauge(home, project, "sessions", "--all")
+    every = tidegauge(home, project, "sessions", "--all", real_process=False)
     assert [row.split()[0] for row in every.stdout.splitlines()] == [first, second, other]
     assert str(elsewhere) in every.stdout.splitlines()[2]
 
@@ -89,7 +95,7 @@ def test_a_hostile_first_prompt_is_one_inert_line_in_the_list(home):
     session = SessionStore(home / "data").create(home / "project", "demo", None)
     with session.writer() as writer:
         writer.append_event(UserMessageEvent(text="\x1b]0;pwned\x07\x1b[2Jreview\nthis\u202e diff"))
-    proc = tidegauge(home, home / "project", "sessions")
+    proc = tidegauge(home, home / "project", "sessions", real_process=False)
     assert proc.returncode == 0, proc.stderr
     (row,) = proc.stdout.splitlines()
     assert row.startswith(session.id) and "\x1b" not in row and "\x07" not in row and "\u202e" not in row
@@ -99,12 +105,12 @@ def test_a_hostile_first_prompt_is_one_inert_line_in_the_list(home):
 def test_help_names_the_sessions_command(home):
     shown = " ".join(tidegauge(home, home / "project", "--help").stdout.split())
     assert "`tidegauge sessions` (--all: every directory) lists the sessions --resume takes;" in shown
-    sessions_help = tidegauge(home, home / "project", "sessions", "--help")
+    sessions_help = tidegauge(home, home / "project", "sessions", "--help", real_process=False)
     assert sessions_help.returncode == 0 and "--all" in sessions_help.stdout
 
 
 def test_sessions_with_none_says_so_on_stderr(home):
-    proc = tidegauge(home, home / "project", "sessions")
+    proc = tidegauge(home, home / "project", "sessions", real_process=False)
     assert proc.returncode == 0 and proc.stdout == ""
     assert proc.stderr.strip() == f"no sessions for {home / 'project'} (--all: every directory)"
 
@@ -143,7 +149,7 @@ def test_a_session_nothing_was_typed_in_is_not_kept_and_continue_takes_the_last_
     assert (not_a_session / "notes.txt").read_text() == "keep me"
 
     fake_llm.enqueue(openai_text("7"))
-    proc = tidegauge(home, project, "-p", "what was it?", "--continue", fake_llm=fake_llm)
+    proc = tidegauge(home, project, "-p", "what was it?", "--continue", fake_llm=fake_llm, real_process=False)
     assert proc.returncode == 0, proc.stderr
     assert "remember 7" in json.dumps(fake_llm.last_json["messages"])
 
