@@ -1,7 +1,8 @@
 """``tidegauge --web`` without a browser: what a user meets before a page opens, and the page itself.
 
 The server runs as a real child process (``python -m app --web``); the page is
-fetched over HTTP from it like a browser would.
+fetched over HTTP from it like a browser would. The starts refused before anything is served run
+the same CLI in-process, but for the first (the real binary's exit).
 """
 
 from __future__ import annotations
@@ -17,21 +18,28 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 import pytest
 
+from cli_in_process import run_cli
 from web_support import START_TIMEOUT_S, WebServer, isolated_env
 
 
-def _run(tmp_path: Path, *flags: str, **env_extra: str) -> subprocess.CompletedProcess[str]:
-    """A --web start that is expected to fail before serving (so it ends by itself)."""
+def _run(tmp_path: Path, *flags: str, real_process: bool = False,
+         **env_extra: str) -> subprocess.CompletedProcess[str]:
+    """A --web start that is expected to fail before serving (so it ends by itself): the same CLI
+    in this process with exactly the process's environment (tests/cli_in_process.py; a ``python -m
+    app`` start is ~0.5 CPU-s), or ``real_process`` for the real binary's exit."""
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
     env = isolated_env(tmp_path) | env_extra
+    if not real_process:
+        return run_cli(["--web", *flags], cwd=work, env=env)
     return subprocess.run([sys.executable, "-m", "app", "--web", *flags], cwd=work, env=env,
                           capture_output=True, text=True, timeout=START_TIMEOUT_S)
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[WebServer]:
-    web = WebServer.start(tmp_path, "--web-port", "0", "--provider", "demo")
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebServer]:
+    """One server for the tests that only read from it (its address, its page)."""
+    web = WebServer.start(tmp_path_factory.mktemp("web"), "--web-port", "0", "--provider", "demo")
     try:
         web.wait_for_address()
         yield web
@@ -44,7 +52,7 @@ def test_a_port_in_use_is_one_line_naming_the_port_and_the_flag(tmp_path: Path) 
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        proc = _run(tmp_path, "--web-port", str(port))
+        proc = _run(tmp_path, "--web-port", str(port), real_process=True)
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("tidegauge: --web: ") and f"127.0.0.1:{port}" in line and "--web-port" in line
