@@ -397,8 +397,7 @@ def test_a_damaged_transcript_resumes_through_the_cli_with_a_valid_request(fake_
     session.transcript_path.write_bytes(b"".join(lines[: index + 1] + [assistant, b"\xff\xfe{not json\n"]
                                                  + lines[index + 1:]))
     fake_llm.enqueue(openai_text("Still fine."))
-    resumed = subprocess.run(cli(fake_llm, "-p", "and now?", "--continue"), cwd=project, env=env,
-                             capture_output=True, text=True, timeout=120)
+    resumed = in_process(fake_llm, project, env, "-p", "and now?", "--continue")  # builds and sends a request
     assert resumed.returncode == 0, resumed.stderr
     assert wire_problems(fake_llm.last_json["messages"]) == []
 
