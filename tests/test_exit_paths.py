@@ -231,6 +231,7 @@ def test_kill_9_of_the_session_process_ends_its_tools_and_mcp_servers_and_the_da
 
 
 WATCHDOG = "app/system/watchdog.py"
+SHORT_GRACE = Path(__file__).parent / "short_grace_dashboard.py"
 TOKEN_ENV = "TIDEGAUGE_RUN_TOKEN"
 
 
@@ -337,8 +338,9 @@ def test_a_signal_ends_the_dashboard_even_when_its_terminal_is_no_longer_read(tm
     queue; the App's loop then waits for ever on its next frame and the orderly quit a SIGHUP
     asks for never runs: the dashboard stayed, idle, for good (1 tmux kill-session in 6 while
     catching up; every time here). It now ends the hard way a few seconds after the signal,
-    session process included (exit 129)."""
+    session process included (exit 129); here half a second after it (tests/short_grace_dashboard.py)."""
     import fcntl
+    import shutil
     import termios
 
     master, slave = os.openpty()
@@ -347,8 +349,13 @@ def test_a_signal_ends_the_dashboard_even_when_its_terminal_is_no_longer_read(tm
     for key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "DEEPSEEK_API_KEY"):
         env.pop(key, None)  # the offline demo
     (tmp_path / "work").mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "app", "--yes"], stdin=slave, stdout=slave, stderr=slave,
-                            cwd=tmp_path / "work", env=env, start_new_session=True)
+    # The grace before the hard way, short: the orderly quit cannot finish here, so the test would
+    # only sit it out (5 s by default; ~0.3 s is what an orderly quit takes).
+    launcher = tmp_path / "bin" / "tidegauge"
+    launcher.parent.mkdir()
+    shutil.copyfile(SHORT_GRACE, launcher)
+    proc = subprocess.Popen([sys.executable, str(launcher), "0.5", "--yes"], stdin=slave, stdout=slave,
+                            stderr=slave, cwd=tmp_path / "work", env=env, start_new_session=True)
     os.close(slave)
     try:
         seen = b""
