@@ -25,17 +25,37 @@ VIEWPORT = (1600, 1000)
 pytestmark = pytest.mark.timeout(360)  # Chromium + the dashboard + a 15 MB demo log on a loaded machine
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[WebServer]:
+@contextlib.contextmanager
+def _serving(folder: Path) -> Iterator[WebServer]:
     require_chromium()
     # --yes and --max-steps must reach every tab's dashboard (no approval dialog; "of 9" in the header)
-    web = WebServer.start(tmp_path, "--web-port", "0", "--provider", "demo", "--demo-speed", "0", "--yes",
+    web = WebServer.start(folder, "--web-port", "0", "--provider", "demo", "--demo-speed", "0", "--yes",
                           "--max-steps", "9")
     try:
         web.wait_for_address()
         yield web
     finally:
         web.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("web")
+
+
+@pytest.fixture(scope="module")
+def shared_server(shared_folder: Path) -> Iterator[WebServer]:
+    """One server for the tests that leave it running (a start is a process and its imports); each
+    tab is a dashboard and a session of its own. Its data and config are in ``shared_folder``."""
+    with _serving(shared_folder) as web:
+        yield web
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[WebServer]:
+    """A server of the test's own, for a test that stops it."""
+    with _serving(tmp_path) as web:
+        yield web
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +89,8 @@ def terminal(chromium: Any) -> Iterator[BrowserTerminal]:
 
 
 def test_the_demo_task_runs_in_the_browser_and_ctrl_o_and_ctrl_s_work(
-        server: WebServer, terminal: BrowserTerminal, tmp_path: Path) -> None:
+        shared_server: WebServer, shared_folder: Path, terminal: BrowserTerminal) -> None:
+    server = shared_server
     terminal.open(server.url)
     screen = terminal.wait_for_text("demo (scripted model)", "Ask tidegauge", "of 9", timeout_s=START_TIMEOUT_S)
     assert "context" in screen and "auto-compact" in screen  # the gauge is there from the first screen
@@ -83,7 +104,7 @@ def test_the_demo_task_runs_in_the_browser_and_ctrl_o_and_ctrl_s_work(
     terminal.click_text("run_bash cat app.log")  # the call (in the tool list or the conversation)
     terminal.press("Control+o")
     # The viewer shows the whole saved output (15 MB of log), not the cut the model saw.
-    saved = max((tmp_path / "data" / "sessions").glob("*/tool-results/*"), key=lambda f: f.stat().st_size)
+    saved = max((shared_folder / "data" / "sessions").glob("*/tool-results/*"), key=lambda f: f.stat().st_size)
     full_text = saved.read_text(encoding="utf-8")
     # (its line count is on the full view's status row alone: the model's view says the characters too)
     terminal.wait_for_text(f"{len(full_text.splitlines()):,} lines, {len(full_text):,} characters",
@@ -161,12 +182,12 @@ FOOTER_WORDS = {"^o", "Output", "^s", "Compact", "^r", "Reset", "^g", "Chart", "
 
 
 def test_at_720x480_keys_typed_before_a_click_reach_the_terminal_and_the_footer_keeps_its_keys(
-        server: WebServer, chromium: Any) -> None:
+        shared_server: WebServer, chromium: Any) -> None:
     """A small browser window (issue 29): its terminal is 80 columns, the footer's keys are whole
     there (at 142 columns it read "^s C▏"), and the page takes keys before any click."""
     with _page(chromium, (720, 480)) as page:
         terminal = BrowserTerminal(page)
-        terminal.open(server.url)
+        terminal.open(shared_server.url)
         screen = terminal.wait_for_text("Ask tidegauge", "session ", timeout_s=START_TIMEOUT_S)
         cols, rows = page.evaluate("[window.__tidegaugeTerminal.cols, window.__tidegaugeTerminal.rows]")
         assert cols <= 80 and rows <= 24, f"720x480 gives a {cols}x{rows} terminal"
