@@ -25,7 +25,9 @@ NOT_NEEDED = ("textual", "textual_serve", "aiohttp", "rich", "click", "pygments"
               "app.demo.tools", "app.demo.rejections", "app.mcp.hub", "app.mcp.client", "httpx._main",
               # the settings are read by hand (app/wiring/config.py): pydantic-settings and its
               # sources were a twentieth of the run's start
-              "pydantic_settings")
+              "pydantic_settings",
+              # the folders are given (TIDEGAUGE_CONFIG_DIR, TIDEGAUGE_DATA_DIR): no platform defaults looked up
+              "platformdirs")
 
 MODULES_AT_EXIT_HOOK = """\
 import atexit, os, sys

@@ -19,7 +19,6 @@ from types import UnionType
 from typing import Any, Literal, Union, get_args, get_origin
 from urllib.parse import urlsplit
 
-import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, create_model, PrivateAttr, SecretStr, ValidationError, ValidationInfo, field_validator
 
 from app.providers.factory import (  # the providers' key variables: one list; the plug-ins' settings
@@ -74,6 +73,10 @@ def config_dir_path() -> Path:
     override = os.environ.get(CONFIG_DIR_ENV)
     if override:
         return Path(override).expanduser()
+    # Imported here: a run given its folders (TIDEGAUGE_CONFIG_DIR, TIDEGAUGE_DATA_DIR, as every test
+    # and script run is) never needs the platform's defaults, and the import was ~1% of its start.
+    import platformdirs
+
     return Path(platformdirs.user_config_dir(APP_NAME))
 
 
@@ -82,6 +85,8 @@ def config_file_path() -> Path:
 
 
 def default_data_dir() -> Path:
+    import platformdirs  # only for the default folder: see config_dir_path
+
     return Path(platformdirs.user_data_dir(APP_NAME))
 
 
