@@ -27,7 +27,9 @@ NOT_NEEDED = ("textual", "textual_serve", "aiohttp", "rich", "click", "pygments"
               # sources were a twentieth of the run's start
               "pydantic_settings",
               # the folders are given (TIDEGAUGE_CONFIG_DIR, TIDEGAUGE_DATA_DIR): no platform defaults looked up
-              "platformdirs")
+              "platformdirs",
+              # no config.toml and no project settings file: nothing to parse
+              "tomllib")
 
 MODULES_AT_EXIT_HOOK = """\
 import atexit, os, sys

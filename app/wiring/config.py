@@ -13,11 +13,13 @@ import math
 import os
 import re
 import stat
-import tomllib
 from pathlib import Path
 from types import UnionType
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    import tomllib
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, PrivateAttr, SecretStr, ValidationError, ValidationInfo, field_validator
 
@@ -511,6 +513,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
         return {}
     except OSError as err:
         raise ConfigError(f"config: {path}: cannot read ({err.strerror or err})") from None
+    # Imported when there is a file to parse: a run without config.toml never loads the parser.
+    import tomllib
+
     try:
         return tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
