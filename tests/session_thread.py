@@ -37,7 +37,10 @@ class SessionThread:
             # Printed now as well: a test waiting on the session's commands then fails with
             # the reason in its captured stderr, not only "did not finish".
             traceback.print_exc(file=sys.stderr)
-        print(f"session thread: run() ended (pending {self.session.pending})", file=sys.stderr)
+        if self.error is not None or self.session.pending:
+            # Only what a failing test needs: a clean end said nothing, and the line, printed after
+            # its test's capture had ended, showed up in the suite's progress dots.
+            print(f"session thread: run() ended (pending {self.session.pending})", file=sys.stderr)
 
     def stop(self, timeout: float = 2.0) -> None:
         from app.kernel.commands import Shutdown

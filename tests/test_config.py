@@ -238,6 +238,41 @@ def test_settings_is_constructible_directly(config_dir: Path) -> None:
     assert Settings(max_steps=5).max_steps == 5
 
 
+def test_settings_made_directly_read_the_environment_and_the_file_under_the_arguments(
+        config_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_toml(config_dir, 'max_steps = 3\nbudget = 1000\nmodel = "toml-model"\n')
+    monkeypatch.setenv("TIDEGAUGE_BUDGET", "2000")
+    settings = Settings(max_steps=5)
+    assert (settings.max_steps, settings.budget, settings.model) == (5, 2000, "toml-model")
+
+
+def test_a_table_in_the_environment_adds_to_the_files_key_by_key(config_dir: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    write_toml(config_dir, '[prices.m1]\ninput = 1\noutput = 2\n[prices.m2]\ninput = 5\noutput = 6\n')
+    monkeypatch.setenv("TIDEGAUGE_PRICES", '{"m1": {"output": 3}, "m3": {"input": 7, "output": 8}}')
+    assert load_settings({}).prices == {"m1": {"input": 1, "output": 3}, "m2": {"input": 5, "output": 6},
+                                        "m3": {"input": 7, "output": 8}}
+
+
+def test_environment_names_in_any_case_and_an_empty_value_is_none(config_dir: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    write_toml(config_dir, 'max_steps = 3\n')
+    monkeypatch.setenv("tidegauge_model", "lower-case-model")
+    monkeypatch.setenv("TIDEGAUGE_MAX_STEPS", "")  # empty: the file's value stands
+    monkeypatch.setenv("TIDEGAUGE_ALLOWED_TOOLS", '["read_file"]')
+    settings = load_settings({})
+    assert (settings.model, settings.max_steps, settings.allowed_tools) == ("lower-case-model", 3, ["read_file"])
+
+
+def test_a_list_setting_in_the_environment_must_be_json(config_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIDEGAUGE_ALLOWED_TOOLS", "read_file")
+    assert config_error({}) == "config: allowed_tools: not valid JSON [from TIDEGAUGE_ALLOWED_TOOLS]"
+    monkeypatch.setenv("TIDEGAUGE_ALLOWED_TOOLS", '"read_file"')  # JSON, but not a list
+    assert config_error({}).startswith("config: allowed_tools: ")
+    assert config_error({}).endswith("[from TIDEGAUGE_ALLOWED_TOOLS]")
+
+
+
 # ---------------------------------------------------------------- provider-side context management (issue 17)
 
 def test_responses_provider_reads_the_openai_key(config_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:

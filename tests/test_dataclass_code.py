@@ -7,6 +7,7 @@ writes is the test's own, never the checkout's ``app/__pycache__``.
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import subprocess
 import sys
@@ -95,7 +96,9 @@ def test_a_file_this_interpreter_did_not_write_is_left_unread_and_replaced(tmp_p
     for bad in (b"\x00\x01\x02\x03" + good[4:],        # another Python's magic number
                 good[: len(good) // 2],                  # cut short
                 MAGIC_NUMBER + b"not marshal at all",
-                MAGIC_NUMBER + __import__("marshal").dumps(["a list", "not a mapping"])):
+                MAGIC_NUMBER + marshal.dumps(["a list", "not a mapping"]),
+                # the right texts, each with code that is not code
+                MAGIC_NUMBER + marshal.dumps({text: b"\x00junk" for text in dataclass_code.read(str(path))})):
         path.write_bytes(bad)
         seen = _run(tmp_path)
         assert seen["compiled_here"] > 0

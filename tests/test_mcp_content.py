@@ -19,9 +19,10 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, AsyncIterator
 
 import pytest
+import pytest_asyncio
 from fake_llm_server import anthropic_text, anthropic_tool_calls, openai_text, openai_tool_calls
 from mcp_helpers import tidegauge_run
 
@@ -147,23 +148,33 @@ def test_content_server_results_reach_the_model_and_the_user_as_each_should(fake
     assert stat.S_IMODE(logs[0].stat().st_mode) == 0o600
 
 
-def test_an_answer_over_the_cap_is_cut_at_the_transport_with_the_whole_answer_saved(tmp_path):
-    async def call() -> Any:
-        config = McpServerConfig(command=sys.executable, args=[str(CONTENT_SERVER)], startup_timeout=120)
-        connection = McpConnection("c", config, tmp_path, tmp_path / "session")
-        await connection.start()
-        try:
-            return await connection.call_tool("big", {"megabytes": 12})
-        finally:
-            await connection.aclose()
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def content_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[McpConnection]:
+    """One content server over stdio for the tests that only call its tools (each start is an
+    interpreter and the MCP SDK's imports, about a CPU-second). Its connection lives on the
+    module's event loop: the tests that use it run there (ON_CONTENT_SERVER). A test that needs
+    another tool_timeout sets it on the connection's config for its own call (monkeypatch)."""
+    folder = tmp_path_factory.mktemp("content-server")
+    config = McpServerConfig(command=sys.executable, args=[str(CONTENT_SERVER)], startup_timeout=120)
+    connection = McpConnection("c", config, folder, folder / "session")
+    await connection.start()
+    yield connection
+    await connection.aclose()
 
-    output = asyncio.run(call())
+
+ON_CONTENT_SERVER = pytest.mark.asyncio(loop_scope="module")
+
+
+@ON_CONTENT_SERVER
+async def test_an_answer_over_the_cap_is_cut_at_the_transport_with_the_whole_answer_saved(
+        content_server: McpConnection) -> None:
+    output = await content_server.call_tool("big", {"megabytes": 12})
 
     assert not output.is_error, output.text
     assert "over the 8,388,608-byte limit" in output.text and "cut at the transport" in output.text
     assert output.text.splitlines()[1].startswith("0123456789")  # the start of the server's text
     saved = Path(str(output.full_output_path))
-    assert saved.parent == tmp_path / "session" / "tool-results"
+    assert content_server.log_dir is not None and saved.parent == content_server.log_dir / "tool-results"
     assert stat.S_IMODE(saved.stat().st_mode) == 0o600
     assert output.original_chars == saved.stat().st_size > 12_000_000
     answer = json.loads(saved.read_text())
@@ -472,40 +483,38 @@ def test_server_filesystem_reads_a_file_once_and_a_huge_one_is_cut_at_the_transp
 
 # ---- progress: bounded in rate, and the hard limit of a call that keeps reporting ----
 
-def run_content_tool(tmp_path: Path, tool: str, args: dict[str, Any], tool_timeout: float) -> tuple[Any, list[Any]]:
-    """One call of a content-server tool through McpTool, as the agent makes it; its progress reports too."""
+async def run_content_tool(connection: McpConnection, tmp_path: Path, tool: str, args: dict[str, Any],
+                           tool_timeout: float, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[Any]]:
+    """One call of a content-server tool through McpTool, as the agent makes it, with this
+    tool_timeout; its progress reports too."""
     from app.mcp.tools import McpTool
     from app.tools.base import ToolContext
 
     reports: list[tuple[str, float, float | None, str]] = []
-
-    async def call() -> Any:
-        config = McpServerConfig(command=sys.executable, args=[str(CONTENT_SERVER)], startup_timeout=120,
-                                 tool_timeout=tool_timeout)
-        connection = McpConnection("c", config, tmp_path, tmp_path / "session")
-        await connection.start()
-        try:
-            remote = next(r for r in connection.tools if r.name == tool)
-            ctx = ToolContext(workspace=tmp_path, tool_results_dir=tmp_path / "tool-results", call_id="call_1",
-                              on_progress=lambda *report: reports.append(report))
-            return await McpTool(connection, remote, f"c__{tool}").run(args, ctx)
-        finally:
-            await connection.aclose()
-
-    return asyncio.run(call()), reports
+    monkeypatch.setattr(connection.config, "tool_timeout", tool_timeout)
+    remote = next(r for r in connection.tools if r.name == tool)
+    ctx = ToolContext(workspace=tmp_path, tool_results_dir=tmp_path / "tool-results", call_id="call_1",
+                      on_progress=lambda *report: reports.append(report))
+    return await McpTool(connection, remote, f"c__{tool}").run(args, ctx), reports
 
 
-def test_a_flood_of_progress_notifications_reaches_the_session_bounded_and_ends_complete(tmp_path):
-    output, reports = run_content_tool(tmp_path, "progress", {"steps": 300, "every_ms": 0}, tool_timeout=60)
+@ON_CONTENT_SERVER
+async def test_a_flood_of_progress_notifications_reaches_the_session_bounded_and_ends_complete(
+        content_server: McpConnection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    output, reports = await run_content_tool(content_server, tmp_path, "progress", {"steps": 300, "every_ms": 0},
+                                             60, monkeypatch)
 
     assert output.text == "finished 300 steps"
     assert 1 <= len(reports) < 300, f"{len(reports)} progress reports for 300 notifications"
     assert reports[-1] == ("call_1", 300.0, 300.0, "step 300")
 
 
-def test_a_call_that_keeps_reporting_progress_stops_at_the_hard_limit_worded_as_a_timeout(tmp_path):
+@ON_CONTENT_SERVER
+async def test_a_call_that_keeps_reporting_progress_stops_at_the_hard_limit_worded_as_a_timeout(
+        content_server: McpConnection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # 0.5 s without a word would time it out; progress every 0.05 s keeps it going up to 4 × 0.5 s.
-    output, reports = run_content_tool(tmp_path, "progress", {"steps": 300, "every_ms": 50}, tool_timeout=0.5)
+    output, reports = await run_content_tool(content_server, tmp_path, "progress", {"steps": 300, "every_ms": 50},
+                                             0.5, monkeypatch)
 
     assert output.is_error
     assert "timed out: still reporting progress past the 2 s limit" in output.text, output.text

@@ -1,8 +1,11 @@
 """`tidegauge -p` end to end with an MCP server from config.toml, against the loopback fake LLM.
 
-The real CLI (in the test process: tests/mcp_helpers.py) starts the real server
-(tests/mcp_servers/many_tools.py over stdio), the scripted model calls its tools, and the
-stream-json events and the recorded requests show what a user and the model would see.
+The real CLI (in the test process: tests/mcp_helpers.py) reaches a real server
+(tests/mcp_servers/many_tools.py), the scripted model calls its tools, and the stream-json events
+and the recorded requests show what a user and the model would see. The first test has the CLI
+start it over stdio; the tests of 200 tools share one, served over streamable HTTP on a thread of
+the test process (building 200 tools' schemas in a new interpreter cost ~3 CPU-s a run), since
+what they check (deferral, loading, a continued session) is the same over either transport.
 """
 
 from __future__ import annotations
@@ -11,8 +14,10 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
+import pytest
+from asgi_in_thread import AsgiInThread, listening_socket, server_module
 from fake_llm_server import openai_text, openai_tool_calls
 from mcp_helpers import tidegauge_run
 
@@ -26,13 +31,25 @@ def toml_string(value: str) -> str:
     return json.dumps(value)
 
 
-def _tidegauge(args: list[str], tmp_path: Path, fake, tools: int) -> tuple[int, list[dict[str, Any]], str]:
+@pytest.fixture(scope="module")
+def two_hundred_tools() -> Iterator[str]:
+    """The [mcp_servers.many] table of many_tools.py's 200 tools, served on a thread for the module
+    (stateless: each tool echoes its arguments)."""
+    served = AsgiInThread(server_module("many_tools").build(200).streamable_http_app(), listening_socket())
+    served.start()
+    yield f"[mcp_servers.many]\nurl = {toml_string(f'http://127.0.0.1:{served.port}/mcp')}\nstartup_timeout = 120\n"
+    served.stop()
+
+
+def _stdio_table(tools: int) -> str:
+    return (f"[mcp_servers.many]\ncommand = {toml_string(sys.executable)}\n"
+            f"args = [{toml_string(str(MANY_TOOLS))}, \"--tools\", \"{tools}\"]\nstartup_timeout = 120\n")
+
+
+def _tidegauge(args: list[str], tmp_path: Path, fake, table: str) -> tuple[int, list[dict[str, Any]], str]:
     config = tmp_path / "config"
     config.mkdir(exist_ok=True)
-    (config / "config.toml").write_text(
-        f"[mcp_servers.many]\ncommand = {toml_string(sys.executable)}\n"
-        f"args = [{toml_string(str(MANY_TOOLS))}, \"--tools\", \"{tools}\"]\nstartup_timeout = 120\n",
-        encoding="utf-8")
+    (config / "config.toml").write_text(table, encoding="utf-8")
     (tmp_path / "work").mkdir(exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("TIDEGAUGE_")}
     env.update({"TIDEGAUGE_CONFIG_DIR": str(config), "TIDEGAUGE_DATA_DIR": str(tmp_path / "data"),
@@ -57,7 +74,7 @@ def test_headless_run_calls_an_mcp_tool_and_the_model_sees_its_truncated_result(
         openai_text("Read the rows."),
     )
 
-    code, events, stderr = _tidegauge(["-p", "look up rows", "--max-output", "2000"], tmp_path, fake_llm, tools=3)
+    code, events, stderr = _tidegauge(["-p", "look up rows", "--max-output", "2000"], tmp_path, fake_llm, _stdio_table(3))
 
     assert code == 0, stderr
     statuses = [(e["name"], e["status"]) for e in events if e["type"] == "mcp_server"]
@@ -86,14 +103,14 @@ def test_headless_run_calls_an_mcp_tool_and_the_model_sees_its_truncated_result(
     assert context["breakdown"]["mcp:many"] > 0 and context["tool_tokens_saved"] == 0
 
 
-def test_headless_run_with_two_hundred_tools_defers_them_and_loads_on_demand(fake_llm, tmp_path):
+def test_headless_run_with_two_hundred_tools_defers_them_and_loads_on_demand(fake_llm, tmp_path, two_hundred_tools):
     fake_llm.enqueue(
         openai_tool_calls([("load_tools", {"names": ["many__tool_124"]}, "call_load")]),
         openai_tool_calls([("many__tool_124", {"query": "tides"}, "call_use")]),  # even: read-only
         openai_text("Found it."),
     )
 
-    code, events, stderr = _tidegauge(["-p", "look up tides"], tmp_path, fake_llm, tools=200)
+    code, events, stderr = _tidegauge(["-p", "look up tides"], tmp_path, fake_llm, two_hundred_tools)
 
     assert code == 0, stderr
     first, second, third = (r.json for r in fake_llm.requests)
@@ -110,7 +127,7 @@ def test_headless_run_with_two_hundred_tools_defers_them_and_loads_on_demand(fak
     assert [e["status"] for e in events if e["type"] == "mcp_server"] == ["starting", "ready", "stopped"]
 
 
-def test_a_call_to_a_deferred_tool_the_request_did_not_declare_is_never_run(fake_llm, tmp_path):
+def test_a_call_to_a_deferred_tool_the_request_did_not_declare_is_never_run(fake_llm, tmp_path, two_hundred_tools):
     # The server has the tool and the registry knows it, but the model was offered only load_tools:
     # running it would act on a schema the model never saw. It is answered as an unknown tool.
     fake_llm.enqueue(
@@ -118,7 +135,7 @@ def test_a_call_to_a_deferred_tool_the_request_did_not_declare_is_never_run(fake
         openai_text("I will load it first."),
     )
 
-    code, events, stderr = _tidegauge(["-p", "look up tides"], tmp_path, fake_llm, tools=200)
+    code, events, stderr = _tidegauge(["-p", "look up tides"], tmp_path, fake_llm, two_hundred_tools)
 
     assert code == 0, stderr
     answer = _tool_messages(fake_llm.requests[-1].json)["call_early"]
@@ -128,17 +145,17 @@ def test_a_call_to_a_deferred_tool_the_request_did_not_declare_is_never_run(fake
     assert result["is_error"] and result["refused"]
 
 
-def test_tools_loaded_before_are_declared_again_when_the_session_is_continued(fake_llm, tmp_path):
+def test_tools_loaded_before_are_declared_again_when_the_session_is_continued(fake_llm, tmp_path, two_hundred_tools):
     fake_llm.enqueue(
         openai_tool_calls([("load_tools", {"names": ["many__tool_124"]}, "call_load")]),
         openai_text("Loaded."),
         openai_tool_calls([("many__tool_124", {"query": "tides"}, "call_use")]),  # the next run, at once
         openai_text("Found it."),
     )
-    code, _, stderr = _tidegauge(["-p", "load the tides tool"], tmp_path, fake_llm, tools=200)
+    code, _, stderr = _tidegauge(["-p", "load the tides tool"], tmp_path, fake_llm, two_hundred_tools)
     assert code == 0, stderr
 
-    code, _, stderr = _tidegauge(["--continue", "-p", "now look up tides"], tmp_path, fake_llm, tools=200)
+    code, _, stderr = _tidegauge(["--continue", "-p", "now look up tides"], tmp_path, fake_llm, two_hundred_tools)
 
     assert code == 0, stderr
     first_of_second_run = fake_llm.requests[2].json

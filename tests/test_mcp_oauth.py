@@ -30,6 +30,7 @@ import httpx
 import pytest
 from asgi_in_thread import AsgiInThread, listening_socket, server_module
 from fake_llm_server import openai_text, openai_tool_calls
+from mcp_helpers import tidegauge_run
 from test_mcp_headless import toml_string
 from test_mcp_reach import _statuses, _tidegauge
 from test_mcp_servers import START, Session
@@ -420,8 +421,8 @@ def test_mcp_login_of_a_server_it_cannot_log_in_to_is_one_line(tmp_path: Path, t
     (tmp_path / "config.toml").chmod(0o600)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEGAUGE_")}
     env.update({"TIDEGAUGE_CONFIG_DIR": str(tmp_path), "TIDEGAUGE_DATA_DIR": str(tmp_path / "data")})
-    proc = subprocess.run([sys.executable, "-m", "app", "mcp", "login", "nope"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=60)
+    # The CLI in this process: the refusal's words are tested, not the process around them.
+    proc = tidegauge_run(["mcp", "login", "nope"], cwd=tmp_path, env=env)
     assert proc.returncode in (1, 2) and proc.stderr.strip() == f"tidegauge: {says}", proc.stderr
     assert not (tmp_path / "data" / "mcp-oauth").exists()
 

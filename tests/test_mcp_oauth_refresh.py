@@ -5,7 +5,8 @@ sends a refresh to ``<MCP server origin>/token``: the refresh token given to the
 the authorization server is elsewhere, and a failed refresh for a 2025-03-26 server whose
 endpoints are under ``/oauth``. Against tests/mcp_servers/oauth_refresh_http.py (the MCP server
 and its authorization server on two loopback ports, or one 2025-03-26 origin), with
-`tidegauge mcp login web` and then a headless session in a new process, its access token expired:
+`tidegauge mcp login web` and then a headless session (a new process, or the CLI in the test process
+after a login there: see ``_session_calling_echo``), its access token expired:
 
 - the refresh goes to the token endpoint kept in the token file at login; the MCP server is sent
   neither refresh token (every header, query and body it received is checked); the tool answers;
@@ -159,11 +160,15 @@ def _edit(file: TokenFile, **changes: Any) -> None:
     file.path.write_text(json.dumps(stored))
 
 
-def _session_calling_echo(tmp_path: Path, fake_llm: Any, servers: RefreshServers) -> tuple[int, list[dict[str, Any]], str]:
-    """A headless session in a new process whose model calls web__echo."""
+def _session_calling_echo(tmp_path: Path, fake_llm: Any, servers: RefreshServers,
+                          real_process: bool = False) -> tuple[int, list[dict[str, Any]], str]:
+    """A headless session whose model calls web__echo: a new process with ``real_process``, else
+    the CLI in the test process (tests/mcp_helpers.py). Either holds no authorization server
+    metadata of the login's: the SDK keeps it on the OAuth provider each connection builds from
+    the token file, and neither it nor app/mcp/oauth*.py caches any per process. The first test
+    runs its login and its session as processes of their own, as a user does."""
     fake_llm.enqueue(openai_tool_calls([("web__echo", {"text": "again"}, "call_echo")]), openai_text("Done."))
-    # A new process, as every session is: it holds no authorization server metadata of the login's.
-    return _tidegauge(tmp_path, fake_llm, _toml(servers), "echo", real_process=True)
+    return _tidegauge(tmp_path, fake_llm, _toml(servers), "echo", real_process=real_process)
 
 
 def _assert_echo_answered(code: int, events: list[dict[str, Any]], output: str) -> None:
@@ -190,7 +195,7 @@ async def test_a_new_session_refreshes_at_the_authorization_server_and_never_sen
     before = _stored(file)
     _edit(file)
 
-    code, events, output = _session_calling_echo(tmp_path, fake_llm, servers)
+    code, events, output = _session_calling_echo(tmp_path, fake_llm, servers, real_process=True)
 
     after = _stored(file)
     _assert_the_mcp_server_never_saw(servers, before["tokens"]["refresh_token"], after["tokens"]["refresh_token"])
@@ -227,7 +232,7 @@ async def test_when_the_authorization_server_cannot_be_found_again_one_line_says
     servers.hide_metadata()
     fake_llm.enqueue(openai_text("Fine."))
 
-    code, events, output = _tidegauge(tmp_path, fake_llm, _toml(servers), "hi", real_process=True)
+    code, events, output = _tidegauge(tmp_path, fake_llm, _toml(servers), "hi")
 
     _assert_the_mcp_server_never_saw(servers, refresh)
     assert servers.refreshes("as") == []

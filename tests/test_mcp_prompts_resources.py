@@ -23,7 +23,7 @@ def test_a_forms_whole_number_default_is_sent_as_the_server_gave_it() -> None:
 import json  # noqa: E402 - the sections of this file read top to bottom
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any, AsyncIterator  # noqa: E402
+from typing import Any, AsyncIterator, Iterator  # noqa: E402
 
 import pytest  # noqa: E402
 import pytest_asyncio  # noqa: E402
@@ -214,17 +214,30 @@ async def test_a_prompt_of_a_server_that_stopped_is_one_line(own_server: Session
 
 # ---------------------------------------------------------------- headless: the real CLI
 
-def _headless(fake_llm: Any, tmp_path: Path, prompt: str) -> tuple[int, list[dict[str, Any]], str]:
-    servers = (f"[mcp_servers.docs]\ncommand = {json.dumps(sys.executable)}\nargs = [{json.dumps(str(SERVER))}]\n"
-               "startup_timeout = 120\n")
+@pytest.fixture(scope="module")
+def docs_over_http() -> Iterator[str]:
+    """The [mcp_servers.docs] table of the prompts server for the headless runs: its app served
+    over streamable HTTP on a thread for the module (a stdio start is an interpreter and the SDK's
+    imports, ~1.2 CPU-s a run). Prompts and resources are the same requests over either transport;
+    the hub's tests above and the dashboard's below start it over stdio."""
+    from asgi_in_thread import AsgiInThread, listening_socket, server_module
+
+    served = AsgiInThread(server_module("prompts_server").server.streamable_http_app(), listening_socket())
+    served.start()
+    yield f"[mcp_servers.docs]\nurl = {json.dumps(f'http://127.0.0.1:{served.port}/mcp')}\nstartup_timeout = 120\n"
+    served.stop()
+
+
+def _headless(fake_llm: Any, tmp_path: Path, servers: str, prompt: str) -> tuple[int, list[dict[str, Any]], str]:
     proc = run_headless(fake_llm, tmp_path, servers, prompt)
     return proc.returncode, [json.loads(line) for line in proc.stdout.splitlines()], proc.stderr
 
 
-def test_headless_runs_a_prompt_command_and_the_model_gets_the_servers_text(fake_llm, tmp_path: Path) -> None:
+def test_headless_runs_a_prompt_command_and_the_model_gets_the_servers_text(fake_llm, tmp_path: Path,
+                                                                            docs_over_http: str) -> None:
     fake_llm.enqueue(openai_tool_calls([("read_resource", {"server": "docs", "uri": "notes://readme"}, "call_r")]),
                      openai_text("Reviewed."))
-    code, events, stderr = _headless(fake_llm, tmp_path, "/mcp__docs__review base=main")
+    code, events, stderr = _headless(fake_llm, tmp_path, docs_over_http, "/mcp__docs__review base=main")
 
     assert code == 0, stderr
     [user] = [m for m in fake_llm.requests[0].json["messages"] if m["role"] == "user"]
@@ -240,8 +253,8 @@ def test_headless_runs_a_prompt_command_and_the_model_gets_the_servers_text(fake
 
 
 def test_headless_refuses_a_prompt_missing_an_argument_in_one_line_without_a_model_call(
-        fake_llm, tmp_path: Path) -> None:
-    code, events, stderr = _headless(fake_llm, tmp_path, "/mcp__docs__review focus=tests")
+        fake_llm, tmp_path: Path, docs_over_http: str) -> None:
+    code, events, stderr = _headless(fake_llm, tmp_path, docs_over_http, "/mcp__docs__review focus=tests")
 
     assert code != 0
     assert fake_llm.requests == []

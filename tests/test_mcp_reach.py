@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from asgi_in_thread import AsgiInThread, listening_socket, server_module
 from fake_llm_server import openai_text, openai_tool_calls
-from mcp_helpers import run_headless
+from mcp_helpers import run_headless, tidegauge_run
 from test_mcp_headless import toml_string
 from test_mcp_servers import START, Session, _free_port, _wait_listening
 
@@ -178,8 +179,36 @@ def test_mcp_server_time_0_6_2_on_the_old_sdk_starts_lists_and_answers(fake_llm,
 
 # ---------------------------------------------------------------- remote servers: headers and 401
 
+class HttpServerInThread:
+    """tests/mcp_servers/auth_http.py's app on a thread of the test process (tests/asgi_in_thread.py),
+    for the tests that only call it: what they check is what tidegauge sends and shows."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        sock = listening_socket()
+        self.record = tmp_path / "http-received.jsonl"
+        app, self.close_record = server_module("auth_http").build_app(str(self.record), TOKEN)
+        self.served = AsgiInThread(app, sock)
+        self.url = f"http://127.0.0.1:{self.served.port}/mcp"
+
+    def stop(self) -> None:
+        self.served.stop()
+        self.close_record()
+
+    def received(self, rpc: str) -> list[dict[str, Any]]:
+        return [r for r in _records(self.record) if r["rpc"] == rpc]
+
+
+@pytest.fixture
+def http_server(tmp_path: Path):
+    server = HttpServerInThread(tmp_path)
+    server.served.start()
+    yield server
+    server.stop()
+
+
 class HttpServer:
-    """tests/mcp_servers/auth_http.py on a free loopback port, restartable on the same port."""
+    """tests/mcp_servers/auth_http.py as its own process on a free loopback port, restartable on the
+    same port: for the tests that kill it (a server that dies is the point)."""
 
     def __init__(self, tmp_path: Path, legacy: bool = False) -> None:
         self.port = _free_port()
@@ -206,7 +235,7 @@ class HttpServer:
 
 
 @pytest.fixture
-async def http_server(tmp_path: Path):
+async def http_process(tmp_path: Path):
     server = HttpServer(tmp_path)
     await server.start()
     yield server
@@ -214,7 +243,7 @@ async def http_server(tmp_path: Path):
 
 
 async def test_headers_from_the_environment_reach_the_server_and_the_token_is_shown_nowhere(
-        fake_llm, tmp_path: Path, http_server: HttpServer) -> None:
+        fake_llm, tmp_path: Path, http_server: HttpServerInThread) -> None:
     fake_llm.enqueue(openai_tool_calls([("web__echo", {"text": f"my token is {TOKEN}"}, "call_echo")]),
                      openai_text("Done."))
 
@@ -240,7 +269,7 @@ async def test_headers_from_the_environment_reach_the_server_and_the_token_is_sh
 
 
 async def test_a_401_says_authorization_required_and_an_unset_token_variable_is_named(
-        fake_llm, tmp_path: Path, http_server: HttpServer) -> None:
+        fake_llm, tmp_path: Path, http_server: HttpServerInThread) -> None:
     fake_llm.enqueue(openai_text("Fine."))
 
     code, events, output = await asyncio.to_thread(
@@ -270,8 +299,8 @@ def test_bad_header_settings_are_one_line_errors(tmp_path: Path, table: str, say
     (config / "config.toml").write_text(f"[mcp_servers.web]\n{table}\n", encoding="utf-8")
     (config / "config.toml").chmod(0o600)
     env = {**os.environ, "TIDEGAUGE_CONFIG_DIR": str(config), "TIDEGAUGE_DATA_DIR": str(tmp_path / "data")}
-    proc = subprocess.run([sys.executable, "-m", "app", "-p", "hi", "--provider", "openai", "--model", "m"],
-                          env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    # The CLI in this process: the settings' check is what is tested, not the process around it.
+    proc = tidegauge_run(["-p", "hi", "--provider", "openai", "--model", "m"], cwd=tmp_path, env=env)
     assert proc.returncode == 2
     [line] = proc.stderr.strip().splitlines()
     assert says in line and "mcp_servers.web" in line, line
@@ -302,7 +331,8 @@ async def test_a_restarted_http_server_is_reconnected_and_the_call_it_never_got_
 
 
 async def test_a_call_while_the_http_server_is_down_says_so_and_the_next_one_reconnects(
-        session: Session, http_server: HttpServer, monkeypatch: pytest.MonkeyPatch) -> None:
+        session: Session, http_process: HttpServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    http_server = http_process
     monkeypatch.setenv("TG_REACH_TOKEN", TOKEN)
     await session.start({"web": McpServerConfig(url=http_server.url, bearer_token_env_var="TG_REACH_TOKEN",
                                                 startup_timeout=START)})

@@ -1,4 +1,6 @@
-"""Real MCP servers over stdio: mcp-server-git, mcp-server-time (from PyPI) and two servers of our own.
+"""Real MCP servers over stdio: mcp-server-git, mcp-server-time (from PyPI) and two servers of our own
+(the 200 tools of many_tools.py over streamable HTTP, on a thread of the test process: building
+their schemas in a new interpreter cost ~3 CPU-s, and deferral is the same over either transport).
 
 Each test starts real server processes through start_mcp, as a session does,
 and checks what a user would notice: the tools' outputs meet the registry's
@@ -18,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Iterator
 
 import psutil
 import pytest
@@ -240,8 +242,20 @@ async def test_a_server_that_dies_mid_session_is_reported_once_and_its_tools_ans
 
 # ---------------------------------------------------------------- 200 tools: deferral
 
-async def test_two_hundred_tools_are_deferred_and_loaded_on_demand(session: Session) -> None:
-    hub = await session.start({"many": python_server("many_tools.py", "--tools", "200")})
+@pytest.fixture
+def two_hundred_tools() -> Iterator[McpServerConfig]:
+    """many_tools.py's 200 tools on a thread (requested before ``session``, so stopped after it)."""
+    from asgi_in_thread import AsgiInThread, listening_socket, server_module
+
+    served = AsgiInThread(server_module("many_tools").build(200).streamable_http_app(), listening_socket())
+    served.start()
+    yield McpServerConfig(url=f"http://127.0.0.1:{served.port}/mcp", startup_timeout=START)
+    served.stop()
+
+
+async def test_two_hundred_tools_are_deferred_and_loaded_on_demand(two_hundred_tools: McpServerConfig,
+                                                                    session: Session) -> None:
+    hub = await session.start({"many": two_hundred_tools})
     assert len(hub.tools) == 200
     full = estimate_tools(session.registry.specs())  # every definition, load_tools included
     assert estimate_tools(list(hub.tools[n].spec for n in hub.tools)) > 0.10 * session.engine.config.window

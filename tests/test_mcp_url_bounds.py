@@ -32,23 +32,29 @@ from mcp_helpers import run_headless
 from test_mcp_headless import toml_string
 
 from app.mcp.bounded_stdio import MAX_MESSAGE_BYTES
-from app.mcp.http_bounds import MAX_SAVED_ANSWER_BYTES
+from app.mcp.http_bounds import MAX_SAVED_ANSWER_BYTES, BoundedTransport
 
 MB = 1_000_000
 # The answers over the cap: a few MB past it show the cut as well as fifty would (the cut is at the
 # cap whatever the size), and every byte of them is read, redacted and saved.
 JSON_BIG_BYTES = 12 * MB  # the cap is 8 MiB
 SSE_BIG_BYTES = 12 * MB
+# The endless answers are met with the transport's bounds set lower (BoundedTransport's attributes):
+# stopping at a bound is the same code whatever its figure, and reading, redacting and saving the
+# real 64 MiB twice, and 8 MiB of progress events, cost the suite ~8 CPU-s. The test checks that
+# the transport's own bounds are the real figures; the cap is met whole by the test above.
+ENDLESS_MESSAGE_CAP = 2 * 1024 * 1024
+ENDLESS_SAVED_BOUND = 16 * 1024 * 1024
 # What the server sends at most of an endless answer before it gives up by itself: far past
 # what tidegauge may read (the cap, or the saved bound of an answer over it).
-ENDLESS_BOUND = MAX_SAVED_ANSWER_BYTES + 200 * MB
+ENDLESS_BOUND = ENDLESS_SAVED_BOUND + 200 * MB
 # What the two ends of a loopback connection can hold once tidegauge stops reading: the kernel grows
 # a socket's buffers up to tcp_rmem's and tcp_wmem's maximum (32 MiB and 4 MiB here), and a server
 # writing as fast as it can fills them (18.7 MB past an 8 MiB cap was seen under load).
 SOCKETS_HOLD = 40 * MB
 # The endless stream of progress notifications: each ~1 KB, at most this much in all (past the cap
 # and what the sockets hold, so a client that never stops reading is seen).
-CHATTER_BOUND = MAX_MESSAGE_BYTES + 2 * SOCKETS_HOLD
+CHATTER_BOUND = ENDLESS_MESSAGE_CAP + 2 * SOCKETS_HOLD
 TOOLS = ["json_big", "sse_big", "json_endless", "sse_endless", "chatter", "sse_fine", "gzipped"]
 
 
@@ -256,7 +262,10 @@ async def test_answers_over_the_cap_are_cut_at_the_transport_with_the_whole_answ
 
 
 async def test_answers_that_never_end_are_stopped_by_size_not_by_a_timeout(
-        fake_llm, tmp_path: Path, hostile_server: HostileServer) -> None:
+        fake_llm, tmp_path: Path, hostile_server: HostileServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert (BoundedTransport.max_bytes, BoundedTransport.max_saved) == (MAX_MESSAGE_BYTES, MAX_SAVED_ANSWER_BYTES)
+    monkeypatch.setattr(BoundedTransport, "max_bytes", ENDLESS_MESSAGE_CAP)
+    monkeypatch.setattr(BoundedTransport, "max_saved", ENDLESS_SAVED_BOUND)
     results = await asyncio.to_thread(_run, fake_llm, tmp_path, hostile_server,
                                       ["json_endless", "sse_endless", "chatter"])
 
@@ -268,13 +277,13 @@ async def test_answers_that_never_end_are_stopped_by_size_not_by_a_timeout(
             result["content"][:500]
         assert "timed out" not in result["content"]
         # tidegauge hung up after the saved bound (plus what the sockets hold), long before the server's own.
-        assert MAX_SAVED_ANSWER_BYTES <= sent[media_type] < MAX_SAVED_ANSWER_BYTES + SOCKETS_HOLD, (tool, sent)
-        assert _saved(result, tmp_path).stat().st_size <= MAX_SAVED_ANSWER_BYTES + 1024 * 1024
+        assert ENDLESS_SAVED_BOUND <= sent[media_type] < ENDLESS_SAVED_BOUND + SOCKETS_HOLD, (tool, sent)
+        assert _saved(result, tmp_path).stat().st_size <= ENDLESS_SAVED_BOUND + 1024 * 1024
 
     chatter = results["chatter"]
     assert chatter["is_error"] and "without its answer" in chatter["content"], chatter["content"][:500]
-    assert f"limit {MAX_MESSAGE_BYTES:,}" in chatter["content"]
-    assert sent["chatter"] < MAX_MESSAGE_BYTES + SOCKETS_HOLD, sent
+    assert f"limit {ENDLESS_MESSAGE_CAP:,}" in chatter["content"]
+    assert sent["chatter"] < ENDLESS_MESSAGE_CAP + SOCKETS_HOLD, sent
 
 
 @pytest.mark.parametrize("chunk_size", [1, 2, 3, 7, 64, 1 << 20])

@@ -22,7 +22,14 @@ KEY = "sk-test-fake-key-0123456789"
 # (The demo's plug-in declaration, app.demo.plugin, a few dataclasses, is read for its settings.)
 NOT_NEEDED = ("textual", "textual_serve", "aiohttp", "rich", "click", "pygments", "mcp",
               "app.surfaces.dashboard", "app.demo.provider", "app.demo.scenarios", "app.demo.workspace",
-              "app.demo.tools", "app.demo.rejections", "app.mcp.hub", "app.mcp.client", "httpx._main")
+              "app.demo.tools", "app.demo.rejections", "app.mcp.hub", "app.mcp.client", "httpx._main",
+              # the settings are read by hand (app/wiring/config.py): pydantic-settings and its
+              # sources were a twentieth of the run's start
+              "pydantic_settings",
+              # the folders are given (TIDEGAUGE_CONFIG_DIR, TIDEGAUGE_DATA_DIR): no platform defaults looked up
+              "platformdirs",
+              # no config.toml and no project settings file: nothing to parse
+              "tomllib")
 
 MODULES_AT_EXIT_HOOK = """\
 import atexit, os, sys

@@ -42,7 +42,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tomllib
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -388,6 +387,8 @@ def _project_rules(project: Path) -> tuple[list[Rule], list[str]]:
     if got.size > MAX_SETTINGS_BYTES:
         raise RuleError(f"{path}: larger than {MAX_SETTINGS_BYTES // 1024} KiB")
     raw = got.data
+    import tomllib  # only when the project has a settings file: most runs never parse TOML
+
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as error:

@@ -370,6 +370,11 @@ class BoundedTransport(httpx2.AsyncHTTPTransport):
     bounded (``bound_response``), and a request that never reached the server (no connection) is
     reported to ``on_undelivered``, so the caller knows the server never saw it."""
 
+    # The bounds on one body, as attributes so a test can show the same stops with a fraction of
+    # the bytes (tests/test_mcp_url_bounds.py): every byte up to them is read, redacted and saved.
+    max_bytes: int = MAX_MESSAGE_BYTES
+    max_saved: int = MAX_SAVED_ANSWER_BYTES
+
     def __init__(self, server: str, spill_dir: Path | None, *, on_undelivered: Callable[[], None],
                  budget: SavedOutputBudget | None = None) -> None:
         super().__init__()
@@ -385,4 +390,5 @@ class BoundedTransport(httpx2.AsyncHTTPTransport):
         except httpx2.ConnectError:
             self.on_undelivered()
             raise
-        return bound_response(request, response, self.server, self.spill_dir, budget=self.budget)
+        return bound_response(request, response, self.server, self.spill_dir, self.max_bytes, self.max_saved,
+                              budget=self.budget)

@@ -11,7 +11,9 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Generic, Protocol, TypeVar
+from types import UnionType
+from typing import Any, Callable, ClassVar, Generic, Protocol, TypeVar, Union, get_args, get_origin
+
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
@@ -177,7 +179,52 @@ def args_schema(model: type[BaseModel]) -> dict[str, Any]:
 _SCHEMAS: dict[type[BaseModel], dict[str, Any]] = {}
 
 
+# The field types and constraints a tool's arguments use, as JSON schema spells them.
+_JSON_TYPES: dict[Any, str] = {str: "string", int: "integer", bool: "boolean", float: "number"}
+# pydantic's constraints (annotated_types' classes, by name: the package is pydantic's to pin)
+_BOUNDS = {"Ge": ("minimum", "ge"), "Le": ("maximum", "le")}
+# Constraints that add no key the model sees (_SCHEMA_KEYS): length limits, strictness.
+_UNSEEN_CONSTRAINTS = frozenset({"MaxLen", "MinLen", "Strict"})
+
+
 def _build_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """What ``_schema_from_pydantic`` makes of ``model``, read from its fields when they are
+    plain (a string, a number, true or false, optional or bounded): pydantic's generator needs
+    the model's validator, which an argument model builds only when its tool is first called
+    (ToolArgs' ``defer_build``), and building every tool's for the first request's list of tools
+    was ~2% of a headless run's start. Anything else is pydantic's; a test holds the two equal."""
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for name, info in model.model_fields.items():
+        annotation = info.annotation
+        if get_origin(annotation) in (Union, UnionType):
+            options = [arg for arg in get_args(annotation) if arg is not type(None)]
+            annotation = options[0] if len(options) == 1 and len(get_args(annotation)) == 2 else None
+        json_type = _JSON_TYPES.get(annotation)
+        extra = info.json_schema_extra
+        if json_type is None or info.alias is not None or not (extra is None or isinstance(extra, dict)):
+            return _schema_from_pydantic(model)
+        prop: dict[str, Any] = {"type": json_type}
+        for constraint in info.metadata:
+            kind = type(constraint).__name__
+            if kind in _BOUNDS:
+                key, attribute = _BOUNDS[kind]
+                prop[key] = getattr(constraint, attribute)
+            elif kind not in _UNSEEN_CONSTRAINTS:
+                return _schema_from_pydantic(model)
+        if info.description is not None:
+            prop["description"] = info.description
+        prop.update(extra or {})
+        properties[name] = {key: prop[key] for key in _SCHEMA_KEYS if key in prop}
+        if info.is_required():
+            required.append(name)
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = required
+    return schema
+
+
+def _schema_from_pydantic(model: type[BaseModel]) -> dict[str, Any]:
     raw = model.model_json_schema()
     properties: dict[str, Any] = {}
     for name, prop in raw.get("properties", {}).items():

@@ -521,7 +521,7 @@ def settings_environment(overrides: dict[str, Any]) -> dict[str, str]:
             text = "true" if value else "false"
         elif isinstance(value, (str, int, float, Path)):
             text = str(value)
-        else:  # lists and tables: pydantic-settings reads complex values from the environment as JSON
+        else:  # lists and tables: the settings read them from the environment as JSON (config.py)
             text = json.dumps(value)
         env[ENV_PREFIX + name.upper()] = text
     return env

@@ -8,24 +8,20 @@ what was wrong and where the value came from, never a traceback.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import os
 import re
 import stat
-import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from types import UnionType
+from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin
 from urllib.parse import urlsplit
 
-import platformdirs
+if TYPE_CHECKING:
+    import tomllib
+
 from pydantic import BaseModel, ConfigDict, Field, create_model, PrivateAttr, SecretStr, ValidationError, ValidationInfo, field_validator
-from pydantic_settings import (
-    BaseSettings,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-    SettingsError,
-    TomlConfigSettingsSource,
-)
 
 from app.providers.factory import (  # the providers' key variables: one list; the plug-ins' settings
     PROVIDER_KEY_ENV,
@@ -79,6 +75,10 @@ def config_dir_path() -> Path:
     override = os.environ.get(CONFIG_DIR_ENV)
     if override:
         return Path(override).expanduser()
+    # Imported here: a run given its folders (TIDEGAUGE_CONFIG_DIR, TIDEGAUGE_DATA_DIR, as every test
+    # and script run is) never needs the platform's defaults, and the import was ~1% of its start.
+    import platformdirs
+
     return Path(platformdirs.user_config_dir(APP_NAME))
 
 
@@ -87,6 +87,8 @@ def config_file_path() -> Path:
 
 
 def default_data_dir() -> Path:
+    import platformdirs  # only for the default folder: see config_dir_path
+
     return Path(platformdirs.user_data_dir(APP_NAME))
 
 
@@ -115,12 +117,13 @@ def _check_rule_flag(value: list[str]) -> list[str]:
     return value
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX,
-        case_sensitive=False,
+class Settings(BaseModel):
+    """Every setting. ``Settings(**flags)`` reads the environment and config.toml too
+    (``_from_sources``): read by hand, as pydantic-settings read them, because importing it and
+    its sources was a twentieth of a headless run's start before its first request."""
+
+    model_config = ConfigDict(
         extra="forbid",
-        env_ignore_empty=True,
         # Built when first read: a run reads settings_class(), the subclass with the plug-ins'
         # settings, and building this base too at import was one validator too many before the first request.
         defer_build=True,
@@ -237,17 +240,8 @@ class Settings(BaseSettings):
 
     _config_dir: Path = PrivateAttr(default_factory=config_dir_path)
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        toml_settings = TomlConfigSettingsSource(settings_cls, toml_file=config_file_path())
-        return (init_settings, env_settings, toml_settings)
+    def __init__(self, **flags: Any) -> None:
+        super().__init__(**_from_sources(type(self), flags, _read_toml(config_file_path())))
 
     @field_validator("provider")
     @classmethod
@@ -379,14 +373,66 @@ def load_settings(overrides: dict[str, Any] | None = None) -> Settings:
     path = config_file_path()
     check_config_trust(path)  # before anything of it is read, let alone obeyed
     toml_data = _read_toml(path)
+    cls = settings_class()
     try:
-        return settings_class()(**cli)
+        # model_validate, not cls(**cli): the file is read once, and what is validated is what was read.
+        return cls.model_validate(_from_sources(cls, cli, toml_data))
     except ValidationError as err:
         raise ConfigError(_describe_validation_error(err, cli, toml_data, path)) from None
-    except tomllib.TOMLDecodeError as err:  # the file changed between our read and theirs
-        raise ConfigError(_describe_toml_error(path, err)) from None
-    except SettingsError as err:
-        raise ConfigError(redact(f"config: {_describe_settings_error(err)}")) from None
+
+
+def _from_sources(cls: type[Settings], flags: dict[str, Any], toml_data: dict[str, Any]) -> dict[str, Any]:
+    """What the settings are validated from: the flags over the environment over config.toml,
+    tables merged key by key (a table in the environment adds to the file's), as pydantic-settings
+    merged its sources. Raises ConfigError for an environment value that is not the JSON a list
+    or table setting needs."""
+    return _merged(_merged(toml_data, _environment_values(cls)), flags)
+
+
+def _merged(under: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(under)
+    for key, value in over.items():
+        below = merged.get(key)
+        merged[key] = _merged(below, value) if isinstance(below, dict) and isinstance(value, dict) else value
+    return merged
+
+
+def _environment_values(cls: type[Settings]) -> dict[str, Any]:
+    """``TIDEGAUGE_<SETTING>`` for each setting, the name in any case; an empty value is no value.
+    A list or table setting is JSON (``TIDEGAUGE_ALLOWED_TOOLS='["read_file"]'``)."""
+    environment = {name.lower(): value for name, value in os.environ.items()}
+    values: dict[str, Any] = {}
+    for name, field in cls.model_fields.items():
+        env_name = ENV_PREFIX + name.upper()
+        value: Any = environment.get(env_name.lower())
+        if not value:
+            continue
+        complex_kind = _json_kind(field.annotation)
+        if complex_kind is not None:
+            try:
+                value = json.loads(value)
+            except ValueError:
+                if complex_kind == "required":
+                    raise ConfigError(redact(f"config: {name}: not valid JSON [from {env_name}]")) from None
+        values[name] = value
+    return values
+
+
+def _json_kind(annotation: Any) -> Literal["required", "optional"] | None:
+    """Whether an environment value of a setting of this type is JSON: "required" for a list, a
+    table or a model; "optional" for a union of one with a plain type (a value that is not JSON
+    is then taken as it is); None for a plain type (a string, a number, a path, a choice)."""
+    origin = get_origin(annotation)
+    if origin is Union or origin is UnionType:
+        kinds = [_json_kind(arg) for arg in get_args(annotation) if arg is not type(None)]
+        if "required" in kinds or "optional" in kinds:
+            return "required" if all(kind is not None for kind in kinds) else "optional"
+        return None
+    if origin in (list, dict, set, frozenset, tuple) or annotation in (list, dict, set, frozenset, tuple):
+        return "required"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "required"
+    return None
 
 
 @functools.cache
@@ -467,6 +513,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
         return {}
     except OSError as err:
         raise ConfigError(f"config: {path}: cannot read ({err.strerror or err})") from None
+    # Imported when there is a file to parse: a run without config.toml never loads the parser.
+    import tomllib
+
     try:
         return tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
@@ -487,15 +536,6 @@ def _describe_toml_error(path: Path, err: tomllib.TOMLDecodeError) -> str:
         where = ""
     detail = f" ({reason[0].lower()}{reason[1:]})" if reason else ""
     return redact(f"config: {path}: invalid TOML{where}{detail}")
-
-
-def _describe_settings_error(err: SettingsError) -> str:
-    # e.g. 'error parsing value for field "prices" from source "EnvSettingsSource"'
-    match = re.search(r'field "([^"]+)" from source "(\w+)"', str(err))
-    if match and match.group(2) == "EnvSettingsSource":
-        name = match.group(1)
-        return f"{name}: not valid JSON [from {ENV_PREFIX}{name.upper()}]"
-    return str(err).splitlines()[0] if str(err) else "invalid settings"
 
 
 def _describe_validation_error(

@@ -7,6 +7,9 @@ is answered 401 with ``WWW-Authenticate: Bearer``, as remote servers do. Every r
 method, path and headers go to FILE as a JSON line (so a test can see what was sent).
 With ``--legacy`` it refuses ``server/discover`` the way handshake-era servers do, so the
 client keeps a session id (a restarted server then answers it 404).
+
+A test that does not stop the server runs ``build_app``'s app on a thread of its own process
+(tests/asgi_in_thread.py); one that kills it runs this script.
 """
 
 from __future__ import annotations
@@ -14,20 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from typing import Any, Callable
 
 import anyio
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--record", required=True)
-    parser.add_argument("--legacy", action="store_true")
-    args = parser.parse_args()
-    expected = os.environ.get("EXPECTED_TOKEN", "")
-
+def build_app(record_path: str, expected: str, legacy: bool = False) -> tuple[Any, Callable[[], None]]:
+    """The server's ASGI app, and what closes its record (see the module's docstring)."""
     server = MCPServer("auth-http")
 
     @server.tool(description="Says back what it is given.")
@@ -40,7 +38,7 @@ def main() -> None:
         return "held"
 
     app = server.streamable_http_app()
-    record = open(args.record, "a", encoding="utf-8")
+    record = open(record_path, "a", encoding="utf-8")
 
     async def guarded(scope, receive, send):  # type: ignore[no-untyped-def]
         if scope["type"] != "http":
@@ -63,7 +61,7 @@ def main() -> None:
             await send({"type": "http.response.start", "status": 401,
                         "headers": [(b"www-authenticate", b'Bearer realm="test"'), (b"content-length", b"0")]})
             return await send({"type": "http.response.body", "body": b""})
-        if args.legacy and method == "server/discover":
+        if legacy and method == "server/discover":
             reply = json.dumps({"jsonrpc": "2.0", "id": json.loads(body).get("id"),
                                 "error": {"code": -32601, "message": "Method not found"}}).encode()
             await send({"type": "http.response.start", "status": 200,
@@ -80,7 +78,17 @@ def main() -> None:
 
         return await app(scope, replay if scope["method"] == "POST" else receive, send)
 
-    uvicorn.run(guarded, host="127.0.0.1", port=args.port, log_level="warning", lifespan="on")
+    return guarded, record.close
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--record", required=True)
+    parser.add_argument("--legacy", action="store_true")
+    args = parser.parse_args()
+    app, _close = build_app(args.record, os.environ.get("EXPECTED_TOKEN", ""), args.legacy)
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", lifespan="on")
 
 
 if __name__ == "__main__":
