@@ -28,6 +28,7 @@ from textual.worker import Worker, WorkerState
 
 import styles
 from app.surfaces.dashboard.cropped_compositor import CroppedCompositor
+from app.surfaces.dashboard.kept_stylesheet import KeptStylesheet, shared_rules
 from widgets.context_panel import ContextPanel
 from widgets.conversation import Conversation
 from widgets.header_bar import HeaderBar
@@ -319,6 +320,8 @@ class TidegaugeApp(App[int]):
         ``pick_session`` (with ``resume_factory``): the picker first, then the chosen session
         is built (``--resume`` without an id)."""
         super().__init__()
+        # The CSS an earlier start parsed is not parsed again (kept_stylesheet.py); before the App reads any.
+        self.stylesheet = KeptStylesheet.replacing(self.stylesheet, shared_rules())
         if session is None and session_factory is None and not (pick_session and resume_factory):
             raise ValueError("TidegaugeApp needs a session or a session_factory")
         self._resume_factory = resume_factory
