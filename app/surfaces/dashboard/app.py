@@ -222,6 +222,16 @@ class MainScreen(Screen[None]):
         # A frame renders only the widgets it changes (a key's echo: the prompt, not the screen).
         self._compositor = CroppedCompositor()
         self._draw_at_once: Widget | None = None
+        self._resumed = False
+
+    def on_screen_resume(self, event: events.ScreenResume) -> None:
+        # The first resume comes as the screen's widgets have just mounted, each styled as it
+        # mounted: Textual would style them all again (every widget and each of its component
+        # classes), 33M instructions of the first frame, for the same styles
+        # (tests/test_dashboard_first_styles.py). Later resumes (a dialog closed) restyle as usual.
+        if not self._resumed:
+            self._resumed = True
+            event.refresh_styles = False
 
     def draw_at_once(self, widget: Widget) -> None:
         """Draw ``widget``'s next change in a frame of its own as soon as it reaches the screen.
