@@ -234,7 +234,7 @@ class MainScreen(Screen[None]):
         # The first resume comes as the screen's widgets have just mounted, each styled as it
         # mounted: Textual would style them all again (every widget and each of its component
         # classes), 33M instructions of the first frame, for the same styles
-        # (tests/test_dashboard_first_styles.py). Later resumes (a dialog closed) restyle as usual.
+        # (tests/test_dashboard_first_frame.py). Later resumes (a dialog closed) restyle as usual.
         if not self._resumed:
             self._resumed = True
             event.refresh_styles = False
