@@ -171,3 +171,23 @@ def test_nothing_is_written_where_python_writes_no_bytecode(tmp_path: Path, monk
     KeptStylesheet(kept)._parse_rules("Widget { color: red; }", ("", "source"), False, 0, "")
     kept.save()
     assert kept.parsed == 1 and not (tmp_path / "kept.pickle").exists()
+
+
+def test_sources_no_longer_asked_for_leave_the_file_once_it_holds_too_many(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kept_stylesheet, "MAX_ENTRIES", 2)
+    path = str(tmp_path / "kept.pickle")
+    keys = [(f"Widget {{ width: {width}; }}", ("", f"source {width}"), False, 0, "") for width in (1, 2, 3)]
+    earlier = KeptRules(path)
+    for key in keys[:2]:  # an older stylesheet's two sources
+        KeptStylesheet(earlier)._parse_rules(*key)
+    earlier.save()
+    later = KeptRules(path)
+    for key in (keys[0], keys[2]):  # one still asked for, one new: three held, over the limit
+        KeptStylesheet(later)._parse_rules(*key)
+    assert later.parsed == 1
+    later.save()
+    last = KeptRules(path)
+    for key in keys:
+        KeptStylesheet(last)._parse_rules(*key)
+    assert last.parsed == 1  # keys[1], left out: the only one parsed again

@@ -50,6 +50,9 @@ HEADER = b"tidegauge kept css 1\n"
 # The dashboard's sources and its dialogs' come to ~0.1 MB; a file far larger is not one this wrote.
 MAX_BYTES = 4 * 1024 * 1024
 FILE_STEM = "kept-css"
+# Sources no longer asked for (an older tidegauge.tcss, another theme's) stay in the file until it
+# holds this many; then it keeps only what the last process used.
+MAX_ENTRIES = 400
 
 # (css, read_from, is_default_rules, tie_breaker, scope): Stylesheet._parse_rules's arguments.
 SourceKey = tuple[str, CSSLocation, bool, int, str]
@@ -126,6 +129,7 @@ class KeptRules:
         self.path = path
         self.variables: dict[str, str] | None = None
         self._pickled: dict[SourceKey, bytes] = {}
+        self._used: set[SourceKey] = set()
         self._new = False
         self.parsed = 0  # sources this process parsed (not found kept): for tests and benchmarks
         self._read()
@@ -152,6 +156,7 @@ class KeptRules:
         data = self._pickled.get(key)
         if data is None:
             return None
+        self._used.add(key)
         try:
             rules = _unpickle(data)
         except Exception:  # anything but what this module wrote: parsed instead, and kept anew
@@ -170,7 +175,11 @@ class KeptRules:
         if variables != self.variables:  # another theme: what was kept was for the old one
             self.variables = dict(variables)
             self._pickled = {}
-        self._pickled[key] = pickle.dumps(rules, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            self._pickled[key] = pickle.dumps(rules, protocol=pickle.HIGHEST_PROTOCOL)
+        except (pickle.PicklingError, TypeError, AttributeError):  # a rule made of something new: parsed each time
+            return
+        self._used.add(key)
         if not self._new:
             self._new = True
             atexit.register(self.save)
@@ -180,8 +189,11 @@ class KeptRules:
         if not self._new or sys.dont_write_bytecode or self.variables is None:
             return
         self._new = False
+        sources = self._pickled
+        if len(sources) > MAX_ENTRIES:
+            sources = {key: data for key, data in sources.items() if key in self._used}
         data = HEADER + pickle.dumps({"textual": textual_stamp(), "variables": self.variables,
-                                      "sources": self._pickled}, protocol=pickle.HIGHEST_PROTOCOL)
+                                      "sources": sources}, protocol=pickle.HIGHEST_PROTOCOL)
         if len(data) > MAX_BYTES:
             return
         temporary = f"{self.path}.{os.getpid()}.tmp"
