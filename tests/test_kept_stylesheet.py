@@ -191,3 +191,24 @@ def test_sources_no_longer_asked_for_leave_the_file_once_it_holds_too_many(
     for key in keys:
         KeptStylesheet(last)._parse_rules(*key)
     assert last.parsed == 1  # keys[1], left out: the only one parsed again
+
+
+def test_a_theme_chosen_after_the_start_leaves_the_starts_rules_kept(tmp_path: Path) -> None:
+    from textual.app import App
+
+    path = str(tmp_path / "kept.pickle")
+    start, chosen = App().get_css_variables(), {**App().get_css_variables(), "primary": "#ff0000"}
+    key = ("Widget { color: $primary; }", ("", "source"), False, 0, "")
+    first = KeptRules(path)
+    KeptStylesheet(first, variables=start)._parse_rules(*key)
+    first.save()
+    later = KeptRules(path)
+    stylesheet = KeptStylesheet(later, variables=start)
+    stylesheet._parse_rules(*key)
+    stylesheet.set_variables(chosen)  # the palette's theme, then a dialog's CSS parsed under it
+    stylesheet._parse_rules(*key)
+    stylesheet._parse_rules("Button { color: $primary; }", ("", "dialog"), False, 0, "")
+    later.save()
+    next_start = KeptRules(path)
+    KeptStylesheet(next_start, variables=start)._parse_rules(*key)
+    assert (later.parsed, next_start.parsed) == (2, 0)

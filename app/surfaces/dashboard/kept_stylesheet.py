@@ -172,8 +172,10 @@ class KeptRules:
         self.parsed += 1
         if sys.dont_write_bytecode or any(rule.errors for rule in rules):
             return
-        if variables != self.variables:  # another theme: what was kept was for the old one
-            self.variables = dict(variables)
+        if variables != self.variables:
+            if self._used:  # a theme chosen after the start: the kept rules stay the start's
+                return
+            self.variables = dict(variables)  # the start's variables are no longer the file's
             self._pickled = {}
         try:
             self._pickled[key] = pickle.dumps(rules, protocol=pickle.HIGHEST_PROTOCOL)
