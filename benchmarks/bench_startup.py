@@ -26,7 +26,7 @@ from benchmarks._fixtures import require
 from benchmarks.harness import Check, interleaved, median, seconds
 
 NAME = "5 start-up to first frame"
-MAX_RATIO = 2.5
+MAX_RATIO = 1.3
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE_CODE = "import time; import textual.app; print(f'FIRST_FRAME {time.time():.6f}', flush=True)"
 

@@ -43,7 +43,7 @@ BENCHMARKS: dict[str, list[tuple[str, str]]] = {
         ("4b 1,000 outputs: dashboard RSS", "< 300 MB"),
         ("4c 1,000 outputs: DOM pruned", "conversation children bounded"),
     ],
-    "bench_startup": [("5 start-up to first frame", "<= 2.5× import textual.app")],
+    "bench_startup": [("5 start-up to first frame", "<= 1.3× import textual.app")],
     "bench_compaction": [("6 compaction overhead", "< 50 ms at 150k tokens")],
     "bench_memory_compaction": [("7 compaction from session memory", "<= 0.5× a normal compaction")],
     "bench_demo": [("8 demo scenario: dashboard vs headless", "<= 1.15× headless")],

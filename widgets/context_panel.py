@@ -34,19 +34,33 @@ class ContextPanel(Vertical):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.last_context: ContextEvent | None = None
+        # The chart and breakdown exist from the start, whether or not they are on screen: what the
+        # session says reaches them either way.
+        self.history = ContextHistory(id="context-history")
+        self.breakdown = ContextBreakdown(id="context-breakdown")
+        self._lower = Horizontal(self.history, self.breakdown, id="context-lower")
 
     def compose(self) -> ComposeResult:
         yield GaugeBar(id="gauge-bar")
-        with Horizontal(id="context-lower"):
-            yield ContextHistory(id="context-history")
-            yield ContextBreakdown(id="context-breakdown")
+        # Folded, they are hidden: they mount after the first frame (mounting and styling them
+        # was 14M instructions of it), where they change nothing on screen until unfolded.
+        if not self.folded:
+            yield self._lower
+
+    def on_mount(self) -> None:
+        if self._lower.parent is None:
+            self.call_after_refresh(self._mount_lower)
+
+    def _mount_lower(self) -> None:
+        if self._lower.parent is None and self.is_attached:
+            self.mount(self._lower)
 
     def update_context(self, event: ContextEvent) -> None:
         self.last_context = event
         self.query_one(GaugeBar).context = event
         th = event.thresholds
-        self.query_one(ContextHistory).set_lines(th.warning_line, th.auto_compact_line, th.blocking_line)
-        self.query_one(ContextBreakdown).update_context(event)
+        self.history.set_lines(th.warning_line, th.auto_compact_line, th.blocking_line)
+        self.breakdown.update_context(event)
         # set, not removed and added again: each class change restyles the panel and everything in
         # it, and a context event comes with every step and at the end of every turn
         for name in LEVEL_CLASSES:
@@ -56,15 +70,17 @@ class ContextPanel(Vertical):
 
     def watch_folded(self, folded: bool) -> None:
         self.border_subtitle = f"{self.fold_key} shows the chart and breakdown" if folded else ""
+        if not folded and self.is_mounted:
+            self._mount_lower()
 
     def add_point(self, tokens: int, kind: PointKind = "call") -> None:
-        self.query_one(ContextHistory).add_point(tokens, kind)
+        self.history.add_point(tokens, kind)
 
     def add_compaction_usage(self, input_tokens: int, output_tokens: int) -> None:
-        self.query_one(ContextBreakdown).add_compaction_usage(input_tokens, output_tokens)
+        self.breakdown.add_compaction_usage(input_tokens, output_tokens)
 
     def clear_history(self) -> None:
-        self.query_one(ContextHistory).clear()
+        self.history.clear()
 
     # ------------------------------------------------------- session messages
 
@@ -82,7 +98,7 @@ class ContextPanel(Vertical):
         event = message.event
         if event.reason is None and event.points:
             fraction = event.auto_compact_line / event.window if event.window else 0
-            self.query_one(ContextHistory).set_overlay(
+            self.history.set_overlay(
                 event.points, f"what-if {human_tokens(event.window)} @{fraction:.0%}")
 
     @on(UsageRecorded)
@@ -111,9 +127,9 @@ class ContextPanel(Vertical):
                 compaction_output += output_tokens
         if last_context is not None:
             self.update_context(last_context)
-        self.query_one(ContextHistory).add_points(points)
+        self.history.add_points(points)
         if compaction_calls:
-            self.query_one(ContextBreakdown).add_compaction_usage(compaction_input, compaction_output,
+            self.breakdown.add_compaction_usage(compaction_input, compaction_output,
                                                                   calls=compaction_calls)
 
 

@@ -28,6 +28,7 @@ from textual.worker import Worker, WorkerState
 
 import styles
 from app.surfaces.dashboard.cropped_compositor import CroppedCompositor
+from app.surfaces.dashboard.kept_stylesheet import KeptStylesheet, shared_rules
 from widgets.context_panel import ContextPanel
 from widgets.conversation import Conversation
 from widgets.header_bar import HeaderBar
@@ -160,7 +161,13 @@ def help_text(width: int = 80) -> str:
     ])
 
 
-HELP_TEXT = help_text(HELP_TWO_COLUMNS_FROM)  # its words, whatever the width (tests read them)
+def __getattr__(name: str) -> str:
+    # HELP_TEXT: /help's words, whatever the width (tests read them). Laid out when asked for: at
+    # import it cost 4M instructions of the first frame, which shows no help.
+    if name == "HELP_TEXT":
+        return help_text(HELP_TWO_COLUMNS_FROM)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # A second ctrl+c within this many seconds quits (Claude Code's and Codex's double press).
 QUIT_WINDOW_S = 1.0
@@ -221,6 +228,16 @@ class MainScreen(Screen[None]):
         # A frame renders only the widgets it changes (a key's echo: the prompt, not the screen).
         self._compositor = CroppedCompositor()
         self._draw_at_once: Widget | None = None
+        self._resumed = False
+
+    def on_screen_resume(self, event: events.ScreenResume) -> None:
+        # The first resume comes as the screen's widgets have just mounted, each styled as it
+        # mounted: Textual would style them all again (every widget and each of its component
+        # classes), 33M instructions of the first frame, for the same styles
+        # (tests/test_dashboard_first_frame.py). Later resumes (a dialog closed) restyle as usual.
+        if not self._resumed:
+            self._resumed = True
+            event.refresh_styles = False
 
     def draw_at_once(self, widget: Widget) -> None:
         """Draw ``widget``'s next change in a frame of its own as soon as it reaches the screen.
@@ -319,6 +336,8 @@ class TidegaugeApp(App[int]):
         ``pick_session`` (with ``resume_factory``): the picker first, then the chosen session
         is built (``--resume`` without an id)."""
         super().__init__()
+        # The CSS an earlier start parsed is not parsed again (kept_stylesheet.py); before the App reads any.
+        self.stylesheet = KeptStylesheet.replacing(self.stylesheet, shared_rules())
         if session is None and session_factory is None and not (pick_session and resume_factory):
             raise ValueError("TidegaugeApp needs a session or a session_factory")
         self._resume_factory = resume_factory

@@ -1,0 +1,79 @@
+"""What the first frame leaves out changes nothing a user sees.
+
+The main screen's first resume does not style its widgets a second time (MainScreen.on_screen_resume):
+at the first frame every widget, and each of its component classes, is styled as a full restyle
+styles it, on a short terminal and a tall one, with the session given or built after the frame.
+A folded context panel mounts its chart and breakdown after the first frame: what the session
+said before that is in them when ctrl+g shows them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from textual.app import App, ComposeResult
+from textual.dom import DOMNode
+
+from app.surfaces.dashboard.app import CSS_FILE, TidegaugeApp
+from snapshot_apps.fake_agent import FakeSession, context
+from widgets.context_panel import ContextPanel
+
+
+def _styles(app: TidegaugeApp) -> dict[str, object]:
+    seen: dict[str, object] = {}
+    for index, node in enumerate(app.screen.walk_children(with_self=True)):
+        components: set[str] = set()
+        for cls in type(node).__mro__:
+            components |= set(getattr(cls, "COMPONENT_CLASSES", ()))
+        assert isinstance(node, DOMNode)
+        seen[f"{index}:{type(node).__name__}#{node.id}"] = (
+            node.styles.css, sorted(node.classes),
+            {name: node.get_component_styles(name).css for name in sorted(components)})
+    return seen
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 50)])
+@pytest.mark.parametrize("given", [True, False])
+async def test_the_first_frames_styles_are_those_a_full_restyle_gives(size: tuple[int, int], given: bool) -> None:
+    kwargs: dict[str, Any] = ({"session": FakeSession({})} if given
+                              else {"session_factory": lambda: FakeSession({})})
+    app = TidegaugeApp(cursor_blink=False, **kwargs)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        first = _styles(app)
+        app.screen.update_node_styles(animate=False)  # what Textual did on the first resume
+        await pilot.pause()
+        assert _styles(app) == first
+        assert len(first) > 15
+
+
+class FoldedHost(App[None]):
+    """A context panel folded from the start, told the session's figures as it mounts."""
+
+    CSS_PATH = str(CSS_FILE)
+
+    def compose(self) -> ComposeResult:
+        panel = ContextPanel(id="context-panel")
+        panel.folded = True
+        yield panel
+
+    def on_mount(self) -> None:
+        panel = self.query_one(ContextPanel)
+        panel.update_context(context(60_000))
+        for tokens in (20_000, 60_000, 110_000):
+            panel.add_point(tokens)
+        panel.add_compaction_usage(40_000, 2_000)
+
+
+async def test_a_folded_panels_chart_and_breakdown_show_what_was_said_before_they_mounted() -> None:
+    app = FoldedHost()
+    async with app.run_test(size=(160, 24)) as pilot:
+        await pilot.pause()
+        panel = app.query_one(ContextPanel)
+        assert panel.history.region.area == 0  # folded: not on screen
+        panel.folded = False  # what ctrl+g does
+        await pilot.pause()
+        assert panel.history.is_mounted and panel.history.region.area > 0
+        assert [point.tokens for point in panel.history.points] == [20_000, 60_000, 110_000]
+        assert any("130.0K" in line for line in panel.history.render().plain.split("\n"))  # the warning line
+        assert "compaction calls 1: in 40.0K · out 2.0K" in panel.breakdown.render().plain
