@@ -41,7 +41,7 @@ import pytest
 
 from app.wiring.cli import main
 from app.demo.scenarios import SCENARIOS
-from app.demo.workspace import LOG_ERROR_LINE, project_files
+from app.demo.workspace import LOG_ERROR_LINE, LOG_NAME, project_files
 
 PROMPT_OF = {name: scenario.prompt for name, scenario in SCENARIOS.items()}
 NEWER = ("delegate", "changelog")  # the fifth and sixth prompts: each inserted into one order, see the docstring
@@ -54,6 +54,7 @@ READABLE = sorted(p for p in project_files() if p.endswith((".py", ".md", ".toml
 # Files above this size are never written again once made (the 15 MB log, saved
 # tool outputs): forks share them. Everything smaller is copied.
 LINK_ABOVE_BYTES = 1_000_000
+LOG_CACHE = "demo-cache"  # where the demo keeps the log it links into each workspace (app/demo/plugin.py)
 
 
 @dataclass
@@ -102,9 +103,19 @@ class Sessions:
             if prefix:
                 earlier = self.run(prefix)
                 _fork(self.done[prefix][0], data)
+            else:
+                self._share_log(data)
             runs = [*earlier, self._prompt(data, PROMPT_OF[name], continue_session=bool(prefix))]
             self.done[order] = (data, runs)
         return self.done[order][1]
+
+    def _share_log(self, data: Path) -> None:
+        """A new session's data dir gets the demo's 15 MB log that an earlier one wrote (its log
+        cache, hard-linked as forks share it): each prompt that runs first would write it again."""
+        written = sorted(self.root.glob(f"data-*/{LOG_CACHE}/{LOG_NAME}"))
+        if written:
+            (data / LOG_CACHE).mkdir(parents=True)
+            os.link(written[0], data / LOG_CACHE / LOG_NAME)
 
     def _prompt(self, data: Path, prompt: str, *, continue_session: bool) -> Run:
         argv = ["-p", prompt, "--demo-speed", "0", "--yes", "--output-format", "stream-json"]

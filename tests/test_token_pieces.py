@@ -285,3 +285,21 @@ def test_no_piece_of_a_key_is_kept(pieces: Path) -> None:
         assert '" tests"' in kept  # the other text was learnt from
     finally:
         clear_secrets()
+
+
+def test_a_text_counted_again_in_another_data_directory_is_learnt_there_too() -> None:
+    """Counts are remembered within a process (a turn counts the same texts again and again),
+    but not past a change of table: a session in another data directory (the dashboard's
+    sessions, in-process runs) learns the pieces of a text counted before into its own file."""
+    text = "Remembered counts: quokkas and wombats"
+    first, second = tokens.PieceCounts(), tokens.PieceCounts()
+    before = tokens.use_pieces(first)
+    try:
+        counted = count_tokens(text)
+        assert count_tokens(text) == counted == len(encoder().encode(text))
+        assert " quokkas" in first.counts
+        tokens.use_pieces(second)
+        assert count_tokens(text) == counted
+        assert " quokkas" in second.counts and " wombats" in second.counts
+    finally:
+        tokens.use_pieces(before)

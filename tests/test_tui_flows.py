@@ -141,10 +141,10 @@ async def test_a_reply_that_arrives_all_at_once_is_drawn() -> None:
         assert "Short and *complete* reply." in "".join(b.source or "" for b in message.blocks)
 
 
-@pytest.fixture
-def log_file(tmp_path: Path) -> Path:
-    path = tmp_path / "tool-results" / "call-1.txt"
-    path.parent.mkdir()
+@pytest.fixture(scope="module")
+def log_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The cut tool output's full file: only read by the dashboard, so one for the module."""
+    path = tmp_path_factory.mktemp("tool-results") / "call-1.txt"
     path.write_text(big_log(300_000))
     return path
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import ClassVar
 
 from markdown_it import MarkdownIt
@@ -29,6 +29,7 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.markdown import CodeBlock, Heading, Markdown, MarkdownElement
 from rich.style import Style
 from rich.syntax import Syntax
+from rich.text import Text
 from rich.theme import Theme
 from textual.strip import Strip
 
@@ -163,11 +164,36 @@ class _LeftHeading(Heading):
     LEVEL_ALIGN: ClassVar[dict[str, str]] = {f"h{level}": "left" for level in range(1, 7)}  # type: ignore[assignment]
 
 
+# Code blocks highlighted lately, by (code, lexer, theme): a block is rendered again at each new
+# width and each flush while it streams, and lexing it again was three quarters of the time spent
+# highlighting (the wrapping at the width is done after, on a copy). Each is at most a segment of
+# code (FENCE_SPLIT_CHARS and a line), so the cache stays a few hundred kilobytes.
+HIGHLIGHTED_BLOCKS = 64
+
+
+@lru_cache(maxsize=HIGHLIGHTED_BLOCKS)
+def _highlighted(code: str, lexer_name: str, theme: str) -> Text:
+    return Syntax(code, lexer_name, theme=theme, word_wrap=True).highlight(code)
+
+
+class _CodeSyntax(Syntax):
+    """Rich's Syntax with the highlighting of recent code blocks kept (``_highlighted``)."""
+
+    def __init__(self, code: str, lexer_name: str, theme: str) -> None:
+        super().__init__(code, lexer_name, theme=theme, word_wrap=True, padding=(0, 1))
+        self._names = (lexer_name, theme)
+
+    def highlight(self, code: str, line_range: tuple[int | None, int | None] | None = None) -> Text:
+        if line_range is not None:
+            return super().highlight(code, line_range)
+        return _highlighted(code, *self._names).copy()  # a copy: Rich trims the text it is given
+
+
 class _CodeBlock(CodeBlock):
     """Highlighted code without blank padding rows: a block cut in two reads as one."""
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield Syntax(str(self.text).rstrip(), self.lexer_name, theme=self.theme, word_wrap=True, padding=(0, 1))
+        yield _CodeSyntax(str(self.text).rstrip(), self.lexer_name, self.theme)
 
 
 class _BlockMarkdown(Markdown):

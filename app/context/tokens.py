@@ -136,10 +136,42 @@ def _bpe_count(piece: bytes, ranks: dict[bytes, int]) -> int:
             pairs[i - 1] = rank(parts[i - 1] + parts[i])
 
 
+# Counts of the texts counted lately in this process. A turn counts the same texts again and
+# again (a result to fit it, then as a block of the request; the request parts; the demo's
+# replies): in a demo run three in five counts were of a text already counted, and each
+# cost the encoder and a split to learn its pieces again. Only texts short enough to be learnt
+# are kept, and all are forgotten past COUNTED_MAX_CHARS (a few megabytes) or when the table of
+# pieces changes (another data directory, or a kept table found wrong).
+COUNTED_MAX_CHARS = 2_000_000
+_counted: dict[str, int] = {}
+_counted_chars = 0
+
+
+def _forget_counted() -> None:
+    global _counted_chars
+    _counted.clear()
+    _counted_chars = 0
+
+
 def count_tokens(text: str) -> int:
     """Tokens in ``text``; special-token strings count as ordinary text."""
+    global _counted_chars
     if not text:
         return 0
+    if len(text) > LEARN_MAX_CHARS:
+        return _count_tokens(text)
+    known = _counted.get(text)
+    if known is not None:
+        return known
+    count = _count_tokens(text)
+    if _counted_chars + len(text) > COUNTED_MAX_CHARS:
+        _forget_counted()
+    _counted[text] = count
+    _counted_chars += len(text)
+    return count
+
+
+def _count_tokens(text: str) -> int:
     if _pieces is None or not text.isascii():
         return len(encoder().encode(text, disallowed_special=()))
     if encoder.cache_info().currsize == 0:  # once it is loaded, the encoder is the faster way
@@ -224,6 +256,7 @@ class PieceCounts:
         if any(_piece_count(piece) != self.counts[piece] for piece in sample):
             self.counts = {}
             self.changed = True
+            _forget_counted()  # counts made from the wrong table
 
     def count(self, text: str) -> int | None:
         counts = self.counts
@@ -301,6 +334,8 @@ def use_pieces(table: PieceCounts | None) -> PieceCounts | None:
     the encoder counts everything. Returns the table used before."""
     global _pieces
     before, _pieces = _pieces, table
+    if table is not before:
+        _forget_counted()  # a text counted before was learnt into the other table, not this one
     return before
 
 

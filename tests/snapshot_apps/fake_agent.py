@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import functools
 import itertools
 import json
 import os
@@ -430,8 +431,12 @@ def clearing_session(**kwargs: Any) -> FakeSession:
     return session
 
 
+@functools.lru_cache(maxsize=2)
 def big_log(lines: int = 300_000) -> str:
-    """The seed's app.log: INFO lines, an ERROR last (about 15 MB for 300,000 lines)."""
+    """The seed's app.log: INFO lines, an ERROR last (about 15 MB for 300,000 lines).
+
+    Kept once built: a str cannot change, and building the 15 MB one was a tenth of the CPU of
+    the test files that write it for several tests."""
     body = "".join(
         f"2026-10-18 11:{(i // 60) % 60:02d}:{i % 60:02d} INFO request {i} handled in {i % 97} ms\n"
         for i in range(lines - 1)
