@@ -25,10 +25,11 @@ import atexit
 import builtins
 import marshal
 import os
-import sys
-from importlib.util import MAGIC_NUMBER, cache_from_source
+from importlib.util import MAGIC_NUMBER
 from types import CodeType
 from typing import Any
+
+from app.system.kept_files import path_beside_bytecode, read_kept, write_kept
 
 # A dashboard run and a headless run together keep ~1,500 short methods (~1.5 MB); anything far
 # larger is not a file this module wrote.
@@ -48,9 +49,7 @@ _path: str | None = None
 
 def cache_path() -> str:
     """Where the compiled methods are kept: app's own bytecode folder, named for this interpreter."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    folder = os.path.dirname(cache_from_source(os.path.join(package, "__init__.py")))  # sys.pycache_prefix too
-    return os.path.join(folder, f"{FILE_STEM}.{sys.implementation.cache_tag}.bin")
+    return path_beside_bytecode(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), FILE_STEM, "bin")
 
 
 def install() -> None:
@@ -71,12 +70,12 @@ def install() -> None:
 
 def read(path: str) -> dict[str, bytes]:
     """The file's mapping of text to marshalled code, or nothing if it is not one this interpreter wrote."""
+    data = read_kept(path, MAGIC_NUMBER, MAX_BYTES)
+    if data is None:
+        return {}
     try:
-        with open(path, "rb") as file:
-            if os.fstat(file.fileno()).st_size > MAX_BYTES or file.read(len(MAGIC_NUMBER)) != MAGIC_NUMBER:
-                return {}
-            loaded = marshal.loads(file.read(MAX_BYTES))
-    except (OSError, EOFError, ValueError, TypeError):
+        loaded = marshal.loads(data)
+    except (EOFError, ValueError, TypeError):
         return {}
     if not isinstance(loaded, dict):
         return {}
@@ -85,20 +84,10 @@ def read(path: str) -> dict[str, bytes]:
 
 def save() -> None:
     """Write the file if this process compiled a text it did not hold (where bytecode is written)."""
-    if not _new or _path is None or sys.dont_write_bytecode:
+    if not _new or _path is None:
         return
     keep = _kept if len(_kept) <= MAX_ENTRIES else {t: _kept[t] for t in _used}
-    temporary = f"{_path}.{os.getpid()}.tmp"
-    try:
-        os.makedirs(os.path.dirname(_path), exist_ok=True)
-        with open(temporary, "wb") as file:
-            file.write(MAGIC_NUMBER + marshal.dumps(keep))
-        os.replace(temporary, _path)
-    except OSError:  # a read-only installation: the next process compiles, as without this module
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
+    write_kept(_path, MAGIC_NUMBER + marshal.dumps(keep))
 
 
 def _code_for(text: str) -> CodeType:

@@ -30,7 +30,6 @@ import io
 import os
 import pickle
 import sys
-from importlib.util import cache_from_source
 from typing import Any
 
 import textual
@@ -45,6 +44,7 @@ from textual.css.styles import Styles
 from textual.geometry import Spacing
 
 import styles as tidegauge_styles
+from app.system.kept_files import path_beside_bytecode, read_kept, write_kept
 
 HEADER = b"tidegauge kept css 1\n"
 # The dashboard's sources and its dialogs' come to ~0.1 MB; a file far larger is not one this wrote.
@@ -117,9 +117,7 @@ def textual_stamp() -> tuple[tuple[int, int], ...]:
 
 def cache_path() -> str:
     """Where the rules are kept: the ``styles`` package's bytecode folder, named for this interpreter."""
-    package = os.path.dirname(os.path.abspath(tidegauge_styles.__file__ or ""))
-    folder = os.path.dirname(cache_from_source(os.path.join(package, "__init__.py")))  # sys.pycache_prefix too
-    return os.path.join(folder, f"{FILE_STEM}.{sys.implementation.cache_tag}.pickle")
+    return path_beside_bytecode(os.path.dirname(os.path.abspath(tidegauge_styles.__file__ or "")), FILE_STEM, "pickle")
 
 
 class KeptRules:
@@ -135,13 +133,12 @@ class KeptRules:
         self._read()
 
     def _read(self) -> None:
+        data = read_kept(self.path, HEADER, MAX_BYTES)
+        if data is None:
+            return
         try:
-            with open(self.path, "rb") as file:
-                if os.fstat(file.fileno()).st_size > MAX_BYTES or file.read(len(HEADER)) != HEADER:
-                    return
-                data = file.read(MAX_BYTES)
             loaded = _unpickle(data)
-        except (OSError, EOFError, ValueError, TypeError, AttributeError, IndexError, pickle.UnpicklingError):
+        except (EOFError, ValueError, TypeError, AttributeError, IndexError, pickle.UnpicklingError):
             return
         if not (isinstance(loaded, dict) and loaded.get("textual") == textual_stamp()
                 and isinstance(loaded.get("variables"), dict) and isinstance(loaded.get("sources"), dict)):
@@ -198,17 +195,7 @@ class KeptRules:
                                       "sources": sources}, protocol=pickle.HIGHEST_PROTOCOL)
         if len(data) > MAX_BYTES:
             return
-        temporary = f"{self.path}.{os.getpid()}.tmp"
-        try:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            with open(temporary, "wb") as file:
-                file.write(data)
-            os.replace(temporary, self.path)
-        except OSError:  # a read-only installation: the next process parses, as without this module
-            try:
-                os.unlink(temporary)
-            except OSError:
-                pass
+        write_kept(self.path, data)
 
 
 _shared: KeptRules | None = None
