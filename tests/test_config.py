@@ -292,3 +292,13 @@ def test_server_context_settings_from_toml_and_their_bad_values(config_dir: Path
     assert settings.anthropic_clear_tool_uses_exclude == ["write_file"]
     path = write_toml(config_dir, "anthropic_clear_tool_uses_trigger = 0\n")
     assert config_error({}) == f"config: anthropic_clear_tool_uses_trigger: must be >= 1 (got 0) [from {path}]"
+
+
+def test_settings_nested_thousands_deep_are_one_line_errors(config_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # json.loads and tomllib recurse once per level: past the interpreter's limit they raised a
+    # RecursionError, a traceback instead of a line naming the setting.
+    monkeypatch.setenv("TIDEGAUGE_ALLOWED_TOOLS", "[" * 100_000)
+    assert config_error({}) == "config: allowed_tools: nests deeper than 16 levels [from TIDEGAUGE_ALLOWED_TOOLS]"
+    monkeypatch.delenv("TIDEGAUGE_ALLOWED_TOOLS")
+    write_toml(config_dir, "allowed_tools = " + "[" * 100_000 + "\n")
+    assert config_error({}).endswith("config.toml: invalid TOML (nested too deeply)")

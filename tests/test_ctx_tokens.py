@@ -55,3 +55,15 @@ def test_tool_schemas_are_counted_and_cached(monkeypatch: pytest.MonkeyPatch) ->
     assert tokens.estimate_tools(specs) == n
     assert calls == []
     assert tokens.estimate_tools([]) == 0
+
+
+def test_a_flood_of_distinct_texts_never_grows_the_count_memory_past_its_bound() -> None:
+    # A tool printing millions of distinct lines, each counted: the memory of recent counts is
+    # forgotten at its bound rather than growing with the output, and every count stays the encoder's.
+    from app.context import tokens
+
+    line = "x" * 1_000
+    for i in range(2_500):  # 2.5 M characters against a 2 M bound
+        text = f"{i:06d} {line}"
+        assert tokens.count_tokens(text) == len(tokens.encoder().encode(text, disallowed_special=()))
+        assert tokens._counted_chars <= tokens.COUNTED_MAX_CHARS

@@ -130,6 +130,14 @@ def test_a_fifo_as_the_projects_settings_is_refused_without_blocking(tmp_path):
         rules_for(tmp_path)
 
 
+def test_a_repositorys_settings_nested_thousands_deep_are_a_one_line_refusal(tmp_path):
+    # A cloned repository's file: tomllib recurses once per nested array, past Python's limit.
+    (tmp_path / ".tidegauge").mkdir()
+    (tmp_path / ".tidegauge" / "settings.toml").write_text("[permissions]\nask = " + "[" * 20_000 + "\n")
+    with pytest.raises(RuleError, match="nested too deeply"):
+        rules_for(tmp_path)
+
+
 # ---------------------------------------------------------------- paths and names
 
 

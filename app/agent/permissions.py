@@ -393,6 +393,8 @@ def _project_rules(project: Path) -> tuple[list[Rule], list[str]]:
         data = tomllib.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
         raise RuleError(f"{path}: invalid TOML ({error})") from None
+    except RecursionError:  # a repository's file nesting arrays thousands deep: tomllib recurses per level
+        raise RuleError(f"{path}: invalid TOML (nested too deeply)") from None
     table = data.get("permissions", {})
     if not isinstance(table, dict):
         raise RuleError(f"{path}: [permissions] must be a table of allow/ask/deny lists")

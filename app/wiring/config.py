@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, PrivateAttr, SecretStr, ValidationError, ValidationInfo, field_validator
 
+from app.kernel.json_depth import json_too_deep
 from app.providers.factory import (  # the providers' key variables: one list; the plug-ins' settings
     PROVIDER_KEY_ENV,
     PROVIDER_NAMES,
@@ -397,6 +398,11 @@ def _merged(under: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+# Deeper than any setting's shape (a table of tables of lists): what is deeper is refused
+# before it is parsed.
+MAX_SETTING_DEPTH = 16
+
+
 def _environment_values(cls: type[Settings]) -> dict[str, Any]:
     """``TIDEGAUGE_<SETTING>`` for each setting, the name in any case; an empty value is no value.
     A list or table setting is JSON (``TIDEGAUGE_ALLOWED_TOOLS='["read_file"]'``)."""
@@ -409,6 +415,8 @@ def _environment_values(cls: type[Settings]) -> dict[str, Any]:
             continue
         complex_kind = _json_kind(field.annotation)
         if complex_kind is not None:
+            if json_too_deep(value, MAX_SETTING_DEPTH):  # json.loads recurses once per level
+                raise ConfigError(f"config: {name}: nests deeper than {MAX_SETTING_DEPTH} levels [from {env_name}]")
             try:
                 value = json.loads(value)
             except ValueError:
@@ -522,6 +530,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config: {path}: invalid TOML (not UTF-8 text)") from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(_describe_toml_error(path, err)) from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise ConfigError(f"config: {path}: invalid TOML (nested too deeply)") from None
 
 
 def _describe_toml_error(path: Path, err: tomllib.TOMLDecodeError) -> str:
