@@ -129,9 +129,11 @@ def terminated(frames: list[bytes], terminator: int, mutation: tuple) -> bool | 
     if mutation[0] == "cut_bytes":
         total = sum(len(f) for f in frames)
         kept = mutation[1] % (total + 1)
-        # the frame's data line is complete once all but its final blank-line "\n" arrived
+        # The terminating event counts once its data line's text arrived: the blank line after it
+        # and the line's own "\n" may be missing, since the decoder takes an unterminated last
+        # line whose data parses (SSEEvent.unterminated). One byte shorter and it does not parse.
         line_end = sum(len(f) for f in frames[: terminator + 1]) - 1
-        return kept >= line_end
+        return kept >= line_end - 1
     return None
 
 
