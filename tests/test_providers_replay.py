@@ -14,10 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import anthropic
-import openai
 import pytest
-from openai.lib.streaming.chat import ChatCompletionStreamState
 
 from app.kernel.messages import Message, RedactedThinkingBlock, ThinkingBlock, ToolResultBlock, ToolSpec
 from app.providers.base import Completed, ModelRequest
@@ -53,6 +50,9 @@ async def _ours(fake_llm, protocol: str, raw: bytes) -> Any:
 # ---- the OpenAI SDK's view ----
 
 async def _sdk_openai(fake_llm, raw: bytes) -> dict[str, Any]:
+    import openai  # here, not at the top: every xdist worker collects this file, few run it
+    from openai.lib.streaming.chat import ChatCompletionStreamState
+
     fake_llm.enqueue(raw_sse(raw))
     client = openai.AsyncOpenAI(base_url=fake_llm.base_url("openai"), api_key=KEY, max_retries=0)
     state = ChatCompletionStreamState()
@@ -121,6 +121,8 @@ def _check_openai(ours: Any, sdk: dict[str, Any]) -> None:
 # ---- the Anthropic SDK's view ----
 
 async def _sdk_anthropic(fake_llm, raw: bytes) -> dict[str, Any]:
+    import anthropic  # here, not at the top: every xdist worker collects this file, few run it
+
     fake_llm.enqueue(raw_sse(raw))
     client = anthropic.AsyncAnthropic(base_url=fake_llm.url, api_key=KEY, max_retries=0)
     try:
@@ -216,6 +218,9 @@ def _check_openai_round_trip(sent: dict[str, Any], sdk: dict[str, Any], protocol
         assert assistant["reasoning_content"] == sdk["reasoning"]
 
 
+# One worker imports the official SDKs (~4 CPU-s of pydantic models): not every worker, as the
+# cases spread one by one would make them.
+@pytest.mark.xdist_group("official-sdks")
 @pytest.mark.parametrize("protocol, path", CASES, ids=[f"{p}/{f.stem}" for p, f in CASES])
 async def test_replay_assembles_what_the_official_sdk_assembles(fake_llm, protocol: str, path: Path) -> None:
     raw = path.read_bytes()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import openai
 import pytest
 from agent_helpers import make_agent
 from fake_llm_server import (
@@ -209,6 +208,8 @@ async def test_the_fallback_event_has_words_and_the_ledger_keeps_the_cached_shar
 # ---- the official SDK reads the same bytes the same way (the oracle for the shapes above) ----
 
 async def _sdk_events(fake_llm, reply) -> list:
+    import openai  # here, not at the top: every xdist worker collects this file, few run it
+
     client = openai.AsyncOpenAI(api_key="sk-test-fake-key-0123456789", base_url=fake_llm.base_url("responses"),
                                 max_retries=0)
     try:
@@ -223,7 +224,10 @@ async def _ours(fake_llm, provider, reply):
     return await run_stream(provider, request())
 
 
+@pytest.mark.xdist_group("official-sdks")  # the worker that imports the SDKs (test_providers_replay.py)
 async def test_the_sdk_sees_the_nested_error_with_the_words_we_show(fake_llm, provider) -> None:
+    import openai
+
     reply = responses_error("insufficient_quota", QUOTA)
     fake_llm.enqueue(reply)
     with pytest.raises(openai.APIError) as raised:
@@ -233,6 +237,7 @@ async def test_the_sdk_sees_the_nested_error_with_the_words_we_show(fake_llm, pr
     assert ours.error.message == raised.value.message == QUOTA
 
 
+@pytest.mark.xdist_group("official-sdks")
 async def test_the_sdk_sees_the_refusal_phase_and_summary_parts_we_keep(fake_llm, provider) -> None:
     refusal = responses_refusal(["I'm sorry,", " I can't."])
     fake_llm.enqueue(refusal)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import openai
 import pytest
 
 from app.kernel.messages import Message, OpaqueBlock
@@ -140,9 +139,12 @@ def our_view(result: Any) -> dict[str, Any]:
     }
 
 
+@pytest.mark.xdist_group("official-sdks")  # the worker that imports the SDKs (test_providers_replay.py)
 @pytest.mark.parametrize("make", [function_call_stream, text_stream, compaction_stream],
                          ids=["reasoning+function_call", "text", "compaction+reasoning+text"])
 async def test_the_official_sdk_reads_the_same_bytes_the_same_way(fake_llm, make) -> None:
+    import openai  # here, not at the top: every xdist worker collects this file, few run it
+
     reply = make()
     fake_llm.enqueue(reply, reply)
     client = openai.AsyncOpenAI(api_key="sk-test-fake-key-0123456789", base_url=fake_llm.base_url("responses"),
