@@ -23,6 +23,8 @@ from typing import Any, AsyncIterator
 
 import pytest
 import pytest_asyncio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from fake_llm_server import anthropic_text, anthropic_tool_calls, openai_text, openai_tool_calls
 from mcp_helpers import tidegauge_run
 
@@ -234,6 +236,54 @@ def test_the_reader_splits_lines_across_chunks_and_cuts_one_over_the_cap_with_se
     saved = Path(cut["path"]).read_text()
     assert secret not in saved and "[REDACTED]" in saved
     assert saved.startswith('{"result"') and saved.endswith('"id": 41}')
+
+
+_LINE_KINDS = st.one_of(
+    st.tuples(st.just("progress"), st.sampled_from([1, 2, '"t"'])),
+    st.tuples(st.just("answer"), st.integers(0, 99)),
+    st.tuples(st.just("big"), st.integers(0, 99)),
+    st.tuples(st.just("blank"), st.sampled_from(["", " ", "\t "])),
+)
+
+
+def _line(kind: str, value: object, index: int) -> bytes:
+    if kind == "progress":
+        return (b'{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":%s,"progress":%d}}'
+                % (str(value).encode(), index))
+    if kind == "answer":
+        return b'{"jsonrpc":"2.0","id":%d,"result":{"content":[]}}' % int(str(value))
+    if kind == "big":  # over the reader's cap of 120 bytes below
+        return b'{"jsonrpc":"2.0","id":%d,"result":{"content":[{"type":"text","text":"%s"}]}}' % (
+            int(str(value)), b"x" * 200)
+    return str(value).encode()
+
+
+@settings(max_examples=150)
+@given(kinds=st.lists(_LINE_KINDS, max_size=40), cuts=st.lists(st.integers(0, 20_000), max_size=12))
+def test_the_reader_delivers_the_same_messages_however_the_stream_is_cut_into_chunks(kinds, cuts) -> None:
+    """Whatever the pipe's chunks: every message in order, each over the cap as its cut answer,
+    blank lines skipped, and a progress notification dropped only when the very next message is a
+    newer one for the same token (the last of every run always arrives)."""
+    lines = [_line(kind, value, index) for index, (kind, value) in enumerate(kinds)]
+    stream = b"".join(line + b"\n" for line in lines)
+    bounds = sorted({0, len(stream), *(cut % (len(stream) + 1) for cut in cuts)})
+    chunks = [stream[a:b] for a, b in zip(bounds, bounds[1:])]
+
+    delivered = read_all(chunks, max_bytes=120, spill_dir=None)
+
+    messages = [(kind, value, line) for (kind, value), line in zip(kinds, lines) if kind != "blank"]
+    expected = iter(messages)
+    for item in delivered:  # in order, a subsequence of the messages that dropped only superseded progress
+        for kind, value, line in expected:
+            if (item == line) if kind != "big" else (isinstance(item, dict) and item.get("id") == value):
+                break
+            assert kind == "progress", (kind, value, item)
+        else:
+            raise AssertionError(f"delivered out of order or never sent: {item!r}")
+    must_arrive = [line if kind != "big" else value for index, (kind, value, line) in enumerate(messages)
+                   if kind != "progress" or index + 1 == len(messages) or messages[index + 1][:2] != (kind, value)]
+    arrived = [item if isinstance(item, bytes) else item.get("id") for item in delivered]
+    assert all(line in arrived for line in must_arrive)
 
 
 def test_an_answer_past_what_is_saved_is_dropped_and_the_next_message_still_reads_whole(tmp_path):

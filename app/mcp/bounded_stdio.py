@@ -284,36 +284,46 @@ async def read_lines(stdout: Any, deliver: Any, max_bytes: int, spill_dir: Path 
     Returns None at the end of ``stdout``; or, when a line went on past ``max_read`` bytes
     without its end, stops reading there and returns why (what was saved of it, or why not).
     """
-    message = _Message(max_bytes, spill_dir, budget, max_saved)
+    def new_message() -> _Message:
+        return _Message(max_bytes, spill_dir, budget, max_saved)
+
+    def ended(line_message: _Message, batch: list[bytes | dict[str, Any]]) -> None:
+        """The line ``line_message`` held has ended: its bytes, or the answer for a cut one, to ``batch``."""
+        line = line_message.finish()
+        if line is not None:
+            if line.strip():
+                batch.append(line)
+            return
+        answer = cut_answer(line_message)
+        if answer is not None:
+            batch.append(answer)
+        else:
+            logger.warning("an MCP message of %d bytes was over the limit and had no id; dropped", line_message.size)
+
+    message = new_message()
     async for chunk in stdout:
-        start = 0
-        batch: list[bytes | dict[str, Any]] = []  # the chunk's whole lines, delivered together below
-        while True:
-            newline = chunk.find(b"\n", start)
-            if newline < 0:
-                message.add(chunk[start:])
-                if message.size > max_read:
-                    message.finish()
-                    return (f"it sent one message still going after {message.size:,} bytes without its end "
-                            f"(over the {max_read:,}-byte limit), so tidegauge stopped it; "
-                            f"{where_saved(message, unfinished=True)}")
-                break
-            message.add(chunk[start:newline])
-            start = newline + 1
-            line = message.finish()
-            if line is not None:
-                if line.strip():
-                    batch.append(line)
-            else:
-                answer = cut_answer(message)
-                if answer is not None:
-                    batch.append(answer)
+        pieces = chunk.split(b"\n")  # one C call per chunk: a flood of small lines costs no Python per byte
+        if len(pieces) > 1:
+            batch: list[bytes | dict[str, Any]] = []  # the chunk's whole lines, delivered together below
+            message.add(pieces[0])
+            ended(message, batch)
+            for line in pieces[1:-1]:  # lines that began and ended inside this chunk
+                if len(line) <= max_bytes:
+                    if line.strip():
+                        batch.append(line)
                 else:
-                    logger.warning("an MCP message of %d bytes was over the limit and had no id; dropped",
-                                   message.size)
-            message = _Message(max_bytes, spill_dir, budget, max_saved)
-        for kept in superseded_progress_dropped(batch):
-            await deliver(kept)
+                    whole = new_message()
+                    whole.add(line)
+                    ended(whole, batch)
+            message = new_message()
+            for kept in superseded_progress_dropped(batch):
+                await deliver(kept)
+        message.add(pieces[-1])
+        if message.size > max_read:
+            message.finish()
+            return (f"it sent one message still going after {message.size:,} bytes without its end "
+                    f"(over the {max_read:,}-byte limit), so tidegauge stopped it; "
+                    f"{where_saved(message, unfinished=True)}")
     message.finish()
     return None
 
@@ -323,16 +333,17 @@ async def read_lines(stdout: Any, deliver: Any, max_bytes: int, spill_dir: Path 
 _PROGRESS_TOKEN = re.compile(rb'"progressToken"\s*:\s*("[^"\\]*"|-?\d+)')
 
 
-def _progress_token(line: bytes | dict[str, Any]) -> bytes | None:
-    """The token of a ``notifications/progress`` line, as its bytes (None for any other message).
+def _progress_tokens(lines: list[bytes | dict[str, Any]]) -> list[bytes | None]:
+    """Each line's token if it is a ``notifications/progress`` line, as its bytes (None for any other message).
 
     A line with an ``"id"`` is a request or an answer, never taken for progress whatever its text
     holds (an answer quoting MCP traffic keeps its quotes escaped). A server that writes its own
-    notifications in a stranger shape can at worst have one of its own messages dropped."""
-    if not isinstance(line, bytes) or b'"notifications/progress"' not in line or b'"id"' in line:
-        return None
-    found = _PROGRESS_TOKEN.search(line)
-    return found.group(1) if found is not None else None
+    notifications in a stranger shape can at worst have one of its own messages dropped. One
+    comprehension, not a call per line: it runs on every line of a flood."""
+    search = _PROGRESS_TOKEN.search
+    return [found.group(1) if isinstance(line, bytes) and b'"notifications/progress"' in line
+            and b'"id"' not in line and (found := search(line)) is not None else None
+            for line in lines]
 
 
 def superseded_progress_dropped(lines: list[bytes | dict[str, Any]]) -> list[bytes | dict[str, Any]]:
@@ -342,9 +353,10 @@ def superseded_progress_dropped(lines: list[bytes | dict[str, Any]]) -> list[byt
     is kept; nothing else is dropped or reordered."""
     if len(lines) < 2:
         return lines
-    tokens = [_progress_token(line) for line in lines]
-    return [line for index, (line, token) in enumerate(zip(lines, tokens))
-            if token is None or index + 1 == len(lines) or tokens[index + 1] != token]
+    tokens = _progress_tokens(lines)
+    kept = [line for line, token, following in zip(lines, tokens, tokens[1:]) if token is None or following != token]
+    kept.append(lines[-1])
+    return kept
 
 
 @asynccontextmanager
