@@ -3,7 +3,6 @@ under the dashboard: a real child process, real pipes, the demo model driving re
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import threading
@@ -13,7 +12,7 @@ from typing import Any
 import pytest
 
 from app.kernel.envelope import EventEnvelope
-from app.kernel.commands import Approve, Interrupt, Shutdown, UserInput
+from app.kernel.commands import Approve, Interrupt, UserInput
 from app.kernel.errors import SetupError
 from app.kernel.events import Event, StateEvent, TextDeltaEvent, ThinkingDeltaEvent
 from app.session.process import SessionProcess, decode_command, encode_command, merged_lines
@@ -97,17 +96,12 @@ def test_end_of_input_stops_the_session_and_resume_restores_it(tmp_path: Path) -
     assert process is not None and process.stdin is not None
     process.stdin.close()  # the dashboard went away without a word
     assert process.wait(WAIT) == 0
-    # The resume builds in this process the session the child builds: what is checked is what the
-    # stopped process left (a resumed session process's snapshot over the pipe: test_event_log.py).
-    from app.wiring.config import load_settings
-    from app.wiring.runtime import build_session
-
-    settings = load_settings({"provider": "demo", "demo_speed": 0, "data_dir": tmp_path / "data", "yes": True})
-    again = build_session(settings, approvals=False, resume=first.info.session_id, cwd=tmp_path / "work")
-    restored = again.snapshot().restored
-    again.submit(Shutdown())
-    asyncio.run(again.run())  # closes what it opened (the transcript, its lock)
-    assert [e.text for e in restored if e.type == "user_message"] == ["what did I ask first?"]
+    again = demo(tmp_path, resume=first.info.session_id, yes=True).start()
+    try:
+        restored = again.snapshot().restored
+        assert [e.text for e in restored if e.type == "user_message"] == ["what did I ask first?"]
+    finally:
+        again.stop()
 
 
 def test_an_interrupt_ends_the_running_turn_in_the_child(tmp_path: Path) -> None:
