@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -145,27 +146,63 @@ async def test_commands_submitted_before_the_session_runs_are_handled_on_its_loo
     assert seqs == list(range(1, len(seqs) + 1))
 
 
-def test_seq_and_command_ids_cross_the_pipe_into_the_transcript_and_a_resumed_session_numbers_on(
-        tmp_path: Path) -> None:
-    first = demo(tmp_path, yes=True).start()
-    events = Collector()
-    first.subscribe(events)
+@dataclass(frozen=True)
+class FirstRun:
+    """One demo session process (a start is a process and its imports) that two tests read: a
+    surface attached at its start, a prompt and its result, then a surface attached late and a
+    report both surfaces saw. Stopped before the tests run; its folder holds the session."""
+
+    folder: Path
+    session_id: str
+    transcript: Path
+    prompt_id: int
+    result: EventEnvelope
+    at_start: Any  # the snapshot the first surface attached with
+    early: Collector  # what the first surface got after it
+    late_snapshot: Any
+    late: Collector
+    report_id: int
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory: pytest.TempPathFactory) -> FirstRun:
+    folder = tmp_path_factory.mktemp("event-log")
+    with pytest.MonkeyPatch.context() as mp:  # the process's environment, as _own_dirs sets a test's
+        mp.setenv("TIDEGAUGE_CONFIG_DIR", str(folder / "config"))
+        mp.setenv("TIDEGAUGE_DATA_DIR", str(folder / "data"))
+        for key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "DEEPSEEK_API_KEY"):
+            mp.delenv(key, raising=False)
+        session = demo(folder, yes=True).start()
+    early = Collector()
+    at_start, _ = session.attach(early)
     try:
-        prompt_id = first.submit(UserInput("what did I ask first?"))
-        result = events.wait_for("result")
+        prompt_id = session.submit(UserInput("what did I ask first?"))
+        result = early.wait_for("result")
+        late = Collector()
+        late_snapshot, unsubscribe = session.attach(late)
+        report_id = session.submit(Report(kind="context"))
+        early.wait_for("report")
+        late.wait_for("report")
+        unsubscribe()
     finally:
-        first.stop()
-    assert result.command_id == prompt_id
-    seqs = [e.seq for e in events.events]
+        session.stop()
+    assert session.info.transcript_path is not None
+    return FirstRun(folder, session.info.session_id, Path(session.info.transcript_path), prompt_id, result,
+                    at_start, early, late_snapshot, late, report_id)
+
+
+def test_seq_and_command_ids_cross_the_pipe_into_the_transcript_and_a_resumed_session_numbers_on(
+        first_run: FirstRun) -> None:
+    result = first_run.result
+    assert result.command_id == first_run.prompt_id
+    seqs = [e.seq for e in first_run.at_start.events + first_run.early.events]
     assert seqs == sorted(set(seqs)) and seqs[0] > 0, seqs  # rising (merged deltas may skip some)
-    assert first.info.transcript_path is not None
-    transcript = Path(first.info.transcript_path)
-    recorded = [json.loads(line)["event"] for line in transcript.read_text().splitlines()
+    recorded = [json.loads(line)["event"] for line in first_run.transcript.read_text().splitlines()
                 if json.loads(line)["kind"] == "event"]
     assert [(e["type"], e["seq"], e.get("command_id")) for e in recorded if e["type"] == "result"] == [
-        ("result", result.seq, prompt_id)]
+        ("result", result.seq, first_run.prompt_id)]
 
-    again = demo(tmp_path, resume=first.info.session_id, yes=True).start()
+    again = demo(first_run.folder, resume=first_run.session_id, yes=True).start()
     later = Collector()
     try:
         snapshot, _unsubscribe = again.attach(later)
@@ -180,27 +217,13 @@ def test_seq_and_command_ids_cross_the_pipe_into_the_transcript_and_a_resumed_se
         again.stop()
 
 
-def test_a_surface_attaching_late_gets_the_snapshot_and_every_event_after_it_once(tmp_path: Path) -> None:
-    session = demo(tmp_path, yes=True).start()
-    early = Collector()
-    at_start, _ = session.attach(early)
-    try:
-        session.submit(UserInput("what did I ask first?"))
-        early.wait_for("result")
-        late = Collector()
-        snapshot, unsubscribe = session.attach(late)
-        report_id = session.submit(Report(kind="context"))
-        early.wait_for("report")
-        late.wait_for("report")
-        unsubscribe()
-    finally:
-        session.stop()
+def test_a_surface_attaching_late_gets_the_snapshot_and_every_event_after_it_once(first_run: FirstRun) -> None:
     # The snapshot holds everything up to its seq, the listener everything after: together, all of it.
-    everything = [e.seq for e in at_start.events] + [e.seq for e in early.events]
+    everything = [e.seq for e in first_run.at_start.events] + [e.seq for e in first_run.early.events]
+    snapshot, late = first_run.late_snapshot, first_run.late
     assert [e.seq for e in snapshot.events] + [e.seq for e in late.events] == everything
     assert snapshot.seq == snapshot.events[-1].seq
-    assert [e.command_id for e in late.of("report")] == [report_id]
-
+    assert [e.command_id for e in late.of("report")] == [first_run.report_id]
 
 
 @pytest.mark.parametrize("bad_id", ['"7"', "true", "0", "-3", "1.5", str(2**53 + 1)])

@@ -24,6 +24,12 @@ NOT_BEFORE_FIRST_FRAME = ("pydantic", "app.kernel.events", "app.kernel.protocol"
 AT_FIRST_FRAME = """\
 import sys
 from benchmarks._first_frame import run_cli_headless
+import app.surfaces.dashboard.app as tui
+
+# The session process the dashboard starts after its first frame would only be started and stopped;
+# one built before the frame still is, and what it loads is seen below.
+build = tui.TidegaugeApp._build_session
+tui.TidegaugeApp._build_session = lambda app: None if getattr(app, "_first_frame_seen", False) else build(app)
 
 def report(app):
     print("LOADED " + " ".join(sorted(name for name in sys.modules if sys.modules[name] is not None)), flush=True)

@@ -25,6 +25,12 @@ ROOT = Path(__file__).resolve().parents[1]
 AT_FIRST_FRAME = """\
 import json, sys
 from benchmarks._first_frame import run_cli_headless
+import app.surfaces.dashboard.app as tui
+
+# The session process the dashboard starts after its first frame would only be started and stopped
+# (one built before the frame still is).
+build = tui.TidegaugeApp._build_session
+tui.TidegaugeApp._build_session = lambda app: None if getattr(app, "_first_frame_seen", False) else build(app)
 
 def report(app):
     styles = {f"{i}:{type(node).__name__}": node.styles.css for i, node in enumerate(app.screen.walk_children())}

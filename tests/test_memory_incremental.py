@@ -1,6 +1,7 @@
 """Issue 27: the session memory's updates cost what is new, not the whole history.
 
-`tidegauge -p` as a user runs it (a real process, the fake server on loopback): a long
+`tidegauge -p` as a user runs it (the CLI, run in the test process: what is checked is what
+was sent and the result it printed, not the process; the fake server on loopback): a long
 scripted session of tool calls with big outputs. Every update request must carry the memory
 so far plus only the messages it has not seen; nothing said in any turn may be missing from
 what the updates saw, also across a compaction and a resume; and the updates' input must stay
@@ -12,12 +13,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
 
+from cli_in_process import run_cli
 from fake_llm_server import Reply, http_error, openai_text, openai_tool_calls
 from test_engine_support import request_tokens, summary_text
 
@@ -103,10 +103,8 @@ def env_for(tmp_path: Path, **settings: int) -> dict[str, str]:
 
 
 def run(fake_llm: Any, work: Path, env: dict[str, str], prompt: str, *extra: str) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "app", "-p", prompt, "--provider", "openai", "--model", "m",
-         "--base-url", fake_llm.base_url("openai"), "--output-format", "stream-json", "--max-steps", "60",
-         "--yes", *extra], cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    proc = run_cli(["-p", prompt, "--provider", "openai", "--model", "m", "--base-url", fake_llm.base_url("openai"),
+                    "--output-format", "stream-json", "--max-steps", "60", "--yes", *extra], cwd=work, env=env)
     assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-2000:]}"
     events = [json.loads(line) for line in proc.stdout.splitlines()]
     assert events and events[-1]["type"] == "result", f"no result event; last lines: {proc.stdout[-1000:]}"

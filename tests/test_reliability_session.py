@@ -16,12 +16,14 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,7 @@ import psutil
 import pytest
 
 from cli_in_process import run_cli
-from fake_llm_server import openai_events, openai_text, openai_tool_calls
+from fake_llm_server import FakeLLMServer, openai_events, openai_text, openai_tool_calls
 
 from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from app.session.store import SessionStore
@@ -464,31 +466,109 @@ def _scripted_task(body: dict, path: str):
     return openai_text("All done: " + "the notes are fine. " * 20)
 
 
-@pytest.mark.parametrize("kill_after_lines", [1, 2, 3, 5, 7, 9, 11, 13, 16, 20])
-def test_kill_9_at_many_points_then_continue_sends_a_valid_request(fake_llm, env, project, kill_after_lines) -> None:
+KILL_POINTS = (1, 2, 3, 5, 7, 9, 11, 13, 16, 20)
+
+
+@dataclass(frozen=True)
+class KilledAtEachPoint:
+    """One ``tidegauge -p`` run and, for each point of KILL_POINTS, the data directory as a kill -9
+    after that many stream-json lines leaves it."""
+
+    project: Path
+    env: dict[str, str]
+    data_at: dict[int, Path]
+
+
+def _group_stopped(leader: psutil.Process) -> bool:
+    """Every process of ``leader``'s group has taken its SIGSTOP (a sandboxed command, in a session
+    of its own, is not of the group: it writes nothing of the session's)."""
+    try:
+        below = leader.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return True
+    for process in [leader, *below]:
+        with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
+            if os.getpgid(process.pid) == leader.pid and process.status() not in (
+                    psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+                return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def killed_at_each_point(tmp_path_factory: pytest.TempPathFactory) -> KilledAtEachPoint:
+    """One process instead of one per point (a start is a Python and its imports): at each point but
+    the last its whole group is stopped (SIGSTOP), its data directory copied, and it goes on
+    (SIGCONT); at the last it is killed -9. A stopped process writes nothing more and a copy sees
+    what the kernel holds, so each copy is the disk a kill -9 there leaves: its flock gone with it
+    (the copy's is held by nobody), and the pid in its lock file dead by the time a test continues."""
+    root = tmp_path_factory.mktemp("kill-points")
+    project = root / "project"
+    project.mkdir()
+    (project / "notes.txt").write_text("the first file\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEGAUGE_") and not k.endswith("_API_KEY")}
+    env.update(TIDEGAUGE_DATA_DIR=str(root / "data"), TIDEGAUGE_CONFIG_DIR=str(root / "config"),
+               OPENAI_API_KEY=API_KEY, PYTHONUNBUFFERED="1")
+    server = FakeLLMServer().start()
+    server.default = _scripted_task
+    server.allow_unscripted = True
+    data_at: dict[int, Path] = {}
+
+    def keep(point: int) -> None:
+        data_at[point] = root / f"data-at-{point}"
+        shutil.copytree(root / "data", data_at[point], symlinks=True)
+
+    try:
+        proc = start(server, project, env, "-p", "check the notes", "--yes")
+        assert proc.stdout is not None
+        waiting = list(KILL_POINTS)
+        seen = 0
+        try:
+            for line in proc.stdout:
+                if seen or b'"type": "user_message"' in line:
+                    seen += 1
+                while len(waiting) > 1 and seen >= waiting[0]:
+                    point = waiting.pop(0)
+                    os.killpg(proc.pid, signal.SIGSTOP)
+                    try:
+                        parent = psutil.Process(proc.pid)
+                        deadline = time.monotonic() + 60
+                        while not _group_stopped(parent):  # the signal is delivered, not yet taken
+                            assert time.monotonic() < deadline, "the run never stopped"
+                            time.sleep(0.001)  # polls the condition above
+                        keep(point)
+                    finally:
+                        os.killpg(proc.pid, signal.SIGCONT)
+                if seen >= waiting[-1]:
+                    break  # the last point: a real kill -9
+        finally:
+            kill_group(proc)
+        for point in waiting:  # the last, and any the run ended before: what the kill or the end left
+            keep(point)
+    finally:
+        server.stop()
+    assert not server.handler_errors, server.handler_errors
+    return KilledAtEachPoint(project, env, data_at)
+
+
+@pytest.mark.parametrize("kill_after_lines", KILL_POINTS)
+def test_kill_9_at_many_points_then_continue_sends_a_valid_request(fake_llm, killed_at_each_point: KilledAtEachPoint,
+                                                                   kill_after_lines: int) -> None:
     """kill -9 after the Nth stream-json line from the task's own (a state, not a delay), then --continue.
 
     Counting starts at the user_message line: the lines before it (session, context) come
     before the task is recorded, and a session killed there has no task to resume."""
-    fake_llm.default = _scripted_task
-    fake_llm.allow_unscripted = True
-    proc = start(fake_llm, project, env, "-p", "check the notes", "--yes")
-    seen = 0
-    try:
-        for line in proc.stdout:
-            if seen or b'"type": "user_message"' in line:
-                seen += 1
-            if seen >= kill_after_lines:
-                break
-    finally:
-        kill_group(proc)
-    session = SessionStore(env["TIDEGAUGE_DATA_DIR"]).latest_for(project)
+    run = killed_at_each_point
+    data = run.data_at[kill_after_lines]
+    session = SessionStore(data).latest_for(run.project)
     assert session is not None
     state = restore(session)
     assert sendable_problems(state.history) == []
 
     # The kill is what is tested; the resume that follows only builds and sends a request.
-    resumed = in_process(fake_llm, project, env, "-p", "resume check", "--continue", "--yes")
+    fake_llm.default = _scripted_task
+    fake_llm.allow_unscripted = True
+    resumed = in_process(fake_llm, run.project, {**run.env, "TIDEGAUGE_DATA_DIR": str(data)},
+                         "-p", "resume check", "--continue", "--yes")
     assert resumed.returncode == 0, resumed.stderr
     sent = fake_llm.last_json["messages"]
     assert wire_problems(sent) == []

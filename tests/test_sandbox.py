@@ -23,13 +23,14 @@ import tempfile
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import psutil
 import pytest
 
-from fake_llm_server import openai_text, openai_tool_calls
+from fake_llm_server import FakeLLMServer, openai_text, openai_tool_calls
 
 from app.kernel.describe import approval_choices, approval_question
 from app.kernel.events import ApprovalRequestEvent
@@ -53,8 +54,8 @@ def _poll(condition: Callable[[], bool], what: str, timeout: float = WAIT_S) -> 
         time.sleep(0.02)  # polls the condition above
 
 
-@pytest.fixture
-def outside() -> Iterator[Path]:
+@contextlib.contextmanager
+def _outside_folder() -> Iterator[Path]:
     """A folder neither under /tmp nor in the workspace: the user's home, their data directory."""
     base = Path(os.environ.get("TIDEGAUGE_TEST_OUTSIDE_TMP", Path.home()))
     folder = Path(tempfile.mkdtemp(prefix=".tidegauge-sandbox-test-", dir=base))
@@ -62,6 +63,12 @@ def outside() -> Iterator[Path]:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def outside() -> Iterator[Path]:
+    with _outside_folder() as folder:
+        yield folder
 
 
 def _tidegauge(work: Path, fake_llm: Any, *args: str, home: Path | None = None, data: Path | None = None,
@@ -105,52 +112,6 @@ def work(tmp_path: Path) -> Path:
 # ------------------------------------------------------------------------- the file system
 
 
-@needs_bwrap
-def test_a_command_writes_the_workspace_and_its_tmp_but_nothing_outside(fake_llm, work, outside) -> None:
-    home = outside / "home"
-    home.mkdir()
-    beside = work.parent / "beside"  # a temp dir outside the workspace
-    beside.mkdir()
-    command = (f"echo made > inside.txt; echo kept > $TMPDIR/t && cat $TMPDIR/t; touch {beside}/x; "
-               f"touch {home}/x; touch {outside}/x; echo end")
-    result, said, _ = _run_commands(work, fake_llm, [{"command": command}], "--yes", home=home)
-    assert (work / "inside.txt").read_text() == "made\n"
-    assert not (beside / "x").exists() and not (home / "x").exists() and not (outside / "x").exists()
-    assert "kept" in said["call_0"] and "end" in said["call_0"]
-    assert said["call_0"].count("touch: cannot touch") == 3, said["call_0"]
-    assert result["sandbox"] == "bwrap"
-
-
-@needs_bwrap
-@pytest.mark.parametrize("in_home", [False, True], ids=["project in home", "run in home itself"])
-def test_no_read_of_ssh_keys_or_the_data_directory(fake_llm, work, outside, in_home) -> None:
-    """The key and the data directory sit outside /tmp; run in the home itself they are inside the
-    workspace, and still hidden."""
-    home = outside / "home"
-    if in_home:
-        work = home
-    (home / ".ssh").mkdir(parents=True)
-    mark = f"PRIVATE-{uuid.uuid4().hex}"
-    (home / ".ssh" / "id_rsa").write_text(mark)
-    (home / ".netrc").write_text(f"machine x password {mark}")
-    data = home / ".local" / "share" / "tidegauge" if in_home else outside / "data"
-    data.mkdir(parents=True)
-    (data / "secret.txt").write_text(mark)
-    (work / "mine.txt").parent.mkdir(parents=True, exist_ok=True)
-    (work / "mine.txt").write_text("readable")
-    command = (f"cat ~/.ssh/id_rsa ~/.netrc {data}/secret.txt mine.txt; "
-               f"test -e ~/.ssh/id_rsa && echo SSH-SEEN; test -e {data}/secret.txt && echo DATA-SEEN; echo end")
-    result, said, _ = _run_commands(work, fake_llm, [{"command": command}], "--yes", home=home, data=data)
-    assert mark not in said["call_0"], said["call_0"]
-    assert "SSH-SEEN" not in said["call_0"] and "DATA-SEEN" not in said["call_0"], said["call_0"]
-    assert "readable" in said["call_0"] and "end" in said["call_0"]
-    assert (home / ".ssh" / "id_rsa").read_text() == mark  # hidden, not harmed
-    assert result["sandbox"] == "bwrap"
-
-
-# ------------------------------------------------------------------------------ the network
-
-
 @contextlib.contextmanager
 def _loopback_listener() -> Iterator[tuple[int, list[bytes]]]:
     """A TCP server on 127.0.0.1 that records what each connection sends."""
@@ -180,18 +141,127 @@ def _loopback_listener() -> Iterator[tuple[int, list[bytes]]]:
         server.close()
 
 
+def _connect_command(port: int) -> str:
+    return f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo hello >&3 && echo connected"
+
+
+def _read_secrets_command(data: Path) -> str:
+    return (f"cat ~/.ssh/id_rsa ~/.netrc {data}/secret.txt mine.txt; "
+            f"test -e ~/.ssh/id_rsa && echo SSH-SEEN; test -e {data}/secret.txt && echo DATA-SEEN; echo end")
+
+
+def _plant_secrets(home: Path, data: Path, work: Path) -> str:
+    """A key, a .netrc and a file in the data directory, all holding the mark returned; and a file
+    of the workspace's own."""
+    (home / ".ssh").mkdir(parents=True)
+    mark = f"PRIVATE-{uuid.uuid4().hex}"
+    (home / ".ssh" / "id_rsa").write_text(mark)
+    (home / ".netrc").write_text(f"machine x password {mark}")
+    data.mkdir(parents=True)
+    (data / "secret.txt").write_text(mark)
+    (work / "mine.txt").parent.mkdir(parents=True, exist_ok=True)
+    (work / "mine.txt").write_text("readable")
+    return mark
+
+
+@dataclass(frozen=True)
+class DefaultSandboxRun:
+    """One headless run with the default settings and --yes, whose model calls three commands (a
+    start is a process and its imports): call_0 writes inside and outside, call_1 reads the key
+    stores and the data directory, call_2 connects to a loopback listener. Each test below checks
+    one of them."""
+
+    work: Path
+    outside: Path
+    home: Path
+    beside: Path
+    mark: str
+    result: dict[str, Any]
+    said: dict[str, str]
+    listener_got: list[bytes]
+
+
+@pytest.fixture(scope="module")
+def default_sandbox_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DefaultSandboxRun]:
+    if bwrap_problem() is not None:
+        pytest.skip(f"bwrap cannot run here: {bwrap_problem()}")
+    root = tmp_path_factory.mktemp("sandbox")
+    work = root / "work"
+    work.mkdir()
+    fake_llm = FakeLLMServer().start()
+    try:
+        with _outside_folder() as outside, _loopback_listener() as (port, got):
+            home = outside / "home"
+            data = outside / "data"
+            mark = _plant_secrets(home, data, work)
+            beside = root / "beside"  # a temp dir outside the workspace
+            beside.mkdir()
+            write = (f"echo made > inside.txt; echo kept > $TMPDIR/t && cat $TMPDIR/t; touch {beside}/x; "
+                     f"touch {home}/x; touch {outside}/x; echo end")
+            calls = [{"command": write}, {"command": _read_secrets_command(data)}, {"command": _connect_command(port)}]
+            result, said, _ = _run_commands(work, fake_llm, calls, "--yes", home=home, data=data)
+            yield DefaultSandboxRun(work, outside, home, beside, mark, result, said, got)
+    finally:
+        fake_llm.stop()
+    problems = fake_llm.problems()
+    assert not problems, problems
+
+
 @needs_bwrap
-@pytest.mark.parametrize("network", [False, True], ids=["network off", "sandbox_network = true"])
-def test_a_loopback_connection_only_with_sandbox_network(fake_llm, work, network) -> None:
+def test_a_command_writes_the_workspace_and_its_tmp_but_nothing_outside(default_sandbox_run: DefaultSandboxRun) -> None:
+    run = default_sandbox_run
+    assert (run.work / "inside.txt").read_text() == "made\n"
+    assert not (run.beside / "x").exists() and not (run.home / "x").exists() and not (run.outside / "x").exists()
+    assert "kept" in run.said["call_0"] and "end" in run.said["call_0"]
+    assert run.said["call_0"].count("touch: cannot touch") == 3, run.said["call_0"]
+    assert run.result["sandbox"] == "bwrap"
+
+
+def _assert_nothing_secret_was_read(said: str, mark: str, home: Path) -> None:
+    assert mark not in said, said
+    assert "SSH-SEEN" not in said and "DATA-SEEN" not in said, said
+    assert "readable" in said and "end" in said
+    assert (home / ".ssh" / "id_rsa").read_text() == mark  # hidden, not harmed
+
+
+@needs_bwrap
+def test_no_read_of_ssh_keys_or_the_data_directory_from_a_project_in_home(default_sandbox_run: DefaultSandboxRun) -> None:
+    """The key and the data directory sit outside /tmp."""
+    run = default_sandbox_run
+    _assert_nothing_secret_was_read(run.said["call_1"], run.mark, run.home)
+    assert run.result["sandbox"] == "bwrap"
+
+
+@needs_bwrap
+def test_no_read_of_ssh_keys_or_the_data_directory_run_in_home_itself(fake_llm, outside) -> None:
+    """Run in the home itself, the key and the data directory are inside the workspace, and still hidden."""
+    home = outside / "home"
+    data = home / ".local" / "share" / "tidegauge"
+    mark = _plant_secrets(home, data, home)
+    result, said, _ = _run_commands(home, fake_llm, [{"command": _read_secrets_command(data)}], "--yes",
+                                    home=home, data=data)
+    _assert_nothing_secret_was_read(said["call_0"], mark, home)
+    assert result["sandbox"] == "bwrap"
+
+
+# ------------------------------------------------------------------------------ the network
+
+
+@needs_bwrap
+def test_no_connection_even_to_loopback_without_sandbox_network(default_sandbox_run: DefaultSandboxRun) -> None:
+    run = default_sandbox_run
+    assert "connected" not in run.said["call_2"], run.said["call_2"]
+    assert run.listener_got == [] and "[exit code: 1]" in run.said["call_2"]
+    assert run.result["sandbox"] == "bwrap"
+
+
+@needs_bwrap
+def test_a_loopback_connection_with_sandbox_network(fake_llm, work) -> None:
     with _loopback_listener() as (port, got):
-        command = f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo hello >&3 && echo connected"
-        config = "sandbox_network = true\n" if network else ""
-        result, said, _ = _run_commands(work, fake_llm, [{"command": command}], "--yes", config=config)
-        if network:
-            _poll(lambda: got == [b"hello\n"], f"the server got {got}")
-    assert ("connected" in said["call_0"]) is network, said["call_0"]
-    if not network:
-        assert got == [] and "[exit code: 1]" in said["call_0"]
+        result, said, _ = _run_commands(work, fake_llm, [{"command": _connect_command(port)}], "--yes",
+                                        config="sandbox_network = true\n")
+        _poll(lambda: got == [b"hello\n"], f"the server got {got}")
+    assert "connected" in said["call_0"], said["call_0"]
     assert result["sandbox"] == "bwrap"
 
 

@@ -180,6 +180,19 @@ POISON_TEXTS = ["Zqxjvkwplm frobnicated quuxbazzle the xylophonists' antidisesta
                 "Pneumonoultramicroscopic zzyzx qwfpgjluy 31415926"]
 
 
+def _counted_in_this_process(path: Path, texts: list[str]) -> list[int]:
+    """What a run that keeps its pieces in ``path`` counts: the file read as a run's start reads it
+    (remember_pieces_in), here. Where a figure is all a test checks, a process of its own showed
+    nothing more; whether the encoder was loaded still needs one (``_run``)."""
+    before = tokens.use_pieces(None)
+    try:
+        token_pieces.remember_pieces_in(path)
+        return [count_tokens(text) for text in texts]
+    finally:
+        token_pieces.remember_pieces_in(None)
+        tokens.use_pieces(before)
+
+
 def _poison(path: Path) -> None:
     pieces = {piece: 1 for text in POISON_TEXTS for piece in tokens._ascii_split()(text)}
     path.write_text(json.dumps({"encoder": CL100K_SHA256, "pieces": pieces}))
@@ -195,7 +208,7 @@ def test_a_poisoned_pieces_file_not_ours_does_not_change_the_figures(tmp_path: P
     said = token_pieces.remember_pieces_in(path)  # one line, for the session's start
     token_pieces.remember_pieces_in(None)
     assert said is not None and "not tidegauge's own file" in said and "0644" in said and str(path) in said
-    assert _run(path, POISON_TEXTS)["counts"] == exact
+    assert _counted_in_this_process(path, POISON_TEXTS) == exact
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="giving a file to another user needs root")
@@ -204,7 +217,7 @@ def test_a_pieces_file_another_user_owns_is_not_read(tmp_path: Path) -> None:
     _poison(path)
     path.chmod(0o600)
     os.chown(path, 4242, 4242)
-    assert _run(path, POISON_TEXTS)["counts"] == [len(encoder().encode(t)) for t in POISON_TEXTS]
+    assert _counted_in_this_process(path, POISON_TEXTS) == [len(encoder().encode(t)) for t in POISON_TEXTS]
 
 
 def test_a_poisoned_file_of_ours_is_dropped_once_a_sample_is_counted_again(tmp_path: Path) -> None:
@@ -215,7 +228,7 @@ def test_a_poisoned_file_of_ours_is_dropped_once_a_sample_is_counted_again(tmp_p
     table.learn("hello there")  # the kept counts are checked first
     table.save()
     assert "Zqxjvkwplm" not in table.counts
-    assert _run(path, POISON_TEXTS)["counts"] == [len(encoder().encode(t)) for t in POISON_TEXTS]
+    assert _counted_in_this_process(path, POISON_TEXTS) == [len(encoder().encode(t)) for t in POISON_TEXTS]
 
 
 def test_a_poisoned_file_of_ours_adds_nothing_to_a_figure_counted_with_new_pieces(tmp_path: Path) -> None:

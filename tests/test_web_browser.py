@@ -38,22 +38,9 @@ def _serving(folder: Path) -> Iterator[WebServer]:
         web.stop()
 
 
-@pytest.fixture(scope="module")
-def shared_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("web")
-
-
-@pytest.fixture(scope="module")
-def shared_server(shared_folder: Path) -> Iterator[WebServer]:
-    """One server for the tests that leave it running (a start is a process and its imports); each
-    tab is a dashboard and a session of its own. Its data and config are in ``shared_folder``."""
-    with _serving(shared_folder) as web:
-        yield web
-
-
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[WebServer]:
-    """A server of the test's own, for a test that stops it."""
+    """A server of the test's own (each test uses one: the demo task's, and one that stops it)."""
     with _serving(tmp_path) as web:
         yield web
 
@@ -89,8 +76,7 @@ def terminal(chromium: Any) -> Iterator[BrowserTerminal]:
 
 
 def test_the_demo_task_runs_in_the_browser_and_ctrl_o_and_ctrl_s_work(
-        shared_server: WebServer, shared_folder: Path, terminal: BrowserTerminal) -> None:
-    server = shared_server
+        server: WebServer, tmp_path: Path, terminal: BrowserTerminal) -> None:
     terminal.open(server.url)
     screen = terminal.wait_for_text("demo (scripted model)", "Ask tidegauge", "of 9", timeout_s=START_TIMEOUT_S)
     assert "context" in screen and "auto-compact" in screen  # the gauge is there from the first screen
@@ -104,7 +90,7 @@ def test_the_demo_task_runs_in_the_browser_and_ctrl_o_and_ctrl_s_work(
     terminal.click_text("run_bash cat app.log")  # the call (in the tool list or the conversation)
     terminal.press("Control+o")
     # The viewer shows the whole saved output (15 MB of log), not the cut the model saw.
-    saved = max((shared_folder / "data" / "sessions").glob("*/tool-results/*"), key=lambda f: f.stat().st_size)
+    saved = max((tmp_path / "data" / "sessions").glob("*/tool-results/*"), key=lambda f: f.stat().st_size)
     full_text = saved.read_text(encoding="utf-8")
     # (its line count is on the full view's status row alone: the model's view says the characters too)
     terminal.wait_for_text(f"{len(full_text.splitlines()):,} lines, {len(full_text):,} characters",
@@ -127,23 +113,25 @@ def test_the_demo_task_runs_in_the_browser_and_ctrl_o_and_ctrl_s_work(
     assert hosts == {urlsplit(server.url).netloc}, terminal.requests
 
 
-def test_a_closed_tab_ends_its_dashboard_and_ctrl_c_on_the_server_ends_the_others(
-        server: WebServer, terminal: BrowserTerminal) -> None:
-    other = BrowserTerminal(terminal.page.context.new_page())
-    other.open(server.url)
-    other.wait_for_text("Ask tidegauge", timeout_s=START_TIMEOUT_S)
-    terminal.open(server.url)
-    terminal.wait_for_text("Ask tidegauge", timeout_s=START_TIMEOUT_S)
-    # Each tab is a dashboard process with its session process under it (started after
-    # the first frame): a tab's processes are one subtree of the server's.
-    tabs = _tab_trees(server, count=2)
-    other_tab, this_tab = tabs  # opened in this order: pids grow
-    assert all(len(tree) >= 2 for tree in tabs), "every tab runs its own dashboard and session processes"
+def test_a_720x480_tab_and_a_closed_tab_ends_its_dashboard_and_ctrl_c_on_the_server_ends_the_others(
+        server: WebServer, chromium: Any, terminal: BrowserTerminal) -> None:
+    """The tab closed first is a small browser window, checked before it closes (a tab is a
+    dashboard and a session process: one tab fewer than a test of its own)."""
+    with _page(chromium, (720, 480)) as small:
+        other = BrowserTerminal(small)
+        _a_small_window_takes_keys_before_a_click_and_keeps_the_footers_keys(other, server)
+        terminal.open(server.url)
+        terminal.wait_for_text("Ask tidegauge", timeout_s=START_TIMEOUT_S)
+        # Each tab is a dashboard process with its session process under it (started after
+        # the first frame): a tab's processes are one subtree of the server's.
+        tabs = _tab_trees(server, count=2)
+        other_tab, this_tab = tabs  # opened in this order: pids grow
+        assert all(len(tree) >= 2 for tree in tabs), "every tab runs its own dashboard and session processes"
 
-    other.page.close()
-    gone, alive = psutil.wait_procs(other_tab, timeout=START_TIMEOUT_S)
-    assert not alive, "closing a tab ends its dashboard and its session"
-    assert all(p.is_running() for p in this_tab), "the other tab's dashboard runs on"
+        other.page.close()
+        gone, alive = psutil.wait_procs(other_tab, timeout=START_TIMEOUT_S)
+        assert not alive, "closing a tab ends its dashboard and its session"
+        assert all(p.is_running() for p in this_tab), "the other tab's dashboard runs on"
     dashboards = this_tab
 
     assert server.stop() == 0
@@ -181,20 +169,18 @@ FOOTER_WORDS = {"^o", "Output", "^s", "Compact", "^r", "Reset", "^g", "Chart", "
                 "↑", "↓", "History", "pgup", "pgdn", "Scroll", "^p", "palette"}
 
 
-def test_at_720x480_keys_typed_before_a_click_reach_the_terminal_and_the_footer_keeps_its_keys(
-        shared_server: WebServer, chromium: Any) -> None:
+def _a_small_window_takes_keys_before_a_click_and_keeps_the_footers_keys(terminal: BrowserTerminal,
+                                                                         server: WebServer) -> None:
     """A small browser window (issue 29): its terminal is 80 columns, the footer's keys are whole
     there (at 142 columns it read "^s C▏"), and the page takes keys before any click."""
-    with _page(chromium, (720, 480)) as page:
-        terminal = BrowserTerminal(page)
-        terminal.open(shared_server.url)
-        screen = terminal.wait_for_text("Ask tidegauge", "session ", timeout_s=START_TIMEOUT_S)
-        cols, rows = page.evaluate("[window.__tidegaugeTerminal.cols, window.__tidegaugeTerminal.rows]")
-        assert cols <= 80 and rows <= 24, f"720x480 gives a {cols}x{rows} terminal"
-        footer = screen.rstrip("\n").split("\n")[-1]
-        assert set(footer.split()) <= FOOTER_WORDS, f"a cut word in the footer at {cols} columns: {footer!r}"
-        for entry in FOOTER_KEYS:
-            assert entry in footer, f"{entry!r} missing from the footer at {cols} columns: {footer!r}"
-        terminal.type("/help")  # no click into the page first
-        terminal.press("Enter")
-        terminal.wait_for_text("commands:", "/compact", timeout_s=START_TIMEOUT_S)
+    terminal.open(server.url)
+    screen = terminal.wait_for_text("Ask tidegauge", "session ", timeout_s=START_TIMEOUT_S)
+    cols, rows = terminal.page.evaluate("[window.__tidegaugeTerminal.cols, window.__tidegaugeTerminal.rows]")
+    assert cols <= 80 and rows <= 24, f"720x480 gives a {cols}x{rows} terminal"
+    footer = screen.rstrip("\n").split("\n")[-1]
+    assert set(footer.split()) <= FOOTER_WORDS, f"a cut word in the footer at {cols} columns: {footer!r}"
+    for entry in FOOTER_KEYS:
+        assert entry in footer, f"{entry!r} missing from the footer at {cols} columns: {footer!r}"
+    terminal.type("/help")  # no click into the page first
+    terminal.press("Enter")
+    terminal.wait_for_text("commands:", "/compact", timeout_s=START_TIMEOUT_S)

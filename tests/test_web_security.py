@@ -231,14 +231,27 @@ def test_a_malformed_message_is_one_log_line_and_the_server_serves_on(server: We
     _assert_log_is_clean(server)
 
 
-def test_a_second_tab_on_a_resumed_session_is_told_why(tmp_path: Path) -> None:
+def test_a_resumed_sessions_tab_says_which_process_holds_it_and_a_second_tab_is_told_why(tmp_path: Path) -> None:
+    """One server on one resumed session shows both refusals (a server start is a process and its
+    imports). While another process holds the session's lock, the tab's dashboard is refused and
+    its page says so instead of staying blank; once the lock is free, a first tab runs on the
+    session and a second is told it is open in the first."""
+    from app.session import lock as session_lock
     from app.session.store import SessionStore
 
     (tmp_path / "work").mkdir()
     session = SessionStore(tmp_path / "data").create(tmp_path / "work", "demo", None)
+    lock = session_lock.acquire(session.transcript_path)  # as a terminal tidegauge on it would
     web = _start(tmp_path, "--resume", session.id)
 
-    async def scenario() -> tuple[str, int, str]:
+    async def refused_by_the_lock() -> tuple[str, int, str]:
+        client, websocket = await _open_tab(web)
+        try:
+            return await _told_why_closed(websocket)
+        finally:
+            await _close_tab(client, websocket)
+
+    async def second_tab() -> tuple[str, int, str]:
         first = await _open_tab(web)
         web.wait_for_line("a tab opened")
         drawn = await first[1].receive(timeout=START_TIMEOUT_S)  # its dashboard runs on the session
@@ -249,58 +262,50 @@ def test_a_second_tab_on_a_resumed_session_is_told_why(tmp_path: Path) -> None:
         await _close_tab(*first)
         return refused
 
+    held = False
     try:
-        refused = asyncio.run(scenario())
-    finally:
-        web.stop()
-    told, code, _ = refused
-    assert code == 1013
-    assert told == (f"session {session.id} is open in another tab: close that tab, then press Restart "
-                    "(or serve a copy: --fork-session)")
-    _assert_log_is_clean(web)
-
-
-def test_a_tab_on_a_session_another_process_holds_shows_that_process_line(tmp_path: Path) -> None:
-    """The session lock refuses the tab's dashboard: its page says so instead of staying blank."""
-    from app.session import lock as session_lock
-    from app.session.store import SessionStore
-
-    (tmp_path / "work").mkdir()
-    session = SessionStore(tmp_path / "data").create(tmp_path / "work", "demo", None)
-    lock = session_lock.acquire(session.transcript_path)  # as a terminal tidegauge on it would
-    web = _start(tmp_path, "--resume", session.id)
-    try:
-        async def scenario() -> tuple[str, int, str]:
-            client, websocket = await _open_tab(web)
-            try:
-                return await _told_why_closed(websocket)
-            finally:
-                await _close_tab(client, websocket)
-
-        told, code, reason = asyncio.run(scenario())
-    finally:
-        web.stop()
+        held_told, held_code, held_reason = asyncio.run(refused_by_the_lock())
+        web.wait_for_line("a tab closed (0 of")  # the refused tab holds no place and not the session
         session_lock.release(lock)
-    assert told.startswith(f"session {session.id} is in use by process {os.getpid()} since ")
-    assert told.endswith("wait for it to end, or add --fork-session to continue in a copy of it")
-    assert code == 1011 and told.startswith(reason.removesuffix("..."))
-    assert f"a tab's dashboard ended by itself: {told}" in "".join(web.output)
+        held = True
+        second_told, second_code, _ = asyncio.run(second_tab())
+    finally:
+        web.stop()
+        if not held:
+            session_lock.release(lock)
+    # held by another process: that process's line
+    assert held_told.startswith(f"session {session.id} is in use by process {os.getpid()} since "), held_told
+    assert held_told.endswith("wait for it to end, or add --fork-session to continue in a copy of it"), held_told
+    assert held_code == 1011 and held_told.startswith(held_reason.removesuffix("..."))
+    assert f"a tab's dashboard ended by itself: {held_told}" in "".join(web.output)
+    # open in another tab: why, and what to do
+    assert second_code == 1013
+    assert second_told == (f"session {session.id} is open in another tab: close that tab, then press Restart "
+                           "(or serve a copy: --fork-session)")
     _assert_log_is_clean(web)
 
 
-def test_web_host_off_loopback_warns_once_and_still_refuses_other_names(tmp_path: Path) -> None:
-    web = _start(tmp_path, "--web-host", "0.0.0.0")
+@pytest.fixture(scope="module")
+def off_loopback(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebServer]:
+    """A server on 0.0.0.0 with a refusal count of its own (the module's server counts those of
+    the other tests): the off-loopback test and the flood of refusals share it, one start fewer."""
+    web = _start(tmp_path_factory.mktemp("web-off-loopback"), "--web-host", "0.0.0.0")
     try:
-        port = urlsplit(web.url).port
-        warning = [line for line in web.output if "warning" in line]
-        assert warning == [f"tidegauge: warning: --web-host 0.0.0.0 is not loopback: anyone who can reach "
-                           f"0.0.0.0:{port} and holds the token can run commands as this user\n"]
-        by_address = f"http://127.0.0.1:{port}/?token={web.token}"
-        assert httpx.get(by_address, timeout=START_TIMEOUT_S).status_code == 200
-        by_name = httpx.get(by_address, headers={"Host": f"rebound.example:{port}"}, timeout=START_TIMEOUT_S)
-        assert by_name.status_code == 403
+        yield web
     finally:
         web.stop()
+
+
+def test_web_host_off_loopback_warns_once_and_still_refuses_other_names(off_loopback: WebServer) -> None:
+    web = off_loopback
+    port = urlsplit(web.url).port
+    warning = [line for line in web.output if "warning" in line]
+    assert warning == [f"tidegauge: warning: --web-host 0.0.0.0 is not loopback: anyone who can reach "
+                       f"0.0.0.0:{port} and holds the token can run commands as this user\n"]
+    by_address = f"http://127.0.0.1:{port}/?token={web.token}"
+    assert httpx.get(by_address, timeout=START_TIMEOUT_S).status_code == 200
+    by_name = httpx.get(by_address, headers={"Host": f"rebound.example:{port}"}, timeout=START_TIMEOUT_S)
+    assert by_name.status_code == 403
 
 
 def test_web_host_that_is_not_an_address_is_one_line(tmp_path: Path) -> None:
@@ -398,7 +403,7 @@ def test_the_page_that_holds_the_token_is_not_cached_framed_or_sent_as_a_referer
     assert f'data-session-websocket-url="ws://{urlsplit(server.base_url).netloc}/ws/{server.token}"' in page.text
 
 
-def test_a_flood_of_refused_requests_does_not_bury_the_log(tmp_path: Path) -> None:
+def test_a_flood_of_refused_requests_does_not_bury_the_log(off_loopback: WebServer) -> None:
     """Any page in the browser can make requests to the port (an image tag in a loop). Each one
     was a log line: 10,000 of them buried everything the user must read."""
     from app.surfaces.dashboard.web import RefusalLog
@@ -409,16 +414,16 @@ def test_a_flood_of_refused_requests_does_not_bury_the_log(tmp_path: Path) -> No
     assert len(logged) == 50 + 1 + 10  # one by one, the notice, then at 1,000, 2,000 ... 10,000
     assert "one line per 1,000 refusals: 51 so far" in logged[50] and "(10,000 refusals so far)" in logged[-1]
 
-    web = _start(tmp_path)
-    try:
-        with httpx.Client(timeout=START_TIMEOUT_S) as client:
-            for n in range(51):
-                assert client.get(f"{web.base_url}/?n={n}").status_code == 403  # no token: each refused
-        web.wait_for_line("from now on one line per 1,000 refusals")
-        assert sum("refused GET" in line for line in web.output) == 51  # 50 lines and the notice
-        assert httpx.get(web.url, timeout=START_TIMEOUT_S).status_code == 200  # the user still gets in
-    finally:
-        web.stop()
+    # The refusals of the off-loopback test (one, if it ran first) count too: 51 more requests bring
+    # the notice either way, and the log then holds 50 lines and the notice.
+    web = off_loopback
+    by_address = f"http://127.0.0.1:{urlsplit(web.url).port}"
+    with httpx.Client(timeout=START_TIMEOUT_S) as client:
+        for n in range(51):
+            assert client.get(f"{by_address}/?n={n}").status_code == 403  # no token: each refused
+    web.wait_for_line("from now on one line per 1,000 refusals")
+    assert sum("refused GET" in line for line in web.output) == 51  # 50 lines and the notice
+    assert httpx.get(f"{by_address}/?token={web.token}", timeout=START_TIMEOUT_S).status_code == 200  # the user gets in
 
 
 def test_nesting_is_measured_outside_strings_and_refused_before_parsing() -> None:
