@@ -191,9 +191,10 @@ async def test_a_long_reply_is_one_widget_whose_flushes_render_only_what_changed
             with VerticalScroll():
                 yield AssistantMessage()
 
-    # 40 paragraphs show it as well as hundreds: rendering every block on each flush would be
-    # ~flushes x paragraphs / 2 renders, ten times the bound below; each frame costs its cells.
-    paragraphs = [f"Paragraph {i}: " + "lorem ipsum " * 60 for i in range(40)]
+    # 40 short paragraphs show it as well as hundreds of long ones: rendering every block on each
+    # flush would be ~flushes x paragraphs / 2 renders, ten times the bound below; each frame and
+    # each render costs its characters.
+    paragraphs = [f"Paragraph {i}: " + "lorem ipsum " * 30 for i in range(40)]
     text = "\n\n".join(paragraphs) + "\n"
     app = Scrolling()
     async with app.run_test(size=(80, 20)) as pilot:
@@ -221,8 +222,8 @@ async def test_a_long_reply_is_one_widget_whose_flushes_render_only_what_changed
 
 
 async def test_a_huge_streamed_code_block_stays_one_block_to_the_eye_and_each_segment_stays_small() -> None:
-    # ~35 KB of code: fifteen pieces show the cut as well as fifty, each drawn line costs a render
-    code = "".join(f"row_{i} = compute({i})\n" for i in range(1_500))
+    # ~17 KB of code: seven pieces show the cut as well as fifty, each drawn line costs a render
+    code = "".join(f"row_{i} = compute({i})\n" for i in range(750))
     text = "Here is the file:\n\n```python\n" + code + "```\n\nThat is all."
     app = Host()
     async with app.run_test(size=(120, 40)) as pilot:
@@ -236,8 +237,8 @@ async def test_a_huge_streamed_code_block_stays_one_block_to_the_eye_and_each_se
         assert _code_lines(sources) == code.splitlines()  # no line lost, doubled or cut in two
         drawn = _drawn(message, 0, message.outer_size.height).splitlines()
         first = next(i for i, line in enumerate(drawn) if "row_0 = compute(0)" in line)
-        last = next(i for i, line in enumerate(drawn) if "row_1499 = compute(1499)" in line)
-        assert last - first == 1_499  # drawn as one block: no blank line where a piece ends
+        last = next(i for i, line in enumerate(drawn) if "row_749 = compute(749)" in line)
+        assert last - first == 749  # drawn as one block: no blank line where a piece ends
 
     restored = Host(text)
     async with restored.run_test(size=(120, 40)) as pilot:
@@ -252,9 +253,11 @@ async def test_a_huge_streamed_code_block_stays_one_block_to_the_eye_and_each_se
 
 def _long_reply(paragraphs: int = 220) -> str:
     """Hundreds of blocks of different lengths (paragraphs, lists, headings), a code block cut in pieces
-    half-way, and prose at the end (whose estimated heights are off by a line here and there)."""
+    half-way, and prose at the end (whose estimated heights are off by a line here and there).
+    The paragraphs are one to six lines at 100 columns and the code block three pieces: what the
+    tests count is blocks, and each character costs a render at every width."""
     words = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor".split()
-    code = "".join(f"row_{i} = compute({i}, k={i % 7})\n" for i in range(300))
+    code = "".join(f"row_{i} = compute({i}, k={i % 7})\n" for i in range(200))
     blocks: list[str] = []
     for i in range(paragraphs):
         if i == paragraphs // 2:
@@ -264,7 +267,7 @@ def _long_reply(paragraphs: int = 220) -> str:
         elif i % 17 == 0:
             blocks.append("\n".join(f"- item {i}.{j}: " + " ".join(words[: 4 + 3 * j]) for j in range(4)))
         else:
-            blocks.append(f"Paragraph {i}: " + " ".join(words[(i + j) % len(words)] for j in range(30 + (i * 37) % 150)))
+            blocks.append(f"Paragraph {i}: " + " ".join(words[(i + j) % len(words)] for j in range(10 + (i * 37) % 70)))
     return "\n\n".join(blocks) + "\n\nThe end."
 
 
