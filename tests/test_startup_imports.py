@@ -199,3 +199,32 @@ def test_a_program_that_calls_main_keeps_its_pydantic_plug_ins(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1] == "True"
+
+
+def test_the_dashboard_s_session_process_starts_as_lean_as_a_headless_run(tmp_path):
+    """The session process the dashboard starts (``python -m app.wiring.session_child``) builds the
+    same session as headless tidegauge: it imports none of httpx's command-line client (rich,
+    click, pygments), no dashboard and no plug-in search, and leaves start-up with its objects
+    frozen and the collector's usual thresholds, as a headless run does."""
+    hook_dir = tmp_path / "hook"
+    hook_dir.mkdir()
+    (hook_dir / "sitecustomize.py").write_text(MODULES_AT_EXIT_HOOK)
+    work = tmp_path / "work"
+    work.mkdir()
+    env = _env(tmp_path, hook_dir)
+    env["STARTUP_TEST_MODULES_FILE"] = str(tmp_path / "modules.txt")
+    env["STARTUP_TEST_GC_FILE"] = str(tmp_path / "gc.txt")
+    request = '{"overrides": {"provider": "demo", "demo_speed": 0}}'
+
+    proc = subprocess.run([sys.executable, "-m", "app.wiring.session_child", request], cwd=work, env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith('{"type": "@ready"'), proc.stdout[:200]
+    names = set((tmp_path / "modules.txt").read_text().split())
+    assert "httpx" in names and "app.wiring.runtime" in names, "the hook did not see the session's own modules"
+    not_needed = ("textual", "rich", "click", "pygments", "httpx._main", "app.surfaces", "importlib.metadata",
+                  "genai_prices.update_prices", "httpx2")
+    assert [name for package in not_needed for name in _loaded(names, package)] == []
+    *thresholds, frozen = map(int, (tmp_path / "gc.txt").read_text().split())
+    assert tuple(thresholds) == (700, 10, 10) and frozen > 50_000, (thresholds, frozen)
