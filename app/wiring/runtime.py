@@ -25,6 +25,7 @@ from app.context.engine import ContextEngine, EngineConfig
 from app.context.file_cache import FileReadCache
 from app.context.memory import ImportApprovals, ImportPolicy, MemoryBundle, find_repo_root, load_memory
 from app.context.prices import assumed_price_warning, price_for, remember_lookups_in
+from app.context.kept_ranks import merge_over_kept_ranks
 from app.context.token_pieces import remember_pieces_in
 from app.context.thresholds import assumed_window_warning, context_window_for
 from app.kernel.errors import ConfigError, SetupError
@@ -212,6 +213,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         registry.register(extra.tool, max_output=extra.max_output)
     remember_lookups_in(settings.data_dir_path / "catalogue-lookups.json")
     pieces_dropped = remember_pieces_in(settings.data_dir_path / "token-pieces.json")
+    merge_over_kept_ranks()  # new pieces merged over the rank table sorted once, not a dict made per process
     window = settings.window
     if window is None:
         window = setup.default_window or context_window_for(provider.model)
