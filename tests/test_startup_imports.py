@@ -205,7 +205,8 @@ def test_the_dashboard_s_session_process_starts_as_lean_as_a_headless_run(tmp_pa
     """The session process the dashboard starts (``python -m app.wiring.session_child``) builds the
     same session as headless tidegauge: it imports none of httpx's command-line client (rich,
     click, pygments), no dashboard and no plug-in search, and leaves start-up with its objects
-    frozen and the collector's usual thresholds, as a headless run does."""
+    frozen and the collector's usual thresholds, as a headless run does. The demo's session loads
+    no HTTP client at all."""
     hook_dir = tmp_path / "hook"
     hook_dir.mkdir()
     (hook_dir / "sitecustomize.py").write_text(MODULES_AT_EXIT_HOOK)
@@ -222,9 +223,10 @@ def test_the_dashboard_s_session_process_starts_as_lean_as_a_headless_run(tmp_pa
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith('{"type": "@ready"'), proc.stdout[:200]
     names = set((tmp_path / "modules.txt").read_text().split())
-    assert "httpx" in names and "app.wiring.runtime" in names, "the hook did not see the session's own modules"
-    not_needed = ("textual", "rich", "click", "pygments", "httpx._main", "app.surfaces", "importlib.metadata",
-                  "genai_prices.update_prices", "httpx2")
+    assert "app.demo.provider" in names and "app.wiring.runtime" in names, "the hook did not see the session's modules"
+    # (the demo's provider streams over no HTTP: not even httpx is loaded)
+    not_needed = ("textual", "rich", "click", "pygments", "httpx", "httpcore", "anyio", "app.providers.http_base",
+                  "app.surfaces", "importlib.metadata", "genai_prices.update_prices", "httpx2")
     assert [name for package in not_needed for name in _loaded(names, package)] == []
     *thresholds, frozen = map(int, (tmp_path / "gc.txt").read_text().split())
     assert tuple(thresholds) == (700, 10, 10) and frozen > 50_000, (thresholds, frozen)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
@@ -36,8 +37,6 @@ from app.kernel.event_sink import EventSink
 from app.kernel.events import ChartPointEvent, Event, PromptCacheOffEvent, ServerCompactionEvent, SessionInfoEvent, UsageEvent
 from app.kernel.protocol import Listener
 from app.providers.factory import open_provider
-from app.providers.http_base import SseHttpProvider
-from app.providers.sse import StreamLimits
 from app.kernel.redact import register_secret
 from app.kernel.usage import Usage
 from app.kernel.request_store import RequestStore
@@ -138,6 +137,14 @@ def build_agent(settings: Settings, *, emit: Listener | None = None, approver: A
     (tests drive the agent directly; surfaces go through ``build_session``)."""
     return _build(settings, emit=emit, approver=approver, resume=resume, continue_latest=continue_latest,
                   cwd=cwd).agent
+
+
+def _streams_over_http(provider: object) -> bool:
+    """Is ``provider`` an ``SseHttpProvider``? Asked without importing its module: a provider of
+    that class exists only once the module is loaded, and a session whose provider does not
+    stream over HTTP (the demo's) then never loads it, nor httpx with it (a tenth of its start)."""
+    http_base = sys.modules.get("app.providers.http_base")
+    return http_base is not None and isinstance(provider, http_base.SseHttpProvider)
 
 
 def build_session(settings: Settings, *, approvals: bool, resume: str | None = None,
@@ -244,7 +251,10 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         tool_results_dir=session.tool_results_dir,
         saved_budget=saved_output_budget,
     )
-    if isinstance(provider, SseHttpProvider):  # a server cannot make one call unbounded in memory or time
+    if _streams_over_http(provider):  # a server cannot make one call unbounded in memory or time
+        # Only a provider over HTTP has limits to set: its module (and httpx) is loaded already.
+        from app.providers.sse import StreamLimits
+
         provider.limits = StreamLimits.from_settings(settings)
     # Provider-side context management: thresholds from ours, unsupported options said once.
     warnings = [("server context", line) for line in configure_server_context(provider, engine, settings)]
