@@ -7,7 +7,7 @@ import platform
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Sequence, TypeGuard
 
 from app.agent.loop import Agent, AgentOptions, Approver, quiet_model_call
 from app.agent.subagent import SubAgentLimits, register_task_tool
@@ -46,9 +46,10 @@ from app.tools.base import SavedOutputBudget, ToolContext
 from app.tools.registry import default_registry
 from app.session.transcript import TranscriptWriter, restore
 
-if TYPE_CHECKING:  # imported when a server is configured, not with every session
+if TYPE_CHECKING:  # imported when a server is configured or a provider streams over HTTP, not with every session
     from app.mcp.client_features import ClientRequests
     from app.mcp.hub import McpHub
+    from app.providers.http_base import SseHttpProvider
 
 SYSTEM_PROMPT = """You are tidegauge, a coding agent working in the user's terminal.
 Working directory: {cwd}
@@ -139,7 +140,7 @@ def build_agent(settings: Settings, *, emit: Listener | None = None, approver: A
                   cwd=cwd).agent
 
 
-def _streams_over_http(provider: object) -> bool:
+def _streams_over_http(provider: object) -> TypeGuard[SseHttpProvider]:
     """Is ``provider`` an ``SseHttpProvider``? Asked without importing its module: a provider of
     that class exists only once the module is loaded, and a session whose provider does not
     stream over HTTP (the demo's) then never loads it, nor httpx with it (a tenth of its start)."""
