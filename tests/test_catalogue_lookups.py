@@ -130,6 +130,7 @@ def test_the_installation_s_answers_for_another_catalogue_or_day_or_damaged_are_
                    header.replace(b" 20", b" 19") + json.dumps(forged).encode(),  # another day
                    header + b"not json",
                    header + json.dumps({key: {"price": "cheap"} for key in forged}).encode(),
+                   header + b"[" * 200_000,  # nested deeper than json goes, within the size bound
                    header + b"[" * 100 + b"x" * prices.LOOKUPS_MAX_BYTES):
         answers.write_bytes(spoilt)
         lookups.unlink()

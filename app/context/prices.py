@@ -237,7 +237,7 @@ class _KeptAnswers:
         data = read_kept(self.path, self.header, LOOKUPS_MAX_BYTES)
         try:
             kept = json.loads(data) if data is not None else None
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
             kept = None
         if isinstance(kept, dict):
             self.models = dict(list(kept.items())[-LOOKUPS_MAX_MODELS:])
