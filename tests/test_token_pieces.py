@@ -9,6 +9,7 @@ we wrote.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -113,7 +114,8 @@ def test_merging_over_the_rank_table_counts_each_piece_as_the_encoder_does(text:
     ranks = tokens._ranks_by_base64()
     assert ranks is not None
     for piece in tokens._ascii_split()(text):
-        assert tokens._bpe_count(piece.encode("ascii"), ranks) == len(encoder().encode_ordinary(piece)), piece
+        assert tokens._bpe_count(piece.encode("ascii"), lambda part: ranks.get(base64.b64encode(part))) == \
+            len(encoder().encode_ordinary(piece)), piece
 
 
 def test_the_real_prompt_and_tools_merge_to_the_encoder_s_figure() -> None:
@@ -142,8 +144,9 @@ def test_a_session_that_merged_its_budget_of_new_pieces_loads_the_encoder(monkey
 
 def test_loading_the_encoder_lets_the_merge_table_go() -> None:
     assert tokens._ranks_by_base64() is not None and tokens._ranks_by_base64.cache_info().currsize == 1
+    assert tokens._merge_ranks() is not None and tokens._merge_ranks.cache_info().currsize == 1
     tokens.encoder.__wrapped__()
-    assert tokens._ranks_by_base64.cache_info().currsize == 0
+    assert tokens._ranks_by_base64.cache_info().currsize == 0 and tokens._merge_ranks.cache_info().currsize == 0
 
 
 def test_a_rank_table_not_matching_its_hash_is_not_merged_over(monkeypatch, pieces: Path) -> None:
@@ -151,11 +154,13 @@ def test_a_rank_table_not_matching_its_hash_is_not_merged_over(monkeypatch, piec
     site-packages) gives no figure of its own: the encoder's loader and its checks count."""
     monkeypatch.setattr(tokens, "CL100K_SHA256", "0" * 64)
     tokens._ranks_by_base64.cache_clear()
+    tokens._merge_ranks.cache_clear()
     try:
         assert tokens.PieceCounts().count_new("hello world") is None
         assert count_tokens("hello zqxjvkw world") == len(encoder().encode("hello zqxjvkw world"))
     finally:
         tokens._ranks_by_base64.cache_clear()
+        tokens._merge_ranks.cache_clear()
 
 
 @pytest.mark.parametrize("kept", [

@@ -45,7 +45,7 @@ from app.kernel.request_store import RequestEnvelope, RequestStore
 from app.kernel.messages import ContentBlock, Message, TextBlock, ToolResultBlock, ToolUseBlock
 from app.kernel.markers import BAD_ARGUMENTS_KEY
 from app.agent.permissions import Permissions, source_words
-from app.providers.sse import MAX_RETRY_AFTER
+from app.providers.base import MAX_RETRY_AFTER
 from app.providers.base import (
     CacheMarkingProvider,
     Completed,

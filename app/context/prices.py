@@ -10,6 +10,9 @@ on the first lookup of a model it could know, not with this module.
 A lookup's answer (the entry, or that there is none) is kept in the data directory, keyed by
 the installed catalogue's file and the day, so a run for a model looked up before does not
 import the package at all (``remember_lookups_in``): a one-turn headless run is mostly start-up.
+The answers are also kept beside this package's bytecode under the SHA-256 of the model's name
+(``_KeptAnswers``), so a run in a new data directory (a first run, every test's) for a model this
+installation looked up before does not import it either.
 
 Users override a price in config (``[prices."model-prefix"]`` with input,
 cached_input, cache_write, output); ``price_for`` merges the override over the
@@ -20,7 +23,9 @@ has no cost (None), and ``assumed_price_warning`` says so once with the setting.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
+import os
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from importlib.util import find_spec
 
 from app.kernel.private_files import read_kept_json, write_kept_json
+from app.system.kept_files import path_beside_bytecode, read_kept, write_kept
 from app.kernel.usage import Usage
 
 if TYPE_CHECKING:  # the catalogue's types, for mypy only: importing them costs ~0.2 s
@@ -120,7 +126,7 @@ def catalogue_model(model: str) -> CatalogueModel | None:
         known, entry = _lookups.get(name)
         if known:
             return entry
-        entry = _look_up(name)
+        entry = _kept_or_look_up(name, _lookups)
         _lookups.put(name, entry)
         return entry
     return _look_up(name)
@@ -183,16 +189,7 @@ class _KeptLookups:
     def get(self, name: str) -> tuple[bool, CatalogueModel | None]:
         if name not in self.models:
             return False, None
-        value = self.models[name]
-        if value is None:
-            return True, None
-        try:
-            return True, CatalogueModel(provider_id=str(value["provider_id"]), model_id=str(value["model_id"]),
-                                        price=_price_from_json(value["price"]),
-                                        context_window=None if value["context_window"] is None
-                                        else int(value["context_window"]))
-        except (KeyError, TypeError, ValueError, AttributeError):
-            return False, None  # not what we wrote: look it up again
+        return _entry_from_json(self.models[name])
 
     def put(self, name: str, entry: CatalogueModel | None) -> None:
         self.models.pop(name, None)
@@ -201,12 +198,88 @@ class _KeptLookups:
         write_kept_json(self.path, {"catalogue": self.identity, "day": self.day, "models": self.models})
 
 
+def _entry_from_json(value: Any) -> tuple[bool, CatalogueModel | None]:
+    """A kept answer: (True, the entry or None), or (False, None) for anything we did not write."""
+    if value is None:
+        return True, None
+    try:
+        return True, CatalogueModel(provider_id=str(value["provider_id"]), model_id=str(value["model_id"]),
+                                    price=_price_from_json(value["price"]),
+                                    context_window=None if value["context_window"] is None
+                                    else int(value["context_window"]))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return False, None  # not what we wrote: look it up again
+
+
+# ---- answers kept beside the bytecode, for every data directory ----
+
+ANSWERS_STEM = "catalogue-answers"
+
+
+def kept_answers_path() -> str:
+    """Where the installation's answers are kept: this package's bytecode folder (or under
+    ``sys.pycache_prefix``), named for this interpreter."""
+    return path_beside_bytecode(os.path.dirname(os.path.abspath(__file__)), ANSWERS_STEM, "json")
+
+
+class _KeptAnswers:
+    """The catalogue's answers any earlier run of this installation found, for this catalogue and
+    day, kept beside the bytecode (``app/system/kept_files.py``): its trust is the ``.pyc`` files',
+    and it is as readable as the installation, so a model's name (a fine-tune's may name an
+    organisation) is not written there, only its SHA-256. Read if its header names this catalogue
+    and day and it is at most LOOKUPS_MAX_BYTES of JSON; an answer that is not what we wrote is
+    looked up again. Written only where Python writes bytecode."""
+
+    def __init__(self, identity: str, day: str) -> None:
+        self.path = kept_answers_path()
+        self.header = f"tidegauge catalogue answers 1 {identity} {day}\n".encode()
+        self.models: dict[str, Any] = {}
+        data = read_kept(self.path, self.header, LOOKUPS_MAX_BYTES)
+        try:
+            kept = json.loads(data) if data is not None else None
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
+            kept = None
+        if isinstance(kept, dict):
+            self.models = dict(list(kept.items())[-LOOKUPS_MAX_MODELS:])
+
+    @staticmethod
+    def key(name: str) -> str:
+        return hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
+
+    def get(self, name: str) -> tuple[bool, CatalogueModel | None]:
+        key = self.key(name)
+        return _entry_from_json(self.models[key]) if key in self.models else (False, None)
+
+    def put(self, name: str, entry: CatalogueModel | None) -> None:
+        key = self.key(name)
+        self.models.pop(key, None)
+        self.models[key] = None if entry is None else asdict(entry)
+        self.models = dict(list(self.models.items())[-LOOKUPS_MAX_MODELS:])
+        write_kept(self.path, self.header + json.dumps(self.models).encode("ascii"))
+
+
+_answers: _KeptAnswers | None = None
+
+
+def _kept_or_look_up(name: str, lookups: _KeptLookups) -> CatalogueModel | None:
+    """The installation's kept answer for ``name``, else the catalogue's (then kept)."""
+    global _answers
+    if _answers is None:  # read on the first name the data directory does not know
+        _answers = _KeptAnswers(lookups.identity, lookups.day)
+    known, entry = _answers.get(name)
+    if not known:
+        entry = _look_up(name)
+        _answers.put(name, entry)
+    return entry
+
+
 _lookups: _KeptLookups | None = None
 
 
 def remember_lookups_in(path: Path | None) -> None:
     """Keep the catalogue's answers in ``path`` between runs (None: in this process only)."""
-    global _lookups
+    global _lookups, _answers
+    _answers = None
     identity = _catalogue_identity() if path is not None else None
     _lookups = None if path is None or identity is None else _KeptLookups(
         path, identity, datetime.now(UTC).date().isoformat())

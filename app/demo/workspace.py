@@ -20,12 +20,12 @@ import tempfile
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
+from typing import Iterator
 
 LOG_NAME = "app.log"
 LOG_LINES = 300_000
 LOG_INFO_PREFIX = "2026-10-18 12:00:00 INFO request handled id="
 LOG_ERROR_LINE = "2026-10-18 12:00:01 ERROR database connection refused"
-_LOG_CHUNK = 50_000  # lines per write: fast without holding 15 MB of small strings
 PROJECT_PACKAGE = "app.demo"
 PROJECT_DIR = "project"
 # Never copied: byte-code a developer's interpreter may have left in the source tree.
@@ -45,6 +45,19 @@ def _expected_log_bytes() -> int:
     return total + len(LOG_ERROR_LINE) + 1
 
 
+def _log_blocks() -> Iterator[str]:
+    """The INFO lines, ids 1 to LOG_LINES, a thousand ids at a time: from 1000 on, a block's lines
+    differ only in their last three digits, so each block is one ``join`` of the same thousand
+    endings in C, not a thousand formatted strings (19 ms instead of 116: the log is written once
+    per data directory, and the dashboard's demo session waits for it before it is ready)."""
+    yield "".join(f"{LOG_INFO_PREFIX}{n}\n" for n in range(1, min(LOG_LINES, 999) + 1))
+    endings = [f"{n:03d}" for n in range(1000)]
+    for thousands in range(1, LOG_LINES // 1000 + 1):
+        head = f"{LOG_INFO_PREFIX}{thousands}"
+        last = min(999, LOG_LINES - thousands * 1000)
+        yield head + ("\n" + head).join(endings[:last + 1]) + "\n"
+
+
 def write_app_log(path: Path) -> None:
     """300,000 INFO lines and one ERROR line at the very end, as in the seed.
 
@@ -54,9 +67,8 @@ def write_app_log(path: Path) -> None:
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with open(fd, "w", encoding="ascii", newline="\n") as f:
-            for start in range(1, LOG_LINES + 1, _LOG_CHUNK):
-                stop = min(LOG_LINES, start + _LOG_CHUNK - 1)
-                f.write("".join(f"{LOG_INFO_PREFIX}{n}\n" for n in range(start, stop + 1)))
+            for block in _log_blocks():
+                f.write(block)
             f.write(LOG_ERROR_LINE + "\n")
         os.replace(tmp_name, path)
     except BaseException:

@@ -21,6 +21,10 @@ from app.kernel.model_call import StreamCutError as StreamCutError
 from app.kernel.model_call import ToolChoice as ToolChoice
 from app.kernel.usage import Usage
 
+# The longest wait a Retry-After may impose before a retry (the agent caps its delay here). Here,
+# not in sse.py, so that the agent reads it without importing httpx (a demo session never needs it).
+MAX_RETRY_AFTER = 120.0
+
 # ---- stream events (plain dataclasses: internal) ----
 
 @dataclass

@@ -28,7 +28,8 @@ from typing import Any, AsyncIterator, Callable, Iterable, Mapping, TypeVar
 
 import httpx
 
-from app.providers.base import APIError, ConnectError, ContextTooLongError, ProviderError, StreamCutError
+from app.providers.base import (MAX_RETRY_AFTER, APIError, ConnectError, ContextTooLongError, ProviderError,
+                                StreamCutError)
 from app.providers.json_fields import fix_surrogate_escapes, json_object
 from app.providers.too_long import parse_too_long
 from app.kernel.sanitize import scrub_surrogates_obj
@@ -244,8 +245,6 @@ def scrub(text: str, secret: str | None) -> str:
     return text
 
 
-# The longest wait a Retry-After may impose before a retry (the agent caps its delay here).
-MAX_RETRY_AFTER = 120.0
 
 # Error types that say "the request itself is wrong": retrying cannot help.
 _PERMANENT_TYPES = {"invalid_request_error", "authentication_error", "permission_error", "not_found_error",

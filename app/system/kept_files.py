@@ -32,10 +32,25 @@ def read_kept(path: str, header: bytes, max_bytes: int) -> bytes | None:
         return None
 
 
-def write_kept(path: str, data: bytes) -> None:
-    """Replace the file with ``data`` at once, where Python writes bytecode; nothing if it cannot."""
+def can_keep(path: str) -> bool:
+    """Could ``write_kept`` write ``path``: bytecode is written, and its folder (or, not made yet,
+    the nearest folder above it that is) is writable. Asked before work done only to be kept."""
     if sys.dont_write_bytecode:
-        return
+        return False
+    folder = os.path.dirname(path)
+    while not os.path.isdir(folder):
+        above = os.path.dirname(folder)
+        if above == folder:
+            return False
+        folder = above
+    return os.access(folder, os.W_OK)
+
+
+def write_kept(path: str, data: bytes) -> bool:
+    """Replace the file with ``data`` at once, where Python writes bytecode; nothing if it cannot.
+    Whether it was written."""
+    if sys.dont_write_bytecode:
+        return False
     temporary = f"{path}.{os.getpid()}.tmp"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -47,3 +62,5 @@ def write_kept(path: str, data: bytes) -> None:
             os.unlink(temporary)
         except OSError:
             pass
+        return False
+    return True

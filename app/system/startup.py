@@ -66,3 +66,12 @@ def skip_price_updater() -> None:
     spec = find_spec("genai_prices")
     if spec is not None and spec.submodule_search_locations:
         sys.modules["genai_prices"] = module_from_spec(spec)  # its __path__, not its code
+
+
+def skip_httpx_command_line() -> None:
+    """``import httpx`` also imports its own command-line client (``httpx._main``: rich, click and
+    pygments, a fifth of a headless run's imports) although tidegauge never calls ``httpx.main``;
+    httpx's ``__init__`` falls back to a stub when that import fails. Only for tidegauge's own
+    processes, and only before httpx is loaded: once it is, this changes nothing."""
+    if "httpx" not in sys.modules:
+        sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]  # None: "not importable"

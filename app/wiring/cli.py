@@ -469,16 +469,13 @@ def _skip_pydantic_plugins() -> None:
 
 
 def _skip_httpx_command_line() -> None:
-    """Headless: ``import httpx`` would also import its own command-line client (``httpx._main``:
-    rich, click and pygments, a fifth of a headless run's imports) although nothing here calls
-    ``httpx.main``; httpx's ``__init__`` falls back to a stub when that import fails. Only in
-    tidegauge's own process and before httpx is loaded: a program that calls ``main`` keeps its
-    httpx whole."""
+    """Headless: httpx without its command-line client (``startup.skip_httpx_command_line``). Only
+    in tidegauge's own process: a program that calls ``main`` keeps its httpx whole."""
     # Only tidegauge's own process needs it.
     from app.system.process_exit import is_the_tidegauge_process
 
-    if "httpx" not in sys.modules and is_the_tidegauge_process():
-        sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]  # None: "not importable"
+    if is_the_tidegauge_process():
+        startup.skip_httpx_command_line()
 
 
 def _serve_web(settings: "Settings", overrides: dict[str, Any], args: argparse.Namespace) -> int:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Sequence, TypeGuard
 
 from app.agent.loop import Agent, AgentOptions, Approver, quiet_model_call
 from app.agent.subagent import SubAgentLimits, register_task_tool
@@ -25,6 +26,7 @@ from app.context.engine import ContextEngine, EngineConfig
 from app.context.file_cache import FileReadCache
 from app.context.memory import ImportApprovals, ImportPolicy, MemoryBundle, find_repo_root, load_memory
 from app.context.prices import assumed_price_warning, price_for, remember_lookups_in
+from app.context.kept_ranks import merge_over_kept_ranks
 from app.context.token_pieces import remember_pieces_in
 from app.context.thresholds import assumed_window_warning, context_window_for
 from app.kernel.errors import ConfigError, SetupError
@@ -35,8 +37,6 @@ from app.kernel.event_sink import EventSink
 from app.kernel.events import ChartPointEvent, Event, PromptCacheOffEvent, ServerCompactionEvent, SessionInfoEvent, UsageEvent
 from app.kernel.protocol import Listener
 from app.providers.factory import open_provider
-from app.providers.http_base import SseHttpProvider
-from app.providers.sse import StreamLimits
 from app.kernel.redact import register_secret
 from app.kernel.usage import Usage
 from app.kernel.request_store import RequestStore
@@ -46,9 +46,10 @@ from app.tools.base import SavedOutputBudget, ToolContext
 from app.tools.registry import default_registry
 from app.session.transcript import TranscriptWriter, restore
 
-if TYPE_CHECKING:  # imported when a server is configured, not with every session
+if TYPE_CHECKING:  # imported when a server is configured or a provider streams over HTTP, not with every session
     from app.mcp.client_features import ClientRequests
     from app.mcp.hub import McpHub
+    from app.providers.http_base import SseHttpProvider
 
 SYSTEM_PROMPT = """You are tidegauge, a coding agent working in the user's terminal.
 Working directory: {cwd}
@@ -139,6 +140,14 @@ def build_agent(settings: Settings, *, emit: Listener | None = None, approver: A
                   cwd=cwd).agent
 
 
+def _streams_over_http(provider: object) -> TypeGuard[SseHttpProvider]:
+    """Is ``provider`` an ``SseHttpProvider``? Asked without importing its module: a provider of
+    that class exists only once the module is loaded, and a session whose provider does not
+    stream over HTTP (the demo's) then never loads it, nor httpx with it (a tenth of its start)."""
+    http_base = sys.modules.get("app.providers.http_base")
+    return http_base is not None and isinstance(provider, http_base.SseHttpProvider)
+
+
 def build_session(settings: Settings, *, approvals: bool, resume: str | None = None,
                   continue_latest: bool = False, cwd: Path | None = None) -> AgentSession:
     """The session a surface drives: ``approvals`` when the surface answers approval requests."""
@@ -212,6 +221,7 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         registry.register(extra.tool, max_output=extra.max_output)
     remember_lookups_in(settings.data_dir_path / "catalogue-lookups.json")
     pieces_dropped = remember_pieces_in(settings.data_dir_path / "token-pieces.json")
+    merge_over_kept_ranks()  # new pieces merged over the rank table sorted once, not a dict made per process
     window = settings.window
     if window is None:
         window = setup.default_window or context_window_for(provider.model)
@@ -242,7 +252,10 @@ def _build(settings: Settings, *, emit: Listener | None = None, approver: Approv
         tool_results_dir=session.tool_results_dir,
         saved_budget=saved_output_budget,
     )
-    if isinstance(provider, SseHttpProvider):  # a server cannot make one call unbounded in memory or time
+    if _streams_over_http(provider):  # a server cannot make one call unbounded in memory or time
+        # Only a provider over HTTP has limits to set: its module (and httpx) is loaded already.
+        from app.providers.sse import StreamLimits
+
         provider.limits = StreamLimits.from_settings(settings)
     # Provider-side context management: thresholds from ours, unsupported options said once.
     warnings = [("server context", line) for line in configure_server_context(provider, engine, settings)]

@@ -9,8 +9,18 @@ only speaks to it.
 # ruff: noqa: E402  (the imports come after dataclass_code.install(), on purpose)
 from __future__ import annotations
 
-from app.system import dataclass_code
+from app.system import dataclass_code, startup
 
+if __name__ == "__main__":
+    # The session's own process starts as headless tidegauge's does (app/wiring/entry.py and
+    # app/system/startup.py), before the imports below: the collector's start-up thresholds
+    # (build_session freezes what start-up made), no search for pydantic plug-ins, genai-prices
+    # without its updater, and httpx without its command-line client (rich, click and pygments,
+    # which nothing in this process uses).
+    startup.begin()
+    startup.skip_pydantic_plugins()
+    startup.skip_price_updater()
+    startup.skip_httpx_command_line()
 dataclass_code.install()  # before the imports below make their dataclasses (app/system/dataclass_code.py)
 
 import json
@@ -91,8 +101,5 @@ if __name__ == "__main__":
     # No interpreter teardown: the command reader is still blocked on stdin, and a daemon
     # thread holding stdin's lock at finalization aborts the process (exit -6).
     from app.system.process_exit import exit_without_teardown
-    from app.system.startup import skip_price_updater, skip_pydantic_plugins
 
-    skip_pydantic_plugins()  # the session's own process, as headless tidegauge's (app/system/startup.py)
-    skip_price_updater()
     exit_without_teardown(main())
