@@ -193,7 +193,7 @@ def read_kept_json(path: Path, max_bytes: int, *, ours: bool = False,
         if line is not None and refused is not None:
             refused.append(line)
         return {}
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than json parses
         return {}
     return kept if isinstance(kept, dict) else {}
 

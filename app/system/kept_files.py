@@ -11,6 +11,7 @@ one, so a reader never sees half a file, and a read-only installation simply kee
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from importlib.util import cache_from_source
 
@@ -22,10 +23,17 @@ def path_beside_bytecode(package_folder: str, stem: str, suffix: str) -> str:
 
 
 def read_kept(path: str, header: bytes, max_bytes: int) -> bytes | None:
-    """What follows ``header`` in the file, or None: no file, another header, or over ``max_bytes``."""
+    """What follows ``header`` in the file, or None: no file, not a regular file, another header, or
+    over ``max_bytes``. Opened without blocking and checked before it is read: a FIFO planted under
+    the file's name would otherwise hold the process at start-up until someone wrote to it."""
     try:
-        with open(path, "rb") as file:
-            if os.fstat(file.fileno()).st_size > max_bytes or file.read(len(header)) != header:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        with os.fdopen(descriptor, "rb") as file:
+            status = os.fstat(file.fileno())
+            if not stat.S_ISREG(status.st_mode) or status.st_size > max_bytes or file.read(len(header)) != header:
                 return None
             return file.read(max_bytes)
     except OSError:
