@@ -24,6 +24,7 @@ from typing import Any, Iterator
 
 import psutil
 import pytest
+from forked_servers import ForkedServer
 
 from app.context.engine import ContextEngine, EngineConfig
 from app.context.memory import MemoryBundle
@@ -296,7 +297,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-async def _wait_listening(port: int, proc: subprocess.Popen, seconds: float = 120.0) -> None:
+async def _wait_listening(port: int, proc: subprocess.Popen[bytes] | ForkedServer, seconds: float = 120.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     while loop.time() < deadline and proc.poll() is None:
