@@ -11,7 +11,7 @@ itself) and counts what it managed to send before tidegauge hung up: the test as
 tidegauge stopped reading at the cap, long before the server's own bound.
 
 Through the CLI (``tidegauge -p``, run in the test process: tests/mcp_helpers.py), as a user
-meets it; test_mcp_stdio_endless runs one such server through the real process.
+meets it; test_mcp_stdio_endless counts one such server's cut answers toward the session's cap.
 """
 
 from __future__ import annotations
