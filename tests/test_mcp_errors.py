@@ -64,12 +64,14 @@ import subprocess  # noqa: E402
 from mcp_helpers import tidegauge_run  # noqa: E402
 
 
-def _mcp_list(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+def _mcp_list(tmp_path: Path, *flags: str, docs: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``tidegauge mcp list FLAGS`` with four servers; docs is the prompts server unless DOCS
+    (its script and arguments) says otherwise."""
     config = tmp_path / "config"
     config.mkdir(exist_ok=True)
     python = json.dumps(sys.executable)
     (config / "config.toml").write_text(
-        f"[mcp_servers.docs]\ncommand = {python}\nargs = [{json.dumps(str(SERVERS / 'prompts_server.py'))}]\n"
+        f"[mcp_servers.docs]\ncommand = {python}\nargs = {json.dumps(docs or [str(SERVERS / 'prompts_server.py')])}\n"
         f"startup_timeout = 120\n"
         f"[mcp_servers.broken]\ncommand = {python}\nargs = [\"-c\", {json.dumps(CRASHING)}]\n"
         f"[mcp_servers.off]\ncommand = \"no-such-server\"\nenabled = false\n"
@@ -92,7 +94,10 @@ def test_mcp_list_starts_each_server_once_and_says_what_it_offers_or_why_it_fail
     assert servers["off"]["state"] == "disabled"
     assert (servers["remote"]["transport"], servers["remote"]["auth"]) == ("http", "none (oauth login available)")
 
-    table = _mcp_list(tmp_path).stdout.splitlines()
+    # The table's layout: docs is a plain JSON-RPC server here (a start without the SDK's imports);
+    # what the prompts server offers is checked in the JSON above.
+    plain = [str(SERVERS / "legacy_stdio.py"), "--record", str(tmp_path / "plain-received.jsonl")]
+    table = _mcp_list(tmp_path, docs=plain).stdout.splitlines()
     assert table[0].split()[:3] == ["server", "state", "transport"]
     assert any(line.startswith("docs ") and " ready " in line for line in table)
     assert any("its last stderr line: 'fatal: DEMO_TOKEN is not set'" in line for line in table)
