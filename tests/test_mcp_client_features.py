@@ -2,8 +2,7 @@
 
 The server is tests/mcp_servers/client_features_server.py (the SDK's MCPServer), started through
 the hub as a session starts it: a real process over stdio for the shared server of the roots and
-forms tests and the dashboard's, its app over streamable HTTP on a thread of the test process for
-the rest (one for the module: an interpreter start and the SDK's imports per server were most of
+forms tests, its app over streamable HTTP on a thread of the test process for the rest (one for the module: an interpreter start and the SDK's imports per server were most of
 their cost). It asks over whichever path the connection speaks (a server-to-client request, or the
 2026 multi-round-trip result). Each
 question is also tried as an attacker would: a form of megabytes, escape sequences in what it
@@ -15,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterator
 
@@ -116,7 +114,7 @@ def features_url() -> Iterator[McpServerConfig]:
     """The features server's app over streamable HTTP on a thread, one for the module: for the tests
     that need a server of their own settings or answers but not its process (a stdio start is an
     interpreter and the SDK's imports, ~1.2 CPU-s). Its questions reach the session's answers the
-    same way over either transport; the shared server above and the dashboard's below are stdio."""
+    same way over either transport; the shared server above is stdio."""
     from asgi_in_thread import AsgiInThread, listening_socket, server_module
 
     served = AsgiInThread(server_module("client_features_server").server.streamable_http_app(), listening_socket())
@@ -408,8 +406,9 @@ def test_a_model_call_asking_for_tools_or_images_is_refused_in_one_line() -> Non
     assert sampling_call("sys", [("user", "text", "hi")], 0).max_tokens == 1
 
 
+@SERVER_SPEAKS_DEPRECATED
 async def test_on_the_dashboard_a_servers_model_call_waits_for_approval_and_always_covers_the_session(
-        fake_llm, tmp_path, monkeypatch) -> None:
+        fake_llm, tmp_path, monkeypatch, features_url: McpServerConfig) -> None:
     from dashboard_helpers import settle
     from session_thread import SessionThread
 
@@ -433,8 +432,7 @@ async def test_on_the_dashboard_a_servers_model_call_waits_for_approval_and_alwa
     )
     settings = load_settings({"provider": "openai", "model": "m", "base_url": fake_llm.base_url("openai"),
                               "data_dir": str(tmp_path / "data"),
-                              "mcp_servers": {"features": {"command": sys.executable, "args": [str(SERVER)],
-                                                           "startup_timeout": 120}}})
+                              "mcp_servers": {"features": {"url": features_url.url, "startup_timeout": 120}}})
     app = TidegaugeApp(SessionThread(build_session(settings, approvals=True, cwd=work)).start(), cursor_blink=False)
     async with app.run_test(size=(160, 50)) as pilot:
         prompt = app.query_one("#prompt", Input)
