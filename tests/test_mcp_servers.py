@@ -1,6 +1,7 @@
-"""Real MCP servers over stdio: mcp-server-git, mcp-server-time (from PyPI) and two servers of our own
-(the 200 tools of many_tools.py over streamable HTTP, on a thread of the test process: building
-their schemas in a new interpreter cost ~3 CPU-s, and deferral is the same over either transport).
+"""Real MCP servers over stdio: mcp-server-git, mcp-server-time (from PyPI) and servers of our own
+(a plain JSON-RPC one with a child process, process_tree_plain.py; the tools of many_tools.py over
+streamable HTTP, on a thread of the test process: building their schemas in a new interpreter cost
+~3 CPU-s, and deferral is the same over either transport).
 
 Each test starts real server processes through start_mcp, as a session does,
 and checks what a user would notice: the tools' outputs meet the registry's
@@ -211,7 +212,7 @@ async def _wait_gone(pids: list[int], seconds: float = 30.0) -> bool:
 
 
 async def test_stopping_the_session_ends_the_whole_process_tree(session: Session) -> None:
-    hub = await session.start({"tree": python_server("process_tree.py")})
+    hub = await session.start({"tree": python_server("process_tree_plain.py")})
     pids = [int(p) for p in (await session.run("tree__pids", {})).content.split()]
     assert not any(_gone(pid) for pid in pids)
 
@@ -223,7 +224,7 @@ async def test_stopping_the_session_ends_the_whole_process_tree(session: Session
 
 async def test_a_server_that_dies_mid_session_is_reported_once_and_its_tools_answer_with_an_error(
         session: Session) -> None:
-    await session.start({"tree": python_server("process_tree.py")})
+    await session.start({"tree": python_server("process_tree_plain.py")})
     server_pid, child_pid = [int(p) for p in (await session.run("tree__pids", {})).content.split()]
 
     os.kill(server_pid, signal.SIGKILL)
