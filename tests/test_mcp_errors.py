@@ -17,12 +17,13 @@ print("fatal: DEMO_TOKEN is not set", file=sys.stderr)
 sys.exit(3)
 """
 
-# The real prompts server, after two lines of chatter on stdout that a careless server prints.
+# A plain JSON-RPC server (legacy_stdio.py: no SDK to import, a twentieth of the start), after two
+# lines of chatter on stdout that a careless server prints.
 CHATTY = f"""
 import runpy, sys
 print("Starting server v1.2 ...", flush=True)
 print('{{"not": "json-rpc"}}', flush=True)
-sys.argv = [{str(SERVERS / "prompts_server.py")!r}]
+sys.argv = [{str(SERVERS / "legacy_stdio.py")!r}, "--record", sys.argv[1]]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
@@ -41,11 +42,11 @@ async def test_a_server_that_dies_at_start_names_its_exit_status_and_last_stderr
 async def test_stdout_lines_that_are_not_messages_are_filed_in_the_log_and_the_server_works(
         tmp_path: Path, capfd) -> None:
     session = Session(tmp_path)
-    hub = await session.start({"chatty": server(sys.executable, "-c", CHATTY)})
+    hub = await session.start({"chatty": server(sys.executable, "-c", CHATTY, str(tmp_path / "received.jsonl"))})
     try:
         assert session.server_events("chatty")[-1].status == "ready"
-        result = await session.run("chatty__link", {})
-        assert not result.is_error
+        result = await session.run("chatty__echo", {"text": "hi"})
+        assert not result.is_error and result.content == "echo: hi"
         connection = hub.connections["chatty"]
         assert connection.bad_lines == 2
     finally:
