@@ -1,8 +1,10 @@
 """What a real MCP server may ask of tidegauge (issue 26): roots and forms.
 
-The server is a real process (tests/mcp_servers/client_features_server.py, the SDK's MCPServer
-over stdio), started through the hub as a session starts it; it asks over whichever path the
-connection speaks (a server-to-client request, or the 2026 multi-round-trip result). Each
+The server is tests/mcp_servers/client_features_server.py (the SDK's MCPServer), started through
+the hub as a session starts it: a real process over stdio for the shared server of the roots and
+forms tests, its app over streamable HTTP on a thread of the test process for the rest (one for the module: an interpreter start and the SDK's imports per server were most of
+their cost). It asks over whichever path the connection speaks (a server-to-client request, or the
+2026 multi-round-trip result). Each
 question is also tried as an attacker would: a form of megabytes, escape sequences in what it
 shows, an answer that does not fit, a headless run with no one to ask.
 """
@@ -12,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterator
 
@@ -25,6 +26,7 @@ from app.kernel.describe import describe
 from app.kernel.events import ElicitationRequestEvent, ElicitationResolvedEvent, McpServerEvent
 from app.mcp.client_features import ClientRequests, SampledReply, SamplingCall, SamplingRefused, sampling_call
 from app.mcp.hub import McpHub, start_mcp
+from app.mcp.settings import McpServerConfig
 from fake_llm_server import openai_text, openai_tool_calls
 from mcp_helpers import run_headless
 from test_mcp_servers import Session, python_server
@@ -107,6 +109,31 @@ FORM = {
 }
 
 
+@pytest.fixture(scope="module")
+def features_url() -> Iterator[McpServerConfig]:
+    """The features server's app over streamable HTTP on a thread, one for the module: for the tests
+    that need a server of their own settings or answers but not its process (a stdio start is an
+    interpreter and the SDK's imports, ~1.2 CPU-s). Its questions reach the session's answers the
+    same way over either transport; the shared server above is stdio."""
+    from asgi_in_thread import AsgiInThread, listening_socket, server_module
+
+    served = AsgiInThread(server_module("client_features_server").server.streamable_http_app(), listening_socket())
+    served.start()
+    yield McpServerConfig(url=f"http://127.0.0.1:{served.port}/mcp", startup_timeout=120)
+    served.stop()
+
+
+@pytest.fixture(scope="module")
+def features_over_http(features_url: McpServerConfig) -> str:
+    """The [mcp_servers.features] table for the headless runs: the server on its thread."""
+    return f"[mcp_servers.features]\nurl = {json.dumps(features_url.url)}\nstartup_timeout = 120\n"
+
+
+# The server, on this process's thread, asks in the words its own script silences (sampling and
+# roots are deprecated at 2026-07-28 and still spoken).
+SERVER_SPEAKS_DEPRECATED = pytest.mark.filterwarnings("ignore:The (sampling|roots) capability is deprecated")
+
+
 # ---------------------------------------------------------------- roots
 
 @ON_SHARED_SERVER
@@ -116,7 +143,9 @@ async def test_a_server_asking_for_roots_gets_the_workspace_alone(features: Form
     assert answer == {"roots": [features.ctx.workspace.resolve().as_uri()]}
 
 
-async def test_a_servers_roots_setting_names_its_folders_or_advertises_none(tmp_path: Path) -> None:
+@SERVER_SPEAKS_DEPRECATED
+async def test_a_servers_roots_setting_names_its_folders_or_advertises_none(
+        tmp_path: Path, features_url: McpServerConfig) -> None:
     # server-filesystem given a folder in its args prefers the client's roots: with the workspace
     # advertised it was silently confined there. roots = [...] and roots = false say what it gets.
     workspace, data = tmp_path / "work", tmp_path / "data"
@@ -124,9 +153,9 @@ async def test_a_servers_roots_setting_names_its_folders_or_advertises_none(tmp_
     data.mkdir()
     session = FormSession(tmp_path)
     session.ctx.workspace = workspace
-    named = python_server(SERVER.name).model_copy(update={"roots": ["../data", "."]})
-    none = python_server(SERVER.name).model_copy(update={"roots": False})
-    missing = python_server(SERVER.name).model_copy(update={"roots": ["no-such-folder"]})
+    named = features_url.model_copy(update={"roots": ["../data", "."]})
+    none = features_url.model_copy(update={"roots": False})
+    missing = features_url.model_copy(update={"roots": ["no-such-folder"]})
     hub = await session.start({"named": named, "none": none, "missing": missing})
     try:
         assert _answer(await session.run("named__roots", {})) == {"roots": [data.resolve().as_uri(),
@@ -229,11 +258,12 @@ async def test_a_form_of_megabytes_or_of_nested_objects_is_declined_without_bein
     assert deep.reason == "tidegauge cannot show it: field address has type 'object', which a form cannot ask"
 
 
-async def test_a_form_open_longer_than_the_tool_timeout_does_not_time_the_call_out(tmp_path: Path) -> None:
+@SERVER_SPEAKS_DEPRECATED
+async def test_a_form_open_longer_than_the_tool_timeout_does_not_time_the_call_out(
+        tmp_path: Path, features_url: McpServerConfig) -> None:
     """The user takes their time: the call waits for the form, not for tool_timeout."""
     session = FormSession(tmp_path)
-    config = python_server(SERVER.name)
-    config.tool_timeout = 1.0  # the wait below is this many times 2.5: short, and still forty round trips
+    config = features_url.model_copy(update={"tool_timeout": 1.0})  # the wait below is this many times 2.5: short, and still forty round trips
     await session.start({"features": config})
     try:
         await session.run("features__roots", {})  # warmed up: the form comes well within tool_timeout
@@ -265,26 +295,6 @@ async def test_a_command_cannot_answer_a_form_that_was_never_asked(features: For
 
 
 # ---------------------------------------------------------------- headless: the real CLI
-
-@pytest.fixture(scope="module")
-def features_over_http() -> Iterator[str]:
-    """The [mcp_servers.features] table for the headless runs: the server's app over streamable
-    HTTP on a thread for the module (a stdio start is an interpreter and the SDK's imports, ~1.2
-    CPU-s a run). Its questions reach the session's answers the same way over either transport;
-    the hub's tests above and the dashboard's below start it over stdio."""
-    from asgi_in_thread import AsgiInThread, listening_socket, server_module
-
-    served = AsgiInThread(server_module("client_features_server").server.streamable_http_app(), listening_socket())
-    served.start()
-    yield (f"[mcp_servers.features]\nurl = {json.dumps(f'http://127.0.0.1:{served.port}/mcp')}\n"
-           "startup_timeout = 120\n")
-    served.stop()
-
-
-# The server, on this process's thread, asks in the words its own script silences (sampling is
-# deprecated at 2026-07-28 and still spoken).
-SERVER_SPEAKS_DEPRECATED = pytest.mark.filterwarnings("ignore:The sampling capability is deprecated")
-
 
 def _headless(fake_llm: Any, tmp_path: Path, servers: str, prompt: str,
               *flags: str) -> tuple[int, list[dict[str, Any]], str]:
@@ -362,7 +372,9 @@ def test_with_yes_a_servers_model_call_gets_its_own_words_alone_bounded_and_on_i
     assert [e["status"] for e in events if e["type"] == "mcp_sampling"] == ["answered"]
 
 
-async def test_a_servers_model_call_over_the_bounds_is_refused_before_anyone_is_asked(tmp_path: Path) -> None:
+@SERVER_SPEAKS_DEPRECATED
+async def test_a_servers_model_call_over_the_bounds_is_refused_before_anyone_is_asked(
+        tmp_path: Path, features_url: McpServerConfig) -> None:
     asked: list[str] = []
 
     async def call_model(server: str, call: SamplingCall) -> SampledReply:
@@ -371,7 +383,7 @@ async def test_a_servers_model_call_over_the_bounds_is_refused_before_anyone_is_
 
     session = FormSession(tmp_path)
     session.requests = ClientRequests(emit=session.events.append, shows_forms=True, approves=True, call_model=call_model)
-    await session.start({"features": python_server(SERVER.name)})
+    await session.start({"features": features_url})
     try:
         run = await session.run("features__sample", {"prompt": "x" * 150_000, "max_tokens": 10})
     finally:
@@ -394,8 +406,9 @@ def test_a_model_call_asking_for_tools_or_images_is_refused_in_one_line() -> Non
     assert sampling_call("sys", [("user", "text", "hi")], 0).max_tokens == 1
 
 
+@SERVER_SPEAKS_DEPRECATED
 async def test_on_the_dashboard_a_servers_model_call_waits_for_approval_and_always_covers_the_session(
-        fake_llm, tmp_path, monkeypatch) -> None:
+        fake_llm, tmp_path, monkeypatch, features_url: McpServerConfig) -> None:
     from dashboard_helpers import settle
     from session_thread import SessionThread
 
@@ -419,8 +432,7 @@ async def test_on_the_dashboard_a_servers_model_call_waits_for_approval_and_alwa
     )
     settings = load_settings({"provider": "openai", "model": "m", "base_url": fake_llm.base_url("openai"),
                               "data_dir": str(tmp_path / "data"),
-                              "mcp_servers": {"features": {"command": sys.executable, "args": [str(SERVER)],
-                                                           "startup_timeout": 120}}})
+                              "mcp_servers": {"features": {"url": features_url.url, "startup_timeout": 120}}})
     app = TidegaugeApp(SessionThread(build_session(settings, approvals=True, cwd=work)).start(), cursor_blink=False)
     async with app.run_test(size=(160, 50)) as pilot:
         prompt = app.query_one("#prompt", Input)

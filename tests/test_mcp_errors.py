@@ -17,12 +17,13 @@ print("fatal: DEMO_TOKEN is not set", file=sys.stderr)
 sys.exit(3)
 """
 
-# The real prompts server, after two lines of chatter on stdout that a careless server prints.
+# A plain JSON-RPC server (legacy_stdio.py: no SDK to import, a twentieth of the start), after two
+# lines of chatter on stdout that a careless server prints.
 CHATTY = f"""
 import runpy, sys
 print("Starting server v1.2 ...", flush=True)
 print('{{"not": "json-rpc"}}', flush=True)
-sys.argv = [{str(SERVERS / "prompts_server.py")!r}]
+sys.argv = [{str(SERVERS / "legacy_stdio.py")!r}, "--record", sys.argv[1]]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
@@ -41,11 +42,11 @@ async def test_a_server_that_dies_at_start_names_its_exit_status_and_last_stderr
 async def test_stdout_lines_that_are_not_messages_are_filed_in_the_log_and_the_server_works(
         tmp_path: Path, capfd) -> None:
     session = Session(tmp_path)
-    hub = await session.start({"chatty": server(sys.executable, "-c", CHATTY)})
+    hub = await session.start({"chatty": server(sys.executable, "-c", CHATTY, str(tmp_path / "received.jsonl"))})
     try:
         assert session.server_events("chatty")[-1].status == "ready"
-        result = await session.run("chatty__link", {})
-        assert not result.is_error
+        result = await session.run("chatty__echo", {"text": "hi"})
+        assert not result.is_error and result.content == "echo: hi"
         connection = hub.connections["chatty"]
         assert connection.bad_lines == 2
     finally:
@@ -64,12 +65,14 @@ import subprocess  # noqa: E402
 from mcp_helpers import tidegauge_run  # noqa: E402
 
 
-def _mcp_list(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+def _mcp_list(tmp_path: Path, *flags: str, docs: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``tidegauge mcp list FLAGS`` with four servers; docs is the prompts server unless DOCS
+    (its script and arguments) says otherwise."""
     config = tmp_path / "config"
     config.mkdir(exist_ok=True)
     python = json.dumps(sys.executable)
     (config / "config.toml").write_text(
-        f"[mcp_servers.docs]\ncommand = {python}\nargs = [{json.dumps(str(SERVERS / 'prompts_server.py'))}]\n"
+        f"[mcp_servers.docs]\ncommand = {python}\nargs = {json.dumps(docs or [str(SERVERS / 'prompts_server.py')])}\n"
         f"startup_timeout = 120\n"
         f"[mcp_servers.broken]\ncommand = {python}\nargs = [\"-c\", {json.dumps(CRASHING)}]\n"
         f"[mcp_servers.off]\ncommand = \"no-such-server\"\nenabled = false\n"
@@ -92,7 +95,10 @@ def test_mcp_list_starts_each_server_once_and_says_what_it_offers_or_why_it_fail
     assert servers["off"]["state"] == "disabled"
     assert (servers["remote"]["transport"], servers["remote"]["auth"]) == ("http", "none (oauth login available)")
 
-    table = _mcp_list(tmp_path).stdout.splitlines()
+    # The table's layout: docs is a plain JSON-RPC server here (a start without the SDK's imports);
+    # what the prompts server offers is checked in the JSON above.
+    plain = [str(SERVERS / "legacy_stdio.py"), "--record", str(tmp_path / "plain-received.jsonl")]
+    table = _mcp_list(tmp_path, docs=plain).stdout.splitlines()
     assert table[0].split()[:3] == ["server", "state", "transport"]
     assert any(line.startswith("docs ") and " ready " in line for line in table)
     assert any("its last stderr line: 'fatal: DEMO_TOKEN is not set'" in line for line in table)

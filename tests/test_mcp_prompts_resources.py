@@ -21,7 +21,6 @@ def test_a_forms_whole_number_default_is_sent_as_the_server_gave_it() -> None:
 # ---------------------------------------------------------------- the real server, through the hub
 
 import json  # noqa: E402 - the sections of this file read top to bottom
-import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, AsyncIterator, Iterator  # noqa: E402
 
@@ -41,7 +40,6 @@ from fake_llm_server import openai_text, openai_tool_calls  # noqa: E402
 from mcp_helpers import run_headless  # noqa: E402
 from test_mcp_servers import Session, python_server  # noqa: E402
 
-SERVER = Path(__file__).parent / "mcp_servers" / "prompts_server.py"
 README = "The readme of the prompts server: deploys go through staging first."
 KEY = "sk-test-fake-key-0123456789"
 
@@ -215,17 +213,23 @@ async def test_a_prompt_of_a_server_that_stopped_is_one_line(own_server: Session
 # ---------------------------------------------------------------- headless: the real CLI
 
 @pytest.fixture(scope="module")
-def docs_over_http() -> Iterator[str]:
-    """The [mcp_servers.docs] table of the prompts server for the headless runs: its app served
-    over streamable HTTP on a thread for the module (a stdio start is an interpreter and the SDK's
+def docs_url() -> Iterator[str]:
+    """The address of the prompts server's app, served over streamable HTTP on a thread for the
+    module, for the headless runs and the dashboard's (a stdio start is an interpreter and the SDK's
     imports, ~1.2 CPU-s a run). Prompts and resources are the same requests over either transport;
-    the hub's tests above and the dashboard's below start it over stdio."""
+    the hub's tests above start it over stdio."""
     from asgi_in_thread import AsgiInThread, listening_socket, server_module
 
     served = AsgiInThread(server_module("prompts_server").server.streamable_http_app(), listening_socket())
     served.start()
-    yield f"[mcp_servers.docs]\nurl = {json.dumps(f'http://127.0.0.1:{served.port}/mcp')}\nstartup_timeout = 120\n"
+    yield f"http://127.0.0.1:{served.port}/mcp"
     served.stop()
+
+
+@pytest.fixture(scope="module")
+def docs_over_http(docs_url: str) -> str:
+    """The [mcp_servers.docs] table of the server on its thread."""
+    return f"[mcp_servers.docs]\nurl = {json.dumps(docs_url)}\nstartup_timeout = 120\n"
 
 
 def _headless(fake_llm: Any, tmp_path: Path, servers: str, prompt: str) -> tuple[int, list[dict[str, Any]], str]:
@@ -265,7 +269,8 @@ def test_headless_refuses_a_prompt_missing_an_argument_in_one_line_without_a_mod
 
 # ---------------------------------------------------------------- the dashboard
 
-async def test_on_the_dashboard_a_servers_prompt_completes_and_runs(fake_llm, tmp_path: Path, monkeypatch) -> None:
+async def test_on_the_dashboard_a_servers_prompt_completes_and_runs(fake_llm, tmp_path: Path, monkeypatch,
+                                                                   docs_url: str) -> None:
     from session_thread import SessionThread
     from textual.widgets import Input
 
@@ -282,8 +287,7 @@ async def test_on_the_dashboard_a_servers_prompt_completes_and_runs(fake_llm, tm
     fake_llm.enqueue(openai_text("Reviewed."))
     settings = load_settings({"provider": "openai", "model": "m", "base_url": fake_llm.base_url("openai"),
                               "data_dir": str(tmp_path / "data"),
-                              "mcp_servers": {"docs": {"command": sys.executable, "args": [str(SERVER)],
-                                                       "startup_timeout": 120}}})
+                              "mcp_servers": {"docs": {"url": docs_url, "startup_timeout": 120}}})
     app = TidegaugeApp(SessionThread(build_session(settings, approvals=True, cwd=work)).start(), cursor_blink=False)
     async with app.run_test(size=(200, 50)) as pilot:
         prompt = app.query_one("#prompt", Input)

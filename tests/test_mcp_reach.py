@@ -24,11 +24,12 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 from asgi_in_thread import AsgiInThread, listening_socket, server_module
 from fake_llm_server import openai_text, openai_tool_calls
+from forked_servers import ForkedServer, ForkingServers
 from mcp_helpers import run_headless, tidegauge_run
 from test_mcp_headless import toml_string
 from test_mcp_servers import START, Session, _free_port, _wait_listening
@@ -206,37 +207,44 @@ def http_server(tmp_path: Path):
     server.stop()
 
 
+@pytest.fixture(scope="module")
+def forking() -> Iterator[ForkingServers]:
+    """One interpreter that has imported auth_http.py, forking its server processes for the module."""
+    servers = ForkingServers("auth_http")
+    yield servers
+    servers.close()
+
+
 class HttpServer:
     """tests/mcp_servers/auth_http.py as its own process on a free loopback port, restartable on the
-    same port: for the tests that kill it (a server that dies is the point)."""
+    same port: for the tests that kill it (a server that dies is the point). Each start is a fork
+    of ``forking``, which imported the SDK once for the module."""
 
-    def __init__(self, tmp_path: Path, legacy: bool = False) -> None:
+    def __init__(self, tmp_path: Path, forking: ForkingServers, legacy: bool = False) -> None:
+        self.forking = forking
         self.port = _free_port()
         self.record = tmp_path / "http-received.jsonl"
         self.log_path = tmp_path / "http-server.log"
-        self.args = [sys.executable, str(AUTH_HTTP), "--port", str(self.port), "--record", str(self.record),
-                     *(["--legacy"] if legacy else [])]
+        self.argv = ["--port", str(self.port), "--record", str(self.record), *(["--legacy"] if legacy else [])]
         self.env = {**os.environ, "EXPECTED_TOKEN": TOKEN}
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: ForkedServer | None = None
         self.url = f"http://127.0.0.1:{self.port}/mcp"
 
     async def start(self) -> None:
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.args, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        self.proc = self.forking.start("auth_http", self.argv, self.log_path, self.env)
         await _wait_listening(self.port, self.proc)
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
+        if self.proc is not None:
             self.proc.kill()
-            self.proc.wait(timeout=30)
 
     def received(self, rpc: str) -> list[dict[str, Any]]:
         return [r for r in _records(self.record) if r["rpc"] == rpc]
 
 
 @pytest.fixture
-async def http_process(tmp_path: Path):
-    server = HttpServer(tmp_path)
+async def http_process(tmp_path: Path, forking: ForkingServers):
+    server = HttpServer(tmp_path, forking)
     await server.start()
     yield server
     server.kill()
@@ -309,9 +317,9 @@ def test_bad_header_settings_are_one_line_errors(tmp_path: Path, table: str, say
 # ---------------------------------------------------------------- remote servers: a restart
 
 async def test_a_restarted_http_server_is_reconnected_and_the_call_it_never_got_is_sent_again(
-        session: Session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        session: Session, tmp_path: Path, forking: ForkingServers, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TG_REACH_TOKEN", TOKEN)
-    server = HttpServer(tmp_path, legacy=True)  # a session id, which the restarted server does not know
+    server = HttpServer(tmp_path, forking, legacy=True)  # a session id, which the restarted server does not know
     await server.start()
     try:
         await session.start({"web": McpServerConfig(url=server.url, bearer_token_env_var="TG_REACH_TOKEN",
@@ -353,9 +361,9 @@ async def test_a_call_while_the_http_server_is_down_says_so_and_the_next_one_rec
 
 
 async def test_a_call_the_server_got_before_it_died_is_not_sent_again(
-        session: Session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        session: Session, tmp_path: Path, forking: ForkingServers, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TG_REACH_TOKEN", TOKEN)
-    server = HttpServer(tmp_path, legacy=True)
+    server = HttpServer(tmp_path, forking, legacy=True)
     await server.start()
     try:
         await session.start({"web": McpServerConfig(url=server.url, bearer_token_env_var="TG_REACH_TOKEN",

@@ -1,6 +1,7 @@
-"""Real MCP servers over stdio: mcp-server-git, mcp-server-time (from PyPI) and two servers of our own
-(the 200 tools of many_tools.py over streamable HTTP, on a thread of the test process: building
-their schemas in a new interpreter cost ~3 CPU-s, and deferral is the same over either transport).
+"""Real MCP servers over stdio: mcp-server-git, mcp-server-time (from PyPI) and servers of our own
+(a plain JSON-RPC one with a child process, process_tree_plain.py; the tools of many_tools.py over
+streamable HTTP, on a thread of the test process: building their schemas in a new interpreter cost
+~3 CPU-s, and deferral is the same over either transport).
 
 Each test starts real server processes through start_mcp, as a session does,
 and checks what a user would notice: the tools' outputs meet the registry's
@@ -24,6 +25,7 @@ from typing import Any, Iterator
 
 import psutil
 import pytest
+from forked_servers import ForkedServer
 
 from app.context.engine import ContextEngine, EngineConfig
 from app.context.memory import MemoryBundle
@@ -210,7 +212,7 @@ async def _wait_gone(pids: list[int], seconds: float = 30.0) -> bool:
 
 
 async def test_stopping_the_session_ends_the_whole_process_tree(session: Session) -> None:
-    hub = await session.start({"tree": python_server("process_tree.py")})
+    hub = await session.start({"tree": python_server("process_tree_plain.py")})
     pids = [int(p) for p in (await session.run("tree__pids", {})).content.split()]
     assert not any(_gone(pid) for pid in pids)
 
@@ -222,7 +224,7 @@ async def test_stopping_the_session_ends_the_whole_process_tree(session: Session
 
 async def test_a_server_that_dies_mid_session_is_reported_once_and_its_tools_answer_with_an_error(
         session: Session) -> None:
-    await session.start({"tree": python_server("process_tree.py")})
+    await session.start({"tree": python_server("process_tree_plain.py")})
     server_pid, child_pid = [int(p) for p in (await session.run("tree__pids", {})).content.split()]
 
     os.kill(server_pid, signal.SIGKILL)
@@ -296,7 +298,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-async def _wait_listening(port: int, proc: subprocess.Popen, seconds: float = 120.0) -> None:
+async def _wait_listening(port: int, proc: subprocess.Popen[bytes] | ForkedServer, seconds: float = 120.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     while loop.time() < deadline and proc.poll() is None:
@@ -310,13 +312,15 @@ async def _wait_listening(port: int, proc: subprocess.Popen, seconds: float = 12
     raise AssertionError(f"the HTTP MCP server never listened on {port} (exit code {proc.poll()})")
 
 
-async def test_a_streamable_http_server_by_url(session: Session, tmp_path: Path) -> None:
-    port = _free_port()
-    log = open(tmp_path / "http-server.log", "w")
-    proc = subprocess.Popen([sys.executable, str(SERVERS / "many_tools.py"), "--tools", "3", "--http", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT)
+async def test_a_streamable_http_server_by_url(session: Session) -> None:
+    """many_tools.py's three tools served on a thread of this process (the server's own start is not
+    what is tested, and a new interpreter importing the SDK cost about a CPU-second)."""
+    from asgi_in_thread import AsgiInThread, listening_socket, server_module
+
+    served = AsgiInThread(server_module("many_tools").build(3).streamable_http_app(), listening_socket())
+    served.start()
+    port = served.port
     try:
-        await _wait_listening(port, proc)
         url = f"http://reader:pw-0123456789@127.0.0.1:{port}/mcp"
         hub = await session.start({"web": McpServerConfig(url=url, startup_timeout=START)})
         assert session.server_events("web")[0].detail == f"http://127.0.0.1:{port}/mcp"  # no password shown
@@ -325,11 +329,12 @@ async def test_a_streamable_http_server_by_url(session: Session, tmp_path: Path)
         out = await session.run("web__tool_002", {"query": "over http"})
         assert not out.is_error and "tool_002 got query='over http'" in out.content
         await hub.aclose()
-        assert proc.poll() is None  # a server we did not start is not ours to stop
+        # A server we did not start is not ours to stop: it still serves.
+        _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.close()
+        assert served.thread.is_alive()
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
+        served.stop()
 
 
 async def test_a_server_that_never_answers_times_out_and_leaves_no_process(session: Session, tmp_path: Path) -> None:

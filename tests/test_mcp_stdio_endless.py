@@ -94,14 +94,15 @@ def _tidegauge(tmp_path: Path, fake_llm: Any, prompt: str, *flags: str) -> tuple
     return proc.returncode, events, err.read_text(errors="replace"), peak
 
 
-def _tidegauge_in_process(tmp_path: Path, fake_llm: Any, prompt: str) -> tuple[int, list[dict[str, Any]], str]:
+def _tidegauge_in_process(tmp_path: Path, fake_llm: Any, prompt: str,
+                          *flags: str) -> tuple[int, list[dict[str, Any]], str]:
     """One headless run through the CLI in the test process, for tests that do not measure the
     process's memory: (exit code, stream-json events, stderr)."""
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("TIDEGAUGE_")}
     env.update({"TIDEGAUGE_CONFIG_DIR": str(tmp_path / "config"), "TIDEGAUGE_DATA_DIR": str(tmp_path / "data"),
                 "OPENAI_API_KEY": KEY})
     proc = tidegauge_run(["--provider", "openai", "--model", "m", "--base-url", fake_llm.base_url("openai"),
-                          "--output-format", "stream-json", "--yes", "-p", prompt], cwd=tmp_path / "work", env=env)
+                          "--output-format", "stream-json", "--yes", *flags, "-p", prompt], cwd=tmp_path / "work", env=env)
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     return proc.returncode, events, proc.stderr
 
@@ -165,10 +166,11 @@ def test_an_answer_without_end_ends_the_server_saves_at_most_the_bound_and_the_s
     server_pid = int(pid_file.read_text())
     assert _gone(server_pid), psutil.Process(server_pid).cmdline()
 
-    # The next run of the session (--continue) starts the server again; its tools work.
+    # The next run of the session (--continue) starts the server again; its tools work. In the
+    # test process: what it shows is the session's, not the process's memory.
     fake_llm.enqueue(openai_tool_calls([("e__ping", {}, "call_ping")]), openai_text("pong received"))
 
-    code, events, stderr, _ = _tidegauge(tmp_path, fake_llm, "ping it", "--continue")
+    code, events, stderr = _tidegauge_in_process(tmp_path, fake_llm, "ping it", "--continue")
 
     assert code == 0, stderr[-3000:]
     [ping] = [e for e in events if e["type"] == "tool_result" and e["id"] == "call_ping"]
@@ -282,17 +284,17 @@ def url_server() -> Any:
         yield server
 
 
-def test_a_url_servers_cut_answers_count_toward_the_sessions_cap_through_the_real_process(
+def test_a_url_servers_cut_answers_count_toward_the_sessions_cap_through_the_cli(
         fake_llm, tmp_path, url_server: HostileServer) -> None:
     """Over real HTTP (the hostile loopback server of test_mcp_url_bounds): three SSE answers over the
-    cut against a cap of one and a third of them, through ``python -m app -p``."""
+    cut against a cap of one and a third of them, through ``tidegauge -p`` in the test process (what
+    it checks is on the wire, in the events and on disk; the shaper alone is tested above)."""
     limit = SSE_BIG_BYTES + SSE_BIG_BYTES // 3
     fake_llm.enqueue(*[openai_tool_calls([("bad__sse_big", {}, f"call_{n}")]) for n in (1, 2, 3)],
                      openai_text("Done."))
 
     proc = run_headless(fake_llm, tmp_path, f"memory_update_tokens = 0\nmax_session_saved_output = {limit}\n\n"
-                        f"[mcp_servers.bad]\nurl = {json.dumps(url_server.url)}\ntool_timeout = 600\n", "go",
-                        real_process=True)
+                        f"[mcp_servers.bad]\nurl = {json.dumps(url_server.url)}\ntool_timeout = 600\n", "go")
 
     assert proc.returncode == 0, proc.stderr[-3000:]
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]

@@ -1,7 +1,8 @@
 """The dashboard's /mcp view and the re-authorize offer (issue 37), as a user meets them.
 
 The real dashboard on a real session (on a thread, as the dashboard tests run it), with real MCP
-servers: ``mcp-server-time`` from PyPI over stdio, and the OAuth-protected url server of
+servers: a plain JSON-RPC server process over stdio (tests/mcp_servers/legacy_stdio.py: started
+twice, each start without the SDK's imports), and the OAuth-protected url server of
 tests/mcp_servers/oauth_http.py with its own authorization server. The browser's part of a login
 is a real process: ``$BROWSER`` names tests/mcp_servers/follow_redirect.py, which opens the
 address and follows the redirect back to tidegauge, as a browser that consents would.
@@ -24,7 +25,7 @@ import pytest
 from rich.console import Console
 from fake_llm_server import openai_text, openai_tool_calls
 from test_mcp_oauth import OAuthServer, _browser
-from test_mcp_servers import BIN, START
+from test_mcp_servers import START
 
 from app.kernel.envelope import outside_log
 from app.kernel.commands import ManageMcpServer
@@ -36,6 +37,7 @@ from widgets.confirm_screen import ConfirmScreen
 from widgets.mcp_screen import McpScreen
 
 FOLLOW_REDIRECT = Path(__file__).parent / "mcp_servers" / "follow_redirect.py"
+LEGACY_STDIO = Path(__file__).parent / "mcp_servers" / "legacy_stdio.py"
 KEY = "sk-test-fake-key-0123456789"
 
 
@@ -109,40 +111,43 @@ def _server_pids(command: str) -> list[int]:
 async def test_the_view_lists_a_real_server_reconnects_it_after_a_kill_and_says_what_it_cannot_do(
         fake_llm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     app = _dashboard(fake_llm, tmp_path, monkeypatch, {
-        "time": {"command": str(BIN / "mcp-server-time"), "args": ["--local-timezone", "UTC"],
+        # Half a second to start, as a server that loads something does: the row's "reconnecting"
+        # lasts long enough to be drawn (mcp-server-time took its SDK's imports, a CPU-second, instead).
+        "echo": {"command": sys.executable, "args": [str(LEGACY_STDIO), "--record", str(tmp_path / "received.jsonl"),
+                                                     "--slow-start", "0.5"],
                  "startup_timeout": START},
         "off": {"command": "/nonexistent/server", "enabled": False}})
     async with app.run_test(size=(160, 50)) as pilot:
         await _open_view(pilot)
-        ready = await _until(pilot, lambda: _in_state(app, "time", "ready"), "time is ready in the view")
-        assert (ready.transport, ready.tools, ready.deferred, ready.auth) == ("stdio", 2, False, "none")
-        assert ready.target.endswith("mcp-server-time --local-timezone UTC")
+        ready = await _until(pilot, lambda: _in_state(app, "echo", "ready"), "echo is ready in the view")
+        assert (ready.transport, ready.tools, ready.deferred, ready.auth) == ("stdio", 1, False, "none")
+        assert ready.target.endswith(f"legacy_stdio.py --record {tmp_path / 'received.jsonl'} --slow-start 0.5")
         # Its schema tokens are what the gauge's breakdown carries for it (definitions and instructions).
         context = app.view.context
         assert ready.schema_tokens > 0
-        assert context.breakdown["mcp:time"] == ready.schema_tokens + ready.instructions_tokens
+        assert context.breakdown["mcp:echo"] == ready.schema_tokens + ready.instructions_tokens
         assert _row(app, "off") is not None and _row(app, "off").state == "disabled"
 
-        [pid] = _server_pids("mcp-server-time")
+        [pid] = _server_pids("legacy_stdio.py")
         os.kill(pid, signal.SIGKILL)
-        failed = await _until(pilot, lambda: _in_state(app, "time", "failed"), "the killed server shows failed")
+        failed = await _until(pilot, lambda: _in_state(app, "echo", "failed"), "the killed server shows failed")
         assert "exited" in failed.reason or "signal" in failed.reason, failed.reason
 
-        await pilot.press("r")  # the cursor is on the first server: time
-        await _until(pilot, lambda: (row := _row(app, "time")) is not None and row.busy == "reconnecting",
+        await pilot.press("r")  # the cursor is on the first server: echo
+        await _until(pilot, lambda: (row := _row(app, "echo")) is not None and row.busy == "reconnecting",
                      "the row says it is reconnecting")
-        again = await _until(pilot, lambda: _in_state(app, "time", "ready"), "time is ready again")
-        assert again.tools == 2 and again.reason == ""
-        [new_pid] = _server_pids("mcp-server-time")
+        again = await _until(pilot, lambda: _in_state(app, "echo", "ready"), "echo is ready again")
+        assert again.tools == 1 and again.reason == ""
+        [new_pid] = _server_pids("legacy_stdio.py")
         assert new_pid != pid
-        assert app.view.context.breakdown["mcp:time"] == again.schema_tokens + again.instructions_tokens
+        assert app.view.context.breakdown["mcp:echo"] == again.schema_tokens + again.instructions_tokens
 
         # Commands reach the session from a pipe too: what it cannot do is one line under the list.
         screen = app.screen
         assert isinstance(screen, McpScreen)
         notes = []
-        for command in (ManageMcpServer("reconnect", "nope\x1b[2J"), ManageMcpServer("login", "time"),
-                        ManageMcpServer("logout", "time"), ManageMcpServer("reconnect", "off")):
+        for command in (ManageMcpServer("reconnect", "nope\x1b[2J"), ManageMcpServer("login", "echo"),
+                        ManageMcpServer("logout", "echo"), ManageMcpServer("reconnect", "off")):
             before = app.view.mcp_status
 
             def answered(before: McpStatusEvent | None = before) -> bool:
@@ -152,10 +157,10 @@ async def test_the_view_lists_a_real_server_reconnects_it_after_a_kill_and_says_
             await _until(pilot, answered, f"the view draws the answer to {command}")
             notes.append(screen.status.note)
         assert notes == ["no MCP server named 'nope\\x1b[2J' in this session",
-                         "time is started as a command: OAuth login is for url servers",
-                         "time is started as a command: OAuth login is for url servers",
+                         "echo is started as a command: OAuth login is for url servers",
+                         "echo is started as a command: OAuth login is for url servers",
                          "off is disabled in config.toml (enabled = false)"]
-        assert _in_state(app, "time", "ready") is not None and [row.name for row in screen.rows] == ["time", "off"]
+        assert _in_state(app, "echo", "ready") is not None and [row.name for row in screen.rows] == ["echo", "off"]
         await pilot.press("escape")
         assert not isinstance(app.screen, McpScreen)
 

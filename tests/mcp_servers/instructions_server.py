@@ -4,7 +4,8 @@
 
 The instructions say "Always tag releases with the prefix rel-QX7." and, with ``--kilobytes``,
 are padded to that size ("HEAD" first, "TAIL" last) with a line imitating an escape sequence.
-Tool: ``ping`` answers "pong".
+Tool: ``ping`` answers "pong". tests/test_mcp_instructions.py serves ``build``'s app over
+streamable HTTP on a thread of the test process.
 """
 
 from __future__ import annotations
@@ -14,18 +15,22 @@ import sys
 from mcp.server.mcpserver import MCPServer
 
 RULE = "Always tag releases with the prefix rel-QX7."
-kilobytes = int(sys.argv[sys.argv.index("--kilobytes") + 1]) if "--kilobytes" in sys.argv else 0
-text = RULE
-if kilobytes:
-    padding = "x" * (kilobytes * 1024)
-    text = f"HEAD {RULE}\n\x1b[2Jcleared?\n{padding}\nTAIL"
-server = MCPServer("notes", instructions=text)
 
 
-@server.tool(description="Answer pong")
-def ping() -> str:
-    return "pong"
+def build(kilobytes: int = 0) -> MCPServer:
+    """The server, its instructions padded to ``kilobytes`` when given (see the module's docstring)."""
+    text = RULE
+    if kilobytes:
+        padding = "x" * (kilobytes * 1024)
+        text = f"HEAD {RULE}\n\x1b[2Jcleared?\n{padding}\nTAIL"
+    server = MCPServer("notes", instructions=text)
+
+    @server.tool(description="Answer pong")
+    def ping() -> str:
+        return "pong"
+
+    return server
 
 
 if __name__ == "__main__":
-    server.run()
+    build(int(sys.argv[sys.argv.index("--kilobytes") + 1]) if "--kilobytes" in sys.argv else 0).run()

@@ -1,9 +1,8 @@
 """An MCP server over stdio, in plain JSON-RPC (no SDK), that starts a child process of its own
-(a long ``sleep``): what tests/test_exit_paths.py needs from a server, at a twentieth of the start.
-
-tests/mcp_servers/process_tree.py is the same server on the SDK; importing the SDK costs ~0.9 CPU-s
-per start, and what the exit tests check (every process tidegauge started, and theirs, ends) does
-not depend on which library speaks the protocol. Tool ``pids`` returns "<server pid> <child pid>".
+(a long ``sleep``): what tests/test_exit_paths.py and test_mcp_servers.py need from a server, at a
+twentieth of the start of one on the SDK (importing it costs ~0.9 CPU-s per start). What they check
+(every process tidegauge started, and theirs, ends; a server that dies is reported once) does not
+depend on which library speaks the protocol. Tool ``pids`` returns "<server pid> <child pid>".
 """
 
 from __future__ import annotations
