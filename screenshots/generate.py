@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from app.kernel import events as ev
+from app.kernel.envelope import EventEnvelope
 from app.session.agent_session import AgentSession
 from app.wiring.config import load_settings
 from app.surfaces.dashboard.app import TidegaugeApp
@@ -51,7 +52,8 @@ class Holder:
         self.waiting: str | None = None
         self.release = threading.Event()  # the session runs on its own thread (and loop)
 
-        def watch(event) -> None:
+        def watch(envelope: EventEnvelope) -> None:
+            event = envelope.event
             if isinstance(event, ev.ContextEvent):
                 self.last_context = event
             elif isinstance(event, ev.CompactionEvent) and event.ok and event.trigger in ("auto", "memory"):
@@ -205,7 +207,8 @@ async def inspector_diff(data_dir: Path, size: tuple[int, int], name: str) -> No
     requests: list[int] = []
     after_compaction: list[int] = []
 
-    def watch(event) -> None:
+    def watch(envelope: EventEnvelope) -> None:
+        event = envelope.event
         if isinstance(event, ev.RequestRecordedEvent):
             requests.append(event.request)
         elif isinstance(event, ev.CompactionEvent) and event.ok:
