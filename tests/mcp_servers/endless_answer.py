@@ -22,6 +22,8 @@ import json
 import os
 import sys
 
+from plain_jsonrpc import initialize_result, requests
+
 MB = 1024 * 1024
 TOOLS = [
     {"name": "endless", "description": "An answer that never ends.", "inputSchema": {"type": "object"}},
@@ -54,15 +56,9 @@ def main() -> None:
         out.flush()
         sys.stdin.read()  # the line stays open until tidegauge goes
 
-    for line in sys.stdin:
-        message = json.loads(line)
-        method, request_id = message.get("method"), message.get("id")
-        if request_id is None:
-            continue  # a notification (initialized, cancelled)
+    for method, request_id, message in requests(sys.stdin):
         if method == "initialize":
-            send({"jsonrpc": "2.0", "id": request_id, "result": {
-                "protocolVersion": message["params"]["protocolVersion"], "capabilities": {"tools": {}},
-                "serverInfo": {"name": "endless-answer", "version": "0.0.1"}}})
+            send({"jsonrpc": "2.0", "id": request_id, "result": initialize_result(message, "endless-answer")})
         elif method == "tools/list" and args.endless_tools_list:
             send_without_end(request_id)
             return

@@ -12,6 +12,8 @@ import os
 import subprocess
 import sys
 
+from plain_jsonrpc import initialize_result, requests
+
 
 def main() -> None:
     child = subprocess.Popen(["sleep", "600"])
@@ -20,15 +22,9 @@ def main() -> None:
         sys.stdout.write(json.dumps(message) + "\n")
         sys.stdout.flush()
 
-    for line in sys.stdin:
-        message = json.loads(line)
-        method, request_id = message.get("method"), message.get("id")
-        if request_id is None:
-            continue  # a notification (initialized, cancelled)
+    for method, request_id, message in requests(sys.stdin):
         if method == "initialize":
-            send({"jsonrpc": "2.0", "id": request_id, "result": {
-                "protocolVersion": message["params"].get("protocolVersion", "2025-06-18"),
-                "capabilities": {"tools": {}}, "serverInfo": {"name": "process-tree-plain", "version": "0.0.1"}}})
+            send({"jsonrpc": "2.0", "id": request_id, "result": initialize_result(message, "process-tree-plain")})
         elif method == "tools/list":
             send({"jsonrpc": "2.0", "id": request_id, "result": {"tools": [{
                 "name": "pids", "description": "The server's process id and its child's.",
