@@ -286,6 +286,23 @@ def test_the_reader_delivers_the_same_messages_however_the_stream_is_cut_into_ch
     assert all(line in arrived for line in must_arrive)
 
 
+def test_a_line_of_exactly_the_cap_is_whole_and_one_byte_more_is_cut_inside_a_chunk_or_across_two() -> None:
+    """The reader's two paths (a line within one chunk, a line across chunks) draw the cap at the
+    same byte: a hostile server cannot slip a line past it by where its chunks fall."""
+    def answer(request_id: int, size: int) -> bytes:
+        head = b'{"jsonrpc":"2.0","id":%d,"result":{"content":[{"type":"text","text":"' % request_id
+        tail = b'"}]}}'
+        return head + b"x" * (size - len(head) - len(tail)) + tail
+
+    at_cap, over_cap = answer(1, 200), answer(2, 201)
+    stream = at_cap + b"\n" + over_cap + b"\n"
+    for chunks in ([stream], [stream[:50], stream[50:260], stream[260:]]):
+        delivered = read_all(chunks, max_bytes=200, spill_dir=None)
+        assert delivered[0] == at_cap, chunks
+        assert isinstance(delivered[1], dict) and delivered[1]["id"] == 2, chunks
+        assert len(delivered) == 2
+
+
 def test_an_answer_past_what_is_saved_is_dropped_and_the_next_message_still_reads_whole(tmp_path):
     """A hostile server: one answer far past what is saved, whose dropped part imitates a whole
     answer to another request and our own cut mark, then an ordinary message. Only the first
