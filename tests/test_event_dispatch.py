@@ -63,3 +63,41 @@ def test_the_view_model_and_the_process_mirror_agree_on_busy(state: ev.AgentStat
     view.apply(outside_log(event))
     facts.apply(outside_log(event))
     assert view.busy == facts.busy == ev.is_busy(state) == (state not in ("idle", "starting"))
+
+
+def test_every_event_the_session_sends_reaches_a_dashboard_widget() -> None:
+    """Beside the view model's ``match``, the bridge routes each event by its type to the widgets
+    that take it (``widgets.session_messages.MESSAGES_FOR``): an event added to the union and
+    routed nowhere would be dropped on the dashboard without a word. The targets stand in for the
+    App's own (``TidegaugeApp._follow_session``), each taking the messages its class declares."""
+    from app.surfaces.dashboard.app import TidegaugeApp
+    from app.surfaces.dashboard.bridge import SessionBridge
+    from event_examples import example
+    from widgets.context_panel import ContextPanel
+    from widgets.conversation import Conversation
+    from widgets.header_bar import HeaderBar
+    from widgets.prompt_box import PromptBox
+    from widgets.tool_output_panel import ToolOutputPanel
+
+    posted: list[tuple[str, str]] = []
+
+    def stand_in(cls: Any) -> Any:
+        def post_message(self: object, message: object) -> bool:
+            posted.append((cls.__name__, type(message).__name__))
+            return True
+        return type(cls.__name__, (), {"SESSION_MESSAGES": cls.SESSION_MESSAGES, "post_message": post_message})()
+
+    targets = [stand_in(cls) for cls in (HeaderBar, Conversation, ToolOutputPanel, ContextPanel, PromptBox, TidegaugeApp)]
+    call = example(ev.ToolStartEvent)
+    unrouted = []
+    event: Any
+    for event in one_of_each():
+        if isinstance(event, ev.ClearedResultsEvent):
+            event = event.model_copy(update={"call_ids": [call.id]})
+        bridge = SessionBridge(targets, deltas_target=targets[1])
+        bridge(EventEnvelope(1, 1, call))  # a call the event can be about (progress, cleared results)
+        posted.clear()
+        bridge(EventEnvelope(2, 1, event))
+        if not posted:
+            unrouted.append(event.type)
+    assert unrouted == []

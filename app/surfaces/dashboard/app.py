@@ -1074,11 +1074,11 @@ class TidegaugeApp(App[int]):
     @on(EngineSaid)
     def _on_engine_said(self, message: EngineSaid) -> None:
         event = message.event
-        from app.kernel.events import ServerCompactionEvent  # loaded by now: the session sent this
+        from app.kernel.events import McpServerEvent, ServerCompactionEvent  # loaded by now: the session sent this
 
         if isinstance(event, ServerCompactionEvent) and self._server_compaction_on is not None:
             self._server_compaction_on = event.on  # the state now, switched or refused
-        elif event.type == "mcp_server" and self.session is not None and not message.restored:
+        elif isinstance(event, McpServerEvent) and self.session is not None and not message.restored:
             self._refresh_mcp_view()
 
     def action_whatif(self) -> None:
