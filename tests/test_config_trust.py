@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_in_process import run_cli
 
 from app.wiring.config import load_settings
 from app.kernel.errors import ConfigError
@@ -31,13 +32,18 @@ def _config_starting_a_server(config_dir: Path, ran: Path) -> Path:
     return toml
 
 
-def _tidegauge(tmp_path: Path, config_dir: Path) -> subprocess.CompletedProcess[str]:
+def _tidegauge(tmp_path: Path, config_dir: Path, *, in_process: bool = False) -> subprocess.CompletedProcess[str]:
+    """``tidegauge -p hello`` on the demo; ``in_process``: the same CLI in this process
+    (tests/cli_in_process.py), for a run whose outcome is not the process's own exit and streams."""
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("TIDEGAUGE_")}
     env.update(TIDEGAUGE_CONFIG_DIR=str(config_dir), TIDEGAUGE_DATA_DIR=str(tmp_path / "data"))
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
-    return subprocess.run([sys.executable, "-m", "app", "-p", "hello", "--provider", "demo", "--demo-speed", "0"],
-                          cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    argv = ["-p", "hello", "--provider", "demo", "--demo-speed", "0"]
+    if in_process:
+        return run_cli(argv, cwd=work, env=env)
+    return subprocess.run([sys.executable, "-m", "app", *argv], cwd=work, env=env, capture_output=True, text=True,
+                          timeout=120)
 
 
 def test_a_config_others_can_write_is_refused_and_its_server_command_never_runs(tmp_path):
@@ -55,8 +61,9 @@ def test_a_config_others_can_write_is_refused_and_its_server_command_never_runs(
     assert not (tmp_path / "data").exists(), "a session was started from a refused config.toml"
 
     # The fix it names works: the same file, no longer writable by others, is obeyed (its server starts).
+    # What is checked is the file's effect, not the process: the same CLI runs in this process.
     toml.chmod(0o644)
-    fixed = _tidegauge(tmp_path, tmp_path / "config")
+    fixed = _tidegauge(tmp_path, tmp_path / "config", in_process=True)
     assert fixed.returncode == 0, fixed.stderr
     assert ran.exists(), "with the fix applied the config's server should have been started"
 

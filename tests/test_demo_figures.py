@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from cli_in_process import run_cli
 from test_demo_orders import PROMPT_OF, Run, Sessions
 
 ORDER_A = ("errors", "summarize", "flood", "recall", "delegate")
@@ -184,9 +183,8 @@ def test_a_resumed_session_starts_from_the_measured_figure(tmp_path: Path) -> No
     work = tmp_path / "work"
     work.mkdir()
 
-    def run(*extra: str) -> list[dict]:
-        proc = subprocess.run([sys.executable, "-m", "app", "--demo-speed", "0", "--yes", "--output-format",
-                               "stream-json", *extra], cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    def run(*extra: str) -> list[dict]:  # the CLI in this process: the figures are checked, not the process
+        proc = run_cli(["--demo-speed", "0", "--yes", "--output-format", "stream-json", *extra], cwd=work, env=env)
         assert proc.returncode == 0, proc.stderr
         return [json.loads(line) for line in proc.stdout.splitlines()]
 

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_in_process import run_cli
 from fake_llm_server import FakeLLMServer, openai_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -113,8 +114,12 @@ def test_the_plug_ins_flags_are_read_without_loading_a_provider(tmp_path: Path) 
     ("flag", "-1", "demo_speed: must be >= 0 (got -1.0) [from --demo-speed]"),
 ])
 def test_a_plug_ins_setting_is_checked_like_any_other(tmp_path: Path, source: str, value: str, said: str) -> None:
-    args = ["-m", "app", "-p", "hi", "--provider", "demo"]
+    args = ["-p", "hi", "--provider", "demo", *(["--demo-speed", value] if source == "flag" else [])]
     env = {"TIDEGAUGE_DEMO_SPEED": value} if source == "env" else {}
-    proc = _run(ROOT, tmp_path, *args, *(["--demo-speed", value] if source == "flag" else []), **env)
+    if source == "flag":  # the same check on another source: the CLI in this process (tests/cli_in_process.py)
+        (tmp_path / "work").mkdir()
+        proc = run_cli(args, cwd=tmp_path / "work", env=_env(ROOT, tmp_path, **env))
+    else:  # the real binary's one line and exit code
+        proc = _run(ROOT, tmp_path, "-m", "app", *args, **env)
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"tidegauge: config: {said}"

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
+from cli_in_process import run_cli
 from fake_llm_server import openai_text, openai_tool_calls
 from test_engine_support import bodies, is_compaction, summary_text, wire_messages, write_words
 
@@ -17,12 +16,13 @@ KEY = "sk-test-fake-key-0123456789"
 
 
 def _tidegauge(args: list[str], tmp_path: Path, fake) -> list[dict]:
+    """The CLI's stream-json events, run in this process (tests/cli_in_process.py): the flags' parsing
+    and the requests they lead to are what is checked, not the process (a start is ~0.5 CPU-s)."""
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("TIDEGAUGE_")}
     env.update({"TIDEGAUGE_CONFIG_DIR": str(tmp_path / "config"), "TIDEGAUGE_DATA_DIR": str(tmp_path / "data"),
                 "OPENAI_API_KEY": KEY})
-    proc = subprocess.run([sys.executable, "-m", "app", "--provider", "openai", "--model", "m",
-                           "--base-url", fake.base_url("openai"), "--output-format", "stream-json", *args],
-                          cwd=tmp_path / "work", env=env, capture_output=True, text=True, timeout=120)
+    proc = run_cli(["--provider", "openai", "--model", "m", "--base-url", fake.base_url("openai"),
+                    "--output-format", "stream-json", *args], cwd=tmp_path / "work", env=env)
     assert proc.returncode == 0, proc.stderr
     return [json.loads(line) for line in proc.stdout.splitlines()]
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,7 @@ from app.context.accounting import ContextAccounting
 from app.context.tokens import estimate_message
 from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolSpec, ToolUseBlock
 from app.kernel.usage import Usage
+from cli_in_process import run_cli
 from fake_llm_server import counting_usage, openai_text, openai_tool_calls
 
 KEY = "sk-test-fake-key-0123456789"
@@ -30,13 +29,13 @@ PROSE = ("The harbour gauge reads the water level every thirty seconds and smoot
 
 
 def _headless(tmp_path: Path, base_url: str, prompt: str) -> list[dict[str, Any]]:
-    """tidegauge -p as a user runs it, stream-json; its events."""
+    """tidegauge -p, stream-json; its events. The CLI runs in this process (tests/cli_in_process.py):
+    what is checked is the figures its events carry, not the process (a start is ~0.5 CPU-s)."""
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("TIDEGAUGE_")}
     env.update({"TIDEGAUGE_CONFIG_DIR": str(tmp_path / "config"), "TIDEGAUGE_DATA_DIR": str(tmp_path / "data"),
                 "TIDEGAUGE_MEMORY_UPDATE_TOKENS": "0", "OPENAI_API_KEY": KEY})
-    proc = subprocess.run([sys.executable, "-m", "app", "-p", prompt, "--provider", "openai", "--model", "local",
-                           "--base-url", base_url, "--output-format", "stream-json", "--window", "200000"],
-                          cwd=tmp_path / "work", env=env, capture_output=True, text=True, timeout=120)
+    proc = run_cli(["-p", prompt, "--provider", "openai", "--model", "local", "--base-url", base_url,
+                    "--output-format", "stream-json", "--window", "200000"], cwd=tmp_path / "work", env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return [json.loads(line) for line in proc.stdout.splitlines()]
 

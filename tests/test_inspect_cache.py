@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cli_in_process import run_cli
 from fake_llm_server import (AnthropicPromptCache, Reply, anthropic_text, anthropic_tool_calls, cl100k_request_tokens,
                              openai_text, openai_tool_calls)
 from test_engine_support import write_words
@@ -30,11 +31,11 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 
 def _session(provider: str, base_url: str, tmp_path: Path) -> None:
+    """The session inspect reads: a set-up step, so the CLI runs in this process (tests/cli_in_process.py)."""
     (tmp_path / "work").mkdir(exist_ok=True)
     write_words(tmp_path / "work" / "tides.txt", 900, "tide")
-    proc = subprocess.run([sys.executable, "-m", "app", "--provider", provider, "--model", "m", "--base-url", base_url,
-                           "-p", "read tides.txt and tell me its last word"],
-                          cwd=tmp_path / "work", env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    proc = run_cli(["--provider", provider, "--model", "m", "--base-url", base_url,
+                    "-p", "read tides.txt and tell me its last word"], cwd=tmp_path / "work", env=_env(tmp_path))
     assert proc.returncode == 0, proc.stderr
 
 

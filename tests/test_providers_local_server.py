@@ -1,18 +1,19 @@
 """Small local servers (llama.cpp, vLLM, Ollama-style): no usage, tools ignored, sometimes
 no streaming at all. `tidegauge -p` must still finish the task, with every figure estimated.
 
-A real process (`python -m app -p ... --output-format stream-json`) against the loopback server.
+The CLI (`tidegauge -p ... --output-format stream-json`) against the loopback server, run in the
+test process (tests/cli_in_process.py): what is checked is the events' figures and the requests,
+not the process.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
+from cli_in_process import run_cli
 from fake_llm_server import Reply, anthropic_events, raw_sse
 
 KEY = "sk-test-fake-key-0123456789"
@@ -26,11 +27,9 @@ def _headless(fake_llm, tmp_path: Path, provider: str, *extra: str) -> list[dict
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
     (work / "notes.txt").write_text("one\ntwo\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "app", "-p", "how many lines are in notes.txt?", "--provider", provider,
-         "--model", "qwen2.5-coder-1.5b-instruct", "--base-url", fake_llm.base_url(provider),
-         "--output-format", "stream-json", *extra],
-        cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    proc = run_cli(["-p", "how many lines are in notes.txt?", "--provider", provider,
+                    "--model", "qwen2.5-coder-1.5b-instruct", "--base-url", fake_llm.base_url(provider),
+                    "--output-format", "stream-json", *extra], cwd=work, env=env)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     return [json.loads(line) for line in proc.stdout.splitlines()]
 

@@ -27,7 +27,7 @@ import pytest
 from app.wiring.config import Settings
 from app.tools import bash
 from app.tools.base import ArgsTool, ToolContext
-from app.tools.registry import ToolRun, default_registry
+from app.tools.registry import ToolRegistry, ToolRun, default_registry
 from tool_helpers import tool_context
 
 REPO = Path(__file__).resolve().parent.parent
@@ -38,8 +38,16 @@ def ctx(tmp_path: Path) -> ToolContext:
     return tool_context(tmp_path, "call_rel")
 
 
+_REGISTRIES: dict[int, ToolRegistry] = {}
+
+
 async def call(ctx: ToolContext, name: str, max_output: int = 0, **args: object) -> ToolRun:
-    return await default_registry(max_output).run(name, dict(args), ctx)
+    """One call through the registry a session would hold: built once per output limit, as a
+    session builds its one (the tools keep nothing between calls; the context holds a call's state).
+    Building one per call cost a schema copy per tool, a sixth of the racing test's CPU."""
+    if max_output not in _REGISTRIES:
+        _REGISTRIES[max_output] = default_registry(max_output)
+    return await _REGISTRIES[max_output].run(name, dict(args), ctx)
 
 
 def bytes_read_by_this_process() -> int:

@@ -1,17 +1,18 @@
 """A reply asking for thousands of tool calls runs the first ``max_tool_calls_per_turn`` (64
 by default); every other call is answered "not run", so the next request still answers each
-call and the history stays valid. Through the real binary against the loopback fake server,
-on the Chat Completions and the Messages wire."""
+call and the history stays valid. Through the CLI (in the test process: what is checked is the
+requests, the one line on stderr and the transcript, not the process) against the loopback fake
+server, on the Chat Completions and the Messages wire."""
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_in_process import run_cli
 from fake_llm_server import anthropic_text, anthropic_tool_calls, openai_text, openai_tool_calls
 
 from app.session.transcript import restore
@@ -29,9 +30,8 @@ def _run(tmp_path: Path, fake_llm: Any, provider: str, *flags: str) -> subproces
     env.update({"TIDEGAUGE_CONFIG_DIR": str(tmp_path / "config"), "TIDEGAUGE_DATA_DIR": str(tmp_path / "data"),
                 "OPENAI_API_KEY": "sk-test-cap-0123456789", "ANTHROPIC_API_KEY": "sk-ant-test-cap-0123456789",
                 "TIDEGAUGE_MEMORY_UPDATE_TOKENS": "0", "PYTHONUNBUFFERED": "1"})
-    return subprocess.run([sys.executable, "-m", "app", "-p", "list everything", "--provider", provider,
-                           "--model", "m", "--base-url", fake_llm.base_url(provider), *flags],
-                          cwd=work, env=env, capture_output=True, text=True, timeout=180)
+    return run_cli(["-p", "list everything", "--provider", provider, "--model", "m",
+                    "--base-url", fake_llm.base_url(provider), *flags], cwd=work, env=env)
 
 
 def _answers(provider: str, body: dict[str, Any]) -> dict[str, str]:

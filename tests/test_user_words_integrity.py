@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from cli_in_process import run_cli
 from fake_llm_server import Reply
 from test_engine_support import is_compaction, summary_text, text_reply, tool_reply, wire_problems, write_words
 
@@ -91,11 +92,16 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def _tidegauge(provider: str, fake, tmp_path: Path, *args: str) -> list[dict[str, Any]]:
-    proc = subprocess.run([sys.executable, "-m", "app", "--provider", provider, "--model", "m",
-                           "--base-url", fake.base_url(provider), "--output-format", "stream-json",
-                           "--budget", "2000", "--window", "20000", *args],
-                          cwd=tmp_path / "work", env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+def _tidegauge(provider: str, fake, tmp_path: Path, *args: str, in_process: bool = False) -> list[dict[str, Any]]:
+    """The real program's stream-json events; ``in_process``: the same CLI in the test process
+    (tests/cli_in_process.py), where what is checked is the requests, not the program's start."""
+    argv = ["--provider", provider, "--model", "m", "--base-url", fake.base_url(provider),
+            "--output-format", "stream-json", "--budget", "2000", "--window", "20000", *args]
+    if in_process:
+        proc = run_cli(argv, cwd=tmp_path / "work", env=_env(tmp_path))
+    else:
+        proc = subprocess.run([sys.executable, "-m", "app", *argv], cwd=tmp_path / "work", env=_env(tmp_path),
+                              capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return [json.loads(line) for line in proc.stdout.splitlines()]
 
@@ -279,7 +285,7 @@ def test_a_transcript_of_the_previous_format_resumes_with_the_typed_words_only(f
     assert [b.text for b in user_words(restore(stored.transcript_path).history)] == typed
     fake_llm.default = ScriptedModel(provider, 1)
 
-    events = _tidegauge(provider, fake_llm, tmp_path, "--continue", "-p", THIRD)
+    events = _tidegauge(provider, fake_llm, tmp_path, "--continue", "-p", THIRD, in_process=True)
 
     assert [(e["trigger"], e["ok"]) for e in events if e["type"] == "compaction"] == [("auto", True)]
     assert events[-1]["type"] == "result" and events[-1]["stop_reason"] == "end_turn"

@@ -38,10 +38,18 @@ def _serving(folder: Path) -> Iterator[WebServer]:
         web.stop()
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[WebServer]:
-    """A server of the test's own (each test uses one: the demo task's, and one that stops it)."""
-    with _serving(tmp_path) as web:
+@pytest.fixture(scope="module")
+def served_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The module's server's folder: its workspace, config and data directory."""
+    return tmp_path_factory.mktemp("web")
+
+
+@pytest.fixture(scope="module")
+def server(served_folder: Path) -> Iterator[WebServer]:
+    """One server for the module (a start is an interpreter, the web stack and the demo's data):
+    the demo task runs in a tab of it, then the last test opens two more and stops it with ctrl+c.
+    A tab is a dashboard of its own, so the tests share only the server and its data directory."""
+    with _serving(served_folder) as web:
         yield web
 
 
@@ -76,7 +84,8 @@ def terminal(chromium: Any) -> Iterator[BrowserTerminal]:
 
 
 def test_the_demo_task_runs_in_the_browser_and_ctrl_o_and_ctrl_s_work(
-        server: WebServer, tmp_path: Path, terminal: BrowserTerminal) -> None:
+        server: WebServer, served_folder: Path, terminal: BrowserTerminal) -> None:
+    assert server.process.poll() is None, "the module's server stopped before this test (the ctrl+c test runs last)"
     terminal.open(server.url)
     screen = terminal.wait_for_text("demo (scripted model)", "Ask tidegauge", "of 9", timeout_s=START_TIMEOUT_S)
     assert "context" in screen and "auto-compact" in screen  # the gauge is there from the first screen
@@ -90,7 +99,7 @@ def test_the_demo_task_runs_in_the_browser_and_ctrl_o_and_ctrl_s_work(
     terminal.click_text("run_bash cat app.log")  # the call (in the tool list or the conversation)
     terminal.press("Control+o")
     # The viewer shows the whole saved output (15 MB of log), not the cut the model saw.
-    saved = max((tmp_path / "data" / "sessions").glob("*/tool-results/*"), key=lambda f: f.stat().st_size)
+    saved = max((served_folder / "data" / "sessions").glob("*/tool-results/*"), key=lambda f: f.stat().st_size)
     full_text = saved.read_text(encoding="utf-8")
     # (its line count is on the full view's status row alone: the model's view says the characters too)
     terminal.wait_for_text(f"{len(full_text.splitlines()):,} lines, {len(full_text):,} characters",
@@ -116,7 +125,11 @@ def test_the_demo_task_runs_in_the_browser_and_ctrl_o_and_ctrl_s_work(
 def test_a_720x480_tab_and_a_closed_tab_ends_its_dashboard_and_ctrl_c_on_the_server_ends_the_others(
         server: WebServer, chromium: Any, terminal: BrowserTerminal) -> None:
     """The tab closed first is a small browser window, checked before it closes (a tab is a
-    dashboard and a session process: one tab fewer than a test of its own)."""
+    dashboard and a session process: one tab fewer than a test of its own). The server is the
+    module's: this test stops it, so it runs last."""
+    # An earlier test's tab ends once its page closed: only this test's two tabs are counted below.
+    _, earlier = psutil.wait_procs(server.descendants(), timeout=START_TIMEOUT_S)
+    assert not earlier, f"an earlier tab's processes still run: {[p.pid for p in earlier]}"
     with _page(chromium, (720, 480)) as small:
         other = BrowserTerminal(small)
         _a_small_window_takes_keys_before_a_click_and_keeps_the_footers_keys(other, server)
