@@ -333,6 +333,30 @@ def test_the_watchdog_told_no_token_kills_nothing(said) -> None:
         bystander.kill()
 
 
+def test_the_watchdog_kills_the_marked_process_and_loads_only_its_sweep() -> None:
+    """The watchdog runs after every headless run: told a token and then the end of its pipe, it
+    kills the process carrying exactly that token, leaves one with another, and gets there without
+    signal.py's enum, proctree's imports (subprocess, ctypes, uuid, threading) or typing, which
+    cost it more CPU than its interpreter's start (seen through ``-X importtime`` on stderr)."""
+    token = "0123456789abcdef" * 2
+    marked = _same_user_process({TOKEN_ENV: token})
+    other = _same_user_process({TOKEN_ENV: token[::-1]})
+    try:
+        watchdog = subprocess.run([sys.executable, "-I", "-S", "-X", "importtime", str(ROOT / WATCHDOG)],
+                                  input=f"{token}\n".encode(), capture_output=True, timeout=WAIT_S)
+        assert watchdog.returncode == 0, watchdog
+        _assert_all_end([marked])
+        assert not _gone(other)
+        loaded = {line.split(b"|")[-1].strip().decode() for line in watchdog.stderr.splitlines()[1:]}
+        assert "app.system.marked_processes" in loaded, loaded
+        assert not loaded & {"signal", "enum", "subprocess", "ctypes", "uuid", "threading", "typing",
+                             "app.system.proctree"}, sorted(loaded)
+    finally:
+        for process in (marked, other):
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+
+
 def test_a_signal_ends_the_dashboard_even_when_its_terminal_is_no_longer_read(tmp_path) -> None:
     """A terminal that stops reading (a hung ssh, a tmux session killed) fills Textual's output
     queue; the App's loop then waits for ever on its next frame and the orderly quit a SIGHUP

@@ -354,7 +354,9 @@ class ResultEvent(EventBase):
     usage: TokenTotals = Field(default_factory=TokenTotals)
     # "main", "compact" (compaction), "sub" (the task tool's agents) and "memory" (the session memory's updates)
     usage_by_agent: dict[str, TokenTotals] = Field(default_factory=dict)
-    permission_denials: list[PermissionDenial] = Field(default_factory=list)
+    # [] and not default_factory=list: pydantic copies it for each event, and the signature of the builtin
+    # list (asked of a factory) costs tokenize's patterns in every run, at its result.
+    permission_denials: list[PermissionDenial] = []
     # How the run's commands ran: in bwrap, unsandboxed by choice ("off"), or unsandboxed because
     # the sandbox cannot run here ("unavailable"). None: not known (an older transcript).
     sandbox: SandboxState | None = None

@@ -79,7 +79,9 @@ class ToolResultBlock(BaseModel):
     full_output_path: str | None = None
     # Images for the model, sent the way each wire protocol allows (see the providers);
     # left out of the JSON when there are none (older transcripts match).
-    images: list[ToolResultImage] = Field(default_factory=list, exclude_if=lambda value: not value)
+    # default=[] and not default_factory=list: pydantic copies it for each block, and the signature of the
+    # builtin list (asked of a factory) costs tokenize's patterns at import.
+    images: list[ToolResultImage] = Field(default=[], exclude_if=lambda value: not value)
     # The user's hand on this result (the tool list's d and p), carried through history and transcript
     # so a resume keeps it, left out of the JSON when unset: ``pinned``, kept verbatim through
     # clearing and compaction; ``evicted``, taken out (the content is a stub naming the saved file).

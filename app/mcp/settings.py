@@ -19,7 +19,9 @@ class McpServerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)  # built when a server is configured
 
     command: str | None = None
-    args: list[str] = Field(default_factory=list)
+    # [] and not default_factory=list: pydantic copies it for each model, and the signature of the builtin
+    # list (asked of a factory) costs tokenize's patterns in every run that reads settings.
+    args: list[str] = []
     # Added to the server's environment (the SDK passes only HOME, PATH, SHELL, TERM, USER,
     # LOGNAME otherwise: provider API keys never reach a server unless named here).
     env: dict[str, str] = Field(default_factory=dict)

@@ -26,8 +26,8 @@ left behind, the session process and all it started. Exit paths then end them al
 A SIGKILL leaves no time for any of that: ``die_with_parent`` (a ``preexec_fn``)
 asks the kernel to kill bash when the thread that started it dies, and whoever
 tidegauge's orphans are handed to ends the rest: the dashboard (a subreaper), or
-headless mode's watchdog (``app/system/watchdog.py``, ``kill_marked``: every process of
-this user whose environment holds the run's token).
+headless mode's watchdog (``app/system/watchdog.py``, ``marked_processes.kill_marked``: every
+process of this user whose environment holds the run's token).
 
 Reads ``/proc`` directly; off Linux the marker and the group are all we have.
 """
@@ -46,14 +46,15 @@ import threading
 import uuid
 from typing import TYPE_CHECKING
 
+from app.system.marked_processes import MAX_KILL_ROUNDS as _MAX_KILL_ROUNDS, environ_entries as _environ_entries, \
+    send_signal as _signal
+
 if TYPE_CHECKING:
     from typing import Callable
 
 MARKER_ENV = "TIDEGAUGE_TOOL_RUN"
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_PDEATHSIG = 1
-# Forks racing our kill are caught by looking again; this bounds the rounds.
-_MAX_KILL_ROUNDS = 50
 
 _lock = threading.RLock()  # re-entrant: an exit on a signal may come while this thread holds it
 _subreaper: bool | None = None
@@ -222,15 +223,6 @@ def _descendants(root: int, table: dict[int, tuple[str, int, int]]) -> set[int]:
     return found
 
 
-def _environ_entries(pid: int) -> list[bytes]:
-    """The ``NAME=value`` entries a process was started with (none when we may not read them)."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return f.read().split(b"\0")
-    except OSError:
-        return []
-
-
 def _marker_of(pid: int) -> str | None:
     """The run marker in a process's environment, if it has one (and we may read it)."""
     key = MARKER_ENV.encode() + b"="
@@ -261,11 +253,6 @@ def _members(marker: str | None, leader: int | None, table: dict[int, tuple[str,
     members.discard(me)
     members -= _spared
     return {pid for pid in members if table.get(pid, ("Z",))[0] not in ("Z", "X")}
-
-
-def _signal(pid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, sig)
 
 
 def signal_run(marker: str, leader: int | None, sig: signal.Signals) -> None:
@@ -350,50 +337,6 @@ def kill_all_descendants() -> int:
         reap_adopted()
         if _adopted:
             threading.Event().wait(0.01)
-    return killed
-
-
-def _pids_of_user(uid: int) -> list[int]:
-    pids: list[int] = []
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return pids
-    for name in names:
-        if name.isdigit():
-            with contextlib.suppress(OSError):
-                if os.stat(f"/proc/{name}").st_uid == uid:
-                    pids.append(int(name))
-    return pids
-
-
-def kill_marked(name: str, value: str) -> int:
-    """SIGKILL every process of this user whose environment holds exactly ``name=value``; how many.
-
-    For when the process that started them is gone (so no tree is left to walk): its token,
-    inherited by every descendant, ``setsid`` ones too, is what marks them. Stopped first and
-    looked for again, as ``kill_run`` does, so a fork in flight is caught (the child inherits
-    the token); checked once more while stopped, so a pid reused in between is never killed.
-    """
-    if not value:
-        return 0
-    entry = f"{name}={value}".encode()
-    me, uid = os.getpid(), os.getuid()
-    stopped: set[int] = set()
-    for _ in range(_MAX_KILL_ROUNDS):
-        fresh = {pid for pid in _pids_of_user(uid)
-                 if pid != me and pid not in stopped and entry in _environ_entries(pid)}
-        if not fresh:
-            break
-        for pid in fresh:
-            _signal(pid, signal.SIGSTOP)
-        stopped |= fresh
-    killed = 0
-    for pid in stopped:
-        if entry in _environ_entries(pid):
-            _signal(pid, signal.SIGKILL)
-            killed += 1
-        _signal(pid, signal.SIGCONT)  # not (or no longer) a marked process: let it run on
     return killed
 
 

@@ -13,7 +13,7 @@ background (``setsid sleep 1001 &``) nor MCP servers' children. So, at a headles
 
 The watchdog blocks on the pipe (no CPU, ~10 MB). End of file means tidegauge has ended, however
 it ended: the watchdog then kills every process of this user whose environment holds exactly
-``RUN_TOKEN_ENV=<token>`` (``proctree.kill_marked``) and exits. On a normal exit tidegauge has
+``RUN_TOKEN_ENV=<token>`` (``marked_processes.kill_marked``) and exits. On a normal exit tidegauge has
 already ended everything, so the look finds nothing; tidegauge never kills the watchdog
 (``proctree.spare``), so the look always happens.
 
@@ -21,12 +21,14 @@ Escapes, by design: a process that drops its environment (``env -i``), one whose
 this user may not read (a setuid program), or another user's.
 """
 
-from __future__ import annotations
-
-# Only what the watchdog itself needs at module level: it starts on every headless run.
+# Only what the watchdog itself needs at module level: it starts on every headless run (and no
+# ``from __future__ import annotations``: its annotations need none, and it is one more import).
 import os
-import signal
 import sys
+
+# signal's C half (signal.py re-exports it): signal.py imports enum, functools and collections,
+# about as much CPU as the rest of the watchdog's life after its interpreter has started.
+import _signal  # type: ignore[import-not-found]  # typeshed has no stub for it
 
 RUN_TOKEN_ENV = "TIDEGAUGE_RUN_TOKEN"
 _TOKEN_LENGTH = 32  # secrets.token_hex(16)
@@ -93,15 +95,16 @@ def _read_token(fd: int) -> str | None:
 
 def watch(fd: int = 0) -> int:
     """The watchdog's life: the token, then a blocking read until end of file, then the sweep."""
-    for signum in (signal.SIGINT, signal.SIGHUP):  # a ctrl+c or a closed terminal is tidegauge's to handle
-        signal.signal(signum, signal.SIG_IGN)
+    for signum in (_signal.SIGINT, _signal.SIGHUP):  # a ctrl+c or a closed terminal is tidegauge's to handle
+        _signal.signal(signum, _signal.SIG_IGN)
     token = _read_token(fd)
     if token is None:
         return 2  # not started by tidegauge, or tidegauge died before it spoke: nothing is marked
     while os.read(fd, 4096):
         pass
-    # Imported once the pipe closes: the watchdog (run as a file, -I -S) loads tidegauge's code only to kill.
-    from app.system.proctree import kill_marked
+    # Imported once the pipe closes: the watchdog (run as a file, -I -S) loads tidegauge's code only
+    # to kill, and only the module that needs nothing but os and signal (not proctree's imports).
+    from app.system.marked_processes import kill_marked
 
     kill_marked(RUN_TOKEN_ENV, token)
     return 0

@@ -387,7 +387,9 @@ def main(argv: list[str] | None = None) -> int:
             session = build_session(settings(), approvals=False, resume=args.resume,
                                     continue_latest=args.continue_latest)
             _say_if_scripted(settings())
-            return run_headless(session, prompt, args.output_format or "text")
+            code = run_headless(session, prompt, args.output_format or "text")
+            _end_headless(code)
+            return code
         if args.web:
             if args.resume == "":
                 raise SetupError("--resume needs a session id with --web (`tidegauge sessions` lists them)")
@@ -457,6 +459,22 @@ def _end_everything_with_tidegauge() -> None:
     proctree.claim_every_descendant()
     end_everything_on(signal.SIGTERM, signal.SIGHUP)
     start_watchdog()  # and on a kill -9, which leaves no time: the watchdog ends them
+
+
+def _end_headless(code: int) -> None:
+    """A headless run that is done ends without the interpreter's teardown (see
+    ``process_exit.exit_skipping_teardown_if_nothing_waits``), having ended every process it
+    started as ``main``'s ``finally`` would. Only in tidegauge's own process: a program that
+    calls ``main`` gets its code back."""
+    # Only tidegauge's own process ends here, and only after its run.
+    from app.system.process_exit import exit_skipping_teardown_if_nothing_waits, is_the_tidegauge_process
+
+    if not is_the_tidegauge_process():
+        return
+    proctree = sys.modules.get("app.system.proctree")
+    if proctree is not None:
+        proctree.kill_all_descendants()
+    exit_skipping_teardown_if_nothing_waits(code)
 
 
 def _skip_pydantic_plugins() -> None:

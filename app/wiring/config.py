@@ -97,9 +97,12 @@ class PermissionRules(BaseModel):
     """``[permissions]`` in config.toml: lists of rules such as ``run_bash(git status:*)``."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)  # built with the settings, when they are read
-    allow: list[str] = Field(default_factory=list)
-    ask: list[str] = Field(default_factory=list)
-    deny: list[str] = Field(default_factory=list)
+    # A list default is [] and not default_factory=list: pydantic copies an unhashable default for each
+    # model, and asking the signature of the builtin list (whether a factory takes the data) parses its
+    # text signature with tokenize's patterns, a few ms of every run that builds the model.
+    allow: list[str] = []
+    ask: list[str] = []
+    deny: list[str] = []
 
     @field_validator("allow", "ask", "deny")
     @classmethod
@@ -178,7 +181,7 @@ class Settings(BaseModel):
     # Memory imports and rule files outside the repository read without asking:
     # files or folders, "~" allowed, relative ones from the repository's root. Secret stores
     # and tidegauge's own config are refused even when listed here.
-    memory_allowed_imports: list[str] = Field(default_factory=list)
+    memory_allowed_imports: list[str] = []
 
     # MCP servers: one [mcp_servers.NAME] table per server, started with the
     # session; and the share of the window over which MCP tool definitions are deferred
@@ -192,8 +195,8 @@ class Settings(BaseModel):
     # Permission rules (app/agent/permissions.py): [permissions] allow/ask/deny in
     # config.toml; --allowed-tools / --disallowed-tools add allow / deny rules for one run.
     permissions: PermissionRules = Field(default_factory=PermissionRules)
-    allowed_tools: list[str] = Field(default_factory=list)
-    disallowed_tools: list[str] = Field(default_factory=list)
+    allowed_tools: list[str] = []  # [] not default_factory=list: see PermissionRules
+    disallowed_tools: list[str] = []
 
     @field_validator("allowed_tools", "disallowed_tools")
     @classmethod
@@ -222,7 +225,7 @@ class Settings(BaseModel):
     anthropic_clear_tool_uses_trigger: int | None = Field(None, ge=1)  # input tokens; None: the server's 100,000
     anthropic_clear_tool_uses_keep: int | None = Field(None, ge=0)  # newest tool uses kept; None: the server's 3
     anthropic_clear_tool_uses_clear_at_least: int | None = Field(None, ge=1)  # input tokens; None: no minimum
-    anthropic_clear_tool_uses_exclude: list[str] = Field(default_factory=list)  # tool names never cleared
+    anthropic_clear_tool_uses_exclude: list[str] = []  # tool names never cleared
     # Anthropic context editing: clear thinking of older turns (clear_thinking_20251015).
     anthropic_clear_thinking: bool = False
     anthropic_clear_thinking_keep: int | None = Field(None, ge=1)  # newest thinking turns kept; None: the server's 1
