@@ -16,6 +16,8 @@ import tokenize
 from functools import lru_cache
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -47,3 +49,8 @@ def python_files(folder: Path, *, with_demo_project: bool = False) -> list[Path]
     shipped as data and not tidegauge's code, is left out unless asked for."""
     return sorted(p for p in folder.rglob("*.py")
                   if with_demo_project or "project" not in p.relative_to(folder).parts)
+
+
+# The checks on the source run on one xdist worker, so the trees are parsed once in the suite, not
+# once in each worker that happens to run one of them (``--dist loadgroup``, pyproject.toml).
+ON_ONE_WORKER = pytest.mark.xdist_group("source-trees")

@@ -18,9 +18,10 @@ import tokenize
 from pathlib import Path
 from typing import Callable
 
-from source_trees import comments, python_files, tree
+from source_trees import ON_ONE_WORKER, comments, python_files, tree
 
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = ON_ONE_WORKER
 FOLDERS = (ROOT / "app", ROOT / "widgets")
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 IMPORTS = (ast.Import, ast.ImportFrom)

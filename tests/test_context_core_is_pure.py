@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import pytest
-from source_trees import tree
+from source_trees import ON_ONE_WORKER, tree
 from test_ctx_support import filler, history_of, tool_round
 
 from app.context.core import Appended, ContextCore, EngineConfig, Replaced, RestoreError
@@ -97,6 +97,7 @@ def test_the_core_does_no_io_reads_no_clock_and_never_waits(path: str) -> None:
     assert not problems, "the pure core grew I/O:\n" + "\n".join(problems)
 
 
+@ON_ONE_WORKER
 def test_the_service_makes_no_decision_of_its_own() -> None:
     service = tree(ROOT / "app/context/engine.py")
     found = []
@@ -337,6 +338,7 @@ def file_io(module: str) -> list[str]:
     return found
 
 
+@ON_ONE_WORKER
 @pytest.mark.parametrize("module", ["app.context.accounting", "app.context.pruning", "app.context.core"])
 def test_the_pure_modules_import_nothing_that_touches_files(module: str) -> None:
     allowed = CORE_IMPORTS_WITH_IO if module == "app.context.core" else set()
@@ -348,6 +350,7 @@ def test_the_pure_modules_import_nothing_that_touches_files(module: str) -> None
     assert gone == [], "no longer imported by the core, remove from CORE_IMPORTS_WITH_IO: " + ", ".join(gone)
 
 
+@ON_ONE_WORKER
 def test_the_closure_scan_names_a_module_that_writes_files() -> None:
     assert any("write_kept_json" in p for p in file_io("app.context.token_pieces"))
     assert "app.kernel.private_files" in import_closure("app.context.token_pieces")

@@ -9,13 +9,14 @@ import ast
 from pathlib import Path
 
 import pytest
-from source_trees import python_files, tree
+from source_trees import ON_ONE_WORKER, python_files, tree
 
 from app.context.core import ContextCore
 from app.context.engine import ContextEngine, EngineConfig
 from app.context.memory import MemoryBundle
 
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = ON_ONE_WORKER
 CORE = ROOT / "app" / "context" / "core.py"
 # Production code and the benchmarks; tests may tune an engine's config for a scenario.
 SCANNED = [ROOT / "app", ROOT / "benchmarks"]

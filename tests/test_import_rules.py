@@ -26,9 +26,10 @@ from collections import defaultdict
 from functools import lru_cache
 from pathlib import Path
 
-from source_trees import python_files, tree
+from source_trees import ON_ONE_WORKER, python_files, tree
 
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = ON_ONE_WORKER
 APP = ROOT / "app"
 WIDGETS = ROOT / "widgets"
 # What a widget may import from app/: the events, their words, the commands, the Protocol and the

@@ -7,9 +7,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from source_trees import tree
+from source_trees import ON_ONE_WORKER, tree
 
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = ON_ONE_WORKER
 MAKERS = ("ChartPointEvent", "ThresholdsModel")  # the gauge's history points and its lines
 
 
