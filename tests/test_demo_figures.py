@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_in_process import run_cli
 
 from test_demo_orders import PROMPT_OF, Run, Sessions
 
@@ -185,8 +184,8 @@ def test_a_resumed_session_starts_from_the_measured_figure(tmp_path: Path) -> No
     work.mkdir()
 
     def run(*extra: str) -> list[dict]:
-        proc = subprocess.run([sys.executable, "-m", "app", "--demo-speed", "0", "--yes", "--output-format",
-                               "stream-json", *extra], cwd=work, env=env, capture_output=True, text=True, timeout=120)
+        # In-process: what is checked is the figure a resume starts from, not the process.
+        proc = run_cli(["--demo-speed", "0", "--yes", "--output-format", "stream-json", *extra], cwd=work, env=env)
         assert proc.returncode == 0, proc.stderr
         return [json.loads(line) for line in proc.stdout.splitlines()]
 
