@@ -18,7 +18,10 @@ import tokenize
 from pathlib import Path
 from typing import Callable
 
+from source_trees import ON_ONE_WORKER, comments, python_files, tree
+
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = ON_ONE_WORKER
 FOLDERS = (ROOT / "app", ROOT / "widgets")
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 IMPORTS = (ast.Import, ast.ImportFrom)
@@ -28,12 +31,12 @@ PRAGMAS = ("# type:", "# noqa", "# pragma")
 
 def _sources() -> list[Path]:
     # app/demo/project is the demo's sample project, shipped as data: not tidegauge's code.
-    return sorted(p for folder in FOLDERS for p in folder.rglob("*.py")
-                  if "project" not in p.relative_to(folder).parts)
+    return [p for folder in FOLDERS for p in python_files(folder)]
 
 
-def classes_inside_functions(source: str) -> list[tuple[int, str]]:
-    """(line, name) of each class defined anywhere inside a function's body."""
+def classes_inside_functions(source: str | ast.Module) -> list[tuple[int, str]]:
+    """(line, name) of each class defined anywhere inside a function's body (of a source, or
+    of its tree)."""
     found: list[tuple[int, str]] = []
 
     def visit(node: ast.AST, in_function: bool) -> None:
@@ -42,19 +45,34 @@ def classes_inside_functions(source: str) -> list[tuple[int, str]]:
                 found.append((child.lineno, child.name))
             visit(child, in_function or isinstance(child, FUNCTIONS))
 
-    visit(ast.parse(source), False)
+    visit(ast.parse(source) if isinstance(source, str) else source, False)
     return found
+
+
+def _explaining(found: list[tuple[int, str]]) -> set[int]:
+    """The lines of the comments in ``found`` (line, text) that explain, not tell a tool something."""
+    return {line for line, text in found if not text.startswith(PRAGMAS)}
 
 
 def unexplained_function_imports(source: str) -> list[tuple[int, str]]:
     """(line, module) of each import inside a function that no comment explains: one on the line
     above it or on its own lines, or one explaining an import before it in the same group (imports
     in a row, blank lines allowed between them)."""
-    commented = {token.start[0] for token in tokenize.generate_tokens(io.StringIO(source).readline)
-                 if token.type == tokenize.COMMENT and not token.string.startswith(PRAGMAS)}
+    return _unexplained_imports(ast.parse(source), lambda: _explaining(
+        [(token.start[0], token.string) for token in tokenize.generate_tokens(io.StringIO(source).readline)
+         if token.type == tokenize.COMMENT]))
+
+
+def _unexplained_imports(module: ast.Module, commented_lines: Callable[[], set[int]]) -> list[tuple[int, str]]:
+    """``unexplained_function_imports`` of a tree; ``commented_lines`` is asked only when the tree
+    has an import inside a function (tokenizing a module costs more than parsing it)."""
     found: list[tuple[int, str]] = []
+    commented: set[int] | None = None
 
     def check(group: list[ast.Import | ast.ImportFrom]) -> None:
+        nonlocal commented
+        if commented is None:
+            commented = commented_lines()
         # A comment explains its import and the ones after it in the group.
         explained = False
         for node in group:
@@ -82,22 +100,21 @@ def unexplained_function_imports(source: str) -> list[tuple[int, str]]:
                 if isinstance(child, ast.AST):
                     visit(child, in_function or isinstance(child, FUNCTIONS))
 
-    visit(ast.parse(source), False)
+    visit(module, False)
     return found
 
 
-def _offenders(find: Callable[[str], list[tuple[int, str]]]) -> list[str]:
-    return [f"{path.relative_to(ROOT)}:{line}: {what}"
-            for path in _sources() for line, what in find(path.read_text(encoding="utf-8"))]
+def _offenders(find: Callable[[Path], list[tuple[int, str]]]) -> list[str]:
+    return [f"{path.relative_to(ROOT)}:{line}: {what}" for path in _sources() for line, what in find(path)]
 
 
 def test_no_class_is_defined_inside_a_function() -> None:
-    offenders = _offenders(classes_inside_functions)
+    offenders = _offenders(lambda path: classes_inside_functions(tree(path)))
     assert not offenders, "classes defined inside a function (move each to module level):\n" + "\n".join(offenders)
 
 
 def test_every_import_inside_a_function_says_why() -> None:
-    offenders = _offenders(unexplained_function_imports)
+    offenders = _offenders(lambda path: _unexplained_imports(tree(path), lambda: _explaining(list(comments(path)))))
     assert not offenders, ("imports inside a function without a comment saying why (move each to the top of "
                            "its module, or say why it stays):\n" + "\n".join(offenders))
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import pytest
+from source_trees import ON_ONE_WORKER, tree
 from test_ctx_support import filler, history_of, tool_round
 
 from app.context.core import Appended, ContextCore, EngineConfig, Replaced, RestoreError
@@ -96,16 +97,17 @@ def test_the_core_does_no_io_reads_no_clock_and_never_waits(path: str) -> None:
     assert not problems, "the pure core grew I/O:\n" + "\n".join(problems)
 
 
+@ON_ONE_WORKER
 def test_the_service_makes_no_decision_of_its_own() -> None:
-    tree = ast.parse((ROOT / "app/context/engine.py").read_text(encoding="utf-8"))
+    service = tree(ROOT / "app/context/engine.py")
     found = []
-    for node in ast.walk(tree):
+    for node in ast.walk(service):
         if isinstance(node, ast.ImportFrom) and node.module:
             # their types (Forecast, PruneResult, Thresholds) are what the service is handed; their functions decide
             found += [f"line {node.lineno}: imports {a.name} from {node.module}" for a in node.names
                       if a.name in DECISION_NAMES or (node.module in DECISION_MODULES and not a.name[0].isupper())]
     # nor does it compare the projection with a line: whether to clear, compact or fall back is the core's
-    found += [f"line {node.lineno}: reads {node.attr}" for node in ast.walk(tree)
+    found += [f"line {node.lineno}: reads {node.attr}" for node in ast.walk(service)
               if isinstance(node, ast.Attribute) and node.attr.endswith("_line")]
     assert not found, "decisions belong to app/context/core.py:\n" + "\n".join(found)
 
@@ -291,12 +293,12 @@ def _module_path(module: str) -> Path | None:
 def _app_imports(path: Path) -> set[str]:
     """The app modules ``path`` imports, at module level or inside a function (TYPE_CHECKING
     imports are types, never run)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    type_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+    module = tree(path)
+    type_only = {id(n) for node in ast.walk(module) if isinstance(node, ast.If)
                  and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
                  for stmt in node.body for n in ast.walk(stmt)}
     found: set[str] = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(module):
         if id(node) in type_only:
             continue
         names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
@@ -323,7 +325,7 @@ def file_io(module: str) -> list[str]:
     path = _module_path(module)
     assert path is not None
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(tree(path)):
         names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
                  [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
         found += [f"{module}:{node.lineno} imports {n}" for n in names  # type: ignore[attr-defined]
@@ -336,6 +338,7 @@ def file_io(module: str) -> list[str]:
     return found
 
 
+@ON_ONE_WORKER
 @pytest.mark.parametrize("module", ["app.context.accounting", "app.context.pruning", "app.context.core"])
 def test_the_pure_modules_import_nothing_that_touches_files(module: str) -> None:
     allowed = CORE_IMPORTS_WITH_IO if module == "app.context.core" else set()
@@ -347,6 +350,7 @@ def test_the_pure_modules_import_nothing_that_touches_files(module: str) -> None
     assert gone == [], "no longer imported by the core, remove from CORE_IMPORTS_WITH_IO: " + ", ".join(gone)
 
 
+@ON_ONE_WORKER
 def test_the_closure_scan_names_a_module_that_writes_files() -> None:
     assert any("write_kept_json" in p for p in file_io("app.context.token_pieces"))
     assert "app.kernel.private_files" in import_closure("app.context.token_pieces")

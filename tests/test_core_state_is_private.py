@@ -9,12 +9,14 @@ import ast
 from pathlib import Path
 
 import pytest
+from source_trees import ON_ONE_WORKER, python_files, tree
 
 from app.context.core import ContextCore
 from app.context.engine import ContextEngine, EngineConfig
 from app.context.memory import MemoryBundle
 
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = ON_ONE_WORKER
 CORE = ROOT / "app" / "context" / "core.py"
 # Production code and the benchmarks; tests may tune an engine's config for a scenario.
 SCANNED = [ROOT / "app", ROOT / "benchmarks"]
@@ -22,8 +24,7 @@ SCANNED = [ROOT / "app", ROOT / "benchmarks"]
 
 def _core_state() -> set[str]:
     """Every attribute ContextCore keeps: its fields and what its methods set on ``self``."""
-    tree = ast.parse(CORE.read_text(encoding="utf-8"))
-    core = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ContextCore")
+    core = next(n for n in tree(CORE).body if isinstance(n, ast.ClassDef) and n.name == "ContextCore")
     names = {stmt.target.id for stmt in core.body
              if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)}
     for node in ast.walk(core):
@@ -50,10 +51,10 @@ def _writes_core_state(target: ast.expr, state: set[str]) -> bool:
     return any(owner in {"engine", "core"} and name in state for owner, name in zip(chain, chain[1:]))
 
 
-def core_state_writes(source: str, state: set[str]) -> list[int]:
-    """The lines of ``source`` that assign a field of the core from outside it."""
+def core_state_writes(source: str | ast.Module, state: set[str]) -> list[int]:
+    """The lines of ``source`` (or of its tree) that assign a field of the core from outside it."""
     lines = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(ast.parse(source) if isinstance(source, str) else source):
         if not isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             continue
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -68,8 +69,8 @@ def test_no_module_outside_the_core_assigns_its_state() -> None:
     state = _core_state()
     assert {"history", "tools", "thresholds", "accounting", "config", "memory_new_tokens"} <= state
     offenders = [f"{path.relative_to(ROOT)}:{line}"
-                 for folder in SCANNED for path in sorted(folder.rglob("*.py")) if path != CORE
-                 for line in core_state_writes(path.read_text(encoding="utf-8"), state)]
+                 for folder in SCANNED for path in python_files(folder, with_demo_project=True) if path != CORE
+                 for line in core_state_writes(tree(path), state)]
     assert offenders == [], "the core's state assigned from outside it (use a method of the engine):\n" + \
         "\n".join(offenders)
 
@@ -93,10 +94,11 @@ def test_the_engine_shows_the_core_state_read_only() -> None:
     assert engine.tools == []
 
 
-def late_wiring(source: str) -> list[int]:
-    """Lines assigning a part's ``emit`` or a provider's ``stream`` after it was built."""
+def late_wiring(source: str | ast.Module) -> list[int]:
+    """Lines assigning a part's ``emit`` or a provider's ``stream`` after it was built (in a source
+    or its tree)."""
     lines = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(ast.parse(source) if isinstance(source, str) else source):
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 chain = _chain(target)
@@ -111,6 +113,6 @@ def test_emit_and_the_model_stream_are_given_when_a_part_is_built() -> None:
     # model calls are timed by Agent.model_stream, not by wrapping the provider's method.
     assert late_wiring("agent.emit = stream.emit\nsub.emit = f\nagent.provider.stream = t(x)") == [1, 2, 3]
     assert late_wiring("self.emit = emit\nevents.connect(stream.emit)") == []
-    offenders = [f"{path.relative_to(ROOT)}:{line}" for path in sorted((ROOT / "app").rglob("*.py"))
-                 for line in late_wiring(path.read_text(encoding="utf-8"))]
+    offenders = [f"{path.relative_to(ROOT)}:{line}" for path in python_files(ROOT / "app", with_demo_project=True)
+                 for line in late_wiring(tree(path))]
     assert offenders == [], "wired after construction:\n" + "\n".join(offenders)

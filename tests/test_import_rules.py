@@ -23,9 +23,13 @@ from __future__ import annotations
 
 import ast
 from collections import defaultdict
+from functools import lru_cache
 from pathlib import Path
 
+from source_trees import ON_ONE_WORKER, python_files, tree
+
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = ON_ONE_WORKER
 APP = ROOT / "app"
 WIDGETS = ROOT / "widgets"
 # What a widget may import from app/: the events, their words, the commands, the Protocol and the
@@ -60,7 +64,7 @@ KNOWN_LAYER_BREAKS: set[tuple[str, str]] = set()
 
 
 def _sources(folder: Path) -> list[Path]:
-    return [p for p in folder.rglob("*.py") if "project" not in p.relative_to(folder).parts]
+    return python_files(folder)
 
 
 def _type_only_nodes(tree: ast.AST) -> set[int]:
@@ -74,10 +78,15 @@ def _type_only_nodes(tree: ast.AST) -> set[int]:
 
 def _imports(path: Path, *, with_type_only: bool = True) -> list[str]:
     """Every module an import statement in ``path`` names (also those inside functions)."""
+    return list(_imports_of(path, with_type_only))
+
+
+@lru_cache(maxsize=None)  # each rule walks every module: one walk per module and kind, not one per rule
+def _imports_of(path: Path, with_type_only: bool) -> tuple[str, ...]:
     names: list[str] = []
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    type_only = set() if with_type_only else _type_only_nodes(tree)
-    for node in ast.walk(tree):
+    module = tree(path)
+    type_only = set() if with_type_only else _type_only_nodes(module)
+    for node in ast.walk(module):
         if id(node) in type_only:
             continue
         if isinstance(node, ast.Import):
@@ -85,7 +94,7 @@ def _imports(path: Path, *, with_type_only: bool = True) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.append(node.module)
             names += [f"{node.module}.{alias.name}" for alias in node.names]
-    return names
+    return tuple(names)
 
 
 def _module(path: Path) -> str:
@@ -267,7 +276,7 @@ def _modules_named_in_strings(path: Path) -> list[str]:
     (``sys.modules.get("app.system.proctree")``: used only if something else loaded it), run with
     ``-m`` (a ``*_MODULE`` constant or the item after ``"-m"`` in a command line)."""
     names: list[object] = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(tree(path)):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
                 and isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "modules"
                 and node.args and isinstance(node.args[0], ast.Constant)):

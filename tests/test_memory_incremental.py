@@ -10,6 +10,7 @@ a small share of the main requests' (the result's usage_by_agent shows them apar
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -67,9 +68,18 @@ class ScriptedSession:
         self.compacted = False
         self.answered_updates: list[dict[str, Any]] = []  # the update requests that got a memory back
         self.lock = threading.Lock()
+        self.counted: dict[bytes, int] = {}
+
+    def request_tokens(self, body: dict[str, Any]) -> int:
+        """``request_tokens`` of a body, counted once: the usage the script reports and a test's
+        totals count the same bodies, and a main request's text grows to about a megabyte."""
+        key = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).digest()
+        if key not in self.counted:
+            self.counted[key] = request_tokens(body)
+        return self.counted[key]
 
     def usage(self, body: dict[str, Any]) -> dict[str, int]:
-        return {"prompt": request_tokens(body), "completion": 20}
+        return {"prompt": self.request_tokens(body), "completion": 20}
 
     def __call__(self, body: dict[str, Any], path: str) -> Reply:
         with self.lock:
@@ -128,7 +138,7 @@ def test_each_update_sends_only_what_is_new_and_costs_a_fifth_of_the_main_reques
     work = tmp_path / "work"
     work.mkdir()
     write_files(work, 1, steps)
-    fake_llm.default = ScriptedSession(1, steps)
+    fake_llm.default = script = ScriptedSession(1, steps)
     env = env_for(tmp_path, window=1_000_000, budget=0, memory_update_tokens=3_000)
 
     outcome = run(fake_llm, work, env, f"{USER_WORDS}: read f001.txt to f{steps:03d}.txt one after the other")
@@ -154,8 +164,8 @@ def test_each_update_sends_only_what_is_new_and_costs_a_fifth_of_the_main_reques
     last = assert_nothing_skipped(updates)
     assert last >= steps - 3, f"the updates stopped at step {last} of {steps}"
     # Cost: measured on the request bodies, and as the run's result reports it.
-    memory_input = sum(request_tokens(b) for b in updates)
-    main_input = sum(request_tokens(b) for b in main)
+    memory_input = sum(script.request_tokens(b) for b in updates)
+    main_input = sum(script.request_tokens(b) for b in main)
     assert memory_input <= 0.2 * main_input, f"memory {memory_input:,} vs main {main_input:,} input tokens"
     by_agent = outcome["result"]["usage_by_agent"]
     assert {"main", "memory"} <= by_agent.keys() and "compact" not in by_agent

@@ -7,7 +7,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from source_trees import ON_ONE_WORKER, tree
+
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = ON_ONE_WORKER
 MAKERS = ("ChartPointEvent", "ThresholdsModel")  # the gauge's history points and its lines
 
 
@@ -16,7 +19,7 @@ def _made_outside_context(root: Path = ROOT) -> list[str]:
     for path in [*(root / "app").rglob("*.py"), *(root / "widgets").rglob("*.py")]:
         if "context" in path.relative_to(root).parts[:2] or "project" in path.relative_to(root).parts:
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(tree(path)):
             if isinstance(node, ast.Call):
                 name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
                 if name in MAKERS:

@@ -321,3 +321,55 @@ def test_a_text_counted_again_in_another_data_directory_is_learnt_there_too() ->
         assert " quokkas" in second.counts and " wombats" in second.counts
     finally:
         tokens.use_pieces(before)
+
+
+def _encoder_passes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The texts the loaded encoder is asked to count from now on."""
+    enc = encoder()
+    passes: list[str] = []
+    real = enc.encode
+
+    def encode(text: str, **kwargs: Any) -> list[int]:
+        passes.append(text)
+        return real(text, **kwargs)
+
+    monkeypatch.setattr(enc, "encode", encode)
+    return passes
+
+
+def test_what_the_encoder_counted_is_not_counted_again_in_another_data_directory(monkeypatch) -> None:
+    """A process that runs sessions in several data directories (in-process runs) counts the same
+    prompt and tools in each: the encoder's count holds under any table, and the new table still
+    learns the text's pieces, as counting it again would have taught it."""
+    text = "Counted once per process: numbats and bilbies"
+    big = "a long tool result, counted when it is fitted and again in the request\n" * 400
+    exact = {t: len(encoder().encode(t, disallowed_special=())) for t in (text, big)}
+    first, second = tokens.PieceCounts(), tokens.PieceCounts()
+    before = tokens.use_pieces(first)
+    try:
+        passes = _encoder_passes(monkeypatch)
+        assert count_tokens(text) == exact[text] and passes == [text] and " numbats" in first.counts
+        assert count_tokens(big) == count_tokens(big) == exact[big] and passes.count(big) == 1
+        tokens.use_pieces(second)
+        assert count_tokens(text) == exact[text] and count_tokens(big) == exact[big]
+        assert passes == [text, big]
+        assert " numbats" in second.counts and " bilbies" in second.counts
+    finally:
+        tokens.use_pieces(before)
+
+
+def test_a_count_a_table_made_is_not_believed_under_another_table() -> None:
+    """A table's counts are only as true as the table (a poisoned one passes its sample now and
+    then): under the next table, a text it counted is counted again."""
+    text = "Zqxjvkwplm and quokkas"
+    poisoned = tokens.PieceCounts({piece: 1 for piece in tokens._ascii_split()(text)})
+    poisoned.checked = True  # as if its sample had happened to pass
+    before = tokens.use_pieces(poisoned)
+    tokens.encoder.cache_clear()  # a run that has not loaded the encoder counts from the table
+    try:
+        undercount = count_tokens(text)
+        assert undercount == len(tokens._ascii_split()(text)) < len(encoder().encode(text, disallowed_special=()))
+        tokens.use_pieces(tokens.PieceCounts())
+        assert count_tokens(text) == len(encoder().encode(text, disallowed_special=()))
+    finally:
+        tokens.use_pieces(before)

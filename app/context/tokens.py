@@ -174,17 +174,32 @@ def _bpe_count(piece: bytes, rank: RankOf) -> int:
 # again (a result to fit it, then as a block of the request; the request parts; the demo's
 # replies): in a demo run three in five counts were of a text already counted, and each
 # cost the encoder and a split to learn its pieces again. Only texts short enough to be learnt
-# are kept, and all are forgotten past COUNTED_MAX_CHARS (a few megabytes) or when the table of
-# pieces changes (another data directory, or a kept table found wrong).
+# are kept, and all are forgotten past COUNTED_MAX_CHARS (a few megabytes).
+#
+# Each count is kept with the table of pieces it was made under (a generation) and whether the
+# encoder made it. When the table changes (another data directory, or a kept table found wrong),
+# a count the table made is made again; one the encoder made is true under any table, and the
+# new table is taught the text's pieces as counting it again would have (``_count_tokens`` with
+# the count known), without the encoder's pass. A process that runs sessions in several data
+# directories one after the other (the suite's in-process runs) counts the same system prompt,
+# tools and replies in each.
 COUNTED_MAX_CHARS = 2_000_000
-_counted: dict[str, int] = {}
+_counted: dict[str, tuple[int, bool, int]] = {}  # text -> (count, made by the encoder, generation)
 _counted_chars = 0
+_generation = 0
+# Texts too long to learn from are remembered apart, the last few only: a big tool result is
+# counted when it is fitted into the context and again as a block of the next request, each time
+# a full pass of the encoder over it. Only texts up to BIG_COUNTED_MAX_CHARS are kept, so the
+# memory holds at most a few megabytes of texts the history has already dropped.
+BIG_COUNTED_MAX = 8
+BIG_COUNTED_MAX_CHARS = 1_000_000
+_big_counted: dict[str, tuple[int, bool, int]] = {}
 
 
 def _forget_counted() -> None:
-    global _counted_chars
-    _counted.clear()
-    _counted_chars = 0
+    """The table of pieces changed: what it counted is counted again (the encoder's counts stay)."""
+    global _generation
+    _generation += 1
 
 
 def count_tokens(text: str) -> int:
@@ -193,31 +208,55 @@ def count_tokens(text: str) -> int:
     if not text:
         return 0
     if len(text) > LEARN_MAX_CHARS:
-        return _count_tokens(text)
+        return _count_big(text)
     known = _counted.get(text)
-    if known is not None:
-        return known
-    count = _count_tokens(text)
-    if _counted_chars + len(text) > COUNTED_MAX_CHARS:
-        _forget_counted()
-    _counted[text] = count
-    _counted_chars += len(text)
+    if known is not None and known[2] == _generation:
+        return known[0]
+    count, by_encoder = _count_tokens(text, known[0] if known is not None and known[1] else None)
+    if known is None:
+        if _counted_chars + len(text) > COUNTED_MAX_CHARS:
+            _counted.clear()
+            _counted_chars = 0
+        _counted_chars += len(text)
+    _counted[text] = (count, by_encoder, _generation)
     return count
 
 
-def _count_tokens(text: str) -> int:
+def _count_big(text: str) -> int:
+    if len(text) > BIG_COUNTED_MAX_CHARS:
+        return _count_tokens(text)[0]
+    known = _big_counted.pop(text, None)
+    if known is not None and known[2] == _generation:
+        count, by_encoder = known[0], known[1]
+    else:
+        count, by_encoder = _count_tokens(text, known[0] if known is not None and known[1] else None)
+        if len(_big_counted) >= BIG_COUNTED_MAX:
+            del _big_counted[next(iter(_big_counted))]  # the least recently counted
+    _big_counted[text] = (count, by_encoder, _generation)
+    return count
+
+
+def _count_tokens(text: str, encoders_count: int | None = None) -> tuple[int, bool]:
+    """The count of ``text`` and whether the encoder made it. ``encoders_count``: what the encoder
+    counted earlier in this process, used instead of its pass when it is loaded and would count
+    the text now (the table then learns the text's pieces all the same)."""
+    loaded = encoder.cache_info().currsize != 0
+    if not loaded:
+        encoders_count = None  # whether and when the encoder loads stays as it was
     if _pieces is None or not text.isascii():
-        return len(encoder().encode(text, disallowed_special=()))
-    if encoder.cache_info().currsize == 0:  # once it is loaded, the encoder is the faster way
+        if encoders_count is not None:
+            return encoders_count, True
+        return len(encoder().encode(text, disallowed_special=())), True
+    if not loaded:  # once it is loaded, the encoder is the faster way
         known = _pieces.count(text)
         if known is not None:
-            return known
+            return known, False
         counted = _pieces.count_new(text)
         if counted is not None:
-            return counted
-    count = len(encoder().encode(text, disallowed_special=()))
+            return counted, False
+    count = encoders_count if encoders_count is not None else len(encoder().encode(text, disallowed_special=()))
     _pieces.learn(text)
-    return count
+    return count, True
 
 
 # ---- counting without the encoder: BPE piece by piece, from pieces counted in earlier runs ----

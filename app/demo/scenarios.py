@@ -43,6 +43,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -308,6 +309,13 @@ def _reading_order(path: str) -> tuple[int, str]:
     return group, path
 
 
+@lru_cache(maxsize=64)
+def _outline_of_read(path: str, result: str) -> str:
+    """The outline of a read_file result. Each step of a summary decides again from every read
+    so far, so a file read early in a turn would be outlined again at each later read."""
+    return outline(path, strip_line_numbers(result))
+
+
 def _read_outlines(turn: Turn) -> dict[str, str]:
     """path -> outline for every file read: before the compaction (from the summary) and since."""
     outlines = dict(turn.summary.files_read) if turn.summary else {}
@@ -319,7 +327,7 @@ def _read_outlines(turn: Turn) -> dict[str, str]:
         elif call.result.content.startswith("File unchanged since"):
             outlines.setdefault(call.path, "read earlier")
         else:
-            outlines[call.path] = outline(call.path, strip_line_numbers(call.result.content))
+            outlines[call.path] = _outline_of_read(call.path, call.result.content)
     return outlines
 
 
