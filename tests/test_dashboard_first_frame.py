@@ -107,3 +107,30 @@ async def test_a_start_draws_the_footer_and_the_breakdown_once_when_nothing_they
         app.tool_panel.tool_list.focus()
         await pilot.pause()
         assert len(drawn["footer"]) == 2 and drawn["footer"][1] != drawn["footer"][0], drawn["footer"]
+
+
+async def test_closing_the_dashboard_does_not_restyle_the_prompt_it_is_removing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Textual prunes the screen at exit and first moved the focus off the prompt: the prompt was
+    blurred, validated and restyled twice on its way out. While running, moving focus still does."""
+    from textual.css.stylesheet import Stylesheet
+
+    restyled: list[str] = []
+    update_nodes = Stylesheet.update_nodes
+
+    def counted(self: Stylesheet, nodes: Any, animate: bool = False) -> None:
+        nodes = list(nodes)
+        restyled.extend(type(node).__name__ for node in nodes)
+        update_nodes(self, nodes, animate)
+
+    monkeypatch.setattr(Stylesheet, "update_nodes", counted)
+    app = TidegaugeApp(FakeSession({}), cursor_blink=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        app.tool_panel.tool_list.focus()
+        await pilot.pause()
+        assert "PromptBox" in restyled  # blurred while running: restyled as ever
+        app.prompt_box.focus()
+        await pilot.pause()
+        restyled.clear()
+    assert restyled == []
