@@ -134,3 +134,32 @@ async def test_closing_the_dashboard_does_not_restyle_the_prompt_it_is_removing(
         await pilot.pause()
         restyled.clear()
     assert restyled == []
+
+
+async def test_an_engine_line_is_styled_as_it_mounts_not_as_it_is_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its kind's class was added with a style update while the line was in no DOM yet: a restyle of
+    a line nobody could see, for every notice and warning in the conversation. Mounted, it has its
+    kind's style all the same."""
+    from textual.css.stylesheet import Stylesheet
+    from widgets.engine_line import EngineLine
+
+    app = TidegaugeApp(FakeSession({}), cursor_blink=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        restyled: list[str] = []
+        update_nodes = Stylesheet.update_nodes
+
+        def counted(self: Stylesheet, nodes: Any, animate: bool = False) -> None:
+            nodes = list(nodes)
+            restyled.extend(type(node).__name__ for node in nodes)
+            update_nodes(self, nodes, animate)
+
+        monkeypatch.setattr(Stylesheet, "update_nodes", counted)
+        lines = [EngineLine(kind, f"a {kind} line") for kind in ("warning", "breaker", "info")]
+        assert restyled == []
+        await app.conversation.mount_all(lines)
+        await pilot.pause()
+        warning, breaker, info = lines
+        assert warning.has_class("-warning") and warning.styles.text_style.bold
+        assert breaker.styles.color != info.styles.color and breaker.styles.text_style.bold
+        assert not info.styles.text_style.bold

@@ -272,7 +272,7 @@ class Conversation(VerticalScroll, can_focus=True):
         entry = self.records.entries[index]
         widget = self._widget_for(entry)
         if entry.abandoned:
-            widget.add_class("-abandoned")
+            widget.add_class("-abandoned", update=False)  # styled as it mounts
         return widget
 
     def _widget_for(self, entry: ConversationEntry) -> Widget:
