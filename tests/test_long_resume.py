@@ -23,9 +23,12 @@ from session_thread import SessionThread  # noqa: E402
 
 from app.kernel.envelope import EventEnvelope  # noqa: E402
 
-# 1,000 turns: ten times the conversation's window of widgets and just past the gauge history's
-# 2,000 points (two a turn), so both bounds are crossed; twice that only doubled the cost.
-TURNS = 1_000
+# 300 turns: about five times the conversation's window of widgets (four items a turn), and past the
+# gauge history's points (two a turn) once the test sets the chart's cap to HISTORY_CAP, so both bounds
+# are crossed. The cap is the same code at any figure; 1,000 turns past the real 2,000 points cost three
+# times the writing and reading of the session for the same checks.
+TURNS = 300
+HISTORY_CAP = 500
 
 
 async def until(pilot: Any, condition: Callable[[], bool], what: Callable[[], str], rounds: int = 3_000) -> None:
@@ -84,10 +87,13 @@ def count_side_panel_draws(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     return counts
 
 
-async def test_a_resumed_session_of_1000_turns_opens_on_its_last_reply_with_only_the_window_mounted(
+async def test_a_long_resumed_session_opens_on_its_last_reply_with_only_the_window_mounted(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from widgets.conversation import Conversation
     from widgets.assistant_message import AssistantMessage
+    from widgets.context_history import ContextHistory
+
+    monkeypatch.setattr(ContextHistory, "MAX_POINTS", HISTORY_CAP)
 
     made: list[str] = []  # every conversation widget created (mounted) during the resume
     make_widget = Conversation._make_widget
@@ -135,11 +141,10 @@ async def test_a_resumed_session_of_1000_turns_opens_on_its_last_reply_with_only
         tool_list = app.tool_panel.tool_list
         assert tool_list.call_count == TURNS
         assert tool_list.calls[-1].id == f"call_{TURNS}" and tool_list.calls[0].id == "call_1"
-        from widgets.context_history import ContextHistory
-
         history = app.query_one(ContextHistory)
         recorded = [event.tokens for event in app.session.restored if event.type == "chart_point"]
         assert len(recorded) == 2 * TURNS + (TURNS - 1) // 50  # two calls a turn, a compaction every 50
+        assert history.max_points == HISTORY_CAP < len(recorded)
         assert [point.tokens for point in history.points] == recorded[-history.max_points:]
 
         # The tool list and the context panel took the session in one batch each: their draws do not

@@ -12,28 +12,42 @@ import pytest
 
 from test_long_resume import until
 
-TURNS = 200
+# More calls than the tool list shows and two compactions (one every 50 turns): the list scrolls to
+# its cursor, the chart has compaction points and the breakdown compaction calls.
+TURNS = 120
 
 
-def resumed_app_at_rest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+def written_session(tmp_path: Path) -> tuple[Path, Path, str]:
+    """A session of ``TURNS`` written once: (its data directory, its project, its id)."""
+    from benchmarks._long_session import write_long_session
+
+    project = tmp_path / "project"
+    project.mkdir(parents=True)
+    return tmp_path / "data", project, write_long_session(tmp_path / "data", project, TURNS)
+
+
+def resumed_app_at_rest(written: tuple[Path, Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """The dashboard on a resumed session whose loop is not started: what it draws is the replay
     alone. A running session emits a context event of its own once attached, whose estimate
-    varies from run to run (7,243 to 7,303 tokens here), so two runs would not draw alike."""
-    from benchmarks._long_session import write_long_session
+    varies from run to run (7,243 to 7,303 tokens here), so two runs would not draw alike.
+    Each run resumes its own copy of the written session's data directory."""
+    import shutil
+
     from app.surfaces.dashboard.app import TidegaugeApp
     from app.wiring.config import load_settings
     from app.wiring.runtime import build_session
 
-    project = tmp_path / "project"
-    project.mkdir(parents=True)
-    session_id = write_long_session(tmp_path / "data", project, TURNS)
+    written_data, project, session_id = written
+    data = tmp_path / "data"
+    shutil.copytree(written_data, data)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-replay-batch")
     settings = load_settings({"provider": "openai", "model": "fake-model", "base_url": "http://127.0.0.1:9/v1",
-                              "data_dir": str(tmp_path / "data")})
+                              "data_dir": str(data)})
     return TidegaugeApp(build_session(settings, approvals=True, resume=session_id, cwd=project), cursor_blink=False)
 
 
-async def drawn_after_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+async def drawn_after_resume(written: tuple[Path, Path, str], tmp_path: Path,
+                             monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """What the tool panel and the context panel show once a resumed session of ``TURNS`` is in."""
     from benchmarks._long_session import last_reply
     from widgets.assistant_message import AssistantMessage
@@ -41,7 +55,7 @@ async def drawn_after_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     from widgets.context_history import ContextHistory
     from widgets.gauge_bar import GaugeBar
 
-    app = resumed_app_at_rest(tmp_path, monkeypatch)
+    app = resumed_app_at_rest(written, tmp_path, monkeypatch)
     async with app.run_test(size=(120, 40)) as pilot:
         tool_panel, tool_list = app.tool_panel, app.tool_panel.tool_list
         history, gauge = app.query_one(ContextHistory), app.query_one(GaugeBar)
@@ -87,12 +101,13 @@ async def test_a_replayed_batch_draws_what_one_message_at_a_time_drew(
     from widgets.session_messages import Replayed
     from widgets.tool_output_panel import ToolOutputPanel
 
-    batched = await drawn_after_resume(tmp_path / "batched", monkeypatch)
+    written = written_session(tmp_path / "written")
+    batched = await drawn_after_resume(written, tmp_path / "batched", monkeypatch)
     with monkeypatch.context() as one_by_one:  # without Replayed listed, the bridge posts each message alone
         for panel in (ToolOutputPanel, ContextPanel):
             one_by_one.setattr(panel, "SESSION_MESSAGES",
                                tuple(kind for kind in panel.SESSION_MESSAGES if kind is not Replayed))
-        alone = await drawn_after_resume(tmp_path / "alone", monkeypatch)
+        alone = await drawn_after_resume(written, tmp_path / "alone", monkeypatch)
     assert f"call_{TURNS}" == batched["selected call"][0]
     assert any("read_file" in line for line in batched["tool list lines"]), batched["tool list lines"]
     for part in batched:

@@ -463,26 +463,33 @@ async def test_markup_and_escape_sequences_in_tool_output_are_shown_literally(tm
         assert max(len(line) for line in viewer.lines[:20]) <= 1_000
 
 
+# Three windows' worth of items (each item a tool call and a notice): the window is full twice over,
+# so most items are pruned and scrolling back has a whole batch to bring back. Every item mounted and
+# laid out costs a frame's share, so the window is 30 and the items 120, not 300.
+PRUNED_PAIRS = 60
+
+
 async def test_pruning_keeps_the_dom_bounded_and_scroll_back_recreates_items() -> None:
     agent = FakeSession()
     app = TidegaugeApp(agent, cursor_blink=False, max_mounted=30)
+    items = 2 * PRUNED_PAIRS
     async with app.run_test(size=SIZE) as pilot:
         conversation = app.conversation
         conversation.slack = 10
-        for i in range(150):
+        for i in range(PRUNED_PAIRS):
             agent.emit(ev.ToolStartEvent(id=f"t{i}", name="read_file", input={}, summary=f"file_{i}.py"))
             agent.emit(ev.NoticeEvent(text=f"notice {i}"))
-        for _ in range(100):  # the widgets take the 300 messages in their own time
+        for _ in range(100):  # the widgets take the messages in their own time
             await pilot.pause()
-            if len(conversation.items) == 300:
+            if len(conversation.items) == items:
                 break
-        assert len(conversation.items) == 300
+        assert len(conversation.items) == items
         assert len(conversation.children) <= 30 + conversation.slack + 2
-        assert conversation.hidden_above >= 300 - 30 - conversation.slack
+        assert conversation.hidden_above >= items - 30 - conversation.slack > conversation.load_batch
         hidden_line = conversation.children[0]
         assert hidden_line.display and not hidden_line.has_class("-empty") and "earlier items hidden" in hidden_line.render().plain
         assert "transcript.jsonl" in hidden_line.render().plain
-        newest = [w for w in conversation.children if isinstance(w, EngineLine) and w.text == "notice 149"]
+        newest = [w for w in conversation.children if isinstance(w, EngineLine) and w.text == f"notice {PRUNED_PAIRS - 1}"]
         assert newest
 
         hidden_before = conversation.hidden_above
@@ -499,7 +506,7 @@ async def test_pruning_keeps_the_dom_bounded_and_scroll_back_recreates_items() -
         await conversation.jump_to_end()
         await pilot.pause()
         assert conversation.live
-        assert any(isinstance(w, EngineLine) and w.text == "notice 149" for w in conversation.children)
+        assert any(isinstance(w, EngineLine) and w.text == f"notice {PRUNED_PAIRS - 1}" for w in conversation.children)
 
 
 async def test_scrolling_back_loads_earlier_items_and_reading_is_not_disturbed_by_new_ones() -> None:
@@ -507,7 +514,8 @@ async def test_scrolling_back_loads_earlier_items_and_reading_is_not_disturbed_b
     app = TidegaugeApp(agent, cursor_blink=False, max_mounted=40)
     async with app.run_test(size=SIZE) as pilot:
         conversation = app.conversation
-        for i in range(300):
+        # more than the window and its slack (90), and more than a batch to bring back
+        for i in range(150):
             agent.emit((ev.NoticeEvent(text=f"notice {i}")))
         await pilot.pause()
         await pilot.pause()
@@ -522,7 +530,7 @@ async def test_scrolling_back_loads_earlier_items_and_reading_is_not_disturbed_b
         assert conversation.hidden_above < hidden
         first_shown = next(w for w in conversation.children if isinstance(w, EngineLine) and w.kind == "info")
         # new items while the user reads further up: the window stays put, bounded
-        for i in range(300, 500):
+        for i in range(150, 250):
             agent.emit((ev.NoticeEvent(text=f"notice {i}")))
         await pilot.pause()
         await pilot.pause()
@@ -532,7 +540,7 @@ async def test_scrolling_back_loads_earlier_items_and_reading_is_not_disturbed_b
         assert below.display and not below.has_class("-empty") and "newer items below" in below.render().plain
         await conversation.jump_to_end()
         await pilot.pause()
-        assert any(isinstance(w, EngineLine) and w.text == "notice 499" for w in conversation.children)
+        assert any(isinstance(w, EngineLine) and w.text == "notice 249" for w in conversation.children)
 
 
 async def test_prompts_sent_while_busy_are_queued_and_run_in_order() -> None:

@@ -49,13 +49,15 @@ class ContextHistory(Widget):
         "history--whatif",
     }
 
+    MAX_POINTS = 2_000  # older points are never drawn at any sane width
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.points: list[HistoryPoint] = []
         self.warning_line = 0
         self.compact_line = 0
         self.blocking_line = 0
-        self.max_points = 2_000  # older points are never drawn at any sane width
+        self.max_points = self.MAX_POINTS
         # A what-if curve drawn over the bars: the context after each model call under another
         # policy (the session replayed it), the n-th value over the n-th call's column.
         self.overlay: list[int] = []

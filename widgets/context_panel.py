@@ -56,6 +56,10 @@ class ContextPanel(Vertical):
             self.mount(self._lower)
 
     def update_context(self, event: ContextEvent) -> None:
+        if event == self.last_context:
+            # The same figures again (a session says its context once attached, after the
+            # snapshot's): the breakdown and the panel's border would be drawn again for nothing.
+            return
         self.last_context = event
         self.query_one(GaugeBar).context = event
         th = event.thresholds

@@ -92,6 +92,7 @@ class Conversation(VerticalScroll, can_focus=True):
         self.slack = slack
         self.load_batch = load_batch  # items re-created per scroll-back step
         self.transcript_path = transcript_path
+        self._subtitle: str | None = None  # the border's "session ID", as last set
         # What the conversation shows (the view model's part of it): the widget keeps only which
         # entries are mounted, and their widgets.
         self.records = records if records is not None else ConversationView()
@@ -271,7 +272,7 @@ class Conversation(VerticalScroll, can_focus=True):
         entry = self.records.entries[index]
         widget = self._widget_for(entry)
         if entry.abandoned:
-            widget.add_class("-abandoned")
+            widget.add_class("-abandoned", update=False)  # styled as it mounts
         return widget
 
     def _widget_for(self, entry: ConversationEntry) -> Widget:
@@ -449,7 +450,10 @@ class Conversation(VerticalScroll, can_focus=True):
         info = message.event
         self.transcript_path = info.transcript_path
         # in full (the header cuts it on a narrow terminal): it is what --resume needs
-        self.border_subtitle = literal(f"session {info.session_id}")
+        subtitle = f"session {info.session_id}"
+        if subtitle != self._subtitle:  # said again once attached: setting it redraws the conversation
+            self._subtitle = subtitle
+            self.border_subtitle = literal(subtitle)
         if info.banner and not info.resumed:
             self.add_engine("info", info.banner)
 

@@ -72,6 +72,7 @@ class KeyFooter(Widget):
         self.drawn_last = drawn_last
         self._spans: list[tuple[int, int, str]] = []  # where each drawn key is, for clicks
         self.shown_items: list[FooterItem] = []  # what the last render drew, palette included
+        self._drawn_for: tuple[list[FooterItem], FooterItem | None, int] | None = None
 
     @property
     def shown_keys(self) -> set[str]:
@@ -84,8 +85,14 @@ class KeyFooter(Widget):
         self.screen.bindings_updated_signal.unsubscribe(self)
 
     def _bindings_changed(self, screen: "Screen[Any]") -> None:
-        if self.is_attached and screen is self.screen:
+        # Bindings are refreshed after every focus change and many key presses, mostly to the same
+        # keys: a row drawn again for the same entries cost a start three renders of the footer.
+        if self.is_attached and screen is self.screen and self._drawn_for != self._would_draw():
             self.refresh()
+
+    def _would_draw(self) -> tuple[list[FooterItem], FooterItem | None, int]:
+        kept, palette = self.fitting(self.size.width)
+        return kept, palette, self.size.width
 
     # ------------------------------------------------------------------ items
 
@@ -153,6 +160,7 @@ class KeyFooter(Widget):
     def render(self) -> Text:
         width = self.size.width
         kept, palette = self.fitting(width)
+        self._drawn_for = (list(kept), palette, width)
         key_style = self.get_component_rich_style("key-footer--key")
         label_style = self.get_component_rich_style("key-footer--label")
         disabled = self.get_component_rich_style("key-footer--disabled")

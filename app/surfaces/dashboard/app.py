@@ -239,6 +239,13 @@ class MainScreen(Screen[None]):
             self._resumed = True
             event.refresh_styles = False
 
+    def _reset_focus(self, widget: Widget, avoiding: list[Widget] | None = None) -> None:
+        # At exit Textual prunes the screen, and moving the focus off the prompt first blurred it:
+        # the prompt validated itself and was restyled twice, for a screen nobody sees again.
+        if not self.app._running:
+            return
+        super()._reset_focus(widget, avoiding)
+
     def draw_at_once(self, widget: Widget) -> None:
         """Draw ``widget``'s next change in a frame of its own as soon as it reaches the screen.
 
