@@ -117,7 +117,7 @@ async def test_the_view_lists_a_real_server_reconnects_it_after_a_kill_and_says_
                                                      "--slow-start", "0.5"],
                  "startup_timeout": START},
         "off": {"command": "/nonexistent/server", "enabled": False}})
-    async with app.run_test(size=(160, 50)) as pilot:
+    async with app.run_test(size=(120, 36)) as pilot:
         await _open_view(pilot)
         ready = await _until(pilot, lambda: _in_state(app, "echo", "ready"), "echo is ready in the view")
         assert (ready.transport, ready.tools, ready.deferred, ready.auth) == ("stdio", 1, False, "none")
@@ -191,7 +191,7 @@ async def test_logout_deletes_the_token_file_and_login_from_the_view_gets_new_to
         file = await _logged_in(server, tmp_path)
         first_token = json.loads(file.path.read_text())["tokens"]["access_token"]
         app = _dashboard(fake_llm, tmp_path, monkeypatch, {"web": {"url": server.url, "startup_timeout": START}})
-        async with app.run_test(size=(160, 50)) as pilot:
+        async with app.run_test(size=(120, 36)) as pilot:
             await _open_view(pilot)
             ready = await _until(pilot, lambda: _in_state(app, "web", "ready"), "web is ready")
             assert (ready.transport, ready.auth, ready.tools) == ("http", "oauth (logged in)", 1)
@@ -229,7 +229,7 @@ async def test_a_call_refused_for_scope_offers_to_log_in_again_and_is_sent_again
         # --yes: the tool runs without its own approval; the offer is asked all the same
         app = _dashboard(fake_llm, tmp_path, monkeypatch, {"web": {"url": server.url, "startup_timeout": START}},
                          yes=True)
-        async with app.run_test(size=(160, 50)) as pilot:
+        async with app.run_test(size=(120, 36)) as pilot:
             from dashboard_helpers import send, settle
 
             await send(pilot, "administer")
@@ -260,7 +260,7 @@ async def test_no_to_the_offer_gives_the_call_its_refusal_and_logs_in_to_nothing
         # --yes: the tool runs without its own approval; the offer is asked all the same
         app = _dashboard(fake_llm, tmp_path, monkeypatch, {"web": {"url": server.url, "startup_timeout": START}},
                          yes=True)
-        async with app.run_test(size=(160, 50)) as pilot:
+        async with app.run_test(size=(120, 36)) as pilot:
             from dashboard_helpers import send, settle
 
             await send(pilot, "administer")
