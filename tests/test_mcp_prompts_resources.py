@@ -289,7 +289,7 @@ async def test_on_the_dashboard_a_servers_prompt_completes_and_runs(fake_llm, tm
                               "data_dir": str(tmp_path / "data"),
                               "mcp_servers": {"docs": {"url": docs_url, "startup_timeout": 120}}})
     app = TidegaugeApp(SessionThread(build_session(settings, approvals=True, cwd=work)).start(), cursor_blink=False)
-    async with app.run_test(size=(200, 50)) as pilot:
+    async with app.run_test(size=(120, 36)) as pilot:
         prompt = app.query_one("#prompt", Input)
         prompt.focus()
         hint = "/mcp__docs__review — (base* focus) · Review the changes since a base revision"
