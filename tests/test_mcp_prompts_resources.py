@@ -63,9 +63,16 @@ async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Sess
 
 @pytest.fixture
 async def own_server(tmp_path: Path) -> AsyncIterator[Session]:
-    """A server of the test's own, for a test that stops it."""
-    async for session in _served(tmp_path):
-        yield session
+    """A server of the test's own, for a test that stops it: a plain JSON-RPC one that lists a prompt
+    (legacy_stdio.py --prompts: what a stopped server's prompt says is tidegauge's, and the SDK's
+    start cost a CPU-second)."""
+    session = Session(tmp_path)
+    await session.start({"docs": python_server("legacy_stdio.py", "--record", str(tmp_path / "received.jsonl"),
+                                                "--prompts", "1")})
+    yield session
+    assert session.hub is not None
+    await session.hub.aclose()
+    clear_secrets()
 
 
 ON_SHARED_SERVER = pytest.mark.asyncio(loop_scope="module")
@@ -206,7 +213,7 @@ async def test_a_prompt_of_a_server_that_stopped_is_one_line(own_server: Session
     assert own_server.hub is not None
     await own_server.hub.connections["docs"].aclose()
     with pytest.raises(McpServerError) as refused:
-        await _turn(own_server, "/mcp__docs__review base=main")
+        await _turn(own_server, "/mcp__docs__prompt1")
     assert str(refused.value).startswith("MCP server 'docs' is not running")
 
 
