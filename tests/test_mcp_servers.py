@@ -228,7 +228,15 @@ async def _wait_gone(pids: list[int], seconds: float = 30.0) -> bool:
     return False
 
 
-async def test_stopping_the_session_ends_the_whole_process_tree(session: Session) -> None:
+async def test_stopping_the_session_ends_the_whole_process_tree(session: Session,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_look(*_args: Any, **_kwargs: Any) -> Any:
+        raise AssertionError("the server's process group is known from its spawn: nothing reads every process")
+
+    # A look through the machine's processes cost a few milliseconds each (more on a busy machine),
+    # every 50 ms of a server's start.
+    monkeypatch.setattr(psutil.Process, "children", no_look)
+    monkeypatch.setattr(psutil, "process_iter", no_look)
     hub = await session.start({"tree": python_server("process_tree_plain.py")})
     pids = [int(p) for p in (await session.run("tree__pids", {})).content.split()]
     assert not any(_gone(pid) for pid in pids)
