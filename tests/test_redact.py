@@ -86,7 +86,12 @@ def test_secrets_registered_together_are_compiled_once_at_their_next_use(monkeyp
     clear_secrets()
     compiled: list[int] = []
     rebuild = redact_mod._rebuild
-    monkeypatch.setattr(redact_mod, "_rebuild", lambda: (compiled.append(1), rebuild())[1])
+
+    def counted() -> None:
+        compiled.append(1)
+        rebuild()
+
+    monkeypatch.setattr(redact_mod, "_rebuild", counted)
     access, refresh = "access-token-" + "a1" * 12, "refresh-token-" + "b2" * 12
 
     assert register_secret(access) and register_secret(refresh)
