@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,33 +65,6 @@ def demo(tmp_path: Path, resume: str | None = None, **overrides: Any) -> Session
     work.mkdir(exist_ok=True)
     return SessionProcess({"provider": "demo", "demo_speed": 0, "data_dir": tmp_path / "data", **overrides},
                           resume=resume, cwd=work)
-
-
-async def test_a_warning_said_at_start_up_is_on_the_dashboard_that_attached_after_it(tmp_path: Path) -> None:
-    """The dashboard opens on a session process that has already said its start-up lines (a resumed
-    session's process starts before the screen; a new one's while the first frame is drawn)."""
-    from app.surfaces.dashboard.app import TidegaugeApp
-    from dashboard_helpers import engine_texts
-
-    runner = demo(tmp_path, server_compaction=True).start()  # the demo has none: a config_warning at start-up
-    try:
-        first = Collector()
-        runner.subscribe(first)
-        runner.submit(UserInput("hi"))
-        first.wait_for("result")  # the session has said everything it says at start-up, and more
-        app = TidegaugeApp(runner, cursor_blink=False)
-        async with app.run_test() as pilot:
-            for _ in range(400):
-                said = engine_texts(app)
-                if any("the demo provider has no server-side compaction" in text for text in said):
-                    break
-                await pilot.pause()
-            else:
-                raise AssertionError(f"the start-up warning never reached the dashboard; its lines were {said}")
-            app.exit()
-    finally:
-        runner.stop()
-    assert runner.returncode == 0, runner.stderr_tail()
 
 
 def test_a_compaction_queued_during_a_turn_runs_after_an_interrupt(tmp_path: Path) -> None:
@@ -518,41 +492,84 @@ async def test_the_fake_session_a_dashboard_test_drives_keeps_the_same_log() -> 
         assert titles == ["Server-side compaction: on (turn off)"]
 
 
-def test_a_resumed_session_redraws_its_conversation_not_each_earlier_runs_start_up_lines(tmp_path: Path) -> None:
-    """Each run says its own start-up lines (a setting that cannot work, its MCP servers): a
-    session resumed twice redrew every earlier run's warnings before its conversation, one copy
-    per run, and this run's again after it."""
+@dataclass(frozen=True)
+class ResumedRun:
+    """A demo session resumed after two earlier runs, each of which said a start-up warning: a
+    session process (a start is a process and its imports) that two tests read. Its snapshot and
+    what it said after it are the redraw test's; it keeps running for the dashboard that attaches
+    after it said its start-up lines, and is stopped when the module's tests are done."""
+
+    runner: SessionProcess
+    snapshot: Any
+    said: Collector
+
+
+@pytest.fixture(scope="module")
+def resumed_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ResumedRun]:
     from app.wiring.config import load_settings
     from app.wiring.runtime import build_session
 
-    # The two earlier runs only record the session: the session the child process builds
-    # (build_session), run in this process. The third, whose redraw is tested, is a session process.
-    session_id: str | None = None
-    for run in range(2):
-        work = tmp_path / "work"
-        work.mkdir(exist_ok=True)
-        settings = load_settings({"provider": "demo", "demo_speed": 0, "data_dir": tmp_path / "data",
-                                  "server_compaction": True})  # a config_warning each run
-        earlier = build_session(settings, approvals=True, resume=session_id, cwd=work)
-        ended = Collector()
-        earlier.subscribe(ended)
-        earlier.submit(UserInput(f"hi {run}"))
-        earlier.submit(Shutdown())
-        asyncio.run(earlier.run())
-        assert ended.of("result") and ended.of("config_warning"), [e.event.type for e in ended.events]
-        session_id = earlier.info.session_id
-    runner = demo(tmp_path, resume=session_id, server_compaction=True).start()
+    folder = tmp_path_factory.mktemp("resumed")
+    with pytest.MonkeyPatch.context() as mp:  # the runs' environment, as _own_dirs sets a test's
+        mp.setenv("TIDEGAUGE_CONFIG_DIR", str(folder / "config"))
+        mp.setenv("TIDEGAUGE_DATA_DIR", str(folder / "data"))
+        for key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "DEEPSEEK_API_KEY"):
+            mp.delenv(key, raising=False)
+        # The two earlier runs only record the session: the session the child process builds
+        # (build_session), run in this process. The third, whose redraw is tested, is a session process.
+        session_id: str | None = None
+        for run in range(2):
+            work = folder / "work"
+            work.mkdir(exist_ok=True)
+            settings = load_settings({"provider": "demo", "demo_speed": 0, "data_dir": folder / "data",
+                                      "server_compaction": True})  # the demo has none: a config_warning each run
+            earlier = build_session(settings, approvals=True, resume=session_id, cwd=work)
+            ended = Collector()
+            earlier.subscribe(ended)
+            earlier.submit(UserInput(f"hi {run}"))
+            earlier.submit(Shutdown())
+            asyncio.run(earlier.run())
+            assert ended.of("result") and ended.of("config_warning"), [e.event.type for e in ended.events]
+            session_id = earlier.info.session_id
+        runner = demo(folder, resume=session_id, server_compaction=True).start()
     try:
         said = Collector()
         snapshot, unsubscribe = runner.attach(said)
         runner.submit(UserInput("hi 2"))
-        said.wait_for("result")
+        said.wait_for("result")  # the session has said everything it says at start-up, and more
         unsubscribe()
+        yield ResumedRun(runner, snapshot, said)
     finally:
         runner.stop()
     assert runner.returncode == 0, runner.stderr_tail()
+
+
+def test_a_resumed_session_redraws_its_conversation_not_each_earlier_runs_start_up_lines(
+        resumed_run: ResumedRun) -> None:
+    """Each run says its own start-up lines (a setting that cannot work, its MCP servers): a
+    session resumed twice redrew every earlier run's warnings before its conversation, one copy
+    per run, and this run's again after it."""
+    snapshot, said = resumed_run.snapshot, resumed_run.said
     kinds = [event.type for event in snapshot.restored]
     assert "config_warning" not in kinds, kinds
     assert [e.text for e in snapshot.restored if e.type == "user_message"] == ["hi 0", "hi 1"]
     assert len([e for e in [*snapshot.events, *said.events] if e.event.type == "config_warning"]) == 1, [
         e.event.type for e in snapshot.events]  # this run's, once
+
+
+async def test_a_warning_said_at_start_up_is_on_the_dashboard_that_attached_after_it(resumed_run: ResumedRun) -> None:
+    """The dashboard opens on a session process that has already said its start-up lines (a resumed
+    session's process starts before the screen; a new one's while the first frame is drawn)."""
+    from app.surfaces.dashboard.app import TidegaugeApp
+    from dashboard_helpers import engine_texts
+
+    app = TidegaugeApp(resumed_run.runner, cursor_blink=False)
+    async with app.run_test() as pilot:
+        for _ in range(400):
+            said = engine_texts(app)
+            if any("the demo provider has no server-side compaction" in text for text in said):
+                break
+            await pilot.pause()
+        else:
+            raise AssertionError(f"the start-up warning never reached the dashboard; its lines were {said}")
+        app.exit()

@@ -434,7 +434,7 @@ async def test_on_the_dashboard_a_servers_model_call_waits_for_approval_and_alwa
                               "data_dir": str(tmp_path / "data"),
                               "mcp_servers": {"features": {"url": features_url.url, "startup_timeout": 120}}})
     app = TidegaugeApp(SessionThread(build_session(settings, approvals=True, cwd=work)).start(), cursor_blink=False)
-    async with app.run_test(size=(160, 50)) as pilot:
+    async with app.run_test(size=(120, 36)) as pilot:
         prompt = app.query_one("#prompt", Input)
         prompt.value = "two colours"
         prompt.focus()

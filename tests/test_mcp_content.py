@@ -600,7 +600,7 @@ async def test_the_dashboard_draws_progress_on_the_tools_line_and_user_content_a
 
     agent = FakeSession()
     app = TidegaugeApp(agent, cursor_blink=False)
-    async with app.run_test(size=(160, 50)) as pilot:
+    async with app.run_test(size=(120, 36)) as pilot:
         await pilot.pause()
         agent.emit(ev.ToolStartEvent(id="t1", name="c__index", summary="repo", input={}))
         agent.emit(ev.ToolProgressEvent(id="t1", progress=2, total=4, message="step 2"))

@@ -65,14 +65,16 @@ import subprocess  # noqa: E402
 from mcp_helpers import tidegauge_run  # noqa: E402
 
 
-def _mcp_list(tmp_path: Path, *flags: str, docs: list[str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``tidegauge mcp list FLAGS`` with four servers; docs is the prompts server unless DOCS
-    (its script and arguments) says otherwise."""
+def _mcp_list(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    """``tidegauge mcp list FLAGS`` with four servers. docs is a plain JSON-RPC server with a tool, four
+    prompts and resources (legacy_stdio.py: a start without the SDK's imports; the SDK's prompts
+    server is test_mcp_prompts_resources'), which records what it receives in docs-received.jsonl."""
     config = tmp_path / "config"
     config.mkdir(exist_ok=True)
     python = json.dumps(sys.executable)
+    docs = [str(SERVERS / "legacy_stdio.py"), "--record", str(tmp_path / "docs-received.jsonl"), "--prompts", "4"]
     (config / "config.toml").write_text(
-        f"[mcp_servers.docs]\ncommand = {python}\nargs = {json.dumps(docs or [str(SERVERS / 'prompts_server.py')])}\n"
+        f"[mcp_servers.docs]\ncommand = {python}\nargs = {json.dumps(docs)}\n"
         f"startup_timeout = 120\n"
         f"[mcp_servers.broken]\ncommand = {python}\nargs = [\"-c\", {json.dumps(CRASHING)}]\n"
         f"[mcp_servers.off]\ncommand = \"no-such-server\"\nenabled = false\n"
@@ -94,11 +96,10 @@ def test_mcp_list_starts_each_server_once_and_says_what_it_offers_or_why_it_fail
     assert servers["broken"]["state"] == "failed" and "exit status 3" in servers["broken"]["reason"]
     assert servers["off"]["state"] == "disabled"
     assert (servers["remote"]["transport"], servers["remote"]["auth"]) == ("http", "none (oauth login available)")
+    received = [json.loads(line) for line in (tmp_path / "docs-received.jsonl").read_text().splitlines()]
+    assert [m["method"] for m in received].count("initialize") == 1  # started once
 
-    # The table's layout: docs is a plain JSON-RPC server here (a start without the SDK's imports);
-    # what the prompts server offers is checked in the JSON above.
-    plain = [str(SERVERS / "legacy_stdio.py"), "--record", str(tmp_path / "plain-received.jsonl")]
-    table = _mcp_list(tmp_path, docs=plain).stdout.splitlines()
+    table = _mcp_list(tmp_path).stdout.splitlines()
     assert table[0].split()[:3] == ["server", "state", "transport"]
     assert any(line.startswith("docs ") and " ready " in line for line in table)
     assert any("its last stderr line: 'fatal: DEMO_TOKEN is not set'" in line for line in table)

@@ -1,11 +1,13 @@
 """`tidegauge -p` end to end with an MCP server from config.toml, against the loopback fake LLM.
 
 The real CLI (in the test process: tests/mcp_helpers.py) reaches a real server
-(tests/mcp_servers/many_tools.py), the scripted model calls its tools, and the stream-json events
-and the recorded requests show what a user and the model would see. The first test has the CLI
-start it over stdio; the tests of 200 tools share one, served over streamable HTTP on a thread of
-the test process (building 200 tools' schemas in a new interpreter cost ~3 CPU-s a run), since
-what they check (deferral, loading, a continued session) is the same over either transport.
+(tests/mcp_servers/many_tools.py's tools), the scripted model calls its tools, and the stream-json
+events and the recorded requests show what a user and the model would see. The first test has the
+CLI start three of them over stdio, in plain JSON-RPC (plain_tools.py: the SDK's imports cost a
+CPU-second a start, and what is checked is what tidegauge does with a stdio server's tools); the
+tests of 200 tools share one SDK server, served over streamable HTTP on a thread of the test process
+(building 200 tools' schemas in a new interpreter cost ~3 CPU-s a run), since what they check
+(deferral, loading, a continued session) is the same over either transport.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from mcp_helpers import tidegauge_run
 
 
 KEY = "sk-test-fake-key-0123456789"
-MANY_TOOLS = Path(__file__).parent / "mcp_servers" / "many_tools.py"
+PLAIN_TOOLS = Path(__file__).parent / "mcp_servers" / "plain_tools.py"
 
 
 def toml_string(value: str) -> str:
@@ -43,7 +45,7 @@ def two_hundred_tools() -> Iterator[str]:
 
 def _stdio_table(tools: int) -> str:
     return (f"[mcp_servers.many]\ncommand = {toml_string(sys.executable)}\n"
-            f"args = [{toml_string(str(MANY_TOOLS))}, \"--tools\", \"{tools}\"]\nstartup_timeout = 120\n")
+            f"args = [{toml_string(str(PLAIN_TOOLS))}, \"--tools\", \"{tools}\"]\nstartup_timeout = 120\n")
 
 
 def _tidegauge(args: list[str], tmp_path: Path, fake, table: str) -> tuple[int, list[dict[str, Any]], str]:

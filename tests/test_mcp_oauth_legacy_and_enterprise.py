@@ -4,7 +4,7 @@ Against loopback servers laid out as the conformance suite's scenarios are
 (tests/mcp_servers/oauth_legacy_enterprise_http.py), through tidegauge's real OAuth code:
 
 - a 2025-03-26 server: authorization-server metadata at its origin naming an issuer under that
-  origin (``/oauth``), logged in to with `tidegauge mcp login`, then a session calls its tool;
+  origin (``/oauth``), logged in to as `tidegauge mcp login` does it, then a session calls its tool;
   and one without metadata, on the default ``/authorize``, ``/token``, ``/register``;
 - as an attacker meets it: the origin's metadata naming another origin's issuer, and a
   current-revision server whose metadata names an issuer other than the one its protected-resource
@@ -21,11 +21,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
 import re
 import stat
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +30,7 @@ import pytest
 from asgi_in_thread import AsgiInThread, listening_socket, server_module
 from fake_llm_server import openai_text, openai_tool_calls
 from test_mcp_headless import toml_string
-from test_mcp_oauth import _browser, _wait_for_line
+from test_mcp_oauth import _browser
 from test_mcp_reach import _statuses, _tidegauge
 from test_mcp_servers import START
 
@@ -98,28 +95,18 @@ def _files_holding(root: Path, *secrets: str) -> list[str]:
 async def test_a_2025_03_26_server_whose_origin_metadata_names_an_issuer_under_it_is_logged_in_to_and_used(
         fake_llm, tmp_path: Path, layout: LayoutServer) -> None:
     toml = f"[mcp_servers.web]\nurl = {toml_string(layout.url)}\n"
-    config = tmp_path / "config"
-    config.mkdir()
-    (config / "config.toml").write_text(toml)
-    (config / "config.toml").chmod(0o600)
-    data = tmp_path / "data"
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("TIDEGAUGE_") and k not in ("DISPLAY", "WAYLAND_DISPLAY")}  # no browser: printed
-    env.update({"TIDEGAUGE_CONFIG_DIR": str(config), "TIDEGAUGE_DATA_DIR": str(data)})
-    stderr = tmp_path / "login.err"
-    with open(stderr, "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "app", "mcp", "login", "web"], cwd=tmp_path, env=env,
-                                stdout=subprocess.PIPE, stderr=err)
-    try:
-        address = _wait_for_line(stderr, "/authorize?", proc)
-        await _browser(address)
-        await asyncio.to_thread(proc.communicate, timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    said = stderr.read_text()
-    assert proc.returncode == 0 and said.strip().endswith("logged in to web: 1 tools"), said
+    # The login `tidegauge mcp login` runs, in this process (its real process is test_mcp_oauth's):
+    # what this layout changes is where the login goes, not the command around it.
+    opened: list[str] = []
+
+    async def browser(url: str) -> None:
+        opened.append(url)
+        await _browser(url)
+
+    tools = await login("web", McpServerConfig(url=layout.url, startup_timeout=START), tmp_path / "data", tmp_path,
+                        open_consent=browser, consent_timeout=60)
+    assert tools == 1
+    [address] = opened
     # The origin's metadata, then its endpoints under /oauth: registration, consent, the code's exchange.
     assert address.startswith(f"{layout.base}/oauth/authorize?"), address
     assert layout.paths() == ["/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource",

@@ -63,9 +63,16 @@ async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Sess
 
 @pytest.fixture
 async def own_server(tmp_path: Path) -> AsyncIterator[Session]:
-    """A server of the test's own, for a test that stops it."""
-    async for session in _served(tmp_path):
-        yield session
+    """A server of the test's own, for a test that stops it: a plain JSON-RPC one that lists a prompt
+    (legacy_stdio.py --prompts: what a stopped server's prompt says is tidegauge's, and the SDK's
+    start cost a CPU-second)."""
+    session = Session(tmp_path)
+    await session.start({"docs": python_server("legacy_stdio.py", "--record", str(tmp_path / "received.jsonl"),
+                                                "--prompts", "1")})
+    yield session
+    assert session.hub is not None
+    await session.hub.aclose()
+    clear_secrets()
 
 
 ON_SHARED_SERVER = pytest.mark.asyncio(loop_scope="module")
@@ -206,7 +213,7 @@ async def test_a_prompt_of_a_server_that_stopped_is_one_line(own_server: Session
     assert own_server.hub is not None
     await own_server.hub.connections["docs"].aclose()
     with pytest.raises(McpServerError) as refused:
-        await _turn(own_server, "/mcp__docs__review base=main")
+        await _turn(own_server, "/mcp__docs__prompt1")
     assert str(refused.value).startswith("MCP server 'docs' is not running")
 
 
@@ -289,7 +296,7 @@ async def test_on_the_dashboard_a_servers_prompt_completes_and_runs(fake_llm, tm
                               "data_dir": str(tmp_path / "data"),
                               "mcp_servers": {"docs": {"url": docs_url, "startup_timeout": 120}}})
     app = TidegaugeApp(SessionThread(build_session(settings, approvals=True, cwd=work)).start(), cursor_blink=False)
-    async with app.run_test(size=(200, 50)) as pilot:
+    async with app.run_test(size=(120, 36)) as pilot:
         prompt = app.query_one("#prompt", Input)
         prompt.focus()
         hint = "/mcp__docs__review — (base* focus) · Review the changes since a base revision"

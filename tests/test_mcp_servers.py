@@ -21,10 +21,11 @@ import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Iterator
+from typing import Any, AsyncIterator, Iterator
 
 import psutil
 import pytest
+import pytest_asyncio
 from forked_servers import ForkedServer
 
 from app.context.engine import ContextEngine, EngineConfig
@@ -95,13 +96,13 @@ def git(repo: Path, *args: str) -> None:
     subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    """A real git repository: 40 commits, then an unstaged change of 3,000 lines.
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real git repository: 40 commits, then an unstaged change of 3,000 lines; the server only reads it.
 
     The commits are written by one ``git fast-import`` rather than 80 ``git add``/``commit``
     processes: the same history (it is what the server reads), at a fraction of the start-ups."""
-    path = tmp_path / "repo"
+    path = tmp_path_factory.mktemp("git") / "repo"
     path.mkdir()
     git(path, "init", "-q", "-b", "main")
     stream = []
@@ -123,11 +124,26 @@ def repo(tmp_path: Path) -> Path:
 
 # ---------------------------------------------------------------- mcp-server-git
 
-async def test_git_log_and_diff_through_the_registry_meet_the_truncation(session: Session, repo: Path,
-                                                                         tmp_path: Path) -> None:
-    session.registry.max_output = 2_000
-    await session.start({"git": server(BIN / "mcp-server-git", "--repository", str(repo))})
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def git_session(tmp_path_factory: pytest.TempPathFactory, repo: Path) -> AsyncIterator[Session]:
+    """One mcp-server-git, started through start_mcp as a session does, for the two tests that read
+    it (each start is an interpreter with the SDK, pydantic and GitPython: over a CPU-second). Its
+    hub lives on the module's event loop: the tests that use it run there (ON_GIT_SERVER)."""
+    shared = Session(tmp_path_factory.mktemp("git-session"), max_output=2_000)
+    await shared.start({"git": server(BIN / "mcp-server-git", "--repository", str(repo))})
+    yield shared
+    assert shared.hub is not None
+    await shared.hub.aclose()
+    clear_secrets()
 
+
+ON_GIT_SERVER = pytest.mark.asyncio(loop_scope="module")
+
+
+@ON_GIT_SERVER
+async def test_git_log_and_diff_through_the_registry_meet_the_truncation(git_session: Session, repo: Path) -> None:
+    session = git_session
+    assert session.registry.max_output == 2_000
     log = await session.run("git__git_log", {"repo_path": str(repo), "max_count": 40}, "call-log")
     diff = await session.run("git__git_diff_unstaged", {"repo_path": str(repo)}, "call-diff")
 
@@ -136,7 +152,7 @@ async def test_git_log_and_diff_through_the_registry_meet_the_truncation(session
         assert run.truncated and "output truncated" in run.content
         assert len(run.content) < 2 * session.registry.max_output  # the limit plus one notice
         assert run.full_output_path is not None and run.full_output_path in run.content
-        assert Path(run.full_output_path).parent == tmp_path / "tool-results"
+        assert Path(run.full_output_path).parent == session.ctx.workspace / "tool-results"
     full_log = Path(log.full_output_path).read_text()
     assert all(f"change number {n:02d}" in full_log for n in range(1, 41))
     assert "change number 40" in log.content  # newest first: the head survives the cut …
@@ -146,8 +162,9 @@ async def test_git_log_and_diff_through_the_registry_meet_the_truncation(session
     assert log.original_chars == len(full_log)
 
 
-async def test_git_tools_ask_first_unless_declared_read_only(session: Session, repo: Path) -> None:
-    await session.start({"git": server(BIN / "mcp-server-git", "--repository", str(repo))})
+@ON_GIT_SERVER
+async def test_git_tools_ask_first_unless_declared_read_only(git_session: Session) -> None:
+    session = git_session
     hub = session.hub
     assert hub is not None
 
@@ -211,7 +228,15 @@ async def _wait_gone(pids: list[int], seconds: float = 30.0) -> bool:
     return False
 
 
-async def test_stopping_the_session_ends_the_whole_process_tree(session: Session) -> None:
+async def test_stopping_the_session_ends_the_whole_process_tree(session: Session,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_look(*_args: Any, **_kwargs: Any) -> Any:
+        raise AssertionError("the server's process group is known from its spawn: nothing reads every process")
+
+    # A look through the machine's processes cost a few milliseconds each (more on a busy machine),
+    # every 50 ms of a server's start.
+    monkeypatch.setattr(psutil.Process, "children", no_look)
+    monkeypatch.setattr(psutil, "process_iter", no_look)
     hub = await session.start({"tree": python_server("process_tree_plain.py")})
     pids = [int(p) for p in (await session.run("tree__pids", {})).content.split()]
     assert not any(_gone(pid) for pid in pids)

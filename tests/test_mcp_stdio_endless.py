@@ -4,7 +4,7 @@ Issue 26 ("Bounds"). Through the real CLI (``python -m app -p``, stream-json; in
 where a test does not measure the process's memory) against the loopback fake LLM and a real
 server process (``tests/mcp_servers/endless_answer.py``):
 
-- a finite answer over ``MAX_SAVED_ANSWER_BYTES`` (100 MB) is cut, its start saved, and the server
+- a finite answer over ``MAX_SAVED_ANSWER_BYTES`` (70 MB) is cut, its start saved, and the server
   goes on; a tool call answered with a line that never ends: at most ``MAX_SAVED_ANSWER_BYTES`` of
   it is saved, past ``MAX_READ_ANSWER_BYTES`` the server is ended as misbehaving (one warning naming it and the size), the call ends
   with words naming what was saved, tidegauge's memory stays bounded, nothing is left running,
@@ -22,12 +22,14 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
-from fake_llm_server import openai_text, openai_tool_calls
+from fake_llm_server import FakeLLMServer, openai_text, openai_tool_calls
 from loopback_http import serving
 from mcp_helpers import run_headless, tidegauge_run
 from test_mcp_url_bounds import SSE_BIG_BYTES, HostileServer
@@ -41,6 +43,9 @@ from app.tools.base import SavedOutputBudget
 SERVER = Path(__file__).parent / "mcp_servers" / "endless_answer.py"
 KEY = "sk-test-fake-key-0123456789"
 MB = 1024 * 1024
+# The finite answer over what is saved of one: between MAX_SAVED_ANSWER_BYTES (64 MiB) and what is
+# read of one before its server is ended (256 MiB), as a big file read is; megabytes of 10^6 bytes.
+FINITE_MB = 70
 # Bounds a hang only (a loaded 2-core machine imports the SDK slowly); nothing is timed.
 RUN_BOUND_S = 240.0
 CAP_WORDS = "this session's saved outputs reached their cap of {limit:,} bytes (the max_session_saved_output " \
@@ -127,21 +132,58 @@ def _saved_answers(tmp_path: Path) -> list[Path]:
     return sorted((tmp_path / "data").rglob("mcp-answer-*.json"))
 
 
-def test_an_answer_without_end_ends_the_server_saves_at_most_the_bound_and_the_session_goes_on(
-        fake_llm, tmp_path) -> None:
-    pid_file = tmp_path / "server.pid"
-    _config(tmp_path, pid_file)
-    fake_llm.enqueue(openai_tool_calls([("e__endless", {}, "call_endless")]),
-                     openai_text("The endless tool broke; carrying on without it."))
+@dataclass
+class OneRun:
+    """The real process's run both memory tests read: a finite answer over what is saved, a ping,
+    then an answer without end, then the model's last reply."""
+    home: Path
+    fake: FakeLLMServer
+    code: int
+    events: list[dict[str, Any]]
+    stderr: str
+    peak_rss: int
+    server_pid: int
 
-    code, events, stderr, peak_rss = _tidegauge(tmp_path, fake_llm, "call the endless tool")
+
+@pytest.fixture(scope="module")
+def one_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OneRun]:
+    """One real ``tidegauge -p`` whose peak memory is measured, for the two tests that need a process
+    of its own: one interpreter and one server start, not two of each. The finite answer comes first,
+    so the server that answered it is the one that answers the ping after it (it goes on), and the
+    endless one then ends it. Each test reads its own calls; a failure names which."""
+    home = tmp_path_factory.mktemp("endless")
+    pid_file = home / "server.pid"
+    _config(home, pid_file, "memory_update_tokens = 0\n")
+    fake = FakeLLMServer().start()
+    try:
+        fake.enqueue(openai_tool_calls([("e__big", {"megabytes": FINITE_MB}, "call_big")]),
+                     openai_tool_calls([("e__ping", {}, "call_ping")]),
+                     openai_tool_calls([("e__endless", {}, "call_endless")]),
+                     openai_text("The endless tool broke; carrying on without it."))
+        code, events, stderr, peak_rss = _tidegauge(home, fake, "read the big one, ping, then the endless one")
+        yield OneRun(home, fake, code, events, stderr, peak_rss, int(pid_file.read_text()))
+    finally:
+        fake.stop()
+    assert not fake.problems(), fake.problems()
+
+
+def _until_call(events: list[dict[str, Any]], call_id: str) -> list[dict[str, Any]]:
+    """The events before the model's call ``call_id`` was started."""
+    [start] = [n for n, e in enumerate(events) if e["type"] == "tool_start" and e["id"] == call_id]
+    return events[:start]
+
+
+def test_an_answer_without_end_ends_the_server_saves_at_most_the_bound_and_the_session_goes_on(
+        one_run: OneRun) -> None:
+    code, events, stderr, peak_rss = one_run.code, one_run.events, one_run.stderr, one_run.peak_rss
 
     assert code == 0, stderr[-3000:]
     [end] = [e for e in events if e["type"] == "result"]
     assert end["stop_reason"] == "end_turn" and end["text"] == "The endless tool broke; carrying on without it."
     # One warning, naming the server and the size, before the run ends: the server was ended mid-session.
     [exited] = [e for e in events if e["type"] == "mcp_server" and e["status"] == "exited"]
-    [saved] = _saved_answers(tmp_path)
+    [big] = [e for e in events if e["type"] == "tool_result" and e["id"] == "call_big"]
+    [saved] = [p for p in _saved_answers(one_run.home) if str(p) != big["full_output_path"]]
     warning = describe(McpServerEvent.model_validate(exited))
     assert warning is not None and warning.kind == "warning"
     assert warning.text.startswith("MCP server e stopped: it sent one message still going after ")
@@ -157,44 +199,44 @@ def test_an_answer_without_end_ends_the_server_saves_at_most_the_bound_and_the_s
     assert MAX_SAVED_ANSWER_BYTES - MB < saved.stat().st_size <= MAX_SAVED_ANSWER_BYTES
     assert saved.read_bytes()[:80].startswith(b'{"jsonrpc":"2.0","id":')
     # The model was told too, and the session took its next step.
-    told = [m for m in fake_llm.requests[1].json["messages"] if m["role"] == "tool"]
+    told = [m for m in one_run.fake.requests[3].json["messages"]
+            if m["role"] == "tool" and m["tool_call_id"] == "call_endless"]
     assert "stopped during endless" in told[0]["content"]
     # Memory stayed near the transport's cap (8 MiB in memory per message), far from the 256 MiB read.
     assert peak_rss < 300 * MB, f"peak RSS {peak_rss / MB:.0f} MiB"
     print(f"\npeak RSS of tidegauge: {peak_rss / MB:.1f} MiB; saved: {saved.stat().st_size:,} bytes")
     # Nothing left running.
-    server_pid = int(pid_file.read_text())
-    assert _gone(server_pid), psutil.Process(server_pid).cmdline()
+    assert _gone(one_run.server_pid), psutil.Process(one_run.server_pid).cmdline()
 
     # The next run of the session (--continue) starts the server again; its tools work. In the
     # test process: what it shows is the session's, not the process's memory.
-    fake_llm.enqueue(openai_tool_calls([("e__ping", {}, "call_ping")]), openai_text("pong received"))
+    one_run.fake.enqueue(openai_tool_calls([("e__ping", {}, "call_ping_again")]), openai_text("pong received"))
 
-    code, events, stderr = _tidegauge_in_process(tmp_path, fake_llm, "ping it", "--continue")
+    code, events, stderr = _tidegauge_in_process(one_run.home, one_run.fake, "ping it", "--continue")
 
     assert code == 0, stderr[-3000:]
-    [ping] = [e for e in events if e["type"] == "tool_result" and e["id"] == "call_ping"]
+    [ping] = [e for e in events if e["type"] == "tool_result" and e["id"] == "call_ping_again"]
     assert ping["content"] == "pong" and not ping["is_error"]
     assert [e["text"] for e in events if e["type"] == "result"] == ["pong received"]
-    assert _gone(int(pid_file.read_text()))
+    assert _gone(int((one_run.home / "server.pid").read_text()))
 
 
-def test_a_finite_answer_bigger_than_what_is_saved_is_cut_and_the_server_goes_on(fake_llm, tmp_path) -> None:
-    """A 100 MB answer (a big file read) is not a line without end: its first 64 MiB are saved, the
+def test_a_finite_answer_bigger_than_what_is_saved_is_cut_and_the_server_goes_on(one_run: OneRun) -> None:
+    """A 70 MB answer (a big file read) is not a line without end: its first 64 MiB are saved, the
     rest is read and dropped, and the server answers the next call (it was ended for it before)."""
-    pid_file = tmp_path / "server.pid"
-    _config(tmp_path, pid_file, "memory_update_tokens = 0\n")
-    fake_llm.enqueue(openai_tool_calls([("e__big", {"megabytes": 100}, "call_big")]),
-                     openai_tool_calls([("e__ping", {}, "call_ping")]), openai_text("done"))
-
-    code, events, stderr, peak_rss = _tidegauge(tmp_path, fake_llm, "read the big one, then ping")
+    code, events, stderr, peak_rss = one_run.code, one_run.events, one_run.stderr, one_run.peak_rss
 
     assert code == 0, stderr[-3000:]
-    assert not [e for e in events if e["type"] == "mcp_server" and e["status"] in ("exited", "failed")], events
+    before_the_endless_one = _until_call(events, "call_endless")
+    assert not [e for e in before_the_endless_one
+                if e["type"] == "mcp_server" and e["status"] in ("exited", "failed")], events
     [big] = [e for e in events if e["type"] == "tool_result" and e["id"] == "call_big"]
-    [saved] = _saved_answers(tmp_path)
-    assert "the server's answer was 100,000," in big["content"] and f"its first {saved.stat().st_size:,} bytes" in big["content"]
+    saved = Path(big["full_output_path"])
+    assert saved in _saved_answers(one_run.home)
+    assert f"the server's answer was {FINITE_MB},000," in big["content"]
+    assert f"its first {saved.stat().st_size:,} bytes" in big["content"]
     assert MAX_SAVED_ANSWER_BYTES - MB < saved.stat().st_size <= MAX_SAVED_ANSWER_BYTES
+    assert FINITE_MB * 1_000_000 > MAX_SAVED_ANSWER_BYTES + MB  # more than what is saved was read and dropped
     [ping] = [e for e in events if e["type"] == "tool_result" and e["id"] == "call_ping"]
     assert ping["content"] == "pong" and not ping["is_error"]
     assert peak_rss < 300 * MB, f"peak RSS {peak_rss / MB:.0f} MiB"

@@ -117,7 +117,7 @@ async def test_the_view_lists_a_real_server_reconnects_it_after_a_kill_and_says_
                                                      "--slow-start", "0.5"],
                  "startup_timeout": START},
         "off": {"command": "/nonexistent/server", "enabled": False}})
-    async with app.run_test(size=(160, 50)) as pilot:
+    async with app.run_test(size=(120, 36)) as pilot:
         await _open_view(pilot)
         ready = await _until(pilot, lambda: _in_state(app, "echo", "ready"), "echo is ready in the view")
         assert (ready.transport, ready.tools, ready.deferred, ready.auth) == ("stdio", 1, False, "none")
@@ -191,7 +191,7 @@ async def test_logout_deletes_the_token_file_and_login_from_the_view_gets_new_to
         file = await _logged_in(server, tmp_path)
         first_token = json.loads(file.path.read_text())["tokens"]["access_token"]
         app = _dashboard(fake_llm, tmp_path, monkeypatch, {"web": {"url": server.url, "startup_timeout": START}})
-        async with app.run_test(size=(160, 50)) as pilot:
+        async with app.run_test(size=(120, 36)) as pilot:
             await _open_view(pilot)
             ready = await _until(pilot, lambda: _in_state(app, "web", "ready"), "web is ready")
             assert (ready.transport, ready.auth, ready.tools) == ("http", "oauth (logged in)", 1)
@@ -229,7 +229,7 @@ async def test_a_call_refused_for_scope_offers_to_log_in_again_and_is_sent_again
         # --yes: the tool runs without its own approval; the offer is asked all the same
         app = _dashboard(fake_llm, tmp_path, monkeypatch, {"web": {"url": server.url, "startup_timeout": START}},
                          yes=True)
-        async with app.run_test(size=(160, 50)) as pilot:
+        async with app.run_test(size=(120, 36)) as pilot:
             from dashboard_helpers import send, settle
 
             await send(pilot, "administer")
@@ -260,7 +260,7 @@ async def test_no_to_the_offer_gives_the_call_its_refusal_and_logs_in_to_nothing
         # --yes: the tool runs without its own approval; the offer is asked all the same
         app = _dashboard(fake_llm, tmp_path, monkeypatch, {"web": {"url": server.url, "startup_timeout": START}},
                          yes=True)
-        async with app.run_test(size=(160, 50)) as pilot:
+        async with app.run_test(size=(120, 36)) as pilot:
             from dashboard_helpers import send, settle
 
             await send(pilot, "administer")
@@ -449,20 +449,23 @@ def test_the_views_command_and_answer_cross_the_session_process_pipe() -> None:
 
 async def test_a_reconnect_ends_a_call_in_flight_saying_so_rather_than_leaving_it_to_its_timeout(
         tmp_path: Path) -> None:
+    """A plain JSON-RPC server whose ``hold`` reports progress once and never answers: what ends the
+    call is the reconnect, whatever library the server speaks through (the SDK's content server cost
+    two starts of its imports here)."""
     from test_mcp_servers import Session, python_server
 
     session = Session(tmp_path)
-    hub = await session.start({"content": python_server("content_server.py")})
+    hub = await session.start({"slow": python_server("progress_flood.py")})
     try:
         progressed = asyncio.Event()
         session.ctx.on_progress = lambda *_report: progressed.set()
-        call = asyncio.ensure_future(session.run("content__progress", {"steps": 100_000, "every_ms": 50}))
+        call = asyncio.ensure_future(session.run("slow__hold", {}))
         await asyncio.wait_for(progressed.wait(), 120)  # the server is working on the call: it is in flight
-        await hub.reconnect("content")
+        await hub.reconnect("slow")
         run = await asyncio.wait_for(call, 120)  # bounds a hang only: the call ends with the restart
-        assert run.is_error and "stopped during progress (it was restarted)" in run.content, run.content
-        assert [e.status for e in session.server_events("content")][-2:] == ["starting", "ready"]
-        assert not (await session.run("content__silent", {"seconds": 0}, "call-2")).is_error
+        assert run.is_error and "stopped during hold (it was restarted)" in run.content, run.content
+        assert [e.status for e in session.server_events("slow")][-2:] == ["starting", "ready"]
+        assert (await session.run("slow__flood", {"n": 1}, "call-2")).content.startswith("sent 1 notifications")
     finally:
         await hub.aclose()
         clear_secrets()

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from app.kernel import redact as redact_mod
-from app.kernel.redact import REDACTED, clear_secrets, redact, redact_obj, register_secret
+from app.kernel.redact import REDACTED, clear_secrets, holds_secret, redact, redact_obj, register_secret
 
 KEY_VARS = ("OPENAI_API_KEY", "DEEPSEEK_API_KEY", "ANTHROPIC_API_KEY")
 
@@ -77,3 +77,24 @@ def test_registering_twice_changes_nothing() -> None:
     assert register_secret("dup-secret-0001") is True
     assert register_secret("dup-secret-0001") is False
     assert redact_mod.secret_count() == 1
+
+
+def test_secrets_registered_together_are_compiled_once_at_their_next_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A login or a refresh registers two tokens: the pattern (every secret's encoded forms, compiled
+    in milliseconds, more the more secrets there are) is compiled once, when it is next used, and
+    both are redacted there."""
+    clear_secrets()
+    compiled: list[int] = []
+    rebuild = redact_mod._rebuild
+
+    def counted() -> None:
+        compiled.append(1)
+        rebuild()
+
+    monkeypatch.setattr(redact_mod, "_rebuild", counted)
+    access, refresh = "access-token-" + "a1" * 12, "refresh-token-" + "b2" * 12
+
+    assert register_secret(access) and register_secret(refresh)
+    assert redact(f"bearer {access}, refresh {refresh}") == "bearer [REDACTED], refresh [REDACTED]"
+    assert holds_secret(refresh) and len(compiled) == 1
+    clear_secrets()

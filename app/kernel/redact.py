@@ -6,8 +6,8 @@ call, so a key exported after import is still caught); anything else
 (a key from the config file, a ``--api-key-env`` variable) is registered
 by whoever reads it, see ``app.wiring.config.api_key_for``.
 
-``redact`` uses one compiled alternation, rebuilt only when the set
-changes, and returns its input untouched when no secret is registered.
+``redact`` uses one compiled alternation, rebuilt at its first use after the
+set changes, and returns its input untouched when no secret is registered.
 
 Each secret is also matched in the forms a tool or a model may turn it into
 (``_forms``): hex, percent-encoding, and base64 / base64url at each of the
@@ -35,6 +35,10 @@ PROVIDER_KEY_ENV_VARS: tuple[str, ...] = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY",
 _lock = threading.Lock()
 _secrets: set[str] = set()
 _pattern: re.Pattern[str] | None = None
+# A secret registered since the pattern was compiled: compiled again at the next use, once for
+# however many came meanwhile (a login or a refresh registers two tokens; each compile takes
+# milliseconds, more the more secrets there are).
+_stale = False
 _env_snapshot: tuple[str | None, ...] | None = None
 _extra_env_vars: set[str] = set()
 
@@ -116,11 +120,12 @@ def register_secret(value: str | None) -> bool:
     value = value.strip()
     if len(value) < MIN_SECRET_LENGTH:
         return False
+    global _stale
     with _lock:
         if value in _secrets:
             return False
         _secrets.add(value)
-        _rebuild()
+        _stale = True
     return True
 
 
@@ -135,11 +140,12 @@ def register_env_var(name: str) -> None:
 
 def clear_secrets() -> None:
     """Forget every secret (tests). Environment keys come back on the next call."""
-    global _env_snapshot
+    global _env_snapshot, _stale
     with _lock:
         _secrets.clear()
         _env_snapshot = None
         _rebuild()
+        _stale = False
 
 
 def secret_count() -> int:
@@ -148,15 +154,20 @@ def secret_count() -> int:
 
 
 def _refresh_from_env() -> None:
-    """Register the key env vars' values if they changed since the last look (cheap)."""
-    global _env_snapshot
+    """Register the key env vars' values if they changed since the last look, and compile the
+    pattern again if a secret came since (cheap otherwise). Every use of the pattern calls it first."""
+    global _env_snapshot, _stale
     names = PROVIDER_KEY_ENV_VARS + tuple(sorted(_extra_env_vars))
     snapshot = tuple(os.environ.get(n) for n in names)
-    if snapshot == _env_snapshot:
-        return
-    for value in snapshot:
-        register_secret(value)
-    _env_snapshot = snapshot
+    if snapshot != _env_snapshot:
+        for value in snapshot:
+            register_secret(value)
+        _env_snapshot = snapshot
+    if _stale:
+        with _lock:
+            if _stale:
+                _rebuild()
+                _stale = False
 
 
 def redact(text: str) -> str:

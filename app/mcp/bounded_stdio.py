@@ -365,6 +365,7 @@ async def bounded_stdio_client(server: Any, errlog: TextIO, *, spill_dir: Path |
                                on_stopped: Callable[[str], None] = lambda _reason: None,
                                on_bad_line: Callable[[str], None] = lambda _line: None,
                                on_exited: Callable[[int | None], None] = lambda _status: None,
+                               on_spawned: Callable[[int], None] = lambda _pid: None,
                                max_message_bytes: int = MAX_MESSAGE_BYTES,
                                max_saved: int = MAX_SAVED_ANSWER_BYTES) -> AsyncGenerator[Any, None]:
     """``mcp.client.stdio.stdio_client`` with ``read_lines`` as its reader.
@@ -374,7 +375,8 @@ async def bounded_stdio_client(server: Any, errlog: TextIO, *, spill_dir: Path |
     (called before the session sees the connection close, so a pending call reads that reason);
     ``on_bad_line(text)``: a stdout line that is not a JSON-RPC message (never handed to the SDK, whose
     parser logs a traceback of kilobytes for each to our stderr); ``on_exited(status)``: the server's
-    exit status once its stdout ended (None when it had not exited within half a second)."""
+    exit status once its stdout ended (None when it had not exited within half a second);
+    ``on_spawned(pid)``: the server's process id as soon as it is started, before the handshake."""
     # The MCP SDK is slow to import: loaded when a server is used, never when this module is.
     import mcp_types as types
     from mcp.client import stdio as sdk
@@ -390,6 +392,7 @@ async def bounded_stdio_client(server: Any, errlog: TextIO, *, spill_dir: Path |
     process = await sdk._create_platform_compatible_process(
         command=command, args=server.args, env=sdk.get_default_environment() | (server.env or {}),
         errlog=errlog, cwd=server.cwd)
+    on_spawned(process.pid)
     # No awaits until the task group is entered, or a cancellation in the gap would leak the process.
     read_stream_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_stream_reader = anyio.create_memory_object_stream[SessionMessage](0)

@@ -266,17 +266,10 @@ class McpConnection:
     async def _run(self) -> None:
         assert self._ready is not None
         handshake_failure: str | None = None
-        before = _session_leader_children()
-        # Found while the handshake runs, so even a server that hangs or dies in it has
-        # its process group ended afterwards.
-        finder = asyncio.create_task(self._find_group_soon(before), name=f"mcp-{self.name}-pgid")
         try:
             async with self._make_client() as client:
                 if self._errlog is not None:
                     self._errlog.spawned()  # the server's exit now ends its log
-                if self._pgid is None:
-                    self._pgid = self._find_server_group(before)
-                finder.cancel()
                 tools = await self._list_tools(client)
                 self.prompts, self.serves_resources = await _prompts_and_resources(client)
                 self.instructions = client.instructions
@@ -303,7 +296,6 @@ class McpConnection:
                 if self.config.url is None:  # a url server is reconnected at its next call instead
                     self.on_exit(self, reason)
         finally:
-            finder.cancel()
             self._client = None
             if self._http is not None:
                 http, self._http = self._http, None
@@ -426,7 +418,7 @@ class McpConnection:
         transport = bounded_stdio_client(params, self._errlog.writer, spill_dir=spill_dir,
                                          saved_output_budget=self.saved_output_budget,
                                          on_stopped=self._stopped_by_transport, on_bad_line=self._bad_stdout_line,
-                                         on_exited=self._exited)
+                                         on_exited=self._exited, on_spawned=self._spawned)
         return Client(self._with_client_tasks(transport), read_timeout_seconds=self._request_timeout(),
                       client_info=client_info, mode=self.mode, **self._log_options())
 
@@ -552,29 +544,13 @@ class McpConnection:
                                   event_hooks={"response": [note_response]}, transport=transport,
                                   auth=self.authorization)
 
-    async def _find_group_soon(self, before: set[int]) -> None:
-        if self.config.command is None or os.name != "posix":
-            return
-        while self._pgid is None:
-            self._pgid = self._find_server_group(before)
-            await asyncio.sleep(0.05)  # the SDK spawns the server at the start of the handshake
-
-    def _find_server_group(self, before: set[int]) -> int | None:
-        """The process group of the server just spawned: a new child of ours leading its own
-        session (the SDK starts servers with start_new_session) whose command line is ours."""
-        if self.config.command is None or os.name != "posix":
-            return None
-
-        args = list(self.config.args)
-        command = os.path.basename(self.config.command)
-        for pid in _session_leader_children() - before:
-            try:
-                cmdline = psutil.Process(pid).cmdline()
-            except psutil.Error:
-                continue
-            if command in {os.path.basename(part) for part in cmdline} and (not args or cmdline[-len(args):] == args):
-                return pid
-        return None
+    def _spawned(self, pid: int) -> None:
+        """The stdio transport started the server: the SDK starts it leading a session of its own
+        (start_new_session), so its process group is its pid. Known from the spawn itself, before the
+        handshake, so even a server that hangs or dies in it has its group ended afterwards, and
+        without reading every process on the machine to find it."""
+        if os.name == "posix":
+            self._pgid = pid
 
     @staticmethod
     async def _list_tools(client: Client) -> list[RemoteTool]:
@@ -1084,21 +1060,6 @@ def _connection_closed(exc: BaseException) -> bool:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     return isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED
-
-
-def _session_leader_children() -> set[int]:
-    """Our child processes that lead their own process group (how the SDK starts servers)."""
-    if os.name != "posix":
-        return set()
-
-    leaders: set[int] = set()
-    for child in psutil.Process().children():
-        try:
-            if os.getpgid(child.pid) == child.pid:
-                leaders.add(child.pid)
-        except OSError:
-            continue
-    return leaders
 
 
 def _group_alive(pgid: int) -> bool:

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import ssl
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -365,6 +367,23 @@ def identity_only(request: httpx2.Request) -> None:
     request.headers["accept-encoding"] = "identity"
 
 
+# The certificate checks of a url server's client, built once per process for the CA settings in
+# force: loading the CA bundle cost ~35 ms of CPU for every url server's connection and every
+# reconnect. The checks are httpx2's default, the same for each client (the SDK's OAuth requests
+# go through the same client, to an https authorization server too).
+_verified_tls: tuple[tuple[str | None, str | None], ssl.SSLContext] | None = None
+
+
+def verified_tls() -> ssl.SSLContext:
+    """The TLS context httpx2 builds by default (the system's CAs, or ``SSL_CERT_FILE`` /
+    ``SSL_CERT_DIR`` when set), shared: built again only when those variables change."""
+    global _verified_tls
+    where = (os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+    if _verified_tls is None or _verified_tls[0] != where:
+        _verified_tls = (where, httpx2.create_ssl_context())
+    return _verified_tls[1]
+
+
 class BoundedTransport(httpx2.AsyncHTTPTransport):
     """A url server's transport: every request asks for the body as it is, every response body is
     bounded (``bound_response``), and a request that never reached the server (no connection) is
@@ -377,7 +396,7 @@ class BoundedTransport(httpx2.AsyncHTTPTransport):
 
     def __init__(self, server: str, spill_dir: Path | None, *, on_undelivered: Callable[[], None],
                  budget: SavedOutputBudget | None = None) -> None:
-        super().__init__()
+        super().__init__(verify=verified_tls())
         self.server = server
         self.spill_dir = spill_dir
         self.on_undelivered = on_undelivered

@@ -11,7 +11,8 @@ A request with any other method before ``initialize`` (the 2026 ``server/discove
 - ``error``: a JSON-RPC "method not found" error, as the spec asks.
 
 ``--slow-start S`` answers ``initialize`` only after S seconds (a server that is slow to start:
-``npx`` fetching a package, a large index loaded).
+``npx`` fetching a package, a large index loaded). ``--prompts N`` declares prompts and resources
+too, and lists N prompts (``prompts/list``) and one resource (``resources/list``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ def main() -> None:
     parser.add_argument("--record", required=True)
     parser.add_argument("--unknown", choices=["ignore", "crash", "error"], default="error")
     parser.add_argument("--slow-start", type=float, default=0.0)
+    parser.add_argument("--prompts", type=int, default=0)
     args = parser.parse_args()
     record = open(args.record, "a", encoding="utf-8")  # appended: a restarted server adds to it
 
@@ -43,9 +45,18 @@ def main() -> None:
             continue  # a notification (initialized, cancelled)
         if method == "initialize":
             time.sleep(args.slow_start)  # the server's own slowness, not a wait for something
+            capabilities: dict[str, dict] = {"tools": {}}
+            if args.prompts:
+                capabilities |= {"prompts": {}, "resources": {}}
             send({"jsonrpc": "2.0", "id": request_id, "result": {
-                "protocolVersion": "2024-11-05", "capabilities": {"tools": {}},
+                "protocolVersion": "2024-11-05", "capabilities": capabilities,
                 "serverInfo": {"name": "legacy-stdio", "version": "0.0.1"}}})
+        elif method == "prompts/list" and args.prompts:
+            send({"jsonrpc": "2.0", "id": request_id, "result": {"prompts": [
+                {"name": f"prompt{n}", "description": f"Prompt number {n}"} for n in range(1, args.prompts + 1)]}})
+        elif method == "resources/list" and args.prompts:
+            send({"jsonrpc": "2.0", "id": request_id, "result": {"resources": [
+                {"uri": "notes://readme", "name": "readme", "mimeType": "text/plain"}]}})
         elif method == "tools/list":
             send({"jsonrpc": "2.0", "id": request_id, "result": {"tools": [{
                 "name": "echo", "description": "Says back what it is given.",

@@ -1,5 +1,6 @@
 """A raw stdio MCP server (no SDK, so its own cost is small): the tool ``flood(n)`` sends ``n`` progress
-notifications in one write, then its answer, which says how long the write took.
+notifications in one write, then its answer, which says how long the write took; the tool ``hold``
+sends one progress notification and never answers (a call in flight until the server is ended).
 
     python tests/mcp_servers/progress_flood.py             # the server
     python tests/mcp_servers/progress_flood.py --emit N    # the same N notifications to stdout, then exit
@@ -39,7 +40,12 @@ def serve() -> None:
         elif method == "tools/list":
             send({"jsonrpc": "2.0", "id": request_id, "result": {"tools": [{
                 "name": "flood", "description": "Send n progress notifications, then answer",
-                "inputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}}}]}})
+                "inputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}}}, {
+                "name": "hold", "description": "Report progress once, then never answer",
+                "inputSchema": {"type": "object"}}]}})
+        elif method == "tools/call" and message["params"]["name"] == "hold":
+            out.write(notifications(1, message["params"].get("_meta", {}).get("progressToken")))
+            out.flush()
         elif method == "tools/call":
             n = int(message["params"]["arguments"]["n"])
             token = message["params"].get("_meta", {}).get("progressToken")
