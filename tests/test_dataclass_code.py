@@ -71,6 +71,8 @@ def _run(prefix: Path, *flags: str, env_extra: dict[str, str] | None = None) -> 
     done = subprocess.run([sys.executable, "-X", f"pycache_prefix={prefix}", *flags, "-c", PROGRAM],
                           capture_output=True, text=True, env=env, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
+    # stdout has been seen holding a lone newline with exit code 0: show both streams when it does
+    assert done.stdout.strip(), (done.stdout, done.stderr)
     result: dict[str, Any] = json.loads(done.stdout)
     return result
 
