@@ -6,6 +6,7 @@ script's folder first on its path)."""
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any, Iterable, Iterator
 
 
@@ -22,3 +23,9 @@ def initialize_result(message: dict[str, Any], name: str) -> dict[str, Any]:
     """The answer to ``initialize``: the client's protocol version, tools only, named ``name``."""
     return {"protocolVersion": message["params"].get("protocolVersion", "2025-06-18"),
             "capabilities": {"tools": {}}, "serverInfo": {"name": name, "version": "0.0.1"}}
+
+
+def send(message: dict[str, Any]) -> None:
+    """One message on stdout, a line, flushed at once: the client waits for it."""
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()

@@ -10,11 +10,10 @@ many numbered lines. For a test of what tidegauge does with a stdio server's too
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
-from plain_jsonrpc import initialize_result, requests
+from plain_jsonrpc import initialize_result, requests, send
 
 
 def tool(index: int) -> dict[str, Any]:
@@ -46,10 +45,6 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tools", type=int, default=3)
     count = parser.parse_args().tools
-
-    def send(message: dict[str, Any]) -> None:
-        sys.stdout.write(json.dumps(message) + "\n")
-        sys.stdout.flush()
 
     for method, request_id, message in requests(sys.stdin):
         if method == "initialize":

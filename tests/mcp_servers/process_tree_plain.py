@@ -7,20 +7,15 @@ depend on which library speaks the protocol. Tool ``pids`` returns "<server pid>
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 
-from plain_jsonrpc import initialize_result, requests
+from plain_jsonrpc import initialize_result, requests, send
 
 
 def main() -> None:
     child = subprocess.Popen(["sleep", "600"])
-
-    def send(message: dict[str, object]) -> None:
-        sys.stdout.write(json.dumps(message) + "\n")
-        sys.stdout.flush()
 
     for method, request_id, message in requests(sys.stdin):
         if method == "initialize":
