@@ -109,10 +109,8 @@ async def test_a_start_draws_the_footer_and_the_breakdown_once_when_nothing_they
         assert len(drawn["footer"]) == 2 and drawn["footer"][1] != drawn["footer"][0], drawn["footer"]
 
 
-async def test_closing_the_dashboard_does_not_restyle_the_prompt_it_is_removing(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Textual prunes the screen at exit and first moved the focus off the prompt: the prompt was
-    blurred, validated and restyled twice on its way out. While running, moving focus still does."""
+def count_restyles(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The class names of the nodes Textual restyles from now on, in order, one per restyle."""
     from textual.css.stylesheet import Stylesheet
 
     restyled: list[str] = []
@@ -124,6 +122,14 @@ async def test_closing_the_dashboard_does_not_restyle_the_prompt_it_is_removing(
         update_nodes(self, nodes, animate)
 
     monkeypatch.setattr(Stylesheet, "update_nodes", counted)
+    return restyled
+
+
+async def test_closing_the_dashboard_does_not_restyle_the_prompt_it_is_removing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Textual prunes the screen at exit and first moved the focus off the prompt: the prompt was
+    blurred, validated and restyled twice on its way out. While running, moving focus still does."""
+    restyled = count_restyles(monkeypatch)
     app = TidegaugeApp(FakeSession({}), cursor_blink=False)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
@@ -140,21 +146,12 @@ async def test_an_engine_line_is_styled_as_it_mounts_not_as_it_is_made(monkeypat
     """Its kind's class was added with a style update while the line was in no DOM yet: a restyle of
     a line nobody could see, for every notice and warning in the conversation. Mounted, it has its
     kind's style all the same."""
-    from textual.css.stylesheet import Stylesheet
     from widgets.engine_line import EngineLine
 
     app = TidegaugeApp(FakeSession({}), cursor_blink=False)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
-        restyled: list[str] = []
-        update_nodes = Stylesheet.update_nodes
-
-        def counted(self: Stylesheet, nodes: Any, animate: bool = False) -> None:
-            nodes = list(nodes)
-            restyled.extend(type(node).__name__ for node in nodes)
-            update_nodes(self, nodes, animate)
-
-        monkeypatch.setattr(Stylesheet, "update_nodes", counted)
+        restyled = count_restyles(monkeypatch)
         lines = [EngineLine(kind, f"a {kind} line") for kind in ("warning", "breaker", "info")]
         assert restyled == []
         await app.conversation.mount_all(lines)

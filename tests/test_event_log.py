@@ -52,12 +52,17 @@ class Collector:
         return [envelope for envelope in self.events if envelope.event.type == kind]
 
 
-@pytest.fixture(autouse=True)
-def _own_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TIDEGAUGE_CONFIG_DIR", str(tmp_path / "config"))
-    monkeypatch.setenv("TIDEGAUGE_DATA_DIR", str(tmp_path / "data"))
+def own_dirs(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A config and data directory of the run's own under ``folder``, and no provider key."""
+    monkeypatch.setenv("TIDEGAUGE_CONFIG_DIR", str(folder / "config"))
+    monkeypatch.setenv("TIDEGAUGE_DATA_DIR", str(folder / "data"))
     for key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "DEEPSEEK_API_KEY"):
         monkeypatch.delenv(key, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _own_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    own_dirs(tmp_path, monkeypatch)
 
 
 def demo(tmp_path: Path, resume: str | None = None, **overrides: Any) -> SessionProcess:
@@ -142,10 +147,7 @@ class FirstRun:
 def first_run(tmp_path_factory: pytest.TempPathFactory) -> FirstRun:
     folder = tmp_path_factory.mktemp("event-log")
     with pytest.MonkeyPatch.context() as mp:  # the process's environment, as _own_dirs sets a test's
-        mp.setenv("TIDEGAUGE_CONFIG_DIR", str(folder / "config"))
-        mp.setenv("TIDEGAUGE_DATA_DIR", str(folder / "data"))
-        for key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "DEEPSEEK_API_KEY"):
-            mp.delenv(key, raising=False)
+        own_dirs(folder, mp)
         session = demo(folder, yes=True).start()
     early = Collector()
     at_start, _ = session.attach(early)
@@ -511,10 +513,7 @@ def resumed_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ResumedRun
 
     folder = tmp_path_factory.mktemp("resumed")
     with pytest.MonkeyPatch.context() as mp:  # the runs' environment, as _own_dirs sets a test's
-        mp.setenv("TIDEGAUGE_CONFIG_DIR", str(folder / "config"))
-        mp.setenv("TIDEGAUGE_DATA_DIR", str(folder / "data"))
-        for key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "DEEPSEEK_API_KEY"):
-            mp.delenv(key, raising=False)
+        own_dirs(folder, mp)
         # The two earlier runs only record the session: the session the child process builds
         # (build_session), run in this process. The third, whose redraw is tested, is a session process.
         session_id: str | None = None
