@@ -98,3 +98,36 @@ def test_secrets_registered_together_are_compiled_once_at_their_next_use(monkeyp
     assert redact(f"bearer {access}, refresh {refresh}") == "bearer [REDACTED], refresh [REDACTED]"
     assert holds_secret(refresh) and len(compiled) == 1
     clear_secrets()
+
+
+READERS = {
+    "redact": lambda text: redact(text) != text,
+    "redact_obj": lambda text: redact_obj({"k": [text]}) != {"k": [text]},
+    "holds_secret": holds_secret,
+    # a cut four characters into the copy (after "header ") moves back to where the copy begins
+    "safe_cut": lambda text: redact_mod.safe_cut(text, len("header ") + 4) == len("header "),
+}
+
+
+@pytest.mark.parametrize("reader", READERS.values(), ids=READERS.keys())
+def test_every_reader_sees_a_secret_registered_just_before_it_on_any_thread(reader: Any) -> None:
+    """The pattern is compiled at its next use, not at registration: a reader that matched with the
+    pattern it last saw would let a token registered since (a refresh, on the session's thread)
+    through to a log or a request. Each reader sees each new secret at once, its encoded forms too."""
+    import base64
+    import threading
+
+    clear_secrets()
+    try:
+        for n in range(3):
+            token = f"tok{n}-" + "c3" * 12
+            if n == 1:  # registered on another thread, as a login or refresh does
+                worker = threading.Thread(target=register_secret, args=(token,))
+                worker.start()
+                worker.join()
+            else:
+                assert register_secret(token)
+            assert reader(f"header {token} trailer"), token
+            assert reader("header " + base64.b64encode(token.encode()).decode() + " trailer"), token
+    finally:
+        clear_secrets()

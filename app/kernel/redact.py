@@ -155,7 +155,7 @@ def secret_count() -> int:
 
 def _refresh_from_env() -> None:
     """Register the key env vars' values if they changed since the last look, and compile the
-    pattern again if a secret came since (cheap otherwise). Every use of the pattern calls it first."""
+    pattern again if a secret came since (cheap otherwise). Every reader calls it (``_current_pattern``)."""
     global _env_snapshot, _stale
     names = PROVIDER_KEY_ENV_VARS + tuple(sorted(_extra_env_vars))
     snapshot = tuple(os.environ.get(n) for n in names)
@@ -170,10 +170,16 @@ def _refresh_from_env() -> None:
                 _stale = False
 
 
+def _current_pattern() -> re.Pattern[str] | None:
+    """The pattern of every secret registered so far, the environment's keys looked at again:
+    what each reader below matches with, so none can use one compiled before a secret came."""
+    _refresh_from_env()
+    return _pattern
+
+
 def redact(text: str) -> str:
     """``text`` with every registered secret replaced by ``[REDACTED]``."""
-    _refresh_from_env()
-    pattern = _pattern
+    pattern = _current_pattern()
     if pattern is None or not text:
         return text
     return pattern.sub(REDACTED, text)
@@ -188,8 +194,7 @@ def safe_cut(text: str, cut: int) -> int:
     """Where to cut ``text`` at or before ``cut`` so that no copy of a secret lies across it:
     ``redact`` of each side then replaces every copy whole (a key folded over lines has no
     whitespace to cut at safely). Assumes a copy is shorter than ``STREAM_HOLD_BACK``."""
-    _refresh_from_env()
-    pattern = _pattern
+    pattern = _current_pattern()
     if pattern is None:
         return cut
     for match in pattern.finditer(text, max(0, cut - STREAM_HOLD_BACK), min(len(text), cut + STREAM_HOLD_BACK)):
@@ -202,15 +207,13 @@ def safe_cut(text: str, cut: int) -> int:
 
 def holds_secret(text: str) -> bool:
     """Does ``text`` contain a registered secret? (A search: no redacted copy is built.)"""
-    _refresh_from_env()
-    pattern = _pattern
+    pattern = _current_pattern()
     return pattern is not None and bool(text) and pattern.search(text) is not None
 
 
 def redact_obj(obj: Any) -> Any:
     """Redact every string inside dicts, lists and tuples (keys too); other values pass through."""
-    _refresh_from_env()
-    pattern = _pattern
+    pattern = _current_pattern()
     if pattern is None:
         return obj
     return _redact_obj(obj, pattern)
