@@ -66,6 +66,34 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.set_threshold(WORKER_GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
 
+@pytest.hookimpl(trylast=True)  # after the test's own fixtures are torn down
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Let a finished test's dashboards go: Textual keeps up to 1,024 of them in a cache.
+
+    ``StylesCache.get_inner_outer`` is an ``lru_cache`` on a method, so its keys hold each
+    widget's styles cache with every line it rendered (Textual issue #6665). In a test process
+    that runs hundreds of dashboards it kept ~30,000 strips and ~250,000 small caches alive
+    (half of a worker's heap after a full collection), which every full collection walked again.
+    Only a cache of two colours per widget is emptied; the next dashboard fills it as it draws.
+    Textual is pinned (pyproject.toml): if the name moves, this fails loudly in every test."""
+    styles_cache = sys.modules.get("textual._styles_cache")
+    if styles_cache is not None:
+        styles_cache.StylesCache.get_inner_outer.cache_clear()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """One full collection at the end, not five.
+
+    pytest's unraisable-exception check collects five times after this hook so that a
+    finalizer's error is reported. Every one of them walked the worker's whole heap (1-2 million
+    objects, 0.6-1.5 CPU-s each, ~8 s at the end of a run with four workers on two cores).
+    Here the garbage is collected once, so its finalizers run while pytest still records their
+    errors, and what is left is frozen: the five collections then have nothing to walk. Garbage
+    a finalizer creates during this collection is left to the process's exit."""
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture
 def fake_llm() -> Iterator[FakeLLMServer]:
     """A fresh fake LLM server on 127.0.0.1 for one test.
