@@ -17,6 +17,8 @@ import subprocess
 import sys
 import threading
 import time
+import tracemalloc
+import zlib
 from pathlib import Path
 from typing import Iterator
 
@@ -139,15 +141,41 @@ async def test_one_unterminated_sse_line_is_cut_at_the_limit(fake_llm) -> None:
 
 
 async def test_a_compressed_body_is_capped_after_decompression(fake_llm) -> None:
+    """A 64 KB gzip bomb (64 MiB inflated) against a 4 MiB cap: refused, and never inflated much past
+    the cap (httpx inflated each network chunk whole, 144 MiB at the peak here, before the cap looked)."""
     inflated = b'{"choices":[{"message":{"content":"' + b"a" * (64 * 1024 * 1024) + b'"}}]}'
     fake_llm.enqueue(Reply(body=gzip.compress(inflated, compresslevel=9), content_type="application/json",
                            headers={"Content-Encoding": "gzip"}))
+    del inflated
     provider = fake_llm.provider("openai")
     provider.limits = StreamLimits(max_body=4 * 1024 * 1024)
-    result = await run_stream(provider, request())
+    tracemalloc.start()
+    try:
+        result = await run_stream(provider, request())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
     await provider.aclose()
     assert isinstance(result.error, LimitExceededError)
     assert "max_response_body" in str(result.error) and "decompressed" in str(result.error)
+    assert peak < 4 * provider.limits.max_body, f"{peak / 2**20:.0f} MiB held for a 4 MiB cap"
+
+
+@pytest.mark.parametrize(("encoding", "compress"), [
+    ("gzip", gzip.compress), ("deflate", zlib.compress),
+    ("deflate", lambda data: zlib.compress(data)[2:-4])],  # raw deflate, as some servers send it
+    ids=["gzip", "deflate", "raw deflate"])
+async def test_a_compressed_whole_answer_is_read_and_a_corrupt_one_is_one_error(fake_llm, encoding, compress) -> None:
+    whole = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": "Compressed, and read whole."},
+                                     "finish_reason": "stop"}]}).encode()
+    fake_llm.enqueue(Reply(body=compress(whole), content_type="application/json", headers={"Content-Encoding": encoding}),
+                     Reply(body=b"\xff" * 64, content_type="application/json", headers={"Content-Encoding": encoding}))
+    provider = fake_llm.provider("openai")
+    read = await run_stream(provider, request())
+    corrupt = await run_stream(provider, request())
+    await provider.aclose()
+    assert read.error is None and read.text == "Compressed, and read whole.", read.error
+    assert corrupt.error is not None and "could not be decompressed" in str(corrupt.error), corrupt.error
 
 
 async def test_a_reply_over_the_text_limit_ends_with_a_clear_error(fake_llm) -> None:
