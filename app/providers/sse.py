@@ -395,7 +395,7 @@ async def stream_sse_request(
             decoder = SSEDecoder(max_line=limits.max_sse_line)
             sniff = bytearray()
             saw_event = False
-            chunks = response.aiter_bytes()
+            chunks = _body_pieces(response, SSE_PIECE)
             while True:
                 async with _until(deadline, limits, url):
                     chunk = await anext(chunks, None)
@@ -507,15 +507,25 @@ async def _inflated(response: httpx.Response, wbits: int, piece: int) -> AsyncIt
         raise httpx.DecodingError(str(exc)) from exc
 
 
+# What one read of a compressed event stream inflates at most: the decoder's line cap then sees a
+# bomb's line grow a piece at a time.
+SSE_PIECE = 256 * 1024
+
+
+def _body_pieces(response: httpx.Response, piece: int | None) -> AsyncIterator[bytes]:
+    """The body's bytes decompressed; a gzip or deflate one at most ``piece`` bytes at a time."""
+    wbits = _INFLATE_WBITS.get(response.headers.get("content-encoding", "").strip().lower())
+    if piece is None or wbits is None:
+        return response.aiter_bytes()
+    return _inflated(response, wbits, piece)
+
+
 async def _read_capped(response: httpx.Response, cap: int | None = MAX_ERROR_BODY,
                        refuse_over: bool = False) -> bytes:
     """The body up to ``cap`` bytes (decompressed); over it, cut (error bodies) or refused. A gzip
     or deflate body is inflated no further than the cap and one piece past it."""
-    wbits = _INFLATE_WBITS.get(response.headers.get("content-encoding", "").strip().lower())
-    pieces = (_inflated(response, wbits, cap + 1) if cap is not None and wbits is not None
-              else response.aiter_bytes())
     data = bytearray()
-    async for chunk in pieces:
+    async for chunk in _body_pieces(response, None if cap is None else cap + 1):
         data.extend(chunk)
         if cap is None:
             continue
