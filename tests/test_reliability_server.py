@@ -178,6 +178,31 @@ async def test_a_compressed_whole_answer_is_read_and_a_corrupt_one_is_one_error(
     assert corrupt.error is not None and "could not be decompressed" in str(corrupt.error), corrupt.error
 
 
+async def test_a_compressed_event_stream_is_read_and_a_bombs_line_is_cut_before_it_is_inflated(fake_llm) -> None:
+    """Events in gzip are read as any others; a 64 KB gzip bomb of one line (64 MiB of it) meets the
+    1 MiB line cap a piece at a time, never inflated whole (it held 142 MiB at the peak)."""
+    events = [{"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Compressed events."},
+                            "finish_reason": None}]},
+              {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}]
+    stream = "".join(f"data: {json.dumps(event)}\n\n" for event in events) + "data: [DONE]\n\n"
+    bomb = gzip.compress(b"data: " + b"x" * (64 * 1024 * 1024), compresslevel=9)
+    for body in (gzip.compress(stream.encode()), bomb):
+        fake_llm.enqueue(Reply(body=body, content_type="text/event-stream", headers={"Content-Encoding": "gzip"}))
+    provider = fake_llm.provider("openai")
+    provider.limits = StreamLimits(max_sse_line=1024 * 1024)
+    read = await run_stream(provider, request())
+    tracemalloc.start()
+    try:
+        cut = await run_stream(provider, request())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    await provider.aclose()
+    assert read.error is None and read.text == "Compressed events.", read.error
+    assert isinstance(cut.error, LimitExceededError) and "max_sse_line" in str(cut.error), cut.error
+    assert peak < 16 * 1024 * 1024, f"{peak / 2**20:.0f} MiB held for a 1 MiB line cap"
+
+
 async def test_a_reply_over_the_text_limit_ends_with_a_clear_error(fake_llm) -> None:
     fake_llm.enqueue(rechunk(openai_text([PIECE] * 40_000), [256 * 1024]))  # ~2.2 MB
     provider = fake_llm.provider("openai")
