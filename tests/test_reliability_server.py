@@ -9,6 +9,7 @@ in-process, tests/cli_in_process.py).
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import os
@@ -140,13 +141,17 @@ async def test_one_unterminated_sse_line_is_cut_at_the_limit(fake_llm) -> None:
     assert "max_sse_line" in str(result.error) and not result.error.retryable
 
 
+@functools.cache
+def _gzip_bomb() -> bytes:
+    """64 KB that inflate to one 64 MiB line (an event's, or a body no cap lets through whole):
+    compressed once per process, the compression being most of a test's CPU."""
+    return gzip.compress(b"data: " + b"x" * (64 * 1024 * 1024), compresslevel=9)
+
+
 async def test_a_compressed_body_is_capped_after_decompression(fake_llm) -> None:
     """A 64 KB gzip bomb (64 MiB inflated) against a 4 MiB cap: refused, and never inflated much past
     the cap (httpx inflated each network chunk whole, 144 MiB at the peak here, before the cap looked)."""
-    inflated = b'{"choices":[{"message":{"content":"' + b"a" * (64 * 1024 * 1024) + b'"}}]}'
-    fake_llm.enqueue(Reply(body=gzip.compress(inflated, compresslevel=9), content_type="application/json",
-                           headers={"Content-Encoding": "gzip"}))
-    del inflated
+    fake_llm.enqueue(Reply(body=_gzip_bomb(), content_type="application/json", headers={"Content-Encoding": "gzip"}))
     provider = fake_llm.provider("openai")
     provider.limits = StreamLimits(max_body=4 * 1024 * 1024)
     tracemalloc.start()
@@ -185,8 +190,7 @@ async def test_a_compressed_event_stream_is_read_and_a_bombs_line_is_cut_before_
                             "finish_reason": None}]},
               {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}]
     stream = "".join(f"data: {json.dumps(event)}\n\n" for event in events) + "data: [DONE]\n\n"
-    bomb = gzip.compress(b"data: " + b"x" * (64 * 1024 * 1024), compresslevel=9)
-    for body in (gzip.compress(stream.encode()), bomb):
+    for body in (gzip.compress(stream.encode()), _gzip_bomb()):
         fake_llm.enqueue(Reply(body=body, content_type="text/event-stream", headers={"Content-Encoding": "gzip"}))
     provider = fake_llm.provider("openai")
     provider.limits = StreamLimits(max_sse_line=1024 * 1024)
