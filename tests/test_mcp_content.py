@@ -39,7 +39,7 @@ from app.mcp.settings import McpServerConfig
 from app.kernel.messages import Message, TextBlock, ToolResultBlock, ToolResultImage, ToolUseBlock
 from app.providers.openai import to_openai_messages
 from app.providers.responses import to_responses_input
-from app.kernel.redact import clear_secrets, register_secret
+from app.kernel.redact import clear_secrets, redact, register_secret
 from app.surfaces.view_model import DashboardView
 from widgets.tool_call_line import tool_call_text
 
@@ -237,6 +237,28 @@ def test_the_reader_splits_lines_across_chunks_and_cuts_one_over_the_cap_with_se
     assert secret not in saved and "[REDACTED]" in saved
     assert saved.startswith('{"result"') and saved.endswith('"id": 41}')
 
+
+
+@pytest.mark.parametrize("chunk", [4099, 65536])
+def test_a_saved_answer_written_in_pieces_has_every_copy_of_a_secret_redacted_whole(tmp_path, chunk):
+    """An answer over the cap is saved as it arrives, each piece redacted as it is written: copies of
+    a key (as typed and in base64) packed so close that every cut between pieces falls inside one."""
+    secret = "sk-planted-secret-0123456789abcdef"
+    encoded = base64.b64encode(secret.encode()).decode()
+    register_secret(secret)
+    try:
+        text = ("." * 5 + secret + "," + encoded) * 12_000
+        big = json.dumps({"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text", "text": text}]}})
+        stream = big.encode() + b"\n"
+        [answer] = read_all([stream[i:i + chunk] for i in range(0, len(stream), chunk)], max_bytes=100_000,
+                            spill_dir=tmp_path)
+        expected = redact(big)
+    finally:
+        clear_secrets()
+    saved = Path(answer["result"]["_meta"][CUT_META_KEY]["path"]).read_text()
+    assert secret not in saved and encoded not in saved
+    assert saved.count("[REDACTED]") == 2 * 12_000
+    assert saved == expected
 
 _LINE_KINDS = st.one_of(
     st.tuples(st.just("progress"), st.sampled_from([1, 2, '"t"'])),

@@ -9,6 +9,7 @@ in-process, tests/cli_in_process.py).
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import os
@@ -17,6 +18,8 @@ import subprocess
 import sys
 import threading
 import time
+import tracemalloc
+import zlib
 from pathlib import Path
 from typing import Iterator
 
@@ -138,16 +141,70 @@ async def test_one_unterminated_sse_line_is_cut_at_the_limit(fake_llm) -> None:
     assert "max_sse_line" in str(result.error) and not result.error.retryable
 
 
+@functools.cache
+def _gzip_bomb() -> bytes:
+    """64 KB that inflate to one 64 MiB line (an event's, or a body no cap lets through whole):
+    compressed once per process, the compression being most of a test's CPU."""
+    return gzip.compress(b"data: " + b"x" * (64 * 1024 * 1024), compresslevel=9)
+
+
 async def test_a_compressed_body_is_capped_after_decompression(fake_llm) -> None:
-    inflated = b'{"choices":[{"message":{"content":"' + b"a" * (64 * 1024 * 1024) + b'"}}]}'
-    fake_llm.enqueue(Reply(body=gzip.compress(inflated, compresslevel=9), content_type="application/json",
-                           headers={"Content-Encoding": "gzip"}))
+    """A 64 KB gzip bomb (64 MiB inflated) against a 4 MiB cap: refused, and never inflated much past
+    the cap (httpx inflated each network chunk whole, 144 MiB at the peak here, before the cap looked)."""
+    fake_llm.enqueue(Reply(body=_gzip_bomb(), content_type="application/json", headers={"Content-Encoding": "gzip"}))
     provider = fake_llm.provider("openai")
     provider.limits = StreamLimits(max_body=4 * 1024 * 1024)
-    result = await run_stream(provider, request())
+    tracemalloc.start()
+    try:
+        result = await run_stream(provider, request())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
     await provider.aclose()
     assert isinstance(result.error, LimitExceededError)
     assert "max_response_body" in str(result.error) and "decompressed" in str(result.error)
+    assert peak < 4 * provider.limits.max_body, f"{peak / 2**20:.0f} MiB held for a 4 MiB cap"
+
+
+@pytest.mark.parametrize(("encoding", "compress"), [
+    ("gzip", gzip.compress), ("deflate", zlib.compress),
+    ("deflate", lambda data: zlib.compress(data)[2:-4])],  # raw deflate, as some servers send it
+    ids=["gzip", "deflate", "raw deflate"])
+async def test_a_compressed_whole_answer_is_read_and_a_corrupt_one_is_one_error(fake_llm, encoding, compress) -> None:
+    whole = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": "Compressed, and read whole."},
+                                     "finish_reason": "stop"}]}).encode()
+    fake_llm.enqueue(Reply(body=compress(whole), content_type="application/json", headers={"Content-Encoding": encoding}),
+                     Reply(body=b"\xff" * 64, content_type="application/json", headers={"Content-Encoding": encoding}))
+    provider = fake_llm.provider("openai")
+    read = await run_stream(provider, request())
+    corrupt = await run_stream(provider, request())
+    await provider.aclose()
+    assert read.error is None and read.text == "Compressed, and read whole.", read.error
+    assert corrupt.error is not None and "could not be decompressed" in str(corrupt.error), corrupt.error
+
+
+async def test_a_compressed_event_stream_is_read_and_a_bombs_line_is_cut_before_it_is_inflated(fake_llm) -> None:
+    """Events in gzip are read as any others; a 64 KB gzip bomb of one line (64 MiB of it) meets the
+    1 MiB line cap a piece at a time, never inflated whole (it held 142 MiB at the peak)."""
+    events = [{"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Compressed events."},
+                            "finish_reason": None}]},
+              {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}]
+    stream = "".join(f"data: {json.dumps(event)}\n\n" for event in events) + "data: [DONE]\n\n"
+    for body in (gzip.compress(stream.encode()), _gzip_bomb()):
+        fake_llm.enqueue(Reply(body=body, content_type="text/event-stream", headers={"Content-Encoding": "gzip"}))
+    provider = fake_llm.provider("openai")
+    provider.limits = StreamLimits(max_sse_line=1024 * 1024)
+    read = await run_stream(provider, request())
+    tracemalloc.start()
+    try:
+        cut = await run_stream(provider, request())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    await provider.aclose()
+    assert read.error is None and read.text == "Compressed events.", read.error
+    assert isinstance(cut.error, LimitExceededError) and "max_sse_line" in str(cut.error), cut.error
+    assert peak < 16 * 1024 * 1024, f"{peak / 2**20:.0f} MiB held for a 1 MiB line cap"
 
 
 async def test_a_reply_over_the_text_limit_ends_with_a_clear_error(fake_llm) -> None:

@@ -30,11 +30,13 @@ from typing import Any, Callable, Iterator
 import psutil
 import pytest
 
+from cli_in_process import run_cli
 from fake_llm_server import FakeLLMServer, openai_text, openai_tool_calls
 
 from app.kernel.describe import approval_choices, approval_question
 from app.kernel.events import ApprovalRequestEvent
 from app.system import proctree
+from app.tools import sandbox
 from app.tools.sandbox import bwrap_problem, policy_for
 from app.tools.base import ToolContext, ToolInputError
 from app.tools.bash import RunBashArgs, RunBashTool
@@ -72,8 +74,13 @@ def outside() -> Iterator[Path]:
 
 
 def _tidegauge(work: Path, fake_llm: Any, *args: str, home: Path | None = None, data: Path | None = None,
-               path_first: Path | None = None, config: str = "",
-               output_format: str = "json") -> subprocess.CompletedProcess[str]:
+               path_first: Path | None = None, config: str = "", output_format: str = "json",
+               in_process: bool = False) -> subprocess.CompletedProcess[str]:
+    """``tidegauge ARGS`` in ``work``: the real program, or with ``in_process`` the same CLI in this
+    process (tests/cli_in_process.py), for runs where no working sandbox is involved (a failing
+    bwrap, or sandbox = "off"): what they check is tidegauge's decision and its words, not the
+    process, and a ``python -m app`` start costs a suite worker ~0.5 CPU-s. The bwrap check is made
+    afresh for such a run, as a new process makes it (the test process has made its own)."""
     root = work.parent
     (root / "config").mkdir(exist_ok=True)
     (root / "config" / "config.toml").write_text(config, encoding="utf-8")
@@ -86,6 +93,14 @@ def _tidegauge(work: Path, fake_llm: Any, *args: str, home: Path | None = None, 
         env["PATH"] = f"{path_first}:{env['PATH']}"
     command = [sys.executable, "-m", "app", "--provider", "openai", "--model", "m",
                "--base-url", fake_llm.base_url("openai"), "--output-format", output_format, *args]
+    if in_process:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(sandbox, "_checked", [])  # the check's answer is kept per process
+            sandbox._bwrap_path.cache_clear()  # found on this run's PATH
+            try:
+                return run_cli(command[3:], cwd=work, env=env)
+            finally:
+                sandbox._bwrap_path.cache_clear()
     done = subprocess.run(command, cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
     return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(), done.stderr.decode())
 
@@ -348,11 +363,12 @@ def _failing_bwrap(folder: Path) -> Path:
 
 def test_auto_without_a_working_bwrap_runs_unsandboxed_and_says_so_once(fake_llm, work, tmp_path) -> None:
     fake_bwrap = _failing_bwrap(tmp_path / "bin")
-    result, said, _ = _run_commands(work, fake_llm, [{"command": "echo ran"}], "--yes", path_first=fake_bwrap)
+    result, said, _ = _run_commands(work, fake_llm, [{"command": "echo ran"}], "--yes", path_first=fake_bwrap,
+                                    in_process=True)
     assert "ran" in said["call_0"]
     assert result["sandbox"] == "unavailable"
     fake_llm.enqueue(openai_text("hi"))
-    text_mode = _tidegauge(work, fake_llm, "-p", "hi", path_first=fake_bwrap, output_format="text")
+    text_mode = _tidegauge(work, fake_llm, "-p", "hi", path_first=fake_bwrap, output_format="text", in_process=True)
     lines = [line for line in text_mode.stderr.splitlines() if "not sandboxed" in line]
     stderr = text_mode.stderr
     assert len(lines) == 1 and "apt-get install bubblewrap" in lines[0] and "No permissions" in lines[0], stderr
@@ -360,17 +376,18 @@ def test_auto_without_a_working_bwrap_runs_unsandboxed_and_says_so_once(fake_llm
 
 def test_sandbox_on_without_a_working_bwrap_refuses_every_command(fake_llm, work, tmp_path) -> None:
     result, said, _ = _run_commands(work, fake_llm, [{"command": "echo ran > ran.txt"}], "--yes",
-                                    "--sandbox", "on", path_first=_failing_bwrap(tmp_path / "bin"))
+                                    "--sandbox", "on", path_first=_failing_bwrap(tmp_path / "bin"), in_process=True)
     assert not (work / "ran.txt").exists()
     assert 'sandbox = "on"' in said["call_0"] and "apt-get install bubblewrap" in said["call_0"]
     assert result["sandbox"] == "unavailable"
 
 
 def test_sandbox_off_runs_as_before_and_says_so(fake_llm, work) -> None:
-    result, said, _ = _run_commands(work, fake_llm, [{"command": "echo ran"}], "--yes", config='sandbox = "off"\n')
+    result, said, _ = _run_commands(work, fake_llm, [{"command": "echo ran"}], "--yes", config='sandbox = "off"\n',
+                                    in_process=True)
     assert "ran" in said["call_0"] and result["sandbox"] == "off"
     fake_llm.enqueue(openai_text("hi"))
-    text_mode = _tidegauge(work, fake_llm, "-p", "hi", "--sandbox", "off", output_format="text")
+    text_mode = _tidegauge(work, fake_llm, "-p", "hi", "--sandbox", "off", output_format="text", in_process=True)
     assert text_mode.returncode == 0 and "sandbox" not in text_mode.stderr, text_mode.stderr
 
 

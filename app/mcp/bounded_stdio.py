@@ -38,7 +38,7 @@ import anyio
 import anyio.lowlevel
 
 from app.mcp.content import CUT_META_KEY
-from app.kernel.redact import redact
+from app.kernel.redact import STREAM_HOLD_BACK, redact, safe_cut
 from app.tools.registry import open_private
 
 if TYPE_CHECKING:
@@ -73,11 +73,12 @@ _TEXT_START = re.compile(rb'"text"\s*:\s*"')
 class _RedactingFile:
     """A file written in pieces with every registered secret redacted, one cut across two pieces too.
 
-    Text is held back until a cut point no secret crosses: the last ``_WINDOW`` characters
-    wait for the next piece (a secret is far shorter), and a cut that splits a match moves back.
+    Text is held back until a cut point no secret crosses: the last ``STREAM_HOLD_BACK``
+    characters wait for the next piece (a secret is far shorter), and a cut inside a copy of a
+    secret moves to its start (``safe_cut``, as run_bash's output does). One search around the
+    cut, not the three redactions of the text on both sides that comparing them took: a saved
+    64 MiB answer's redaction 0.77 -> 0.51 CPU-s, 1.25 -> 0.83 for digits.
     """
-
-    _WINDOW = 4096
 
     def __init__(self, file: IO[bytes]) -> None:
         self.file = file
@@ -86,13 +87,9 @@ class _RedactingFile:
 
     def write(self, data: bytes) -> None:
         pending = self.pending + self.decoder.decode(data)
-        cut = len(pending) - self._WINDOW
-        while cut > 0:
-            left, right = pending[max(0, cut - self._WINDOW):cut], pending[cut:cut + self._WINDOW]
-            if redact(left) + redact(right) == redact(left + right):
-                break  # no secret lies across the cut
-            cut -= self._WINDOW // 2
+        cut = len(pending) - STREAM_HOLD_BACK
         if cut > 0:
+            cut = safe_cut(pending, cut)
             self.file.write(redact(pending[:cut]).encode("utf-8"))
             pending = pending[cut:]
         self.pending = pending

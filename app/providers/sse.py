@@ -23,6 +23,7 @@ import dataclasses
 import email.utils
 import json
 import time
+import zlib
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Iterable, Mapping, TypeVar
 
@@ -394,7 +395,7 @@ async def stream_sse_request(
             decoder = SSEDecoder(max_line=limits.max_sse_line)
             sniff = bytearray()
             saw_event = False
-            chunks = response.aiter_bytes()
+            chunks = _body_pieces(response, SSE_PIECE)
             while True:
                 async with _until(deadline, limits, url):
                     chunk = await anext(chunks, None)
@@ -471,11 +472,60 @@ def _raise_if_error_body(raw: bytes, status: int, secret: str | None) -> None:
         raise error_from_payload(payload, status=None, fallback="error in a 200 response", secret=secret)
 
 
+# The encodings a capped body is inflated from here, a bounded piece at a time: httpx inflates each
+# chunk the network gives whole, and 64 KiB of a gzip bomb is ~64 MiB before any cap can look.
+_INFLATE_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+
+
+async def _inflated(response: httpx.Response, wbits: int, piece: int) -> AsyncIterator[bytes]:
+    """The body decompressed at most ``piece`` bytes at a time, whatever one chunk inflates to.
+    A deflate body that is not zlib-wrapped is read raw, as httpx's decoder reads it."""
+    inflater = zlib.decompressobj(wbits)
+    first = True
+    try:
+        async for raw in response.aiter_raw():
+            pending = raw
+            while True:
+                try:
+                    out = inflater.decompress(pending, piece)
+                except zlib.error:
+                    if not (first and wbits == zlib.MAX_WBITS):
+                        raise
+                    inflater = zlib.decompressobj(-zlib.MAX_WBITS)
+                    first = False
+                    continue
+                first = False
+                pending = inflater.unconsumed_tail
+                if out:
+                    yield out
+                if not pending and len(out) < piece:
+                    break
+        tail = inflater.flush()
+        if tail:
+            yield tail
+    except zlib.error as exc:
+        raise httpx.DecodingError(str(exc)) from exc
+
+
+# What one read of a compressed event stream inflates at most: the decoder's line cap then sees a
+# bomb's line grow a piece at a time.
+SSE_PIECE = 256 * 1024
+
+
+def _body_pieces(response: httpx.Response, piece: int | None) -> AsyncIterator[bytes]:
+    """The body's bytes decompressed; a gzip or deflate one at most ``piece`` bytes at a time."""
+    wbits = _INFLATE_WBITS.get(response.headers.get("content-encoding", "").strip().lower())
+    if piece is None or wbits is None:
+        return response.aiter_bytes()
+    return _inflated(response, wbits, piece)
+
+
 async def _read_capped(response: httpx.Response, cap: int | None = MAX_ERROR_BODY,
                        refuse_over: bool = False) -> bytes:
-    """The body up to ``cap`` bytes (decompressed); over it, cut (error bodies) or refused."""
+    """The body up to ``cap`` bytes (decompressed); over it, cut (error bodies) or refused. A gzip
+    or deflate body is inflated no further than the cap and one piece past it."""
     data = bytearray()
-    async for chunk in response.aiter_bytes():
+    async for chunk in _body_pieces(response, None if cap is None else cap + 1):
         data.extend(chunk)
         if cap is None:
             continue
