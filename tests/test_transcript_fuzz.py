@@ -105,8 +105,8 @@ def test_torn_file_gives_a_prefix_of_the_lines(original: list, data: st.DataObje
 @FUZZ
 @given(original=st.lists(lines, min_size=1, max_size=10), data=st.data())
 def test_corrupted_bytes_spare_the_untouched_lines(original: list, data: st.DataObject) -> None:
-    raw = bytearray(encoded(original)[0])
-    _, spans = encoded(original)
+    encoded_bytes, spans = encoded(original)
+    raw = bytearray(encoded_bytes)
     positions = data.draw(st.lists(st.integers(0, len(raw) - 1), min_size=1, max_size=8))
     for position in positions:
         raw[position] = data.draw(st.integers(0, 255))
