@@ -59,32 +59,19 @@ READABLE = sorted(p for p in project_files() if p.endswith((".py", ".md", ".toml
 # tool outputs): forks share them. Everything smaller is copied.
 LINK_ABOVE_BYTES = 1_000_000
 LOG_CACHE = "demo-cache"  # where the demo keeps the log it links into each workspace (app/demo/plugin.py)
-# The events the checks read; a run keeps only these (and its last three, for a failure's message).
-# The module holds every prefix's runs to its end, and text deltas, context and state events are
-# nine in ten of a run's events (a summary's run: 1,160 events, 99 kept).
-CHECKED_KINDS = frozenset({"tool_start", "tool_result", "result", "result_cut", "compaction", "sub_agent", "usage"})
 
 
 @dataclass
 class Run:
     code: int
     events: list[dict]
-    last: list[dict] | None = None  # the run's last three events, whatever their kind
-
-    @classmethod
-    def kept(cls, code: int, events: list[dict]) -> Run:
-        return cls(code, [e for e in events if e["type"] in CHECKED_KINDS], events[-3:])
-
-    @property
-    def tail(self) -> list[dict]:
-        return self.events[-3:] if self.last is None else self.last
 
     def of(self, kind: str) -> list[dict]:
         return [e for e in self.events if e["type"] == kind]
 
     @property
     def result(self) -> dict:
-        assert self.events and self.tail[-1]["type"] == "result", self.tail
+        assert self.events and self.events[-1]["type"] == "result", self.events[-3:]
         return self.events[-1]
 
     @property
@@ -163,7 +150,7 @@ class Sessions:
             mp.chdir(self.cwd)
             with contextlib.redirect_stdout(out):
                 code = main(argv)
-        return Run.kept(code, [json.loads(line) for line in out.getvalue().splitlines()])
+        return Run(code, [json.loads(line) for line in out.getvalue().splitlines()])
 
 
 @pytest.fixture(scope="module")
@@ -239,7 +226,7 @@ def test_every_prompt_keeps_its_own_outcome_in_this_order(sessions: Sessions, or
     runs = sessions.run(order)
     assert len(runs) == len(order)
     for index, (name, run) in enumerate(zip(order, runs)):
-        assert run.code == 0 and run.result["stop_reason"] == "end_turn", (name, run.tail)
+        assert run.code == 0 and run.result["stop_reason"] == "end_turn", (name, run.events[-3:])
         CHECKS[name](run, [PROMPT_OF[n] for n in order[:index]])
     sessions.passed(order)
 
