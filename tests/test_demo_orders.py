@@ -5,7 +5,10 @@ Each prompt goes through the headless CLI (``tidegauge -p PROMPT --continue
 not pay an interpreter start-up each; the session carries over on disk exactly as
 between two processes. Orders that share their first prompts share those runs:
 a finished prefix's data dir is copied (big immutable files hard-linked, the
-append-only transcript copied) and each continuation runs in its own copy.
+append-only transcript copied) and each continuation runs in its own copy. A data
+dir is removed once every order that starts with its prefix has passed here (a
+failing order's stay to be looked at): most are gone before the kernel writes their
+15 MB saved outputs to disk.
 
 The prompts come from the demo's scenario table, the same one the banner
 lists, so a prompt added to the banner is tested too. Which orders (see ``ORDERS``):
@@ -33,6 +36,7 @@ import io
 import json
 import os
 import shutil
+from collections import Counter
 from dataclasses import dataclass
 from itertools import permutations
 from pathlib import Path
@@ -93,6 +97,9 @@ class Sessions:
         self.cwd = root / "project-dir"
         self.cwd.mkdir()
         self.done: dict[tuple[str, ...], tuple[Path, list[Run]]] = {}
+        # How many orders of the module still need each prefix's data dir (to fork or to check).
+        self.needed = Counter(order[:end] for order in ORDERS for end in range(1, len(order) + 1))
+        self.log = root / "demo-log" / LOG_NAME  # one link to the log, whichever data dirs are gone
 
     def run(self, order: tuple[str, ...]) -> list[Run]:
         """The runs of ``order``'s prompts, one session: the prefix's runs reused, the last one run now."""
@@ -103,19 +110,31 @@ class Sessions:
             if prefix:
                 earlier = self.run(prefix)
                 _fork(self.done[prefix][0], data)
-            else:
+            elif self.log.exists():
                 self._share_log(data)
             runs = [*earlier, self._prompt(data, PROMPT_OF[name], continue_session=bool(prefix))]
+            written = data / LOG_CACHE / LOG_NAME
+            if not self.log.exists() and written.exists():
+                self.log.parent.mkdir(exist_ok=True)
+                os.link(written, self.log)
             self.done[order] = (data, runs)
         return self.done[order][1]
 
+    def passed(self, order: tuple[str, ...]) -> None:
+        """``order`` passed: remove each of its prefixes' data dirs that no order left needs."""
+        for end in range(1, len(order) + 1):
+            prefix = order[:end]
+            self.needed[prefix] -= 1
+            if self.needed[prefix] == 0 and prefix in self.done:
+                shutil.rmtree(self.done[prefix][0])
+
     def _share_log(self, data: Path) -> None:
-        """A new session's data dir gets the demo's 15 MB log that an earlier one wrote (its log
-        cache, hard-linked as forks share it): each prompt that runs first would write it again."""
-        written = sorted(self.root.glob(f"data-*/{LOG_CACHE}/{LOG_NAME}"))
-        if written:
-            (data / LOG_CACHE).mkdir(parents=True)
-            os.link(written[0], data / LOG_CACHE / LOG_NAME)
+        """A new session's data dir gets the demo's 15 MB log that the first one wrote (its log
+        cache, hard-linked as forks share it): each prompt that runs first would write it again.
+        The demo writes the log as a new file renamed over the old, and the scenarios only read it
+        (the changelog prompt edits CHANGELOG.md), so no session here changes another's log."""
+        (data / LOG_CACHE).mkdir(parents=True)
+        os.link(self.log, data / LOG_CACHE / LOG_NAME)
 
     def _prompt(self, data: Path, prompt: str, *, continue_session: bool) -> Run:
         argv = ["-p", prompt, "--demo-speed", "0", "--yes", "--output-format", "stream-json"]
@@ -209,6 +228,7 @@ def test_every_prompt_keeps_its_own_outcome_in_this_order(sessions: Sessions, or
     for index, (name, run) in enumerate(zip(order, runs)):
         assert run.code == 0 and run.result["stop_reason"] == "end_turn", (name, run.events[-3:])
         CHECKS[name](run, [PROMPT_OF[n] for n in order[:index]])
+    sessions.passed(order)
 
 
 async def test_in_one_live_session_flood_after_summarize_floods(tmp_path: Path) -> None:

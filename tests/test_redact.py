@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -43,6 +44,18 @@ def test_provider_env_keys_are_picked_up_even_when_set_late(monkeypatch: pytest.
     assert redact("sk-ant-late-key-000111") == "sk-ant-late-key-000111"
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-late-key-000111")
     assert redact("auth: sk-ant-late-key-000111") == f"auth: {REDACTED}"
+
+
+def test_a_key_changed_in_the_environment_or_a_replaced_environment_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The key variables are looked for in os.environ's own table before they are read: a key set
+    again to another value is seen, and so is one in an environment that is not os.environ."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-first-key-000111")
+    assert redact("sk-first-key-000111") == REDACTED
+    monkeypatch.delenv("OPENAI_API_KEY")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-second-key-000222")
+    assert redact("sk-second-key-000222") == REDACTED
+    monkeypatch.setattr(os, "environ", {"DEEPSEEK_API_KEY": "sk-plain-dict-key-333"})
+    assert redact("sk-plain-dict-key-333 and sk-first-key-000111") == f"{REDACTED} and {REDACTED}"
 
 
 def test_regex_characters_in_a_secret_are_literal() -> None:

@@ -158,7 +158,7 @@ def _refresh_from_env() -> None:
     pattern again if a secret came since (cheap otherwise). Every reader calls it (``_current_pattern``)."""
     global _env_snapshot, _stale
     names = PROVIDER_KEY_ENV_VARS + tuple(sorted(_extra_env_vars))
-    snapshot = tuple(os.environ.get(n) for n in names)
+    snapshot = _env_values(names)
     if snapshot != _env_snapshot:
         for value in snapshot:
             register_secret(value)
@@ -168,6 +168,17 @@ def _refresh_from_env() -> None:
             if _stale:
                 _rebuild()
                 _stale = False
+
+
+def _env_values(names: tuple[str, ...]) -> tuple[str | None, ...]:
+    """``os.environ.get`` of each name. An unset name is first looked for in the environment's
+    own table: ``get`` raises and catches a KeyError for it, and the key variables are mostly
+    unset while every reader looks at them (the refresh: 8.5 us with three unset names, 2.1 this way)."""
+    environ = os.environ
+    table = getattr(environ, "_data", None)  # what os.environ keeps, its keys encoded
+    if not isinstance(table, dict):  # not CPython's os.environ (a test may replace it): ask it
+        return tuple(environ.get(n) for n in names)
+    return tuple(environ.get(n) if environ.encodekey(n) in table else None for n in names)
 
 
 def _current_pattern() -> re.Pattern[str] | None:

@@ -83,6 +83,8 @@ def _append(output: str, suffix: str) -> str:
 
 def _visible(text: str) -> str:
     """Bytes that were not UTF-8 (kept as surrogates so the file gets them back) -> U+FFFD."""
+    if text.isascii():  # no surrogate to replace; the round trip would copy a 15 MB output twice
+        return text
     return text.encode("utf-8", "surrogateescape").decode("utf-8", errors="replace")
 
 
