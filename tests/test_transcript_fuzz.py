@@ -48,10 +48,7 @@ lines = st.one_of(
     st.builds(TurnEndLine, ts=timestamps),
 )
 
-# Hypothesis's default count of examples: each run draws new ones (the suite is not derandomized)
-# and a failing one is replayed first from the example database, so the search goes on over the
-# suite's many runs; 150 a run cost the file a third more CPU for the same properties.
-FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @cache
