@@ -233,7 +233,12 @@ def test_a_second_dashboard_of_the_process_takes_the_rules_unpickled_once_in_a_l
     kept = KeptRules(path)
     unpickled: list[bytes] = []
     unpickle = kept_stylesheet._unpickle
-    monkeypatch.setattr(kept_stylesheet, "_unpickle", lambda data: unpickled.append(data) or unpickle(data))
+
+    def counted(data: bytes) -> object:
+        unpickled.append(data)
+        return unpickle(data)
+
+    monkeypatch.setattr(kept_stylesheet, "_unpickle", counted)
     one, two = KeptStylesheet(kept, variables=start), KeptStylesheet(kept, variables=start)
     rules_one, rules_two = one._parse_rules(*key), two._parse_rules(*key)
     assert len(unpickled) == 1 and kept.parsed == 0
