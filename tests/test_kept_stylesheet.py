@@ -218,3 +218,33 @@ def test_a_theme_chosen_after_the_start_leaves_the_starts_rules_kept(tmp_path: P
     next_start = KeptRules(path)
     KeptStylesheet(next_start, variables=start)._parse_rules(*key)
     assert (later.parsed, next_start.parsed) == (2, 0)
+
+
+def test_a_second_dashboard_of_the_process_takes_the_rules_unpickled_once_in_a_list_of_its_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from textual.app import App
+
+    path = str(tmp_path / "kept.pickle")
+    start, chosen = App().get_css_variables(), {**App().get_css_variables(), "primary": "#ff0000"}
+    key = ("Widget { color: $primary; }", ("", "source"), False, 0, "")
+    first = KeptRules(path)
+    KeptStylesheet(first, variables=start)._parse_rules(*key)
+    first.save()
+    kept = KeptRules(path)
+    unpickled: list[bytes] = []
+    unpickle = kept_stylesheet._unpickle
+
+    def counted(data: bytes) -> object:
+        unpickled.append(data)
+        return unpickle(data)
+
+    monkeypatch.setattr(kept_stylesheet, "_unpickle", counted)
+    one, two = KeptStylesheet(kept, variables=start), KeptStylesheet(kept, variables=start)
+    rules_one, rules_two = one._parse_rules(*key), two._parse_rules(*key)
+    assert len(unpickled) == 1 and kept.parsed == 0
+    assert rules_one is not rules_two and [_described(r) for r in rules_one] == [_described(r) for r in rules_two]
+    rules_one.clear()  # one stylesheet's list changed: not the next one's
+    two.set_variables(chosen)  # a theme chosen in one dashboard: parsed for it, the other's kept
+    assert "color(255, 0, 0)" in str(_described(two._parse_rules(*key)[0])).lower() and kept.parsed == 1
+    assert [_described(r) for r in KeptStylesheet(kept, variables=start)._parse_rules(*key)] == \
+        [_described(r) for r in rules_two]

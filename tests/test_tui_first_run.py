@@ -10,7 +10,7 @@ from typing import Any
 
 from app.surfaces.dashboard.app import QUIT_WINDOW_S, TidegaugeApp
 from dashboard_helpers import engine_texts, send, settle
-from snapshot_apps.fake_agent import FakeSession, Gate, Text
+from snapshot_apps.fake_agent import Ask, FakeSession, Gate, Text
 
 SIZE = (80, 24)
 
@@ -195,20 +195,23 @@ def test_help_lists_all_six_answers_of_the_approval_dialog() -> None:
     assert answers | {"s"} <= said, approval
 
 
-async def test_ctrl_t_on_a_call_that_was_not_cleared_names_the_call_not_its_id(tmp_path: Any) -> None:
-    from dashboard_helpers import demo_app
-
-    app = demo_app(tmp_path, yes=True)
+async def test_ctrl_t_on_a_call_that_was_not_cleared_names_the_call_not_its_id() -> None:
+    # A provider's id (Anthropic's toolu_..., OpenAI's call_...) on a real read of the demo's
+    # workspace: what the refusal names is the call as the tool list shows it, not the model's id.
+    agent = FakeSession({"read it": [Ask("read_file", {"path": "README.md"}, id="toolu_01Xq7call_9"),
+                                     Text("Read it.")]})
+    app = TidegaugeApp(agent, cursor_blink=False)
     async with app.run_test(size=(120, 40)) as pilot:
-        await send(pilot, "find errors in app.log")
+        await send(pilot, "read it")
         await settle(pilot)
+        assert agent.answers == ["yes"], agent.answers  # the read ran (a read is not asked)
         tool_list = app.tool_panel.tool_list
         tool_list.focus()
         await pilot.press("home", "ctrl+t")
         await _until(pilot, lambda: any("not cleared" in t for t in engine_texts(app)), "the refusal's line")
         (line,) = [t for t in engine_texts(app) if "not cleared" in t]
         assert "toolu" not in line and "call_" not in line, line
-        assert "run_bash cat app.log" in line, line
+        assert "read_file README.md" in line, line
 
 
 async def test_the_full_output_viewer_searches_as_less_does_and_says_where_it_is() -> None:
