@@ -254,11 +254,10 @@ async def test_a_huge_streamed_code_block_stays_one_block_to_the_eye_and_each_se
 def _long_reply(paragraphs: int = 220) -> str:
     """Hundreds of blocks of different lengths (paragraphs, lists, headings), a code block cut in pieces
     half-way, and prose at the end (whose estimated heights are off by a line here and there).
-    The paragraphs are one to six lines at 100 columns and the code block two pieces: what the
-    tests count is blocks, and each character costs a render at every width (highlighting the most:
-    at 200 lines the code was over half of a render of the whole reply)."""
+    The paragraphs are one to six lines at 100 columns and the code block three pieces: what the
+    tests count is blocks, and each character costs a render at every width."""
     words = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor".split()
-    code = "".join(f"row_{i} = compute({i}, k={i % 7})\n" for i in range(100))
+    code = "".join(f"row_{i} = compute({i}, k={i % 7})\n" for i in range(200))
     blocks: list[str] = []
     for i in range(paragraphs):
         if i == paragraphs // 2:
