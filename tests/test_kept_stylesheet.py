@@ -199,15 +199,25 @@ def test_sources_no_longer_asked_for_leave_the_file_once_it_holds_too_many(
     assert last.parsed == 1  # keys[1], left out: the only one parsed again
 
 
-def test_a_theme_chosen_after_the_start_leaves_the_starts_rules_kept(tmp_path: Path) -> None:
+_THEMED_RULE = ("Widget { color: $primary; }", ("", "source"), False, 0, "")
+
+
+def _kept_after_a_start(tmp_path: Path) -> tuple[str, dict[str, str], dict[str, str]]:
+    """A kept file holding one themed rule parsed under the default theme: its path, the default
+    theme's variables and a chosen theme's."""
     from textual.app import App
 
     path = str(tmp_path / "kept.pickle")
     start, chosen = App().get_css_variables(), {**App().get_css_variables(), "primary": "#ff0000"}
-    key = ("Widget { color: $primary; }", ("", "source"), False, 0, "")
     first = KeptRules(path)
-    KeptStylesheet(first, variables=start)._parse_rules(*key)
+    KeptStylesheet(first, variables=start)._parse_rules(*_THEMED_RULE)
     first.save()
+    return path, start, chosen
+
+
+def test_a_theme_chosen_after_the_start_leaves_the_starts_rules_kept(tmp_path: Path) -> None:
+    path, start, chosen = _kept_after_a_start(tmp_path)
+    key = _THEMED_RULE
     later = KeptRules(path)
     stylesheet = KeptStylesheet(later, variables=start)
     stylesheet._parse_rules(*key)
@@ -222,14 +232,8 @@ def test_a_theme_chosen_after_the_start_leaves_the_starts_rules_kept(tmp_path: P
 
 def test_a_second_dashboard_of_the_process_takes_the_rules_unpickled_once_in_a_list_of_its_own(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from textual.app import App
-
-    path = str(tmp_path / "kept.pickle")
-    start, chosen = App().get_css_variables(), {**App().get_css_variables(), "primary": "#ff0000"}
-    key = ("Widget { color: $primary; }", ("", "source"), False, 0, "")
-    first = KeptRules(path)
-    KeptStylesheet(first, variables=start)._parse_rules(*key)
-    first.save()
+    path, start, chosen = _kept_after_a_start(tmp_path)
+    key = _THEMED_RULE
     kept = KeptRules(path)
     unpickled: list[bytes] = []
     unpickle = kept_stylesheet._unpickle
