@@ -315,3 +315,49 @@ async def test_an_identity_provider_client_with_a_secret_authenticates_with_http
     # RFC 6749 §2.3.1: each part form-encoded, then joined and base64'd (the id has a space).
     assert exchange["authorization"] == "Basic " + base64.b64encode(f"idp%20client:{idp_secret}".encode()).decode()
     assert "client_id" not in exchange["form"] and idp_secret not in json.dumps(exchange["form"])
+
+
+async def test_an_identity_provider_answering_a_gzip_bomb_is_refused_unread(tmp_path: Path) -> None:
+    """A hostile identity provider's 64 KB answer that inflates to 64 MiB: tidegauge asked for
+    the answer as it is and does not inflate one that came compressed (httpx would inflate each
+    chunk whole before the answer's bound could look)."""
+    import gzip
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from mcp.client.auth import OAuthTokenError
+
+    from app.mcp.oauth import _id_jag_exchange
+
+    bomb = gzip.compress(b"\0" * (64 * 1024 * 1024), compresslevel=9)
+    asked: list[str | None] = []
+
+    class BombingProvider(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            asked.append(self.headers.get("Accept-Encoding"))
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(bomb)))
+            self.end_headers()
+            self.wfile.write(bomb)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), BombingProvider)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    endpoint = f"http://127.0.0.1:{server.server_address[1]}/idp/token"
+    config = McpServerConfig(url="http://127.0.0.1:9/mcp", oauth_grant="enterprise", oauth_client_id="c",
+                             oauth_client_secret_env_var="TG_XAA_SECRET", oauth_issuer="https://as.example",
+                             oauth_idp_token_endpoint=endpoint, oauth_idp_id_token_env_var="TG_ID_TOKEN")
+    try:
+        with pytest.raises(OAuthTokenError) as refused:
+            await _id_jag_exchange(config, ID_TOKEN, None)("aud", "res")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert asked == ["identity"]
+    assert str(refused.value) == (f"the identity provider at {endpoint} answered compressed ('gzip'), "
+                                  "which tidegauge did not ask for; not read")

@@ -436,7 +436,9 @@ def _id_jag_exchange(config: McpServerConfig, id_token: str,
 
         form = {"grant_type": TOKEN_EXCHANGE_GRANT, "subject_token": id_token, "subject_token_type": ID_TOKEN_TYPE,
                 "requested_token_type": ID_JAG_TYPE, "audience": audience, "resource": resource}
-        headers = {"Accept": "application/json"}
+        # Identity only, as the url servers' transport asks (mcp/http_bounds.py): httpx inflates a
+        # chunk whole before the bound below could look, so a compressed answer is not read.
+        headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
         if config.oauth_idp_client_id is not None and idp_secret is not None:
             pair = f"{quote(config.oauth_idp_client_id, safe='')}:{quote(idp_secret, safe='')}"
             headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
@@ -446,6 +448,10 @@ def _id_jag_exchange(config: McpServerConfig, id_token: str,
         try:
             async with httpx2.AsyncClient(follow_redirects=False, timeout=IDP_TIMEOUT) as http:
                 async with http.stream("POST", endpoint, data=form, headers=headers) as answer:
+                    encoding = answer.headers.get("content-encoding", "identity").strip().lower()
+                    if encoding not in ("", "identity"):
+                        raise OAuthTokenError(f"the identity provider at {where} answered compressed "
+                                              f"({redact(encoding)[:40]!r}), which tidegauge did not ask for; not read")
                     body = b""
                     async for chunk in answer.aiter_bytes():
                         body += chunk
