@@ -69,9 +69,12 @@ def main() -> None:
             return
         elif method == "tools/call" and message["params"]["name"] == "big":
             megabytes = int(message["params"].get("arguments", {}).get("megabytes", 1))
-            text = ("0123456789" * (megabytes * 100_000))
-            send({"jsonrpc": "2.0", "id": request_id,
-                  "result": {"content": [{"type": "text", "text": text}], "isError": False}})
+            # The bytes json.dumps would write, put together as bytes: digits need no escaping, and
+            # encoding a 70 MB text through json cost this server more CPU than tidegauge's read.
+            out.write(b'{"jsonrpc": "2.0", "id": ' + json.dumps(request_id).encode()
+                      + b', "result": {"content": [{"type": "text", "text": "'
+                      + b"0123456789" * (megabytes * 100_000) + b'"}], "isError": false}}\n')
+            out.flush()
         elif method == "tools/call":
             send({"jsonrpc": "2.0", "id": request_id,
                   "result": {"content": [{"type": "text", "text": "pong"}], "isError": False}})
