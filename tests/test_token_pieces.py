@@ -94,10 +94,25 @@ def test_ascii_text_is_counted_without_the_encoder_in_a_first_run_and_kept_for_t
     assert " zqxjvkw" in json.loads(path.read_text())["pieces"]  # and it is known from then on
 
 
+def _run_in_this_process(path: Path, texts: list[str]) -> dict[str, Any]:
+    """What ``_run`` reports, from a run's start made here: the encoder unloaded (a new process has
+    none), the pieces in ``path``. Whether the encoder loads is decided by whether it is loaded
+    (``_count_tokens``), not by the interpreter; the save at a process's exit still needs ``_run``."""
+    before = tokens.use_pieces(None)
+    tokens.encoder.cache_clear()
+    try:
+        token_pieces.remember_pieces_in(path)
+        counts = [count_tokens(text) for text in texts]
+        return {"encoder_loaded": tokens.encoder.cache_info().currsize != 0, "counts": counts}
+    finally:
+        token_pieces.remember_pieces_in(None)
+        tokens.use_pieces(before)
+
+
 def test_text_that_is_not_ascii_or_has_a_long_piece_is_counted_by_the_encoder(tmp_path: Path) -> None:
     path = tmp_path / "token-pieces.json"
     texts = ["caf\u00e9 au lait", "x" * (tokens.MERGE_MAX_CHARS + 1), " " * 5000 + "end"]
-    counted = [_run(path, [text]) for text in texts]
+    counted = [_run_in_this_process(path, [text]) for text in texts]
     assert all(run["encoder_loaded"] for run in counted)
     assert [run["counts"][0] for run in counted] == [len(encoder().encode(t)) for t in texts]
 
@@ -243,7 +258,7 @@ def test_a_poisoned_file_of_ours_adds_nothing_to_a_figure_counted_with_new_piece
     _poison(path)
     path.chmod(0o600)
     text = POISON_TEXTS[0] + " and some brandnewwords"
-    run = _run(path, [text])
+    run = _run_in_this_process(path, [text])
     assert not run["encoder_loaded"] and run["counts"] == [len(encoder().encode(text))]
     assert json.loads(path.read_text())["pieces"][" brandnewwords"] > 0
     kept = json.loads(path.read_text())["pieces"]
