@@ -23,7 +23,7 @@ from fake_llm_server import (
 
 from fake_responses_server import responses_failed, responses_text, responses_tool_calls
 
-from app.context.tokens import count_tokens
+from app.context.tokens import encoder
 from app.context.validate import history_problems
 from app.kernel.messages import Message
 from app.session.transcript import read_transcript
@@ -149,7 +149,11 @@ def request_tokens(body: dict) -> int:
     parts = [body.get("system", ""), body.get("messages", []), body.get("tools", [])]
     if "input" in body:  # Responses: instructions + input items
         parts += [body.get("instructions", ""), body["input"]]
-    return count_tokens(all_text(parts)) + 4 * len(body.get("messages", body.get("input", [])))
+    # The encoder's own count (what ``count_tokens`` gives, special tokens as ordinary text), not
+    # ``count_tokens``: a whole request is a new text each time, and count_tokens would also teach
+    # its pieces to the running session's table (a split and a lookup per piece, a third of
+    # the count), as if the session had counted it. What tidegauge counts stays its own.
+    return len(encoder().encode_ordinary(all_text(parts))) + 4 * len(body.get("messages", body.get("input", [])))
 
 
 def tool_outputs(body: dict) -> list[str]:

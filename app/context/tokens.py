@@ -385,11 +385,25 @@ class PieceCounts:
         return total
 
 
+# Pieces the encoder counted in this process, whatever table they were learnt into: a count the
+# encoder made holds under any table (as ``_counted``'s do). Each new data directory's table learns
+# the tools' and the system prompt's ~400 pieces again; with the encoder loaded that was a pass of
+# the encoder per piece (~2 ms of each session's start in a process that runs many, the suite's
+# in-process sessions). Bounded as a table is; a full memo takes no more.
+_encoder_piece_counts: dict[str, int] = {}
+
+
 def _piece_count(piece: str) -> int:
     """cl100k's count of one ASCII piece: the encoder's once it is loaded, else merged here."""
+    known = _encoder_piece_counts.get(piece)
+    if known is not None:
+        return known
     ranks = _merge_ranks() if encoder.cache_info().currsize == 0 and len(piece) <= MERGE_MAX_CHARS else None
     if ranks is None:
-        return len(encoder().encode_ordinary(piece))
+        count = len(encoder().encode_ordinary(piece))
+        if len(_encoder_piece_counts) < PIECES_MAX:
+            _encoder_piece_counts[piece] = count
+        return count
     return _bpe_count(piece.encode("ascii"), ranks)
 
 
