@@ -64,6 +64,15 @@ class Host(App):
         yield AssistantMessage(self.text)
 
 
+async def frame(pilot: Any) -> None:
+    """The frame a flush is drawn in: the messages queued handled and the screen updated, as
+    ``Pilot.pause`` ends, without its wait for an idle process first (20 ms sleeps until one passes
+    with under 1 ms of CPU, each a wait of its own when the test calls it after every delta)."""
+    await pilot._wait_for_screen()
+    pilot.app.screen._on_timer_update()
+    await pilot._wait_for_screen()
+
+
 async def stream_all(pilot, text: str, step: int) -> AssistantMessage:
     """Stream ``text`` into the Host's reply in ``step``-character deltas and complete it."""
     message = pilot.app.query_one(AssistantMessage)
@@ -204,7 +213,7 @@ async def test_a_long_reply_is_one_widget_whose_flushes_render_only_what_changed
         for i in range(0, len(text), 200):
             message.append_text(text[i : i + 200])
             message._flush()  # one flush per delta here: each must render one or two blocks, not all
-            await pilot.pause()
+            await frame(pilot)
         assert message.source == text
         assert not message.children  # no widget per block: layout sees one widget
         assert message.block_renders <= message.flushes * 2 + len(paragraphs)
