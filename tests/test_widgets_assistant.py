@@ -11,6 +11,7 @@ from textual.containers import VerticalScroll
 from textual.selection import Selection
 
 from app.surfaces.dashboard.app import CSS_FILE
+from dashboard_helpers import frame
 from widgets._reply_markdown import FENCE_SPLIT_CHARS, FORCE_CHARS, SEGMENT_CHARS, cut_point, fence_reopening
 from widgets.assistant_message import AssistantMessage
 
@@ -62,15 +63,6 @@ class Host(App):
 
     def compose(self):
         yield AssistantMessage(self.text)
-
-
-async def frame(pilot: Any) -> None:
-    """The frame a flush is drawn in: the messages queued handled and the screen updated, as
-    ``Pilot.pause`` ends, without its wait for an idle process first (20 ms sleeps until one passes
-    with under 1 ms of CPU, each a wait of its own when the test calls it after every delta)."""
-    await pilot._wait_for_screen()
-    pilot.app.screen._on_timer_update()
-    await pilot._wait_for_screen()
 
 
 async def stream_all(pilot, text: str, step: int) -> AssistantMessage:
