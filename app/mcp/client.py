@@ -263,6 +263,9 @@ class McpConnection:
                 await _end_process_group(self._pgid)
             self._runner.cancel()
             await asyncio.gather(self._runner, return_exceptions=True)
+            # The connection closed because the group was ended here: not a server that dropped
+            # the probe, to be started again in legacy mode.
+            self._closed_in_handshake = False
             raise McpServerError(f"no answer within {self.config.startup_timeout:g} s") from None
         except McpServerError:
             await self.aclose()
