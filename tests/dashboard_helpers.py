@@ -40,6 +40,15 @@ async def settle(pilot: Any, rounds: int = 20_000) -> None:
     await pilot.pause()
 
 
+async def frame(pilot: Any) -> None:
+    """One frame, as ``Pilot.pause`` ends one: the messages queued handled and the screen updated,
+    without its wait for an idle process first (20 ms sleeps until one passes with under 1 ms of
+    CPU, up to a second), a wait of its own each time a test draws a frame per delta."""
+    await pilot._wait_for_screen()
+    pilot.app.screen._on_timer_update()
+    await pilot._wait_for_screen()
+
+
 def engine_texts(app: Any, kind: str | None = None) -> list[str]:
     return [line.text for line in app.query(EngineLine) if kind is None or line.kind == kind]
 

@@ -17,6 +17,7 @@ from app.providers.json_fields import BAD_ARGUMENTS_KEY
 from app.providers.openai import OpenAIStreamAssembler
 from app.providers.sse import SSEDecoder
 from app.agent.subagent import TASK_TOOL, SubAgentLimits, register_task_tool
+from app.context.tokens import count_tokens
 from fake_llm_server import anthropic_text, anthropic_tool_calls, openai_text, openai_tool_calls
 
 KEY = "sk-test-fake-key-0123456789"
@@ -170,12 +171,15 @@ def _tool_result(body: dict, call_id: str) -> str:
     return content
 
 
-async def test_a_10_mb_sub_agent_report_is_cut_for_the_parent_and_saved_whole(fake_llm, tmp_path, monkeypatch):
+async def test_a_2_mb_sub_agent_report_is_cut_for_the_parent_and_saved_whole(fake_llm, tmp_path, monkeypatch):
     agent, events = make_agent(fake_llm, tmp_path, monkeypatch)
     register_task_tool(agent, SubAgentLimits(report_tokens=500))
-    report = "FIRST: the importer drops rows at importer.py:203.\n" + "detail line of the report\n" * 420_000 \
+    # Twice the parent's whole window in tokens, a thousand times the report's limit: the cut and
+    # the saved file are the same as for 10 MB, which spent ~2 CPU-s more counting its tokens.
+    report = "FIRST: the importer drops rows at importer.py:203.\n" + "detail line of the report\n" * 84_000 \
         + "LAST: nothing else found.\n"
-    assert len(report) > 10 * MB
+    assert len(report) > 2 * MB
+    assert 84_000 * count_tokens("detail line of the report\n") > 2 * agent.engine.config.window
     fake_llm.enqueue(
         openai_tool_calls([(TASK_TOOL, {"description": "find it", "prompt": "Find the drop."}, "call_task")]),
         openai_text(report),  # the sub-agent's report

@@ -15,13 +15,14 @@ from textual.app import App
 from textual.widgets import Input
 
 from app.surfaces.dashboard.app import CSS_FILE
+from dashboard_helpers import frame
 from app.kernel.sanitize import sanitize_for_display, sanitize_for_model
 from widgets._reply_markdown import FORCE_CHARS, HARD_CHARS, cut_point
 from widgets.assistant_message import AssistantMessage
 
 MEGABYTE = 1024 * 1024
 DELTA = 4096  # characters a streamed delta holds
-DELTAS_PER_PAUSE = 8  # the App gets the loop this often, as it does between deltas of a live stream
+DELTAS_PER_PAUSE = 8  # a flush is drawn this often, as the flush timer spaces them in a live stream
 # Streaming 1 MB of controls may cost at most this many times what 1 MB of letters costs (it was >100x).
 COST_FACTOR = 4
 
@@ -73,7 +74,10 @@ async def _stream(text: str, budget: float | None) -> tuple[float, str, str, str
         for count, start in enumerate(range(0, len(text), DELTA)):
             message.append_text(text[start : start + DELTA])
             if count % DELTAS_PER_PAUSE == 0:
-                await pilot.pause()
+                # A flush and its frame, as a live stream's flush timer makes them (about one per
+                # eight deltas here), without waiting out the timer's interval in wall time.
+                message.flush_now()
+                await frame(pilot)
                 spent = time.process_time() - started
                 if budget is not None and spent > budget:
                     raise AssertionError(

@@ -85,6 +85,10 @@ def test_a_compaction_queued_during_a_turn_runs_after_an_interrupt(tmp_path: Pat
         session.submit(Interrupt())
         after_id = session.submit(UserInput("what did I ask first?"))  # queued behind the compaction, if kept
         assert events.wait_for("result").event.stop_reason == "interrupted"
+        # The queued prompt's turn has begun: what is checked is that it came after the compaction,
+        # not its reply, which at this speed would take seconds to type out.
+        events.wait_for("user_message", 2)
+        session.submit(Interrupt())
         last = events.wait_for("result", 2)
         said = [e for e in events.events if not e.event.type.endswith("_delta")]
         first_end, second_end = [i for i, e in enumerate(said) if e.event.type == "result"]

@@ -366,7 +366,7 @@ async def test_a_server_that_never_answers_times_out_and_leaves_no_process(sessi
     pid_file = tmp_path / "pids"
     # Starts a child, then never speaks MCP: the handshake can only time out.
     script = ("import os, subprocess, sys, time; child = subprocess.Popen(['sleep', '600']); "
-              f"open({str(pid_file)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}'); time.sleep(600)")
+              f"open({str(pid_file)!r}, 'a').write(f'{{os.getpid()}} {{child.pid}}\\n'); time.sleep(600)")
     # The SDK is imported on the first start, inside its timeout (seconds on a loaded machine):
     # imported here first, the short timeout bounds only the server's own start, which is
     # long enough for the script to write its pids (0.15 s on a loaded machine).
@@ -378,5 +378,8 @@ async def test_a_server_that_never_answers_times_out_and_leaves_no_process(sessi
 
     [failed] = [e for e in session.server_events("hung") if e.status == "failed"]
     assert "no answer within 2.5 s" in failed.detail
-    pids = [int(p) for p in pid_file.read_text().split()]
+    # Started once: ended for its silence, it is not a server that dropped the probe, started
+    # again in legacy mode.
+    [started] = pid_file.read_text().splitlines()
+    pids = [int(p) for p in started.split()]
     assert await _wait_gone(pids), f"the hung server's processes outlived the timeout: {pids}"

@@ -11,6 +11,7 @@ from textual.containers import VerticalScroll
 from textual.selection import Selection
 
 from app.surfaces.dashboard.app import CSS_FILE
+from dashboard_helpers import frame
 from widgets._reply_markdown import FENCE_SPLIT_CHARS, FORCE_CHARS, SEGMENT_CHARS, cut_point, fence_reopening
 from widgets.assistant_message import AssistantMessage
 
@@ -204,7 +205,7 @@ async def test_a_long_reply_is_one_widget_whose_flushes_render_only_what_changed
         for i in range(0, len(text), 200):
             message.append_text(text[i : i + 200])
             message._flush()  # one flush per delta here: each must render one or two blocks, not all
-            await pilot.pause()
+            await frame(pilot)
         assert message.source == text
         assert not message.children  # no widget per block: layout sees one widget
         assert message.block_renders <= message.flushes * 2 + len(paragraphs)

@@ -254,10 +254,18 @@ class McpConnection:
         try:
             await asyncio.wait_for(asyncio.shield(self._ready), max(deadline - loop.time(), 0.001))
         except asyncio.TimeoutError:
-            # Still in the handshake: cancel it (the SDK's shutdown is shielded and bounded).
+            # Still in the handshake: cancel it (the SDK's shutdown is shielded and bounded). A server
+            # that let its start bound pass unanswered is given up on, so its process group is ended
+            # first: the SDK's shutdown would close its stdin and wait a 2 s grace for an exit a hung
+            # server never makes, and the session's start waits for every server's outcome.
             self._stop.set()
+            if self._pgid is not None:
+                await _end_process_group(self._pgid)
             self._runner.cancel()
             await asyncio.gather(self._runner, return_exceptions=True)
+            # The connection closed because the group was ended here: not a server that dropped
+            # the probe, to be started again in legacy mode.
+            self._closed_in_handshake = False
             raise McpServerError(f"no answer within {self.config.startup_timeout:g} s") from None
         except McpServerError:
             await self.aclose()
