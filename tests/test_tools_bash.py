@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -246,3 +247,55 @@ async def test_a_folded_base64_copy_of_a_secret_is_redacted_on_disk_across_the_p
         assert saved.count("[REDACTED]") == 8000
     finally:
         redact.clear_secrets()
+
+
+async def test_a_command_leaves_a_large_tidegauge_its_memory_unshared(ctx: ToolContext) -> None:
+    """Starting bash copies nothing of tidegauge: after a command, writing to 100 MB of tidegauge's
+    memory faults no page. A fork (what a ``preexec_fn`` forces) shares every page with the child
+    until it execs and leaves each one write-protected: the first write to each then faults, one
+    per page (25,600 here), on top of the page tables the fork copied, 13-80 ms of CPU a command."""
+    pages = [bytearray(4096) for _ in range(25_600)]
+    run = await bash_run(ctx, "echo started")
+    assert run.content == "started\n[exit code: 0]"
+    before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+    for page in pages:
+        page[0] = 1
+    faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before
+    assert faults < 256, f"{faults} page faults writing to {len(pages)} pages after one command"
+
+
+DEATH_SCRIPT = """
+import asyncio, sys
+from pathlib import Path
+from app.tools.base import ToolContext
+from app.tools.registry import default_registry
+
+ws = Path(sys.argv[1])
+ctx = ToolContext(workspace=ws, tool_results_dir=ws / "tool-results", call_id="orphan")
+asyncio.run(default_registry(40_000).run("run_bash", {"command": "echo $$ > bash.pid; exec sleep 600"}, ctx))
+"""
+
+
+def test_a_command_dies_with_the_process_that_started_it_killed_outright(tmp_path: Path) -> None:
+    """kill -9 leaves tidegauge no time to end its command: the kernel does (the parent-death
+    signal). A plain process that runs the tool, with no watchdog and no dashboard to clean up."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    runner = subprocess.Popen([sys.executable, "-c", DEATH_SCRIPT, str(workspace)], cwd=REPO,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    pidfile = workspace / "bash.pid"
+    try:
+        while not (pidfile.exists() and pidfile.read_text().strip()):
+            assert runner.poll() is None, runner.stderr.read().decode() if runner.stderr else ""
+            time.sleep(0.01)  # polls for the file the command writes (the pytest timeout guards it)
+        command = int(pidfile.read_text())
+        assert psutil.Process(command).name() == "sleep"
+        runner.kill()
+        runner.wait(timeout=30)
+        assert process_gone(command, within_s=30), "the command outlived the process that started it"
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait(timeout=30)
+        if runner.stderr is not None:
+            runner.stderr.close()

@@ -3,8 +3,9 @@
 The command runs in its own process group with a marker in its environment,
 and tidegauge is a child subreaper (see ``proctree``), so a timeout or an
 interrupt kills everything it started, also what left the group (setsid).
-bash gets SIGKILL from the kernel if tidegauge is killed outright (PR_SET_PDEATHSIG;
-it costs a fork instead of a vfork: 13-45 ms a command, at 1-150 MB of tidegauge).
+bash gets SIGKILL from the kernel if tidegauge is killed outright (PR_SET_PDEATHSIG, set by
+setpriv in front of the command, so the start is a vfork: a fork cost 13-80 ms of CPU a
+command at 100-800 MB of tidegauge).
 The saved full output stops growing at ``max_saved_output`` bytes; the tail
 beyond it is still kept. Output is taken from the pipe as it arrives: up
 to twice ``keep`` characters stay in memory; past that the whole output
@@ -351,6 +352,13 @@ class RunBashTool(ArgsTool[RunBashArgs]):
             argv = sandbox.wrap(argv, Path(ctx.workspace))
             env["TMPDIR"] = "/tmp"  # the sandbox's own, empty at each command
         proctree.enable_subreaper()
+        # Killed by the kernel if tidegauge is (kill -9, the OOM killer): relative to this thread,
+        # the event loop's, which lives as long as the session can run a tool.
+        in_front = proctree.die_with_parent_argv(argv)
+        if in_front is not None:
+            argv, preexec = in_front, None
+        else:
+            preexec = proctree.die_with_parent()
         spill_path = Path(ctx.tool_results_dir) / f"{safe_file_stem(ctx.call_id)}.txt"
         collector = _OutputCollector(keep_chars_for(output_limit.get()), spill_path, ctx.max_saved_output,
                                      ctx.saved_output_budget.not_saved_note())
@@ -367,9 +375,7 @@ class RunBashTool(ArgsTool[RunBashArgs]):
                 cwd=ctx.workspace,
                 env=env,
                 start_new_session=True,  # its own process group: pgid == pid
-                # Killed by the kernel if tidegauge is (kill -9, the OOM killer): relative to this
-                # thread, the event loop's, which lives as long as the session can run a tool.
-                preexec_fn=proctree.die_with_parent(),
+                preexec_fn=preexec,
             )
         )
         try:
