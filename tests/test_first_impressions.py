@@ -8,9 +8,10 @@ compaction toggle. Each is checked on the App as it runs (the header on the real
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, AsyncIterator
 
 import pytest
+import pytest_asyncio
 
 from app.surfaces.dashboard.app import TidegaugeApp
 from dashboard_helpers import demo_app, send, settle
@@ -22,13 +23,30 @@ from widgets.header_bar import HeaderBar
 # not on the others' imports.
 
 
-@pytest.fixture
-def log_file(tmp_path: Path) -> Path:
+@pytest.fixture(scope="module")
+def log_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The cut output's full file: only read by the dashboards, so one for the module."""
     # a deep path, as the data directory's are: it must not take the viewer's rows
-    path = tmp_path / "data" / "tidegauge" / "sessions" / "20261202-062137-996b" / "tool-results" / "call-1.txt"
+    path = (tmp_path_factory.mktemp("full-output") / "data" / "tidegauge" / "sessions" / "20261202-062137-996b"
+            / "tool-results" / "call-1.txt")
     path.parent.mkdir(parents=True)
     path.write_text(big_log(3_000))
     return path
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def after_the_calls_at_80x24(log_file: Path) -> AsyncIterator[tuple[TidegaugeApp, Any]]:
+    """One dashboard at 80x24 after the scripted turn's tool calls, for the tests that only read what
+    it drew (ON_THE_CALLS_AT_80X24): each start and turn is about a quarter CPU-second, and none of
+    these tests presses, selects or resizes, so what one reads the others' runs did not change."""
+    app = TidegaugeApp(FakeSession({"go": session_steps(str(log_file))[:13]}), cursor_blink=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await send(pilot, "go")
+        await settle(pilot)
+        yield app, pilot
+
+
+ON_THE_CALLS_AT_80X24 = pytest.mark.asyncio(loop_scope="module")
 
 
 def _app_started_in(folder: str) -> TidegaugeApp:
@@ -82,18 +100,17 @@ async def test_at_80x24_the_full_output_shows_12_lines_its_path_on_one_row(log_f
                     f"the viewer's keys in the footer (it shows {footer.render().plain!r})")
 
 
-async def test_a_long_line_in_the_narrow_tool_panel_wraps_whole(log_file: Path) -> None:
-    app = TidegaugeApp(FakeSession({"go": session_steps(str(log_file))[:13]}), cursor_blink=False)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await send(pilot, "go")
-        await settle(pilot)
-        panel = app.tool_panel
-        assert panel.selected_id == "call-2"  # "300000:2026-10-18 12:00:01 ERROR database connection refused"
-        viewer = panel.viewer
-        width = viewer.scrollable_content_region.width
-        assert width < 60  # narrower than the line
-        drawn = "".join(viewer.render_line(y).text for y in range(viewer.size.height)).replace(" ", "")
-        assert "300000:2026-10-1812:00:01ERRORdatabaseconnectionrefused" in drawn, drawn
+@ON_THE_CALLS_AT_80X24
+async def test_a_long_line_in_the_narrow_tool_panel_wraps_whole(
+        after_the_calls_at_80x24: tuple[TidegaugeApp, Any]) -> None:
+    app, _pilot = after_the_calls_at_80x24
+    panel = app.tool_panel
+    assert panel.selected_id == "call-2"  # "300000:2026-10-18 12:00:01 ERROR database connection refused"
+    viewer = panel.viewer
+    width = viewer.scrollable_content_region.width
+    assert width < 60  # narrower than the line
+    drawn = "".join(viewer.render_line(y).text for y in range(viewer.size.height)).replace(" ", "")
+    assert "300000:2026-10-1812:00:01ERRORdatabaseconnectionrefused" in drawn, drawn
 
 
 @pytest.mark.parametrize("width", [60, 80, 100, 120, 142, 160, 220])
@@ -210,26 +227,25 @@ def test_help_gives_a_long_command_name_its_own_row(monkeypatch: pytest.MonkeyPa
     assert any(row.split()[:2] == ["/usage", "tokens"] for row in rows), rows  # the others keep one row
 
 
-async def test_at_80x24_a_call_line_keeps_its_badge_and_size_whole(log_file: Path) -> None:
+@ON_THE_CALLS_AT_80X24
+async def test_at_80x24_a_call_line_keeps_its_badge_and_size_whole(
+        after_the_calls_at_80x24: tuple[TidegaugeApp, Any]) -> None:
     """The 30-column tool list cut "32.3K/15.2M chars  70ms  truncated" to "32.3K/" and the
     conversation "58 chars" to "58": the duration goes first, then the size, then the arguments
     shorten (they tell one call from the next)."""
     from widgets.tool_call_line import ToolCallLine
 
-    app = TidegaugeApp(FakeSession({"go": session_steps(str(log_file))[:13]}), cursor_blink=False)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await send(pilot, "go")
-        await settle(pilot)
-        tool_list = app.tool_panel.tool_list
-        width = tool_list.scrollable_content_region.width
-        rows = [tool_list.render_line(y).text.rstrip() for y in range(tool_list.call_count)]
-        assert width <= 30 and rows[0].endswith(" truncated"), (width, rows)  # cat app.log, cut
-        assert rows[1].startswith("✓ run_bash grep -n") and len(rows[1]) <= width, rows  # shortened with "…"
-        lines = {line.info.id: line for line in app.query(ToolCallLine)}
-        await until(pilot, lambda: lines["call-2"].size.width > 0, "the call lines laid out")
-        drawn = {call_id: line.render().plain for call_id, line in lines.items()}
-        assert drawn["call-1"].endswith(" truncated "), drawn
-        assert drawn["call-2"].endswith(" chars") and len(drawn["call-2"]) <= lines["call-2"].size.width, drawn
+    app, pilot = after_the_calls_at_80x24
+    tool_list = app.tool_panel.tool_list
+    width = tool_list.scrollable_content_region.width
+    rows = [tool_list.render_line(y).text.rstrip() for y in range(tool_list.call_count)]
+    assert width <= 30 and rows[0].endswith(" truncated"), (width, rows)  # cat app.log, cut
+    assert rows[1].startswith("✓ run_bash grep -n") and len(rows[1]) <= width, rows  # shortened with "…"
+    lines = {line.info.id: line for line in app.query(ToolCallLine)}
+    await until(pilot, lambda: lines["call-2"].size.width > 0, "the call lines laid out")
+    drawn = {call_id: line.render().plain for call_id, line in lines.items()}
+    assert drawn["call-1"].endswith(" truncated "), drawn
+    assert drawn["call-2"].endswith(" chars") and len(drawn["call-2"]) <= lines["call-2"].size.width, drawn
 
 
 async def test_at_80_columns_the_header_names_the_project_whole_before_the_providers_label() -> None:
@@ -304,17 +320,16 @@ def test_a_call_line_with_wide_characters_fits_its_width_and_keeps_its_badge() -
         assert cell_len(line) <= width and line.rstrip().endswith("truncated"), (width, line)
 
 
-async def test_a_long_thought_on_its_one_line_ends_in_an_ellipsis(log_file: Path) -> None:
+@ON_THE_CALLS_AT_80X24
+async def test_a_long_thought_on_its_one_line_ends_in_an_ellipsis(
+        after_the_calls_at_80x24: tuple[TidegaugeApp, Any]) -> None:
     """Drawn as is, the collapsed thinking line broke at a word ("…; the last is line") and
     read as the whole thought: it is cut where the row ends, with "…"."""
     from widgets.thinking_line import ThinkingLine
 
-    app = TidegaugeApp(FakeSession({"go": session_steps(str(log_file))[:13]}), cursor_blink=False)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await send(pilot, "go")
-        await settle(pilot)
-        line = app.query(ThinkingLine).first()
-        width = line.size.width
-        assert len(f"✻ thinking ({len(line.text)} chars) {line.text}") > width  # it does not fit
-        drawn = line.render_line(0).text.rstrip()
-        assert drawn.endswith("…") and len(drawn) == width, (width, drawn)
+    app, _pilot = after_the_calls_at_80x24
+    line = app.query(ThinkingLine).first()
+    width = line.size.width
+    assert len(f"✻ thinking ({len(line.text)} chars) {line.text}") > width  # it does not fit
+    drawn = line.render_line(0).text.rstrip()
+    assert drawn.endswith("…") and len(drawn) == width, (width, drawn)

@@ -456,10 +456,23 @@ def truncated_view(text: str, limit: int = 40_000, path: str = "") -> str:
     return head + notice + tail
 
 
+@functools.lru_cache(maxsize=8)
+def _cut_output(path: str, file_id: tuple[int, int, int] | None) -> tuple[int, str]:
+    """The full output's length and its cut view, for one version of the file (``file_id``: its
+    inode, size and mtime; None when it is missing). A module's tests script the same 17 MB log
+    several times: reading and decoding it is ~25 ms each, the same answer every time."""
+    full = Path(path).read_text() if file_id is not None else "x" * 100
+    return len(full), truncated_view(full, path=path)
+
+
 def session_steps(full_output_path: str, hostile: str = "") -> list[Step]:
     """A task whose context climbs past the warning line into an auto-compaction."""
-    full = Path(full_output_path).read_text() if Path(full_output_path).exists() else "x" * 100
-    view = truncated_view(full, path=full_output_path)
+    try:
+        stat = os.stat(full_output_path)
+        file_id: tuple[int, int, int] | None = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    except FileNotFoundError:
+        file_id = None
+    full_chars, view = _cut_output(full_output_path, file_id)
     steps: list[Step] = [
         ev.StateEvent(state="streaming", step=1, max_steps=50),
         Text("Let me look at the log first."),
@@ -468,7 +481,7 @@ def session_steps(full_output_path: str, hostile: str = "") -> list[Step]:
         ev.ToolStartEvent(id="call-1", name="run_bash", input={"command": "cat app.log"}, summary="cat app.log"),
         ev.StateEvent(state="tool", step=1, max_steps=50, detail="run_bash (1/1)"),
         ev.ToolResultEvent(id="call-1", name="run_bash", is_error=False, truncated=True,
-                           original_chars=len(full), kept_chars=len(view), full_output_path=full_output_path,
+                           original_chars=full_chars, kept_chars=len(view), full_output_path=full_output_path,
                            duration_ms=412.0, content=view),
         context(4_960, 11_200, turns=9, calls=(7, 11), cost=0.012),
         ev.ThinkingDeltaEvent(text="The tail shows an ERROR line; grep for the others."),
