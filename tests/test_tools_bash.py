@@ -288,8 +288,7 @@ def test_a_command_dies_with_the_process_that_started_it_killed_outright(tmp_pat
         while not (pidfile.exists() and pidfile.read_text().strip()):
             assert runner.poll() is None, runner.stderr.read().decode() if runner.stderr else ""
             time.sleep(0.01)  # polls for the file the command writes (the pytest timeout guards it)
-        command = int(pidfile.read_text())
-        assert psutil.Process(command).name() == "sleep"
+        command = int(pidfile.read_text())  # bash, or the sleep it became
         runner.kill()
         runner.wait(timeout=30)
         assert process_gone(command, within_s=30), "the command outlived the process that started it"
