@@ -494,6 +494,23 @@ def _group_stopped(leader: psutil.Process) -> bool:
     return True
 
 
+def _stop_group(leader_pid: int) -> None:
+    """SIGSTOP the group until every process in it has taken the signal. A command caught between
+    its vfork and its exec stops there, and the thread that started it, waiting for that exec,
+    cannot stop: then the group goes on for a moment and is stopped again."""
+    leader = psutil.Process(leader_pid)
+    deadline = time.monotonic() + 60
+    while True:
+        os.killpg(leader_pid, signal.SIGSTOP)
+        attempt_ends = time.monotonic() + 1.0
+        while time.monotonic() < attempt_ends:
+            if _group_stopped(leader):  # the signal is delivered, not yet taken
+                return
+            time.sleep(0.001)  # polls the condition above
+        assert time.monotonic() < deadline, "the run never stopped"
+        os.killpg(leader_pid, signal.SIGCONT)
+
+
 @pytest.fixture(scope="module")
 def killed_at_each_point(tmp_path_factory: pytest.TempPathFactory) -> KilledAtEachPoint:
     """One process instead of one per point (a start is a Python and its imports): at each point but
@@ -528,13 +545,8 @@ def killed_at_each_point(tmp_path_factory: pytest.TempPathFactory) -> KilledAtEa
                     seen += 1
                 while len(waiting) > 1 and seen >= waiting[0]:
                     point = waiting.pop(0)
-                    os.killpg(proc.pid, signal.SIGSTOP)
                     try:
-                        parent = psutil.Process(proc.pid)
-                        deadline = time.monotonic() + 60
-                        while not _group_stopped(parent):  # the signal is delivered, not yet taken
-                            assert time.monotonic() < deadline, "the run never stopped"
-                            time.sleep(0.001)  # polls the condition above
+                        _stop_group(proc.pid)
                         keep(point)
                     finally:
                         os.killpg(proc.pid, signal.SIGCONT)
