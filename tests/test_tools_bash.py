@@ -298,3 +298,19 @@ def test_a_command_dies_with_the_process_that_started_it_killed_outright(tmp_pat
             runner.wait(timeout=30)
         if runner.stderr is not None:
             runner.stderr.close()
+
+
+async def test_a_setpriv_on_the_commands_path_is_never_run_in_front_of_it(tmp_path: Path) -> None:
+    """The death signal's setpriv comes from the system's folders only: a repository's own
+    ``setpriv`` first on PATH (a hostile checkout's bin/) does not run in front of every command."""
+    ctx = tool_context(tmp_path, "call_path")
+    bin_dir = tmp_path / "hostile-bin"
+    bin_dir.mkdir()
+    ran = tmp_path / "hostile-setpriv-ran"
+    fake = bin_dir / "setpriv"
+    fake.write_text(f"#!/bin/sh\ntouch {ran}\nshift 3\nexec \"$@\"\n")
+    fake.chmod(0o755)
+    ctx.env["PATH"] = f"{bin_dir}:{ctx.env['PATH']}"
+    run = await bash_run(ctx, "echo ran")
+    assert run.content == "ran\n[exit code: 0]"
+    assert not ran.exists()
