@@ -388,3 +388,21 @@ def test_a_count_a_table_made_is_not_believed_under_another_table() -> None:
         assert count_tokens(text) == len(encoder().encode(text, disallowed_special=()))
     finally:
         tokens.use_pieces(before)
+
+
+def test_a_hostile_flood_of_new_words_never_grows_the_encoders_memo_past_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A repository's file of endless distinct words, read into table after table (a new data
+    directory each): the process-wide memo of the encoder's piece counts stays within its bound,
+    and a piece too long to be kept in a table is not kept there either."""
+    monkeypatch.setattr(tokens, "PIECES_MAX", 300)
+    monkeypatch.setattr(tokens, "_encoder_piece_counts", {})
+    encoder()  # loaded: pieces are counted by the encoder, the path the memo keeps
+    words = iter(f"w{n:06d}x" for n in range(10_000))
+    for _ in range(5):
+        table = tokens.PieceCounts()
+        table.learn(" ".join(next(words) for _ in range(400)))
+        assert len(table.counts) == 300
+    assert len(tokens._encoder_piece_counts) == 300
+    long_piece = "z" * (tokens.PIECE_MAX_CHARS + 1)
+    assert tokens._piece_count(long_piece) == len(encoder().encode_ordinary(long_piece))
+    assert long_piece not in tokens._encoder_piece_counts

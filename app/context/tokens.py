@@ -389,7 +389,8 @@ class PieceCounts:
 # encoder made holds under any table (as ``_counted``'s do). Each new data directory's table learns
 # the tools' and the system prompt's ~400 pieces again; with the encoder loaded that was a pass of
 # the encoder per piece (~2 ms of each session's start in a process that runs many, the suite's
-# in-process sessions). Bounded as a table is; a full memo takes no more.
+# in-process sessions). Bounded as a table is (its pieces' length and number); a full memo takes
+# no more.
 _encoder_piece_counts: dict[str, int] = {}
 
 
@@ -401,7 +402,7 @@ def _piece_count(piece: str) -> int:
     ranks = _merge_ranks() if encoder.cache_info().currsize == 0 and len(piece) <= MERGE_MAX_CHARS else None
     if ranks is None:
         count = len(encoder().encode_ordinary(piece))
-        if len(_encoder_piece_counts) < PIECES_MAX:
+        if len(piece) <= PIECE_MAX_CHARS and len(_encoder_piece_counts) < PIECES_MAX:
             _encoder_piece_counts[piece] = count
         return count
     return _bpe_count(piece.encode("ascii"), ranks)

@@ -23,7 +23,7 @@ a program that imports a session, such as a test run) ``claim_every_descendant()
 makes every descendant "ours": MCP servers and their children, what a server
 left behind, the session process and all it started. Exit paths then end them all.
 
-A SIGKILL leaves no time for any of that: ``die_with_parent_argv`` (util-linux's ``setpriv``
+A SIGKILL leaves no time for any of that: ``dying_with_parent`` (util-linux's ``setpriv``
 in front of the command; where there is none, ``die_with_parent``, a ``preexec_fn``)
 asks the kernel to kill bash when the thread that started it dies, and whoever
 tidegauge's orphans are handed to ends the rest: the dashboard (a subreaper), or
@@ -38,6 +38,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import functools
 import os
 import select
 import signal
@@ -96,38 +97,35 @@ def spare(pid: int) -> None:
 # Where util-linux's setpriv is looked for: fixed system folders, never the command's PATH (a
 # workspace's own "setpriv" must not run in front of every command).
 SETPRIV_PATHS = ("/usr/bin/setpriv", "/bin/setpriv")
-_setpriv_prefix: list[str] | None = None
-_setpriv_checked = False
 
 
-def die_with_parent_argv(argv: list[str]) -> list[str] | None:
-    """``argv`` behind ``setpriv --pdeathsig KILL --``: the child gets SIGKILL when the thread that
-    started it ends, as with ``die_with_parent``, but the kernel is asked by the program the child
-    execs rather than by Python code run between fork and exec. No ``preexec_fn`` lets subprocess
-    use vfork: a fork copies the page tables of the whole process and every page it then writes
-    faults once (a command cost 13 ms of CPU at 100 MB of tidegauge and 80 ms at 800 MB; 3 ms
-    this way). None where no setpriv takes ``--pdeathsig`` (util-linux before 2.33, not Linux):
-    then ``die_with_parent`` as before. A death between the exec and setpriv's ``prctl`` leaves
-    the command to the subreaper or headless mode's watchdog, as a double fork would."""
-    global _setpriv_prefix, _setpriv_checked
-    with _lock:
-        if not _setpriv_checked:
-            _setpriv_checked = True
-            _setpriv_prefix = _working_setpriv()
-        prefix = _setpriv_prefix
-    return None if prefix is None else [*prefix, *argv]
+def dying_with_parent(argv: list[str]) -> "tuple[list[str], Callable[[], None] | None]":
+    """``argv`` and the ``preexec_fn`` that start it so that it gets SIGKILL when the thread that
+    started it ends (a SIGKILL of tidegauge, the OOM killer). Where a setpriv takes
+    ``--pdeathsig``, the kernel is asked by the program the child execs (``setpriv --pdeathsig
+    KILL -- argv``) and no ``preexec_fn`` is needed, which lets subprocess use vfork: a fork copies
+    the page tables of the whole process and every page it then writes faults once (a command cost
+    13 ms of CPU at 100 MB of tidegauge and 80 ms at 800 MB; 3 ms this way). Elsewhere (util-linux
+    before 2.33, not Linux) ``die_with_parent`` runs between fork and exec, as before. A death
+    between the exec and setpriv's ``prctl`` leaves the command to the subreaper or headless mode's
+    watchdog, as a double fork would."""
+    prefix = _working_setpriv()
+    if prefix is None:
+        return argv, die_with_parent()
+    return [*prefix, *argv], None
 
 
-def _working_setpriv() -> list[str] | None:
-    """Once per process: the first setpriv that sets a death signal and execs (one run of it)."""
+@functools.cache
+def _working_setpriv() -> tuple[str, ...] | None:
+    """Once per process: the first setpriv that sets a death signal and execs (it execs itself)."""
     if not sys.platform.startswith("linux"):
         return None
     for path in SETPRIV_PATHS:
         if not os.access(path, os.X_OK):
             continue
-        prefix = [path, "--pdeathsig", "KILL", "--"]
+        prefix = (path, "--pdeathsig", "KILL", "--")
         with contextlib.suppress(OSError, subprocess.SubprocessError):
-            probe = subprocess.run([*prefix, sys.executable, "-I", "-S", "-c", "pass"], stdin=subprocess.DEVNULL,
+            probe = subprocess.run([*prefix, path, "--version"], stdin=subprocess.DEVNULL,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10, check=False)
             if probe.returncode == 0:
                 return prefix

@@ -354,11 +354,7 @@ class RunBashTool(ArgsTool[RunBashArgs]):
         proctree.enable_subreaper()
         # Killed by the kernel if tidegauge is (kill -9, the OOM killer): relative to this thread,
         # the event loop's, which lives as long as the session can run a tool.
-        in_front = proctree.die_with_parent_argv(argv)
-        if in_front is not None:
-            argv, preexec = in_front, None
-        else:
-            preexec = proctree.die_with_parent()
+        argv, preexec = proctree.dying_with_parent(argv)
         spill_path = Path(ctx.tool_results_dir) / f"{safe_file_stem(ctx.call_id)}.txt"
         collector = _OutputCollector(keep_chars_for(output_limit.get()), spill_path, ctx.max_saved_output,
                                      ctx.saved_output_budget.not_saved_note())
