@@ -37,10 +37,10 @@ from rich.style import Style
 from textual.geometry import Offset, Region, Size
 from textual.selection import Selection
 from textual.strip import Strip
-from textual.timer import Timer
 from textual.widget import Widget
 
 from widgets._literal import sanitize
+from widgets._one_shot import OneShot
 from widgets._reply_markdown import (
     ReplyBlock,
     ReplyLook,
@@ -98,7 +98,7 @@ class AssistantMessage(Widget):
         super().__init__(**kwargs)
         self._chunks: list[str] = [text] if text else []
         self._pending: list[str] = []
-        self._flush_timer: Timer | None = None
+        self._flush_timer: OneShot | None = None
         self._interval = FLUSH_INTERVAL
         self._last_flush = 0.0  # time.monotonic() of the last flush
         self._typing_until = 0.0  # flushes are spaced by TYPING_INTERVAL until then
@@ -113,7 +113,7 @@ class AssistantMessage(Widget):
         self._width = 0
         self._placed = 0  # blocks whose height and first line are known (the rest changed since)
         self._redo = 0  # blocks before this one are rendered at ``_width`` in the current look
-        self._redo_timer: Timer | None = None
+        self._redo_timer: OneShot | None = None
         self._rendered: asyncio.Event | None = None  # set while nothing waits to be rendered
         self._moved = False  # lines moved (an estimate gave way) since layout or the screen was told
         self._reported_height = 0  # the height layout was last given
@@ -126,7 +126,7 @@ class AssistantMessage(Widget):
         self._look_theme = ""
         self._undrawn = False  # text was handed over that no frame has drawn yet
         self._after_drawn: list[Callable[[], object]] = []  # ``when_drawn`` callbacks waiting
-        self._drawn_timer: Timer | None = None
+        self._drawn_timer: OneShot | None = None
         self.flushes = 0  # flushes that handed text over (for tests and benchmarks)
         self.block_renders = 0  # blocks rendered by Rich (for tests and benchmarks)
         self._open_segment("")
@@ -170,12 +170,11 @@ class AssistantMessage(Widget):
         self._pending.append(delta)
         if self._flush_timer is None:
             # Right away after a pause (the last words of a reply are not held back);
-            # in a steady stream, one interval after the last flush. (Never 0: a Textual timer of
-            # 0 s never fires, and the reply would show only when it ends.)
+            # in a steady stream, one interval after the last flush.
             now = time.monotonic()
             interval = max(self._interval, TYPING_INTERVAL) if now < self._typing_until else self._interval
-            wait = max(0.001, self._last_flush + interval - now)
-            self._flush_timer = self.set_timer(wait, self._flush)
+            wait = max(0.0, self._last_flush + interval - now)
+            self._flush_timer = OneShot(self, wait, self._flush)
 
     def note_typing(self) -> None:
         """A key was typed in the prompt: space the flushes for a moment."""
@@ -383,7 +382,7 @@ class AssistantMessage(Widget):
         """One slice timer at a time (a slice may already have been scheduled by a width change
         during it: a second one would only render the same blocks)."""
         if self._redo_timer is None and not self._unmounted:
-            self._redo_timer = self.set_timer(SLICE_GAP, self._redo_slice)
+            self._redo_timer = OneShot(self, SLICE_GAP, self._redo_slice)
 
     def _render_estimated(self) -> None:
         """Render every block still at an estimated height now (what is copied must be what is drawn)."""
@@ -537,7 +536,7 @@ class AssistantMessage(Widget):
             return
         self._after_drawn.append(callback)
         if self._drawn_timer is None:
-            self._drawn_timer = self.set_timer(DRAWN_WAIT, self._drawn)
+            self._drawn_timer = OneShot(self, DRAWN_WAIT, self._drawn)
 
     def _drawn(self) -> None:
         if self._drawn_timer is not None:

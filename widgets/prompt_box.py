@@ -12,6 +12,7 @@ from textual.suggester import SuggestFromList
 from textual.widgets import Input
 
 from widgets._literal import literal
+from widgets._one_shot import OneShot
 from widgets.session_messages import McpPromptsOffered
 
 SLASH_COMMANDS: dict[str, str] = {
@@ -104,7 +105,7 @@ class PromptBox(Input):
             if self.border_subtitle == said:
                 self.watch_value(self.value)
 
-        self.set_timer(seconds, forget)
+        OneShot(self, seconds, forget)
 
     def watch_value(self, value: str) -> None:
         # The text changed (a key, as a rule): its echo is drawn without waiting for the frame timer.
