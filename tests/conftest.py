@@ -95,6 +95,33 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 @pytest.fixture
+def preempted_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process is preempted for 50 ms just after each Textual timer starts: the clock its
+    timers read jumps between a timer's first read (its start) and its second (the first check of
+    its deadline). Textual 8.2.8's one-shot timer then finds its deadline passed and ends without
+    calling back; a repeating one skips the ticks it missed."""
+    from textual import _time  # (the clock Textual's timers read: how a preemption looks to them)
+    from textual.timer import Timer
+
+    real = _time.get_time
+    timer_code = Timer._run.__code__
+    reads: dict[Timer, int] = {}  # each timer started -> its reads of the clock (held: no id reused)
+    offset = 0.0
+
+    def read() -> float:
+        nonlocal offset
+        caller = sys._getframe(1)
+        if caller.f_code is timer_code:
+            timer = caller.f_locals["self"]
+            reads[timer] = reads.get(timer, 0) + 1
+            if reads[timer] == 2:
+                offset += 0.05
+        return real() + offset
+
+    monkeypatch.setattr(_time, "get_time", read)
+
+
+@pytest.fixture
 def fake_llm() -> Iterator[FakeLLMServer]:
     """A fresh fake LLM server on 127.0.0.1 for one test.
 

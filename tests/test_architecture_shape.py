@@ -7,6 +7,10 @@
   cost it keeps off a start-up path, a module only one command needs): an import is at the top of
   its module unless there is a reason, and the reason is written down. A comment explains the
   imports after it in the same row of imports (blank lines allowed between them).
+- No one-shot wait is Textual's ``set_timer`` as it comes: one whose deadline passed before its
+  task first read the clock (a preempted process) never fires (``widgets/_one_shot.py`` says how).
+  Widgets wait with ``OneShot``; the dashboard's App and screen mend their own timers with
+  ``late_still_fires``.
 """
 
 from __future__ import annotations
@@ -108,9 +112,24 @@ def _offenders(find: Callable[[Path], list[tuple[int, str]]]) -> list[str]:
     return [f"{path.relative_to(ROOT)}:{line}: {what}" for path in _sources() for line, what in find(path)]
 
 
+def textual_one_shot_timers(source: str | ast.Module) -> list[tuple[int, str]]:
+    """(line, call) of each ``….set_timer(…)`` call not handed straight to ``late_still_fires``."""
+    module = ast.parse(source) if isinstance(source, str) else source
+    mended = {id(node.args[0]) for node in ast.walk(module) if isinstance(node, ast.Call) and node.args
+              and isinstance(node.func, ast.Name) and node.func.id == "late_still_fires"}
+    return [(node.lineno, "set_timer") for node in ast.walk(module)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "set_timer" and id(node) not in mended]
+
+
 def test_no_class_is_defined_inside_a_function() -> None:
     offenders = _offenders(lambda path: classes_inside_functions(tree(path)))
     assert not offenders, "classes defined inside a function (move each to module level):\n" + "\n".join(offenders)
+
+
+def test_no_one_shot_wait_is_a_textual_timer_that_a_preempted_process_loses() -> None:
+    offenders = _offenders(lambda path: textual_one_shot_timers(tree(path)))
+    assert not offenders, "Textual one-shot timers (use widgets._one_shot.OneShot, or late_still_fires):\n" + "\n".join(offenders)
 
 
 def test_every_import_inside_a_function_says_why() -> None:
@@ -149,4 +168,6 @@ def test_the_checks_see_what_they_look_for() -> None:
                     class Built: ...
     ''')
     assert classes_inside_functions(source) == [(26, "Built")]
+    assert textual_one_shot_timers("self.set_timer(0.1, self.tick)\nself.set_interval(1, self.tick)\n"
+                                   "late_still_fires(super().set_timer(0.1, self.tick))\n") == [(1, "set_timer")]
     assert unexplained_function_imports(source) == [(11, "json"), (13, "re"), (22, "sys")]

@@ -65,7 +65,7 @@ async def test_typing_while_a_reply_streams_spaces_its_redraws_and_loses_no_text
         app.conversation.append_assistant("still ")
         message._flush()  # a flush just now: the next delta waits at least the typing interval
         app.conversation.append_assistant("streaming.")
-        assert message._flush_timer is not None and message._flush_timer._interval >= TYPING_INTERVAL * 0.9
+        assert message._flush_timer is not None and message._flush_timer.delay >= TYPING_INTERVAL * 0.9
         await app.conversation.end_assistant()
         await pilot.pause()
         assert message.source == "A reply still streaming." and app.prompt_box.value == "hi"
@@ -732,6 +732,18 @@ async def test_at_80x24_the_conversation_keeps_its_rows_and_the_gauge_stays_whol
         await pilot.press("ctrl+g")
         await pilot.pause()
         assert app.context_panel.folded and visible_rows(app.conversation) >= CONVERSATION_MIN_ROWS
+
+
+async def test_a_dashboard_preempted_while_it_is_resized_follows_every_resize(preempted_clock: None) -> None:
+    # Textual's resize debounce, lost once to a late look at the clock, kept every later resize
+    # from reaching the screen: the dashboard stayed laid out for the terminal it started in.
+    app = TidegaugeApp(FakeSession(), cursor_blink=False)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause()
+        for width, height in ((100, 30), (120, 40), (80, 24)):
+            await pilot.resize_terminal(width, height)
+            await until(pilot, lambda size=(width, height): app.screen.size == size, rounds=100)
+            assert app.conversation.region.right <= width and app.context_panel.region.bottom <= height
 
 
 async def test_the_chart_folds_with_the_terminal_height_and_the_palette_brings_it_back() -> None:

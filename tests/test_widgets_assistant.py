@@ -10,7 +10,7 @@ from textual.app import App
 from textual.containers import VerticalScroll
 from textual.selection import Selection
 
-from app.surfaces.dashboard.app import CSS_FILE
+from app.surfaces.dashboard.app import CSS_FILE, late_still_fires
 from dashboard_helpers import frame
 from widgets._reply_markdown import FENCE_SPLIT_CHARS, FORCE_CHARS, SEGMENT_CHARS, cut_point, fence_reopening
 from widgets.assistant_message import AssistantMessage
@@ -109,6 +109,22 @@ async def test_a_reply_is_drawn_while_it_streams_not_only_when_it_ends() -> None
                 break
         await pilot.pause()
         assert _drawn(message, 0, 1) == "The first words arrive. More after a pause."
+
+
+async def test_a_reply_goes_on_streaming_when_the_process_is_preempted_past_its_flush(preempted_clock: None) -> None:
+    # A lost flush timer froze the reply until its end: later deltas saw a timer still set.
+    app = Host()
+    async with app.run_test(size=(80, 20)) as pilot:
+        message = app.query_one(AssistantMessage)
+        said = ""
+        for words in ("The first words arrive.", " More after a pause.", " And the last."):
+            message.append_text(words)
+            said += words
+            for _ in range(20):
+                await pilot.pause()
+                if _drawn(message, 0, 1) == said:
+                    break
+            assert _drawn(message, 0, 1) == said
 
 
 async def test_recreated_from_its_text_it_shows_the_same_segments() -> None:
@@ -287,6 +303,9 @@ class ScrollingHost(App):
         with VerticalScroll():
             yield AssistantMessage(self.text)
 
+    def set_timer(self, *args: Any, **kwargs: Any) -> Any:
+        return late_still_fires(super().set_timer(*args, **kwargs))  # (the resize debounce: as the dashboard)
+
     def on_mount(self) -> None:
         if self.anchored:
             self.query_one(VerticalScroll).anchor()
@@ -295,7 +314,10 @@ class ScrollingHost(App):
 async def _settled(pilot: Any, message: AssistantMessage) -> None:
     """Return once every block is rendered at the reply's width and the screen has laid the reply
     out at its exact height (a loaded machine may take a few more frames for the second)."""
-    await message.wait_rendered()
+    try:
+        await asyncio.wait_for(message.wait_rendered(), 30)  # (a hang's guard, not a speed bound)
+    except TimeoutError:
+        raise AssertionError(f"{message.estimated} blocks still wait to be rendered, and no slice is due") from None
     for _ in range(50):
         await pilot.pause()
         if message.size.height == message.line_count and message.estimated == 0:
@@ -407,6 +429,19 @@ async def test_a_second_resize_during_the_background_work_ends_right_for_the_las
         await second
         await _settled(pilot, message)
         assert message.outer_size.height == expected_height
+        assert _drawn(message, 0, message.size.height).splitlines() == expected
+
+
+async def test_a_resized_reply_finishes_its_background_work_when_the_process_is_preempted(preempted_clock: None) -> None:
+    # A lost slice timer left the reply at estimated heights for good, and wait_rendered hung.
+    text = _long_reply()
+    expected, expected_height, _ = await _drawn_fresh(text, (100, 40))
+    app = ScrollingHost(text)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.pause()
+        message = app.query_one(AssistantMessage)
+        await pilot.resize_terminal(100, 40)
+        await _settled(pilot, message)
         assert _drawn(message, 0, message.size.height).splitlines() == expected
 
 

@@ -22,6 +22,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Input
 from textual.worker import Worker, WorkerState
@@ -209,6 +210,21 @@ def context_details_fit(terminal_height: int) -> bool:
     return terminal_height - CHROME_ROWS - CONTEXT_PANEL_ROWS >= CONVERSATION_MIN_ROWS
 
 
+def late_still_fires(timer: Timer) -> Timer:
+    """``timer`` (one-shot) calls back however late its task first looks at the clock.
+
+    Textual 8.2.8 makes every ``set_timer`` skip the ticks it missed. For a one-shot timer whose
+    deadline has passed at its first look (the process preempted for longer than the delay, as on
+    a loaded machine or in a long garbage collection), that skips its only tick: it never calls
+    back. The App's resize debounce is such a timer (1/120 s); lost, it stays set, and no later
+    resize ever reaches the screen: the dashboard stays laid out for the old size. A timer that
+    does not skip fires at once when late. ``_skip`` is Textual's (pinned in pyproject.toml);
+    ``tests/test_tui_flows.py`` resizes a preempted dashboard and fails if this stops working.
+    (tidegauge's own widgets wait with ``widgets._one_shot``, which needs no private name.)"""
+    timer._skip = False
+    return timer
+
+
 class MainScreen(Screen[None]):
     """The dashboard's screen: tab is listed in the footer (shift+tab in /help)."""
 
@@ -229,6 +245,9 @@ class MainScreen(Screen[None]):
         self._compositor = CroppedCompositor()
         self._draw_at_once: Widget | None = None
         self._resumed = False
+
+    def set_timer(self, delay: float, callback: Any = None, *, name: str | None = None, pause: bool = False) -> Timer:
+        return late_still_fires(super().set_timer(delay, callback, name=name, pause=pause))
 
     def on_screen_resume(self, event: events.ScreenResume) -> None:
         # The first resume comes as the screen's widgets have just mounted, each styled as it
@@ -571,6 +590,9 @@ class TidegaugeApp(App[int]):
             self._unsubscribe_bridge = None
         self._stop_session()
         super().exit(result, return_code, message)
+
+    def set_timer(self, delay: float, callback: Any = None, *, name: str | None = None, pause: bool = False) -> Timer:
+        return late_still_fires(super().set_timer(delay, callback, name=name, pause=pause))
 
     def get_driver_class(self) -> "type[Driver]":
         """Textual's own driver, except on a Linux terminal: the one that quits without
