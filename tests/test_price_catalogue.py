@@ -123,8 +123,10 @@ def test_an_unknown_model_is_said_once_with_the_settings_and_the_settings_silenc
     fake_llm.enqueue(openai_text("Hi.", usage=dict(prompt=1_000, completion=10, cached=0)))
     proc, events = tidegauge(tmp_path, fake_llm, "openai", "my-local-llama")
     assert proc.returncode == 0, proc.stderr
-    said = {e["setting"]: e["text"] for e in only(events, "config_warning")}
-    assert len(only(events, "config_warning")) == len(said) == 2, events
+    # (what this machine lacks, a sandbox, is said too: only the catalogue's words are counted)
+    catalogue = [e for e in only(events, "config_warning") if e["setting"] in ("window", "prices")]
+    said = {e["setting"]: e["text"] for e in catalogue}
+    assert len(catalogue) == len(said) == 2, events
     assert said["window"] == (f'model "my-local-llama" has no context window in the catalogue: assuming '
                               f"{DEFAULT_WINDOW:,} tokens (set --window N, or window = N in config.toml)")
     assert said["prices"].startswith('model "my-local-llama" has no price in the catalogue: its cost is shown as '
@@ -143,7 +145,7 @@ def test_an_unknown_model_is_said_once_with_the_settings_and_the_settings_silenc
     proc, events = tidegauge(tmp_path, fake_llm, "openai", "my-local-llama", "--window", "50000",
                              config='[prices.my-local]\ninput = 2.0\noutput = 4.0\n')
     assert proc.returncode == 0, proc.stderr
-    assert only(events, "config_warning") == []
+    assert [e for e in only(events, "config_warning") if e["setting"] in ("window", "prices")] == []
     assert only(events, "context")[0]["thresholds"]["window"] == 50_000
     assert only(events, "result")[0]["total_cost_usd"] == pytest.approx((1_000 * 2.0 + 10 * 4.0) / 1e6)
 
