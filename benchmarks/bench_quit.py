@@ -55,6 +55,7 @@ class Terminal:
         os.close(slave)
         self.master = master
         self.output = bytearray()
+        self._closed = False  # no process holds the terminal any more: all it drew is in ``output``
         self._changed = threading.Condition()
         self._reader = threading.Thread(target=self._drain, daemon=True)
         self._reader.start()
@@ -93,6 +94,15 @@ class Terminal:
                 if time.monotonic() > deadline or self.proc.poll() is not None:
                     raise RuntimeError(f"gave up waiting (exit {self.proc.poll()})")
                 self._changed.wait(0.1)
+
+    def read_to_end(self, timeout: float = 30.0) -> bytes:
+        """All that was drawn, once the last process holding the terminal has closed it: the
+        process's exit is seen before the reader has taken what it wrote last (its last lines)."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not self._closed and (left := deadline - time.monotonic()) > 0:
+                self._changed.wait(min(left, 0.5))
+            return bytes(self.output)
 
     def type(self, data: bytes) -> None:
         os.write(self.master, data)

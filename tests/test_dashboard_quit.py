@@ -50,8 +50,9 @@ def test_ctrl_q_after_a_turn_exits_zero_and_keeps_the_transcript(tmp_path: Path)
         quit_at = len(term.output)
         term.type(CTRL_Q)
         code = term.proc.wait(timeout=60)
-        output = bytes(term.output).decode(errors="replace")
-        after_quit = bytes(term.output[quit_at:]).decode(errors="replace")
+        drawn = term.read_to_end()
+        output = drawn.decode(errors="replace")
+        after_quit = drawn[quit_at:].decode(errors="replace")
     finally:
         term.close()
     assert code == 0, output[-800:]
@@ -76,7 +77,7 @@ def test_ctrl_q_when_idle_never_shows_a_traceback(tmp_path: Path, round_: int) -
         term.wait_for(b"scripted model", b"idle")
         term.type(CTRL_Q)
         code = term.proc.wait(timeout=60)
-        output = bytes(term.output).decode(errors="replace")
+        output = term.read_to_end().decode(errors="replace")
     finally:
         term.close()
     assert code == 0, output[-800:]

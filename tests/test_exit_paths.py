@@ -206,7 +206,7 @@ def test_the_dashboard_ended_any_way_ends_its_session_process_tools_and_mcp_serv
         end(term)
         assert term.proc.wait(timeout=WAIT_S) == code
         _assert_all_end(tree)
-        output = bytes(term.output).decode(errors="replace")
+        output = term.read_to_end().decode(errors="replace")
         assert "Traceback" not in output, output[-800:]
         if code > 0:  # quit as ctrl+q quits (a signal too): the terminal restored, how to resume said
             assert "resume with: tidegauge --resume " in output, output[-800:]
