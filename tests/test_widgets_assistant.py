@@ -435,7 +435,7 @@ async def test_a_second_resize_during_the_background_work_ends_right_for_the_las
 async def test_a_resized_reply_finishes_its_background_work_when_the_process_is_preempted(preempted_clock: None) -> None:
     # A lost slice timer left the reply at estimated heights for good, and wait_rendered hung.
     text = _long_reply()
-    expected, expected_height, _ = await _drawn_fresh(text, (100, 40))
+    expected, _, _ = await _drawn_fresh(text, (100, 40))
     app = ScrollingHost(text)
     async with app.run_test(size=(160, 40)) as pilot:
         await pilot.pause()
