@@ -211,16 +211,13 @@ def context_details_fit(terminal_height: int) -> bool:
 
 
 def late_still_fires(timer: Timer) -> Timer:
-    """``timer`` (one-shot) calls back however late its task first looks at the clock.
+    """``timer`` (one-shot) calls back however late its task first looks at the clock, instead of
+    skipping its only tick (why Textual's would: ``widgets/_one_shot.py``, the widgets' own waits).
 
-    Textual 8.2.8 makes every ``set_timer`` skip the ticks it missed. For a one-shot timer whose
-    deadline has passed at its first look (the process preempted for longer than the delay, as on
-    a loaded machine or in a long garbage collection), that skips its only tick: it never calls
-    back. The App's resize debounce is such a timer (1/120 s); lost, it stays set, and no later
-    resize ever reaches the screen: the dashboard stays laid out for the old size. A timer that
-    does not skip fires at once when late. ``_skip`` is Textual's (pinned in pyproject.toml);
-    ``tests/test_tui_flows.py`` resizes a preempted dashboard and fails if this stops working.
-    (tidegauge's own widgets wait with ``widgets._one_shot``, which needs no private name.)"""
+    Textual's own timers on the App and the screen are mended here: the App's 1/120 s resize
+    debounce, lost, stays set and no later resize reaches the screen. ``_skip`` is Textual's
+    (pinned in pyproject.toml); ``tests/test_tui_flows.py`` resizes a preempted dashboard and
+    fails if this stops working."""
     timer._skip = False
     return timer
 
